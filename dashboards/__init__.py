@@ -1,0 +1,1 @@
+"""Streamlit dashboards: on-call, weekly tuning, data quality, explorer."""

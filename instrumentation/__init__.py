@@ -1,0 +1,1 @@
+"""Instrumentation: the event contract, OpenTelemetry spans and the Kafka emitter."""

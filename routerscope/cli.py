@@ -1,0 +1,176 @@
+"""The `routerscope` command line (DESIGN §6). Every command reads the same settings.
+
+Errors the user can act on are printed as one line (`routerscope: error: ...`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from routerscope import __version__, broker, names
+from routerscope.errors import ConfigError, RouterscopeError
+from routerscope.settings import Settings
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+# -- commands -------------------------------------------------------------------------------------
+def cmd_broker(args, settings: Settings) -> int:
+    if args.action == "start":
+        if settings.kafka_bootstrap_env:
+            print(
+                f"ROUTERSCOPE_KAFKA_BOOTSTRAP={settings.kafka_bootstrap_env} is set: commands use that "
+                "broker; starting a local one anyway for this home.",
+                file=sys.stderr,
+            )
+        already = broker.status(settings).running
+        st = broker.start(settings, port=args.port)
+        print(st.bootstrap)
+        print(
+            f"broker {'already running' if already else 'started'} (pid {st.pid}, log {st.log}); "
+            f"topics: {', '.join(names.TOPICS.values())}",
+            file=sys.stderr,
+        )
+        return 0
+    if args.action == "stop":
+        stopped = broker.stop(settings)
+        print("broker stopped" if stopped else "no broker was running for this home")
+        return 0
+    st = broker.status(settings)
+    if args.json:
+        _print_json(st.as_dict())
+    elif st.running:
+        print(f"running at {st.bootstrap} (pid {st.pid}, log {st.log})")
+    else:
+        print(f"not running (home {settings.home})")
+    return 0 if st.running else 3
+
+
+def cmd_produce(args, settings: Settings) -> int:
+    from instrumentation.publish import produce_file
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise RouterscopeError(f"no such file: {path}")
+    result = produce_file(settings, path, args.topic, show_progress=not args.quiet)
+    print(
+        f"produced {result.sent} message(s) to {result.topic}"
+        + (f" ({result.unkeyed} without a key: not a JSON object with its key field)" if result.unkeyed else "")
+    )
+    if result.failed:
+        print(
+            f"routerscope: error: {result.failed} message(s) were not acknowledged: {'; '.join(result.errors)}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def cmd_migrate(args, settings: Settings) -> int:
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+
+    with open_warehouse(settings, purpose="migrate") as client:
+        applied = migrate(client)
+    print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
+    return 0
+
+
+def cmd_demo(args, settings: Settings) -> int:
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+
+    print("routerscope demo — embedded mode" if not settings.kafka_bootstrap_env else "routerscope demo")
+    print(f"  home:      {settings.home}")
+    if settings.kafka_bootstrap_env:
+        from routerscope import kafka
+
+        created = kafka.ensure_topics(settings)
+        print(f"  kafka:     {settings.kafka_bootstrap_env} (configured; topics created: {len(created)})")
+    else:
+        st = broker.start(settings, port=args.port)
+        print(f"  kafka:     {st.bootstrap} (local Tansu broker, pid {st.pid})")
+    with open_warehouse(settings, purpose="demo") as client:
+        applied = migrate(client)
+        tables = client.query(
+            "SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
+            parameters={"db": names.DATABASE},
+        ).result_rows
+    print(f"  warehouse: {settings.warehouse.redacted()} ({len(applied)} migration(s) applied)")
+    print(f"  tables:    {', '.join(r[0] for r in tables)}")
+    print("The simulated fleet, ingest, metrics, checks, alerts and dashboard join this command as they land.")
+    return 0
+
+
+def _not_yet(name: str):
+    def run(args, settings):
+        raise RouterscopeError(f"`routerscope {name}` is not available in this version yet")
+
+    return run
+
+
+# -- parser ---------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="routerscope", description="Observability for a hybrid LLM router.")
+    parser.add_argument("--version", action="version", version=f"routerscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("demo", help="the main job: broker, warehouse, and everything else, embedded")
+    p.add_argument("--port", type=int, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("broker", help="the local development broker (Tansu on 127.0.0.1)")
+    bsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    b = bsub.add_parser("start", help="start it (no-op if running); prints the bootstrap address")
+    b.add_argument("--port", type=int, default=broker.DEFAULT_PORT)
+    bsub.add_parser("stop", help="stop it")
+    b = bsub.add_parser("status", help="is it running? exit 0 if so, 3 if not")
+    b.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("produce", help="publish a JSON-lines file, one message per line, bad lines included")
+    p.add_argument("file")
+    p.add_argument("--topic", required=True, choices=sorted(names.TOPICS))
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("migrate", help="apply pending warehouse migrations")
+    p.set_defaults(func=cmd_migrate)
+
+    for name, help_ in (
+        ("simulate", "fleet traffic through the router into Kafka"),
+        ("load", "drain the topics into the warehouse"),
+        ("metrics", "print the metrics of METRICS.md"),
+        ("dq", "run the data-quality suites"),
+        ("alerts", "evaluate and list alerts"),
+        ("dashboard", "start the Streamlit dashboard"),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.set_defaults(func=_not_yet(name))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        return args.func(args, settings)
+    except ConfigError as exc:
+        print(f"routerscope: error: {exc}", file=sys.stderr)
+        return 2
+    except RouterscopeError as exc:
+        print(f"routerscope: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("routerscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Kafka plumbing shared by every command: reachability, topic creation, client options.
+
+The loader and the admin use confluent-kafka (librdkafka); the router's emitter and `produce`
+use kafka-python (pure Python, next to the model). Both read their security options from
+`Settings.kafka_security`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from routerscope import names
+from routerscope.errors import BrokerUnavailable
+from routerscope.settings import Settings
+
+# kafka-python logs every failed connection attempt; the command line reports one clear line instead.
+logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def librdkafka_config(settings: Settings, bootstrap: str | None = None, **extra) -> dict:
+    config = {
+        "bootstrap.servers": bootstrap or settings.kafka_bootstrap(),
+        "log_level": 0,  # errors surface as exceptions with a message we write ourselves
+        **settings.kafka_security.librdkafka(),
+    }
+    config.update(extra)
+    return config
+
+
+def admin(settings: Settings, bootstrap: str | None = None):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(librdkafka_config(settings, bootstrap))
+
+
+def check_reachable(settings: Settings, bootstrap: str | None = None, timeout_s: float = 5.0):
+    """Return the cluster metadata, or raise BrokerUnavailable with what to do next."""
+    from confluent_kafka import KafkaException
+
+    bootstrap = bootstrap or settings.kafka_bootstrap()
+    try:
+        client = admin(settings, bootstrap)
+        return client.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        hint = (
+            "check ROUTERSCOPE_KAFKA_BOOTSTRAP and the security settings"
+            if settings.kafka_bootstrap_env
+            else "start one with `routerscope broker start`"
+        )
+        raise BrokerUnavailable(
+            f"no Kafka broker answers at {bootstrap} within {timeout_s:.0f} s ({exc.args[0].str()}); {hint}"
+        ) from None
+
+
+def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_factor: int = -1) -> list[str]:
+    """Create the project's topics if missing (DESIGN §2: topics are created explicitly at start-up).
+
+    Returns the topics created. `replication_factor=-1` takes the cluster's default."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import NewTopic
+
+    metadata = check_reachable(settings, bootstrap)
+    missing = [t for t in names.TOPICS.values() if t not in metadata.topics]
+    if not missing:
+        return []
+    client = admin(settings, bootstrap)  # keep a reference: the futures die with the handle
+    futures = client.create_topics(
+        [NewTopic(t, num_partitions=settings.topic_partitions, replication_factor=replication_factor) for t in missing],
+        operation_timeout=10,
+    )
+    created = []
+    for topic, future in futures.items():
+        try:
+            future.result()
+            created.append(topic)
+        except Exception as exc:  # KafkaException wrapping a KafkaError
+            error = exc.args[0] if exc.args else None
+            if getattr(error, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise BrokerUnavailable(f"cannot create topic {topic} at {bootstrap or settings.kafka_bootstrap()}: {exc}")
+    return created
+
+
+def partitions_of(settings: Settings, topic: str, bootstrap: str | None = None) -> list[int]:
+    metadata = check_reachable(settings, bootstrap)
+    if topic not in metadata.topics:
+        return []
+    return sorted(metadata.topics[topic].partitions)

@@ -1,0 +1,40 @@
+"""Names used across packages, defined once: topics, message keys, tables, consumer groups."""
+
+from __future__ import annotations
+
+# Kafka topics (DESIGN §2). The short names are what the command line accepts.
+TOPIC_DECISIONS = "router.decisions.v1"
+TOPIC_LABELS = "router.labels.v1"
+TOPIC_BREAKERS = "router.breakers.v1"
+
+TOPICS: dict[str, str] = {
+    "decisions": TOPIC_DECISIONS,
+    "labels": TOPIC_LABELS,
+    "breakers": TOPIC_BREAKERS,
+}
+
+# The JSON field whose value is the message key of each topic (DESIGN §2).
+TOPIC_KEY_FIELD: dict[str, str] = {
+    TOPIC_DECISIONS: "session_id",
+    TOPIC_LABELS: "request_id",
+    TOPIC_BREAKERS: "instance_id",
+}
+
+# Warehouse (DESIGN §6).
+DATABASE = "routerscope"
+TABLE_DECISIONS = "decisions"
+TABLE_LABELS = "labels"
+TABLE_BREAKER_EVENTS = "breaker_events"
+TABLE_QUARANTINE = "quarantine"
+TABLE_INGEST_OFFSETS = "ingest_offsets"
+TABLE_MIGRATIONS = "schema_migrations"
+
+# Which table each topic lands in.
+TOPIC_TABLE: dict[str, str] = {
+    TOPIC_DECISIONS: TABLE_DECISIONS,
+    TOPIC_LABELS: TABLE_LABELS,
+    TOPIC_BREAKERS: TABLE_BREAKER_EVENTS,
+}
+
+# Consumer group of the loader (offsets are stored in the warehouse; the group is for lag tools).
+CONSUMER_GROUP_LOADER = "routerscope-loader"

@@ -1,0 +1,130 @@
+"""The local broker and `produce`, as separate processes against a real Tansu broker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from routerscope import broker, kafka, names
+from tests.conftest import clean_env, free_port, run_cli, settings_for
+from tests.events import decision, dumps, label
+
+pytestmark = pytest.mark.integration
+
+
+def consume_all(settings, topic: str, expected: int, timeout_s: float = 30.0) -> list:
+    """Read every partition of `topic` from the start until `expected` messages arrived."""
+    consumer = Consumer(kafka.librdkafka_config(settings, **{"group.id": "test-reader", "enable.auto.commit": False}))
+    parts = kafka.partitions_of(settings, topic)
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    got = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                assert not msg.error(), msg.error()
+                got.append(msg)
+        # anything beyond `expected` would be a duplicate: give it a moment to show up
+        for msg in consumer.consume(num_messages=1000, timeout=1.0):
+            got.append(msg)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_start_status_stop_as_separate_processes(home):
+    env = clean_env(home)
+    port = free_port()
+    started = run_cli("broker", "start", "--port", str(port), env=env)
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == f"127.0.0.1:{port}"
+    try:
+        # a later command with the same home finds it, and a second start is a no-op
+        again = run_cli("broker", "start", "--port", str(port), env=env)
+        assert again.returncode == 0 and "already running" in again.stderr
+        status = run_cli("broker", "status", env=env)
+        assert status.returncode == 0 and f"127.0.0.1:{port}" in status.stdout
+        settings = settings_for(home)
+        assert settings.kafka_bootstrap() == f"127.0.0.1:{port}"
+        topics = kafka.check_reachable(settings).topics
+        for topic in names.TOPICS.values():
+            assert len(topics[topic].partitions) == settings.topic_partitions
+    finally:
+        stopped = run_cli("broker", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    after = run_cli("broker", "status", env=env)
+    assert after.returncode == 3 and "not running" in after.stdout
+
+
+def test_port_taken_by_someone_else_is_a_clear_error(home, broker_settings):
+    taken = int(broker_settings.kafka_bootstrap().rsplit(":", 1)[1])
+    result = run_cli("broker", "start", "--port", str(taken), env=clean_env(home))
+    assert result.returncode == 1
+    assert "already in use" in result.stderr and "--port" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_produce_round_trip_is_byte_identical_and_keyed(tmp_path, broker_settings):
+    lines = [dumps(decision(session_id=f"s-{i % 7}", request_id=f"r-{i}")) for i in range(500)]
+    lines += [b"not json", b"\x00\xff binary \xfe", b'{"session_id": 5}']
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n\n")  # a trailing blank line is not a message
+    topic = names.TOPIC_DECISIONS
+    env = clean_env(broker_settings.home)
+    result = run_cli("produce", str(path), "--topic", "decisions", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"produced {len(lines)} message(s) to {topic}" in result.stdout
+    assert "3 without a key" in result.stdout
+
+    got = consume_all(broker_settings, topic, len(lines))
+    assert sorted(m.value() for m in got) == sorted(lines)  # nothing lost, nothing doubled, bytes as sent
+    for msg in got:
+        if msg.value().startswith(b'{"schema_version"'):
+            assert msg.key() == msg.value().split(b'"session_id":"')[1].split(b'"')[0]
+        else:
+            assert msg.key() is None
+    # one session's messages share a partition, in the order they were produced
+    by_session: dict[bytes, set[int]] = {}
+    for msg in got:
+        if msg.key():
+            by_session.setdefault(msg.key(), set()).add(msg.partition())
+    assert all(len(parts) == 1 for parts in by_session.values())
+
+
+def test_labels_are_keyed_by_request_id(tmp_path, broker_settings):
+    path = tmp_path / "labels.jsonl"
+    events = [dumps(label(request_id=f"lab-req-{i}")) for i in range(20)]
+    path.write_bytes(b"\n".join(events))
+    result = run_cli("produce", str(path), "--topic", "labels", "--quiet", env=clean_env(broker_settings.home))
+    assert result.returncode == 0, result.stderr
+    got = consume_all(broker_settings, names.TOPIC_LABELS, 20)
+    assert {m.key() for m in got} == {f"lab-req-{i}".encode() for i in range(20)}
+
+
+def test_produce_to_unreachable_broker_is_one_clear_line(tmp_path, home):
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(dumps(decision()))
+    env = clean_env(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    result = run_cli("produce", str(path), "--topic", "decisions", env=env)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(error_lines) == 1 and error_lines[0].startswith("routerscope: error: no Kafka broker answers")
+    assert time.monotonic() - started < 30
+
+
+def test_produce_without_any_broker_says_how_to_start_one(tmp_path, home):
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(dumps(decision()))
+    result = run_cli("produce", str(path), "--topic", "decisions", env=clean_env(home))
+    assert result.returncode == 2
+    assert "routerscope broker start" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stop_when_nothing_runs_is_harmless(home):
+    settings = settings_for(home)
+    assert broker.stop(settings) is False
+    assert broker.status(settings).running is False

@@ -1,0 +1,287 @@
+"""The event contract: a table of valid and invalid events, each invalid one with exactly the rules
+it breaks. Every cross-field invariant of DESIGN §2 has a case."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from instrumentation.contract import BREAKERS, DECISIONS, LABELS, all_rules
+from instrumentation.events import DecisionEvent
+from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
+
+VALID_DECISIONS = {
+    "device L0": decision(),
+    "device degraded L1": decision(
+        degrade_level=1,
+        attempts=[{"level": 0, "outcome": "timeout", "latency_ms": 900}, {"level": 1, "outcome": "ok", "latency_ms": 300}],
+    ),
+    "quality fallback to L2": quality_fallback(),
+    "timeout fallback to L3": quality_fallback(
+        fallback_type="timeout",
+        reason="device_timeout",
+        degrade_level=3,
+        attempts=[
+            {"level": 0, "outcome": "timeout", "latency_ms": 1400},
+            {"level": 2, "outcome": "timeout", "latency_ms": 500},
+            {"level": 3, "outcome": "ok", "latency_ms": 800},
+        ],
+        cloud_calls=2,
+    ),
+    "capability miss": capability_miss(),
+    "pii pinned on device": decision(reason="pii_pin", has_pii=True),
+    "pii pinned, conservative L4": decision(
+        reason="pii_pin",
+        has_pii=True,
+        fallback_type="quality",
+        degrade_level=4,
+        attempts=[{"level": 0, "outcome": "validator_failed", "latency_ms": 300}, {"level": 4, "outcome": "ok", "latency_ms": 5}],
+    ),
+    "device bypass": decision(
+        entered_device=False,
+        reason="device_unavailable",
+        degrade_level=2,
+        attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}],
+        cloud_calls=1,
+        confidence=None,
+        breaker={"device": "open", "cloud": "closed"},
+    ),
+    "shadow with extra cloud call": decision(mode="shadow", shadow_agree=True, cloud_calls=1),
+    "all optional fields": decision(
+        app_id="app",
+        app_version="1.2.3",
+        confidence_source="logprob",
+        ttft_ms=95.5,
+        device_tier="high",
+        device_model="gemma3-270m-q4_k_m",
+        cloud_model=None,
+        cost_usd=0.0,
+        trace_id="0" * 32,
+        span_id="a" * 16,
+        event_time="2026-11-29T12:00:00+08:00",
+    ),
+}
+
+# name -> (event, exactly the rules it breaks)
+INVALID_DECISIONS = {
+    # -- schema ---------------------------------------------------------------------------------
+    "unknown schema version": (decision(schema_version=2), ["schema.version"]),
+    "missing required field": (
+        {k: v for k, v in decision().items() if k != "policy_version"},
+        ["schema.required.policy_version"],
+    ),
+    "wrong enum": (decision(network="5g"), ["schema.invalid.network"]),
+    "level out of range": (
+        decision(degrade_level=7, attempts=[{"level": 7, "outcome": "ok", "latency_ms": 1}]),
+        ["schema.invalid.degrade_level", "schema.invalid.attempts"],
+    ),
+    "bad timestamp": (decision(event_time="2026-11-29 noon"), ["schema.invalid.event_time"]),
+    "timestamp without zone": (decision(event_time="2026-11-29T12:00:00"), ["schema.invalid.event_time"]),
+    "not a uuid": (decision(event_id="42"), ["schema.invalid.event_id"]),
+    "unknown field": (decision(prompt="hello"), ["schema.unknown.prompt"]),
+    "boolean is not a number": (decision(latency_ms=True), ["schema.invalid.latency_ms"]),
+    "task type pattern, trailing newline": (decision(task_type="intent\n"), ["schema.invalid.task_type"]),
+    "confidence above 1": (decision(confidence=1.5), ["schema.invalid.confidence"]),
+    "too many attempts": (
+        decision(attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1}] * 6),
+        ["schema.invalid.attempts"],
+    ),
+    "several broken fields at once": (
+        decision(mode="canary", cloud_calls=-1, deadline_ms=0),
+        ["schema.invalid.mode", "schema.invalid.cloud_calls", "schema.invalid.deadline_ms"],
+    ),
+    # -- invariants (DESIGN §2) -----------------------------------------------------------------
+    "capability without capability_miss": (
+        capability_miss(reason="default"),
+        ["invariant.capability_iff_capability_miss"],
+    ),
+    "capability_miss without capability": (
+        quality_fallback(reason="capability_miss"),
+        ["invariant.capability_iff_capability_miss"],
+    ),
+    "capability but entered the device": (
+        capability_miss(
+            entered_device=True,
+            attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}],
+        ),
+        ["invariant.capability_not_entered"],
+    ),
+    "quality fallback that never entered": (
+        quality_fallback(entered_device=False, attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1}]),
+        ["invariant.device_fallback_entered_device"],
+    ),
+    "quality fallback served on device": (
+        quality_fallback(degrade_level=1, attempts=[{"level": 0, "outcome": "low_confidence", "latency_ms": 1}, {"level": 1, "outcome": "ok", "latency_ms": 1}], cloud_calls=0),
+        ["invariant.device_fallback_level_at_least_2"],
+    ),
+    "no fallback but served by cloud": (
+        decision(degrade_level=2, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}], cloud_calls=1),
+        ["invariant.served_on_device_level"],
+    ),
+    "not entered but device attempt": (
+        capability_miss(attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}]),
+        ["invariant.not_entered_no_device_attempt"],
+    ),
+    "entered but first attempt in cloud": (
+        quality_fallback(attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1}]),
+        ["invariant.entered_first_attempt_on_device"],
+    ),
+    "levels decrease": (
+        quality_fallback(
+            attempts=[
+                {"level": 0, "outcome": "timeout", "latency_ms": 1},
+                {"level": 3, "outcome": "error", "latency_ms": 1},
+                {"level": 2, "outcome": "ok", "latency_ms": 1},
+            ],
+            cloud_calls=2,
+        ),
+        ["invariant.attempt_levels_non_decreasing"],
+    ),
+    "level 1 twice": (
+        decision(
+            degrade_level=1,
+            attempts=[
+                {"level": 1, "outcome": "timeout", "latency_ms": 1},
+                {"level": 1, "outcome": "ok", "latency_ms": 1},
+            ],
+        ),
+        ["invariant.level_1_at_most_once"],
+    ),
+    "last attempt is not the served level": (
+        quality_fallback(degrade_level=3),
+        ["invariant.last_attempt_is_degrade_level"],
+    ),
+    "fewer cloud calls than cloud attempts": (
+        quality_fallback(cloud_calls=0),
+        ["invariant.cloud_calls_cover_cloud_attempts"],
+    ),
+    "pii pin without the flag": (decision(reason="pii_pin", has_pii=False), ["invariant.pii_pin_has_pii"]),
+    "pii pin, flag absent": (
+        {k: v for k, v in decision(reason="pii_pin").items() if k != "has_pii"},
+        ["invariant.pii_pin_has_pii"],
+    ),
+    "pii pin reached the cloud": (
+        quality_fallback(reason="pii_pin", has_pii=True, cloud_calls=1),
+        ["invariant.pii_pin_no_cloud_attempt", "invariant.pii_pin_no_cloud_calls"],
+    ),
+    "pii pin with a shadow cloud call": (
+        decision(reason="pii_pin", has_pii=True, cloud_calls=1),
+        ["invariant.pii_pin_no_cloud_calls"],
+    ),
+    "low confidence above threshold": (
+        quality_fallback(confidence=0.8, threshold=0.7),
+        ["invariant.low_confidence_below_threshold"],
+    ),
+    "low confidence with no confidence": (
+        quality_fallback(confidence=None),
+        ["invariant.low_confidence_below_threshold"],
+    ),
+    "schema and invariant together": (
+        decision(reason="pii_pin", has_pii=False, network="5g"),
+        ["schema.invalid.network", "invariant.pii_pin_has_pii"],
+    ),
+    "invariant skipped when its field is invalid": (
+        decision(reason="pii_pin", has_pii="yes"),
+        ["schema.invalid.has_pii"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", VALID_DECISIONS)
+def test_valid_decision_parses_to_a_typed_event(name):
+    raw = dumps(VALID_DECISIONS[name])
+    event, rules = DECISIONS.parse(raw)
+    assert rules == []
+    assert isinstance(event, DecisionEvent)
+    assert DECISIONS.validate(json.loads(raw)) == []
+
+
+@pytest.mark.parametrize("name", INVALID_DECISIONS)
+def test_invalid_decision_reports_exactly_its_rules(name):
+    event_dict, expected = INVALID_DECISIONS[name]
+    event, rules = DECISIONS.parse(dumps(event_dict))
+    assert event is None
+    assert rules == expected
+    # the rule-by-rule path on the decoded object says the same
+    assert DECISIONS.validate(event_dict) == expected
+
+
+def test_every_invariant_has_a_case():
+    covered = {rule for _, rules in INVALID_DECISIONS.values() for rule in rules}
+    invariants = {inv.rule for inv in DECISIONS.invariants}
+    assert invariants <= covered, invariants - covered
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (b"not json at all", ["json.invalid"]),
+        (b"\x00\xff\xfe binary garbage \x80", ["json.invalid"]),
+        (b'{"truncated": ', ["json.invalid"]),
+        (b"[1, 2, 3]", ["json.not_object"]),
+        (b'"a string"', ["json.not_object"]),
+    ],
+)
+def test_non_objects_are_named(raw, expected):
+    assert DECISIONS.parse(raw) == (None, expected)
+
+
+def test_round_trip_through_the_typed_event_is_lossless():
+    original = VALID_DECISIONS["all optional fields"]
+    event, _ = DECISIONS.parse(dumps(original))
+    again, rules = DECISIONS.parse(event.to_json())
+    assert rules == [] and again == event
+    encoded = json.loads(event.to_json())
+    assert "breaker" not in encoded and "confidence_source" in encoded  # unset optionals stay absent
+
+
+@pytest.mark.parametrize(
+    "contract, event, expected",
+    [
+        (LABELS, label(), []),
+        (LABELS, label(device_acceptable=None, route_correct=None, labeler=None), []),
+        (LABELS, label(source="crowd"), ["schema.invalid.source"]),
+        (LABELS, {k: v for k, v in label().items() if k != "device_acceptable"}, ["schema.required.device_acceptable"]),
+        (LABELS, label(label_id="x", request_id=""), ["schema.invalid.label_id", "schema.invalid.request_id"]),
+        (BREAKERS, breaker(), []),
+        (BREAKERS, breaker(to_state="closed"), ["invariant.breaker_state_changes"]),
+        (BREAKERS, breaker(window_s=0, failure_rate=1.2), ["schema.invalid.failure_rate", "schema.invalid.window_s"]),
+        (BREAKERS, breaker(boundary="edge"), ["schema.invalid.boundary"]),
+        (BREAKERS, breaker(schema_version="1"), ["schema.version"]),
+    ],
+)
+def test_label_and_breaker_contracts(contract, event, expected):
+    parsed, rules = contract.parse(dumps(event))
+    assert rules == expected
+    assert (parsed is None) == bool(expected)
+
+
+def test_rule_catalogue_lists_invariants():
+    rules = list(all_rules(DECISIONS))
+    assert "invariant.pii_pin_no_cloud_calls" in rules and "schema.required.event_id" in rules
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash_and_are_never_valid(raw):
+    for contract in (DECISIONS, LABELS, BREAKERS):
+        event, rules = contract.parse(raw)
+        assert event is None and rules
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(list(decision()) + ["extra"]),
+        st.one_of(st.none(), st.booleans(), st.integers(-5, 10), st.floats(allow_nan=False), st.text(max_size=5)),
+    )
+)
+def test_arbitrary_objects_get_named_rules_from_both_paths(obj):
+    merged = {**decision(), **obj}
+    event, rules = DECISIONS.parse(msgspec.json.encode(merged))
+    assert (event is None) == bool(rules)
+    assert DECISIONS.validate(merged) == rules

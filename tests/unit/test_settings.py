@@ -1,0 +1,85 @@
+from pathlib import Path
+
+import pytest
+
+from routerscope.errors import ConfigError
+from routerscope.settings import Settings, WarehouseDsn
+
+
+def test_defaults_put_everything_under_the_home(tmp_path):
+    s = Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path)})
+    assert s.home == tmp_path
+    assert s.warehouse.embedded and s.warehouse.path == tmp_path / "warehouse"
+    assert s.topic_partitions == 3
+    assert s.kafka_security.protocol == "PLAINTEXT"
+
+
+def test_env_bootstrap_wins_over_the_recorded_local_broker(tmp_path):
+    (tmp_path / "broker.json").write_text('{"bootstrap": "127.0.0.1:1234"}')
+    assert Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path)}).kafka_bootstrap() == "127.0.0.1:1234"
+    s = Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_KAFKA_BOOTSTRAP": "kafka:9093"})
+    assert s.kafka_bootstrap() == "kafka:9093"
+
+
+def test_no_broker_anywhere_says_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="routerscope broker start"):
+        Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path)}).kafka_bootstrap()
+
+
+@pytest.mark.parametrize(
+    "dsn, embedded, path",
+    [
+        ("chdb:///var/lib/rs", True, Path("/var/lib/rs")),
+        ("http://default:pw@localhost:8123", False, None),
+        ("https://ch.example:8443/routerscope", False, None),
+    ],
+)
+def test_dsn_schemes_understood(dsn, embedded, path):
+    parsed = WarehouseDsn.parse(dsn)
+    assert (parsed.embedded, parsed.path) == (embedded, path)
+
+
+@pytest.mark.parametrize(
+    "dsn, message",
+    [
+        ("postgres://localhost/db", "unknown scheme 'postgres'"),
+        ("chdb://relative/path", "absolute path"),
+        ("http://", "no host"),
+    ],
+)
+def test_bad_dsn_is_a_config_error_naming_the_fix(dsn, message):
+    with pytest.raises(ConfigError, match=message):
+        WarehouseDsn.parse(dsn)
+
+
+def test_password_is_redacted_in_messages():
+    assert WarehouseDsn.parse("http://u:secret@h:8123").redacted() == "http://u:***@h:8123"
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"ROUTERSCOPE_TOPIC_PARTITIONS": "many"}, "not an integer"),
+        ({"ROUTERSCOPE_TOPIC_PARTITIONS": "0"}, "at least 1"),
+        ({"ROUTERSCOPE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "SASL_SSL"),
+    ],
+)
+def test_bad_numbers_and_protocols_rejected(tmp_path, env, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path), **env})
+
+
+def test_sasl_settings_reach_both_kafka_clients(tmp_path):
+    s = Settings.from_env(
+        {
+            "ROUTERSCOPE_HOME": str(tmp_path),
+            "ROUTERSCOPE_KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+            "ROUTERSCOPE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "ROUTERSCOPE_KAFKA_SASL_USERNAME": "u",
+            "ROUTERSCOPE_KAFKA_SASL_PASSWORD": "p",
+        }
+    )
+    assert s.kafka_security.kafka_python()["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert s.kafka_security.kafka_python()["security_protocol"] == "SASL_SSL"
+    rd = s.kafka_security.librdkafka()
+    assert (rd["security.protocol"], rd["sasl.username"], rd["sasl.password"]) == ("sasl_ssl", "u", "p")

@@ -1,0 +1,1 @@
+"""Warehouse: ClickHouse through clickhouse-connect (embedded chDB or a server), migrations, queries."""

@@ -1,0 +1,1 @@
+"""One query module per entity; values always bound as {name:Type} parameters."""
