@@ -140,6 +140,47 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
     ),
 )
 
+def decision_invariants_hold(e) -> bool:
+    """True when a typed decision breaks none of DECISION_INVARIANTS: the same rules, inlined.
+
+    The loader calls this once per event (one call instead of fifteen); only events it rejects go
+    through the named rules. A property test keeps the two equivalent."""
+    ft, reason, entered, level = e.fallback_type, e.reason, e.entered_device, e.degrade_level
+    lv = [a.level for a in e.attempts]
+    if (ft == "capability") != (reason == "capability_miss"):
+        return False
+    if ft == "capability":
+        if entered:
+            return False
+    elif ft == "none":
+        if entered and level > 1:
+            return False
+    elif not entered or level < 2:  # quality, timeout, error
+        return False
+    if entered:
+        if lv[0] > 1:
+            return False
+    elif min(lv) <= 1:
+        return False
+    previous, ones, cloud = -1, 0, 0
+    for x in lv:
+        if x < previous:
+            return False
+        previous = x
+        if x == 1:
+            ones += 1
+        elif x == 2 or x == 3:
+            cloud += 1
+    if ones > 1 or lv[-1] != level or e.cloud_calls < cloud:
+        return False
+    if reason == "pii_pin":
+        return e.has_pii is True and cloud == 0 and e.cloud_calls == 0
+    if reason == "low_confidence":
+        c, t = e.confidence, e.threshold
+        return c is not None and t is not None and c < t
+    return True
+
+
 BREAKER_INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "breaker_state_changes",
@@ -157,6 +198,7 @@ class Contract:
     topic: str
     event_type: type
     invariants: tuple[Invariant, ...]
+    holds: Callable[[Any], bool] | None = None  # fast all-invariants check, if the contract has one
 
     def __post_init__(self):
         object.__setattr__(self, "_decoder", msgspec.json.Decoder(self.event_type))
@@ -204,6 +246,8 @@ class Contract:
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
         else:
+            if self.holds is not None and self.holds(event):
+                return event, []
             rules = self.invariant_rules(event)
             return (None, rules) if rules else (event, rules)
         try:
@@ -216,7 +260,7 @@ class Contract:
         return None, rules or ["schema.invalid"]
 
 
-DECISIONS = Contract(names.TOPIC_DECISIONS, DecisionEvent, DECISION_INVARIANTS)
+DECISIONS = Contract(names.TOPIC_DECISIONS, DecisionEvent, DECISION_INVARIANTS, decision_invariants_hold)
 LABELS = Contract(names.TOPIC_LABELS, LabelEvent, ())
 BREAKERS = Contract(names.TOPIC_BREAKERS, BreakerEvent, BREAKER_INVARIANTS)
 

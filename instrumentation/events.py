@@ -2,7 +2,9 @@
 
 The types are `msgspec.Struct(frozen=True)`: frozen, slotted records with the same role as a frozen
 dataclass, chosen because msgspec decodes *and* validates JSON into them in C (≈ 600k events/s on
-this machine, versus ≈ 4k/s for the `jsonschema` package), which the loader needs. The field
+this machine, versus ≈ 4k/s for the `jsonschema` package), which the loader needs. They are not
+tracked by the garbage collector (`gc=False`: immutable, no reference cycles), so holding a batch of
+a hundred thousand of them does not make every collection scan them. The field
 annotations are the project's own definition of the JSON schemas: types, enums, ranges, lengths and
 patterns. `instrumentation.contract` derives the rule-by-rule validation from these same annotations
 and adds the cross-field invariants of DESIGN §2.
@@ -61,7 +63,7 @@ BREAKER_STATES: tuple[str, ...] = BreakerState.__args__
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class _Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     """Shared behaviour: JSON in and out, exactly the contract's shape."""
 
     def to_json(self) -> bytes:
@@ -75,13 +77,13 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         return msgspec.json.decode(raw, type=cls)
 
 
-class Attempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Attempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     level: Level
     outcome: Outcome
     latency_ms: NonNegFloat
 
 
-class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
     device: BreakerState | UnsetType = UNSET
     cloud: BreakerState | UnsetType = UNSET
 

@@ -81,6 +81,31 @@ def cmd_migrate(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_load(args, settings: Settings) -> int:
+    from pipelines.ingest import TABLE_ASSETS, ingest_topics
+    from pipelines.run import materializations, run_job
+
+    config = {"batch_size": args.batch_size, "idle_timeout_s": args.idle_timeout}
+    result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
+    found = materializations(result)
+    summary = {
+        "loaded": {short: int(found[key.path[-1]]["loaded"]) for short, key in TABLE_ASSETS.items()},
+        "quarantined": {short: int(found[key.path[-1]]["quarantined"]) for short, key in TABLE_ASSETS.items()},
+    }
+    if args.json:
+        _print_json(summary)
+        return 0
+    seconds = found[TABLE_ASSETS["decisions"].path[-1]]["seconds"]
+    for short in TABLE_ASSETS:
+        print(f"{short:<10} loaded {summary['loaded'][short]:>9}   quarantined {summary['quarantined'][short]:>7}")
+    total_q = sum(summary["quarantined"].values())
+    print(
+        f"done in {seconds:.1f} s"
+        + (f"; see the quarantined messages and their broken rules in {names.DATABASE}.quarantine" if total_q else "")
+    )
+    return 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
@@ -115,6 +140,16 @@ def _not_yet(name: str):
 
 
 # -- parser ---------------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="routerscope", description="Observability for a hybrid LLM router.")
     parser.add_argument("--version", action="version", version=f"routerscope {__version__}")
@@ -142,9 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", help="apply pending warehouse migrations")
     p.set_defaults(func=cmd_migrate)
 
+    p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
+    p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
+    p.add_argument("--batch-size", type=_positive_int, default=100_000, help="rows per insert (default 100000)")
+    p.add_argument(
+        "--idle-timeout", type=float, default=1.0, help="seconds without a message that count as drained (default 1)"
+    )
+    p.set_defaults(func=cmd_load)
+
     for name, help_ in (
         ("simulate", "fleet traffic through the router into Kafka"),
-        ("load", "drain the topics into the warehouse"),
         ("metrics", "print the metrics of METRICS.md"),
         ("dq", "run the data-quality suites"),
         ("alerts", "evaluate and list alerts"),

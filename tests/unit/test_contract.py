@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import BREAKERS, DECISIONS, LABELS, all_rules
-from instrumentation.events import DecisionEvent
+from instrumentation.contract import BREAKERS, DECISIONS, LABELS, all_rules, decision_invariants_hold
+from instrumentation.events import FALLBACK_TYPES, REASONS, DecisionEvent
 from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 
 VALID_DECISIONS = {
@@ -286,3 +286,37 @@ def test_arbitrary_objects_get_named_rules_from_both_paths(obj):
     event, rules = DECISIONS.parse(msgspec.json.encode(merged))
     assert (event is None) == bool(rules)
     assert DECISIONS.validate(merged) == rules
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    fallback_type=st.sampled_from(FALLBACK_TYPES),
+    reason=st.sampled_from(REASONS),
+    entered_device=st.booleans(),
+    degrade_level=st.integers(0, 4),
+    levels=st.lists(st.integers(0, 4), min_size=1, max_size=5),
+    cloud_calls=st.integers(0, 4),
+    has_pii=st.sampled_from([True, False, None]),
+    confidence=st.one_of(st.none(), st.floats(0, 1)),
+    threshold=st.one_of(st.none(), st.floats(0, 1)),
+)
+def test_inlined_invariant_check_agrees_with_the_named_rules(
+    fallback_type, reason, entered_device, degrade_level, levels, cloud_calls, has_pii, confidence, threshold
+):
+    fields = dict(
+        fallback_type=fallback_type,
+        reason=reason,
+        entered_device=entered_device,
+        degrade_level=degrade_level,
+        attempts=[{"level": lv, "outcome": "ok", "latency_ms": 1.0} for lv in levels],
+        cloud_calls=cloud_calls,
+        confidence=confidence,
+        threshold=threshold,
+    )
+    if has_pii is not None:
+        fields["has_pii"] = has_pii
+    event = decision(**fields)
+    if has_pii is None:
+        del event["has_pii"]
+    typed = msgspec.json.decode(dumps(event), type=DecisionEvent)
+    assert decision_invariants_hold(typed) == (DECISIONS.invariant_rules(typed) == [])

@@ -15,7 +15,10 @@ CREATE TABLE IF NOT EXISTS routerscope.labels
     kafka_topic LowCardinality(String),
     kafka_partition UInt32,
     kafka_offset UInt64,
-    ingested_at DateTime64(3, 'UTC') DEFAULT now64(3)
+    ingested_at DateTime64(3, 'UTC') DEFAULT now64(3),
+    -- the loader's crash recovery looks up rows by (topic, partition, offset); parts are written
+    -- one batch at a time, so their offset ranges are narrow and this index skips most of them
+    INDEX kafka_offset_minmax kafka_offset TYPE minmax GRANULARITY 1
 )
 ENGINE = ReplacingMergeTree
 ORDER BY (request_id, label_id)

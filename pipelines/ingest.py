@@ -1,0 +1,87 @@
+"""The `ingest` job: Kafka topics → warehouse tables (glue over `warehouse.loader`).
+
+No `from __future__ import annotations` here: Dagster reads the config and resource annotations
+at definition time."""
+
+
+import dagster as dg
+
+from pipelines.resources import RouterscopeResource
+from routerscope import names
+from warehouse import loader
+
+# One asset per facts table; the metric assets depend on these keys.
+TABLE_ASSETS = {
+    "decisions": dg.AssetKey(names.TABLE_DECISIONS),
+    "labels": dg.AssetKey(names.TABLE_LABELS),
+    "breakers": dg.AssetKey(names.TABLE_BREAKER_EVENTS),
+}
+
+
+class IngestConfig(dg.Config):
+    batch_size: int = loader.DEFAULT_BATCH_SIZE
+    idle_timeout_s: float = loader.DEFAULT_IDLE_TIMEOUT_S
+    flush_interval_s: float = loader.DEFAULT_FLUSH_INTERVAL_S
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            TABLE_ASSETS["decisions"],
+            description="Routing decisions loaded from router.decisions.v1 (malformed ones quarantined).",
+            group_name="ingest",
+        ),
+        dg.AssetSpec(
+            TABLE_ASSETS["labels"],
+            description="Review labels loaded from router.labels.v1.",
+            group_name="ingest",
+        ),
+        dg.AssetSpec(
+            TABLE_ASSETS["breakers"],
+            description="Circuit-breaker transitions loaded from router.breakers.v1.",
+            group_name="ingest",
+        ),
+    ],
+    can_subset=False,
+)
+def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, routerscope: RouterscopeResource):
+    """Drain the three topics until they are caught up; effectively once (see `warehouse.loader`)."""
+    result = loader.load(
+        routerscope.settings(),
+        batch_size=config.batch_size,
+        idle_timeout_s=config.idle_timeout_s,
+        flush_interval_s=config.flush_interval_s,
+        progress=_progress_reporter(),
+    )
+    context.log.info(
+        f"loaded {result.loaded}, quarantined {result.quarantined} in {result.batches} batch(es), "
+        f"{result.seconds:.1f} s"
+    )
+    for short, key in TABLE_ASSETS.items():
+        yield dg.MaterializeResult(
+            asset_key=key,
+            metadata={
+                "loaded": result.loaded[short],
+                "quarantined": result.quarantined[short],
+                "batches": result.batches,
+                "skipped_already_loaded": result.skipped_already_loaded,
+                "seconds": round(result.seconds, 3),
+            },
+        )
+
+
+def _progress_reporter():
+    """Counts on stderr while a long drain runs (a progress bar on a terminal, nothing otherwise)."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="loading", unit=" events", disable=None, leave=False, mininterval=0.5)
+    return bar.update
+
+
+ingest_job = dg.define_asset_job(
+    "ingest",
+    selection=dg.AssetSelection.assets(ingest_topics),
+    # chDB allows one process per data directory: keep every step in the launching process.
+    executor_def=dg.in_process_executor,
+    description="Drain router.decisions.v1, router.labels.v1 and router.breakers.v1 into the warehouse.",
+)

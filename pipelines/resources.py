@@ -1,0 +1,29 @@
+"""Dagster resources: the project's settings, so every asset reads the same configuration as the CLI."""
+
+
+import os
+from typing import Optional
+
+import dagster as dg
+
+from routerscope.settings import Settings
+
+
+class RouterscopeResource(dg.ConfigurableResource):
+    """Where the broker and the warehouse are. Unset fields fall back to the environment
+    (`ROUTERSCOPE_HOME`, `ROUTERSCOPE_KAFKA_BOOTSTRAP`, `ROUTERSCOPE_CLICKHOUSE_DSN`, … — DESIGN §6)."""
+
+    home: Optional[str] = None
+    kafka_bootstrap: Optional[str] = None
+    clickhouse_dsn: Optional[str] = None
+
+    def settings(self) -> Settings:
+        env = dict(os.environ)
+        for name, value in (
+            ("ROUTERSCOPE_HOME", self.home),
+            ("ROUTERSCOPE_KAFKA_BOOTSTRAP", self.kafka_bootstrap),
+            ("ROUTERSCOPE_CLICKHOUSE_DSN", self.clickhouse_dsn),
+        ):
+            if value:
+                env[name] = value
+        return Settings.from_env(env)

@@ -1,0 +1,402 @@
+"""The loader against a real broker (Tansu) and a real embedded warehouse (chDB): exact counts,
+quarantine with named rules, crash safety, replays, a failing warehouse, lost broker data."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from routerscope import broker, names
+from routerscope.errors import WarehouseError
+from tests.conftest import ROUTERSCOPE, REPO, clean_env, free_port, run_cli, settings_for
+from tests.events import BASE_TIME, breaker, capability_miss, decision, dumps, iso, label, quality_fallback
+from warehouse.client import open_warehouse
+from warehouse.loader import BrokerDataLost, Loader, load
+from warehouse.migrate import migrate
+
+pytestmark = pytest.mark.integration
+
+DECISIONS, LABELS, BREAKERS = names.TOPIC_DECISIONS, names.TOPIC_LABELS, names.TOPIC_BREAKERS
+FAST = dict(idle_timeout_s=0.5)
+
+
+@pytest.fixture
+def stack(home):
+    """A fresh broker (its own topics, empty) and an empty embedded warehouse, both in this test's home."""
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    yield settings
+    broker.stop(settings)
+
+
+def produce(settings, topic: str, payloads: list[bytes | None], keys: list[bytes | None] | None = None) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "queue.buffering.max.messages": 1_000_000}
+    )
+    for i, payload in enumerate(payloads):
+        key = keys[i] if keys else str(i % 7).encode()
+        producer.produce(topic, value=payload, key=key)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def query(settings, sql: str, **parameters):
+    with open_warehouse(settings, purpose="test") as client:
+        migrate(client)
+        return client.query(sql, parameters=parameters).result_rows
+
+
+def scalar(settings, sql: str, **parameters):
+    return query(settings, sql, **parameters)[0][0]
+
+
+def decision_id(i: int) -> str:
+    return str(uuid.UUID(int=i + 1))
+
+
+def valid_decisions(n: int, start: int = 0) -> list[bytes]:
+    makers = (decision, quality_fallback, capability_miss)
+    return [
+        dumps(
+            makers[i % 3](
+                event_id=decision_id(i),
+                request_id=f"req-{i}",
+                session_id=f"sess-{i % 97}",
+                event_time=iso(BASE_TIME + timedelta(milliseconds=i)),
+            )
+        )
+        for i in range(start, start + n)
+    ]
+
+
+# Every kind of malformed decision, with exactly the rules it must be quarantined with.
+MALFORMED: list[tuple[str, bytes, list[str]]] = [
+    ("non-JSON", b"this is not json", ["json.invalid"]),
+    ("binary garbage", bytes(range(256)), ["json.invalid"]),
+    ("truncated JSON", dumps(decision())[:-7], ["json.invalid"]),
+    ("JSON but not an object", b"[1, 2, 3]", ["json.not_object"]),
+    ("wrong enum", dumps(decision(fallback_type="sideways")), ["schema.invalid.fallback_type"]),
+    (
+        "out-of-range level",
+        dumps(decision(degrade_level=7, attempts=[{"level": 7, "outcome": "ok", "latency_ms": 1.0}])),
+        ["schema.invalid.degrade_level", "schema.invalid.attempts"],
+    ),
+    ("missing field", dumps({k: v for k, v in decision().items() if k != "session_id"}), ["schema.required.session_id"]),
+    ("unknown schema version", dumps(decision(schema_version=2)), ["schema.version"]),
+    ("bad timestamp", dumps(decision(event_time="yesterday at noon")), ["schema.invalid.event_time"]),
+    ("timestamp without zone", dumps(decision(event_time="2026-11-29T12:00:00")), ["schema.invalid.event_time"]),
+    ("unknown field", dumps(decision(prompt="tell me a secret")), ["schema.unknown.prompt"]),
+    (
+        "capability without capability_miss",
+        dumps(capability_miss(reason="default")),
+        ["invariant.capability_iff_capability_miss"],
+    ),
+    (
+        "capability but entered the device",
+        dumps(capability_miss(entered_device=True)),
+        ["invariant.capability_not_entered", "invariant.entered_first_attempt_on_device"],
+    ),
+    (
+        "device fallback without entering the device",
+        dumps(quality_fallback(entered_device=False, attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}])),
+        ["invariant.device_fallback_entered_device"],
+    ),
+    (
+        "device fallback served on the device",
+        dumps(quality_fallback(degrade_level=1, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}, {"level": 1, "outcome": "ok", "latency_ms": 1.0}])),
+        ["invariant.device_fallback_level_at_least_2"],
+    ),
+    (
+        "no fallback yet served in the cloud after entering",
+        dumps(quality_fallback(fallback_type="none", reason="default")),
+        ["invariant.served_on_device_level"],
+    ),
+    (
+        "not entered but attempted on the device",
+        dumps(capability_miss(attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}])),
+        ["invariant.not_entered_no_device_attempt"],
+    ),
+    (
+        "entered but first attempt in the cloud",
+        dumps(decision(attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}, {"level": 0, "outcome": "ok", "latency_ms": 1.0}])),
+        # and the level-2 attempt is a cloud call that cloud_calls = 0 does not cover
+        ["invariant.entered_first_attempt_on_device", "invariant.attempt_levels_non_decreasing", "invariant.cloud_calls_cover_cloud_attempts"],
+    ),
+    (
+        "levels decrease",
+        dumps(quality_fallback(attempts=[{"level": 0, "outcome": "timeout", "latency_ms": 1.0}, {"level": 3, "outcome": "error", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}], cloud_calls=2)),
+        ["invariant.attempt_levels_non_decreasing"],
+    ),
+    (
+        "L1 twice",
+        dumps(decision(degrade_level=1, attempts=[{"level": 1, "outcome": "timeout", "latency_ms": 1.0}, {"level": 1, "outcome": "ok", "latency_ms": 1.0}])),
+        ["invariant.level_1_at_most_once"],
+    ),
+    ("last attempt is not the degrade level", dumps(quality_fallback(degrade_level=3)), ["invariant.last_attempt_is_degrade_level"]),
+    ("cloud calls below cloud attempts", dumps(quality_fallback(cloud_calls=0)), ["invariant.cloud_calls_cover_cloud_attempts"]),
+    ("pii pin without pii", dumps(decision(reason="pii_pin", has_pii=False)), ["invariant.pii_pin_has_pii"]),
+    (
+        "pii pin reached the cloud",
+        dumps(quality_fallback(reason="pii_pin", has_pii=True)),
+        ["invariant.pii_pin_no_cloud_attempt", "invariant.pii_pin_no_cloud_calls"],
+    ),
+    ("pii pin with cloud calls", dumps(decision(reason="pii_pin", has_pii=True, cloud_calls=1)), ["invariant.pii_pin_no_cloud_calls"]),
+    ("low confidence above threshold", dumps(quality_fallback(confidence=0.9)), ["invariant.low_confidence_below_threshold"]),
+]
+
+
+def test_exact_counts_duplicates_once_and_every_malformed_kind_quarantined_with_its_rules(stack):
+    good = valid_decisions(300)
+    duplicates = good[:25]  # the same messages again: loaded rows, but one event each
+    bad = [payload for _, payload, _ in MALFORMED]
+    decisions_in = good + bad + duplicates
+    produce(stack, DECISIONS, decisions_in)
+    labels_in = [dumps(label(request_id=f"req-{i}")) for i in range(40)] + [dumps(label(source="gut_feeling")), None]
+    produce(stack, LABELS, labels_in)
+    breakers_in = [dumps(breaker()), dumps(breaker(boundary="device")), dumps(breaker(to_state="closed", from_state="closed"))]
+    produce(stack, BREAKERS, breakers_in)
+
+    result = load(stack, **FAST)
+
+    assert result.as_dict() == {
+        "loaded": {"decisions": 300 + 25, "labels": 40, "breakers": 2},
+        "quarantined": {"decisions": len(MALFORMED), "labels": 2, "breakers": 1},
+    }
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions FINAL") == 300
+    assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 300
+    assert scalar(stack, "SELECT count() FROM routerscope.labels") == 40
+    assert scalar(stack, "SELECT count() FROM routerscope.breaker_events") == 2
+    # Each malformed message is in quarantine, byte for byte, with exactly its rules.
+    rows = query(
+        stack,
+        "SELECT raw, rules, error FROM routerscope.quarantine WHERE kafka_topic = {t:String}",
+        t=DECISIONS,
+    )
+    by_raw = {(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")): (rules, error) for raw, rules, error in rows}
+    assert len(rows) == len(MALFORMED)
+    for name, payload, expected in MALFORMED:
+        rules, error = by_raw[payload] if payload in by_raw else _lookup_binary(stack, payload)
+        assert sorted(rules) == sorted(expected), name
+        assert all(rule in error for rule in expected), name
+    label_rules = query(stack, "SELECT rules FROM routerscope.quarantine WHERE kafka_topic = {t:String} ORDER BY kafka_offset", t=LABELS)
+    assert sorted(r[0] for r in label_rules) == [["json.invalid"], ["schema.invalid.source"]]
+    assert query(stack, "SELECT rules FROM routerscope.quarantine WHERE kafka_topic = {t:String}", t=BREAKERS) == [
+        (["invariant.breaker_state_changes"],)
+    ]
+
+
+def _lookup_binary(settings, payload: bytes):
+    """Binary payloads come back as str from clickhouse-connect; compare in SQL instead."""
+    rows = query(
+        settings,
+        "SELECT rules, error FROM routerscope.quarantine WHERE hex(raw) = {h:String}",
+        h=payload.hex().upper(),
+    )
+    assert len(rows) == 1, "the binary payload must be stored byte for byte"
+    return rows[0]
+
+
+def test_every_produced_offset_is_accounted_for_once(stack):
+    produce(stack, DECISIONS, valid_decisions(500) + [b"{}", b"\x00\xff"])
+    load(stack, **FAST)
+    produced = {(p, o) for p, o in query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.decisions")}
+    produced |= {(p, o) for p, o in query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.quarantine")}
+    per_partition = dict(
+        query(stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition")
+    )
+    expected = {(p, o) for p, end in per_partition.items() for o in range(end)}
+    assert produced == expected and len(expected) == 502
+
+
+def test_a_second_run_loads_only_what_is_new(stack):
+    produce(stack, DECISIONS, valid_decisions(100))
+    first = load(stack, **FAST)
+    produce(stack, DECISIONS, valid_decisions(50, start=100) + [b"nope"])
+    second = load(stack, **FAST)
+    third = load(stack, **FAST)
+    assert first.loaded["decisions"] == 100
+    assert (second.loaded["decisions"], second.quarantined["decisions"]) == (50, 1)
+    assert (third.loaded["decisions"], third.quarantined["decisions"]) == (0, 0)
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 150
+
+
+def test_replaying_the_same_offset_range_three_times_adds_no_row(stack):
+    produce(stack, DECISIONS, valid_decisions(200) + [b"garbage"])
+    load(stack, **FAST)
+    before = (
+        scalar(stack, "SELECT count() FROM routerscope.decisions"),
+        scalar(stack, "SELECT count() FROM routerscope.quarantine"),
+    )
+    for _ in range(3):
+        # Forget the stored positions: the loader re-reads the whole range from the broker.
+        with open_warehouse(stack) as client:
+            client.command("TRUNCATE TABLE routerscope.ingest_offsets")
+        replay = load(stack, **FAST)
+        assert replay.loaded["decisions"] == 0 and replay.quarantined["decisions"] == 0
+        assert replay.skipped_already_loaded == 201
+    after = (
+        scalar(stack, "SELECT count() FROM routerscope.decisions"),
+        scalar(stack, "SELECT count() FROM routerscope.quarantine"),
+    )
+    assert before == after == (200, 1)
+
+
+def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stack):
+    """The second line of defence: a retried insert of an identical batch (same offsets) adds nothing."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from routerscope.kafka import librdkafka_config
+    from warehouse.loader import LoadResult, PartitionState, _Batch
+
+    produce(stack, DECISIONS, valid_decisions(60) + [b"broken"], keys=[b"k"] * 61)
+    consumer = Consumer(librdkafka_config(stack, **{"group.id": "test", "enable.auto.commit": False}))
+    partitions = [TopicPartition(DECISIONS, p, 0) for p in range(stack.topic_partitions)]
+    consumer.assign(partitions)
+    messages = []
+    deadline = time.monotonic() + 20
+    while len(messages) < 61 and time.monotonic() < deadline:
+        messages += [m for m in consumer.consume(100, timeout=0.5) if m.error() is None]
+    consumer.close()
+    assert len(messages) == 61
+    loader = Loader(stack)
+    with open_warehouse(stack) as client:
+        migrate(client)
+        for _ in range(3):
+            batch = _Batch()
+            for m in messages:
+                batch.add(m.topic(), m.partition(), m.offset(), m)
+            states = {(DECISIONS, m.partition()): PartitionState(DECISIONS, m.partition(), None) for m in messages}
+            loader.write(client, batch, states, LoadResult())
+        counts = [client.query(f"SELECT count() FROM routerscope.{t}").result_rows[0][0] for t in ("decisions", "quarantine")]
+    assert counts == [60, 1]
+
+
+class FailingClient:
+    """The real client, except that inserts into one table fail (the warehouse going away mid-batch)."""
+
+    def __init__(self, client, table: str):
+        self._client, self._table = client, table
+
+    def insert(self, table, *args, **kwargs):
+        if table.endswith("." + self._table):
+            raise ConnectionError(f"connection to the warehouse lost while inserting into {table}")
+        return self._client.insert(table, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+@pytest.mark.parametrize("failing_table", ["quarantine", "ingest_offsets"])
+def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_completes(stack, failing_table):
+    produce(stack, DECISIONS, valid_decisions(400) + [b"bad-1", b"bad-2"])
+    with open_warehouse(stack) as client:
+        migrate(client)
+        with pytest.raises(WarehouseError, match="resumes there"):
+            Loader(stack, **FAST).run(FailingClient(client, failing_table))
+        positions = client.query("SELECT count() FROM routerscope.ingest_offsets").result_rows[0][0]
+    assert positions == 0  # the facts landed, their positions did not
+    result = load(stack, **FAST)
+    # whatever landed before the failure is recognised, the rest is loaded: 402 offsets in all
+    assert result.loaded["decisions"] + result.quarantined["decisions"] + result.skipped_already_loaded == 402
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 400
+    assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == 2
+    assert scalar(stack, "SELECT sum(next_offset) FROM (SELECT max(next_offset) AS next_offset FROM routerscope.ingest_offsets GROUP BY kafka_partition)") == 402
+
+
+def test_a_restarted_memory_broker_is_reported_not_skipped(stack, home):
+    produce(stack, DECISIONS, valid_decisions(90))
+    load(stack, **FAST)
+    port = int(stack.kafka_bootstrap().rsplit(":", 1)[1])
+    broker.stop(stack)
+    broker.start(stack, port=port)  # memory storage: the 90 messages are gone
+    produce(stack, DECISIONS, valid_decisions(3, start=1000))
+    with pytest.raises(BrokerDataLost, match="no longer holds"):
+        load(stack, **FAST)
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 90
+    # From the command line: one clear line and a non-zero exit.
+    done = run_cli("load", env=clean_env(home))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("routerscope: error: the broker no longer holds")
+    assert "Traceback" not in done.stderr
+
+
+def test_load_command_prints_the_documented_json(stack, home):
+    produce(stack, DECISIONS, valid_decisions(12) + [b"x"])
+    produce(stack, BREAKERS, [dumps(breaker())])
+    done = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "loaded": {"decisions": 12, "labels": 0, "breakers": 1},
+        "quarantined": {"decisions": 1, "labels": 0, "breakers": 0},
+    }
+    human = run_cli("load", "--idle-timeout", "0.5", env=clean_env(home))
+    assert human.returncode == 0 and "decisions  loaded         0" in human.stdout
+
+
+def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
+    n_valid, n_bad = 30_000, 300
+    payloads = valid_decisions(n_valid) + [b"\x00not-json-%d" % i for i in range(n_bad)]
+    random.Random(7).shuffle(payloads)
+    produce(stack, DECISIONS, payloads)
+    env = clean_env(home)
+    rng = random.Random(11)
+    kills = 0
+    for attempt in range(12):
+        if kills >= 5:
+            break
+        process = subprocess.Popen(
+            [ROUTERSCOPE, "load", "--batch-size", "700", "--idle-timeout", "0.5"],
+            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(rng.uniform(2.5, 4.5))  # past start-up (≈ 2.5 s), somewhere in the drain
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            kills += 1
+        else:
+            break  # it finished before the kill: everything is loaded
+    assert kills >= 5, "the loader finished too fast to be killed mid-drain five times"
+    final = run_cli("load", "--json", "--idle-timeout", "0.5", env=env, timeout=300)
+    assert final.returncode == 0, final.stderr
+    assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == n_valid
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == n_valid  # not even unmerged doubles
+    assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == n_bad
+    stored = set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.decisions"))
+    stored |= set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.quarantine"))
+    ends = dict(query(stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition"))
+    assert sum(ends.values()) == n_valid + n_bad
+    assert stored == {(p, o) for p, end in ends.items() for o in range(end)}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=8))
+def test_arbitrary_bytes_never_crash_the_loader_and_are_quarantined(arbitrary_stack, payloads):
+    settings_, seen = arbitrary_stack
+    produce(settings_, LABELS, payloads)
+    result = load(settings_, **FAST)
+    assert result.loaded["labels"] == 0
+    assert result.quarantined["labels"] == len(payloads)
+    seen[0] += len(payloads)
+    assert scalar(settings_, "SELECT count() FROM routerscope.quarantine") == seen[0]
+
+
+@pytest.fixture(scope="module")
+def arbitrary_stack(tmp_path_factory):
+    home = tmp_path_factory.mktemp("arbitrary")
+    settings_ = settings_for(home)
+    broker.start(settings_, port=free_port())
+    yield settings_, [0]
+    broker.stop(settings_)
