@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    p.add_argument("--batch-size", type=_positive_int, default=100_000, help="rows per insert (default 100000)")
+    p.add_argument("--batch-size", type=_positive_int, default=50_000, help="rows per insert (default 50000)")
     p.add_argument(
         "--idle-timeout", type=float, default=1.0, help="seconds without a message that count as drained (default 1)"
     )

@@ -41,7 +41,7 @@ from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseErr
 from routerscope.settings import Settings
 from warehouse.rows import FACTS, QUARANTINE_COLUMNS, kafka_time
 
-DEFAULT_BATCH_SIZE = 100_000
+DEFAULT_BATCH_SIZE = 50_000
 DEFAULT_IDLE_TIMEOUT_S = 1.0
 DEFAULT_FLUSH_INTERVAL_S = 5.0
 OFFSET_COLUMNS = ("consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
@@ -283,9 +283,12 @@ class Loader:
                     "enable.auto.offset.store": False,
                     "auto.offset.reset": "error",  # a position past the log end is an error, not a reset
                     "enable.partition.eof": True,
-                    "fetch.max.bytes": 64 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 256 * 1024,
+                    # Prefetch bounds (per partition): enough to keep the parser busy, small
+                    # enough that memory stays a few hundred MB whatever the backlog.
+                    "fetch.max.bytes": 16 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 4 * 1024 * 1024,
+                    "queued.min.messages": 20_000,
+                    "queued.max.messages.kbytes": 16 * 1024,
                 },
             )
         )
@@ -380,6 +383,8 @@ class Loader:
                 f"writing a batch to the warehouse failed ({first}); nothing past the last stored position "
                 "was recorded as loaded, so the next `routerscope load` resumes there"
             ) from exc
+        if not gc.isenabled():
+            gc.collect()  # the batch is gone: reclaim whatever cycles the clients left behind
         # Best effort: the group's committed offsets are for lag tools, never read back here.
         try:
             consumer.commit(

@@ -361,7 +361,14 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
             [ROUTERSCOPE, "load", "--batch-size", "700", "--idle-timeout", "0.5"],
             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        time.sleep(rng.uniform(2.5, 4.5))  # past start-up (≈ 2.5 s), somewhere in the drain
+        # Once the loader holds the warehouse lock it is draining: kill it somewhere in there.
+        lock = home / "warehouse.lock"
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if lock.exists() and f"pid {process.pid} " in lock.read_text(errors="replace"):
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.2, 1.5))
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             process.wait()
@@ -369,8 +376,11 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
         else:
             break  # it finished before the kill: everything is loaded
     assert kills >= 5, "the loader finished too fast to be killed mid-drain five times"
+    print(f"killed {kills} times")
     final = run_cli("load", "--json", "--idle-timeout", "0.5", env=env, timeout=300)
     assert final.returncode == 0, final.stderr
+    # the killed runs did part of the work (their batches must survive the kills)
+    assert json.loads(final.stdout)["loaded"]["decisions"] < n_valid
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == n_valid
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == n_valid  # not even unmerged doubles
     assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == n_bad

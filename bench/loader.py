@@ -1,0 +1,245 @@
+"""Loader benchmark: prints JSON figures, all measured in the same run against the same broker.
+
+    .venv/bin/python bench/loader.py [--events 500000] [--batch-size 100000] [--kafka-python-sample 100000]
+
+(a) raw consumption of the decisions topic, no parsing: confluent-kafka (all events) and kafka-python
+    (a sample: it is ~30x slower);
+(b) the loader's core in this process (parse, validate, quarantine, insert, offsets) into a fresh
+    embedded warehouse;
+(c) the whole `routerscope load` command as a user runs it (process start, Dagster, migrations,
+    drain) into another fresh warehouse, with its peak RSS.
+Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from routerscope import broker, names  # noqa: E402
+from routerscope.settings import Settings  # noqa: E402
+
+TOPIC = names.TOPIC_DECISIONS
+BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def payloads(n: int, malformed_share: float = 0.001):
+    """Realistic decision events: device-served, quality fallbacks and capability misses, a few broken."""
+    import msgspec
+
+    rng = random.Random(42)
+    encode = msgspec.json.encode
+    for i in range(n):
+        kind = i % 10
+        t = (BASE + timedelta(milliseconds=37 * i)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        event = {
+            "schema_version": 1,
+            "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            "event_time": t,
+            "request_id": f"req-{i}",
+            "session_id": f"sess-{i % 5000}",
+            "task_type": ("intent_classify", "short_reply", "extract_fields")[i % 3],
+            "mode": "live",
+            "entered_device": True,
+            "fallback_type": "none",
+            "reason": "default",
+            "degrade_level": 0,
+            "attempts": [{"level": 0, "outcome": "ok", "latency_ms": 120.0 + i % 50}],
+            "cloud_calls": 0,
+            "confidence": 0.9,
+            "threshold": 0.7,
+            "deadline_ms": 2000,
+            "elapsed_ms": 100,
+            "latency_ms": 130.5,
+            "input_tokens": 40 + i % 100,
+            "output_tokens": 8,
+            "policy_version": "2026-11-01.1",
+            "network": "wifi",
+            "device_tier": "mid",
+            "has_pii": False,
+            "device_model": "gemma3-270m-q4_k_m",
+        }
+        if kind == 7:
+            event.update(
+                fallback_type="quality", reason="low_confidence", degrade_level=2, cloud_calls=1, confidence=0.4,
+                attempts=[{"level": 0, "outcome": "low_confidence", "latency_ms": 150.0},
+                          {"level": 2, "outcome": "ok", "latency_ms": 640.0}],
+                cloud_model="cloud-small", cost_usd=0.0004,
+            )  # fmt: skip
+        elif kind == 9:
+            event.update(
+                task_type="long_summary", entered_device=False, fallback_type="capability", reason="capability_miss",
+                degrade_level=2, cloud_calls=1, confidence=None,
+                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 900.0}], cloud_model="cloud-small",
+            )  # fmt: skip
+        raw = encode(event)
+        if rng.random() < malformed_share:
+            raw = raw[: len(raw) // 2]
+        yield event["session_id"].encode(), raw
+
+
+def produce(bootstrap: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+            "enable.idempotence": True,
+        }
+    )
+    started = time.perf_counter()
+    for i, (key, value) in enumerate(payloads(n)):
+        producer.produce(TOPIC, value=value, key=key)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise SystemExit("bench: the broker did not acknowledge every message")
+    return time.perf_counter() - started
+
+
+def raw_confluent(bootstrap: str, partitions: list[int], n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-raw",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "log_level": 0,
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in partitions])
+    got = 0
+    started = time.perf_counter()
+    while got < n:
+        for message in consumer.consume(50_000, timeout=1.0):
+            if message.error() is None:
+                got += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def raw_kafka_python(bootstrap: str, partitions: list[int], n: int) -> float:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)  # fmt: skip
+    tps = [TopicPartition(TOPIC, p) for p in partitions]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    got = 0
+    started = time.perf_counter()
+    while got < n:
+        for records in consumer.poll(timeout_ms=1000, max_records=50_000).values():
+            got += len(records)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--batch-size", type=int, default=50_000)
+    parser.add_argument("--kafka-python-sample", type=int, default=100_000)
+    args = parser.parse_args()
+
+    from warehouse.client import open_warehouse
+    from warehouse.loader import Loader
+    from warehouse.migrate import migrate
+
+    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
+        env["ROUTERSCOPE_HOME"] = str(Path(tmp) / "home")
+        settings = Settings.from_env(env)
+        st = broker.start(settings, port=_free_port())
+        try:
+            bootstrap = st.bootstrap
+            log(f"producing {args.events} decision events to {bootstrap} ...")
+            produce_s = produce(bootstrap, args.events)
+            partitions = list(range(settings.topic_partitions))
+
+            log("(a) raw consumption ...")
+            confluent_s = raw_confluent(bootstrap, partitions, args.events)
+            sample = min(args.kafka_python_sample, args.events)
+            kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
+
+            log("(b) loader core in process ...")
+            core_settings = Settings.from_env({**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / 'core-warehouse'}"})
+            with open_warehouse(core_settings, purpose="bench") as client:
+                migrate(client)
+                started = time.perf_counter()
+                core = Loader(core_settings, batch_size=args.batch_size, idle_timeout_s=1.0).run(client)
+                core_s = time.perf_counter() - started
+                core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
+
+            log("(c) the whole `routerscope load` command ...")
+            exe = str(Path(sys.executable).parent / "routerscope")
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                [exe, "load", "--json", "--batch-size", str(args.batch_size)],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+            )  # fmt: skip
+            _, status, usage = os.wait4(process.pid, 0)
+            command_s = time.perf_counter() - started
+            out = json.loads(process.stdout.read())
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"bench: routerscope load failed: {process.stderr.read().decode()}")
+        finally:
+            broker.stop(settings)
+
+    n = args.events
+    rate = lambda count, seconds: round(count / seconds)  # noqa: E731
+    confluent_rate = n / confluent_s
+    figures = {
+        "events": n,
+        "batch_size": args.batch_size,
+        "produce_events_per_s": rate(n, produce_s),
+        "raw_confluent_kafka_events_per_s": rate(n, confluent_s),
+        "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
+        "loader_core_events_per_s": rate(n, core_s),
+        "load_command_events_per_s": rate(n, command_s),
+        "load_command_seconds": round(command_s, 2),
+        "ratio_kafka_python_to_confluent": round(sample / kafka_python_s / confluent_rate, 3),
+        "ratio_loader_core_to_confluent": round(n / core_s / confluent_rate, 3),
+        "ratio_load_command_to_confluent": round(n / command_s / confluent_rate, 3),
+        "load_command_peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "loaded": {"core": core.as_dict(), "command": out, "core_rows": core_rows},
+    }
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
