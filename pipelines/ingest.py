@@ -22,6 +22,8 @@ class IngestConfig(dg.Config):
     batch_size: int = loader.DEFAULT_BATCH_SIZE
     idle_timeout_s: float = loader.DEFAULT_IDLE_TIMEOUT_S
     flush_interval_s: float = loader.DEFAULT_FLUSH_INTERVAL_S
+    # The Kafka partitions this run owns; empty means all of them.
+    partitions: list[int] = []
 
 
 @dg.multi_asset(
@@ -51,6 +53,7 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         batch_size=config.batch_size,
         idle_timeout_s=config.idle_timeout_s,
         flush_interval_s=config.flush_interval_s,
+        partitions=config.partitions or None,
         progress=_progress_reporter(),
     )
     context.log.info(

@@ -85,7 +85,7 @@ def cmd_load(args, settings: Settings) -> int:
     from pipelines.ingest import TABLE_ASSETS, ingest_topics
     from pipelines.run import materializations, run_job
 
-    config = {"batch_size": args.batch_size, "idle_timeout_s": args.idle_timeout}
+    config = {"batch_size": args.batch_size, "idle_timeout_s": args.idle_timeout, "partitions": args.partitions}
     result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
     found = materializations(result)
     summary = {
@@ -140,6 +140,16 @@ def _not_yet(name: str):
 
 
 # -- parser ---------------------------------------------------------------------------------------
+def _partition_list(text: str) -> list[int]:
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give partition numbers separated by commas, e.g. 0,2") from None
+    if not values or values[0] < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give partition numbers separated by commas, e.g. 0,2")
+    return values
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -182,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, default=50_000, help="rows per insert (default 50000)")
     p.add_argument(
         "--idle-timeout", type=float, default=1.0, help="seconds without a message that count as drained (default 1)"
+    )
+    p.add_argument(
+        "--partitions",
+        type=_partition_list,
+        default=[],
+        metavar="P,P,...",
+        help="load only these Kafka partitions of each topic (one loader per partition set; default all)",
     )
     p.set_defaults(func=cmd_load)
 

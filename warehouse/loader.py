@@ -167,6 +167,7 @@ class Loader:
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         consumer_name: str = names.CONSUMER_GROUP_LOADER,
         topics: Iterable[str] = tuple(names.TOPICS.values()),
+        partitions: Iterable[int] | None = None,
         progress: Callable[[int], None] | None = None,
     ):
         if batch_size < 1:
@@ -177,6 +178,9 @@ class Loader:
         self.flush_interval_s = flush_interval_s
         self.consumer_name = consumer_name
         self.topics = tuple(topics)
+        # The Kafka partitions this loader owns (None: all). Loaders owning disjoint sets can run side
+        # by side against a ClickHouse server: positions are kept per (topic, partition).
+        self.partitions = None if partitions is None else frozenset(partitions)
         self.progress = progress or (lambda n: None)
 
     # -- warehouse side --------------------------------------------------------------------------
@@ -262,13 +266,16 @@ class Loader:
                     "create the topics with `routerscope broker start` (local) or your cluster's tooling"
                 )
             for partition in sorted(metadata.topics[topic].partitions):
+                if self.partitions is not None and partition not in self.partitions:
+                    continue
                 states[(topic, partition)] = PartitionState(topic, partition, stored.get((topic, partition)))
             starts = {p: st.stored or 0 for (t, p), st in states.items() if t == topic}
             for partition, offsets in self.landed_offsets(client, topic, starts).items():
                 if (topic, partition) in states:
                     states[(topic, partition)].skip = offsets
         for (topic, partition), offset in stored.items():
-            if (topic, partition) not in states and topic in self.topics:
+            owned = self.partitions is None or partition in self.partitions
+            if (topic, partition) not in states and topic in self.topics and owned:
                 raise BrokerDataLost(
                     f"{topic}[{partition}] was loaded up to offset {offset} but the broker has no such "
                     "partition any more; " + _lost_hint(self.settings)
@@ -285,10 +292,9 @@ class Loader:
                     "enable.partition.eof": True,
                     # Prefetch bounds (per partition): enough to keep the parser busy, small
                     # enough that memory stays a few hundred MB whatever the backlog.
-                    "fetch.max.bytes": 16 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 4 * 1024 * 1024,
-                    "queued.min.messages": 20_000,
-                    "queued.max.messages.kbytes": 16 * 1024,
+                    "fetch.max.bytes": 32 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+                    "queued.max.messages.kbytes": 64 * 1024,
                 },
             )
         )
@@ -383,8 +389,6 @@ class Loader:
                 f"writing a batch to the warehouse failed ({first}); nothing past the last stored position "
                 "was recorded as loaded, so the next `routerscope load` resumes there"
             ) from exc
-        if not gc.isenabled():
-            gc.collect()  # the batch is gone: reclaim whatever cycles the clients left behind
         # Best effort: the group's committed offsets are for lag tools, never read back here.
         try:
             consumer.commit(

@@ -46,7 +46,7 @@ def produce(settings, topic: str, payloads: list[bytes | None], keys: list[bytes
         {"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "queue.buffering.max.messages": 1_000_000}
     )
     for i, payload in enumerate(payloads):
-        key = keys[i] if keys else str(i % 7).encode()
+        key = keys[i] if keys else str(i % 101).encode()
         producer.produce(topic, value=payload, key=key)
         if i % 10_000 == 0:
             producer.poll(0)
@@ -410,3 +410,19 @@ def arbitrary_stack(tmp_path_factory):
     broker.start(settings_, port=free_port())
     yield settings_, [0]
     broker.stop(settings_)
+
+
+def test_loaders_owning_disjoint_partition_sets_together_load_everything_once(stack, home):
+    produce(stack, DECISIONS, valid_decisions(240) + [b"bad"])
+    first = run_cli("load", "--json", "--partitions", "0", "--idle-timeout", "0.5", env=clean_env(home))
+    assert first.returncode == 0, first.stderr
+    only_zero = query(stack, "SELECT DISTINCT kafka_partition FROM routerscope.decisions")
+    assert only_zero == [(0,)]
+    second = run_cli("load", "--json", "--partitions", "1,2", "--idle-timeout", "0.5", env=clean_env(home))
+    assert second.returncode == 0, second.stderr
+    totals = [json.loads(r.stdout) for r in (first, second)]
+    assert sum(t["loaded"]["decisions"] for t in totals) == 240
+    assert sum(t["quarantined"]["decisions"] for t in totals) == 1
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 240
+    bad = run_cli("load", "--partitions", "zero", env=clean_env(home))
+    assert bad.returncode == 2 and "partition numbers" in bad.stderr
