@@ -1,6 +1,6 @@
 """Loader benchmark: prints JSON figures, all measured in the same run against the same broker.
 
-    .venv/bin/python bench/loader.py [--events 500000] [--batch-size 100000] [--kafka-python-sample 100000]
+    .venv/bin/python bench/loader.py [--events 500000] [--batch-size 20000] [--kafka-python-sample 100000]
 
 (a) raw consumption of the decisions topic, no parsing: confluent-kafka (all events) and kafka-python
     (a sample: it is ~30x slower);
@@ -163,7 +163,7 @@ def raw_kafka_python(bootstrap: str, partitions: list[int], n: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
-    parser.add_argument("--batch-size", type=int, default=50_000)
+    parser.add_argument("--batch-size", type=int, default=20_000)
     parser.add_argument("--kafka-python-sample", type=int, default=100_000)
     args = parser.parse_args()
 

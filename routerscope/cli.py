@@ -106,6 +106,40 @@ def cmd_load(args, settings: Settings) -> int:
     return 0
 
 
+def _parse_time(text: str, flag: str):
+    from datetime import datetime, timezone
+
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} is not an ISO 8601 time, e.g. 2026-11-29T00:00:00Z") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def cmd_metrics(args, settings: Settings) -> int:
+    from warehouse.client import open_warehouse
+    from warehouse.metrics import compute
+    from warehouse.migrate import migrate
+
+    start, end = _parse_time(args.start, "--start"), _parse_time(args.end, "--end")
+    if end <= start:
+        raise ConfigError(f"--end {args.end} must be after --start {args.start}")
+    if not 0 < args.target <= 1:
+        raise ConfigError(f"--target {args.target} must be a pass rate in (0, 1]")
+    with open_warehouse(settings, purpose="metrics") as client:
+        migrate(client)
+        result = compute(
+            client, start, end, baseline_days=args.baseline_days, target=args.target, min_n=args.min_n
+        )
+    if args.json:
+        _print_json(result)
+    else:
+        from routerscope.report import metrics_table
+
+        print(metrics_table(result))
+    return 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
@@ -189,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    p.add_argument("--batch-size", type=_positive_int, default=50_000, help="rows per insert (default 50000)")
+    p.add_argument("--batch-size", type=_positive_int, default=20_000, help="rows per insert (default 20000)")
     p.add_argument(
         "--idle-timeout", type=float, default=1.0, help="seconds without a message that count as drained (default 1)"
     )
@@ -202,9 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_load)
 
+    p = sub.add_parser("metrics", help="print the metrics of METRICS.md for a window [start, end)")
+    p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
+    p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
+    p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
+    p.add_argument("--baseline-days", type=float, default=7.0, help="L2/L3 drift baseline: days before --start")
+    p.add_argument("--target", type=float, default=0.95, help="target pass rate for the threshold recommendation")
+    p.add_argument("--min-n", type=_positive_int, default=30, help="minimum events behind a recommended threshold")
+    p.set_defaults(func=cmd_metrics)
+
     for name, help_ in (
         ("simulate", "fleet traffic through the router into Kafka"),
-        ("metrics", "print the metrics of METRICS.md"),
         ("dq", "run the data-quality suites"),
         ("alerts", "evaluate and list alerts"),
         ("dashboard", "start the Streamlit dashboard"),

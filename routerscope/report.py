@@ -1,0 +1,58 @@
+"""Readable terminal renderings of command results (the `--json` forms are the contract)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if ci is None else f" [{100 * ci[0]:.0f}–{100 * ci[1]:.0f}%]"
+
+
+ROWS = (
+    ("requests", lambda g: str(g["requests"])),
+    ("entered device", lambda g: str(g["device_entered"])),
+    ("sessions", lambda g: str(g["sessions"])),
+    ("fallback rate (of entered)", lambda g: _pct(g["fallback_rate"])),
+    ("  quality / timeout / error", lambda g: " / ".join(_pct(g[k]) for k in ("quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate"))),
+    ("naive fallback rate (wrong)", lambda g: _pct(g["naive_fallback_rate"])),
+    ("capability rejects", lambda g: _pct(g["capability_reject_rate"])),
+    ("device bypass", lambda g: _pct(g["device_bypass_rate"])),
+    ("false fallbacks", lambda g: f"{_pct(g['false_fallback_rate'])}{_ci(g['false_fallback_ci'])} of {g['false_fallback_labeled']}"),
+    ("missed fallbacks", lambda g: f"{_pct(g['missed_fallback_rate'])}{_ci(g['missed_fallback_ci'])} of {g['missed_fallback_labeled']}"),
+    ("route accuracy", lambda g: _pct(g["route_accuracy"])),
+    ("cloud calls/session mean p50 p95", lambda g: " ".join(_num(g["cloud_calls_per_session"][k]) for k in ("mean", "p50", "p95"))),
+    ("L0 L1 L2 L3 L4", lambda g: " ".join(_pct(g["degrade_share"][k]) for k in ("L0", "L1", "L2", "L3", "L4"))),
+    ("L2+L3 share", lambda g: _pct(g["l2_l3_share"])),
+    ("L2/L3 drift pp / z / psi", lambda g: f"{_num(g['l2_l3_drift']['delta_pp'], 1)} / {_num(g['l2_l3_drift']['z'])} / {_num(g['l2_l3_drift']['psi'], 3)}" + ("  DRIFTING" if g["l2_l3_drift"]["drifting"] else "")),
+    ("shadow agreement", lambda g: _pct(g["shadow_agreement_rate"])),
+)  # fmt: skip
+
+
+def metrics_table(result: dict[str, Any]) -> str:
+    groups = [("overall", result["overall"]), *result["by_task_type"].items()]
+    width = max(len(label) for label, _ in ROWS) + 2
+    lines = [f"window {result['window']['start']} → {result['window']['end']} (live events; rates over their own denominators)"]
+    for name, group in groups:
+        lines.append("")
+        lines.append(f"== {name}")
+        lines.extend(f"  {label:<{width}}{render(group)}" for label, render in ROWS)
+    for task_type, cal in result["calibration"].items():
+        lines.append("")
+        lines.append(f"== calibration: {task_type}")
+        for b in cal["buckets"]:
+            lines.append(f"  [{b['low']:.2f}, {b['high']:.2f})  n={b['n']:<6} pass {_pct(b['pass_rate'])}")
+        flag = "monotonic" if cal["monotonic"] else f"NOT monotonic at buckets {cal['non_monotonic_buckets']}"
+        lines.append(
+            f"  {flag}; threshold now {_num(cal['current_threshold'])}, recommended "
+            f"{_num(cal['recommended_threshold'])} for pass rate ≥ {cal['target']} with ≥ {cal['min_n']} events"
+        )
+    return "\n".join(lines)

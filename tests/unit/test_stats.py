@@ -1,0 +1,69 @@
+"""The statistics of METRICS.md against values computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from warehouse import stats
+
+
+def test_wilson_interval_by_hand():
+    # p = 3/10, z = 1.959964, z² = 3.841459
+    # centre = (0.3 + 3.841459/20) / (1 + 3.841459/10) = 0.492073 / 1.384146 = 0.355507
+    # half   = (1.959964 / 1.384146) * sqrt(0.3·0.7/10 + 3.841459/400) = 1.416010 · 0.174940 = 0.247715
+    low, high = stats.wilson(3, 10)
+    assert low == pytest.approx(0.355507 - 0.247715, abs=1e-6)
+    assert high == pytest.approx(0.355507 + 0.247715, abs=1e-6)
+
+
+def test_wilson_interval_at_the_edges_and_empty():
+    # p = 1, n = 2: centre = (1 + 0.960365)/2.920730 = 0.671190, half = 0.671055·sqrt(3.841459/16) = 0.328810
+    low, high = stats.wilson(2, 2)
+    assert low == pytest.approx(0.342380, abs=1e-6) and high == 1.0
+    assert stats.wilson(0, 5)[0] == pytest.approx(0.0, abs=1e-12)
+    assert stats.wilson(0, 0) is None
+
+
+def test_two_proportion_z_by_hand():
+    # current 5/6, baseline 1/4; pooled 6/10 = 0.6; se = sqrt(0.6·0.4·(1/6 + 1/4)) = sqrt(0.1) = 0.316228
+    # z = (0.833333 - 0.25) / 0.316228 = 1.844662
+    assert stats.two_proportion_z(5, 6, 1, 4) == pytest.approx(1.844662, abs=1e-6)
+    assert stats.two_proportion_z(1, 4, 5, 6) == pytest.approx(-1.844662, abs=1e-6)
+
+
+@pytest.mark.parametrize("args", [(0, 0, 1, 4), (1, 4, 0, 0), (0, 5, 0, 7), (5, 5, 7, 7)])
+def test_two_proportion_z_is_null_without_variance_or_data(args):
+    assert stats.two_proportion_z(*args) is None
+
+
+def test_psi_by_hand_with_the_floor():
+    current = [1 / 6, 0, 4 / 6, 1 / 6, 0]
+    baseline = [0.75, 0, 0.25, 0, 0]
+    # zeros floored at 1e-4:
+    # L0 (0.166667-0.75)·ln(0.166667/0.75)   = -0.583333·-1.504077 = 0.877378
+    # L2 (0.666667-0.25)·ln(0.666667/0.25)   =  0.416667· 0.980829 = 0.408679
+    # L3 (0.166667-0.0001)·ln(0.166667/1e-4) =  0.166567· 7.418581 = 1.235689
+    # L1, L4: (1e-4 - 1e-4)·ln 1 = 0
+    assert stats.psi(current, baseline) == pytest.approx(0.877378 + 0.408679 + 1.235689, abs=1e-5)
+    assert stats.psi([0.2] * 5, [0.2] * 5) == 0.0
+
+
+def test_quantile_is_linear_between_closest_ranks():
+    assert stats.quantile([1, 2, 2], 0.5) == 2
+    assert stats.quantile([1, 2, 3, 4], 0.95) == pytest.approx(3.85)  # position 0.95·3 = 2.85
+    assert stats.quantile([], 0.5) is None
+
+
+@pytest.mark.parametrize(
+    "delta_pp, z, psi, expected",
+    [(5.0, 3.0, 0.0, True), (5.0, 0.5, 0.1, True), (5.0, 2.9, 0.09, False), (-5.0, 9.0, 9.0, False),
+     (None, None, None, False), (1.0, None, 0.2, True)],
+)  # fmt: skip
+def test_drifting_needs_a_rise_and_a_significant_change(delta_pp, z, psi, expected):
+    assert stats.drifting(delta_pp, z, psi) is expected
+
+
+def test_ratio_is_null_for_an_empty_denominator():
+    assert stats.ratio(0, 0) is None and stats.ratio(1, 4) == 0.25 and not math.isnan(stats.ratio(0, 3))

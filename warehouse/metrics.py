@@ -1,0 +1,172 @@
+"""The metrics of METRICS.md for one window, in the exact JSON shape `routerscope metrics --json` prints.
+
+The warehouse queries (`warehouse/queries/`) compute the counts and rates in SQL; this module puts
+them in the documented shape and applies the statistics of `warehouse/stats.py` (Wilson intervals,
+two-proportion z, PSI) to those counts.
+
+Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
+`cost_usd` (total, per request, per session) per group, and a top-level `latency_ms` by served side
+× network (§8)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from warehouse import stats
+from warehouse.queries import decisions as dq
+from warehouse.queries import labels as lq
+from warehouse.queries.common import QueryWindow
+
+LEVEL_KEYS = ("L0", "L1", "L2", "L3", "L4")
+
+
+def iso(t: datetime) -> str:
+    t = t.astimezone(timezone.utc)
+    text = t.isoformat(timespec="milliseconds" if t.microsecond else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def empty_group() -> dict[str, Any]:
+    """Every key of a group with no events: counts 0, everything else null."""
+    return {
+        "requests": 0,
+        "device_entered": 0,
+        "sessions": 0,
+        "fallback_rate": None,
+        "quality_fallback_rate": None,
+        "timeout_fallback_rate": None,
+        "error_fallback_rate": None,
+        "naive_fallback_rate": None,
+        "capability_reject_rate": None,
+        "device_bypass_rate": None,
+        "false_fallback_rate": None,
+        "false_fallback_labeled": 0,
+        "false_fallback_ci": None,
+        "missed_fallback_rate": None,
+        "missed_fallback_labeled": 0,
+        "missed_fallback_ci": None,
+        "route_accuracy": None,
+        "cloud_calls_per_session": {"mean": None, "p50": None, "p95": None},
+        "degrade_share": {k: None for k in LEVEL_KEYS},
+        "l2_l3_share": None,
+        "l2_l3_drift": {"delta_pp": None, "z": None, "psi": None, "drifting": False},
+        "shadow_agreement_rate": None,
+        "shadow_agreement_by_input_length": {b: None for b in dq.INPUT_LENGTH_BUCKETS},
+        "cost_usd": {"total": None, "per_request": None, "per_session": None},
+    }
+
+
+def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
+           current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> dict[str, Any]:  # fmt: skip
+    g = empty_group()
+    if row is not None:
+        for key in ("requests", "device_entered", "sessions", "false_fallback_labeled", "missed_fallback_labeled"):
+            g[key] = int(row[key])
+        for key in ("fallback_rate", "quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate",
+                    "naive_fallback_rate", "capability_reject_rate", "device_bypass_rate",
+                    "shadow_agreement_rate"):  # fmt: skip
+            g[key] = _float(row[key])
+        g["false_fallback_rate"] = stats.ratio(row["false_fallbacks"], row["false_fallback_labeled"])
+        g["false_fallback_ci"] = stats.wilson(int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
+        g["missed_fallback_rate"] = stats.ratio(row["missed_fallbacks"], row["missed_fallback_labeled"])
+        g["missed_fallback_ci"] = stats.wilson(int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
+        g["route_accuracy"] = stats.ratio(row["route_correct"], row["route_labeled"])
+        requests = int(row["requests"])
+        if requests:
+            shares = [int(row[f"l{i}"]) / requests for i in range(5)]
+            g["degrade_share"] = dict(zip(LEVEL_KEYS, shares))
+            g["l2_l3_share"] = shares[2] + shares[3]
+        if row["cost_reported"]:
+            total = float(row["cost_total"])
+            g["cost_usd"] = {
+                "total": total,
+                "per_request": stats.ratio(total, requests),
+                "per_session": stats.ratio(total, int(row["sessions"])),
+            }
+    if calls is not None:
+        g["cloud_calls_per_session"] = {k: calls[k] for k in ("mean", "p50", "p95")}
+    if shadow:
+        g["shadow_agreement_by_input_length"].update(shadow)
+    g["l2_l3_drift"] = drift(current, baseline)
+    return g
+
+
+def drift(current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> dict[str, Any]:
+    """METRICS.md §5: L2/L3 share of the current window against the baseline window."""
+    if not current or not baseline or not current.requests or not baseline.requests:
+        return {"delta_pp": None, "z": None, "psi": None, "drifting": False}
+    x1, n1 = current.levels[2] + current.levels[3], current.requests
+    x2, n2 = baseline.levels[2] + baseline.levels[3], baseline.requests
+    delta_pp = 100 * (x1 / n1 - x2 / n2)
+    z = stats.two_proportion_z(x1, n1, x2, n2)
+    psi = stats.psi([c / n1 for c in current.levels], [b / n2 for b in baseline.levels])
+    return {"delta_pp": delta_pp, "z": z, "psi": psi, "drifting": stats.drifting(delta_pp, z, psi)}
+
+
+def calibration(client, window: QueryWindow, target: float, min_n: int,
+                edges: tuple[float, ...] = lq.DEFAULT_EDGES) -> dict[str, Any]:  # fmt: skip
+    """METRICS.md §6, per task type that has labeled device attempts with a confidence."""
+    buckets = lq.calibration_buckets(client, window, edges)
+    grid = lq.threshold_grid(client, window)
+    current = lq.current_thresholds(client, window)
+    found: dict[str, Any] = {}
+    for task_type in sorted({b.task_type for b in buckets}):
+        counts = {b.bucket: b for b in buckets if b.task_type == task_type}
+        total = sum(b.n for b in counts.values())
+        rows, best_so_far, non_monotonic = [], None, []
+        for i in range(len(edges) - 1):
+            b = counts.get(i)
+            n = b.n if b else 0
+            pass_rate = b.passed / n if n else None
+            if pass_rate is not None:
+                if best_so_far is not None and pass_rate < best_so_far:
+                    non_monotonic.append(i)
+                best_so_far = pass_rate if best_so_far is None else max(best_so_far, pass_rate)
+            rows.append({"low": float(edges[i]), "high": float(edges[i + 1]), "n": n,
+                         "share": stats.ratio(n, total), "pass_rate": pass_rate})  # fmt: skip
+        recommended = next(
+            (c for c, n, passed in grid.get(task_type, []) if n >= min_n and passed / n >= target), None
+        )
+        found[task_type] = {
+            "buckets": rows,
+            "monotonic": not non_monotonic,
+            "non_monotonic_buckets": non_monotonic,
+            "recommended_threshold": recommended,
+            "current_threshold": current.get(task_type),
+            "target": target,
+            "min_n": min_n,
+        }
+    return found
+
+
+def compute(client, start: datetime, end: datetime, *, baseline_days: float = 7, target: float = 0.95,
+            min_n: int = 30) -> dict[str, Any]:  # fmt: skip
+    """Every metric of METRICS.md for [start, end), overall and per task type."""
+    window = QueryWindow(start, end)
+    baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)
+    summary = dq.window_summary(client, window)
+    calls = dq.cloud_calls_per_session(client, window)
+    shadow = dq.shadow_by_input_length(client, window)
+    current_levels = {
+        key: dq.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
+        for key, row in summary.items()
+    }
+    baseline_levels = dq.level_counts(client, baseline_window)
+
+    def group(key):
+        return _group(summary.get(key), calls.get(key), shadow.get(key), current_levels.get(key),
+                      baseline_levels.get(key))  # fmt: skip
+
+    return {
+        "window": {"start": iso(start), "end": iso(end)},
+        "baseline": {"start": iso(baseline_window.start), "end": iso(baseline_window.end)},
+        "overall": group(dq.OVERALL),
+        "by_task_type": {t: group(t) for t in sorted(k for k in summary if k is not None)},
+        "calibration": calibration(client, window, target, min_n),
+        "latency_ms": dq.latency_by_side_and_network(client, window),
+    }

@@ -1,0 +1,45 @@
+"""What every query module shares: the window of METRICS.md and the de-duplicated events in it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+
+def named(name: str, sql: str) -> str:
+    """Prefix a query with its name, so it can be found in ClickHouse's query log."""
+    return f"/* routerscope:{name} */\n{sql.strip()}\n"
+
+
+def _utc_text(t: datetime) -> str:
+    if t.tzinfo is None:
+        raise ValueError(f"{t!r} has no timezone; windows are in UTC")
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@dataclass(frozen=True)
+class QueryWindow:
+    """A half-open interval [start, end) over event_time (METRICS.md notation)."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self):
+        if self.end <= self.start:
+            raise ValueError(f"the window must end after it starts: [{self.start}, {self.end})")
+
+    def parameters(self) -> dict[str, str]:
+        return {"start": _utc_text(self.start), "end": _utc_text(self.end)}
+
+
+# Decision events in the window, every mode, each event_id once (duplicates are exact copies, so
+# which copy survives does not matter). Only the columns the metrics read.
+WINDOW_CTE = """
+w AS (
+    SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device,
+           fallback_type, reason, degrade_level, cloud_calls, confidence, threshold, shadow_agree,
+           input_tokens, latency_ms, network, cost_usd
+    FROM routerscope.decisions
+    WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+    LIMIT 1 BY event_id
+)"""

@@ -1,0 +1,181 @@
+"""Queries over `decisions` for one window (METRICS.md §1–§5, §7, §8), overall and per task type.
+
+Each query groups by `GROUPING SETS ((task_type), ())` with `group_by_use_nulls`, so the row whose
+task_type is NULL is the overall one. Rates are computed here, in SQL, with `nullIf(denominator, 0)`
+so that an empty denominator gives NULL, never 0."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from warehouse.queries.common import WINDOW_CTE, QueryWindow, named
+from warehouse.queries.labels import CHOSEN_LABELS_CTE
+
+OVERALL = None  # the task_type key of the overall row
+INPUT_LENGTH_EDGES = (128, 512, 2048)  # METRICS.md §7: [0,128), [128,512), [512,2048), [2048,∞)
+INPUT_LENGTH_BUCKETS = ("0-128", "128-512", "512-2048", "2048+")
+
+SUMMARY_SQL = named(
+    "window_summary",
+    f"""
+WITH {WINDOW_CTE},
+{CHOSEN_LABELS_CTE},
+j AS (
+    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok,
+           w.mode = 'live' AS live,
+           live AND w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           live AND w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1) AS device_served
+    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+)
+SELECT
+    task_type,
+    -- §1 volumes
+    countIf(live) AS requests,
+    countIf(live AND entered_device) AS device_entered,
+    uniqExactIf(session_id, live) AS sessions,
+    -- §2 fallback rates over the requests that entered the device
+    countIf(live AND entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0) AS fallback_rate,
+    countIf(live AND entered_device AND fallback_type = 'quality') / nullIf(device_entered, 0) AS quality_fallback_rate,
+    countIf(live AND entered_device AND fallback_type = 'timeout') / nullIf(device_entered, 0) AS timeout_fallback_rate,
+    countIf(live AND entered_device AND fallback_type = 'error') / nullIf(device_entered, 0) AS error_fallback_rate,
+    countIf(live AND fallback_type != 'none') / nullIf(requests, 0) AS naive_fallback_rate,
+    countIf(live AND fallback_type = 'capability') / nullIf(requests, 0) AS capability_reject_rate,
+    countIf(live AND NOT entered_device AND reason = 'device_unavailable') / nullIf(requests, 0) AS device_bypass_rate,
+    -- §3 false and missed fallbacks (the chosen label per request)
+    countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
+    countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
+    countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
+    countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
+    countIf(live AND route_ok IS NOT NULL) AS route_labeled,
+    countIf(live AND route_ok) AS route_correct,
+    -- §5 degrade levels (counts; shares below)
+    countIf(live AND degrade_level = 0) AS l0,
+    countIf(live AND degrade_level = 1) AS l1,
+    countIf(live AND degrade_level = 2) AS l2,
+    countIf(live AND degrade_level = 3) AS l3,
+    countIf(live AND degrade_level = 4) AS l4,
+    -- §7 shadow traffic
+    countIf(mode = 'shadow' AND shadow_agree IS NOT NULL) AS shadow_compared,
+    countIf(mode = 'shadow' AND shadow_agree) / nullIf(shadow_compared, 0) AS shadow_agreement_rate,
+    -- §8 cost
+    sumIf(cost_usd, live) AS cost_total,
+    countIf(live AND cost_usd IS NOT NULL) AS cost_reported
+FROM j
+GROUP BY GROUPING SETS ((task_type), ())
+ORDER BY task_type
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+# §4: per session, the sum of cloud_calls of its live events in the window (per task type: of
+# its events of that type); then the mean and exact quantiles of those sums.
+CLOUD_CALLS_SQL = named(
+    "cloud_calls_per_session",
+    f"""
+WITH {WINDOW_CTE}
+SELECT task_type, avg(calls) AS mean,
+       quantileExactInclusive(0.5)(calls) AS p50, quantileExactInclusive(0.95)(calls) AS p95
+FROM (
+    SELECT task_type, session_id, sum(cloud_calls) AS calls
+    FROM w WHERE mode = 'live'
+    GROUP BY GROUPING SETS ((task_type, session_id), (session_id))
+    SETTINGS group_by_use_nulls = 1
+)
+GROUP BY task_type
+ORDER BY task_type
+""",
+)
+
+SHADOW_BY_LENGTH_SQL = named(
+    "shadow_agreement_by_input_length",
+    f"""
+WITH {WINDOW_CTE}
+SELECT task_type, arrayCount(e -> e <= input_tokens, {{edges:Array(UInt64)}}) AS bucket,
+       count() AS compared, countIf(shadow_agree) / count() AS agreement
+FROM w WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
+GROUP BY GROUPING SETS ((task_type, bucket), (bucket))
+ORDER BY task_type, bucket
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+# §8: latency quantiles by served side × network, overall only (the on-call view's table).
+LATENCY_SQL = named(
+    "latency_by_side_and_network",
+    f"""
+WITH {WINDOW_CTE}
+SELECT if(degrade_level IN (0, 1), 'device', 'cloud') AS side, ifNull(network, 'unknown') AS net,
+       count() AS n,
+       quantileExactInclusive(0.5)(latency_ms) AS p50,
+       quantileExactInclusive(0.95)(latency_ms) AS p95,
+       quantileExactInclusive(0.99)(latency_ms) AS p99
+FROM w WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
+GROUP BY side, net
+ORDER BY side, net
+""",
+)
+
+# §5 baseline: level counts only.
+LEVELS_SQL = named(
+    "degrade_level_counts",
+    f"""
+WITH {WINDOW_CTE}
+SELECT task_type, count() AS requests,
+       countIf(degrade_level = 0) AS l0, countIf(degrade_level = 1) AS l1, countIf(degrade_level = 2) AS l2,
+       countIf(degrade_level = 3) AS l3, countIf(degrade_level = 4) AS l4
+FROM w WHERE mode = 'live'
+GROUP BY GROUPING SETS ((task_type), ())
+ORDER BY task_type
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+
+@dataclass(frozen=True)
+class LevelCounts:
+    requests: int
+    levels: tuple[int, int, int, int, int]  # L0..L4
+
+
+def _rows(client, sql: str, parameters: dict) -> list[dict[str, Any]]:
+    result = client.query(sql, parameters=parameters)
+    return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+
+def window_summary(client, window: QueryWindow) -> dict[str | None, dict[str, Any]]:
+    """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL."""
+    return {row.pop("task_type"): row for row in _rows(client, SUMMARY_SQL, window.parameters())}
+
+
+def cloud_calls_per_session(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
+    return {
+        row.pop("task_type"): {k: float(v) for k, v in row.items()}
+        for row in _rows(client, CLOUD_CALLS_SQL, window.parameters())
+    }
+
+
+def shadow_by_input_length(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
+    found: dict[str | None, dict[str, float]] = {}
+    for row in _rows(client, SHADOW_BY_LENGTH_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+        found.setdefault(row["task_type"], {})[INPUT_LENGTH_BUCKETS[row["bucket"]]] = float(row["agreement"])
+    return found
+
+
+def latency_by_side_and_network(client, window: QueryWindow) -> dict[str, dict[str, dict[str, float]]]:
+    found: dict[str, dict[str, dict[str, float]]] = {}
+    for row in _rows(client, LATENCY_SQL, window.parameters()):
+        found.setdefault(row["side"], {})[row["net"]] = {
+            "n": int(row["n"]),
+            "p50": float(row["p50"]),
+            "p95": float(row["p95"]),
+            "p99": float(row["p99"]),
+        }
+    return found
+
+
+def level_counts(client, window: QueryWindow) -> dict[str | None, LevelCounts]:
+    return {
+        row["task_type"]: LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
+        for row in _rows(client, LEVELS_SQL, window.parameters())
+    }

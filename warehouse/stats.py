@@ -1,0 +1,70 @@
+"""The statistics of METRICS.md, defined once: Wilson interval, two-proportion z, PSI, quantiles.
+
+Pure functions of counts; the warehouse queries produce the counts. Each returns None where
+METRICS.md says the value is null (an empty denominator, a degenerate pooled share)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+Z95 = 1.959964  # METRICS.md §3: Wilson score interval at 95 %
+PSI_FLOOR = 1e-4  # METRICS.md §5: each share floored before the logarithm
+DRIFT_Z = 3.0
+DRIFT_PSI = 0.1
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, or None for an empty denominator (never 0)."""
+    return None if not denominator else numerator / denominator
+
+
+def wilson(successes: int, n: int, z: float = Z95) -> list[float] | None:
+    """Wilson score interval [low, high] for successes out of n; None when n = 0."""
+    if n <= 0:
+        return None
+    p = successes / n
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = (z / (1 + z2 / n)) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> float | None:
+    """Pooled two-proportion z statistic of x1/n1 minus x2/n2; None if a window is empty or the
+    pooled share is 0 or 1 (no variance)."""
+    if n1 <= 0 or n2 <= 0:
+        return None
+    pooled = (x1 + x2) / (n1 + n2)
+    if pooled <= 0 or pooled >= 1:
+        return None
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    return (x1 / n1 - x2 / n2) / se
+
+
+def psi(current: Sequence[float], baseline: Sequence[float], floor: float = PSI_FLOOR) -> float:
+    """Population stability index: sum((c - b) * ln(c / b)) over shares floored at `floor`."""
+    total = 0.0
+    for c, b in zip(current, baseline, strict=True):
+        c, b = max(c, floor), max(b, floor)
+        total += (c - b) * math.log(c / b)
+    return total
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default, ClickHouse's
+    quantileExactInclusive); None for no values. For checking the SQL, not used by it."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    position = q * (n - 1)
+    low = math.floor(position)
+    high = min(low + 1, n - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def drifting(delta_pp: float | None, z: float | None, psi_value: float | None) -> bool:
+    """METRICS.md §5: (z >= 3 or psi >= 0.1) and the L2/L3 share went up."""
+    if delta_pp is None or delta_pp <= 0:
+        return False
+    return (z is not None and z >= DRIFT_Z) or (psi_value is not None and psi_value >= DRIFT_PSI)
