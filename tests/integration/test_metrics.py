@@ -1,0 +1,303 @@
+"""Golden metrics: small fixtures whose every number is computed by hand from METRICS.md (the
+arithmetic is in the comments), loaded into a real embedded warehouse, computed by the SQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import msgspec
+import pytest
+
+from instrumentation.contract import DECISIONS, LABELS
+from routerscope import broker, names
+from tests.conftest import clean_env, free_port, run_cli, settings_for
+from tests.events import capability_miss, decision, dumps, iso, label, quality_fallback
+from warehouse.client import open_warehouse
+from warehouse.metrics import compute
+from warehouse.migrate import migrate
+from warehouse.rows import FACTS
+
+pytestmark = pytest.mark.integration
+
+START = datetime(2026, 11, 29, tzinfo=timezone.utc)
+END = START + timedelta(days=1)
+A, B, C = "intent_classify", "short_reply", "extract_fields"
+
+
+def at(hours: float) -> str:
+    return iso(START + timedelta(hours=hours))
+
+
+def eid(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def attempts(*levels_outcomes):
+    return [{"level": lv, "outcome": oc, "latency_ms": 100.0} for lv, oc in levels_outcomes]
+
+
+# Task A, window [START, END): six live requests, three sessions.
+A1 = decision(event_id=eid(1), request_id="a1", session_id="s1", task_type=A, event_time=at(1), confidence=0.9)
+A2 = quality_fallback(event_id=eid(2), request_id="a2", session_id="s1", task_type=A, event_time=at(2), confidence=0.4)
+A3 = quality_fallback(
+    event_id=eid(3), request_id="a3", session_id="s2", task_type=A, event_time=at(3), fallback_type="timeout",
+    reason="device_timeout", confidence=None, attempts=attempts((0, "timeout"), (2, "ok")),
+)  # fmt: skip
+A4 = quality_fallback(
+    event_id=eid(4), request_id="a4", session_id="s2", task_type=A, event_time=at(4), fallback_type="error",
+    reason="device_error", degrade_level=3, confidence=0.5, attempts=attempts((0, "error"), (3, "ok")),
+)  # fmt: skip
+A5 = capability_miss(event_id=eid(5), request_id="a5", session_id="s3", task_type=A, event_time=at(5))
+A6 = decision(
+    event_id=eid(6), request_id="a6", session_id="s3", task_type=A, event_time=at(6), entered_device=False,
+    reason="device_unavailable", degrade_level=2, cloud_calls=1, confidence=None, attempts=attempts((2, "ok")),
+)  # fmt: skip
+A_SHADOW = decision(event_id=eid(7), request_id="a7", session_id="s4", task_type=A, event_time=at(7),
+                    mode="shadow", shadow_agree=True, input_tokens=100)  # fmt: skip
+A_AT_END = decision(event_id=eid(8), request_id="a8", session_id="s5", task_type=A, event_time=iso(END))
+# Task B: only shadow traffic in the window, so every live metric of B is null.
+B_SHADOW = decision(event_id=eid(9), request_id="b1", session_id="s6", task_type=B, event_time=at(8),
+                    mode="shadow", shadow_agree=False, input_tokens=600)  # fmt: skip
+# Baseline (the 7 days before START): four live A requests, three at L0, one at L2.
+BASELINE = [
+    decision(event_id=eid(20), request_id="z0", session_id="z", task_type=A, event_time=iso(START - timedelta(milliseconds=1))),
+    decision(event_id=eid(21), request_id="z1", session_id="z", task_type=A, event_time=iso(START - timedelta(days=2))),
+    decision(event_id=eid(22), request_id="z2", session_id="z", task_type=A, event_time=iso(START - timedelta(days=3))),
+    quality_fallback(event_id=eid(23), request_id="z3", session_id="z", task_type=A, event_time=iso(START - timedelta(days=6))),
+]  # fmt: skip
+OLDER_THAN_BASELINE = capability_miss(event_id=eid(24), request_id="z4", session_id="z", task_type=A,
+                                      event_time=iso(START - timedelta(days=7, seconds=1)))  # fmt: skip
+
+DECISION_EVENTS = [A1, A2, A3, A4, A5, A6, A1, A_SHADOW, A_AT_END, B_SHADOW, *BASELINE, OLDER_THAN_BASELINE]
+
+LABEL_EVENTS = [
+    # a2 (quality fallback): validator says bad, human review says fine → human review wins: a false fallback
+    label(request_id="a2", source="validator", device_acceptable=False, route_correct=None, event_time=at(10)),
+    label(request_id="a2", source="human_review", device_acceptable=True, route_correct=True, event_time=at(9)),
+    # a3 (timeout fallback): two offline replays, the later says fine → a false fallback; shadow_compare ranks lower
+    label(request_id="a3", source="offline_replay", device_acceptable=False, route_correct=True, event_time=at(10)),
+    label(request_id="a3", source="offline_replay", device_acceptable=True, route_correct=False, event_time=at(11)),
+    label(request_id="a3", source="shadow_compare", device_acceptable=False, route_correct=True, event_time=at(12)),
+    # a4 (error fallback): labeled, but error fallbacks are never judged false/missed
+    label(request_id="a4", source="human_review", device_acceptable=True, route_correct=True, event_time=at(10)),
+    # a1 (served on device): the human label has a null verdict and is ignored → the validator's "bad" counts
+    label(request_id="a1", source="human_review", device_acceptable=None, route_correct=True, event_time=at(10)),
+    label(request_id="a1", source="validator", device_acceptable=False, route_correct=None, event_time=at(9)),
+]
+
+
+def insert(client, decisions: list[dict], labels: list[dict]) -> None:
+    """Insert events the way the loader does: contract-checked, then the loader's column builders."""
+    for topic, contract, events in ((names.TOPIC_DECISIONS, DECISIONS, decisions), (names.TOPIC_LABELS, LABELS, labels)):
+        if not events:
+            continue
+        parsed = []
+        for e in events:
+            event, rules = contract.parse(dumps(e))
+            assert not rules, (e, rules)
+            parsed.append(event)
+        table, columns, build = FACTS[topic]
+        offsets = list(range(len(parsed)))
+        client.insert(f"routerscope.{table}", build(parsed, topic, [0] * len(parsed), offsets),
+                      column_names=list(columns), column_oriented=True)  # fmt: skip
+
+
+@pytest.fixture
+def warehouse(home):
+    settings = settings_for(home)
+    with open_warehouse(settings) as client:
+        migrate(client)
+        yield client
+
+
+def expected_overall_a() -> dict:
+    return {
+        # §1: a1..a6 live in the window (a1's duplicate once; shadow, at-END and baseline events out)
+        "requests": 6,
+        "device_entered": 4,  # a1 a2 a3 a4
+        "sessions": 3,  # s1 s2 s3
+        # §2 over the 4 that entered the device: a2 quality, a3 timeout, a4 error
+        "fallback_rate": 3 / 4,
+        "quality_fallback_rate": 1 / 4,
+        "timeout_fallback_rate": 1 / 4,
+        "error_fallback_rate": 1 / 4,
+        "naive_fallback_rate": 4 / 6,  # a2 a3 a4 a5 have fallback_type != none, over all 6
+        "capability_reject_rate": 1 / 6,  # a5
+        "device_bypass_rate": 1 / 6,  # a6
+        # §3: judged fallbacks a2, a3 both acceptable → 2/2; device-served a1 not acceptable → 1/1
+        "false_fallback_rate": 1.0,
+        "false_fallback_labeled": 2,
+        # Wilson(2, 2): centre 0.671190, half 0.328810 → [0.342380, 1.0]
+        "false_fallback_ci": [pytest.approx(0.342380, abs=1e-6), 1.0],
+        "missed_fallback_rate": 1.0,
+        "missed_fallback_labeled": 1,
+        # Wilson(1, 1): centre (1 + 1.920729)/4.841459 = 0.603275, half 0.396725 → [0.206549, 1.0]
+        "missed_fallback_ci": [pytest.approx(0.206549, abs=1e-6), 1.0],
+        # chosen labels with route_correct: a2 true, a3 false (the later replay), a4 true; a1's chosen (validator) is null
+        "route_accuracy": 2 / 3,
+        # §4: s1 0+1 = 1, s2 1+1 = 2, s3 1+1 = 2 → mean 5/3; sorted [1, 2, 2]: p50 at rank 1 → 2, p95 at 1.9 → 2
+        "cloud_calls_per_session": {"mean": 5 / 3, "p50": 2.0, "p95": 2.0},
+        # §5: levels a1 L0; a2 a3 a5 a6 L2; a4 L3
+        "degrade_share": {"L0": 1 / 6, "L1": 0.0, "L2": 4 / 6, "L3": 1 / 6, "L4": 0.0},
+        "l2_l3_share": 5 / 6,
+        # baseline: 4 live, one at L2 → 1/4. delta 100·(5/6 − 1/4) = 58.333; z = 1.844662 (see test_stats);
+        # psi = 0.877378 + 0.408679 + 1.235689 = 2.521746 (see test_stats) → drifting
+        "l2_l3_drift": {
+            "delta_pp": pytest.approx(58.333333, abs=1e-5),
+            "z": pytest.approx(1.844662, abs=1e-6),
+            "psi": pytest.approx(2.521746, abs=1e-5),
+            "drifting": True,
+        },
+        "shadow_agreement_rate": 1.0,  # A's one shadow event agreed
+    }
+
+
+def test_golden_window_overall_and_per_task_type(warehouse):
+    insert(warehouse, DECISION_EVENTS, LABEL_EVENTS)
+    result = compute(warehouse, START, END)
+
+    assert result["window"] == {"start": "2026-11-29T00:00:00Z", "end": "2026-11-30T00:00:00Z"}
+    a = result["by_task_type"][A]
+    for key, value in expected_overall_a().items():
+        assert a[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+    # Overall = A's live numbers (B has no live events) except the shadow agreement:
+    # A agreed, B did not → 1/2. B's shadow event had 600 input tokens → bucket 512-2048.
+    overall = result["overall"]
+    for key in ("requests", "device_entered", "sessions", "fallback_rate", "naive_fallback_rate",
+                "false_fallback_labeled", "route_accuracy", "l2_l3_share"):  # fmt: skip
+        assert overall[key] == pytest.approx(a[key]), key
+    assert overall["shadow_agreement_rate"] == 0.5
+    assert overall["shadow_agreement_by_input_length"] == {"0-128": 1.0, "128-512": None, "512-2048": 0.0, "2048+": None}
+
+    # B: only shadow traffic → counts 0, every live ratio null (never 0), agreement 0/1.
+    b = result["by_task_type"][B]
+    assert (b["requests"], b["device_entered"], b["sessions"]) == (0, 0, 0)
+    for key in ("fallback_rate", "naive_fallback_rate", "capability_reject_rate", "false_fallback_rate",
+                "false_fallback_ci", "route_accuracy", "l2_l3_share"):  # fmt: skip
+        assert b[key] is None, key
+    assert b["degrade_share"] == {"L0": None, "L1": None, "L2": None, "L3": None, "L4": None}
+    assert b["cloud_calls_per_session"] == {"mean": None, "p50": None, "p95": None}
+    assert b["l2_l3_drift"] == {"delta_pp": None, "z": None, "psi": None, "drifting": False}
+    assert b["shadow_agreement_rate"] == 0.0
+
+
+def test_an_empty_window_is_all_nulls_and_zeros(warehouse):
+    insert(warehouse, DECISION_EVENTS, LABEL_EVENTS)
+    result = compute(warehouse, END + timedelta(days=30), END + timedelta(days=31))
+    assert result["by_task_type"] == {} and result["calibration"] == {}
+    overall = result["overall"]
+    assert (overall["requests"], overall["false_fallback_labeled"]) == (0, 0)
+    assert overall["fallback_rate"] is None and overall["false_fallback_ci"] is None
+
+
+def test_the_naive_rate_differs_from_the_correct_one_when_capability_rejections_abound(warehouse):
+    # 2 device-served, 1 quality fallback, 7 capability rejections.
+    # correct: 1 fallback / 3 entered = 0.333; naive: 8 non-'none' / 10 requests = 0.8
+    events = [decision(event_id=eid(100 + i), request_id=f"d{i}", event_time=at(1)) for i in range(2)]
+    events.append(quality_fallback(event_id=eid(110), request_id="q", event_time=at(1)))
+    events += [capability_miss(event_id=eid(120 + i), request_id=f"c{i}", event_time=at(1)) for i in range(7)]
+    insert(warehouse, events, [])
+    overall = compute(warehouse, START, END)["overall"]
+    assert overall["fallback_rate"] == pytest.approx(1 / 3)
+    assert overall["naive_fallback_rate"] == pytest.approx(8 / 10)
+    assert overall["capability_reject_rate"] == pytest.approx(7 / 10)
+
+
+# Calibration fixture, task C: (confidence, device_acceptable) of live device attempts, threshold 0.7
+# except two at 0.6. Buckets [0,.45) [.45,.65) [.65,.85) [.85,1]:
+#   0.30 F | 0.50 F, 0.60 T | 0.70 T, 0.80 T | 0.90 T, 0.95 T, 1.00 T
+CALIBRATION_C = [(0.30, False), (0.50, False), (0.60, True), (0.70, True), (0.80, True), (0.90, True),
+                 (0.95, True), (1.00, True)]  # fmt: skip
+
+
+def calibration_events():
+    decisions, labels = [], []
+    for i, (confidence, acceptable) in enumerate(CALIBRATION_C):
+        threshold = 0.6 if i in (1, 2) else 0.7
+        make = quality_fallback if confidence < threshold else decision
+        decisions.append(make(event_id=eid(200 + i), request_id=f"c{i}", task_type=C, event_time=at(1),
+                              confidence=confidence, threshold=threshold))  # fmt: skip
+        labels.append(label(request_id=f"c{i}", device_acceptable=acceptable))
+    # An unlabeled attempt and one whose only label has a null verdict: both outside calibration.
+    decisions.append(decision(event_id=eid(300), request_id="unlabeled", task_type=C, event_time=at(1), confidence=0.1))
+    decisions.append(decision(event_id=eid(301), request_id="null-verdict", task_type=C, event_time=at(1), confidence=0.1))
+    labels.append(label(request_id="null-verdict", device_acceptable=None))
+    return decisions, labels
+
+
+def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse):
+    decisions, labels = calibration_events()
+    insert(warehouse, decisions + [A1, A2, A3, A4], labels + LABEL_EVENTS)
+    result = compute(warehouse, START, END, target=0.95, min_n=3)
+    c = result["calibration"][C]
+    # 8 labeled events: shares 1/8, 2/8, 2/8, 3/8; pass rates 0/1, 1/2, 2/2, 3/3 → monotonic
+    assert c["buckets"] == [
+        {"low": 0.0, "high": 0.45, "n": 1, "share": 1 / 8, "pass_rate": 0.0},
+        {"low": 0.45, "high": 0.65, "n": 2, "share": 2 / 8, "pass_rate": 0.5},
+        {"low": 0.65, "high": 0.85, "n": 2, "share": 2 / 8, "pass_rate": 1.0},
+        {"low": 0.85, "high": 1.0, "n": 3, "share": 3 / 8, "pass_rate": 1.0},
+    ]
+    assert c["monotonic"] is True and c["non_monotonic_buckets"] == []
+    # confidence >= c: c ≤ 0.30 → 5/8; 0.35..0.50 → 5/7 (0.50 F still in); 0.55 → 0.60..1.00 = 6/6 ≥ 0.95, n 6 ≥ 3
+    assert c["recommended_threshold"] == 0.55
+    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
+    assert (c["target"], c["min_n"]) == (0.95, 3)
+
+    # Task A: a2 0.4 ok → bucket 0 pass 1/1; a4 0.5 ok → bucket 1 pass 1/1; a1 0.9 bad → bucket 3 pass 0/1:
+    # bucket 3 is below an earlier bucket → flagged. a3 has no confidence.
+    a = result["calibration"][A]
+    assert [b["n"] for b in a["buckets"]] == [1, 1, 0, 1]
+    assert a["buckets"][2]["pass_rate"] is None and a["buckets"][2]["share"] == 0.0
+    assert a["monotonic"] is False and a["non_monotonic_buckets"] == [3]
+    # no c has ≥ 3 events at pass rate ≥ 0.95 (c = 0: 2/3) → null
+    assert a["recommended_threshold"] is None
+
+    loose = compute(warehouse, START, END, target=0.6, min_n=2)["calibration"][A]
+    assert loose["recommended_threshold"] == 0.0  # c = 0: 3 events, 2/3 = 0.667 ≥ 0.6
+
+
+def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):
+    # Sessions with cloud-call sums 0, 1, 2, 3 and 10:
+    # mean 16/5 = 3.2; p50 at rank 0.5·4 = 2 → 2; p95 at rank 3.8 → 3 + 0.8·(10 − 3) = 8.6
+    events, n = [], 0
+    for session, calls in (("p", 0), ("q", 1), ("r", 2), ("s", 3), ("t", 10)):
+        for _ in range(calls):
+            events.append(capability_miss(event_id=eid(400 + n), request_id=f"r{n}", session_id=session, event_time=at(1)))
+            n += 1
+        if calls == 0:
+            events.append(decision(event_id=eid(400 + n), request_id=f"r{n}", session_id=session, event_time=at(1)))
+            n += 1
+    insert(warehouse, events, [])
+    calls = compute(warehouse, START, END)["overall"]["cloud_calls_per_session"]
+    assert calls == {"mean": pytest.approx(3.2), "p50": 2.0, "p95": pytest.approx(8.6)}
+
+
+def test_end_to_end_produce_load_and_metrics_json(home):
+    """Produce the golden fixture to a real broker, `routerscope load`, `routerscope metrics --json`."""
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    try:
+        env = clean_env(home)
+        (home / "decisions.jsonl").write_bytes(b"\n".join(dumps(e) for e in DECISION_EVENTS) + b"\n")
+        (home / "labels.jsonl").write_bytes(b"\n".join(dumps(e) for e in LABEL_EVENTS) + b"\n")
+        for topic, path in (("decisions", "decisions.jsonl"), ("labels", "labels.jsonl")):
+            done = run_cli("produce", str(home / path), "--topic", topic, "--quiet", env=env)
+            assert done.returncode == 0, done.stderr
+        loaded = run_cli("load", "--json", "--idle-timeout", "0.5", env=env)
+        assert loaded.returncode == 0, loaded.stderr
+        assert json.loads(loaded.stdout)["loaded"] == {"decisions": len(DECISION_EVENTS), "labels": len(LABEL_EVENTS), "breakers": 0}
+        done = run_cli("metrics", "--start", "2026-11-29T00:00:00Z", "--end", "2026-11-30T00:00:00Z", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        a = result["by_task_type"][A]
+        for key, value in expected_overall_a().items():
+            assert a[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+        assert set(result) >= {"window", "overall", "by_task_type", "calibration"}
+        human = run_cli("metrics", "--start", "2026-11-29", "--end", "2026-11-30", env=env)
+        assert human.returncode == 0 and "fallback rate (of entered)" in human.stdout and "75.0%" in human.stdout
+        bad = run_cli("metrics", "--start", "yesterday", "--end", "2026-11-30", env=env)
+        assert bad.returncode == 2 and "ISO 8601" in bad.stderr
+    finally:
+        broker.stop(settings)
