@@ -2,15 +2,24 @@
 
 No import-time side effects: nothing connects to a broker or opens the warehouse until a run."""
 
-from __future__ import annotations
-
 import dagster as dg
 
 from pipelines.ingest import ingest_job, ingest_topics
+from pipelines.metrics import (
+    late_labels_sensor,
+    metrics_5m,
+    metrics_5m_job,
+    metrics_5m_schedule,
+    metrics_daily,
+    metrics_daily_job,
+    metrics_daily_schedule,
+)
 from pipelines.resources import RouterscopeResource
 
 defs = dg.Definitions(
-    assets=[ingest_topics],
-    jobs=[ingest_job],
+    assets=[ingest_topics, metrics_5m, metrics_daily],
+    jobs=[ingest_job, metrics_5m_job, metrics_daily_job],
+    schedules=[metrics_5m_schedule, metrics_daily_schedule],
+    sensors=[late_labels_sensor],
     resources={"routerscope": RouterscopeResource()},
 )

@@ -11,7 +11,7 @@ def named(name: str, sql: str) -> str:
     return f"/* routerscope:{name} */\n{sql.strip()}\n"
 
 
-def _utc_text(t: datetime) -> str:
+def utc_text(t: datetime) -> str:
     if t.tzinfo is None:
         raise ValueError(f"{t!r} has no timezone; windows are in UTC")
     return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
@@ -29,7 +29,7 @@ class QueryWindow:
             raise ValueError(f"the window must end after it starts: [{self.start}, {self.end})")
 
     def parameters(self) -> dict[str, str]:
-        return {"start": _utc_text(self.start), "end": _utc_text(self.end)}
+        return {"start": utc_text(self.start), "end": utc_text(self.end)}
 
 
 # Decision events in the window, every mode, each event_id once (duplicates are exact copies, so

@@ -1,0 +1,89 @@
+"""The metric assets materialize partition windows into the metric tables (dg.materialize on an
+ephemeral instance), and late labels trigger a recompute of exactly the days they touch."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import dagster as dg
+import pytest
+
+from pipelines.metrics import late_labels_sensor, metrics_5m, metrics_daily
+from pipelines.resources import RouterscopeResource
+from tests.conftest import settings_for
+from tests.events import label
+from tests.integration.test_metrics import DECISION_EVENTS, LABEL_EVENTS, A, B, expected_overall_a, insert
+from warehouse.client import open_warehouse
+from warehouse.migrate import migrate
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def loaded(home):
+    settings = settings_for(home)
+    with open_warehouse(settings) as client:
+        migrate(client)
+        insert(client, DECISION_EVENTS, LABEL_EVENTS)
+    return settings, {"routerscope": RouterscopeResource(home=str(home))}
+
+
+def rows(settings, sql, **parameters):
+    with open_warehouse(settings) as client:
+        result = client.query(sql, parameters=parameters)
+        return [dict(zip(result.column_names, r)) for r in result.result_rows]
+
+
+def test_daily_partition_materializes_its_window_into_the_metric_tables(loaded):
+    settings, resources = loaded
+    result = dg.materialize([metrics_daily], partition_key="2026-11-29", resources=resources,
+                            instance=dg.DagsterInstance.ephemeral())  # fmt: skip
+    assert result.success
+    stored = {r["task_type"]: r for r in rows(settings, "SELECT * FROM routerscope.metric_windows FINAL WHERE grain = '1d'")}
+    assert set(stored) == {"", A, B}
+    a = stored[A]
+    assert a["window_start"].replace(tzinfo=timezone.utc) == datetime(2026, 11, 29, tzinfo=timezone.utc)
+    assert (a["requests"], a["device_entered"], a["false_fallback_labeled"]) == (6, 4, 2)
+    assert a["fallback_rate"] == 0.75 and a["naive_fallback_rate"] == pytest.approx(4 / 6)
+    assert a["l2_l3_drifting"] is True
+    assert json.loads(a["metrics"])["route_accuracy"] == pytest.approx(expected_overall_a()["route_accuracy"])
+    assert stored[B]["fallback_rate"] is None  # null, not 0
+    calibration = rows(settings, "SELECT task_type, monotonic FROM routerscope.calibration_windows FINAL")
+    assert calibration == [{"task_type": A, "monotonic": False}]
+
+
+def test_five_minute_partition_covers_only_its_window(loaded):
+    settings, resources = loaded
+    # A1 is at 01:00:00.000 exactly (in [01:00, 01:05)); nothing else of the fixture is in it
+    result = dg.materialize([metrics_5m], partition_key="2026-11-29-01:00", resources=resources,
+                            instance=dg.DagsterInstance.ephemeral())  # fmt: skip
+    assert result.success
+    stored = rows(settings, "SELECT task_type, requests, window_end FROM routerscope.metric_windows FINAL WHERE grain = '5m' ORDER BY task_type")
+    assert [(r["task_type"], r["requests"]) for r in stored] == [("", 1), (A, 1)]
+    assert stored[0]["window_end"].replace(tzinfo=timezone.utc) == datetime(2026, 11, 29, 1, 5, tzinfo=timezone.utc)
+
+
+def test_late_labels_recompute_the_days_they_touch(loaded):
+    settings, resources = loaded
+    instance = dg.DagsterInstance.ephemeral()
+    dg.materialize([metrics_daily], partition_key="2026-11-29", resources=resources, instance=instance)
+
+    # First evaluation sees the fixture's labels: they label decisions of 2026-11-29 only.
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        first = late_labels_sensor(context)
+        cursor = context.cursor
+    assert [r.partition_key for r in first.run_requests] == ["2026-11-29"]
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        assert isinstance(late_labels_sensor(context), dg.SkipReason)
+
+    # A late human review of a1 (served on device) outranks its validator label and says acceptable:
+    # missed fallbacks go from 1 of 1 to 0 of 1 once the day is recomputed.
+    with open_warehouse(settings) as client:
+        insert(client, [], [label(request_id="a1", source="human_review", device_acceptable=True, event_time="2026-11-30T09:00:00.000Z")])
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        late = late_labels_sensor(context)
+    assert [r.partition_key for r in late.run_requests] == ["2026-11-29"]
+    dg.materialize([metrics_daily], partition_key="2026-11-29", resources=resources, instance=instance)
+    a = {r["task_type"]: r for r in rows(settings, "SELECT * FROM routerscope.metric_windows FINAL WHERE grain = '1d'")}[A]
+    assert (a["missed_fallback_rate"], a["missed_fallback_labeled"]) == (0.0, 1)

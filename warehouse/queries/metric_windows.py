@@ -1,0 +1,82 @@
+"""The materialized metric tables: `metric_windows` and `calibration_windows` (written by the
+Dagster metric assets, read by dashboards and alerts)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from warehouse.queries.common import QueryWindow, named, utc_text
+
+OVERALL_KEY = ""  # task_type of the overall row
+HEADLINE = (
+    "requests", "device_entered", "sessions", "fallback_rate", "naive_fallback_rate",
+    "capability_reject_rate", "device_bypass_rate", "false_fallback_rate", "false_fallback_labeled",
+    "missed_fallback_rate", "missed_fallback_labeled", "route_accuracy", "l2_l3_share",
+)  # fmt: skip
+METRIC_COLUMNS = ("grain", "task_type", "window_start", "window_end", *HEADLINE, "l2_l3_delta_pp", "l2_l3_z",
+                  "l2_l3_psi", "l2_l3_drifting", "shadow_agreement_rate", "metrics")  # fmt: skip
+CALIBRATION_COLUMNS = ("task_type", "window_start", "window_end", "labeled", "monotonic", "recommended_threshold",
+                       "current_threshold", "target", "min_n", "calibration")  # fmt: skip
+
+
+def _metric_row(grain: str, task_type: str, start: datetime, end: datetime, g: dict[str, Any]) -> list:
+    drift = g["l2_l3_drift"]
+    return [grain, task_type, start, end, *(g[k] for k in HEADLINE), drift["delta_pp"], drift["z"], drift["psi"],
+            bool(drift["drifting"]), g["shadow_agreement_rate"], json.dumps(g)]  # fmt: skip
+
+
+def write_window(client, grain: str, start: datetime, end: datetime, result: dict[str, Any]) -> int:
+    """Store one computed window (`warehouse.metrics.compute` output); returns the rows written."""
+    rows = [_metric_row(grain, OVERALL_KEY, start, end, result["overall"])]
+    rows += [_metric_row(grain, t, start, end, g) for t, g in result["by_task_type"].items()]
+    client.insert("routerscope.metric_windows", rows, column_names=list(METRIC_COLUMNS))
+    calibration = [
+        [t, start, end, sum(b["n"] for b in c["buckets"]), c["monotonic"], c["recommended_threshold"],
+         c["current_threshold"], c["target"], c["min_n"], json.dumps(c)]
+        for t, c in result["calibration"].items()
+    ]  # fmt: skip
+    if grain == "1d" and calibration:
+        client.insert("routerscope.calibration_windows", calibration, column_names=list(CALIBRATION_COLUMNS))
+    return len(rows)
+
+
+READ_SQL = named(
+    "metric_windows_read",
+    """
+SELECT task_type, window_start, window_end, requests, device_entered, fallback_rate, naive_fallback_rate,
+       l2_l3_share, l2_l3_drifting, metrics
+FROM routerscope.metric_windows FINAL
+WHERE grain = {grain:String} AND window_start >= {start:DateTime64(3, 'UTC')} AND window_start < {end:DateTime64(3, 'UTC')}
+ORDER BY task_type, window_start
+""",
+)
+
+
+def read_windows(client, grain: str, window: QueryWindow) -> list[dict[str, Any]]:
+    """The stored windows of one grain starting in [start, end), latest computation of each."""
+    result = client.query(READ_SQL, parameters={**window.parameters(), "grain": grain})
+    return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+
+LABELED_DAYS_SQL = named(
+    "days_of_labeled_decisions",
+    """
+SELECT DISTINCT toDate(d.event_time, 'UTC') AS day
+FROM routerscope.decisions AS d
+WHERE d.request_id IN (
+    SELECT request_id FROM routerscope.labels WHERE ingested_at > {since:DateTime64(3, 'UTC')}
+)
+ORDER BY day
+""",
+)
+
+NEWEST_LABEL_SQL = named("newest_label_ingested", "SELECT max(ingested_at) FROM routerscope.labels")
+
+
+def days_with_new_labels(client, since: datetime) -> tuple[list, datetime | None]:
+    """The decision days whose labels arrived after `since`, and the newest label arrival time."""
+    days = [row[0] for row in client.query(LABELED_DAYS_SQL, parameters={"since": utc_text(since)}).result_rows]
+    newest = client.query(NEWEST_LABEL_SQL).result_rows[0][0]
+    return days, newest
