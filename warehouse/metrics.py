@@ -111,33 +111,25 @@ def drift(current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> di
 def calibration(client, window: QueryWindow, target: float, min_n: int,
                 edges: tuple[float, ...] = lq.DEFAULT_EDGES) -> dict[str, Any]:  # fmt: skip
     """METRICS.md §6, per task type that has labeled device attempts with a confidence."""
-    buckets = lq.calibration_buckets(client, window, edges)
-    grid = lq.threshold_grid(client, window)
-    current = lq.current_thresholds(client, window)
     found: dict[str, Any] = {}
-    for task_type in sorted({b.task_type for b in buckets}):
-        counts = {b.bucket: b for b in buckets if b.task_type == task_type}
-        total = sum(b.n for b in counts.values())
+    for cal in lq.calibration(client, window, edges):
+        total = sum(cal.bucket_n)
         rows, best_so_far, non_monotonic = [], None, []
-        for i in range(len(edges) - 1):
-            b = counts.get(i)
-            n = b.n if b else 0
-            pass_rate = b.passed / n if n else None
+        for i, (n, passed) in enumerate(zip(cal.bucket_n, cal.bucket_passed)):
+            pass_rate = passed / n if n else None
             if pass_rate is not None:
                 if best_so_far is not None and pass_rate < best_so_far:
                     non_monotonic.append(i)
                 best_so_far = pass_rate if best_so_far is None else max(best_so_far, pass_rate)
             rows.append({"low": float(edges[i]), "high": float(edges[i + 1]), "n": n,
                          "share": stats.ratio(n, total), "pass_rate": pass_rate})  # fmt: skip
-        recommended = next(
-            (c for c, n, passed in grid.get(task_type, []) if n >= min_n and passed / n >= target), None
-        )
-        found[task_type] = {
+        recommended = next((c for c, n, passed in cal.grid if n >= min_n and passed / n >= target), None)
+        found[cal.task_type] = {
             "buckets": rows,
             "monotonic": not non_monotonic,
             "non_monotonic_buckets": non_monotonic,
             "recommended_threshold": recommended,
-            "current_threshold": current.get(task_type),
+            "current_threshold": cal.current_threshold,
             "target": target,
             "min_n": min_n,
         }

@@ -27,7 +27,9 @@ chosen AS (
                transform(source, ['human_review', 'offline_replay', 'validator', 'shadow_compare'],
                          [4, 3, 2, 1], 0) AS rank
         FROM routerscope.labels
-        WHERE device_acceptable IS NOT NULL AND request_id IN (SELECT request_id FROM w)
+        WHERE device_acceptable IS NOT NULL AND request_id IN (
+            SELECT request_id FROM routerscope.decisions
+            WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
         LIMIT 1 BY label_id
     )
     GROUP BY request_id
@@ -47,69 +49,59 @@ cal AS (
 )
 """
 
-BUCKETS_SQL = named(
-    "calibration_buckets",
+# One pass per task type: bucket counts, counts at or above each threshold grid point, and the most
+# frequent current threshold (ties: the higher one). Inner grouping by threshold keeps the mode exact.
+CALIBRATION_SQL = named(
+    "calibration",
     _CALIBRATED
     + """
 SELECT task_type,
-       arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket,
-       count() AS n,
-       countIf(acceptable) AS passed
-FROM cal
-GROUP BY task_type, bucket
-ORDER BY task_type, bucket
-""",
+       sumForEach(bucket_n) AS bucket_n, sumForEach(bucket_passed) AS bucket_passed,
+       sumForEach(grid_n) AS grid_n, sumForEach(grid_passed) AS grid_passed,
+       argMax(threshold, tuple(n, threshold)) AS current_threshold
+FROM (
+    SELECT task_type, threshold, count() AS n,
+           sumForEach(arrayMap(i -> toUInt64(bucket = i), range({buckets:UInt8}))) AS bucket_n,
+           sumForEach(arrayMap(i -> toUInt64(bucket = i AND acceptable), range({buckets:UInt8}))) AS bucket_passed,
+           sumForEach(arrayMap(c -> toUInt64(confidence >= c), {grid:Array(Float64)})) AS grid_n,
+           sumForEach(arrayMap(c -> toUInt64(confidence >= c AND acceptable), {grid:Array(Float64)})) AS grid_passed
+    FROM (SELECT *, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket FROM cal)
+    GROUP BY task_type, threshold
 )
-
-GRID_SQL = named(
-    "calibration_threshold_grid",
-    _CALIBRATED
-    + """
-SELECT task_type, c, countIf(confidence >= c) AS n, countIf(confidence >= c AND acceptable) AS passed
-FROM cal
-ARRAY JOIN {grid:Array(Float64)} AS c
-GROUP BY task_type, c
-ORDER BY task_type, c
-""",
-)
-
-CURRENT_THRESHOLD_SQL = named(
-    "calibration_current_threshold",
-    _CALIBRATED
-    + """
-SELECT task_type, threshold, count() AS n
-FROM cal
-WHERE threshold IS NOT NULL
-GROUP BY task_type, threshold
-ORDER BY task_type, n DESC, threshold DESC
-LIMIT 1 BY task_type
+GROUP BY task_type
+ORDER BY task_type
 """,
 )
 
 
 @dataclass(frozen=True)
-class BucketCount:
+class Calibration:
     task_type: str
-    bucket: int
-    n: int
-    passed: int
+    bucket_n: list[int]
+    bucket_passed: list[int]
+    grid: list[tuple[float, int, int]]  # (c, events with confidence >= c, of which acceptable)
+    current_threshold: float | None
 
 
-def calibration_buckets(client, window: QueryWindow, edges=DEFAULT_EDGES) -> list[BucketCount]:
-    rows = client.query(BUCKETS_SQL, parameters={**window.parameters(), "inner_edges": list(edges[1:-1])}).result_rows
-    return [BucketCount(t, int(b), int(n), int(p)) for t, b, n, p in rows]
-
-
-def threshold_grid(client, window: QueryWindow, grid=THRESHOLD_GRID) -> dict[str, list[tuple[float, int, int]]]:
-    """Per task type: (c, events with confidence >= c, of which acceptable) for each grid point."""
-    rows = client.query(GRID_SQL, parameters={**window.parameters(), "grid": list(grid)}).result_rows
-    found: dict[str, list[tuple[float, int, int]]] = {}
-    for task_type, c, n, passed in rows:
-        found.setdefault(task_type, []).append((round(float(c), 2), int(n), int(passed)))
+def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID) -> list[Calibration]:
+    """Per task type with labeled device attempts: the counts behind METRICS.md §6."""
+    parameters = {
+        **window.parameters(),
+        "inner_edges": list(edges[1:-1]),
+        "buckets": len(edges) - 1,
+        "grid": list(grid),
+    }
+    found = []
+    for task_type, bucket_n, bucket_passed, grid_n, grid_passed, current in client.query(
+        CALIBRATION_SQL, parameters=parameters
+    ).result_rows:
+        found.append(
+            Calibration(
+                task_type=task_type,
+                bucket_n=[int(x) for x in bucket_n],
+                bucket_passed=[int(x) for x in bucket_passed],
+                grid=[(c, int(n), int(p)) for c, n, p in zip(grid, grid_n, grid_passed)],
+                current_threshold=None if current is None else float(current),
+            )
+        )
     return found
-
-
-def current_thresholds(client, window: QueryWindow) -> dict[str, float]:
-    """Per task type, the most frequent threshold (ties: the higher one)."""
-    rows = client.query(CURRENT_THRESHOLD_SQL, parameters=window.parameters()).result_rows
-    return {task_type: float(threshold) for task_type, threshold, _ in rows}

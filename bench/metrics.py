@@ -1,0 +1,127 @@
+"""Metrics benchmark: prints JSON figures measured in one run on the same warehouse.
+
+    .venv/bin/python bench/metrics.py [--rows 10000000] [--days 8]
+
+Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
+INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
+`SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and (b) the full metric set of METRICS.md for the
+last day with its 7-day baseline (`warehouse.metrics.compute`), and reports their ratio and the RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from routerscope.settings import Settings  # noqa: E402
+from warehouse.client import open_warehouse  # noqa: E402
+from warehouse.metrics import compute  # noqa: E402
+from warehouse.migrate import migrate  # noqa: E402
+
+END = datetime(2026, 11, 29, tzinfo=timezone.utc)
+
+# Generated decisions: five task types, ~10 % capability misses, ~12 % device fallbacks, 1 % shadow.
+FILL_DECISIONS = """
+INSERT INTO routerscope.decisions
+SELECT
+    generateUUIDv4(number) AS event_id,
+    toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC') + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) AS event_time,
+    1 AS schema_version,
+    concat('r', toString(number)) AS request_id,
+    concat('s', toString(number % 200000)) AS session_id,
+    ['intent_classify', 'short_reply', 'extract_fields', 'rewrite', 'long_summary'][number % 5 + 1] AS task_type,
+    if(number % 100 = 0, 'shadow', 'live') AS mode,
+    number % 10 != 9 AS entered_device,
+    multiIf(number % 10 = 9, 'capability', number % 25 = 1, 'quality', number % 25 = 2, 'timeout', number % 50 = 3, 'error', 'none') AS fallback_type,
+    multiIf(number % 10 = 9, 'capability_miss', number % 25 = 1, 'low_confidence', number % 25 = 2, 'device_timeout', number % 50 = 3, 'device_error', 'default') AS reason,
+    toUInt8(multiIf(number % 10 = 9, 2, number % 25 IN (1, 2), 2, number % 50 = 3, 3, number % 40 = 5, 1, 0)) AS degrade_level,
+    [degrade_level] AS attempt_levels, ['ok'] AS attempt_outcomes, [100.0] AS attempt_latency_ms,
+    toUInt32(degrade_level >= 2) AS cloud_calls,
+    if(number % 10 = 9, NULL, (number % 1000) / 1000) AS confidence,
+    'logprob' AS confidence_source,
+    0.7 AS threshold,
+    2000 AS deadline_ms, 100 AS elapsed_ms, 50 + number % 900 AS latency_ms, NULL AS ttft_ms,
+    number % 3000 AS input_tokens, 20 AS output_tokens,
+    NULL AS app_id, NULL AS app_version, ['wifi', 'cellular', 'weak'][number % 3 + 1] AS network,
+    'mid' AS device_tier, false AS has_pii, '2026-11-01.1' AS policy_version,
+    'gemma3-270m' AS device_model, if(degrade_level >= 2, 'cloud-small', NULL) AS cloud_model,
+    if(number % 100 = 0, number % 7 != 0, NULL) AS shadow_agree,
+    NULL AS breaker_device, NULL AS breaker_cloud, 0.0001 * cloud_calls AS cost_usd,
+    NULL AS trace_id, NULL AS span_id,
+    'router.decisions.v1' AS kafka_topic, toUInt32(number % 3) AS kafka_partition, number AS kafka_offset,
+    now64(3) AS ingested_at
+FROM numbers({rows:UInt64})
+"""
+
+FILL_LABELS = """
+INSERT INTO routerscope.labels
+SELECT generateUUIDv4(number), toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC') + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) + toIntervalHour(1),
+       1, concat('r', toString(number)), ['human_review', 'validator'][number % 2 + 1],
+       number % 1000 > 300, number % 3 != 0, NULL,
+       'router.labels.v1', toUInt32(number % 3), number, now64(3)
+FROM numbers({rows:UInt64}) WHERE number % 50 = 0
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--days", type=int, default=8)
+    args = parser.parse_args()
+    start = END - timedelta(days=args.days)
+    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
+        settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
+        with open_warehouse(settings, purpose="bench") as client:
+            migrate(client)
+            params = {"start": start.strftime("%Y-%m-%d %H:%M:%S"), "span_ms": args.days * 86_400_000, "rows": args.rows}
+            print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
+            t = time.perf_counter()
+            client.command(FILL_DECISIONS, parameters=params)
+            client.command(FILL_LABELS, parameters=params)
+            fill_s = time.perf_counter() - t
+            # Time a settled warehouse, as a running system mostly is: let background merges finish.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and client.query("SELECT count() FROM system.merges").result_rows[0][0]:
+                time.sleep(0.5)
+
+            def timed(fn, repeat=3):
+                best = None
+                for _ in range(repeat):
+                    t0 = time.perf_counter()
+                    value = fn()
+                    elapsed = time.perf_counter() - t0
+                    best = elapsed if best is None else min(best, elapsed)
+                return best, value
+
+            # The same rows the metric set reads: the day and its 7-day baseline.
+            span = {"lo": (END - timedelta(days=8)).strftime("%Y-%m-%d %H:%M:%S"), "hi": END.strftime("%Y-%m-%d %H:%M:%S")}
+            count_sql = ("SELECT count() FROM routerscope.decisions FINAL "
+                         "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')}")
+            count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
+            metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
+    figures = {
+        "rows": args.rows,
+        "days": args.days,
+        "fill_seconds": round(fill_s, 2),
+        "count_final_seconds": round(count_s, 3),
+        "metrics_1d_with_7d_baseline_seconds": round(metrics_s, 3),
+        "ratio_metrics_to_count": round(metrics_s / count_s, 2),
+        "counted_rows": count,
+        "window_requests": result["overall"]["requests"],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
