@@ -188,7 +188,9 @@ def test_nested_units_of_work_in_one_process_share_the_client(warehouse_settings
 def test_migrate_command_and_unknown_dsn_scheme(home):
     ok = run_cli("migrate", env=clean_env(home))
     assert ok.returncode == 0, ok.stderr
-    assert "applied 5 migration(s)" in ok.stdout
+    from warehouse.migrate import discover
+
+    assert f"applied {len(discover())} migration(s)" in ok.stdout
     again = run_cli("migrate", env=clean_env(home))
     assert "up to date" in again.stdout
     bad = run_cli("migrate", env=clean_env(home, ROUTERSCOPE_CLICKHOUSE_DSN="mysql://db:3306/x"))
