@@ -14,11 +14,12 @@ from pipelines.metrics import (
     metrics_daily_job,
     metrics_daily_schedule,
 )
+from pipelines.quality import data_quality, quality_daily_job
 from pipelines.resources import RouterscopeResource
 
 defs = dg.Definitions(
-    assets=[ingest_topics, metrics_5m, metrics_daily],
-    jobs=[ingest_job, metrics_5m_job, metrics_daily_job],
+    assets=[ingest_topics, data_quality, metrics_5m, metrics_daily],
+    jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job],
     schedules=[metrics_5m_schedule, metrics_daily_schedule],
     sensors=[late_labels_sensor],
     resources={"routerscope": RouterscopeResource()},

@@ -8,17 +8,14 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from pipelines.ingest import TABLE_ASSETS
+from pipelines.partitions import DAILY, FIVE_MINUTES
+from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries import metric_windows
 
-PARTITIONS_START = "2026-01-01"
-FIVE_MINUTES = dg.TimeWindowPartitionsDefinition(
-    cron_schedule="*/5 * * * *", start=f"{PARTITIONS_START}-00:00", fmt="%Y-%m-%d-%H:%M", timezone="UTC"
-)
-DAILY = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC")
 FACTS = [TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"]]
 
 
@@ -56,15 +53,19 @@ def metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routers
     return _materialize(context, config, routerscope, "5m")
 
 
-@dg.asset(partitions_def=DAILY, deps=FACTS, group_name="metrics",
-          description="METRICS.md per day, with calibration (weekly tuning view).")  # fmt: skip
+@dg.asset(partitions_def=DAILY, deps=[*FACTS, data_quality], group_name="metrics",
+          description="METRICS.md per day, with calibration (weekly tuning view). Waits for the day's "
+                      "blocking data-quality checks when both run together.")  # fmt: skip
 def metrics_daily(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):
     return _materialize(context, config, routerscope, "1d")
 
 
 # In-process: chDB is one process at a time. Partitioning comes from the selected asset.
 metrics_5m_job = dg.define_asset_job("metrics_5m_job", selection=[metrics_5m], executor_def=dg.in_process_executor)
-metrics_daily_job = dg.define_asset_job("metrics_daily_job", selection=[metrics_daily], executor_def=dg.in_process_executor)
+# The day's data-quality suites run first; a blocking failure skips the day's metrics.
+metrics_daily_job = dg.define_asset_job(
+    "metrics_daily_job", selection=[data_quality, metrics_daily], executor_def=dg.in_process_executor
+)
 
 metrics_5m_schedule = dg.build_schedule_from_partitioned_job(metrics_5m_job)
 metrics_daily_schedule = dg.build_schedule_from_partitioned_job(metrics_daily_job, hour_of_day=0, minute_of_hour=15)

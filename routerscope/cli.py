@@ -140,6 +140,43 @@ def cmd_metrics(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_dq(args, settings: Settings) -> int:
+    from datetime import timedelta
+
+    from warehouse import quality
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+    from warehouse.queries.common import QueryWindow
+
+    if args.day:
+        start = _parse_time(args.day, "--day")
+        window = QueryWindow(start, start + timedelta(days=1))
+    with open_warehouse(settings, purpose="dq") as client:
+        migrate(client)
+        if not args.day:
+            window = quality.latest_window(client)
+        report = quality.run_suites(client, window, home=settings.home)
+        quality.store(client, report)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(f"data quality of [{report.window_start.isoformat()}, {report.window_end.isoformat()})")
+        for r in report.results:
+            status = "ok  " if r.success else ("FAIL" if r.blocking else "warn")
+            detail = "" if r.success else f"  {r.unexpected_count} unexpected of {r.element_count}"
+            sample = f"  e.g. {', '.join(r.sample_ids[:3])}" if r.sample_ids and not r.success else ""
+            print(f"  {status} {r.check}{detail}{sample}")
+        failures = report.blocking_failures
+        print(
+            f"{len(report.results)} checks, {len(report.failed())} failed "
+            f"({len(failures)} blocking: metrics for this window are held back); data docs: {report.docs_index}"
+            if failures
+            else f"{len(report.results)} checks, {len(report.failed())} warnings, no blocking failure; "
+            f"data docs: {report.docs_index}"
+        )
+    return 1 if report.blocking_failures else 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
@@ -245,9 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-n", type=_positive_int, default=30, help="minimum events behind a recommended threshold")
     p.set_defaults(func=cmd_metrics)
 
+    p = sub.add_parser("dq", help="run the data-quality suites on the latest day (exit 1 on a blocking failure)")
+    p.add_argument("--json", action="store_true", help="every check's result as JSON")
+    p.add_argument("--day", help="the UTC day to check, e.g. 2026-11-29 (default: the day of the newest event)")
+    p.set_defaults(func=cmd_dq)
+
     for name, help_ in (
         ("simulate", "fleet traffic through the router into Kafka"),
-        ("dq", "run the data-quality suites"),
         ("alerts", "evaluate and list alerts"),
         ("dashboard", "start the Streamlit dashboard"),
     ):

@@ -28,6 +28,10 @@ TABLE_BREAKER_EVENTS = "breaker_events"
 TABLE_QUARANTINE = "quarantine"
 TABLE_INGEST_OFFSETS = "ingest_offsets"
 TABLE_MIGRATIONS = "schema_migrations"
+TABLE_METRIC_WINDOWS = "metric_windows"
+TABLE_CALIBRATION_WINDOWS = "calibration_windows"
+TABLE_DQ_RESULTS = "dq_results"
+TABLE_LOADED_MESSAGES = "loaded_messages"
 
 # Which table each topic lands in.
 TOPIC_TABLE: dict[str, str] = {

@@ -39,7 +39,7 @@ from instrumentation.contract import CONTRACTS
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
 from routerscope.settings import Settings
-from warehouse.rows import FACTS, QUARANTINE_COLUMNS, kafka_time
+from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID, kafka_time
 
 DEFAULT_BATCH_SIZE = 20_000
 DEFAULT_IDLE_TIMEOUT_S = 1.0
@@ -94,11 +94,14 @@ class _Batch:
     def __init__(self):
         self.events: dict[str, tuple[list, list, list]] = {t: ([], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
+        self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
         self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last]
         self.counts: dict[tuple[str, int], list[int]] = {}  # -> [loaded, quarantined]
         self.size = 0
 
-    def add(self, topic: str, partition: int, offset: int, message) -> None:
+    def add(self, topic: str, partition: int, offset: int, message, landed: bool = False) -> None:
+        """Parse one message into the batch. `landed`: its row is already in the warehouse (an
+        earlier run died before recording its position): only its ledger row is written again."""
         rng = self.ranges.get((topic, partition))
         if rng is None:
             self.ranges[(topic, partition)] = [offset, offset]
@@ -110,11 +113,17 @@ class _Batch:
         raw = message.value()
         event, rules = CONTRACTS[topic].parse(raw) if raw is not None else (None, ["json.invalid"])
         if event is not None:
+            for column, value in zip(self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)):
+                column.append(value)
+            if landed:
+                return
             events, partitions, offsets = self.events[topic]
             events.append(event)
             partitions.append(partition)
             offsets.append(offset)
             counts[0] += 1
+            return
+        if landed:
             return
         counts[1] += 1
         key = message.key()
@@ -132,15 +141,6 @@ class _Batch:
             ),
         ):
             column.append(value)
-
-    def advance(self, topic: str, partition: int, offset: int) -> None:
-        """Cover an offset without a row (a skipped, already-loaded message)."""
-        rng = self.ranges.get((topic, partition))
-        if rng is None:
-            self.ranges[(topic, partition)] = [offset, offset]
-            self.counts[(topic, partition)] = [0, 0]
-        else:
-            rng[1] = offset
 
     def token(self, topics: Iterable[str] | None = None) -> str:
         """The insert deduplication token: the offset ranges this batch covers."""
@@ -213,7 +213,9 @@ class Loader:
         return found
 
     def write(self, client, batch: _Batch, states: dict[tuple[str, int], PartitionState], result: LoadResult) -> None:
-        """Insert one batch: facts per topic, then quarantine, then the positions that cover them."""
+        """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
+        positions that cover them (in that order: a crash leaves rows without a position, never a
+        position without its rows)."""
         for topic, (events, partitions, offsets) in batch.events.items():
             if not events:
                 continue
@@ -224,6 +226,14 @@ class Loader:
                 column_names=list(column_names),
                 column_oriented=True,
                 settings={"insert_deduplication_token": "facts;" + batch.token([topic]), **INSERT_SETTINGS},
+            )
+        if batch.ledger[0]:
+            client.insert(
+                f"{names.DATABASE}.{names.TABLE_LOADED_MESSAGES}",
+                batch.ledger,
+                column_names=list(LEDGER_COLUMNS),
+                column_oriented=True,
+                settings={"insert_deduplication_token": "ledger;" + batch.token(), **INSERT_SETTINGS},
             )
         if batch.quarantine[0]:
             client.insert(
@@ -360,7 +370,7 @@ class Loader:
                 state.next_offset = offset + 1
                 consumed += 1
                 if offset in state.skip:
-                    batch.advance(topic, partition, offset)
+                    batch.add(topic, partition, offset, message, landed=True)
                     result.skipped_already_loaded += 1
                 else:
                     batch.add(topic, partition, offset, message)

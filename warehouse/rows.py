@@ -46,6 +46,15 @@ BREAKER_COLUMNS = (
     "kafka_topic", "kafka_partition", "kafka_offset",
 )  # fmt: skip
 
+LEDGER_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "record_id", "event_time")
+
+# The id column of each topic's record (what the ledger stores as record_id).
+RECORD_ID = {
+    names.TOPIC_DECISIONS: "event_id",
+    names.TOPIC_LABELS: "label_id",
+    names.TOPIC_BREAKERS: "event_id",
+}
+
 QUARANTINE_COLUMNS = (
     "kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp",
     "raw", "rules", "error",
@@ -134,6 +143,12 @@ def breaker_columns(events: Sequence, topic: str, partitions: Sequence[int], off
         [e.trigger for e in events],
         *_lineage(topic, partitions, offsets),
     ]
+
+
+def ledger_columns(events: Sequence, topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
+    """The `loaded_messages` rows of loaded events (their Kafka coordinates and record ids)."""
+    id_field = RECORD_ID[topic]
+    return [*_lineage(topic, partitions, offsets), [getattr(e, id_field) for e in events], [e.event_time for e in events]]
 
 
 # topic -> (table, column names, column builder)

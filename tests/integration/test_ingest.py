@@ -384,6 +384,9 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == n_valid
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == n_valid  # not even unmerged doubles
     assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == n_bad
+    # the ledger names every loaded offset once, with the record it became
+    assert scalar(stack, "SELECT count() FROM routerscope.loaded_messages FINAL") == n_valid
+    assert scalar(stack, "SELECT uniqExact(record_id) FROM routerscope.loaded_messages") == n_valid
     stored = set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.decisions"))
     stored |= set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.quarantine"))
     ends = dict(query(stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition"))

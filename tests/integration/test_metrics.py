@@ -16,7 +16,7 @@ from tests.events import capability_miss, decision, dumps, iso, label, quality_f
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
-from warehouse.rows import FACTS
+from warehouse.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +101,8 @@ def insert(client, decisions: list[dict], labels: list[dict]) -> None:
         offsets = list(range(len(parsed)))
         client.insert(f"routerscope.{table}", build(parsed, topic, [0] * len(parsed), offsets),
                       column_names=list(columns), column_oriented=True)  # fmt: skip
+        client.insert("routerscope.loaded_messages", ledger_columns(parsed, topic, [0] * len(parsed), offsets),
+                      column_names=list(LEDGER_COLUMNS), column_oriented=True)  # fmt: skip
 
 
 @pytest.fixture

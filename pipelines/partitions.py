@@ -1,0 +1,9 @@
+"""The time partitions every windowed asset shares (METRICS.md windows are half-open, UTC)."""
+
+import dagster as dg
+
+PARTITIONS_START = "2026-01-01"
+FIVE_MINUTES = dg.TimeWindowPartitionsDefinition(
+    cron_schedule="*/5 * * * *", start=f"{PARTITIONS_START}-00:00", fmt="%Y-%m-%d-%H:%M", timezone="UTC"
+)
+DAILY = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC")

@@ -1,0 +1,88 @@
+"""Data-quality asset: the Great Expectations suites of `warehouse.quality` on each daily window.
+
+Its blocking checks stop `metrics_daily` for the same window when they fail (the metric asset
+depends on this one, so a run that selects both skips the metrics). Non-blocking findings
+(freshness, volume, label coverage) are warnings."""
+
+from datetime import timezone
+
+import dagster as dg
+
+from pipelines.ingest import TABLE_ASSETS
+from pipelines.partitions import DAILY
+from pipelines.resources import RouterscopeResource
+from routerscope import names
+from warehouse.client import open_warehouse
+from warehouse.migrate import migrate
+from warehouse.queries.common import QueryWindow
+
+ASSET = "data_quality"
+
+# Asset check → the warehouse.quality checks it summarises (by name prefix).
+BLOCKING = {
+    "decisions_contract": ("decisions.",),
+    "labels_contract": ("labels.",),
+    "breakers_contract": ("breakers.",),
+    "pipeline_completeness": ("pipeline.offsets.", "pipeline.quarantine_share"),
+}
+WARNING = {"pipeline_health": ("pipeline.freshness", "pipeline.volume", "pipeline.label_coverage")}
+
+
+class QualityConfig(dg.Config):
+    freshness_lag_s: float = 600.0
+    quarantine_share: float = 0.01
+    volume_low: float = 0.5
+    volume_high: float = 2.0
+    label_coverage: float = 0.01
+
+
+@dg.asset(
+    partitions_def=DAILY,
+    deps=[TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"], TABLE_ASSETS["breakers"]],
+    group_name="quality",
+    description="Great Expectations suites over one day of decisions, labels and breaker events.",
+    check_specs=[dg.AssetCheckSpec(name, asset=ASSET, blocking=True) for name in BLOCKING]
+    + [dg.AssetCheckSpec(name, asset=ASSET, blocking=False) for name in WARNING],
+)
+def data_quality(context: dg.AssetExecutionContext, config: QualityConfig, routerscope: RouterscopeResource):
+    from warehouse import quality
+
+    window = context.partition_time_window
+    settings = routerscope.settings()
+    thresholds = quality.Thresholds(**config.model_dump())
+    with open_warehouse(settings, purpose="data quality") as client:
+        migrate(client)
+        report = quality.run_suites(
+            client,
+            QueryWindow(window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)),
+            home=settings.home,
+            thresholds=thresholds,
+        )
+        quality.store(client, report)
+    yield dg.MaterializeResult(
+        metadata={
+            "checks": len(report.results),
+            "failed": len(report.failed()),
+            "blocking_failures": ", ".join(r.check for r in report.blocking_failures) or "none",
+            "data_docs": dg.MetadataValue.path(report.docs_index) if report.docs_index else None,
+            "results_table": f"{names.DATABASE}.{names.TABLE_DQ_RESULTS}",
+        }
+    )
+    for checks, severity in ((BLOCKING, dg.AssetCheckSeverity.ERROR), (WARNING, dg.AssetCheckSeverity.WARN)):
+        for check_name, prefixes in checks.items():
+            mine = [r for r in report.results if r.check.startswith(prefixes)]
+            failed = [r for r in mine if not r.success]
+            yield dg.AssetCheckResult(
+                check_name=check_name,
+                passed=not failed,
+                severity=severity,
+                metadata={
+                    "failed": ", ".join(f"{r.check} ({r.unexpected_count})" for r in failed) or "none",
+                    "sample_ids": ", ".join(sorted({i for r in failed for i in r.sample_ids})[:10]) or "none",
+                },
+            )
+
+
+quality_daily_job = dg.define_asset_job(
+    "quality_daily_job", selection=[data_quality], executor_def=dg.in_process_executor
+)
