@@ -4,6 +4,7 @@ No import-time side effects: nothing connects to a broker or opens the warehouse
 
 import dagster as dg
 
+from pipelines.alerting import alerts_after_metrics, alerts_job
 from pipelines.ingest import ingest_job, ingest_topics
 from pipelines.metrics import (
     late_labels_sensor,
@@ -19,8 +20,8 @@ from pipelines.resources import RouterscopeResource
 
 defs = dg.Definitions(
     assets=[ingest_topics, data_quality, metrics_5m, metrics_daily],
-    jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job],
+    jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job, alerts_job],
     schedules=[metrics_5m_schedule, metrics_daily_schedule],
-    sensors=[late_labels_sensor],
+    sensors=[late_labels_sensor, alerts_after_metrics],
     resources={"routerscope": RouterscopeResource()},
 )

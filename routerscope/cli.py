@@ -177,6 +177,32 @@ def cmd_dq(args, settings: Settings) -> int:
     return 1 if report.blocking_failures else 0
 
 
+def cmd_alerts(args, settings: Settings) -> int:
+    from routerscope import alerts
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+
+    with open_warehouse(settings, purpose="alerts") as client:
+        migrate(client)
+        result = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook)
+    if args.json:
+        _print_json(result.as_dict())
+        return 0
+    print(f"alerts evaluated at {result.as_dict()['evaluated_at']} (rules {result.rule_version})")
+    if not result.firing:
+        print("  nothing firing")
+    for a in result.firing:
+        new = "NEW " if a in result.fired else ""
+        rollback = "  → ROLLBACK RECOMMENDED" if a.action == "rollback" else ""
+        print(f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) since {a.first_seen:%Y-%m-%d %H:%M}{rollback}")
+    for a in result.recently_resolved:
+        print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
+    if result.delivery_failures:
+        print(f"routerscope: warning: {result.delivery_failures} notification(s) could not be delivered to "
+              "ROUTERSCOPE_ALERT_WEBHOOK; they stay pending and are retried at the next evaluation", file=sys.stderr)  # fmt: skip
+    return 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
@@ -287,9 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--day", help="the UTC day to check, e.g. 2026-11-29 (default: the day of the newest event)")
     p.set_defaults(func=cmd_dq)
 
+    p = sub.add_parser("alerts", help="evaluate the alert rules now; list firing and recently resolved alerts")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_alerts)
+
     for name, help_ in (
         ("simulate", "fleet traffic through the router into Kafka"),
-        ("alerts", "evaluate and list alerts"),
         ("dashboard", "start the Streamlit dashboard"),
     ):
         p = sub.add_parser(name, help=help_)

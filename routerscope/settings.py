@@ -121,6 +121,7 @@ class Settings:
     kafka_security: KafkaSecurity
     topic_partitions: int
     alert_webhook: str | None
+    alert_rules: Path | None = None  # None: the defaults shipped in routerscope/alert_rules.yaml
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> "Settings":
@@ -146,6 +147,7 @@ class Settings:
             kafka_security=security,
             topic_partitions=_int_env(env, "ROUTERSCOPE_TOPIC_PARTITIONS", 3),
             alert_webhook=env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None,
+            alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve() if env.get("ROUTERSCOPE_ALERT_RULES") else None,
         )
 
     @property

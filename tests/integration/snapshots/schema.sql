@@ -1,3 +1,9 @@
+-- alert_deliveries
+CREATE TABLE routerscope.alert_deliveries (`alert_key` String, `first_seen` DateTime64(3, 'UTC'), `event` LowCardinality(String), `attempt` UInt8, `status_code` Nullable(UInt16), `error` String, `attempted_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY (alert_key, first_seen, attempted_at) SETTINGS index_granularity = 8192;
+
+-- alerts
+CREATE TABLE routerscope.alerts (`alert_key` String, `first_seen` DateTime64(3, 'UTC'), `rule` LowCardinality(String), `task_type` LowCardinality(String), `severity` LowCardinality(String), `action` LowCardinality(String), `summary` String, `status` LowCardinality(String), `last_seen` DateTime64(3, 'UTC'), `resolved_at` Nullable(DateTime64(3, 'UTC')), `trip_values` String, `rule_version` LowCardinality(String), `notify_state` LowCardinality(String), `updated_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (alert_key, first_seen) SETTINGS index_granularity = 8192;
+
 -- breaker_events
 CREATE TABLE routerscope.breaker_events (`event_id` UUID, `event_time` DateTime64(3, 'UTC'), `schema_version` UInt8, `instance_id` String, `boundary` LowCardinality(String), `from_state` LowCardinality(String), `to_state` LowCardinality(String), `failure_rate` Float64, `window_s` Float64, `trigger` LowCardinality(Nullable(String)), `kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3), INDEX kafka_offset_minmax kafka_offset TYPE minmax GRANULARITY 1) ENGINE = ReplacingMergeTree ORDER BY (instance_id, boundary, event_time, event_id) SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
 

@@ -1,0 +1,226 @@
+"""Alert lifecycle and delivery against a real warehouse and a real HTTP receiver on loopback; and
+an injected incident that goes through the broker and the loader and raises exactly its alerts."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from routerscope import alerts, broker
+from tests.conftest import clean_env, free_port, run_cli, settings_for
+from tests.events import breaker, decision, dumps, iso
+from warehouse.client import open_warehouse
+from warehouse.loader import load
+from warehouse.metrics import compute, empty_group
+from warehouse.migrate import migrate
+from warehouse.queries.metric_windows import write_window
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+STEP = timedelta(minutes=5)
+RULES = """
+version: "test-1"
+rules:
+  - name: fallback_rate_high
+    summary: Device fallback rate over its limit
+    metric: fallback_rate
+    scope: per_task_type
+    grain: 5m
+    op: ">"
+    limit: 0.3
+    windows: 3
+    min_n: 30
+    denominator: device_entered
+    severity: ticket
+"""
+
+
+class Receiver:
+    """A webhook on loopback that answers with the given status codes in turn (then 200)."""
+
+    def __init__(self, statuses=()):
+        self.statuses = list(statuses)
+        self.received: list[dict] = []
+        self.attempts = 0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.attempts += 1
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                if status == 200:
+                    receiver.received.append(json.loads(body))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def warehouse(home):
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        yield client
+
+
+def window(client, i: int, fallback_rate: float | None, entered: int = 100, task_type: str = "intent_classify"):
+    """Store 5-minute window number i with one task type's fallback rate."""
+    group = empty_group()
+    group.update(requests=entered, device_entered=entered, fallback_rate=fallback_rate)
+    start = T0 + i * STEP
+    write_window(client, "5m", start, start + STEP,
+                 {"overall": empty_group(), "by_task_type": {task_type: group}, "calibration": {}})  # fmt: skip
+
+
+def test_fire_once_stay_quiet_then_resolve_once(warehouse, receiver, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+
+    def run():
+        return alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+
+    window(warehouse, 0, 0.5)
+    window(warehouse, 1, 0.5)
+    assert run().fired == []  # two breaching windows: N-1, nothing yet
+    window(warehouse, 2, 0.5)
+    first = run()
+    assert [a.alert_key for a in first.fired] == ["fallback_rate_high|intent_classify"]
+    assert first.firing[0].first_seen == T0
+    window(warehouse, 3, 0.6)
+    still = run()
+    assert still.fired == [] and len(still.firing) == 1  # no repeat notification
+    window(warehouse, 4, 0.1)
+    done = run()
+    assert [a.alert_key for a in done.resolved] == ["fallback_rate_high|intent_classify"]
+    assert done.firing == [] and len(done.recently_resolved) == 1
+    assert [m["text"].split()[0] for m in receiver.received] == ["FIRING", "RESOLVED"]
+    assert "intent_classify" in receiver.received[0]["text"]
+    # the stored episode: first/last seen, the tripping values, the rules' version
+    row = warehouse.query("SELECT status, first_seen, last_seen, trip_values, rule_version FROM routerscope.alerts FINAL").result_rows
+    assert len(row) == 1
+    status, first_seen, last_seen, trip, version = row[0]
+    assert status == "resolved" and version == "test-1"
+    assert first_seen.replace(tzinfo=timezone.utc) == T0 and last_seen.replace(tzinfo=timezone.utc) == T0 + 4 * STEP
+    assert [w["value"] for w in json.loads(trip)["windows"]] == [0.5, 0.5, 0.5, 0.6]
+
+
+def test_two_server_errors_then_success_delivers_exactly_once(warehouse, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    receiver = Receiver(statuses=[500, 500])
+    try:
+        for i in range(3):
+            window(warehouse, i, 0.9)
+        result = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        assert result.delivery_failures == 0
+        assert receiver.attempts == 3 and len(receiver.received) == 1
+        attempts = warehouse.query("SELECT attempt, status_code FROM routerscope.alert_deliveries ORDER BY attempt").result_rows
+        assert attempts == [(1, 500), (2, 500), (3, 200)]
+    finally:
+        receiver.close()
+
+
+def test_an_undeliverable_alert_stays_pending_and_is_sent_later(warehouse, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    for i in range(3):
+        window(warehouse, i, 0.9)
+    dead = f"http://127.0.0.1:{free_port()}/nobody-listens"
+    failed = alerts.run(warehouse, rules_path=rules, webhook=dead, retries=2, backoff_s=0.01)
+    assert failed.delivery_failures == 1 and len(failed.firing) == 1
+    assert failed.firing[0].notify_state == "pending"
+    receiver = Receiver()
+    try:
+        later = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        assert later.fired == []  # the same episode, not a new alert
+        assert len(receiver.received) == 1 and receiver.received[0]["text"].startswith("FIRING")
+        again = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        assert len(receiver.received) == 1 and again.delivery_failures == 0
+    finally:
+        receiver.close()
+
+
+def test_an_injected_device_outage_raises_exactly_its_alerts(home, receiver):
+    """An hour of traffic whose last 15 minutes lose the device: through Kafka and the loader, the
+    5-minute metrics, then the default rules."""
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    try:
+        start = T0
+        outage = start + timedelta(minutes=45)
+        lines = []
+        for i in range(60 * 12):  # one request every 5 s for an hour
+            t = start + timedelta(seconds=5 * i)
+            common = dict(event_id=f"00000000-0000-4000-8000-{i:012d}", request_id=f"r{i}", session_id=f"s{i % 40}",
+                          event_time=iso(t))  # fmt: skip
+            if t < outage:
+                lines.append(dumps(decision(**common)))
+            else:
+                lines.append(dumps(decision(**common, entered_device=False, reason="device_unavailable", degrade_level=2,
+                                            cloud_calls=1, confidence=None, cloud_model="cloud-small",
+                                            attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600.0}])))  # fmt: skip
+        (home / "decisions.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+        (home / "breakers.jsonl").write_bytes(
+            dumps(breaker(boundary="device", from_state="closed", to_state="open", event_time=iso(outage), trigger="load_failure")) + b"\n"
+        )
+        env = clean_env(home)
+        for topic, name in (("decisions", "decisions.jsonl"), ("breakers", "breakers.jsonl")):
+            assert run_cli("produce", str(home / name), "--topic", topic, "--quiet", env=env).returncode == 0
+        loaded = load(settings, idle_timeout_s=0.5)
+        assert loaded.loaded["decisions"] == 720
+        with open_warehouse(settings) as client:
+            for k in range(12):
+                w0 = start + k * STEP
+                write_window(client, "5m", w0, w0 + STEP, compute(client, w0, w0 + STEP))
+            result = alerts.run(client, webhook=receiver.url, now=start + timedelta(hours=1, minutes=1), backoff_s=0.01)
+        # Expected: the bypass page (>50 % of 60 requests per window, from the first outage window), the
+        # open device breaker, and L2/L3 drift: all traffic moved to L2 against a 7-day baseline that
+        # (here) is the 45 device-served minutes, for the 3 outage windows. Nothing else: fallback
+        # rates over the device-entered denominator stay 0, no labels, no quarantine, fresh data.
+        assert sorted(a.alert_key for a in result.firing) == ["device_breaker_open|", "device_bypass|", "l2_l3_drift|"]
+        bypass = next(a for a in result.firing if a.rule == "device_bypass")
+        assert bypass.severity == "page"
+        assert bypass.first_seen == outage  # the first bypassed window
+        assert len(receiver.received) == 3
+    finally:
+        broker.stop(settings)
+
+
+def test_alerts_command_lists_firing_alerts(home, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        for i in range(3):
+            window(client, i, 0.9)
+    env = clean_env(home, ROUTERSCOPE_ALERT_RULES=str(rules))
+    done = run_cli("alerts", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert [a["alert_key"] for a in out["firing"]] == ["fallback_rate_high|intent_classify"]
+    assert out["firing"][0]["notify_state"] == "no_webhook"
+    human = run_cli("alerts", env=env)
+    assert "FIRING [ticket] Device fallback rate over its limit (intent_classify)" in human.stdout
+    bad = run_cli("alerts", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(tmp_path / "missing.yaml")))
+    assert bad.returncode == 2 and "cannot read alert rules" in bad.stderr

@@ -1,0 +1,86 @@
+"""Alert rules: the consecutive-window logic, table-driven, and the rules file's validation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from routerscope.alerts import Point, Rule, evaluate, load_rules
+from routerscope.errors import ConfigError
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+STEP = timedelta(minutes=5)
+RULE = Rule(name="fb", summary="fallback high", metric="fallback_rate", scope="per_task_type", grain="5m", op=">",
+            limit=0.3, windows=3, severity="ticket", min_n=30, denominator="device_entered")  # fmt: skip
+
+
+def series(*values, n=100):
+    """Windows T0, T0+5m, …; a value of None leaves a gap (no window stored)."""
+    return [Point(T0 + i * STEP, v, n) for i, v in enumerate(values) if v != "gap"]
+
+
+@pytest.mark.parametrize(
+    "name, points, fires, first_index",
+    [
+        ("no breach", series(0.1, 0.2, 0.1), False, None),
+        ("N-1 breaching windows do not fire", series(0.1, 0.5, 0.5), False, None),
+        ("N breaching windows fire", series(0.1, 0.5, 0.5, 0.5), True, 1),
+        ("a longer streak starts where it began", series(0.5, 0.5, 0.5, 0.5, 0.5), True, 0),
+        ("the latest window clear resolves", series(0.5, 0.5, 0.5, 0.2), False, None),
+        ("a gap window breaks the streak", series(0.5, 0.5, "gap", 0.5, 0.5), False, None),
+        ("at the limit is not over it", series(0.3, 0.3, 0.3), False, None),
+        ("a null rate (empty denominator) never breaches", series(None, None, None), False, None),
+        ("min-sample guard: 3 requests cannot page", series(0.9, 0.9, 0.9, n=3), False, None),
+        ("min-sample guard: exactly min_n counts", series(0.9, 0.9, 0.9, n=30), True, 0),
+    ],
+)
+def test_consecutive_window_rule(name, points, fires, first_index):
+    latest = max(p.start for p in points) if points else T0
+    verdict = evaluate(RULE, points, latest)
+    assert verdict.breaching is fires, name
+    if fires:
+        assert verdict.first_seen == T0 + first_index * STEP
+        assert verdict.last_seen == latest + STEP
+
+
+def test_a_window_below_the_sample_guard_in_the_middle_breaks_the_streak():
+    points = series(0.9, 0.9, 0.9) + [Point(T0 + 3 * STEP, 0.9, 2)] + [Point(T0 + 4 * STEP, 0.9, 100)]
+    assert not evaluate(RULE, points, T0 + 4 * STEP).breaching
+
+
+def test_equality_rules_on_flags():
+    drift = Rule(name="d", summary="drift", metric="l2_l3_drift.drifting", scope="overall", grain="5m", op="==",
+                 limit=True, windows=2, severity="ticket")  # fmt: skip
+    assert evaluate(drift, series(True, True), T0 + STEP).breaching
+    assert not evaluate(drift, series(True, False), T0 + STEP).breaching
+
+
+def test_default_rules_load_and_cover_design_section_4():
+    version, rules = load_rules()
+    assert version
+    names = {r.name for r in rules}
+    assert {"fallback_rate_high", "l2_l3_drift", "device_bypass", "cloud_breaker_open", "false_fallback_high",
+            "rollback_route_accuracy", "rollback_offload_failure", "rollback_degrade_trigger", "ingest_stale",
+            "quarantine_share_high", "data_quality_blocking"} <= names  # fmt: skip
+    assert {r.name for r in rules if r.action == "rollback"} == {n for n in names if n.startswith("rollback_")}
+    assert all(r.windows == 3 for r in rules if r.action == "rollback")
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("rules: []", "version"),
+        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '~', limit: 1, windows: 1, severity: page}", "op must be"),
+        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 0, severity: page}", "windows must be"),
+        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: loud}", "severity"),
+        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page, colour: red}", "unknown field"),
+        ("version: 1\nrules:\n  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page}", "grain `now`"),
+        ("version: [", "cannot read"),
+    ],
+)  # fmt: skip
+def test_a_bad_rules_file_is_one_clear_error(tmp_path, body, message):
+    path = tmp_path / "rules.yaml"
+    path.write_text(body)
+    with pytest.raises(ConfigError, match=message):
+        load_rules(path)
