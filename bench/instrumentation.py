@@ -1,0 +1,90 @@
+"""Instrumentation benchmark: the cost of a bare OpenTelemetry span against the full per-decision
+instrumentation, in the same run, and the enqueue cost with the broker down.
+
+    .venv/bin/python bench/instrumentation.py [--decisions 50000]
+
+(a) a bare span with as many attributes as the decision span; (b) the full instrumentation of one
+decision — decision span, attempt spans, metrics, encoding and enqueue — measured as
+InstrumentedRouter.route minus Router.route on instant backends; (c) `KafkaEmitter.emit` alone with
+no broker listening (everything goes to the spool in the background). Prints p50/p99 in µs and the
+ratio of (b) to (a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+
+from instrumentation.emitter import KafkaEmitter, Message  # noqa: E402
+from instrumentation.telemetry import InstrumentedRouter, Telemetry  # noqa: E402
+from router.backends import InstantCloud, InstantDevice  # noqa: E402
+from router.engine import Request, Router  # noqa: E402
+
+
+def pct(samples, q):
+    samples = sorted(samples)
+    return round(samples[min(len(samples) - 1, int(q * len(samples)))] / 1000, 2)
+
+
+def timed(fn, n):
+    perf, out = time.perf_counter_ns, []
+    for _ in range(n):
+        t = perf()
+        fn()
+        out.append(perf() - t)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--decisions", type=int, default=50_000)
+    args = parser.parse_args()
+    n = args.decisions
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
+        emitter = KafkaEmitter({"bootstrap_servers": "127.0.0.1:9", "max_block_ms": 500, "bootstrap_timeout_ms": 500},
+                               Path(tmp) / "spool", queue_size=n + 10)  # fmt: skip
+        tracer_provider, meter_provider = TracerProvider(), MeterProvider()
+        tracer = tracer_provider.get_tracer("bench")
+        attrs = {f"router.attr{i}": i for i in range(10)}
+
+        def bare_span():
+            with tracer.start_as_current_span("route x") as span:
+                span.set_attributes(attrs)
+
+        req = Request(task_type="short_reply", text="hello", session_id="s1", expected_output_tokens=20)
+        plain = Router(InstantDevice(), InstantCloud())
+        instrumented = InstrumentedRouter(Router(InstantDevice(), InstantCloud()), Telemetry(emitter, tracer_provider, meter_provider))
+        for _ in range(2000):  # warm-up
+            bare_span(), plain.route(req), instrumented.route(req)
+        bare = timed(bare_span, n)
+        base = timed(lambda: plain.route(req), n)
+        full = timed(lambda: instrumented.route(req), n)
+        message = Message("router.decisions.v1", b"k", b'{"event_id": "x"}')
+        enqueue = timed(lambda: emitter.emit(message), n)
+        overhead = [max(0, f - b) for f, b in zip(sorted(full), sorted(base))]
+        figures = {
+            "decisions": n,
+            "bare_span_us": {"p50": pct(bare, 0.5), "p99": pct(bare, 0.99)},
+            "router_alone_us": {"p50": pct(base, 0.5), "p99": pct(base, 0.99)},
+            "router_instrumented_us": {"p50": pct(full, 0.5), "p99": pct(full, 0.99)},
+            "instrumentation_us": {"p50": pct(overhead, 0.5), "p99": pct(overhead, 0.99)},
+            "ratio_instrumentation_to_bare_span_p50": round(pct(overhead, 0.5) / pct(bare, 0.5), 2),
+            "enqueue_broker_down_us": {"p50": pct(enqueue, 0.5), "p99": pct(enqueue, 0.99)},
+            "targets": {"ratio": 3, "enqueue_p99_us": 100},
+        }
+        emitter.close(timeout_s=0.5)  # the unsent rest stays in the (temporary) spool
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""OpenTelemetry for the router: one span per decision, one child span per attempt, metrics, and the
+decision event to Kafka with the trace context in its headers.
+
+`InstrumentedRouter(router, telemetry).route(request)` is what an application calls. The decision
+span `route {task_type}` (INTERNAL) carries the decision as `router.*` attributes; each attempt is a
+child span with GenAI attributes and `error.type` on failure. Counters of decisions by task type ×
+fallback type × reason × level and a latency histogram go to the meter (no session ids as metric
+attributes). Nothing is exported anywhere by default except the events to Kafka; set the standard
+`OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans
+and metrics over OTLP/HTTP. Identifiers that look like personal data are scrubbed
+(`instrumentation.pii`) before they enter a span or an event.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import msgspec
+from opentelemetry import metrics, trace
+from opentelemetry.propagate import inject
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from instrumentation import attributes as A
+from instrumentation.emitter import KafkaEmitter, Message
+from instrumentation.pii import scrub
+from routerscope import names
+
+PROVIDER_DEVICE = "llama.cpp"
+PROVIDER_CLOUD = "openai"
+
+
+def setup_providers(service_name: str = "routerscope-router"):
+    """Tracer and meter providers: OTLP/HTTP export only when OTEL_EXPORTER_OTLP_* asks for it."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    resource = Resource.create({"service.name": service_name})
+    tracer_provider = TracerProvider(resource=resource)
+    readers = []
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)
+
+
+class Telemetry:
+    def __init__(self, emitter: KafkaEmitter | None, tracer_provider=None, meter_provider=None):
+        self.emitter = emitter
+        self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("routerscope.router")
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("routerscope.router")
+        self.decisions = meter.create_counter(A.METRIC_DECISIONS, unit="{decision}", description="routing decisions")
+        self.latency = meter.create_histogram(A.METRIC_LATENCY, unit="ms", description="decision latency, model time included")
+        if emitter is not None:
+            meter.create_observable_counter(A.METRIC_EVENTS, callbacks=[self._event_counts], unit="{event}",
+                                            description="decision events by state: emitted, delivered, spooled, dropped")  # fmt: skip
+
+    def _event_counts(self, options):
+        from opentelemetry.metrics import Observation
+
+        counts = self.emitter.counters()
+        return [Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")]
+
+    def send(self, topic: str, key: str | None, event) -> None:
+        if self.emitter is None:
+            return
+        carrier: dict[str, str] = {}
+        inject(carrier)  # W3C traceparent of the current span
+        self.emitter.emit(Message(topic, None if key is None else key.encode(), msgspec.json.encode(event),
+                                  tuple((k, v.encode()) for k, v in carrier.items())))  # fmt: skip
+
+
+class InstrumentedRouter:
+    """A Router whose every decision is a span, metrics and a decision event on Kafka."""
+
+    def __init__(self, router, telemetry: Telemetry):
+        self.router, self.telemetry = router, telemetry
+        router.on_event = lambda e: None  # events leave from here, enriched with the trace ids
+        router.on_breaker_event = lambda e: telemetry.send(names.TOPIC_BREAKERS, e.instance_id, e)
+
+    def route(self, request):
+        tel = self.telemetry
+        started_ns = time.time_ns()
+        with tel.tracer.start_as_current_span(f"route {request.task_type}", kind=SpanKind.INTERNAL,
+                                              start_time=started_ns) as span:  # fmt: skip
+            response, event = self.router.route(request)
+            session = scrub(event.session_id)
+            event = msgspec.structs.replace(event, session_id=session, request_id=scrub(event.request_id),
+                                            app_id=scrub(event.app_id), device_tier=scrub(event.device_tier))  # fmt: skip
+            ctx = span.get_span_context()
+            if span.is_recording():
+                span.set_attributes({
+                    A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
+                    A.ROUTER_REASON: event.reason, A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
+                    A.ROUTER_CLOUD_CALLS: event.cloud_calls, A.ROUTER_POLICY_VERSION: event.policy_version,
+                    A.ROUTER_ENTERED_DEVICE: event.entered_device, A.ROUTER_MODE: event.mode,
+                    A.GEN_AI_CONVERSATION_ID: session,
+                })  # fmt: skip
+                if event.confidence is not None:
+                    span.set_attribute(A.ROUTER_CONFIDENCE, event.confidence)
+                if event.threshold is not None:
+                    span.set_attribute(A.ROUTER_THRESHOLD, event.threshold)
+                self._attempt_spans(event, started_ns, session)
+            if ctx.is_valid:
+                event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
+        attrs = {"task_type": event.task_type, "fallback_type": event.fallback_type, "reason": event.reason,
+                 "degrade_level": event.degrade_level}  # fmt: skip
+        tel.decisions.add(1, attrs)
+        tel.latency.record(event.latency_ms, {"task_type": event.task_type, "degrade_level": event.degrade_level})
+        return response, event
+
+    def _attempt_spans(self, event, started_ns: int, session: str) -> None:
+        t = started_ns
+        for attempt in event.attempts:
+            on_device = attempt.level <= 1
+            if attempt.level == 4:
+                model, provider = "canned", "routerscope"
+            elif on_device:
+                model, provider = event.device_model or "device", PROVIDER_DEVICE
+            else:
+                model, provider = event.cloud_model or "cloud", PROVIDER_CLOUD
+            end = t + int(attempt.latency_ms * 1e6)
+            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT if not on_device else SpanKind.INTERNAL,
+                                                     start_time=t)  # fmt: skip
+            child.set_attributes({
+                A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_PROVIDER_NAME: provider, A.GEN_AI_REQUEST_MODEL: model,
+                A.GEN_AI_CONVERSATION_ID: session, A.ROUTER_ATTEMPT_LEVEL: attempt.level,
+                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome, A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+            })  # fmt: skip
+            if attempt is event.attempts[-1]:
+                child.set_attribute(A.GEN_AI_USAGE_OUTPUT_TOKENS, event.output_tokens)
+            if attempt.outcome not in ("ok",):
+                child.set_attribute(A.ERROR_TYPE, attempt.outcome)
+                child.set_status(Status(StatusCode.ERROR, attempt.outcome))
+            child.end(end_time=end)
+            t = end
+
+
+def producer_config(settings) -> dict:
+    """kafka-python producer options for the emitter: idempotent, acks=all, batched, compressed."""
+    return {
+        "bootstrap_servers": settings.kafka_bootstrap(),
+        "acks": "all",
+        "enable_idempotence": True,
+        "linger_ms": 20,
+        "compression_type": "gzip",
+        "max_block_ms": 2000,
+        "bootstrap_timeout_ms": 2000,  # an unreachable broker fails the sender fast (then: spool)
+        "request_timeout_ms": 5000,
+        **settings.kafka_security.kafka_python(),
+    }
