@@ -17,6 +17,12 @@ class RouterscopeResource(dg.ConfigurableResource):
     kafka_bootstrap: Optional[str] = None
     clickhouse_dsn: Optional[str] = None
 
+    @classmethod
+    def for_settings(cls, settings: Settings) -> "RouterscopeResource":
+        """The resource that points where `settings` points (for runs launched from Python)."""
+        return cls(home=str(settings.home), kafka_bootstrap=settings.kafka_bootstrap(),
+                   clickhouse_dsn=settings.warehouse.raw)  # fmt: skip
+
     def settings(self) -> Settings:
         env = dict(os.environ)
         for name, value in (

@@ -10,7 +10,8 @@ from typing import Any
 from routerscope.errors import RouterscopeError
 
 
-def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict | None = None):
+def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict | None = None,
+            partition_key: str | None = None, raise_on_error: bool = True):
     """Execute job `name` in process with an ephemeral instance; returns the Dagster result.
 
     A failure inside a step re-raises the step's own exception, so a RouterscopeError reaches the
@@ -28,6 +29,8 @@ def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict
             run_config=run_config,
             instance=dg.DagsterInstance.ephemeral(),
             resources=resources,
+            partition_key=partition_key,
+            raise_on_error=raise_on_error,
         )
     except dg.DagsterExecutionStepExecutionError as exc:
         cause = exc.user_exception or exc.__cause__

@@ -203,29 +203,45 @@ def cmd_alerts(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_simulate(args, settings: Settings) -> int:
+    from datetime import timedelta
+
+    from routerscope.demo import simulate
+
+    sim = simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), corrupt=args.corrupt)
+    print(
+        f"SIMULATED fleet: {sim['requests']} requests, {sim['labels']} labels, {sim['corrupt']} corrupted messages "
+        f"from {sim['start']:%Y-%m-%d %H:%M} to {sim['end']:%H:%M} UTC; delivered {sim['delivered']}, "
+        f"spooled {sim['spooled']}, dropped {sim['dropped']}"
+    )
+    return 0
+
+
 def cmd_demo(args, settings: Settings) -> int:
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
+    from routerscope.demo import run
 
-    print("routerscope demo — embedded mode" if not settings.kafka_bootstrap_env else "routerscope demo")
+    print("routerscope demo — a SIMULATED fleet through the real router, end to end")
     print(f"  home:      {settings.home}")
-    if settings.kafka_bootstrap_env:
-        from routerscope import kafka
-
-        created = kafka.ensure_topics(settings)
-        print(f"  kafka:     {settings.kafka_bootstrap_env} (configured; topics created: {len(created)})")
-    else:
-        st = broker.start(settings, port=args.port)
-        print(f"  kafka:     {st.bootstrap} (local Tansu broker, pid {st.pid})")
-    with open_warehouse(settings, purpose="demo") as client:
-        applied = migrate(client)
-        tables = client.query(
-            "SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
-            parameters={"db": names.DATABASE},
-        ).result_rows
-    print(f"  warehouse: {settings.warehouse.redacted()} ({len(applied)} migration(s) applied)")
-    print(f"  tables:    {', '.join(r[0] for r in tables)}")
-    print("The simulated fleet, ingest, metrics, checks, alerts and dashboard join this command as they land.")
+    print(f"  warehouse: {settings.warehouse.redacted()}")
+    out = run(settings, requests=args.requests, seed=args.seed, port=args.port, span_minutes=args.span_minutes)
+    s = out["summary"]["overall"]
+    pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    print(f"  kafka:     {out['kafka']}")
+    print(f"  loaded:    {out['loaded']}")
+    print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
+    print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
+    print(f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})")
+    print(f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
+          f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}")  # fmt: skip
+    print(f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {s['cloud_calls_per_session']['mean']}")
+    print("  alerts raised during the run:" + ("" if out["fired"] else " none"))
+    for line in out["fired"]:
+        print(f"    {line}")
+    print(f"  firing now: {', '.join(out['firing']) or 'none'}")
+    for day, q in out["quality"].items():
+        print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
+    print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
+          "`dagster dev -m pipelines.definitions`. (The Streamlit dashboard is not in this version yet.)")
     return 0
 
 
@@ -262,9 +278,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"routerscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("demo", help="the main job: broker, warehouse, and everything else, embedded")
+    p = sub.add_parser("demo", help="the main job: a SIMULATED fleet through the real router, end to end")
     p.add_argument("--port", type=int, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
+    p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--no-dashboard", action="store_true", help="accepted for scripts; the dashboard is not in this version yet")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
+    p.add_argument("--requests", type=_positive_int, default=10_000)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--corrupt", type=int, default=0, help="malformed messages to produce as well (for the quarantine)")
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("broker", help="the local development broker (Tansu on 127.0.0.1)")
     bsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -318,7 +345,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_alerts)
 
     for name, help_ in (
-        ("simulate", "fleet traffic through the router into Kafka"),
         ("dashboard", "start the Streamlit dashboard"),
     ):
         p = sub.add_parser(name, help=help_)

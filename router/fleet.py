@@ -1,0 +1,206 @@
+"""The simulated fleet (clearly labelled SIMULATED wherever it shows): statistical device and cloud
+behaviours driving the **real** router code, labels the way a review process would produce them,
+and scripted incidents on a timeline.
+
+* Device: per task type, confidence ~ Beta; time to first token and decode speed by device tier,
+  slowed by load; during a **thermal episode** decode speed drops to a third and long answers time
+  out. Whether an answer is acceptable depends on its confidence (calibrated), except that one task
+  type's top confidence bucket is deliberately over-confident (`short_summary`).
+* Cloud: log-normal latency and a small error rate; during a **cloud outage** every call fails, so
+  the cloud breaker opens and traffic stays on the device.
+* A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
+  `short_reply` (hot reload, new policy_version); false fallbacks jump until it is rolled back.
+* Labels for a sampled share of device-judged requests, from mixed sources, some days late.
+* `corrupt` malformed messages are produced as they are, for the loader to quarantine.
+
+Simulated time runs from `start` over `span`; the router's clock and event times follow it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable
+
+from instrumentation.events import LabelEvent
+from router.backends import CloudResult, DeviceResult
+from router.engine import Request, Router
+from router.policy import DEFAULT_POLICY, PolicyStore
+
+TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected output tokens)
+    "intent_classify": (0.30, (14, 2), 4),
+    "short_reply": (0.25, (12, 2.5), 40),
+    "short_summary": (0.15, (12, 2), 120),
+    "slot_extract": (0.10, (14, 2), 30),
+    "long_summary": (0.10, (2, 2), 400),
+    "multi_step_tools": (0.05, (2, 2), 200),
+    "tool_call": (0.05, (16, 2), 60),
+}
+TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
+NETWORKS = ("wifi", "wifi", "cellular", "weak")
+LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
+
+
+@dataclass(frozen=True)
+class Incidents:
+    """Incident windows as fractions of the simulated span, [start, end)."""
+
+    cloud_outage: tuple[float, float] = (0.20, 0.30)
+    thermal: tuple[float, float] = (0.45, 0.65)
+    bad_threshold: tuple[float, float] = (0.75, 0.90)
+
+    @staticmethod
+    def active(window: tuple[float, float], progress: float) -> bool:
+        return window[0] <= progress < window[1]
+
+
+class SimClock:
+    def __init__(self, start: datetime):
+        self.start, self.t = start, 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def now(self) -> datetime:
+        return self.start + timedelta(seconds=self.t)
+
+
+class StatDevice:
+    model = "sim-gemma-270m"
+
+    def __init__(self, rng: random.Random, fleet: "Fleet"):
+        self.rng, self.fleet = rng, fleet
+
+    # The router's latency gate reads these estimates: the current device's tier (a real device
+    # would measure them; the simulation knows them, but not the thermal slowdown in advance).
+    @property
+    def ttft_ms(self) -> float:
+        return TIERS[self.fleet.current.device_tier][0]
+
+    @property
+    def tps(self) -> float:
+        return TIERS[self.fleet.current.device_tier][1]
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens) -> DeviceResult:
+        req = self.fleet.current
+        ttft, tps = TIERS[req.device_tier]
+        if self.fleet.thermal:
+            tps /= 3.0
+        tps *= self.rng.uniform(0.7, 1.1)  # background load
+        tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
+        latency = ttft + tokens / tps * 1000
+        a, b = TASKS[req.task_type][1]
+        confidence = self.rng.betavariate(a + (1 if degraded else 0), b)
+        if self.rng.random() < 0.003:
+            return DeviceResult("", None, "none", 0, ttft, ttft, "error")
+        if latency > timeout_ms:
+            committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
+            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed)
+        text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
+        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok")
+
+
+class StatCloud:
+    def __init__(self, rng: random.Random, fleet: "Fleet"):
+        self.rng, self.fleet = rng, fleet
+
+    def model_for(self, level: int) -> str:
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
+        latency = self.rng.lognormvariate(math.log(600 if level == 2 else 1100), 0.35)
+        if self.fleet.cloud_down or self.rng.random() < 0.01:
+            return CloudResult("", min(latency, timeout_ms), "error")
+        if latency > timeout_ms:
+            return CloudResult("", timeout_ms, "timeout")
+        return CloudResult("cloud answer", latency, "ok", max_tokens // 2)
+
+
+def acceptable(rng: random.Random, task_type: str, confidence: float) -> bool:
+    """Ground truth: acceptability rises steeply with confidence (well calibrated around the default
+    thresholds), except that short_summary's top bucket is over-confident."""
+    p = 1 / (1 + math.exp(-20 * (confidence - 0.55)))
+    if task_type == "short_summary" and confidence >= 0.85:
+        p = 0.55
+    return rng.random() < p
+
+
+class Fleet:
+    def __init__(self, *, seed: int, start: datetime, span: timedelta, policy_path: Path,
+                 incidents: Incidents = Incidents(), sessions: int = 400, instance_id: str = "sim-router-1",
+                 on_event: Callable = lambda e: None, on_breaker_event: Callable = lambda e: None,
+                 on_label: Callable = lambda e: None, label_share: float = 0.25):  # fmt: skip
+        self.rng = random.Random(seed)
+        self.clock = SimClock(start)
+        self.span, self.incidents = span, incidents
+        self.policy_path = policy_path
+        self._base_policy = DEFAULT_POLICY.read_text()
+        policy_path.write_text(self._base_policy)
+        self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
+        self.router = Router(StatDevice(self.rng, self), StatCloud(self.rng, self), policy=self.policy,
+                             instance_id=instance_id, clock=self.clock.monotonic, now=self.clock.now,
+                             on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
+        self.on_label, self.label_share = on_label, label_share
+        self.sessions = [(f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)]
+        self.cloud_down = self.thermal = self.bad_threshold = False
+        self.current: Request | None = None
+        self.stats = {"requests": 0, "labels": 0}
+
+    def _set_threshold_push(self, on: bool) -> None:
+        if on == self.bad_threshold:
+            return
+        self.bad_threshold = on
+        text = self._base_policy
+        if on:
+            text = text.replace("threshold: 0.60", "threshold: 0.93").replace('version: "2026-11-30.1"', 'version: "2026-11-30.1-pushed"')
+        self.policy_path.write_text(text)
+
+    def run(self, requests: int, progress: Callable[[int], None] = lambda n: None) -> dict:
+        names = list(TASKS)
+        weights = [TASKS[t][0] for t in names]
+        step = self.span.total_seconds() / max(1, requests)
+        for i in range(requests):
+            self.clock.t = i * step
+            frac = i / max(1, requests)
+            self.cloud_down = Incidents.active(self.incidents.cloud_outage, frac)
+            self.thermal = Incidents.active(self.incidents.thermal, frac)
+            self._set_threshold_push(Incidents.active(self.incidents.bad_threshold, frac))
+            session, tier, network = self.rng.choice(self.sessions)
+            task_type = self.rng.choices(names, weights)[0]
+            expected = TASKS[task_type][2]
+            req = Request(task_type=task_type, text="(simulated request text: never emitted)", session_id=session,
+                          deadline_ms=self.rng.choice((3000, 5000, 8000)), elapsed_ms=self.rng.randint(20, 400),
+                          has_pii=self.rng.random() < 0.02, network=network, device_tier=tier,
+                          input_tokens=self.rng.randint(20, 480) if task_type != "long_summary" else 9000,
+                          expected_output_tokens=expected, request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
+                          app_id="sim-app")  # fmt: skip
+            self.current = req
+            _, event = self.router.route(req)
+            self.stats["requests"] += 1
+            progress(1)
+            self._maybe_label(event)
+        self._set_threshold_push(False)
+        return dict(self.stats)
+
+    def _maybe_label(self, event) -> None:
+        if not event.entered_device or event.confidence is None or self.rng.random() >= self.label_share:
+            return
+        ok = acceptable(self.rng, event.task_type, event.confidence)
+        source = self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0]
+        delay = timedelta(hours=self.rng.choice((1, 6, 30)))
+        label = LabelEvent(schema_version=1, label_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
+                           event_time=event.event_time + delay, request_id=event.request_id, source=source,
+                           device_acceptable=ok, route_correct=(event.fallback_type == "none") == ok,
+                           labeler=f"sim-{source}")  # fmt: skip
+        self.stats["labels"] += 1
+        self.on_label(label)
+
+
+def default_start(span: timedelta) -> datetime:
+    """The simulated span ends now (minute-aligned), so the data looks live."""
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    return now - span
