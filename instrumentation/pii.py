@@ -10,6 +10,7 @@ import re
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 PHONE = re.compile(r"(?:\+?\d[\s\-().]?){9,15}\d")
 CARD = re.compile(r"\b(?:\d[ -]?){13,19}\b")
+UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def looks_personal(value: str) -> bool:
@@ -21,8 +22,8 @@ def scrub(value: str | None) -> str | None:
     sessions still group)."""
     if value is None:
         return value
-    # fast path: no '@' and fewer than 9 digits cannot match any of the patterns
-    if "@" not in value and sum(ch.isdigit() for ch in value) < 9:
+    # fast paths: no '@' and fewer than 9 digits cannot match; nor can a canonical UUID
+    if "@" not in value and (sum(ch.isdigit() for ch in value) < 9 or UUID.fullmatch(value)):
         return value
     if not looks_personal(value):
         return value

@@ -98,17 +98,18 @@ class InstrumentedRouter:
                                             app_id=scrub(event.app_id), device_tier=scrub(event.device_tier))  # fmt: skip
             ctx = span.get_span_context()
             if span.is_recording():
-                span.set_attributes({
+                attributes = {
                     A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
                     A.ROUTER_REASON: event.reason, A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
                     A.ROUTER_CLOUD_CALLS: event.cloud_calls, A.ROUTER_POLICY_VERSION: event.policy_version,
                     A.ROUTER_ENTERED_DEVICE: event.entered_device, A.ROUTER_MODE: event.mode,
                     A.GEN_AI_CONVERSATION_ID: session,
-                })  # fmt: skip
+                }  # fmt: skip
                 if event.confidence is not None:
-                    span.set_attribute(A.ROUTER_CONFIDENCE, event.confidence)
+                    attributes[A.ROUTER_CONFIDENCE] = event.confidence
                 if event.threshold is not None:
-                    span.set_attribute(A.ROUTER_THRESHOLD, event.threshold)
+                    attributes[A.ROUTER_THRESHOLD] = event.threshold
+                span.set_attributes(attributes)  # one call: one validation pass and one lock
                 self._attempt_spans(event, started_ns, session)
             if ctx.is_valid:
                 event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
@@ -130,17 +131,19 @@ class InstrumentedRouter:
             else:
                 model, provider = event.cloud_model or "cloud", PROVIDER_CLOUD
             end = t + int(attempt.latency_ms * 1e6)
-            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT if not on_device else SpanKind.INTERNAL,
-                                                     start_time=t)  # fmt: skip
-            child.set_attributes({
+            attributes = {
                 A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_PROVIDER_NAME: provider, A.GEN_AI_REQUEST_MODEL: model,
                 A.GEN_AI_CONVERSATION_ID: session, A.ROUTER_ATTEMPT_LEVEL: attempt.level,
                 A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome, A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
-            })  # fmt: skip
+            }  # fmt: skip
             if attempt is event.attempts[-1]:
-                child.set_attribute(A.GEN_AI_USAGE_OUTPUT_TOKENS, event.output_tokens)
-            if attempt.outcome not in ("ok",):
-                child.set_attribute(A.ERROR_TYPE, attempt.outcome)
+                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = event.output_tokens
+            failed = attempt.outcome != "ok"
+            if failed:
+                attributes[A.ERROR_TYPE] = attempt.outcome
+            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
+                                                     start_time=t, attributes=attributes)  # fmt: skip
+            if failed:
                 child.set_status(Status(StatusCode.ERROR, attempt.outcome))
             child.end(end_time=end)
             t = end
