@@ -241,15 +241,21 @@ def cmd_demo(args, settings: Settings) -> int:
     for day, q in out["quality"].items():
         print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
     print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-          "`dagster dev -m pipelines.definitions`. (The Streamlit dashboard is not in this version yet.)")
+          "`dagster dev -m pipelines.definitions`, and the dashboard: `routerscope dashboard`.")
     return 0
 
 
-def _not_yet(name: str):
-    def run(args, settings):
-        raise RouterscopeError(f"`routerscope {name}` is not available in this version yet")
+def cmd_dashboard(args, settings: Settings) -> int:
+    import subprocess
 
-    return run
+    app = Path(__file__).resolve().parent.parent / "dashboards" / "streamlit_app.py"
+    print(f"routerscope dashboard on http://127.0.0.1:{args.port} (Ctrl-C stops it)", flush=True)
+    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
+               "--server.address", "127.0.0.1", "--server.port", str(args.port), "--browser.gatherUsageStats", "false"]  # fmt: skip
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 0
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -283,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
-    p.add_argument("--no-dashboard", action="store_true", help="accepted for scripts; the dashboard is not in this version yet")
+    p.add_argument("--no-dashboard", action="store_true", help="accepted for scripts (the demo does not start the dashboard; run `routerscope dashboard`)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
@@ -344,11 +350,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_alerts)
 
-    for name, help_ in (
-        ("dashboard", "start the Streamlit dashboard"),
-    ):
-        p = sub.add_parser(name, help=help_)
-        p.set_defaults(func=_not_yet(name))
+    p = sub.add_parser("dashboard", help="start the Streamlit dashboard on localhost")
+    p.add_argument("--port", type=int, default=8501)
+    p.set_defaults(func=cmd_dashboard)
     return parser
 
 

@@ -1,0 +1,40 @@
+"""On-call: is the device path healthy right now? Fallback rate with its real denominator, the
+device bypass, breakers, L2/L3 share and drift, firing alerts, ingest freshness."""
+
+import streamlit as st
+
+from dashboards import charts, data
+
+st.title("On-call")
+
+
+@st.fragment(run_every="30s")
+def live():
+    hours = 6
+    df = data.windows("5m", hours)
+    fresh = data.freshness()
+    if df.empty:
+        st.info("No metric windows yet: run `routerscope demo`, or `routerscope load` and the metric jobs.")
+        return
+    last = df.iloc[-1]
+    c1, c2, c3, c4 = st.columns(4)
+    pct = lambda v: "—" if v is None or v != v else f"{100 * v:.1f}%"  # noqa: E731
+    c1.metric("Fallback rate (of device-entered)", pct(last["fallback_rate"]), help=f"denominator: {int(last['device_entered'])} requests entered the device")
+    c2.metric("Naive fallback rate (all requests)", pct(last["naive_fallback_rate"]), help=f"denominator: {int(last['requests'])} requests")
+    c3.metric("Device bypass", pct(last["device_bypass_rate"]))
+    c4.metric("L2+L3 share", pct(last["l2_l3_share"]), delta="drifting" if last["l2_l3_drifting"] else None, delta_color="inverse")
+    st.altair_chart(charts.fallback_rates(df), use_container_width=True)
+    st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), use_container_width=True)
+    st.subheader("Alerts")
+    alerts = data.alerts()
+    firing = alerts[alerts["status"] == "firing"] if not alerts.empty else alerts
+    if firing.empty:
+        st.success("Nothing firing")
+    else:
+        st.dataframe(firing, hide_index=True, use_container_width=True)
+    st.subheader("Breaker transitions")
+    st.dataframe(data.breaker_transitions().head(20), hide_index=True, use_container_width=True)
+    st.caption(f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows")
+
+
+live()

@@ -1,0 +1,117 @@
+"""Cached, read-only loaders for the dashboard. Every filter value is a bound parameter.
+
+The warehouse is opened for one query at a time (`warehouse.client.open_warehouse`), so in embedded
+mode the dashboard takes turns with the loader and the metric jobs instead of locking them out."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import streamlit as st
+
+from routerscope.settings import Settings
+from warehouse.client import open_warehouse
+from warehouse.migrate import migrate
+
+TTL = 30
+
+
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def query(sql: str, **parameters) -> pd.DataFrame:
+    with open_warehouse(_settings(), purpose="dashboard") as client:
+        migrate(client)
+        return client.query_df(sql, parameters=parameters)
+
+
+@st.cache_data(ttl=TTL)
+def latest_window_end() -> datetime | None:
+    df = query("SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = '5m'")
+    t = df["t"].iloc[0] if len(df) else None
+    if t is None or pd.isna(t) or t.year <= 1970:
+        return None
+    return t.to_pydatetime().replace(tzinfo=timezone.utc)
+
+
+@st.cache_data(ttl=TTL)
+def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
+    end = latest_window_end() or datetime.now(timezone.utc)
+    start = end - timedelta(hours=hours)
+    return query(
+        "SELECT window_start, requests, device_entered, fallback_rate, naive_fallback_rate, device_bypass_rate, "
+        "l2_l3_share, l2_l3_drifting, false_fallback_rate, false_fallback_labeled "
+        "FROM routerscope.metric_windows FINAL WHERE grain = {grain:String} AND task_type = {task:String} "
+        "AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
+        grain=grain, task=task_type, start=start.strftime("%Y-%m-%d %H:%M:%S"),
+    )  # fmt: skip
+
+
+@st.cache_data(ttl=TTL)
+def task_types() -> list[str]:
+    df = query("SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type")
+    return list(df["task_type"])
+
+
+@st.cache_data(ttl=TTL)
+def alerts() -> pd.DataFrame:
+    return query(
+        "SELECT severity, summary, task_type, status, first_seen, last_seen, resolved_at, action, trip_values "
+        "FROM routerscope.alerts FINAL ORDER BY status = 'firing' DESC, last_seen DESC LIMIT 50"
+    )
+
+
+@st.cache_data(ttl=TTL)
+def breaker_transitions() -> pd.DataFrame:
+    return query(
+        "SELECT event_time, instance_id, boundary, from_state, to_state, trigger FROM routerscope.breaker_events FINAL "
+        "ORDER BY event_time DESC LIMIT 200"
+    )
+
+
+@st.cache_data(ttl=TTL)
+def freshness() -> pd.DataFrame:
+    return query("SELECT max(event_time) AS newest_event, max(ingested_at) AS last_load, count() AS rows FROM routerscope.decisions")
+
+
+@st.cache_data(ttl=TTL)
+def calibration(task_type: str) -> pd.DataFrame:
+    return query(
+        "SELECT window_start, labeled, monotonic, recommended_threshold, current_threshold, calibration "
+        "FROM routerscope.calibration_windows FINAL WHERE task_type = {task:String} ORDER BY window_start DESC LIMIT 1",
+        task=task_type,
+    )
+
+
+@st.cache_data(ttl=TTL)
+def dq_latest() -> pd.DataFrame:
+    return query(
+        "SELECT check_name, suite, blocking, success, unexpected_count, element_count, sample_ids, window_start "
+        "FROM routerscope.dq_results WHERE (window_start, run_at) IN "
+        "(SELECT window_start, max(run_at) FROM routerscope.dq_results GROUP BY window_start "
+        " ORDER BY window_start DESC LIMIT 1) ORDER BY success, check_name"
+    )
+
+
+@st.cache_data(ttl=TTL)
+def quarantine(limit: int = 20) -> pd.DataFrame:
+    return query(
+        "SELECT kafka_topic, kafka_partition, kafka_offset, rules, substring(raw, 1, 120) AS raw_start, quarantined_at "
+        "FROM routerscope.quarantine ORDER BY quarantined_at DESC LIMIT {limit:UInt32}",
+        limit=limit,
+    )
+
+
+@st.cache_data(ttl=TTL)
+def decisions(task_type: str, fallback_type: str, hours: float, limit: int = 200) -> pd.DataFrame:
+    end = latest_window_end() or datetime.now(timezone.utc)
+    return query(
+        "SELECT event_time, request_id, task_type, fallback_type, reason, degrade_level, attempt_levels, "
+        "attempt_outcomes, confidence, threshold, network, device_tier "
+        "FROM routerscope.decisions FINAL WHERE event_time >= {start:DateTime64(3, 'UTC')} "
+        "AND ({task:String} = '' OR task_type = {task:String}) AND ({fb:String} = '' OR fallback_type = {fb:String}) "
+        "ORDER BY event_time DESC LIMIT {limit:UInt32}",
+        start=(end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S"), task=task_type, fb=fallback_type, limit=limit,
+    )  # fmt: skip
