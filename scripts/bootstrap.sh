@@ -20,3 +20,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
         .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
     echo "$want" > "$stamp"
 fi
+
+# The dashboard's browser test drives Debian's chromium (never `playwright install`, which downloads
+# a browser). Installed once, when running as root on a Debian-like machine.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing chromium for the dashboard's browser test" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi

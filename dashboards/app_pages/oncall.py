@@ -16,7 +16,9 @@ def live():
     if df.empty:
         st.info("No metric windows yet: run `routerscope demo`, or `routerscope load` and the metric jobs.")
         return
-    last = df.iloc[-1]
+    busy = df[df["requests"] > 0]
+    last = busy.iloc[-1] if len(busy) else df.iloc[-1]  # the latest window that saw traffic
+    st.caption(f"Latest window with traffic: {last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes)")
     c1, c2, c3, c4 = st.columns(4)
     pct = lambda v: "—" if v is None or v != v else f"{100 * v:.1f}%"  # noqa: E731
     c1.metric("Fallback rate (of device-entered)", pct(last["fallback_rate"]), help=f"denominator: {int(last['device_entered'])} requests entered the device")
