@@ -5,6 +5,7 @@ mode the dashboard takes turns with the loader and the metric jobs instead of lo
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -18,13 +19,23 @@ TTL = 30
 
 
 def _settings() -> Settings:
-    return Settings.from_env()
+    """The CLI's settings; against a server, ROUTERSCOPE_CLICKHOUSE_READONLY_DSN (a user granted
+    SELECT only) replaces the read-write DSN when it is set."""
+    env = dict(os.environ)
+    if env.get("ROUTERSCOPE_CLICKHOUSE_READONLY_DSN"):
+        env["ROUTERSCOPE_CLICKHOUSE_DSN"] = env["ROUTERSCOPE_CLICKHOUSE_READONLY_DSN"]
+    return Settings.from_env(env)
 
 
 def query(sql: str, **parameters) -> pd.DataFrame:
-    with open_warehouse(_settings(), purpose="dashboard") as client:
-        migrate(client)
-        return client.query_df(sql, parameters=parameters)
+    """The rows as a frame. (With no rows, the embedded engine may report no columns either: callers
+    check `empty` before reading a column.)"""
+    settings = _settings()
+    with open_warehouse(settings, purpose="dashboard") as client:
+        if settings.warehouse.embedded:
+            migrate(client)  # a read-only server user cannot migrate; `routerscope migrate` does it there
+        result = client.query(sql, parameters=parameters)
+    return pd.DataFrame(result.result_rows, columns=list(result.column_names))
 
 
 @st.cache_data(ttl=TTL)
@@ -33,7 +44,7 @@ def latest_window_end() -> datetime | None:
     t = df["t"].iloc[0] if len(df) else None
     if t is None or pd.isna(t) or t.year <= 1970:
         return None
-    return t.to_pydatetime().replace(tzinfo=timezone.utc)
+    return pd.Timestamp(t).to_pydatetime().replace(tzinfo=timezone.utc)
 
 
 @st.cache_data(ttl=TTL)
@@ -52,7 +63,7 @@ def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def task_types() -> list[str]:
     df = query("SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type")
-    return list(df["task_type"])
+    return [] if df.empty else list(df["task_type"])
 
 
 @st.cache_data(ttl=TTL)
@@ -86,6 +97,17 @@ def calibration(task_type: str) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
+def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
+    """Calibration of one task type over [start, end) for a chosen target pass rate (METRICS.md §6)."""
+    from warehouse.metrics import calibration as compute_calibration
+    from warehouse.queries.common import QueryWindow
+
+    with open_warehouse(_settings(), purpose="dashboard") as client:
+        migrate(client)
+        return compute_calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
+
+
+@st.cache_data(ttl=TTL)
 def dq_latest() -> pd.DataFrame:
     return query(
         "SELECT check_name, suite, blocking, success, unexpected_count, element_count, sample_ids, window_start "
@@ -105,13 +127,16 @@ def quarantine(limit: int = 20) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def decisions(task_type: str, fallback_type: str, hours: float, limit: int = 200) -> pd.DataFrame:
+def decisions(task_type: str, fallback_type: str, hours: float, request_id: str = "", limit: int = 200) -> pd.DataFrame:
+    """Decisions of the last `hours` (before the latest metric window), filtered; every value bound."""
     end = latest_window_end() or datetime.now(timezone.utc)
     return query(
         "SELECT event_time, request_id, task_type, fallback_type, reason, degrade_level, attempt_levels, "
-        "attempt_outcomes, confidence, threshold, network, device_tier "
+        "attempt_outcomes, attempt_latency_ms, confidence, threshold, network, device_tier "
         "FROM routerscope.decisions FINAL WHERE event_time >= {start:DateTime64(3, 'UTC')} "
         "AND ({task:String} = '' OR task_type = {task:String}) AND ({fb:String} = '' OR fallback_type = {fb:String}) "
+        "AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0) "
         "ORDER BY event_time DESC LIMIT {limit:UInt32}",
-        start=(end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S"), task=task_type, fb=fallback_type, limit=limit,
+        start=(end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S"), task=task_type, fb=fallback_type,
+        rid=request_id, limit=limit,
     )  # fmt: skip

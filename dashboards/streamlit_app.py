@@ -8,6 +8,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so `streamlit
 import streamlit as st  # noqa: E402
 
 st.set_page_config(page_title="routerscope", layout="wide")
+
+
+def _login_configured() -> bool:
+    try:
+        return "auth" in st.secrets
+    except Exception:  # no secrets file: no login
+        return False
+
+
+# Optional OIDC login: configure [auth] in .streamlit/secrets.toml (see the README).
+if _login_configured() and not st.user.is_logged_in:
+    st.title("routerscope")
+    st.button("Log in", on_click=st.login)
+    st.stop()
 pages = st.navigation(
     [
         st.Page("app_pages/oncall.py", title="On-call", default=True),

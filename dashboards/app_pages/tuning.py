@@ -2,6 +2,7 @@
 next to the current one, false fallbacks over the days."""
 
 import json
+from datetime import timedelta, timezone
 
 import pandas as pd
 import streamlit as st
@@ -20,6 +21,12 @@ if cal.empty:
 else:
     row = cal.iloc[0]
     detail = json.loads(row["calibration"])
+    t1, t2 = st.columns(2)
+    target = t1.slider("Target pass rate", 0.50, 0.99, float(detail["target"]), 0.01)
+    min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(detail["min_n"])))
+    if (target, min_n) != (detail["target"], detail["min_n"]):
+        start = pd.Timestamp(row["window_start"]).to_pydatetime().replace(tzinfo=timezone.utc)
+        detail = data.calibration_for_target(task_type, start, start + timedelta(days=1), target, min_n) or detail
     buckets = pd.DataFrame(detail["buckets"])
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
     c1, c2, c3 = st.columns(3)

@@ -71,11 +71,39 @@ def test_quality_page_lists_checks_and_quarantine(populated):
     assert [m.value for m in app.metric][:1] == [str(len(quality.CHECKS))]
 
 
-def test_explorer_filters_with_bound_parameters(populated):
+def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
+    app = render("tuning.py")
+    recommended = lambda: next(m.value for m in app.metric if m.label.startswith("Recommended"))  # noqa: E731
+    assert recommended() == "none qualifies"  # c = 0: 2 of 3 pass < 0.95
+    app.slider[0].set_value(0.5).run()
+    assert not app.exception
+    assert recommended() == "0.00"  # c = 0: 2/3 = 0.667 ≥ 0.5 with ≥ 1 event
+
+
+def test_explorer_filters_are_values_not_sql(populated):
     app = render("explorer.py")
     app.selectbox[1].set_value("quality").run()
-    assert not app.exception
-    assert "decisions" in app.caption[0].value
+    assert not app.exception and app.caption[0].value.startswith("1 decisions")  # a2, the only quality fallback
+    assert app.subheader[0].value.startswith("Attempts of a2")  # one row: its attempts are shown
+    for hostile in ("' OR 1=1 --", "; DROP TABLE decisions", "a2' UNION SELECT 1 --"):
+        app.text_input[0].set_value(hostile).run()
+        assert not app.exception
+        assert app.caption[0].value.startswith("0 decisions")
+    with open_warehouse(populated) as client:
+        assert client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] > 0
+
+
+@pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "quality.py", "explorer.py"])
+def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+    monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
+    from dashboards import data
+
+    for loader in (data.latest_window_end, data.windows, data.task_types, data.alerts, data.breaker_transitions,
+                   data.freshness, data.calibration, data.dq_latest, data.quarantine, data.decisions):  # fmt: skip
+        loader.clear()
+    render(page)
 
 
 def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
@@ -111,12 +139,18 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
             page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
             page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
             page.wait_for_timeout(1500)
-            shot = tmp_path / "oncall.png"  # kept under pytest's tmp dir for a look after a run
-            page.screenshot(path=str(shot), full_page=True)
-            page.get_by_text("Weekly tuning").first.click()
-            page.get_by_text("Current threshold").wait_for(timeout=60_000)
+            shots = {}
+            for title, wait_for in (("On-call", ".vega-embed"), ("Weekly tuning", "text=Current threshold"),
+                                    ("Data quality", "text=Quarantine (newest)"), ("Explorer", "text=decisions (newest first")):  # fmt: skip
+                page.get_by_text(title, exact=True).first.click()
+                page.locator(wait_for).first.wait_for(timeout=60_000)
+                page.wait_for_timeout(1500)
+                assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
+                assert page.get_by_role("heading", name=title).count() >= 1
+                shots[title] = tmp_path / f"{title.lower().replace(' ', '_')}.png"  # kept for a look after a run
+                page.screenshot(path=str(shots[title]), full_page=True)
             browser.close()
-        assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+        assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
     finally:
         server.terminate()
         server.wait(10)
