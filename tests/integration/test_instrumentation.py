@@ -75,7 +75,10 @@ def test_a_broker_outage_never_blocks_requests_and_loses_nothing(down_broker, ho
         if i % 100 == 0:
             time.sleep(0.05)
     durations.sort()
-    assert durations[int(len(durations) * 0.99)] < 0.005, "route() waited on Kafka"
+    # A route() that waited on Kafka would take the producer's max_block_ms (2 s) or more; on a
+    # shared 2-core machine scheduling alone can cost milliseconds at the tail, hence the bounds.
+    assert durations[len(durations) // 2] < 0.001, "route() waited on Kafka"
+    assert durations[int(len(durations) * 0.99)] < 0.1, "route() waited on Kafka"
     counts = emitter.counters()
     assert counts["emitted"] == 3000 and counts["delivered"] == 0
     assert counts["emitted"] == counts["delivered"] + counts["spooled"] + counts["dropped"] + counts["in_flight"]
