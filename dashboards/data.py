@@ -6,6 +6,7 @@ mode the dashboard takes turns with the loader and the metric jobs instead of lo
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -18,6 +19,11 @@ from warehouse.migrate import migrate
 TTL = 30
 
 
+def clear_caches() -> None:
+    """Forget every cached result (tests, or after pointing at another warehouse)."""
+    st.cache_data.clear()
+
+
 def _settings() -> Settings:
     """The CLI's settings; against a server, ROUTERSCOPE_CLICKHOUSE_READONLY_DSN (a user granted
     SELECT only) replaces the read-write DSN when it is set."""
@@ -27,13 +33,20 @@ def _settings() -> Settings:
     return Settings.from_env(env)
 
 
-def query(sql: str, **parameters) -> pd.DataFrame:
-    """The rows as a frame. (With no rows, the embedded engine may report no columns either: callers
-    check `empty` before reading a column.)"""
+@contextmanager
+def _warehouse():
+    """One unit of work on the warehouse; migrations only where the dashboard may write (embedded)."""
     settings = _settings()
     with open_warehouse(settings, purpose="dashboard") as client:
         if settings.warehouse.embedded:
             migrate(client)  # a read-only server user cannot migrate; `routerscope migrate` does it there
+        yield client
+
+
+def query(sql: str, **parameters) -> pd.DataFrame:
+    """The rows as a frame. (With no rows, the embedded engine may report no columns either: callers
+    check `empty` before reading a column.)"""
+    with _warehouse() as client:
         result = client.query(sql, parameters=parameters)
     return pd.DataFrame(result.result_rows, columns=list(result.column_names))
 
@@ -102,8 +115,7 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
     from warehouse.metrics import calibration as compute_calibration
     from warehouse.queries.common import QueryWindow
 
-    with open_warehouse(_settings(), purpose="dashboard") as client:
-        migrate(client)
+    with _warehouse() as client:
         return compute_calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
 
 

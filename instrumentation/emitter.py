@@ -176,9 +176,9 @@ class KafkaEmitter:
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
         self.queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
         self.send_timeout_s, self.retry_every_s = send_timeout_s, retry_every_s
-        self.emitted = self.delivered = self.queue_dropped = 0
         # Events an earlier process left in the spool count as emitted here, so the books balance.
         self.emitted = len(self.spool)
+        self.delivered = self.queue_dropped = 0
         self._lock = threading.Lock()
         self._producer = None
         self._down_until = 0.0

@@ -19,11 +19,10 @@ from routerscope.settings import Settings
 CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
 
 
-def _bar(total: int, desc: str):
+def _bar(total: int, desc: str, unit: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=" req" if "simul" in desc else "", leave=True, file=sys.stderr,
-                disable=None, mininterval=0.5)  # fmt: skip
+    return tqdm(total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, disable=None, mininterval=0.5)
 
 
 def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int = 0, show: bool = True) -> dict:
@@ -41,7 +40,7 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
         on_breaker_event=lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e),
         on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
     )  # fmt: skip
-    bar = _bar(requests, "simulating (SIMULATED fleet)") if show else None
+    bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
     stats = fleet.run(requests, progress=bar.update if bar else (lambda n: None))
     if bar:
         bar.close()
@@ -85,7 +84,7 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     fired: list[str] = []
     with open_warehouse(settings, purpose="demo metrics") as client:
         windows = int(span / timedelta(minutes=5))
-        bar = _bar(windows, "metric windows + alerts")
+        bar = _bar(windows, "metric windows + alerts", " windows")
         for k in range(windows):
             w0 = start + k * timedelta(minutes=5)
             write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))

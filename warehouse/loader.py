@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
 from instrumentation.contract import CONTRACTS
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
@@ -49,6 +51,16 @@ OFFSET_COLUMNS = ("consumer", "kafka_topic", "kafka_partition", "next_offset", "
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}
+# Rows already in a table at or past each partition's stored position: partition i of the
+# `partitions` array pairs with offset i of `starts` (SQL text constant, every value bound).
+_LANDED = (
+    " WHERE kafka_topic = {topic:String} AND has({partitions:Array(UInt32)}, kafka_partition)"
+    " AND kafka_offset >= arrayElement({starts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))"
+)
+LANDED_SQL = {
+    table: "SELECT kafka_partition, kafka_offset FROM routerscope." + table + _LANDED
+    for table in (*(t for t, _, _ in FACTS.values()), names.TABLE_QUARANTINE)
+}
 SHORT_NAME = {topic: short for short, topic in names.TOPICS.items()}
 
 
@@ -196,53 +208,37 @@ class Loader:
         """Offsets at or past each partition's stored position already present in the warehouse."""
         if not starts:
             return {}
-        conditions, parameters = [], {"topic": topic}
-        for i, (partition, start) in enumerate(sorted(starts.items())):
-            conditions.append(f"(kafka_partition = {{p{i}:UInt32}} AND kafka_offset >= {{o{i}:UInt64}})")
-            parameters[f"p{i}"], parameters[f"o{i}"] = partition, start
-        where = f"kafka_topic = {{topic:String}} AND ({' OR '.join(conditions)})"
-        table = FACTS[topic][0]
+        partitions = sorted(starts)
+        parameters = {"topic": topic, "partitions": partitions, "starts": [starts[p] for p in partitions]}
         found: dict[int, set[int]] = {}
-        for source in (table, names.TABLE_QUARANTINE):
-            result = client.query(
-                f"SELECT kafka_partition, kafka_offset FROM {names.DATABASE}.{source} WHERE {where}",
-                parameters=parameters,
-            )
-            for partition, offset in result.result_rows:
+        for sql in (LANDED_SQL[FACTS[topic][0]], LANDED_SQL[names.TABLE_QUARANTINE]):
+            for partition, offset in client.query(sql, parameters=parameters).result_rows:
                 found.setdefault(int(partition), set()).add(int(offset))
         return found
+
+    @staticmethod
+    def _insert(client, table: str, columns, data: list, token: str) -> None:
+        """One column-oriented insert, deduplicated by `token` if it arrives twice."""
+        client.insert(
+            f"{names.DATABASE}.{table}",
+            data,
+            column_names=list(columns),
+            column_oriented=True,
+            settings={"insert_deduplication_token": token, **INSERT_SETTINGS},
+        )
 
     def write(self, client, batch: _Batch, states: dict[tuple[str, int], PartitionState], result: LoadResult) -> None:
         """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
         positions that cover them (in that order: a crash leaves rows without a position, never a
         position without its rows)."""
         for topic, (events, partitions, offsets) in batch.events.items():
-            if not events:
-                continue
-            table, column_names, build = FACTS[topic]
-            client.insert(
-                f"{names.DATABASE}.{table}",
-                build(events, topic, partitions, offsets),
-                column_names=list(column_names),
-                column_oriented=True,
-                settings={"insert_deduplication_token": "facts;" + batch.token([topic]), **INSERT_SETTINGS},
-            )
+            if events:
+                table, columns, build = FACTS[topic]
+                self._insert(client, table, columns, build(events, topic, partitions, offsets), "facts;" + batch.token([topic]))
         if batch.ledger[0]:
-            client.insert(
-                f"{names.DATABASE}.{names.TABLE_LOADED_MESSAGES}",
-                batch.ledger,
-                column_names=list(LEDGER_COLUMNS),
-                column_oriented=True,
-                settings={"insert_deduplication_token": "ledger;" + batch.token(), **INSERT_SETTINGS},
-            )
+            self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
-            client.insert(
-                f"{names.DATABASE}.{names.TABLE_QUARANTINE}",
-                batch.quarantine,
-                column_names=list(QUARANTINE_COLUMNS),
-                column_oriented=True,
-                settings={"insert_deduplication_token": "quarantine;" + batch.token(), **INSERT_SETTINGS},
-            )
+            self._insert(client, names.TABLE_QUARANTINE, QUARANTINE_COLUMNS, batch.quarantine, "quarantine;" + batch.token())
         token = batch.token()
         rows = [
             (self.consumer_name, t, p, last + 1, token, *batch.counts[(t, p)])
@@ -260,8 +256,6 @@ class Loader:
     # -- the run ---------------------------------------------------------------------------------
     def run(self, client) -> LoadResult:
         """Drain every topic into the warehouse behind `client` (a clickhouse-connect client)."""
-        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
         from routerscope.kafka import check_reachable, librdkafka_config
 
         started = time.monotonic()
@@ -317,7 +311,7 @@ class Loader:
         gc.set_threshold(100_000, 50, 1_000)
         try:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
-            self._drain(client, consumer, states, result, KafkaError, KafkaException, TopicPartition)
+            self._drain(client, consumer, states, result)
         finally:
             consumer.close()
             gc.set_threshold(*thresholds)
@@ -325,7 +319,7 @@ class Loader:
         result.seconds = time.monotonic() - started
         return result
 
-    def _drain(self, client, consumer, states, result, KafkaError, KafkaException, TopicPartition) -> None:
+    def _drain(self, client, consumer, states, result) -> None:
         batch = _Batch()
         last_message = last_flush = time.monotonic()
         pending = set(states)  # partitions not yet known to be at their end
@@ -336,7 +330,7 @@ class Loader:
                 if now - last_message >= self.idle_timeout_s:
                     break
                 if batch.size and now - last_flush >= self.flush_interval_s:
-                    self._flush(client, consumer, batch, states, result, TopicPartition)
+                    self._flush(client, consumer, batch, states, result)
                     batch, last_flush = _Batch(), now
                 continue
             last_message = now
@@ -377,10 +371,10 @@ class Loader:
             if consumed:
                 self.progress(consumed)
             if batch.size >= self.batch_size or (batch.size and now - last_flush >= self.flush_interval_s):
-                self._flush(client, consumer, batch, states, result, TopicPartition)
+                self._flush(client, consumer, batch, states, result)
                 batch, last_flush = _Batch(), time.monotonic()
         if batch.ranges:
-            self._flush(client, consumer, batch, states, result, TopicPartition)
+            self._flush(client, consumer, batch, states, result)
         lost = [st for st in states.values() if st.stored and not st.verified]
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
@@ -388,7 +382,7 @@ class Loader:
                 f"the broker no longer holds messages the warehouse has loaded: {where}; " + _lost_hint(self.settings)
             )
 
-    def _flush(self, client, consumer, batch, states, result, TopicPartition) -> None:
+    def _flush(self, client, consumer, batch, states, result) -> None:
         if not batch.ranges:
             return
         try:

@@ -68,7 +68,7 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
 
 def applied(client) -> dict[int, tuple[str, str]]:
     rows = client.query(
-        f"SELECT version, name, checksum FROM {names.DATABASE}.{names.TABLE_MIGRATIONS} ORDER BY version"
+        "SELECT version, name, checksum FROM routerscope.schema_migrations ORDER BY version"
     ).result_rows
     return {version: (name, checksum) for version, name, checksum in rows}
 

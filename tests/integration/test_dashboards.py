@@ -39,9 +39,7 @@ def populated(home, monkeypatch):
         monkeypatch.delenv(name)
     from dashboards import data
 
-    for loader in (data.latest_window_end, data.windows, data.task_types, data.alerts, data.breaker_transitions,
-                   data.freshness, data.calibration, data.dq_latest, data.quarantine, data.decisions):  # fmt: skip
-        loader.clear()
+    data.clear_caches()
     return settings
 
 
@@ -100,9 +98,7 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
     from dashboards import data
 
-    for loader in (data.latest_window_end, data.windows, data.task_types, data.alerts, data.breaker_transitions,
-                   data.freshness, data.calibration, data.dq_latest, data.quarantine, data.decisions):  # fmt: skip
-        loader.clear()
+    data.clear_caches()
     render(page)
 
 
