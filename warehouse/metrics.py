@@ -51,6 +51,7 @@ def empty_group() -> dict[str, Any]:
         "missed_fallback_labeled": 0,
         "missed_fallback_ci": None,
         "route_accuracy": None,
+        "label_coverage": {"fallbacks": None, "device_served": None},
         "cloud_calls_per_session": {"mean": None, "p50": None, "p95": None},
         "degrade_share": {k: None for k in LEVEL_KEYS},
         "l2_l3_share": None,
@@ -76,6 +77,10 @@ def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
         g["missed_fallback_rate"] = stats.ratio(row["missed_fallbacks"], row["missed_fallback_labeled"])
         g["missed_fallback_ci"] = stats.wilson(int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
         g["route_accuracy"] = stats.ratio(row["route_correct"], row["route_labeled"])
+        g["label_coverage"] = {
+            "fallbacks": stats.ratio(row["false_fallback_labeled"], row["judged_fallbacks"]),
+            "device_served": stats.ratio(row["missed_fallback_labeled"], row["device_served_count"]),
+        }
         requests = int(row["requests"])
         if requests:
             shares = [int(row[f"l{i}"]) / requests for i in range(5)]

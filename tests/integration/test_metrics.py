@@ -138,6 +138,8 @@ def expected_overall_a() -> dict:
         "missed_fallback_ci": [pytest.approx(0.206549, abs=1e-6), 1.0],
         # chosen labels with route_correct: a2 true, a3 false (the later replay), a4 true; a1's chosen (validator) is null
         "route_accuracy": 2 / 3,
+        # coverage: both judged fallbacks (a2 a3) and the one device-served (a1) have a chosen label
+        "label_coverage": {"fallbacks": 1.0, "device_served": 1.0},
         # §4: s1 0+1 = 1, s2 1+1 = 2, s3 1+1 = 2 → mean 5/3; sorted [1, 2, 2]: p50 at rank 1 → 2, p95 at 1.9 → 2
         "cloud_calls_per_session": {"mean": 5 / 3, "p50": 2.0, "p95": 2.0},
         # §5: levels a1 L0; a2 a3 a5 a6 L2; a4 L3
@@ -183,6 +185,37 @@ def test_golden_window_overall_and_per_task_type(warehouse):
     assert b["cloud_calls_per_session"] == {"mean": None, "p50": None, "p95": None}
     assert b["l2_l3_drift"] == {"delta_pp": None, "z": None, "psi": None, "drifting": False}
     assert b["shadow_agreement_rate"] == 0.0
+
+
+def test_cloud_calls_histogram_counts_sessions_by_their_sum(warehouse):
+    from warehouse.queries.common import QueryWindow
+    from warehouse.queries.decisions import cloud_calls_histogram
+
+    insert(warehouse, DECISION_EVENTS, LABEL_EVENTS)
+    window = QueryWindow(START, END)
+    # live A events: s1 0+1 = 1 call, s2 1+1 = 2, s3 (a5 capability 1, a6 1) = 2 → one session with 1, two with 2
+    assert cloud_calls_histogram(warehouse, window) == [(1, 1), (2, 2)]
+    assert cloud_calls_histogram(warehouse, window, A) == [(1, 1), (2, 2)]
+    assert cloud_calls_histogram(warehouse, window, B) == []  # B has shadow traffic only
+
+
+def test_label_coverage_is_the_labeled_share_of_each_denominator(warehouse):
+    # 4 quality fallbacks, one labeled → 1/4. 3 device-served: d0 labeled, d1's only label has a null
+    # verdict (never chosen), d2 unlabeled → 1/3. The error fallback and its label do not count.
+    fallbacks = [quality_fallback(event_id=eid(300 + i), request_id=f"f{i}", event_time=at(1)) for i in range(4)]
+    served = [decision(event_id=eid(310 + i), request_id=f"d{i}", event_time=at(1)) for i in range(3)]
+    error = quality_fallback(event_id=eid(320), request_id="e0", event_time=at(1), fallback_type="error",
+                             reason="device_error", attempts=attempts((0, "error"), (2, "ok")))  # fmt: skip
+    labels = [
+        label(request_id="f0", source="validator", device_acceptable=True, event_time=at(2)),
+        label(request_id="d0", source="human_review", device_acceptable=True, event_time=at(2)),
+        label(request_id="d1", source="human_review", device_acceptable=None, event_time=at(2)),
+        label(request_id="e0", source="human_review", device_acceptable=True, event_time=at(2)),
+    ]
+    insert(warehouse, [*fallbacks, *served, error], labels)
+    overall = compute(warehouse, START, END)["overall"]
+    assert overall["label_coverage"] == {"fallbacks": pytest.approx(1 / 4), "device_served": pytest.approx(1 / 3)}
+    assert (overall["false_fallback_labeled"], overall["missed_fallback_labeled"]) == (1, 1)
 
 
 def test_an_empty_window_is_all_nulls_and_zeros(warehouse):

@@ -43,6 +43,8 @@ SELECT
     countIf(live AND fallback_type = 'capability') / nullIf(requests, 0) AS capability_reject_rate,
     countIf(live AND NOT entered_device AND reason = 'device_unavailable') / nullIf(requests, 0) AS device_bypass_rate,
     -- §3 false and missed fallbacks (the chosen label per request)
+    countIf(judged_fallback) AS judged_fallbacks,
+    countIf(device_served) AS device_served_count,
     countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
     countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
     countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
@@ -84,6 +86,22 @@ FROM (
 )
 GROUP BY task_type
 ORDER BY task_type
+""",
+)
+
+# §4 as a distribution: how many sessions made 0, 1, 2, … cloud calls (the weekly tuning histogram).
+CLOUD_CALLS_HISTOGRAM_SQL = named(
+    "cloud_calls_histogram",
+    f"""
+WITH {WINDOW_CTE}
+SELECT calls, count() AS sessions
+FROM (
+    SELECT session_id, sum(cloud_calls) AS calls
+    FROM w WHERE mode = 'live' AND ({{task:String}} = '' OR task_type = {{task:String}})
+    GROUP BY session_id
+)
+GROUP BY calls
+ORDER BY calls
 """,
 )
 
@@ -153,6 +171,12 @@ def cloud_calls_per_session(client, window: QueryWindow) -> dict[str | None, dic
         row.pop("task_type"): {k: float(v) for k, v in row.items()}
         for row in _rows(client, CLOUD_CALLS_SQL, window.parameters())
     }
+
+
+def cloud_calls_histogram(client, window: QueryWindow, task_type: str = "") -> list[tuple[int, int]]:
+    """(cloud calls per session, sessions) pairs, ascending; one task type's events or ('') all."""
+    rows = _rows(client, CLOUD_CALLS_HISTOGRAM_SQL, {**window.parameters(), "task": task_type})
+    return [(int(r["calls"]), int(r["sessions"])) for r in rows]
 
 
 def shadow_by_input_length(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
