@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
+from msgspec import UNSET
+
 from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent
 from router.backends import CloudBackend, DeviceBackend, DeviceResult, validate
 from router.breaker import CircuitBreaker, Transition
@@ -112,6 +114,14 @@ class _Trace:
     ttft_ms: float | None = None
     output_tokens: int = 0
     cloud_model: str | None = None
+    input_tokens: int = 0
+    prices: dict | None = None  # the policy's cloud prices (USD per 1k tokens); None: cost not reported
+    cost_usd: float = 0.0
+
+    def charge(self, model: str, tokens_out: int) -> None:
+        """A completed cloud call costs its input plus output tokens at the model's price."""
+        if self.prices is not None:
+            self.cost_usd += self.prices.get(model, 0.0) * (self.input_tokens + tokens_out) / 1000
 
     def add(self, level: int, outcome: str, latency_ms: float) -> None:
         self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=max(0.0, float(latency_ms))))
@@ -166,6 +176,7 @@ class Router:
             trace.add(level, result.outcome, result.latency_ms)
             if not failed:
                 trace.cloud_model = self.cloud.model_for(level)
+                trace.charge(trace.cloud_model, result.tokens_out)
                 trace.output_tokens = result.tokens_out or trace.output_tokens
                 return Response(result.text, level, "cloud")
         return None
@@ -186,7 +197,7 @@ class Router:
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
         max_tokens = min(limits) if limits else 64
-        trace = _Trace()
+        trace = _Trace(input_tokens=input_tokens, prices=policy.cloud_prices or None)
         entered, fallback_type, reason = False, "none", "default"
         mode = "shadow" if req.task_type in policy.shadow else "live"
         shadow_agree = None
@@ -254,6 +265,7 @@ class Router:
             cloud_model=trace.cloud_model,
             shadow_agree=shadow_agree,
             breaker=BreakerStates(device=self.device_breaker.state, cloud=self.cloud_breaker.state),
+            cost_usd=trace.cost_usd if trace.prices is not None else UNSET,
         )
         self.on_event(event)
         return response, event
@@ -297,6 +309,7 @@ class Router:
         if cloud.outcome != "ok":
             return Response(result.text, 0, "device"), None
         trace.cloud_model = self.cloud.model_for(2)
+        trace.charge(trace.cloud_model, cloud.tokens_out)
         agree = _normalise(result.text) == _normalise(cloud.text) if result.outcome == "ok" else None
         return Response(cloud.text, 2, "cloud"), agree
 

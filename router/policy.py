@@ -55,6 +55,7 @@ class Policy:
     l1_enabled: bool = True
     commit_tokens: int = 120
     shadow: frozenset[str] = frozenset()
+    cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens
     breakers: dict[str, BreakerPolicy] = field(default_factory=lambda: {"device": BreakerPolicy(), "cloud": BreakerPolicy()})
 
     def capability(self, task_type: str) -> Capability:
@@ -89,6 +90,9 @@ def parse(text: str, source: str = "policy") -> Policy:
             breakers[boundary] = BreakerPolicy(**raw)
         except TypeError as exc:
             raise ConfigError(f"{source}: breakers.{boundary}: {exc}") from None
+    prices = doc.get("cloud_prices_usd_per_1k_tokens") or {}
+    if not isinstance(prices, dict) or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values()):
+        raise ConfigError(f"{source}: cloud_prices_usd_per_1k_tokens must map cloud model names to prices >= 0")
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     version = f"{doc['version']}+{digest}"
     if len(version) > 64:
@@ -100,6 +104,7 @@ def parse(text: str, source: str = "policy") -> Policy:
         l1_enabled=bool(doc.get("l1_enabled", True)),
         commit_tokens=int(doc.get("commit_tokens", 120)),
         shadow=frozenset(doc.get("shadow") or ()),
+        cloud_prices={str(k): float(v) for k, v in prices.items()},
         breakers=breakers,
     )
 

@@ -56,8 +56,8 @@ def dev(outcome="ok", confidence=0.9, text="positive", committed=False):
     return DeviceResult(text, confidence, "logprob", 5, 50.0, 100.0, outcome, committed)
 
 
-def cloud(outcome="ok"):
-    return CloudResult("cloud answer" if outcome == "ok" else "", 300.0, outcome, 7)
+def cloud(outcome="ok", tokens=7):
+    return CloudResult("cloud answer" if outcome == "ok" else "", 300.0, outcome, tokens)
 
 
 device_results = st.builds(
@@ -130,6 +130,19 @@ def test_a_device_timeout_goes_straight_to_the_cloud():
     _, event = router.route(Request(task_type="short_reply", text="hello", session_id="s"))
     assert [(a.level, a.outcome) for a in event.attempts] == [(0, "timeout"), (2, "error"), (3, "ok")]
     assert (event.fallback_type, event.reason, event.cloud_calls) == ("timeout", "device_timeout", 2)
+
+
+def test_cost_is_the_completed_cloud_calls_tokens_at_the_policys_prices(tmp_path):
+    # default prices: cloud-small 0.0004, cloud-large 0.003 USD per 1k tokens (input + output)
+    timeout_then_l3 = Router(ScriptedDevice([dev(outcome="timeout")]), ScriptedCloud([cloud("error"), cloud("ok", tokens=20)]))
+    _, event = timeout_then_l3.route(Request(task_type="short_reply", text="hello", session_id="s", input_tokens=100))
+    assert event.cloud_model == "cloud-large" and event.cost_usd == pytest.approx(0.003 * 120 / 1000)  # the failed L2 is free
+    served = Router(ScriptedDevice([dev(confidence=0.99)]), ScriptedCloud([cloud()]))
+    assert served.route(Request(task_type="short_reply", text="hello", session_id="s"))[1].cost_usd == 0.0
+    unpriced = tmp_path / "policy.yaml"
+    unpriced.write_text(DEFAULT_POLICY.read_text().split("cloud_prices_usd_per_1k_tokens:")[0])
+    router = Router(ScriptedDevice([dev(outcome="timeout")]), ScriptedCloud([cloud()]), policy=PolicyStore(unpriced))
+    assert b"cost_usd" not in router.route(Request(task_type="short_reply", text="hello", session_id="s"))[1].to_json()
 
 
 def test_past_the_commit_point_the_device_is_not_taken_over():
