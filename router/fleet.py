@@ -39,6 +39,26 @@ TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected outpu
     "long_summary": (0.10, (2, 2), 400),
     "multi_step_tools": (0.05, (2, 2), 200),
     "tool_call": (0.05, (16, 2), 60),
+    "code_snippet": (0.05, (10, 3), 40),  # in shadow mode: the cloud answers, the device is compared
+}
+SHADOW_TASKS = ("code_snippet",)
+INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
+# What the simulated users ask, per task type: kept in the request-text store (never in events) so
+# the offline replay can re-run a request through the real device model.
+TEXTS = {
+    "intent_classify": ("Classify the intent of this message with one word (play_music, set_alarm, weather, call, other): {}",
+                        ("play some jazz", "wake me up at seven", "will it rain tomorrow", "call my sister", "turn it up")),
+    "slot_extract": ('Extract the city and the day as a JSON object with keys "city" and "day". Output only JSON: {}',
+                     ("a table in Paris on Friday", "flights to Tokyo next Monday", "weather in Oslo today")),
+    "short_reply": ("Reply in one short sentence: {}", ("thanks for the help!", "are you free later?", "good morning")),
+    "short_summary": ("Summarise in one sentence: {}",
+                      ("The meeting moved to Thursday because the room was booked; bring the budget draft.",
+                       "The package left the warehouse this morning and should arrive in two days.")),
+    "tool_call": ('Output only a JSON object with keys "tool" and "query" to look up: {}',
+                  ("the opening hours of the museum", "the exchange rate of the euro", "tomorrow's first train")),
+    "code_snippet": ("Write one line of Python that {}.", ("reverses a list named xs", "sums the numbers 1 to 10")),
+    "long_summary": ("Summarise this long report: {}", ("(a long quarterly report)",)),
+    "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
@@ -117,7 +137,20 @@ class StatCloud:
             return CloudResult("", min(latency, timeout_ms), "error")
         if latency > timeout_ms:
             return CloudResult("", timeout_ms, "timeout")
+        req = self.fleet.current
+        if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens):
+            return CloudResult("a plain answer.", latency, "ok", max_tokens // 2)  # the device's answer
         return CloudResult("cloud answer", latency, "ok", max_tokens // 2)
+
+
+def request_text(rng: random.Random, task_type: str) -> str:
+    template, subjects = TEXTS[task_type]
+    return template.format(rng.choice(subjects))
+
+
+def shadow_agreement(input_tokens: int) -> float:
+    """How often the device's shadow answer matches the cloud's: worse on longer inputs."""
+    return 0.93 if input_tokens < 128 else 0.82 if input_tokens < 512 else 0.58
 
 
 def acceptable(rng: random.Random, task_type: str, confidence: float) -> bool:
@@ -133,12 +166,14 @@ class Fleet:
     def __init__(self, *, seed: int, start: datetime, span: timedelta, policy_path: Path,
                  incidents: Incidents = Incidents(), sessions: int = 400, instance_id: str = "sim-router-1",
                  on_event: Callable = lambda e: None, on_breaker_event: Callable = lambda e: None,
-                 on_label: Callable = lambda e: None, label_share: float = 0.25):  # fmt: skip
+                 on_label: Callable = lambda e: None, label_share: float = 0.25, texts=None):  # fmt: skip
         self.rng = random.Random(seed)
+        self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
+        self.texts = texts  # a RequestTextStore, or None
         self.clock = SimClock(start)
         self.span, self.incidents = span, incidents
         self.policy_path = policy_path
-        self._base_policy = DEFAULT_POLICY.read_text()
+        self._base_policy = DEFAULT_POLICY.read_text().replace("shadow: []", f"shadow: [{', '.join(SHADOW_TASKS)}]")
         policy_path.write_text(self._base_policy)
         self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
         self.router = Router(StatDevice(self.rng, self), StatCloud(self.rng, self), policy=self.policy,
@@ -172,13 +207,16 @@ class Fleet:
             session, tier, network = self.rng.choice(self.sessions)
             task_type = self.rng.choices(names, weights)[0]
             expected = TASKS[task_type][2]
-            req = Request(task_type=task_type, text="(simulated request text: never emitted)", session_id=session,
+            text = request_text(self.text_rng, task_type)
+            req = Request(task_type=task_type, text=text, session_id=session,
                           deadline_ms=self.rng.choice((3000, 5000, 8000)), elapsed_ms=self.rng.randint(20, 400),
                           has_pii=self.rng.random() < 0.02, network=network, device_tier=tier,
-                          input_tokens=self.rng.randint(20, 480) if task_type != "long_summary" else 9000,
+                          input_tokens=self.rng.randint(*INPUT_TOKENS.get(task_type, (20, 480))),
                           expected_output_tokens=expected, request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
                           app_id="sim-app")  # fmt: skip
             self.current = req
+            if self.texts is not None:
+                self.texts.add(req.request_id, task_type, text)
             _, event = self.router.route(req)
             self.stats["requests"] += 1
             progress(1)

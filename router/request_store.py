@@ -1,0 +1,70 @@
+"""The simulator's request-text store: what a request said, by request_id, for the offline replay.
+
+Decision events never carry request text (the contract has no field for it, and PII must not reach
+the logs). A replay needs the text, so whoever owns the requests keeps it apart: here the simulator
+and the demo's live sample write it to a local SQLite file under ROUTERSCOPE_HOME, and the weekly
+replay job reads it. A production deployment would point the replay at its own (access-controlled)
+request archive instead.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
+
+
+def store_path(home: Path) -> Path:
+    return Path(home) / "request_texts.sqlite"
+
+
+class RequestTextStore:
+    """Buffered writes (`add`, flushed every `batch` rows and on `flush`/`close`); `get` by ids."""
+
+    def __init__(self, path: Path, batch: int = 5_000):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(SCHEMA)
+        self._pending: list[tuple[str, str, str]] = []
+        self._batch = batch
+
+    def add(self, request_id: str, task_type: str, text: str) -> None:
+        self._pending.append((request_id, task_type, text))
+        if len(self._pending) >= self._batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            with self._db:
+                self._db.executemany("INSERT OR REPLACE INTO requests VALUES (?, ?, ?)", self._pending)
+            self._pending.clear()
+
+    def get(self, request_ids: list[str]) -> dict[str, tuple[str, str]]:
+        """request_id → (task_type, text) for the ids the store has."""
+        self.flush()
+        found: dict[str, tuple[str, str]] = {}
+        for i in range(0, len(request_ids), 500):
+            chunk = request_ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for rid, task_type, text in self._db.execute(
+                f"SELECT request_id, task_type, text FROM requests WHERE request_id IN ({marks})", chunk
+            ):
+                found[rid] = (task_type, text)
+        return found
+
+    def __len__(self) -> int:
+        self.flush()
+        return self._db.execute("SELECT count(*) FROM requests").fetchone()[0]
+
+    def close(self) -> None:
+        self.flush()
+        self._db.close()
+
+    def __enter__(self) -> "RequestTextStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
