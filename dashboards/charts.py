@@ -31,3 +31,62 @@ def calibration_bars(buckets: pd.DataFrame) -> alt.Chart:
         color=alt.condition("datum.flagged", alt.value("#d62728"), alt.value("#1f77b4")),
         tooltip=["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%")],
     ).properties(height=240)  # fmt: skip
+
+
+def rates_with_ci(df: pd.DataFrame) -> alt.Chart:
+    """False and missed fallback rates per day: a point per rate with its Wilson 95 % interval as a
+    bar, the labeled denominator and the label coverage in the tooltip. Columns: window_start, rate
+    (name), value, low, high, labeled, coverage."""
+    base = alt.Chart(df).encode(
+        x=alt.X("window_start:T", title="day"),
+        color=alt.Color("rate:N", title=None),
+        tooltip=["window_start:T", "rate:N", alt.Tooltip("value:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%"),
+                 alt.Tooltip("high:Q", format=".1%"), alt.Tooltip("labeled:Q", title="labeled (denominator)"),
+                 alt.Tooltip("coverage:Q", format=".0%", title="label coverage")],
+    )  # fmt: skip
+    bars = base.mark_rule(strokeWidth=2, opacity=0.6).encode(
+        y=alt.Y("low:Q", title="share (95% CI)", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])), y2="high:Q"
+    )
+    points = base.mark_point(filled=True, size=60).encode(y="value:Q")
+    return (bars + points).properties(height=260)
+
+
+def histogram(df: pd.DataFrame, x: str, y: str, x_title: str, y_title: str) -> alt.Chart:
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X(f"{x}:O", title=x_title), y=alt.Y(f"{y}:Q", title=y_title), tooltip=[f"{x}:O", f"{y}:Q"],
+    ).properties(height=220)  # fmt: skip
+
+
+def bars(df: pd.DataFrame, x: str, y: str, x_title: str, y_title: str, percent: bool = True) -> alt.Chart:
+    axis = alt.Axis(format=".0%") if percent else alt.Axis()
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X(f"{x}:N", sort=None, title=x_title), y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
+        tooltip=[f"{x}:N", alt.Tooltip(f"{y}:Q", format=".1%" if percent else ",.4f")],
+    ).properties(height=220)  # fmt: skip
+
+
+def line(df: pd.DataFrame, x: str, y: str, title: str, fmt: str = ",.4f") -> alt.Chart:
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X(f"{x}:T", title="day"), y=alt.Y(f"{y}:Q", title=title), tooltip=[f"{x}:T", alt.Tooltip(f"{y}:Q", format=fmt)],
+    ).properties(height=200)  # fmt: skip
+
+
+STATE_COLOURS = alt.Scale(domain=["closed", "half_open", "open"], range=["#2ca02c", "#ff7f0e", "#d62728"])
+
+
+def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
+    """Breaker states as bands over [since, until], one row per instance × boundary: each transition
+    starts a band in its `to_state` that lasts until the breaker's next transition (or `until`); before
+    its first transition a breaker was in that transition's `from_state`."""
+    df = transitions.sort_values("event_time").copy()
+    df["lane"] = df["instance_id"] + " · " + df["boundary"]
+    first = df.groupby("lane", as_index=False).first()
+    before = first.assign(to_state=first["from_state"], from_state="", trigger="(before the first transition shown)",
+                          event_time=pd.Timestamp(since))  # fmt: skip
+    df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "event_time"], kind="stable")
+    df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
+    return alt.Chart(df).mark_bar(height=18).encode(
+        x=alt.X("event_time:T", title="time"), x2="until:T", y=alt.Y("lane:N", title=None),
+        color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
+        tooltip=["lane:N", "from_state:N", "to_state:N", "trigger:N", "event_time:T", "until:T"],
+    ).properties(height=max(80, 40 * df["lane"].nunique()))  # fmt: skip

@@ -5,6 +5,7 @@ mode the dashboard takes turns with the loader and the metric jobs instead of lo
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -51,13 +52,18 @@ def query(sql: str, **parameters) -> pd.DataFrame:
     return pd.DataFrame(result.result_rows, columns=list(result.column_names))
 
 
-@st.cache_data(ttl=TTL)
-def latest_window_end() -> datetime | None:
-    df = query("SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = '5m'")
+def _latest_end(grain: str) -> datetime | None:
+    """The end of the newest metric window of `grain`, or None before the first."""
+    df = query("SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = {grain:String}", grain=grain)
     t = df["t"].iloc[0] if len(df) else None
     if t is None or pd.isna(t) or t.year <= 1970:
         return None
     return pd.Timestamp(t).to_pydatetime().replace(tzinfo=timezone.utc)
+
+
+@st.cache_data(ttl=TTL)
+def latest_window_end() -> datetime | None:
+    return _latest_end("5m")
 
 
 @st.cache_data(ttl=TTL)
@@ -71,6 +77,49 @@ def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
         "AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
         grain=grain, task=task_type, start=start.strftime("%Y-%m-%d %H:%M:%S"),
     )  # fmt: skip
+
+
+@st.cache_data(ttl=TTL)
+def latest_day_end() -> datetime | None:
+    """The end of the newest daily metric window: the weekly review looks at the 7 days before it."""
+    return _latest_end("1d")
+
+
+@st.cache_data(ttl=TTL)
+def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
+    """The daily metric windows of one task type ('' = overall) with their full METRICS.md group
+    parsed (`group` column: a dict)."""
+    end = latest_day_end()
+    if end is None:
+        return pd.DataFrame()
+    df = query(
+        "SELECT window_start, metrics FROM routerscope.metric_windows FINAL WHERE grain = '1d' "
+        "AND task_type = {task:String} AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
+        task=task_type, start=(end - timedelta(days=days)).strftime("%Y-%m-%d %H:%M:%S"),
+    )  # fmt: skip
+    if df.empty:
+        return df
+    return df.assign(group=[json.loads(m) for m in df.pop("metrics")])
+
+
+@st.cache_data(ttl=TTL)
+def period_metrics(start: datetime, end: datetime) -> dict:
+    """Every METRICS.md number over [start, end) (the weekly review's 7 days), computed now."""
+    from warehouse.metrics import compute
+
+    with _warehouse() as client:
+        return compute(client, start, end)
+
+
+@st.cache_data(ttl=TTL)
+def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
+    """Sessions by their number of cloud calls over [start, end) (METRICS.md §4 as a distribution)."""
+    from warehouse.queries.common import QueryWindow
+    from warehouse.queries.decisions import cloud_calls_histogram as histogram
+
+    with _warehouse() as client:
+        rows = histogram(client, QueryWindow(start, end), task_type)
+    return pd.DataFrame(rows, columns=["cloud_calls", "sessions"])
 
 
 @st.cache_data(ttl=TTL)

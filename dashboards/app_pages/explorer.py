@@ -13,7 +13,7 @@ hours = c3.slider("Hours", 1, 72, 24)
 request_id = c4.text_input("Request id contains")
 df = data.decisions(task_type, fallback_type, float(hours), request_id.strip())
 st.caption(f"{len(df)} decisions (newest first, at most 200)")
-st.dataframe(df, hide_index=True, use_container_width=True)
+st.dataframe(df, hide_index=True, width="stretch")
 if len(df) == 1:
     one = df.iloc[0]
     st.subheader(f"Attempts of {one['request_id']}")

@@ -1,6 +1,7 @@
 """On-call: is the device path healthy right now? Fallback rate with its real denominator, the
 device bypass, breakers, L2/L3 share and drift, firing alerts, ingest freshness."""
 
+import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data
@@ -25,17 +26,25 @@ def live():
     c2.metric("Naive fallback rate (all requests)", pct(last["naive_fallback_rate"]), help=f"denominator: {int(last['requests'])} requests")
     c3.metric("Device bypass", pct(last["device_bypass_rate"]))
     c4.metric("L2+L3 share", pct(last["l2_l3_share"]), delta="drifting" if last["l2_l3_drifting"] else None, delta_color="inverse")
-    st.altair_chart(charts.fallback_rates(df), use_container_width=True)
-    st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), use_container_width=True)
+    st.altair_chart(charts.fallback_rates(df), width="stretch")
+    st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), width="stretch")
     st.subheader("Alerts")
     alerts = data.alerts()
     firing = alerts[alerts["status"] == "firing"] if not alerts.empty else alerts
     if firing.empty:
         st.success("Nothing firing")
     else:
-        st.dataframe(firing, hide_index=True, use_container_width=True)
-    st.subheader("Breaker transitions")
-    st.dataframe(data.breaker_transitions().head(20), hide_index=True, use_container_width=True)
+        st.dataframe(firing, hide_index=True, width="stretch")
+    st.subheader("Breaker states")
+    transitions = data.breaker_transitions()
+    since, until = df["window_start"].min(), df["window_start"].max() + pd.Timedelta(minutes=5)
+    shown = transitions[transitions["event_time"] >= since] if not transitions.empty else transitions
+    if shown.empty:
+        st.caption(f"No breaker transitions in the last {hours} hours: every breaker stayed as it was (closed unless shown earlier).")
+    else:
+        st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
+        with st.expander(f"{len(shown)} transitions"):
+            st.dataframe(shown, hide_index=True, width="stretch")
     st.caption(f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows")
 
 

@@ -1,5 +1,7 @@
-"""Weekly tuning: calibration per task type (non-monotonic buckets flagged), the recommended threshold
-next to the current one, false fallbacks over the days."""
+"""Weekly tuning, per task type, over the 7 days before the newest daily window: the calibration curve
+(non-monotonic buckets flagged) with the recommended threshold for a target chosen on the page next to
+the current one; false and missed fallbacks with their 95 % intervals and label coverage; cloud calls
+per session as a distribution; shadow agreement by input length; cost."""
 
 import json
 from datetime import timedelta, timezone
@@ -11,10 +13,17 @@ from dashboards import charts, data
 
 st.title("Weekly tuning")
 types = data.task_types()
-if not types:
-    st.info("No metric windows yet.")
+end = data.latest_day_end()
+if not types or end is None:
+    st.info("No daily metric windows yet: run `routerscope demo`, or the `metrics_daily_job` in Dagster.")
     st.stop()
+start = end - timedelta(days=7)
+st.caption(f"Week under review: {start:%Y-%m-%d} → {end:%Y-%m-%d} (UTC, the 7 days before the newest daily window)")
 task_type = st.selectbox("Task type", types)
+pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+
+# -- calibration and threshold -------------------------------------------------------------------
+st.header("Calibration and threshold")
 cal = data.calibration(task_type)
 if cal.empty:
     st.info("No daily calibration for this task type yet (needs labeled device attempts).")
@@ -25,8 +34,8 @@ else:
     target = t1.slider("Target pass rate", 0.50, 0.99, float(detail["target"]), 0.01)
     min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(detail["min_n"])))
     if (target, min_n) != (detail["target"], detail["min_n"]):
-        start = pd.Timestamp(row["window_start"]).to_pydatetime().replace(tzinfo=timezone.utc)
-        detail = data.calibration_for_target(task_type, start, start + timedelta(days=1), target, min_n) or detail
+        day = pd.Timestamp(row["window_start"]).to_pydatetime().replace(tzinfo=timezone.utc)
+        detail = data.calibration_for_target(task_type, day, day + timedelta(days=1), target, min_n) or detail
     buckets = pd.DataFrame(detail["buckets"])
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
     c1, c2, c3 = st.columns(3)
@@ -34,11 +43,88 @@ else:
     c2.metric(f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
               "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}")  # fmt: skip
     c3.metric("Labeled attempts", int(row["labeled"]))
+    st.caption(f"Calibration of the day starting {pd.Timestamp(row['window_start']):%Y-%m-%d}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         st.warning(f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one.")
-    st.altair_chart(charts.calibration_bars(buckets), use_container_width=True)
-    st.dataframe(buckets, hide_index=True, use_container_width=True)
-daily = data.windows("1d", 24 * 30, task_type)
+    st.altair_chart(charts.calibration_bars(buckets), width="stretch")
+    with st.expander("Buckets"):
+        st.dataframe(buckets, hide_index=True, width="stretch")
+
+week = data.period_metrics(start, end)
+group = week["by_task_type"].get(task_type)
+if group is None:
+    st.info("No decisions of this task type in the week.")
+    st.stop()
+
+# -- false and missed fallbacks ------------------------------------------------------------------
+st.header("False and missed fallbacks")
+
+
+def ci_text(ci) -> str:
+    return "no labels" if ci is None else f"95% CI {pct(ci[0])} – {pct(ci[1])}"
+
+
+coverage = group["label_coverage"]
+f1, f2 = st.columns(2)
+f1.metric("False fallbacks (cloud spend that bought nothing)", pct(group["false_fallback_rate"]),
+          help=f"{ci_text(group['false_fallback_ci'])}; denominator: {group['false_fallback_labeled']} labeled fallbacks")  # fmt: skip
+f1.caption(f"{ci_text(group['false_fallback_ci'])} · {group['false_fallback_labeled']} labeled · "
+           f"label coverage {pct(coverage['fallbacks'])} of quality/timeout fallbacks")  # fmt: skip
+f2.metric("Missed fallbacks (bad answers shown)", pct(group["missed_fallback_rate"]),
+          help=f"{ci_text(group['missed_fallback_ci'])}; denominator: {group['missed_fallback_labeled']} labeled device-served")  # fmt: skip
+f2.caption(f"{ci_text(group['missed_fallback_ci'])} · {group['missed_fallback_labeled']} labeled · "
+           f"label coverage {pct(coverage['device_served'])} of device-served")  # fmt: skip
+daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
-    st.subheader("False fallbacks per day (with their labeled denominators)")
-    st.dataframe(daily[["window_start", "false_fallback_rate", "false_fallback_labeled", "fallback_rate", "requests"]], hide_index=True)
+    rows = []
+    for t, g in zip(daily["window_start"], daily["group"]):
+        for rate, cov in (("false_fallback", "fallbacks"), ("missed_fallback", "device_served")):
+            ci = g.get(f"{rate}_ci")
+            if g.get(f"{rate}_rate") is not None:
+                rows.append({"window_start": t, "rate": rate.replace("_", " "), "value": g[f"{rate}_rate"],
+                             "low": ci[0], "high": ci[1], "labeled": g[f"{rate}_labeled"],
+                             "coverage": (g.get("label_coverage") or {}).get(cov)})  # fmt: skip
+    if rows:
+        st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
+    else:
+        st.caption("No labeled days yet.")
+
+# -- cloud calls per session -------------------------------------------------------------------------
+st.header("Cloud calls per session")
+calls = group["cloud_calls_per_session"]
+k1, k2, k3 = st.columns(3)
+fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+k1.metric("Mean", fmt(calls["mean"]))
+k2.metric("p50", fmt(calls["p50"]))
+k3.metric("p95", fmt(calls["p95"]))
+hist = data.cloud_calls_histogram(task_type, start, end)
+if hist.empty:
+    st.caption("No live sessions of this task type in the week.")
+else:
+    st.altair_chart(charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the week", "sessions"), width="stretch")
+    st.caption(f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; a session's calls count only this task type.")
+
+# -- shadow agreement --------------------------------------------------------------------------------
+st.header("Shadow agreement by input length")
+shadow = group["shadow_agreement_by_input_length"]
+if group["shadow_agreement_rate"] is None:
+    st.caption("This task type ran no shadow traffic in the week (policy `shadow:` lists the task types under evaluation).")
+else:
+    st.metric("Agreement, all lengths", pct(group["shadow_agreement_rate"]))
+    frame = pd.DataFrame({"input tokens": list(shadow), "agreement": list(shadow.values())}).dropna()
+    st.altair_chart(charts.bars(frame, "input tokens", "agreement", "input tokens", "device agrees with cloud"), width="stretch")
+
+# -- cost --------------------------------------------------------------------------------------------
+st.header("Cloud cost")
+cost = group["cost_usd"]
+if cost["total"] is None:
+    st.caption("No decision reported a cost (set `cloud_prices_usd_per_1k_tokens` in the policy).")
+else:
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Week total", f"${cost['total']:,.2f}")
+    m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
+    m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
+    if not daily.empty:
+        per_day = pd.DataFrame({"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}).dropna()
+        if not per_day.empty:
+            st.altair_chart(charts.line(per_day, "window_start", "cost", "USD per day", ",.2f"), width="stretch")

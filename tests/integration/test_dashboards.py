@@ -58,10 +58,48 @@ def test_oncall_shows_both_denominators(populated):
     assert [m.value for m in app.metric][:2] == ["0.0%", "0.0%"]  # A1: served on device at L0
 
 
+def test_oncall_draws_breaker_states_over_the_window(populated):
+    from instrumentation.contract import BREAKERS
+    from routerscope import names
+    from tests.events import breaker, dumps
+    from warehouse.rows import FACTS
+
+    t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
+    events = [breaker(boundary="cloud", from_state="closed", to_state="open", event_time=t(10)),
+              breaker(boundary="cloud", from_state="open", to_state="half_open", event_time=t(20)),
+              breaker(boundary="cloud", from_state="half_open", to_state="closed", event_time=t(21))]  # fmt: skip
+    parsed = [BREAKERS.parse(dumps(e))[0] for e in events]
+    table, columns, build = FACTS[names.TOPIC_BREAKERS]
+    with open_warehouse(populated) as client:
+        client.insert(f"routerscope.{table}", build(parsed, names.TOPIC_BREAKERS, [0] * 3, [0, 1, 2]),
+                      column_names=list(columns), column_oriented=True)  # fmt: skip
+    app = render("oncall.py")
+    assert [e.label for e in app.expander] == ["3 transitions"]
+    assert len(app.get("vega_lite_chart")) == 3  # fallback rates, L2+L3 share, breaker states
+
+
 def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
     app = render("tuning.py")
     assert app.selectbox[0].value == "intent_classify"
     assert any("not monotonic" in w.value for w in app.warning)
+
+
+def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
+    # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
+    # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3. Device-served
+    # a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
+    # s1 1, s2 2, s3 2, z 1 → sorted [1, 1, 2, 2]: mean 1.5, p50 1.5, p95 at rank 2.85 → 2.
+    app = render("tuning.py")
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["False fallbacks (cloud spend that bought nothing)"] == "100.0%"
+    assert metrics["Missed fallbacks (bad answers shown)"] == "100.0%"
+    captions = [c.value for c in app.caption]
+    assert any("2 labeled" in c and "label coverage 66.7%" in c and "95% CI 34.2%" in c for c in captions), captions
+    assert any("1 labeled" in c and "label coverage 25.0%" in c for c in captions), captions
+    assert (metrics["Mean"], metrics["p50"], metrics["p95"]) == ("1.50", "1.50", "2.00")
+    assert any(c.startswith("4 sessions") for c in captions)  # the histogram: two sessions with 1 call, two with 2
+    assert metrics["Agreement, all lengths"] == "100.0%"  # A's one shadow event agreed
+    assert any("No decision reported a cost" in c for c in captions)
 
 
 def test_quality_page_lists_checks_and_quarantine(populated):
@@ -149,4 +187,8 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
         assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
     finally:
         server.terminate()
-        server.wait(10)
+        server.wait(20)
+    import socket
+
+    with socket.socket() as probe:  # SIGTERM stops `routerscope dashboard` and its Streamlit child
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
