@@ -105,3 +105,26 @@ def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD
             )
         )
     return found
+
+
+# The offline replay's sample: judged fallbacks (METRICS.md §3: live, entered the device, quality or
+# timeout) in the window that no offline replay has labeled yet, in a seeded pseudo-random order
+# (the same seed gives the same sample).
+REPLAY_SAMPLE_SQL = named(
+    "replay_sample",
+    f"""
+WITH {WINDOW_CTE}
+SELECT request_id, task_type, fallback_type
+FROM w
+WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
+  AND request_id NOT IN (SELECT request_id FROM routerscope.labels WHERE source = 'offline_replay')
+ORDER BY cityHash64(request_id, {{seed:UInt64}})
+LIMIT {{limit:UInt32}}
+""",
+)
+
+
+def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> list[tuple[str, str, str]]:
+    """Up to `limit` (request_id, task_type, fallback_type) of unreplayed judged fallbacks."""
+    result = client.query(REPLAY_SAMPLE_SQL, parameters={**window.parameters(), "limit": limit, "seed": seed})
+    return [tuple(row) for row in result.result_rows]

@@ -1,0 +1,89 @@
+"""Weekly offline replay (Dagster): re-run a sample of recent fallbacks through the current device
+model (Gemma 3 270M via llama-cpp-python), judge each answer with the task's validator, and publish
+`offline_replay` labels to the labels topic. The ingest job loads them like any label, and the
+`late_labels_sensor` recomputes the days they touch; false-fallback estimates move accordingly.
+
+Request text comes from the request-text store (`router.request_store`, filled by the simulator and
+the demo's live sample), never from the events; fallbacks without a stored text are counted and
+skipped."""
+
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+
+from pipelines.resources import RouterscopeResource
+
+
+class ReplayConfig(dg.Config):
+    sample_size: int = 50  # fallbacks replayed per run
+    days: float = 7.0  # how far back to sample, ending now
+    seed: int = 0  # the sample order (same seed, same sample among the unreplayed)
+    end: str = ""  # ISO end of the sampled window; empty: now
+
+
+@dg.asset(
+    description="offline_replay labels for a sample of the week's fallbacks (published to Kafka)",
+    group_name="labels",
+)
+def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
+    from instrumentation.emitter import KafkaEmitter
+    from instrumentation.telemetry import Telemetry, producer_config
+    from router.backends import LlamaDevice, gemma_path
+    from router.policy import PolicyStore
+    from router.replay import judge, label_for
+    from router.request_store import RequestTextStore, store_path
+    from routerscope import names
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+    from warehouse.queries.common import QueryWindow
+    from warehouse.queries.labels import replay_sample
+
+    settings = routerscope.settings()
+    end = datetime.fromisoformat(config.end) if config.end else datetime.now(timezone.utc)
+    end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+    window = QueryWindow(end - timedelta(days=config.days), end)
+    with open_warehouse(settings, purpose="replay sample") as client:
+        migrate(client)
+        candidates = replay_sample(client, window, config.sample_size * 5, config.seed)  # over-fetch: some lack text
+    with RequestTextStore(store_path(settings.home)) as store:
+        texts = store.get([rid for rid, _, _ in candidates])
+    chosen = [(rid, task) for rid, task, _ in candidates if rid in texts][: config.sample_size]
+    context.log.info(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
+    policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
+    verdicts = []
+    if chosen:
+        device = LlamaDevice(gemma_path(settings.home), n_ctx=512, n_threads=1, logprobs=False)  # the verdict needs no confidence
+        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
+        tel = Telemetry(emitter)
+        try:
+            for i, (rid, task_type) in enumerate(chosen, 1):
+                verdict = judge(device, policy, rid, task_type, texts[rid][1])
+                verdicts.append(verdict)
+                tel.send(names.TOPIC_LABELS, rid, label_for(verdict, datetime.now(timezone.utc), device.model))
+                if i % 10 == 0 or i == len(chosen):
+                    context.log.info(f"replayed {i}/{len(chosen)}")
+        finally:
+            delivered = emitter.flush(120)
+            emitter.close()
+        if not delivered:
+            context.log.warning(f"labels still spooled (sent on the next run): {emitter.counters()}")
+    acceptable = sum(v.acceptable for v in verdicts)
+    return dg.MaterializeResult(
+        metadata={
+            "window_start": window.start.isoformat(),
+            "window_end": window.end.isoformat(),
+            "sampled": len(candidates),
+            "without_text": len(candidates) - len(texts),
+            "replayed": len(verdicts),
+            "acceptable": acceptable,
+            "published": len(verdicts),
+            "verdicts": {v.request_id: v.acceptable for v in verdicts},
+        }
+    )
+
+
+weekly_replay_job = dg.define_asset_job(
+    "weekly_replay_job", selection=[offline_replay_labels], executor_def=dg.in_process_executor,
+    description="Replay a sample of the week's fallbacks through the device model; publish offline_replay labels.",
+)  # fmt: skip
+weekly_replay_schedule = dg.ScheduleDefinition(job=weekly_replay_job, cron_schedule="0 4 * * 1", execution_timezone="UTC")
