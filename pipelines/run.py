@@ -32,6 +32,8 @@ def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict
             partition_key=partition_key,
             raise_on_error=raise_on_error,
         )
+    except dg.DagsterExecutionInterruptedError:  # Ctrl-C inside a step: the caller's KeyboardInterrupt handling applies
+        raise KeyboardInterrupt from None
     except dg.DagsterExecutionStepExecutionError as exc:
         cause = exc.user_exception or exc.__cause__
         if isinstance(cause, RouterscopeError):

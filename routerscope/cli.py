@@ -222,12 +222,26 @@ def cmd_demo(args, settings: Settings) -> int:
 
     print("routerscope demo — a SIMULATED fleet through the real router, end to end")
     print(f"  home:      {settings.home}")
-    print(f"  warehouse: {settings.warehouse.redacted()}")
-    out = run(settings, requests=args.requests, seed=args.seed, port=args.port, span_minutes=args.span_minutes)
+    print(f"  warehouse: {settings.warehouse.redacted()}", flush=True)
+    try:
+        out = run(settings, requests=args.requests, seed=args.seed, port=args.port, span_minutes=args.span_minutes,
+                  live_requests=args.live_sample, fresh=args.fresh)  # fmt: skip
+    except KeyboardInterrupt:
+        print(
+            "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
+            f"{settings.home / 'spool'}; loaded rows and the loader's positions are stored, so running "
+            "`routerscope demo` again continues from here. The local broker keeps running (`routerscope broker stop`).",
+            file=sys.stderr,
+        )
+        return 130
     s = out["summary"]["overall"]
     pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     print(f"  kafka:     {out['kafka']}")
     print(f"  loaded:    {out['loaded']}")
+    live = out["simulated"].get("live") or {}
+    if live:
+        print(f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
+              f"llama_cpp.server (stand-in cloud); served by {live['served_by']}")  # fmt: skip
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
     print(f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})")
@@ -241,21 +255,73 @@ def cmd_demo(args, settings: Settings) -> int:
     for day, q in out["quality"].items():
         print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
     print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-          "`dagster dev -m pipelines.definitions`, and the dashboard: `routerscope dashboard`.")
-    return 0
+          "`dagster dev -m pipelines.definitions`.")
+    if args.no_dashboard:
+        print("Dashboard: `routerscope dashboard`.")
+        return 0
+    return serve_dashboard(args.dashboard_port, settings.home / "dashboard.log", open_browser=True)
+
+
+def dashboard_command(port: int) -> list[str]:
+    app = Path(__file__).resolve().parent.parent / "dashboards" / "streamlit_app.py"
+    return [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
+            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"]  # fmt: skip
+
+
+def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> int:
+    """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers."""
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise RouterscopeError(f"port {port} is already in use; choose another with --dashboard-port / --port")
+    import signal
+
+    def stop_on_term(signum, frame):  # SIGTERM (a service manager, a test) stops it like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_term)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    process = subprocess.Popen(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.3)
+        if process.poll() is not None:
+            raise RouterscopeError(f"the dashboard exited with {process.returncode}; see {log_path}")
+        print(f"Dashboard: {url}  (on-call, weekly tuning, data quality, explorer; Ctrl-C stops it)", flush=True)
+        if open_browser:
+            import webbrowser
+
+            try:
+                webbrowser.open(url)
+            except Exception:  # no browser on this machine: the URL above is enough
+                pass
+        return process.wait()
+    except KeyboardInterrupt:
+        print("\nrouterscope: dashboard stopped.", file=sys.stderr)
+        return 0
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log.close()
 
 
 def cmd_dashboard(args, settings: Settings) -> int:
-    import subprocess
-
-    app = Path(__file__).resolve().parent.parent / "dashboards" / "streamlit_app.py"
-    print(f"routerscope dashboard on http://127.0.0.1:{args.port} (Ctrl-C stops it)", flush=True)
-    command = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
-               "--server.address", "127.0.0.1", "--server.port", str(args.port), "--browser.gatherUsageStats", "false"]  # fmt: skip
-    try:
-        return subprocess.call(command)
-    except KeyboardInterrupt:
-        return 0
+    return serve_dashboard(args.port, settings.home / "dashboard.log")
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -289,7 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
-    p.add_argument("--no-dashboard", action="store_true", help="accepted for scripts (the demo does not start the dashboard; run `routerscope dashboard`)")
+    p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
+    p.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
+    p.add_argument("--live-sample", type=int, default=5, metavar="N",
+                   help="first N requests through the real model (Gemma via llama-cpp, llama_cpp.server as the cloud); 0: none")
+    p.add_argument("--fresh", action="store_true", help="forget earlier demo runs: remove the demo warehouse, restart the local broker")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")

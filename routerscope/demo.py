@@ -8,12 +8,16 @@ the incidents raised. Re-running adds another simulated span and continues from 
 
 from __future__ import annotations
 
+import random
 import sys
 import tempfile
-from datetime import timedelta
+import time
+import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from routerscope import broker, names
+from routerscope.errors import RouterscopeError
 from routerscope.settings import Settings
 
 CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
@@ -22,37 +26,117 @@ CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
 def _bar(total: int, desc: str, unit: str):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, disable=None, mininterval=0.5)
+    # On a terminal a live bar; in a log or a pipe the same line, refreshed every 5 s (counts, not silence).
+    return tqdm(total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 5.0)
 
 
-def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int = 0, show: bool = True) -> dict:
-    """Run the SIMULATED fleet into Kafka; returns counts."""
+def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int = 0, show: bool = True,
+             live_requests: int = 0) -> dict:  # fmt: skip
+    """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
+    Request texts go to the request-text store (for the offline replay), never into events."""
     from instrumentation.emitter import KafkaEmitter, Message
     from instrumentation.telemetry import Telemetry, producer_config
     from router.fleet import Fleet, default_start
 
+    from router.request_store import RequestTextStore, store_path
+
     emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
     tel = Telemetry(emitter)
     policy_dir = Path(tempfile.mkdtemp(prefix="routerscope-sim-policy-"))
-    fleet = Fleet(
-        seed=seed, start=default_start(span), span=span, policy_path=policy_dir / "policy.yaml",
-        on_event=lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e),
-        on_breaker_event=lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e),
-        on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
-    )  # fmt: skip
-    bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
-    stats = fleet.run(requests, progress=bar.update if bar else (lambda n: None))
-    if bar:
-        bar.close()
-    for i in range(corrupt):
-        emitter.emit(Message(names.TOPIC_DECISIONS, b"corrupt", CORRUPT[i % len(CORRUPT)]))
-    if not emitter.flush(120):
-        print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
-    emitter.close()
-    return {**stats, "corrupt": corrupt, "start": fleet.clock.start, "end": fleet.clock.start + span, **emitter.counters()}
+    start = default_start(span)
+    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
+    on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
+    live: dict = {}
+    try:
+        with RequestTextStore(store_path(settings.home)) as texts:
+            if live_requests:
+                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
+            fleet = Fleet(
+                seed=seed, start=start, span=span, policy_path=policy_dir / "policy.yaml", texts=texts,
+                on_event=on_event, on_breaker_event=on_breaker_event,
+                on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+            )  # fmt: skip
+            bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
+            try:
+                stats = fleet.run(requests, progress=bar.update if bar else (lambda n: None))
+            finally:
+                if bar:
+                    bar.close()
+        for i in range(corrupt):
+            emitter.emit(Message(names.TOPIC_DECISIONS, b"corrupt", CORRUPT[i % len(CORRUPT)]))
+    finally:  # Ctrl-C included: what was routed is sent, or spooled to disk for the next run
+        if not emitter.flush(120):
+            print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
+        emitter.close()
+    return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
 
 
-def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes: int = 120, corrupt: int = 3) -> dict:
+LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")
+
+
+def live_sample(settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event,
+                show: bool = True) -> dict:  # fmt: skip
+    """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
+    device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
+    confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
+    from router.backends import LlamaDevice, OpenAICloud, gemma_path
+    from router.engine import Request, Router
+    from router.fleet import request_text
+    from router.policy import PolicyStore
+    from router.standin_cloud import StandInCloud
+
+    print("  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …", file=sys.stderr)
+    model = gemma_path(settings.home)
+    cloud = StandInCloud(model, settings.home / "standin-cloud.log")
+    try:
+        device = LlamaDevice(model, n_ctx=512, n_threads=1)
+        cloud.wait_ready()
+        t0 = time.monotonic()
+        router = Router(device, OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(),
+                        instance_id="live-router-1", now=lambda: start + timedelta(seconds=time.monotonic() - t0),
+                        on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
+        rng = random.Random(seed)
+        served: dict[str, int] = {}
+        bar = _bar(count, "live sample (real Gemma)", " req") if show else None
+        for i in range(count):
+            task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
+            text = request_text(rng, task_type)
+            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128))}"
+            texts.add(request_id, task_type, text)
+            response, _ = router.route(Request(task_type=task_type, text=text, session_id=f"live-session-{i % 3}",
+                                               request_id=request_id, deadline_ms=30_000, expected_output_tokens=8,
+                                               network="wifi", device_tier="high", app_id="live-sample"))  # fmt: skip
+            served[response.served_by] = served.get(response.served_by, 0) + 1
+            if bar:
+                bar.update(1)
+        if bar:
+            bar.close()
+        return {"requests": count, "served_by": served, "device_model": device.model}
+    finally:
+        cloud.stop()
+
+
+def start_fresh(settings: Settings) -> None:
+    """Forget every earlier demo run of this home: stop the local broker (its memory goes with it),
+    remove the embedded warehouse, the request-text store and the spool. Refuses a server warehouse."""
+    import shutil
+
+    from router.request_store import store_path
+
+    if not settings.warehouse.embedded:
+        raise RouterscopeError("--fresh removes an embedded warehouse only; this one is a server: drop its database yourself")
+    if settings.kafka_bootstrap_env:
+        raise RouterscopeError("--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP")
+    broker.stop(settings)
+    for path in (settings.warehouse.path, settings.home / "spool"):
+        shutil.rmtree(path, ignore_errors=True)
+    for path in (store_path(settings.home), Path(f"{store_path(settings.home)}-wal"), Path(f"{store_path(settings.home)}-shm")):
+        path.unlink(missing_ok=True)
+    print(f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker", file=sys.stderr)
+
+
+def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes: int = 120, corrupt: int = 3,
+        live_requests: int = 0, fresh: bool = False) -> dict:  # fmt: skip
     from pipelines.ingest import ingest_topics
     from pipelines.run import materializations, run_job
     from routerscope import alerts, kafka
@@ -62,16 +146,29 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     from warehouse.queries.metric_windows import write_window
 
     out: dict = {}
+    if fresh:
+        start_fresh(settings)
+    restarted = False
     if settings.kafka_bootstrap_env:
         kafka.ensure_topics(settings)
         out["kafka"] = settings.kafka_bootstrap_env
     else:
+        restarted = not broker.status(settings).running
         out["kafka"] = broker.start(settings, port=port).bootstrap
     with open_warehouse(settings, purpose="demo") as client:
         migrate(client)
+        loaded_before = client.query("SELECT count() FROM routerscope.ingest_offsets").result_rows[0][0]
+    if restarted and loaded_before:
+        raise RouterscopeError(
+            "the local broker keeps its messages in memory and was restarted since the last demo, so the demo's "
+            f"warehouse ({settings.warehouse.redacted()}) refers to messages it no longer has. "
+            "Run `routerscope demo --fresh` to start the demo over (it removes the demo's warehouse)"
+        )
     span = timedelta(minutes=span_minutes)
-    sim = simulate(settings, requests, seed, span, corrupt)
+    sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests)
     out["simulated"] = sim
+    if sim["live"]:
+        print(f"  live sample: {live_requests} requests through {sim['live']['device_model']}, served by {sim['live']['served_by']}", file=sys.stderr)
     print(f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages", file=sys.stderr)
 
     from pipelines.resources import RouterscopeResource

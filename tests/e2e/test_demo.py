@@ -20,10 +20,12 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
     settings = settings_for(home)
     try:
         # 20k requests over 2 h: ~40 short_reply requests per 5-minute window, above the rules' min_n of 30
-        out = run(settings, requests=20_000, seed=11, port=free_port(), span_minutes=120, corrupt=3)
+        # The first 3 go through the real model (Gemma via llama-cpp, llama_cpp.server as the cloud).
+        out = run(settings, requests=20_000, seed=11, port=free_port(), span_minutes=120, corrupt=3, live_requests=3)
         sim = out["simulated"]
-        assert sim["requests"] == 20_000 and sim["delivered"] == sim["emitted"] and sim["dropped"] == 0
-        assert out["loaded"]["decisions"] == 20_000  # the 3 corrupted messages are quarantined, not loaded
+        assert sim["requests"] == 20_000 and sim["live"]["requests"] == 3
+        assert sim["delivered"] == sim["emitted"] and sim["dropped"] == 0
+        assert out["loaded"]["decisions"] == 20_003  # the 3 corrupted messages are quarantined, not loaded
         fired = " ".join(out["fired"])
         assert "rollback_offload_failure" in fired  # the cloud outage: capability misses end at L4
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
@@ -31,23 +33,116 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         start = sim["start"]
         with open_warehouse(settings) as client:
             rows = client.query("SELECT rules FROM routerscope.quarantine").result_rows
+            live = client.query("SELECT entered_device, device_model, confidence_source, reason FROM routerscope.decisions "
+                                "WHERE app_id = 'live-sample'").result_rows  # fmt: skip
             thermal = compute(client, start + timedelta(minutes=0.45 * 120), start + timedelta(minutes=0.65 * 120))
             calm = compute(client, start + timedelta(minutes=0.30 * 120), start + timedelta(minutes=0.45 * 120))
             push = compute(client, start + timedelta(minutes=0.75 * 120), start + timedelta(minutes=0.90 * 120))
         assert len(rows) == 3  # the quarantine holds exactly what the simulator corrupted
+        # real logprob confidence, marked by device_model (the latency gate may send a request straight
+        # to the cloud once the device has measured itself slow: then it never entered the device)
+        assert len(live) == 3 and any(entered for entered, *_ in live), live
+        assert all((model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered), live
+        assert all(reason == "latency_pressure" for entered, _, _, reason in live if not entered), live
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
+        assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
         assert push["by_task_type"]["short_reply"]["quality_fallback_rate"] > 3 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
+        # the stricter pushed threshold sends acceptable answers to the cloud: false fallbacks jump
+        pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
+        assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
+        assert pushed["false_fallback_labeled"] > 5 * before_push["false_fallback_labeled"]
+        assert pushed["false_fallback_rate"] > (before_push["false_fallback_rate"] or 0.0)
+        # the shadow task (code_snippet) agrees less on longer inputs; cost is reported
+        shadow = out["summary"]["by_task_type"]["code_snippet"]["shadow_agreement_by_input_length"]
+        assert shadow["0-128"] > shadow["512-2048"]
+        assert out["summary"]["overall"]["cost_usd"]["total"] > 0
         summary = out["summary"]["overall"]
         assert summary["fallback_rate"] < summary["naive_fallback_rate"]
     finally:
         broker.stop(settings)
 
 
-def test_demo_command_prints_the_summary(home):
-    done = run_cli("demo", "--requests", "800", "--port", str(free_port()), "--no-dashboard", env=clean_env(home), timeout=600)
+def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
+    return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", *extra]
+
+
+def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home):
+    port = free_port()
     try:
+        done = run_cli(*demo_args(port), "--no-dashboard", env=clean_env(home), timeout=600)
         assert done.returncode == 0, done.stderr
         assert "SIMULATED" in done.stdout and "fallback rate" in done.stdout and "alerts raised" in done.stdout
+        # The local broker is memory-only: once restarted, the warehouse refers to messages it lost.
+        run_cli("broker", "stop", env=clean_env(home))
+        again = run_cli(*demo_args(port, 300), "--no-dashboard", env=clean_env(home), timeout=600)
+        assert again.returncode == 1 and "routerscope demo --fresh" in again.stderr, again.stderr
+        fresh = run_cli(*demo_args(port, 300), "--no-dashboard", "--fresh", env=clean_env(home), timeout=600)
+        assert fresh.returncode == 0, fresh.stderr
+        with open_warehouse(settings_for(home)) as client:
+            assert client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] == 300
+    finally:
+        run_cli("broker", "stop", env=clean_env(home))
+
+
+def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home):
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import REPO, ROUTERSCOPE
+
+    port = free_port()
+    try:
+        demo = subprocess.Popen([ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"], env=clean_env(home), cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 120
+        seen = ""
+        while "simulating" not in seen and time.monotonic() < deadline:  # the progress bar is on stderr
+            seen += demo.stderr.read(1) or ""
+        time.sleep(3)  # some thousands of requests routed
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=180)
+        assert demo.returncode == 130, err
+        assert "stopped (Ctrl-C)" in err and "continues from here" in err
+        assert "Traceback" not in err
+
+        rerun = run_cli(*demo_args(port, 500), "--no-dashboard", env=clean_env(home), timeout=600)
+        assert rerun.returncode == 0, rerun.stderr
+        with open_warehouse(settings_for(home)) as client:
+            # (the local broker may store a producer retry twice; the warehouse folds copies by event_id)
+            total, distinct = client.query("SELECT count(), uniqExact(event_id) FROM routerscope.decisions FINAL").result_rows[0]
+        assert total == distinct and total > 500 + 1000  # the interrupted run's events arrived too, once each
+    finally:
+        run_cli("broker", "stop", env=clean_env(home))
+
+
+def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+
+    from tests.conftest import REPO, ROUTERSCOPE
+
+    port, web = free_port(), free_port()
+    try:
+        demo = subprocess.Popen([ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)], env=clean_env(home),
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        url = None
+        deadline = time.monotonic() + 300
+        while url is None and time.monotonic() < deadline:
+            line = demo.stdout.readline()
+            if line.startswith("Dashboard: http://"):
+                url = line.split()[1]
+        assert url == f"http://127.0.0.1:{web}"
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as r:
+            assert r.status == 200
+        demo.send_signal(signal.SIGINT)
+        assert demo.wait(30) == 0
+        import socket
+
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", web)) != 0  # the dashboard stopped with the demo
     finally:
         run_cli("broker", "stop", env=clean_env(home))

@@ -1,0 +1,113 @@
+"""The whole chain, as the demo runs it: prints JSON figures measured in one run.
+
+    .venv/bin/python bench/demo.py [--requests 200000] [--span-minutes 1440]
+
+Stages, each timed on the wall clock in a fresh home with its own local broker and embedded warehouse:
+  route_and_emit  the SIMULATED fleet through the real router, events enqueued to the emitter
+                  (request texts stored for the replay), then flushed to Kafka;
+  load            the Dagster ingest job draining the three topics into the warehouse;
+  metrics_5m      every 5-minute metric window of the span, written to metric_windows;
+  metrics_span    the full METRICS.md set over the whole span (one query set, as `routerscope metrics`).
+`events_per_s` is decision events through route → Kafka → load → metrics_span over their summed wall
+time; each stage also reports its own rate. On a shared 2-core machine compare stages within a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from routerscope import broker  # noqa: E402
+from routerscope.settings import Settings  # noqa: E402
+
+
+def log(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--span-minutes", type=int, default=24 * 60, help="simulated span (default one day)")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    from pipelines.ingest import ingest_topics
+    from pipelines.resources import RouterscopeResource
+    from pipelines.run import materializations, run_job
+    from routerscope.demo import simulate
+    from warehouse.client import open_warehouse
+    from warehouse.metrics import compute
+    from warehouse.migrate import migrate
+    from warehouse.queries.metric_windows import write_window
+
+    home = Path(tempfile.mkdtemp(prefix="routerscope-bench-demo-"))
+    settings = Settings.from_env({"ROUTERSCOPE_HOME": str(home)})
+    broker.start(settings, port=free_port())
+    figures: dict = {"requests": args.requests, "span_minutes": args.span_minutes}
+    stages: dict[str, float] = {}
+    try:
+        with open_warehouse(settings) as client:
+            migrate(client)
+        log(f"routing {args.requests} SIMULATED requests")
+        t = time.perf_counter()
+        sim = simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), show=False)
+        stages["route_and_emit"] = time.perf_counter() - t
+        figures["emitted"] = sim["emitted"]
+        figures["delivered"] = sim["delivered"]
+
+        log("loading")
+        t = time.perf_counter()
+        result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}},
+                         resources={"routerscope": RouterscopeResource.for_settings(settings)})  # fmt: skip
+        stages["load"] = time.perf_counter() - t
+        loaded = {k: v.get("loaded") for k, v in materializations(result).items()}
+        figures["loaded"] = loaded
+
+        start, end = sim["start"], sim["end"]
+        windows = int(timedelta(minutes=args.span_minutes) / timedelta(minutes=5))
+        log(f"{windows} five-minute metric windows")
+        with open_warehouse(settings) as client:
+            t = time.perf_counter()
+            for k in range(windows):
+                w0 = start + k * timedelta(minutes=5)
+                write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
+            stages["metrics_5m"] = time.perf_counter() - t
+            t = time.perf_counter()
+            summary = compute(client, start, end)
+            stages["metrics_span"] = time.perf_counter() - t
+        figures["overall_fallback_rate"] = summary["overall"]["fallback_rate"]
+    finally:
+        broker.stop(settings)
+
+    decisions = loaded.get("decisions") or 0
+    chain = stages["route_and_emit"] + stages["load"] + stages["metrics_span"]
+    figures["wall_s"] = {k: round(v, 2) for k, v in stages.items()}
+    figures["per_stage_events_per_s"] = {
+        "route_and_emit": round(args.requests / stages["route_and_emit"]),
+        "load": round(decisions / stages["load"]),
+        "metrics_span": round(decisions / stages["metrics_span"]),
+    }
+    figures["metrics_5m_windows_per_s"] = round(windows / stages["metrics_5m"], 1)
+    figures["events_per_s"] = round(decisions / chain)
+    figures["chain_s"] = round(chain, 2)
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
