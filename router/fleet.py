@@ -42,6 +42,9 @@ TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected outpu
     "code_snippet": (0.05, (10, 3), 40),  # in shadow mode: the cloud answers, the device is compared
 }
 SHADOW_TASKS = ("code_snippet",)
+# The confidence above which the device's answers are mostly acceptable: the default policy's thresholds.
+TRUE_THRESHOLDS = {"intent_classify": 0.70, "slot_extract": 0.75, "short_reply": 0.60, "short_summary": 0.65,
+                   "tool_call": 0.80, "code_snippet": 0.85}
 INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
 # What the simulated users ask, per task type: kept in the request-text store (never in events) so
 # the offline replay can re-run a request through the real device model.
@@ -154,11 +157,12 @@ def shadow_agreement(input_tokens: int) -> float:
 
 
 def acceptable(rng: random.Random, task_type: str, confidence: float) -> bool:
-    """Ground truth: acceptability rises steeply with confidence (well calibrated around the default
-    thresholds), except that short_summary's top bucket is over-confident."""
-    p = 1 / (1 + math.exp(-20 * (confidence - 0.55)))
+    """Ground truth: acceptability rises steeply with confidence around (just below) the task type's
+    default threshold, so the default policy is well tuned; except that short_summary's top bucket
+    is over-confident (the calibration view flags it)."""
+    p = 1 / (1 + math.exp(-40 * (confidence - (TRUE_THRESHOLDS.get(task_type, 0.7) - 0.02))))
     if task_type == "short_summary" and confidence >= 0.85:
-        p = 0.55
+        p = 0.72
     return rng.random() < p
 
 
@@ -232,10 +236,19 @@ class Fleet:
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
         label = LabelEvent(schema_version=1, label_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
                            event_time=event.event_time + delay, request_id=event.request_id, source=source,
-                           device_acceptable=ok, route_correct=(event.fallback_type == "none") == ok,
+                           device_acceptable=ok, route_correct=route_correct(event.fallback_type, ok),
                            labeler=f"sim-{source}")  # fmt: skip
         self.stats["labels"] += 1
         self.on_label(label)
+
+
+def route_correct(fallback_type: str, acceptable: bool) -> bool:
+    """A reviewer's verdict on the route: serving on the device was right when the answer was
+    acceptable, a quality fallback when it was not; a timeout or error fallback was forced (no
+    answer within the deadline), so it was right either way."""
+    if fallback_type in ("timeout", "error"):
+        return True
+    return (fallback_type == "none") == acceptable
 
 
 def default_start(span: timedelta) -> datetime:

@@ -247,11 +247,12 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})")
     print(f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
           f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}")  # fmt: skip
-    print(f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {s['cloud_calls_per_session']['mean']}")
+    mean_calls = s["cloud_calls_per_session"]["mean"]
+    print(f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {'—' if mean_calls is None else f'{mean_calls:.2f}'}")
     print("  alerts raised during the run:" + ("" if out["fired"] else " none"))
     for line in out["fired"]:
         print(f"    {line}")
-    print(f"  firing now: {', '.join(out['firing']) or 'none'}")
+    print(f"  firing now: {', '.join(key.rstrip('|') for key in out['firing']) or 'none'}")
     for day, q in out["quality"].items():
         print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
     print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "

@@ -29,6 +29,7 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         fired = " ".join(out["fired"])
         assert "rollback_offload_failure" in fired  # the cloud outage: capability misses end at L4
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
+        assert "rollback_route_accuracy" in fired and "rollback_route_accuracy" not in out["fired"][0]  # the push, not the start
         assert all(not q["blocking_failed"] for q in out["quality"].values())
         start = sim["start"]
         with open_warehouse(settings) as client:
