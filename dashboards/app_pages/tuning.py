@@ -19,7 +19,9 @@ if not types or end is None:
     st.stop()
 start = end - timedelta(days=7)
 st.caption(f"Week under review: {start:%Y-%m-%d} → {end:%Y-%m-%d} (UTC, the 7 days before the newest daily window)")
-task_type = st.selectbox("Task type", types)
+week = data.period_metrics(start, end)
+busiest = sorted(types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0))  # most live traffic first
+task_type = st.selectbox("Task type", busiest)
 pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 
 # -- calibration and threshold -------------------------------------------------------------------
@@ -50,11 +52,12 @@ else:
     with st.expander("Buckets"):
         st.dataframe(buckets, hide_index=True, width="stretch")
 
-week = data.period_metrics(start, end)
 group = week["by_task_type"].get(task_type)
 if group is None:
     st.info("No decisions of this task type in the week.")
     st.stop()
+if not group["requests"]:
+    st.info("This task type had no live requests in the week (shadow traffic only): its live sections are empty.")
 
 # -- false and missed fallbacks ------------------------------------------------------------------
 st.header("False and missed fallbacks")
