@@ -127,7 +127,7 @@ else:
     m1.metric("Week total", f"${cost['total']:,.2f}")
     m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
     m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
-    if not daily.empty:
+    if len(daily) > 1:  # a trend needs two days
         per_day = pd.DataFrame({"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}).dropna()
-        if not per_day.empty:
+        if len(per_day) > 1:
             st.altair_chart(charts.line(per_day, "window_start", "cost", "USD per day", ",.2f"), width="stretch")
