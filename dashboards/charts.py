@@ -24,13 +24,18 @@ def share_line(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
 
 
 def calibration_bars(buckets: pd.DataFrame) -> alt.Chart:
-    buckets = buckets.assign(bucket=[f"[{lo:.2f}, {hi:.2f})" for lo, hi in zip(buckets["low"], buckets["high"])])
-    return alt.Chart(buckets).mark_bar().encode(
-        x=alt.X("bucket:N", sort=None, title="confidence bucket"),
-        y=alt.Y("pass_rate:Q", title="pass rate", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
+    """Pass rate per confidence bucket, in bucket order, each bar labelled with its sample size;
+    flagged (non-monotonic) buckets in red."""
+    buckets = buckets.assign(bucket=[f"[{lo:.2f}, {hi:.2f})" for lo, hi in zip(buckets["low"], buckets["high"])],
+                             label=[f"n={n}" for n in buckets["n"]])  # fmt: skip
+    x = alt.X("bucket:N", sort=list(buckets["bucket"]), title="confidence bucket (n = labeled attempts)")
+    base = alt.Chart(buckets).encode(x=x, tooltip=["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%")])
+    bars = base.mark_bar().encode(
+        y=alt.Y("pass_rate:Q", title="pass rate", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1.1])),
         color=alt.condition("datum.flagged", alt.value("#d62728"), alt.value("#1f77b4")),
-        tooltip=["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%")],
-    ).properties(height=240)  # fmt: skip
+    )
+    sizes = base.mark_text(dy=-8).encode(y=alt.Y("pass_rate:Q"), text="label:N")
+    return (bars + sizes).properties(height=260)
 
 
 def rates_with_ci(df: pd.DataFrame) -> alt.Chart:
