@@ -92,6 +92,6 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
     df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
     return alt.Chart(df).mark_bar(height=18).encode(
         x=alt.X("event_time:T", title="time"), x2="until:T", y=alt.Y("lane:N", title=None, axis=alt.Axis(labelLimit=300)),
-        color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS, legend=alt.Legend(orient="top")),
+        color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
         tooltip=["lane:N", "from_state:N", "to_state:N", "trigger:N", "event_time:T", "until:T"],
-    ).properties(height=40 * df["lane"].nunique())  # fmt: skip
+    ).properties(height=max(100, 50 * df["lane"].nunique()))  # fmt: skip
