@@ -188,16 +188,47 @@ def quarantine(limit: int = 20) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def decisions(task_type: str, fallback_type: str, hours: float, request_id: str = "", limit: int = 200) -> pd.DataFrame:
-    """Decisions of the last `hours` (before the latest metric window), filtered; every value bound."""
+def decisions(task_type: str, fallback_type: str, hours: float, request_id: str = "", limit: int = 200,
+              reason: str = "", level: int = -1, network: str = "", device_tier: str = "") -> pd.DataFrame:  # fmt: skip
+    """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any);
+    every value bound."""
     end = latest_window_end() or datetime.now(timezone.utc)
     return query(
-        "SELECT event_time, request_id, task_type, fallback_type, reason, degrade_level, attempt_levels, "
-        "attempt_outcomes, attempt_latency_ms, confidence, threshold, network, device_tier "
+        "SELECT event_time, request_id, task_type, mode, fallback_type, reason, degrade_level, attempt_levels, "
+        "attempt_outcomes, attempt_latency_ms, confidence, threshold, network, device_tier, device_model, cloud_model "
         "FROM routerscope.decisions FINAL WHERE event_time >= {start:DateTime64(3, 'UTC')} "
         "AND ({task:String} = '' OR task_type = {task:String}) AND ({fb:String} = '' OR fallback_type = {fb:String}) "
+        "AND ({reason:String} = '' OR reason = {reason:String}) AND ({level:Int8} < 0 OR degrade_level = {level:Int8}) "
+        "AND ({net:String} = '' OR network = {net:String}) AND ({tier:String} = '' OR device_tier = {tier:String}) "
         "AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0) "
         "ORDER BY event_time DESC LIMIT {limit:UInt32}",
         start=(end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S"), task=task_type, fb=fallback_type,
-        rid=request_id, limit=limit,
+        reason=reason, level=level, net=network, tier=device_tier, rid=request_id, limit=limit,
     )  # fmt: skip
+
+
+@st.cache_data(ttl=TTL)
+def device_tiers() -> list[str]:
+    df = query("SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier")
+    return [] if df.empty else list(df["device_tier"])
+
+
+@st.cache_data(ttl=TTL)
+def quarantine_counts() -> pd.DataFrame:
+    """Quarantined messages per topic and broken rule (a message breaking two rules counts under both)."""
+    return query(
+        "SELECT kafka_topic, arrayJoin(rules) AS rule, count() AS messages FROM routerscope.quarantine "
+        "GROUP BY kafka_topic, rule ORDER BY messages DESC"
+    )
+
+
+@st.cache_data(ttl=TTL)
+def schema_versions() -> pd.DataFrame:
+    """Rows per schema version of each facts table: a producer on a new version shows up here."""
+    return query(
+        "SELECT * FROM ("
+        "SELECT 'decisions' AS events_table, schema_version, count() AS events FROM routerscope.decisions GROUP BY schema_version "
+        "UNION ALL SELECT 'labels', schema_version, count() FROM routerscope.labels GROUP BY schema_version "
+        "UNION ALL SELECT 'breaker_events', schema_version, count() FROM routerscope.breaker_events GROUP BY schema_version"
+        ") ORDER BY events_table, schema_version"
+    )

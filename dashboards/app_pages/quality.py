@@ -1,4 +1,5 @@
-"""Data quality: the latest check results, the quarantine with its broken rules, freshness."""
+"""Data quality: the latest check results, quarantine counts and a sample with the broken rules,
+schema versions, freshness."""
 
 import streamlit as st
 
@@ -16,7 +17,15 @@ else:
     c2.metric("Failed", len(failed))
     c3.metric("Blocking failures", len(blocking))
     st.dataframe(dq, hide_index=True, width="stretch")
+st.subheader("Quarantine")
+counts = data.quarantine_counts()
+if counts.empty:
+    st.success("Nothing quarantined")
+else:
+    st.dataframe(counts, hide_index=True)
 st.subheader("Quarantine (newest)")
 st.dataframe(data.quarantine(), hide_index=True, width="stretch")
+st.subheader("Schema versions")
+st.dataframe(data.schema_versions(), hide_index=True)
 st.subheader("Freshness")
 st.dataframe(data.freshness(), hide_index=True)

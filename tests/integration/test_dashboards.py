@@ -129,6 +129,27 @@ def test_explorer_filters_are_values_not_sql(populated):
         assert client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] > 0
 
 
+def test_explorer_filters_by_reason_level_and_network(populated):
+    app = render("explorer.py")
+    by_label = {box.label: box for box in app.selectbox}
+    by_label["Reason"].set_value("device_timeout").run()
+    assert app.caption[0].value.startswith("1 decisions")  # a3
+    assert app.subheader[0].value.startswith("Attempts of a3")
+    by_label = {box.label: box for box in app.selectbox}
+    by_label["Reason"].set_value("").run()
+    {box.label: box for box in app.selectbox}["Degrade level"].set_value(3).run()
+    assert app.caption[0].value.startswith("1 decisions")  # a4, the only L3
+    {box.label: box for box in app.selectbox}["Network"].set_value("offline").run()
+    assert app.caption[0].value.startswith("0 decisions")
+
+
+def test_quality_page_shows_schema_versions(populated):
+    app = render("quality.py")
+    versions = app.dataframe[-2].value  # the last one is freshness
+    # the fixture's decisions: DECISION_EVENTS rows as inserted (a1's duplicate included), all version 1
+    assert list(versions["events_table"]) == ["decisions", "labels"] and set(versions["schema_version"]) == {1}
+
+
 @pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "quality.py", "explorer.py"])
 def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     with open_warehouse(settings_for(home)) as client:
