@@ -2,7 +2,9 @@
 
 * `emit()` (request path) encodes nothing and waits for nothing: it puts the message on a bounded
   in-memory queue (microseconds). If the queue is full — the sender is stuck — the message is
-  dropped and counted.
+  dropped and counted. Batch producers that may wait (the simulator, the replay job) pass
+  `block_when_full=True` instead: `emit()` then waits for room, so a fast producer is paced by the
+  sender (which always drains the queue, to Kafka or to the spool) and nothing is dropped.
 * A background sender drains the queue into an idempotent kafka-python producer (`acks=all`,
   batching, compression). When the broker is unreachable or slow (sends time out), messages go to a
   **disk spool** under `ROUTERSCOPE_HOME/spool`; while the spool holds anything, new messages are
@@ -171,8 +173,10 @@ class KafkaEmitter:
     """The bounded queue, the background sender and the spool (see the module docstring)."""
 
     def __init__(self, producer_config: dict, spool_dir: Path, *, queue_size: int = 100_000,
-                 spool_cap_bytes: int = 64 * 1024 * 1024, send_timeout_s: float = 2.0, retry_every_s: float = 1.0):  # fmt: skip
+                 spool_cap_bytes: int = 64 * 1024 * 1024, send_timeout_s: float = 2.0, retry_every_s: float = 1.0,
+                 block_when_full: bool = False):  # fmt: skip
         self.producer_config = producer_config
+        self.block_when_full = block_when_full
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
         self.queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
         self.send_timeout_s, self.retry_every_s = send_timeout_s, retry_every_s
@@ -191,6 +195,9 @@ class KafkaEmitter:
     def emit(self, message: Message) -> None:
         self.emitted += 1
         self._idle.clear()
+        if self.block_when_full:
+            self.queue.put(message)  # the sender always drains (to Kafka or the spool): no deadlock
+            return
         try:
             self.queue.put_nowait(message)
         except queue.Full:

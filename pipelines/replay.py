@@ -53,7 +53,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     verdicts = []
     if chosen:
         device = LlamaDevice(gemma_path(settings.home), n_ctx=512, n_threads=1, logprobs=False)  # the verdict needs no confidence
-        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
+        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type) in enumerate(chosen, 1):

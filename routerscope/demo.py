@@ -40,7 +40,7 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
 
     from router.request_store import RequestTextStore, store_path
 
-    emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
+    emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     policy_dir = Path(tempfile.mkdtemp(prefix="routerscope-sim-policy-"))
     start = default_start(span)

@@ -93,6 +93,26 @@ def test_a_broker_outage_never_blocks_requests_and_loses_nothing(down_broker, ho
     assert all(dict(m.headers() or [])["traceparent"] for m in got[:10])
 
 
+def test_a_batch_producer_is_paced_by_the_sender_not_dropped(broker_settings, tmp_path):
+    """The request path drops on a full queue (and counts it); a batch producer (the simulator)
+    waits for room instead, so a burst far larger than the queue arrives whole."""
+    config = producer_config(broker_settings)
+    paced = KafkaEmitter(config, tmp_path / "paced", queue_size=10, block_when_full=True)
+    for i in range(3000):
+        paced.emit(Message("test.emitter.paced", b"paced", f"paced-{i}".encode()))
+    assert paced.flush(60)
+    paced.close()
+    assert paced.counters() == {"emitted": 3000, "delivered": 3000, "spooled": 0, "dropped": 0, "in_flight": 0}
+
+    request_path = KafkaEmitter(config, tmp_path / "request", queue_size=10)
+    for i in range(3000):
+        request_path.emit(Message("test.emitter.paced", b"request", f"request-{i}".encode()))
+    request_path.flush(60)
+    request_path.close()
+    counters = request_path.counters()
+    assert counters["dropped"] > 0 and counters["delivered"] + counters["dropped"] == 3000
+
+
 def test_past_the_spool_cap_the_oldest_are_dropped_and_counted(down_broker, home):
     settings = down_broker["settings"]
     emitter = KafkaEmitter(producer_config(settings), home / "spool", spool_cap_bytes=40_000, retry_every_s=0.5)
