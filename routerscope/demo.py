@@ -174,6 +174,7 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     from pipelines.resources import RouterscopeResource
 
     resources = {"routerscope": RouterscopeResource.for_settings(settings)}
+    print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
     result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}}, resources=resources)
     out["loaded"] = {k: v.get("loaded") for k, v in materializations(result).items()}
 
@@ -194,6 +195,7 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     days = sorted({start.date(), (end - timedelta(microseconds=1)).date()})
     quality = {}
     for day in days:  # the day's data-quality suites, then (unless a blocking check failed) its metrics
+        print(f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …", file=sys.stderr, flush=True)
         daily = run_job("metrics_daily_job", partition_key=day.isoformat(), raise_on_error=False, resources=resources)
         checks = {e.check_name: e.passed for e in daily.get_asset_check_evaluations()}
         quality[day.isoformat()] = {"blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
