@@ -336,14 +336,20 @@ def _partition_list(text: str) -> list[int]:
     return values
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return value
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -358,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
     p.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
-    p.add_argument("--live-sample", type=int, default=5, metavar="N",
+    p.add_argument("--live-sample", type=_int_at_least(0), default=5, metavar="N",
                    help="first N requests through the real model (Gemma via llama-cpp, llama_cpp.server as the cloud); 0: none")
     p.add_argument("--fresh", action="store_true", help="forget earlier demo runs: remove the demo warehouse, restart the local broker")
     p.set_defaults(func=cmd_demo)
