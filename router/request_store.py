@@ -9,14 +9,25 @@ request archive instead.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
+INSERT_SQL = "INSERT OR REPLACE INTO requests VALUES (?, ?, ?)"
+# The ids arrive as one JSON array parameter: constant SQL, any number of ids.
+GET_SQL = "SELECT request_id, task_type, text FROM requests WHERE request_id IN (SELECT value FROM json_each(?))"
 
 
 def store_path(home: Path) -> Path:
     return Path(home) / "request_texts.sqlite"
+
+
+def remove_store(home: Path) -> None:
+    """Delete the store of `home` with SQLite's write-ahead-log files."""
+    path = store_path(home)
+    for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):
+        (path.parent / name).unlink(missing_ok=True)
 
 
 class RequestTextStore:
@@ -39,25 +50,13 @@ class RequestTextStore:
     def flush(self) -> None:
         if self._pending:
             with self._db:
-                self._db.executemany("INSERT OR REPLACE INTO requests VALUES (?, ?, ?)", self._pending)
+                self._db.executemany(INSERT_SQL, self._pending)
             self._pending.clear()
 
     def get(self, request_ids: list[str]) -> dict[str, tuple[str, str]]:
         """request_id → (task_type, text) for the ids the store has."""
         self.flush()
-        found: dict[str, tuple[str, str]] = {}
-        for i in range(0, len(request_ids), 500):
-            chunk = request_ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for rid, task_type, text in self._db.execute(
-                f"SELECT request_id, task_type, text FROM requests WHERE request_id IN ({marks})", chunk
-            ):
-                found[rid] = (task_type, text)
-        return found
-
-    def __len__(self) -> int:
-        self.flush()
-        return self._db.execute("SELECT count(*) FROM requests").fetchone()[0]
+        return {rid: (task_type, text) for rid, task_type, text in self._db.execute(GET_SQL, (json.dumps(request_ids),))}
 
     def close(self) -> None:
         self.flush()

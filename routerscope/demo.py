@@ -121,7 +121,7 @@ def start_fresh(settings: Settings) -> None:
     remove the embedded warehouse, the request-text store and the spool. Refuses a server warehouse."""
     import shutil
 
-    from router.request_store import store_path
+    from router.request_store import remove_store
 
     if not settings.warehouse.embedded:
         raise RouterscopeError("--fresh removes an embedded warehouse only; this one is a server: drop its database yourself")
@@ -130,8 +130,7 @@ def start_fresh(settings: Settings) -> None:
     broker.stop(settings)
     for path in (settings.warehouse.path, settings.home / "spool"):
         shutil.rmtree(path, ignore_errors=True)
-    for path in (store_path(settings.home), Path(f"{store_path(settings.home)}-wal"), Path(f"{store_path(settings.home)}-shm")):
-        path.unlink(missing_ok=True)
+    remove_store(settings.home)
     print(f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker", file=sys.stderr)
 
 

@@ -1,0 +1,19 @@
+"""The request-text store: texts by request id, any number of ids in one lookup, removal with its WAL files."""
+
+from __future__ import annotations
+
+from router.request_store import RequestTextStore, remove_store, store_path
+
+
+def test_texts_are_found_by_id_and_missing_ids_are_absent(tmp_path):
+    with RequestTextStore(store_path(tmp_path), batch=100) as store:
+        for i in range(1200):  # more than one write batch, more ids than SQLite's default host-parameter limit
+            store.add(f"r{i}", "short_reply", f"text {i}")
+        store.add("r7", "intent_classify", "replaced")  # the latest text of an id wins
+        found = store.get([f"r{i}" for i in range(1200)] + ["missing", "' OR 1=1 --"])
+    assert len(found) == 1200 and "missing" not in found and "' OR 1=1 --" not in found
+    assert found["r7"] == ("intent_classify", "replaced") and found["r1199"] == ("short_reply", "text 1199")
+    with RequestTextStore(store_path(tmp_path)) as again:  # persisted
+        assert again.get(["r0"]) == {"r0": ("short_reply", "text 0")}
+    remove_store(tmp_path)
+    assert not list(tmp_path.glob("request_texts.sqlite*"))
