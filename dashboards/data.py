@@ -66,16 +66,26 @@ def latest_window_end() -> datetime | None:
     return _latest_end("5m")
 
 
+def _hours_before_latest(hours: float) -> str:
+    """The start of the last `hours` before the newest 5-minute window (or now), as a bound value."""
+    end = latest_window_end() or datetime.now(timezone.utc)
+    return (end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _distinct(sql: str) -> list[str]:
+    """The values of a one-column query."""
+    df = query(sql)
+    return [] if df.empty else list(df.iloc[:, 0])
+
+
 @st.cache_data(ttl=TTL)
 def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
-    end = latest_window_end() or datetime.now(timezone.utc)
-    start = end - timedelta(hours=hours)
     return query(
         "SELECT window_start, requests, device_entered, fallback_rate, naive_fallback_rate, device_bypass_rate, "
         "l2_l3_share, l2_l3_drifting, false_fallback_rate, false_fallback_labeled "
         "FROM routerscope.metric_windows FINAL WHERE grain = {grain:String} AND task_type = {task:String} "
         "AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
-        grain=grain, task=task_type, start=start.strftime("%Y-%m-%d %H:%M:%S"),
+        grain=grain, task=task_type, start=_hours_before_latest(hours),
     )  # fmt: skip
 
 
@@ -124,8 +134,7 @@ def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.
 
 @st.cache_data(ttl=TTL)
 def task_types() -> list[str]:
-    df = query("SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type")
-    return [] if df.empty else list(df["task_type"])
+    return _distinct("SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type")
 
 
 @st.cache_data(ttl=TTL)
@@ -192,7 +201,6 @@ def decisions(task_type: str, fallback_type: str, hours: float, request_id: str 
               reason: str = "", level: int = -1, network: str = "", device_tier: str = "") -> pd.DataFrame:  # fmt: skip
     """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any);
     every value bound."""
-    end = latest_window_end() or datetime.now(timezone.utc)
     return query(
         "SELECT event_time, request_id, task_type, mode, fallback_type, reason, degrade_level, attempt_levels, "
         "attempt_outcomes, attempt_latency_ms, confidence, threshold, network, device_tier, device_model, cloud_model "
@@ -202,15 +210,14 @@ def decisions(task_type: str, fallback_type: str, hours: float, request_id: str 
         "AND ({net:String} = '' OR network = {net:String}) AND ({tier:String} = '' OR device_tier = {tier:String}) "
         "AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0) "
         "ORDER BY event_time DESC LIMIT {limit:UInt32}",
-        start=(end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S"), task=task_type, fb=fallback_type,
+        start=_hours_before_latest(hours), task=task_type, fb=fallback_type,
         reason=reason, level=level, net=network, tier=device_tier, rid=request_id, limit=limit,
     )  # fmt: skip
 
 
 @st.cache_data(ttl=TTL)
 def device_tiers() -> list[str]:
-    df = query("SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier")
-    return [] if df.empty else list(df["device_tier"])
+    return _distinct("SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier")
 
 
 @st.cache_data(ttl=TTL)

@@ -29,7 +29,7 @@ from typing import Callable
 from instrumentation.events import LabelEvent
 from router.backends import CloudResult, DeviceResult
 from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore
+from router.policy import DEFAULT_POLICY, PolicyStore, parse
 
 TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected output tokens)
     "intent_classify": (0.30, (14, 2), 4),
@@ -43,8 +43,7 @@ TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected outpu
 }
 SHADOW_TASKS = ("code_snippet",)
 # The confidence above which the device's answers are mostly acceptable: the default policy's thresholds.
-TRUE_THRESHOLDS = {"intent_classify": 0.70, "slot_extract": 0.75, "short_reply": 0.60, "short_summary": 0.65,
-                   "tool_call": 0.80, "code_snippet": 0.85}
+TRUE_THRESHOLDS = {task: cap.threshold for task, cap in parse(DEFAULT_POLICY.read_text()).capabilities.items() if cap.supported}
 INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
 # What the simulated users ask, per task type: kept in the request-text store (never in events) so
 # the offline replay can re-run a request through the real device model.

@@ -271,6 +271,7 @@ def dashboard_command(port: int) -> list[str]:
 
 def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> int:
     """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers."""
+    import signal
     import socket
     import subprocess
     import time
@@ -279,7 +280,6 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     with socket.socket() as probe:
         if probe.connect_ex(("127.0.0.1", port)) == 0:
             raise RouterscopeError(f"port {port} is already in use; choose another with --dashboard-port / --port")
-    import signal
 
     def stop_on_term(signum, frame):  # SIGTERM (a service manager, a test) stops it like Ctrl-C
         raise KeyboardInterrupt

@@ -37,7 +37,6 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
     from instrumentation.emitter import KafkaEmitter, Message
     from instrumentation.telemetry import Telemetry, producer_config
     from router.fleet import Fleet, default_start
-
     from router.request_store import RequestTextStore, store_path
 
     emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)  # a batch producer: paced, never dropping
@@ -166,8 +165,6 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     span = timedelta(minutes=span_minutes)
     sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests)
     out["simulated"] = sim
-    if sim["live"]:
-        print(f"  live sample: {live_requests} requests through {sim['live']['device_model']}, served by {sim['live']['served_by']}", file=sys.stderr)
     print(f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages", file=sys.stderr)
 
     from pipelines.resources import RouterscopeResource
