@@ -47,7 +47,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
         candidates = replay_sample(client, window, config.sample_size * 5, config.seed)  # over-fetch: some lack text
     with RequestTextStore(store_path(settings.home)) as store:
         texts = store.get([rid for rid, _, _ in candidates])
-    chosen = [(rid, task) for rid, task, _ in candidates if rid in texts][: config.sample_size]
+    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][: config.sample_size]
     context.log.info(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
     policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
     verdicts, delivered_labels = [], 0
@@ -56,10 +56,10 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
         emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
         tel = Telemetry(emitter)
         try:
-            for i, (rid, task_type) in enumerate(chosen, 1):
+            for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
                 verdict = judge(device, policy, rid, task_type, texts[rid][1])
                 verdicts.append(verdict)
-                tel.send(names.TOPIC_LABELS, rid, label_for(verdict, datetime.now(timezone.utc), device.model))
+                tel.send(names.TOPIC_LABELS, rid, label_for(verdict, fallback_type, datetime.now(timezone.utc), device.model))
                 if i % 10 == 0 or i == len(chosen):
                     context.log.info(f"replayed {i}/{len(chosen)}")
         finally:

@@ -30,6 +30,7 @@ from instrumentation.events import LabelEvent
 from router.backends import CloudResult, DeviceResult
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore, parse
+from router.replay import route_correct
 
 TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected output tokens)
     "intent_classify": (0.30, (14, 2), 4),
@@ -239,15 +240,6 @@ class Fleet:
                            labeler=f"sim-{source}")  # fmt: skip
         self.stats["labels"] += 1
         self.on_label(label)
-
-
-def route_correct(fallback_type: str, acceptable: bool) -> bool:
-    """A reviewer's verdict on the route: serving on the device was right when the answer was
-    acceptable, a quality fallback when it was not; a timeout or error fallback was forced (no
-    answer within the deadline), so it was right either way."""
-    if fallback_type in ("timeout", "error"):
-        return True
-    return (fallback_type == "none") == acceptable
 
 
 def default_start(span: timedelta) -> datetime:

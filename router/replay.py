@@ -39,8 +39,19 @@ def judge(device: DeviceBackend, policy: Policy, request_id: str, task_type: str
     return Verdict(request_id, task_type, ok, result.outcome, result.text)
 
 
-def label_for(verdict: Verdict, now: datetime, device_model: str) -> LabelEvent:
-    """The label of a replayed *fallback*: the route was right exactly when the device's answer was not acceptable."""
+def route_correct(fallback_type: str, acceptable: bool) -> bool:
+    """The verdict on a route given the device answer's acceptability: serving on the device was
+    right when the answer was acceptable, a quality fallback when it was not; a timeout or error
+    fallback was forced (no answer within the deadline), so it was right either way. Shared by the
+    replay and the simulator's reviewers."""
+    if fallback_type in ("timeout", "error"):
+        return True
+    return (fallback_type == "none") == acceptable
+
+
+def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model: str) -> LabelEvent:
+    """The offline_replay label of a replayed fallback of `fallback_type`."""
     return LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=now, request_id=verdict.request_id,
                       source="offline_replay", device_acceptable=verdict.acceptable,
-                      route_correct=not verdict.acceptable, labeler=f"offline-replay:{device_model}"[:64])  # fmt: skip
+                      route_correct=route_correct(fallback_type, verdict.acceptable),
+                      labeler=f"offline-replay:{device_model}"[:64])  # fmt: skip
