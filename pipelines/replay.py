@@ -28,7 +28,8 @@ class ReplayConfig(dg.Config):
 def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
     from instrumentation.emitter import KafkaEmitter
     from instrumentation.telemetry import Telemetry, producer_config
-    from router.backends import LlamaDevice, gemma_path
+    from router.backends import gemma_path
+    from router.model_worker import WorkerDevice
     from router.policy import PolicyStore
     from router.replay import judge, label_for
     from router.request_store import RequestTextStore, store_path
@@ -52,7 +53,9 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
     verdicts, delivered_labels = [], 0
     if chosen:
-        device = LlamaDevice(gemma_path(settings.home), n_ctx=512, n_threads=1, logprobs=False)  # the verdict needs no confidence
+        # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
+        device = WorkerDevice(gemma_path(settings.home), log_path=settings.home / "model-worker.log", n_ctx=512,
+                              n_threads=1, logprobs=False)  # the verdict needs no confidence  # fmt: skip
         emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
         tel = Telemetry(emitter)
         try:
@@ -63,6 +66,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
                 if i % 10 == 0 or i == len(chosen):
                     context.log.info(f"replayed {i}/{len(chosen)}")
         finally:
+            device.close()
             emitter.close(120)  # flushes; what cannot be sent stays in the spool for the next run
         delivered_labels = emitter.counters()["delivered"]
         if delivered_labels < len(verdicts):

