@@ -111,8 +111,12 @@ def _log_tail(path: Path, lines: int = 5) -> str:
         return "(no log)"
 
 
-def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0) -> BrokerStatus:
-    """Start the broker for this home, or return the one already running. Creates the topics."""
+def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0, keep: bool = True) -> BrokerStatus:
+    """Start the broker for this home, or return the one already running. Creates the topics.
+
+    `keep=True` (the command line, the demo) leaves it running after this process ends, on purpose:
+    later commands find it through the record under the home. `keep=False` (test fixtures, embedding
+    programs) ties it to this process: it dies with it, also on SIGKILL (`routerscope.procs`)."""
     current = status(settings)
     if current.running:
         kafka.ensure_topics(settings, current.bootstrap, replication_factor=1)
@@ -134,9 +138,14 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0)
         "--storage-engine", "memory://tansu/",
     ]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        if keep:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        else:
+            from routerscope import procs
+
+            proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     while not _port_open(port):
         if proc.poll() is not None:

@@ -55,7 +55,7 @@ def broker_settings(tmp_path_factory) -> Settings:
     """A real Tansu broker on a free loopback port for the whole session, topics created."""
     home = tmp_path_factory.mktemp("broker-home")
     settings = settings_for(home)
-    broker.start(settings, port=free_port())
+    broker.start(settings, port=free_port(), keep=False)  # dies with pytest, even on SIGKILL
     yield settings
     broker.stop(settings)
 
