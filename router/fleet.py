@@ -67,6 +67,9 @@ TEXTS = {
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
+# Decode speed under background load, as a share of the tier's; the device reports the slow end to the
+# latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
+LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
 
 
@@ -108,7 +111,7 @@ class StatDevice:
 
     @property
     def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1]
+        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0]
 
     def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None,
                  decision_at_ms=0.0) -> DeviceResult:  # fmt: skip
@@ -119,7 +122,7 @@ class StatDevice:
         ttft, tps = TIERS[req.device_tier]
         if self.fleet.thermal:
             tps /= 3.0
-        tps *= self.rng.uniform(0.7, 1.1)  # background load
+        tps *= self.rng.uniform(*LOAD_RANGE)  # background load
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]

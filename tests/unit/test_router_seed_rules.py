@@ -358,7 +358,7 @@ def http_cloud():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Cloud200)
     server.daemon_threads = True
     server.body, server.delay_s = b"{}", 0.0
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
