@@ -374,6 +374,9 @@ class Router:
         elif mode == "shadow":
             response, shadow_agree, entered, blocked = self._shadow(trace, req, policy, budget, max_tokens)
             reason = blocked or reason
+            if entered and response.level == 4:  # the device failed and the cloud did not answer either
+                timed_out = trace.attempts[0].outcome == "timeout"
+                fallback_type, reason = ("timeout", "device_timeout") if timed_out else ("error", "device_error")
         elif self.device_breaker.state == OPEN:
             # Device unavailable (breaker open): everything to the cloud.
             reason = "device_unavailable"
