@@ -511,12 +511,14 @@ class Router:
         if cloud is not None and cloud.outcome == "ok":
             trace.cloud_model = self.cloud.model_for(2)
             trace.charge(trace.cloud_model, cloud.tokens_out)
-            agree = _normalise(device.text) == _normalise(cloud.text) if device_ok else None
+            agree = normalise(device.text) == normalise(cloud.text) if device_ok else None
             return Response(cloud.text, 2, "cloud"), agree, device is not None, blocked
         if device_ok:
             return Response(device.text, 0, "device"), None, True, blocked
         return self._l4(trace), None, device is not None, blocked
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
+    """How the shadow (and the replay judge) compare two answers: lower-case, trimmed, whitespace
+    collapsed, trailing `.!?` dropped."""
     return " ".join(text.lower().strip().strip(".!?").split())
