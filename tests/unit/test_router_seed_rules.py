@@ -526,3 +526,36 @@ def test_every_event_is_contract_v2_and_json_round_trips(tmp_path):
     router = Router(GreedyDevice(clock, need_ms=10), GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
     _, event = router.route(req(expected_output_tokens=10))
     assert json.loads(event.to_json())["schema_version"] == 2
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"device_concurrency: 1 ": "device_concurrency: 0 "}, "device_concurrency must be an integer >= 1"),
+    ({"device_concurrency: 1 ": "device_concurrency: true "}, "device_concurrency must be an integer >= 1"),
+    ({"device_concurrency: 1 ": "device_concurrency: two "}, "device_concurrency must be an integer >= 1"),
+    ({"p90_spike_factor: 3.0": "p90_spike_factor: -1"}, "breakers.cloud: a value is out of range"),
+    ({"fallback_rate_limit: 0.5": "fallback_rate_limit: 1.5"}, "breakers.device: a value is out of range"),
+    ({"fallback_windows: 3": "fallback_windows: 0"}, "breakers.device: a value is out of range"),
+    ({"fallback_windows: 3": "fallback_windowz: 3"}, "breakers.device: .*fallback_windowz"),
+])  # fmt: skip
+def test_hostile_concurrency_and_breaker_settings_are_one_clear_error(tmp_path, edit, message):
+    from routerscope.errors import ConfigError
+
+    path = tmp_path / "policy.yaml"
+    text = DEFAULT_POLICY.read_text()
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        PolicyStore(path)
+
+
+def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model(tmp_path):
+    seen = []
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path), clock=clock,
+                    on_breaker_event=seen.append)  # fmt: skip
+    router.device_failed("load_failure")
+    _, event = router.route(req(expected_output_tokens=10))
+    assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
+    assert (event.entered_device, event.reason) == (False, "device_unavailable")
