@@ -77,8 +77,13 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
             after = compute(client, START, END)["overall"]
         # Five labeled now (f0's replay outranks its validator label); the rate is the replay's share of acceptable.
         assert after["false_fallback_labeled"] == 5
+        # The estimate now rests on the replay's five verdicts. (Gemma 270M's free-text answers rarely match the
+        # cloud's word for word, so they are seldom acceptable: a non-empty answer alone no longer counts.)
         assert after["false_fallback_rate"] == pytest.approx(sum(verdicts.values()) / 5)
-        assert after["false_fallback_rate"] > before["false_fallback_rate"]
+        with open_warehouse(settings) as client:
+            labelers = dict(client.query("SELECT request_id, labeler FROM routerscope.labels FINAL WHERE source = 'offline_replay'").result_rows)
+        assert {rid: labelers[rid].split(":")[1] for rid in TEXTS} == {
+            "f0": "cloud_agreement", "f1": "validator", "f2": "cloud_agreement", "f3": "validator", "f4": "cloud_agreement"}
 
         # Replayed fallbacks are not sampled again (no cloud this time: nothing left to judge anyway).
         config["offline_replay_labels"]["config"].pop("cloud_url")
