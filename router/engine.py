@@ -225,6 +225,7 @@ class Router:
         self.cloud_breaker = CircuitBreaker("cloud", p.breakers["cloud"], clock=clock, on_transition=self._transition)
         self.cloud_latency = SlidingP90(clock=clock)
         self._fallback_windows = ConsecutiveWindows()
+        self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
         self.device_in_flight = 0
         self._device_decides = _accepts(device.generate, "decide")  # a device without the decision point still works
@@ -326,9 +327,11 @@ class Router:
         bp = self.device_breaker.policy
         if bp.fallback_rate_limit is None:
             return
-        if self._fallback_windows.record(self._clock(), fell_back, window_s=bp.fallback_window_s,
-                                         limit=bp.fallback_rate_limit, windows=bp.fallback_windows,
-                                         min_n=bp.fallback_min_n):  # fmt: skip
+        with self._fallback_lock:
+            tripped = self._fallback_windows.record(self._clock(), fell_back, window_s=bp.fallback_window_s,
+                                                    limit=bp.fallback_rate_limit, windows=bp.fallback_windows,
+                                                    min_n=bp.fallback_min_n)  # fmt: skip
+        if tripped:
             self.device_breaker.force_open("device_fallback_rate")
 
     def _l4(self, trace: _Trace) -> Response:
