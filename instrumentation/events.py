@@ -46,6 +46,7 @@ Reason = Literal[
     "device_unavailable",
     "cloud_unavailable",
     "policy_cloud",
+    "device_busy",  # contract v2: the device was at its concurrency cap, the request went to the cloud
 ]
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
@@ -91,7 +92,7 @@ class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 class DecisionEvent(_Event, frozen=True):
     """One routed request (topic router.decisions.v1, key session_id)."""
 
-    schema_version: Literal[1]
+    schema_version: Literal[1, 2]
     event_id: Uuid
     event_time: Timestamp
     request_id: Id128

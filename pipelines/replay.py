@@ -1,6 +1,8 @@
 """Weekly offline replay (Dagster): re-run a sample of recent fallbacks through the current device
-model (Gemma 3 270M via llama-cpp-python), judge each answer with the task's validator, and publish
-`offline_replay` labels to the labels topic. The ingest job loads them like any label, and the
+model (Gemma 3 270M via llama-cpp-python), judge each answer (`router.replay.judge`: the task's
+validator; for free text, agreement with the cloud's answer from `cloud_url`), and publish
+`offline_replay` labels to the labels topic. Free-text fallbacks get no label when no cloud is
+configured: a non-empty answer alone is no evidence. The ingest job loads them like any label, and the
 `late_labels_sensor` recomputes the days they touch; false-fallback estimates move accordingly.
 
 Request text comes from the request-text store (`router.request_store`, filled by the simulator and
@@ -19,6 +21,8 @@ class ReplayConfig(dg.Config):
     days: float = 7.0  # how far back to sample, ending now
     seed: int = 0  # the sample order (same seed, same sample among the unreplayed)
     end: str = ""  # ISO end of the sampled window; empty: now
+    cloud_url: str = ""  # an OpenAI-compatible endpoint judging free text by agreement; empty: free text unjudged
+    cloud_model: str = "cloud-small"
 
 
 @dg.asset(
@@ -28,7 +32,7 @@ class ReplayConfig(dg.Config):
 def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
     from instrumentation.emitter import KafkaEmitter
     from instrumentation.telemetry import Telemetry, producer_config
-    from router.backends import gemma_path
+    from router.backends import OpenAICloud, gemma_path
     from router.model_worker import WorkerDevice
     from router.policy import PolicyStore
     from router.replay import judge, label_for
@@ -51,7 +55,8 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][: config.sample_size]
     context.log.info(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
     policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
-    verdicts, delivered_labels = [], 0
+    verdicts, delivered_labels, published = [], 0, 0
+    cloud = OpenAICloud(config.cloud_url, {2: config.cloud_model}) if config.cloud_url else None
     if chosen:
         # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
         device = WorkerDevice(gemma_path(settings.home), log_path=settings.home / "model-worker.log", n_ctx=512,
@@ -60,18 +65,21 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
-                verdict = judge(device, policy, rid, task_type, texts[rid][1])
+                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
                 verdicts.append(verdict)
-                tel.send(names.TOPIC_LABELS, rid, label_for(verdict, fallback_type, datetime.now(timezone.utc), device.model))
+                label = label_for(verdict, fallback_type, datetime.now(timezone.utc), device.model)
+                if label is not None:  # free text without a cloud answer: no verdict, no label
+                    tel.send(names.TOPIC_LABELS, rid, label)
+                    published += 1
                 if i % 10 == 0 or i == len(chosen):
                     context.log.info(f"replayed {i}/{len(chosen)}")
         finally:
             device.close()
             emitter.close(120)  # flushes; what cannot be sent stays in the spool for the next run
         delivered_labels = emitter.counters()["delivered"]
-        if delivered_labels < len(verdicts):
+        if delivered_labels < published:
             context.log.warning(f"labels still spooled (sent on the next run): {emitter.counters()}")
-    acceptable = sum(v.acceptable for v in verdicts)
+    acceptable = sum(bool(v.acceptable) for v in verdicts)
     return dg.MaterializeResult(
         metadata={
             "window_start": window.start.isoformat(),
@@ -81,6 +89,8 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
             "replayed": len(verdicts),
             "acceptable": acceptable,
             "published": delivered_labels,
+            "unjudged": sum(v.acceptable is None for v in verdicts),
+            "judged_by": {k: sum(v.judged_by == k for v in verdicts) for k in ("validator", "cloud_agreement", "none")},
             "verdicts": {v.request_id: v.acceptable for v in verdicts},
         }
     )

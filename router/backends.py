@@ -39,6 +39,8 @@ class DeviceResult:
     latency_ms: float
     outcome: str  # ok | timeout | error
     committed: bool = False  # streamed past the commit point before the timeout
+    preempted: bool = False  # stopped at the decision point: the finish no longer fitted the budget (outcome timeout)
+    error_kind: str | None = None  # for an error: load_failure | oom (the device breaker opens at once) | None
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,17 @@ class CloudResult:
 
 
 class DeviceBackend(Protocol):
+    """`decide` (optional for a backend): the router's decision point. A streaming backend calls
+    `decide(elapsed_ms, tokens_so_far, ttft_ms)` once, at the first token at or after `decision_at_ms`
+    into the attempt and only before the commit point; when it returns False the backend stops and
+    returns outcome `timeout` with `preempted=True`."""
+
     model: str
     ttft_ms: float  # current estimates, for the latency gate
     tps: float
 
     def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool,
-                 commit_tokens: int) -> DeviceResult: ...  # fmt: skip
+                 commit_tokens: int, decide=None, decision_at_ms: float = 0.0) -> DeviceResult: ...  # fmt: skip
 
 
 class CloudBackend(Protocol):
@@ -110,9 +117,11 @@ class LlamaDevice:
         self.ttft_ms = 150.0
         self.tps = 40.0
 
-    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int) -> DeviceResult:
+    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int,
+                 decide=None, decision_at_ms: float = 0.0) -> DeviceResult:  # fmt: skip
         """Stream the answer: time to first token is measured, the level's timeout stops generation,
-        and the commit point (`commit_tokens` tokens or a first full sentence) is tracked."""
+        the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
+        router's decision point (`decide`) may stop it before the commit point."""
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = prompt[: max(1, int(len(prompt) * 0.7))]
             max_tokens = max(1, max_tokens // 2)
@@ -121,7 +130,7 @@ class LlamaDevice:
         parts: list[str] = []
         logprobs: list[float] = []
         ttft_ms = None
-        timed_out = False
+        timed_out = preempted = False
         with self._lock:
             try:
                 stream = self._llm.create_chat_completion(
@@ -138,14 +147,23 @@ class LlamaDevice:
                     for token in (choice.get("logprobs") or {}).get("content") or []:
                         if token.get("logprob") is not None:
                             logprobs.append(float(token["logprob"]))
+                    now_ms = (time.perf_counter() - started) * 1000
+                    if (decide is not None and content and now_ms >= decision_at_ms and choice.get("finish_reason") is None
+                            and not _committed(len(parts), "".join(parts), commit_tokens)):  # fmt: skip
+                        fits = decide(now_ms, len(parts), ttft_ms)
+                        decide = None  # judged once
+                        if not fits:
+                            timed_out = preempted = True
+                            break
                     if time.perf_counter() > deadline and choice.get("finish_reason") is None:
                         timed_out = True
                         break
                 close = getattr(stream, "close", None)
                 if close:
                     close()
-            except Exception:  # a native failure of the model is a device error, not a crash
-                return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error")
+            except Exception as exc:  # a native failure of the model is a device error, not a crash
+                kind = "oom" if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() else None
+                return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind)
         latency_ms = (time.perf_counter() - started) * 1000
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
@@ -154,7 +172,7 @@ class LlamaDevice:
             self.ttft_ms = 0.8 * self.ttft_ms + 0.2 * ttft_ms
         if n_out and latency_ms > (ttft_ms or 0):
             self.tps = 0.8 * self.tps + 0.2 * (n_out / max((latency_ms - (ttft_ms or 0)) / 1000, 1e-3))
-        committed = n_out >= commit_tokens or bool(SENTENCE_END.search(text + " "))
+        committed = not preempted and _committed(n_out, text, commit_tokens)
         return DeviceResult(
             text=text,
             confidence=None if confidence is None else min(1.0, max(0.0, confidence)),
@@ -164,7 +182,13 @@ class LlamaDevice:
             latency_ms=latency_ms,
             outcome="timeout" if timed_out else "ok",
             committed=timed_out and committed,
+            preempted=preempted,
         )
+
+
+def _committed(tokens: int, text: str, commit_tokens: int) -> bool:
+    """Past the commit point: `commit_tokens` tokens or a first full sentence (seed 000 "承诺点")."""
+    return tokens >= commit_tokens or bool(SENTENCE_END.search(text + " "))
 
 
 # -- the real cloud --------------------------------------------------------------------------------
@@ -195,9 +219,15 @@ class OpenAICloud:
             return CloudResult("", (time.perf_counter() - started) * 1000, outcome)
         except (OSError, ValueError):
             return CloudResult("", (time.perf_counter() - started) * 1000, "error")
-        choice = payload["choices"][0]
-        return CloudResult(choice["message"]["content"] or "", (time.perf_counter() - started) * 1000, "ok",
-                           payload.get("usage", {}).get("completion_tokens", 0))  # fmt: skip
+        latency_ms = (time.perf_counter() - started) * 1000
+        try:  # HTTP 200 with anything but a chat completion is an error attempt, never an exception
+            text = payload["choices"][0]["message"]["content"] or ""
+            tokens = int((payload.get("usage") or {}).get("completion_tokens") or 0)
+            if not isinstance(text, str):
+                raise TypeError("content is not text")
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return CloudResult("", latency_ms, "error")
+        return CloudResult(text, latency_ms, "ok", max(0, tokens))
 
 
 # -- instant backends (benchmark, decision-logic tests) --------------------------------------------
@@ -208,7 +238,7 @@ class InstantDevice:
         self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
         self.ttft_ms, self.tps = ttft_ms, tps
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens) -> DeviceResult:
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0) -> DeviceResult:
         return self.result
 
 

@@ -4,7 +4,8 @@ Closed: calls go through; outcomes are kept for a sliding window of `window_s`. 
 `min_calls` outcomes are in the window and the failure share reaches `failure_rate`, the breaker
 opens. Open: calls are refused until `cooldown_s` has passed, then it is half-open: one trial call
 goes through; success closes it, failure opens it again. `force_open` opens it at once (a device
-that failed to load or ran out of memory). Every transition calls `on_transition` (the router turns
+that failed to load or ran out of memory, a cloud p90 spike, a device fallback rate over its limit for
+consecutive windows: the router decides those, see `router.engine`). Every transition calls `on_transition` (the router turns
 it into a breaker event). The clock is injectable so the state machine is tested without sleeping.
 """
 
@@ -51,6 +52,10 @@ class CircuitBreaker:
         with self._lock:
             self._maybe_half_open(self._clock())
             return self._state
+
+    def set_policy(self, policy: BreakerPolicy) -> None:
+        """Hot reload: the next call is judged by the new settings (the window's outcomes are kept)."""
+        self.policy = policy
 
     def failure_rate(self) -> float:
         return self._failures / len(self._outcomes) if self._outcomes else 0.0
@@ -108,3 +113,33 @@ class CircuitBreaker:
             self._opened_at = now
             self._trial_out = False
         self._on_transition(transition)
+
+
+class ConsecutiveWindows:
+    """Is a rate over its limit for `windows` consecutive fixed windows (seed 000: "回退率连续超标")?
+
+    Outcomes are counted into windows of `window_s` on the injected clock; when a window closes, it
+    breaches if it holds at least `min_n` outcomes and its rate is over `limit`; a window that does not
+    breach, or a skipped (empty) window, resets the streak. `record` returns True when the streak reaches
+    `windows` (once per streak)."""
+
+    def __init__(self):
+        self._start: float | None = None
+        self._n = self._hits = self._streak = 0
+
+    def record(self, now: float, hit: bool, *, window_s: float, limit: float, windows: int, min_n: int) -> bool:
+        tripped = False
+        if self._start is None:
+            self._start = now
+        elif now >= self._start + window_s:
+            breached = self._n >= min_n and self._hits / self._n > limit
+            skipped = now >= self._start + 2 * window_s
+            self._streak = self._streak + 1 if breached else 0
+            tripped = self._streak >= windows
+            if skipped:
+                self._streak = 0
+            self._start = now - (now - self._start) % window_s
+            self._n = self._hits = 0
+        self._n += 1
+        self._hits += hit
+        return tripped

@@ -1,13 +1,31 @@
-"""The decision engine (DESIGN §1): a short-circuit decision, a finite degrade chain, breakers.
+"""The decision engine (DESIGN §1, seed 000): a short-circuit decision, a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
-attempt judged against the task type's calibrated threshold (or its output validator) → default.
-`fallback_type` and `reason` are set where the decision is taken. Levels: L0 device (0.7 × budget)
-→ L1 device degraded, once (0.3 ×) → L2 cloud small (0.5 ×) → L3 cloud large (0.8 ×) → L4 canned
-answer (50 ms). A device answer streamed past the commit point is never taken over. A PII-pinned
-request never reaches the cloud: its fallback is L4. An open cloud breaker keeps traffic on the
-device (its fallback is L4 too); an open device breaker sends traffic to the cloud with
-`reason = device_unavailable`.
+concurrency cap → device attempt judged against the task type's calibrated threshold (or its
+output validator) → default. `fallback_type` and `reason` are set where the decision is taken.
+
+The budget only subtracts (seed 000: "路由层只做减法"): every level's timeout is its share of the budget
+*remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
+cloud large 0.8 — and never more than what remains minus L4's 50 ms, so a request takes at most
+`deadline_ms - elapsed_ms + 50 ms` whatever the backends do. L4 (the canned answer) ends the chain
+and is bounded by 50 ms. At 30 % of the deadline spent, while the device streams L0 and before the
+commit point, the device's finish is re-estimated from its observed TTFT and token rate; if it no
+longer fits 90 % of what remains, the device is stopped and the cloud takes over (`fallback_type =
+timeout`, `reason = latency_pressure`). A device answer streamed past the commit point is never
+taken over; if its timeout cut it, it is served and its attempt logged as the `timeout` it was.
+
+Every latency (the event's and each attempt's) is read from the router's injected clock, so a
+simulated fleet's events carry simulated time. The event's `confidence` is the first device
+attempt's (the one the threshold judged first), and the fallback's type and reason are that first
+miss's: an L1 retry never mixes its confidence into calibration.
+
+A PII-pinned request never reaches the cloud: its fallback is L4. An open cloud breaker keeps
+traffic on the device (its fallback is L4 too); an open device breaker sends traffic to the cloud
+with `reason = device_unavailable`; a device at its concurrency cap sends the excess to the cloud
+with `reason = device_busy`, never into a queue (seed 004 §6). The cloud breaker also opens on a
+p90 spike; the device breaker on a model load failure, out-of-memory, or a fallback rate over its
+limit for consecutive windows. Breaker settings hot-reload with the policy; shadow mode respects
+both breakers and the cap.
 
 `Router.route(request)` returns the response and the decision event (`instrumentation.events`);
 events also go to `on_event`, breaker transitions to `on_breaker_event`. No request or answer text
@@ -17,6 +35,8 @@ ever enters an event.
 from __future__ import annotations
 
 import bisect
+import inspect
+import threading
 import time
 import uuid
 from collections import deque
@@ -27,16 +47,20 @@ from typing import Callable
 from msgspec import UNSET
 
 from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent
-from router.backends import CloudBackend, DeviceBackend, DeviceResult, validate
-from router.breaker import CircuitBreaker, Transition
+from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
+from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from router.policy import PolicyStore
 
-LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}
-L4_MS = 50.0
+
+LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
+L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
+MIN_LEVEL_MS = 1.0  # a level given less than this is skipped (no backend answers in under a millisecond)
+DECISION_POINT = 0.3  # share of the deadline spent when the router re-judges a streaming L0
 CANNED = "Sorry, I can't answer that right now."
 GATE_SHARE = 0.9  # stay on device if its ETA fits in 90 % of the remaining budget
 CLOUD_WINDOW_S = 300.0
 DEFAULT_CLOUD_P90_MS = 800.0
+SCHEMA_VERSION = 2  # the decision-event contract the router emits (v2: reason device_busy)
 
 
 @dataclass(frozen=True)
@@ -69,23 +93,31 @@ class SlidingP90:
         self.window_s, self._clock = window_s, clock
         self._samples: deque[tuple[float, float]] = deque()
         self._sorted: list[float] = []
+        self._lock = threading.Lock()
 
     def add(self, ms: float) -> None:
-        now = self._clock()
-        self._samples.append((now, ms))
-        bisect.insort(self._sorted, ms)
-        self._trim(now)
+        with self._lock:
+            now = self._clock()
+            self._samples.append((now, ms))
+            bisect.insort(self._sorted, ms)
+            self._trim(now)
 
     def _trim(self, now: float) -> None:
         while self._samples and self._samples[0][0] < now - self.window_s:
             _, old = self._samples.popleft()
             del self._sorted[bisect.bisect_left(self._sorted, old)]
 
+    def count(self) -> int:
+        with self._lock:
+            self._trim(self._clock())
+            return len(self._sorted)
+
     def p90(self, default: float = DEFAULT_CLOUD_P90_MS) -> float:
-        self._trim(self._clock())
-        if not self._sorted:
-            return default
-        return self._sorted[min(len(self._sorted) - 1, int(0.9 * len(self._sorted)))]
+        with self._lock:
+            self._trim(self._clock())
+            if not self._sorted:
+                return default
+            return self._sorted[min(len(self._sorted) - 1, int(0.9 * len(self._sorted)))]
 
 
 def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float) -> str:
@@ -101,8 +133,47 @@ def device_eta_ms(ttft_ms: float, expected_output_tokens: int, tps: float) -> fl
     return ttft_ms + expected_output_tokens / max(tps, 1e-6) * 1000
 
 
+def level_timeout_ms(level: int, remaining_ms: float) -> float:
+    """A level's timeout: its share of the budget remaining when it starts, never more than what
+    remains minus L4's 50 ms (seed 000: each level its own timeout, the router only subtracts)."""
+    return min(LEVEL_BUDGET[level] * remaining_ms, remaining_ms - L4_MS)
+
+
+def device_fits(remaining_ms: float, elapsed_ms: float, tokens: int, ttft_ms: float, expected_tokens: int,
+                fallback_tps: float) -> bool:  # fmt: skip
+    """The decision point's re-estimate: the device's time to finish from its observed token rate
+    (after the first token; the device's estimate when fewer than two tokens were seen) fits in 90 % of
+    the remaining budget."""
+    decode_ms = elapsed_ms - ttft_ms
+    per_token_ms = decode_ms / (tokens - 1) if tokens >= 2 and decode_ms > 0 else 1000 / max(fallback_tps, 1e-6)
+    return max(0, expected_tokens - tokens) * per_token_ms <= GATE_SHARE * remaining_ms
+
+
 def _iso_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+class _Budget:
+    """The request's budget on the router's clock: what remains, and each level's timeout."""
+
+    def __init__(self, clock: Callable[[], float], deadline_ms: float, elapsed_ms: float):
+        self._clock = clock
+        self.started = clock()
+        self.deadline_ms, self.elapsed_ms = float(deadline_ms), float(elapsed_ms)
+        self.total_ms = max(0.0, self.deadline_ms - self.elapsed_ms)
+
+    def spent_ms(self) -> float:
+        return (self._clock() - self.started) * 1000
+
+    def remaining_ms(self) -> float:
+        return self.total_ms - self.spent_ms()
+
+    def timeout_ms(self, level: int) -> float:
+        return level_timeout_ms(level, self.remaining_ms())
+
+    def decision_point_in_ms(self) -> float:
+        """How far from now the deadline is 30 % spent (0 when it already is)."""
+        return max(0.0, DECISION_POINT * self.deadline_ms - self.elapsed_ms - self.spent_ms())
 
 
 @dataclass
@@ -111,6 +182,7 @@ class _Trace:
     cloud_calls: int = 0
     confidence: float | None = None
     confidence_source: str = "none"
+    device_judged: bool = False  # the first device attempt has set confidence
     ttft_ms: float | None = None
     output_tokens: int = 0
     cloud_model: str | None = None
@@ -127,6 +199,14 @@ class _Trace:
         self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=max(0.0, float(latency_ms))))
 
 
+def _accepts(fn, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 class Router:
     def __init__(self, device: DeviceBackend, cloud: CloudBackend, *, policy: PolicyStore | None = None,
                  instance_id: str = "router-1", clock: Callable[[], float] = time.monotonic,
@@ -136,6 +216,7 @@ class Router:
         self.device, self.cloud = device, cloud
         self.policy = policy or PolicyStore()
         self.instance_id = instance_id
+        self._clock = clock
         self._now = now
         self.on_event = on_event or (lambda e: None)
         self.on_breaker_event = on_breaker_event or (lambda e: None)
@@ -143,6 +224,11 @@ class Router:
         self.device_breaker = CircuitBreaker("device", p.breakers["device"], clock=clock, on_transition=self._transition)
         self.cloud_breaker = CircuitBreaker("cloud", p.breakers["cloud"], clock=clock, on_transition=self._transition)
         self.cloud_latency = SlidingP90(clock=clock)
+        self._fallback_windows = ConsecutiveWindows()
+        self._fallback_lock = threading.Lock()
+        self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
+        self.device_in_flight = 0
+        self._device_decides = _accepts(device.generate, "decide")  # a device without the decision point still works
 
     def _transition(self, t: Transition) -> None:
         self.on_breaker_event(BreakerEvent(
@@ -151,48 +237,118 @@ class Router:
             failure_rate=min(1.0, max(0.0, t.failure_rate)), window_s=t.window_s, trigger=t.trigger[:64],
         ))  # fmt: skip
 
+    def device_failed(self, kind: str) -> None:
+        """The device cannot serve (`load_failure`, `oom`): open its breaker at once (seed 000: "端侧不可用"
+        is a far more serious failure than a high fallback rate). For the app that loads the model."""
+        self.device_breaker.force_open(f"device_{kind}")
+
+    # -- device admission: breaker, then the concurrency cap (a slot or the cloud, never a queue) -------
+    def _enter_device(self, policy) -> str | None:
+        """None when the device may run this request (a slot is taken: release it); else the reason."""
+        if self.device_breaker.state == OPEN:
+            return "device_unavailable"
+        with self._slots:
+            if self.device_in_flight >= policy.device_concurrency:
+                return "device_busy"
+            self.device_in_flight += 1
+        if not self.device_breaker.allow():  # half-open with its one trial already out
+            self._release_device()
+            return "device_unavailable"
+        return None
+
+    def _release_device(self) -> None:
+        with self._slots:
+            self.device_in_flight -= 1
+
     # -- the chain pieces --------------------------------------------------------------------------
-    def _device(self, trace: _Trace, req: Request, level: int, budget_ms: float, max_tokens: int, commit_tokens: int) -> DeviceResult:
-        result = self.device.generate(req.text, max_tokens=max_tokens, timeout_ms=LEVEL_BUDGET[level] * budget_ms,
-                                      degraded=level == 1, commit_tokens=commit_tokens)  # fmt: skip
+    def _device(self, trace: _Trace, req: Request, level: int, budget: _Budget, max_tokens: int, commit_tokens: int,
+                decide: Callable[[float, int, float], bool] | None = None) -> tuple[DeviceResult, float]:  # fmt: skip
+        kwargs = dict(max_tokens=max_tokens, timeout_ms=max(0.0, budget.timeout_ms(level)), degraded=level == 1,
+                      commit_tokens=commit_tokens)  # fmt: skip
+        if decide is not None and self._device_decides:
+            kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
+        started = self._clock()
+        try:
+            result = self.device.generate(req.text, **kwargs)
+        except Exception:  # a device backend's failure is a device error, never an exception out of route()
+            result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+        latency_ms = (self._clock() - started) * 1000
         self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
+        if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
+            self.device_failed(result.error_kind)
         if trace.ttft_ms is None:
             trace.ttft_ms = result.ttft_ms
-        trace.confidence, trace.confidence_source = result.confidence, result.confidence_source
+        if not trace.device_judged:  # the event's confidence is the first device attempt's
+            trace.device_judged = True
+            trace.confidence, trace.confidence_source = result.confidence, result.confidence_source
         trace.output_tokens = result.tokens_out
-        return result
+        return result, latency_ms
 
-    def _cloud_chain(self, trace: _Trace, req: Request, budget_ms: float, max_tokens: int) -> Response | None:
-        """L2 then L3; None when both failed (the caller goes to L4)."""
-        for level in (2, 3):
-            if not self.cloud_breaker.allow():
+    def _cloud_chain(self, trace: _Trace, req: Request, budget: _Budget, max_tokens: int, levels=(2, 3)) -> Response | None:
+        """L2 then L3; None when both failed or no time is left (the caller goes to L4)."""
+        for level in levels:
+            timeout_ms = budget.timeout_ms(level)
+            if timeout_ms < MIN_LEVEL_MS or not self.cloud_breaker.allow():
                 return None
-            trace.cloud_calls += 1
-            result = self.cloud.complete(req.text, level=level, max_tokens=max_tokens, timeout_ms=LEVEL_BUDGET[level] * budget_ms)
-            failed = result.outcome != "ok"
-            self.cloud_breaker.record(failed, trigger="cloud_" + result.outcome if failed else "")
-            if not failed:
-                self.cloud_latency.add(result.latency_ms)
-            trace.add(level, result.outcome, result.latency_ms)
-            if not failed:
+            result, latency_ms = self._cloud_call(trace, req, level, timeout_ms, max_tokens)
+            trace.add(level, result.outcome, latency_ms)
+            if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
                 trace.charge(trace.cloud_model, result.tokens_out)
                 trace.output_tokens = result.tokens_out or trace.output_tokens
                 return Response(result.text, level, "cloud")
         return None
 
-    @staticmethod
-    def _l4(trace: _Trace) -> Response:
-        trace.add(4, "ok", 0.0)
-        return Response(CANNED, 4, "fallback")
+    def _cloud_call(self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int) -> tuple[CloudResult, float]:
+        trace.cloud_calls += 1
+        started = self._clock()
+        try:
+            result = self.cloud.complete(req.text, level=level, max_tokens=max_tokens, timeout_ms=timeout_ms)
+        except Exception:  # a cloud backend's failure is an error attempt, never an exception out of route()
+            result = CloudResult("", 0.0, "error")
+        latency_ms = (self._clock() - started) * 1000
+        failed = result.outcome != "ok"
+        self.cloud_breaker.record(failed, trigger="cloud_" + result.outcome if failed else "")
+        if not failed:
+            self.cloud_latency.add(latency_ms)
+            self._watch_cloud_p90()
+        return result, latency_ms
+
+    def _watch_cloud_p90(self) -> None:
+        """Seed 000: the cloud breaker opens when the cloud's p90 spikes, not only on failures."""
+        bp = self.cloud_breaker.policy
+        if bp.p90_spike_factor is None or self.cloud_latency.count() < bp.p90_min_samples:
+            return
+        if self.cloud_latency.p90() > bp.p90_spike_factor * bp.p90_baseline_ms:
+            self.cloud_breaker.force_open("cloud_p90_spike")
+
+    def _watch_device_fallbacks(self, fell_back: bool) -> None:
+        """Seed 000: the device breaker opens when its fallback rate is over the limit for consecutive windows."""
+        bp = self.device_breaker.policy
+        if bp.fallback_rate_limit is None:
+            return
+        with self._fallback_lock:
+            tripped = self._fallback_windows.record(self._clock(), fell_back, window_s=bp.fallback_window_s,
+                                                    limit=bp.fallback_rate_limit, windows=bp.fallback_windows,
+                                                    min_n=bp.fallback_min_n)  # fmt: skip
+        if tripped:
+            self.device_breaker.force_open("device_fallback_rate")
+
+    def _l4(self, trace: _Trace) -> Response:
+        """L4 ends the chain: the canned answer, logged with its real latency, bounded by L4_MS."""
+        started = self._clock()
+        response = Response(CANNED, 4, "fallback")
+        trace.add(4, "ok", min(L4_MS, (self._clock() - started) * 1000))
+        return response
 
     # -- the decision ------------------------------------------------------------------------------
     def route(self, req: Request) -> tuple[Response, DecisionEvent]:
-        started = time.perf_counter()
         policy = self.policy.current()
+        self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
+        self.cloud_breaker.set_policy(policy.breakers["cloud"])
+        budget = _Budget(self._clock, req.deadline_ms, req.elapsed_ms)
         cap = policy.capability(req.task_type)
         input_tokens = req.input_tokens if req.input_tokens is not None else max(1, len(req.text) // 4)
-        budget = max(1.0, float(req.deadline_ms - req.elapsed_ms))
         expected_out = req.expected_output_tokens if req.expected_output_tokens is not None else cap.max_output_tokens
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
@@ -201,30 +357,45 @@ class Router:
         entered, fallback_type, reason = False, "none", "default"
         mode = "shadow" if req.task_type in policy.shadow else "live"
         shadow_agree = None
+        no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
 
         if req.has_pii and not policy.pii_to_cloud:
             # 1. Hard constraint: the device or a conservative answer, never the cloud.
             reason = "pii_pin"
-            entered = True
-            response, fallback_type, _ = self._device_path(trace, req, policy, cap, budget, max_tokens, allow_cloud=False)
+            if no_time or self._enter_device(policy) is not None:
+                response = self._l4(trace)
+            else:
+                entered = True
+                response, fallback_type, _ = self._device_path(trace, req, policy, cap, budget, max_tokens, allow_cloud=False)
         elif not cap.admits(input_tokens, expected_out):
             # 2. Capability admission: never enters the device.
             fallback_type, reason = "capability", "capability_miss"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
+        elif no_time:
+            reason = "latency_pressure"
+            response = self._l4(trace)
         elif mode == "shadow":
-            entered = True
-            response, shadow_agree = self._shadow(trace, req, policy, budget, max_tokens)
-        elif not self.device_breaker.allow():
+            response, shadow_agree, entered, blocked = self._shadow(trace, req, policy, budget, max_tokens)
+            reason = blocked or reason
+            if entered and response.level == 4:  # the device failed and the cloud did not answer either
+                timed_out = trace.attempts[0].outcome == "timeout"
+                fallback_type, reason = ("timeout", "device_timeout") if timed_out else ("error", "device_error")
+        elif self.device_breaker.state == OPEN:
             # Device unavailable (breaker open): everything to the cloud.
             reason = "device_unavailable"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         else:
             # 3. Latency gate, judged before the device starts.
             eta = device_eta_ms(self.device.ttft_ms, expected_out, self.device.tps)
-            gate = latency_gate(budget, eta, self.cloud_latency.p90())
-            cloud_ok = self.cloud_breaker.state != "open"
+            gate = latency_gate(budget.remaining_ms(), eta, self.cloud_latency.p90())
+            cloud_ok = self.cloud_breaker.state != OPEN
+            blocked = None
             if gate == "cloud" and cloud_ok:
                 reason = "latency_pressure"
+            else:
+                blocked = self._enter_device(policy)  # the breaker's verdict or the concurrency cap
+            if gate == "cloud" and cloud_ok or blocked:
+                reason = blocked or reason
                 response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
             else:
                 entered = True
@@ -234,7 +405,7 @@ class Router:
 
         level = trace.attempts[-1].level
         event = DecisionEvent(
-            schema_version=1,
+            schema_version=SCHEMA_VERSION,
             event_id=str(uuid.uuid4()),
             event_time=self._now(),
             request_id=req.request_id or str(uuid.uuid4()),
@@ -251,7 +422,7 @@ class Router:
             threshold=cap.threshold if entered else None,
             deadline_ms=max(1, int(req.deadline_ms)),
             elapsed_ms=max(0, int(req.elapsed_ms)),
-            latency_ms=(time.perf_counter() - started) * 1000,
+            latency_ms=max(0.0, budget.spent_ms()),
             input_tokens=input_tokens,
             output_tokens=trace.output_tokens,
             policy_version=policy.version,
@@ -270,49 +441,87 @@ class Router:
         self.on_event(event)
         return response, event
 
-    def _device_path(self, trace: _Trace, req: Request, policy, cap, budget: float, max_tokens: int,
+    def _device_path(self, trace: _Trace, req: Request, policy, cap, budget: _Budget, max_tokens: int,
                      allow_cloud: bool, start_degraded: bool = False) -> tuple[Response, str, str | None]:  # fmt: skip
         """L0 (or L1 when the gate said truncate), judged; L1 once on a quality miss; then the cloud
-        chain (or L4 when the cloud is not allowed). Returns the response, the fallback type and the
-        reason of the device miss that ended the device's turn (None when the device served)."""
+        chain (or L4 when the cloud is not allowed). The caller holds a device slot; it is released
+        when the device's turn ends. Returns the response, the fallback type and the reason of the
+        first device miss (None when the device served)."""
         levels = [1] if start_degraded else ([0, 1] if policy.l1_enabled else [0])
-        miss: tuple[str, str] | None = None  # (fallback_type, reason) of the latest device miss
-        for level in levels:
-            result = self._device(trace, req, level, budget, max_tokens, policy.commit_tokens)
-            if result.outcome == "ok":
-                if not validate(cap.validator, result.text, cap.pattern):
-                    trace.add(level, "validator_failed", result.latency_ms)
-                    miss = ("quality", "validator_failed")
-                    continue  # a quality miss: L1 once may fix it
-                if result.confidence is not None and result.confidence < cap.threshold:
-                    trace.add(level, "low_confidence", result.latency_ms)
-                    miss = ("quality", "low_confidence")
-                    continue
-                trace.add(level, "ok", result.latency_ms)
-                return Response(result.text, level, "device"), "none", None
-            if result.committed:  # past the commit point: never taken over mid-stream
-                trace.add(level, "ok", result.latency_ms)
-                return Response(result.text, level, "device"), "none", None
-            trace.add(level, result.outcome, result.latency_ms)
-            miss = ("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error")
-            break  # timeouts and errors go straight to the cloud (L0 → L2)
-        fallback_type, reason = miss
+        miss: tuple[str, str] | None = None  # (fallback_type, reason) of the first device miss
+        served: Response | None = None
+        try:
+            for level in levels:
+                if budget.timeout_ms(level) < MIN_LEVEL_MS:  # no time left for another device try
+                    break
+                decide = None
+                if level == 0 and allow_cloud:  # the decision point: only where there is a cloud to move to
+                    def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
+                        return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps)
+                result, latency_ms = self._device(trace, req, level, budget, max_tokens, policy.commit_tokens, decide)
+                if result.outcome == "ok":
+                    if not validate(cap.validator, result.text, cap.pattern):
+                        trace.add(level, "validator_failed", latency_ms)
+                        miss = miss or ("quality", "validator_failed")
+                        continue  # a quality miss: L1 once may fix it
+                    if result.confidence is not None and result.confidence < cap.threshold:
+                        trace.add(level, "low_confidence", latency_ms)
+                        miss = miss or ("quality", "low_confidence")
+                        continue
+                    trace.add(level, "ok", latency_ms)
+                    served = Response(result.text, level, "device")
+                    break
+                trace.add(level, result.outcome, latency_ms)
+                if result.outcome == "timeout" and result.committed and not result.preempted:
+                    # past the commit point: never taken over mid-stream; served, and logged as the timeout it was
+                    served = Response(result.text, level, "device")
+                    break
+                if result.preempted:
+                    miss = miss or ("timeout", "latency_pressure")
+                else:
+                    miss = miss or (("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error"))
+                break  # timeouts and errors go straight to the cloud (L0 → L2)
+        finally:
+            self._release_device()
+            if req.task_type not in policy.shadow:
+                self._watch_device_fallbacks(served is None)
+        if served is not None:
+            return served, "none", None
+        fallback_type, reason = miss or ("timeout", "device_timeout")
         response = (self._cloud_chain(trace, req, budget, max_tokens) if allow_cloud else None) or self._l4(trace)
         return response, fallback_type, reason
 
-    def _shadow(self, trace: _Trace, req: Request, policy, budget: float, max_tokens: int) -> tuple[Response, bool | None]:
-        """Device runs (recorded as the L0 attempt); the cloud's answer is returned; both compared."""
-        result = self._device(trace, req, 0, budget, max_tokens, policy.commit_tokens)
-        trace.add(0, result.outcome, result.latency_ms)
-        cloud = self.cloud.complete(req.text, level=2, max_tokens=max_tokens, timeout_ms=LEVEL_BUDGET[2] * budget)
-        trace.cloud_calls += 1
-        if cloud.outcome != "ok":
-            return Response(result.text, 0, "device"), None
-        trace.cloud_model = self.cloud.model_for(2)
-        trace.charge(trace.cloud_model, cloud.tokens_out)
-        agree = _normalise(result.text) == _normalise(cloud.text) if result.outcome == "ok" else None
-        return Response(cloud.text, 2, "cloud"), agree
+    def _shadow(self, trace: _Trace, req: Request, policy, budget: _Budget,
+                max_tokens: int) -> tuple[Response, bool | None, bool, str | None]:  # fmt: skip
+        """The device runs (recorded as the L0 attempt) when its breaker and cap allow; the cloud's answer is
+        returned when its breaker allows and it answers; the two are compared after normalisation.
+        Returns the response, the agreement, whether the device ran, and why it did not."""
+        blocked = self._enter_device(policy)
+        device = None
+        if blocked is None:
+            try:
+                device, latency_ms = self._device(trace, req, 0, budget, max_tokens, policy.commit_tokens)
+                trace.add(0, device.outcome, latency_ms)
+            finally:
+                self._release_device()
+        cloud = None
+        timeout_ms = budget.timeout_ms(2)
+        if timeout_ms >= MIN_LEVEL_MS and self.cloud_breaker.allow():
+            cloud, latency_ms = self._cloud_call(trace, req, 2, timeout_ms, max_tokens)
+            if device is None:  # the cloud call is the request's only attempt
+                trace.add(2, cloud.outcome, latency_ms)
+        device_ok = device is not None and device.outcome == "ok"
+        if cloud is not None and cloud.outcome == "ok":
+            trace.cloud_model = self.cloud.model_for(2)
+            trace.charge(trace.cloud_model, cloud.tokens_out)
+            agree = normalise(device.text) == normalise(cloud.text) if device_ok else None
+            return Response(cloud.text, 2, "cloud"), agree, device is not None, blocked
+        if device_ok:
+            return Response(device.text, 0, "device"), None, True, blocked
+        return self._l4(trace), None, device is not None, blocked
 
 
-def _normalise(text: str) -> str:
+def normalise(text: str) -> str:
+    """How the shadow (and the replay judge) compare two answers: lower-case, trimmed, whitespace
+    collapsed, trailing `.!?` dropped."""
     return " ".join(text.lower().strip().strip(".!?").split())

@@ -13,7 +13,9 @@ and scripted incidents on a timeline.
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
 * `corrupt` malformed messages are produced as they are, for the loader to quarantine.
 
-Simulated time runs from `start` over `span`; the router's clock and event times follow it.
+Simulated time runs from `start` over `span`; the router's clock and event times follow it: each
+request starts at its slot of the span and the simulated backends advance the clock by the time they
+take, so events carry simulated latencies (the fleet's requests overlap, as a fleet's do).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ TEXTS = {
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
+# Decode speed under background load, as a share of the tier's; the device reports the slow end to the
+# latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
+LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
 
 
@@ -106,23 +111,37 @@ class StatDevice:
 
     @property
     def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1]
+        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0]
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens) -> DeviceResult:
-        req = self.fleet.current
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None,
+                 decision_at_ms=0.0) -> DeviceResult:  # fmt: skip
+        """A simulated stream: the router's clock advances by the time it takes (to the decision point,
+        the timeout, or the end), so events carry simulated latencies."""
+        req, clock = self.fleet.current, self.fleet.clock
+        started = clock.t
         ttft, tps = TIERS[req.device_tier]
         if self.fleet.thermal:
             tps /= 3.0
-        tps *= self.rng.uniform(0.7, 1.1)  # background load
+        tps *= self.rng.uniform(*LOAD_RANGE)  # background load
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]
         confidence = self.rng.betavariate(a + (1 if degraded else 0), b)
         if self.rng.random() < 0.003:
+            clock.t = started + ttft / 1000
             return DeviceResult("", None, "none", 0, ttft, ttft, "error")
+        if decide is not None:  # the first token at or after the decision point, if the stream gets there
+            at = max(decision_at_ms, ttft)
+            so_far = 1 + int((at - ttft) * tps / 1000)
+            if at < min(latency, timeout_ms) and so_far < commit_tokens:
+                clock.t = started + at / 1000
+                if not decide(at, so_far, ttft):
+                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True)
         if latency > timeout_ms:
+            clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
             return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed)
+        clock.t = started + latency / 1000
         text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
         return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok")
 
@@ -136,10 +155,14 @@ class StatCloud:
 
     def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
         latency = self.rng.lognormvariate(math.log(600 if level == 2 else 1100), 0.35)
+        clock = self.fleet.clock
         if self.fleet.cloud_down or self.rng.random() < 0.01:
+            clock.t += min(latency, timeout_ms) / 1000
             return CloudResult("", min(latency, timeout_ms), "error")
         if latency > timeout_ms:
+            clock.t += max(0.0, timeout_ms) / 1000
             return CloudResult("", timeout_ms, "timeout")
+        clock.t += latency / 1000
         req = self.fleet.current
         if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens):
             return CloudResult("a plain answer.", latency, "ok", max_tokens // 2)  # the device's answer

@@ -79,14 +79,17 @@ class WorkerDevice:
         return f"exited with {code}" + (f" (signal {-code})" if code and code < 0 else "")
 
     def generate(self, prompt: str, **kwargs) -> DeviceResult:
+        """`LlamaDevice.generate` in the worker. The router's decision point (`decide`, a callback) is
+        asked across the pipe: the worker sends its question, this process answers it."""
         started = time.perf_counter()
+        decide = kwargs.pop("decide", None)
+        wait_s = kwargs.get("timeout_ms", 60_000) / 1000 + GRACE_S
         with self._lock:
             if self.crashed is None:
                 try:
-                    request = json.dumps({"op": "generate", "prompt": prompt, "kwargs": kwargs}) + "\n"
-                    self.process.stdin.write(request.encode())
-                    self.process.stdin.flush()
-                    reply = self._read_line(kwargs.get("timeout_ms", 60_000) / 1000 + GRACE_S)
+                    self._send({"op": "generate", "prompt": prompt, "kwargs": kwargs, "decide": decide is not None})
+                    while (reply := self._read_line(wait_s)) is not None and "decide" in reply:
+                        self._send({"fits": bool(decide(*reply["decide"]))})
                 except OSError:  # a broken pipe: it died before or while reading the request
                     self.crashed, reply = self._exit_description(), None
                 if reply is None:  # dead or hung: never ask it again
@@ -94,7 +97,14 @@ class WorkerDevice:
                 else:
                     self.ttft_ms, self.tps = reply.pop("ttft_estimate_ms"), reply.pop("tps_estimate")
                     return DeviceResult(**reply)
-        return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error")
+        # the model runtime is gone for good: to the router that is a device that can no longer load its
+        # model, which opens the device breaker at once (seed 000: device unavailable is the serious failure)
+        return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error",
+                            error_kind="load_failure")  # fmt: skip
+
+    def _send(self, message: dict) -> None:
+        self.process.stdin.write((json.dumps(message) + "\n").encode())
+        self.process.stdin.flush()
 
     def _kill(self) -> None:
         from routerscope import procs
@@ -133,9 +143,15 @@ def main(argv: list[str]) -> int:
     model_path, options = argv[0], json.loads(argv[1])
     device = LlamaDevice(model_path, **options)
     out.write(json.dumps({"ready": True, "model": device.model}) + "\n")
-    for line in sys.stdin:
+
+    def remote_decide(*question) -> bool:  # the router's decision point, answered by the parent
+        out.write(json.dumps({"decide": list(question)}) + "\n")
+        return bool(json.loads(sys.stdin.readline())["fits"])
+
+    while line := sys.stdin.readline():
         request = json.loads(line)
-        result = device.generate(request["prompt"], **request["kwargs"])
+        options = dict(request["kwargs"], decide=remote_decide) if request.get("decide") else request["kwargs"]
+        result = device.generate(request["prompt"], **options)
         reply = {f.name: getattr(result, f.name) for f in fields(result)}
         out.write(json.dumps({**reply, "ttft_estimate_ms": device.ttft_ms, "tps_estimate": device.tps}) + "\n")
     return 0

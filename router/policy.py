@@ -41,10 +41,23 @@ class Capability:
 
 @dataclass(frozen=True)
 class BreakerPolicy:
+    """A boundary's breaker (seed 000: "云侧连续失败或 P90 突增时全量走端侧 … 端侧模型加载失败、内存不足或回退率
+    连续超标时全量上云"). Besides the sliding failure rate: the cloud breaker opens when the cloud's 5-minute p90
+    exceeds `p90_spike_factor` × `p90_baseline_ms` (over at least `p90_min_samples` calls); the device breaker
+    opens when its fallback rate exceeds `fallback_rate_limit` for `fallback_windows` consecutive windows of
+    `fallback_window_s` (each with at least `fallback_min_n` device-entered requests). None: that trigger is off."""
+
     window_s: float = 60.0
     failure_rate: float = 0.5
     min_calls: int = 10
     cooldown_s: float = 30.0
+    p90_spike_factor: float | None = None
+    p90_baseline_ms: float = 800.0
+    p90_min_samples: int = 20
+    fallback_rate_limit: float | None = None
+    fallback_windows: int = 3
+    fallback_window_s: float = 60.0
+    fallback_min_n: int = 20
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class Policy:
     pii_to_cloud: bool = False
     l1_enabled: bool = True
     commit_tokens: int = 120
+    device_concurrency: int = 1  # seed 004 §6: a hard cap on concurrent device requests; the excess goes to the cloud
     shadow: frozenset[str] = frozenset()
     cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens
     breakers: dict[str, BreakerPolicy] = field(default_factory=lambda: {"device": BreakerPolicy(), "cloud": BreakerPolicy()})
@@ -90,6 +104,15 @@ def parse(text: str, source: str = "policy") -> Policy:
             breakers[boundary] = BreakerPolicy(**raw)
         except TypeError as exc:
             raise ConfigError(f"{source}: breakers.{boundary}: {exc}") from None
+        b = breakers[boundary]
+        if not (0 < b.failure_rate <= 1 and b.window_s > 0 and b.cooldown_s >= 0 and b.min_calls >= 1
+                and (b.p90_spike_factor is None or b.p90_spike_factor > 0)
+                and (b.fallback_rate_limit is None or 0 <= b.fallback_rate_limit <= 1)
+                and b.fallback_windows >= 1 and b.fallback_window_s > 0):  # fmt: skip
+            raise ConfigError(f"{source}: breakers.{boundary}: a value is out of range ({b})")
+    concurrency = doc.get("device_concurrency", 1)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise ConfigError(f"{source}: device_concurrency must be an integer >= 1")
     prices = doc.get("cloud_prices_usd_per_1k_tokens") or {}
     if not isinstance(prices, dict) or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values()):
         raise ConfigError(f"{source}: cloud_prices_usd_per_1k_tokens must map cloud model names to prices >= 0")
@@ -103,6 +126,7 @@ def parse(text: str, source: str = "policy") -> Policy:
         pii_to_cloud=bool(doc.get("pii_to_cloud", False)),
         l1_enabled=bool(doc.get("l1_enabled", True)),
         commit_tokens=int(doc.get("commit_tokens", 120)),
+        device_concurrency=concurrency,
         shadow=frozenset(doc.get("shadow") or ()),
         cloud_prices={str(k): float(v) for k, v in prices.items()},
         breakers=breakers,

@@ -1,12 +1,16 @@
-"""Offline replay: re-run sampled fallbacks through the current device model and judge each answer
-with the task's validator, producing `offline_replay` labels (METRICS.md §3 ranks them above
-validator and shadow labels).
+"""Offline replay: re-run sampled fallbacks through the current device model and judge each answer,
+producing `offline_replay` labels (METRICS.md §3 ranks them above validator and shadow labels).
 
 The text of a request comes from the request-text store (`router.request_store`), never from the
-events. A replayed answer is *acceptable* when the device finished (no timeout or error), said
-something, and the task's validator (`router.backends.validate`: JSON, a single label, a regex; none
-for free text) accepts it. Replay runs offline, so it is judged without the live deadline: the
-question is whether the device's answer would have done, not whether it was fast."""
+events. A replayed answer is judged, and the label's `labeler` says how:
+* `validator` — the task has an output validator (`router.backends.validate`: JSON, a single label, a
+  regex): acceptable when the device finished (no timeout or error), said something, and the validator
+  accepts it;
+* `cloud_agreement` — free text: a non-empty answer proves nothing, so it is acceptable when it agrees
+  with the cloud's answer to the same request after normalisation, as the shadow compares;
+* no verdict — free text with no cloud to compare with (or the cloud did not answer): no label.
+Replay runs offline, so it is judged without the live deadline: the question is whether the device's
+answer would have done, not whether it was fast."""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from instrumentation.events import LabelEvent
-from router.backends import DeviceBackend, validate
+from router.backends import CloudBackend, DeviceBackend, validate
+from router.engine import normalise
 from router.policy import Policy
 
 REPLAY_TIMEOUT_MS = 60_000
@@ -26,17 +31,35 @@ REPLAY_MAX_TOKENS = 48
 class Verdict:
     request_id: str
     task_type: str
-    acceptable: bool
+    acceptable: bool | None  # None: no verdict (free text with no cloud answer to compare with)
     outcome: str  # the device's outcome: ok | timeout | error
     answer: str  # kept in memory for the caller (tests, logs at debug); never published
+    judged_by: str = "validator"  # validator | cloud_agreement | none
 
 
-def judge(device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str) -> Verdict:
+def judge(device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str,
+          cloud: CloudBackend | None = None) -> Verdict:  # fmt: skip
+    """The device's answer to `text`, judged by the task's validator or, for free text, by agreement with
+    `cloud`'s answer (level 2)."""
     cap = policy.capability(task_type)
     max_tokens = min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS)
     result = device.generate(text, max_tokens=max_tokens, timeout_ms=REPLAY_TIMEOUT_MS, degraded=False, commit_tokens=10**9)
-    ok = result.outcome == "ok" and bool(result.text.strip()) and validate(cap.validator, result.text, cap.pattern)
-    return Verdict(request_id, task_type, ok, result.outcome, result.text)
+    finished = result.outcome == "ok" and bool(result.text.strip())
+    if cap.validator is not None:
+        return Verdict(request_id, task_type, finished and validate(cap.validator, result.text, cap.pattern),
+                       result.outcome, result.text, "validator")  # fmt: skip
+    if cloud is None:
+        return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
+    if not finished:  # no answer agrees with anything
+        return Verdict(request_id, task_type, False, result.outcome, result.text, "cloud_agreement")
+    try:
+        reference = cloud.complete(text, level=2, max_tokens=max_tokens, timeout_ms=REPLAY_TIMEOUT_MS)
+    except Exception:  # a cloud that cannot answer gives no verdict, not a crash of the weekly job
+        return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
+    if reference.outcome != "ok" or not reference.text.strip():
+        return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
+    return Verdict(request_id, task_type, normalise(result.text) == normalise(reference.text), result.outcome, result.text,
+                   "cloud_agreement")  # fmt: skip
 
 
 def route_correct(fallback_type: str, acceptable: bool) -> bool:
@@ -49,9 +72,12 @@ def route_correct(fallback_type: str, acceptable: bool) -> bool:
     return (fallback_type == "none") == acceptable
 
 
-def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model: str) -> LabelEvent:
-    """The offline_replay label of a replayed fallback of `fallback_type`."""
+def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model: str) -> LabelEvent | None:
+    """The offline_replay label of a replayed fallback of `fallback_type` (None when there is no verdict);
+    its labeler names how it was judged: `offline-replay:<validator|cloud_agreement>:<device model>`."""
+    if verdict.acceptable is None:
+        return None
     return LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=now, request_id=verdict.request_id,
                       source="offline_replay", device_acceptable=verdict.acceptable,
                       route_correct=route_correct(fallback_type, verdict.acceptable),
-                      labeler=f"offline-replay:{device_model}"[:64])  # fmt: skip
+                      labeler=f"offline-replay:{verdict.judged_by}:{device_model}"[:128])  # fmt: skip

@@ -264,10 +264,19 @@ class Evaluation:
     deliveries: int = 0
     delivery_failures: int = 0
 
+    def rollback_recommended(self) -> dict[str, list[str]]:
+        """Task type → the rollback signals firing for it (seed 004 §7: name the task type and the signals)."""
+        found: dict[str, list[str]] = {}
+        for a in self.firing:
+            if a.action == "rollback":
+                found.setdefault(a.task_type or "overall", []).append(json.loads(a.trip_values).get("metric", a.rule))
+        return {task: sorted(signals) for task, signals in sorted(found.items())}
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "evaluated_at": self.at.isoformat().replace("+00:00", "Z"),
             "rule_version": self.rule_version,
+            "rollback_recommended": self.rollback_recommended(),
             "firing": [a.public() for a in self.firing],
             "recently_resolved": [a.public() for a in self.recently_resolved],
             "fired_now": [a.alert_key for a in self.fired],
@@ -357,9 +366,9 @@ def slack_body(alert: Alert) -> dict[str, Any]:
     firing = alert.status == "firing"
     scope = alert.task_type or "overall"
     head = f"{'FIRING' if firing else 'RESOLVED'} [{alert.severity}] {alert.summary} ({scope})"
-    if alert.action == "rollback" and firing:
-        head += " — ROLLBACK RECOMMENDED"
     trip = json.loads(alert.trip_values)
+    if alert.action == "rollback" and firing:
+        head += f" — ROLLBACK RECOMMENDED for {scope}: {trip.get('metric')}"
     latest = trip["windows"][-1] if trip.get("windows") else {}
     return {
         "text": head,

@@ -195,6 +195,8 @@ def cmd_alerts(args, settings: Settings) -> int:
         new = "NEW " if a in result.fired else ""
         rollback = "  → ROLLBACK RECOMMENDED" if a.action == "rollback" else ""
         print(f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) since {a.first_seen:%Y-%m-%d %H:%M}{rollback}")
+    for task_type, signals in result.rollback_recommended().items():
+        print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(signals)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
     if result.delivery_failures:

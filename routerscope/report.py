@@ -28,7 +28,8 @@ ROWS = (
     ("device bypass", lambda g: _pct(g["device_bypass_rate"])),
     ("false fallbacks", lambda g: f"{_pct(g['false_fallback_rate'])}{_ci(g['false_fallback_ci'])} of {g['false_fallback_labeled']}"),
     ("missed fallbacks", lambda g: f"{_pct(g['missed_fallback_rate'])}{_ci(g['missed_fallback_ci'])} of {g['missed_fallback_labeled']}"),
-    ("route accuracy", lambda g: _pct(g["route_accuracy"])),
+    ("route accuracy", lambda g: f"{_pct(g['route_accuracy'])} of {g.get('route_labeled', 0)}"),
+    ("offload failure / degrade trigger", lambda g: f"{_pct(g.get('offload_failure_rate'))} / {_pct(g.get('degrade_trigger_rate'))}"),
     ("cloud calls/session mean p50 p95", lambda g: " ".join(_num(g["cloud_calls_per_session"][k]) for k in ("mean", "p50", "p95"))),
     ("L0 L1 L2 L3 L4", lambda g: " ".join(_pct(g["degrade_share"][k]) for k in ("L0", "L1", "L2", "L3", "L4"))),
     ("L2+L3 share", lambda g: _pct(g["l2_l3_share"])),
@@ -45,6 +46,13 @@ def metrics_table(result: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"== {name}")
         lines.extend(f"  {label:<{width}}{render(group)}" for label, render in ROWS)
+    versions = result["overall"].get("by_policy_version") or {}
+    if len(versions) > 1:
+        lines.append("")
+        lines.append("== by policy version (overall)")
+        for version, v in versions.items():
+            lines.append(f"  {version}: {v['requests']} requests, fallback rate {_pct(v['fallback_rate'])}, false fallbacks "
+                         f"{_pct(v['false_fallback_rate'])} of {v['false_fallback_labeled']}, route accuracy {_pct(v['route_accuracy'])}")  # fmt: skip
     for task_type, cal in result["calibration"].items():
         lines.append("")
         lines.append(f"== calibration: {task_type}")
@@ -54,5 +62,6 @@ def metrics_table(result: dict[str, Any]) -> str:
         lines.append(
             f"  {flag}; threshold now {_num(cal['current_threshold'])}, recommended "
             f"{_num(cal['recommended_threshold'])} for pass rate ≥ {cal['target']} with ≥ {cal['min_n']} events"
+            f" (candidates from the evidence floor {_num(cal.get('evidence_floor'))})"
         )
     return "\n".join(lines)

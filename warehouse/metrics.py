@@ -5,8 +5,9 @@ them in the documented shape and applies the statistics of `warehouse/stats.py` 
 two-proportion z, PSI) to those counts.
 
 Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
-`cost_usd` (total, per request, per session) per group, and a top-level `latency_ms` by served side
-× network (§8)."""
+`cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
+`offload_failure_rate`, §3b), `first_event`/`last_event` per policy version (§9), and a top-level
+`latency_ms` by served side × network (§8)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ def empty_group() -> dict[str, Any]:
         "missed_fallback_labeled": 0,
         "missed_fallback_ci": None,
         "route_accuracy": None,
+        "route_labeled": 0,
+        "device_attempts": 0,
+        "offload_failure_rate": None,
+        "degrade_trigger_rate": None,
+        "by_policy_version": {},
         "label_coverage": {"fallbacks": None, "device_served": None},
         "cloud_calls_per_session": {"mean": None, "p50": None, "p95": None},
         "degrade_share": {k: None for k in LEVEL_KEYS},
@@ -62,12 +68,32 @@ def empty_group() -> dict[str, Any]:
     }
 
 
+def _version(row: dict[str, Any]) -> dict[str, Any]:
+    """METRICS.md §9: one policy version's numbers."""
+    return {
+        "requests": int(row["requests"]),
+        "device_entered": int(row["device_entered"]),
+        "fallback_rate": _float(row["fallback_rate"]),
+        "false_fallback_rate": stats.ratio(row["false_fallbacks"], row["false_fallback_labeled"]),
+        "false_fallback_labeled": int(row["false_fallback_labeled"]),
+        "missed_fallback_rate": stats.ratio(row["missed_fallbacks"], row["missed_fallback_labeled"]),
+        "missed_fallback_labeled": int(row["missed_fallback_labeled"]),
+        "route_accuracy": stats.ratio(row["route_correct"], row["route_labeled"]),
+        "first_event": iso(row["first_event"]),
+        "last_event": iso(row["last_event"]),
+    }
+
+
 def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
-           current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> dict[str, Any]:  # fmt: skip
+           current: dq.LevelCounts | None, baseline: dq.LevelCounts | None,
+           versions: dict[str, dict] | None = None) -> dict[str, Any]:  # fmt: skip
     g = empty_group()
     if row is not None:
-        for key in ("requests", "device_entered", "sessions", "false_fallback_labeled", "missed_fallback_labeled"):
+        for key in ("requests", "device_entered", "sessions", "false_fallback_labeled", "missed_fallback_labeled",
+                    "route_labeled", "device_attempts"):  # fmt: skip
             g[key] = int(row[key])
+        g["offload_failure_rate"] = stats.ratio(row["offload_failures"], row["device_attempts"])
+        g["degrade_trigger_rate"] = stats.ratio(row["degrade_triggered"], row["device_entered"])
         for key in ("fallback_rate", "quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate",
                     "naive_fallback_rate", "capability_reject_rate", "device_bypass_rate",
                     "shadow_agreement_rate"):  # fmt: skip
@@ -93,6 +119,8 @@ def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
                 "per_request": stats.ratio(total, requests),
                 "per_session": stats.ratio(total, int(row["sessions"])),
             }
+    if versions:
+        g["by_policy_version"] = {version: _version(r) for version, r in versions.items()}
     if calls is not None:
         g["cloud_calls_per_session"] = {k: calls[k] for k in ("mean", "p50", "p95")}
     if shadow:
@@ -113,6 +141,15 @@ def drift(current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> di
     return {"delta_pp": delta_pp, "z": z, "psi": psi, "drifting": stats.drifting(delta_pp, z, psi)}
 
 
+def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | None:
+    """METRICS.md §6: the largest grid value <= the smallest labeled confidence (null without labels), so
+    that no threshold is recommended where there is no evidence (labels only above 0.66 → 0.65, never 0.00)."""
+    if min_confidence is None:
+        return None
+    below = [c for c in grid if c <= min_confidence + 1e-9]
+    return max(below) if below else None
+
+
 def calibration(client, window: QueryWindow, target: float, min_n: int,
                 edges: tuple[float, ...] = lq.DEFAULT_EDGES) -> dict[str, Any]:  # fmt: skip
     """METRICS.md §6, per task type that has labeled device attempts with a confidence."""
@@ -128,12 +165,15 @@ def calibration(client, window: QueryWindow, target: float, min_n: int,
                 best_so_far = pass_rate if best_so_far is None else max(best_so_far, pass_rate)
             rows.append({"low": float(edges[i]), "high": float(edges[i + 1]), "n": n,
                          "share": stats.ratio(n, total), "pass_rate": pass_rate})  # fmt: skip
-        recommended = next((c for c, n, passed in cal.grid if n >= min_n and passed / n >= target), None)
+        floor = evidence_floor(cal.min_confidence, [c for c, _, _ in cal.grid])
+        recommended = next((c for c, n, passed in cal.grid
+                            if floor is not None and c >= floor and n >= min_n and passed / n >= target), None)  # fmt: skip
         found[cal.task_type] = {
             "buckets": rows,
             "monotonic": not non_monotonic,
             "non_monotonic_buckets": non_monotonic,
             "recommended_threshold": recommended,
+            "evidence_floor": floor,
             "current_threshold": cal.current_threshold,
             "target": target,
             "min_n": min_n,
@@ -154,10 +194,11 @@ def compute(client, start: datetime, end: datetime, *, baseline_days: float = 7,
         for key, row in summary.items()
     }
     baseline_levels = dq.level_counts(client, baseline_window)
+    versions = dq.by_policy_version(client, window)
 
     def group(key):
         return _group(summary.get(key), calls.get(key), shadow.get(key), current_levels.get(key),
-                      baseline_levels.get(key))  # fmt: skip
+                      baseline_levels.get(key), versions.get(key))  # fmt: skip
 
     return {
         "window": {"start": iso(start), "end": iso(end)},

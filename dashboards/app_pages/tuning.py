@@ -1,10 +1,11 @@
-"""Weekly tuning, per task type, over the 7 days before the newest daily window: the calibration curve
-(non-monotonic buckets flagged) with the recommended threshold for a target chosen on the page next to
-the current one; false and missed fallbacks with their 95 % intervals and label coverage; cloud calls
-per session as a distribution; shadow agreement by input length; cost."""
+"""Weekly tuning, per task type, over the 7 days before the newest daily window: the week's calibration
+curve (non-monotonic buckets flagged) with the recommended threshold for a target chosen on the page next
+to the current one and the evidence floor; the latest policy push, before and after (METRICS.md §9);
+false and missed fallbacks with their 95 % intervals and label coverage; cloud calls per session as a
+distribution; shadow agreement by input length; cost."""
 
 import json
-from datetime import timedelta, timezone
+from datetime import timedelta
 
 import pandas as pd
 import streamlit as st
@@ -24,28 +25,27 @@ busiest = sorted(types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("
 task_type = st.selectbox("Task type", busiest)
 pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 
-# -- calibration and threshold -------------------------------------------------------------------
+# -- calibration and threshold over the week -------------------------------------------------------
 st.header("Calibration and threshold")
-cal = data.calibration(task_type)
-if cal.empty:
-    st.info("No daily calibration for this task type yet (needs labeled device attempts).")
+stored = data.calibration(task_type)  # the daily job's target and minimum sample are the page's defaults
+defaults = json.loads(stored.iloc[0]["calibration"]) if not stored.empty else {"target": 0.95, "min_n": 30}
+t1, t2 = st.columns(2)
+target = t1.slider("Target pass rate", 0.50, 0.99, float(defaults["target"]), 0.01)
+min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(defaults["min_n"])))
+detail = data.calibration_for_target(task_type, start, end, target, min_n)
+if detail is None:
+    st.info("No labeled device attempts of this task type in the week: no calibration yet.")
 else:
-    row = cal.iloc[0]
-    detail = json.loads(row["calibration"])
-    t1, t2 = st.columns(2)
-    target = t1.slider("Target pass rate", 0.50, 0.99, float(detail["target"]), 0.01)
-    min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(detail["min_n"])))
-    if (target, min_n) != (detail["target"], detail["min_n"]):
-        day = pd.Timestamp(row["window_start"]).to_pydatetime().replace(tzinfo=timezone.utc)
-        detail = data.calibration_for_target(task_type, day, day + timedelta(days=1), target, min_n) or detail
     buckets = pd.DataFrame(detail["buckets"])
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
-    c1, c2, c3 = st.columns(3)
+    c1, c2, c3, c4 = st.columns(4)
     c1.metric("Current threshold", "—" if detail["current_threshold"] is None else f"{detail['current_threshold']:.2f}")
     c2.metric(f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
               "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}")  # fmt: skip
-    c3.metric("Labeled attempts", int(row["labeled"]))
-    st.caption(f"Calibration of the day starting {pd.Timestamp(row['window_start']):%Y-%m-%d}; red bars do worse than a lower bucket.")
+    c3.metric("Labeled attempts", int(buckets["n"].sum()))
+    c4.metric("Evidence floor", "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
+              help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).")  # fmt: skip
+    st.caption(f"Calibration over the week {start:%Y-%m-%d} → {end:%Y-%m-%d}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         st.warning(f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one.")
     st.altair_chart(charts.calibration_bars(buckets), width="stretch")
@@ -58,6 +58,23 @@ if group is None:
     st.stop()
 if not group["requests"]:
     st.info("This task type had no live requests in the week (shadow traffic only): its live sections are empty.")
+
+# -- the latest policy push, before and after (METRICS.md §9) ------------------------------------------
+st.header("Policy versions")
+versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])
+if len(versions) < 2:
+    st.caption(f"One policy version in the week ({versions[0][0] if versions else 'none'}): no push to compare.")
+else:
+    (before_v, before), (after_v, after) = versions[-2], versions[-1]
+    st.caption(f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type.")
+    rows = []
+    for key, label in (("fallback_rate", "fallback rate"), ("false_fallback_rate", "false fallbacks"),
+                       ("missed_fallback_rate", "missed fallbacks"), ("route_accuracy", "route accuracy")):  # fmt: skip
+        b, a = before[key], after[key]
+        rows.append({"metric": label, "before": pct(b), "after": pct(a),
+                     "change (pp)": "—" if a is None or b is None else f"{100 * (a - b):+.1f}"})  # fmt: skip
+    rows.append({"metric": "requests", "before": str(before["requests"]), "after": str(after["requests"]), "change (pp)": ""})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 # -- false and missed fallbacks ------------------------------------------------------------------
 st.header("False and missed fallbacks")

@@ -28,9 +28,19 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert sim["delivered"] == sim["emitted"] and sim["dropped"] == 0
         assert out["loaded"]["decisions"] == 20_003  # the 3 corrupted messages are quarantined, not loaded
         fired = " ".join(out["fired"])
-        assert "rollback_offload_failure" in fired  # the cloud outage: capability misses end at L4
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
-        assert "rollback_route_accuracy" in fired and "rollback_route_accuracy" not in out["fired"][0]  # the push, not the start
+        # Rollback recommendations (METRICS §3b): the cloud outage (minutes 24-36) moves none of the signals;
+        # the push (minutes 90-108) recommends rolling short_reply back, on both of its signals.
+        start_minute = sim["start"].hour * 60 + sim["start"].minute
+
+        def minute(entry: str) -> int:  # "rule|task at HH:MM" → minutes since the simulated start
+            hh, mm = entry.rsplit(" at ", 1)[1].split(":")
+            return (int(hh) * 60 + int(mm) - start_minute) % 1440
+
+        rollbacks = [(e.split(" at ")[0], minute(e)) for e in out["fired"] if e.startswith("rollback_")]
+        assert not [r for r in rollbacks if 24 <= r[1] < 36], rollbacks
+        assert {name for name, m in rollbacks if 90 <= m < 108} >= {"rollback_degrade_trigger|short_reply",
+                                                                    "rollback_route_accuracy|short_reply"}, rollbacks
         assert all(not q["blocking_failed"] for q in out["quality"].values())
         start = sim["start"]
         with open_warehouse(settings) as client:

@@ -110,10 +110,33 @@ def test_quality_page_lists_checks_and_quarantine(populated):
 def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app = render("tuning.py")
     recommended = lambda: next(m.value for m in app.metric if m.label.startswith("Recommended"))  # noqa: E731
-    assert recommended() == "none qualifies"  # c = 0: 2 of 3 pass < 0.95
+    assert recommended() == "none qualifies"  # from the floor 0.40: 2 of 3 pass < 0.95
     app.slider[0].set_value(0.5).run()
     assert not app.exception
-    assert recommended() == "0.00"  # c = 0: 2/3 = 0.667 ≥ 0.5 with ≥ 1 event
+    # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00)
+    assert recommended() == "0.40"
+    assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
+
+
+def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
+    """METRICS.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
+    from dashboards import data
+    from tests.events import decision, quality_fallback
+    from tests.integration.test_metrics import at, eid
+
+    pushed = [quality_fallback(event_id=eid(700 + i), request_id=f"push{i}", event_time=at(12 + i), policy_version="2026-11-29.2")
+              for i in range(3)]  # fmt: skip
+    pushed.append(decision(event_id=eid(710), request_id="push-served", event_time=at(16), policy_version="2026-11-29.2"))
+    with open_warehouse(populated) as client:
+        insert(client, pushed, [])
+    data.clear_caches()
+    app = render("tuning.py")
+    assert any("Latest push: 2026-11-29.1 → 2026-11-29.2" in c.value for c in app.caption)
+    table = next(d.value for d in app.dataframe if "metric" in d.value.columns)
+    row = table.set_index("metric").loc["fallback rate"]
+    # before: the week's 2026-11-29.1 events of intent_classify: a1..a4 and z0..z3 entered, a2 a3 a4 z3 fell back → 4/8;
+    # after: 3 of 4 → 75 %
+    assert (row["before"], row["after"], row["change (pp)"]) == ("50.0%", "75.0%", "+25.0")
 
 
 def test_explorer_filters_are_values_not_sql(populated):

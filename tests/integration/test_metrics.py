@@ -154,6 +154,20 @@ def expected_overall_a() -> dict:
             "drifting": True,
         },
         "shadow_agreement_rate": 1.0,  # A's one shadow event agreed
+        # §3b: device attempts (levels 0, 1) of live events: a1 ok, a2 low_confidence, a3 timeout, a4 error → 4,
+        # of which validator_failed or error: a4 → 1/4 (a timeout and a low confidence are not offload failures).
+        # Device-entered that then called the cloud (an L2/L3 attempt): a2 a3 a4 of 4 → 3/4.
+        # route_labeled: a2 a3 a4 (a1's chosen label, the validator's, has a null route_correct) → 3
+        "route_labeled": 3,
+        "device_attempts": 4,
+        "offload_failure_rate": 1 / 4,
+        "degrade_trigger_rate": 3 / 4,
+        # §9: every A event carries policy 2026-11-29.1 → the version's numbers are A's
+        "by_policy_version": {"2026-11-29.1": {
+            "requests": 6, "device_entered": 4, "fallback_rate": 3 / 4, "false_fallback_rate": 1.0,
+            "false_fallback_labeled": 2, "missed_fallback_rate": 1.0, "missed_fallback_labeled": 1,
+            "route_accuracy": pytest.approx(2 / 3), "first_event": "2026-11-29T01:00:00Z", "last_event": "2026-11-29T06:00:00Z",
+        }},
     }
 
 
@@ -170,8 +184,10 @@ def test_golden_window_overall_and_per_task_type(warehouse):
     # A agreed, B did not → 1/2. B's shadow event had 600 input tokens → bucket 512-2048.
     overall = result["overall"]
     for key in ("requests", "device_entered", "sessions", "fallback_rate", "naive_fallback_rate",
-                "false_fallback_labeled", "route_accuracy", "l2_l3_share"):  # fmt: skip
+                "false_fallback_labeled", "route_accuracy", "l2_l3_share", "route_labeled", "device_attempts",
+                "offload_failure_rate", "degrade_trigger_rate"):  # fmt: skip
         assert overall[key] == pytest.approx(a[key]), key
+    assert overall["by_policy_version"] == a["by_policy_version"]
     assert overall["shadow_agreement_rate"] == 0.5
     assert overall["shadow_agreement_by_input_length"] == {"0-128": 1.0, "128-512": None, "512-2048": 0.0, "2048+": None}
 
@@ -179,8 +195,9 @@ def test_golden_window_overall_and_per_task_type(warehouse):
     b = result["by_task_type"][B]
     assert (b["requests"], b["device_entered"], b["sessions"]) == (0, 0, 0)
     for key in ("fallback_rate", "naive_fallback_rate", "capability_reject_rate", "false_fallback_rate",
-                "false_fallback_ci", "route_accuracy", "l2_l3_share"):  # fmt: skip
+                "false_fallback_ci", "route_accuracy", "l2_l3_share", "offload_failure_rate", "degrade_trigger_rate"):  # fmt: skip
         assert b[key] is None, key
+    assert (b["route_labeled"], b["device_attempts"], b["by_policy_version"]) == (0, 0, {})
     assert b["degrade_share"] == {"L0": None, "L1": None, "L2": None, "L3": None, "L4": None}
     assert b["cloud_calls_per_session"] == {"mean": None, "p50": None, "p95": None}
     assert b["l2_l3_drift"] == {"delta_pp": None, "z": None, "psi": None, "drifting": False}
@@ -277,7 +294,7 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     assert c["monotonic"] is True and c["non_monotonic_buckets"] == []
     # confidence >= c: c ≤ 0.30 → 5/8; 0.35..0.50 → 5/7 (0.50 F still in); 0.55 → 0.60..1.00 = 6/6 ≥ 0.95, n 6 ≥ 3
     assert c["recommended_threshold"] == 0.55
-    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
+    assert c["evidence_floor"] == 0.3  # the smallest labeled confidence is 0.30    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
     assert (c["target"], c["min_n"]) == (0.95, 3)
 
     # Task A: a2 0.4 ok → bucket 0 pass 1/1; a4 0.5 ok → bucket 1 pass 1/1; a1 0.9 bad → bucket 3 pass 0/1:
@@ -289,8 +306,56 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     # no c has ≥ 3 events at pass rate ≥ 0.95 (c = 0: 2/3) → null
     assert a["recommended_threshold"] is None
 
+    # §6 evidence floor: A's smallest labeled confidence is 0.4 (a2), so the candidates start at 0.40, not 0.00:
+    # c = 0.40: a2, a4, a1 → 3 events, 2/3 = 0.667 ≥ 0.6
+    assert a["evidence_floor"] == 0.4
     loose = compute(warehouse, START, END, target=0.6, min_n=2)["calibration"][A]
-    assert loose["recommended_threshold"] == 0.0  # c = 0: 3 events, 2/3 = 0.667 ≥ 0.6
+    assert loose["recommended_threshold"] == 0.4
+
+
+def test_golden_evidence_floor_no_recommendation_below_the_labeled_confidences(warehouse):
+    """METRICS.md §6: with labels only at 0.66 and above (all acceptable), the smallest candidate is 0.65;
+    before the floor, every bucket passing recommended 0.00 (the demo's intent_classify)."""
+    decisions, labels = [], []
+    for i, confidence in enumerate((0.66, 0.7, 0.8, 0.9)):
+        decisions.append(decision(event_id=eid(500 + i), request_id=f"e{i}", task_type=C, event_time=at(1), confidence=confidence))
+        labels.append(label(request_id=f"e{i}", device_acceptable=True))
+    insert(warehouse, decisions, labels)
+    c = compute(warehouse, START, END, target=0.95, min_n=3)["calibration"][C]
+    assert (c["evidence_floor"], c["recommended_threshold"]) == (0.65, 0.65)  # 4 events >= 0.65, 4/4 pass
+    strict = compute(warehouse, START, END, target=0.95, min_n=5)["calibration"][C]
+    assert (strict["evidence_floor"], strict["recommended_threshold"]) == (0.65, None)  # only 4 events anywhere
+
+
+def test_golden_by_policy_version_attributes_a_threshold_push(warehouse):
+    """METRICS.md §9: the same task type before and after a push, each version with its own numbers.
+    p1 (hours 1-2): 3 served at L0, 1 quality fallback; labels: served a/a/bad, the fallback bad.
+    p2 (hours 3-4): 1 served, 3 quality fallbacks; labels: the served ok, two fallbacks acceptable, one bad."""
+    p1 = [decision(event_id=eid(600 + i), request_id=f"p1-{i}", event_time=at(1 + i / 10), policy_version="p1") for i in range(3)]
+    p1.append(quality_fallback(event_id=eid(603), request_id="p1-3", event_time=at(2), policy_version="p1"))
+    p2 = [decision(event_id=eid(610), request_id="p2-0", event_time=at(3), policy_version="p2")]
+    p2 += [quality_fallback(event_id=eid(611 + i), request_id=f"p2-{i + 1}", event_time=at(3.5 + i / 10), policy_version="p2")
+           for i in range(3)]  # fmt: skip
+    verdicts = {"p1-0": (True, True), "p1-1": (True, True), "p1-2": (False, False), "p1-3": (False, True),
+                "p2-0": (True, True), "p2-1": (True, False), "p2-2": (True, False), "p2-3": (False, True)}  # fmt: skip
+    labels = [label(request_id=r, device_acceptable=ok, route_correct=rc) for r, (ok, rc) in verdicts.items()]
+    insert(warehouse, p1 + p2, labels)
+    versions = compute(warehouse, START, END)["by_task_type"]["intent_classify"]["by_policy_version"]
+    assert list(versions) == ["p1", "p2"]  # in order of first event
+    assert versions["p1"] == {
+        "requests": 4, "device_entered": 4, "fallback_rate": 1 / 4,
+        "false_fallback_rate": 0.0, "false_fallback_labeled": 1,  # p1-3 judged bad: a right fallback
+        "missed_fallback_rate": pytest.approx(1 / 3), "missed_fallback_labeled": 3,  # p1-2 served but bad
+        "route_accuracy": pytest.approx(3 / 4),
+        "first_event": "2026-11-29T01:00:00Z", "last_event": "2026-11-29T02:00:00Z",
+    }  # fmt: skip
+    assert versions["p2"] == {
+        "requests": 4, "device_entered": 4, "fallback_rate": 3 / 4,
+        "false_fallback_rate": pytest.approx(2 / 3), "false_fallback_labeled": 3,  # the push's false fallbacks
+        "missed_fallback_rate": 0.0, "missed_fallback_labeled": 1,
+        "route_accuracy": pytest.approx(2 / 4),
+        "first_event": "2026-11-29T03:00:00Z", "last_event": "2026-11-29T03:42:00Z",
+    }  # fmt: skip
 
 
 def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):

@@ -67,6 +67,18 @@ def test_default_rules_load_and_cover_design_section_4():
     assert all(r.windows == 3 for r in rules if r.action == "rollback")
 
 
+def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_denominators():
+    """Seed 004 §7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows; METRICS.md §3b:
+    the minimum sample applies to each signal's own denominator."""
+    _, rules = load_rules()
+    rollback = {r.name: (r.metric, r.scope, r.op, r.limit, r.denominator) for r in rules if r.action == "rollback"}
+    assert rollback == {
+        "rollback_route_accuracy": ("route_accuracy", "per_task_type", "<", 0.95, "route_labeled"),
+        "rollback_offload_failure": ("offload_failure_rate", "per_task_type", ">", 0.02, "device_attempts"),
+        "rollback_degrade_trigger": ("degrade_trigger_rate", "per_task_type", ">", 0.05, "device_entered"),
+    }
+
+
 @pytest.mark.parametrize(
     "body, message",
     [

@@ -69,7 +69,7 @@ VALID_DECISIONS = {
 # name -> (event, exactly the rules it breaks)
 INVALID_DECISIONS = {
     # -- schema ---------------------------------------------------------------------------------
-    "unknown schema version": (decision(schema_version=2), ["schema.version"]),
+    "unknown schema version": (decision(schema_version=3), ["schema.version"]),
     "missing required field": (
         {k: v for k, v in decision().items() if k != "policy_version"},
         ["schema.required.policy_version"],

@@ -7,7 +7,12 @@ from datetime import datetime, timezone
 import pytest
 
 from instrumentation.contract import LABELS
-from router.replay import Verdict, label_for, route_correct
+from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevice
+from router.policy import DEFAULT_POLICY, parse
+from router.replay import Verdict, judge, label_for, route_correct
+
+POLICY = parse(DEFAULT_POLICY.read_text())
+NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize(
@@ -27,7 +32,41 @@ def test_route_verdict(fallback_type, acceptable, expected):
 
 
 def test_a_replayed_timeout_is_an_acceptable_answer_on_a_correct_route():
-    label = label_for(Verdict("r1", "short_reply", True, "ok", "hi"), "timeout", datetime(2026, 11, 30, tzinfo=timezone.utc), "gemma")
+    label = label_for(Verdict("r1", "short_reply", True, "ok", "hi", "cloud_agreement"), "timeout", NOW, "gemma")
     event, rules = LABELS.parse(label.to_json())
     assert rules == [] and (event.source, event.device_acceptable, event.route_correct) == ("offline_replay", True, True)
     assert b"hi" not in label.to_json()  # the answer text is never published
+
+
+def device_says(text, outcome="ok"):
+    return InstantDevice(DeviceResult(text, None, "none", 3, 1.0, 2.0, outcome))
+
+
+def cloud_says(text, outcome="ok"):
+    return InstantCloud(CloudResult(text, 5.0, outcome, 3))
+
+
+@pytest.mark.parametrize(
+    "task_type, device, cloud, acceptable, judged_by",
+    [
+        # a validator where the task has one, whatever the cloud says
+        ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), True, "validator"),
+        ("slot_extract", device_says("Paris"), None, False, "validator"),
+        ("intent_classify", device_says("play_music"), None, True, "validator"),
+        ("intent_classify", device_says("", "timeout"), None, False, "validator"),
+        # free text: a non-empty answer proves nothing; agreement with the cloud's answer, normalised as the shadow does
+        ("short_reply", device_says("Good morning!"), cloud_says("  good   MORNING "), True, "cloud_agreement"),
+        ("short_reply", device_says("Good morning!"), cloud_says("Hello there."), False, "cloud_agreement"),
+        ("short_reply", device_says("", "timeout"), cloud_says("Hello."), False, "cloud_agreement"),
+        ("short_reply", device_says("Good morning!"), None, None, "none"),  # no cloud: no verdict
+        ("short_reply", device_says("Good morning!"), cloud_says("", "error"), None, "none"),  # the cloud failed
+    ],
+)
+def test_replay_judge_validator_or_cloud_agreement(task_type, device, cloud, acceptable, judged_by):
+    verdict = judge(device, POLICY, "r1", task_type, "text", cloud)
+    assert (verdict.acceptable, verdict.judged_by) == (acceptable, judged_by)
+    label = label_for(verdict, "quality", NOW, "gemma")
+    if acceptable is None:
+        assert label is None  # no verdict, no label
+    else:
+        assert label.labeler == f"offline-replay:{judged_by}:gemma" and label.device_acceptable is acceptable

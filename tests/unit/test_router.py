@@ -88,10 +88,12 @@ requests = st.builds(
     device_open=st.booleans(),
     cloud_open=st.booleans(),
     l1_enabled=st.booleans(),
+    shadow=st.booleans(),
 )
-def test_routing_properties(tmp_path_factory, req, device_script, cloud_script, device_open, cloud_open, l1_enabled):
+def test_routing_properties(tmp_path_factory, req, device_script, cloud_script, device_open, cloud_open, l1_enabled, shadow):
     policy_file = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    policy_file.write_text(DEFAULT_POLICY.read_text().replace("l1_enabled: true", f"l1_enabled: {str(l1_enabled).lower()}"))
+    text = DEFAULT_POLICY.read_text().replace("l1_enabled: true", f"l1_enabled: {str(l1_enabled).lower()}")
+    policy_file.write_text(text.replace("shadow: []", "shadow: [short_reply, slot_extract]") if shadow else text)
     device, cloud_backend = ScriptedDevice(device_script), ScriptedCloud(cloud_script)
     router = Router(device, cloud_backend, policy=PolicyStore(policy_file))
     if device_open:
@@ -115,6 +117,8 @@ def test_routing_properties(tmp_path_factory, req, device_script, cloud_script, 
     parsed, rules = DECISIONS.parse(event.to_json())
     assert rules == [], f"the event breaks the contract: {rules}"
     assert b"PRIVATE-MARKER" not in event.to_json(), "request text never enters an event"
+    assert event.attempts[-1].level != 4 or event.attempts[-1].latency_ms <= 50, "L4 is bounded by 50 ms (seed 000)"
+    assert event.latency_ms <= max(0, req.deadline_ms - req.elapsed_ms) + 50 + 100, "the budget only subtracts"
 
 
 def test_low_confidence_goes_through_l1_then_the_cloud_with_its_reason(tmp_path):

@@ -41,7 +41,7 @@ WINDOW_CTE = """
 w AS (
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device,
            fallback_type, reason, degrade_level, cloud_calls, confidence, threshold, shadow_agree,
-           input_tokens, latency_ms, network, cost_usd
+           input_tokens, latency_ms, network, cost_usd, attempt_levels, attempt_outcomes, policy_version
     FROM routerscope.decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""

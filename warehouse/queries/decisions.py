@@ -51,6 +51,12 @@ SELECT
     countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
     countIf(live AND route_ok IS NOT NULL) AS route_labeled,
     countIf(live AND route_ok) AS route_correct,
+    -- §3b rollback signals: device attempts (levels 0, 1) that failed validation or errored; device-entered
+    -- requests that then called the cloud (an attempt at level 2 or 3, whatever its outcome)
+    sumIf(arrayCount(l -> l IN (0, 1), attempt_levels), live) AS device_attempts,
+    sumIf(arrayCount((l, o) -> l IN (0, 1) AND o IN ('validator_failed', 'error'), attempt_levels, attempt_outcomes), live)
+        AS offload_failures,
+    countIf(live AND entered_device AND arrayExists(l -> l IN (2, 3), attempt_levels)) AS degrade_triggered,
     -- §5 degrade levels (counts; shares below)
     countIf(live AND degrade_level = 0) AS l0,
     countIf(live AND degrade_level = 1) AS l1,
@@ -66,6 +72,41 @@ SELECT
 FROM j
 GROUP BY GROUPING SETS ((task_type), ())
 ORDER BY task_type
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+# §9: the §1–§3 numbers per policy_version (overall and per task type), so a threshold push can be
+# attributed; first and last event time of each version order them.
+BY_POLICY_VERSION_SQL = named(
+    "by_policy_version",
+    f"""
+WITH {WINDOW_CTE},
+{CHOSEN_LABELS_CTE},
+j AS (
+    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok,
+           w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1) AS device_served
+    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+    WHERE w.mode = 'live'
+)
+SELECT
+    task_type,
+    policy_version,
+    count() AS requests,
+    countIf(entered_device) AS device_entered,
+    countIf(entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0) AS fallback_rate,
+    countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
+    countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
+    countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
+    countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
+    countIf(route_ok IS NOT NULL) AS route_labeled,
+    countIf(route_ok) AS route_correct,
+    min(event_time) AS first_event,
+    max(event_time) AS last_event
+FROM j
+GROUP BY GROUPING SETS ((task_type, policy_version), (policy_version))
+ORDER BY task_type, first_event, policy_version
 SETTINGS group_by_use_nulls = 1
 """,
 )
@@ -164,6 +205,14 @@ def _rows(client, sql: str, parameters: dict) -> list[dict[str, Any]]:
 def window_summary(client, window: QueryWindow) -> dict[str | None, dict[str, Any]]:
     """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL."""
     return {row.pop("task_type"): row for row in _rows(client, SUMMARY_SQL, window.parameters())}
+
+
+def by_policy_version(client, window: QueryWindow) -> dict[str | None, dict[str, dict[str, Any]]]:
+    """task_type (None: overall) → policy_version → the §9 columns, versions in order of first event."""
+    found: dict[str | None, dict[str, dict[str, Any]]] = {}
+    for row in _rows(client, BY_POLICY_VERSION_SQL, window.parameters()):
+        found.setdefault(row.pop("task_type"), {})[row.pop("policy_version")] = row
+    return found
 
 
 def cloud_calls_per_session(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:

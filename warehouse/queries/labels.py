@@ -58,9 +58,10 @@ CALIBRATION_SQL = named(
 SELECT task_type,
        sumForEach(bucket_n) AS bucket_n, sumForEach(bucket_passed) AS bucket_passed,
        sumForEach(grid_n) AS grid_n, sumForEach(grid_passed) AS grid_passed,
-       argMax(threshold, tuple(n, threshold)) AS current_threshold
+       argMax(threshold, tuple(n, threshold)) AS current_threshold,
+       min(lowest) AS min_confidence
 FROM (
-    SELECT task_type, threshold, count() AS n,
+    SELECT task_type, threshold, count() AS n, min(confidence) AS lowest,
            sumForEach(arrayMap(i -> toUInt64(bucket = i), range({buckets:UInt8}))) AS bucket_n,
            sumForEach(arrayMap(i -> toUInt64(bucket = i AND acceptable), range({buckets:UInt8}))) AS bucket_passed,
            sumForEach(arrayMap(c -> toUInt64(confidence >= c), {grid:Array(Float64)})) AS grid_n,
@@ -81,6 +82,7 @@ class Calibration:
     bucket_passed: list[int]
     grid: list[tuple[float, int, int]]  # (c, events with confidence >= c, of which acceptable)
     current_threshold: float | None
+    min_confidence: float | None = None  # the smallest labeled confidence (METRICS.md §6 evidence floor)
 
 
 def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID) -> list[Calibration]:
@@ -92,7 +94,7 @@ def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD
         "grid": list(grid),
     }
     found = []
-    for task_type, bucket_n, bucket_passed, grid_n, grid_passed, current in client.query(
+    for task_type, bucket_n, bucket_passed, grid_n, grid_passed, current, lowest in client.query(
         CALIBRATION_SQL, parameters=parameters
     ).result_rows:
         found.append(
@@ -102,6 +104,7 @@ def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD
                 bucket_passed=[int(x) for x in bucket_passed],
                 grid=[(c, int(n), int(p)) for c, n, p in zip(grid, grid_n, grid_passed)],
                 current_threshold=None if current is None else float(current),
+                min_confidence=None if lowest is None else float(lowest),
             )
         )
     return found

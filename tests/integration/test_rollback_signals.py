@@ -1,0 +1,135 @@
+"""Rollback signals end to end (seed 004 §7, METRICS.md §3b): an hour of traffic through the real router on a
+fake clock — a cloud outage, then a bad threshold push for short_reply — into the real warehouse, the
+5-minute metrics, then the default alert rules. The outage recommends no rollback; the push recommends
+rolling short_reply back, naming its signals.
+
+Seed 004 §7: "路由判定准确率 … 下放路径失败率:端侧结果未通过校验或异常的比例 … 降级触发率:端侧失败后转云端的请求占比",
+"连续 window 个观测窗口越界才回退,避免被单点抖动触发"."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from instrumentation.events import LabelEvent
+from router.backends import CloudResult, DeviceResult
+from router.engine import Request, Router
+from router.policy import DEFAULT_POLICY, PolicyStore
+from router.replay import route_correct
+from routerscope import alerts
+from tests.conftest import settings_for
+from tests.integration.test_metrics import insert
+from warehouse.client import open_warehouse
+from warehouse.metrics import compute
+from warehouse.migrate import migrate
+from warehouse.queries.metric_windows import write_window
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+STEP = timedelta(minutes=5)
+OUTAGE, PUSH = range(3, 6), range(8, 12)  # 5-minute windows of the hour
+PER_WINDOW = 40  # requests per task type per window
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def now(self):
+        return T0 + timedelta(seconds=self.t)
+
+
+class Device:
+    model, ttft_ms, tps = "scripted-device", 50.0, 1000.0
+
+    def __init__(self, clock):
+        self.clock, self.confidence = clock, 0.8
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, **kw):
+        self.clock.t += 0.2
+        return DeviceResult("an answer.", self.confidence, "logprob", 10, 50.0, 200.0, "ok")
+
+
+class Cloud:
+    def __init__(self, clock):
+        self.clock, self.down = clock, False
+
+    def model_for(self, level):
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        self.clock.t += 0.6
+        return CloudResult("", 600.0, "error") if self.down else CloudResult("cloud answer", 600.0, "ok", 10)
+
+
+def traffic(tmp_path):
+    """Per window: 40 short_reply (one in 40 below the 0.60 threshold), 40 long_summary (capability misses,
+    cloud only). Labels: every device-entered request, acceptable when its confidence is >= 0.6."""
+    policy = tmp_path / "policy.yaml"
+    base = DEFAULT_POLICY.read_text()
+    policy.write_text(base)
+    clock = Clock()
+    device, cloud = Device(clock), Cloud(clock)
+    decisions, labels = [], []
+    router = Router(device, cloud, policy=PolicyStore(policy, check_every_s=0.0, clock=clock), clock=clock, now=clock.now,
+                    on_event=lambda e: decisions.append(e))  # fmt: skip
+    for w in range(12):
+        cloud.down = w in OUTAGE
+        pushed = base.replace("threshold: 0.60", "threshold: 0.93").replace('version: "2026-11-30.1"', 'version: "push"')
+        wanted = pushed if w in PUSH else base
+        if policy.read_text() != wanted:
+            policy.write_text(wanted)
+        for i in range(PER_WINDOW):
+            clock.t = (w * STEP + i * STEP / PER_WINDOW).total_seconds()
+            device.confidence = 0.3 if i == 0 else 0.7 + (i % 12) * 0.02
+            router.route(Request(task_type="short_reply", text="hi", session_id=f"s{i % 8}", request_id=f"r{w}-{i}"))
+            clock.t += 1
+            router.route(Request(task_type="long_summary", text="report", session_id=f"s{i % 8}", request_id=f"l{w}-{i}"))
+    for e in decisions:
+        if e.entered_device:
+            ok = e.confidence >= 0.6
+            labels.append(LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=e.event_time, request_id=e.request_id,
+                                     source="human_review", device_acceptable=ok, route_correct=route_correct(e.fallback_type, ok)))  # fmt: skip
+    return decisions, labels
+
+
+def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_naming_task_and_signals(home, tmp_path):
+    decisions, labels = traffic(tmp_path)
+    assert all(e.schema_version == 2 for e in decisions)
+    fired, old_rule_would_fire = [], []
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        insert(client, [_dict(e) for e in decisions], [_dict(e) for e in labels])
+        for w in range(12):
+            w0 = T0 + w * STEP
+            result = compute(client, w0, w0 + STEP)
+            write_window(client, "5m", w0, w0 + STEP, result)
+            old_rule_would_fire.append(result["overall"]["degrade_share"]["L4"] > 0.02)  # the former "offload failure"
+            evaluation = alerts.run(client, now=w0 + STEP + timedelta(minutes=1))
+            fired += [(w, a.alert_key) for a in evaluation.fired if a.action == "rollback"]
+        final = alerts.run(client, now=T0 + 12 * STEP + timedelta(minutes=1))
+        outage = compute(client, T0 + OUTAGE[0] * STEP, T0 + (OUTAGE[-1] + 1) * STEP)["by_task_type"]["short_reply"]
+    # the outage ended low-confidence answers at L4 (the old L4-share rule fired) but moved no §3b signal
+    assert any(old_rule_would_fire[w] for w in OUTAGE)
+    assert outage["degrade_trigger_rate"] < 0.05 and outage["offload_failure_rate"] == 0.0
+    assert outage["route_accuracy"] == 1.0
+    assert not [k for w, k in fired if w < PUSH[0]], fired
+    # the push: three windows in, both signals of short_reply, and nothing for long_summary (never on the device)
+    assert sorted(k for w, k in fired) == ["rollback_degrade_trigger|short_reply", "rollback_route_accuracy|short_reply"]
+    assert {w for w, _ in fired} == {PUSH[0] + 2}
+    assert final.rollback_recommended() == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
+    assert final.as_dict()["rollback_recommended"] == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
+    body = alerts.slack_body(next(a for a in final.firing if a.rule == "rollback_degrade_trigger"))
+    assert "ROLLBACK RECOMMENDED for short_reply: degrade_trigger_rate" in body["text"]
+
+
+def _dict(event) -> dict:
+    import msgspec
+
+    return msgspec.json.decode(event.to_json())

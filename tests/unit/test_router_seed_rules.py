@@ -1,0 +1,585 @@
+"""The router's rules as seed 000 states them (DESIGN §1), one table per rule, on a fake clock; and the
+budget and decision point again on slow real-time backends (a device that sleeps, a real HTTP cloud).
+
+Seed 000 lines cited by the tests:
+* "路由层只做减法" and the degrade-chain table (L0 预算×0.7 → L1 ×0.3 → L2 ×0.5 → L3 ×0.8 → L4 50ms): each
+  level's timeout is its share of the budget remaining when it starts, never past what remains minus 50 ms.
+* "在消耗掉 30% 预算时做一次判定,把剩下的 70% 留给回退路径本身": the decision point.
+* "过了承诺点就不再接管,宁可让端侧跑完": the commit point.
+* "必须按 task_type 分开校准": calibration stands on one confidence per request (L0's).
+* "云侧连续失败或 P90 突增时全量走端侧 … 端侧模型加载失败、内存不足或回退率连续超标时全量上云": the breakers.
+Seed 004 §6 "给端侧设一个硬并发上限,超出的部分直接走云端——宁可多花钱也不要让请求排队": the concurrency cap.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from router.backends import CloudResult, DeviceResult, OpenAICloud
+from router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
+from router.policy import DEFAULT_POLICY, PolicyStore
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class GreedyDevice:
+    """Uses every millisecond it is given (on the fake clock): `need_ms` of work, cut at the timeout."""
+
+    model = "greedy-device"
+
+    def __init__(self, clock: FakeClock, need_ms: float = 1e9, confidence: float = 0.9, text: str = "positive",
+                 ttft_ms: float = 1.0, tps: float = 1e6, error_kind: str | None = None):  # fmt: skip
+        self.clock, self.need_ms, self.confidence, self.text = clock, need_ms, confidence, text
+        self.ttft_ms, self.tps, self.error_kind = ttft_ms, tps, error_kind
+        self.timeouts: list[float] = []
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
+        self.timeouts.append(timeout_ms)
+        if self.error_kind:
+            return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=self.error_kind)
+        took = min(self.need_ms, timeout_ms)
+        self.clock.t += took / 1000
+        outcome = "ok" if self.need_ms <= timeout_ms else "timeout"
+        return DeviceResult(self.text, self.confidence, "logprob", 5, 1.0, took, outcome)
+
+
+class StreamingDevice:
+    """Streams `tokens` tokens on the fake clock: first after `ttft_ms`, then one per `per_token_ms`;
+    honours the decision point, the commit point (`commit_tokens` tokens) and the timeout."""
+
+    model = "streaming-device"
+
+    def __init__(self, clock: FakeClock, ttft_ms: float, per_token_ms: float, tps_estimate: float = 100.0):
+        self.clock, self.first, self.per_token = clock, ttft_ms, per_token_ms
+        self.ttft_ms, self.tps = ttft_ms, tps_estimate  # the estimates the latency gate reads
+        self.decided: list[tuple[float, int]] = []
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0):
+        total_ms = self.first + (max_tokens - 1) * self.per_token
+        started = self.clock.t
+        if decide is not None:
+            at = max(decision_at_ms, self.first)
+            so_far = 1 + int((at - self.first) // self.per_token)
+            if at < min(total_ms, timeout_ms) and so_far < commit_tokens:
+                self.clock.t = started + at / 1000
+                self.decided.append((at, so_far))
+                if not decide(at, so_far, self.first):
+                    return DeviceResult("part", 0.9, "logprob", so_far, self.first, at, "timeout", preempted=True)
+        if total_ms > timeout_ms:
+            self.clock.t = started + timeout_ms / 1000
+            so_far = 1 + int((timeout_ms - self.first) // self.per_token)
+            return DeviceResult("part", 0.9, "logprob", so_far, self.first, timeout_ms, "timeout", so_far >= commit_tokens)
+        self.clock.t = started + total_ms / 1000
+        return DeviceResult("a full answer", 0.9, "logprob", max_tokens, self.first, total_ms, "ok")
+
+
+class GreedyCloud:
+    """Uses every millisecond it is given, or answers after `need_ms` (on the fake clock)."""
+
+    def __init__(self, clock: FakeClock, need_ms: float = 1e9, outcome_when_done: str = "ok"):
+        self.clock, self.need_ms, self.outcome_when_done = clock, need_ms, outcome_when_done
+        self.timeouts: list[float] = []
+
+    def model_for(self, level):
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        self.timeouts.append(timeout_ms)
+        took = min(self.need_ms, timeout_ms)
+        self.clock.t += took / 1000
+        if self.need_ms > timeout_ms:
+            return CloudResult("", took, "timeout")
+        return CloudResult("cloud answer", took, self.outcome_when_done, 5)
+
+
+def policy_file(tmp_path, text: str | None = None, **replace: str):
+    path = tmp_path / "policy.yaml"
+    text = text or DEFAULT_POLICY.read_text()
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    path.write_text(text)
+    return PolicyStore(path, check_every_s=0.0)
+
+
+def req(**kw) -> Request:
+    return Request(**{"task_type": "short_reply", "text": "hello", "session_id": "s", "expected_output_tokens": 300, **kw})
+
+
+def shape(event):
+    return [(a.level, a.outcome, round(a.latency_ms, 3)) for a in event.attempts]
+
+
+def valid(event):
+    _, rules = DECISIONS.parse(event.to_json())
+    assert rules == [], rules
+    return event
+
+
+# -- the budget only subtracts ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "deadline_ms, elapsed_ms, expected",
+    [
+        # 8 s, nothing spent: L0 0.7×8000; L2 0.5×2400; L3 0.8×1200 = 960; L4. (Old rule: 5600 + 4000 + 6400.)
+        (8000, 0, [(0, "timeout", 5600.0), (2, "timeout", 1200.0), (3, "timeout", 960.0), (4, "ok", 0.0)]),
+        # half of it already spent upstream: every share is of the 4000 ms that remain
+        (8000, 4000, [(0, "timeout", 2800.0), (2, "timeout", 600.0), (3, "timeout", 480.0), (4, "ok", 0.0)]),
+        # 1 s: L3's 0.8 × 150 = 120 would eat L4's reserve: capped at 150 - 50 = 100
+        (1000, 0, [(0, "timeout", 700.0), (2, "timeout", 150.0), (3, "timeout", 100.0), (4, "ok", 0.0)]),
+        # 200 ms: L0 0.7 × 200; of the 60 left L2 gets only the 10 ms above L4's reserve; nothing is left for L3
+        (200, 0, [(0, "timeout", 140.0), (2, "timeout", 10.0), (4, "ok", 0.0)]),
+        # 40 ms left: not even L0 fits before L4's 50 ms, the canned answer at once
+        (1040, 1000, [(4, "ok", 0.0)]),
+        # over the deadline on arrival
+        (1000, 5000, [(4, "ok", 0.0)]),
+    ],
+)
+def test_seed000_budget_only_subtracts_each_level_a_share_of_what_remains(tmp_path, deadline_ms, elapsed_ms, expected):
+    """Seed 000 "路由层只做减法" + the degrade-chain table: backends that use every millisecond they are
+    given; the request ends within deadline - elapsed + 50 ms and its latency_ms is the time it took."""
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock), GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    started = clock.t
+    _, event = router.route(req(deadline_ms=deadline_ms, elapsed_ms=elapsed_ms))
+    valid(event)
+    assert shape(event) == expected
+    took_ms = (clock.t - started) * 1000
+    assert event.latency_ms == pytest.approx(took_ms)
+    assert took_ms <= max(0, deadline_ms - elapsed_ms) + L4_MS
+
+
+@pytest.mark.parametrize("level, remaining_ms, expected_ms", [
+    (0, 8000, 5600), (1, 8000, 2400), (2, 8000, 4000), (3, 8000, 6400),  # the seed's shares when there is room
+    (3, 200, 150), (0, 100, 50), (2, 50, 0),  # never past what remains minus L4's 50 ms
+])  # fmt: skip
+def test_seed000_level_timeout_table(level, remaining_ms, expected_ms):
+    assert level_timeout_ms(level, remaining_ms) == pytest.approx(expected_ms)
+
+
+def test_seed000_l1_retry_gets_its_share_of_what_l0_left(tmp_path):
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=1000, confidence=0.1)  # answers in 1 s, below the threshold
+    router = Router(device, GreedyCloud(clock, need_ms=300), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(deadline_ms=8000))
+    assert device.timeouts == [pytest.approx(5600), pytest.approx(0.3 * 7000)]
+    assert shape(event) == [(0, "low_confidence", 1000.0), (1, "low_confidence", 1000.0), (2, "ok", 300.0)]
+    assert event.latency_ms == pytest.approx(2300)
+
+
+# -- the decision point at 30 % of the budget -------------------------------------------------------
+@pytest.mark.parametrize(
+    "case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided, expected, reason",
+    [
+        # 300 tokens at 40 ms: at 2400 ms (30 % of 8 s) 58 tokens are out; 242 × 40 = 9680 ms > 0.9 × 5600
+        ("slow stream: stopped at 30 %, to the cloud", 8000, 0, 300, 40.0, (2400.0, 58),
+         [(0, "timeout", 2400.0), (2, "ok", 500.0)], "latency_pressure"),
+        # 200 tokens at 20 ms: 116 out at 2400 ms, 84 × 20 = 1680 ms fits; the device finishes at 100 + 199 × 20
+        ("fast enough: keeps the device", 8000, 0, 200, 20.0, (2400.0, 116), [(0, "ok", 4080.0)], "default"),
+        # a quarter already spent upstream: the point is 400 ms into the request; 287 × 25 = 7175 ms > 0.9 × 5600
+        ("30 % counts the gateway's elapsed", 8000, 2000, 300, 25.0, (400.0, 13),
+         [(0, "timeout", 400.0), (2, "ok", 500.0)], "latency_pressure"),
+    ],
+)  # fmt: skip
+def test_seed000_decision_point_at_30_percent(tmp_path, case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided,
+                                              expected, reason):  # fmt: skip
+    """Seed 000 "在消耗掉 30% 预算时做一次判定": re-estimate from the observed TTFT and token rate."""
+    clock = FakeClock()
+    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms)
+    router = Router(device, GreedyCloud(clock, need_ms=500), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(deadline_ms=deadline_ms, elapsed_ms=elapsed_ms, expected_output_tokens=tokens))
+    valid(event)
+    assert device.decided == [decided], case
+    assert shape(event) == expected, case
+    assert event.reason == reason, case
+    assert event.fallback_type == ("timeout" if reason == "latency_pressure" else "none"), case
+
+
+def test_seed000_no_decision_past_the_commit_point_and_no_decision_without_a_cloud(tmp_path):
+    """Past the commit point (120 tokens) the device is never taken over; a PII request has no cloud to go to."""
+    clock = FakeClock()
+    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=19.0)  # 122 tokens out at 2400 ms
+    router = Router(device, GreedyCloud(clock, need_ms=500), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(deadline_ms=8000))
+    assert device.decided == []
+    pii = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=40.0)
+    router = Router(pii, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(deadline_ms=8000, has_pii=True))
+    assert pii.decided == [] and event.cloud_calls == 0
+
+
+def test_device_fits_table():
+    # (remaining, elapsed, tokens, ttft, expected, device tps estimate) -> fits?
+    assert device_fits(5600, 2400, 58, 100, 300, 100) is False  # 242 × 40 ms = 9680 > 5040
+    assert device_fits(5600, 2400, 231, 100, 300, 100) is True  # 69 × 10 ms
+    assert device_fits(1000, 100, 1, 100, 50, 100) is True  # one token: the device's own estimate, 49 × 10 ms
+    assert device_fits(1000, 100, 1, 100, 200, 100) is False  # 199 × 10 ms > 900
+
+
+# -- the commit point: served, logged as the timeout it was ----------------------------------------
+def test_seed000_commit_point_served_but_logged_as_a_timeout(tmp_path):
+    """Seed 000 "过了承诺点就不再接管": the partial answer is served; the attempt is the timeout it was."""
+    clock = FakeClock()
+    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=19.0)  # 5781 ms for 300 tokens > 5600
+    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    response, event = router.route(req(deadline_ms=8000))
+    valid(event)
+    assert response.served_by == "device" and response.text == "part"
+    assert shape(event) == [(0, "timeout", 5600.0)]
+    assert (event.fallback_type, event.degrade_level, event.cloud_calls) == ("none", 0, 0)
+
+
+# -- L4 and latency from the injected clock ----------------------------------------------------------
+def test_seed000_l4_is_logged_with_its_real_latency_bounded_by_50ms(tmp_path):
+    slow_clock = FakeClock()
+
+    def ticking():  # every read of the clock moves it 30 ms: L4's two reads are 30 ms apart
+        slow_clock.t += 0.03
+        return slow_clock.t
+
+    router = Router(GreedyDevice(slow_clock, need_ms=0), GreedyCloud(slow_clock), policy=policy_file(tmp_path), clock=ticking)
+    router.device_breaker.force_open("test")
+    router.cloud_breaker.force_open("test")
+    _, event = router.route(req())
+    assert event.attempts[-1].level == 4 and 0 < event.attempts[-1].latency_ms <= L4_MS
+
+
+def test_event_latency_is_the_simulated_time_not_the_wall_time(tmp_path):
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock, need_ms=691), GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req())
+    assert event.latency_ms == pytest.approx(691) and event.attempts[0].latency_ms == pytest.approx(691)
+
+
+# -- one confidence per request: L0's -------------------------------------------------------------
+@pytest.mark.parametrize(
+    "l0, l1, confidence, fallback_type, reason",
+    [
+        (dict(confidence=0.2), dict(confidence=0.5), 0.2, "quality", "low_confidence"),
+        (dict(confidence=0.2), dict(confidence=0.95), 0.2, "none", "default"),  # L1 served; L0 was judged first
+        (dict(confidence=0.9, text="{bad"), dict(confidence=0.3, text='{"a": 1}'), 0.9, "quality", "validator_failed"),
+    ],
+)
+def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(tmp_path, l0, l1, confidence,
+                                                                               fallback_type, reason):  # fmt: skip
+    """Seed 000 "必须按 task_type 分开校准": calibration judges the confidence the threshold judged first."""
+    task = "slot_extract" if "text" in l0 else "short_reply"
+    results = [DeviceResult(x.get("text", "positive"), x["confidence"], "logprob", 5, 1.0, 10.0, "ok") for x in (l0, l1)]
+
+    class TwoShot:
+        model, ttft_ms, tps = "two-shot", 1.0, 1e6
+
+        def __init__(self):
+            self.i = 0
+
+        def generate(self, prompt, **kw):
+            self.i += 1
+            return results[self.i - 1]
+
+    clock = FakeClock()
+    router = Router(TwoShot(), GreedyCloud(clock, need_ms=100), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(task_type=task, expected_output_tokens=None))
+    valid(event)
+    assert (event.confidence, event.fallback_type, event.reason) == (confidence, fallback_type, reason)
+
+
+# -- the device concurrency cap: the excess to the cloud, never a queue ------------------------------
+class BlockingDevice:
+    model, ttft_ms, tps = "blocking-device", 1.0, 1e6
+
+    def __init__(self):
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def generate(self, prompt, **kw):
+        self.entered.set()
+        self.release.wait(10)
+        return DeviceResult("positive", 0.9, "logprob", 1, 1.0, 1.0, "ok")
+
+
+@pytest.mark.parametrize("cap, second", [(1, "device_busy"), (2, "default")])
+def test_seed004_device_concurrency_cap_sends_the_excess_to_the_cloud(tmp_path, cap, second):
+    """Seed 004 §6 "硬并发上限,超出的部分直接走云端": the second request does not wait for the first."""
+    device = BlockingDevice()
+    cloud = GreedyCloud(FakeClock(), need_ms=0)
+    router = Router(device, cloud, policy=policy_file(tmp_path, **{"device_concurrency: 1": f"device_concurrency: {cap}"}))
+    first = threading.Thread(target=router.route, args=(req(),))
+    first.start()
+    try:
+        assert device.entered.wait(5)
+        if cap == 2:
+            device.entered.clear()
+            threading.Timer(0.05, device.release.set).start()  # the second may enter: let both finish
+        started = time.monotonic()
+        _, event = router.route(req())
+        waited = time.monotonic() - started
+    finally:
+        device.release.set()
+        first.join(5)
+    valid(event)
+    assert event.reason == second and event.schema_version == 2
+    if second == "device_busy":
+        assert waited < 1.0, "never queued behind the busy device"
+        assert (event.entered_device, event.fallback_type, event.degrade_level, event.cloud_calls) == (False, "none", 2, 1)
+    assert router.device_in_flight == 0
+
+
+# -- a cloud that answers 200 with something else ----------------------------------------------------
+class Cloud200(BaseHTTPRequestHandler):
+    body = b"{}"
+    delay_s = 0.0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        time.sleep(self.server.delay_s)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        try:
+            self.wfile.write(self.server.body)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_cloud():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Cloud200)
+    server.daemon_threads = True
+    server.body, server.delay_s = b"{}", 0.0
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("body", [
+    b'{"error": {"message": "rate limited"}}', b"[]", b'{"choices": []}', b'{"choices": [{"text": "legacy"}]}',
+    b'{"choices": [{"message": {"content": 42}}]}', b"<html>maintenance</html>", b"",
+])  # fmt: skip
+def test_a_200_reply_that_is_not_a_chat_completion_is_an_error_attempt(http_cloud, tmp_path, body):
+    http_cloud.body = body
+    cloud = OpenAICloud(f"http://127.0.0.1:{http_cloud.server_address[1]}")
+    router = Router(GreedyDevice(FakeClock()), cloud, policy=policy_file(tmp_path))
+    response, event = router.route(req(task_type="long_summary"))  # unsupported on the device: straight to the cloud
+    valid(event)
+    assert [(a.level, a.outcome) for a in event.attempts] == [(2, "error"), (3, "error"), (4, "ok")]
+    assert response.served_by == "fallback"
+
+
+# -- slow real-time backends ------------------------------------------------------------------------
+class SleepingDevice:
+    """Real time: streams a token every `per_token_s`, honouring the timeout and the decision point."""
+
+    model, ttft_ms, tps = "sleeping-device", 1.0, 1000.0
+
+    def __init__(self, per_token_s: float):
+        self.per_token_s = per_token_s
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0):
+        started = time.monotonic()
+        ttft = None
+        for n in range(1, max_tokens + 1):
+            time.sleep(self.per_token_s)
+            now_ms = (time.monotonic() - started) * 1000
+            ttft = ttft if ttft is not None else now_ms
+            if decide is not None and now_ms >= decision_at_ms and n < commit_tokens:
+                fits, decide = decide(now_ms, n, ttft), None
+                if not fits:
+                    return DeviceResult("part", 0.9, "logprob", n, ttft, now_ms, "timeout", preempted=True)
+            if now_ms >= timeout_ms:
+                return DeviceResult("part", 0.9, "logprob", n, ttft, now_ms, "timeout")
+        return DeviceResult("done", 0.9, "logprob", max_tokens, ttft, (time.monotonic() - started) * 1000, "ok")
+
+
+@pytest.mark.parametrize("deadline_ms, elapsed_ms", [(700, 100), (400, 0)])
+def test_seed000_real_time_slow_backends_never_exceed_the_remaining_budget_plus_50ms(http_cloud, tmp_path, deadline_ms,
+                                                                                  elapsed_ms):  # fmt: skip
+    """A device that streams until its timeout, a real HTTP cloud that answers after 2 s: the request
+    ends within deadline - elapsed + 50 ms of wall time, and latency_ms is that time."""
+    http_cloud.delay_s = 2.0
+    http_cloud.body = b'{"choices": [{"message": {"content": "late"}}]}'
+    cloud = OpenAICloud(f"http://127.0.0.1:{http_cloud.server_address[1]}")
+    router = Router(SleepingDevice(0.005), cloud, policy=policy_file(tmp_path))
+    started = time.monotonic()
+    _, event = router.route(req(deadline_ms=deadline_ms, elapsed_ms=elapsed_ms, has_pii=False))
+    wall_ms = (time.monotonic() - started) * 1000
+    valid(event)
+    assert wall_ms <= deadline_ms - elapsed_ms + L4_MS
+    assert event.latency_ms == pytest.approx(wall_ms, abs=5)
+    assert [a.level for a in event.attempts][-1] == 4 and all(a.outcome != "ok" for a in event.attempts[:-1])
+
+
+def test_seed000_real_time_decision_point_moves_a_slow_stream_to_the_cloud(http_cloud, tmp_path):
+    """30 % of 1 s: the device streams 300 tokens at 5 ms (1.5 s, too slow); stopped at ~300 ms."""
+    http_cloud.body = b'{"choices": [{"message": {"content": "cloud"}}], "usage": {"completion_tokens": 1}}'
+    cloud = OpenAICloud(f"http://127.0.0.1:{http_cloud.server_address[1]}")
+    router = Router(SleepingDevice(0.005), cloud, policy=policy_file(tmp_path))
+    response, event = router.route(req(deadline_ms=1000))
+    valid(event)
+    assert (event.fallback_type, event.reason, response.served_by) == ("timeout", "latency_pressure", "cloud")
+    assert event.attempts[0].outcome == "timeout" and 280 <= event.attempts[0].latency_ms < 450
+
+
+# -- breakers as the seed says -------------------------------------------------------------------
+def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
+    """Seed 000 "云侧 … P90 突增时全量走端侧": 20 successful calls at 3 s against a baseline of 800 ms × 3."""
+    clock = FakeClock()
+    seen = []
+    router = Router(GreedyDevice(clock, need_ms=10), GreedyCloud(clock, need_ms=3000), policy=policy_file(tmp_path),
+                    clock=clock, on_breaker_event=seen.append)  # fmt: skip
+    for _ in range(19):
+        router.route(req(task_type="long_summary", deadline_ms=60_000))
+    assert router.cloud_breaker.state == "closed"
+    router.route(req(task_type="long_summary", deadline_ms=60_000))
+    assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("cloud", "open", "cloud_p90_spike")]
+    _, event = router.route(req(deadline_ms=60_000, expected_output_tokens=10))
+    assert event.entered_device and event.cloud_calls == 0  # everything stays on the device
+
+
+@pytest.mark.parametrize("error_kind, opens", [("oom", True), ("load_failure", True), (None, False)])
+def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, error_kind, opens):
+    """Seed 000 "端侧模型加载失败、内存不足 … 全量上云": one such error opens it; one plain error does not."""
+    clock = FakeClock()
+
+    class Failing(GreedyDevice):
+        def generate(self, prompt, **kw):
+            return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind)
+
+    router = Router(Failing(clock), GreedyCloud(clock, need_ms=100), policy=policy_file(tmp_path), clock=clock)
+    router.route(req())
+    assert (router.device_breaker.state == "open") is opens
+    _, event = router.route(req())
+    assert (event.reason == "device_unavailable") is opens
+
+
+@pytest.mark.parametrize(
+    "window_rates, opens",
+    [
+        ([1.0, 1.0, 1.0], True),  # three consecutive windows over 50 %
+        ([1.0, 1.0, 0.0], False),  # the streak broken by a good window
+        ([1.0, 0.0, 1.0, 1.0], False),  # only two in a row
+        ([0.6, 0.6, 0.6], True),
+        ([0.5, 0.5, 0.5], False),  # at the limit is not over it
+    ],
+)
+def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutive_windows(tmp_path, window_rates, opens):
+    """Seed 000 "回退率连续超标时全量上云": policy limit 0.5, 3 windows of 60 s, at least 20 requests each."""
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=1)
+    no_failure_rate = {"min_calls: 10, cooldown_s: 30,\n           fallback": "min_calls: 1000000, cooldown_s: 30,\n           fallback"}
+    router = Router(device, GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path, **no_failure_rate), clock=clock)
+    assert router.device_breaker.policy.min_calls == 10**6  # the failure-rate trigger stays out of this table
+    start = clock.t
+    for w, rate in enumerate(window_rates):
+        for i in range(20):
+            clock.t = start + 60 * w + i
+            device.confidence = 0.1 if i < rate * 20 else 0.9
+            router.route(req(expected_output_tokens=10))
+    clock.t = start + 60 * len(window_rates) + 1
+    router.route(req(expected_output_tokens=10))  # the first request of the next window closes the last one
+    assert (router.device_breaker.state == "open") is opens
+
+
+def test_breaker_settings_hot_reload_with_the_policy(tmp_path):
+    store = policy_file(tmp_path)
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=store, clock=clock)
+    assert router.device_breaker.policy.min_calls == 10
+    store.path.write_text(store.path.read_text().replace("min_calls: 10, cooldown_s: 30,\n           fallback",
+                                                         "min_calls: 3, cooldown_s: 30,\n           fallback"))  # fmt: skip
+    router.route(req(expected_output_tokens=10))
+    assert router.device_breaker.policy.min_calls == 3
+
+
+@pytest.mark.parametrize("open_boundary", ["device", "cloud"])
+def test_shadow_mode_respects_both_breakers(tmp_path, open_boundary):
+    clock = FakeClock()
+    device, cloud = GreedyDevice(clock, need_ms=10), GreedyCloud(clock, need_ms=10)
+    store = policy_file(tmp_path, **{"shadow: []": "shadow: [short_reply]"})
+    router = Router(device, cloud, policy=store, clock=clock)
+    getattr(router, f"{open_boundary}_breaker").force_open("test")
+    response, event = router.route(req(expected_output_tokens=10))
+    valid(event)
+    assert event.mode == "shadow"
+    if open_boundary == "device":
+        assert device.timeouts == [] and event.reason == "device_unavailable" and not event.entered_device
+        assert response.served_by == "cloud" and [a.level for a in event.attempts] == [2]
+    else:
+        assert cloud.timeouts == [] and event.cloud_calls == 0 and response.served_by == "device"
+
+
+def test_every_event_is_contract_v2_and_json_round_trips(tmp_path):
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock, need_ms=10), GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    _, event = router.route(req(expected_output_tokens=10))
+    assert json.loads(event.to_json())["schema_version"] == 2
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"device_concurrency: 1 ": "device_concurrency: 0 "}, "device_concurrency must be an integer >= 1"),
+    ({"device_concurrency: 1 ": "device_concurrency: true "}, "device_concurrency must be an integer >= 1"),
+    ({"device_concurrency: 1 ": "device_concurrency: two "}, "device_concurrency must be an integer >= 1"),
+    ({"p90_spike_factor: 3.0": "p90_spike_factor: -1"}, "breakers.cloud: a value is out of range"),
+    ({"fallback_rate_limit: 0.5": "fallback_rate_limit: 1.5"}, "breakers.device: a value is out of range"),
+    ({"fallback_windows: 3": "fallback_windows: 0"}, "breakers.device: a value is out of range"),
+    ({"fallback_windows: 3": "fallback_windowz: 3"}, "breakers.device: .*fallback_windowz"),
+])  # fmt: skip
+def test_hostile_concurrency_and_breaker_settings_are_one_clear_error(tmp_path, edit, message):
+    from routerscope.errors import ConfigError
+
+    path = tmp_path / "policy.yaml"
+    text = DEFAULT_POLICY.read_text()
+    for old, new in edit.items():
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        PolicyStore(path)
+
+
+def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model(tmp_path):
+    seen = []
+    clock = FakeClock()
+    router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path), clock=clock,
+                    on_breaker_event=seen.append)  # fmt: skip
+    router.device_failed("load_failure")
+    _, event = router.route(req(expected_output_tokens=10))
+    assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
+    assert (event.entered_device, event.reason) == (False, "device_unavailable")
+
+
+def test_simulated_fleet_events_carry_their_simulated_latency(tmp_path):
+    """The fleet's backends advance the router's clock: an event's latency_ms is its attempts' time (plus
+    nothing: the router itself takes no simulated time), within its budget + 50 ms; not the wall time."""
+    from datetime import datetime, timedelta, timezone
+    from statistics import median
+
+    from router.fleet import Fleet
+
+    events = []
+    fleet = Fleet(seed=3, start=datetime(2026, 11, 30, tzinfo=timezone.utc), span=timedelta(minutes=10),
+                  policy_path=tmp_path / "policy.yaml", on_event=events.append)  # fmt: skip
+    fleet.run(1500)
+    live = [e for e in events if e.mode == "live"]
+    assert median(e.latency_ms for e in live) > 300  # was 0.02 ms of wall time
+    for e in events:
+        attempts_ms = sum(a.latency_ms for a in e.attempts)
+        if e.mode == "live":
+            assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
+        else:  # a shadow event's comparison call to the cloud is counted in cloud_calls, not as an attempt
+            assert e.latency_ms >= attempts_ms - 1e-6
+        assert e.latency_ms <= e.deadline_ms - e.elapsed_ms + L4_MS
+        valid(e)
