@@ -45,6 +45,26 @@ def test_the_worker_answers_like_the_in_process_model_with_logprob_confidence(mo
     assert device.process.poll() is not None and not _alive(pid)  # closing stops it
 
 
+def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(model, tmp_path):
+    """Seed 000's decision point: the router's `decide` callback lives in this process; the worker asks it
+    at the first token past `decision_at_ms` and stops generating on a no (a preempted timeout)."""
+    questions = []
+
+    def decide(elapsed_ms, tokens, ttft_ms):
+        questions.append((elapsed_ms, tokens, ttft_ms))
+        return False
+
+    with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
+        result = device.generate("Write a long story about a lighthouse.", max_tokens=64, timeout_ms=60_000,
+                                 degraded=False, commit_tokens=120, decide=decide, decision_at_ms=0.0)  # fmt: skip
+        assert len(questions) == 1 and questions[0][1] >= 1  # asked once, after a first token
+        assert result.outcome == "timeout" and result.preempted and not result.committed
+        assert result.tokens_out < 64
+        again = device.generate("Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False,
+                                commit_tokens=120)  # fmt: skip
+        assert again.outcome == "ok"  # the protocol is in step after a decision
+
+
 def test_a_crashed_worker_is_a_device_error_and_the_router_serves_from_the_cloud(model, tmp_path):
     from router.backends import InstantCloud
 
