@@ -4,9 +4,11 @@ started here, never mocked."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,33 @@ def broker_settings(tmp_path_factory) -> Settings:
 def warehouse_settings(home: Path) -> Settings:
     """Settings whose embedded warehouse lives in this test's temporary home."""
     return settings_for(home)
+
+
+@pytest.fixture(scope="session")
+def warehouse_template(tmp_path_factory) -> Callable[[str, Callable], Path]:
+    """`warehouse_template(name, fill)`: an embedded warehouse migrated and filled by `fill(client)` once
+    per run, for tests to copy (`copy_warehouse`) instead of migrating and filling their own each time.
+    chDB's data directory links tables by relative symlinks, so a copy is a warehouse of its own."""
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+
+    built: dict[str, Path] = {}
+
+    def template(name: str, fill: Callable) -> Path:
+        if name not in built:
+            t_home = tmp_path_factory.mktemp(f"template-{name}")
+            with open_warehouse(settings_for(t_home)) as client:
+                migrate(client)
+                fill(client)
+            built[name] = t_home
+        return built[name]
+
+    return template
+
+
+def copy_warehouse(template_home: Path, home: Path) -> Settings:
+    """This test's own copy of a template warehouse (see `warehouse_template`) under `home`."""
+    settings = settings_for(home)
+    source = settings_for(template_home).warehouse.path
+    shutil.copytree(source, settings.warehouse.path, symlinks=True)
+    return settings

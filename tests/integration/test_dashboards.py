@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from routerscope import alerts
-from tests.conftest import REPO, settings_for
+from tests.conftest import REPO, copy_warehouse, settings_for
 from tests.integration.test_metrics import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
 from warehouse import quality
 from warehouse.client import open_warehouse
@@ -22,18 +22,22 @@ pytestmark = pytest.mark.integration
 PAGES = REPO / "dashboards" / "app_pages"
 
 
+def fill(client) -> None:
+    """The golden fixture, its metric windows, data-quality results and alerts."""
+    insert(client, DECISION_EVENTS, LABEL_EVENTS)
+    for k in range(12):  # 01:00-02:00 in 5-minute windows (the fixture's A1 is at 01:00)
+        w0 = START + timedelta(hours=1) + k * timedelta(minutes=5)
+        write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
+    write_window(client, "1d", START, END, compute(client, START, END, min_n=1))
+    quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
+    alerts.run(client)
+
+
 @pytest.fixture
-def populated(home, monkeypatch):
-    settings = settings_for(home)
-    with open_warehouse(settings) as client:
-        migrate(client)
-        insert(client, DECISION_EVENTS, LABEL_EVENTS)
-        for k in range(12):  # 01:00-02:00 in 5-minute windows (the fixture's A1 is at 01:00)
-            w0 = START + timedelta(hours=1) + k * timedelta(minutes=5)
-            write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
-        write_window(client, "1d", START, END, compute(client, START, END, min_n=1))
-        quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
-        alerts.run(client)
+def populated(home, monkeypatch, warehouse_template):
+    """This test's own copy of the populated warehouse (filled once per run), and the environment of a
+    dashboard reading it."""
+    settings = copy_warehouse(warehouse_template("dashboards", fill), home)
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
     for name in [k for k in list(__import__("os").environ) if k.startswith("ROUTERSCOPE_") and k != "ROUTERSCOPE_HOME"]:
         monkeypatch.delenv(name)

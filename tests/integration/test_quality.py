@@ -15,7 +15,7 @@ from pipelines.metrics import metrics_daily
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
 from routerscope import names
-from tests.conftest import clean_env, run_cli, settings_for
+from tests.conftest import clean_env, copy_warehouse, run_cli, settings_for
 from tests.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
 from tests.integration.test_metrics import A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
 from warehouse import quality
@@ -55,10 +55,9 @@ def clean(client) -> None:
 
 
 @pytest.fixture
-def warehouse(home):
-    with open_warehouse(settings_for(home)) as client:
-        migrate(client)
-        clean(client)
+def warehouse(home, warehouse_template):
+    """A copy of the clean window's warehouse (migrated and filled once per run)."""
+    with open_warehouse(copy_warehouse(warehouse_template("quality-clean", clean), home)) as client:
         yield client
 
 
