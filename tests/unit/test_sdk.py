@@ -33,6 +33,12 @@ class ListEmitter:
     def emit(self, message):
         self.messages.append(message)
 
+    def flush(self, timeout_s=30.0):
+        return True
+
+    def close(self, timeout_s=10.0):
+        pass
+
     def counters(self):
         return {"emitted": len(self.messages), "delivered": 0, "spooled": 0, "dropped": 0, "in_flight": 0}
 
