@@ -26,9 +26,9 @@ attempt spans, contract checks and emitter as our own router:
 * `request_id` is `metadata["request_id"]` when given, else the id of the response LiteLLM returned
   (`response.id`), else the request's `litellm_trace_id`. Labels for it: `callback.label(response.id, …)`.
 
-LiteLLM logs each deployment call in the background, so a request is recorded once it has an answer
-and nothing more was logged for it for `settle_s` (0.2 s), or, when every call failed, after
-`failure_settle_s` (30 s) of silence; `flush()` (or `await aflush()` in async code) records
+LiteLLM logs each deployment call in the background, so a request is recorded once it has an answer,
+every call it started has been logged and nothing more was logged for it for `settle_s` (0.2 s), or,
+when no call answered, after `failure_settle_s` (30 s) of silence; `flush()` (or `await aflush()` in async code) records
 everything pending and waits until the events are delivered or spooled.
 """
 
@@ -86,6 +86,7 @@ class _Request:
     original_exception: BaseException | None = None
     timeout_s: float | None = None
     answered: bool = False
+    pending: set[str] = field(default_factory=set)  # calls LiteLLM started but has not logged yet
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -113,6 +114,8 @@ class RouterscopeCallback(CustomLogger):
                  policy_version: str = "litellm", app_id: str | None = None, settle_s: float = 0.2,
                  failure_settle_s: float = 30.0):  # fmt: skip
         super().__init__()
+        # LiteLLM keeps one callback per class and public str/int attributes: this one tells instances apart
+        self.instance = f"routerscope-{id(self):x}"
         self.device_models = frozenset(device_models)
         if not self.device_models:
             raise ValueError("RouterscopeCallback needs device_models: the model groups or models that run on the device")
@@ -123,11 +126,27 @@ class RouterscopeCallback(CustomLogger):
         self._requests: dict[str, _Request] = {}
         self._recorded: OrderedDict[str, None] = OrderedDict()  # recently recorded trace ids: late calls are dropped
         self._last_event = 0.0
+        self._pending = 0  # calls started and not logged yet, over all open requests
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="routerscope-litellm", daemon=True)
         self._thread.start()
 
     # -- LiteLLM's hooks -----------------------------------------------------------------------------
+    def log_pre_api_call(self, model, messages, kwargs):
+        """Called in the request's own thread before each deployment call (sync and async): so a
+        request is not recorded, nor `flush()` done, while LiteLLM still has to log one of its calls."""
+        try:
+            params = kwargs.get("litellm_params") or {}
+            call_id = kwargs.get("litellm_call_id")
+            if call_id:
+                with self._lock:
+                    request = self._request(str(params.get("litellm_trace_id") or kwargs.get("litellm_trace_id") or call_id))
+                    if request is not None:
+                        request.pending.add(str(call_id))
+                        self._pending += 1
+        except Exception:
+            log.exception("routerscope: could not read a LiteLLM pre-call event")
+
     def log_success_event(self, kwargs, response_obj, start_time, end_time):
         self._on_call(kwargs, start_time, end_time, ok=True)
 
@@ -184,6 +203,9 @@ class RouterscopeCallback(CustomLogger):
                 if request is None:
                     return
                 request.calls.setdefault(call_id, call)  # LiteLLM may log a call from sync and async paths
+                if call_id in request.pending:
+                    request.pending.discard(call_id)
+                    self._pending -= 1
                 request.metadata = {**metadata, **request.metadata}
                 request.original_group = request.original_group or metadata.get("original_model_group")
                 request.answered |= ok
@@ -216,8 +238,11 @@ class RouterscopeCallback(CustomLogger):
     def _record_ready(self, force: bool) -> int:
         now = time.monotonic()
         with self._lock:
-            ready = [r for r in self._requests.values() if force or now - r.last_seen >= (self.settle_s if r.answered else self.failure_settle_s)]
+            ready = [r for r in self._requests.values()
+                     if force or (r.answered and not r.pending and now - r.last_seen >= self.settle_s)
+                     or now - r.last_seen >= self.failure_settle_s]  # fmt: skip
             for request in ready:
+                self._pending -= len(request.pending)
                 del self._requests[request.trace_id]
                 self._recorded[request.trace_id] = None
             while len(self._recorded) > 100_000:
@@ -338,28 +363,33 @@ class RouterscopeCallback(CustomLogger):
         return self.recorder.label(request_id, device_acceptable=device_acceptable, source=source,
                                    route_correct=route_correct, labeler=labeler)  # fmt: skip
 
-    def _quiet(self) -> bool:
-        return time.monotonic() - self._last_event >= self.settle_s
+    def _quiet(self, since: float) -> bool:
+        """Every started call logged, and nothing new for `settle_s` (LiteLLM logs in the background)."""
+        return self._pending <= 0 and time.monotonic() - max(self._last_event, since) >= self.settle_s
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Record every request seen so far (once LiteLLM's background logging has gone quiet for
         `settle_s`) and wait until the events are delivered or spooled. From a thread, not from
         inside a running event loop: there, `await aflush()`."""
-        deadline = time.monotonic() + timeout_s
-        while not self._quiet() and time.monotonic() < deadline:
+        since = time.monotonic()
+        deadline = since + timeout_s
+        while not self._quiet(since) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._record_ready(force=True)
         return self.recorder.flush(max(0.0, deadline - time.monotonic()))
 
     async def aflush(self, timeout_s: float = 30.0) -> bool:
         """`flush()` for async code: lets LiteLLM's logging tasks on this loop run while it waits."""
-        deadline = time.monotonic() + timeout_s
-        while not self._quiet() and time.monotonic() < deadline:
+        since = time.monotonic()
+        deadline = since + timeout_s
+        while not self._quiet(since) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         self._record_ready(force=True)
         return await asyncio.to_thread(self.recorder.flush, max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout_s: float = 10.0) -> None:
+        """Record what is pending, stop listening to LiteLLM, and close the emitter."""
+        litellm.logging_callback_manager.remove_callback_from_all_lists(self)
         self.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout=1.0)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import msgspec
 from msgspec import UNSET
@@ -49,6 +49,7 @@ PROVIDER_DEVICE = "llama.cpp"
 PROVIDER_CLOUD = "openai"
 DEFAULT_POLICY_VERSION = "app"
 _INVARIANT_DOCS = {inv.rule: inv.doc for inv in DECISION_INVARIANTS}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class InvalidDecision(ValueError):
@@ -68,8 +69,9 @@ class _AttemptSpan:
 def _ns(t: datetime | float | None) -> int | None:
     if t is None:
         return None
-    if isinstance(t, datetime):
-        return int((t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp() * 1e9)
+    if isinstance(t, datetime):  # exact to the microsecond: no float rounding between parent and child spans
+        t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        return (t - _EPOCH) // timedelta(microseconds=1) * 1000
     return int(t * 1e9)  # seconds since the epoch
 
 
@@ -134,7 +136,9 @@ class Recorder:
             self.emitter.close(timeout_s)
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
-    def _finish(self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None) -> DecisionEvent:
+    def _finish(self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None) -> tuple[DecisionEvent, int]:
+        """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
+        end of the last attempt span."""
         tel = self.telemetry
         session = scrub(event.session_id)
         event = msgspec.structs.replace(event, session_id=session, request_id=scrub(event.request_id),
@@ -153,7 +157,9 @@ class Recorder:
             if event.threshold is not None:
                 attributes[A.ROUTER_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
-            self._attempt_spans(event, started_ns, session, details)
+            children_end = self._attempt_spans(event, started_ns, session, details)
+        else:
+            children_end = started_ns
         if ctx.is_valid:
             event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
         tel.send(names.TOPIC_DECISIONS, event.session_id, event)
@@ -161,12 +167,12 @@ class Recorder:
                  "degrade_level": event.degrade_level}  # fmt: skip
         tel.decisions.add(1, attrs)
         tel.latency.record(event.latency_ms, {"task_type": event.task_type, "degrade_level": event.degrade_level})
-        return event
+        return event, children_end
 
-    def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> None:
+    def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
-        t = started_ns
+        t = latest = started_ns
         last = len(event.attempts) - 1
         for i, attempt in enumerate(event.attempts):
             detail = details[i] if details else _AttemptSpan()
@@ -197,7 +203,8 @@ class Recorder:
             if failed:
                 child.set_status(Status(StatusCode.ERROR, attempt.outcome))
             child.end(end_time=end)
-            t = end
+            t, latest = end, max(latest, end)
+        return latest
 
 
 class Decision:
@@ -227,6 +234,7 @@ class Decision:
         self._adopted = False
         self.event: DecisionEvent | None = None  # the event as sent, after the block
         self._span = self._scope = None
+        self._children_end = 0
 
     # -- context manager -----------------------------------------------------------------------------
     def __enter__(self) -> "Decision":
@@ -248,7 +256,7 @@ class Decision:
                     raise InvalidDecision(f"decision for request {self.request_id!r} ended without served(): "
                                           "say which level served it and why")  # fmt: skip
                 details = None if self._adopted else self._details
-                self.event = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                self.event, self._children_end = self.recorder._finish(self._span, self._event, self._started_ns, details)
             elif self._span.is_recording():
                 from opentelemetry.trace import Status, StatusCode
 
@@ -257,8 +265,8 @@ class Decision:
         finally:
             self._scope.__exit__(exc_type, exc, tb)
             end_ns = None
-            if self.start_ns is not None and self._event is not None:
-                end_ns = self._started_ns + int(self._event.latency_ms * 1e6)
+            if self.start_ns is not None and self._event is not None:  # recorded after the fact
+                end_ns = max(self._started_ns + int(self._event.latency_ms * 1e6), self._children_end)
             self._span.end(end_time=end_ns)
         return False
 
