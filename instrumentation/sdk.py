@@ -128,8 +128,19 @@ class Recorder:
         return label
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until every event so far is delivered or spooled to disk (True), or the timeout passes."""
-        return True if self.emitter is None else self.emitter.flush(timeout_s)
+        """Wait until every event so far is delivered, or written to the disk spool while the broker is
+        unreachable (True: nothing is left in memory), or the timeout passes (False)."""
+        emitter = self.emitter
+        if emitter is None or not hasattr(emitter, "spool"):
+            return True if emitter is None else emitter.flush(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            counts = emitter.counters()
+            if counts["in_flight"] == 0 and (counts["spooled"] == 0 or time.monotonic() < emitter._down_until):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self.emitter is not None:
