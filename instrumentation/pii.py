@@ -8,8 +8,8 @@ applied (decision events, labels, the request-text store), and scrubbing a scrub
 nothing. It is also narrow on purpose, so that ids which are not personal data keep their value:
 
 * e-mail: `local@domain.tld` anywhere in the value;
-* card: a run of 14–19 digits (single spaces or hyphens between them allowed) that passes the Luhn
-  check and starts like a card number (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay);
+* card: 14–19 digits (single spaces or hyphens between groups allowed, other groups around them
+  ignored) that pass the Luhn check and start like a card number (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay);
   13-digit Visa numbers are no longer issued, so a 13-digit id (a millisecond timestamp) is not a card;
 * phone: `+` (or `00`) followed by 8–15 digits (E.164, separators allowed); or 9–12 digits written in phone
   groups (spaces, dots, hyphens or parentheses between groups of at most 5 digits, e.g.
@@ -43,20 +43,43 @@ def _luhn(digits: str) -> bool:
 
 
 def _is_card(run: str, digits: str) -> bool:
-    return (14 <= len(digits) <= 19 and not any(c in run for c in "+().") and CARD_PREFIXES.match(digits) is not None
-            and _luhn(digits))  # fmt: skip
+    """Any consecutive groups of the run (`4111 1111 1111 1111-2` holds a card) make a card number."""
+    if len(digits) < 14 or any(c in run for c in "+()."):
+        return False
+    groups = re.findall(r"\d+", run)
+    for i in range(len(groups)):
+        number = ""
+        for group in groups[i:]:
+            number += group
+            if len(number) > 19:
+                break
+            if len(number) >= 14 and CARD_PREFIXES.match(number) and _luhn(number):
+                return True
+    return False
 
 
 def _is_phone(run: str, digits: str) -> bool:
-    n = len(digits)
-    if run.startswith("+"):
-        return 8 <= n <= 15
+    """A phone number in the run, alone or with other groups after it (`(555) 123-4567-000`)."""
     groups = re.findall(r"\d+", run)
-    if run.startswith("00") and len(groups) > 1:
-        return 10 <= n <= 17  # 00 is the international prefix written out: 00 + 8–15 digits
+    if run.startswith("+") or (run.startswith("00") and len(groups) > 1):
+        skip = 0 if run.startswith("+") else 2  # 00 is the international prefix written out
+        n = 0
+        for group in groups:
+            n += len(group)
+            if 8 <= n - skip <= 15:
+                return True
+        return False
     if len(groups) == 1:
-        return n in (10, 11)
-    return 9 <= n <= 12 and max(len(g) for g in groups) <= 5
+        return len(digits) in (10, 11)
+    for i in range(len(groups)):
+        n = 0
+        for j, group in enumerate(groups[i:]):
+            if len(group) > 5:
+                break
+            n += len(group)
+            if j >= 1 and 9 <= n <= 12:
+                return True
+    return False
 
 
 def looks_personal(value: str) -> bool:

@@ -199,7 +199,7 @@ def test_ids_that_are_not_personal_data_are_kept(value):
 
 @pytest.mark.parametrize("value", ["canary.person@example.com", "+44 20 7946 0958", "0044 20 7946 0958", "(555) 123-4567",
                                    "555.123.4567", "5551234567", "4111 1111 1111 1111", "4111-1111-1111-1111",
-                                   "378282246310005", "user:+1-555-123-4567"])  # fmt: skip
+                                   "378282246310005", "user:+1-555-123-4567", "4111 1111 1111 1111-2"])  # fmt: skip
 def test_personal_looking_ids_are_replaced_the_same_way_every_time(value):
     once = scrub(value)
     assert once.startswith("redacted-") and once == scrub(value) and scrub(once) == once
@@ -223,3 +223,17 @@ def test_a_label_sent_for_the_raw_id_joins_its_decision_and_the_request_text(tmp
         assert store.get([raw]) == {raw: ("short_reply", "hello")}
         assert store.get([event["request_id"]]) == {event["request_id"]: ("short_reply", "hello")}
     assert raw.encode() not in (tmp_path / "texts.sqlite").read_bytes()
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111", "(555) 123-4567")
+
+
+@given(canary=st.sampled_from(CANARIES), prefix=st.text("abcxyz-_:/ ", max_size=12),
+       suffix=st.text("abcxyz-_:/ ", max_size=6) | st.from_regex(r"\A-[0-9]{1,3}\Z"))  # fmt: skip
+def test_a_canary_inside_any_id_is_always_redacted_the_same_way(canary, prefix, suffix):
+    """DESIGN §2: no personal data in telemetry, whatever the id wraps around it."""
+    value = prefix + canary + suffix
+    assert scrub(value).startswith("redacted-") and scrub(value) == scrub(value) and scrub(scrub(value)) == scrub(value)
