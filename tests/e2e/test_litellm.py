@@ -92,6 +92,9 @@ def test_litellm_router_fallbacks_through_broker_and_loader_give_the_scripted_me
     assert [served[i] for i in range(20)] == ["on device"] * 10 + ["from the cloud"] * 10
 
     load(settings, idle_timeout_s=0.5)
+    with open_warehouse(settings) as client:
+        unlabeled = compute(client, start, datetime.now(timezone.utc) + timedelta(minutes=1))["overall"]
+    assert (unlabeled["fallback_rate"], unlabeled["false_fallback_labeled"], unlabeled["false_fallback_rate"]) == (0.5, 0, None)
     for i in range(10, 16):  # the timeout fallbacks: was the device's answer acceptable after all?
         callback.label(responses[i].id, device_acceptable=i < 12, source="human_review")
     for i in range(10):  # the device-served

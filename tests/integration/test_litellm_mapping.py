@@ -121,3 +121,16 @@ def test_attempt_spans_carry_litellm_models_and_providers(collected):
     assert [(c.name, c.attributes["gen_ai.provider.name"]) for c in children] == [
         ("chat openai/gemma-3-270m-broken", "openai"), ("chat openai/gpt-4o-mini", "openai")]
     assert parent.end_time >= children[-1].end_time >= children[0].start_time >= parent.start_time
+
+
+def test_retries_within_the_device_group_are_each_an_l0_attempt_and_streams_are_recorded(collected):
+    callback, emitter, _ = collected
+    router = litellm.Router(model_list=MODEL_LIST, fallbacks=[{"device-broken": ["cloud-small"]}], num_retries=1, retry_after=0,
+                            disable_cooldowns=True)  # fmt: skip
+    router.completion(model="device-broken", messages=MESSAGES, metadata=dict(METADATA))
+    stream = router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == "on device"
+    assert callback.flush(10)
+    retried, streamed = sorted(emitter.decisions(), key=lambda e: e["degrade_level"], reverse=True)
+    assert summary(retried) == (True, "error", "device_error", [(0, "error")] * 2 + [(2, "ok")], 1)
+    assert summary(streamed) == (True, "none", "default", [(0, "ok")], 0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -224,9 +226,6 @@ def test_a_label_sent_for_the_raw_id_joins_its_decision_and_the_request_text(tmp
         assert store.get([event["request_id"]]) == {event["request_id"]: ("short_reply", "hello")}
     assert raw.encode() not in (tmp_path / "texts.sqlite").read_bytes()
 
-
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111", "(555) 123-4567")
 
