@@ -31,6 +31,8 @@ from datetime import datetime, timedelta, timezone
 
 import msgspec
 from msgspec import UNSET
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
 from instrumentation import attributes as A
 from instrumentation.contract import DECISION_INVARIANTS, DECISIONS, LABELS
@@ -181,8 +183,6 @@ class Recorder:
         return event, children_end
 
     def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
         t = latest = started_ns
         last = len(event.attempts) - 1
         for i, attempt in enumerate(event.attempts):
@@ -226,7 +226,7 @@ class Decision:
         self.recorder = recorder
         self.task_type, self.session_id = task_type, session_id
         self.deadline_ms, self.elapsed_ms = deadline_ms, elapsed_ms
-        self.request_id = request_id or str(uuid.uuid4())
+        self._request_id = request_id
         self.input_tokens, self.has_pii, self.pii_to_cloud = input_tokens, has_pii, pii_to_cloud
         self.mode, self.network, self.device_tier = mode, network, device_tier
         self.app_id, self.app_version, self.policy_version = app_id, app_version, policy_version
@@ -244,20 +244,23 @@ class Decision:
         self._event: DecisionEvent | None = None
         self._adopted = False
         self.event: DecisionEvent | None = None  # the event as sent, after the block
-        self._span = self._scope = None
+        self._span = self._token = None
         self._children_end = 0
+
+    @property
+    def request_id(self) -> str:
+        """The request's id: the one given, else a new UUID (made on first use)."""
+        if self._request_id is None:
+            self._request_id = str(uuid.uuid4())
+        return self._request_id
 
     # -- context manager -----------------------------------------------------------------------------
     def __enter__(self) -> "Decision":
-        from opentelemetry import trace
-        from opentelemetry.trace import SpanKind
-
         self._started_ns = self.start_ns if self.start_ns is not None else time.time_ns()
         self._perf = time.perf_counter()
         tracer = self.recorder.telemetry.tracer
         self._span = tracer.start_span(f"route {self.task_type}", kind=SpanKind.INTERNAL, start_time=self._started_ns)
-        self._scope = trace.use_span(self._span, end_on_exit=False)
-        self._scope.__enter__()
+        self._token = otel_context.attach(set_span_in_context(self._span))  # current while the block runs
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -269,12 +272,10 @@ class Decision:
                 details = None if self._adopted else self._details
                 self.event, self._children_end = self.recorder._finish(self._span, self._event, self._started_ns, details)
             elif self._span.is_recording():
-                from opentelemetry.trace import Status, StatusCode
-
                 self._span.record_exception(exc)
                 self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
         finally:
-            self._scope.__exit__(exc_type, exc, tb)
+            otel_context.detach(self._token)
             end_ns = None
             if self.start_ns is not None and self._event is not None:  # recorded after the fact
                 end_ns = max(self._started_ns + int(self._event.latency_ms * 1e6), self._children_end)
@@ -415,7 +416,7 @@ class Decision:
         scrubbed ids, trace ids, the same emitter. Not re-checked: the loader's quarantine is the net
         for a router's own bugs, and a user's request must not fail because of one."""
         self._event, self._adopted = event, True
-        self.request_id = event.request_id
+        self._request_id = event.request_id
 
 
 def check(event: DecisionEvent) -> None:
