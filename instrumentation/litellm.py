@@ -251,10 +251,10 @@ class RouterscopeCallback(CustomLogger):
             try:
                 self._record(request)
             except InvalidDecision as exc:
-                self.stats["rejected"] += 1
+                self._count("rejected")
                 log.warning("routerscope: LiteLLM request %s not recorded: %s", request.trace_id, exc)
             except Exception:
-                self.stats["rejected"] += 1
+                self._count("rejected")
                 log.exception("routerscope: LiteLLM request %s not recorded", request.trace_id)
         return len(ready)
 
@@ -304,13 +304,13 @@ class RouterscopeCallback(CustomLogger):
         session_id = md.get("session_id")
         if not isinstance(session_id, str) or not session_id:
             session_id = UNKNOWN
-            self.stats["missing_session_id"] += 1
+            self._count("missing_session_id")
         task_type = md.get("task_type")
         if isinstance(task_type, str):
             task_type = re.sub(r"[^a-z0-9_]+", "_", task_type.strip().lower()).strip("_")
         if not isinstance(task_type, str) or not TASK_TYPE.fullmatch(task_type):
             task_type = UNKNOWN
-            self.stats["missing_task_type"] += 1
+            self._count("missing_task_type")
         starts = [c.start for c in calls if c.start] or [datetime.now(timezone.utc)]
         ends = [c.end for c in calls if c.end] or starts
         latency_ms = max(0.0, (max(ends) - min(starts)).total_seconds() * 1000)
@@ -354,7 +354,11 @@ class RouterscopeCallback(CustomLogger):
             d.served(fallback_type=fallback_type, reason=reason, latency_ms=latency_ms, cloud_calls=cloud_calls,
                      output_tokens=served.completion_tokens if served else 0,
                      cost_usd=sum(costs) if costs else None)  # fmt: skip
-        self.stats["recorded"] += 1
+        self._count("recorded")
+
+    def _count(self, key: str) -> None:
+        with self._lock:  # requests are recorded by the background thread and by flush()
+            self.stats[key] += 1
 
     # -- labels, flushing ----------------------------------------------------------------------------
     def label(self, request_id: str, *, device_acceptable: bool | None, source: str = "human_review",
