@@ -118,7 +118,7 @@ class RouterscopeCallback(CustomLogger):
         self.instance = f"routerscope-{id(self):x}"
         self.device_models = frozenset(device_models)
         if not self.device_models:
-            raise ValueError("RouterscopeCallback needs device_models: the model groups or models that run on the device")
+            raise ValueError("RouterscopeCallback needs device_models: the model groups or models on the device")
         self.recorder = recorder or Recorder.from_env(env, policy_version=policy_version, app_id=app_id)
         self.settle_s, self.failure_settle_s = settle_s, failure_settle_s
         self.stats: Counter[str] = Counter()  # recorded, missing_session_id, missing_task_type, rejected, late_calls
@@ -140,7 +140,8 @@ class RouterscopeCallback(CustomLogger):
             call_id = kwargs.get("litellm_call_id")
             if call_id:
                 with self._lock:
-                    request = self._request(str(params.get("litellm_trace_id") or kwargs.get("litellm_trace_id") or call_id))
+                    trace_id = params.get("litellm_trace_id") or kwargs.get("litellm_trace_id") or call_id
+                    request = self._request(str(trace_id))
                     if request is not None:
                         request.pending.add(str(call_id))
                         self._pending += 1
@@ -209,8 +210,9 @@ class RouterscopeCallback(CustomLogger):
                 request.metadata = {**metadata, **request.metadata}
                 request.original_group = request.original_group or metadata.get("original_model_group")
                 request.answered |= ok
-                if request.timeout_s is None and isinstance(params.get("timeout") or kwargs.get("timeout"), (int, float)):
-                    request.timeout_s = float(params.get("timeout") or kwargs.get("timeout"))
+                timeout = params.get("timeout") or kwargs.get("timeout")
+                if request.timeout_s is None and isinstance(timeout, (int, float)):
+                    request.timeout_s = float(timeout)
         except Exception:  # never break the application's LLM call
             log.exception("routerscope: could not read a LiteLLM log event")
 
@@ -272,7 +274,8 @@ class RouterscopeCallback(CustomLogger):
         # its failure is the fallback's original exception.
         if original_on_device and not any(self._is_device(c) for c in calls) and request.original_exception is not None:
             at = calls[0].start if calls else datetime.now(timezone.utc)
-            calls.insert(0, _Call("fallback-origin", original, original, None, at, at, False, request.original_exception))
+            calls.insert(0, _Call("fallback-origin", original, original, None, at, at, ok=False,
+                                  exception=request.original_exception))  # fmt: skip
         device = [c for c in calls if self._is_device(c)]
         capability = any(_outcome(c.exception, c.error_class) == "capability" for c in device if not c.ok)
         cloud_first = bool(calls) and not self._is_device(calls[0])
@@ -336,7 +339,8 @@ class RouterscopeCallback(CustomLogger):
             if capability:
                 d.capability_miss()
             for c in attempts:
-                outcome = "ok" if c.ok else ("timeout" if _outcome(c.exception, c.error_class) == "timeout" else "error")
+                kind = _outcome(c.exception, c.error_class)
+                outcome = "ok" if c.ok else ("timeout" if kind == "timeout" else "error")
                 latency = max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
                 model = (c.model or c.group or "")[:128] or None
                 if self._is_device(c):
@@ -345,9 +349,9 @@ class RouterscopeCallback(CustomLogger):
                 else:
                     if c.group not in cloud_groups:
                         cloud_groups.append(c.group)
-                    d.cloud_attempt(level=2 if cloud_groups.index(c.group) == 0 else 3, outcome=outcome, latency_ms=latency,
-                                    model=model, provider=c.provider, output_tokens=c.completion_tokens if c.ok else None,
-                                    start_time=c.start)  # fmt: skip
+                    level = 2 if cloud_groups.index(c.group) == 0 else 3
+                    d.cloud_attempt(level=level, outcome=outcome, latency_ms=latency, model=model, provider=c.provider,
+                                    output_tokens=c.completion_tokens if c.ok else None, start_time=c.start)  # fmt: skip
             if served is None:
                 d.canned_answer(outcome="error")
             cloud_calls = sum(1 for c in calls if not self._is_device(c))

@@ -9,7 +9,8 @@ nothing. It is also narrow on purpose, so that ids which are not personal data k
 
 * e-mail: `local@domain.tld` anywhere in the value;
 * card: 14–19 digits (single spaces or hyphens between groups allowed, other groups around them
-  ignored) that pass the Luhn check and start like a card number (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay);
+  ignored) that pass the Luhn check and start like a card number (Visa, Mastercard, Amex, Discover,
+  JCB, Diners, UnionPay);
   13-digit Visa numbers are no longer issued, so a 13-digit id (a millisecond timestamp) is not a card;
 * phone: `+` (or `00`) followed by 8–15 digits (E.164, separators allowed); or 9–12 digits written in phone
   groups (spaces, dots, hyphens or parentheses between groups of at most 5 digits, e.g.
@@ -29,7 +30,9 @@ UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-
 # A number as people write one: digits, with at most one separator (or a parenthesised group) between them.
 NUMBER = re.compile(r"\+?\(?\d(?:(?:[ .\-]|\) ?|[ .\-]?\()?\d)*\)?")
 REDACTED = re.compile(r"redacted-[0-9a-f]{16}")
-CARD_PREFIXES = re.compile(r"4|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[47]|6(?:011|5|4[4-9]|2)|35|3(?:0[0-5]|[689])")
+# Visa, Mastercard (51–55, 2221–2720), Amex, Discover, UnionPay, JCB, Diners
+CARD_PREFIXES = re.compile(r"4|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[47]|6(?:011|5|4[4-9]|2)|35"
+                           r"|3(?:0[0-5]|[689])")
 
 
 def _luhn(digits: str) -> bool:

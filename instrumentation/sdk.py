@@ -120,9 +120,9 @@ class Recorder:
               event_time: datetime | None = None) -> LabelEvent:  # fmt: skip
         """Ground truth for a request, keyed by the same scrubbed id as its decision (so a label sent for
         the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
-        label = LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=event_time or datetime.now(timezone.utc),
-                           request_id=scrub(request_id), source=source, device_acceptable=device_acceptable,
-                           route_correct=route_correct, labeler=labeler)  # fmt: skip
+        label = LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), request_id=scrub(request_id),
+                           event_time=event_time or datetime.now(timezone.utc), source=source,
+                           device_acceptable=device_acceptable, route_correct=route_correct, labeler=labeler)
         _, rules = LABELS.parse(label.to_json())
         if rules:
             raise InvalidDecision(f"invalid label for request {request_id!r}: {', '.join(rules)}")
@@ -138,7 +138,8 @@ class Recorder:
         deadline = time.monotonic() + timeout_s
         while True:
             counts = emitter.counters()
-            if counts["in_flight"] == 0 and (counts["spooled"] == 0 or time.monotonic() < emitter._down_until):
+            broker_down = time.monotonic() < getattr(emitter, "_down_until", 0.0)  # the sender is backing off
+            if counts["in_flight"] == 0 and (counts["spooled"] == 0 or broker_down):
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -149,7 +150,8 @@ class Recorder:
             self.emitter.close(timeout_s)
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
-    def _finish(self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None) -> tuple[DecisionEvent, int]:
+    def _finish(self, span, event: DecisionEvent, started_ns: int,
+                details: list[_AttemptSpan] | None) -> tuple[DecisionEvent, int]:  # fmt: skip
         """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
         end of the last attempt span."""
         tel = self.telemetry
@@ -270,7 +272,8 @@ class Decision:
                     raise InvalidDecision(f"decision for request {self.request_id!r} ended without served(): "
                                           "say which level served it and why")  # fmt: skip
                 details = None if self._adopted else self._details
-                self.event, self._children_end = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                finished = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                self.event, self._children_end = finished
             elif self._span.is_recording():
                 self._span.record_exception(exc)
                 self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
@@ -372,7 +375,10 @@ class Decision:
                                   "the last attempt's level is the degrade level")  # fmt: skip
         entered = any(a.level <= 1 for a in self.attempts)
         cost = cost_usd if cost_usd is not None else self._cost
-        elapsed = (time.perf_counter() - self._perf) * 1000 if self.start_ns is None else sum(a.latency_ms for a in self.attempts)
+        if self.start_ns is None:
+            elapsed = (time.perf_counter() - self._perf) * 1000
+        else:  # recorded after the fact: the attempts' time
+            elapsed = sum(a.latency_ms for a in self.attempts)
         event = DecisionEvent(
             schema_version=1,
             event_id=str(uuid.uuid4()),

@@ -79,7 +79,8 @@ class Prompt(str):
 
     def __new__(cls, messages):
         messages = tuple(dict(m) for m in messages)
-        if not messages or not all(isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages):
+        well_formed = all(isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
+        if not messages or not well_formed:
             raise ValueError("messages: a non-empty list of {'role': str, 'content': str}")
         text = super().__new__(cls, "\n".join(m["content"] for m in messages))
         text.messages = messages

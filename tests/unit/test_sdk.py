@@ -107,7 +107,8 @@ def decision(recorder, **kw):
 @pytest.mark.parametrize("script, message", [
     (lambda d: (d.cloud_attempt(level=2, outcome="error", latency_ms=5), d.device_attempt(level=0, outcome="ok", latency_ms=5)),
      "attempt levels never decrease"),
-    (lambda d: (d.device_attempt(level=0, outcome="low_confidence", latency_ms=5), d.device_attempt(level=1, outcome="low_confidence", latency_ms=5),
+    (lambda d: (d.device_attempt(level=0, outcome="low_confidence", latency_ms=5),
+                d.device_attempt(level=1, outcome="low_confidence", latency_ms=5),
                 d.device_attempt(level=1, outcome="ok", latency_ms=5)), "at most once"),
     (lambda d: d.device_attempt(level=2, outcome="ok", latency_ms=5), "level 0 or 1"),
     (lambda d: d.device_attempt(level=0, outcome="maybe", latency_ms=5), "outcome 'maybe'"),
@@ -186,7 +187,8 @@ def test_capability_miss_and_canned_answer_make_valid_events():
         d.canned_answer()
         d.served(fallback_type="timeout", reason="pii_pin")
     cap, pinned = emitter.decisions()
-    assert (cap["entered_device"], cap["cloud_calls"], cap["degrade_level"], cap["cost_usd"], cap["cloud_model"]) == (False, 2, 3, 0.002, "big")
+    assert (cap["entered_device"], cap["cloud_calls"], cap["degrade_level"]) == (False, 2, 3)
+    assert (cap["cost_usd"], cap["cloud_model"]) == (0.002, "big")
     assert (pinned["entered_device"], pinned["cloud_calls"], pinned["degrade_level"]) == (True, 0, 4)
     assert all(DECISIONS.parse(m.value)[1] == [] for m in emitter.messages)
 
