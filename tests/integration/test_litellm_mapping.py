@@ -134,3 +134,12 @@ def test_retries_within_the_device_group_are_each_an_l0_attempt_and_streams_are_
     retried, streamed = sorted(emitter.decisions(), key=lambda e: e["degrade_level"], reverse=True)
     assert summary(retried) == (True, "error", "device_error", [(0, "error")] * 2 + [(2, "ok")], 1)
     assert summary(streamed) == (True, "none", "default", [(0, "ok")], 0)
+
+
+def test_a_content_policy_refusal_on_the_device_is_a_device_error(collected):
+    """Only timeouts and context-window misses have their own fallback type; other errors are `error`."""
+    callback, emitter, _ = collected
+    router = litellm.Router(model_list=MODEL_LIST, content_policy_fallbacks=[{"device": ["cloud-small"]}], num_retries=0,
+                            disable_cooldowns=True)  # fmt: skip
+    router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), mock_testing_content_policy_fallbacks=True)
+    assert summary(only_event(callback, emitter)) == (True, "error", "device_error", [(0, "error"), (2, "ok")], 1)
