@@ -14,20 +14,15 @@ and metrics over OTLP/HTTP. Identifiers that look like personal data are scrubbe
 from __future__ import annotations
 
 import os
-import time
 
 import msgspec
 from opentelemetry import metrics, trace
 from opentelemetry.propagate import inject
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.pii import scrub
+from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder  # noqa: F401 (the providers: re-exported)
 from routerscope import names
-
-PROVIDER_DEVICE = "llama.cpp"
-PROVIDER_CLOUD = "openai"
 
 
 def setup_providers(service_name: str = "routerscope-router"):
@@ -80,73 +75,21 @@ class Telemetry:
 
 
 class InstrumentedRouter:
-    """A Router whose every decision is a span, metrics and a decision event on Kafka."""
+    """A Router whose every decision is a span, metrics and a decision event on Kafka, recorded through
+    the same API any other router uses (`instrumentation.sdk`)."""
 
     def __init__(self, router, telemetry: Telemetry):
         self.router, self.telemetry = router, telemetry
+        self.recorder = Recorder(telemetry)
         router.on_event = lambda e: None  # events leave from here, enriched with the trace ids
         router.on_breaker_event = lambda e: telemetry.send(names.TOPIC_BREAKERS, e.instance_id, e)
 
     def route(self, request):
-        tel = self.telemetry
-        started_ns = time.time_ns()
-        with tel.tracer.start_as_current_span(f"route {request.task_type}", kind=SpanKind.INTERNAL,
-                                              start_time=started_ns) as span:  # fmt: skip
+        with self.recorder.decision(task_type=request.task_type, session_id=request.session_id,
+                                    deadline_ms=request.deadline_ms, elapsed_ms=request.elapsed_ms) as decision:  # fmt: skip
             response, event = self.router.route(request)
-            session = scrub(event.session_id)
-            event = msgspec.structs.replace(event, session_id=session, request_id=scrub(event.request_id),
-                                            app_id=scrub(event.app_id), device_tier=scrub(event.device_tier))  # fmt: skip
-            ctx = span.get_span_context()
-            if span.is_recording():
-                attributes = {
-                    A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
-                    A.ROUTER_REASON: event.reason, A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
-                    A.ROUTER_CLOUD_CALLS: event.cloud_calls, A.ROUTER_POLICY_VERSION: event.policy_version,
-                    A.ROUTER_ENTERED_DEVICE: event.entered_device, A.ROUTER_MODE: event.mode,
-                    A.GEN_AI_CONVERSATION_ID: session,
-                }  # fmt: skip
-                if event.confidence is not None:
-                    attributes[A.ROUTER_CONFIDENCE] = event.confidence
-                if event.threshold is not None:
-                    attributes[A.ROUTER_THRESHOLD] = event.threshold
-                span.set_attributes(attributes)  # one call: one validation pass and one lock
-                self._attempt_spans(event, started_ns, session)
-            if ctx.is_valid:
-                event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
-            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
-        attrs = {"task_type": event.task_type, "fallback_type": event.fallback_type, "reason": event.reason,
-                 "degrade_level": event.degrade_level}  # fmt: skip
-        tel.decisions.add(1, attrs)
-        tel.latency.record(event.latency_ms, {"task_type": event.task_type, "degrade_level": event.degrade_level})
-        return response, event
-
-    def _attempt_spans(self, event, started_ns: int, session: str) -> None:
-        t = started_ns
-        for attempt in event.attempts:
-            on_device = attempt.level <= 1
-            if attempt.level == 4:
-                model, provider = "canned", "routerscope"
-            elif on_device:
-                model, provider = event.device_model or "device", PROVIDER_DEVICE
-            else:
-                model, provider = event.cloud_model or "cloud", PROVIDER_CLOUD
-            end = t + int(attempt.latency_ms * 1e6)
-            attributes = {
-                A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_PROVIDER_NAME: provider, A.GEN_AI_REQUEST_MODEL: model,
-                A.GEN_AI_CONVERSATION_ID: session, A.ROUTER_ATTEMPT_LEVEL: attempt.level,
-                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome, A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
-            }  # fmt: skip
-            if attempt is event.attempts[-1]:
-                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = event.output_tokens
-            failed = attempt.outcome != "ok"
-            if failed:
-                attributes[A.ERROR_TYPE] = attempt.outcome
-            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
-                                                     start_time=t, attributes=attributes)  # fmt: skip
-            if failed:
-                child.set_status(Status(StatusCode.ERROR, attempt.outcome))
-            child.end(end_time=end)
-            t = end
+            decision.adopt(event)
+        return response, decision.event
 
 
 def producer_config(settings) -> dict:

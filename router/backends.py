@@ -7,7 +7,11 @@
   time to first token is measured and the level's timeout really stops generation.
 * `OpenAICloud`: any OpenAI-compatible chat-completions endpoint (the demo runs
   `python -m llama_cpp.server` on loopback as the stand-in cloud), one model per level, with the
-  level's timeout as the HTTP timeout.
+  level's timeout as the HTTP timeout. A base URL gets `/v1/chat/completions` appended; a full
+  endpoint URL (ending in `/chat/completions`, query string kept: Azure's `?api-version=…`) is used
+  as it is; `headers` are sent with every call (Azure's `api-key`, a gateway's own headers).
+* A prompt is a text or a `Prompt` (the request's chat messages: system prompt and history), which
+  both backends send as messages.
 * `InstantDevice` / `InstantCloud`: answer at once with fixed results, for the decision-overhead
   benchmark and for tests of the decision logic.
 """
@@ -21,6 +25,7 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +74,49 @@ class CloudBackend(Protocol):
     def model_for(self, level: int) -> str: ...
 
     def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult: ...
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+class Prompt(str):
+    """A request's chat messages (system prompt, history, the last user turn) that is also their text:
+    `str` (the contents, one per line) wherever only text is needed (token estimates, the request-text
+    store), `.messages` for the backends."""
+
+    messages: tuple[dict, ...]
+
+    def __new__(cls, messages):
+        messages = tuple(dict(m) for m in messages)
+        well_formed = all(isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in messages)
+        if not messages or not well_formed:
+            raise ValueError("messages: a non-empty list of {'role': str, 'content': str}")
+        text = super().__new__(cls, "\n".join(m["content"] for m in messages))
+        text.messages = messages
+        return text
+
+
+def chat_messages(prompt: str) -> list[dict]:
+    """The messages to send: a `Prompt`'s own, or the text as one user message."""
+    messages = getattr(prompt, "messages", None)
+    return [dict(m) for m in messages] if messages else [{"role": "user", "content": str(prompt)}]
+
+
+def degrade_prompt(prompt: str, share: float = 0.7) -> str:
+    """L1's context cut: the text cut to `share` of its length; for messages, the system prompt and the
+    last turn are kept and the oldest history dropped first, then the last turn cut if still too long."""
+    budget = max(1, int(len(prompt) * share))
+    messages = getattr(prompt, "messages", None)
+    if not messages:
+        return prompt[:budget]
+    system = [m for m in messages[:-1] if m["role"] == "system"]
+    history = [m for m in messages[:-1] if m["role"] != "system"]
+    size = lambda ms: sum(len(m["content"]) + 1 for m in ms) - 1  # noqa: E731 (the joined text's length)
+    while history and size(system + history + [messages[-1]]) > budget:
+        history.pop(0)
+    last = dict(messages[-1])
+    over = size(system + history + [last]) - budget
+    if over > 0:
+        last["content"] = last["content"][: max(1, len(last["content"]) - over)]
+    return Prompt(system + history + [last])
 
 
 # -- validators ------------------------------------------------------------------------------------
@@ -123,7 +171,7 @@ class LlamaDevice:
         the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
         router's decision point (`decide`) may stop it before the commit point."""
         if degraded:  # L1: context cut to 70 %, output cap halved
-            prompt = prompt[: max(1, int(len(prompt) * 0.7))]
+            prompt = degrade_prompt(prompt)
             max_tokens = max(1, max_tokens // 2)
         started = time.perf_counter()
         deadline = started + timeout_ms / 1000
@@ -134,7 +182,7 @@ class LlamaDevice:
         with self._lock:
             try:
                 stream = self._llm.create_chat_completion(
-                    messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+                    messages=chat_messages(prompt), max_tokens=max_tokens, temperature=0.0,
                     logprobs=self.logprobs, top_logprobs=1 if self.logprobs else None, stream=True,
                 )  # fmt: skip
                 for chunk in stream:
@@ -193,21 +241,26 @@ def _committed(tokens: int, text: str, commit_tokens: int) -> bool:
 
 # -- the real cloud --------------------------------------------------------------------------------
 class OpenAICloud:
-    def __init__(self, base_url: str, models: dict[int, str] | None = None, api_key: str | None = None):
+    def __init__(self, base_url: str, models: dict[int, str] | None = None, api_key: str | None = None,
+                 headers: dict[str, str] | None = None):  # fmt: skip
         self.base_url = base_url.rstrip("/")
+        path = urllib.parse.urlsplit(self.base_url).path.rstrip("/")
+        self.url = self.base_url if path.endswith("/chat/completions") else f"{self.base_url}/v1/chat/completions"
         self.models = models or {2: "cloud-small", 3: "cloud-large"}
         self.api_key = api_key
+        self.headers = dict(headers or {})
 
     def model_for(self, level: int) -> str:
         return self.models[level]
 
     def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult:
-        body = json.dumps({"model": self.models[level], "messages": [{"role": "user", "content": prompt}],
+        body = json.dumps({"model": self.models[level], "messages": chat_messages(prompt),
                            "max_tokens": max_tokens, "temperature": 0}).encode()  # fmt: skip
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(f"{self.base_url}/v1/chat/completions", data=body, headers=headers, method="POST")
+        headers.update(self.headers)
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         started = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000) as response:

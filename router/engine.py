@@ -77,6 +77,13 @@ class Request:
     expected_output_tokens: int | None = None  # the gateway's estimate; None: the task's output cap
     request_id: str | None = None
     app_id: str | None = None
+    messages: tuple[dict, ...] | list[dict] | None = None  # chat messages (system prompt + history); `text` becomes them
+
+    def __post_init__(self):
+        if self.messages is not None:  # the backends send the messages; everything else reads them as text
+            from router.backends import Prompt
+
+            object.__setattr__(self, "text", Prompt(self.messages))
 
 
 @dataclass(frozen=True)

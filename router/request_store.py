@@ -5,6 +5,10 @@ the logs). A replay needs the text, so whoever owns the requests keeps it apart:
 and the demo's live sample write it to a local SQLite file under ROUTERSCOPE_HOME, and the weekly
 replay job reads it. A production deployment would point the replay at its own (access-controlled)
 request archive instead.
+
+Ids are keyed by their scrubbed form (`instrumentation.pii.scrub`), the same as in decision events and
+labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
+or by the id as the warehouse holds it finds the same row.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+
+from instrumentation.pii import scrub
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
 INSERT_SQL = "INSERT OR REPLACE INTO requests VALUES (?, ?, ?)"
@@ -43,7 +49,7 @@ class RequestTextStore:
         self._batch = batch
 
     def add(self, request_id: str, task_type: str, text: str) -> None:
-        self._pending.append((request_id, task_type, text))
+        self._pending.append((scrub(request_id), task_type, text))
         if len(self._pending) >= self._batch:
             self.flush()
 
@@ -54,9 +60,13 @@ class RequestTextStore:
             self._pending.clear()
 
     def get(self, request_ids: list[str]) -> dict[str, tuple[str, str]]:
-        """request_id → (task_type, text) for the ids the store has."""
+        """request_id → (task_type, text) for the ids the store has, keyed by the ids as asked."""
         self.flush()
-        return {rid: (task_type, text) for rid, task_type, text in self._db.execute(GET_SQL, (json.dumps(request_ids),))}
+        asked: dict[str, list[str]] = {}
+        for rid in request_ids:
+            asked.setdefault(scrub(rid), []).append(rid)
+        rows = self._db.execute(GET_SQL, (json.dumps(list(asked)),))
+        return {rid: (task_type, text) for key, task_type, text in rows for rid in asked[key]}
 
     def close(self) -> None:
         self.flush()

@@ -1,0 +1,433 @@
+"""Record routing decisions from any router: the same span, attempt spans and decision event as ours.
+
+An application that makes its own device/cloud decisions records each one::
+
+    recorder = Recorder.from_env()                     # the command line's environment: broker, home, spool
+    with recorder.decision(task_type="short_reply", session_id=session, deadline_ms=2000, elapsed_ms=120) as d:
+        d.device_attempt(level=0, outcome="low_confidence", latency_ms=180, confidence=0.41, threshold=0.7)
+        d.cloud_attempt(level=2, outcome="ok", latency_ms=420, model="gpt-4o-mini", output_tokens=12)
+        d.served(fallback_type="quality", reason="low_confidence")
+    recorder.label(d.request_id, device_acceptable=True)    # later, when a reviewer judged it
+
+The block is the decision span `route {task_type}` (current while the block runs, so the app's own
+model-call spans nest under it); on exit it gets the `router.*` attributes, one child span per attempt
+with GenAI attributes, and the decision event leaves through the same emitter as our router's (bounded
+queue, disk spool, accounting) with the span's trace ids. Identifiers that look personal are scrubbed
+(`instrumentation.pii`) before they reach a span, an event or a label.
+
+An impossible record is refused where it is made, with `InvalidDecision` naming the rule, instead of
+producing an event the loader would quarantine: attempt levels that decrease, level 1 twice, a cloud
+attempt for a request with personal data (unless the decision says `pii_to_cloud=True`), a device
+attempt after a capability miss, and, at `served()`, every field rule and cross-field invariant of the
+contract (`instrumentation.contract`). If the block raises, nothing is emitted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import msgspec
+from msgspec import UNSET
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+from instrumentation import attributes as A
+from instrumentation.contract import DECISION_INVARIANTS, DECISIONS, LABELS
+from instrumentation.events import (
+    FALLBACK_TYPES,
+    OUTCOMES,
+    REASONS,
+    Attempt,
+    DecisionEvent,
+    LabelEvent,
+)
+from instrumentation.pii import scrub
+from routerscope import names
+
+PROVIDER_DEVICE = "llama.cpp"
+PROVIDER_CLOUD = "openai"
+DEFAULT_POLICY_VERSION = "app"
+_INVARIANT_DOCS = {inv.rule: inv.doc for inv in DECISION_INVARIANTS}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class InvalidDecision(ValueError):
+    """A decision record that the contract forbids; the message names the broken rule(s)."""
+
+
+@dataclass(frozen=True)
+class _AttemptSpan:
+    """What a child span needs beyond the event's attempt: which model, by whom, when, how many tokens."""
+
+    model: str | None = None
+    provider: str | None = None
+    start_ns: int | None = None
+    output_tokens: int | None = None
+
+
+def _ns(t: datetime | float | None) -> int | None:
+    if t is None:
+        return None
+    if isinstance(t, datetime):  # exact to the microsecond: no float rounding between parent and child spans
+        t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        return (t - _EPOCH) // timedelta(microseconds=1) * 1000
+    return int(t * 1e9)  # seconds since the epoch
+
+
+class Recorder:
+    """Records decisions and labels through one `Telemetry` (tracer, meter, emitter)."""
+
+    def __init__(self, telemetry, *, policy_version: str = DEFAULT_POLICY_VERSION, app_id: str | None = None,
+                 device_model: str | None = None, cloud_model: str | None = None):  # fmt: skip
+        self.telemetry = telemetry
+        self.policy_version, self.app_id = policy_version, app_id
+        self.device_model, self.cloud_model = device_model, cloud_model
+
+    @classmethod
+    def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> "Recorder":
+        """A recorder that reads the same environment as the command line: `ROUTERSCOPE_KAFKA_BOOTSTRAP`
+        (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
+        from instrumentation.emitter import KafkaEmitter
+        from instrumentation.telemetry import Telemetry, producer_config
+        from routerscope.settings import Settings
+
+        settings = Settings.from_env(env)
+        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
+        return cls(Telemetry(emitter, tracer_provider, meter_provider), **options)
+
+    @property
+    def emitter(self):
+        return self.telemetry.emitter
+
+    def decision(self, *, task_type: str, session_id: str, deadline_ms: int, elapsed_ms: int = 0,
+                 request_id: str | None = None, input_tokens: int = 0, has_pii: bool = False,
+                 pii_to_cloud: bool = False, mode: str = "live", network: str | None = None,
+                 device_tier: str | None = None, app_id: str | None = None, app_version: str | None = None,
+                 policy_version: str | None = None, start_time: datetime | float | None = None) -> "Decision":  # fmt: skip
+        """One routing decision, as a context manager. `start_time` (a datetime or epoch seconds) records
+        a decision after the fact, e.g. from a router's callback; by default the decision starts now."""
+        return Decision(self, task_type=task_type, session_id=session_id, deadline_ms=deadline_ms,
+                        elapsed_ms=elapsed_ms, request_id=request_id, input_tokens=input_tokens, has_pii=has_pii,
+                        pii_to_cloud=pii_to_cloud, mode=mode, network=network, device_tier=device_tier,
+                        app_id=app_id if app_id is not None else self.app_id, app_version=app_version,
+                        policy_version=policy_version or self.policy_version, start_ns=_ns(start_time))  # fmt: skip
+
+    def label(self, request_id: str, *, device_acceptable: bool | None, source: str = "human_review",
+              route_correct: bool | None = None, labeler: str | None = None,
+              event_time: datetime | None = None) -> LabelEvent:  # fmt: skip
+        """Ground truth for a request, keyed by the same scrubbed id as its decision (so a label sent for
+        the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
+        label = LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), request_id=scrub(request_id),
+                           event_time=event_time or datetime.now(timezone.utc), source=source,
+                           device_acceptable=device_acceptable, route_correct=route_correct, labeler=labeler)
+        _, rules = LABELS.parse(label.to_json())
+        if rules:
+            raise InvalidDecision(f"invalid label for request {request_id!r}: {', '.join(rules)}")
+        self.telemetry.send(names.TOPIC_LABELS, label.request_id, label)
+        return label
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every event so far is delivered, or written to the disk spool while the broker is
+        unreachable (True: nothing is left in memory), or the timeout passes (False)."""
+        emitter = self.emitter
+        if emitter is None or not hasattr(emitter, "spool"):
+            return True if emitter is None else emitter.flush(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            counts = emitter.counters()
+            broker_down = time.monotonic() < getattr(emitter, "_down_until", 0.0)  # the sender is backing off
+            if counts["in_flight"] == 0 and (counts["spooled"] == 0 or broker_down):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self.emitter is not None:
+            self.emitter.close(timeout_s)
+
+    # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
+    def _finish(self, span, event: DecisionEvent, started_ns: int,
+                details: list[_AttemptSpan] | None) -> tuple[DecisionEvent, int]:  # fmt: skip
+        """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
+        end of the last attempt span."""
+        tel = self.telemetry
+        session = scrub(event.session_id)
+        event = msgspec.structs.replace(event, session_id=session, request_id=scrub(event.request_id),
+                                        app_id=scrub(event.app_id), device_tier=scrub(event.device_tier))  # fmt: skip
+        ctx = span.get_span_context()
+        if span.is_recording():
+            attributes = {
+                A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
+                A.ROUTER_REASON: event.reason, A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
+                A.ROUTER_CLOUD_CALLS: event.cloud_calls, A.ROUTER_POLICY_VERSION: event.policy_version,
+                A.ROUTER_ENTERED_DEVICE: event.entered_device, A.ROUTER_MODE: event.mode,
+                A.GEN_AI_CONVERSATION_ID: session,
+            }  # fmt: skip
+            if event.confidence is not None:
+                attributes[A.ROUTER_CONFIDENCE] = event.confidence
+            if event.threshold is not None:
+                attributes[A.ROUTER_THRESHOLD] = event.threshold
+            span.set_attributes(attributes)  # one call: one validation pass and one lock
+            children_end = self._attempt_spans(event, started_ns, session, details)
+        else:
+            children_end = started_ns
+        if ctx.is_valid:
+            event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
+        tel.send(names.TOPIC_DECISIONS, event.session_id, event)
+        attrs = {"task_type": event.task_type, "fallback_type": event.fallback_type, "reason": event.reason,
+                 "degrade_level": event.degrade_level}  # fmt: skip
+        tel.decisions.add(1, attrs)
+        tel.latency.record(event.latency_ms, {"task_type": event.task_type, "degrade_level": event.degrade_level})
+        return event, children_end
+
+    def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:
+        t = latest = started_ns
+        last = len(event.attempts) - 1
+        for i, attempt in enumerate(event.attempts):
+            detail = details[i] if details else _AttemptSpan()
+            on_device = attempt.level <= 1
+            if attempt.level == 4:
+                model, provider = "canned", "routerscope"
+            elif on_device:
+                model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
+            else:
+                model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
+            if detail.start_ns is not None:
+                t = detail.start_ns
+            end = t + int(attempt.latency_ms * 1e6)
+            attributes = {
+                A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_PROVIDER_NAME: provider, A.GEN_AI_REQUEST_MODEL: model,
+                A.GEN_AI_CONVERSATION_ID: session, A.ROUTER_ATTEMPT_LEVEL: attempt.level,
+                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome, A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+            }  # fmt: skip
+            if detail.output_tokens is not None:
+                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = detail.output_tokens
+            elif i == last:
+                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = event.output_tokens
+            failed = attempt.outcome != "ok"
+            if failed:
+                attributes[A.ERROR_TYPE] = attempt.outcome
+            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
+                                                     start_time=t, attributes=attributes)  # fmt: skip
+            if failed:
+                child.set_status(Status(StatusCode.ERROR, attempt.outcome))
+            child.end(end_time=end)
+            t, latest = end, max(latest, end)
+        return latest
+
+
+class Decision:
+    """One decision being recorded (see the module docstring); use it as a context manager."""
+
+    def __init__(self, recorder: Recorder, *, task_type, session_id, deadline_ms, elapsed_ms, request_id, input_tokens,
+                 has_pii, pii_to_cloud, mode, network, device_tier, app_id, app_version, policy_version, start_ns):  # fmt: skip
+        self.recorder = recorder
+        self.task_type, self.session_id = task_type, session_id
+        self.deadline_ms, self.elapsed_ms = deadline_ms, elapsed_ms
+        self._request_id = request_id
+        self.input_tokens, self.has_pii, self.pii_to_cloud = input_tokens, has_pii, pii_to_cloud
+        self.mode, self.network, self.device_tier = mode, network, device_tier
+        self.app_id, self.app_version, self.policy_version = app_id, app_version, policy_version
+        self.start_ns = start_ns
+        self.attempts: list[Attempt] = []
+        self._details: list[_AttemptSpan] = []
+        self.cloud_calls = 0
+        self.confidence = self.threshold = self.ttft_ms = None
+        self.confidence_source = None
+        self.device_model: str | None = None
+        self.cloud_model: str | None = None
+        self.output_tokens: int | None = None
+        self._cost: float | None = None
+        self._capability_miss = False
+        self._event: DecisionEvent | None = None
+        self._adopted = False
+        self.event: DecisionEvent | None = None  # the event as sent, after the block
+        self._span = self._token = None
+        self._children_end = 0
+
+    @property
+    def request_id(self) -> str:
+        """The request's id: the one given, else a new UUID (made on first use)."""
+        if self._request_id is None:
+            self._request_id = str(uuid.uuid4())
+        return self._request_id
+
+    # -- context manager -----------------------------------------------------------------------------
+    def __enter__(self) -> "Decision":
+        self._started_ns = self.start_ns if self.start_ns is not None else time.time_ns()
+        self._perf = time.perf_counter()
+        tracer = self.recorder.telemetry.tracer
+        self._span = tracer.start_span(f"route {self.task_type}", kind=SpanKind.INTERNAL, start_time=self._started_ns)
+        self._token = otel_context.attach(set_span_in_context(self._span))  # current while the block runs
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                if self._event is None:
+                    raise InvalidDecision(f"decision for request {self.request_id!r} ended without served(): "
+                                          "say which level served it and why")  # fmt: skip
+                details = None if self._adopted else self._details
+                finished = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                self.event, self._children_end = finished
+            elif self._span.is_recording():
+                self._span.record_exception(exc)
+                self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
+        finally:
+            otel_context.detach(self._token)
+            end_ns = None
+            if self.start_ns is not None and self._event is not None:  # recorded after the fact
+                end_ns = max(self._started_ns + int(self._event.latency_ms * 1e6), self._children_end)
+            self._span.end(end_time=end_ns)
+        return False
+
+    # -- attempts ------------------------------------------------------------------------------------
+    def _attempt(self, level: int, outcome: str, latency_ms: float, detail: _AttemptSpan) -> None:
+        if self._event is not None:
+            raise InvalidDecision("an attempt after served(): record every attempt before saying who served")
+        if outcome not in OUTCOMES:
+            raise InvalidDecision(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        if not latency_ms >= 0:
+            raise InvalidDecision(f"latency_ms must be 0 or more, got {latency_ms!r}")
+        if len(self.attempts) >= 5:
+            raise InvalidDecision("at most 5 attempts per decision (L0, L1, L2, L3, L4)")
+        if self.attempts and level < self.attempts[-1].level:
+            raise InvalidDecision(f"an attempt at level {level} after one at level {self.attempts[-1].level}: "
+                                  "attempt levels never decrease")  # fmt: skip
+        if level == 1 and any(a.level == 1 for a in self.attempts):
+            raise InvalidDecision("a second attempt at level 1: the degraded device level runs at most once")
+        self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=float(latency_ms)))
+        self._details.append(detail)
+
+    def device_attempt(self, *, level: int = 0, outcome: str, latency_ms: float, confidence: float | None = None,
+                       threshold: float | None = None, confidence_source: str | None = None, ttft_ms: float | None = None,
+                       output_tokens: int | None = None, model: str | None = None, provider: str | None = None,
+                       start_time: datetime | float | None = None) -> None:  # fmt: skip
+        """An attempt on the device: level 0 (native) or 1 (degraded, at most once)."""
+        if level not in (0, 1):
+            raise InvalidDecision(f"a device attempt is at level 0 or 1, not {level}")
+        if self._capability_miss:
+            raise InvalidDecision("a device attempt after capability_miss: a capability miss never enters the device")
+        self._attempt(level, outcome, latency_ms, _AttemptSpan(model, provider, _ns(start_time), output_tokens))
+        if confidence is not None:
+            self.confidence = confidence
+            self.confidence_source = confidence_source or "logprob"
+        if threshold is not None:
+            self.threshold = threshold
+        if ttft_ms is not None and self.ttft_ms is None:
+            self.ttft_ms = ttft_ms
+        if output_tokens is not None:
+            self.output_tokens = output_tokens
+        self.device_model = model or self.device_model or self.recorder.device_model
+
+    def cloud_attempt(self, *, level: int = 2, outcome: str, latency_ms: float, output_tokens: int | None = None,
+                      model: str | None = None, provider: str | None = None, cost_usd: float | None = None,
+                      start_time: datetime | float | None = None) -> None:  # fmt: skip
+        """A cloud call: level 2 (small model) or 3 (large). Each one counts as a cloud call."""
+        if level not in (2, 3):
+            raise InvalidDecision(f"a cloud attempt is at level 2 or 3, not {level}")
+        if self.has_pii and not self.pii_to_cloud:
+            raise InvalidDecision("a cloud attempt for a request with personal data (has_pii=True): it stays on the "
+                                  "device or gets a conservative answer; pass pii_to_cloud=True if policy allows it")  # fmt: skip
+        if cost_usd is not None and not cost_usd >= 0:
+            raise InvalidDecision(f"cost_usd must be 0 or more, got {cost_usd!r}")
+        self._attempt(level, outcome, latency_ms, _AttemptSpan(model, provider, _ns(start_time), output_tokens))
+        self.cloud_calls += 1
+        if outcome == "ok":
+            self.cloud_model = model or self.recorder.cloud_model
+            if output_tokens is not None:
+                self.output_tokens = output_tokens
+        if cost_usd is not None:
+            self._cost = (self._cost or 0.0) + cost_usd
+
+    def canned_answer(self, *, outcome: str = "ok", latency_ms: float = 0.0) -> None:
+        """Level 4: the semantic cache, a canned answer or a human hand-off; it ends the chain."""
+        self._attempt(4, outcome, latency_ms, _AttemptSpan())
+
+    def capability_miss(self) -> None:
+        """The device was not even tried (the request is beyond its capability matrix)."""
+        if any(a.level <= 1 for a in self.attempts):
+            raise InvalidDecision("capability_miss after a device attempt: a capability miss never enters the device")
+        self._capability_miss = True
+
+    # -- the outcome ---------------------------------------------------------------------------------
+    def served(self, *, level: int | None = None, fallback_type: str = "none", reason: str = "default",
+               confidence: float | None = None, threshold: float | None = None, cloud_calls: int | None = None,
+               latency_ms: float | None = None, output_tokens: int | None = None, cost_usd: float | None = None,
+               shadow_agree: bool | None = None) -> DecisionEvent:  # fmt: skip
+        """Which level served the request and why. Builds the event and checks it against the contract;
+        raises `InvalidDecision` naming every broken rule. `level` defaults to the last attempt's."""
+        if self._event is not None:
+            raise InvalidDecision("served() twice for one decision")
+        if not self.attempts:
+            raise InvalidDecision("served() without any attempt: record the attempt that served the request")
+        if fallback_type not in FALLBACK_TYPES:
+            raise InvalidDecision(f"fallback_type {fallback_type!r} is not one of {', '.join(FALLBACK_TYPES)}")
+        if reason not in REASONS:
+            raise InvalidDecision(f"reason {reason!r} is not one of {', '.join(REASONS)}")
+        last = self.attempts[-1].level
+        if level is not None and level != last:
+            raise InvalidDecision(f"served at level {level}, but the last attempt was at level {last}: "
+                                  "the last attempt's level is the degrade level")  # fmt: skip
+        entered = any(a.level <= 1 for a in self.attempts)
+        cost = cost_usd if cost_usd is not None else self._cost
+        if self.start_ns is None:
+            elapsed = (time.perf_counter() - self._perf) * 1000
+        else:  # recorded after the fact: the attempts' time
+            elapsed = sum(a.latency_ms for a in self.attempts)
+        event = DecisionEvent(
+            schema_version=1,
+            event_id=str(uuid.uuid4()),
+            event_time=datetime.fromtimestamp(self._started_ns / 1e9, timezone.utc),
+            request_id=self.request_id,
+            session_id=self.session_id,
+            task_type=self.task_type,
+            mode=self.mode,
+            entered_device=entered,
+            fallback_type=fallback_type,
+            reason=reason,
+            degrade_level=last,
+            attempts=list(self.attempts),
+            cloud_calls=self.cloud_calls if cloud_calls is None else cloud_calls,
+            confidence=confidence if confidence is not None else self.confidence,
+            threshold=threshold if threshold is not None else self.threshold,
+            deadline_ms=self.deadline_ms,
+            elapsed_ms=self.elapsed_ms,
+            latency_ms=float(latency_ms if latency_ms is not None else elapsed),
+            input_tokens=self.input_tokens,
+            output_tokens=output_tokens if output_tokens is not None else (self.output_tokens or 0),
+            policy_version=self.policy_version,
+            app_id=self.app_id,
+            app_version=self.app_version,
+            confidence_source=self.confidence_source or ("none" if entered else UNSET),
+            ttft_ms=self.ttft_ms,
+            network=self.network or UNSET,
+            device_tier=self.device_tier,
+            has_pii=self.has_pii,
+            device_model=self.device_model if entered else None,
+            cloud_model=self.cloud_model,
+            shadow_agree=shadow_agree,
+            cost_usd=cost if cost is not None else UNSET,
+        )
+        check(event)
+        self._event = event
+        return event
+
+    def adopt(self, event: DecisionEvent) -> None:
+        """Record an event a router already built (our engine's), as it is: same span and attempt spans,
+        scrubbed ids, trace ids, the same emitter. Not re-checked: the loader's quarantine is the net
+        for a router's own bugs, and a user's request must not fail because of one."""
+        self._event, self._adopted = event, True
+        self._request_id = event.request_id
+
+
+def check(event: DecisionEvent) -> None:
+    """Raise `InvalidDecision` naming every field rule and invariant of the contract that `event` breaks."""
+    _, rules = DECISIONS.parse(event.to_json())
+    if rules:
+        reasons = [f"{rule} ({_INVARIANT_DOCS[rule]})" if rule in _INVARIANT_DOCS else rule for rule in rules]
+        raise InvalidDecision(f"impossible decision for request {event.request_id!r}: {'; '.join(reasons)}")

@@ -1,0 +1,145 @@
+"""How RouterscopeCallback maps what LiteLLM's real Router did onto the decision contract: the cases
+the end-to-end test's mix does not cover (context-window fallbacks, a second cloud group, nothing
+answering, a cloud group falling back to the device, badly formed metadata). Real LiteLLM, offline
+(`mock_response` deployments); events collected in memory and checked against the contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from instrumentation.sdk import Recorder
+from tests.unit.test_sdk import stack
+
+litellm = pytest.importorskip("litellm")
+from instrumentation.litellm import RouterscopeCallback  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*")
+
+OFFLINE = {"api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}
+
+
+def deployment(name, model, answer):
+    return {"model_name": name, "litellm_params": {"model": model, **OFFLINE, "mock_response": answer}}
+
+
+MODEL_LIST = [
+    deployment("device", "openai/gemma-3-270m", "on device"),
+    deployment("device-small-window", "openai/gemma-3-270m-2k", "litellm.ContextWindowExceededError"),
+    deployment("device-broken", "openai/gemma-3-270m-broken", "litellm.InternalServerError"),
+    deployment("cloud-small", "openai/gpt-4o-mini", "small"),
+    deployment("cloud-small-down", "openai/gpt-4o-mini", "litellm.InternalServerError"),
+    deployment("cloud-large", "openai/gpt-4o", "large"),
+]
+DEVICE = ["device", "device-small-window", "device-broken"]
+METADATA = {"session_id": "s1", "task_type": "short_reply"}
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def collected():
+    telemetry, spans, emitter = stack()
+    callback = RouterscopeCallback(device_models=DEVICE, recorder=Recorder(telemetry, policy_version="litellm"))
+    previous = litellm.callbacks
+    litellm.callbacks = [callback]
+    yield callback, emitter, spans
+    litellm.callbacks = previous
+    callback.close()
+
+
+def route(model, fallbacks=None, context_window_fallbacks=None, **call):
+    router = litellm.Router(model_list=MODEL_LIST, fallbacks=fallbacks or [], context_window_fallbacks=context_window_fallbacks or [],
+                            num_retries=0, disable_cooldowns=True)  # fmt: skip
+    try:
+        return router.completion(model=model, messages=MESSAGES, **{"metadata": dict(METADATA), **call})
+    except Exception as exc:  # the application sees LiteLLM's exception; routerscope still records the request
+        return exc
+
+
+def only_event(callback, emitter):
+    assert callback.flush(10)
+    events = emitter.decisions()
+    assert len(events) == 1 and all(DECISIONS.parse(m.value)[1] == [] for m in emitter.messages)
+    return events[0]
+
+
+def summary(e):
+    return (e["entered_device"], e["fallback_type"], e["reason"], [(a["level"], a["outcome"]) for a in e["attempts"]], e["cloud_calls"])
+
+
+def test_a_context_window_miss_is_capability_and_never_entered_the_device(collected):
+    callback, emitter, _ = collected
+    route("device-small-window", context_window_fallbacks=[{"device-small-window": ["cloud-small"]}])
+    assert summary(only_event(callback, emitter)) == (False, "capability", "capability_miss", [(2, "ok")], 1)
+
+
+def test_the_second_cloud_group_is_level_3_and_every_cloud_call_counts(collected):
+    callback, emitter, _ = collected
+    response = route("device-broken", fallbacks=[{"device-broken": ["cloud-small-down", "cloud-large"]}])
+    event = only_event(callback, emitter)
+    assert summary(event) == (True, "error", "device_error", [(0, "error"), (2, "error"), (3, "ok")], 2)
+    assert (event["request_id"], event["cloud_model"], event["degrade_level"]) == (response.id, "openai/gpt-4o", 3)
+
+
+def test_when_nothing_answers_the_request_ends_at_level_4(collected):
+    callback, emitter, _ = collected
+    raised = route("device-broken", fallbacks=[{"device-broken": ["cloud-small-down"]}])
+    assert isinstance(raised, Exception)
+    callback.failure_settle_s = 0.1  # as after 30 s of silence
+    event = only_event(callback, emitter)
+    assert summary(event) == (True, "error", "device_error", [(0, "error"), (2, "error"), (4, "error")], 1)
+
+
+def test_a_cloud_group_falling_back_to_the_device_keeps_levels_in_order(collected):
+    callback, emitter, _ = collected
+    route("cloud-small-down", fallbacks=[{"cloud-small-down": ["device"]}])
+    assert summary(only_event(callback, emitter)) == (True, "none", "cloud_unavailable", [(0, "ok")], 1)
+
+
+@pytest.mark.parametrize("metadata, expected, counted", [
+    ({"session_id": "s9", "task_type": "Short-Reply"}, ("s9", "short_reply"), {}),
+    ({"session_id": "", "task_type": "9lives"}, ("unknown", "unknown"), {"missing_session_id": 1, "missing_task_type": 1}),
+    ({"session_id": "canary.person@example.com", "task_type": None}, (None, "unknown"), {"missing_task_type": 1}),
+], ids=["normalised", "unusable", "personal-session"])  # fmt: skip
+def test_metadata_is_normalised_missing_is_unknown_and_counted(collected, metadata, expected, counted):
+    callback, emitter, _ = collected
+    route("device", metadata=metadata)
+    event = only_event(callback, emitter)
+    session, task_type = expected
+    assert event["task_type"] == task_type
+    assert event["session_id"] == session if session else event["session_id"].startswith("redacted-")
+    assert {k: callback.stats[k] for k in ("missing_session_id", "missing_task_type") if callback.stats[k]} == counted
+
+
+def test_attempt_spans_carry_litellm_models_and_providers(collected):
+    callback, emitter, exporter = collected
+    route("device-broken", fallbacks=[{"device-broken": ["cloud-small"]}])
+    only_event(callback, emitter)
+    spans = exporter.get_finished_spans()
+    parent = next(s for s in spans if s.name == "route short_reply")
+    children = sorted((s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time)
+    assert [(c.name, c.attributes["gen_ai.provider.name"]) for c in children] == [
+        ("chat openai/gemma-3-270m-broken", "openai"), ("chat openai/gpt-4o-mini", "openai")]
+    assert parent.end_time >= children[-1].end_time >= children[0].start_time >= parent.start_time
+
+
+def test_retries_within_the_device_group_are_each_an_l0_attempt_and_streams_are_recorded(collected):
+    callback, emitter, _ = collected
+    router = litellm.Router(model_list=MODEL_LIST, fallbacks=[{"device-broken": ["cloud-small"]}], num_retries=1, retry_after=0,
+                            disable_cooldowns=True)  # fmt: skip
+    router.completion(model="device-broken", messages=MESSAGES, metadata=dict(METADATA))
+    stream = router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), stream=True)
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == "on device"
+    assert callback.flush(10)
+    retried, streamed = sorted(emitter.decisions(), key=lambda e: e["degrade_level"], reverse=True)
+    assert summary(retried) == (True, "error", "device_error", [(0, "error")] * 2 + [(2, "ok")], 1)
+    assert summary(streamed) == (True, "none", "default", [(0, "ok")], 0)
+
+
+def test_a_content_policy_refusal_on_the_device_is_a_device_error(collected):
+    """Only timeouts and context-window misses have their own fallback type; other errors are `error`."""
+    callback, emitter, _ = collected
+    router = litellm.Router(model_list=MODEL_LIST, content_policy_fallbacks=[{"device": ["cloud-small"]}], num_retries=0,
+                            disable_cooldowns=True)  # fmt: skip
+    router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), mock_testing_content_policy_fallbacks=True)
+    assert summary(only_event(callback, emitter)) == (True, "error", "device_error", [(0, "error"), (2, "ok")], 1)
