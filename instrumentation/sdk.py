@@ -380,7 +380,7 @@ class Decision:
         else:  # recorded after the fact: the attempts' time
             elapsed = sum(a.latency_ms for a in self.attempts)
         event = DecisionEvent(
-            schema_version=1,
+            schema_version=2,  # the router's version: v2 adds optional fields only
             event_id=str(uuid.uuid4()),
             event_time=datetime.fromtimestamp(self._started_ns / 1e9, timezone.utc),
             request_id=self.request_id,

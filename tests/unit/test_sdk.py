@@ -82,7 +82,7 @@ def test_the_sdk_records_the_same_span_tree_and_event_as_our_router():
             d.device_attempt(level=level, outcome=a.outcome, latency_ms=a.latency_ms, confidence=[0.2, 0.3][level],
                              threshold=routed.threshold, ttft_ms=routed.ttft_ms, output_tokens=routed.output_tokens,
                              model="scripted-device")  # fmt: skip
-        d.cloud_attempt(level=2, outcome="ok", latency_ms=300.0, model="cloud-small", output_tokens=9, cost_usd=routed.cost_usd)
+        d.cloud_attempt(level=2, outcome="ok", latency_ms=routed.attempts[2].latency_ms, model="cloud-small", output_tokens=9, cost_usd=routed.cost_usd)
         d.served(fallback_type="quality", reason="low_confidence", confidence=routed.confidence)
 
     a, b = out_a.decisions()[0], out_b.decisions()[0]
