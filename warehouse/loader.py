@@ -246,6 +246,7 @@ class Loader:
         self.progress = progress or (lambda n: None)
         self.broker_timeout_s = broker_timeout_s
         self._client = None  # a client to use throughout, when the caller gives one
+        self._held = None  # (context manager, client): the warehouse kept open while messages flow
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
 
     @contextmanager
@@ -259,6 +260,23 @@ class Loader:
 
         with open_warehouse(self.settings, purpose="load") as client:
             yield client
+
+    def _acquire(self):
+        """The warehouse for a flush, kept open while messages keep arriving (opening it costs about
+        0.1 s); `_release` closes it before any wait on the broker."""
+        if self._client is not None:
+            return self._client
+        if self._held is None:
+            from warehouse.client import open_warehouse
+
+            manager = open_warehouse(self.settings, purpose="load")
+            self._held = (manager, manager.__enter__())
+        return self._held[1]
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held[0].__exit__(None, None, None)
 
     # -- warehouse side --------------------------------------------------------------------------
     def stored_positions(self, client) -> dict[tuple[str, int], tuple[int, str]]:
@@ -375,6 +393,7 @@ class Loader:
         from routerscope.kafka import check_reachable, librdkafka_config
 
         self._client = client
+        self._bootstrap = self.settings.kafka_bootstrap()
         started = time.monotonic()
         result = LoadResult()
         metadata = check_reachable(self.settings)
@@ -433,6 +452,7 @@ class Loader:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
         finally:
+            self._release()
             _close_within(consumer, CLOSE_TIMEOUT_S)
             gc.set_threshold(*thresholds)
             gc.unfreeze()
@@ -452,9 +472,12 @@ class Loader:
         last_message = last_flush = time.monotonic()
         pending = set(states)  # partitions not yet known to be at their end
         while pending:
-            messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0.2)
+            messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
             now = time.monotonic()
             if not messages:
+                if self._held is not None:  # nothing queued: let go of the warehouse before waiting
+                    self._release()
+                    continue
                 idle = now - last_message
                 if idle >= self.idle_timeout_s:
                     # Drained, unless the broker went away (a client-wide error since the last
@@ -464,7 +487,7 @@ class Loader:
                     if idle >= self.broker_timeout_s:
                         self._flush(consumer, batch, states, result)
                         raise BrokerUnavailable(
-                            f"the broker at {self.settings.kafka_bootstrap()} stopped answering during the load "
+                            f"the broker at {self._bootstrap} stopped answering during the load "
                             f"({self._broker_error}); what arrived before was loaded and its position stored, "
                             "so the next `routerscope load` resumes there"
                         )
@@ -534,11 +557,12 @@ class Loader:
         if not batch.ranges:
             return
         try:
-            with self._warehouse() as client:
-                self.write(client, batch, states, result)
+            self.write(self._acquire(), batch, states, result)
         except RouterscopeError:
+            self._release()
             raise
-        except Exception as exc:  # clickhouse-connect / chDB raise several unrelated types
+        except Exception as exc:
+            self._release()  # clickhouse-connect / chDB raise several unrelated types
             raise WarehouseError(
                 f"writing a batch to the warehouse failed ({_first_line(exc)}); nothing past the last stored "
                 "position was recorded as loaded, so the next `routerscope load` resumes there"
