@@ -22,7 +22,8 @@
   includes what an earlier process left in the spool; `dropped` includes `corrupt` and
   `spool_failed`), where `in_flight` is what sits in the queue, the sender's hands or the
   producer's buffer; after `flush()` or `close()` it is 0, so `emitted == delivered + spooled +
-  dropped`. The four counters are exported as OTel metrics.
+  dropped`. The four counters are exported as OTel metrics; `faults()` breaks `dropped` down by
+  cause and counts sender restarts.
 * Flush policy (what a crash can lose): spool writes go straight to the operating system (no
   buffering in the process), so SIGKILL loses at most what was still in the queue or in flight —
   at most `queue_size` messages, usually the last few milliseconds. A power cut can also lose
@@ -339,8 +340,14 @@ class KafkaEmitter:
     def counters(self) -> dict[str, int]:
         with self._lock:
             return {"emitted": self.emitted, "delivered": self.delivered, "spooled": self.spooled,
-                    "dropped": self.dropped, "in_flight": self.in_flight, "corrupt": self.spool.corrupt,
-                    "spool_failed": self.spool.failed, "restarts": self.restarts}  # fmt: skip
+                    "dropped": self.dropped, "in_flight": self.in_flight}  # fmt: skip
+
+    def faults(self) -> dict[str, int]:
+        """What went wrong, by kind: the parts of `dropped` (queue full, spool over its cap, corrupt
+        spool records, failed spool writes, batches held by a failed sender) and sender restarts."""
+        with self._lock:
+            return {"queue_full": self.queue_dropped, "spool_cap": self.spool.dropped, "corrupt": self.spool.corrupt,
+                    "spool_failed": self.spool.failed, "sender_crash": self.crash_dropped, "restarts": self.restarts}  # fmt: skip
 
     # -- the sender ----------------------------------------------------------------------------------
     def _connect(self):
