@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as exc:  # an unreadable home, a full disk, a file that vanished: say which
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"routerscope: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"routerscope: error: {exc.strerror or exc}{where} (check ROUTERSCOPE_HOME and its permissions)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("routerscope: interrupted", file=sys.stderr)

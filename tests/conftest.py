@@ -64,3 +64,11 @@ def broker_settings(tmp_path_factory) -> Settings:
 def warehouse_settings(home: Path) -> Settings:
     """Settings whose embedded warehouse lives in this test's temporary home."""
     return settings_for(home)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pii_key(tmp_path_factory):
+    """In-process scrubbing hashes under a key of the test session, not one under ./.routerscope."""
+    from instrumentation import pii
+
+    pii.configure(tmp_path_factory.mktemp("pii"))
