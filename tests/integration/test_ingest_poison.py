@@ -194,3 +194,20 @@ def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_wa
     loaded = scalar(stack, "SELECT count() FROM routerscope.decisions")
     positions = scalar(stack, "SELECT max(next_offset) FROM routerscope.ingest_offsets")
     assert 0 < loaded == positions < n
+
+
+def test_produce_names_the_lines_it_cannot_send_and_sends_the_rest(broker_settings, tmp_path, monkeypatch, capsys):
+    """`produce` stopped at a deep or 2 MB line with "is the broker still up?" and no line number."""
+    from routerscope import cli
+
+    path = tmp_path / "events.jsonl"
+    big = b'{"pad": "' + b"x" * 2_000_000 + b'"}'
+    path.write_bytes(b"\n".join([dumps(decision()), _deep(3000), b"", big, dumps(label())]) + b"\n")
+    monkeypatch.setenv("ROUTERSCOPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", broker_settings.kafka_bootstrap())
+    code = cli.main(["produce", str(path), "--topic", "decisions", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert out.startswith("produced 3 message(s) to router.decisions.v1")  # the deep line is sent, unkeyed
+    assert err.strip() == (f"routerscope: error: 1 line(s) were not published: line 4: {len(big)} bytes, more than "
+                           "the largest message sent (1048064 bytes)")  # fmt: skip

@@ -10,7 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import BREAKERS, DECISIONS, LABELS, all_rules, decision_invariants_hold
+from instrumentation.contract import (
+    ATTEMPT_LATENCY_MAX,
+    BREAKERS,
+    DECISION_MAXIMA,
+    DECISIONS,
+    DEVICE_STATS_MAXIMA,
+    LABELS,
+    all_rules,
+    decision_invariants_hold,
+    decision_ranges_hold,
+)
 from instrumentation.events import FALLBACK_TYPES, REASONS, DecisionEvent
 from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 
@@ -406,3 +416,35 @@ def test_a_value_that_looks_like_a_key_is_still_valid():
                                              (BREAKERS, breaker(event_time="1800-01-01T00:00:00Z"))])  # fmt: skip
 def test_label_and_breaker_times_must_fit_the_column(contract, event):
     assert contract.parse(dumps(event)) == (None, ["schema.range.event_time"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    version=st.sampled_from([1, 2]),
+    reason=st.sampled_from(["default", "device_busy"]),
+    values=st.fixed_dictionaries({}, optional={
+        name: st.one_of(st.integers(0, 2 * hi), st.integers(0, 2**70)) if name in ("cloud_calls", "deadline_ms", "elapsed_ms", "input_tokens", "output_tokens")
+        else st.floats(0, 2 * hi, allow_nan=False)
+        for name, hi in DECISION_MAXIMA.items()
+    }),
+    attempt_latency=st.floats(0, 2 * ATTEMPT_LATENCY_MAX),
+    stats=st.one_of(st.none(), st.fixed_dictionaries({}, optional={k: st.floats(0, 2 * hi) for k, hi in DEVICE_STATS_MAXIMA.items()})),
+    year=st.integers(1850, 2350),
+)  # fmt: skip
+def test_inlined_range_check_agrees_with_the_named_rules(version, reason, values, attempt_latency, stats, year):
+    """decision_ranges_hold (one call per event in the loader) says exactly what the schema.range.*
+    and version rules of the rule-by-rule path say."""
+    fields = dict(values, schema_version=version, event_time=f"{year}-06-01T00:00:00Z",
+                  attempts=[{"level": 0, "outcome": "ok", "latency_ms": attempt_latency}])  # fmt: skip
+    if values.get("deadline_ms") == 0:
+        fields["deadline_ms"] = 1
+    if reason == "device_busy":
+        fields.update(reason=reason, entered_device=False, degrade_level=2, cloud_calls=max(1, values.get("cloud_calls", 1)),
+                      attempts=[{"level": 2, "outcome": "ok", "latency_ms": attempt_latency}])  # fmt: skip
+    if stats is not None:
+        fields["device_stats"] = stats
+    event = decision(**fields)
+    typed = msgspec.json.decode(dumps(event), type=DecisionEvent)
+    rules = DECISIONS.validate(msgspec.json.decode(dumps(event)))
+    assert all(r.startswith(("schema.range.", "schema.unknown.", "schema.invalid.reason")) for r in rules), rules
+    assert decision_ranges_hold(typed) == (rules == [])
