@@ -30,7 +30,6 @@ range is named as such.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -52,7 +51,6 @@ from routerscope import names
 _decoder_any = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder().encode
 _decoder_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, values left undecoded
-_SPACED_COLON = re.compile(rb'"[ \t\r\n]+:')
 
 # Larger messages are quarantined unread (a decision event is under 2 KB; Kafka's default limit is 1 MB).
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -313,6 +311,18 @@ BREAKER_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 
+def _admits_none(annotation) -> bool:
+    from typing import get_args
+
+    stack = [annotation]
+    while stack:
+        t = stack.pop()
+        if t is type(None):
+            return True
+        stack.extend(get_args(t))
+    return False
+
+
 def _struct_types(annotation) -> list[type]:
     from typing import get_args
 
@@ -342,6 +352,8 @@ class Contract:
         object.__setattr__(self, "_has_attempts", "attempts" in self.event_type.__struct_fields__)
         objects = tuple(f.name for f in self._fields if f.name != "attempts" and _struct_types(f.type))
         object.__setattr__(self, "_objects", objects)  # nested single objects (breaker, device_stats)
+        nullable = tuple(i for i, f in enumerate(self._fields) if f.required and _admits_none(f.type))
+        object.__setattr__(self, "_required_nullable", nullable)
 
     # -- rules ---------------------------------------------------------------------------------
     def invariant_rules(self, event) -> list[str]:
@@ -435,12 +447,15 @@ class Contract:
     def _may_repeat_keys(self, raw: bytes, event) -> bool:
         """False when `raw` certainly repeats no key; True when it might (then check exactly).
 
-        Without a backslash or a space before a colon, every key ends in the two bytes `":` and
-        nothing else does (a string cannot hold an unescaped quote), so `raw.count(b'":')` is the
-        number of keys. A message without repeats has exactly: its distinct top-level keys, three
-        per attempt (all required), and the keys of its breaker and device_stats objects."""
-        if b"\\" in raw or _SPACED_COLON.search(raw):
-            return True
+        Once whitespace is removed, every key ends in the two bytes `":`, so counting them counts
+        every key (a string value may add to the count, never take from it: an over-count only
+        costs the exact check). A message without repeats has at least its required fields, its
+        optional fields that hold a value, three keys per attempt (all required) and the valued
+        fields of its nested objects, and exactly that many unless it spells out nulls; then its
+        distinct keys are counted from the top-level key map instead."""
+        keys = raw.translate(None, b" \t\r\n").count(b'":')
+        if keys == self._keys_with_values(event):
+            return False
         top = _decoder_keys.decode(raw)
         expected = len(top)
         if self._has_attempts:
@@ -449,7 +464,22 @@ class Contract:
             inner = top.get(name)
             if inner is not None and bytes(inner) != b"null":
                 expected += len(_decoder_keys.decode(inner))
-        return raw.count(b'":') != expected
+        return keys != expected
+
+    def _keys_with_values(self, event) -> int:
+        values = msgspec.structs.astuple(event)
+        n = len(values) - values.count(None) - values.count(UNSET)  # identity first: C-speed counts
+        for i in self._required_nullable:  # a required field is a key even when null
+            if values[i] is None:
+                n += 1
+        if self._has_attempts:
+            n += 3 * len(event.attempts)
+        for name in self._objects:
+            inner = getattr(event, name)
+            if inner is not None and inner is not UNSET:
+                inner_values = msgspec.structs.astuple(inner)
+                n += len(inner_values) - inner_values.count(None) - inner_values.count(UNSET)
+        return n
 
 
 DECISIONS = Contract(

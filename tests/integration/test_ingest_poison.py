@@ -122,6 +122,11 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == len(good)
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == len(good)
     assert scalar(stack, "SELECT uniqExact(toYYYYMM(event_time)) FROM routerscope.decisions") > 100
+    # the ledger names exactly the loaded messages (a row the warehouse refused is not in it)
+    assert scalar(stack, "SELECT count() FROM routerscope.loaded_messages") == len(good)
+    assert query(stack, "SELECT sum(rows_loaded), sum(rows_quarantined) FROM routerscope.ingest_offsets") == [
+        (len(good), len(ALL_POISON) + 1)
+    ]
     v2 = query(stack, "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
                       "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
                       "WHERE schema_version = 2 ORDER BY request_id")  # fmt: skip
