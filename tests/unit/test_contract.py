@@ -397,9 +397,12 @@ def _deep(depth: int) -> bytes:
         (dumps(decision(attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}])).replace(
             b'"level":0', b'"level":0,"level":0'), ["json.duplicate_key"]),  # inside an attempt
         (dumps(decision())[:-1] + b', "mode": "sideways"}', ["schema.invalid.mode", "json.duplicate_key"]),
+        # explicit nulls (as the router writes them) around a repeat: counted from the key map
+        (dumps(decision(app_id=None, ttft_ms=None))[:-1] + b', "app_id": "x"}', ["json.duplicate_key"]),
+        (dumps(decision(app_id="x"))[:-1] + b', "app_id": null}', ["json.duplicate_key"]),
     ],
     ids=["deep field", "deep array", "over 1 MiB", "repeated key", "repeated key, spaced", "repeated key, escaped",
-         "repeated key in an attempt", "repeated key and a bad field"],
+         "repeated key in an attempt", "repeated key and a bad field", "null then value", "value then null"],
 )  # fmt: skip
 def test_hostile_messages_are_named_never_raised(raw, expected):
     assert DECISIONS.parse(raw) == (None, expected)
@@ -407,7 +410,7 @@ def test_hostile_messages_are_named_never_raised(raw, expected):
 
 def test_a_value_that_looks_like_a_key_is_still_valid():
     """The cheap repeated-key screen may send such a message to the exact check; it must still pass."""
-    raw = dumps(decision(task_type="event_id", request_id='"cloud_calls": 1', app_id="level"))
+    raw = dumps(decision(task_type="event_id", request_id='"cloud_calls": 1', app_id=":level", device_tier=None))
     event, rules = DECISIONS.parse(raw)
     assert rules == [] and event.task_type == "event_id"
 
