@@ -504,4 +504,9 @@ def all_rules(contract: Contract) -> Iterable[str]:
                 "schema.version", "contract.error")
     for f in contract._fields:
         yield f"schema.required.{f.name}" if f.required else f"schema.invalid.{f.name}"
+    yield "schema.range.event_time"
+    if contract.topic == names.TOPIC_DECISIONS:
+        yield from (f"schema.range.{name}" for name in DECISION_MAXIMA)
+        yield "schema.range.attempts.latency_ms"
+        yield from (f"schema.range.device_stats.{name}" for name in DEVICE_STATS_MAXIMA)
     yield from (inv.rule for inv in contract.invariants)
