@@ -91,6 +91,10 @@ SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, s
        toBool((event_id, task_type, event_time) NOT IN (
            SELECT event_id, task_type, event_time FROM routerscope.decisions
            WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+             AND event_id IN (  -- only ids delivered more than once pay for comparing contents
+                 SELECT event_id FROM routerscope.decisions
+                 WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+                 GROUP BY event_id HAVING count() > 1)
            GROUP BY event_id, task_type, event_time HAVING uniqExact({_CONTENT}) > 1)) AS ok_one_content
 FROM routerscope.decisions FINAL
 WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
