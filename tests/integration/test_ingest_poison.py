@@ -95,7 +95,8 @@ def _produce_keyed(settings, items: list[tuple[bytes, bytes | None]], timestamp_
 
 def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack, home):
     """Issue: one message any Kafka writer can send stopped ingest for good. Each class, between
-    good messages; `routerscope load` exits 0 on the first run and on every later one."""
+    good messages; `routerscope load` exits 0 on the first run and on every later one.
+    (~25 s: one `load` process, a 1.5 MB message and 130 month partitions are the point of it.)"""
     with open_warehouse(stack) as client:
         from warehouse.migrate import migrate
 
@@ -142,11 +143,11 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     # raw bytes kept as they came (the 1.5 MB message included)
     assert scalar(stack, "SELECT max(length(raw)) FROM routerscope.quarantine") > 1_500_000
 
-    # later runs: nothing stuck behind the poison, new messages load
-    again = run_cli("load", "--json", "--idle-timeout", "0.5", env=env)
-    assert again.returncode == 0, again.stderr
-    assert json.loads(again.stdout) == {"loaded": {"decisions": 0, "labels": 0, "breakers": 0},
-                                        "quarantined": {"decisions": 0, "labels": 0, "breakers": 0}}  # fmt: skip
+    # later runs (in process: the command's exit status was shown above): nothing stuck behind the
+    # poison, new messages load
+    again = load(stack, **FAST)
+    assert again.as_dict() == {"loaded": {"decisions": 0, "labels": 0, "breakers": 0},
+                               "quarantined": {"decisions": 0, "labels": 0, "breakers": 0}}  # fmt: skip
     produce(stack, DECISIONS, valid_decisions(20, start=5000) + [dumps(decision(input_tokens=2**64))])
     third = load(stack, **FAST)
     assert (third.loaded["decisions"], third.quarantined["decisions"]) == (20, 1)
