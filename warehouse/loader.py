@@ -69,6 +69,7 @@ CLOSE_TIMEOUT_S = 5.0
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
 MAX_MONTHS_PER_INSERT = 50
 INSERT_REJECTED = "insert.rejected"
+QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 OFFSET_COLUMNS = ("consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
                   "rows_loaded", "rows_quarantined", "last_fingerprint")  # fmt: skip
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
@@ -192,12 +193,13 @@ class _Batch:
         ):
             column.append(value)
 
-    def reject(self, topic: str, rejected: list[tuple[int, int, object]], error: str) -> None:
-        """Rows the warehouse refused (partition, offset, message): quarantined, out of the ledger."""
-        gone = {(topic, p, o) for p, o, _ in rejected}
+    def reject(self, topic: str, rejected: list[tuple[int, int, object, str]]) -> None:
+        """Rows the warehouse refused (partition, offset, message, its message): quarantined, out of
+        the ledger."""
+        gone = {(topic, p, o) for p, o, _, _ in rejected}
         keep = [i for i, c in enumerate(zip(*self.ledger[:3])) if c not in gone]
         self.ledger = [[column[i] for i in keep] for column in self.ledger]
-        for partition, offset, message in rejected:
+        for partition, offset, message, error in rejected:
             counts = self.counts[(topic, partition)]
             counts[0] -= 1
             counts[1] += 1
@@ -321,7 +323,7 @@ class Loader:
         if batch.ledger[0]:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
-            self._insert(client, names.TABLE_QUARANTINE, QUARANTINE_COLUMNS, batch.quarantine, "quarantine;" + batch.token())
+            self._insert_quarantine(client, batch)
         token = batch.token()
         rows = []
         for (t, p), (first, last) in sorted(batch.ranges.items()):
@@ -365,7 +367,33 @@ class Loader:
                     "past the last stored position was recorded as loaded, so the next `routerscope load` "
                     "resumes there"
                 )
-            batch.reject(topic, [(p, o, m) for _, p, o, m in rejected], errors[0])
+            batch.reject(topic, [(p, o, m, error) for (_, p, o, m), error in zip(rejected, errors)])
+
+    def _insert_quarantine(self, client, batch: _Batch) -> None:
+        """The quarantine rows; one the warehouse refuses is kept without its raw bytes, under the
+        added rule `quarantine.raw_refused` with the raw's length, hash and the server's message."""
+        token = "quarantine;" + batch.token()
+        rows = list(zip(*batch.quarantine))
+
+        def insert(part: list, part_token: str) -> None:
+            self._insert(client, names.TABLE_QUARANTINE, QUARANTINE_COLUMNS, [list(c) for c in zip(*part)], part_token)
+
+        refused: list[tuple] = []
+        errors: list[str] = []
+        self._insert_or_split(insert, rows, token, refused, errors)
+        if not refused:
+            return
+        if len(refused) == len(rows) and len(rows) > 1:
+            raise WarehouseError(
+                f"the warehouse refused every quarantine row of a batch ({errors[0]}); nothing past the last "
+                "stored position was recorded as loaded, so the next `routerscope load` resumes there"
+            )
+        kept = []
+        for (topic, partition, offset, key, timestamp, raw, rules, error), refusal in zip(refused, errors):
+            digest = hashlib.sha256(raw if isinstance(raw, bytes) else str(raw).encode()).hexdigest()
+            kept.append((topic, partition, offset, key, timestamp, b"", [*rules, QUARANTINE_RAW_REFUSED],
+                         f"{error}; {QUARANTINE_RAW_REFUSED}: {len(raw)} bytes, sha256 {digest}: {refusal}"))  # fmt: skip
+        insert(kept, token + ";raw-refused")
 
     @staticmethod
     def _insert_or_split(insert, rows: list, token: str, rejected: list, errors: list) -> None:

@@ -5,6 +5,7 @@ Also: positions that prove themselves against a refilled broker, and a broker th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -152,6 +153,19 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     third = load(stack, **FAST)
     assert (third.loaded["decisions"], third.quarantined["decisions"]) == (20, 1)
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == len(good) + 20
+
+
+def test_a_quarantine_row_the_warehouse_refuses_is_kept_without_its_raw_bytes(stack):
+    """The last line behind the last line: even the quarantine insert cannot stop ingest."""
+    query(stack, "ALTER TABLE routerscope.quarantine ADD CONSTRAINT no_refuse CHECK NOT startsWith(raw, 'REFUSE')")
+    poison = b"REFUSE me: " + b"x" * 100
+    produce(stack, DECISIONS, valid_decisions(50) + [poison, b"plain garbage"])
+    result = load(stack, **FAST)
+    assert (result.loaded["decisions"], result.quarantined["decisions"]) == (50, 2)
+    ((rules, error),) = query(stack, "SELECT rules, error FROM routerscope.quarantine WHERE raw = ''")
+    assert rules == ["json.invalid", "quarantine.raw_refused"]
+    assert f"{len(poison)} bytes, sha256 {hashlib.sha256(poison).hexdigest()}" in error and "no_refuse" in error
+    assert scalar(stack, "SELECT count() FROM routerscope.quarantine WHERE raw = 'plain garbage'") == 1
 
 
 def test_a_refilled_broker_is_caught_by_the_position_fingerprint(stack):
