@@ -14,7 +14,8 @@
   counted as dropped.
 * **The sender cannot die.** A spool record that does not decode (a torn last line after a power
   cut or a full disk, a damaged file) is counted as `corrupt` and skipped; a torn tail is closed
-  off at start-up so nothing is appended onto it. An `OSError` while spooling (`ENOSPC`, a
+  off at start-up so nothing is appended onto it; a segment that cannot be read at all is moved
+  aside (`*.unreadable`) and its events counted as corrupt. An `OSError` while spooling (`ENOSPC`, a
   read-only or vanished directory) counts that batch as dropped (`spool_failed`) and the sender
   keeps going; a cursor that cannot be saved is kept in memory. The sender thread is supervised:
   if it ever raises, the batch it held is counted as dropped and it starts again (`restarts`).
@@ -96,12 +97,13 @@ class Spool:
         self.dropped = 0  # oldest segments deleted over the cap
         self.corrupt = 0  # records that did not decode, skipped
         self.failed = 0  # messages that could not be written (OSError)
+        self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = sum(self._lines(p) for p in self._segments()) - self._position[1]
 
     def _segments(self) -> list[Path]:
-        return sorted(self.dir.glob("*.jsonl"))
+        return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped)
 
     @staticmethod
     def _lines(path: Path) -> int:
@@ -239,21 +241,46 @@ class Spool:
         name, line = self._cursor()
         if name is None:
             return [], 0
-        out, read = [], 0
-        with open(self.dir / name, "rb") as f:
-            for i, raw in enumerate(f):
-                if i < line:
-                    continue
-                if read >= limit:
-                    break
-                read += 1
-                try:
-                    out.append(Message.from_line(raw))
-                except ValueError:
-                    self.corrupt += 1
-                    self._count -= 1
-                    log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
+        out, read, corrupt = [], 0, 0
+        try:
+            with open(self.dir / name, "rb") as f:
+                for i, raw in enumerate(f):
+                    if i < line:
+                        continue
+                    if read >= limit:
+                        break
+                    read += 1
+                    try:
+                        out.append(Message.from_line(raw))
+                    except ValueError:
+                        corrupt += 1
+                        log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
+        except OSError as exc:  # the segment cannot be read at all: set it aside, never stall on it
+            self._abandon(name, exc)
+            return [], 0
+        self.corrupt += corrupt
+        self._count -= corrupt
         return out, read
+
+    def _abandon(self, name: str, exc: OSError) -> None:
+        """Move an unreadable segment out of the spool; what it still held counts as corrupt."""
+        path = self.dir / name
+        try:
+            path.rename(path.with_name(name + ".unreadable"))
+        except OSError:
+            self._skipped.add(name)
+        remaining = 0
+        for segment in self._segments():
+            try:
+                remaining += self._lines(segment)
+            except OSError:
+                self._skipped.add(segment.name)
+        lost = max(0, self._count - remaining)
+        self.corrupt += lost
+        self._count -= lost
+        rest = self._segments()
+        self._position = ((rest[0].name if rest else None), 0)
+        log.error("event spool: segment %s cannot be read (%s); its %d event(s) are counted as corrupt", name, exc, lost)
 
     def advance(self, n: int, delivered: int | None = None) -> None:
         """The next `n` records were read (`delivered` of them sent; the rest were corrupt and are

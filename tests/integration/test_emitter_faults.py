@@ -131,3 +131,27 @@ def test_the_sender_thread_is_restarted_if_it_ever_fails(broker_settings, tmp_pa
     assert faults["restarts"] == 1 and faults["sender_crash"] == counts["dropped"] == 1 and counts["delivered"] == 50
     assert balanced(counts)
     assert numbers(broker_settings.kafka_bootstrap(), "restart", 50) == list(range(1, 51))
+
+
+def test_an_unreadable_spool_segment_is_set_aside_and_counted_not_retried_for_ever(down_broker, home):
+    """A segment the sender cannot open (here a directory where the file was: a real EISDIR) used to
+    make it fail on every replay attempt; it is moved aside and its events counted as corrupt."""
+    spool_dir = home / "spool"
+    spool = Spool(spool_dir, segment_bytes=2_000)
+    spool.append([message("unreadable", i) for i in range(60)])
+    segments = sorted(spool_dir.glob("*.jsonl"))
+    assert len(segments) >= 3
+    first_lines = Spool._lines(segments[0])
+    settings = down_broker["settings"]
+    emitter = KafkaEmitter(producer_config(settings), spool_dir, retry_every_s=0.2)
+    segments[0].unlink()
+    segments[0].mkdir()  # the oldest segment can no longer be read
+    start(down_broker)
+    assert emitter.flush(60)
+    emitter.close()
+    counts, faults = emitter.counters(), emitter.faults()
+    assert faults["corrupt"] == first_lines and faults["restarts"] == 0
+    assert (counts["delivered"], counts["dropped"], counts["spooled"]) == (60 - first_lines, first_lines, 0)
+    assert balanced(counts)
+    assert (spool_dir / (segments[0].name + ".unreadable")).is_dir()
+    assert numbers(settings.kafka_bootstrap(), "unreadable", 60 - first_lines) == list(range(first_lines, 60))
