@@ -100,7 +100,7 @@ class Spool:
         self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
         self._position = self._saved_cursor()
         self._close_torn_tail()
-        self._count = sum(self._lines(p) for p in self._segments()) - self._position[1]
+        self._count = self._readable_lines() - self._position[1]
 
     def _segments(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped)
@@ -109,6 +109,24 @@ class Spool:
     def _lines(path: Path) -> int:
         with open(path, "rb") as f:
             return sum(1 for _ in f)
+
+    def _readable_lines(self) -> int:
+        """Records in the spool at start-up; a segment that cannot be read is moved aside (what it
+        held is unknown, so it was never counted)."""
+        total = 0
+        for segment in self._segments():
+            try:
+                total += self._lines(segment)
+            except OSError as exc:
+                log.error("event spool: segment %s cannot be read (%s); moved aside", segment.name, exc)
+                try:
+                    segment.rename(segment.with_name(segment.name + ".unreadable"))
+                except OSError:
+                    self._skipped.add(segment.name)
+        if self._position[0] is not None and not (self.dir / self._position[0]).is_file():
+            rest = self._segments()
+            self._position = ((rest[0].name if rest else None), 0)
+        return total
 
     def _close_torn_tail(self) -> None:
         """A last segment that does not end with a newline was cut mid-write: end that line, so the
@@ -145,7 +163,10 @@ class Spool:
 
     def _cursor(self) -> tuple[str | None, int]:
         name, line = self._position
-        if name is not None and (self.dir / name).exists():
+        if name is not None and not (self.dir / name).exists():  # removed under us: recount what is left
+            self._abandon(name, FileNotFoundError(f"{name} vanished"))
+        name, line = self._position
+        if name is not None:
             return name, line
         segments = self._segments()
         self._position = ((segments[0].name if segments else None), 0)
@@ -266,7 +287,8 @@ class Spool:
         """Move an unreadable segment out of the spool; what it still held counts as corrupt."""
         path = self.dir / name
         try:
-            path.rename(path.with_name(name + ".unreadable"))
+            if path.exists():
+                path.rename(path.with_name(name + ".unreadable"))
         except OSError:
             self._skipped.add(name)
         remaining = 0

@@ -105,6 +105,23 @@ def test_a_full_disk_under_the_spool_drops_and_counts_and_the_sender_keeps_going
     assert numbers(settings.kafka_bootstrap(), "enospc", 200) == list(range(300, 500))
 
 
+def test_a_spool_segment_removed_under_the_sender_is_counted(down_broker, home):
+    """An operator deleting a spool file must not freeze the books (in_flight stuck above 0)."""
+    spool_dir = home / "spool"
+    Spool(spool_dir, segment_bytes=2_000).append([message("vanished", i) for i in range(60)])
+    segments = sorted(spool_dir.glob("*.jsonl"))
+    first_lines = Spool._lines(segments[0])
+    emitter = KafkaEmitter(producer_config(down_broker["settings"]), spool_dir, retry_every_s=0.2)
+    with emitter._lock:
+        segments[0].unlink()
+    start(down_broker)
+    assert emitter.flush(60)
+    emitter.close()
+    counts = emitter.counters()
+    assert (counts["delivered"], counts["dropped"], emitter.faults()["corrupt"]) == (60 - first_lines, first_lines, first_lines)
+    assert balanced(counts)
+
+
 def test_the_sender_thread_is_restarted_if_it_ever_fails(broker_settings, tmp_path, monkeypatch):
     """Whatever raises inside the sender (here: the send itself, once), the thread starts again; the
     batch it held is counted as dropped and later events are delivered."""
@@ -143,9 +160,14 @@ def test_an_unreadable_spool_segment_is_set_aside_and_counted_not_retried_for_ev
     assert len(segments) >= 3
     first_lines = Spool._lines(segments[0])
     settings = down_broker["settings"]
-    emitter = KafkaEmitter(producer_config(settings), spool_dir, retry_every_s=0.2)
-    segments[0].unlink()
-    segments[0].mkdir()  # the oldest segment can no longer be read
+    emitter = KafkaEmitter(producer_config(settings), spool_dir, retry_every_s=60)
+    deadline = time.monotonic() + 20
+    while emitter._down_until <= time.monotonic() and time.monotonic() < deadline:
+        time.sleep(0.02)  # until its first replay attempt failed: it holds no spool record now
+    with emitter._lock:  # (the sender reads the spool under this lock)
+        segments[0].unlink()
+        segments[0].mkdir()  # the oldest segment can no longer be read
+    emitter.retry_every_s, emitter._down_until = 0.2, 0.0
     start(down_broker)
     assert emitter.flush(60)
     emitter.close()
