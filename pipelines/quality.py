@@ -25,7 +25,7 @@ BLOCKING = {
     "breakers_contract": ("breakers.",),
     "pipeline_completeness": ("pipeline.offsets.", "pipeline.quarantine_share"),
 }
-WARNING = {"pipeline_health": ("pipeline.freshness", "pipeline.volume", "pipeline.label_coverage")}
+WARNING = {"pipeline_health": ("pipeline.freshness", "pipeline.future_events", "pipeline.volume", "pipeline.label_coverage")}
 
 
 class QualityConfig(dg.Config):

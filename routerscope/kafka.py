@@ -71,8 +71,12 @@ def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_
     created = []
     for topic, future in futures.items():
         try:
-            future.result()
+            future.result(timeout=20)  # bounded: a broker that stops answering must not hang start-up
             created.append(topic)
+        except TimeoutError:
+            raise BrokerUnavailable(
+                f"creating topic {topic} at {bootstrap or settings.kafka_bootstrap()} got no answer within 20 s"
+            ) from None
         except Exception as exc:  # KafkaException wrapping a KafkaError
             error = exc.args[0] if exc.args else None
             if getattr(error, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:

@@ -96,3 +96,11 @@ def copy_warehouse(template_home: Path, home: Path) -> Settings:
     source = settings_for(template_home).warehouse.path
     shutil.copytree(source, settings.warehouse.path, symlinks=True)
     return settings
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pii_key(tmp_path_factory):
+    """In-process scrubbing hashes under a key of the test session, not one under ./.routerscope."""
+    from instrumentation import pii
+
+    pii.configure(tmp_path_factory.mktemp("pii"))

@@ -1,0 +1,72 @@
+"""Hostile command-line inputs end in one `routerscope: error: …` line (or argparse's usage error),
+never a traceback (issue: no message or input stops the pipeline with a stack trace)."""
+
+from __future__ import annotations
+
+import pytest
+
+from routerscope import cli
+
+WINDOW = ["--start", "2026-11-29", "--end", "2026-11-30"]
+
+
+def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str]:
+    for key in ("ROUTERSCOPE_CLICKHOUSE_DSN", "ROUTERSCOPE_KAFKA_BOOTSTRAP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("ROUTERSCOPE_HOME", str(tmp_path / "home"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as exc:  # argparse rejects the value before any command runs
+        code = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err.strip().splitlines()[-1] if err.strip() else ""
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["metrics", *WINDOW, "--baseline-days", "nan"], "'nan' must be a finite number above 0"),
+        (["metrics", *WINDOW, "--baseline-days", "inf"], "'inf' must be a finite number above 0"),
+        (["metrics", *WINDOW, "--baseline-days", "-3"], "'-3' must be a finite number above 0"),
+        (["metrics", *WINDOW, "--target", "nan"], "'nan' must be a finite number above 0"),
+        (["load", "--idle-timeout", "-1"], "'-1' must be a finite number above 0"),
+        (["simulate", "--corrupt", "-3"], "'-3' must be at least 0"),
+    ],
+)
+def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path, argv, message):
+    code, line = run(monkeypatch, capsys, tmp_path, *argv)
+    assert code == 2 and line.endswith(message)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["metrics", "--start", "2026-11-29", "--end", "9999-12-31"], "--end '9999-12-31' is outside the times the warehouse stores"),
+        (["metrics", "--start", "1066-10-14", "--end", "2026-11-30"], "--start '1066-10-14' is outside the times the warehouse stores"),
+        (["metrics", *WINDOW, "--baseline-days", "1e9"], "--baseline-days 1e+09 is more than ten years"),
+        (["dq", "--day", "9999-12-31"], "--day '9999-12-31' is outside the times the warehouse stores"),
+    ],
+)  # fmt: skip
+def test_times_past_what_the_warehouse_stores_are_refused(monkeypatch, capsys, tmp_path, argv, message):
+    code, line = run(monkeypatch, capsys, tmp_path, *argv)
+    assert code == 2 and line.startswith(f"routerscope: error: {message}")
+
+
+@pytest.mark.parametrize("dsn", ["http://[::1", "http://warehouse:port/", "http://warehouse:99999"])
+def test_an_unparsable_dsn_is_one_line_without_the_dsn(monkeypatch, capsys, tmp_path, dsn):
+    code, line = run(monkeypatch, capsys, tmp_path, "migrate", ROUTERSCOPE_CLICKHOUSE_DSN=dsn)
+    assert code == 2 and line.startswith("routerscope: error: ROUTERSCOPE_CLICKHOUSE_DSN is not a valid URL")
+
+
+def test_a_home_that_cannot_be_used_is_one_line(monkeypatch, capsys, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the home should be")
+    monkeypatch.setenv("ROUTERSCOPE_HOME", str(blocker))
+    monkeypatch.delenv("ROUTERSCOPE_CLICKHOUSE_DSN", raising=False)
+    code = cli.main(["migrate"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("routerscope: error: ") and str(blocker) in err and "ROUTERSCOPE_HOME" in err
