@@ -1,21 +1,26 @@
 """Alert evaluation after each metric window: a sensor on `metrics_5m` materializations runs the
-`alerts` job, which evaluates the rules (`routerscope.alerts`) and delivers notifications."""
+`alerts` job, which evaluates the rules (`routerscope.alerts`, via `pipelines.core.evaluate_alerts`,
+the same call as `routerscope alerts`) and delivers notifications."""
+
+from datetime import datetime
+from typing import Optional
 
 import dagster as dg
 
+from pipelines import core, timing
 from pipelines.resources import RouterscopeResource
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
+
+
+class AlertsConfig(dg.Config):
+    # Evaluate as of this ISO time instead of now (replaying history: the demo evaluates after each
+    # simulated window as the sensor would have then).
+    as_of: Optional[str] = None
 
 
 @dg.op(description="Evaluate the alert rules over the stored metric windows; notify the webhook.")
-def evaluate_alerts(context: dg.OpExecutionContext, routerscope: RouterscopeResource):
-    from routerscope import alerts
-
-    settings = routerscope.settings()
-    with open_warehouse(settings, purpose="alerts") as client:
-        migrate(client)
-        result = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook)
+def evaluate_alerts(context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource):
+    now = datetime.fromisoformat(config.as_of) if config.as_of else None
+    result = core.evaluate_alerts(routerscope.settings(), now=now)
     context.log.info(
         f"firing {len(result.firing)}, fired now {len(result.fired)}, resolved now {len(result.resolved)}, "
         f"delivery failures {result.delivery_failures}"
@@ -28,7 +33,9 @@ def alerts_job():
     evaluate_alerts()
 
 
-@dg.asset_sensor(asset_key=dg.AssetKey("metrics_5m"), job=alerts_job, minimum_interval_seconds=60)
+@dg.asset_sensor(asset_key=dg.AssetKey("metrics_5m"), job=alerts_job,
+                 minimum_interval_seconds=timing.sensor_interval(timing.ALERTS_INTERVAL_S),
+                 default_status=dg.DefaultSensorStatus.RUNNING)  # fmt: skip
 def alerts_after_metrics(context: dg.SensorEvaluationContext, asset_event):
     """Each new 5-minute metric window triggers one evaluation."""
     return dg.RunRequest(run_key=f"metrics-5m-{asset_event.storage_id}")

@@ -1,47 +1,52 @@
 """Metric assets: METRICS.md per 5-minute window (on-call) and per day (tuning), materialized into
-`metric_windows` / `calibration_windows`; a sensor recomputes the days that late labels touch.
+`metric_windows` / `calibration_windows`; schedules compute each window once it has ended (plus a
+settle delay), and sensors recompute the windows that late data touches.
 
-Thin glue over `warehouse.metrics.compute`; each run computes only its own partition's window."""
+Thin glue over `pipelines.core.metrics_window`; each run computes only its own partition's window.
+When and why: `pipelines.timing`."""
 
 from datetime import datetime, timezone
 
 import dagster as dg
 
+from pipelines import core, timing
 from pipelines.ingest import TABLE_ASSETS
 from pipelines.partitions import DAILY, FIVE_MINUTES
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
+from routerscope.errors import WarehouseError
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries import metric_windows
 
 FACTS = [TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"]]
+_DEFAULTS = core.MetricParams()
+# A sensor waits at most this long for the embedded warehouse (a long ingest run may hold it); it
+# skips the tick rather than outlive its evaluation timeout, and looks again at the next one.
+SENSOR_WAREHOUSE_WAIT_S = 20.0
 
 
 class MetricsConfig(dg.Config):
-    baseline_days: float = 7.0
-    target: float = 0.95
-    min_n: int = 30
+    baseline_days: float = _DEFAULTS.baseline_days
+    target: float = _DEFAULTS.target
+    min_n: int = _DEFAULTS.min_n
 
 
 def _materialize(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource,
                  grain: str) -> dg.MaterializeResult:  # fmt: skip
     window = context.partition_time_window
     start, end = window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
-    with open_warehouse(routerscope.settings(), purpose=f"metrics {grain}") as client:
-        migrate(client)
-        result = compute(client, start, end, baseline_days=config.baseline_days, target=config.target,
-                         min_n=config.min_n)  # fmt: skip
-        rows = metric_windows.write_window(client, grain, start, end, result)
+    params = core.MetricParams(baseline_days=config.baseline_days, target=config.target, min_n=config.min_n)
+    result, rows = core.metrics_window(routerscope.settings(), start, end, params, store_grain=grain)
     overall = result["overall"]
+    rate = lambda v: dg.MetadataValue.float(v) if v is not None else None  # noqa: E731
     return dg.MaterializeResult(
         metadata={
             "window": f"[{start.isoformat()}, {end.isoformat()})",
             "rows": rows,
             "requests": overall["requests"],
-            "fallback_rate": dg.MetadataValue.float(overall["fallback_rate"]) if overall["fallback_rate"] is not None else None,
-            "naive_fallback_rate": dg.MetadataValue.float(overall["naive_fallback_rate"]) if overall["naive_fallback_rate"] is not None else None,
+            "fallback_rate": rate(overall["fallback_rate"]),
+            "naive_fallback_rate": rate(overall["naive_fallback_rate"]),
             "l2_l3_drifting": overall["l2_l3_drift"]["drifting"],
         }
     )
@@ -67,22 +72,74 @@ metrics_daily_job = dg.define_asset_job(
     "metrics_daily_job", selection=[data_quality, metrics_daily], executor_def=dg.in_process_executor
 )
 
-metrics_5m_schedule = dg.build_schedule_from_partitioned_job(metrics_5m_job)
-metrics_daily_schedule = dg.build_schedule_from_partitioned_job(metrics_daily_job, hour_of_day=0, minute_of_hour=15)
+
+# Not `build_schedule_from_partitioned_job`: with `end_offset=1` it targets the window still open
+# (at 12:05 the empty 12:05 window; at 00:15 today). These target the last *finished* window.
+@dg.schedule(cron_schedule=timing.METRICS_5M_CRON, job=metrics_5m_job, execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Each 5-minute window, 2 minutes after it ends (the settle delay for late events).")  # fmt: skip
+def metrics_5m_schedule(context: dg.ScheduleEvaluationContext):
+    start, _ = timing.finished_5m_window(context.scheduled_execution_time)
+    key = timing.five_minute_key(start)
+    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
 
 
-@dg.sensor(job=metrics_daily_job, minimum_interval_seconds=300,
-           description="Late labels: recompute the daily metrics of the days whose decisions they label.")  # fmt: skip
+@dg.schedule(cron_schedule=timing.METRICS_DAILY_CRON, job=metrics_daily_job, execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.")  # fmt: skip
+def metrics_daily_schedule(context: dg.ScheduleEvaluationContext):
+    start, _ = timing.finished_day(context.scheduled_execution_time)
+    key = timing.day_key(start)
+    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
+
+
+def _cursor_time(cursor: str | None) -> datetime:
+    return datetime.fromisoformat(cursor) if cursor else datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dg.sensor(job=metrics_5m_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_EVENTS_INTERVAL_S),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Late data: recompute the 5-minute windows (of the last 2 hours) that received decisions "
+                       "or labels after their scheduled computation.")  # fmt: skip
+def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
+    since = _cursor_time(context.cursor)
+    now = datetime.now(timezone.utc)
+    horizon = max(timing.floor_5m(now - timing.LATE_HORIZON), FIVE_MINUTES.start)
+    late_after = timing.FIVE_MINUTES + timing.SETTLE_5M
+    try:
+        with open_warehouse(routerscope.settings(), purpose="late data sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+            migrate(client)
+            starts, newest = metric_windows.windows_with_late_data(client, since, horizon, int(late_after.total_seconds()))
+    except WarehouseError as exc:
+        return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
+    newest = timing.utc(newest) if newest is not None else None
+    if newest is None or newest <= since:
+        return dg.SkipReason(f"nothing arrived since {since.isoformat()}")
+    keys = [timing.five_minute_key(s) for s in starts]
+    context.update_cursor(newest.isoformat())
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"late-{k}-{newest.isoformat()}", partition_key=k) for k in keys]
+    )
+
+
+@dg.sensor(job=metrics_daily_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_LABELS_INTERVAL_S),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Late labels: recompute the daily metrics of the finished days whose decisions they label.")  # fmt: skip
 def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
-    since = datetime.fromisoformat(context.cursor) if context.cursor else datetime(1970, 1, 1, tzinfo=timezone.utc)
-    with open_warehouse(routerscope.settings(), purpose="late labels sensor") as client:
-        migrate(client)
-        days, newest = metric_windows.days_with_new_labels(client, since)
-    newest = newest.replace(tzinfo=timezone.utc) if newest is not None and newest.tzinfo is None else newest
+    since = _cursor_time(context.cursor)
+    try:
+        with open_warehouse(routerscope.settings(), purpose="late labels sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+            migrate(client)
+            days, newest = metric_windows.days_with_new_labels(client, since)
+    except WarehouseError as exc:
+        return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
+    newest = timing.utc(newest) if newest is not None else None
     if newest is None or newest <= since:
         return dg.SkipReason(f"no labels arrived since {since.isoformat()}")
+    # Today's labels are not late: the daily schedule computes today once it has ended.
+    today = datetime.now(timezone.utc).date()
     first = DAILY.start.date()
-    keys = [day.isoformat() for day in days if day >= first]
+    keys = [day.isoformat() for day in days if first <= day < today]
     context.update_cursor(newest.isoformat())
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"labels-{newest.isoformat()}-{k}", partition_key=k) for k in keys]

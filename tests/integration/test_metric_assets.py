@@ -87,3 +87,37 @@ def test_late_labels_recompute_the_days_they_touch(loaded):
     dg.materialize([metrics_daily], partition_key="2026-11-29", resources=resources, instance=instance)
     a = {r["task_type"]: r for r in rows(settings, "SELECT * FROM routerscope.metric_windows FINAL WHERE grain = '1d'")}[A]
     assert (a["missed_fallback_rate"], a["missed_fallback_labeled"]) == (0.0, 1)
+
+
+def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home):
+    """A window is recomputed when decisions or labels arrive for it after its scheduled run (its
+    end + the settle delay), up to 2 hours back; the open window and older history are left alone."""
+    from datetime import timedelta
+
+    from pipelines.metrics import late_events_sensor
+    from pipelines.timing import floor_5m
+    from tests.events import decision, iso, new_id
+
+    settings = settings_for(home)
+    resources = {"routerscope": RouterscopeResource(home=str(home))}
+    now = datetime.now(timezone.utc)
+    late = floor_5m(now) - timedelta(minutes=30)  # ended 25 minutes ago: its scheduled run is long past
+    at = {"late": late + timedelta(minutes=1), "open": now - timedelta(seconds=1), "old": late - timedelta(hours=3)}
+    with open_warehouse(settings) as client:
+        migrate(client)
+        insert(client, [decision(event_id=new_id(), request_id=f"r-{k}", event_time=iso(t)) for k, t in at.items()], [])
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        first = late_events_sensor(context)
+        cursor = context.cursor
+    assert [r.partition_key for r in first.run_requests] == [late.strftime("%Y-%m-%d-%H:%M")]
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        assert isinstance(late_events_sensor(context), dg.SkipReason)  # nothing new: nothing again
+
+    # A label for the late window's request arrives: the window is recomputed, with a new run key.
+    with open_warehouse(settings) as client:
+        insert(client, [], [label(request_id="r-late", event_time=iso(now))])
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        again = late_events_sensor(context)
+    assert [r.partition_key for r in again.run_requests] == [late.strftime("%Y-%m-%d-%H:%M")]
+    assert again.run_requests[0].run_key != first.run_requests[0].run_key
