@@ -37,5 +37,6 @@ def alerts_job():
                  minimum_interval_seconds=timing.sensor_interval(timing.ALERTS_INTERVAL_S),
                  default_status=dg.DefaultSensorStatus.RUNNING)  # fmt: skip
 def alerts_after_metrics(context: dg.SensorEvaluationContext, asset_event):
-    """Each new 5-minute metric window triggers one evaluation."""
-    return dg.RunRequest(run_key=f"metrics-5m-{asset_event.storage_id}")
+    """Each new 5-minute metric window triggers one evaluation (`asset_event` is an EventLogEntry: the
+    run that materialized it and when name the evaluation)."""
+    return dg.RunRequest(run_key=f"metrics-5m-{asset_event.run_id}-{asset_event.timestamp}")

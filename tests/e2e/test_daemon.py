@@ -30,11 +30,12 @@ from routerscope import broker
 from tests.conftest import REPO, clean_env, free_port, settings_for
 from tests.events import decision, iso, new_id
 from warehouse.client import open_warehouse
+from warehouse.migrate import migrate
 
 pytestmark = [pytest.mark.integration, pytest.mark.daemon]
 
 DAEMON = str(Path(sys.executable).parent / "dagster-daemon")
-SENSOR_INTERVAL_S = "3"
+SENSOR_INTERVAL_S = "5"  # the daemon looks at its sensors every 5 s at most anyway
 DEADLINE_S = 300
 
 
@@ -93,6 +94,14 @@ def _stop(daemon: subprocess.Popen, marker: bytes) -> None:
         time.sleep(0.2)
 
 
+def _log_excerpt(path: Path) -> str:
+    """The daemon log's first error (where a failure starts) and its last lines."""
+    text = path.read_text(errors="replace")
+    first = min((i for i in (text.find("Traceback"), text.find("Error")) if i >= 0), default=-1)
+    head = f"first error:\n{text[max(first - 300, 0):first + 2500]}\n" if first >= 0 else ""
+    return f"{head}last lines:\n{text[-1500:]}"
+
+
 def _query(settings, sql: str):
     with open_warehouse(settings, purpose="daemon test") as client:
         return client.query(sql).result_rows
@@ -105,6 +114,8 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
     (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     settings = settings_for(home)
     broker.start(settings, port=free_port())
+    with open_warehouse(settings) as client:
+        migrate(client)  # the test reads the tables from the first poll on
     log_path = tmp_path / "daemon.log"
     daemon = None
     marker = f"DAGSTER_HOME={dagster_home}".encode()
@@ -142,7 +153,7 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
             bypass_alerts = _query(settings, "SELECT status, first_seen FROM routerscope.alerts FINAL WHERE rule = 'device_bypass'")
             if loaded == len(events) and all(w in windows for w in expected) and bypass_alerts:
                 break
-        tail = log_path.read_text(errors="replace")[-4000:]
+        tail = _log_excerpt(log_path)
         assert daemon.poll() is None, f"the daemon exited with {daemon.returncode}:\n{tail}"
         assert loaded == len(events), f"loaded {loaded} of {len(events)}\n{tail}"
         assert expected and {w: windows[w][0] for w in expected if w in windows} == expected, (expected, windows, tail)

@@ -108,3 +108,18 @@ def test_sensor_intervals_can_be_shortened_for_a_test(raw, expected):
 def test_a_bad_sensor_interval_is_a_config_error(raw):
     with pytest.raises(ConfigError, match=timing.INTERVAL_ENV):
         timing.sensor_interval(60, {timing.INTERVAL_ENV: raw})
+
+
+def test_each_new_5_minute_window_triggers_one_alert_evaluation():
+    from pipelines.alerting import alerts_after_metrics
+
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, repository_def=REPOSITORY) as context:
+        assert not alerts_after_metrics.evaluate_tick(context).run_requests  # no window yet: nothing to evaluate
+    instance.report_runless_asset_event(dg.AssetMaterialization("metrics_5m", partition="2026-12-01-12:00"))
+    with dg.build_sensor_context(instance=instance, repository_def=REPOSITORY) as context:
+        first = alerts_after_metrics.evaluate_tick(context)
+        cursor = context.cursor
+    assert [r.job_name or "alerts_job" for r in first.run_requests] == ["alerts_job"]
+    with dg.build_sensor_context(instance=instance, repository_def=REPOSITORY, cursor=cursor) as context:
+        assert not alerts_after_metrics.evaluate_tick(context).run_requests  # the same window: not again
