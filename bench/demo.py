@@ -85,7 +85,7 @@ def main() -> None:
         start, end = sim["start"], sim["end"]
         log("five-minute metric windows + alerts (Dagster jobs)")
         t = time.perf_counter()
-        fired = windows_and_alerts(start, end, resources=resources, instance=dg.DagsterInstance.ephemeral(), show=False)
+        fired = windows_and_alerts(start, end, resources=resources, instance=dg.DagsterInstance.ephemeral())
         stages["metrics_5m"] = time.perf_counter() - t
         figures["alerts_fired"] = len(fired)
         with open_warehouse(settings) as client:

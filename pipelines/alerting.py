@@ -3,8 +3,6 @@
 the same call as `routerscope alerts`) and delivers notifications."""
 
 from datetime import datetime
-from typing import Optional
-
 import dagster as dg
 
 from pipelines import core, timing
@@ -12,20 +10,25 @@ from pipelines.resources import RouterscopeResource
 
 
 class AlertsConfig(dg.Config):
-    # Evaluate as of this ISO time instead of now (replaying history: the demo evaluates after each
-    # simulated window as the sensor would have then).
-    as_of: Optional[str] = None
+    # Evaluate as of each of these ISO times, in order, instead of once now: replaying history (the
+    # demo evaluates as of the end of each simulated window, as the sensor would have then).
+    as_of: list[str] = []
 
 
 @dg.op(description="Evaluate the alert rules over the stored metric windows; notify the webhook.")
-def evaluate_alerts(context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource):
-    now = datetime.fromisoformat(config.as_of) if config.as_of else None
-    result = core.evaluate_alerts(routerscope.settings(), now=now)
-    context.log.info(
-        f"firing {len(result.firing)}, fired now {len(result.fired)}, resolved now {len(result.resolved)}, "
-        f"delivery failures {result.delivery_failures}"
-    )
-    return result.as_dict()
+def evaluate_alerts(context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource) -> list:
+    """One `Evaluation.as_dict()` per evaluation time (one, now, unless replaying)."""
+    settings = routerscope.settings()
+    evaluations = []
+    with core.unit_of_work(settings, purpose="alerts"):
+        for now in [datetime.fromisoformat(t) for t in config.as_of] or [None]:
+            result = core.evaluate_alerts(settings, now=now)
+            context.log.info(
+                f"as of {result.at.isoformat()}: firing {len(result.firing)}, fired now {len(result.fired)}, "
+                f"resolved now {len(result.resolved)}, delivery failures {result.delivery_failures}"
+            )
+            evaluations.append(result.as_dict())
+    return evaluations
 
 
 @dg.job(executor_def=dg.in_process_executor, description="Evaluate alerts once.")

@@ -11,7 +11,8 @@ from routerscope.errors import RouterscopeError
 
 
 def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict | None = None,
-            partition_key: str | None = None, raise_on_error: bool = True, instance=None):  # fmt: skip
+            partition_key: str | None = None, raise_on_error: bool = True, instance=None,
+            tags: dict[str, str] | None = None):  # fmt: skip
     """Execute job `name` in process (with `instance`, default a new ephemeral one); returns the Dagster result.
 
     A failure inside a step re-raises the step's own exception, so a RouterscopeError reaches the
@@ -31,6 +32,7 @@ def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict
             resources=resources,
             partition_key=partition_key,
             raise_on_error=raise_on_error,
+            tags=tags,
         )
     except dg.DagsterExecutionInterruptedError:  # Ctrl-C inside a step: the caller's KeyboardInterrupt handling applies
         raise KeyboardInterrupt from None

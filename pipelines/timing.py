@@ -8,6 +8,8 @@ Production defaults (DESIGN §4, README "Running under the Dagster daemon"):
   (ingested after `end + SETTLE_5M`) make the late-data sensor recompute it, up to `LATE_HORIZON`
   (2 hours) back;
 * a day is computed (data-quality suites, then its metrics) at 00:15 UTC the next day (`SETTLE_DAILY`);
+  when that run was missed (the daemon down or started later), from 01:00 on the late-labels sensor
+  runs it once;
 * the sensors look every 60 s (the late-labels sensor of days every 5 minutes).
 
 `ROUTERSCOPE_SENSOR_INTERVAL_S` (seconds, read when the definitions load) shortens every sensor's
@@ -27,6 +29,8 @@ ONE_DAY = timedelta(days=1)
 SETTLE_5M = timedelta(minutes=2)
 SETTLE_DAILY = timedelta(minutes=15)
 LATE_HORIZON = timedelta(hours=2)
+# Yesterday not computed by 01:00 (00:15 + this): its scheduled run was missed; the late-labels sensor runs it.
+DAILY_CATCH_UP_GRACE = timedelta(minutes=45)
 
 INGEST_INTERVAL_S = 60
 LATE_EVENTS_INTERVAL_S = 60

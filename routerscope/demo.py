@@ -140,7 +140,7 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     `ingest`, `metrics_5m_job` per window with `alerts_job` after each, `metrics_daily_job` per day."""
     import dagster as dg
 
-    from pipelines.core import metrics_window
+    from pipelines.core import metrics_window, unit_of_work
     from pipelines.ingest import ingest_topics
     from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
@@ -180,9 +180,10 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     out["loaded"] = {k: v.get("loaded") for k, v in materializations(result).items()}
 
     start, end = sim["start"], sim["end"]
-    fired = windows_and_alerts(start, end, resources=resources, instance=instance)
-    summary, _ = metrics_window(settings, start, end)
-    final = run_alerts(resources, instance)
+    with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
+        fired = windows_and_alerts(start, end, resources=resources, instance=instance)
+        summary, _ = metrics_window(settings, start, end)
+        final = run_alerts(resources, instance)
     days = sorted({start.date(), (end - timedelta(microseconds=1)).date()})
     quality = {}
     for day in days:  # the day's data-quality suites, then (unless a blocking check failed) its metrics
@@ -197,46 +198,48 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     return out
 
 
-def run_alerts(resources: dict, instance, as_of: datetime | None = None) -> dict:
-    """The `alerts_job` once (as of `as_of`, default now); its evaluation (`Evaluation.as_dict()`) plus
-    `fired_lines` (rule|task type at first seen, in firing order) and `firing_keys`."""
+def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -> dict:
+    """The `alerts_job` once: evaluated as of each time of `as_of` in order (default: once, now). Returns
+    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation) and the alert
+    keys `firing_keys` after the last evaluation."""
     from pipelines.alerting import evaluate_alerts
     from pipelines.run import run_job
 
-    config = {"as_of": as_of.isoformat()} if as_of else {}
+    config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
     result = run_job("alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources,
                      instance=instance)  # fmt: skip
-    evaluation = result.output_for_node(evaluate_alerts.name)
-    firing = {a["alert_key"]: a for a in evaluation["firing"]}
     lines = []
-    for key in evaluation["fired_now"]:
-        a = firing[key]
-        first_seen = datetime.fromisoformat(a["first_seen"].replace("Z", "+00:00"))
-        lines.append(f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}")
-    return {**evaluation, "fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluation["firing"]]}
+    evaluations = result.output_for_node(evaluate_alerts.name)
+    for evaluation in evaluations:
+        firing = {a["alert_key"]: a for a in evaluation["firing"]}
+        for key in evaluation["fired_now"]:
+            a = firing[key]
+            first_seen = datetime.fromisoformat(a["first_seen"].replace("Z", "+00:00"))
+            lines.append(f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}")
+    return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
 
 
-def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, instance, show: bool = True) -> list[str]:
-    """Every 5-minute partition overlapping [start, end) through `metrics_5m_job`, each followed by
-    `alerts_job` as of one minute after the window ended (what the daemon's schedule and sensor do as
-    the windows end); returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
+def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, instance) -> list[str]:
+    """Every 5-minute partition overlapping [start, end) that has ended, through `metrics_5m_job` (one
+    run for the range), then `alerts_job` as of one minute after each window's end, in order: the
+    evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
+    windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
+    from datetime import timezone
+
+    from pipelines.core import unit_of_work
     from pipelines.run import run_job
     from pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
-    from warehouse.client import open_warehouse
 
-    fired: list[str] = []
     first = floor_5m(start)
-    windows = -(-(end - first) // FIVE_MINUTES)  # partitions are aligned to 5 minutes; the span need not be
-    bar = _bar(windows, "metric windows + alerts (Dagster jobs)", " windows") if show else None
-    # Held open around the loop: each job's unit of work nests and reuses this client instead of
-    # opening the embedded warehouse twice per window (the jobs' own runs stay as the daemon runs them).
-    with open_warehouse(resources["routerscope"].settings(), purpose="demo metric windows"):
-        for k in range(windows):
-            w0 = first + k * FIVE_MINUTES
-            run_job("metrics_5m_job", partition_key=five_minute_key(w0), resources=resources, instance=instance)
-            fired += run_alerts(resources, instance, as_of=w0 + FIVE_MINUTES + timedelta(minutes=1))["fired_lines"]
-            if bar:
-                bar.update(1)
-    if bar:
-        bar.close()
-    return fired
+    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(timezone.utc)))
+    windows = [first + k * FIVE_MINUTES for k in range((last_end - first) // FIVE_MINUTES)]
+    if not windows:
+        return []
+    print(f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
+          file=sys.stderr, flush=True)  # fmt: skip
+    # One open warehouse: the jobs' units of work nest in it instead of opening the embedded warehouse per run.
+    with unit_of_work(resources["routerscope"].settings(), purpose="demo metric windows"):
+        run_job("metrics_5m_job", resources=resources, instance=instance,
+                tags={"dagster/asset_partition_range_start": five_minute_key(windows[0]),
+                      "dagster/asset_partition_range_end": five_minute_key(windows[-1])})  # fmt: skip
+        return run_alerts(resources, instance, as_of=[w + FIVE_MINUTES + timedelta(minutes=1) for w in windows])["fired_lines"]

@@ -73,7 +73,7 @@ def test_late_labels_recompute_the_days_they_touch(loaded):
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         first = late_labels_sensor(context)
         cursor = context.cursor
-    assert [r.partition_key for r in first.run_requests] == ["2026-11-29"]
+    assert [r.partition_key for r in first.run_requests if r.run_key.startswith("labels-")] == ["2026-11-29"]
     with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
         assert isinstance(late_labels_sensor(context), dg.SkipReason)
 
@@ -121,3 +121,41 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
         again = late_events_sensor(context)
     assert [r.partition_key for r in again.run_requests] == [late.strftime("%Y-%m-%d-%H:%M")]
     assert again.run_requests[0].run_key != first.run_requests[0].run_key
+
+
+def test_yesterday_is_computed_once_when_its_scheduled_run_was_missed(home):
+    """The daemon was down at 00:15 (or started later): from 01:00 the late-labels sensor asks for
+    yesterday once, unless yesterday was already computed after it ended."""
+    from pipelines.timing import DAILY_CATCH_UP_GRACE, SETTLE_DAILY, day_key, finished_day
+
+    now = datetime.now(timezone.utc)
+    yesterday, today = finished_day(now)
+    if now < today + SETTLE_DAILY + DAILY_CATCH_UP_GRACE:
+        pytest.skip("between 00:00 and 01:00 UTC yesterday's scheduled run is not missed yet")
+    settings, resources = settings_for(home), {"routerscope": RouterscopeResource(home=str(home))}
+    with open_warehouse(settings) as client:
+        migrate(client)
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        first = late_labels_sensor(context)
+        cursor = context.cursor
+    assert [(r.run_key, r.partition_key) for r in first.run_requests] == [(f"catch-up-{day_key(yesterday)}", day_key(yesterday))]
+    with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
+        assert isinstance(late_labels_sensor(context), dg.SkipReason)  # once
+    dg.materialize([metrics_daily], partition_key=day_key(yesterday), resources=resources, instance=instance)
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        assert isinstance(late_labels_sensor(context), dg.SkipReason)  # computed after it ended: nothing to catch up
+
+
+def test_a_range_of_5_minute_partitions_runs_as_one_run_and_stores_each_window(loaded):
+    """A backfill (or the demo's span) is one run: every window of the range stored on its own."""
+    settings, resources = loaded
+    result = dg.materialize([metrics_5m], resources=resources, instance=dg.DagsterInstance.ephemeral(),
+                            tags={"dagster/asset_partition_range_start": "2026-11-29-00:55",
+                                  "dagster/asset_partition_range_end": "2026-11-29-01:05"})  # fmt: skip
+    assert result.success
+    [materialization] = [e.event_specific_data.materialization for e in result.get_asset_materialization_events()][:1]
+    stored = rows(settings, "SELECT window_start, requests FROM routerscope.metric_windows FINAL "
+                            "WHERE grain = '5m' AND task_type = '' ORDER BY window_start")  # fmt: skip
+    assert [(r["window_start"].strftime("%H:%M"), r["requests"]) for r in stored] == [("00:55", 0), ("01:00", 1), ("01:05", 0)]
+    assert materialization.metadata["windows"].value == 3

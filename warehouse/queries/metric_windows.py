@@ -120,3 +120,19 @@ def windows_with_late_data(client, since: datetime, horizon: datetime, late_afte
     starts = [row[0] for row in client.query(LATE_WINDOWS_SQL, parameters=parameters).result_rows]
     newest = client.query(NEWEST_ARRIVAL_SQL).result_rows[0][0]
     return starts, newest
+
+
+COMPUTED_AFTER_END_SQL = named(
+    "window_computed_after_it_ended",
+    """
+SELECT count() FROM routerscope.metric_windows
+WHERE grain = {grain:String} AND task_type = '' AND window_start = {start:DateTime64(3, 'UTC')}
+  AND computed_at >= window_end
+""",
+)
+
+
+def computed_after_end(client, grain: str, start: datetime) -> bool:
+    """Was the window of `grain` starting at `start` computed (at least once) after it had ended?"""
+    parameters = {"grain": grain, "start": utc_text(start)}
+    return client.query(COMPUTED_AFTER_END_SQL, parameters=parameters).result_rows[0][0] > 0
