@@ -128,11 +128,29 @@ def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: Routers
     newest = timing.utc(newest) if newest is not None else None
     if newest is None or newest <= since:
         return dg.SkipReason(f"nothing arrived since {since.isoformat()}")
-    keys = [timing.five_minute_key(s) for s in starts]
     context.update_cursor(newest.isoformat())
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"late-{k}-{newest.isoformat()}", partition_key=k) for k in keys]
-    )
+    return dg.SensorResult(run_requests=[_window_run(first, last, f"late-{newest.isoformat()}") for first, last in _ranges(starts)])
+
+
+def _ranges(starts: list) -> list[tuple[datetime, datetime]]:
+    """Consecutive 5-minute window starts grouped into (first, last) ranges."""
+    ranges: list[list] = []
+    for start in sorted(timing.utc(s) for s in starts):
+        if ranges and start - ranges[-1][1] == timing.FIVE_MINUTES:
+            ranges[-1][1] = start
+        else:
+            ranges.append([start, start])
+    return [(first, last) for first, last in ranges]
+
+
+def _window_run(first: datetime, last: datetime, why: str) -> dg.RunRequest:
+    """One run for the windows first..last: a single partition, or a range (one process, `metrics_5m`'s
+    single-run backfill policy) when the daemon was away for a while."""
+    a, b = timing.five_minute_key(first), timing.five_minute_key(last)
+    if a == b:
+        return dg.RunRequest(run_key=f"{why}-{a}", partition_key=a)
+    return dg.RunRequest(run_key=f"{why}-{a}-{b}", tags={"dagster/asset_partition_range_start": a,
+                                                         "dagster/asset_partition_range_end": b})  # fmt: skip
 
 
 @dg.sensor(job=metrics_daily_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_LABELS_INTERVAL_S),

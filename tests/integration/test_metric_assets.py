@@ -102,7 +102,8 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
     resources = {"routerscope": RouterscopeResource(home=str(home))}
     now = datetime.now(timezone.utc)
     late = floor_5m(now) - timedelta(minutes=30)  # ended 25 minutes ago: its scheduled run is long past
-    at = {"late": late + timedelta(minutes=1), "open": now - timedelta(seconds=1), "old": late - timedelta(hours=3)}
+    at = {"late": late + timedelta(minutes=1), "open": now - timedelta(seconds=1), "old": late - timedelta(hours=3),
+          "later-1": late + timedelta(minutes=10), "later-2": late + timedelta(minutes=16)}  # two consecutive windows
     with open_warehouse(settings) as client:
         migrate(client)
         insert(client, [decision(event_id=new_id(), request_id=f"r-{k}", event_time=iso(t)) for k, t in at.items()], [])
@@ -110,7 +111,11 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
     with dg.build_sensor_context(instance=instance, resources=resources) as context:
         first = late_events_sensor(context)
         cursor = context.cursor
-    assert [r.partition_key for r in first.run_requests] == [late.strftime("%Y-%m-%d-%H:%M")]
+    key = lambda t: t.strftime("%Y-%m-%d-%H:%M")  # noqa: E731
+    assert [r.partition_key for r in first.run_requests] == [key(late), None]
+    ranged = first.run_requests[1].tags  # consecutive windows: one run for the range
+    assert (ranged["dagster/asset_partition_range_start"], ranged["dagster/asset_partition_range_end"]) == (
+        key(late + timedelta(minutes=10)), key(late + timedelta(minutes=15)))
     with dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor) as context:
         assert isinstance(late_events_sensor(context), dg.SkipReason)  # nothing new: nothing again
 
