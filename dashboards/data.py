@@ -163,6 +163,20 @@ def freshness() -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
+def consumer_lag() -> pd.DataFrame:
+    """Messages behind per (topic, partition): the broker's end offsets against the loader's stored
+    positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
+    the newest event's age alone)."""
+    from routerscope.kafka import end_offsets
+    from warehouse.queries import ingest_offsets
+
+    with _warehouse() as client:
+        stored = ingest_offsets.positions(client)
+    return pd.DataFrame(ingest_offsets.consumer_lag(stored, end_offsets(_settings())),
+                        columns=["topic", "partition", "loaded_to", "broker_end", "behind", "stored_at"])  # fmt: skip
+
+
+@st.cache_data(ttl=TTL)
 def calibration(task_type: str) -> pd.DataFrame:
     return query(
         "SELECT window_start, labeled, monotonic, recommended_threshold, current_threshold, calibration "

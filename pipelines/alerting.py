@@ -1,26 +1,34 @@
 """Alert evaluation after each metric window: a sensor on `metrics_5m` materializations runs the
-`alerts` job, which evaluates the rules (`routerscope.alerts`) and delivers notifications."""
+`alerts` job, which evaluates the rules (`routerscope.alerts`, via `pipelines.core.evaluate_alerts`,
+the same call as `routerscope alerts`) and delivers notifications."""
 
+from datetime import datetime
 import dagster as dg
 
+from pipelines import core, timing
 from pipelines.resources import RouterscopeResource
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
+
+
+class AlertsConfig(dg.Config):
+    # Evaluate as of each of these ISO times, in order, instead of once now: replaying history (the
+    # demo evaluates as of the end of each simulated window, as the sensor would have then).
+    as_of: list[str] = []
 
 
 @dg.op(description="Evaluate the alert rules over the stored metric windows; notify the webhook.")
-def evaluate_alerts(context: dg.OpExecutionContext, routerscope: RouterscopeResource):
-    from routerscope import alerts
-
+def evaluate_alerts(context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource) -> list:
+    """One `Evaluation.as_dict()` per evaluation time (one, now, unless replaying)."""
     settings = routerscope.settings()
-    with open_warehouse(settings, purpose="alerts") as client:
-        migrate(client)
-        result = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook)
-    context.log.info(
-        f"firing {len(result.firing)}, fired now {len(result.fired)}, resolved now {len(result.resolved)}, "
-        f"delivery failures {result.delivery_failures}"
-    )
-    return result.as_dict()
+    evaluations = []
+    with core.unit_of_work(settings, purpose="alerts"):
+        for now in [datetime.fromisoformat(t) for t in config.as_of] or [None]:
+            result = core.evaluate_alerts(settings, now=now)
+            context.log.info(
+                f"as of {result.at.isoformat()}: firing {len(result.firing)}, fired now {len(result.fired)}, "
+                f"resolved now {len(result.resolved)}, delivery failures {result.delivery_failures}"
+            )
+            evaluations.append(result.as_dict())
+    return evaluations
 
 
 @dg.job(executor_def=dg.in_process_executor, description="Evaluate alerts once.")
@@ -28,7 +36,10 @@ def alerts_job():
     evaluate_alerts()
 
 
-@dg.asset_sensor(asset_key=dg.AssetKey("metrics_5m"), job=alerts_job, minimum_interval_seconds=60)
+@dg.asset_sensor(asset_key=dg.AssetKey("metrics_5m"), job=alerts_job,
+                 minimum_interval_seconds=timing.sensor_interval(timing.ALERTS_INTERVAL_S),
+                 default_status=dg.DefaultSensorStatus.RUNNING)  # fmt: skip
 def alerts_after_metrics(context: dg.SensorEvaluationContext, asset_event):
-    """Each new 5-minute metric window triggers one evaluation."""
-    return dg.RunRequest(run_key=f"metrics-5m-{asset_event.storage_id}")
+    """Each new 5-minute metric window triggers one evaluation (`asset_event` is an EventLogEntry: the
+    run that materialized it and when name the evaluation)."""
+    return dg.RunRequest(run_key=f"metrics-5m-{asset_event.run_id}-{asset_event.timestamp}")

@@ -1,12 +1,18 @@
-"""Every Dagster definition of routerscope (`dagster dev -m pipelines.definitions`).
+"""Every Dagster definition of routerscope (`dagster dev` / `dagster-daemon run` with `workspace.yaml`).
+
+Deployed, everything runs by itself (schedules and sensors default to running; when: `pipelines.timing`):
+ingest every minute (one run at a time), each 5-minute window once it has ended plus a settle
+delay and again when late data touches it, alerts after each window, yesterday's data quality and
+daily metrics at 00:15 UTC, the days late labels touch, the weekly replay.
 
 No import-time side effects: nothing connects to a broker or opens the warehouse until a run."""
 
 import dagster as dg
 
 from pipelines.alerting import alerts_after_metrics, alerts_job
-from pipelines.ingest import ingest_job, ingest_topics
+from pipelines.ingest import ingest_job, ingest_sensor, ingest_topics
 from pipelines.metrics import (
+    late_events_sensor,
     late_labels_sensor,
     metrics_5m,
     metrics_5m_job,
@@ -23,6 +29,6 @@ defs = dg.Definitions(
     assets=[ingest_topics, data_quality, metrics_5m, metrics_daily, offline_replay_labels],
     jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job, alerts_job, weekly_replay_job],
     schedules=[metrics_5m_schedule, metrics_daily_schedule, weekly_replay_schedule],
-    sensors=[late_labels_sensor, alerts_after_metrics],
+    sensors=[ingest_sensor, late_events_sensor, late_labels_sensor, alerts_after_metrics],
     resources={"routerscope": RouterscopeResource()},
 )

@@ -4,8 +4,11 @@ No `from __future__ import annotations` here: Dagster reads the config and resou
 at definition time."""
 
 
+from datetime import datetime, timezone
+
 import dagster as dg
 
+from pipelines import timing
 from pipelines.resources import RouterscopeResource
 from routerscope import names
 from warehouse import loader
@@ -88,3 +91,28 @@ ingest_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Drain router.decisions.v1, router.labels.v1 and router.breakers.v1 into the warehouse.",
 )
+
+
+# Runs that count as "an ingest is already going": queued, starting, running or being cancelled.
+ACTIVE_STATUSES = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=timing.sensor_interval(timing.INGEST_INTERVAL_S),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Ingest continuously: a new ingest run every minute, never while one is queued or running.")  # fmt: skip
+def ingest_sensor(context: dg.SensorEvaluationContext):
+    """One ingest at a time (two loaders on the same partitions would race for the same positions):
+    skip the tick while an earlier ingest run is still queued or running. A run drains what
+    arrived since the last one and ends, so the ingest lag is about one interval plus one run."""
+    active = context.instance.get_run_records(dg.RunsFilter(job_name=ingest_job.name, statuses=ACTIVE_STATUSES), limit=1)
+    if active:
+        run = active[0].dagster_run
+        return dg.SkipReason(f"ingest run {run.run_id} is still {run.status.value}: one ingest at a time")
+    tick = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return dg.RunRequest(run_key=f"ingest-{tick}")

@@ -1,56 +1,74 @@
 """Metric assets: METRICS.md per 5-minute window (on-call) and per day (tuning), materialized into
-`metric_windows` / `calibration_windows`; a sensor recomputes the days that late labels touch.
+`metric_windows` / `calibration_windows`; schedules compute each window once it has ended (plus a
+settle delay), and sensors recompute the windows that late data touches.
 
-Thin glue over `warehouse.metrics.compute`; each run computes only its own partition's window."""
+Thin glue over `pipelines.core.metrics_window`; each run computes only its own partition's window.
+When and why: `pipelines.timing`."""
 
+import json
+import warnings
 from datetime import datetime, timezone
 
 import dagster as dg
 
+from pipelines import core, timing
 from pipelines.ingest import TABLE_ASSETS
 from pipelines.partitions import DAILY, FIVE_MINUTES
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
+from routerscope.errors import WarehouseError
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries import metric_windows
 
 FACTS = [TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"]]
+_DEFAULTS = core.MetricParams()
+# A sensor waits at most this long for the embedded warehouse (a long ingest run may hold it); it
+# skips the tick rather than outlive its evaluation timeout, and looks again at the next one.
+SENSOR_WAREHOUSE_WAIT_S = 20.0
 
 
 class MetricsConfig(dg.Config):
-    baseline_days: float = 7.0
-    target: float = 0.95
-    min_n: int = 30
+    baseline_days: float = _DEFAULTS.baseline_days
+    target: float = _DEFAULTS.target
+    min_n: int = _DEFAULTS.min_n
 
 
 def _materialize(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource,
                  grain: str) -> dg.MaterializeResult:  # fmt: skip
-    window = context.partition_time_window
-    start, end = window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
-    with open_warehouse(routerscope.settings(), purpose=f"metrics {grain}") as client:
-        migrate(client)
-        result = compute(client, start, end, baseline_days=config.baseline_days, target=config.target,
-                         min_n=config.min_n)  # fmt: skip
-        rows = metric_windows.write_window(client, grain, start, end, result)
-    overall = result["overall"]
-    return dg.MaterializeResult(
-        metadata={
-            "window": f"[{start.isoformat()}, {end.isoformat()})",
-            "rows": rows,
-            "requests": overall["requests"],
-            "fallback_rate": dg.MetadataValue.float(overall["fallback_rate"]) if overall["fallback_rate"] is not None else None,
-            "naive_fallback_rate": dg.MetadataValue.float(overall["naive_fallback_rate"]) if overall["naive_fallback_rate"] is not None else None,
-            "l2_l3_drifting": overall["l2_l3_drift"]["drifting"],
-        }
-    )
+    """Each partition of the run (one, or a range in a single run) computed and stored on its own window."""
+    partitions = FIVE_MINUTES if grain == "5m" else DAILY
+    params = core.MetricParams(baseline_days=config.baseline_days, target=config.target, min_n=config.min_n)
+    settings = routerscope.settings()
+    rows = requests = 0
+    overall: dict = {}
+    with core.unit_of_work(settings, purpose=f"metrics {grain}"):  # one open warehouse for a range of partitions
+        for key in context.partition_keys:
+            window = partitions.time_window_for_partition_key(key)
+            start, end = window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
+            result, written = core.metrics_window(settings, start, end, params, store_grain=grain)
+            overall, rows, requests = result["overall"], rows + written, requests + result["overall"]["requests"]
+    whole = context.partition_time_window
+    rate = lambda v: dg.MetadataValue.float(v) if v is not None else None  # noqa: E731
+    metadata = {"window": f"[{whole.start.astimezone(timezone.utc).isoformat()}, {whole.end.astimezone(timezone.utc).isoformat()})",
+                "windows": len(context.partition_keys), "rows": rows, "requests": requests}  # fmt: skip
+    if len(context.partition_keys) == 1:  # the headline of the one window
+        metadata.update(fallback_rate=rate(overall["fallback_rate"]), naive_fallback_rate=rate(overall["naive_fallback_rate"]),
+                        l2_l3_drifting=overall["l2_l3_drift"]["drifting"])  # fmt: skip
+    return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(partitions_def=FIVE_MINUTES, deps=FACTS, group_name="metrics",
-          description="METRICS.md per 5-minute window (on-call view, alerts).")  # fmt: skip
 def metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):
     return _materialize(context, config, routerscope, "5m")
+
+
+# A range of 5-minute partitions (a backfill, the demo's span) runs as one run: one process, one open
+# warehouse. (`backfill_policy` is marked beta in Dagster 1.13; its warning would reach every command.)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    metrics_5m = dg.asset(partitions_def=FIVE_MINUTES, deps=FACTS, group_name="metrics",
+                          backfill_policy=dg.BackfillPolicy.single_run(),
+                          description="METRICS.md per 5-minute window (on-call view, alerts).")(metrics_5m)  # fmt: skip
 
 
 @dg.asset(partitions_def=DAILY, deps=[*FACTS, data_quality], group_name="metrics",
@@ -67,23 +85,106 @@ metrics_daily_job = dg.define_asset_job(
     "metrics_daily_job", selection=[data_quality, metrics_daily], executor_def=dg.in_process_executor
 )
 
-metrics_5m_schedule = dg.build_schedule_from_partitioned_job(metrics_5m_job)
-metrics_daily_schedule = dg.build_schedule_from_partitioned_job(metrics_daily_job, hour_of_day=0, minute_of_hour=15)
+
+# Not `build_schedule_from_partitioned_job`: with `end_offset=1` it targets the window still open
+# (at 12:05 the empty 12:05 window; at 00:15 today). These target the last *finished* window.
+@dg.schedule(cron_schedule=timing.METRICS_5M_CRON, job=metrics_5m_job, execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Each 5-minute window, 2 minutes after it ends (the settle delay for late events).")  # fmt: skip
+def metrics_5m_schedule(context: dg.ScheduleEvaluationContext):
+    start, _ = timing.finished_5m_window(context.scheduled_execution_time)
+    key = timing.five_minute_key(start)
+    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
 
 
-@dg.sensor(job=metrics_daily_job, minimum_interval_seconds=300,
-           description="Late labels: recompute the daily metrics of the days whose decisions they label.")  # fmt: skip
-def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
-    since = datetime.fromisoformat(context.cursor) if context.cursor else datetime(1970, 1, 1, tzinfo=timezone.utc)
-    with open_warehouse(routerscope.settings(), purpose="late labels sensor") as client:
-        migrate(client)
-        days, newest = metric_windows.days_with_new_labels(client, since)
-    newest = newest.replace(tzinfo=timezone.utc) if newest is not None and newest.tzinfo is None else newest
+@dg.schedule(cron_schedule=timing.METRICS_DAILY_CRON, job=metrics_daily_job, execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.RUNNING,
+             description="Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.")  # fmt: skip
+def metrics_daily_schedule(context: dg.ScheduleEvaluationContext):
+    start, _ = timing.finished_day(context.scheduled_execution_time)
+    key = timing.day_key(start)
+    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
+
+
+def _cursor_time(cursor: str | None) -> datetime:
+    return datetime.fromisoformat(cursor) if cursor else datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dg.sensor(job=metrics_5m_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_EVENTS_INTERVAL_S),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Late data: recompute the 5-minute windows (of the last 2 hours) that received decisions "
+                       "or labels after their scheduled computation.")  # fmt: skip
+def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
+    since = _cursor_time(context.cursor)
+    now = datetime.now(timezone.utc)
+    horizon = max(timing.floor_5m(now - timing.LATE_HORIZON), FIVE_MINUTES.start)
+    late_after = timing.FIVE_MINUTES + timing.SETTLE_5M
+    try:
+        with open_warehouse(routerscope.settings(), purpose="late data sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+            migrate(client)
+            starts, newest = metric_windows.windows_with_late_data(client, since, horizon, int(late_after.total_seconds()))
+    except WarehouseError as exc:
+        return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
+    newest = timing.utc(newest) if newest is not None else None
     if newest is None or newest <= since:
-        return dg.SkipReason(f"no labels arrived since {since.isoformat()}")
-    first = DAILY.start.date()
-    keys = [day.isoformat() for day in days if day >= first]
+        return dg.SkipReason(f"nothing arrived since {since.isoformat()}")
     context.update_cursor(newest.isoformat())
-    return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"labels-{newest.isoformat()}-{k}", partition_key=k) for k in keys]
-    )
+    return dg.SensorResult(run_requests=[_window_run(first, last, f"late-{newest.isoformat()}") for first, last in _ranges(starts)])
+
+
+def _ranges(starts: list) -> list[tuple[datetime, datetime]]:
+    """Consecutive 5-minute window starts grouped into (first, last) ranges."""
+    ranges: list[list] = []
+    for start in sorted(timing.utc(s) for s in starts):
+        if ranges and start - ranges[-1][1] == timing.FIVE_MINUTES:
+            ranges[-1][1] = start
+        else:
+            ranges.append([start, start])
+    return [(first, last) for first, last in ranges]
+
+
+def _window_run(first: datetime, last: datetime, why: str) -> dg.RunRequest:
+    """One run for the windows first..last: a single partition, or a range (one process, `metrics_5m`'s
+    single-run backfill policy) when the daemon was away for a while."""
+    a, b = timing.five_minute_key(first), timing.five_minute_key(last)
+    if a == b:
+        return dg.RunRequest(run_key=f"{why}-{a}", partition_key=a)
+    return dg.RunRequest(run_key=f"{why}-{a}-{b}", tags={"dagster/asset_partition_range_start": a,
+                                                         "dagster/asset_partition_range_end": b})  # fmt: skip
+
+
+@dg.sensor(job=metrics_daily_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_LABELS_INTERVAL_S),
+           default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Days: yesterday when its 00:15 run was missed (the daemon was down, or started later), and "
+                       "the finished days whose decisions newly arrived labels touch.")  # fmt: skip
+def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
+    # cursor: {"labels": newest label arrival seen, "caught_up": the last day it caught up}
+    state = json.loads(context.cursor) if context.cursor and context.cursor.startswith("{") else {"labels": context.cursor}
+    since = _cursor_time(state.get("labels"))
+    now = datetime.now(timezone.utc)
+    yesterday, today = timing.finished_day(now)
+    due = now >= today + timing.SETTLE_DAILY + timing.DAILY_CATCH_UP_GRACE and yesterday >= DAILY.start
+    catch_up = due and state.get("caught_up") != timing.day_key(yesterday)
+    try:
+        with open_warehouse(routerscope.settings(), purpose="late labels sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+            migrate(client)
+            days, newest = metric_windows.days_with_new_labels(client, since)
+            missed = catch_up and not metric_windows.computed_after_end(client, "1d", yesterday)
+    except WarehouseError as exc:
+        return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
+    requests = []
+    if catch_up:  # once per day: a run that fails again (a blocking data-quality check) is for a person to look at
+        state["caught_up"] = timing.day_key(yesterday)
+        if missed:
+            requests.append(dg.RunRequest(run_key=f"catch-up-{state['caught_up']}", partition_key=state["caught_up"]))
+    newest = timing.utc(newest) if newest is not None else None
+    if newest is not None and newest > since:
+        # Today's labels are not late: the daily schedule computes today once it has ended.
+        first = DAILY.start.date()
+        keys = [day.isoformat() for day in days if first <= day < today.date()]
+        requests += [dg.RunRequest(run_key=f"labels-{newest.isoformat()}-{k}", partition_key=k) for k in keys]
+        state["labels"] = newest.isoformat()
+    context.update_cursor(json.dumps(state))
+    if not requests:
+        return dg.SkipReason(f"no labels arrived since {since.isoformat()}; yesterday is computed (or not due yet)")
+    return dg.SensorResult(run_requests=requests)

@@ -8,13 +8,12 @@ from datetime import timezone
 
 import dagster as dg
 
+from pipelines import core
 from pipelines.ingest import TABLE_ASSETS
 from pipelines.partitions import DAILY
 from pipelines.resources import RouterscopeResource
 from routerscope import names
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
-from warehouse.queries.common import QueryWindow
+from warehouse.quality import Thresholds
 
 ASSET = "data_quality"
 
@@ -26,14 +25,16 @@ BLOCKING = {
     "pipeline_completeness": ("pipeline.offsets.", "pipeline.quarantine_share"),
 }
 WARNING = {"pipeline_health": ("pipeline.freshness", "pipeline.future_events", "pipeline.volume", "pipeline.label_coverage")}
+_THRESHOLDS = Thresholds()
 
 
 class QualityConfig(dg.Config):
-    freshness_lag_s: float = 600.0
-    quarantine_share: float = 0.01
-    volume_low: float = 0.5
-    volume_high: float = 2.0
-    label_coverage: float = 0.01
+    # Defaults are `warehouse.quality.Thresholds`' (the same as `routerscope dq`).
+    freshness_lag_s: float = _THRESHOLDS.freshness_lag_s
+    quarantine_share: float = _THRESHOLDS.quarantine_share
+    volume_low: float = _THRESHOLDS.volume_low
+    volume_high: float = _THRESHOLDS.volume_high
+    label_coverage: float = _THRESHOLDS.label_coverage
 
 
 @dg.asset(
@@ -48,17 +49,8 @@ def data_quality(context: dg.AssetExecutionContext, config: QualityConfig, route
     from warehouse import quality
 
     window = context.partition_time_window
-    settings = routerscope.settings()
-    thresholds = quality.Thresholds(**config.model_dump())
-    with open_warehouse(settings, purpose="data quality") as client:
-        migrate(client)
-        report = quality.run_suites(
-            client,
-            QueryWindow(window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)),
-            home=settings.home,
-            thresholds=thresholds,
-        )
-        quality.store(client, report)
+    report = core.quality_window(routerscope.settings(), window.start.astimezone(timezone.utc),
+                                 window.end.astimezone(timezone.utc), thresholds=quality.Thresholds(**config.model_dump()))  # fmt: skip
     yield dg.MaterializeResult(
         metadata={
             "checks": len(report.results),

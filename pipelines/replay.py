@@ -100,4 +100,5 @@ weekly_replay_job = dg.define_asset_job(
     "weekly_replay_job", selection=[offline_replay_labels], executor_def=dg.in_process_executor,
     description="Replay a sample of the week's fallbacks through the device model; publish offline_replay labels.",
 )  # fmt: skip
-weekly_replay_schedule = dg.ScheduleDefinition(job=weekly_replay_job, cron_schedule="0 4 * * 1", execution_timezone="UTC")
+weekly_replay_schedule = dg.ScheduleDefinition(job=weekly_replay_job, cron_schedule="0 4 * * 1", execution_timezone="UTC",
+                                               default_status=dg.DefaultScheduleStatus.RUNNING)

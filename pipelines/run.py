@@ -11,8 +11,9 @@ from routerscope.errors import RouterscopeError
 
 
 def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict | None = None,
-            partition_key: str | None = None, raise_on_error: bool = True):
-    """Execute job `name` in process with an ephemeral instance; returns the Dagster result.
+            partition_key: str | None = None, raise_on_error: bool = True, instance=None,
+            tags: dict[str, str] | None = None):  # fmt: skip
+    """Execute job `name` in process (with `instance`, default a new ephemeral one); returns the Dagster result.
 
     A failure inside a step re-raises the step's own exception, so a RouterscopeError reaches the
     command line as one clear line."""
@@ -27,10 +28,11 @@ def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict
     try:
         return job.execute_in_process(
             run_config=run_config,
-            instance=dg.DagsterInstance.ephemeral(),
+            instance=instance or dg.DagsterInstance.ephemeral(),
             resources=resources,
             partition_key=partition_key,
             raise_on_error=raise_on_error,
+            tags=tags,
         )
     except dg.DagsterExecutionInterruptedError:  # Ctrl-C inside a step: the caller's KeyboardInterrupt handling applies
         raise KeyboardInterrupt from None

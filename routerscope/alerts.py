@@ -9,8 +9,9 @@ the rule file's version. Notifications (Slack-compatible JSON) are retried with 
 attempt is recorded in `alert_deliveries`, and one that never got through stays pending and is
 retried at the next evaluation, so a delivery failure never loses an alert.
 
-"Now" for window rules is the latest stored window of the rule's grain, so an evaluation over
-replayed or simulated history behaves as it would have live; pipeline signals (freshness, data
+"Now" for window rules is the latest stored window of the rule's grain that had ended by the
+evaluation time, so an evaluation over replayed or simulated history (`now` in the past) behaves as
+it would have live, even when later windows are already stored; pipeline signals (freshness, data
 quality, breakers) are read as of the evaluation time.
 """
 
@@ -137,7 +138,12 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime) -> Verdict:
 
 
 # -- the warehouse side --------------------------------------------------------------------------
-LATEST_SQL = "SELECT max(window_start) FROM routerscope.metric_windows WHERE grain = {grain:String}"
+# The latest window that had ended by the evaluation time: replaying history as of a past time sees
+# only the windows that existed then, even when later ones are already stored.
+LATEST_SQL = """
+SELECT max(window_start) FROM routerscope.metric_windows
+WHERE grain = {grain:String} AND window_end <= {now:DateTime64(3, 'UTC')}
+"""
 SERIES_SQL = """
 SELECT task_type, window_start, metrics
 FROM routerscope.metric_windows FINAL
@@ -191,9 +197,9 @@ def _dig(metrics: dict, path: str):
     return value
 
 
-def _window_series(client, rule: Rule, cache: dict) -> tuple[datetime | None, dict[str, list[Point]]]:
+def _window_series(client, rule: Rule, cache: dict, now: datetime) -> tuple[datetime | None, dict[str, list[Point]]]:
     if rule.grain not in cache:
-        latest = _utc(client.query(LATEST_SQL, parameters={"grain": rule.grain}).result_rows[0][0])
+        latest = _utc(client.query(LATEST_SQL, parameters={"grain": rule.grain, "now": _text(now)}).result_rows[0][0])
         rows = []
         if latest is not None and latest.year > 1970:
             since = latest - GRAINS[rule.grain] * 400  # far enough back to see where a streak began
@@ -308,7 +314,7 @@ def run(client, *, rules_path: Path | str | None = None, webhook: str | None = N
             value = _signal(client, rule.metric, now)
             verdicts = {"": (Verdict(True, now, now, (Point(now, value),)) if rule.breaches(value, None) else Verdict(False))}
         else:
-            latest, series = _window_series(client, rule, cache)
+            latest, series = _window_series(client, rule, cache, now)
             if latest is None:
                 continue
             scopes = set(series) | {a.task_type for a in open_by_key.values() if a.rule == rule.name}

@@ -124,9 +124,7 @@ def _parse_time(text: str, flag: str):
 
 
 def cmd_metrics(args, settings: Settings) -> int:
-    from warehouse.client import open_warehouse
-    from warehouse.metrics import compute
-    from warehouse.migrate import migrate
+    from pipelines.core import MetricParams, metrics_window
 
     start, end = _parse_time(args.start, "--start"), _parse_time(args.end, "--end")
     if end <= start:
@@ -135,11 +133,8 @@ def cmd_metrics(args, settings: Settings) -> int:
         raise ConfigError(f"--target {args.target} must be a pass rate in (0, 1]")
     if args.baseline_days > 3650:
         raise ConfigError(f"--baseline-days {args.baseline_days:g} is more than ten years")
-    with open_warehouse(settings, purpose="metrics") as client:
-        migrate(client)
-        result = compute(
-            client, start, end, baseline_days=args.baseline_days, target=args.target, min_n=args.min_n
-        )
+    params = MetricParams(baseline_days=args.baseline_days, target=args.target, min_n=args.min_n)
+    result, _ = metrics_window(settings, start, end, params)  # the metric assets' unit of work, not stored
     if args.json:
         _print_json(result)
     else:
@@ -152,20 +147,13 @@ def cmd_metrics(args, settings: Settings) -> int:
 def cmd_dq(args, settings: Settings) -> int:
     from datetime import timedelta
 
-    from warehouse import quality
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
-    from warehouse.queries.common import QueryWindow
+    from pipelines.core import quality_window
 
+    start = end = None
     if args.day:
         start = _parse_time(args.day, "--day")
-        window = QueryWindow(start, start + timedelta(days=1))
-    with open_warehouse(settings, purpose="dq") as client:
-        migrate(client)
-        if not args.day:
-            window = quality.latest_window(client)
-        report = quality.run_suites(client, window, home=settings.home)
-        quality.store(client, report)
+        end = start + timedelta(days=1)
+    report = quality_window(settings, start, end)  # the data_quality asset's unit of work (default thresholds)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -187,13 +175,9 @@ def cmd_dq(args, settings: Settings) -> int:
 
 
 def cmd_alerts(args, settings: Settings) -> int:
-    from routerscope import alerts
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
+    from pipelines.core import evaluate_alerts
 
-    with open_warehouse(settings, purpose="alerts") as client:
-        migrate(client)
-        result = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook)
+    result = evaluate_alerts(settings)  # the alerts job's unit of work
     if args.json:
         _print_json(result.as_dict())
         return 0
@@ -441,11 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
     p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
-    p.add_argument("--baseline-days", type=_float_at_least(0, strictly=True), default=7.0,
-                   help="L2/L3 drift baseline: days before --start")
-    p.add_argument("--target", type=_float_at_least(0, strictly=True), default=0.95,
-                   help="target pass rate for the threshold recommendation")
-    p.add_argument("--min-n", type=_positive_int, default=30, help="minimum events behind a recommended threshold")
+    from warehouse import metrics as metric_defaults  # the defaults of the metric assets, defined once
+
+    p.add_argument("--baseline-days", type=_float_at_least(0, strictly=True), default=metric_defaults.DEFAULT_BASELINE_DAYS,
+                   help="L2/L3 drift baseline: days before --start")  # fmt: skip
+    p.add_argument("--target", type=_float_at_least(0, strictly=True), default=metric_defaults.DEFAULT_TARGET,
+                   help="target pass rate for the threshold recommendation")  # fmt: skip
+    p.add_argument("--min-n", type=_positive_int, default=metric_defaults.DEFAULT_MIN_N,
+                   help="minimum events behind a recommended threshold")  # fmt: skip
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("dq", help="run the data-quality suites on the latest day (exit 1 on a blocking failure)")

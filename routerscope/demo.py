@@ -1,9 +1,10 @@
 """The main job: a simulated fleet through the real router, end to end, in one command.
 
 Broker (local unless configured) → SIMULATED fleet with scripted incidents → Kafka → the Dagster
-ingest job → 5-minute metric windows with alert evaluation after each (as the sensor would) → the
-daily data-quality suites and metrics (Dagster) → a summary with the headline numbers and the alerts
-the incidents raised. Re-running adds another simulated span and continues from the stored offsets.
+jobs the daemon runs, in this process: `ingest` → `metrics_5m_job` for every 5-minute partition of
+the span, `alerts_job` after each (as the daemon's sensor does) → `metrics_daily_job` (data-quality
+suites, then daily metrics) per day → a summary with the headline numbers and the alerts the
+incidents raised. Re-running adds another simulated span and continues from the stored offsets.
 """
 
 from __future__ import annotations
@@ -150,13 +151,17 @@ def start_fresh(settings: Settings) -> None:
 
 def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes: int = 120, corrupt: int = 3,
         live_requests: int = 0, fresh: bool = False) -> dict:  # fmt: skip
+    """The demo drives the same Dagster jobs the daemon runs (`pipelines.definitions`), in this process:
+    `ingest`, `metrics_5m_job` per window with `alerts_job` after each, `metrics_daily_job` per day."""
+    import dagster as dg
+
+    from pipelines.core import metrics_window, unit_of_work
     from pipelines.ingest import ingest_topics
+    from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
-    from routerscope import alerts, kafka
+    from routerscope import kafka
     from warehouse.client import open_warehouse
-    from warehouse.metrics import compute
     from warehouse.migrate import migrate
-    from warehouse.queries.metric_windows import write_window
 
     out: dict = {}
     if fresh:
@@ -182,35 +187,74 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     out["simulated"] = sim
     print(f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages", file=sys.stderr)
 
-    from pipelines.resources import RouterscopeResource
-
     resources = {"routerscope": RouterscopeResource.for_settings(settings)}
+    instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
     print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
-    result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}}, resources=resources)
+    result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}}, resources=resources,
+                     instance=instance)  # fmt: skip
     out["loaded"] = {k: v.get("loaded") for k, v in materializations(result).items()}
 
     start, end = sim["start"], sim["end"]
-    fired: list[str] = []
-    with open_warehouse(settings, purpose="demo metrics") as client:
-        windows = int(span / timedelta(minutes=5))
-        bar = _bar(windows, "metric windows + alerts", " windows")
-        for k in range(windows):
-            w0 = start + k * timedelta(minutes=5)
-            write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
-            evaluation = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook, now=w0 + timedelta(minutes=6))
-            fired += [f"{a.rule}{'|' + a.task_type if a.task_type else ''} at {a.first_seen:%H:%M}" for a in evaluation.fired]
-            bar.update(1)
-        bar.close()
-        summary = compute(client, start, end)
-        final = alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook)
+    with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
+        fired = windows_and_alerts(start, end, resources=resources, instance=instance)
+        summary, _ = metrics_window(settings, start, end)
+        final = run_alerts(resources, instance)
     days = sorted({start.date(), (end - timedelta(microseconds=1)).date()})
     quality = {}
     for day in days:  # the day's data-quality suites, then (unless a blocking check failed) its metrics
         print(f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …", file=sys.stderr, flush=True)
-        daily = run_job("metrics_daily_job", partition_key=day.isoformat(), raise_on_error=False, resources=resources)
+        daily = run_job("metrics_daily_job", partition_key=day.isoformat(), raise_on_error=False, resources=resources,
+                        instance=instance)  # fmt: skip
         checks = {e.check_name: e.passed for e in daily.get_asset_check_evaluations()}
         quality[day.isoformat()] = {"blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
                                     "metrics_materialized": daily.success}  # fmt: skip
     out["quality"] = quality
-    out.update(summary=summary, fired=fired, firing=[a.alert_key for a in final.firing], days=[d.isoformat() for d in days])
+    out.update(summary=summary, fired=fired, firing=final["firing_keys"], days=[d.isoformat() for d in days])
     return out
+
+
+def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -> dict:
+    """The `alerts_job` once: evaluated as of each time of `as_of` in order (default: once, now). Returns
+    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation) and the alert
+    keys `firing_keys` after the last evaluation."""
+    from pipelines.alerting import evaluate_alerts
+    from pipelines.run import run_job
+
+    config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
+    result = run_job("alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources,
+                     instance=instance)  # fmt: skip
+    lines = []
+    evaluations = result.output_for_node(evaluate_alerts.name)
+    for evaluation in evaluations:
+        firing = {a["alert_key"]: a for a in evaluation["firing"]}
+        for key in evaluation["fired_now"]:
+            a = firing[key]
+            first_seen = datetime.fromisoformat(a["first_seen"].replace("Z", "+00:00"))
+            lines.append(f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}")
+    return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
+
+
+def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, instance) -> list[str]:
+    """Every 5-minute partition overlapping [start, end) that has ended, through `metrics_5m_job` (one
+    run for the range), then `alerts_job` as of one minute after each window's end, in order: the
+    evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
+    windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
+    from datetime import timezone
+
+    from pipelines.core import unit_of_work
+    from pipelines.run import run_job
+    from pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
+
+    first = floor_5m(start)
+    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(timezone.utc)))
+    windows = [first + k * FIVE_MINUTES for k in range((last_end - first) // FIVE_MINUTES)]
+    if not windows:
+        return []
+    print(f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
+          file=sys.stderr, flush=True)  # fmt: skip
+    # One open warehouse: the jobs' units of work nest in it instead of opening the embedded warehouse per run.
+    with unit_of_work(resources["routerscope"].settings(), purpose="demo metric windows"):
+        run_job("metrics_5m_job", resources=resources, instance=instance,
+                tags={"dagster/asset_partition_range_start": five_minute_key(windows[0]),
+                      "dagster/asset_partition_range_end": five_minute_key(windows[-1])})  # fmt: skip
+        return run_alerts(resources, instance, as_of=[w + FIVE_MINUTES + timedelta(minutes=1) for w in windows])["fired_lines"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from routerscope import names
-from routerscope.errors import BrokerUnavailable
+from routerscope.errors import BrokerUnavailable, ConfigError
 from routerscope.settings import Settings
 
 # kafka-python logs every failed connection attempt; the command line reports one clear line instead.
@@ -90,3 +90,27 @@ def partitions_of(settings: Settings, topic: str, bootstrap: str | None = None) 
     if topic not in metadata.topics:
         return []
     return sorted(metadata.topics[topic].partitions)
+
+
+def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, int], int] | None:
+    """(topic, partition) → the broker's end offset (high watermark) for the project's topics, or
+    None when the broker does not answer within `timeout_s` (read-only: joins no group, commits nothing)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    try:
+        metadata = admin(settings).list_topics(timeout=timeout_s)
+        consumer = Consumer(librdkafka_config(settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe",
+                                                           "enable.auto.commit": False}))  # fmt: skip
+    except (KafkaException, ConfigError):
+        return None
+    try:
+        ends = {}
+        for topic in names.TOPICS.values():
+            for partition in sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+                ends[(topic, partition)] = int(high)
+        return ends
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()

@@ -20,6 +20,10 @@ from warehouse.queries import labels as lq
 from warehouse.queries.common import QueryWindow
 
 LEVEL_KEYS = ("L0", "L1", "L2", "L3", "L4")
+# The tunable inputs, defined once (the metric assets, `routerscope metrics` and the demo use these).
+DEFAULT_BASELINE_DAYS = 7.0  # L2/L3 drift baseline: the days before the window
+DEFAULT_TARGET = 0.95  # threshold recommender: target pass rate
+DEFAULT_MIN_N = 30  # threshold recommender: minimum events behind a recommended threshold
 
 
 def iso(t: datetime) -> str:
@@ -181,8 +185,8 @@ def calibration(client, window: QueryWindow, target: float, min_n: int,
     return found
 
 
-def compute(client, start: datetime, end: datetime, *, baseline_days: float = 7, target: float = 0.95,
-            min_n: int = 30) -> dict[str, Any]:  # fmt: skip
+def compute(client, start: datetime, end: datetime, *, baseline_days: float = DEFAULT_BASELINE_DAYS,
+            target: float = DEFAULT_TARGET, min_n: int = DEFAULT_MIN_N) -> dict[str, Any]:  # fmt: skip
     """Every metric of METRICS.md for [start, end), overall and per task type."""
     window = QueryWindow(start, end)
     baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)

@@ -1,5 +1,5 @@
 """On-call: is the device path healthy right now? Fallback rate with its real denominator, the
-device bypass, breakers, L2/L3 share and drift, firing alerts, ingest freshness."""
+device bypass, breakers, L2/L3 share and drift, firing alerts, ingest freshness and consumer lag."""
 
 import pandas as pd
 import streamlit as st
@@ -16,6 +16,7 @@ def live():
     fresh = data.freshness()
     if df.empty:
         st.info("No metric windows yet: run `routerscope demo`, or `routerscope load` and the metric jobs.")
+        ingest(fresh)
         return
     busy = df[df["requests"] > 0]
     last = busy.iloc[-1] if len(busy) else df.iloc[-1]  # the latest window that saw traffic
@@ -45,6 +46,36 @@ def live():
         st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
+    ingest(fresh)
+
+
+def _age(t) -> str:
+    if t is None or pd.isna(t) or t.year <= 1970:
+        return "—"
+    t = pd.Timestamp(t)
+    t = t.tz_localize("UTC") if t.tzinfo is None else t
+    seconds = max((pd.Timestamp.now(tz="UTC") - t).total_seconds(), 0)
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def ingest(fresh: pd.DataFrame):
+    """Event freshness next to consumer lag: how old the newest loaded event is, and how many messages
+    the loader is behind the broker per partition (where the broker reports its end offsets)."""
+    st.subheader("Ingest")
+    lag = data.consumer_lag()
+    known = lag.dropna(subset=["behind"]) if not lag.empty else lag
+    i1, i2 = st.columns(2)
+    i1.metric("Event freshness", _age(fresh["newest_event"].iloc[0]), help="age of the newest loaded decision event")
+    if known.empty:
+        i2.metric("Consumer lag", "—", help="the broker did not report its end offsets: the event freshness stands in")
+    else:
+        worst = known.sort_values("behind").iloc[-1]
+        i2.metric("Consumer lag", f"{int(known['behind'].sum())} messages",
+                  help=f"behind the broker's end offsets over {len(known)} partitions; most behind: "
+                       f"{worst['topic']}[{int(worst['partition'])}] with {int(worst['behind'])}")  # fmt: skip
+    if not lag.empty:
+        with st.expander("Consumer lag per partition"):
+            st.dataframe(lag, hide_index=True, width="stretch")
     st.caption(f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows")
 
 

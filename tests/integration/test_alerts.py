@@ -224,3 +224,19 @@ def test_alerts_command_lists_firing_alerts(home, tmp_path):
     assert "FIRING [ticket] Device fallback rate over its limit (intent_classify)" in human.stdout
     bad = run_cli("alerts", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(tmp_path / "missing.yaml")))
     assert bad.returncode == 2 and "cannot read alert rules" in bad.stderr
+
+
+def test_replayed_as_of_a_past_time_an_evaluation_sees_only_the_windows_that_had_ended(warehouse, tmp_path):
+    """The demo stores a whole span, then evaluates as of each window's end: each evaluation must see
+    what the sensor saw then, not the windows stored after it."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    for i, rate in enumerate([0.5, 0.5, 0.5, 0.1]):  # breaching for windows 0-2, clear in window 3
+        window(warehouse, i, rate)
+
+    def as_of(i: int):  # one minute after window i ended
+        return alerts.run(warehouse, rules_path=rules, now=T0 + (i + 1) * STEP + timedelta(minutes=1))
+
+    assert as_of(1).fired == []  # windows 2 and 3 had not ended yet
+    assert [a.alert_key for a in as_of(2).fired] == ["fallback_rate_high|intent_classify"]
+    assert [a.alert_key for a in as_of(3).resolved] == ["fallback_rate_high|intent_classify"]

@@ -240,3 +240,34 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
 
     with socket.socket() as probe:  # SIGTERM stops `routerscope dashboard` and its Streamlit child
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
+    """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
+    from routerscope import names
+    from routerscope.kafka import end_offsets
+
+    with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
+        client.insert("routerscope.ingest_offsets", [["routerscope-loader", names.TOPIC_DECISIONS, 0, 2, "t", 2, 0]],
+                      column_names=["consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
+                                    "rows_loaded", "rows_quarantined"])  # fmt: skip
+    monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", broker_settings.kafka_bootstrap())
+    ends = end_offsets(broker_settings)
+    assert ends is not None and (names.TOPIC_DECISIONS, 0) in ends
+    behind = sum(ends.values()) - min(2, ends[(names.TOPIC_DECISIONS, 0)])
+    app = render("oncall.py")
+    metrics = {m.label: m for m in app.metric}
+    assert metrics["Consumer lag"].value == f"{behind} messages"
+    assert metrics["Event freshness"].value != "—"
+    lag = app.dataframe[-1].value
+    row = lag[(lag["topic"] == names.TOPIC_DECISIONS) & (lag["partition"] == 0)].iloc[0]
+    assert (row["loaded_to"], row["broker_end"]) == (2, ends[(names.TOPIC_DECISIONS, 0)])
+
+
+def test_consumer_lag_falls_back_to_freshness_when_the_broker_does_not_answer(populated, monkeypatch):
+    from tests.conftest import free_port
+
+    monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # nothing listens there
+    app = render("oncall.py")
+    metrics = {m.label: m for m in app.metric}
+    assert metrics["Consumer lag"].value == "—" and "freshness stands in" in metrics["Consumer lag"].help

@@ -14,7 +14,7 @@ def test_definitions_load_and_every_job_resolves():
     assert defs.resolve_schedule_def("weekly_replay_job_schedule").cron_schedule == "0 4 * * 1"
     assert jobs["metrics_5m_job"].partitions_def.get_cron_schedule() == "*/5 * * * *"
     assert defs.resolve_sensor_def("late_labels_sensor").job_name == "metrics_daily_job"
-    assert defs.resolve_schedule_def("metrics_daily_job_schedule").job_name == "metrics_daily_job"
+    assert defs.resolve_schedule_def("metrics_daily_schedule").job_name == "metrics_daily_job"
     assert defs.resolve_sensor_def("alerts_after_metrics").job_name == "alerts_job"
     # the day's data-quality checks run before, and can hold back, the day's metrics
     daily = {node.name for node in jobs["metrics_daily_job"].nodes}

@@ -80,3 +80,59 @@ def days_with_new_labels(client, since: datetime) -> tuple[list, datetime | None
     days = [row[0] for row in client.query(LABELED_DAYS_SQL, parameters={"since": utc_text(since)}).result_rows]
     newest = client.query(NEWEST_LABEL_SQL).result_rows[0][0]
     return days, newest
+
+
+# 5-minute windows (starting at or after `horizon`) that received decisions, or labels of their
+# decisions, after `since` and at least `late_after_s` after the window started — i.e. after the
+# window's scheduled computation (its end plus the settle delay) could have seen them.
+LATE_WINDOWS_SQL = named(
+    "five_minute_windows_with_late_data",
+    """
+SELECT DISTINCT window_start FROM (
+    SELECT toStartOfFiveMinutes(event_time) AS window_start
+    FROM routerscope.decisions
+    WHERE ingested_at > {since:DateTime64(3, 'UTC')} AND event_time >= {horizon:DateTime64(3, 'UTC')}
+      AND ingested_at >= toStartOfFiveMinutes(event_time) + toIntervalSecond({late_after_s:UInt32})
+    UNION ALL
+    SELECT toStartOfFiveMinutes(d.event_time) AS window_start
+    FROM routerscope.decisions AS d
+    INNER JOIN (
+        SELECT request_id, max(ingested_at) AS arrived FROM routerscope.labels
+        WHERE ingested_at > {since:DateTime64(3, 'UTC')} GROUP BY request_id
+    ) AS l ON d.request_id = l.request_id
+    WHERE d.event_time >= {horizon:DateTime64(3, 'UTC')}
+      AND l.arrived >= toStartOfFiveMinutes(d.event_time) + toIntervalSecond({late_after_s:UInt32})
+)
+ORDER BY window_start
+""",
+)
+
+NEWEST_ARRIVAL_SQL = named(
+    "newest_decision_or_label_ingested",
+    "SELECT greatest((SELECT max(ingested_at) FROM routerscope.decisions), (SELECT max(ingested_at) FROM routerscope.labels))",
+)
+
+
+def windows_with_late_data(client, since: datetime, horizon: datetime, late_after_s: int) -> tuple[list, datetime | None]:
+    """The starts of the 5-minute windows with late data (see LATE_WINDOWS_SQL), and the newest
+    arrival time of a decision or label (the caller's next `since`)."""
+    parameters = {"since": utc_text(since), "horizon": utc_text(horizon), "late_after_s": int(late_after_s)}
+    starts = [row[0] for row in client.query(LATE_WINDOWS_SQL, parameters=parameters).result_rows]
+    newest = client.query(NEWEST_ARRIVAL_SQL).result_rows[0][0]
+    return starts, newest
+
+
+COMPUTED_AFTER_END_SQL = named(
+    "window_computed_after_it_ended",
+    """
+SELECT count() FROM routerscope.metric_windows
+WHERE grain = {grain:String} AND task_type = '' AND window_start = {start:DateTime64(3, 'UTC')}
+  AND computed_at >= window_end
+""",
+)
+
+
+def computed_after_end(client, grain: str, start: datetime) -> bool:
+    """Was the window of `grain` starting at `start` computed (at least once) after it had ended?"""
+    parameters = {"grain": grain, "start": utc_text(start)}
+    return client.query(COMPUTED_AFTER_END_SQL, parameters=parameters).result_rows[0][0] > 0
