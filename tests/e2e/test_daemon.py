@@ -115,6 +115,7 @@ def _query(settings, sql: str):
         return client.query(sql).result_rows
 
 
+@pytest.mark.timeout(480)  # a real dagster-daemon and code server start, then sensors tick until windows settle
 def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_alerts(tmp_path):
     home, dagster_home = tmp_path / "home", tmp_path / "dagster_home"
     home.mkdir()

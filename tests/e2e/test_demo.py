@@ -17,6 +17,7 @@ from warehouse.metrics import compute
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.timeout(900)  # 20k requests, the live sample through Gemma, every window and day through Dagster
 def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
     settings = settings_for(home)
     try:
@@ -107,6 +108,7 @@ def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home
         run_cli("broker", "stop", env=clean_env(home))
 
 
+@pytest.mark.timeout(480)  # an interrupted demo and a full rerun
 def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home):
     import signal
     import subprocess
@@ -139,6 +141,7 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
         run_cli("broker", "stop", env=clean_env(home))
 
 
+@pytest.mark.timeout(480)  # a whole demo, then Streamlit
 def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
     import signal
     import subprocess

@@ -31,6 +31,7 @@ def device(model):
     return LlamaDevice(model, n_ctx=512, n_threads=1)
 
 
+@pytest.mark.timeout(300)  # the stand-in cloud loads Gemma first
 def test_real_requests_carry_logprob_confidence(device, standin, tmp_path):
     router = Router(device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(DEFAULT_POLICY))
     prompts = ["Reply with one word: hello", "What colour is the sky? One word."]

@@ -30,6 +30,7 @@ TEXTS = {
 }
 
 
+@pytest.mark.timeout(480)  # the real model replays fallbacks
 def test_replay_labels_move_the_false_fallback_estimate(home):
     settings = settings_for(home)
     broker.start(settings, port=free_port())

@@ -188,6 +188,7 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     render(page)
 
 
+@pytest.mark.timeout(300)  # Streamlit and Chromium start, every page is screenshotted
 def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
     """Streamlit renders over a websocket: drive Debian's chromium with playwright and wait for the
     tiles before the screenshot."""

@@ -346,6 +346,7 @@ def test_load_command_prints_the_documented_json(stack, home):
     assert human.returncode == 0 and "decisions  loaded         0" in human.stdout
 
 
+@pytest.mark.timeout(480)  # up to 12 loader processes killed mid-drain, then a full load
 def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
     n_valid, n_bad = 30_000, 300
     payloads = valid_decisions(n_valid) + [b"\x00not-json-%d" % i for i in range(n_bad)]
