@@ -155,7 +155,11 @@ def breaker_transitions() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def freshness() -> pd.DataFrame:
-    return query("SELECT max(event_time) AS newest_event, max(ingested_at) AS last_load, count() AS rows FROM routerscope.decisions")
+    # events dated more than 5 minutes ahead (warehouse.quality.FUTURE_ALLOWANCE) do not count as fresh
+    return query(
+        "SELECT maxIf(event_time, event_time <= now64(3) + INTERVAL 5 MINUTE) AS newest_event, "
+        "max(ingested_at) AS last_load, count() AS rows FROM routerscope.decisions"
+    )
 
 
 @st.cache_data(ttl=TTL)

@@ -9,20 +9,40 @@ Two paths, one definition:
   invariants whose fields are all valid run as well.
 
 Rule names (stable; quarantine rows and tests use them):
-`json.invalid`, `json.not_object`, `schema.version`, `schema.required.<field>`,
-`schema.invalid.<field>`, `schema.unknown.<field>`, `invariant.<name>`.
+`json.invalid`, `json.not_object`, `json.too_large`, `json.too_deep`, `json.duplicate_key`,
+`schema.version`, `schema.required.<field>`, `schema.invalid.<field>`, `schema.unknown.<field>`,
+`schema.range.<field>`, `invariant.<name>`, and `contract.error` when validation itself failed.
+
+**No message can make validation raise.** Whatever a Kafka writer sends ends as an event or as a
+list of rules: a message over `MAX_MESSAGE_BYTES` is refused unread, nesting deep enough to exhaust
+the interpreter's recursion is `json.too_deep`, and any other exception is `contract.error`.
+
+**Column ranges.** The contract's maxima (decision_event.v2.schema.json, applied to version 1 as
+well) and the warehouse's `DateTime64(3)` range for `event_time` are `schema.range.<field>` rules,
+so every value that passes fits its column and the insert cannot fail on it. They are checked
+after decoding, not in the field annotations, so that a value of the right type but past its
+range is named as such.
+
+**Versions.** Decision events are version 1 or 2; a version-1 event carrying a v2 field is
+`schema.unknown.<field>`, and the v2 reason `device_busy` in a v1 event is `schema.invalid.reason`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 import msgspec
+from msgspec import UNSET
 
 from instrumentation.events import (
     DEVICE_FALLBACKS,
+    V2_ONLY_FIELDS,
+    V2_ONLY_REASONS,
     BreakerEvent,
     DecisionEvent,
     LabelEvent,
@@ -30,6 +50,108 @@ from instrumentation.events import (
 from routerscope import names
 
 _decoder_any = msgspec.json.Decoder()
+_encode = msgspec.json.Encoder().encode
+_decoder_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, values left undecoded
+_SPACED_COLON = re.compile(rb'"[ \t\r\n]+:')
+
+# Larger messages are quarantined unread (a decision event is under 2 KB; Kafka's default limit is 1 MB).
+MAX_MESSAGE_BYTES = 1024 * 1024
+# The range of the warehouse's DateTime64(3) columns: an event_time outside it cannot be stored.
+EVENT_TIME_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
+EVENT_TIME_MAX = datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
+# decision_event.v2.schema.json's maxima (the same for version 1): field -> largest value.
+DECISION_MAXIMA: dict[str, float] = {
+    "cloud_calls": 100,
+    "deadline_ms": 86_400_000,
+    "elapsed_ms": 86_400_000,
+    "latency_ms": 86_400_000,
+    "ttft_ms": 86_400_000,
+    "input_tokens": 10_000_000,
+    "output_tokens": 10_000_000,
+    "cost_usd": 1_000_000,
+    "all_cloud_cost_usd": 1_000_000,
+}
+ATTEMPT_LATENCY_MAX = 86_400_000
+DEVICE_STATS_MAXIMA: dict[str, float] = {
+    "peak_mem_mb": 1_048_576,
+    "decode_tps": 100_000,
+    "prefill_tps": 10_000_000,
+    "load_ms": 3_600_000,
+}
+_STATS_ITEMS = tuple(DEVICE_STATS_MAXIMA.items())
+
+
+def _over(value, maximum) -> bool:
+    return value is not None and value is not UNSET and value > maximum
+
+
+def _time_out_of_range(value) -> bool:
+    return not (EVENT_TIME_MIN <= value <= EVENT_TIME_MAX)
+
+
+def _range_rules(field_name: str, value) -> list[str]:
+    """The `schema.range.*` rules one decoded field value breaks (any contract)."""
+    if field_name == "event_time":
+        return ["schema.range.event_time"] if _time_out_of_range(value) else []
+    maximum = DECISION_MAXIMA.get(field_name)
+    if maximum is not None:
+        return [f"schema.range.{field_name}"] if _over(value, maximum) else []
+    if field_name == "attempts":
+        broken = any(a.latency_ms > ATTEMPT_LATENCY_MAX for a in value)
+        return ["schema.range.attempts.latency_ms"] if broken else []
+    if field_name == "device_stats" and value is not None:
+        return [f"schema.range.device_stats.{k}" for k, hi in _STATS_ITEMS if _over(getattr(value, k), hi)]
+    return []
+
+
+def decision_ranges_hold(e) -> bool:
+    """True when a typed decision is within every column range and is a consistent v1 or v2 event.
+
+    The same rules as `_range_rules`, inlined (one call per event in the loader); a property test
+    keeps the two equivalent."""
+    if not EVENT_TIME_MIN <= e.event_time <= EVENT_TIME_MAX:
+        return False
+    if (e.cloud_calls > 100 or e.input_tokens > 10_000_000 or e.output_tokens > 10_000_000
+            or e.deadline_ms > 86_400_000 or e.elapsed_ms > 86_400_000 or e.latency_ms > 86_400_000):  # fmt: skip
+        return False
+    ttft, cost = e.ttft_ms, e.cost_usd
+    if (ttft is not None and ttft > 86_400_000) or (cost is not UNSET and cost > 1_000_000):
+        return False
+    for a in e.attempts:
+        if a.latency_ms > ATTEMPT_LATENCY_MAX:
+            return False
+    stats, all_cloud = e.device_stats, e.all_cloud_cost_usd
+    if e.schema_version == 1:
+        return stats is None and all_cloud is UNSET and e.rollout_stage is UNSET and e.reason not in V2_ONLY_REASONS
+    if all_cloud is not UNSET and all_cloud > 1_000_000:
+        return False
+    return stats is None or not any(_over(getattr(stats, k), hi) for k, hi in _STATS_ITEMS)
+
+
+def times_hold(e) -> bool:
+    return not _time_out_of_range(e.event_time)
+
+
+def _reject_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _DuplicateKey(next(k for k in keys if keys.count(k) > 1))
+    return dict(pairs)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def duplicate_key(raw: bytes) -> str | None:
+    """The first key repeated within one JSON object of `raw` (at any depth), or None."""
+    try:
+        json.loads(raw, object_pairs_hook=_reject_duplicates)
+    except _DuplicateKey as exc:
+        return str(exc)
+    except (ValueError, RecursionError):
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -191,6 +313,19 @@ BREAKER_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 
+def _struct_types(annotation) -> list[type]:
+    from typing import get_args
+
+    found, stack = [], [annotation]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            found.append(t)
+        else:
+            stack.extend(get_args(t))
+    return found
+
+
 @dataclass(frozen=True)
 class Contract:
     """One event type on one topic: its record type and its invariants."""
@@ -199,11 +334,14 @@ class Contract:
     event_type: type
     invariants: tuple[Invariant, ...]
     holds: Callable[[Any], bool] | None = None  # fast all-invariants check, if the contract has one
+    in_range: Callable[[Any], bool] = times_hold  # fast column-range (and version) check
 
     def __post_init__(self):
         object.__setattr__(self, "_decoder", msgspec.json.Decoder(self.event_type))
         object.__setattr__(self, "_fields", msgspec.structs.fields(self.event_type))
         object.__setattr__(self, "_has_attempts", "attempts" in self.event_type.__struct_fields__)
+        objects = tuple(f.name for f in self._fields if f.name != "attempts" and _struct_types(f.type))
+        object.__setattr__(self, "_objects", objects)  # nested single objects (breaker, device_stats)
 
     # -- rules ---------------------------------------------------------------------------------
     def invariant_rules(self, event) -> list[str]:
@@ -217,6 +355,7 @@ class Contract:
         rules: list[str] = []
         values: dict[str, Any] = {}
         invalid: set[str] = set()
+        version_1 = obj.get("schema_version") == 1 and self.topic == names.TOPIC_DECISIONS
         for f in self._fields:
             if f.name not in obj:
                 if f.required:
@@ -225,11 +364,26 @@ class Contract:
                 else:
                     values[f.name] = f.default
                 continue
+            if version_1 and f.name in V2_ONLY_FIELDS:
+                rules.append(f"schema.unknown.{f.name}")
+                invalid.add(f.name)
+                continue
             try:
-                values[f.name] = msgspec.convert(obj[f.name], f.type)
+                value = msgspec.convert(obj[f.name], f.type)
             except msgspec.ValidationError:
                 rules.append("schema.version" if f.name == "schema_version" else f"schema.invalid.{f.name}")
                 invalid.add(f.name)
+                continue
+            if version_1 and f.name == "reason" and value in V2_ONLY_REASONS:
+                rules.append("schema.invalid.reason")
+                invalid.add(f.name)
+                continue
+            broken = _range_rules(f.name, value)
+            if broken:
+                rules.extend(broken)
+                invalid.add(f.name)
+                continue
+            values[f.name] = value
         known = {f.name for f in self._fields}
         rules.extend(f"schema.unknown.{k}" for k in obj if k not in known)
         view = SimpleNamespace(**values)
@@ -240,27 +394,67 @@ class Contract:
         return rules
 
     def parse(self, raw: bytes) -> tuple[Any | None, list[str]]:
-        """Decode one message. Returns (event, []) when valid, else (None, every broken rule)."""
+        """Decode one message. Returns (event, []) when valid, else (None, every broken rule).
+
+        Never raises: see the module docstring."""
+        if len(raw) > MAX_MESSAGE_BYTES:
+            return None, ["json.too_large"]
+        try:
+            return self._parse(raw)
+        except RecursionError:
+            return None, ["json.too_deep"]
+        except Exception:  # a bug or an input nobody foresaw: quarantined, never a stuck loader
+            return None, ["contract.error"]
+
+    def _parse(self, raw: bytes) -> tuple[Any | None, list[str]]:
         try:
             event = self._decoder.decode(raw)
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
         else:
-            if self.holds is not None and self.holds(event):
-                return event, []
-            rules = self.invariant_rules(event)
-            return (None, rules) if rules else (event, rules)
+            holds = self.holds(event) if self.holds is not None else not self.invariant_rules(event)
+            if holds and self.in_range(event):
+                # msgspec keeps the last of a repeated key, so a repeat must be looked for. The
+                # router's own messages are byte for byte the canonical encoding of their event,
+                # which repeats nothing (one encode and compare); others are screened by counting
+                # keys, and only a message that may repeat one pays for the exact check.
+                if _encode(event) == raw or not self._may_repeat_keys(raw, event) or duplicate_key(raw) is None:
+                    return event, []
+                return None, ["json.duplicate_key"]
         try:
             obj = _decoder_any.decode(raw)
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None, ["json.invalid"]
         rules = self.validate(obj)
-        # The fast path refused it, so something is wrong even if no field rule names it
-        # (e.g. a duplicate key); never let such a message pass as valid.
+        if duplicate_key(raw) is not None:
+            rules.append("json.duplicate_key")
+        # The fast path refused it, so something is wrong even if no rule names it; never let such a
+        # message pass as valid.
         return None, rules or ["schema.invalid"]
 
+    def _may_repeat_keys(self, raw: bytes, event) -> bool:
+        """False when `raw` certainly repeats no key; True when it might (then check exactly).
 
-DECISIONS = Contract(names.TOPIC_DECISIONS, DecisionEvent, DECISION_INVARIANTS, decision_invariants_hold)
+        Without a backslash or a space before a colon, every key ends in the two bytes `":` and
+        nothing else does (a string cannot hold an unescaped quote), so `raw.count(b'":')` is the
+        number of keys. A message without repeats has exactly: its distinct top-level keys, three
+        per attempt (all required), and the keys of its breaker and device_stats objects."""
+        if b"\\" in raw or _SPACED_COLON.search(raw):
+            return True
+        top = _decoder_keys.decode(raw)
+        expected = len(top)
+        if self._has_attempts:
+            expected += 3 * len(event.attempts)
+        for name in self._objects:
+            inner = top.get(name)
+            if inner is not None and bytes(inner) != b"null":
+                expected += len(_decoder_keys.decode(inner))
+        return raw.count(b'":') != expected
+
+
+DECISIONS = Contract(
+    names.TOPIC_DECISIONS, DecisionEvent, DECISION_INVARIANTS, decision_invariants_hold, decision_ranges_hold
+)
 LABELS = Contract(names.TOPIC_LABELS, LabelEvent, ())
 BREAKERS = Contract(names.TOPIC_BREAKERS, BreakerEvent, BREAKER_INVARIANTS)
 
@@ -276,7 +470,8 @@ def contract_for(topic: str) -> Contract:
 
 def all_rules(contract: Contract) -> Iterable[str]:
     """Every rule name a contract can report (for documentation and tests)."""
-    yield from ("json.invalid", "json.not_object", "schema.version")
+    yield from ("json.invalid", "json.not_object", "json.too_large", "json.too_deep", "json.duplicate_key",
+                "schema.version", "contract.error")
     for f in contract._fields:
         yield f"schema.required.{f.name}" if f.required else f"schema.invalid.{f.name}"
     yield from (inv.rule for inv in contract.invariants)

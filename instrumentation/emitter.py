@@ -12,10 +12,18 @@
   order, each segment line by line with a persisted cursor, before anything new is sent.
 * The spool is capped in bytes: past the cap the oldest segment is deleted and its messages are
   counted as dropped.
+* **The sender cannot die.** A spool record that does not decode (a torn last line after a power
+  cut or a full disk, a damaged file) is counted as `corrupt` and skipped; a torn tail is closed
+  off at start-up so nothing is appended onto it. An `OSError` while spooling (`ENOSPC`, a
+  read-only or vanished directory) counts that batch as dropped (`spool_failed`) and the sender
+  keeps going; a cursor that cannot be saved is kept in memory. The sender thread is supervised:
+  if it ever raises, the batch it held is counted as dropped and it starts again (`restarts`).
 * Accounting: `emitted == delivered + spooled + dropped + in_flight` at all times (`emitted`
-  includes what an earlier process left in the spool), where `in_flight`
-  is what sits in the queue or the producer's buffer; after `flush()` or `close()` it is 0, so
-  `emitted == delivered + spooled + dropped`. The four counters are exported as OTel metrics.
+  includes what an earlier process left in the spool; `dropped` includes `corrupt` and
+  `spool_failed`), where `in_flight` is what sits in the queue, the sender's hands or the
+  producer's buffer; after `flush()` or `close()` it is 0, so `emitted == delivered + spooled +
+  dropped`. The four counters are exported as OTel metrics; `faults()` breaks `dropped` down by
+  cause and counts sender restarts.
 * Flush policy (what a crash can lose): spool writes go straight to the operating system (no
   buffering in the process), so SIGKILL loses at most what was still in the queue or in flight —
   at most `queue_size` messages, usually the last few milliseconds. A power cut can also lose
@@ -53,21 +61,44 @@ class Message:
 
     @classmethod
     def from_line(cls, line: bytes) -> "Message":
-        d = json.loads(line)
-        enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
-        return cls(d["t"], None if d["k"] is None else enc(d["k"]), enc(d["v"]), tuple((k, enc(v)) for k, v in d["h"]))
+        """Raises ValueError (or a subclass) on anything that is not a complete spool record."""
+        try:
+            d = json.loads(line)
+            enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
+            return cls(d["t"], None if d["k"] is None else enc(d["k"]), enc(d["v"]), tuple((k, enc(v)) for k, v in d["h"]))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            raise ValueError(f"not a spool record: {exc}") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until everything is written (a short write happens when the disk fills up)."""
+    view = memoryview(data)
+    while view:
+        written = _os_write(fd, view)
+        view = view[written:]
+
+
+_os_write = os.write  # the one place spool bytes reach the OS (tests inject faults here)
 
 
 class Spool:
-    """Append-only segment files of messages waiting for the broker, oldest first, capped in bytes."""
+    """Append-only segment files of messages waiting for the broker, oldest first, capped in bytes.
+
+    Reading position: a cursor (segment name, line) kept in memory and saved to `cursor` after
+    each move (best effort: if it cannot be saved, a restart re-sends from the last saved one,
+    and the loader folds the duplicates by event id)."""
 
     def __init__(self, directory: Path, cap_bytes: int = 64 * 1024 * 1024, segment_bytes: int = 1024 * 1024):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.cap_bytes, self.segment_bytes = cap_bytes, segment_bytes
         self._cursor_path = self.dir / "cursor"
-        self.dropped = 0
-        self._count = sum(self._lines(p) for p in self._segments()) - self._cursor()[1]
+        self.dropped = 0  # oldest segments deleted over the cap
+        self.corrupt = 0  # records that did not decode, skipped
+        self.failed = 0  # messages that could not be written (OSError)
+        self._position = self._saved_cursor()
+        self._close_torn_tail()
+        self._count = sum(self._lines(p) for p in self._segments()) - self._position[1]
 
     def _segments(self) -> list[Path]:
         return sorted(self.dir.glob("*.jsonl"))
@@ -77,7 +108,30 @@ class Spool:
         with open(path, "rb") as f:
             return sum(1 for _ in f)
 
-    def _cursor(self) -> tuple[str | None, int]:
+    def _close_torn_tail(self) -> None:
+        """A last segment that does not end with a newline was cut mid-write: end that line, so the
+        torn record stays one (corrupt) line and the next append starts a line of its own."""
+        segments = self._segments()
+        if not segments:
+            return
+        last = segments[-1]
+        try:
+            with open(last, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() == 0:
+                    return
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+            if torn:
+                fd = os.open(last, os.O_WRONLY | os.O_APPEND)
+                try:
+                    _write_all(fd, b"\n")
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            log.warning("event spool: cannot close the torn last line of %s (%s)", last, exc)
+
+    def _saved_cursor(self) -> tuple[str | None, int]:
         try:
             name, line = self._cursor_path.read_text().split()
             if (self.dir / name).exists():
@@ -87,39 +141,80 @@ class Spool:
         segments = self._segments()
         return (segments[0].name if segments else None), 0
 
+    def _cursor(self) -> tuple[str | None, int]:
+        name, line = self._position
+        if name is not None and (self.dir / name).exists():
+            return name, line
+        segments = self._segments()
+        self._position = ((segments[0].name if segments else None), 0)
+        return self._position
+
     def _set_cursor(self, name: str, line: int) -> None:
-        tmp = self._cursor_path.with_suffix(".tmp")
-        tmp.write_text(f"{name} {line}")
-        os.replace(tmp, self._cursor_path)
+        self._position = (name, line)
+        try:
+            tmp = self._cursor_path.with_suffix(".tmp")
+            tmp.write_text(f"{name} {line}")
+            os.replace(tmp, self._cursor_path)
+        except OSError as exc:
+            log.warning("event spool: cannot save the cursor (%s); it is kept in memory", exc)
 
     def __len__(self) -> int:
         return self._count
 
     def append(self, messages: list[Message]) -> None:
-        """Write messages behind the others, starting a new segment every `segment_bytes`."""
-        segments = self._segments()
-        last = segments[-1] if segments else None
-        size = last.stat().st_size if last else 0
+        """Write messages behind the others, starting a new segment every `segment_bytes`.
+
+        Never raises: messages that cannot be written (disk full, directory gone) are counted in
+        `failed`, and a partly written chunk is cut back so no torn record is left behind."""
+        try:
+            segments = self._segments()
+            last = segments[-1] if segments else None
+            size = last.stat().st_size if last else 0
+        except OSError as exc:
+            self._fail(len(messages), exc)
+            return
         chunk: list[bytes] = []
+        chunks: list[tuple[Path, list[bytes]]] = []
         for line in (m.to_line() for m in messages):
             if last is None or size >= self.segment_bytes:
                 if chunk:
-                    self._write(last, chunk)
+                    chunks.append((last, chunk))
                     chunk = []
                 last = self.dir / f"{(int(last.stem) + 1 if last else 1):012d}.jsonl"
                 size = 0
             chunk.append(line)
             size += len(line)
         if chunk:
-            self._write(last, chunk)
-        self._count += len(messages)
-        self._enforce_cap()
+            chunks.append((last, chunk))
+        for path, lines in chunks:
+            try:
+                self._write(path, lines)
+            except OSError as exc:
+                self._fail(len(lines), exc)
+                continue
+            self._count += len(lines)
+        try:
+            self._enforce_cap()
+        except OSError as exc:
+            log.warning("event spool: cannot enforce its cap (%s)", exc)
+
+    def _fail(self, n: int, exc: OSError) -> None:
+        self.failed += n
+        log.warning("event spool: cannot write %d event(s) (%s): counted as dropped", n, exc)
 
     @staticmethod
     def _write(path: Path, lines: list[bytes]) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, b"".join(lines))  # straight to the OS: survives SIGKILL
+            start = os.fstat(fd).st_size
+            try:
+                _write_all(fd, b"".join(lines))  # straight to the OS: survives SIGKILL
+            except OSError:
+                try:
+                    os.ftruncate(fd, start)  # no half record left for the reader
+                except OSError:
+                    pass  # the reader counts a torn record as corrupt
+                raise
         finally:
             os.close(fd)
 
@@ -138,33 +233,54 @@ class Spool:
             if name == oldest.name:
                 self._set_cursor(segments[0].name, 0)
 
-    def peek(self, limit: int) -> list[Message]:
-        """Up to `limit` messages from the cursor, in order (within the oldest segment)."""
+    def peek(self, limit: int) -> tuple[list[Message], int]:
+        """Up to `limit` records from the cursor, in order (within the oldest segment): the messages
+        that decode, and how many records were read in all (corrupt ones included)."""
         name, line = self._cursor()
         if name is None:
-            return []
-        out = []
+            return [], 0
+        out, read = [], 0
         with open(self.dir / name, "rb") as f:
             for i, raw in enumerate(f):
-                if i >= line and len(out) < limit:
+                if i < line:
+                    continue
+                if read >= limit:
+                    break
+                read += 1
+                try:
                     out.append(Message.from_line(raw))
-        return out
+                except ValueError:
+                    self.corrupt += 1
+                    self._count -= 1
+                    log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
+        return out, read
 
-    def advance(self, n: int) -> None:
-        """The next `n` messages were delivered: move the cursor, delete finished segments."""
+    def advance(self, n: int, delivered: int | None = None) -> None:
+        """The next `n` records were read (`delivered` of them sent; the rest were corrupt and are
+        already counted): move the cursor, delete finished segments."""
         name, line = self._cursor()
         if name is None:
             return
         path = self.dir / name
         line += n
-        self._count -= n
-        if line >= self._lines(path):
-            path.unlink()
+        self._count -= n if delivered is None else delivered
+        try:
+            finished = line >= self._lines(path)
+            if finished:
+                path.unlink()
+        except OSError as exc:
+            log.warning("event spool: cannot finish segment %s (%s)", name, exc)
+            finished = False
+        if finished:
             rest = self._segments()
             if rest:
                 self._set_cursor(rest[0].name, 0)
             else:
-                self._cursor_path.unlink(missing_ok=True)
+                self._position = (None, 0)
+                try:
+                    self._cursor_path.unlink(missing_ok=True)
+                except OSError:
+                    pass
         else:
             self._set_cursor(name, line)
 
@@ -182,13 +298,14 @@ class KafkaEmitter:
         self.send_timeout_s, self.retry_every_s = send_timeout_s, retry_every_s
         # Events an earlier process left in the spool count as emitted here, so the books balance.
         self.emitted = len(self.spool)
-        self.delivered = self.queue_dropped = 0
+        self.delivered = self.queue_dropped = self.crash_dropped = self.restarts = 0
+        self._holding: list[Message] = []  # the batch in the sender's hands
         self._lock = threading.Lock()
         self._producer = None
         self._down_until = 0.0
         self._stop = threading.Event()
         self._idle = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="routerscope-emitter", daemon=True)
+        self._thread = threading.Thread(target=self._supervise, name="routerscope-emitter", daemon=True)
         self._thread.start()
 
     # -- the request path ----------------------------------------------------------------------------
@@ -206,7 +323,11 @@ class KafkaEmitter:
     # -- accounting ----------------------------------------------------------------------------------
     @property
     def dropped(self) -> int:
-        return self.queue_dropped + self.spool.dropped
+        return self.queue_dropped + self.crash_dropped + self.spool.dropped + self.spool.corrupt + self.spool.failed
+
+    @property
+    def corrupt(self) -> int:
+        return self.spool.corrupt
 
     @property
     def spooled(self) -> int:
@@ -220,6 +341,13 @@ class KafkaEmitter:
         with self._lock:
             return {"emitted": self.emitted, "delivered": self.delivered, "spooled": self.spooled,
                     "dropped": self.dropped, "in_flight": self.in_flight}  # fmt: skip
+
+    def faults(self) -> dict[str, int]:
+        """What went wrong, by kind: the parts of `dropped` (queue full, spool over its cap, corrupt
+        spool records, failed spool writes, batches held by a failed sender) and sender restarts."""
+        with self._lock:
+            return {"queue_full": self.queue_dropped, "spool_cap": self.spool.dropped, "corrupt": self.spool.corrupt,
+                    "spool_failed": self.spool.failed, "sender_crash": self.crash_dropped, "restarts": self.restarts}  # fmt: skip
 
     # -- the sender ----------------------------------------------------------------------------------
     def _connect(self):
@@ -270,27 +398,49 @@ class KafkaEmitter:
             pass
         return batch
 
+    def _supervise(self) -> None:
+        """Run the sender; if it ever raises, count what it held as dropped and start it again."""
+        while True:
+            try:
+                self._run()
+                return
+            except BaseException as exc:  # noqa: BLE001 - the sender must outlive any fault
+                with self._lock:
+                    self.crash_dropped += len(self._holding)
+                    self._holding = []
+                    self.restarts += 1
+                log.error("event sender failed (%s: %s); restarted", type(exc).__name__, exc)
+                self._reset_producer()
+                time.sleep(min(1.0, 0.05 * self.restarts))
+
     def _run(self) -> None:
         while True:
             now = time.monotonic()
             if len(self.spool) and now >= self._down_until:  # replay, oldest first, before anything new
-                batch = self.spool.peek(500)
+                with self._lock:  # peek counts corrupt records: keep the books consistent for readers
+                    batch, read = self.spool.peek(500)
+                if read and not batch:  # only corrupt records (already counted): step over them
+                    with self._lock:
+                        self.spool.advance(read, delivered=0)
+                    continue
                 if batch and self._send_batch(batch):
                     with self._lock:
-                        self.spool.advance(len(batch))
+                        self.spool.advance(read, delivered=len(batch))
                         self.delivered += len(batch)
                     continue
                 self._down_until = time.monotonic() + self.retry_every_s
-            batch = self._drain_queue()
+            batch = self._holding = self._drain_queue()
             if batch:
                 if len(self.spool) or time.monotonic() < self._down_until or not self._send_batch(batch):
                     if not len(self.spool) and time.monotonic() >= self._down_until:
                         self._down_until = time.monotonic() + self.retry_every_s
                     with self._lock:
                         self.spool.append(batch)
+                        self._holding = []
                 else:
                     with self._lock:
                         self.delivered += len(batch)
+                        self._holding = []
                 continue
             if self.queue.empty() and not len(self.spool):
                 self._idle.set()

@@ -1,4 +1,8 @@
-"""The event contract: one frozen record type per event (`../shared/contracts/*.schema.json`, v1).
+"""The event contract: one frozen record type per event (`../shared/contracts/*.schema.json`).
+
+Decision events come in schema versions 1 and 2 on the same topic (v1 stays valid forever): v2 adds
+the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage` and the reason `device_busy`;
+one record type carries both, and `instrumentation.contract` refuses v2-only content in a v1 event.
 
 The types are `msgspec.Struct(frozen=True)`: frozen, slotted records with the same role as a frozen
 dataclass, chosen because msgspec decodes *and* validates JSON into them in C (≈ 600k events/s on
@@ -46,12 +50,14 @@ Reason = Literal[
     "device_unavailable",
     "cloud_unavailable",
     "policy_cloud",
-    "device_busy",  # contract v2: the device was at its concurrency cap, the request went to the cloud
+    "device_busy",  # contract v2 only
 ]
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
 ConfidenceSource = Literal["logprob", "sampling", "validator", "none"]
 LabelSource = Literal["human_review", "offline_replay", "validator", "shadow_compare"]
+ThermalState = Literal["nominal", "fair", "serious", "critical", "unknown"]
+RolloutStage = Literal["shadow", "canary", "full", "cloud_only"]
 
 # Enum values as tuples, for code that needs to iterate them (SQL domains, data-quality suites).
 FALLBACK_TYPES: tuple[str, ...] = FallbackType.__args__
@@ -61,6 +67,12 @@ NETWORKS: tuple[str, ...] = Network.__args__
 CONFIDENCE_SOURCES: tuple[str, ...] = ConfidenceSource.__args__
 LABEL_SOURCES: tuple[str, ...] = LabelSource.__args__
 BREAKER_STATES: tuple[str, ...] = BreakerState.__args__
+THERMAL_STATES: tuple[str, ...] = ThermalState.__args__
+ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__
+DECISION_SCHEMA_VERSIONS = (1, 2)
+# What a version-1 decision may not carry (the v2 additions).
+V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage")
+V2_ONLY_REASONS = ("device_busy",)
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
 
 
@@ -89,8 +101,19 @@ class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     cloud: BreakerState | UnsetType = UNSET
 
 
+class DeviceStats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
+    """What the device measured while serving one request (contract v2, seed 003)."""
+
+    peak_mem_mb: NonNegFloat | UnsetType = UNSET
+    thermal_state: ThermalState | UnsetType = UNSET
+    decode_tps: NonNegFloat | None = None
+    prefill_tps: NonNegFloat | None = None
+    cold_start: bool | UnsetType = UNSET
+    load_ms: NonNegFloat | None = None
+
+
 class DecisionEvent(_Event, frozen=True):
-    """One routed request (topic router.decisions.v1, key session_id)."""
+    """One routed request (topic router.decisions.v1, key session_id), schema version 1 or 2."""
 
     schema_version: Literal[1, 2]
     event_id: Uuid
@@ -128,6 +151,10 @@ class DecisionEvent(_Event, frozen=True):
     cost_usd: NonNegFloat | UnsetType = UNSET
     trace_id: Annotated[str, Meta(pattern=r"\A[0-9a-f]{32}\Z")] | None = None
     span_id: Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")] | None = None
+    # Version 2 only (absent from a v1 event).
+    device_stats: DeviceStats | None = None
+    all_cloud_cost_usd: NonNegFloat | UnsetType = UNSET
+    rollout_stage: RolloutStage | UnsetType = UNSET
 
 
 class LabelEvent(_Event, frozen=True):

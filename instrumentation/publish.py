@@ -48,20 +48,24 @@ def message_key(topic: str, line: bytes) -> bytes | None:
     key_field = names.TOPIC_KEY_FIELD[topic]
     try:
         obj = _decode(line)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     if isinstance(obj, dict) and isinstance(obj.get(key_field), str):
         return obj[key_field].encode()
     return None
 
 
-def iter_lines(path: Path) -> Iterable[bytes]:
-    """Each line without its line ending; blank lines are not messages and are skipped."""
+# kafka-python's default `max_request_size`: a longer line cannot be sent as one message.
+MAX_LINE_BYTES = 1024 * 1024 - 512
+
+
+def iter_lines(path: Path) -> Iterable[tuple[int, bytes]]:
+    """(line number, line without its line ending); blank lines are not messages and are skipped."""
     with open(path, "rb") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             line = line.rstrip(b"\r\n")
             if line.strip():
-                yield line
+                yield number, line
 
 
 @dataclass
@@ -76,26 +80,46 @@ class ProduceResult:
 def produce_lines(
     settings: Settings,
     topic: str,
-    lines: Iterable[bytes],
+    lines: Iterable[tuple[int, bytes]],
     progress: Callable[[int], None] | None = None,
 ) -> ProduceResult:
-    """Publish each line as one message; returns what was acknowledged by the broker."""
+    """Publish each (line number, line) as one message; returns what was acknowledged by the broker.
+
+    A line that cannot be a message (longer than MAX_LINE_BYTES) or that the client refuses is
+    counted as failed, with its line number, and the rest are still sent. Only a broker that stops
+    answering ends the run early."""
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
     result = ProduceResult(topic=topic)
     producer = make_producer(settings)
 
-    def on_error(exc):
-        result.failed += 1
-        if len(result.errors) < 5:
-            result.errors.append(repr(exc))
+    unacknowledged = [0]  # sent, then failed at the broker
 
+    def fail(number: int, reason: str, sent: bool = False) -> None:
+        result.failed += 1
+        unacknowledged[0] += sent
+        if len(result.errors) < 5:
+            result.errors.append(f"line {number}: {reason}")
+
+    attempted = 0
     try:
-        pending = attempted = 0
-        for line in lines:
+        pending = 0
+        for number, line in lines:
+            if len(line) > MAX_LINE_BYTES:
+                fail(number, f"{len(line)} bytes, more than the largest message sent ({MAX_LINE_BYTES} bytes)")
+                continue
             key = message_key(topic, line)
             result.unkeyed += key is None
-            producer.send(topic, key=key, value=line).add_errback(on_error)
-            pending += 1
+            try:
+                future = producer.send(topic, key=key, value=line)
+            except KafkaTimeoutError:
+                raise
+            except KafkaError as exc:  # refused by the client (e.g. too large once encoded)
+                fail(number, repr(exc))
+                continue
+            future.add_errback(lambda exc, number=number: fail(number, repr(exc), sent=True))
             attempted += 1
+            pending += 1
             if progress and pending >= 1000:
                 progress(pending)
                 pending = 0
@@ -103,10 +127,11 @@ def produce_lines(
         if progress and pending:
             progress(pending)
     except Exception as exc:  # kafka-python raises KafkaTimeoutError and friends
-        raise BrokerUnavailable(f"publishing to {topic} failed: {exc}; is the broker still up?") from None
+        where = f" after {attempted} message(s)" if attempted else ""
+        raise BrokerUnavailable(f"publishing to {topic} failed{where}: {exc!r}; is the broker still up?") from None
     finally:
         producer.close(timeout=10)
-    result.sent = attempted - result.failed
+    result.sent = attempted - unacknowledged[0]
     return result
 
 

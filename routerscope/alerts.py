@@ -150,7 +150,8 @@ SELECT alert_key, first_seen, rule, task_type, severity, action, summary, status
 FROM routerscope.alerts FINAL
 WHERE status = 'firing' OR notify_state = 'pending' OR resolved_at >= {since:DateTime64(3, 'UTC')}
 """
-FRESHNESS_SQL = "SELECT max(event_time) FROM routerscope.decisions"
+# Events dated past now + the allowance (warehouse.quality.FUTURE_ALLOWANCE) must not hide stale ingest.
+FRESHNESS_SQL = "SELECT max(event_time) FROM routerscope.decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}"
 DQ_SQL = """
 SELECT countIf(NOT success AND blocking) FROM routerscope.dq_results
 WHERE (window_start, run_at) IN (
@@ -213,7 +214,10 @@ def _window_series(client, rule: Rule, cache: dict) -> tuple[datetime | None, di
 
 def _signal(client, metric: str, now: datetime):
     if metric == "pipeline.freshness_lag_s":
-        newest = _utc(client.query(FRESHNESS_SQL).result_rows[0][0])
+        from warehouse.quality import FUTURE_ALLOWANCE
+
+        horizon = _text(now + FUTURE_ALLOWANCE)
+        newest = _utc(client.query(FRESHNESS_SQL, parameters={"horizon": horizon}).result_rows[0][0])
         return None if newest is None or newest.year <= 1970 else (now - newest).total_seconds()
     if metric == "pipeline.dq_blocking_failures":
         return int(client.query(DQ_SQL).result_rows[0][0])

@@ -64,7 +64,7 @@ def cmd_produce(args, settings: Settings) -> int:
     )
     if result.failed:
         print(
-            f"routerscope: error: {result.failed} message(s) were not acknowledged: {'; '.join(result.errors)}",
+            f"routerscope: error: {result.failed} line(s) were not published: {'; '.join(result.errors)}",
             file=sys.stderr,
         )
         return 1
@@ -107,13 +107,20 @@ def cmd_load(args, settings: Settings) -> int:
 
 
 def _parse_time(text: str, flag: str):
+    """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
     from datetime import datetime, timezone
+
+    from instrumentation.contract import EVENT_TIME_MAX, EVENT_TIME_MIN
 
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        in_range = EVENT_TIME_MIN <= value <= EVENT_TIME_MAX.replace(hour=0, minute=0, second=0, microsecond=0)
+    except (ValueError, OverflowError):
         raise ConfigError(f"{flag} {text!r} is not an ISO 8601 time, e.g. 2026-11-29T00:00:00Z") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if not in_range:
+        raise ConfigError(f"{flag} {text!r} is outside the times the warehouse stores (years 1900 to 2299)")
+    return value
 
 
 def cmd_metrics(args, settings: Settings) -> int:
@@ -126,6 +133,8 @@ def cmd_metrics(args, settings: Settings) -> int:
         raise ConfigError(f"--end {args.end} must be after --start {args.start}")
     if not 0 < args.target <= 1:
         raise ConfigError(f"--target {args.target} must be a pass rate in (0, 1]")
+    if args.baseline_days > 3650:
+        raise ConfigError(f"--baseline-days {args.baseline_days:g} is more than ten years")
     with open_warehouse(settings, purpose="metrics") as client:
         migrate(client)
         result = compute(
@@ -353,6 +362,23 @@ def _int_at_least(minimum: int):
 _positive_int = _int_at_least(1)
 
 
+def _float_at_least(minimum: float, strictly: bool = False):
+    """A finite number >= minimum (> when `strictly`): nan and inf are refused."""
+
+    def parse(text: str) -> float:
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < minimum or (strictly and value == minimum):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number {'above' if strictly else 'at least'} {minimum:g}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="routerscope", description="Observability for a hybrid LLM router.")
     parser.add_argument("--version", action="version", version=f"routerscope {__version__}")
@@ -374,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=_positive_int, default=10_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
-    p.add_argument("--corrupt", type=int, default=0, help="malformed messages to produce as well (for the quarantine)")
+    p.add_argument("--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("broker", help="the local development broker (Tansu on 127.0.0.1)")
@@ -399,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
     p.add_argument("--batch-size", type=_positive_int, default=20_000, help="rows per insert (default 20000)")
     p.add_argument(
-        "--idle-timeout", type=float, default=1.0, help="seconds without a message that count as drained (default 1)"
+        "--idle-timeout", type=_float_at_least(0, strictly=True), default=1.0,
+        help="seconds without a message that count as drained (default 1)",
     )
     p.add_argument(
         "--partitions",
@@ -414,8 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
     p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
-    p.add_argument("--baseline-days", type=float, default=7.0, help="L2/L3 drift baseline: days before --start")
-    p.add_argument("--target", type=float, default=0.95, help="target pass rate for the threshold recommendation")
+    p.add_argument("--baseline-days", type=_float_at_least(0, strictly=True), default=7.0,
+                   help="L2/L3 drift baseline: days before --start")
+    p.add_argument("--target", type=_float_at_least(0, strictly=True), default=0.95,
+                   help="target pass rate for the threshold recommendation")
     p.add_argument("--min-n", type=_positive_int, default=30, help="minimum events behind a recommended threshold")
     p.set_defaults(func=cmd_metrics)
 
@@ -445,6 +474,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RouterscopeError as exc:
         print(f"routerscope: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # an unreadable home, a full disk, a file that vanished: say which
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"routerscope: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("routerscope: interrupted", file=sys.stderr)

@@ -74,7 +74,11 @@ class WarehouseDsn:
 
     @classmethod
     def parse(cls, dsn: str) -> "WarehouseDsn":
-        parsed = urlparse(dsn)
+        try:
+            parsed = urlparse(dsn)
+            parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+        except ValueError as exc:
+            raise ConfigError(f"ROUTERSCOPE_CLICKHOUSE_DSN is not a valid URL ({exc})") from None
         scheme = parsed.scheme.lower()
         if scheme == "chdb":
             path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path

@@ -16,12 +16,24 @@ How a crash at any moment neither loses nor doubles rows:
   so the same insert arriving twice adds nothing. ReplacingMergeTree keyed on the event id is the
   last line, and queries that need exact counts deduplicate by event id anyway.
 * **Lost broker data is detected.** A partition with a stored position is read from one message
-  *before* it: that message must still be there. If it is not (an in-memory broker restarted, a
-  topic recreated), or the broker reports the position out of range, the run stops with an error
-  instead of silently skipping or re-reading someone else's offsets.
+  *before* it: that message must still be there, and must be the message that was loaded (the
+  position keeps a fingerprint of its key and value). If it is not (an in-memory broker restarted,
+  perhaps already refilled with other messages; a topic recreated), or the broker reports the
+  position out of range, the run stops with an error instead of silently skipping or re-reading
+  someone else's offsets.
 
-Malformed messages (not JSON, wrong schema, broken invariants) go to `quarantine` with the raw
-bytes and every broken rule; the rest of the batch loads.
+**No message can stop ingest.** Malformed messages (not JSON, too large or too deep, wrong schema,
+values past their column's range, broken invariants) go to `quarantine` with the raw bytes and
+every broken rule; the rest of the batch loads. Inserts cannot fail on partition count (a batch
+spread over many months is inserted in groups of months), and as the last line an insert the
+warehouse rejects is split in halves until the rows it refuses are found: those are quarantined
+with the rule `insert.rejected` and the server's message, and the rest loads. Only a warehouse
+that refuses everything (it is down, full, misconfigured) stops the run, without storing positions.
+
+**Bounded waits.** The warehouse is opened for each unit of work (positions, each batch) and closed
+straight after, so its lock is never held while waiting on the broker; every blocking consumer call
+has a timeout (closing the consumer included), and a broker that stops answering mid-load ends the
+run with an error once what was fetched has been stored.
 
 Draining: a run ends when every partition reached its end (librdkafka's partition-EOF event) or
 when nothing arrived for `idle_timeout_s` (some brokers, the embedded one among them, do not
@@ -31,7 +43,10 @@ report the end of an already-drained partition).
 from __future__ import annotations
 
 import gc
+import hashlib
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -46,8 +61,16 @@ from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID,
 DEFAULT_BATCH_SIZE = 20_000
 DEFAULT_IDLE_TIMEOUT_S = 1.0
 DEFAULT_FLUSH_INTERVAL_S = 5.0
+# A broker that answers nothing for this long during a load ends the run (after storing what arrived).
+DEFAULT_BROKER_TIMEOUT_S = 10.0
+# Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker).
+CLOSE_TIMEOUT_S = 5.0
+# ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
+# `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
+MAX_MONTHS_PER_INSERT = 50
+INSERT_REJECTED = "insert.rejected"
 OFFSET_COLUMNS = ("consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
-                  "rows_loaded", "rows_quarantined")  # fmt: skip
+                  "rows_loaded", "rows_quarantined", "last_fingerprint")  # fmt: skip
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}
@@ -68,11 +91,20 @@ class BrokerDataLost(RouterscopeError):
     """The broker no longer holds offsets the warehouse says were loaded."""
 
 
+def fingerprint(key: bytes | None, value: bytes | None) -> str:
+    """What a position remembers of the last message it covers (hash of key and value)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (key, value):
+        h.update(b"\xff" if part is None else len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()
+
+
 @dataclass
 class PartitionState:
     topic: str
     partition: int
     stored: int | None  # next offset recorded in the warehouse; None if never loaded
+    fingerprint: str = ""  # of the message at `stored - 1` when it was loaded ("" if not recorded)
     skip: set[int] = field(default_factory=set)  # offsets past `stored` that already landed
     next_offset: int | None = None  # after the last message consumed in this run
     verified: bool = False  # the message before `stored` was seen (the broker kept our history)
@@ -104,16 +136,18 @@ class _Batch:
     """Messages consumed since the last flush, parsed, ready to insert."""
 
     def __init__(self):
-        self.events: dict[str, tuple[list, list, list]] = {t: ([], [], []) for t in FACTS}
+        self.events: dict[str, tuple[list, list, list, list]] = {t: ([], [], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
         self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
         self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last]
         self.counts: dict[tuple[str, int], list[int]] = {}  # -> [loaded, quarantined]
+        self.last: dict[tuple[str, int], object] = {}  # -> the last message (for its fingerprint)
         self.size = 0
 
     def add(self, topic: str, partition: int, offset: int, message, landed: bool = False) -> None:
         """Parse one message into the batch. `landed`: its row is already in the warehouse (an
         earlier run died before recording its position): only its ledger row is written again."""
+        self.last[(topic, partition)] = message
         rng = self.ranges.get((topic, partition))
         if rng is None:
             self.ranges[(topic, partition)] = [offset, offset]
@@ -129,15 +163,19 @@ class _Batch:
                 column.append(value)
             if landed:
                 return
-            events, partitions, offsets = self.events[topic]
+            events, partitions, offsets, messages = self.events[topic]
             events.append(event)
             partitions.append(partition)
             offsets.append(offset)
+            messages.append(message)
             counts[0] += 1
             return
         if landed:
             return
         counts[1] += 1
+        self.quarantine_message(topic, partition, offset, message, rules, _describe(rules))
+
+    def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
         key = message.key()
         for column, value in zip(
             self.quarantine,
@@ -147,12 +185,23 @@ class _Batch:
                 offset,
                 None if key is None else key.decode("utf-8", "replace"),
                 kafka_time(message.timestamp()),
-                raw or b"",
+                message.value() or b"",
                 rules,
-                _describe(rules),
+                error,
             ),
         ):
             column.append(value)
+
+    def reject(self, topic: str, rejected: list[tuple[int, int, object]], error: str) -> None:
+        """Rows the warehouse refused (partition, offset, message): quarantined, out of the ledger."""
+        gone = {(topic, p, o) for p, o, _ in rejected}
+        keep = [i for i, c in enumerate(zip(*self.ledger[:3])) if c not in gone]
+        self.ledger = [[column[i] for i in keep] for column in self.ledger]
+        for partition, offset, message in rejected:
+            counts = self.counts[(topic, partition)]
+            counts[0] -= 1
+            counts[1] += 1
+            self.quarantine_message(topic, partition, offset, message, [INSERT_REJECTED], f"{INSERT_REJECTED}: {error}")
 
     def token(self, topics: Iterable[str] | None = None) -> str:
         """The insert deduplication token: the offset ranges this batch covers."""
@@ -181,6 +230,7 @@ class Loader:
         topics: Iterable[str] = tuple(names.TOPICS.values()),
         partitions: Iterable[int] | None = None,
         progress: Callable[[int], None] | None = None,
+        broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -194,15 +244,49 @@ class Loader:
         # by side against a ClickHouse server: positions are kept per (topic, partition).
         self.partitions = None if partitions is None else frozenset(partitions)
         self.progress = progress or (lambda n: None)
+        self.broker_timeout_s = broker_timeout_s
+        self._client = None  # a client to use throughout, when the caller gives one
+        self._held = None  # (context manager, client): the warehouse kept open while messages flow
+        self._broker_error: str | None = None  # the last broker-wide error since a message arrived
+
+    @contextmanager
+    def _warehouse(self):
+        """One unit of warehouse work: the caller's client, or the warehouse opened (and, embedded,
+        locked) for just this unit and closed straight after."""
+        if self._client is not None:
+            yield self._client
+            return
+        from warehouse.client import open_warehouse
+
+        with open_warehouse(self.settings, purpose="load") as client:
+            yield client
+
+    def _acquire(self):
+        """The warehouse for a flush, kept open while messages keep arriving (opening it costs about
+        0.1 s); `_release` closes it before any wait on the broker."""
+        if self._client is not None:
+            return self._client
+        if self._held is None:
+            from warehouse.client import open_warehouse
+
+            manager = open_warehouse(self.settings, purpose="load")
+            self._held = (manager, manager.__enter__())
+        return self._held[1]
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held[0].__exit__(None, None, None)
 
     # -- warehouse side --------------------------------------------------------------------------
-    def stored_positions(self, client) -> dict[tuple[str, int], int]:
+    def stored_positions(self, client) -> dict[tuple[str, int], tuple[int, str]]:
+        """(next offset, fingerprint of the message before it) per (topic, partition)."""
         rows = client.query(
-            "SELECT kafka_topic, kafka_partition, max(next_offset) FROM routerscope.ingest_offsets "
-            "WHERE consumer = {consumer:String} GROUP BY kafka_topic, kafka_partition",
+            "SELECT kafka_topic, kafka_partition, max(next_offset), argMax(last_fingerprint, next_offset) "
+            "FROM routerscope.ingest_offsets WHERE consumer = {consumer:String} GROUP BY kafka_topic, kafka_partition",
             parameters={"consumer": self.consumer_name},
         ).result_rows
-        return {(t, int(p)): int(o) for t, p, o in rows}
+        return {(t, int(p)): (int(o), f) for t, p, o, f in rows}
 
     def landed_offsets(self, client, topic: str, starts: dict[int, int]) -> dict[int, set[int]]:
         """Offsets at or past each partition's stored position already present in the warehouse."""
@@ -231,19 +315,19 @@ class Loader:
         """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
         positions that cover them (in that order: a crash leaves rows without a position, never a
         position without its rows)."""
-        for topic, (events, partitions, offsets) in batch.events.items():
+        for topic, (events, partitions, offsets, messages) in batch.events.items():
             if events:
-                table, columns, build = FACTS[topic]
-                self._insert(client, table, columns, build(events, topic, partitions, offsets), "facts;" + batch.token([topic]))
+                self._insert_facts(client, batch, topic, events, partitions, offsets, messages)
         if batch.ledger[0]:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
             self._insert(client, names.TABLE_QUARANTINE, QUARANTINE_COLUMNS, batch.quarantine, "quarantine;" + batch.token())
         token = batch.token()
-        rows = [
-            (self.consumer_name, t, p, last + 1, token, *batch.counts[(t, p)])
-            for (t, p), (first, last) in sorted(batch.ranges.items())
-        ]
+        rows = []
+        for (t, p), (first, last) in sorted(batch.ranges.items()):
+            message = batch.last[(t, p)]
+            rows.append((self.consumer_name, t, p, last + 1, token, *batch.counts[(t, p)],
+                         fingerprint(message.key(), message.value())))  # fmt: skip
         client.insert(
             f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS)
         )
@@ -251,33 +335,87 @@ class Loader:
             result.loaded[SHORT_NAME[t]] += loaded
             result.quarantined[SHORT_NAME[t]] += quarantined
             states[(t, p)].stored = batch.ranges[(t, p)][1] + 1
+        for row in rows:
+            states[(row[1], row[2])].fingerprint = row[-1]
         result.batches += 1
 
+    def _insert_facts(self, client, batch: _Batch, topic: str, events, partitions, offsets, messages) -> None:
+        """The facts of one topic, in groups of at most MAX_MONTHS_PER_INSERT months; rows the
+        warehouse refuses are moved to the quarantine (`insert.rejected`)."""
+        table, columns, build = FACTS[topic]
+        token = "facts;" + batch.token([topic])
+        groups = _month_groups(events)
+        rejected: list[tuple[int, int, object]] = []
+        errors: list[str] = []
+        for g, indexes in enumerate(groups):
+            group_token = token if len(groups) == 1 else f"{token};months-{g}"
+            pick = (lambda xs: xs) if indexes is None else (lambda xs, ix=indexes: [xs[i] for i in ix])
+            rows = list(zip(pick(events), pick(partitions), pick(offsets), pick(messages)))
+
+            def insert(part: list, part_token: str) -> None:
+                ev, pa, of, _ = zip(*part)
+                self._insert(client, table, columns, build(list(ev), topic, list(pa), list(of)), part_token)
+
+            self._insert_or_split(insert, rows, group_token, rejected, errors)
+        if rejected:
+            total = len(events)
+            if len(rejected) == total and total > 1:
+                raise WarehouseError(
+                    f"the warehouse refused every row of a batch of {total} for {table} ({errors[0]}); nothing "
+                    "past the last stored position was recorded as loaded, so the next `routerscope load` "
+                    "resumes there"
+                )
+            batch.reject(topic, [(p, o, m) for _, p, o, m in rejected], errors[0])
+
+    @staticmethod
+    def _insert_or_split(insert, rows: list, token: str, rejected: list, errors: list) -> None:
+        """Insert `rows`; if the warehouse refuses them for their content, split in halves (each half
+        deduplicated by its own token) until the refused rows are single and known."""
+        try:
+            insert(rows, token)
+            return
+        except Exception as exc:
+            if _infrastructure_failure(exc):
+                raise
+            message = _first_line(exc)
+        if len(rows) == 1:
+            rejected.append(rows[0])
+            errors.append(message)
+            return
+        middle = len(rows) // 2
+        Loader._insert_or_split(insert, rows[:middle], f"{token};a", rejected, errors)
+        Loader._insert_or_split(insert, rows[middle:], f"{token};b", rejected, errors)
+
     # -- the run ---------------------------------------------------------------------------------
-    def run(self, client) -> LoadResult:
-        """Drain every topic into the warehouse behind `client` (a clickhouse-connect client)."""
+    def run(self, client=None) -> LoadResult:
+        """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
+        every unit of work; by default the warehouse is opened for each one and closed after it."""
         from routerscope.kafka import check_reachable, librdkafka_config
 
+        self._client = client
+        self._bootstrap = self.settings.kafka_bootstrap()
         started = time.monotonic()
         result = LoadResult()
         metadata = check_reachable(self.settings)
-        stored = self.stored_positions(client)
         states: dict[tuple[str, int], PartitionState] = {}
-        for topic in self.topics:
-            if topic not in metadata.topics:
-                raise BrokerUnavailable(
-                    f"topic {topic} does not exist at {self.settings.kafka_bootstrap()}; "
-                    "create the topics with `routerscope broker start` (local) or your cluster's tooling"
-                )
-            for partition in sorted(metadata.topics[topic].partitions):
-                if self.partitions is not None and partition not in self.partitions:
-                    continue
-                states[(topic, partition)] = PartitionState(topic, partition, stored.get((topic, partition)))
-            starts = {p: st.stored or 0 for (t, p), st in states.items() if t == topic}
-            for partition, offsets in self.landed_offsets(client, topic, starts).items():
-                if (topic, partition) in states:
-                    states[(topic, partition)].skip = offsets
-        for (topic, partition), offset in stored.items():
+        with self._warehouse() as wh:
+            stored = self.stored_positions(wh)
+            for topic in self.topics:
+                if topic not in metadata.topics:
+                    raise BrokerUnavailable(
+                        f"topic {topic} does not exist at {self.settings.kafka_bootstrap()}; "
+                        "create the topics with `routerscope broker start` (local) or your cluster's tooling"
+                    )
+                for partition in sorted(metadata.topics[topic].partitions):
+                    if self.partitions is not None and partition not in self.partitions:
+                        continue
+                    offset, mark = stored.get((topic, partition), (None, ""))
+                    states[(topic, partition)] = PartitionState(topic, partition, offset, mark)
+                starts = {p: st.stored or 0 for (t, p), st in states.items() if t == topic}
+                for partition, offsets in self.landed_offsets(wh, topic, starts).items():
+                    if (topic, partition) in states:
+                        states[(topic, partition)].skip = offsets
+        for (topic, partition), (offset, _) in stored.items():
             owned = self.partitions is None or partition in self.partitions
             if (topic, partition) not in states and topic in self.topics and owned:
                 raise BrokerDataLost(
@@ -299,6 +437,7 @@ class Loader:
                     "fetch.max.bytes": 32 * 1024 * 1024,
                     "max.partition.fetch.bytes": 8 * 1024 * 1024,
                     "queued.max.messages.kbytes": 16 * 1024,
+                    "error_cb": self._on_error,
                 },
             )
         )
@@ -311,29 +450,51 @@ class Loader:
         gc.set_threshold(100_000, 50, 1_000)
         try:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
-            self._drain(client, consumer, states, result)
+            self._drain(consumer, states, result)
         finally:
-            consumer.close()
+            self._release()
+            _close_within(consumer, CLOSE_TIMEOUT_S)
             gc.set_threshold(*thresholds)
             gc.unfreeze()
         result.seconds = time.monotonic() - started
         return result
 
-    def _drain(self, client, consumer, states, result) -> None:
+    def _on_error(self, error) -> None:
+        """librdkafka's client-wide errors (all brokers down, transport): remembered until a message arrives."""
+        from confluent_kafka import KafkaError as _KafkaError
+
+        if error.code() in (_KafkaError._ALL_BROKERS_DOWN, _KafkaError._TRANSPORT, _KafkaError._RESOLVE,
+                            _KafkaError._TIMED_OUT) or error.fatal():  # fmt: skip
+            self._broker_error = error.str()
+
+    def _drain(self, consumer, states, result) -> None:
         batch = _Batch()
         last_message = last_flush = time.monotonic()
         pending = set(states)  # partitions not yet known to be at their end
         while pending:
-            messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0.2)
+            messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
             now = time.monotonic()
             if not messages:
-                if now - last_message >= self.idle_timeout_s:
-                    break
+                if self._held is not None:  # nothing queued: let go of the warehouse before waiting
+                    self._release()
+                    continue
+                idle = now - last_message
+                if idle >= self.idle_timeout_s:
+                    # Drained, unless the broker went away (a client-wide error since the last
+                    # message, and it does not answer now): then store what arrived and stop.
+                    if self._broker_error is None or _answers(consumer):
+                        break
+                    if idle >= self.broker_timeout_s:
+                        self._flush(consumer, batch, states, result)
+                        raise BrokerUnavailable(
+                            f"the broker at {self._bootstrap} stopped answering during the load "
+                            f"({self._broker_error}); what arrived before was loaded and its position stored, "
+                            "so the next `routerscope load` resumes there"
+                        )
                 if batch.size and now - last_flush >= self.flush_interval_s:
-                    self._flush(client, consumer, batch, states, result)
+                    self._flush(consumer, batch, states, result)
                     batch, last_flush = _Batch(), now
                 continue
-            last_message = now
             consumed = 0
             for message in messages:
                 error = message.error()
@@ -341,6 +502,8 @@ class Loader:
                 if error is not None:
                     code = error.code()
                     if code == KafkaError._PARTITION_EOF:
+                        last_message = now
+                        self._broker_error = None
                         state = states.get((topic, partition))
                         if state is not None:
                             state.at_end = True
@@ -355,10 +518,18 @@ class Loader:
                     if error.fatal() or code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                         raise BrokerUnavailable(f"Kafka error while loading: {error.str()}")
                     continue  # transient (the client retries on its own)
+                last_message = now
+                self._broker_error = None
                 state = states[(topic, partition)]
                 if not state.verified and state.stored:
                     state.verified = True
                     if offset == state.stored - 1:
+                        if state.fingerprint and fingerprint(message.key(), message.value()) != state.fingerprint:
+                            raise BrokerDataLost(
+                                f"{state.key}: the message at offset {offset} is not the one loaded from there "
+                                "(its key and value differ): the broker lost the loaded messages and received "
+                                "others since; " + _lost_hint(self.settings)
+                            )
                         continue  # the probe message: loaded in an earlier run
                 state.verified = True
                 state.next_offset = offset + 1
@@ -371,10 +542,10 @@ class Loader:
             if consumed:
                 self.progress(consumed)
             if batch.size >= self.batch_size or (batch.size and now - last_flush >= self.flush_interval_s):
-                self._flush(client, consumer, batch, states, result)
+                self._flush(consumer, batch, states, result)
                 batch, last_flush = _Batch(), time.monotonic()
         if batch.ranges:
-            self._flush(client, consumer, batch, states, result)
+            self._flush(consumer, batch, states, result)
         lost = [st for st in states.values() if st.stored and not st.verified]
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
@@ -382,18 +553,19 @@ class Loader:
                 f"the broker no longer holds messages the warehouse has loaded: {where}; " + _lost_hint(self.settings)
             )
 
-    def _flush(self, client, consumer, batch, states, result) -> None:
+    def _flush(self, consumer, batch, states, result) -> None:
         if not batch.ranges:
             return
         try:
-            self.write(client, batch, states, result)
+            self.write(self._acquire(), batch, states, result)
         except RouterscopeError:
+            self._release()
             raise
-        except Exception as exc:  # clickhouse-connect / chDB raise several unrelated types
-            first = (str(exc).splitlines() or [repr(exc)])[0][:300]
+        except Exception as exc:
+            self._release()  # clickhouse-connect / chDB raise several unrelated types
             raise WarehouseError(
-                f"writing a batch to the warehouse failed ({first}); nothing past the last stored position "
-                "was recorded as loaded, so the next `routerscope load` resumes there"
+                f"writing a batch to the warehouse failed ({_first_line(exc)}); nothing past the last stored "
+                "position was recorded as loaded, so the next `routerscope load` resumes there"
             ) from exc
         # Best effort: the group's committed offsets are for lag tools, never read back here.
         try:
@@ -403,6 +575,59 @@ class Loader:
             )
         except Exception:
             pass
+
+
+def _answers(consumer) -> bool:
+    """Does the broker answer a metadata request within a second?"""
+    try:
+        consumer.list_topics(timeout=1.0)
+        return True
+    except Exception:
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [repr(exc)])[0][:300]
+
+
+def _infrastructure_failure(exc: BaseException) -> bool:
+    """True when an insert failed because of the warehouse or the way to it, not the rows' content."""
+    if isinstance(exc, (OSError, MemoryError, RouterscopeError)):
+        return True
+    try:
+        from clickhouse_connect.driver.exceptions import OperationalError
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, OperationalError)
+
+
+def _month_groups(events: list) -> list[list[int] | None]:
+    """[None] (everything in one insert) when the events span at most MAX_MONTHS_PER_INSERT months;
+    else the indexes of the events per group of that many months, in month order."""
+    months = [e.event_time.year * 12 + e.event_time.month for e in events]
+    distinct = sorted(set(months))
+    if len(distinct) <= MAX_MONTHS_PER_INSERT:
+        return [None]
+    group_of = {m: i // MAX_MONTHS_PER_INSERT for i, m in enumerate(distinct)}
+    groups: list[list[int]] = [[] for _ in range(group_of[distinct[-1]] + 1)]
+    for i, m in enumerate(months):
+        groups[group_of[m]].append(i)
+    return groups
+
+
+def _close_within(consumer, timeout_s: float) -> None:
+    """Close the consumer, waiting at most `timeout_s`: with the broker gone librdkafka can block for
+    minutes; the process exits anyway (a daemon thread does not keep it alive)."""
+    closer = threading.Thread(target=_close_quietly, args=(consumer,), name="routerscope-consumer-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+
+
+def _close_quietly(consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:
+        pass
 
 
 def _lost_hint(settings: Settings) -> str:
@@ -418,10 +643,11 @@ def _lost_hint(settings: Settings) -> str:
 
 
 def load(settings: Settings, **options) -> LoadResult:
-    """Apply pending migrations, then drain the topics into the warehouse (one unit of work)."""
+    """Apply pending migrations, then drain the topics into the warehouse (the warehouse opened for
+    each unit of work, never held while waiting on the broker)."""
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
 
     with open_warehouse(settings, purpose="load") as client:
         migrate(client)
-        return Loader(settings, **options).run(client)
+    return Loader(settings, **options).run()

@@ -32,10 +32,17 @@ from instrumentation.events import (
     REASONS,
 )
 from instrumentation.contract import DECISION_INVARIANTS
+from instrumentation.events import DECISION_SCHEMA_VERSIONS as DECISION_SCHEMA_VERSIONS_
 from routerscope import names
-from warehouse.queries.common import QueryWindow, named
+from warehouse.queries.common import QueryWindow, named, utc_text
+from warehouse.rows import DECISION_COLUMNS
 
-SCHEMA_VERSIONS = [1]
+SCHEMA_VERSIONS = [1]  # labels and breaker events
+DECISION_SCHEMA_VERSIONS = list(DECISION_SCHEMA_VERSIONS_)
+# An event_time later than now plus this allowance (clock skew between devices and the loader) is
+# from the future: freshness and the default data-quality day ignore it, and `pipeline.future_events`
+# counts it. Without this, one event dated 2100 would hide stale ingest for good.
+FUTURE_ALLOWANCE = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,9 @@ INVARIANT_SQL: dict[str, str] = {
 }
 
 _INVARIANT_COLUMNS = ",\n       ".join(f"toBool({sql}) AS ok_{name}" for name, sql in INVARIANT_SQL.items())
+# Everything a decision row says, lineage aside: two rows with one event_id and sorting key but
+# different contents are two different events that ReplacingMergeTree would silently fold into one.
+_CONTENT = "tuple(" + ", ".join(c for c in DECISION_COLUMNS if not c.startswith("kafka_")) + ")"
 
 DECISIONS_FRAME_SQL = named(
     "dq_decisions",
@@ -77,7 +87,11 @@ DECISIONS_FRAME_SQL = named(
 SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, session_id, task_type, mode,
        entered_device, fallback_type, reason, degrade_level, attempt_levels, cloud_calls, confidence,
        confidence_source, threshold, latency_ms, deadline_ms, has_pii, network, policy_version,
-       {_INVARIANT_COLUMNS}
+       {_INVARIANT_COLUMNS},
+       toBool((event_id, task_type, event_time) NOT IN (
+           SELECT event_id, task_type, event_time FROM routerscope.decisions
+           WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+           GROUP BY event_id, task_type, event_time HAVING uniqExact({_CONTENT}) > 1)) AS ok_one_content
 FROM routerscope.decisions FINAL
 WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
 """,
@@ -162,7 +176,8 @@ SELECT
     (SELECT count() FROM routerscope.quarantine AS q
      WHERE (q.kafka_topic, q.kafka_partition) IN (SELECT kafka_topic, kafka_partition FROM span)
        AND q.kafka_offset >= (SELECT min(first) FROM span) AND q.kafka_offset <= (SELECT max(last) FROM span)) AS quarantined,
-    (SELECT max(event_time) FROM routerscope.decisions) AS newest_event,
+    (SELECT max(event_time) FROM routerscope.decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}) AS newest_event,
+    (SELECT count() FROM routerscope.decisions FINAL WHERE event_time > {horizon:DateTime64(3, 'UTC')}) AS future_events,
     (SELECT countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND mode = 'live')
      FROM routerscope.decisions FINAL
      WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}) AS judged_fallbacks,
@@ -208,8 +223,11 @@ def _checks() -> list[Check]:
     add("decisions.unique.event_id", "decisions", True,
         lambda x, t: x.ExpectColumnValuesToBeUnique(column="event_id"),
         "each event_id once after de-duplication (two different events never share an id)")  # fmt: skip
+    add("decisions.unique.event_content", "decisions", True,
+        lambda x, t: x.ExpectColumnValuesToBeInSet(column="ok_one_content", value_set=[True]),
+        "no two different events under one event_id (de-duplication would keep one and hide the other)")  # fmt: skip
     add("decisions.schema_versions", "decisions", True,
-        lambda x, t: x.ExpectColumnValuesToBeInSet(column="schema_version", value_set=SCHEMA_VERSIONS),
+        lambda x, t: x.ExpectColumnValuesToBeInSet(column="schema_version", value_set=DECISION_SCHEMA_VERSIONS),
         "only schema versions this release understands")  # fmt: skip
     for name in INVARIANT_SQL:
         add(f"decisions.invariant.{name}", "decisions", True,
@@ -247,6 +265,9 @@ def _checks() -> list[Check]:
     add("pipeline.freshness", "stats", False,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="freshness_lag_s", max_value=t.freshness_lag_s),
         "the newest event is recent (checked on the current window only)")  # fmt: skip
+    add("pipeline.future_events", "stats", False,
+        lambda x, t: x.ExpectColumnValuesToBeBetween(column="future_events", max_value=0),
+        "no event dated later than now plus 5 minutes (ignored by freshness and the default day)")  # fmt: skip
     add("pipeline.volume", "stats", False,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="volume_ratio", min_value=t.volume_low, max_value=t.volume_high),
         "requests not far from the same window a week earlier (skipped without one)")  # fmt: skip
@@ -313,12 +334,13 @@ def frames(client, window: QueryWindow, now: datetime | None = None):
         "breakers": client.query_df(BREAKERS_FRAME_SQL, parameters=parameters),
         "offsets": client.query_df(OFFSETS_FRAME_SQL, parameters=parameters),
     }
+    now = now or datetime.now(timezone.utc)
     stats = client.query(
         STATS_FRAME_SQL,
-        parameters={**parameters, "prev_start": prev.parameters()["start"], "prev_end": prev.parameters()["end"]},
+        parameters={**parameters, "prev_start": prev.parameters()["start"], "prev_end": prev.parameters()["end"],
+                    "horizon": utc_text(now + FUTURE_ALLOWANCE)},  # fmt: skip
     )
     row = dict(zip(stats.column_names, stats.result_rows[0]))
-    now = now or datetime.now(timezone.utc)
     current = window.start <= now < window.end + span  # the latest window: freshness applies
     newest = row["newest_event"]
     newest = newest.replace(tzinfo=timezone.utc) if newest is not None and newest.tzinfo is None else newest
@@ -328,6 +350,7 @@ def frames(client, window: QueryWindow, now: datetime | None = None):
             {
                 "quarantine_share": (row["quarantined"] / messages) if messages else None,
                 "freshness_lag_s": (now - newest).total_seconds() if current and newest and newest.year > 1970 else None,
+                "future_events": int(row["future_events"]),
                 "volume_ratio": (row["requests"] / row["requests_week_before"]) if row["requests_week_before"] else None,
                 "fallback_label_coverage": (row["labeled_fallbacks"] / row["judged_fallbacks"]) if row["judged_fallbacks"] else None,
             }
@@ -458,14 +481,17 @@ def store(client, report: QualityReport) -> None:
         client.insert(f"{names.DATABASE}.{names.TABLE_DQ_RESULTS}", rows, column_names=list(DQ_COLUMNS))
 
 
-LATEST_DAY_SQL = named("dq_latest_day", "SELECT max(event_time) FROM routerscope.decisions")
+LATEST_DAY_SQL = named(
+    "dq_latest_day", "SELECT max(event_time) FROM routerscope.decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}"
+)
 
 
-def latest_window(client) -> QueryWindow:
-    """The UTC day of the newest decision event (today when there is none)."""
-    newest = client.query(LATEST_DAY_SQL).result_rows[0][0]
+def latest_window(client, now: datetime | None = None) -> QueryWindow:
+    """The UTC day of the newest decision event not from the future (today when there is none)."""
+    now = now or datetime.now(timezone.utc)
+    newest = client.query(LATEST_DAY_SQL, parameters={"horizon": utc_text(now + FUTURE_ALLOWANCE)}).result_rows[0][0]
     if newest is None or newest.year <= 1970:
-        newest = datetime.now(timezone.utc)
+        newest = now
     day = datetime(newest.year, newest.month, newest.day, tzinfo=timezone.utc)
     return QueryWindow(day, day + timedelta(days=1))
 

@@ -31,6 +31,9 @@ DECISION_COLUMNS = (
     "app_id", "app_version", "network", "device_tier", "has_pii", "policy_version",
     "device_model", "cloud_model", "shadow_agree", "breaker_device", "breaker_cloud",
     "cost_usd", "trace_id", "span_id",
+    # contract v2 (NULL for v1 events)
+    "device_peak_mem_mb", "device_thermal_state", "device_decode_tps", "device_prefill_tps",
+    "device_cold_start", "device_load_ms", "all_cloud_cost_usd", "rollout_stage",
     "kafka_topic", "kafka_partition", "kafka_offset",
 )  # fmt: skip
 
@@ -68,6 +71,7 @@ def _lineage(topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> l
 def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
     breakers = [e.breaker for e in events]
     attempts = [e.attempts for e in events]
+    stats = [e.device_stats for e in events]
     return [
         [e.event_id for e in events],
         [e.event_time for e in events],
@@ -107,8 +111,21 @@ def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], of
         _opt([e.cost_usd for e in events]),
         [e.trace_id for e in events],
         [e.span_id for e in events],
+        *_device_stats(stats),
+        _opt([e.all_cloud_cost_usd for e in events]),
+        _opt([e.rollout_stage for e in events]),
         *_lineage(topic, partitions, offsets),
     ]
+
+
+_DEVICE_STATS = ("peak_mem_mb", "thermal_state", "decode_tps", "prefill_tps", "cold_start", "load_ms")
+
+
+def _device_stats(stats: list) -> list[list]:
+    """The six device_* columns; every one NULL for an event without device_stats (all of v1)."""
+    if all(s is None for s in stats):
+        return [[None] * len(stats) for _ in _DEVICE_STATS]
+    return [[None if s is None else _unset_none(getattr(s, name)) for s in stats] for name in _DEVICE_STATS]
 
 
 def _unset_none(value):
@@ -159,9 +176,15 @@ FACTS = {
 }
 
 
+# Kafka timestamps outside the quarantine column's DateTime64(3) range are stored as NULL.
+_KAFKA_MS_MIN = 0
+_KAFKA_MS_MAX = int(datetime(2299, 12, 31, 23, 59, 59, tzinfo=_UTC).timestamp() * 1000)
+
+
 def kafka_time(timestamp: tuple[int, int]) -> datetime | None:
-    """A confluent-kafka `Message.timestamp()` (type, ms) as a UTC datetime; None when absent."""
+    """A confluent-kafka `Message.timestamp()` (type, ms) as a UTC datetime; None when absent or
+    outside what the warehouse can store (any producer sets its own CreateTime)."""
     kind, ms = timestamp
-    if kind == 0 or ms < 0:  # TIMESTAMP_NOT_AVAILABLE
+    if kind == 0 or not _KAFKA_MS_MIN <= ms <= _KAFKA_MS_MAX:  # TIMESTAMP_NOT_AVAILABLE, or absurd
         return None
     return datetime.fromtimestamp(ms / 1000, tz=_UTC)

@@ -95,7 +95,7 @@ MALFORMED: list[tuple[str, bytes, list[str]]] = [
         ["schema.invalid.degrade_level", "schema.invalid.attempts"],
     ),
     ("missing field", dumps({k: v for k, v in decision().items() if k != "session_id"}), ["schema.required.session_id"]),
-    ("unknown schema version", dumps(decision(schema_version=2)), ["schema.version"]),
+    ("unknown schema version", dumps(decision(schema_version=3)), ["schema.version"]),
     ("bad timestamp", dumps(decision(event_time="yesterday at noon")), ["schema.invalid.event_time"]),
     ("timestamp without zone", dumps(decision(event_time="2026-11-29T12:00:00")), ["schema.invalid.event_time"]),
     ("unknown field", dumps(decision(prompt="tell me a secret")), ["schema.unknown.prompt"]),

@@ -17,7 +17,7 @@ from pipelines.resources import RouterscopeResource
 from routerscope import names
 from tests.conftest import clean_env, run_cli, settings_for
 from tests.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
-from tests.integration.test_metrics import A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
+from tests.integration.test_metrics import A1, A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
 from warehouse import quality
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
@@ -91,7 +91,10 @@ CASES = [
     ("decisions.range.deadline_ms", lambda c: dec(c, deadline_ms=0), 1),
     # a different event (other task type and time) reusing A2's id: both rows are non-unique
     ("decisions.unique.event_id", lambda c: dec(c, event_id=A2["event_id"]), 2),
-    ("decisions.schema_versions", lambda c: dec(c, schema_version=2), 1),
+    ("decisions.schema_versions", lambda c: dec(c, schema_version=3), 1),
+    # A1 again with other contents under the same id, task type and time: FINAL would keep one silently
+    # (A1 itself is in the clean data twice, byte for byte: a re-delivery, which is fine)
+    ("decisions.unique.event_content", lambda c: dec(c, {**A1, "latency_ms": 999.0}), 1),
     ("decisions.invariant.capability_iff_capability_miss", lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), reason="default"), 1),
     ("decisions.invariant.capability_not_entered", lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), entered_device=True, attempt_levels=[0, 2]), 1),
     ("decisions.invariant.device_fallback_entered_device", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), entered_device=False, attempt_levels=[2]), 1),
@@ -121,6 +124,8 @@ CASES = [
     # one quarantined message among the window's 8 → 1/9 > 1 %
     ("pipeline.quarantine_share", lambda c: c.insert("routerscope.quarantine", [[names.TOPIC_DECISIONS, 0, 3, "not json", ["json.invalid"], "broke json.invalid"]],
         column_names=["kafka_topic", "kafka_partition", "kafka_offset", "raw", "rules", "error"]), 1),  # fmt: skip
+    # an event dated 2100 (allowed by the contract): counted, and ignored by freshness
+    ("pipeline.future_events", lambda c: raw_rows(c, names.TOPIC_DECISIONS, [decision(event_id=eid(3000), request_id="future", event_time="2100-01-01T00:00:00Z")], partition=2), 1),
     # 30 requests the same day a week earlier vs 8 now → ratio 0.27 < 0.5
     ("pipeline.volume", lambda c: raw_rows(c, names.TOPIC_DECISIONS, [decision(event_id=eid(1000 + i), request_id=f"w{i}", event_time=iso(START - timedelta(days=7) + timedelta(hours=1))) for i in range(30)], partition=2), 1),
     # 200 more judged fallbacks, unlabeled → coverage 2/202 < 1 %
@@ -169,6 +174,22 @@ def test_freshness_applies_to_the_current_window_only(warehouse):
     assert not [r for r in stale.results if r.check == "pipeline.freshness"][0].blocking
     history = quality.run_suites(warehouse, WINDOW, now=END + timedelta(days=5))
     assert failures(history) == {}
+
+
+def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(warehouse):
+    """Issue item 8: one event dated 2100 made the newest event look fresh for ever and made `dq`
+    check 2100; one dated 2299 (the column's last year) overflowed the day after it."""
+    for i, when in enumerate(("2100-01-01T00:00:00Z", "2299-12-31T23:00:00Z")):
+        raw_rows(warehouse, names.TOPIC_DECISIONS, [decision(event_id=eid(3100 + i), request_id=f"f{i}", event_time=when)],
+                 partition=2, first_offset=i)  # fmt: skip
+    stale = quality.run_suites(warehouse, WINDOW, now=END + timedelta(hours=2))
+    assert failures(stale) == {"pipeline.freshness": 1, "pipeline.future_events": 1}
+    # the newest event that is not from the future is A_AT_END, at END exactly
+    assert quality.latest_window(warehouse, now=END + timedelta(hours=2)) == QueryWindow(END, END + timedelta(days=1))
+    # a clock a few minutes behind the device's is not "the future" (5-minute allowance)
+    raw_rows(warehouse, names.TOPIC_DECISIONS, [decision(event_id=eid(3200), request_id="skew", event_time=iso(NOW + timedelta(minutes=4)))],
+             partition=2, first_offset=5)  # fmt: skip
+    assert failures(quality.run_suites(warehouse, WINDOW, now=NOW)) == {"pipeline.future_events": 1}
 
 
 def test_samples_name_the_offending_events(warehouse):

@@ -64,12 +64,59 @@ VALID_DECISIONS = {
         span_id="a" * 16,
         event_time="2026-11-29T12:00:00+08:00",
     ),
-}
+    # contract v2 on the same topic (v1 stays valid forever)
+    "v2 with the device ledger": decision(
+        schema_version=2,
+        device_stats={"peak_mem_mb": 412.5, "thermal_state": "fair", "decode_tps": 38.0, "prefill_tps": 900.0,
+                      "cold_start": True, "load_ms": 850.0},
+        all_cloud_cost_usd=0.0021,
+        rollout_stage="canary",
+    ),
+    "v2 device busy": decision(
+        schema_version=2, entered_device=False, reason="device_busy", degrade_level=2,
+        attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}], cloud_calls=1, confidence=None,
+        device_stats=None, rollout_stage="full",
+    ),
+    "v2 without any v2 field": decision(schema_version=2),
+    "every value at its column's maximum": decision(
+        schema_version=2, cloud_calls=100, deadline_ms=86_400_000, elapsed_ms=86_400_000, latency_ms=86_400_000,
+        ttft_ms=86_400_000, input_tokens=10_000_000, output_tokens=10_000_000, cost_usd=1_000_000,
+        all_cloud_cost_usd=1_000_000, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 86_400_000}],
+        device_stats={"peak_mem_mb": 1_048_576, "decode_tps": 100_000, "prefill_tps": 10_000_000, "load_ms": 3_600_000},
+        event_time="2299-12-31T23:59:59.999Z",
+    ),
+    "event_time at the column's minimum": decision(event_time="1900-01-01T00:00:00Z"),
+}  # fmt: skip
 
 # name -> (event, exactly the rules it breaks)
 INVALID_DECISIONS = {
     # -- schema ---------------------------------------------------------------------------------
     "unknown schema version": (decision(schema_version=3), ["schema.version"]),
+    # -- contract v2 fields in a v1 event --------------------------------------------------------
+    "v1 with v2 fields": (
+        decision(device_stats={"cold_start": False}, all_cloud_cost_usd=0.1, rollout_stage="full"),
+        ["schema.unknown.device_stats", "schema.unknown.all_cloud_cost_usd", "schema.unknown.rollout_stage"],
+    ),
+    "v1 device busy": (
+        decision(entered_device=False, reason="device_busy", degrade_level=2,
+                 attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}], cloud_calls=1),
+        ["schema.invalid.reason"],
+    ),  # fmt: skip
+    "v2 unknown device stat": (decision(schema_version=2, device_stats={"gpu": "yes"}), ["schema.invalid.device_stats"]),
+    # -- column ranges (v2 maxima, applied to v1 too) ------------------------------------------
+    "input_tokens 2^64 (past UInt64)": (decision(input_tokens=2**64), ["schema.range.input_tokens"]),
+    "cloud_calls 2^40": (decision(cloud_calls=2**40), ["schema.range.cloud_calls"]),
+    "latencies past a day": (
+        decision(latency_ms=1e300, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 86_400_001}]),
+        ["schema.range.attempts.latency_ms", "schema.range.latency_ms"],
+    ),
+    "deadline past a day": (decision(deadline_ms=86_400_001, elapsed_ms=2**63), ["schema.range.deadline_ms", "schema.range.elapsed_ms"]),
+    "v2 device stats past their maxima": (
+        decision(schema_version=2, device_stats={"peak_mem_mb": 2e6, "load_ms": 1e12}, all_cloud_cost_usd=1e7),
+        ["schema.range.device_stats.peak_mem_mb", "schema.range.device_stats.load_ms", "schema.range.all_cloud_cost_usd"],
+    ),
+    "event_time past DateTime64 (year 9999)": (decision(event_time="9999-12-31T23:59:59Z"), ["schema.range.event_time"]),
+    "event_time before DateTime64 (year 1899)": (decision(event_time="1899-12-31T23:59:59Z"), ["schema.range.event_time"]),
     "missing required field": (
         {k: v for k, v in decision().items() if k != "policy_version"},
         ["schema.required.policy_version"],
@@ -320,3 +367,42 @@ def test_inlined_invariant_check_agrees_with_the_named_rules(
         del event["has_pii"]
     typed = msgspec.json.decode(dumps(event), type=DecisionEvent)
     assert decision_invariants_hold(typed) == (DECISIONS.invariant_rules(typed) == [])
+
+
+# -- hostile messages: every one ends as named rules, none raises (issue: no message stops ingest) --
+def _deep(depth: int) -> bytes:
+    return dumps(decision())[:-1] + b', "app_id": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (_deep(5000), ["json.too_deep"]),  # ~10 KB nested 5000 levels: RecursionError inside the decoder
+        (b"[" * 100_000, ["json.too_deep"]),
+        (b'{"a": "' + b"x" * (1024 * 1024) + b'"}', ["json.too_large"]),
+        # a repeated key: msgspec would keep the last one silently
+        (dumps(decision())[:-1] + b', "cloud_calls": 0}', ["json.duplicate_key"]),
+        (dumps(decision())[:-1] + b', "cloud_calls" : 0}', ["json.duplicate_key"]),
+        (dumps(decision())[:-1] + b', "\\u0063loud_calls": 0}', ["json.duplicate_key"]),  # spelt with an escape
+        (dumps(decision(attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}])).replace(
+            b'"level":0', b'"level":0,"level":0'), ["json.duplicate_key"]),  # inside an attempt
+        (dumps(decision())[:-1] + b', "mode": "sideways"}', ["schema.invalid.mode", "json.duplicate_key"]),
+    ],
+    ids=["deep field", "deep array", "over 1 MiB", "repeated key", "repeated key, spaced", "repeated key, escaped",
+         "repeated key in an attempt", "repeated key and a bad field"],
+)  # fmt: skip
+def test_hostile_messages_are_named_never_raised(raw, expected):
+    assert DECISIONS.parse(raw) == (None, expected)
+
+
+def test_a_value_that_looks_like_a_key_is_still_valid():
+    """The cheap repeated-key screen may send such a message to the exact check; it must still pass."""
+    raw = dumps(decision(task_type="event_id", request_id='"cloud_calls": 1', app_id="level"))
+    event, rules = DECISIONS.parse(raw)
+    assert rules == [] and event.task_type == "event_id"
+
+
+@pytest.mark.parametrize("contract, event", [(LABELS, label(event_time="9999-01-01T00:00:00Z")),
+                                             (BREAKERS, breaker(event_time="1800-01-01T00:00:00Z"))])  # fmt: skip
+def test_label_and_breaker_times_must_fit_the_column(contract, event):
+    assert contract.parse(dumps(event)) == (None, ["schema.range.event_time"])

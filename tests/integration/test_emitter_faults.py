@@ -1,0 +1,133 @@
+"""The emitter cannot die: a torn or damaged spool, a full disk under the spool and a crash of the
+sender thread are counted and survived, against the real broker (Tansu). After each fault the
+accounting identity `emitted == delivered + spooled + dropped + in_flight` holds, and once the
+broker is back everything deliverable is delivered."""
+
+from __future__ import annotations
+
+import errno
+import json
+import time
+
+import pytest
+
+from instrumentation import emitter as emitter_module
+from instrumentation.emitter import KafkaEmitter, Message, Spool
+from instrumentation.telemetry import producer_config
+from routerscope import names
+from tests.integration.test_instrumentation import consume_all, down_broker, start  # noqa: F401
+
+pytestmark = pytest.mark.integration
+
+
+def balanced(counts: dict) -> bool:
+    return counts["emitted"] == counts["delivered"] + counts["spooled"] + counts["dropped"] + counts["in_flight"]
+
+
+def message(tag: str, i: int) -> Message:
+    return Message(names.TOPIC_DECISIONS, tag.encode(), json.dumps({"tag": tag, "n": i}).encode())
+
+
+def numbers(bootstrap: str, tag: str, expect: int) -> list[int]:
+    got = consume_all(bootstrap, names.TOPIC_DECISIONS, expect)
+    return sorted(json.loads(m.value())["n"] for m in got if m.key() == tag.encode())
+
+
+def test_a_torn_and_a_damaged_spool_record_are_counted_and_everything_else_delivered(down_broker, home):
+    """A power cut left half a record at the end of the spool, and a line in the middle is garbage:
+    the sender used to die on JSONDecodeError, and every later run was stuck behind that line."""
+    spool_dir = home / "spool"
+    spool = Spool(spool_dir)
+    spool.append([message("torn", i) for i in range(100)])
+    segment = sorted(spool_dir.glob("*.jsonl"))[-1]
+    lines = segment.read_bytes().splitlines(keepends=True)
+    lines[40] = b"\x00\xffthis is not a record\n"  # damaged in place
+    torn = message("torn", 100).to_line()
+    segment.write_bytes(b"".join(lines) + torn[: len(torn) // 2])  # cut mid-write, no newline
+
+    settings = down_broker["settings"]
+    start(down_broker)
+    emitter = KafkaEmitter(producer_config(settings), spool_dir, retry_every_s=0.2)
+    assert emitter.counters()["emitted"] == 101  # 99 good + 1 damaged + 1 torn, as an earlier process left them
+    for i in range(101, 151):  # new events queue behind the spool
+        emitter.emit(message("torn", i))
+    assert emitter.flush(60)
+    emitter.close()
+    counts, faults = emitter.counters(), emitter.faults()
+    assert faults["corrupt"] == 2 and faults["restarts"] == 0
+    assert (counts["delivered"], counts["spooled"], counts["dropped"], counts["in_flight"]) == (149, 0, 2, 0)
+    assert balanced(counts)
+    expected = [i for i in range(151) if i not in (40, 100)]
+    assert numbers(settings.kafka_bootstrap(), "torn", len(expected)) == expected
+
+
+def test_a_full_disk_under_the_spool_drops_and_counts_and_the_sender_keeps_going(down_broker, home, monkeypatch):
+    """ENOSPC while spooling used to kill the sender: the counters froze and the identity broke.
+    The first write is cut short (a partial write), the later ones fail outright."""
+    disk = {"full": True, "partial_done": False}
+    real_write = emitter_module._os_write
+
+    def write(fd, data):
+        if not disk["full"]:
+            return real_write(fd, data)
+        if not disk["partial_done"] and len(data) > 10:
+            disk["partial_done"] = True
+            return real_write(fd, bytes(data[: len(data) // 3]))  # the disk fills up mid-record
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(emitter_module, "_os_write", write)
+    settings = down_broker["settings"]
+    emitter = KafkaEmitter(producer_config(settings), home / "spool", retry_every_s=0.2)
+    for i in range(300):
+        emitter.emit(message("enospc", i))
+    deadline = time.monotonic() + 30
+    while emitter.counters()["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    full = emitter.counters()
+    assert full["dropped"] == emitter.faults()["spool_failed"] == 300 and full["spooled"] == 0 and balanced(full)
+    assert emitter._thread.is_alive()
+    # the partial write was cut back: the spool holds no torn record
+    assert all(p.stat().st_size == 0 for p in (home / "spool").glob("*.jsonl"))
+
+    disk["full"] = False  # space freed; the broker is still down: new events spool again
+    for i in range(300, 500):
+        emitter.emit(message("enospc", i))
+    deadline = time.monotonic() + 30
+    while emitter.counters()["spooled"] < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert balanced(emitter.counters())
+    start(down_broker)  # the broker is back: everything deliverable is delivered
+    assert emitter.flush(60)
+    emitter.close()
+    counts = emitter.counters()
+    assert (counts["delivered"], counts["dropped"], counts["spooled"], emitter.faults()["corrupt"]) == (200, 300, 0, 0)
+    assert balanced(counts) and counts["in_flight"] == 0
+    assert numbers(settings.kafka_bootstrap(), "enospc", 200) == list(range(300, 500))
+
+
+def test_the_sender_thread_is_restarted_if_it_ever_fails(broker_settings, tmp_path, monkeypatch):
+    """Whatever raises inside the sender (here: the send itself, once), the thread starts again; the
+    batch it held is counted as dropped and later events are delivered."""
+    emitter = KafkaEmitter(producer_config(broker_settings), tmp_path / "spool", retry_every_s=0.2)
+    real_send = emitter._send_batch
+    failures = {"left": 1}
+
+    def send(batch):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("a bug in the sender")
+        return real_send(batch)
+
+    monkeypatch.setattr(emitter, "_send_batch", send)
+    emitter.emit(message("restart", 0))
+    deadline = time.monotonic() + 10
+    while emitter.faults()["restarts"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for i in range(1, 51):
+        emitter.emit(message("restart", i))
+    assert emitter.flush(30)
+    emitter.close()
+    counts, faults = emitter.counters(), emitter.faults()
+    assert faults["restarts"] == 1 and faults["sender_crash"] == counts["dropped"] == 1 and counts["delivered"] == 50
+    assert balanced(counts)
+    assert numbers(broker_settings.kafka_bootstrap(), "restart", 50) == list(range(1, 51))

@@ -1,0 +1,196 @@
+"""No message can stop ingest: every poison class between good messages, on the real broker (Tansu)
+and the real embedded warehouse (chDB). Every good message loads exactly once, every poison message
+is in the quarantine with its rule, and `load` exits 0 on the first run and on every later one.
+Also: positions that prove themselves against a refilled broker, and a broker that dies mid-load."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from routerscope import broker, names
+from routerscope.errors import BrokerUnavailable
+from tests.conftest import clean_env, run_cli
+from tests.events import BASE_TIME, decision, dumps, iso, label
+from tests.integration.test_ingest import FAST, MALFORMED, produce, query, scalar, stack, valid_decisions  # noqa: F401
+from warehouse.client import open_warehouse
+from warehouse.loader import BrokerDataLost, Loader, load
+
+pytestmark = pytest.mark.integration
+
+DECISIONS, LABELS = names.TOPIC_DECISIONS, names.TOPIC_LABELS
+
+
+def _id(prefix: int, i: int) -> str:
+    return str(uuid.UUID(int=(prefix << 64) + i))
+
+
+def _deep(depth: int) -> bytes:
+    """About 2 KB per thousand levels: a field nested `depth` levels deep."""
+    return dumps(decision())[:-1] + b', "app_id": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+# Good messages that used to break an insert or hide among the poison: each must load exactly once.
+def good_messages() -> list[bytes]:
+    months = [  # one valid event in each of 130 months: more partitions than one INSERT may touch
+        dumps(decision(event_id=_id(1, m), request_id=f"month-{m}",
+                       event_time=iso(datetime(2015 + m // 12, m % 12 + 1, 3, tzinfo=timezone.utc))))
+        for m in range(130)
+    ]  # fmt: skip
+    v2 = [
+        dumps(decision(schema_version=2, event_id=_id(2, 0), request_id="v2-ledger", rollout_stage="canary",
+                       all_cloud_cost_usd=0.002, device_stats={"peak_mem_mb": 400.0, "thermal_state": "serious",
+                                                               "decode_tps": 31.5, "cold_start": False})),
+        dumps(decision(schema_version=2, event_id=_id(2, 1), request_id="v2-busy", entered_device=False,
+                       reason="device_busy", degrade_level=2, cloud_calls=1, confidence=None,
+                       attempts=[{"level": 2, "outcome": "ok", "latency_ms": 500.0}])),
+    ]  # fmt: skip
+    edges = [
+        dumps(decision(event_id=_id(3, 0), request_id="far-future", event_time="2100-01-01T00:00:00Z")),
+        dumps(decision(event_id=_id(3, 1), request_id="at-maxima", input_tokens=10_000_000, cloud_calls=100,
+                       deadline_ms=86_400_000, latency_ms=86_400_000)),
+        dumps(decision(event_id=_id(3, 2), request_id="json-lookalike", task_type="event_id", app_id='"cloud_calls": 2')),
+    ]  # fmt: skip
+    return valid_decisions(200) + months + v2 + edges
+
+
+# (name, payload, the rules it must be quarantined with). The earlier malformed kinds come on top.
+POISON: list[tuple[str, bytes | None, list[str]]] = [
+    ("input_tokens 2^64", dumps(decision(input_tokens=2**64)), ["schema.range.input_tokens"]),
+    ("cloud_calls 2^40", dumps(decision(cloud_calls=2**40)), ["schema.range.cloud_calls"]),
+    ("output_tokens 2^63 (fits UInt64, past the contract)", dumps(decision(output_tokens=2**63)), ["schema.range.output_tokens"]),
+    ("latency 1e300", dumps(decision(latency_ms=1e300)), ["schema.range.latency_ms"]),
+    ("nested 3000 levels in 6 KB", _deep(3000), ["json.too_deep"]),
+    ("event_time year 9999", dumps(decision(event_time="9999-12-31T23:59:59.999Z")), ["schema.range.event_time"]),
+    ("event_time year 1850", dumps(decision(event_time="1850-01-01T00:00:00Z")), ["schema.range.event_time"]),
+    ("repeated key", dumps(decision())[:-1] + b', "cloud_calls": 0}', ["json.duplicate_key"]),
+    ("v1 with a v2 reason", dumps(decision(reason="device_busy", entered_device=False, degrade_level=2, cloud_calls=1,
+                                           attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}])), ["schema.invalid.reason"]),
+    ("v2 stat past its maximum", dumps(decision(schema_version=2, device_stats={"peak_mem_mb": 1e9})),
+     ["schema.range.device_stats.peak_mem_mb"]),
+    ("1.5 MB", b'{"pad": "' + b"x" * 1_500_000 + b'"}', ["json.too_large"]),
+    ("tombstone (no value)", None, ["json.invalid"]),
+    # valid for the contract, refused by the warehouse (a CHECK constraint the test adds): the last line
+    ("refused by the warehouse", dumps(decision(request_id="reject-me")), ["insert.rejected"]),
+]  # fmt: skip
+ALL_POISON = POISON + [(f"malformed: {name}", payload, rules) for name, payload, rules in MALFORMED]
+
+
+def _produce_keyed(settings, items: list[tuple[bytes, bytes | None]], timestamp_ms: int | None = None) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "message.max.bytes": 4_000_000})
+    for key, value in items:
+        extra = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
+        producer.produce(DECISIONS, value=value, key=key, **extra)
+    assert producer.flush(30) == 0
+
+
+def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack, home):
+    """Issue: one message any Kafka writer can send stopped ingest for good. Each class, between
+    good messages; `routerscope load` exits 0 on the first run and on every later one."""
+    with open_warehouse(stack) as client:
+        from warehouse.migrate import migrate
+
+        migrate(client)
+        client.command("ALTER TABLE routerscope.decisions ADD CONSTRAINT no_reject CHECK request_id != 'reject-me'")
+    good = good_messages()
+    items: list[tuple[bytes, bytes | None]] = []
+    for i, payload in enumerate(good):  # poison spread among the good ones, on every partition
+        items.append((f"good-{i}".encode(), payload))
+        if i % 8 == 0 and i // 8 < len(ALL_POISON):
+            name, poison, _ = ALL_POISON[i // 8]
+            items.append((f"poison-{i // 8}".encode(), poison))
+    assert sum(k.startswith(b"poison") for k, _ in items) == len(ALL_POISON)
+    _produce_keyed(stack, items)
+    # a producer-set CreateTime far past what the warehouse stores must not break the quarantine insert
+    _produce_keyed(stack, [(b"poison-absurd-time", b"not json")], timestamp_ms=2**52)
+    env = clean_env(home)
+
+    first = run_cli("load", "--json", "--idle-timeout", "0.5", env=env)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["loaded"]["decisions"] == len(good)
+    assert json.loads(first.stdout)["quarantined"]["decisions"] == len(ALL_POISON) + 1
+
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == len(good)
+    assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == len(good)
+    assert scalar(stack, "SELECT uniqExact(toYYYYMM(event_time)) FROM routerscope.decisions") > 100
+    v2 = query(stack, "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
+                      "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
+                      "WHERE schema_version = 2 ORDER BY request_id")  # fmt: skip
+    assert v2 == [("v2-busy", 2, "device_busy", None, None, None, None, None, None),
+                  ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False)]  # fmt: skip
+    rows = {key: (rules, error) for key, rules, error in query(stack, "SELECT kafka_key, rules, error FROM routerscope.quarantine")}
+    assert len(rows) == len(ALL_POISON) + 1
+    for i, (name, _, expected) in enumerate(ALL_POISON):
+        rules, error = rows[f"poison-{i}"]
+        assert sorted(rules) == sorted(expected), name
+    assert "no_reject" in rows[f"poison-{[n for n, _, _ in ALL_POISON].index('refused by the warehouse')}"][1]
+    assert query(stack, "SELECT kafka_timestamp FROM routerscope.quarantine WHERE kafka_key = 'poison-absurd-time'") == [(None,)]
+    # raw bytes kept as they came (the 1.5 MB message included)
+    assert scalar(stack, "SELECT max(length(raw)) FROM routerscope.quarantine") > 1_500_000
+
+    # later runs: nothing stuck behind the poison, new messages load
+    again = run_cli("load", "--json", "--idle-timeout", "0.5", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {"loaded": {"decisions": 0, "labels": 0, "breakers": 0},
+                                        "quarantined": {"decisions": 0, "labels": 0, "breakers": 0}}  # fmt: skip
+    produce(stack, DECISIONS, valid_decisions(20, start=5000) + [dumps(decision(input_tokens=2**64))])
+    third = load(stack, **FAST)
+    assert (third.loaded["decisions"], third.quarantined["decisions"]) == (20, 1)
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == len(good) + 20
+
+
+def test_a_refilled_broker_is_caught_by_the_position_fingerprint(stack):
+    """Issue item 4: a restarted memory broker that has since received *more* messages than were
+    loaded has a message at the stored position; it is not the one loaded, so nothing is skipped."""
+    produce(stack, DECISIONS, valid_decisions(300), keys=[b"k"] * 300)  # one partition: offsets 0..299
+    assert load(stack, **FAST).loaded["decisions"] == 300
+    port = int(stack.kafka_bootstrap().rsplit(":", 1)[1])
+    broker.stop(stack)
+    broker.start(stack, port=port)  # memory storage: the 300 are gone
+    produce(stack, DECISIONS, valid_decisions(374, start=10_000), keys=[b"k"] * 374)  # offsets 0..373 again
+    with pytest.raises(BrokerDataLost, match="not the one loaded"):
+        load(stack, **FAST)
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 300  # no new message silently skipped
+
+
+def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_warehouse(stack):
+    """Issue item 5: the loader hung 12 minutes in consumer.close() holding the warehouse lock.
+    60k messages on one partition: more than the consumer prefetches (16 MB), so the broker dies
+    while the loader still has messages to fetch."""
+    n = 60_000
+    produce(stack, DECISIONS, valid_decisions(n), keys=[b"one-partition"] * n)
+    query(stack, "SELECT 1")  # the warehouse exists (migrated) before the run
+    waited_for_lock: list[float] = []
+
+    def stop_broker_once(consumed, state={"done": False}):
+        if state["done"]:
+            return
+        state["done"] = True
+        os.kill(broker.status(stack).pid, signal.SIGKILL)  # a crash, not a graceful stop that keeps serving
+
+        def take_the_warehouse():  # another unit of work (a dashboard, `metrics`) while the loader waits
+            started = time.monotonic()
+            with open_warehouse(stack, purpose="test", timeout_s=60):
+                waited_for_lock.append(time.monotonic() - started)
+
+        threading.Thread(target=take_the_warehouse, daemon=True).start()
+
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="stopped answering during the load"):
+        Loader(stack, batch_size=5000, idle_timeout_s=0.5, broker_timeout_s=3.0, progress=stop_broker_once).run()
+    elapsed = time.monotonic() - started
+    assert elapsed < 45, f"the run took {elapsed:.0f} s after the broker stopped"
+    assert waited_for_lock, "another process could not take the warehouse while the loader waited on the broker"
+    # everything fetched before the broker went away was stored, with its position; nothing else
+    loaded = scalar(stack, "SELECT count() FROM routerscope.decisions")
+    positions = scalar(stack, "SELECT max(next_offset) FROM routerscope.ingest_offsets")
+    assert 0 < loaded == positions < n
