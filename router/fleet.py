@@ -6,6 +6,12 @@ and scripted incidents on a timeline.
   slowed by load; during a **thermal episode** decode speed drops to a third and long answers time
   out. Whether an answer is acceptable depends on its confidence (calibrated), except that one task
   type's top confidence bucket is deliberately over-confident (`short_summary`).
+* Device ledger (seed 003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
+  grows with the input (KV cache) plus runtime overhead, cold starts (the OS reclaimed the model; more
+  often on the low tier, whose loads are slower), the decode rate actually used, and a thermal state that
+  turns `serious`/`critical` during the thermal episode. The low tier also swaps now and then (its
+  decode rate drops to 15 % on ~10 % of requests): its p5 decode rate collapses in the ledger.
+  These draws use their own random stream, so the ledger leaves the other draws of a seed unchanged.
 * Cloud: log-normal latency and a small error rate; during a **cloud outage** every call fails, so
   the cloud breaker opens and traffic stays on the device.
 * A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
@@ -66,6 +72,10 @@ TEXTS = {
     "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
+# tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
+TIER_LEDGER = {"high": (420.0, 0.0, 0.01, 600.0, 0.0), "mid": (240.0, 60.0, 0.02, 900.0, 0.0),
+               "low": (110.0, 140.0, 0.05, 1800.0, 0.10)}  # fmt: skip
+SWAP_SLOWDOWN = 0.15  # the low tier's decode rate while the OS swaps the runtime out
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
 # Decode speed under background load, as a share of the tier's; the device reports the slow end to the
 # latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
@@ -123,27 +133,29 @@ class StatDevice:
         if self.fleet.thermal:
             tps /= 3.0
         tps *= self.rng.uniform(*LOAD_RANGE)  # background load
+        stats, tps, ttft = self.fleet.ledger(req, tps, ttft)
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]
         confidence = self.rng.betavariate(a + (1 if degraded else 0), b)
         if self.rng.random() < 0.003:
             clock.t = started + ttft / 1000
-            return DeviceResult("", None, "none", 0, ttft, ttft, "error")
+            return DeviceResult("", None, "none", 0, ttft, ttft, "error", stats={**stats, "decode_tps": None})
         if decide is not None:  # the first token at or after the decision point, if the stream gets there
             at = max(decision_at_ms, ttft)
             so_far = 1 + int((at - ttft) * tps / 1000)
             if at < min(latency, timeout_ms) and so_far < commit_tokens:
                 clock.t = started + at / 1000
                 if not decide(at, so_far, ttft):
-                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True)
+                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats)
         if latency > timeout_ms:
             clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
-            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed)
+            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats)
         clock.t = started + latency / 1000
         text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok")
+        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok",
+                            stats=stats)
 
 
 class StatCloud:
@@ -196,6 +208,7 @@ class Fleet:
                  on_label: Callable = lambda e: None, label_share: float = 0.25, texts=None):  # fmt: skip
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
+        self.ledger_rng = random.Random(seed + 2)  # the device ledger's draws: their own stream too
         self.texts = texts  # a RequestTextStore, or None
         self.clock = SimClock(start)
         self.span, self.incidents = span, incidents
@@ -205,12 +218,39 @@ class Fleet:
         self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
         self.router = Router(StatDevice(self.rng, self), StatCloud(self.rng, self), policy=self.policy,
                              instance_id=instance_id, clock=self.clock.monotonic, now=self.clock.now,
-                             on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
+                             on_event=on_event, on_breaker_event=on_breaker_event,
+                             on_divergence=self._keep_divergence)  # fmt: skip
         self.on_label, self.label_share = on_label, label_share
         self.sessions = [(f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)]
         self.cloud_down = self.thermal = self.bad_threshold = False
         self.current: Request | None = None
         self.stats = {"requests": 0, "labels": 0}
+
+    def ledger(self, req: Request, tps: float, ttft: float) -> tuple[dict, float, float]:
+        """One device call's measurements (seed 003's ledger) and the decode rate and TTFT they imply: a
+        swapping low-tier device decodes at a quarter speed; a cold start adds the model's load to the TTFT."""
+        rng = self.ledger_rng
+        prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
+        if rng.random() < swap_p:
+            tps *= SWAP_SLOWDOWN
+        cold = rng.random() < cold_p
+        load_ms = load_median * rng.lognormvariate(0, 0.3) if cold else None
+        if self.thermal:
+            thermal, prefill = ("critical" if rng.random() < 0.3 else "serious"), prefill / 3
+        else:
+            thermal = "fair" if rng.random() < 0.15 else "nominal"
+        input_tokens = req.input_tokens or 0
+        # runtime + weights ~900 MB, KV cache ~0.9 MB a token of context, allocator noise
+        peak = 900.0 + extra_mem + 0.9 * input_tokens + rng.gauss(0, 40)
+        stats = {"peak_mem_mb": round(max(peak, 100.0), 1), "thermal_state": thermal, "decode_tps": round(tps, 2),
+                 "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1), "cold_start": cold, "load_ms": load_ms}  # fmt: skip
+        return stats, tps, ttft + (load_ms or 0.0)
+
+    def _keep_divergence(self, d) -> None:
+        """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
+        self.stats["divergences"] = self.stats.get("divergences", 0) + 1
+        if self.texts is not None and hasattr(self.texts, "add_divergence"):
+            self.texts.add_divergence(d, self.clock.now())
 
     def _set_threshold_push(self, on: bool) -> None:
         if on == self.bad_threshold:
