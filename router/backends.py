@@ -180,10 +180,11 @@ class LlamaDevice:
         self.tps = 40.0
 
     def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int,
-                 decide=None, decision_at_ms: float = 0.0) -> DeviceResult:  # fmt: skip
+                 decide=None, decision_at_ms: float = 0.0, temperature: float = 0.0) -> DeviceResult:  # fmt: skip
         """Stream the answer: time to first token is measured, the level's timeout stops generation,
         the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
-        router's decision point (`decide`) may stop it before the commit point."""
+        router's decision point (`decide`) may stop it before the commit point. The router decodes
+        greedily (temperature 0); the replay's determinism re-runs sample (seed 004 §2)."""
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = prompt[: max(1, int(len(prompt) * 0.7))]
             max_tokens = max(1, max_tokens // 2)
@@ -199,7 +200,7 @@ class LlamaDevice:
             perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
-                    messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0,
+                    messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=temperature,
                     logprobs=self.logprobs, top_logprobs=1 if self.logprobs else None, stream=True,
                 )  # fmt: skip
                 for chunk in stream:

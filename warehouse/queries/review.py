@@ -289,3 +289,34 @@ def newest_live_event(client):
     """The newest live event's time (None on an empty warehouse)."""
     value = client.query(NEWEST_LIVE_SQL).result_rows[0][0]
     return None if value is None or value.year <= 1970 else value
+
+
+# The weekly replay's determinism sample: per task type, up to `per_task` live requests of the window
+# that the device could serve (they entered it) and that no earlier replay re-ran, in a seeded order.
+DETERMINISM_SAMPLE_SQL = named(
+    "determinism_sample",
+    f"""
+WITH {REVIEW_CTE}
+SELECT request_id, task_type, event_time
+FROM w
+WHERE mode = 'live' AND entered_device
+  AND request_id NOT IN (SELECT request_id FROM routerscope.replay_reruns)
+ORDER BY task_type, cityHash64(request_id, {{seed:UInt64}})
+LIMIT {{per_task:UInt32}} BY task_type
+""",
+)
+
+RERUN_COLUMNS = ("request_id", "task_type", "event_time", "runs", "agree", "answer_hashes", "device_model")
+
+
+def determinism_sample(client, window: QueryWindow, per_task: int, seed: int = 0) -> list[tuple]:
+    """(request_id, task_type, event_time) to re-run, up to `per_task` of each task type."""
+    rows = client.query(DETERMINISM_SAMPLE_SQL, parameters={**window.parameters(), "per_task": per_task, "seed": seed})
+    return [tuple(r) for r in rows.result_rows]
+
+
+def store_reruns(client, rows: list[tuple]) -> int:
+    """Insert determinism groups (RERUN_COLUMNS order); returns the rows written."""
+    if rows:
+        client.insert("routerscope.replay_reruns", rows, column_names=list(RERUN_COLUMNS))
+    return len(rows)
