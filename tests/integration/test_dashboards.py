@@ -187,14 +187,15 @@ def add_review_fixture(settings) -> None:
 
 
 def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages(populated):
-    """The review window is the 7 days before the end of the newest live event's day (2026-11-29): the
-    golden v2 events of test_review (and LATE, at 2026-11-29 00:00, tier high, critical)."""
+    """The review window is the 7 days before the end of the newest live event's day: A_AT_END of the metrics
+    fixture is at 2026-11-30 00:00, so [2026-11-24, 2026-12-01): of test_review's v2 events H2 (serious), H3
+    and LATE (critical) on tier high; H1 and U1 (2026-11-23) fall before it."""
     add_review_fixture(populated)
     app = render("review.py")
     warnings = " ".join(w.value for w in app.warning)
-    assert "high" in warnings and "throttled" in warnings  # H2 serious, H3 and LATE critical: 3 of 4
+    assert "high" in warnings and "100.0% of requests ran throttled" in warnings  # 3 of 3
     ledger = next(d.value for d in app.dataframe if "tier" in d.value.columns)
-    assert set(ledger["tier"]) == {"high", "unknown"}
+    assert list(ledger["tier"]) == ["high"] and list(ledger["requests"]) == [3]
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["Saved share"].endswith("%")
     side = next(d.value for d in app.dataframe if "grading tier" in d.value.columns)
