@@ -280,7 +280,7 @@ def cmd_demo(args, settings: Settings) -> int:
     for day, q in out["quality"].items():
         print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
     print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-          "`dagster dev -m pipelines.definitions`.")
+          "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`.")
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard`.")
         return 0
