@@ -10,8 +10,11 @@ and scripted incidents on a timeline.
   grows with the input (KV cache) plus runtime overhead, cold starts (the OS reclaimed the model; more
   often on the low tier, whose loads are slower), the decode rate actually used, and a thermal state that
   turns `serious`/`critical` during the thermal episode. The low tier also swaps now and then (its
-  decode rate drops to 15 % on ~10 % of requests): its p5 decode rate collapses in the ledger.
-  These draws use their own random stream, so the ledger leaves the other draws of a seed unchanged.
+  decode rate drops to 15 % on ~10 % of requests): its p5 decode rate collapses in the ledger. A
+  device knows when it is swapping or must first load its model, so the estimates the latency gate
+  reads include both: such requests mostly go to the cloud before entering the device (only short
+  answers still fit), rather than timing out on it. These draws use their own random stream, so
+  the ledger leaves the other draws of a seed unchanged.
 * Cloud: log-normal latency and a small error rate; during a **cloud outage** every call fails, so
   the cloud breaker opens and traffic stays on the device.
 * A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
@@ -117,11 +120,11 @@ class StatDevice:
     # would measure them; the simulation knows them, but not the thermal slowdown in advance).
     @property
     def ttft_ms(self) -> float:
-        return TIERS[self.fleet.current.device_tier][0]
+        return TIERS[self.fleet.current.device_tier][0] + (self.fleet.pending["load_ms"] or 0.0)
 
     @property
     def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0]
+        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
 
     def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None,
                  decision_at_ms=0.0) -> DeviceResult:  # fmt: skip
@@ -133,7 +136,7 @@ class StatDevice:
         if self.fleet.thermal:
             tps /= 3.0
         tps *= self.rng.uniform(*LOAD_RANGE)  # background load
-        stats, tps, ttft = self.fleet.ledger(req, tps, ttft)
+        stats, tps, ttft = self.fleet.measure(tps, ttft)
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]
@@ -224,27 +227,36 @@ class Fleet:
         self.sessions = [(f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)]
         self.cloud_down = self.thermal = self.bad_threshold = False
         self.current: Request | None = None
+        self.pending: dict = {"swap": 1.0, "load_ms": None}
         self.stats = {"requests": 0, "labels": 0}
 
-    def ledger(self, req: Request, tps: float, ttft: float) -> tuple[dict, float, float]:
-        """One device call's measurements (seed 003's ledger) and the decode rate and TTFT they imply: a
-        swapping low-tier device decodes at a quarter speed; a cold start adds the model's load to the TTFT."""
+    def draw_ledger(self, req: Request) -> dict:
+        """What the device will measure for this request (seed 003's ledger), drawn before routing: a
+        swapping low-tier device decodes at 15 % speed; a cold start must load the model first."""
         rng = self.ledger_rng
         prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
-        if rng.random() < swap_p:
-            tps *= SWAP_SLOWDOWN
+        swap = SWAP_SLOWDOWN if rng.random() < swap_p else 1.0
         cold = rng.random() < cold_p
         load_ms = load_median * rng.lognormvariate(0, 0.3) if cold else None
         if self.thermal:
             thermal, prefill = ("critical" if rng.random() < 0.3 else "serious"), prefill / 3
         else:
             thermal = "fair" if rng.random() < 0.15 else "nominal"
-        input_tokens = req.input_tokens or 0
         # runtime + weights ~900 MB, KV cache ~0.9 MB a token of context, allocator noise
-        peak = 900.0 + extra_mem + 0.9 * input_tokens + rng.gauss(0, 40)
-        stats = {"peak_mem_mb": round(max(peak, 100.0), 1), "thermal_state": thermal, "decode_tps": round(tps, 2),
-                 "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1), "cold_start": cold, "load_ms": load_ms}  # fmt: skip
-        return stats, tps, ttft + (load_ms or 0.0)
+        peak = 900.0 + extra_mem + 0.9 * (req.input_tokens or 0) + rng.gauss(0, 40)
+        return {"swap": swap, "cold_start": cold, "load_ms": load_ms, "thermal_state": thermal,
+                "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1), "peak_mem_mb": round(max(peak, 100.0), 1)}  # fmt: skip
+
+    def measure(self, tps: float, ttft: float) -> tuple[dict, float, float]:
+        """One device call's measurements and the decode rate and TTFT they imply; the model is loaded once
+        per request (an L1 retry finds it warm)."""
+        pending = self.pending
+        tps *= pending["swap"]
+        ttft += pending["load_ms"] or 0.0
+        stats = {"peak_mem_mb": pending["peak_mem_mb"], "thermal_state": pending["thermal_state"], "decode_tps": round(tps, 2),
+                 "prefill_tps": pending["prefill_tps"], "cold_start": pending["cold_start"], "load_ms": pending["load_ms"]}  # fmt: skip
+        self.pending = {**pending, "cold_start": False, "load_ms": None}
+        return stats, tps, ttft
 
     def _keep_divergence(self, d) -> None:
         """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
@@ -282,6 +294,7 @@ class Fleet:
                           expected_output_tokens=expected, request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
                           app_id="sim-app")  # fmt: skip
             self.current = req
+            self.pending = self.draw_ledger(req)
             if self.texts is not None:
                 self.texts.add(req.request_id, task_type, text)
             _, event = self.router.route(req)
