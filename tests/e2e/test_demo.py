@@ -55,7 +55,8 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # to the cloud once the device has measured itself slow: then it never entered the device)
         assert len(live) == 3 and any(entered for entered, *_ in live), live
         assert all((model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered), live
-        assert all(reason == "latency_pressure" for entered, _, _, reason in live if not entered), live
+        # (or a session outside slot_extract's canary cohort: policy_cloud, seed 004 §7)
+        assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), live
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
