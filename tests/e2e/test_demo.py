@@ -65,7 +65,9 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
         assert pushed["false_fallback_labeled"] > 5 * before_push["false_fallback_labeled"]
-        assert pushed["false_fallback_rate"] > (before_push["false_fallback_rate"] or 0.0)
+        # (as counts: the calm window holds a handful of labeled short_reply fallbacks at most, too few for a rate)
+        false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
+        assert false_fallbacks(pushed) > 5 * false_fallbacks(before_push)
         # the shadow task (code_snippet) agrees less on longer inputs; cost is reported
         shadow = out["summary"]["by_task_type"]["code_snippet"]["shadow_agreement_by_input_length"]
         assert shadow["0-128"] > shadow["512-2048"]
