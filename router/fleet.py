@@ -19,6 +19,9 @@ and scripted incidents on a timeline.
   the cloud breaker opens and traffic stays on the device.
 * A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
   `short_reply` (hot reload, new policy_version); false fallbacks jump until it is rolled back.
+* The weekly replay's determinism groups (seed 004 §2), simulated: `simulated_reruns` re-runs a
+  sample of each task type's device-entered requests 3 times; a group agrees with the task type's
+  `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
 * `corrupt` malformed messages are produced as they are, for the loader to quarantine.
 
@@ -84,6 +87,9 @@ NETWORKS = ("wifi", "wifi", "cellular", "weak")
 # latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
 LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
+# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
+DETERMINISM = {"intent_classify": 0.97, "slot_extract": 0.93, "tool_call": 0.9, "short_reply": 0.55, "short_summary": 0.6,
+               "code_snippet": 0.7, "long_summary": 0.3, "multi_step_tools": 0.3}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,8 @@ class Fleet:
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
         self.ledger_rng = random.Random(seed + 2)  # the device ledger's draws: their own stream too
+        self.rerun_rng = random.Random(seed + 3)  # the simulated replay's
+        self._entered: dict[str, list] = {}
         self.texts = texts  # a RequestTextStore, or None
         self.clock = SimClock(start)
         self.span, self.incidents = span, incidents
@@ -258,6 +266,17 @@ class Fleet:
         self.pending = {**pending, "cold_start": False, "load_ms": None}
         return stats, tps, ttft
 
+    def simulated_reruns(self, per_task: int = 20, runs: int = 3) -> list[tuple]:
+        """SIMULATED determinism groups for up to `per_task` device-entered requests of each task type, as the
+        weekly replay would store them (`warehouse.queries.review.RERUN_COLUMNS`)."""
+        rng, groups = self.rerun_rng, []
+        for task_type, seen in sorted(self._entered.items()):
+            for request_id, event_time in rng.sample(seen, min(per_task, len(seen))):
+                agree = rng.random() < DETERMINISM.get(task_type, 0.5)
+                hashes = ["sim-a"] * runs if agree else ["sim-a"] * (runs - 1) + ["sim-b"]
+                groups.append((request_id, task_type, event_time, runs, agree, hashes, f"{StatDevice.model} (SIMULATED)"))
+        return groups
+
     def _keep_divergence(self, d) -> None:
         """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
         self.stats["divergences"] = self.stats.get("divergences", 0) + 1
@@ -298,6 +317,8 @@ class Fleet:
             if self.texts is not None:
                 self.texts.add(req.request_id, task_type, text)
             _, event = self.router.route(req)
+            if event.mode == "live" and event.entered_device:
+                self._entered.setdefault(event.task_type, []).append((event.request_id, event.event_time))
             self.stats["requests"] += 1
             progress(1)
             self._maybe_label(event)

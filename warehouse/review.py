@@ -122,8 +122,8 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
     of METRICS §3b fires: back to the cloud, any stage), `advance` (every condition met), or `hold`.
 
     shadow → canary: agreement >= `limits.agreement` in every input-length bucket that has traffic, each
-    with >= `min_n` compared; the device's error rate in the window's second half at most
-    `error_rate_drift` above the first half, each half with >= `min_n` attempts.
+    with >= `min_n` compared; the device's error rate in the second half of the task's shadow traffic at
+    most `error_rate_drift` above the first half, each half with >= `min_n` attempts.
     canary → full: the canary cohort's fallback, false-fallback and offload-failure rates within their
     limits (each denominator >= `min_n`), and its canned-answer (L4) share at most `l4_margin` above the
     cloud cohort's (both cohorts >= `min_n` requests)."""

@@ -5,6 +5,7 @@ so that other tests' events on the shared broker cannot enter the review window.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -25,7 +26,7 @@ DAY = datetime(2031, 3, 1, tzinfo=timezone.utc)
 START, SPAN, REQUESTS = DAY + timedelta(hours=10), timedelta(hours=2), 4000
 
 
-def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings, home, tmp_path):
+def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings, home, tmp_path, monkeypatch, capsys):
     settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=broker_settings.kafka_bootstrap())
     emitter = KafkaEmitter(producer_config(settings), home / "spool", block_when_full=True)
     tel = Telemetry(emitter)
@@ -42,6 +43,9 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     assert emitter.flush(60)
     emitter.close()
     load(settings, idle_timeout_s=0.5)
+    from routerscope.demo import store_simulated_reruns
+
+    store_simulated_reruns(settings, fleet.simulated_reruns())  # the replay's determinism groups, SIMULATED
 
     with open_warehouse(settings) as client:
         stored = client.query("SELECT count() FROM routerscope.decisions FINAL WHERE toDate(event_time) = '2031-03-01'").result_rows[0][0]
@@ -65,6 +69,9 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     end = DAY + timedelta(days=1)
     grading = review.build("grading", settings, days=1, end=end)["task_types"]
     assert (grading["tool_call"]["tier"], grading["tool_call"]["reason"]) == ("keep-cloud", "error_cost_veto")
+    # classification agrees with itself on re-runs and is short and frequent: offload; free text is less determined
+    assert grading["intent_classify"]["tier"] == "offload" and grading["intent_classify"]["determinism_groups"] == 20
+    assert grading["short_reply"]["determinism"] < grading["intent_classify"]["determinism"]
     ready = review.build("readiness", settings, days=1, end=end)
     assert set(ready["task_types"]["intent_classify"]["gates"]) == {"gate_memory", "gate_duration", "gate_quality"}
     assert ready["beside_grading"]["tool_call"]["grading_reason"] == "error_cost_veto"
@@ -76,3 +83,16 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     assert rollout["divergence_samples"]["code_snippet"]["shadow"] > 0  # disagreements kept beside the texts
     text = review.render("rollout", rollout)
     assert "slot_extract" in text and "canary 50% of sessions" in text
+
+    # the command, in process: the documented JSON, and one-line errors for hostile input
+    from routerscope.cli import main
+
+    monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
+    monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", broker_settings.kafka_bootstrap())
+    capsys.readouterr()
+    assert main(["report", "grading", "--json", "--days", "1", "--end", "2031-03-02T00:00:00Z"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["task_types"]["tool_call"]["reason"] == "error_cost_veto"
+    assert main(["report", "readiness", "--end", "not a time"]) == 2
+    assert capsys.readouterr().err.startswith("routerscope: error: --end 'not a time' is not an ISO 8601 time")
+    assert main(["report", "rollout", "--days", "99999"]) == 2

@@ -201,7 +201,7 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
 
 def test_rollout_cohort_numbers_and_the_shadow_buckets(loaded):
     """The tracker's inputs: cohorts by rollout_stage, shadow agreement per input-length bucket, device
-    errors per half of the window (the middle is 2026-11-25T12:00)."""
+    errors per half of the shadow traffic (the midpoint of sh1 and sh2 is 2026-11-25T00:00)."""
     numbers = rq.rollout_numbers(loaded, QueryWindow(START, END))
     assert numbers[B]["cohorts"]["canary"]["requests"] == 1 and numbers[B]["cohorts"]["cloud_only"]["requests"] == 1
     assert numbers[A]["cohorts"]["full"]["device_attempts"] == 3  # h1 h2 h3 (v1 has no stage)

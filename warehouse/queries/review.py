@@ -164,7 +164,9 @@ ORDER BY task_type, stage
 )
 
 # Shadow → canary: agreement per input-length bucket (with its sample), and the device's error rate
-# (L0 attempts that timed out or errored) in each half of the window.
+# (L0 attempts that timed out or errored) in each half of the task type's shadow traffic (split at the
+# midpoint between its first and last shadow event in the window: a review window longer than the
+# traffic still has two halves to compare).
 SHADOW_BUCKETS_SQL = named(
     "rollout_shadow_buckets",
     f"""
@@ -180,11 +182,17 @@ ORDER BY task_type, bucket
 SHADOW_ERRORS_SQL = named(
     "rollout_shadow_device_errors",
     f"""
-WITH {REVIEW_CTE}
-SELECT task_type, event_time >= {{middle:DateTime64(3, 'UTC')}} AS second_half,
-       countIf(attempt_levels[1] = 0) AS attempts,
-       countIf(attempt_levels[1] = 0 AND attempt_outcomes[1] IN ('error', 'timeout')) AS errors
-FROM w WHERE mode = 'shadow'
+WITH {REVIEW_CTE},
+mid AS (
+    SELECT task_type, fromUnixTimestamp64Milli(intDiv(toUnixTimestamp64Milli(min(event_time))
+                                                      + toUnixTimestamp64Milli(max(event_time)), 2), 'UTC') AS middle
+    FROM w WHERE mode = 'shadow' GROUP BY task_type
+)
+SELECT w.task_type AS task_type, w.event_time >= mid.middle AS second_half,
+       countIf(w.attempt_levels[1] = 0) AS attempts,
+       countIf(w.attempt_levels[1] = 0 AND w.attempt_outcomes[1] IN ('error', 'timeout')) AS errors
+FROM w INNER JOIN mid ON w.task_type = mid.task_type
+WHERE w.mode = 'shadow'
 GROUP BY task_type, second_half
 ORDER BY task_type, second_half
 """,
@@ -276,8 +284,7 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
     for r in _rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
         of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
-    middle = window.start + (window.end - window.start) / 2
-    for r in _rows(client, SHADOW_ERRORS_SQL, {**window.parameters(), "middle": QueryWindow(middle, window.end).parameters()["start"]}):
+    for r in _rows(client, SHADOW_ERRORS_SQL, window.parameters()):
         of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
     for r in _rows(client, FIRING_ROLLBACKS_SQL):
         if r["task_type"]:
