@@ -62,7 +62,7 @@ def _num(v, digits: int = 1) -> str:
 
 def render(kind: str, report: dict[str, Any]) -> str:
     w = report["window"]
-    lines = [f"review window {w['start']} → {w['end']} ({w['days']:g} days, live events)"]
+    lines = [f"review window {w['start']} → {w['end']} ({w['days']:g} day{'' if w['days'] == 1 else 's'}, live events)"]
     rows = report["task_types"]
     if not rows:
         return "\n".join(lines + ["  no task types with live events in the window"])
