@@ -174,3 +174,22 @@ def test_hostile_rollout_settings_are_refused(rollout):
 
     with pytest.raises(ConfigError):
         parse(DEFAULT_POLICY.read_text().replace("rollout:", f"rollout: {rollout}\nunused_rollout:"))
+
+
+@pytest.mark.parametrize("field", ["error_cost: 1.5", "error_cost: -0.1", "error_cost: true", "error_cost: high",
+                                   "privacy: secret", "iteration: daily"])  # fmt: skip
+def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):
+    from router.policy import DEFAULT_POLICY
+
+    with pytest.raises(ConfigError):
+        parse(DEFAULT_POLICY.read_text().replace("error_cost: 0.4}", field + "}"))
+
+
+@pytest.mark.parametrize("tiers", ["{low: {memory_mb: 0}}", "{low: 4096}", "{low: {memory_mb: true}}", "[low]"])
+def test_hostile_device_tiers_are_refused(tiers):
+    from router.policy import DEFAULT_POLICY
+
+    text = DEFAULT_POLICY.read_text()
+    text = text[: text.index("device_tiers:")] + f"device_tiers: {tiers}\nbreakers:" + text.split("\nbreakers:", 1)[1]
+    with pytest.raises(ConfigError):
+        parse(text)
