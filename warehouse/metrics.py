@@ -8,7 +8,8 @@ Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_i
 `cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
 `offload_failure_rate`, §3b), `first_event`/`last_event` per policy version (§9), and a top-level
 `latency_ms` by served side × network (§8). §10's `device_ledger` is top-level (overall only); §11's
-`all_cloud`, `saved` and `saved_share` sit in each group's `cost_usd`."""
+`all_cloud`, `saved` and `saved_share` sit in each group's `cost_usd`, with where the spend went
+(`spent_after_device`: fallbacks and re-tries after the device was tried; `spent_cloud_direct`)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def empty_group() -> dict[str, Any]:
         "shadow_agreement_rate": None,
         "shadow_agreement_by_input_length": {b: None for b in dq.INPUT_LENGTH_BUCKETS},
         "cost_usd": {"total": None, "per_request": None, "per_session": None, "all_cloud": None, "saved": None,
-                     "saved_share": None},
+                     "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None},
     }
 
 
@@ -121,7 +122,7 @@ def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
                 "total": total,
                 "per_request": stats.ratio(total, requests),
                 "per_session": stats.ratio(total, int(row["sessions"])),
-                "all_cloud": None, "saved": None, "saved_share": None,
+                "all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None,
             }
     if versions:
         g["by_policy_version"] = {version: _version(r) for version, r in versions.items()}

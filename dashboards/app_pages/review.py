@@ -54,11 +54,16 @@ else:
     c1.metric("All-cloud bill", f"${overall['all_cloud']:,.2f}", help="every live request priced at the L2 model")
     c2.metric("Saved", f"${overall['saved']:,.2f}")
     c3.metric("Saved share", pct(overall["saved_share"]))
-    per_task = pd.DataFrame([{"task type": t, "all-cloud USD": c["all_cloud"], "saved USD": c["saved"], "saved share": c["saved_share"]}
+    per_task = pd.DataFrame([{"task type": t, "all-cloud USD": c["all_cloud"], "saved USD": c["saved"], "saved share": c["saved_share"],
+                              "spent after the device (fallbacks, re-tries) USD": c["spent_after_device"],
+                              "spent routed straight to the cloud USD": c["spent_cloud_direct"]}
                              for t, c in cost.items() if t is not None and c["all_cloud"] is not None])  # fmt: skip
     if not per_task.empty:
         st.altair_chart(charts.saved_share(per_task), width="stretch")
-        st.caption("Task types at or below zero pay for the device path: routing, fallbacks and re-tries eat the saving.")
+        st.dataframe(per_task, hide_index=True, width="stretch",
+                     column_config={"saved share": st.column_config.NumberColumn(format="percent")})  # fmt: skip
+        st.caption("Task types at or below zero pay for the device path; the spend after the device was tried is the "
+                   "saving that fallbacks and re-tries gave back.")  # fmt: skip
 
 # -- grading (seed 004) beside readiness (seed 003) -------------------------------------------------------
 st.header("Task grading beside offload readiness")

@@ -143,8 +143,11 @@ def test_all_cloud_counterfactual_seed003_seed004_golden(loaded):
     # V1 (v1) spent 0.003 of the total but carries no counterfactual: in `total`, not in `saved`.
     assert a["all_cloud"] == pytest.approx(0.040) and a["saved"] == pytest.approx(0.036) and a["saved_share"] == pytest.approx(0.9)
     assert a["total"] == pytest.approx(0.007)
+    # where it went: H2's fallback after the device was tried, nothing routed straight to the cloud
+    assert (a["spent_after_device"], a["spent_cloud_direct"]) == (pytest.approx(0.004), pytest.approx(0.0))
     # B: all-cloud 0.005 + 0.008 = 0.013, spent the same → saved 0, share 0 (the device saved nothing)
     assert (b["all_cloud"], b["saved"], b["saved_share"]) == (pytest.approx(0.013), pytest.approx(0.0), pytest.approx(0.0))
+    assert (b["spent_after_device"], b["spent_cloud_direct"]) == (pytest.approx(0.005), pytest.approx(0.008))  # U1; C1
     # overall: 0.053 all-cloud, 0.017 spent → 0.036 saved, 0.036 / 0.053 = 0.679245
     assert overall["all_cloud"] == pytest.approx(0.053) and overall["saved_share"] == pytest.approx(0.036 / 0.053)
     # code_snippet has only shadow events: no live event carries the field → nulls

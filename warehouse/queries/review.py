@@ -71,7 +71,8 @@ WITH {REVIEW_CTE}
 SELECT task_type,
        countIf(all_cloud_cost_usd IS NOT NULL) AS carried,
        sumIf(all_cloud_cost_usd, all_cloud_cost_usd IS NOT NULL) AS all_cloud,
-       sumIf(ifNull(cost_usd, 0), all_cloud_cost_usd IS NOT NULL) AS spent
+       sumIf(ifNull(cost_usd, 0), all_cloud_cost_usd IS NOT NULL) AS spent,
+       sumIf(ifNull(cost_usd, 0), all_cloud_cost_usd IS NOT NULL AND entered_device) AS spent_after_device
 FROM w WHERE mode = 'live'
 GROUP BY GROUPING SETS ((task_type), ())
 ORDER BY task_type
@@ -242,15 +243,19 @@ def device_ledger(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
 
 
 def all_cloud_cost(client, window: QueryWindow) -> dict[str | None, dict[str, float | None]]:
-    """METRICS.md §11: task_type (None: overall) → all_cloud, saved, saved_share."""
+    """METRICS.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
+    (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
+    the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
     found = {}
     for r in _rows(client, ALL_CLOUD_SQL, window.parameters()):
         if not r["carried"]:
-            found[r["task_type"]] = {"all_cloud": None, "saved": None, "saved_share": None}
+            found[r["task_type"]] = {"all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None,
+                                     "spent_cloud_direct": None}  # fmt: skip
             continue
-        all_cloud, spent = float(r["all_cloud"]), float(r["spent"])
+        all_cloud, spent, after = float(r["all_cloud"]), float(r["spent"]), float(r["spent_after_device"])
         found[r["task_type"]] = {"all_cloud": all_cloud, "saved": all_cloud - spent,
-                                 "saved_share": (all_cloud - spent) / all_cloud if all_cloud else None}  # fmt: skip
+                                 "saved_share": (all_cloud - spent) / all_cloud if all_cloud else None,
+                                 "spent_after_device": after, "spent_cloud_direct": spent - after}  # fmt: skip
     return found
 
 
