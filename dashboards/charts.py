@@ -99,7 +99,8 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
 
 def decode_by_tier(frame: pd.DataFrame) -> alt.Chart:
     """Decode rate p50 and p5 per device tier: a collapsing slow tail stands out next to its median."""
-    long = frame.melt(id_vars=["tier"], value_vars=["decode p50 tok/s", "decode p5 tok/s"], var_name="quantile", value_name="tok/s").dropna()
+    long = frame.melt(id_vars=["tier"], value_vars=["decode p50 tok/s", "decode p5 tok/s"], var_name="quantile",
+                      value_name="tok/s").dropna()  # fmt: skip
     return alt.Chart(long).mark_bar().encode(
         x=alt.X("tier:N", title="device tier"), xOffset="quantile:N", y=alt.Y("tok/s:Q", title="decode tokens/s"),
         color=alt.Color("quantile:N", title=None), tooltip=["tier:N", "quantile:N", alt.Tooltip("tok/s:Q", format=".1f")],

@@ -75,12 +75,14 @@ else:
     for t, side in r["side_by_side"].items():
         g, q = grading.get(t) or {}, ready.get(t) or {}
         gates = q.get("gates") or {}
-        rows.append({"task type": t, "grading tier": g.get("tier"), "grading reason": g.get("reason"), "score (004)": g.get("score"),
-                     "error cost": g.get("error_cost"), "determinism": g.get("determinism"), "input p95": (g.get("input_tokens") or {}).get("p95"),
-                     "readiness": q.get("verdict"), "score (003)": q.get("score_003"),
-                     "memory gate": (gates.get("gate_memory") or {}).get("status"), "duration gate": (gates.get("gate_duration") or {}).get("status"),
-                     "quality gate": (gates.get("gate_quality") or {}).get("status"),
-                     "seeds disagree": "⚠ yes" if side["disagree"] else ""})  # fmt: skip
+        status = {name: (gates.get(f"gate_{name}") or {}).get("status") for name in ("memory", "duration", "quality")}
+        rows.append({
+            "task type": t, "grading tier": g.get("tier"), "grading reason": g.get("reason"), "score (004)": g.get("score"),
+            "error cost": g.get("error_cost"), "determinism": g.get("determinism"),
+            "input p95": (g.get("input_tokens") or {}).get("p95"), "readiness": q.get("verdict"), "score (003)": q.get("score_003"),
+            "memory gate": status["memory"], "duration gate": status["duration"], "quality gate": status["quality"],
+            "seeds disagree": "⚠ yes" if side["disagree"] else "",
+        })  # fmt: skip
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:
@@ -93,12 +95,17 @@ else:
 st.header("Rollout stages")
 stages = r["rollout"]["task_types"]
 samples = r["divergences"]
-st.dataframe(pd.DataFrame([{"task type": t, "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
-                            "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
-                            "conditions met": f"{sum(bool(c['met']) for c in v['conditions'])}/{len(v['conditions'])}" if v["conditions"] else "",
-                            "rollback signals": ", ".join(v["rollback_signals"]),
-                            "divergence samples": sum((samples.get(t) or {}).values())}
-                           for t, v in stages.items()]), hide_index=True, width="stretch")  # fmt: skip
+
+
+def stage_row(t: str, v: dict) -> dict:
+    met = f"{sum(bool(c['met']) for c in v['conditions'])}/{len(v['conditions'])}" if v["conditions"] else ""
+    return {"task type": t, "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
+            "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
+            "conditions met": met, "rollback signals": ", ".join(v["rollback_signals"]),
+            "divergence samples": sum((samples.get(t) or {}).values())}  # fmt: skip
+
+
+st.dataframe(pd.DataFrame([stage_row(t, v) for t, v in stages.items()]), hide_index=True, width="stretch")
 for t, v in stages.items():
     if v["conditions"]:
         with st.expander(f"{t}: {v['stage']} exit conditions"):
