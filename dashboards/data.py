@@ -272,3 +272,17 @@ def review(days: float = 7.0) -> dict:
         }
     out["divergences"] = divergence_counts(_settings())
     return out
+
+
+@st.cache_data(ttl=TTL)
+def divergence_samples(limit: int = 20) -> pd.DataFrame:
+    """The newest divergence samples from the request-text store, without their texts (those stay in the
+    store, for the review and the replay): request id, task type, stage, input length, answer hashes."""
+    from router.request_store import RequestTextStore, store_path
+
+    path = store_path(_settings().home)
+    if not path.exists():
+        return pd.DataFrame()
+    with RequestTextStore(path) as store:
+        rows = store.divergences(limit=limit)
+    return pd.DataFrame([{k: v for k, v in r.items() if not k.endswith("_text")} for r in rows])

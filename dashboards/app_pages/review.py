@@ -111,3 +111,7 @@ for t, v in stages.items():
         with st.expander(f"{t}: {v['stage']} exit conditions"):
             st.dataframe(pd.DataFrame(v["conditions"]), hide_index=True, width="stretch")
 st.caption("The tracker recommends; it never edits the policy. The cloud stays the fallback in every stage.")
+kept = data.divergence_samples()
+if not kept.empty:
+    with st.expander(f"Divergence samples (newest {len(kept)}; texts stay in the request-text store)"):
+        st.dataframe(kept, hide_index=True, width="stretch")

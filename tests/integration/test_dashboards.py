@@ -205,6 +205,20 @@ def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages
     assert by_task["slot_extract"].startswith("canary (50% of sessions)") and by_task["code_snippet"] == "shadow"
 
 
+
+def test_review_page_lists_divergence_samples_without_their_texts(populated):
+    from router.engine import Divergence
+    from router.request_store import RequestTextStore, store_path
+    from tests.integration.test_review import START
+
+    with RequestTextStore(store_path(populated.home)) as store:
+        store.add_divergence(Divergence("r-div", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), START)
+    app = render("review.py")
+    table = next(d.value for d in app.dataframe if "device_hash" in d.value.columns)
+    assert list(table["request_id"]) == ["r-div"] and table["input_tokens"].iloc[0] == 600
+    assert not any(c.endswith("_text") for c in table.columns)  # the texts stay in the store
+
+
 @pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "review.py", "quality.py", "explorer.py"])
 def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     with open_warehouse(settings_for(home)) as client:
