@@ -257,7 +257,8 @@ class _Trace:
         self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=max(0.0, float(latency_ms))))
 
 
-def _accepts(fn, name: str) -> bool:
+def accepts_keyword(fn, name: str) -> bool:
+    """Whether `fn` takes the keyword `name` (or any keyword): optional backend features are offered only then."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -288,7 +289,7 @@ class Router:
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
         self.device_in_flight = 0
-        self._device_decides = _accepts(device.generate, "decide")  # a device without the decision point still works
+        self._device_decides = accepts_keyword(device.generate, "decide")  # a device without the decision point still works
 
     def _transition(self, t: Transition) -> None:
         self.on_breaker_event(BreakerEvent(

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from instrumentation.events import LabelEvent
 from router.backends import CloudBackend, DeviceBackend, validate
-from router.engine import _accepts, answer_hash, normalise
+from router.engine import accepts_keyword, answer_hash, normalise
 from router.policy import Policy
 
 REPLAY_TIMEOUT_MS = 60_000
@@ -50,7 +50,7 @@ def rerun(device: DeviceBackend, policy: Policy, request_id: str, task_type: str
     cap = policy.capability(task_type)
     kwargs = dict(max_tokens=min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS), timeout_ms=REPLAY_TIMEOUT_MS,
                   degraded=False, commit_tokens=10**9)  # fmt: skip
-    if _accepts(device.generate, "temperature"):
+    if accepts_keyword(device.generate, "temperature"):
         kwargs["temperature"] = temperature
     hashes = []
     for _ in range(runs):
