@@ -95,3 +95,24 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
         color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
         tooltip=["lane:N", "from_state:N", "to_state:N", "trigger:N", "event_time:T", "until:T"],
     ).properties(height=max(100, 50 * df["lane"].nunique()))  # fmt: skip
+
+
+def decode_by_tier(frame: pd.DataFrame) -> alt.Chart:
+    """Decode rate p50 and p5 per device tier: a collapsing slow tail stands out next to its median."""
+    long = frame.melt(id_vars=["tier"], value_vars=["decode p50 tok/s", "decode p5 tok/s"], var_name="quantile",
+                      value_name="tok/s").dropna()  # fmt: skip
+    return alt.Chart(long).mark_bar().encode(
+        x=alt.X("tier:N", title="device tier"), xOffset="quantile:N", y=alt.Y("tok/s:Q", title="decode tokens/s"),
+        color=alt.Color("quantile:N", title=None), tooltip=["tier:N", "quantile:N", alt.Tooltip("tok/s:Q", format=".1f")],
+    ).properties(height=220)  # fmt: skip
+
+
+def saved_share(frame: pd.DataFrame) -> alt.Chart:
+    """Per task type, the share of the all-cloud bill the device path saved (red at or below zero)."""
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X("saved share:Q", title="saved share of the all-cloud bill", axis=alt.Axis(format=".0%")),
+        y=alt.Y("task type:N", sort="-x", title=None),
+        color=alt.condition("datum['saved share'] > 0", alt.value("#1f77b4"), alt.value("#d62728")),
+        tooltip=["task type:N", alt.Tooltip("all-cloud USD:Q", format=",.4f"), alt.Tooltip("saved USD:Q", format=",.4f"),
+                 alt.Tooltip("saved share:Q", format=".1%")],
+    ).properties(height=220)  # fmt: skip

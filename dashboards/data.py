@@ -257,3 +257,46 @@ def schema_versions() -> pd.DataFrame:
         "UNION ALL SELECT 'breaker_events', schema_version, count() FROM routerscope.breaker_events GROUP BY schema_version"
         ") ORDER BY events_table, schema_version"
     )
+
+
+@st.cache_data(ttl=TTL)
+def review(days: float = 7.0) -> dict:
+    """The weekly review over the last `days` full days of data (METRICS.md §10–§13, the stage tracker):
+    the window, the device ledger and all-cloud saving, grading, readiness side by side, and rollout."""
+    from router.policy import PolicyStore
+    from routerscope.review import divergence_counts
+    from warehouse import review as rv
+    from warehouse.metrics import iso
+    from warehouse.queries import review as rq
+
+    policy = PolicyStore().current()
+    with _warehouse() as client:
+        window = rv.review_window(client, days)
+        grading = rv.grading_report(client, policy, window)
+        ready = rv.readiness_report(client, policy, window)
+        out = {
+            "window": {"start": iso(window.start), "end": iso(window.end)},
+            "ledger": rq.device_ledger(client, window),
+            "cost": rq.all_cloud_cost(client, window),
+            "grading": grading,
+            "readiness": ready,
+            "side_by_side": rv.side_by_side(grading, ready),
+            "rollout": rv.rollout_report(client, policy, window),
+            "tier_memory_mb": {t: v["memory_mb"] for t, v in policy.device_tiers.items()},
+        }
+    out["divergences"] = divergence_counts(_settings())
+    return out
+
+
+@st.cache_data(ttl=TTL)
+def divergence_samples(limit: int = 20) -> pd.DataFrame:
+    """The newest divergence samples from the request-text store, without their texts (those stay in the
+    store, for the review and the replay): request id, task type, stage, input length, answer hashes."""
+    from router.request_store import RequestTextStore, store_path
+
+    path = store_path(_settings().home)
+    if not path.exists():
+        return pd.DataFrame()
+    with RequestTextStore(path) as store:
+        rows = store.divergences(limit=limit)
+    return pd.DataFrame([{k: v for k, v in r.items() if not k.endswith("_text")} for r in rows])

@@ -26,6 +26,7 @@ pages = st.navigation(
     [
         st.Page("app_pages/oncall.py", title="On-call", default=True),
         st.Page("app_pages/tuning.py", title="Weekly tuning"),
+        st.Page("app_pages/review.py", title="Offload review"),
         st.Page("app_pages/quality.py", title="Data quality"),
         st.Page("app_pages/explorer.py", title="Explorer"),
     ]

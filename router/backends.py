@@ -46,6 +46,8 @@ class DeviceResult:
     committed: bool = False  # streamed past the commit point before the timeout
     preempted: bool = False  # stopped at the decision point: the finish no longer fitted the budget (outcome timeout)
     error_kind: str | None = None  # for an error: load_failure | oom (the device breaker opens at once) | None
+    stats: dict | None = None  # what the device measured (contract v2 device_stats): peak_mem_mb, thermal_state,
+    # decode_tps, prefill_tps, cold_start, load_ms; None when the backend measures nothing
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,63 @@ def gemma_path(home: Path) -> Path:
     return target
 
 
+def _status_kb(field: str) -> float | None:
+    """A `/proc/self/status` memory line (VmRSS, VmHWM) in kB; None where there is no procfs."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark of this process (Linux ≥ 4.0), so VmHWM is the call's own peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+THERMAL_ROOT = Path("/sys/class/thermal")
+
+
+def thermal_state(root: Path = THERMAL_ROOT) -> str:
+    """The hottest thermal zone against its own trip points, on the OS's scale: `critical` at or above a
+    critical trip, `serious` at or above a hot/passive trip, `fair` within 10 °C of one, else `nominal`;
+    `unknown` when no zone with a readable temperature and trip point exists (containers, most VMs)."""
+    worst = None
+    for zone in sorted(root.glob("thermal_zone*")):
+        try:
+            temp = int((zone / "temp").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        trips: dict[str, int] = {}
+        for trip in zone.glob("trip_point_*_type"):
+            try:
+                kind = trip.read_text().strip()
+                value = int(Path(str(trip)[: -len("type")] + "temp").read_text().strip())
+            except (OSError, ValueError):
+                continue
+            trips[kind] = min(value, trips.get(kind, value))
+        if not trips:
+            continue
+        if "critical" in trips and temp >= trips["critical"]:
+            state = 3
+        elif any(k in trips and temp >= trips[k] for k in ("hot", "passive")):
+            state = 2
+        elif any(temp >= v - 10_000 for v in trips.values()):
+            state = 1
+        else:
+            state = 0
+        worst = state if worst is None else max(worst, state)
+    return "unknown" if worst is None else ("nominal", "fair", "serious", "critical")[worst]
+
+
 class LlamaDevice:
     def __init__(self, model_path: Path | str, *, n_ctx: int = 2048, n_threads: int | None = None,
                  chat_format: str = "gemma", model_name: str = "gemma-3-270m-q4_k_m", logprobs: bool = True):  # fmt: skip
@@ -159,17 +218,21 @@ class LlamaDevice:
 
         self.model = model_name
         self.logprobs = logprobs
+        started = time.perf_counter()
         self._llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads, logits_all=logprobs,
                           chat_format=chat_format, verbose=False)  # fmt: skip
+        self.load_ms = (time.perf_counter() - started) * 1000
+        self._cold = True  # the first call after loading is the cold start (seed 003: 冷启)
         self._lock = threading.Lock()
         self.ttft_ms = 150.0
         self.tps = 40.0
 
     def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int,
-                 decide=None, decision_at_ms: float = 0.0) -> DeviceResult:  # fmt: skip
+                 decide=None, decision_at_ms: float = 0.0, temperature: float = 0.0) -> DeviceResult:  # fmt: skip
         """Stream the answer: time to first token is measured, the level's timeout stops generation,
         the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
-        router's decision point (`decide`) may stop it before the commit point."""
+        router's decision point (`decide`) may stop it before the commit point. The router decodes
+        greedily (temperature 0); the replay's determinism re-runs sample (seed 004 §2)."""
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = degrade_prompt(prompt)
             max_tokens = max(1, max_tokens // 2)
@@ -180,9 +243,12 @@ class LlamaDevice:
         ttft_ms = None
         timed_out = preempted = False
         with self._lock:
+            hwm = _reset_peak_rss()
+            rss_peak = _status_kb("VmRSS") or 0.0
+            perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
-                    messages=chat_messages(prompt), max_tokens=max_tokens, temperature=0.0,
+                    messages=chat_messages(prompt), max_tokens=max_tokens, temperature=temperature,
                     logprobs=self.logprobs, top_logprobs=1 if self.logprobs else None, stream=True,
                 )  # fmt: skip
                 for chunk in stream:
@@ -195,6 +261,8 @@ class LlamaDevice:
                     for token in (choice.get("logprobs") or {}).get("content") or []:
                         if token.get("logprob") is not None:
                             logprobs.append(float(token["logprob"]))
+                    if not hwm:
+                        rss_peak = max(rss_peak, _status_kb("VmRSS") or 0.0)
                     now_ms = (time.perf_counter() - started) * 1000
                     if (decide is not None and content and now_ms >= decision_at_ms and choice.get("finish_reason") is None
                             and not _committed(len(parts), "".join(parts), commit_tokens)):  # fmt: skip
@@ -212,6 +280,7 @@ class LlamaDevice:
             except Exception as exc:  # a native failure of the model is a device error, not a crash
                 kind = "oom" if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() else None
                 return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind)
+            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak)
         latency_ms = (time.perf_counter() - started) * 1000
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
@@ -231,7 +300,34 @@ class LlamaDevice:
             outcome="timeout" if timed_out else "ok",
             committed=timed_out and committed,
             preempted=preempted,
+            stats=stats,
         )
+
+    def _perf_reset(self) -> bool:
+        """Reset llama.cpp's per-context timings; False where this llama-cpp-python lacks them."""
+        try:
+            import llama_cpp
+
+            llama_cpp.llama_perf_context_reset(self._llm._ctx.ctx)
+            return True
+        except Exception:  # an older binding or a closed context: the rates are then unknown
+            return False
+
+    def _stats(self, perf: bool, peak_kb: float) -> dict:
+        """The call's ledger: llama.cpp's own prompt/eval timings, the peak RSS, cold start, thermal state."""
+        decode = prefill = None
+        if perf:
+            try:
+                import llama_cpp
+
+                t = llama_cpp.llama_perf_context(self._llm._ctx.ctx)
+                decode = t.n_eval / (t.t_eval_ms / 1000) if t.n_eval > 0 and t.t_eval_ms > 0 else None
+                prefill = t.n_p_eval / (t.t_p_eval_ms / 1000) if t.n_p_eval > 0 and t.t_p_eval_ms > 0 else None
+            except Exception:
+                pass
+        cold, self._cold = self._cold, False
+        return {"peak_mem_mb": round(peak_kb / 1024, 1), "thermal_state": thermal_state(), "decode_tps": decode,
+                "prefill_tps": prefill, "cold_start": cold, "load_ms": self.load_ms if cold else None}  # fmt: skip
 
 
 def _committed(tokens: int, text: str, commit_tokens: int) -> bool:

@@ -27,6 +27,17 @@ p90 spike; the device breaker on a model load failure, out-of-memory, or a fallb
 limit for consecutive windows. Breaker settings hot-reload with the policy; shadow mode respects
 both breakers and the cap.
 
+Rollout stages (seed 004 §7, `router.policy`): a task type in `shadow` runs as above; in `canary`
+only the sessions of its cohort (a stable hash of the session id) may enter the device, the others go
+to the cloud with `reason = policy_cloud`, as does every request of a `cloud_only` task; `full` is the
+chain above. The hard constraint and the capability matrix still come first, and the cloud remains the
+fallback in every stage. Each event records the request's `rollout_stage` (`cloud_only` for a session
+outside a canary cohort), what the device measured (`device_stats`, from the backend) and what the
+request would have cost served by the cloud alone (`all_cloud_cost_usd`: input plus output tokens at
+the L2 model's price, when the policy has prices). Shadow disagreements, and canary requests whose
+device answer the cloud replaced with a different one, go to `on_divergence` as `Divergence` samples
+with both texts: the caller keeps them with the request texts (seed 004 §5), never in events.
+
 `Router.route(request)` returns the response and the decision event (`instrumentation.events`);
 events also go to `on_event`, breaker transitions to `on_breaker_event`. No request or answer text
 ever enters an event.
@@ -35,6 +46,7 @@ ever enters an event.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import inspect
 import threading
 import time
@@ -46,7 +58,7 @@ from typing import Callable
 
 from msgspec import UNSET
 
-from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent
+from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent, DeviceStats
 from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
 from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from router.policy import PolicyStore
@@ -84,6 +96,32 @@ class Request:
             from router.backends import Prompt
 
             object.__setattr__(self, "text", Prompt(self.messages))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A shadow or canary disagreement (seed 004 §5 "分歧样本"): for the review and the replay. The texts
+    belong in the request-text store; only the hashes may travel further."""
+
+    request_id: str
+    task_type: str
+    stage: str
+    input_tokens: int
+    device_text: str
+    cloud_text: str
+
+    @property
+    def device_hash(self) -> str:
+        return answer_hash(self.device_text)
+
+    @property
+    def cloud_hash(self) -> str:
+        return answer_hash(self.cloud_text)
+
+
+def answer_hash(text: str) -> str:
+    """A short hash of an answer after the shadow's normalisation (equal answers, equal hashes)."""
+    return hashlib.sha256(normalise(text).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -196,6 +234,26 @@ class _Trace:
     input_tokens: int = 0
     prices: dict | None = None  # the policy's cloud prices (USD per 1k tokens); None: cost not reported
     cost_usd: float = 0.0
+    device_stats: dict | None = None  # merged over the request's device attempts
+    device_text: str | None = None  # the device's answer that a quality miss discarded (divergence samples)
+    request_id: str = ""
+
+    def measure(self, stats: dict | None) -> None:
+        """Merge one device attempt's ledger: the highest peak memory, a cold start if any attempt had one,
+        the latest rates and thermal state."""
+        if not stats:
+            return
+        merged = dict(self.device_stats or {})
+        for key, value in stats.items():
+            if value is None and key in merged:
+                continue
+            merged[key] = value
+        if self.device_stats:
+            peaks = [v for v in (self.device_stats.get("peak_mem_mb"), stats.get("peak_mem_mb")) if v is not None]
+            merged["peak_mem_mb"] = max(peaks) if peaks else None
+            if self.device_stats.get("cold_start"):
+                merged["cold_start"], merged["load_ms"] = True, self.device_stats.get("load_ms")
+        self.device_stats = merged
 
     def charge(self, model: str, tokens_out: int) -> None:
         """A completed cloud call costs its input plus output tokens at the model's price."""
@@ -206,7 +264,8 @@ class _Trace:
         self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=max(0.0, float(latency_ms))))
 
 
-def _accepts(fn, name: str) -> bool:
+def accepts_keyword(fn, name: str) -> bool:
+    """Whether `fn` takes the keyword `name` (or any keyword): optional backend features are offered only then."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -219,7 +278,8 @@ class Router:
                  instance_id: str = "router-1", clock: Callable[[], float] = time.monotonic,
                  now: Callable[[], datetime] = _iso_now,
                  on_event: Callable[[DecisionEvent], None] | None = None,
-                 on_breaker_event: Callable[[BreakerEvent], None] | None = None):  # fmt: skip
+                 on_breaker_event: Callable[[BreakerEvent], None] | None = None,
+                 on_divergence: Callable[[Divergence], None] | None = None):  # fmt: skip
         self.device, self.cloud = device, cloud
         self.policy = policy or PolicyStore()
         self.instance_id = instance_id
@@ -227,6 +287,7 @@ class Router:
         self._now = now
         self.on_event = on_event or (lambda e: None)
         self.on_breaker_event = on_breaker_event or (lambda e: None)
+        self.on_divergence = on_divergence or (lambda d: None)
         p = self.policy.current()
         self.device_breaker = CircuitBreaker("device", p.breakers["device"], clock=clock, on_transition=self._transition)
         self.cloud_breaker = CircuitBreaker("cloud", p.breakers["cloud"], clock=clock, on_transition=self._transition)
@@ -235,7 +296,7 @@ class Router:
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
         self.device_in_flight = 0
-        self._device_decides = _accepts(device.generate, "decide")  # a device without the decision point still works
+        self._device_decides = accepts_keyword(device.generate, "decide")  # a device without the decision point still works
 
     def _transition(self, t: Transition) -> None:
         self.on_breaker_event(BreakerEvent(
@@ -280,6 +341,7 @@ class Router:
         except Exception:  # a device backend's failure is a device error, never an exception out of route()
             result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
         latency_ms = (self._clock() - started) * 1000
+        trace.measure(result.stats)
         self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
         if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
             self.device_failed(result.error_kind)
@@ -360,9 +422,11 @@ class Router:
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
         max_tokens = min(limits) if limits else 64
-        trace = _Trace(input_tokens=input_tokens, prices=policy.cloud_prices or None)
+        trace = _Trace(input_tokens=input_tokens, prices=policy.cloud_prices or None,
+                       request_id=req.request_id or str(uuid.uuid4()))  # fmt: skip
         entered, fallback_type, reason = False, "none", "default"
-        mode = "shadow" if req.task_type in policy.shadow else "live"
+        stage = policy.stage_for(req.task_type, req.session_id)
+        mode = "shadow" if stage == "shadow" else "live"
         shadow_agree = None
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
 
@@ -378,11 +442,15 @@ class Router:
             # 2. Capability admission: never enters the device.
             fallback_type, reason = "capability", "capability_miss"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
+        elif stage == "cloud_only":
+            # Rollout: rolled back, or a session outside the task's canary cohort (seed 004 §7).
+            reason = "policy_cloud"
+            response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         elif no_time:
             reason = "latency_pressure"
             response = self._l4(trace)
         elif mode == "shadow":
-            response, shadow_agree, entered, blocked = self._shadow(trace, req, policy, budget, max_tokens)
+            response, shadow_agree, entered, blocked = self._shadow(trace, req, policy, budget, max_tokens, stage)
             reason = blocked or reason
             if entered and response.level == 4:  # the device failed and the cloud did not answer either
                 timed_out = trace.attempts[0].outcome == "timeout"
@@ -411,11 +479,17 @@ class Router:
                 reason = miss or "default"
 
         level = trace.attempts[-1].level
+        if (stage == "canary" and fallback_type == "quality" and response.served_by == "cloud" and trace.device_text
+                and normalise(trace.device_text) != normalise(response.text)):  # fmt: skip
+            self.on_divergence(Divergence(trace.request_id, req.task_type, stage, input_tokens, trace.device_text, response.text))
+        all_cloud = UNSET
+        if trace.prices is not None:  # seed 003/004: what the request would have cost served by the cloud alone
+            all_cloud = trace.prices.get(self.cloud.model_for(2), 0.0) * (input_tokens + trace.output_tokens) / 1000
         event = DecisionEvent(
             schema_version=SCHEMA_VERSION,
             event_id=str(uuid.uuid4()),
             event_time=self._now(),
-            request_id=req.request_id or str(uuid.uuid4()),
+            request_id=trace.request_id,
             session_id=req.session_id,
             task_type=req.task_type,
             mode=mode,
@@ -444,6 +518,9 @@ class Router:
             shadow_agree=shadow_agree,
             breaker=BreakerStates(device=self.device_breaker.state, cloud=self.cloud_breaker.state),
             cost_usd=trace.cost_usd if trace.prices is not None else UNSET,
+            device_stats=_device_stats(trace.device_stats) if entered else None,
+            all_cloud_cost_usd=all_cloud,
+            rollout_stage=stage,
         )
         self.on_event(event)
         return response, event
@@ -467,6 +544,7 @@ class Router:
                         return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps)
                 result, latency_ms = self._device(trace, req, level, budget, max_tokens, policy.commit_tokens, decide)
                 if result.outcome == "ok":
+                    trace.device_text = trace.device_text or result.text
                     if not validate(cap.validator, result.text, cap.pattern):
                         trace.add(level, "validator_failed", latency_ms)
                         miss = miss or ("quality", "validator_failed")
@@ -498,8 +576,8 @@ class Router:
         response = (self._cloud_chain(trace, req, budget, max_tokens) if allow_cloud else None) or self._l4(trace)
         return response, fallback_type, reason
 
-    def _shadow(self, trace: _Trace, req: Request, policy, budget: _Budget,
-                max_tokens: int) -> tuple[Response, bool | None, bool, str | None]:  # fmt: skip
+    def _shadow(self, trace: _Trace, req: Request, policy, budget: _Budget, max_tokens: int,
+                stage: str = "shadow") -> tuple[Response, bool | None, bool, str | None]:  # fmt: skip
         """The device runs (recorded as the L0 attempt) when its breaker and cap allow; the cloud's answer is
         returned when its breaker allows and it answers; the two are compared after normalisation.
         Returns the response, the agreement, whether the device ran, and why it did not."""
@@ -522,6 +600,8 @@ class Router:
             trace.cloud_model = self.cloud.model_for(2)
             trace.charge(trace.cloud_model, cloud.tokens_out)
             agree = normalise(device.text) == normalise(cloud.text) if device_ok else None
+            if agree is False:
+                self.on_divergence(Divergence(trace.request_id, req.task_type, stage, trace.input_tokens, device.text, cloud.text))
             return Response(cloud.text, 2, "cloud"), agree, device is not None, blocked
         if device_ok:
             return Response(device.text, 0, "device"), None, True, blocked
@@ -532,3 +612,12 @@ def normalise(text: str) -> str:
     """How the shadow (and the replay judge) compare two answers: lower-case, trimmed, whitespace
     collapsed, trailing `.!?` dropped."""
     return " ".join(text.lower().strip().strip(".!?").split())
+
+
+def _device_stats(stats: dict | None) -> DeviceStats | None:
+    """The contract's `device_stats` from a backend's measurements (None: the backend measured nothing)."""
+    if not stats:
+        return None
+    optional = {k: stats[k] for k in ("peak_mem_mb", "thermal_state", "cold_start") if stats.get(k) is not None}
+    return DeviceStats(**optional, decode_tps=stats.get("decode_tps"), prefill_tps=stats.get("prefill_tps"),
+                       load_ms=stats.get("load_ms") if stats.get("cold_start") else None)  # fmt: skip

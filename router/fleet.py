@@ -6,10 +6,22 @@ and scripted incidents on a timeline.
   slowed by load; during a **thermal episode** decode speed drops to a third and long answers time
   out. Whether an answer is acceptable depends on its confidence (calibrated), except that one task
   type's top confidence bucket is deliberately over-confident (`short_summary`).
+* Device ledger (seed 003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
+  grows with the input (KV cache) plus runtime overhead, cold starts (the OS reclaimed the model; more
+  often on the low tier, whose loads are slower), the decode rate actually used, and a thermal state that
+  turns `serious`/`critical` during the thermal episode. The low tier also swaps now and then (its
+  decode rate drops to 15 % on ~10 % of requests): its p5 decode rate collapses in the ledger. A
+  device knows when it is swapping or must first load its model, so the estimates the latency gate
+  reads include both: such requests mostly go to the cloud before entering the device (only short
+  answers still fit), rather than timing out on it. These draws use their own random stream, so
+  the ledger leaves the other draws of a seed unchanged.
 * Cloud: log-normal latency and a small error rate; during a **cloud outage** every call fails, so
   the cloud breaker opens and traffic stays on the device.
 * A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
   `short_reply` (hot reload, new policy_version); false fallbacks jump until it is rolled back.
+* The weekly replay's determinism groups (seed 004 §2), simulated: `simulated_reruns` re-runs a
+  sample of each task type's device-entered requests 3 times; a group agrees with the task type's
+  `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
 * `corrupt` malformed messages are produced as they are, for the loader to quarantine.
 
@@ -66,11 +78,18 @@ TEXTS = {
     "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
+# tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
+TIER_LEDGER = {"high": (420.0, 0.0, 0.01, 600.0, 0.0), "mid": (240.0, 60.0, 0.02, 900.0, 0.0),
+               "low": (110.0, 140.0, 0.05, 1800.0, 0.10)}  # fmt: skip
+SWAP_SLOWDOWN = 0.15  # the low tier's decode rate while the OS swaps the runtime out
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
 # Decode speed under background load, as a share of the tier's; the device reports the slow end to the
 # latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
 LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
+# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
+DETERMINISM = {"intent_classify": 0.97, "slot_extract": 0.93, "tool_call": 0.9, "short_reply": 0.55, "short_summary": 0.6,
+               "code_snippet": 0.7, "long_summary": 0.3, "multi_step_tools": 0.3}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -107,11 +126,11 @@ class StatDevice:
     # would measure them; the simulation knows them, but not the thermal slowdown in advance).
     @property
     def ttft_ms(self) -> float:
-        return TIERS[self.fleet.current.device_tier][0]
+        return TIERS[self.fleet.current.device_tier][0] + (self.fleet.pending["load_ms"] or 0.0)
 
     @property
     def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0]
+        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
 
     def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None,
                  decision_at_ms=0.0) -> DeviceResult:  # fmt: skip
@@ -123,27 +142,29 @@ class StatDevice:
         if self.fleet.thermal:
             tps /= 3.0
         tps *= self.rng.uniform(*LOAD_RANGE)  # background load
+        stats, tps, ttft = self.fleet.measure(tps, ttft)
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]
         confidence = self.rng.betavariate(a + (1 if degraded else 0), b)
         if self.rng.random() < 0.003:
             clock.t = started + ttft / 1000
-            return DeviceResult("", None, "none", 0, ttft, ttft, "error")
+            return DeviceResult("", None, "none", 0, ttft, ttft, "error", stats={**stats, "decode_tps": None})
         if decide is not None:  # the first token at or after the decision point, if the stream gets there
             at = max(decision_at_ms, ttft)
             so_far = 1 + int((at - ttft) * tps / 1000)
             if at < min(latency, timeout_ms) and so_far < commit_tokens:
                 clock.t = started + at / 1000
                 if not decide(at, so_far, ttft):
-                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True)
+                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats)
         if latency > timeout_ms:
             clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
-            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed)
+            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats)
         clock.t = started + latency / 1000
         text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok")
+        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok",
+                            stats=stats)
 
 
 class StatCloud:
@@ -196,6 +217,9 @@ class Fleet:
                  on_label: Callable = lambda e: None, label_share: float = 0.25, texts=None):  # fmt: skip
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
+        self.ledger_rng = random.Random(seed + 2)  # the device ledger's draws: their own stream too
+        self.rerun_rng = random.Random(seed + 3)  # the simulated replay's
+        self._entered: dict[str, list] = {}
         self.texts = texts  # a RequestTextStore, or None
         self.clock = SimClock(start)
         self.span, self.incidents = span, incidents
@@ -205,12 +229,59 @@ class Fleet:
         self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
         self.router = Router(StatDevice(self.rng, self), StatCloud(self.rng, self), policy=self.policy,
                              instance_id=instance_id, clock=self.clock.monotonic, now=self.clock.now,
-                             on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
+                             on_event=on_event, on_breaker_event=on_breaker_event,
+                             on_divergence=self._keep_divergence)  # fmt: skip
         self.on_label, self.label_share = on_label, label_share
         self.sessions = [(f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)]
         self.cloud_down = self.thermal = self.bad_threshold = False
         self.current: Request | None = None
+        self.pending: dict = {"swap": 1.0, "load_ms": None}
         self.stats = {"requests": 0, "labels": 0}
+
+    def draw_ledger(self, req: Request) -> dict:
+        """What the device will measure for this request (seed 003's ledger), drawn before routing: a
+        swapping low-tier device decodes at 15 % speed; a cold start must load the model first."""
+        rng = self.ledger_rng
+        prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
+        swap = SWAP_SLOWDOWN if rng.random() < swap_p else 1.0
+        cold = rng.random() < cold_p
+        load_ms = load_median * rng.lognormvariate(0, 0.3) if cold else None
+        if self.thermal:
+            thermal, prefill = ("critical" if rng.random() < 0.3 else "serious"), prefill / 3
+        else:
+            thermal = "fair" if rng.random() < 0.15 else "nominal"
+        # runtime + weights ~900 MB, KV cache ~0.9 MB a token of context, allocator noise
+        peak = 900.0 + extra_mem + 0.9 * (req.input_tokens or 0) + rng.gauss(0, 40)
+        return {"swap": swap, "cold_start": cold, "load_ms": load_ms, "thermal_state": thermal,
+                "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1), "peak_mem_mb": round(max(peak, 100.0), 1)}  # fmt: skip
+
+    def measure(self, tps: float, ttft: float) -> tuple[dict, float, float]:
+        """One device call's measurements and the decode rate and TTFT they imply; the model is loaded once
+        per request (an L1 retry finds it warm)."""
+        pending = self.pending
+        tps *= pending["swap"]
+        ttft += pending["load_ms"] or 0.0
+        stats = {"peak_mem_mb": pending["peak_mem_mb"], "thermal_state": pending["thermal_state"], "decode_tps": round(tps, 2),
+                 "prefill_tps": pending["prefill_tps"], "cold_start": pending["cold_start"], "load_ms": pending["load_ms"]}  # fmt: skip
+        self.pending = {**pending, "cold_start": False, "load_ms": None}
+        return stats, tps, ttft
+
+    def simulated_reruns(self, per_task: int = 20, runs: int = 3) -> list[tuple]:
+        """SIMULATED determinism groups for up to `per_task` device-entered requests of each task type, as the
+        weekly replay would store them (`warehouse.queries.review.RERUN_COLUMNS`)."""
+        rng, groups = self.rerun_rng, []
+        for task_type, seen in sorted(self._entered.items()):
+            for request_id, event_time in rng.sample(seen, min(per_task, len(seen))):
+                agree = rng.random() < DETERMINISM.get(task_type, 0.5)
+                hashes = ["sim-a"] * runs if agree else ["sim-a"] * (runs - 1) + ["sim-b"]
+                groups.append((request_id, task_type, event_time, runs, agree, hashes, f"{StatDevice.model} (SIMULATED)"))
+        return groups
+
+    def _keep_divergence(self, d) -> None:
+        """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
+        self.stats["divergences"] = self.stats.get("divergences", 0) + 1
+        if self.texts is not None and hasattr(self.texts, "add_divergence"):
+            self.texts.add_divergence(d, self.clock.now())
 
     def _set_threshold_push(self, on: bool) -> None:
         if on == self.bad_threshold:
@@ -242,9 +313,12 @@ class Fleet:
                           expected_output_tokens=expected, request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
                           app_id="sim-app")  # fmt: skip
             self.current = req
+            self.pending = self.draw_ledger(req)
             if self.texts is not None:
                 self.texts.add(req.request_id, task_type, text)
             _, event = self.router.route(req)
+            if event.mode == "live" and event.entered_device:
+                self._entered.setdefault(event.task_type, []).append((event.request_id, event.event_time))
             self.stats["requests"] += 1
             progress(1)
             self._maybe_label(event)

@@ -1,4 +1,13 @@
-"""The routing policy as a file: capability matrix, calibrated thresholds, shadow mode, breakers.
+"""The routing policy as a file: capability matrix, calibrated thresholds, rollout stages, breakers.
+
+Rollout stages (seed 004 §7): each task type is in `shadow` (the device runs, the cloud answers),
+`canary` with a percentage of *sessions* (sticky: a session is in the cohort when a hash of its id
+falls under the percentage, never per request), `full`, or `cloud_only` (rolled back, or a task the
+capability matrix does not support); the cloud stays the permanent fallback channel in every stage.
+`shadow: [...]` is the short form of `rollout: {task: {stage: shadow}}`. Per task type the review
+inputs of seeds 003/004 live in the capability matrix too: `error_cost` (0–1, missing 0.5),
+`privacy` (strict | redactable | public) and `iteration` (quarterly | monthly | weekly); per device
+tier `device_tiers.<tier>.memory_mb`; the stage tracker's limits in `rollout_limits`.
 
 `PolicyStore` hot-reloads it: each decision asks for the current policy; when the file changed
 (checked at most every `check_every_s`), it is parsed and validated again. A bad file is rejected
@@ -24,6 +33,16 @@ from routerscope.errors import ConfigError
 log = logging.getLogger("routerscope.router.policy")
 DEFAULT_POLICY = Path(__file__).with_name("default_policy.yaml")
 VALIDATORS = ("label", "json", "regex")
+STAGES = ("shadow", "canary", "full", "cloud_only")
+PRIVACY = ("strict", "redactable", "public")
+ITERATION = ("quarterly", "monthly", "weekly")
+
+
+def in_canary(session_id: str, percent: float) -> bool:
+    """Whether a session is in a canary cohort of `percent` % of sessions: a stable hash of the session id
+    (not Python's salted `hash`), so a session keeps its path on every request, every router instance."""
+    bucket = int.from_bytes(hashlib.sha256(session_id.encode()).digest()[:8], "big") % 10_000
+    return bucket < percent * 100
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,9 @@ class Capability:
     threshold: float = 0.7
     validator: str | None = None
     pattern: str | None = None  # for validator: regex
+    error_cost: float | None = None  # seed 004: 0-1, what a wrong answer costs downstream (None: 0.5)
+    privacy: str = "public"  # seed 003: strict | redactable | public
+    iteration: str = "monthly"  # seed 003: how often the task's model must change: quarterly | monthly | weekly
 
     def admits(self, input_tokens: int, output_tokens: int) -> bool:
         return self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens
@@ -61,6 +83,27 @@ class BreakerPolicy:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """A task type's migration stage (seed 004 §7); `percent` of sessions for a canary."""
+
+    stage: str = "full"
+    percent: float = 0.0
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    """The stage tracker's exit conditions (seed 004 §7; `warehouse.review`)."""
+
+    agreement: float = 0.9  # shadow → canary: agreement in every input-length bucket with enough sample
+    min_n: int = 30  # the sample a bucket, a cohort or a rate needs to count
+    error_rate_drift: float = 0.02  # shadow → canary: the device error rate rose by at most this between halves
+    fallback_rate: float = 0.25  # canary → full: the canary cohort's limits
+    false_fallback_rate: float = 0.10
+    offload_failure_rate: float = 0.02
+    l4_margin: float = 0.01  # canary → full: canned answers at most this above the cloud cohort's share
+
+
+@dataclass(frozen=True)
 class Policy:
     version: str
     capabilities: dict[str, Capability]
@@ -71,9 +114,28 @@ class Policy:
     shadow: frozenset[str] = frozenset()
     cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens
     breakers: dict[str, BreakerPolicy] = field(default_factory=lambda: {"device": BreakerPolicy(), "cloud": BreakerPolicy()})
+    rollout: dict[str, Rollout] = field(default_factory=dict)
+    rollout_limits: RolloutLimits = RolloutLimits()
+    device_tiers: dict[str, dict] = field(default_factory=dict)  # tier -> {memory_mb: ...}
 
     def capability(self, task_type: str) -> Capability:
         return self.capabilities.get(task_type) or Capability(supported=False)
+
+    def stage(self, task_type: str) -> Rollout:
+        """The task type's stage: its `rollout` entry, `shadow` when listed there, else `full` for a task
+        the capability matrix supports and `cloud_only` for the rest."""
+        if task_type in self.rollout:
+            return self.rollout[task_type]
+        if task_type in self.shadow:
+            return Rollout("shadow")
+        return Rollout("full" if self.capability(task_type).supported else "cloud_only")
+
+    def stage_for(self, task_type: str, session_id: str) -> str:
+        """The stage this request runs in: `canary` when its session is in the cohort, else `cloud_only`."""
+        r = self.stage(task_type)
+        if r.stage == "canary":
+            return "canary" if in_canary(session_id, r.percent) else "cloud_only"
+        return r.stage
 
 
 def parse(text: str, source: str = "policy") -> Policy:
@@ -96,6 +158,12 @@ def parse(text: str, source: str = "policy") -> Policy:
             raise ConfigError(f"{source}: capabilities.{task_type}.threshold {cap.threshold} is not in [0, 1]")
         if cap.validator is not None and cap.validator not in VALIDATORS:
             raise ConfigError(f"{source}: capabilities.{task_type}.validator must be one of {', '.join(VALIDATORS)}")
+        if cap.error_cost is not None and (isinstance(cap.error_cost, bool) or not isinstance(cap.error_cost, (int, float))
+                                           or not 0 <= cap.error_cost <= 1):  # fmt: skip
+            raise ConfigError(f"{source}: capabilities.{task_type}.error_cost must be a number in [0, 1]")
+        if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
+            raise ConfigError(f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "
+                              f"iteration one of {', '.join(ITERATION)}")  # fmt: skip
         caps[str(task_type)] = cap
     breakers = {}
     for boundary in ("device", "cloud"):
@@ -116,6 +184,33 @@ def parse(text: str, source: str = "policy") -> Policy:
     prices = doc.get("cloud_prices_usd_per_1k_tokens") or {}
     if not isinstance(prices, dict) or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values()):
         raise ConfigError(f"{source}: cloud_prices_usd_per_1k_tokens must map cloud model names to prices >= 0")
+    rollout = {}
+    for task_type, raw in (doc.get("rollout") or {}).items():
+        raw = {"stage": raw} if isinstance(raw, str) else raw
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: rollout.{task_type} must be a stage or a mapping with `stage`")
+        try:
+            r = Rollout(**raw)
+        except TypeError as exc:
+            raise ConfigError(f"{source}: rollout.{task_type}: {exc}") from None
+        if r.stage not in STAGES:
+            raise ConfigError(f"{source}: rollout.{task_type}.stage must be one of {', '.join(STAGES)}")
+        if isinstance(r.percent, bool) or not isinstance(r.percent, (int, float)) or not 0 <= r.percent <= 100 \
+                or (r.stage == "canary" and r.percent <= 0):  # fmt: skip
+            raise ConfigError(f"{source}: rollout.{task_type}.percent must be a share of sessions in (0, 100] for a canary")
+        rollout[str(task_type)] = Rollout(r.stage, float(r.percent))
+    try:
+        limits = RolloutLimits(**(doc.get("rollout_limits") or {}))
+    except TypeError as exc:
+        raise ConfigError(f"{source}: rollout_limits: {exc}") from None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in limits.__dict__.values()):
+        raise ConfigError(f"{source}: rollout_limits: every limit must be a number >= 0")
+    tiers = doc.get("device_tiers") or {}
+    if not isinstance(tiers, dict) or not all(
+        isinstance(t, dict) and isinstance(t.get("memory_mb"), (int, float)) and not isinstance(t.get("memory_mb"), bool)
+        and t["memory_mb"] > 0 for t in tiers.values()
+    ):  # fmt: skip
+        raise ConfigError(f"{source}: device_tiers must map tier names to {{memory_mb: a number > 0}}")
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     version = f"{doc['version']}+{digest}"
     if len(version) > 64:
@@ -130,6 +225,9 @@ def parse(text: str, source: str = "policy") -> Policy:
         shadow=frozenset(doc.get("shadow") or ()),
         cloud_prices={str(k): float(v) for k, v in prices.items()},
         breakers=breakers,
+        rollout=rollout,
+        rollout_limits=limits,
+        device_tiers={str(k): dict(v) for k, v in tiers.items()},
     )
 
 

@@ -10,7 +10,12 @@ events. A replayed answer is judged, and the label's `labeler` says how:
   with the cloud's answer to the same request after normalisation, as the shadow compares;
 * no verdict — free text with no cloud to compare with (or the cloud did not answer): no label.
 Replay runs offline, so it is judged without the live deadline: the question is whether the device's
-answer would have done, not whether it was fast."""
+answer would have done, not whether it was fast.
+
+Determinism (seed 004 §2 "同一输入重跑多次看结论是否落在同一枚举内"; METRICS.md §12): `rerun` sends one
+sampled request through the device `RERUNS` times, sampling (temperature `RERUN_TEMPERATURE`, where the
+backend takes one) as a deployed model would, and the group agrees when every run answered and all the
+answers are equal after the shadow's normalisation. Only the answers' hashes leave this module."""
 
 from __future__ import annotations
 
@@ -20,11 +25,38 @@ from datetime import datetime
 
 from instrumentation.events import LabelEvent
 from router.backends import CloudBackend, DeviceBackend, validate
-from router.engine import normalise
+from router.engine import accepts_keyword, answer_hash, normalise
 from router.policy import Policy
 
 REPLAY_TIMEOUT_MS = 60_000
 REPLAY_MAX_TOKENS = 48
+RERUNS = 3
+RERUN_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class RerunGroup:
+    request_id: str
+    task_type: str
+    runs: int
+    agree: bool
+    answer_hashes: list[str]  # '' for a run that did not answer (timeout, error)
+
+
+def rerun(device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str, runs: int = RERUNS,
+          temperature: float = RERUN_TEMPERATURE) -> RerunGroup:  # fmt: skip
+    """One determinism group: `runs` answers of the device to `text`; they agree when all answered and all
+    normalise to the same answer. A run that fails counts against agreement (no answer agrees)."""
+    cap = policy.capability(task_type)
+    kwargs = dict(max_tokens=min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS), timeout_ms=REPLAY_TIMEOUT_MS,
+                  degraded=False, commit_tokens=10**9)  # fmt: skip
+    if accepts_keyword(device.generate, "temperature"):
+        kwargs["temperature"] = temperature
+    hashes = []
+    for _ in range(runs):
+        result = device.generate(text, **kwargs)
+        hashes.append(answer_hash(result.text) if result.outcome == "ok" and result.text.strip() else "")
+    return RerunGroup(request_id, task_type, runs, all(hashes) and len(set(hashes)) == 1, hashes)
 
 
 @dataclass(frozen=True)

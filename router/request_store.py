@@ -9,6 +9,10 @@ request archive instead.
 Ids are keyed by their scrubbed form (`instrumentation.pii.scrub`), the same as in decision events and
 labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
 or by the id as the warehouse holds it finds the same row.
+
+The store also keeps the router's **divergence samples** (seed 004 §5: shadow and canary disagreements):
+request id, task type, stage, input length, both answers' hashes and both texts, for the review and the
+replay. The texts stay here, beside the request texts; events and the warehouse never hold them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ from instrumentation.pii import scrub
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
 INSERT_SQL = "INSERT OR REPLACE INTO requests VALUES (?, ?, ?)"
+DIVERGENCE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS divergences (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, stage TEXT NOT NULL, "
+    "input_tokens INTEGER NOT NULL, device_hash TEXT NOT NULL, cloud_hash TEXT NOT NULL, device_text TEXT NOT NULL, "
+    "cloud_text TEXT NOT NULL, seen_at TEXT NOT NULL)"
+)
+DIVERGENCE_INSERT_SQL = "INSERT OR REPLACE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+DIVERGENCE_SQL = (
+    "SELECT request_id, task_type, stage, input_tokens, device_hash, cloud_hash, device_text, cloud_text, seen_at "
+    "FROM divergences WHERE (? = '' OR task_type = ?) ORDER BY seen_at DESC, request_id LIMIT ?"
+)
+DIVERGENCE_COUNTS_SQL = "SELECT task_type, stage, count(*) FROM divergences GROUP BY task_type, stage ORDER BY task_type, stage"
 # The ids arrive as one JSON array parameter: constant SQL, any number of ids.
 GET_SQL = "SELECT request_id, task_type, text FROM requests WHERE request_id IN (SELECT value FROM json_each(?))"
 
@@ -45,7 +60,9 @@ class RequestTextStore:
         self._db = sqlite3.connect(path, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(SCHEMA)
+        self._db.execute(DIVERGENCE_SCHEMA)
         self._pending: list[tuple[str, str, str]] = []
+        self._pending_divergences: list[tuple] = []
         self._batch = batch
 
     def add(self, request_id: str, task_type: str, text: str) -> None:
@@ -53,11 +70,32 @@ class RequestTextStore:
         if len(self._pending) >= self._batch:
             self.flush()
 
+    def add_divergence(self, d, seen_at) -> None:
+        """Keep one `router.engine.Divergence` (both texts, both hashes), seen at `seen_at` (a datetime)."""
+        self._pending_divergences.append((scrub(d.request_id), d.task_type, d.stage, int(d.input_tokens), d.device_hash,
+                                          d.cloud_hash, d.device_text, d.cloud_text, seen_at.isoformat()))  # fmt: skip
+        if len(self._pending_divergences) >= self._batch:
+            self.flush()
+
     def flush(self) -> None:
-        if self._pending:
+        if self._pending or self._pending_divergences:
             with self._db:
                 self._db.executemany(INSERT_SQL, self._pending)
+                self._db.executemany(DIVERGENCE_INSERT_SQL, self._pending_divergences)
             self._pending.clear()
+            self._pending_divergences.clear()
+
+    def divergences(self, task_type: str = "", limit: int = 50) -> list[dict]:
+        """The newest divergence samples (of one task type, or '' all), texts included."""
+        self.flush()
+        cur = self._db.execute(DIVERGENCE_SQL, (task_type, task_type, limit))
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, row)) for row in cur]
+
+    def divergence_counts(self) -> dict[tuple[str, str], int]:
+        """(task type, stage) → samples kept."""
+        self.flush()
+        return {(t, stage): n for t, stage, n in self._db.execute(DIVERGENCE_COUNTS_SQL)}
 
     def get(self, request_ids: list[str]) -> dict[str, tuple[str, str]]:
         """request_id → (task_type, text) for the ids the store has, keyed by the ids as asked."""

@@ -198,6 +198,17 @@ def cmd_alerts(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_report(args, settings: Settings) -> int:
+    from routerscope import review
+
+    end = _parse_time(args.end, "--end") if args.end else None
+    if args.days > 3650:
+        raise ConfigError(f"--days {args.days:g} is more than ten years")
+    report = review.build(args.kind, settings, days=args.days, end=end)
+    _print_json(report) if args.json else print(review.render(args.kind, report))
+    return 0
+
+
 def cmd_simulate(args, settings: Settings) -> int:
     from datetime import timedelta
 
@@ -253,7 +264,7 @@ def cmd_demo(args, settings: Settings) -> int:
     for day, q in out["quality"].items():
         print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
     print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-          "`dagster dev -m pipelines.definitions`.")
+          "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`.")
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard`.")
         return 0
@@ -443,6 +454,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("alerts", help="evaluate the alert rules now; list firing and recently resolved alerts")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_alerts)
+
+    p = sub.add_parser("report", help="the weekly review: task grading, offload readiness, rollout stages")
+    p.add_argument("kind", choices=("grading", "readiness", "rollout"))
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--days", type=_float_at_least(1), default=7.0, help="review window in days (default 7)")
+    p.add_argument("--end", help="window end, ISO 8601 (default: the end of the newest live event's day)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("dashboard", help="start the Streamlit dashboard on localhost")
     p.add_argument("--port", type=int, default=8501)

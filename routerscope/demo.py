@@ -62,6 +62,7 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
             finally:
                 if bar:
                     bar.close()
+        store_simulated_reruns(settings, fleet.simulated_reruns())
         for i in range(corrupt):
             emitter.emit(Message(names.TOPIC_DECISIONS, b"corrupt", CORRUPT[i % len(CORRUPT)]))
     finally:  # Ctrl-C included: what was routed is sent, or spooled to disk for the next run
@@ -69,6 +70,18 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
             print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
         emitter.close()
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
+
+
+def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
+    """The SIMULATED fleet's determinism groups (what the weekly replay measures with the real model) go
+    straight to the warehouse, so the grading report has a determinism to score."""
+    from warehouse.client import open_warehouse
+    from warehouse.migrate import migrate
+    from warehouse.queries.review import store_reruns
+
+    with open_warehouse(settings, purpose="simulated replay") as client:
+        migrate(client)
+        store_reruns(client, groups)
 
 
 LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")

@@ -7,7 +7,9 @@ two-proportion z, PSI) to those counts.
 Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
 `cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
 `offload_failure_rate`, §3b), `first_event`/`last_event` per policy version (§9), and a top-level
-`latency_ms` by served side × network (§8)."""
+`latency_ms` by served side × network (§8). §10's `device_ledger` is top-level (overall only); §11's
+`all_cloud`, `saved` and `saved_share` sit in each group's `cost_usd`, with where the spend went
+(`spent_after_device`: fallbacks and re-tries after the device was tried; `spent_cloud_direct`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 from warehouse import stats
 from warehouse.queries import decisions as dq
 from warehouse.queries import labels as lq
+from warehouse.queries import review as rq
 from warehouse.queries.common import QueryWindow
 
 LEVEL_KEYS = ("L0", "L1", "L2", "L3", "L4")
@@ -68,7 +71,8 @@ def empty_group() -> dict[str, Any]:
         "l2_l3_drift": {"delta_pp": None, "z": None, "psi": None, "drifting": False},
         "shadow_agreement_rate": None,
         "shadow_agreement_by_input_length": {b: None for b in dq.INPUT_LENGTH_BUCKETS},
-        "cost_usd": {"total": None, "per_request": None, "per_session": None},
+        "cost_usd": {"total": None, "per_request": None, "per_session": None, "all_cloud": None, "saved": None,
+                     "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None},
     }
 
 
@@ -122,6 +126,7 @@ def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
                 "total": total,
                 "per_request": stats.ratio(total, requests),
                 "per_session": stats.ratio(total, int(row["sessions"])),
+                "all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None,
             }
     if versions:
         g["by_policy_version"] = {version: _version(r) for version, r in versions.items()}
@@ -199,10 +204,13 @@ def compute(client, start: datetime, end: datetime, *, baseline_days: float = DE
     }
     baseline_levels = dq.level_counts(client, baseline_window)
     versions = dq.by_policy_version(client, window)
+    all_cloud = rq.all_cloud_cost(client, window)
 
     def group(key):
-        return _group(summary.get(key), calls.get(key), shadow.get(key), current_levels.get(key),
-                      baseline_levels.get(key), versions.get(key))  # fmt: skip
+        g = _group(summary.get(key), calls.get(key), shadow.get(key), current_levels.get(key),
+                   baseline_levels.get(key), versions.get(key))  # fmt: skip
+        g["cost_usd"].update(all_cloud.get(key) or {})  # §11
+        return g
 
     return {
         "window": {"start": iso(start), "end": iso(end)},
@@ -211,4 +219,5 @@ def compute(client, start: datetime, end: datetime, *, baseline_days: float = DE
         "by_task_type": {t: group(t) for t in sorted(k for k in summary if k is not None)},
         "calibration": calibration(client, window, target, min_n),
         "latency_ms": dq.latency_by_side_and_network(client, window),
+        "device_ledger": rq.device_ledger(client, window),  # §10
     }

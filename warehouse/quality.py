@@ -30,6 +30,8 @@ from instrumentation.events import (
     LABEL_SOURCES,
     NETWORKS,
     REASONS,
+    ROLLOUT_STAGES,
+    THERMAL_STATES,
 )
 from instrumentation.contract import DECISION_INVARIANTS
 from instrumentation.events import DECISION_SCHEMA_VERSIONS as DECISION_SCHEMA_VERSIONS_
@@ -87,6 +89,8 @@ DECISIONS_FRAME_SQL = named(
 SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, session_id, task_type, mode,
        entered_device, fallback_type, reason, degrade_level, attempt_levels, cloud_calls, confidence,
        confidence_source, threshold, latency_ms, deadline_ms, has_pii, network, policy_version,
+       device_thermal_state, rollout_stage, device_peak_mem_mb, device_decode_tps, device_prefill_tps, device_load_ms,
+       all_cloud_cost_usd,
        {_INVARIANT_COLUMNS},
        toBool((event_id, task_type, event_time) NOT IN (
            SELECT event_id, task_type, event_time FROM routerscope.decisions
@@ -215,12 +219,16 @@ def _checks() -> list[Check]:
             lambda x, t, col=col: x.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1),
             f"{col} is present (not empty)")  # fmt: skip
     for col, values in (("mode", ["live", "shadow"]), ("fallback_type", FALLBACK_TYPES), ("reason", REASONS),
-                        ("network", NETWORKS), ("confidence_source", CONFIDENCE_SOURCES)):  # fmt: skip
+                        ("network", NETWORKS), ("confidence_source", CONFIDENCE_SOURCES),
+                        ("device_thermal_state", THERMAL_STATES), ("rollout_stage", ROLLOUT_STAGES)):  # fmt: skip
         add(f"decisions.domain.{col}", "decisions", True,
             lambda x, t, col=col, values=values: x.ExpectColumnValuesToBeInSet(column=col, value_set=list(values)),
             f"{col} is one of the contract's values")  # fmt: skip
     for col, low, high in (("degrade_level", 0, 4), ("confidence", 0, 1), ("threshold", 0, 1),
-                           ("latency_ms", 0, None), ("deadline_ms", 1, None)):  # fmt: skip
+                           ("latency_ms", 0, None), ("deadline_ms", 1, None),
+                           # contract v2 (seeds 003/004): the device ledger and the all-cloud counterfactual
+                           ("device_peak_mem_mb", 0, None), ("device_decode_tps", 0, None), ("device_prefill_tps", 0, None),
+                           ("device_load_ms", 0, None), ("all_cloud_cost_usd", 0, None)):  # fmt: skip
         add(f"decisions.range.{col}", "decisions", True,
             lambda x, t, col=col, low=low, high=high: x.ExpectColumnValuesToBeBetween(column=col, min_value=low, max_value=high),
             f"{col} within the contract's range")  # fmt: skip

@@ -144,6 +144,13 @@ else:
     m1.metric("Week total", f"${cost['total']:,.2f}")
     m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
     m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
+    if cost.get("all_cloud") is not None:  # METRICS.md §11: does this task type pay for the device path?
+        s1, s2 = st.columns(2)
+        s1.metric("Saved against all-cloud", f"${cost['saved']:,.4f}", help=f"all-cloud bill ${cost['all_cloud']:,.4f} (L2 prices)")
+        s2.metric("Saved share", pct(cost["saved_share"]),
+                  help="at or below zero: routing, fallbacks and re-tries eat the device path's saving")  # fmt: skip
+        st.caption(f"Of the spend, ${cost['spent_after_device']:,.4f} came after the device was tried (fallbacks, re-tries) "
+                   f"and ${cost['spent_cloud_direct']:,.4f} from requests routed straight to the cloud.")  # fmt: skip
     if len(daily) > 1:  # a trend needs two days
         per_day = pd.DataFrame({"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}).dropna()
         if len(per_day) > 1:

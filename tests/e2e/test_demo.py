@@ -56,7 +56,8 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # to the cloud once the device has measured itself slow: then it never entered the device)
         assert len(live) == 3 and any(entered for entered, *_ in live), live
         assert all((model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered), live
-        assert all(reason == "latency_pressure" for entered, _, _, reason in live if not entered), live
+        # (or a session outside slot_extract's canary cohort: policy_cloud, seed 004 §7)
+        assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), live
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
@@ -65,13 +66,27 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
         assert pushed["false_fallback_labeled"] > 5 * before_push["false_fallback_labeled"]
-        assert pushed["false_fallback_rate"] > (before_push["false_fallback_rate"] or 0.0)
+        # (as counts: the calm window holds a handful of labeled short_reply fallbacks at most, too few for a rate)
+        false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
+        assert false_fallbacks(pushed) > 5 * false_fallbacks(before_push)
         # the shadow task (code_snippet) agrees less on longer inputs; cost is reported
         shadow = out["summary"]["by_task_type"]["code_snippet"]["shadow_agreement_by_input_length"]
         assert shadow["0-128"] > shadow["512-2048"]
         assert out["summary"]["overall"]["cost_usd"]["total"] > 0
         summary = out["summary"]["overall"]
         assert summary["fallback_rate"] < summary["naive_fallback_rate"]
+        # the seeds' ledgers and reports (METRICS §10–§13, seed 004 §7): the low tier's p5 decode rate collapses,
+        # the device path saves part of the all-cloud bill, slot_extract is a canary and code_snippet in shadow,
+        # and the grading vetoes tool_call by its error cost
+        from routerscope import review
+
+        ledger = out["summary"]["device_ledger"]
+        assert ledger["low"]["decode_tps"]["p5"] < 0.5 * ledger["high"]["decode_tps"]["p5"]
+        assert 0 < out["summary"]["overall"]["cost_usd"]["saved_share"] < 1
+        stages = review.build("rollout", settings)["task_types"]
+        assert (stages["slot_extract"]["stage"], stages["code_snippet"]["stage"]) == ("canary", "shadow")
+        grading = review.build("grading", settings)["task_types"]
+        assert grading["tool_call"]["reason"] == "error_cost_veto" and grading["intent_classify"]["determinism"] is not None
     finally:
         broker.stop(settings)
 

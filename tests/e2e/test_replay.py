@@ -71,6 +71,12 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         # free text (f0 f2 f4, no validator) is judged by agreement with the cloud's answer, never by being non-empty
         assert replay["judged_by"] == {"validator": 2, "cloud_agreement": 3, "none": 0}
         assert all(v is not None for v in verdicts.values())
+        # determinism (seed 004 §2): the five live device-entered requests with text, each re-run 3 times; the groups
+        # are stored for the grading report, which now has a determinism for their task types
+        assert replay["determinism_groups"] == 5
+        with open_warehouse(settings) as client:
+            reruns = client.query("SELECT request_id, runs, length(answer_hashes) FROM routerscope.replay_reruns FINAL").result_rows
+        assert sorted(reruns) == [(rid, 3, 3) for rid in sorted(TEXTS)]
 
         loaded = materializations(run_job("ingest", ops_config=ingest, resources=resources))
         assert loaded["labels"]["loaded"] == 5, loaded
@@ -90,5 +96,6 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         config["offline_replay_labels"]["config"].pop("cloud_url")
         again = materializations(run_job("weekly_replay_job", ops_config=config, resources=resources))["offline_replay_labels"]
         assert (again["sampled"], again["replayed"]) == (1, 0)
+        assert again["determinism_groups"] == 0  # re-run groups are not sampled again either
     finally:
         broker.stop(settings)

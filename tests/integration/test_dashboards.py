@@ -17,6 +17,7 @@ from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.metric_windows import write_window
+from warehouse.queries.review import RERUN_COLUMNS
 
 pytestmark = pytest.mark.integration
 PAGES = REPO / "dashboards" / "app_pages"
@@ -177,7 +178,52 @@ def test_quality_page_shows_schema_versions(populated):
     assert list(versions["events_table"]) == ["decisions", "labels"] and set(versions["schema_version"]) == {1}
 
 
-@pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "quality.py", "explorer.py"])
+def add_review_fixture(settings) -> None:
+    """The §10–§13 golden events (v2, with device_stats and the all-cloud cost) and determinism groups."""
+    from tests.integration import test_review as tr
+
+    with open_warehouse(settings) as client:
+        insert(client, tr.DECISIONS, tr.LABELS)
+        client.insert("routerscope.replay_reruns", tr.RERUNS, column_names=list(RERUN_COLUMNS))
+    from dashboards import data
+
+    data.clear_caches()
+
+
+def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages(populated):
+    """The review window is the 7 days before the end of the newest live event's day: A_AT_END of the metrics
+    fixture is at 2026-11-30 00:00, so [2026-11-24, 2026-12-01): of test_review's v2 events H2 (serious), H3
+    and LATE (critical) on tier high; H1 and U1 (2026-11-23) fall before it."""
+    add_review_fixture(populated)
+    app = render("review.py")
+    warnings = " ".join(w.value for w in app.warning)
+    assert "high" in warnings and "100.0% of requests ran throttled" in warnings  # 3 of 3
+    ledger = next(d.value for d in app.dataframe if "tier" in d.value.columns)
+    assert list(ledger["tier"]) == ["high"] and list(ledger["requests"]) == [3]
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["Saved share"].endswith("%")
+    side = next(d.value for d in app.dataframe if "grading tier" in d.value.columns)
+    assert {"intent_classify", "short_reply"} <= set(side["task type"])
+    stages = next(d.value for d in app.dataframe if "recommendation" in d.value.columns)
+    by_task = stages.set_index("task type")["stage"]
+    assert by_task["slot_extract"].startswith("canary (50% of sessions)") and by_task["code_snippet"] == "shadow"
+
+
+
+def test_review_page_lists_divergence_samples_without_their_texts(populated):
+    from router.engine import Divergence
+    from router.request_store import RequestTextStore, store_path
+    from tests.integration.test_review import START
+
+    with RequestTextStore(store_path(populated.home)) as store:
+        store.add_divergence(Divergence("r-div", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), START)
+    app = render("review.py")
+    table = next(d.value for d in app.dataframe if "device_hash" in d.value.columns)
+    assert list(table["request_id"]) == ["r-div"] and table["input_tokens"].iloc[0] == 600
+    assert not any(c.endswith("_text") for c in table.columns)  # the texts stay in the store
+
+
+@pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "review.py", "quality.py", "explorer.py"])
 def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     with open_warehouse(settings_for(home)) as client:
         migrate(client)
@@ -193,6 +239,8 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     """Streamlit renders over a websocket: drive Debian's chromium with playwright and wait for the
     tiles before the screenshot."""
     import subprocess
+
+    add_review_fixture(populated)  # the offload review needs v2 events
     import time
 
     from playwright.sync_api import sync_playwright
@@ -224,6 +272,7 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
             page.wait_for_timeout(1500)
             shots = {}
             for title, wait_for in (("On-call", ".vega-embed"), ("Weekly tuning", "text=Current threshold"),
+                                    ("Offload review", "text=Rollout stages"),
                                     ("Data quality", "text=Quarantine (newest)"), ("Explorer", "text=decisions (newest first")):  # fmt: skip
                 page.get_by_text(title, exact=True).first.click()
                 page.locator(wait_for).first.wait_for(timeout=60_000)

@@ -80,6 +80,14 @@ CASES = [
     ("decisions.domain.reason", lambda c: dec(c, reason="bored"), 1),
     ("decisions.domain.network", lambda c: dec(c, network="carrier_pigeon"), 1),
     ("decisions.domain.confidence_source", lambda c: dec(c, confidence_source="vibes"), 1),
+    # contract v2: the device ledger's thermal state, the rollout stage, the measured values and the counterfactual
+    ("decisions.domain.device_thermal_state", lambda c: dec(c, device_thermal_state="toasty"), 1),
+    ("decisions.domain.rollout_stage", lambda c: dec(c, rollout_stage="beta"), 1),
+    ("decisions.range.device_peak_mem_mb", lambda c: dec(c, device_peak_mem_mb=-1.0), 1),
+    ("decisions.range.device_decode_tps", lambda c: dec(c, device_decode_tps=-3.0), 1),
+    ("decisions.range.device_prefill_tps", lambda c: dec(c, device_prefill_tps=-3.0), 1),
+    ("decisions.range.device_load_ms", lambda c: dec(c, device_load_ms=-10.0), 1),
+    ("decisions.range.all_cloud_cost_usd", lambda c: dec(c, all_cloud_cost_usd=-0.01), 1),
     # level 7 on a validator fallback whose last attempt is 7: only the range is wrong
     ("decisions.range.degrade_level", lambda c: dec(c, D(fallback_type="quality", reason="validator_failed", degrade_level=2,
         attempts=[{"level": 0, "outcome": "validator_failed", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}],

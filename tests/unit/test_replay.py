@@ -70,3 +70,38 @@ def test_replay_judge_validator_or_cloud_agreement(task_type, device, cloud, acc
         assert label is None  # no verdict, no label
     else:
         assert label.labeler == f"offline-replay:{judged_by}:gemma" and label.device_acceptable is acceptable
+
+
+class ScriptedDevice:
+    """Answers from a script, one per call, and records the sampling temperature it was asked for."""
+
+    model = "scripted"
+    ttft_ms, tps = 10.0, 50.0
+
+    def __init__(self, *answers: tuple[str, str]):
+        self.answers, self.temperatures = list(answers), []
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0,
+                 temperature=0.0) -> DeviceResult:  # fmt: skip
+        self.temperatures.append(temperature)
+        text, outcome = self.answers.pop(0)
+        return DeviceResult(text, None, "none", 3, 1.0, 2.0, outcome)
+
+
+@pytest.mark.parametrize(
+    "answers, agree",
+    [
+        ([("play_music", "ok"), ("Play_music.", "ok"), (" play_music ", "ok")], True),  # equal after normalisation
+        ([("play_music", "ok"), ("play_music", "ok"), ("set_alarm", "ok")], False),
+        ([("play_music", "ok"), ("play_music", "ok"), ("", "timeout")], False),  # a run without an answer never agrees
+        ([("", "ok"), ("", "ok"), ("", "ok")], False),  # three empty answers are not a determinism
+    ],
+)
+def test_seed004_determinism_group_of_three_reruns(answers, agree):
+    from router.replay import RERUN_TEMPERATURE, rerun
+
+    device = ScriptedDevice(*answers)
+    group = rerun(device, POLICY, "r1", "intent_classify", "play some jazz")
+    assert (group.runs, group.agree) == (3, agree)
+    assert device.temperatures == [RERUN_TEMPERATURE] * 3  # sampled, as deployed: greedy decoding would always agree
+    assert len(group.answer_hashes) == 3 and "play_music" not in "".join(group.answer_hashes)  # hashes, never texts

@@ -17,3 +17,20 @@ def test_texts_are_found_by_id_and_missing_ids_are_absent(tmp_path):
         assert again.get(["r0"]) == {"r0": ("short_reply", "text 0")}
     remove_store(tmp_path)
     assert not list(tmp_path.glob("request_texts.sqlite*"))
+
+
+def test_seed004_divergence_samples_keep_both_texts_and_hashes_beside_the_requests(tmp_path):
+    from datetime import datetime, timezone
+
+    from router.engine import Divergence, answer_hash
+
+    t = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    with RequestTextStore(tmp_path / "store.sqlite") as store:
+        store.add_divergence(Divergence("r1", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), t)
+        store.add_divergence(Divergence("r2", "slot_extract", "canary", 40, '{"city": "Oslo"}', '{"city": "Paris"}'), t)
+        store.add_divergence(Divergence("r1", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), t)  # again
+    with RequestTextStore(tmp_path / "store.sqlite") as store:  # kept across processes
+        assert store.divergence_counts() == {("code_snippet", "shadow"): 1, ("slot_extract", "canary"): 1}
+        [sample] = store.divergences("slot_extract")
+    assert (sample["stage"], sample["input_tokens"], sample["cloud_text"]) == ("canary", 40, '{"city": "Paris"}')
+    assert sample["device_hash"] == answer_hash('{"city": "Oslo"}') != sample["cloud_hash"]

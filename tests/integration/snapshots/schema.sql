@@ -31,5 +31,8 @@ CREATE TABLE routerscope.metric_windows (`grain` LowCardinality(String), `task_t
 -- quarantine
 CREATE TABLE routerscope.quarantine (`kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `kafka_key` Nullable(String), `kafka_timestamp` Nullable(DateTime64(3, 'UTC')), `raw` String, `rules` Array(LowCardinality(String)), `error` String, `quarantined_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY (kafka_topic, kafka_partition, kafka_offset) SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
 
+-- replay_reruns
+CREATE TABLE routerscope.replay_reruns (`request_id` String, `task_type` LowCardinality(String), `event_time` DateTime64(3, 'UTC'), `runs` UInt8, `agree` Bool, `answer_hashes` Array(String), `device_model` LowCardinality(String), `replayed_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree(replayed_at) ORDER BY (task_type, event_time, request_id) SETTINGS index_granularity = 8192;
+
 -- schema_migrations
 CREATE TABLE routerscope.schema_migrations (`version` UInt32, `name` String, `checksum` String, `applied_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version SETTINGS index_granularity = 8192;

@@ -1,0 +1,117 @@
+"""Offload review, over the last 7 full days of data: the device ledger per tier (seed 003: a tier whose
+slow-tail decode rate collapses, or whose throttled share climbs, is flagged), the saving against an
+all-cloud bill per task type (seeds 003/004), the task grading of seed 004 beside the readiness of seed
+003 (where the two rubrics disagree), and the rollout stage tracker with its exit conditions (seed 004 §7)."""
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import charts, data
+
+st.title("Offload review")
+r = data.review()
+st.caption(f"Review window {r['window']['start']} → {r['window']['end']} (UTC; live events; the policy in force)")
+pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+num = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
+
+# -- device ledger per tier (METRICS.md §10) ----------------------------------------------------------
+st.header("Device ledger per tier")
+ledger = r["ledger"]
+if not ledger:
+    st.info("No decision carries device measurements yet (contract v2 `device_stats`).")
+else:
+    best_p5 = max((t["decode_tps"]["p5"] or 0) for t in ledger.values())
+    rows, flagged = [], []
+    for tier, t in ledger.items():
+        weak = t["decode_tps"]["p5"] is not None and best_p5 and t["decode_tps"]["p5"] < 0.5 * best_p5
+        hot = (t["throttled_share"] or 0) > 0.1
+        memory = r["tier_memory_mb"].get(tier)
+        if weak:
+            flagged.append(f"**{tier}**: p5 decode {num(t['decode_tps']['p5'], 1)} tok/s, under half the best tier's {num(best_p5, 1)}")
+        if hot:
+            flagged.append(f"**{tier}**: {pct(t['throttled_share'])} of requests ran throttled (thermal serious/critical)")
+        rows.append({"tier": tier, "requests": t["requests"], "decode p50 tok/s": t["decode_tps"]["p50"],
+                     "decode p5 tok/s": t["decode_tps"]["p5"], "ttft p50 ms": t["ttft_ms"]["p50"], "ttft p95 ms": t["ttft_ms"]["p95"],
+                     "peak MB p95": t["peak_mem_mb"]["p95"], "peak MB max": t["peak_mem_mb"]["max"],
+                     "peak / tier memory": None if not memory or t["peak_mem_mb"]["p95"] is None else t["peak_mem_mb"]["p95"] / memory,
+                     "throttled": t["throttled_share"], "cold starts": t["cold_start_share"], "load ms p95": t["load_ms_p95"],
+                     "fallback rate": t["fallback_rate"], "flag": "⚠ weak p5" if weak else ("⚠ hot" if hot else "")})  # fmt: skip
+    for line in flagged:
+        st.warning(line)
+    frame = pd.DataFrame(rows)
+    st.dataframe(frame, hide_index=True, width="stretch", column_config={
+        c: st.column_config.NumberColumn(format="percent") for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")})  # fmt: skip
+    st.altair_chart(charts.decode_by_tier(frame), width="stretch")
+
+# -- cost against all-cloud (METRICS.md §11) ------------------------------------------------------------
+st.header("Saving against an all-cloud bill")
+cost = r["cost"]
+overall = cost.get(None) or {}
+if overall.get("all_cloud") is None:
+    st.info("No decision carries `all_cloud_cost_usd` (contract v2, and prices in the policy).")
+else:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("All-cloud bill", f"${overall['all_cloud']:,.2f}", help="every live request priced at the L2 model")
+    c2.metric("Saved", f"${overall['saved']:,.2f}")
+    c3.metric("Saved share", pct(overall["saved_share"]))
+    per_task = pd.DataFrame([{"task type": t, "all-cloud USD": c["all_cloud"], "saved USD": c["saved"], "saved share": c["saved_share"],
+                              "spent after the device (fallbacks, re-tries) USD": c["spent_after_device"],
+                              "spent routed straight to the cloud USD": c["spent_cloud_direct"]}
+                             for t, c in cost.items() if t is not None and c["all_cloud"] is not None])  # fmt: skip
+    if not per_task.empty:
+        st.altair_chart(charts.saved_share(per_task), width="stretch")
+        st.dataframe(per_task, hide_index=True, width="stretch",
+                     column_config={"saved share": st.column_config.NumberColumn(format="percent")})  # fmt: skip
+        st.caption("Task types at or below zero pay for the device path; the spend after the device was tried is the "
+                   "saving that fallbacks and re-tries gave back.")  # fmt: skip
+
+# -- grading (seed 004) beside readiness (seed 003) -------------------------------------------------------
+st.header("Task grading beside offload readiness")
+grading, ready = r["grading"]["task_types"], r["readiness"]["task_types"]
+if not grading:
+    st.info("No live events in the review window.")
+else:
+    rows = []
+    for t, side in r["side_by_side"].items():
+        g, q = grading.get(t) or {}, ready.get(t) or {}
+        gates = q.get("gates") or {}
+        status = {name: (gates.get(f"gate_{name}") or {}).get("status") for name in ("memory", "duration", "quality")}
+        rows.append({
+            "task type": t, "grading tier": g.get("tier"), "grading reason": g.get("reason"), "score (004)": g.get("score"),
+            "error cost": g.get("error_cost"), "determinism": g.get("determinism"),
+            "input p95": (g.get("input_tokens") or {}).get("p95"), "readiness": q.get("verdict"), "score (003)": q.get("score_003"),
+            "memory gate": status["memory"], "duration gate": status["duration"], "quality gate": status["quality"],
+            "seeds disagree": "⚠ yes" if side["disagree"] else "",
+        })  # fmt: skip
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
+    if vetoed:
+        st.caption(f"Vetoed by error cost before any score (seed 004 §2): {', '.join(vetoed)}")
+    disagree = [t for t, s in r["side_by_side"].items() if s["disagree"]]
+    if disagree:
+        st.caption(f"The two seeds' rubrics disagree on: {', '.join(disagree)} (grading tier vs readiness verdict)")
+
+# -- rollout stages (seed 004 §7) ------------------------------------------------------------------------
+st.header("Rollout stages")
+stages = r["rollout"]["task_types"]
+samples = r["divergences"]
+
+
+def stage_row(t: str, v: dict) -> dict:
+    met = f"{sum(bool(c['met']) for c in v['conditions'])}/{len(v['conditions'])}" if v["conditions"] else ""
+    return {"task type": t, "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
+            "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
+            "conditions met": met, "rollback signals": ", ".join(v["rollback_signals"]),
+            "divergence samples": sum((samples.get(t) or {}).values())}  # fmt: skip
+
+
+st.dataframe(pd.DataFrame([stage_row(t, v) for t, v in stages.items()]), hide_index=True, width="stretch")
+for t, v in stages.items():
+    if v["conditions"]:
+        with st.expander(f"{t}: {v['stage']} exit conditions"):
+            st.dataframe(pd.DataFrame(v["conditions"]), hide_index=True, width="stretch")
+st.caption("The tracker recommends; it never edits the policy. The cloud stays the fallback in every stage.")
+kept = data.divergence_samples()
+if not kept.empty:
+    with st.expander(f"Divergence samples (newest {len(kept)}; texts stay in the request-text store)"):
+        st.dataframe(kept, hide_index=True, width="stretch")

@@ -1,0 +1,195 @@
+"""The review rules as tables: the stage tracker's exit conditions (seed 004 §7) each met and not met by
+one unit, the grading tiers and the error-cost veto (seed 004 §2), seed 003's gates and factor bands,
+and the router's sticky canary cohort."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.policy import ConfigError, RolloutLimits, in_canary, parse
+from warehouse.review import evaluate_stage, factors, gates, grade, readiness
+
+LIMITS = RolloutLimits(agreement=0.9, min_n=30, error_rate_drift=0.02, fallback_rate=0.25, false_fallback_rate=0.10,
+                       offload_failure_rate=0.02, l4_margin=0.01)  # fmt: skip
+
+
+def shadow_numbers(**over) -> dict:
+    """Shadow numbers that meet every condition: 100 comparisons a bucket, 90 agreeing (0.90 = the target);
+    device errors 2/100 in the first half, 4/100 in the second (+0.02 = the drift limit)."""
+    numbers = {"buckets": {"0-128": (100, 90), "128-512": (100, 90)}, "errors": [(100, 2), (100, 4)], "rollback": []}
+    numbers.update(over)
+    return numbers
+
+
+def canary_numbers(canary: dict | None = None, cloud: dict | None = None, rollback=()) -> dict:
+    """Canary numbers that meet every condition, each exactly at its limit: fallbacks 25/100, false fallbacks
+    10/100, offload failures 2/100; canned answers 2/100 against the cloud cohort's 1/100 (+0.01)."""
+    base = {"requests": 100, "l4": 2, "device_entered": 100, "fallbacks": 25, "false_fallback_labeled": 100,
+            "false_fallbacks": 10, "device_attempts": 100, "offload_failures": 2}  # fmt: skip
+    return {"cohorts": {"canary": {**base, **(canary or {})}, "cloud_only": {"requests": 100, "l4": 1, **(cloud or {})}},
+            "rollback": list(rollback)}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "numbers, expected, failing",
+    [
+        (shadow_numbers(), "advance", None),
+        # agreement one comparison short of the target in one bucket
+        (shadow_numbers(buckets={"0-128": (100, 90), "128-512": (100, 89)}), "hold", "agreement 128-512"),
+        # a long-input bucket with traffic but one comparison short of the sample: it blocks (short inputs cannot hide it)
+        (shadow_numbers(buckets={"0-128": (100, 90), "512-2048": (29, 29)}), "hold", "agreement 512-2048"),
+        (shadow_numbers(buckets={"0-128": (100, 90), "512-2048": (30, 27)}), "advance", None),
+        # the device error rate one error above stable; and one attempt short of the sample in a half
+        (shadow_numbers(errors=[(100, 2), (100, 5)]), "hold", "device error rate stable"),
+        (shadow_numbers(errors=[(29, 0), (100, 0)]), "hold", "device error rate stable"),
+        (shadow_numbers(buckets={}), "hold", "agreement"),  # no comparisons at all
+        (shadow_numbers(rollback=["rollback_route_accuracy"]), "rollback", None),
+    ],
+    ids=["all-met", "agreement-1-short", "bucket-sample-1-short", "bucket-sample-exactly", "error-rate-1-over",
+         "error-sample-1-short", "no-comparisons", "rollback-signal"],  # fmt: skip
+)
+def test_seed004_shadow_to_canary_exit_conditions(numbers, expected, failing):
+    verdict = evaluate_stage("shadow", numbers, LIMITS)
+    assert verdict["recommendation"] == expected
+    assert verdict["to"] == {"advance": "canary", "hold": "shadow", "rollback": "cloud_only"}[expected]
+    unmet = [c["condition"] for c in verdict["conditions"] if not c["met"]]
+    assert unmet == ([failing] if failing else ([] if expected != "rollback" else unmet))
+
+
+@pytest.mark.parametrize(
+    "numbers, expected, failing",
+    [
+        (canary_numbers(), "advance", None),
+        (canary_numbers({"fallbacks": 26}), "hold", "fallback rate"),
+        (canary_numbers({"device_entered": 29, "fallbacks": 0}), "hold", "fallback rate"),  # sample one short
+        (canary_numbers({"false_fallbacks": 11}), "hold", "false fallback rate"),
+        (canary_numbers({"false_fallback_labeled": 29, "false_fallbacks": 0}), "hold", "false fallback rate"),
+        (canary_numbers({"offload_failures": 3}), "hold", "offload failure rate"),
+        (canary_numbers({"device_attempts": 29, "offload_failures": 0}), "hold", "offload failure rate"),
+        (canary_numbers({"l4": 3}), "hold", "canned answers vs cloud cohort"),  # one canned answer over the margin
+        (canary_numbers(cloud={"requests": 29, "l4": 0}), "hold", "canned answers vs cloud cohort"),  # cloud cohort too small
+        (canary_numbers(rollback=["rollback_offload_failure"]), "rollback", None),
+    ],
+    ids=["all-met", "fallback-1-over", "fallback-sample-1-short", "false-fallback-1-over", "false-fallback-sample-1-short",
+         "offload-1-over", "offload-sample-1-short", "l4-1-over", "cloud-cohort-1-short", "rollback-signal"],  # fmt: skip
+)
+def test_seed004_canary_to_full_exit_conditions(numbers, expected, failing):
+    verdict = evaluate_stage("canary", numbers, LIMITS)
+    assert verdict["recommendation"] == expected
+    unmet = [c["condition"] for c in verdict["conditions"] if not c["met"]]
+    if failing:
+        assert unmet == [failing]
+    elif expected == "advance":
+        assert unmet == []
+
+
+@pytest.mark.parametrize("stage, rollback, expected", [
+    ("full", [], "hold"), ("full", ["rollback_degrade_trigger"], "rollback"),
+    ("cloud_only", ["rollback_degrade_trigger"], "hold"),  # already back on the cloud
+])  # fmt: skip
+def test_full_and_cloud_only_move_only_back(stage, rollback, expected):
+    verdict = evaluate_stage(stage, {"rollback": rollback}, LIMITS)
+    assert verdict["recommendation"] == expected and verdict["conditions"] == []
+
+
+@pytest.mark.parametrize(
+    "p50, p95, daily, determinism, error_cost, tier, reason",
+    [
+        # input 256 → (2048 − 256)/1792 = 1; determinism 1; 100000 calls/day → log10 5 / 5 = 1 → score 1.0
+        (100, 256, 100_000, 1.0, 0.2, "offload", "score >= 0.75"),
+        # the same task with error cost 0.71: vetoed before any score (seed 004: 错误代价单独前置)
+        (100, 256, 100_000, 1.0, 0.71, "keep-cloud", "error_cost_veto"),
+        (100, 256, 100_000, 1.0, 0.70, "offload", "score >= 0.75"),  # 0.70 is not > 0.7
+        # long tail (p95 > 4·p50) halves the input score: 0.4·0.5 + 0.4·1 + 0.2·1 = 0.8
+        (50, 256, 100_000, 1.0, None, "offload", "score >= 0.75"),
+        # null determinism scores 0: 0.4 + 0 + 0.2 = 0.6
+        (100, 256, 100_000, None, None, "shadow", "0.5 <= score < 0.75"),
+        # 0.4·1 + 0.4·0.2 + 0.2·0 (1 call/day) = 0.48
+        (100, 256, 1, 0.2, None, "keep-cloud", "score < 0.5"),
+    ],
+)
+def test_seed004_grading_tiers_and_the_veto(p50, p95, daily, determinism, error_cost, tier, reason):
+    g = grade(p50, p95, daily, determinism, error_cost)
+    assert (g["tier"], g["reason"]) == (tier, reason)
+
+
+def test_grading_score_bands_at_their_edges():
+    # input p95 2048 → 0; determinism 1 → 0.4; 10^(0.75·5)... use frequency to land exactly: daily 10^x
+    assert grade(1000, 2048, 10 ** 2.5, 1.0, 0.1)["score"] == 0.5  # 0.4 + 0.2·0.5 = 0.5 → shadow
+    assert grade(1000, 2048, 10 ** 2.5, 1.0, 0.1)["tier"] == "shadow"
+    assert grade(1000, 2048, 10 ** 2.45, 1.0, 0.1)["tier"] == "keep-cloud"  # 0.4 + 0.2·0.49 = 0.498
+
+
+@pytest.mark.parametrize("factor, kwargs, points", [
+    ("calls_per_session_day", {"calls_per_session_day": 20.01}, 3), ("calls_per_session_day", {"calls_per_session_day": 20}, 1),
+    ("calls_per_session_day", {"calls_per_session_day": 2}, 1), ("calls_per_session_day", {"calls_per_session_day": 1.99}, 0),
+    ("token_budget_p50", {"token_budget_p50": 99}, 3), ("token_budget_p50", {"token_budget_p50": 100}, 1),
+    ("token_budget_p50", {"token_budget_p50": 400}, 1), ("token_budget_p50", {"token_budget_p50": 401}, 0),
+    ("network", {"weak_network_share": 0.30}, 3), ("network", {"weak_network_share": 0.29}, 1),
+    ("network", {"weak_network_share": 0.05}, 1), ("network", {"weak_network_share": 0.04}, 0),
+    ("error_cost", {"has_validator": True, "error_cost": 0.9}, 3), ("error_cost", {"error_cost": 0.3}, 1),
+    ("error_cost", {"error_cost": 0.31}, 0), ("error_cost", {"error_cost": None}, 0),
+    ("privacy", {"privacy": "strict"}, 3), ("iteration", {"iteration": "weekly"}, 0),
+])  # fmt: skip
+def test_seed003_factor_bands(factor, kwargs, points):
+    base = dict(calls_per_session_day=None, token_budget_p50=None, privacy="public", has_validator=False, error_cost=None,
+                weak_network_share=None, iteration="monthly")  # fmt: skip
+    assert factors(**{**base, **kwargs})[factor]["points"] == points
+
+
+def test_seed003_gates_and_the_ready_score_of_12():
+    tiers = {"low": 4096.0, "high": 12288.0}
+    ok = gates(peak_by_tier={"low": 1638.4, "high": 3000.0}, tier_memory_mb=tiers, device_p95_ms=10_000,
+               missed_fallback_rate=0.03, auto_detected=0.9)  # every gate exactly at its limit  # fmt: skip
+    assert {k: g["status"] for k, g in ok.items()} == {"gate_memory": "pass", "gate_duration": "pass", "gate_quality": "pass"}
+    assert ok["gate_memory"]["tier"] == "low"  # the smallest tier with data
+    over = gates(peak_by_tier={"low": 1638.5, "high": 100.0}, tier_memory_mb=tiers, device_p95_ms=10_001,
+                 missed_fallback_rate=0.031, auto_detected=0.9)  # fmt: skip
+    assert {g["status"] for g in over.values()} == {"fail"}
+    caught = gates(peak_by_tier={"high": 100.0}, tier_memory_mb=tiers, device_p95_ms=None, missed_fallback_rate=0.0,
+                   auto_detected=0.89)  # fmt: skip
+    assert (caught["gate_memory"]["tier"], caught["gate_duration"]["status"], caught["gate_quality"]["status"]) == ("high", "unknown", "fail")
+    six = {"a": {"points": 3, "weight": 2}, "b": {"points": 3, "weight": 2}}  # 12
+    assert readiness(ok, six)["verdict"] == "ready"
+    eleven = {"a": {"points": 3, "weight": 2}, "b": {"points": 1, "weight": 2}, "c": {"points": 3, "weight": 1}}
+    assert readiness(ok, eleven) == {**readiness(ok, eleven), "verdict": "not_ready", "reasons": ["score_003 11 < 12"]}
+    assert readiness(over, six)["reasons"] == ["gate_memory fail", "gate_duration fail", "gate_quality fail"]
+
+
+def test_seed004_canary_cohort_is_sticky_by_session_and_near_its_percentage():
+    sessions = [f"session-{i}" for i in range(10_000)]
+    cohort = [s for s in sessions if in_canary(s, 20)]
+    assert 0.18 < len(cohort) / len(sessions) < 0.22
+    assert all(in_canary(s, 20) for s in cohort)  # the same answer on every request
+    assert all(in_canary(s, 50) for s in cohort)  # widening the canary keeps the sessions already in it
+    assert not any(in_canary(s, 0) for s in sessions) and all(in_canary(s, 100) for s in sessions)
+
+
+@pytest.mark.parametrize("rollout", [
+    "{slot_extract: {stage: canary}}", "{slot_extract: {stage: canary, percent: 120}}", "{slot_extract: {stage: beta}}",
+    "{slot_extract: [canary]}", "{slot_extract: {stage: canary, percent: true}}",
+])  # fmt: skip
+def test_hostile_rollout_settings_are_refused(rollout):
+    from router.policy import DEFAULT_POLICY
+
+    with pytest.raises(ConfigError):
+        parse(DEFAULT_POLICY.read_text().replace("rollout:", f"rollout: {rollout}\nunused_rollout:"))
+
+
+@pytest.mark.parametrize("field", ["error_cost: 1.5", "error_cost: -0.1", "error_cost: true", "error_cost: high",
+                                   "privacy: secret", "iteration: daily"])  # fmt: skip
+def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):
+    from router.policy import DEFAULT_POLICY
+
+    with pytest.raises(ConfigError):
+        parse(DEFAULT_POLICY.read_text().replace("error_cost: 0.4}", field + "}"))
+
+
+@pytest.mark.parametrize("tiers", ["{low: {memory_mb: 0}}", "{low: 4096}", "{low: {memory_mb: true}}", "[low]"])
+def test_hostile_device_tiers_are_refused(tiers):
+    from router.policy import DEFAULT_POLICY
+
+    text = DEFAULT_POLICY.read_text()
+    text = text[: text.index("device_tiers:")] + f"device_tiers: {tiers}\nbreakers:" + text.split("\nbreakers:", 1)[1]
+    with pytest.raises(ConfigError):
+        parse(text)

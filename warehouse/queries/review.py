@@ -1,0 +1,334 @@
+"""Queries behind the seeds' ledgers and reports (METRICS.md §10–§13) and the rollout stage tracker.
+
+* §10 the device ledger per tier, from v2 events that carry `device_stats` (flattened into the
+  `device_*` columns by migration 0011);
+* §11 the all-cloud counterfactual per task type (`all_cloud_cost_usd` against the same events' spend);
+* §12/§13 per task type over a review window: input lengths, volumes, the token budget, the network,
+  device attempt durations, peak memory per tier, labeled quality, and the replay's determinism groups;
+* the stage tracker's cohort numbers: per task type and `rollout_stage`, and the shadow traffic by
+  input-length bucket and by half of the window.
+
+Every value is a bound `{name:Type}` parameter; the SQL text is constant. Grouping sets give the
+overall row with task_type NULL (`group_by_use_nulls`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from warehouse.queries.common import QueryWindow, named
+from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES
+from warehouse.queries.labels import CHOSEN_LABELS_CTE
+
+# The de-duplicated events of the window with the columns these queries read (the v2 ones included).
+REVIEW_CTE = """
+w AS (
+    SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason,
+           degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
+           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb, device_thermal_state,
+           device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, rollout_stage
+    FROM routerscope.decisions FINAL
+    WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+)"""
+
+# §10: "carries device_stats" = a v2 event with at least one measured device_* value.
+HAS_DEVICE_STATS = (
+    "schema_version = 2 AND (device_peak_mem_mb IS NOT NULL OR device_thermal_state IS NOT NULL "
+    "OR device_decode_tps IS NOT NULL OR device_prefill_tps IS NOT NULL OR device_cold_start IS NOT NULL)"
+)
+
+DEVICE_LEDGER_SQL = named(
+    "device_ledger",
+    f"""
+WITH {REVIEW_CTE}
+SELECT ifNull(device_tier, 'unknown') AS tier,
+       count() AS requests,
+       quantileExactInclusive(0.5)(ttft_ms) AS ttft_p50,
+       quantileExactInclusive(0.95)(ttft_ms) AS ttft_p95,
+       quantileExactInclusive(0.5)(device_decode_tps) AS decode_p50,
+       quantileExactInclusive(0.05)(device_decode_tps) AS decode_p5,
+       countIf(device_decode_tps IS NOT NULL) AS decode_n,
+       quantileExactInclusive(0.95)(device_peak_mem_mb) AS peak_p95,
+       max(device_peak_mem_mb) AS peak_max,
+       countIf(device_peak_mem_mb IS NOT NULL) AS peak_n,
+       countIf(ttft_ms IS NOT NULL) AS ttft_n,
+       countIf(device_thermal_state IN ('serious', 'critical')) / count() AS throttled_share,
+       countIf(device_cold_start) / count() AS cold_start_share,
+       countIf(device_cold_start AND device_load_ms IS NOT NULL) AS cold_n,
+       quantileExactInclusiveIf(0.95)(device_load_ms, device_cold_start = true AND device_load_ms IS NOT NULL) AS load_p95,
+       countIf(fallback_type IN ('quality', 'timeout', 'error')) / count() AS fallback_rate
+FROM w
+WHERE mode = 'live' AND entered_device AND {HAS_DEVICE_STATS}
+GROUP BY tier
+ORDER BY tier
+""",
+)
+
+ALL_CLOUD_SQL = named(
+    "all_cloud_cost",
+    f"""
+WITH {REVIEW_CTE}
+SELECT task_type,
+       countIf(all_cloud_cost_usd IS NOT NULL) AS carried,
+       sumIf(all_cloud_cost_usd, all_cloud_cost_usd IS NOT NULL) AS all_cloud,
+       sumIf(ifNull(cost_usd, 0), all_cloud_cost_usd IS NOT NULL) AS spent,
+       sumIf(ifNull(cost_usd, 0), all_cloud_cost_usd IS NOT NULL AND entered_device) AS spent_after_device
+FROM w WHERE mode = 'live'
+GROUP BY GROUPING SETS ((task_type), ())
+ORDER BY task_type
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+# §12/§13 per task type. auto_detected's parts: labeled judged fallbacks (quality, timeout) judged
+# unacceptable — bad answers the router caught — and labeled device-served judged unacceptable — missed.
+REVIEW_SQL = named(
+    "task_review",
+    f"""
+WITH {REVIEW_CTE},
+{CHOSEN_LABELS_CTE},
+j AS (
+    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable,
+           w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1) AS device_served
+    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+    WHERE w.mode = 'live'
+)
+SELECT task_type,
+       count() AS requests,
+       uniqExact(session_id) AS sessions,
+       quantileExactInclusive(0.5)(input_tokens) AS input_p50,
+       quantileExactInclusive(0.95)(input_tokens) AS input_p95,
+       quantileExactInclusive(0.5)(input_tokens + output_tokens) AS token_budget_p50,
+       countIf(network IN ('weak', 'offline')) / count() AS weak_network_share,
+       quantileExactInclusiveArray(0.95)(arrayFilter((lat, l) -> l IN (0, 1), attempt_latency_ms, attempt_levels)) AS device_p95_ms,
+       sum(arrayCount(l -> l IN (0, 1), attempt_levels)) AS device_attempts,
+       countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
+       countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
+       countIf(judged_fallback AND labeled = 1 AND NOT acceptable) AS caught_bad
+FROM j
+GROUP BY task_type
+ORDER BY task_type
+""",
+)
+
+PEAK_BY_TIER_SQL = named(
+    "peak_memory_by_task_and_tier",
+    f"""
+WITH {REVIEW_CTE}
+SELECT task_type, ifNull(device_tier, 'unknown') AS tier, count() AS n,
+       quantileExactInclusive(0.95)(device_peak_mem_mb) AS peak_p95
+FROM w
+WHERE mode = 'live' AND entered_device AND device_peak_mem_mb IS NOT NULL
+GROUP BY task_type, tier
+ORDER BY task_type, tier
+""",
+)
+
+DETERMINISM_SQL = named(
+    "replay_determinism",
+    """
+SELECT task_type, count() AS groups, countIf(agree) AS agreeing
+FROM (SELECT * FROM routerscope.replay_reruns FINAL
+      WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
+GROUP BY task_type
+ORDER BY task_type
+""",
+)
+
+# The stage tracker: per task type and rollout_stage (live events; shadow events are stage `shadow`).
+COHORTS_SQL = named(
+    "rollout_cohorts",
+    f"""
+WITH {REVIEW_CTE},
+{CHOSEN_LABELS_CTE},
+j AS (
+    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable,
+           w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback
+    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+    WHERE w.mode = 'live' AND w.rollout_stage IS NOT NULL
+)
+SELECT task_type, rollout_stage AS stage,
+       count() AS requests,
+       countIf(degrade_level = 4) AS l4,
+       countIf(entered_device) AS device_entered,
+       countIf(entered_device AND fallback_type IN ('quality', 'timeout', 'error')) AS fallbacks,
+       countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
+       countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
+       sum(arrayCount(l -> l IN (0, 1), attempt_levels)) AS device_attempts,
+       sum(arrayCount((l, o) -> l IN (0, 1) AND o IN ('validator_failed', 'error'), attempt_levels, attempt_outcomes))
+           AS offload_failures
+FROM j
+GROUP BY task_type, stage
+ORDER BY task_type, stage
+""",
+)
+
+# Shadow → canary: agreement per input-length bucket (with its sample), and the device's error rate
+# (L0 attempts that timed out or errored) in each half of the task type's shadow traffic (split at the
+# midpoint between its first and last shadow event in the window: a review window longer than the
+# traffic still has two halves to compare).
+SHADOW_BUCKETS_SQL = named(
+    "rollout_shadow_buckets",
+    f"""
+WITH {REVIEW_CTE}
+SELECT task_type, arrayCount(e -> e <= input_tokens, {{edges:Array(UInt64)}}) AS bucket,
+       count() AS compared, countIf(shadow_agree) AS agreed
+FROM w WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
+""",
+)
+
+SHADOW_ERRORS_SQL = named(
+    "rollout_shadow_device_errors",
+    f"""
+WITH {REVIEW_CTE},
+mid AS (
+    SELECT task_type, fromUnixTimestamp64Milli(intDiv(toUnixTimestamp64Milli(min(event_time))
+                                                      + toUnixTimestamp64Milli(max(event_time)), 2), 'UTC') AS middle
+    FROM w WHERE mode = 'shadow' GROUP BY task_type
+)
+SELECT w.task_type AS task_type, w.event_time >= mid.middle AS second_half,
+       countIf(w.attempt_levels[1] = 0) AS attempts,
+       countIf(w.attempt_levels[1] = 0 AND w.attempt_outcomes[1] IN ('error', 'timeout')) AS errors
+FROM w INNER JOIN mid ON w.task_type = mid.task_type
+WHERE w.mode = 'shadow'
+GROUP BY task_type, second_half
+ORDER BY task_type, second_half
+""",
+)
+
+FIRING_ROLLBACKS_SQL = named(
+    "firing_rollbacks",
+    """
+SELECT task_type, groupArray(rule) AS rules
+FROM (SELECT * FROM routerscope.alerts FINAL WHERE status = 'firing' AND action = 'rollback')
+GROUP BY task_type
+""",
+)
+
+NEWEST_LIVE_SQL = named("newest_live_event", "SELECT max(event_time) FROM routerscope.decisions WHERE mode = 'live'")
+
+
+def _rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:
+    result = client.query(sql, parameters=parameters or {})
+    return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+
+def _num(value) -> float | None:
+    """A float, or None for SQL NULL and for the NaN an empty quantile can return."""
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def device_ledger(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
+    """METRICS.md §10: tier → its ledger."""
+    ledger = {}
+    for r in _rows(client, DEVICE_LEDGER_SQL, window.parameters()):
+        ledger[r["tier"]] = {
+            "requests": int(r["requests"]),
+            "ttft_ms": {"p50": _num(r["ttft_p50"]) if r["ttft_n"] else None, "p95": _num(r["ttft_p95"]) if r["ttft_n"] else None},
+            "decode_tps": {"p50": _num(r["decode_p50"]) if r["decode_n"] else None,
+                           "p5": _num(r["decode_p5"]) if r["decode_n"] else None},
+            "peak_mem_mb": {"p95": _num(r["peak_p95"]) if r["peak_n"] else None, "max": _num(r["peak_max"]) if r["peak_n"] else None},
+            "throttled_share": _num(r["throttled_share"]),
+            "cold_start_share": _num(r["cold_start_share"]),
+            "load_ms_p95": _num(r["load_p95"]) if r["cold_n"] else None,
+            "fallback_rate": _num(r["fallback_rate"]),
+        }  # fmt: skip
+    return ledger
+
+
+def all_cloud_cost(client, window: QueryWindow) -> dict[str | None, dict[str, float | None]]:
+    """METRICS.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
+    (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
+    the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
+    found = {}
+    for r in _rows(client, ALL_CLOUD_SQL, window.parameters()):
+        if not r["carried"]:
+            found[r["task_type"]] = {"all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None,
+                                     "spent_cloud_direct": None}  # fmt: skip
+            continue
+        all_cloud, spent, after = float(r["all_cloud"]), float(r["spent"]), float(r["spent_after_device"])
+        found[r["task_type"]] = {"all_cloud": all_cloud, "saved": all_cloud - spent,
+                                 "saved_share": (all_cloud - spent) / all_cloud if all_cloud else None,
+                                 "spent_after_device": after, "spent_cloud_direct": spent - after}  # fmt: skip
+    return found
+
+
+def task_review(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
+    """§12/§13 inputs per task type (live events), with the determinism groups and peak memory per tier."""
+    found = {r.pop("task_type"): r for r in _rows(client, REVIEW_SQL, window.parameters())}
+    for r in found.values():
+        r["device_p95_ms"] = _num(r["device_p95_ms"]) if r["device_attempts"] else None
+        r["peak_by_tier"] = {}
+        r["determinism_groups"], r["determinism_agreeing"] = 0, 0
+    for r in _rows(client, PEAK_BY_TIER_SQL, window.parameters()):
+        if r["task_type"] in found:
+            found[r["task_type"]]["peak_by_tier"][r["tier"]] = {"n": int(r["n"]), "p95": _num(r["peak_p95"])}
+    for r in _rows(client, DETERMINISM_SQL, window.parameters()):
+        if r["task_type"] in found:
+            found[r["task_type"]]["determinism_groups"] = int(r["groups"])
+            found[r["task_type"]]["determinism_agreeing"] = int(r["agreeing"])
+    return found
+
+
+def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
+    """task type → {stage: cohort counts}, `buckets` {bucket: (compared, agreed)}, `errors` [(attempts, errors)
+    of the first half, of the second], `rollback` [firing rollback rules]."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def of(task_type: str) -> dict[str, Any]:
+        return found.setdefault(task_type, {"cohorts": {}, "buckets": {}, "errors": [(0, 0), (0, 0)], "rollback": []})
+
+    for r in _rows(client, COHORTS_SQL, window.parameters()):
+        task_type, stage = r.pop("task_type"), r.pop("stage")
+        of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
+    for r in _rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+        of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
+    for r in _rows(client, SHADOW_ERRORS_SQL, window.parameters()):
+        of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
+    for r in _rows(client, FIRING_ROLLBACKS_SQL):
+        if r["task_type"]:
+            of(r["task_type"])["rollback"] = sorted(r["rules"])
+    return found
+
+
+def newest_live_event(client):
+    """The newest live event's time (None on an empty warehouse)."""
+    value = client.query(NEWEST_LIVE_SQL).result_rows[0][0]
+    return None if value is None or value.year <= 1970 else value
+
+
+# The weekly replay's determinism sample: per task type, up to `per_task` live requests of the window
+# that the device could serve (they entered it) and that no earlier replay re-ran, in a seeded order.
+DETERMINISM_SAMPLE_SQL = named(
+    "determinism_sample",
+    f"""
+WITH {REVIEW_CTE}
+SELECT request_id, task_type, event_time
+FROM w
+WHERE mode = 'live' AND entered_device
+  AND request_id NOT IN (SELECT request_id FROM routerscope.replay_reruns)
+ORDER BY task_type, cityHash64(request_id, {{seed:UInt64}})
+LIMIT {{per_task:UInt32}} BY task_type
+""",
+)
+
+RERUN_COLUMNS = ("request_id", "task_type", "event_time", "runs", "agree", "answer_hashes", "device_model")
+
+
+def determinism_sample(client, window: QueryWindow, per_task: int, seed: int = 0) -> list[tuple]:
+    """(request_id, task_type, event_time) to re-run, up to `per_task` of each task type."""
+    rows = client.query(DETERMINISM_SAMPLE_SQL, parameters={**window.parameters(), "per_task": per_task, "seed": seed})
+    return [tuple(r) for r in rows.result_rows]
+
+
+def store_reruns(client, rows: list[tuple]) -> int:
+    """Insert determinism groups (RERUN_COLUMNS order); returns the rows written."""
+    if rows:
+        client.insert("routerscope.replay_reruns", rows, column_names=list(RERUN_COLUMNS))
+    return len(rows)

@@ -1,0 +1,264 @@
+"""The weekly review's reports: task grading (seed 004 §2, METRICS.md §12), offload readiness (seed 003,
+§13) and the rollout stage tracker (seed 004 §7).
+
+Pure rules first (`grade`, `readiness`, `evaluate_stage`: numbers in, verdicts out, tested as tables),
+then the reports that feed them from the warehouse (`warehouse.queries.review`) and the policy. The
+tracker recommends; it never edits the policy."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from router.policy import Policy, RolloutLimits
+from warehouse.metrics import iso
+from warehouse.queries import review as rq
+from warehouse.queries.common import QueryWindow
+from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
+
+VETO_ERROR_COST = 0.7  # seed 004 §2: "错误代价是唯一否决项", decided before any score
+DEFAULT_ERROR_COST = 0.5
+OFFLOAD_SCORE, SHADOW_SCORE = 0.75, 0.5
+MEMORY_SHARE = 0.4  # seed 003: peak <= 40 % of the smallest tier's memory
+DURATION_MS = 10_000  # seed 003: one inference <= 10 s
+MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9  # seed 003: loss <= 3 %, >= 90 % of failures caught automatically
+READY_SCORE = 12  # seed 003: weighted score >= 12 of 30
+
+
+def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
+    return max(lo, min(hi, x))
+
+
+# -- §12 task grading --------------------------------------------------------------------------------
+def grade(input_p50: float | None, input_p95: float | None, daily_calls: float, determinism: float | None,
+          error_cost: float | None) -> dict[str, Any]:  # fmt: skip
+    """METRICS.md §12 for one task type: the error-cost veto first, then the renormalised weighted score."""
+    error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
+    long_tail = input_p50 is not None and input_p95 is not None and input_p95 > 4 * input_p50
+    input_score = 0.0 if input_p95 is None else _clip((2048 - input_p95) / 1792) * (0.5 if long_tail else 1.0)
+    frequency = _clip(math.log10(daily_calls) / 5) if daily_calls > 0 else 0.0
+    scores = {"input_length": input_score, "determinism": determinism or 0.0, "frequency": frequency}
+    score = round(0.4 * scores["input_length"] + 0.4 * scores["determinism"] + 0.2 * scores["frequency"], 3)
+    if error_cost > VETO_ERROR_COST:
+        tier, reason = "keep-cloud", "error_cost_veto"
+    elif score >= OFFLOAD_SCORE:
+        tier, reason = "offload", "score >= 0.75"
+    elif score >= SHADOW_SCORE:
+        tier, reason = "shadow", "0.5 <= score < 0.75"
+    else:
+        tier, reason = "keep-cloud", "score < 0.5"
+    return {"long_tail": long_tail, "error_cost": error_cost, "scores": scores, "score": score, "tier": tier, "reason": reason}
+
+
+# -- §13 offload readiness ---------------------------------------------------------------------------
+def _points(value, three, one) -> int:
+    return 3 if three(value) else 1 if one(value) else 0
+
+
+def factors(*, calls_per_session_day: float | None, token_budget_p50: float | None, privacy: str, has_validator: bool,
+            error_cost: float | None, weak_network_share: float | None, iteration: str) -> dict[str, dict]:  # fmt: skip
+    """Seed 003's six factors: each 0, 1 or 3 points with its weight (METRICS.md §13's table)."""
+    error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
+    c, t, n = calls_per_session_day, token_budget_p50, weak_network_share
+    return {
+        "calls_per_session_day": {"value": c, "weight": 2,
+                                  "points": 0 if c is None else _points(c, lambda v: v > 20, lambda v: v >= 2)},
+        "token_budget_p50": {"value": t, "weight": 2,
+                             "points": 0 if t is None else _points(t, lambda v: v < 100, lambda v: v <= 400)},
+        "privacy": {"value": privacy, "weight": 2, "points": {"strict": 3, "redactable": 1}.get(privacy, 0)},
+        "error_cost": {"value": "validator" if has_validator else error_cost, "weight": 2,
+                       "points": 3 if has_validator else 1 if error_cost <= 0.3 else 0},
+        "network": {"value": n, "weight": 1, "points": 0 if n is None else _points(n, lambda v: v >= 0.30, lambda v: v >= 0.05)},
+        "iteration": {"value": iteration, "weight": 1, "points": {"quarterly": 3, "monthly": 1}.get(iteration, 0)},
+    }  # fmt: skip
+
+
+def gates(*, peak_by_tier: dict[str, float | None], tier_memory_mb: dict[str, float], device_p95_ms: float | None,
+          missed_fallback_rate: float | None, auto_detected: float | None) -> dict[str, dict]:  # fmt: skip
+    """Seed 003's three hard gates, each `pass` / `fail` / `unknown` (no data) with its value and limit."""
+    measured = {t: p for t, p in peak_by_tier.items() if p is not None and t in tier_memory_mb}
+    if measured:
+        tier = min(measured, key=lambda t: (tier_memory_mb[t], t))
+        limit = MEMORY_SHARE * tier_memory_mb[tier]
+        memory = {"status": "pass" if measured[tier] <= limit else "fail", "tier": tier, "value": measured[tier], "limit": limit}
+    else:
+        memory = {"status": "unknown", "tier": None, "value": None, "limit": None}
+    duration = {"status": "unknown" if device_p95_ms is None else "pass" if device_p95_ms <= DURATION_MS else "fail",
+                "value": device_p95_ms, "limit": DURATION_MS}  # fmt: skip
+    if missed_fallback_rate is None or auto_detected is None:
+        quality = "unknown"
+    else:
+        quality = "pass" if missed_fallback_rate <= MISSED_LIMIT and auto_detected >= AUTO_DETECTED_MIN else "fail"
+    return {
+        "gate_memory": memory,
+        "gate_duration": duration,
+        "gate_quality": {"status": quality, "missed_fallback_rate": missed_fallback_rate, "missed_limit": MISSED_LIMIT,
+                         "auto_detected": auto_detected, "auto_detected_min": AUTO_DETECTED_MIN},
+    }  # fmt: skip
+
+
+def readiness(gate_results: dict[str, dict], factor_results: dict[str, dict]) -> dict[str, Any]:
+    """`ready` when every gate passes and the weighted score reaches 12 of 30; otherwise the reasons."""
+    score = sum(f["points"] * f["weight"] for f in factor_results.values())
+    reasons = [f"{name} {g['status']}" for name, g in gate_results.items() if g["status"] != "pass"]
+    if score < READY_SCORE:
+        reasons.append(f"score_003 {score} < {READY_SCORE}")
+    return {"gates": gate_results, "factors": factor_results, "score_003": score,
+            "verdict": "not_ready" if reasons else "ready", "reasons": reasons}  # fmt: skip
+
+
+# -- seed 004 §7: the stage tracker --------------------------------------------------------------------
+def _cond(name: str, value, limit, met: bool | None, n: int | None = None, note: str = "") -> dict[str, Any]:
+    return {"condition": name, "value": value, "limit": limit, "met": met, "n": n, **({"note": note} if note else {})}
+
+
+def _ratio(x: int, n: int) -> float | None:
+    return x / n if n else None
+
+
+def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -> dict[str, Any]:
+    """The exit condition of `stage` with its numbers, and the recommendation: `rollback` (a rollback signal
+    of METRICS §3b fires: back to the cloud, any stage), `advance` (every condition met), or `hold`.
+
+    shadow → canary: agreement >= `limits.agreement` in every input-length bucket that has traffic, each
+    with >= `min_n` compared; the device's error rate in the second half of the task's shadow traffic at
+    most `error_rate_drift` above the first half, each half with >= `min_n` attempts.
+    canary → full: the canary cohort's fallback, false-fallback and offload-failure rates within their
+    limits (each denominator >= `min_n`), and its canned-answer (L4) share at most `l4_margin` above the
+    cloud cohort's (both cohorts >= `min_n` requests)."""
+    conditions: list[dict[str, Any]] = []
+    target = {"shadow": "canary", "canary": "full"}.get(stage)
+    if stage == "shadow":
+        buckets = numbers.get("buckets") or {}
+        for bucket in INPUT_LENGTH_BUCKETS:
+            n, agreed = buckets.get(bucket, (0, 0))
+            if not n:
+                continue
+            rate = agreed / n
+            if n < limits.min_n:
+                conditions.append(_cond(f"agreement {bucket}", rate, limits.agreement, False, n, "not enough sample"))
+            else:
+                conditions.append(_cond(f"agreement {bucket}", rate, limits.agreement, rate >= limits.agreement, n))
+        if not conditions:
+            conditions.append(_cond("agreement", None, limits.agreement, False, 0, "no shadow comparisons"))
+        (n1, e1), (n2, e2) = numbers.get("errors") or [(0, 0), (0, 0)]
+        r1, r2 = _ratio(e1, n1), _ratio(e2, n2)
+        if min(n1, n2) < limits.min_n:
+            conditions.append(_cond("device error rate stable", None if r1 is None or r2 is None else r2 - r1,
+                                    limits.error_rate_drift, False, min(n1, n2), "not enough sample"))  # fmt: skip
+        else:
+            drift = r2 - r1
+            conditions.append(_cond("device error rate stable", drift, limits.error_rate_drift,
+                                    drift <= limits.error_rate_drift + 1e-12, min(n1, n2)))  # fmt: skip
+    elif stage == "canary":
+        cohorts = numbers.get("cohorts") or {}
+        canary, cloud = cohorts.get("canary") or {}, cohorts.get("cloud_only") or {}
+        for name, num, den, limit in (
+            ("fallback rate", "fallbacks", "device_entered", limits.fallback_rate),
+            ("false fallback rate", "false_fallbacks", "false_fallback_labeled", limits.false_fallback_rate),
+            ("offload failure rate", "offload_failures", "device_attempts", limits.offload_failure_rate),
+        ):
+            n = canary.get(den, 0)
+            rate = _ratio(canary.get(num, 0), n)
+            if n < limits.min_n:
+                conditions.append(_cond(name, rate, limit, False, n, "not enough sample"))
+            else:
+                conditions.append(_cond(name, rate, limit, rate <= limit + 1e-12, n))
+        c_n, k_n = canary.get("requests", 0), cloud.get("requests", 0)
+        c_l4, k_l4 = _ratio(canary.get("l4", 0), c_n), _ratio(cloud.get("l4", 0), k_n)
+        if min(c_n, k_n) < limits.min_n:
+            conditions.append(_cond("canned answers vs cloud cohort", None if c_l4 is None or k_l4 is None else c_l4 - k_l4,
+                                    limits.l4_margin, False, min(c_n, k_n), "not enough sample"))  # fmt: skip
+        else:
+            conditions.append(_cond("canned answers vs cloud cohort", c_l4 - k_l4, limits.l4_margin,
+                                    c_l4 - k_l4 <= limits.l4_margin + 1e-12, min(c_n, k_n)))  # fmt: skip
+    rollback = list(numbers.get("rollback") or [])
+    if rollback and stage != "cloud_only":
+        recommendation, to = "rollback", "cloud_only"
+    elif target and conditions and all(c["met"] for c in conditions):
+        recommendation, to = "advance", target
+    else:
+        recommendation, to = "hold", stage
+    return {"stage": stage, "recommendation": recommendation, "to": to, "conditions": conditions,
+            "rollback_signals": rollback}  # fmt: skip
+
+
+# -- the reports -------------------------------------------------------------------------------------
+def review_window(client, days: float, end: datetime | None = None) -> QueryWindow:
+    """The review window: `days` full UTC days ending at `end`, by default at the end of the newest live
+    event's day (so a week that ended quietly is still reviewed); today's end on an empty warehouse."""
+    if end is None:
+        newest = rq.newest_live_event(client)
+        base = (newest.replace(tzinfo=timezone.utc) if newest and newest.tzinfo is None else newest) or datetime.now(timezone.utc)
+        end = base.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return QueryWindow(end - timedelta(days=days), end)
+
+
+def _window(window: QueryWindow, days: float) -> dict[str, Any]:
+    return {"start": iso(window.start), "end": iso(window.end), "days": days}
+
+
+def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
+    """METRICS.md §12 per task type with live events in the window."""
+    days = (window.end - window.start).total_seconds() / 86400
+    rows = rq.task_review(client, window)
+    out = {}
+    for task_type in sorted(rows):
+        r = rows[task_type]
+        groups = r["determinism_groups"]
+        determinism = r["determinism_agreeing"] / groups if groups else None
+        daily = r["requests"] / days
+        g = grade(float(r["input_p50"]), float(r["input_p95"]), daily, determinism, policy.capability(task_type).error_cost)
+        out[task_type] = {"input_tokens": {"p50": float(r["input_p50"]), "p95": float(r["input_p95"])},
+                          "daily_calls": daily, "determinism": determinism, "determinism_groups": groups, **g}  # fmt: skip
+    return {"window": _window(window, days), "task_types": out}
+
+
+def readiness_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
+    """METRICS.md §13 per task type with live events in the window."""
+    days = (window.end - window.start).total_seconds() / 86400
+    rows = rq.task_review(client, window)
+    memory = {t: float(v["memory_mb"]) for t, v in policy.device_tiers.items()}
+    out = {}
+    for task_type in sorted(rows):
+        r = rows[task_type]
+        cap = policy.capability(task_type)
+        missed = _ratio(int(r["missed_fallbacks"]), int(r["missed_fallback_labeled"]))
+        caught, missed_n = int(r["caught_bad"]), int(r["missed_fallbacks"])
+        g = gates(peak_by_tier={t: v["p95"] for t, v in r["peak_by_tier"].items()}, tier_memory_mb=memory,
+                  device_p95_ms=r["device_p95_ms"], missed_fallback_rate=missed,
+                  auto_detected=_ratio(caught, caught + missed_n))  # fmt: skip
+        f = factors(calls_per_session_day=r["requests"] / r["sessions"] / days if r["sessions"] else None,
+                    token_budget_p50=float(r["token_budget_p50"]), privacy=cap.privacy, has_validator=cap.validator is not None,
+                    error_cost=cap.error_cost, weak_network_share=float(r["weak_network_share"]), iteration=cap.iteration)  # fmt: skip
+        out[task_type] = readiness(g, f)
+    return {"window": _window(window, days), "task_types": out}
+
+
+def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The two seeds' verdicts per task type, and whether they disagree (offload/shadow vs not_ready, or
+    keep-cloud vs ready)."""
+    out = {}
+    for task_type in sorted(set(grading["task_types"]) | set(ready["task_types"])):
+        g, r = grading["task_types"].get(task_type), ready["task_types"].get(task_type)
+        tier, verdict = (g or {}).get("tier"), (r or {}).get("verdict")
+        disagree = (tier in ("offload", "shadow") and verdict == "not_ready") or (tier == "keep-cloud" and verdict == "ready")
+        out[task_type] = {"grading_tier": tier, "grading_reason": (g or {}).get("reason"), "readiness": verdict,
+                          "readiness_reasons": (r or {}).get("reasons", []), "disagree": disagree}  # fmt: skip
+    return out
+
+
+def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None) -> dict[str, Any]:
+    """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict."""
+    days = (window.end - window.start).total_seconds() / 86400
+    numbers = rq.rollout_numbers(client, window)
+    names = sorted(set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers))
+    out = {}
+    for task_type in names:
+        stage = policy.stage(task_type)
+        verdict = evaluate_stage(stage.stage, numbers.get(task_type) or {}, policy.rollout_limits)
+        if stage.stage == "canary":
+            verdict["percent"] = stage.percent
+        out[task_type] = verdict
+    return {"window": _window(window, days), "policy_version": policy.version, "task_types": out}
