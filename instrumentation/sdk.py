@@ -42,6 +42,7 @@ from instrumentation.events import (
     REASONS,
     Attempt,
     DecisionEvent,
+    DeviceStats,
     LabelEvent,
 )
 from instrumentation.pii import scrub
@@ -358,9 +359,12 @@ class Decision:
     def served(self, *, level: int | None = None, fallback_type: str = "none", reason: str = "default",
                confidence: float | None = None, threshold: float | None = None, cloud_calls: int | None = None,
                latency_ms: float | None = None, output_tokens: int | None = None, cost_usd: float | None = None,
-               shadow_agree: bool | None = None) -> DecisionEvent:  # fmt: skip
+               shadow_agree: bool | None = None, all_cloud_cost_usd: float | None = None,
+               rollout_stage: str | None = None, device_stats: dict | None = None) -> DecisionEvent:  # fmt: skip
         """Which level served the request and why. Builds the event and checks it against the contract;
-        raises `InvalidDecision` naming every broken rule. `level` defaults to the last attempt's."""
+        raises `InvalidDecision` naming every broken rule. `level` defaults to the last attempt's.
+        Contract v2's ledger fields are optional: what the request would have cost served by the cloud
+        alone, the task type's rollout stage, and what the device measured (`DeviceStats` fields)."""
         if self._event is not None:
             raise InvalidDecision("served() twice for one decision")
         if not self.attempts:
@@ -412,6 +416,9 @@ class Decision:
             cloud_model=self.cloud_model,
             shadow_agree=shadow_agree,
             cost_usd=cost if cost is not None else UNSET,
+            all_cloud_cost_usd=all_cloud_cost_usd if all_cloud_cost_usd is not None else UNSET,
+            rollout_stage=rollout_stage if rollout_stage is not None else UNSET,
+            device_stats=DeviceStats(**device_stats) if device_stats is not None else None,
         )
         check(event)
         self._event = event

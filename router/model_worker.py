@@ -61,8 +61,11 @@ class WorkerDevice:
 
     def _read_line(self, timeout_s: float) -> dict | None:
         out = self.process.stdout
-        ready, _, _ = select.select([out], [], [], timeout_s)
-        if not ready:
+        # poll, not select: select() refuses descriptors above 1024, and a process that holds the
+        # embedded warehouse and a broker connection has many open
+        poller = select.poll()
+        poller.register(out, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(timeout_s * 1000):
             self.crashed = f"no answer within {timeout_s:.0f} s"
             return None
         line = out.readline()

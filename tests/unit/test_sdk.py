@@ -83,7 +83,9 @@ def test_the_sdk_records_the_same_span_tree_and_event_as_our_router():
                              threshold=routed.threshold, ttft_ms=routed.ttft_ms, output_tokens=routed.output_tokens,
                              model="scripted-device")  # fmt: skip
         d.cloud_attempt(level=2, outcome="ok", latency_ms=routed.attempts[2].latency_ms, model="cloud-small", output_tokens=9, cost_usd=routed.cost_usd)
-        d.served(fallback_type="quality", reason="low_confidence", confidence=routed.confidence)
+        d.served(fallback_type="quality", reason="low_confidence", confidence=routed.confidence,
+                 all_cloud_cost_usd=routed.all_cloud_cost_usd, rollout_stage=routed.rollout_stage,
+                 device_stats=msgspec.structs.asdict(routed.device_stats) if routed.device_stats else None)  # fmt: skip
 
     a, b = out_a.decisions()[0], out_b.decisions()[0]
     assert {k: v for k, v in a.items() if k not in VOLATILE} == {k: v for k, v in b.items() if k not in VOLATILE}
