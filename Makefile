@@ -8,4 +8,4 @@ demo: bootstrap
 	.venv/bin/routerscope demo
 
 test: bootstrap
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n 2 --dist loadfile
