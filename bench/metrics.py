@@ -57,6 +57,8 @@ SELECT
     if(number % 100 = 0, number % 7 != 0, NULL) AS shadow_agree,
     NULL AS breaker_device, NULL AS breaker_cloud, 0.0001 * cloud_calls AS cost_usd,
     NULL AS trace_id, NULL AS span_id,
+    NULL AS device_peak_mem_mb, NULL AS device_thermal_state, NULL AS device_decode_tps, NULL AS device_prefill_tps,
+    NULL AS device_cold_start, NULL AS device_load_ms, NULL AS all_cloud_cost_usd, NULL AS rollout_stage,
     'router.decisions.v1' AS kafka_topic, toUInt32(number % 3) AS kafka_partition, number AS kafka_offset,
     now64(3) AS ingested_at
 FROM numbers({rows:UInt64})

@@ -86,6 +86,7 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
+        self._metric_attrs: dict[tuple, tuple[dict, dict]] = {}
 
     @classmethod
     def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> "Recorder":
@@ -115,6 +116,28 @@ class Recorder:
                         pii_to_cloud=pii_to_cloud, mode=mode, network=network, device_tier=device_tier,
                         app_id=app_id if app_id is not None else self.app_id, app_version=app_version,
                         policy_version=policy_version or self.policy_version, start_ns=_ns(start_time))  # fmt: skip
+
+    def adopted(self, task_type: str, route, *args):
+        """Record the decision a router makes and returns: `route(*args)` returns `(result, event)` with
+        the event already built (our engine's). The same span (current while `route` runs), attempt
+        spans, metrics and event as `decision()` + `Decision.adopt()`, without the bookkeeping a
+        decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
+        started = time.time_ns()
+        span = self.telemetry.tracer.start_span(f"route {task_type}", kind=SpanKind.INTERNAL, start_time=started)
+        token = otel_context.attach(set_span_in_context(span))
+        try:
+            try:
+                result, event = route(*args)
+            except BaseException as exc:
+                if span.is_recording():
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                raise
+            event, _ = self._finish(span, event, started, None)
+        finally:
+            otel_context.detach(token)
+            span.end()
+        return result, event
 
     def label(self, request_id: str, *, device_acceptable: bool | None, source: str = "human_review",
               route_correct: bool | None = None, labeler: str | None = None,
@@ -157,9 +180,12 @@ class Recorder:
         end of the last attempt span."""
         tel = self.telemetry
         session = scrub(event.session_id)
-        event = msgspec.structs.replace(event, session_id=session, request_id=scrub(event.request_id),
-                                        app_id=scrub(event.app_id), device_tier=scrub(event.device_tier))  # fmt: skip
         ctx = span.get_span_context()
+        changes = {"session_id": session, "request_id": scrub(event.request_id), "app_id": scrub(event.app_id),
+                   "device_tier": scrub(event.device_tier)}  # fmt: skip
+        if ctx.is_valid:
+            changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+        event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
             attributes = {
                 A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
@@ -176,13 +202,18 @@ class Recorder:
             children_end = self._attempt_spans(event, started_ns, session, details)
         else:
             children_end = started_ns
-        if ctx.is_valid:
-            event = msgspec.structs.replace(event, trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"))
         tel.send(names.TOPIC_DECISIONS, event.session_id, event)
-        attrs = {"task_type": event.task_type, "fallback_type": event.fallback_type, "reason": event.reason,
-                 "degrade_level": event.degrade_level}  # fmt: skip
-        tel.decisions.add(1, attrs)
-        tel.latency.record(event.latency_ms, {"task_type": event.task_type, "degrade_level": event.degrade_level})
+        key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
+        attrs = self._metric_attrs.get(key)
+        if attrs is None:  # the few combinations recur: build their attribute dicts once
+            if len(self._metric_attrs) >= 4096:
+                self._metric_attrs.clear()
+            attrs = self._metric_attrs[key] = (
+                {"task_type": key[0], "fallback_type": key[1], "reason": key[2], "degrade_level": key[3]},
+                {"task_type": key[0], "degrade_level": key[3]},
+            )
+        tel.decisions.add(1, attrs[0])
+        tel.latency.record(event.latency_ms, attrs[1])
         return event, children_end
 
     def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:

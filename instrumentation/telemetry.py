@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 import msgspec
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.propagate import inject
 
@@ -66,12 +67,40 @@ class Telemetry:
         return [Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")]
 
     def send(self, topic: str, key: str | None, event) -> None:
+        """Queue `event` for Kafka. The request path only captures the current context; the JSON and the
+        W3C trace headers are made by the emitter's sender thread when it first reads the message."""
         if self.emitter is None:
             return
-        carrier: dict[str, str] = {}
-        inject(carrier)  # W3C traceparent of the current span
-        self.emitter.emit(Message(topic, None if key is None else key.encode(), msgspec.json.encode(event),
-                                  tuple((k, v.encode()) for k, v in carrier.items())))  # fmt: skip
+        self.emitter.emit(EventMessage(topic, None if key is None else key.encode(), event, otel_context.get_current()))
+
+
+class EventMessage:
+    """An emitter message (`instrumentation.emitter.Message`'s interface) whose value and headers are
+    encoded on first use — on the sender's thread, off the request path. The bytes are the same as
+    encoding at the call: the event is not changed after it is sent, and the trace context is the one
+    that was current at `send()`."""
+
+    __slots__ = ("topic", "key", "_event", "_context", "_value", "_headers")
+
+    def __init__(self, topic: str, key: bytes | None, event, context):
+        self.topic, self.key, self._event, self._context = topic, key, event, context
+        self._value = self._headers = None
+
+    @property
+    def value(self) -> bytes:
+        if self._value is None:
+            self._value = msgspec.json.encode(self._event)
+        return self._value
+
+    @property
+    def headers(self) -> tuple[tuple[str, bytes], ...]:
+        if self._headers is None:
+            carrier: dict[str, str] = {}
+            inject(carrier, context=self._context)  # W3C traceparent of the span current at send()
+            self._headers = tuple((k, v.encode()) for k, v in carrier.items())
+        return self._headers
+
+    to_line = Message.to_line
 
 
 class InstrumentedRouter:
@@ -85,11 +114,7 @@ class InstrumentedRouter:
         router.on_breaker_event = lambda e: telemetry.send(names.TOPIC_BREAKERS, e.instance_id, e)
 
     def route(self, request):
-        with self.recorder.decision(task_type=request.task_type, session_id=request.session_id,
-                                    deadline_ms=request.deadline_ms, elapsed_ms=request.elapsed_ms) as decision:  # fmt: skip
-            response, event = self.router.route(request)
-            decision.adopt(event)
-        return response, decision.event
+        return self.recorder.adopted(request.task_type, self.router.route, request)
 
 
 def producer_config(settings) -> dict:

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from instrumentation import attributes as A
 from instrumentation.contract import DECISIONS, LABELS
+from instrumentation.emitter import Message
 from instrumentation.pii import scrub
 from instrumentation.sdk import InvalidDecision, Recorder
 from instrumentation.telemetry import InstrumentedRouter, Telemetry
@@ -240,3 +241,19 @@ def test_a_canary_inside_any_id_is_always_redacted_the_same_way(canary, prefix, 
     """DESIGN §2: no personal data in telemetry, whatever the id wraps around it."""
     value = prefix + canary + suffix
     assert scrub(value).startswith("redacted-") and scrub(value) == scrub(value) and scrub(scrub(value)) == scrub(value)
+
+
+def test_the_event_is_encoded_off_the_request_path_into_the_same_bytes_and_trace_headers():
+    """The request path only queues the event and its context; the sender's first read makes the JSON
+    and the W3C traceparent, byte for byte what encoding at the call gives."""
+    telemetry, spans, out = stack()
+    router = InstrumentedRouter(Router(ScriptedDevice([dev(confidence=0.9)]), ScriptedCloud([])), telemetry)
+    _, event = router.route(Request(task_type="short_reply", text="hello", session_id="sess-42"))
+    message = out.messages[0]
+    assert message._value is None and message._headers is None  # nothing encoded on the caller's thread
+    assert message.value == msgspec.json.encode(event)
+    (name, traceparent), = message.headers
+    assert name == "traceparent" and traceparent.decode().split("-")[:3] == ["00", event.trace_id, event.span_id]
+    parent, _ = span_tree(spans)
+    assert event.span_id == format(parent.context.span_id, "016x")
+    assert message.to_line() == Message(message.topic, message.key, message.value, message.headers).to_line()
