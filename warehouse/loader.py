@@ -508,15 +508,16 @@ class Loader:
                     continue
                 idle = now - last_message
                 if idle >= self.idle_timeout_s:
-                    # Drained, unless the broker went away (a client-wide error since the last
-                    # message, and it does not answer now): then store what arrived and stop.
-                    if self._broker_error is None or _answers(consumer):
+                    # Drained, unless the broker went away (it does not answer a metadata request now):
+                    # then store what arrived and stop. Asked every time, not only after librdkafka
+                    # reported an error: its error callback can come later than the idle timeout.
+                    if _answers(consumer):
                         break
                     if idle >= self.broker_timeout_s:
                         self._flush(consumer, batch, states, result)
                         raise BrokerUnavailable(
                             f"the broker at {self._bootstrap} stopped answering during the load "
-                            f"({self._broker_error}); what arrived before was loaded and its position stored, "
+                            f"({self._broker_error or 'no answer to a metadata request'}); what arrived before was loaded and its position stored, "
                             "so the next `routerscope load` resumes there"
                         )
                 if batch.size and now - last_flush >= self.flush_interval_s:
