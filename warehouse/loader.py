@@ -505,6 +505,7 @@ class Loader:
             if not messages:
                 if self._held is not None:  # nothing queued: let go of the warehouse before waiting
                     self._release()
+                    last_message = max(last_message, time.monotonic())  # idle counts waiting, not work
                     continue
                 idle = now - last_message
                 if idle >= self.idle_timeout_s:
@@ -523,6 +524,7 @@ class Loader:
                 if batch.size and now - last_flush >= self.flush_interval_s:
                     self._flush(consumer, batch, states, result)
                     batch, last_flush = _Batch(), now
+                    last_message = max(last_message, time.monotonic())
                 continue
             consumed = 0
             for message in messages:
@@ -573,6 +575,10 @@ class Loader:
             if batch.size >= self.batch_size or (batch.size and now - last_flush >= self.flush_interval_s):
                 self._flush(consumer, batch, states, result)
                 batch, last_flush = _Batch(), time.monotonic()
+            if consumed:
+                # the idle timeout measures waiting for messages: decoding and writing this batch (seconds for
+                # a large insert on a busy machine) is work, and once counted it ended runs half-drained
+                last_message = max(last_message, time.monotonic())
         if batch.ranges:
             self._flush(consumer, batch, states, result)
         lost = [st for st in states.values() if st.stored and not st.verified]
