@@ -50,6 +50,7 @@ class WorkerDevice:
             [sys.executable, "-m", "router.model_worker", str(model_path), json.dumps(options)],
             stdin=-1, stdout=-1, stderr=self._log if self._log else -3,  # PIPE, PIPE, DEVNULL
         )  # fmt: skip
+        self._watch()
         hello = self._read_line(ready_timeout_s)
         if hello is None or not hello.get("ready"):
             self.close()
@@ -59,20 +60,29 @@ class WorkerDevice:
             )
         self.model = hello.get("model", self.model)
 
-    def _read_line(self, timeout_s: float) -> dict | None:
-        out = self.process.stdout
+    def _watch(self) -> None:
         # poll, not select: select() refuses descriptors above 1024, and a process that holds the
         # embedded warehouse and a broker connection has many open
-        poller = select.poll()
-        poller.register(out, select.POLLIN | select.POLLHUP | select.POLLERR)
-        if not poller.poll(timeout_s * 1000):
+        self._poller = select.poll()
+        self._poller.register(self.process.stdout, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def _read_line(self, timeout_s: float) -> dict | None:
+        """The worker's next reply, or None (and `crashed` says why) when it died, hung or talked nonsense."""
+        if not self._poller.poll(timeout_s * 1000):
             self.crashed = f"no answer within {timeout_s:.0f} s"
             return None
-        line = out.readline()
+        line = self.process.stdout.readline()
         if not line:
             self.crashed = self._exit_description()
             return None
-        return json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self.crashed = f"sent an unreadable reply ({line[:80]!r})"
+            return None
+        return reply
 
     def _exit_description(self) -> str:
         try:
@@ -98,8 +108,12 @@ class WorkerDevice:
                 if reply is None:  # dead or hung: never ask it again
                     self._kill()
                 else:
-                    self.ttft_ms, self.tps = reply.pop("ttft_estimate_ms"), reply.pop("tps_estimate")
-                    return DeviceResult(**reply)
+                    try:
+                        self.ttft_ms, self.tps = reply.pop("ttft_estimate_ms"), reply.pop("tps_estimate")
+                        return DeviceResult(**reply)
+                    except (KeyError, TypeError):  # a reply of another shape: a worker out of step
+                        self.crashed = f"sent a reply without a result ({sorted(reply)[:8]})"
+                        self._kill()
         # the model runtime is gone for good: to the router that is a device that can no longer load its
         # model, which opens the device breaker at once (seed 000: device unavailable is the serious failure)
         return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error",

@@ -95,3 +95,25 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("says", ["segfault imminent", "[1, 2]", '{"text": "half a result"}'])
+def test_a_worker_that_answers_nonsense_is_a_device_error_not_an_exception(says):
+    """A worker out of step (a native library writing to stdout, a protocol bug) must end as a failed
+    device attempt, like a crash, never as an exception out of the router's call."""
+    import sys
+    import threading
+
+    from routerscope import procs
+
+    device = WorkerDevice.__new__(WorkerDevice)  # the protocol side only, with a stand-in worker process
+    script = f"import sys, time; sys.stdin.readline(); print({says!r}, flush=True); time.sleep(30)"
+    device.process = procs.spawn([sys.executable, "-c", script], stdin=-1, stdout=-1)
+    device._watch()
+    device._lock, device._log, device.crashed, device.model = threading.Lock(), None, None, "stand-in"
+    started = time.monotonic()
+    result = device.generate("hello", max_tokens=8, timeout_ms=1000, degraded=False, commit_tokens=120)
+    assert (result.outcome, result.error_kind) == ("error", "load_failure")
+    assert device.crashed and time.monotonic() - started < 10
+    assert device.process.poll() is not None  # stopped, never asked again
+    device.close()
