@@ -11,10 +11,15 @@ How a crash at any moment neither loses nor doubles rows:
 * **Rows that landed past the stored position are found, not re-inserted.** If a run dies after
   inserting rows but before writing their position, the next run looks up which offsets past the
   stored position are already in the facts table or the quarantine, and skips exactly those.
-* **Retried inserts are deduplicated.** Each insert carries a token naming the offset ranges it
-  covers (`topic:partition:first-last`, …); the tables keep a non-replicated deduplication window,
-  so the same insert arriving twice adds nothing. ReplacingMergeTree keyed on the event id is the
-  last line, and queries that need exact counts deduplicate by event id anyway.
+* **Retried inserts are deduplicated.** Each insert carries a token naming the run and the offset
+  ranges it covers (`run;topic:partition:first-last`, …); the tables keep a non-replicated
+  deduplication window, so the same insert arriving twice within a run adds nothing. The token names
+  the run because the warehouse records a token before it moves the insert's part into place: a run
+  killed in between leaves the token remembered and the rows gone, and the next run, starting from the
+  same position with the same batch size, would build the same ranges and see its insert dropped as a
+  duplicate. Across runs, the landed-offsets lookup above is what finds rows. ReplacingMergeTree keyed
+  on the event id (the quarantine: on the offset) is the last line, and queries that need exact counts
+  deduplicate by event id anyway.
 * **Lost broker data is detected.** A partition with a stored position is read from one message
   *before* it: that message must still be there, and must be the message that was loaded (the
   position keeps a fingerprint of its key and value). If it is not (an in-memory broker restarted,
@@ -46,6 +51,7 @@ import gc
 import hashlib
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -250,6 +256,7 @@ class Loader:
         self._client = None  # a client to use throughout, when the caller gives one
         self._held = None  # (context manager, client): the warehouse kept open while messages flow
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
+        self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
 
     @contextmanager
     def _warehouse(self):
@@ -302,15 +309,14 @@ class Loader:
                 found.setdefault(int(partition), set()).add(int(offset))
         return found
 
-    @staticmethod
-    def _insert(client, table: str, columns, data: list, token: str) -> None:
-        """One column-oriented insert, deduplicated by `token` if it arrives twice."""
+    def _insert(self, client, table: str, columns, data: list, token: str) -> None:
+        """One column-oriented insert, deduplicated by this run and `token` if it arrives twice."""
         client.insert(
             f"{names.DATABASE}.{table}",
             data,
             column_names=list(columns),
             column_oriented=True,
-            settings={"insert_deduplication_token": token, **INSERT_SETTINGS},
+            settings={"insert_deduplication_token": f"{self.run_id};{token}", **INSERT_SETTINGS},
         )
 
     def write(self, client, batch: _Batch, states: dict[tuple[str, int], PartitionState], result: LoadResult) -> None:

@@ -284,6 +284,26 @@ def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stac
     assert counts == [60, 1]
 
 
+def test_a_token_left_by_a_killed_run_whose_rows_never_landed_does_not_swallow_the_next_runs_rows(stack):
+    """A SIGKILL between the warehouse writing an insert's deduplication-log entry and moving its part into
+    place leaves the token remembered and the rows gone. The next run starts from the same stored position
+    with the same batch size, so its batch has the same offset ranges: were tokens made of those ranges alone,
+    its insert would be dropped as a duplicate and the rows lost. Simulated: the first run's quarantine rows
+    are deleted and its positions forgotten (its deduplication log stays)."""
+    produce(stack, DECISIONS, valid_decisions(30) + [b"bad-1", b"bad-2", b"bad-3"], keys=[b"k"] * 33)
+    first = load(stack, batch_size=400, **FAST)
+    assert (first.loaded["decisions"], first.quarantined["decisions"]) == (30, 3)
+    with open_warehouse(stack) as client:
+        client.command("ALTER TABLE routerscope.quarantine DELETE WHERE 1 SETTINGS mutations_sync = 2")
+        client.command("TRUNCATE TABLE routerscope.ingest_offsets")
+        assert client.query("SELECT count() FROM routerscope.quarantine").result_rows[0][0] == 0
+    second = load(stack, batch_size=400, **FAST)
+    assert second.skipped_already_loaded == 30  # the facts were found where they landed
+    assert second.quarantined["decisions"] == 3
+    assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == 3
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 30
+
+
 class FailingClient:
     """The real client, except that inserts into one table fail (the warehouse going away mid-batch)."""
 
