@@ -1,5 +1,5 @@
 # The two commands of the README. Each bootstraps .venv first (a no-op when it is up to date).
-.PHONY: demo test bootstrap
+.PHONY: demo test lint bootstrap
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -9,3 +9,8 @@ demo: bootstrap
 
 test: bootstrap
 	.venv/bin/python -m pytest -n 2 --dist loadfile
+
+# Style: the formatter's output and the linter's rules (pyproject.toml [tool.ruff]); CI runs it before the tests.
+lint: bootstrap
+	.venv/bin/ruff format --check .
+	.venv/bin/ruff check .

@@ -48,11 +48,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
+    import dagster as dg
+
     from pipelines.ingest import ingest_topics
     from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
-    import dagster as dg
-
     from routerscope.demo import simulate, windows_and_alerts
     from warehouse.client import open_warehouse
     from warehouse.metrics import compute
@@ -76,8 +76,9 @@ def main() -> None:
         log("loading")
         t = time.perf_counter()
         resources = {"routerscope": RouterscopeResource.for_settings(settings)}
-        result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}},
-                         resources=resources)  # fmt: skip
+        result = run_job(
+            "ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}}, resources=resources
+        )
         stages["load"] = time.perf_counter() - t
         loaded = {k: v.get("loaded") for k, v in materializations(result).items()}
         figures["loaded"] = loaded
@@ -89,12 +90,16 @@ def main() -> None:
         stages["metrics_5m"] = time.perf_counter() - t
         figures["alerts_fired"] = len(fired)
         with open_warehouse(settings) as client:
-            windows = client.query("SELECT count() FROM routerscope.metric_windows FINAL WHERE grain = '5m' AND task_type = ''").result_rows[0][0]
+            windows = client.query(
+                "SELECT count() FROM routerscope.metric_windows FINAL WHERE grain = '5m' AND task_type = ''"
+            ).result_rows[0][0]
             t = time.perf_counter()
             summary = compute(client, start, end)
             stages["metrics_span"] = time.perf_counter() - t
             # messages loaded include the broker's duplicate deliveries (producer retries); events are distinct
-            figures["distinct_decisions"] = client.query("SELECT uniqExact(event_id) FROM routerscope.decisions").result_rows[0][0]
+            figures["distinct_decisions"] = client.query(
+                "SELECT uniqExact(event_id) FROM routerscope.decisions"
+            ).result_rows[0][0]
         figures["overall_fallback_rate"] = summary["overall"]["fallback_rate"]
     finally:
         broker.stop(settings)

@@ -67,7 +67,7 @@ def main() -> int:
     n = args.decisions
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         config = {"bootstrap_servers": "127.0.0.1:9", "max_block_ms": 500, "bootstrap_timeout_ms": 500}
-        queued = KafkaEmitter(config, Path(tmp) / "queued", queue_size=2 * n + 10000)  # fmt: skip
+        queued = KafkaEmitter(config, Path(tmp) / "queued", queue_size=2 * n + 10000)
         queued._stop.set()  # sender paused: (b) measures the request path only
         queued._thread.join(5)
         emitter = KafkaEmitter(config, Path(tmp) / "spool", queue_size=n + 10)
@@ -81,7 +81,9 @@ def main() -> int:
 
         req = Request(task_type="short_reply", text="hello", session_id="s1", expected_output_tokens=20)
         plain = Router(InstantDevice(), InstantCloud())
-        instrumented = InstrumentedRouter(Router(InstantDevice(), InstantCloud()), Telemetry(queued, tracer_provider, meter_provider))
+        instrumented = InstrumentedRouter(
+            Router(InstantDevice(), InstantCloud()), Telemetry(queued, tracer_provider, meter_provider)
+        )
         for _ in range(2000):  # warm-up
             bare_span(), plain.route(req), instrumented.route(req)
         bare = timed(bare_span, n)

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ from routerscope import broker, names  # noqa: E402
 from routerscope.settings import Settings  # noqa: E402
 
 TOPIC = names.TOPIC_DECISIONS
-BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
+BASE = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def log(message: str) -> None:
@@ -77,17 +77,30 @@ def payloads(n: int, malformed_share: float = 0.001):
         }
         if kind == 7:
             event.update(
-                fallback_type="quality", reason="low_confidence", degrade_level=2, cloud_calls=1, confidence=0.4,
-                attempts=[{"level": 0, "outcome": "low_confidence", "latency_ms": 150.0},
-                          {"level": 2, "outcome": "ok", "latency_ms": 640.0}],
-                cloud_model="cloud-small", cost_usd=0.0004,
-            )  # fmt: skip
+                fallback_type="quality",
+                reason="low_confidence",
+                degrade_level=2,
+                cloud_calls=1,
+                confidence=0.4,
+                attempts=[
+                    {"level": 0, "outcome": "low_confidence", "latency_ms": 150.0},
+                    {"level": 2, "outcome": "ok", "latency_ms": 640.0},
+                ],
+                cloud_model="cloud-small",
+                cost_usd=0.0004,
+            )
         elif kind == 9:
             event.update(
-                task_type="long_summary", entered_device=False, fallback_type="capability", reason="capability_miss",
-                degrade_level=2, cloud_calls=1, confidence=None,
-                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 900.0}], cloud_model="cloud-small",
-            )  # fmt: skip
+                task_type="long_summary",
+                entered_device=False,
+                fallback_type="capability",
+                reason="capability_miss",
+                degrade_level=2,
+                cloud_calls=1,
+                confidence=None,
+                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 900.0}],
+                cloud_model="cloud-small",
+            )
         raw = encode(event)
         if rng.random() < malformed_share:
             raw = raw[: len(raw) // 2]
@@ -145,8 +158,13 @@ def raw_confluent(bootstrap: str, partitions: list[int], n: int) -> float:
 def raw_kafka_python(bootstrap: str, partitions: list[int], n: int) -> float:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                             max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)  # fmt: skip
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
     tps = [TopicPartition(TOPIC, p) for p in partitions]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
@@ -188,7 +206,9 @@ def main() -> int:
             kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
 
             log("(b) loader core in process ...")
-            core_settings = Settings.from_env({**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / 'core-warehouse'}"})
+            core_settings = Settings.from_env(
+                {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / 'core-warehouse'}"}
+            )
             with open_warehouse(core_settings, purpose="bench") as client:
                 migrate(client)
                 started = time.perf_counter()
@@ -201,8 +221,11 @@ def main() -> int:
             started = time.perf_counter()
             process = subprocess.Popen(
                 [exe, "load", "--json", "--batch-size", str(args.batch_size)],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-            )  # fmt: skip
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=REPO,
+            )
             _, status, usage = os.wait4(process.pid, 0)
             command_s = time.perf_counter() - started
             out = json.loads(process.stdout.read())

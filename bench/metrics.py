@@ -16,7 +16,7 @@ import resource
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.metrics import compute  # noqa: E402
 from warehouse.migrate import migrate  # noqa: E402
 
-END = datetime(2026, 11, 29, tzinfo=timezone.utc)
+END = datetime(2026, 11, 29, tzinfo=UTC)
 
 # Generated decisions: five task types, ~10 % capability misses, ~12 % device fallbacks, 1 % shadow.
 FILL_DECISIONS = """
@@ -84,7 +84,11 @@ def main() -> int:
         settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
         with open_warehouse(settings, purpose="bench") as client:
             migrate(client)
-            params = {"start": start.strftime("%Y-%m-%d %H:%M:%S"), "span_ms": args.days * 86_400_000, "rows": args.rows}
+            params = {
+                "start": start.strftime("%Y-%m-%d %H:%M:%S"),
+                "span_ms": args.days * 86_400_000,
+                "rows": args.rows,
+            }
             print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
             t = time.perf_counter()
             client.command(FILL_DECISIONS, parameters=params)
@@ -105,9 +109,14 @@ def main() -> int:
                 return best, value
 
             # The same rows the metric set reads: the day and its 7-day baseline.
-            span = {"lo": (END - timedelta(days=8)).strftime("%Y-%m-%d %H:%M:%S"), "hi": END.strftime("%Y-%m-%d %H:%M:%S")}
-            count_sql = ("SELECT count() FROM routerscope.decisions FINAL "
-                         "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')}")
+            span = {
+                "lo": (END - timedelta(days=8)).strftime("%Y-%m-%d %H:%M:%S"),
+                "hi": END.strftime("%Y-%m-%d %H:%M:%S"),
+            }
+            count_sql = (
+                "SELECT count() FROM routerscope.decisions FINAL "
+                "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')}"
+            )
             count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
             metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
     figures = {

@@ -47,15 +47,20 @@ def main() -> int:
         if perf.n_p_eval > 0 and perf.t_p_eval_ms > 0:
             prefill.append(1000 * perf.n_p_eval / perf.t_p_eval_ms)
     info = llama_cpp.llama_print_system_info().decode().strip()
-    print(json.dumps({
-        "llama_cpp_python": llama_cpp.__version__,
-        "library": llama_cpp.__file__,
-        "system_info": info,
-        "threads": args.threads,
-        "runs": args.runs,
-        "decode_tokens_per_s_median": round(statistics.median(decode), 1) if decode else None,
-        "prefill_tokens_per_s_median": round(statistics.median(prefill), 1) if prefill else None,
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "llama_cpp_python": llama_cpp.__version__,
+                "library": llama_cpp.__file__,
+                "system_info": info,
+                "threads": args.threads,
+                "runs": args.runs,
+                "decode_tokens_per_s_median": round(statistics.median(decode), 1) if decode else None,
+                "prefill_tokens_per_s_median": round(statistics.median(prefill), 1) if prefill else None,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

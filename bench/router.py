@@ -46,7 +46,9 @@ def main() -> int:
         Request(task_type="intent_classify", text="turn on the lights", session_id="s1", expected_output_tokens=4),
         Request(task_type="short_reply", text="thanks!", session_id="s2", expected_output_tokens=20),
         Request(task_type="long_summary", text="a long document", session_id="s3", input_tokens=9000),
-        Request(task_type="short_reply", text="my address is", session_id="s4", has_pii=True, expected_output_tokens=20),
+        Request(
+            task_type="short_reply", text="my address is", session_id="s4", has_pii=True, expected_output_tokens=20
+        ),
     ]
     for i in range(2000):  # warm-up
         router.route(kinds[i % 4])
@@ -58,13 +60,18 @@ def main() -> int:
         samples.append(perf() - t)
     samples.sort()
     us = lambda ns: round(ns / 1000, 2)  # noqa: E731
-    print(json.dumps({
-        "decisions": args.decisions,
-        "p50_us": us(samples[len(samples) // 2]),
-        "p99_us": us(samples[int(len(samples) * 0.99)]),
-        "mean_us": us(statistics.fmean(samples)),
-        "target_p50_us": 30,
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "decisions": args.decisions,
+                "p50_us": us(samples[len(samples) // 2]),
+                "p99_us": us(samples[int(len(samples) * 0.99)]),
+                "mean_us": us(statistics.fmean(samples)),
+                "target_p50_us": 30,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import streamlit as st
@@ -54,11 +54,13 @@ def query(sql: str, **parameters) -> pd.DataFrame:
 
 def _latest_end(grain: str) -> datetime | None:
     """The end of the newest metric window of `grain`, or None before the first."""
-    df = query("SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = {grain:String}", grain=grain)
+    df = query(
+        "SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = {grain:String}", grain=grain
+    )
     t = df["t"].iloc[0] if len(df) else None
     if t is None or pd.isna(t) or t.year <= 1970:
         return None
-    return pd.Timestamp(t).to_pydatetime().replace(tzinfo=timezone.utc)
+    return pd.Timestamp(t).to_pydatetime().replace(tzinfo=UTC)
 
 
 @st.cache_data(ttl=TTL)
@@ -68,7 +70,7 @@ def latest_window_end() -> datetime | None:
 
 def _hours_before_latest(hours: float) -> str:
     """The start of the last `hours` before the newest 5-minute window (or now), as a bound value."""
-    end = latest_window_end() or datetime.now(timezone.utc)
+    end = latest_window_end() or datetime.now(UTC)
     return (end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -85,8 +87,10 @@ def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
         "l2_l3_share, l2_l3_drifting, false_fallback_rate, false_fallback_labeled "
         "FROM routerscope.metric_windows FINAL WHERE grain = {grain:String} AND task_type = {task:String} "
         "AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
-        grain=grain, task=task_type, start=_hours_before_latest(hours),
-    )  # fmt: skip
+        grain=grain,
+        task=task_type,
+        start=_hours_before_latest(hours),
+    )
 
 
 @st.cache_data(ttl=TTL)
@@ -105,8 +109,9 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
     df = query(
         "SELECT window_start, metrics FROM routerscope.metric_windows FINAL WHERE grain = '1d' "
         "AND task_type = {task:String} AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
-        task=task_type, start=(end - timedelta(days=days)).strftime("%Y-%m-%d %H:%M:%S"),
-    )  # fmt: skip
+        task=task_type,
+        start=(end - timedelta(days=days)).strftime("%Y-%m-%d %H:%M:%S"),
+    )
     if df.empty:
         return df
     return df.assign(group=[json.loads(m) for m in df.pop("metrics")])
@@ -134,7 +139,9 @@ def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.
 
 @st.cache_data(ttl=TTL)
 def task_types() -> list[str]:
-    return _distinct("SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type")
+    return _distinct(
+        "SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type"
+    )
 
 
 @st.cache_data(ttl=TTL)
@@ -172,8 +179,10 @@ def consumer_lag() -> pd.DataFrame:
 
     with _warehouse() as client:
         stored = ingest_offsets.positions(client)
-    return pd.DataFrame(ingest_offsets.consumer_lag(stored, end_offsets(_settings())),
-                        columns=["topic", "partition", "loaded_to", "broker_end", "behind", "stored_at"])  # fmt: skip
+    return pd.DataFrame(
+        ingest_offsets.consumer_lag(stored, end_offsets(_settings())),
+        columns=["topic", "partition", "loaded_to", "broker_end", "behind", "stored_at"],
+    )
 
 
 @st.cache_data(ttl=TTL)
@@ -215,8 +224,17 @@ def quarantine(limit: int = 20) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def decisions(task_type: str, fallback_type: str, hours: float, request_id: str = "", limit: int = 200,
-              reason: str = "", level: int = -1, network: str = "", device_tier: str = "") -> pd.DataFrame:  # fmt: skip
+def decisions(
+    task_type: str,
+    fallback_type: str,
+    hours: float,
+    request_id: str = "",
+    limit: int = 200,
+    reason: str = "",
+    level: int = -1,
+    network: str = "",
+    device_tier: str = "",
+) -> pd.DataFrame:
     """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any);
     every value bound."""
     return query(
@@ -228,14 +246,23 @@ def decisions(task_type: str, fallback_type: str, hours: float, request_id: str 
         "AND ({net:String} = '' OR network = {net:String}) AND ({tier:String} = '' OR device_tier = {tier:String}) "
         "AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0) "
         "ORDER BY event_time DESC LIMIT {limit:UInt32}",
-        start=_hours_before_latest(hours), task=task_type, fb=fallback_type,
-        reason=reason, level=level, net=network, tier=device_tier, rid=request_id, limit=limit,
-    )  # fmt: skip
+        start=_hours_before_latest(hours),
+        task=task_type,
+        fb=fallback_type,
+        reason=reason,
+        level=level,
+        net=network,
+        tier=device_tier,
+        rid=request_id,
+        limit=limit,
+    )
 
 
 @st.cache_data(ttl=TTL)
 def device_tiers() -> list[str]:
-    return _distinct("SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier")
+    return _distinct(
+        "SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier"
+    )
 
 
 @st.cache_data(ttl=TTL)

@@ -30,10 +30,11 @@ range is named as such.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import msgspec
 from msgspec import UNSET
@@ -55,8 +56,8 @@ _decoder_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys
 # Larger messages are quarantined unread (a decision event is under 2 KB; Kafka's default limit is 1 MB).
 MAX_MESSAGE_BYTES = 1024 * 1024
 # The range of the warehouse's DateTime64(3) columns: an event_time outside it cannot be stored.
-EVENT_TIME_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
-EVENT_TIME_MAX = datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
+EVENT_TIME_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+EVENT_TIME_MAX = datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
 # decision_event.v2.schema.json's maxima (the same for version 1): field -> largest value.
 DECISION_MAXIMA: dict[str, float] = {
     "cloud_calls": 100,
@@ -109,8 +110,14 @@ def decision_ranges_hold(e) -> bool:
     keeps the two equivalent."""
     if not EVENT_TIME_MIN <= e.event_time <= EVENT_TIME_MAX:
         return False
-    if (e.cloud_calls > 100 or e.input_tokens > 10_000_000 or e.output_tokens > 10_000_000
-            or e.deadline_ms > 86_400_000 or e.elapsed_ms > 86_400_000 or e.latency_ms > 86_400_000):  # fmt: skip
+    if (
+        e.cloud_calls > 100
+        or e.input_tokens > 10_000_000
+        or e.output_tokens > 10_000_000
+        or e.deadline_ms > 86_400_000
+        or e.elapsed_ms > 86_400_000
+        or e.latency_ms > 86_400_000
+    ):
         return False
     ttft, cost = e.ttft_ms, e.cost_usd
     if (ttft is not None and ttft > 86_400_000) or (cost is not UNSET and cost > 1_000_000):
@@ -254,11 +261,14 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "low_confidence_below_threshold",
         ("reason", "confidence", "threshold"),
-        lambda e, lv: e.reason == "low_confidence"
-        and not (e.confidence is not None and e.threshold is not None and e.confidence < e.threshold),
+        lambda e, lv: (
+            e.reason == "low_confidence"
+            and not (e.confidence is not None and e.threshold is not None and e.confidence < e.threshold)
+        ),
         "reason = low_confidence ⇒ confidence < threshold",
     ),
 )
+
 
 def decision_invariants_hold(e) -> bool:
     """True when a typed decision breaks none of DECISION_INVARIANTS: the same rules, inlined.
@@ -500,8 +510,15 @@ def contract_for(topic: str) -> Contract:
 
 def all_rules(contract: Contract) -> Iterable[str]:
     """Every rule name a contract can report (for documentation and tests)."""
-    yield from ("json.invalid", "json.not_object", "json.too_large", "json.too_deep", "json.duplicate_key",
-                "schema.version", "contract.error")
+    yield from (
+        "json.invalid",
+        "json.not_object",
+        "json.too_large",
+        "json.too_deep",
+        "json.duplicate_key",
+        "schema.version",
+        "contract.error",
+    )
     for f in contract._fields:
         yield f"schema.required.{f.name}" if f.required else f"schema.invalid.{f.name}"
     yield "schema.range.event_time"

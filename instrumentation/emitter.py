@@ -53,20 +53,27 @@ class Message:
     headers: tuple[tuple[str, bytes], ...] = ()
 
     def to_line(self) -> bytes:
-        return json.dumps({
-            "t": self.topic,
-            "k": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
-            "v": self.value.decode("utf-8", "surrogateescape"),
-            "h": [[k, v.decode("utf-8", "surrogateescape")] for k, v in self.headers],
-        }).encode() + b"\n"  # fmt: skip
+        return (
+            json.dumps(
+                {
+                    "t": self.topic,
+                    "k": None if self.key is None else self.key.decode("utf-8", "surrogateescape"),
+                    "v": self.value.decode("utf-8", "surrogateescape"),
+                    "h": [[k, v.decode("utf-8", "surrogateescape")] for k, v in self.headers],
+                }
+            ).encode()
+            + b"\n"
+        )
 
     @classmethod
-    def from_line(cls, line: bytes) -> "Message":
+    def from_line(cls, line: bytes) -> Message:
         """Raises ValueError (or a subclass) on anything that is not a complete spool record."""
         try:
             d = json.loads(line)
             enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
-            return cls(d["t"], None if d["k"] is None else enc(d["k"]), enc(d["v"]), tuple((k, enc(v)) for k, v in d["h"]))
+            return cls(
+                d["t"], None if d["k"] is None else enc(d["k"]), enc(d["v"]), tuple((k, enc(v)) for k, v in d["h"])
+            )
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ValueError(f"not a spool record: {exc}") from None
 
@@ -302,7 +309,9 @@ class Spool:
         self._count -= lost
         rest = self._segments()
         self._position = ((rest[0].name if rest else None), 0)
-        log.error("event spool: segment %s cannot be read (%s); its %d event(s) are counted as corrupt", name, exc, lost)
+        log.error(
+            "event spool: segment %s cannot be read (%s); its %d event(s) are counted as corrupt", name, exc, lost
+        )
 
     def advance(self, n: int, delivered: int | None = None) -> None:
         """The next `n` records were read (`delivered` of them sent; the rest were corrupt and are
@@ -337,9 +346,17 @@ class Spool:
 class KafkaEmitter:
     """The bounded queue, the background sender and the spool (see the module docstring)."""
 
-    def __init__(self, producer_config: dict, spool_dir: Path, *, queue_size: int = 100_000,
-                 spool_cap_bytes: int = 64 * 1024 * 1024, send_timeout_s: float = 2.0, retry_every_s: float = 1.0,
-                 block_when_full: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        producer_config: dict,
+        spool_dir: Path,
+        *,
+        queue_size: int = 100_000,
+        spool_cap_bytes: int = 64 * 1024 * 1024,
+        send_timeout_s: float = 2.0,
+        retry_every_s: float = 1.0,
+        block_when_full: bool = False,
+    ):
         self.producer_config = producer_config
         self.block_when_full = block_when_full
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
@@ -388,15 +405,26 @@ class KafkaEmitter:
 
     def counters(self) -> dict[str, int]:
         with self._lock:
-            return {"emitted": self.emitted, "delivered": self.delivered, "spooled": self.spooled,
-                    "dropped": self.dropped, "in_flight": self.in_flight}  # fmt: skip
+            return {
+                "emitted": self.emitted,
+                "delivered": self.delivered,
+                "spooled": self.spooled,
+                "dropped": self.dropped,
+                "in_flight": self.in_flight,
+            }
 
     def faults(self) -> dict[str, int]:
         """What went wrong, by kind: the parts of `dropped` (queue full, spool over its cap, corrupt
         spool records, failed spool writes, batches held by a failed sender) and sender restarts."""
         with self._lock:
-            return {"queue_full": self.queue_dropped, "spool_cap": self.spool.dropped, "corrupt": self.spool.corrupt,
-                    "spool_failed": self.spool.failed, "sender_crash": self.crash_dropped, "restarts": self.restarts}  # fmt: skip
+            return {
+                "queue_full": self.queue_dropped,
+                "spool_cap": self.spool.dropped,
+                "corrupt": self.spool.corrupt,
+                "spool_failed": self.spool.failed,
+                "sender_crash": self.crash_dropped,
+                "restarts": self.restarts,
+            }
 
     # -- the sender ----------------------------------------------------------------------------------
     def _connect(self):

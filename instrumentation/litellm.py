@@ -42,7 +42,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM otherwise fetches its price table
 
@@ -94,8 +94,8 @@ def _as_datetime(t) -> datetime | None:
     if t is None:
         return None
     if isinstance(t, datetime):
-        return t.astimezone(timezone.utc) if t.tzinfo else t.astimezone().astimezone(timezone.utc)
-    return datetime.fromtimestamp(float(t), timezone.utc)
+        return t.astimezone(UTC) if t.tzinfo else t.astimezone().astimezone(UTC)
+    return datetime.fromtimestamp(float(t), UTC)
 
 
 def _outcome(exc: BaseException | None, error_class: str | None) -> str:
@@ -110,9 +110,17 @@ def _outcome(exc: BaseException | None, error_class: str | None) -> str:
 class RouterscopeCallback(CustomLogger):
     """One decision event per LiteLLM request (see the module docstring)."""
 
-    def __init__(self, device_models, *, recorder: Recorder | None = None, env: dict | None = None,
-                 policy_version: str = "litellm", app_id: str | None = None, settle_s: float = 0.2,
-                 failure_settle_s: float = 30.0):  # fmt: skip
+    def __init__(
+        self,
+        device_models,
+        *,
+        recorder: Recorder | None = None,
+        env: dict | None = None,
+        policy_version: str = "litellm",
+        app_id: str | None = None,
+        settle_s: float = 0.2,
+        failure_settle_s: float = 30.0,
+    ):
         super().__init__()
         # LiteLLM keeps one callback per class and public str/int attributes: this one tells instances apart
         self.instance = f"routerscope-{id(self):x}"
@@ -191,14 +199,16 @@ class RouterscopeCallback(CustomLogger):
                 group=metadata.get("model_group") or payload.get("model_group") or kwargs.get("model"),
                 model=metadata.get("deployment") or payload.get("model") or kwargs.get("model"),
                 provider=payload.get("custom_llm_provider") or params.get("custom_llm_provider"),
-                start=_as_datetime(start_time), end=_as_datetime(end_time), ok=ok,
+                start=_as_datetime(start_time),
+                end=_as_datetime(end_time),
+                ok=ok,
                 exception=None if ok else kwargs.get("exception"),
                 error_class=None if ok else (error.get("error_class") or None),
                 prompt_tokens=int(payload.get("prompt_tokens") or 0),
                 completion_tokens=int(payload.get("completion_tokens") or 0) if ok else 0,
                 cost_usd=payload.get("response_cost", kwargs.get("response_cost")),
                 response_id=payload.get("id") if ok else None,
-            )  # fmt: skip
+            )
             with self._lock:
                 request = self._request(trace_id)
                 if request is None:
@@ -240,9 +250,13 @@ class RouterscopeCallback(CustomLogger):
     def _record_ready(self, force: bool) -> int:
         now = time.monotonic()
         with self._lock:
-            ready = [r for r in self._requests.values()
-                     if force or (r.answered and not r.pending and now - r.last_seen >= self.settle_s)
-                     or now - r.last_seen >= self.failure_settle_s]  # fmt: skip
+            ready = [
+                r
+                for r in self._requests.values()
+                if force
+                or (r.answered and not r.pending and now - r.last_seen >= self.settle_s)
+                or now - r.last_seen >= self.failure_settle_s
+            ]
             for request in ready:
                 self._pending -= len(request.pending)
                 del self._requests[request.trace_id]
@@ -265,7 +279,7 @@ class RouterscopeCallback(CustomLogger):
 
     def _record(self, request: _Request) -> None:
         md = request.metadata
-        calls = sorted(request.calls.values(), key=lambda c: (c.start or datetime.max.replace(tzinfo=timezone.utc)))
+        calls = sorted(request.calls.values(), key=lambda c: c.start or datetime.max.replace(tzinfo=UTC))
         original = request.original_group or (calls[0].group if calls else None)
         original_on_device = original in self.device_models or (bool(calls) and self._is_device(calls[0]))
         if not calls and request.original_exception is None:
@@ -273,9 +287,13 @@ class RouterscopeCallback(CustomLogger):
         # The device group failed before any deployment call was logged (e.g. mock_testing_fallbacks):
         # its failure is the fallback's original exception.
         if original_on_device and not any(self._is_device(c) for c in calls) and request.original_exception is not None:
-            at = calls[0].start if calls else datetime.now(timezone.utc)
-            calls.insert(0, _Call("fallback-origin", original, original, None, at, at, ok=False,
-                                  exception=request.original_exception))  # fmt: skip
+            at = calls[0].start if calls else datetime.now(UTC)
+            calls.insert(
+                0,
+                _Call(
+                    "fallback-origin", original, original, None, at, at, ok=False, exception=request.original_exception
+                ),
+            )
         device = [c for c in calls if self._is_device(c)]
         capability = any(_outcome(c.exception, c.error_class) == "capability" for c in device if not c.ok)
         cloud_first = bool(calls) and not self._is_device(calls[0])
@@ -314,7 +332,7 @@ class RouterscopeCallback(CustomLogger):
         if not isinstance(task_type, str) or not TASK_TYPE.fullmatch(task_type):
             task_type = UNKNOWN
             self._count("missing_task_type")
-        starts = [c.start for c in calls if c.start] or [datetime.now(timezone.utc)]
+        starts = [c.start for c in calls if c.start] or [datetime.now(UTC)]
         ends = [c.end for c in calls if c.end] or starts
         latency_ms = max(0.0, (max(ends) - min(starts)).total_seconds() * 1000)
         deadline_ms = md.get("deadline_ms")
@@ -326,16 +344,23 @@ class RouterscopeCallback(CustomLogger):
         request_id = request_id or (served.response_id if served else None) or request.trace_id
         cloud_groups: list[str | None] = []
 
-        with self.recorder.decision(
-            task_type=task_type, session_id=session_id, deadline_ms=max(1, deadline_ms), elapsed_ms=elapsed_ms,
-            request_id=request_id, input_tokens=max((c.prompt_tokens for c in calls), default=0),
-            has_pii=md.get("has_pii") is True, pii_to_cloud=True,  # a record of what happened, not a policy check
-            network=md.get("network") if md.get("network") in NETWORKS else None,
-            device_tier=str(md["device_tier"])[:32] if md.get("device_tier") else None,
-            app_id=str(md["app_id"])[:128] if md.get("app_id") else None,
-            app_version=str(md["app_version"])[:64] if md.get("app_version") else None,
-            start_time=min(starts),
-        ) as d:  # fmt: skip
+        with (
+            self.recorder.decision(
+                task_type=task_type,
+                session_id=session_id,
+                deadline_ms=max(1, deadline_ms),
+                elapsed_ms=elapsed_ms,
+                request_id=request_id,
+                input_tokens=max((c.prompt_tokens for c in calls), default=0),
+                has_pii=md.get("has_pii") is True,
+                pii_to_cloud=True,  # a record of what happened, not a policy check
+                network=md.get("network") if md.get("network") in NETWORKS else None,
+                device_tier=str(md["device_tier"])[:32] if md.get("device_tier") else None,
+                app_id=str(md["app_id"])[:128] if md.get("app_id") else None,
+                app_version=str(md["app_version"])[:64] if md.get("app_version") else None,
+                start_time=min(starts),
+            ) as d
+        ):
             if capability:
                 d.capability_miss()
             for c in attempts:
@@ -344,20 +369,39 @@ class RouterscopeCallback(CustomLogger):
                 latency = max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
                 model = (c.model or c.group or "")[:128] or None
                 if self._is_device(c):
-                    d.device_attempt(level=0, outcome=outcome, latency_ms=latency, model=model, provider=c.provider,
-                                     output_tokens=c.completion_tokens if c.ok else None, start_time=c.start)  # fmt: skip
+                    d.device_attempt(
+                        level=0,
+                        outcome=outcome,
+                        latency_ms=latency,
+                        model=model,
+                        provider=c.provider,
+                        output_tokens=c.completion_tokens if c.ok else None,
+                        start_time=c.start,
+                    )
                 else:
                     if c.group not in cloud_groups:
                         cloud_groups.append(c.group)
                     level = 2 if cloud_groups.index(c.group) == 0 else 3
-                    d.cloud_attempt(level=level, outcome=outcome, latency_ms=latency, model=model, provider=c.provider,
-                                    output_tokens=c.completion_tokens if c.ok else None, start_time=c.start)  # fmt: skip
+                    d.cloud_attempt(
+                        level=level,
+                        outcome=outcome,
+                        latency_ms=latency,
+                        model=model,
+                        provider=c.provider,
+                        output_tokens=c.completion_tokens if c.ok else None,
+                        start_time=c.start,
+                    )
             if served is None:
                 d.canned_answer(outcome="error")
             cloud_calls = sum(1 for c in calls if not self._is_device(c))
-            d.served(fallback_type=fallback_type, reason=reason, latency_ms=latency_ms, cloud_calls=cloud_calls,
-                     output_tokens=served.completion_tokens if served else 0,
-                     cost_usd=sum(costs) if costs else None)  # fmt: skip
+            d.served(
+                fallback_type=fallback_type,
+                reason=reason,
+                latency_ms=latency_ms,
+                cloud_calls=cloud_calls,
+                output_tokens=served.completion_tokens if served else 0,
+                cost_usd=sum(costs) if costs else None,
+            )
         self._count("recorded")
 
     def _count(self, key: str) -> None:
@@ -365,11 +409,19 @@ class RouterscopeCallback(CustomLogger):
             self.stats[key] += 1
 
     # -- labels, flushing ----------------------------------------------------------------------------
-    def label(self, request_id: str, *, device_acceptable: bool | None, source: str = "human_review",
-              route_correct: bool | None = None, labeler: str | None = None):  # fmt: skip
+    def label(
+        self,
+        request_id: str,
+        *,
+        device_acceptable: bool | None,
+        source: str = "human_review",
+        route_correct: bool | None = None,
+        labeler: str | None = None,
+    ):
         """Ground truth for a request (its `response.id`, or the `request_id` you put in `metadata`)."""
-        return self.recorder.label(request_id, device_acceptable=device_acceptable, source=source,
-                                   route_correct=route_correct, labeler=labeler)  # fmt: skip
+        return self.recorder.label(
+            request_id, device_acceptable=device_acceptable, source=source, route_correct=route_correct, labeler=labeler
+        )
 
     def _quiet(self, since: float) -> bool:
         """Every started call logged, and nothing new for `settle_s` (LiteLLM logs in the background)."""

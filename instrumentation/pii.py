@@ -49,8 +49,10 @@ UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-
 NUMBER = re.compile(r"\+?\(?\d(?:(?:[ .\-]|\) ?|[ .\-]?\()?\d)*\)?")
 REDACTED = re.compile(r"redacted-[0-9a-f]{16}")
 # Visa, Mastercard (51–55, 2221–2720), Amex, Discover, UnionPay, JCB, Diners
-CARD_PREFIXES = re.compile(r"4|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[47]|6(?:011|5|4[4-9]|2)|35"
-                           r"|3(?:0[0-5]|[689])")
+CARD_PREFIXES = re.compile(
+    r"4|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[47]|6(?:011|5|4[4-9]|2)|35"
+    r"|3(?:0[0-5]|[689])"
+)
 
 
 KEY_FILE = "pii.key"
@@ -98,6 +100,7 @@ def _current_key() -> bytes:
             with _key_lock:
                 globals()["_key"] = _key or secrets.token_bytes(32)
     return _key  # type: ignore[return-value]
+
 
 def _luhn(digits: str) -> bool:
     total = 0

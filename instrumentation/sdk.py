@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from msgspec import UNSET
@@ -52,7 +52,7 @@ PROVIDER_DEVICE = "llama.cpp"
 PROVIDER_CLOUD = "openai"
 DEFAULT_POLICY_VERSION = "app"
 _INVARIANT_DOCS = {inv.rule: inv.doc for inv in DECISION_INVARIANTS}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InvalidDecision(ValueError):
@@ -73,7 +73,7 @@ def _ns(t: datetime | float | None) -> int | None:
     if t is None:
         return None
     if isinstance(t, datetime):  # exact to the microsecond: no float rounding between parent and child spans
-        t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        t = t if t.tzinfo else t.replace(tzinfo=UTC)
         return (t - _EPOCH) // timedelta(microseconds=1) * 1000
     return int(t * 1e9)  # seconds since the epoch
 
@@ -81,15 +81,22 @@ def _ns(t: datetime | float | None) -> int | None:
 class Recorder:
     """Records decisions and labels through one `Telemetry` (tracer, meter, emitter)."""
 
-    def __init__(self, telemetry, *, policy_version: str = DEFAULT_POLICY_VERSION, app_id: str | None = None,
-                 device_model: str | None = None, cloud_model: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        telemetry,
+        *,
+        policy_version: str = DEFAULT_POLICY_VERSION,
+        app_id: str | None = None,
+        device_model: str | None = None,
+        cloud_model: str | None = None,
+    ):
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
         self._metric_attrs: dict[tuple, tuple[dict, dict]] = {}
 
     @classmethod
-    def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> "Recorder":
+    def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
         """A recorder that reads the same environment as the command line: `ROUTERSCOPE_KAFKA_BOOTSTRAP`
         (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
         from instrumentation.emitter import KafkaEmitter
@@ -104,18 +111,45 @@ class Recorder:
     def emitter(self):
         return self.telemetry.emitter
 
-    def decision(self, *, task_type: str, session_id: str, deadline_ms: int, elapsed_ms: int = 0,
-                 request_id: str | None = None, input_tokens: int = 0, has_pii: bool = False,
-                 pii_to_cloud: bool = False, mode: str = "live", network: str | None = None,
-                 device_tier: str | None = None, app_id: str | None = None, app_version: str | None = None,
-                 policy_version: str | None = None, start_time: datetime | float | None = None) -> "Decision":  # fmt: skip
+    def decision(
+        self,
+        *,
+        task_type: str,
+        session_id: str,
+        deadline_ms: int,
+        elapsed_ms: int = 0,
+        request_id: str | None = None,
+        input_tokens: int = 0,
+        has_pii: bool = False,
+        pii_to_cloud: bool = False,
+        mode: str = "live",
+        network: str | None = None,
+        device_tier: str | None = None,
+        app_id: str | None = None,
+        app_version: str | None = None,
+        policy_version: str | None = None,
+        start_time: datetime | float | None = None,
+    ) -> Decision:
         """One routing decision, as a context manager. `start_time` (a datetime or epoch seconds) records
         a decision after the fact, e.g. from a router's callback; by default the decision starts now."""
-        return Decision(self, task_type=task_type, session_id=session_id, deadline_ms=deadline_ms,
-                        elapsed_ms=elapsed_ms, request_id=request_id, input_tokens=input_tokens, has_pii=has_pii,
-                        pii_to_cloud=pii_to_cloud, mode=mode, network=network, device_tier=device_tier,
-                        app_id=app_id if app_id is not None else self.app_id, app_version=app_version,
-                        policy_version=policy_version or self.policy_version, start_ns=_ns(start_time))  # fmt: skip
+        return Decision(
+            self,
+            task_type=task_type,
+            session_id=session_id,
+            deadline_ms=deadline_ms,
+            elapsed_ms=elapsed_ms,
+            request_id=request_id,
+            input_tokens=input_tokens,
+            has_pii=has_pii,
+            pii_to_cloud=pii_to_cloud,
+            mode=mode,
+            network=network,
+            device_tier=device_tier,
+            app_id=app_id if app_id is not None else self.app_id,
+            app_version=app_version,
+            policy_version=policy_version or self.policy_version,
+            start_ns=_ns(start_time),
+        )
 
     def adopted(self, task_type: str, route, *args):
         """Record the decision a router makes and returns: `route(*args)` returns `(result, event)` with
@@ -139,14 +173,28 @@ class Recorder:
             span.end()
         return result, event
 
-    def label(self, request_id: str, *, device_acceptable: bool | None, source: str = "human_review",
-              route_correct: bool | None = None, labeler: str | None = None,
-              event_time: datetime | None = None) -> LabelEvent:  # fmt: skip
+    def label(
+        self,
+        request_id: str,
+        *,
+        device_acceptable: bool | None,
+        source: str = "human_review",
+        route_correct: bool | None = None,
+        labeler: str | None = None,
+        event_time: datetime | None = None,
+    ) -> LabelEvent:
         """Ground truth for a request, keyed by the same scrubbed id as its decision (so a label sent for
         the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
-        label = LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), request_id=scrub(request_id),
-                           event_time=event_time or datetime.now(timezone.utc), source=source,
-                           device_acceptable=device_acceptable, route_correct=route_correct, labeler=labeler)
+        label = LabelEvent(
+            schema_version=1,
+            label_id=str(uuid.uuid4()),
+            request_id=scrub(request_id),
+            event_time=event_time or datetime.now(UTC),
+            source=source,
+            device_acceptable=device_acceptable,
+            route_correct=route_correct,
+            labeler=labeler,
+        )
         _, rules = LABELS.parse(label.to_json())
         if rules:
             raise InvalidDecision(f"invalid label for request {request_id!r}: {', '.join(rules)}")
@@ -174,26 +222,35 @@ class Recorder:
             self.emitter.close(timeout_s)
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
-    def _finish(self, span, event: DecisionEvent, started_ns: int,
-                details: list[_AttemptSpan] | None) -> tuple[DecisionEvent, int]:  # fmt: skip
+    def _finish(
+        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None
+    ) -> tuple[DecisionEvent, int]:
         """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
         end of the last attempt span."""
         tel = self.telemetry
         session = scrub(event.session_id)
         ctx = span.get_span_context()
-        changes = {"session_id": session, "request_id": scrub(event.request_id), "app_id": scrub(event.app_id),
-                   "device_tier": scrub(event.device_tier)}  # fmt: skip
+        changes = {
+            "session_id": session,
+            "request_id": scrub(event.request_id),
+            "app_id": scrub(event.app_id),
+            "device_tier": scrub(event.device_tier),
+        }
         if ctx.is_valid:
             changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
         event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
             attributes = {
-                A.ROUTER_TASK_TYPE: event.task_type, A.ROUTER_FALLBACK_TYPE: event.fallback_type,
-                A.ROUTER_REASON: event.reason, A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
-                A.ROUTER_CLOUD_CALLS: event.cloud_calls, A.ROUTER_POLICY_VERSION: event.policy_version,
-                A.ROUTER_ENTERED_DEVICE: event.entered_device, A.ROUTER_MODE: event.mode,
+                A.ROUTER_TASK_TYPE: event.task_type,
+                A.ROUTER_FALLBACK_TYPE: event.fallback_type,
+                A.ROUTER_REASON: event.reason,
+                A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
+                A.ROUTER_CLOUD_CALLS: event.cloud_calls,
+                A.ROUTER_POLICY_VERSION: event.policy_version,
+                A.ROUTER_ENTERED_DEVICE: event.entered_device,
+                A.ROUTER_MODE: event.mode,
                 A.GEN_AI_CONVERSATION_ID: session,
-            }  # fmt: skip
+            }
             if event.confidence is not None:
                 attributes[A.ROUTER_CONFIDENCE] = event.confidence
             if event.threshold is not None:
@@ -232,10 +289,14 @@ class Recorder:
                 t = detail.start_ns
             end = t + int(attempt.latency_ms * 1e6)
             attributes = {
-                A.GEN_AI_OPERATION_NAME: "chat", A.GEN_AI_PROVIDER_NAME: provider, A.GEN_AI_REQUEST_MODEL: model,
-                A.GEN_AI_CONVERSATION_ID: session, A.ROUTER_ATTEMPT_LEVEL: attempt.level,
-                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome, A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
-            }  # fmt: skip
+                A.GEN_AI_OPERATION_NAME: "chat",
+                A.GEN_AI_PROVIDER_NAME: provider,
+                A.GEN_AI_REQUEST_MODEL: model,
+                A.GEN_AI_CONVERSATION_ID: session,
+                A.ROUTER_ATTEMPT_LEVEL: attempt.level,
+                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome,
+                A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+            }
             if detail.output_tokens is not None:
                 attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = detail.output_tokens
             elif i == last:
@@ -243,8 +304,12 @@ class Recorder:
             failed = attempt.outcome != "ok"
             if failed:
                 attributes[A.ERROR_TYPE] = attempt.outcome
-            child = self.telemetry.tracer.start_span(f"chat {model}", kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
-                                                     start_time=t, attributes=attributes)  # fmt: skip
+            child = self.telemetry.tracer.start_span(
+                f"chat {model}",
+                kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
+                start_time=t,
+                attributes=attributes,
+            )
             if failed:
                 child.set_status(Status(StatusCode.ERROR, attempt.outcome))
             child.end(end_time=end)
@@ -255,8 +320,26 @@ class Recorder:
 class Decision:
     """One decision being recorded (see the module docstring); use it as a context manager."""
 
-    def __init__(self, recorder: Recorder, *, task_type, session_id, deadline_ms, elapsed_ms, request_id, input_tokens,
-                 has_pii, pii_to_cloud, mode, network, device_tier, app_id, app_version, policy_version, start_ns):  # fmt: skip
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        task_type,
+        session_id,
+        deadline_ms,
+        elapsed_ms,
+        request_id,
+        input_tokens,
+        has_pii,
+        pii_to_cloud,
+        mode,
+        network,
+        device_tier,
+        app_id,
+        app_version,
+        policy_version,
+        start_ns,
+    ):
         self.recorder = recorder
         self.task_type, self.session_id = task_type, session_id
         self.deadline_ms, self.elapsed_ms = deadline_ms, elapsed_ms
@@ -289,7 +372,7 @@ class Decision:
         return self._request_id
 
     # -- context manager -----------------------------------------------------------------------------
-    def __enter__(self) -> "Decision":
+    def __enter__(self) -> Decision:
         self._started_ns = self.start_ns if self.start_ns is not None else time.time_ns()
         self._perf = time.perf_counter()
         tracer = self.recorder.telemetry.tracer
@@ -301,8 +384,10 @@ class Decision:
         try:
             if exc_type is None:
                 if self._event is None:
-                    raise InvalidDecision(f"decision for request {self.request_id!r} ended without served(): "
-                                          "say which level served it and why")  # fmt: skip
+                    raise InvalidDecision(
+                        f"decision for request {self.request_id!r} ended without served(): "
+                        "say which level served it and why"
+                    )
                 details = None if self._adopted else self._details
                 finished = self.recorder._finish(self._span, self._event, self._started_ns, details)
                 self.event, self._children_end = finished
@@ -328,17 +413,30 @@ class Decision:
         if len(self.attempts) >= 5:
             raise InvalidDecision("at most 5 attempts per decision (L0, L1, L2, L3, L4)")
         if self.attempts and level < self.attempts[-1].level:
-            raise InvalidDecision(f"an attempt at level {level} after one at level {self.attempts[-1].level}: "
-                                  "attempt levels never decrease")  # fmt: skip
+            raise InvalidDecision(
+                f"an attempt at level {level} after one at level {self.attempts[-1].level}: "
+                "attempt levels never decrease"
+            )
         if level == 1 and any(a.level == 1 for a in self.attempts):
             raise InvalidDecision("a second attempt at level 1: the degraded device level runs at most once")
         self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=float(latency_ms)))
         self._details.append(detail)
 
-    def device_attempt(self, *, level: int = 0, outcome: str, latency_ms: float, confidence: float | None = None,
-                       threshold: float | None = None, confidence_source: str | None = None, ttft_ms: float | None = None,
-                       output_tokens: int | None = None, model: str | None = None, provider: str | None = None,
-                       start_time: datetime | float | None = None) -> None:  # fmt: skip
+    def device_attempt(
+        self,
+        *,
+        level: int = 0,
+        outcome: str,
+        latency_ms: float,
+        confidence: float | None = None,
+        threshold: float | None = None,
+        confidence_source: str | None = None,
+        ttft_ms: float | None = None,
+        output_tokens: int | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        start_time: datetime | float | None = None,
+    ) -> None:
         """An attempt on the device: level 0 (native) or 1 (degraded, at most once)."""
         if level not in (0, 1):
             raise InvalidDecision(f"a device attempt is at level 0 or 1, not {level}")
@@ -356,15 +454,26 @@ class Decision:
             self.output_tokens = output_tokens
         self.device_model = model or self.device_model or self.recorder.device_model
 
-    def cloud_attempt(self, *, level: int = 2, outcome: str, latency_ms: float, output_tokens: int | None = None,
-                      model: str | None = None, provider: str | None = None, cost_usd: float | None = None,
-                      start_time: datetime | float | None = None) -> None:  # fmt: skip
+    def cloud_attempt(
+        self,
+        *,
+        level: int = 2,
+        outcome: str,
+        latency_ms: float,
+        output_tokens: int | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        cost_usd: float | None = None,
+        start_time: datetime | float | None = None,
+    ) -> None:
         """A cloud call: level 2 (small model) or 3 (large). Each one counts as a cloud call."""
         if level not in (2, 3):
             raise InvalidDecision(f"a cloud attempt is at level 2 or 3, not {level}")
         if self.has_pii and not self.pii_to_cloud:
-            raise InvalidDecision("a cloud attempt for a request with personal data (has_pii=True): it stays on the "
-                                  "device or gets a conservative answer; pass pii_to_cloud=True if policy allows it")  # fmt: skip
+            raise InvalidDecision(
+                "a cloud attempt for a request with personal data (has_pii=True): it stays on the "
+                "device or gets a conservative answer; pass pii_to_cloud=True if policy allows it"
+            )
         if cost_usd is not None and not cost_usd >= 0:
             raise InvalidDecision(f"cost_usd must be 0 or more, got {cost_usd!r}")
         self._attempt(level, outcome, latency_ms, _AttemptSpan(model, provider, _ns(start_time), output_tokens))
@@ -387,11 +496,23 @@ class Decision:
         self._capability_miss = True
 
     # -- the outcome ---------------------------------------------------------------------------------
-    def served(self, *, level: int | None = None, fallback_type: str = "none", reason: str = "default",
-               confidence: float | None = None, threshold: float | None = None, cloud_calls: int | None = None,
-               latency_ms: float | None = None, output_tokens: int | None = None, cost_usd: float | None = None,
-               shadow_agree: bool | None = None, all_cloud_cost_usd: float | None = None,
-               rollout_stage: str | None = None, device_stats: dict | None = None) -> DecisionEvent:  # fmt: skip
+    def served(
+        self,
+        *,
+        level: int | None = None,
+        fallback_type: str = "none",
+        reason: str = "default",
+        confidence: float | None = None,
+        threshold: float | None = None,
+        cloud_calls: int | None = None,
+        latency_ms: float | None = None,
+        output_tokens: int | None = None,
+        cost_usd: float | None = None,
+        shadow_agree: bool | None = None,
+        all_cloud_cost_usd: float | None = None,
+        rollout_stage: str | None = None,
+        device_stats: dict | None = None,
+    ) -> DecisionEvent:
         """Which level served the request and why. Builds the event and checks it against the contract;
         raises `InvalidDecision` naming every broken rule. `level` defaults to the last attempt's.
         Contract v2's ledger fields are optional: what the request would have cost served by the cloud
@@ -406,8 +527,10 @@ class Decision:
             raise InvalidDecision(f"reason {reason!r} is not one of {', '.join(REASONS)}")
         last = self.attempts[-1].level
         if level is not None and level != last:
-            raise InvalidDecision(f"served at level {level}, but the last attempt was at level {last}: "
-                                  "the last attempt's level is the degrade level")  # fmt: skip
+            raise InvalidDecision(
+                f"served at level {level}, but the last attempt was at level {last}: "
+                "the last attempt's level is the degrade level"
+            )
         entered = any(a.level <= 1 for a in self.attempts)
         cost = cost_usd if cost_usd is not None else self._cost
         if self.start_ns is None:
@@ -417,7 +540,7 @@ class Decision:
         event = DecisionEvent(
             schema_version=2,  # the router's version: v2 adds optional fields only
             event_id=str(uuid.uuid4()),
-            event_time=datetime.fromtimestamp(self._started_ns / 1e9, timezone.utc),
+            event_time=datetime.fromtimestamp(self._started_ns / 1e9, UTC),
             request_id=self.request_id,
             session_id=self.session_id,
             task_type=self.task_type,

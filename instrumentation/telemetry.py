@@ -55,16 +55,24 @@ class Telemetry:
         self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("routerscope.router")
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("routerscope.router")
         self.decisions = meter.create_counter(A.METRIC_DECISIONS, unit="{decision}", description="routing decisions")
-        self.latency = meter.create_histogram(A.METRIC_LATENCY, unit="ms", description="decision latency, model time included")
+        self.latency = meter.create_histogram(
+            A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
+        )
         if emitter is not None:
-            meter.create_observable_counter(A.METRIC_EVENTS, callbacks=[self._event_counts], unit="{event}",
-                                            description="decision events by state: emitted, delivered, spooled, dropped")  # fmt: skip
+            meter.create_observable_counter(
+                A.METRIC_EVENTS,
+                callbacks=[self._event_counts],
+                unit="{event}",
+                description="decision events by state: emitted, delivered, spooled, dropped",
+            )
 
     def _event_counts(self, options):
         from opentelemetry.metrics import Observation
 
         counts = self.emitter.counters()
-        return [Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")]
+        return [
+            Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")
+        ]
 
     def send(self, topic: str, key: str | None, event) -> None:
         """Queue `event` for Kafka. The request path only captures the current context; the JSON and the

@@ -3,6 +3,7 @@
 the same call as `routerscope alerts`) and delivers notifications."""
 
 from datetime import datetime
+
 import dagster as dg
 
 from pipelines import core, timing
@@ -36,9 +37,12 @@ def alerts_job():
     evaluate_alerts()
 
 
-@dg.asset_sensor(asset_key=dg.AssetKey("metrics_5m"), job=alerts_job,
-                 minimum_interval_seconds=timing.sensor_interval(timing.ALERTS_INTERVAL_S),
-                 default_status=dg.DefaultSensorStatus.RUNNING)  # fmt: skip
+@dg.asset_sensor(
+    asset_key=dg.AssetKey("metrics_5m"),
+    job=alerts_job,
+    minimum_interval_seconds=timing.sensor_interval(timing.ALERTS_INTERVAL_S),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
 def alerts_after_metrics(context: dg.SensorEvaluationContext, asset_event):
     """Each new 5-minute metric window triggers one evaluation (`asset_event` is an EventLogEntry: the
     run that materialized it and when name the evaluation)."""

@@ -6,16 +6,16 @@ No Dagster import here: the command line stays quick to start."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 from routerscope.settings import Settings
 from warehouse import metrics as metric_core
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
-
 
 _migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this process that applied the migrations
 
@@ -45,21 +45,26 @@ class MetricParams:
     min_n: int = metric_core.DEFAULT_MIN_N
 
 
-def metrics_window(settings: Settings, start: datetime, end: datetime, params: MetricParams = MetricParams(),
-                   store_grain: str | None = None) -> tuple[dict[str, Any], int]:  # fmt: skip
+def metrics_window(
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    params: MetricParams = MetricParams(),
+    store_grain: str | None = None,
+) -> tuple[dict[str, Any], int]:
     """Every metric of METRICS.md for [start, end); stored in `metric_windows` (and, for a day,
     `calibration_windows`) when `store_grain` is given. Returns the result and the rows stored."""
     from warehouse.queries import metric_windows
 
     with unit_of_work(settings, purpose=f"metrics {store_grain or ''}".strip()) as client:
-        result = metric_core.compute(client, start, end, baseline_days=params.baseline_days, target=params.target,
-                                     min_n=params.min_n)  # fmt: skip
+        result = metric_core.compute(
+            client, start, end, baseline_days=params.baseline_days, target=params.target, min_n=params.min_n
+        )
         rows = metric_windows.write_window(client, store_grain, start, end, result) if store_grain else 0
     return result, rows
 
 
-def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None,
-                   thresholds=None):  # fmt: skip
+def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
     """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
     `dq_results`, Data Docs under the home. Returns the `warehouse.quality.QualityReport`."""
     import great_expectations  # noqa: F401  (seconds to import: before taking the warehouse, not while holding it)

@@ -3,8 +3,7 @@
 No `from __future__ import annotations` here: Dagster reads the config and resource annotations
 at definition time."""
 
-
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -103,16 +102,21 @@ ACTIVE_STATUSES = [
 ]
 
 
-@dg.sensor(job=ingest_job, minimum_interval_seconds=timing.sensor_interval(timing.INGEST_INTERVAL_S),
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Ingest continuously: a new ingest run every minute, never while one is queued or running.")  # fmt: skip
+@dg.sensor(
+    job=ingest_job,
+    minimum_interval_seconds=timing.sensor_interval(timing.INGEST_INTERVAL_S),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Ingest continuously: a new ingest run every minute, never while one is queued or running.",
+)
 def ingest_sensor(context: dg.SensorEvaluationContext):
     """One ingest at a time (two loaders on the same partitions would race for the same positions):
     skip the tick while an earlier ingest run is still queued or running. A run drains what
     arrived since the last one and ends, so the ingest lag is about one interval plus one run."""
-    active = context.instance.get_run_records(dg.RunsFilter(job_name=ingest_job.name, statuses=ACTIVE_STATUSES), limit=1)
+    active = context.instance.get_run_records(
+        dg.RunsFilter(job_name=ingest_job.name, statuses=ACTIVE_STATUSES), limit=1
+    )
     if active:
         run = active[0].dagster_run
         return dg.SkipReason(f"ingest run {run.run_id} is still {run.status.value}: one ingest at a time")
-    tick = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    tick = datetime.now(UTC).isoformat(timespec="seconds")
     return dg.RunRequest(run_key=f"ingest-{tick}")

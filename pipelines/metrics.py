@@ -7,7 +7,7 @@ When and why: `pipelines.timing`."""
 
 import json
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -34,8 +34,9 @@ class MetricsConfig(dg.Config):
     min_n: int = _DEFAULTS.min_n
 
 
-def _materialize(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource,
-                 grain: str) -> dg.MaterializeResult:  # fmt: skip
+def _materialize(
+    context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource, grain: str
+) -> dg.MaterializeResult:
     """Each partition of the run (one, or a range in a single run) computed and stored on its own window."""
     partitions = FIVE_MINUTES if grain == "5m" else DAILY
     params = core.MetricParams(baseline_days=config.baseline_days, target=config.target, min_n=config.min_n)
@@ -45,16 +46,23 @@ def _materialize(context: dg.AssetExecutionContext, config: MetricsConfig, route
     with core.unit_of_work(settings, purpose=f"metrics {grain}"):  # one open warehouse for a range of partitions
         for key in context.partition_keys:
             window = partitions.time_window_for_partition_key(key)
-            start, end = window.start.astimezone(timezone.utc), window.end.astimezone(timezone.utc)
+            start, end = window.start.astimezone(UTC), window.end.astimezone(UTC)
             result, written = core.metrics_window(settings, start, end, params, store_grain=grain)
             overall, rows, requests = result["overall"], rows + written, requests + result["overall"]["requests"]
     whole = context.partition_time_window
     rate = lambda v: dg.MetadataValue.float(v) if v is not None else None  # noqa: E731
-    metadata = {"window": f"[{whole.start.astimezone(timezone.utc).isoformat()}, {whole.end.astimezone(timezone.utc).isoformat()})",
-                "windows": len(context.partition_keys), "rows": rows, "requests": requests}  # fmt: skip
+    metadata = {
+        "window": f"[{whole.start.astimezone(UTC).isoformat()}, {whole.end.astimezone(UTC).isoformat()})",
+        "windows": len(context.partition_keys),
+        "rows": rows,
+        "requests": requests,
+    }
     if len(context.partition_keys) == 1:  # the headline of the one window
-        metadata.update(fallback_rate=rate(overall["fallback_rate"]), naive_fallback_rate=rate(overall["naive_fallback_rate"]),
-                        l2_l3_drifting=overall["l2_l3_drift"]["drifting"])  # fmt: skip
+        metadata.update(
+            fallback_rate=rate(overall["fallback_rate"]),
+            naive_fallback_rate=rate(overall["naive_fallback_rate"]),
+            l2_l3_drifting=overall["l2_l3_drift"]["drifting"],
+        )
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -66,14 +74,22 @@ def metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routers
 # warehouse. (`backfill_policy` is marked beta in Dagster 1.13; its warning would reach every command.)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
-    metrics_5m = dg.asset(partitions_def=FIVE_MINUTES, deps=FACTS, group_name="metrics",
-                          backfill_policy=dg.BackfillPolicy.single_run(),
-                          description="METRICS.md per 5-minute window (on-call view, alerts).")(metrics_5m)  # fmt: skip
+    metrics_5m = dg.asset(
+        partitions_def=FIVE_MINUTES,
+        deps=FACTS,
+        group_name="metrics",
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        description="METRICS.md per 5-minute window (on-call view, alerts).",
+    )(metrics_5m)
 
 
-@dg.asset(partitions_def=DAILY, deps=[*FACTS, data_quality], group_name="metrics",
-          description="METRICS.md per day, with calibration (weekly tuning view). Waits for the day's "
-                      "blocking data-quality checks when both run together.")  # fmt: skip
+@dg.asset(
+    partitions_def=DAILY,
+    deps=[*FACTS, data_quality],
+    group_name="metrics",
+    description="METRICS.md per day, with calibration (weekly tuning view). Waits for the day's "
+    "blocking data-quality checks when both run together.",
+)
 def metrics_daily(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):
     return _materialize(context, config, routerscope, "1d")
 
@@ -88,18 +104,26 @@ metrics_daily_job = dg.define_asset_job(
 
 # Not `build_schedule_from_partitioned_job`: with `end_offset=1` it targets the window still open
 # (at 12:05 the empty 12:05 window; at 00:15 today). These target the last *finished* window.
-@dg.schedule(cron_schedule=timing.METRICS_5M_CRON, job=metrics_5m_job, execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.RUNNING,
-             description="Each 5-minute window, 2 minutes after it ends (the settle delay for late events).")  # fmt: skip
+@dg.schedule(
+    cron_schedule=timing.METRICS_5M_CRON,
+    job=metrics_5m_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Each 5-minute window, 2 minutes after it ends (the settle delay for late events).",
+)
 def metrics_5m_schedule(context: dg.ScheduleEvaluationContext):
     start, _ = timing.finished_5m_window(context.scheduled_execution_time)
     key = timing.five_minute_key(start)
     return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
 
 
-@dg.schedule(cron_schedule=timing.METRICS_DAILY_CRON, job=metrics_daily_job, execution_timezone="UTC",
-             default_status=dg.DefaultScheduleStatus.RUNNING,
-             description="Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.")  # fmt: skip
+@dg.schedule(
+    cron_schedule=timing.METRICS_DAILY_CRON,
+    job=metrics_daily_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.",
+)
 def metrics_daily_schedule(context: dg.ScheduleEvaluationContext):
     start, _ = timing.finished_day(context.scheduled_execution_time)
     key = timing.day_key(start)
@@ -107,29 +131,38 @@ def metrics_daily_schedule(context: dg.ScheduleEvaluationContext):
 
 
 def _cursor_time(cursor: str | None) -> datetime:
-    return datetime.fromisoformat(cursor) if cursor else datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return datetime.fromisoformat(cursor) if cursor else datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dg.sensor(job=metrics_5m_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_EVENTS_INTERVAL_S),
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Late data: recompute the 5-minute windows (of the last 2 hours) that received decisions "
-                       "or labels after their scheduled computation.")  # fmt: skip
+@dg.sensor(
+    job=metrics_5m_job,
+    minimum_interval_seconds=timing.sensor_interval(timing.LATE_EVENTS_INTERVAL_S),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Late data: recompute the 5-minute windows (of the last 2 hours) that received decisions "
+    "or labels after their scheduled computation.",
+)
 def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
     since = _cursor_time(context.cursor)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     horizon = max(timing.floor_5m(now - timing.LATE_HORIZON), FIVE_MINUTES.start)
     late_after = timing.FIVE_MINUTES + timing.SETTLE_5M
     try:
-        with open_warehouse(routerscope.settings(), purpose="late data sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+        with open_warehouse(
+            routerscope.settings(), purpose="late data sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S
+        ) as client:
             migrate(client)
-            starts, newest = metric_windows.windows_with_late_data(client, since, horizon, int(late_after.total_seconds()))
+            starts, newest = metric_windows.windows_with_late_data(
+                client, since, horizon, int(late_after.total_seconds())
+            )
     except WarehouseError as exc:
         return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
     newest = timing.utc(newest) if newest is not None else None
     if newest is None or newest <= since:
         return dg.SkipReason(f"nothing arrived since {since.isoformat()}")
     context.update_cursor(newest.isoformat())
-    return dg.SensorResult(run_requests=[_window_run(first, last, f"late-{newest.isoformat()}") for first, last in _ranges(starts)])
+    return dg.SensorResult(
+        run_requests=[_window_run(first, last, f"late-{newest.isoformat()}") for first, last in _ranges(starts)]
+    )
 
 
 def _ranges(starts: list) -> list[tuple[datetime, datetime]]:
@@ -149,24 +182,33 @@ def _window_run(first: datetime, last: datetime, why: str) -> dg.RunRequest:
     a, b = timing.five_minute_key(first), timing.five_minute_key(last)
     if a == b:
         return dg.RunRequest(run_key=f"{why}-{a}", partition_key=a)
-    return dg.RunRequest(run_key=f"{why}-{a}-{b}", tags={"dagster/asset_partition_range_start": a,
-                                                         "dagster/asset_partition_range_end": b})  # fmt: skip
+    return dg.RunRequest(
+        run_key=f"{why}-{a}-{b}",
+        tags={"dagster/asset_partition_range_start": a, "dagster/asset_partition_range_end": b},
+    )
 
 
-@dg.sensor(job=metrics_daily_job, minimum_interval_seconds=timing.sensor_interval(timing.LATE_LABELS_INTERVAL_S),
-           default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Days: yesterday when its 00:15 run was missed (the daemon was down, or started later), and "
-                       "the finished days whose decisions newly arrived labels touch.")  # fmt: skip
+@dg.sensor(
+    job=metrics_daily_job,
+    minimum_interval_seconds=timing.sensor_interval(timing.LATE_LABELS_INTERVAL_S),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Days: yesterday when its 00:15 run was missed (the daemon was down, or started later), and "
+    "the finished days whose decisions newly arrived labels touch.",
+)
 def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: RouterscopeResource):
     # cursor: {"labels": newest label arrival seen, "caught_up": the last day it caught up}
-    state = json.loads(context.cursor) if context.cursor and context.cursor.startswith("{") else {"labels": context.cursor}
+    state = (
+        json.loads(context.cursor) if context.cursor and context.cursor.startswith("{") else {"labels": context.cursor}
+    )
     since = _cursor_time(state.get("labels"))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     yesterday, today = timing.finished_day(now)
     due = now >= today + timing.SETTLE_DAILY + timing.DAILY_CATCH_UP_GRACE and yesterday >= DAILY.start
     catch_up = due and state.get("caught_up") != timing.day_key(yesterday)
     try:
-        with open_warehouse(routerscope.settings(), purpose="late labels sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S) as client:
+        with open_warehouse(
+            routerscope.settings(), purpose="late labels sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S
+        ) as client:
             migrate(client)
             days, newest = metric_windows.days_with_new_labels(client, since)
             missed = catch_up and not metric_windows.computed_after_end(client, "1d", yesterday)

@@ -4,7 +4,7 @@ Its blocking checks stop `metrics_daily` for the same window when they fail (the
 depends on this one, so a run that selects both skips the metrics). Non-blocking findings
 (freshness, volume, label coverage) are warnings."""
 
-from datetime import timezone
+from datetime import UTC
 
 import dagster as dg
 
@@ -24,7 +24,9 @@ BLOCKING = {
     "breakers_contract": ("breakers.",),
     "pipeline_completeness": ("pipeline.offsets.", "pipeline.quarantine_share"),
 }
-WARNING = {"pipeline_health": ("pipeline.freshness", "pipeline.future_events", "pipeline.volume", "pipeline.label_coverage")}
+WARNING = {
+    "pipeline_health": ("pipeline.freshness", "pipeline.future_events", "pipeline.volume", "pipeline.label_coverage")
+}
 _THRESHOLDS = Thresholds()
 
 
@@ -49,8 +51,12 @@ def data_quality(context: dg.AssetExecutionContext, config: QualityConfig, route
     from warehouse import quality
 
     window = context.partition_time_window
-    report = core.quality_window(routerscope.settings(), window.start.astimezone(timezone.utc),
-                                 window.end.astimezone(timezone.utc), thresholds=quality.Thresholds(**config.model_dump()))  # fmt: skip
+    report = core.quality_window(
+        routerscope.settings(),
+        window.start.astimezone(UTC),
+        window.end.astimezone(UTC),
+        thresholds=quality.Thresholds(**config.model_dump()),
+    )
     yield dg.MaterializeResult(
         metadata={
             "checks": len(report.results),

@@ -14,7 +14,7 @@ live, device-entered requests of each task type (with stored text, not re-run be
 device `reruns` times each (`router.replay.rerun`); each group — agreed or not, and the answers'
 hashes, never the texts — is stored in `routerscope.replay_reruns` for the grading report."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
@@ -52,38 +52,51 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     from warehouse.queries.review import determinism_sample, store_reruns
 
     settings = routerscope.settings()
-    end = datetime.fromisoformat(config.end) if config.end else datetime.now(timezone.utc)
-    end = end if end.tzinfo else end.replace(tzinfo=timezone.utc)
+    end = datetime.fromisoformat(config.end) if config.end else datetime.now(UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
     window = QueryWindow(end - timedelta(days=config.days), end)
     with open_warehouse(settings, purpose="replay sample") as client:
         migrate(client)
         candidates = replay_sample(client, window, config.sample_size * 5, config.seed)  # over-fetch: some lack text
-        reruns = determinism_sample(client, window, config.determinism_per_task * 3, config.seed) if config.determinism_per_task else []
+        reruns = (
+            determinism_sample(client, window, config.determinism_per_task * 3, config.seed)
+            if config.determinism_per_task
+            else []
+        )
     with RequestTextStore(store_path(settings.home)) as store:
         texts = store.get([rid for rid, _, _ in candidates])
         rerun_texts = store.get([rid for rid, _, _ in reruns])
-    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][: config.sample_size]
+    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
+        : config.sample_size
+    ]
     per_task: dict[str, int] = {}
     to_rerun = []
     for rid, task_type, event_time in reruns:  # the over-fetched sample, keeping those with text, per task type
         if rid in rerun_texts and per_task.get(task_type, 0) < config.determinism_per_task:
             per_task[task_type] = per_task.get(task_type, 0) + 1
             to_rerun.append((rid, task_type, event_time))
-    context.log.info(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
+    context.log.info(
+        f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}"
+    )
     policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
     verdicts, delivered_labels, published, groups = [], 0, 0, []
     cloud = OpenAICloud(config.cloud_url, {2: config.cloud_model}) if config.cloud_url else None
     if chosen or to_rerun:
         # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
-        device = WorkerDevice(gemma_path(settings.home), log_path=settings.home / "model-worker.log", n_ctx=512,
-                              n_threads=1, logprobs=False)  # the verdict needs no confidence  # fmt: skip
+        device = WorkerDevice(
+            gemma_path(settings.home),
+            log_path=settings.home / "model-worker.log",
+            n_ctx=512,
+            n_threads=1,
+            logprobs=False,
+        )  # the verdict needs no confidence
         emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
                 verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
                 verdicts.append(verdict)
-                label = label_for(verdict, fallback_type, datetime.now(timezone.utc), device.model)
+                label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
                 if label is not None:  # free text without a cloud answer: no verdict, no label
                     tel.send(names.TOPIC_LABELS, rid, label)
                     published += 1
@@ -123,8 +136,14 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
 
 
 weekly_replay_job = dg.define_asset_job(
-    "weekly_replay_job", selection=[offline_replay_labels], executor_def=dg.in_process_executor,
+    "weekly_replay_job",
+    selection=[offline_replay_labels],
+    executor_def=dg.in_process_executor,
     description="Replay a sample of the week's fallbacks through the device model; publish offline_replay labels.",
-)  # fmt: skip
-weekly_replay_schedule = dg.ScheduleDefinition(job=weekly_replay_job, cron_schedule="0 4 * * 1", execution_timezone="UTC",
-                                               default_status=dg.DefaultScheduleStatus.RUNNING)
+)
+weekly_replay_schedule = dg.ScheduleDefinition(
+    job=weekly_replay_job,
+    cron_schedule="0 4 * * 1",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+)

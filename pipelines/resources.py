@@ -1,8 +1,6 @@
 """Dagster resources: the project's settings, so every asset reads the same configuration as the CLI."""
 
-
 import os
-from typing import Optional
 
 import dagster as dg
 
@@ -13,15 +11,16 @@ class RouterscopeResource(dg.ConfigurableResource):
     """Where the broker and the warehouse are. Unset fields fall back to the environment
     (`ROUTERSCOPE_HOME`, `ROUTERSCOPE_KAFKA_BOOTSTRAP`, `ROUTERSCOPE_CLICKHOUSE_DSN`, … — DESIGN §6)."""
 
-    home: Optional[str] = None
-    kafka_bootstrap: Optional[str] = None
-    clickhouse_dsn: Optional[str] = None
+    home: str | None = None
+    kafka_bootstrap: str | None = None
+    clickhouse_dsn: str | None = None
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "RouterscopeResource":
         """The resource that points where `settings` points (for runs launched from Python)."""
-        return cls(home=str(settings.home), kafka_bootstrap=settings.kafka_bootstrap(),
-                   clickhouse_dsn=settings.warehouse.raw)  # fmt: skip
+        return cls(
+            home=str(settings.home), kafka_bootstrap=settings.kafka_bootstrap(), clickhouse_dsn=settings.warehouse.raw
+        )
 
     def settings(self) -> Settings:
         env = dict(os.environ)

@@ -10,9 +10,15 @@ from typing import Any
 from routerscope.errors import RouterscopeError
 
 
-def run_job(name: str, ops_config: dict[str, Any] | None = None, resources: dict | None = None,
-            partition_key: str | None = None, raise_on_error: bool = True, instance=None,
-            tags: dict[str, str] | None = None):  # fmt: skip
+def run_job(
+    name: str,
+    ops_config: dict[str, Any] | None = None,
+    resources: dict | None = None,
+    partition_key: str | None = None,
+    raise_on_error: bool = True,
+    instance=None,
+    tags: dict[str, str] | None = None,
+):
     """Execute job `name` in process (with `instance`, default a new ephemeral one); returns the Dagster result.
 
     A failure inside a step re-raises the step's own exception, so a RouterscopeError reaches the

@@ -20,7 +20,7 @@ Windows are half-open and UTC; partition keys use the formats of `pipelines.part
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from routerscope.errors import ConfigError
 
@@ -63,7 +63,7 @@ def sensor_interval(default_s: int, env: dict | None = None) -> int:
 
 
 def utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def floor_5m(t: datetime) -> datetime:

@@ -68,8 +68,17 @@ class DeviceBackend(Protocol):
     ttft_ms: float  # current estimates, for the latency gate
     tps: float
 
-    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool,
-                 commit_tokens: int, decide=None, decision_at_ms: float = 0.0) -> DeviceResult: ...  # fmt: skip
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        timeout_ms: float,
+        degraded: bool,
+        commit_tokens: int,
+        decide=None,
+        decision_at_ms: float = 0.0,
+    ) -> DeviceResult: ...
 
 
 class CloudBackend(Protocol):
@@ -210,8 +219,16 @@ def thermal_state(root: Path = THERMAL_ROOT) -> str:
 
 
 class LlamaDevice:
-    def __init__(self, model_path: Path | str, *, n_ctx: int = 2048, n_threads: int | None = None,
-                 chat_format: str = "gemma", model_name: str = "gemma-3-270m-q4_k_m", logprobs: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        model_path: Path | str,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        chat_format: str = "gemma",
+        model_name: str = "gemma-3-270m-q4_k_m",
+        logprobs: bool = True,
+    ):
         """`logprobs=False` skips the per-token log-probabilities (no confidence, much faster:
         llama-cpp-python's streamed logprobs cost ~0.5 s a token over Gemma's 262k vocabulary on 2 cores)."""
         from llama_cpp import Llama
@@ -219,16 +236,32 @@ class LlamaDevice:
         self.model = model_name
         self.logprobs = logprobs
         started = time.perf_counter()
-        self._llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads, logits_all=logprobs,
-                          chat_format=chat_format, verbose=False)  # fmt: skip
+        self._llm = Llama(
+            model_path=str(model_path),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            logits_all=logprobs,
+            chat_format=chat_format,
+            verbose=False,
+        )
         self.load_ms = (time.perf_counter() - started) * 1000
         self._cold = True  # the first call after loading is the cold start (seed 003: 冷启)
         self._lock = threading.Lock()
         self.ttft_ms = 150.0
         self.tps = 40.0
 
-    def generate(self, prompt: str, *, max_tokens: int, timeout_ms: float, degraded: bool, commit_tokens: int,
-                 decide=None, decision_at_ms: float = 0.0, temperature: float = 0.0) -> DeviceResult:  # fmt: skip
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        timeout_ms: float,
+        degraded: bool,
+        commit_tokens: int,
+        decide=None,
+        decision_at_ms: float = 0.0,
+        temperature: float = 0.0,
+    ) -> DeviceResult:
         """Stream the answer: time to first token is measured, the level's timeout stops generation,
         the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
         router's decision point (`decide`) may stop it before the commit point. The router decodes
@@ -248,9 +281,13 @@ class LlamaDevice:
             perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
-                    messages=chat_messages(prompt), max_tokens=max_tokens, temperature=temperature,
-                    logprobs=self.logprobs, top_logprobs=1 if self.logprobs else None, stream=True,
-                )  # fmt: skip
+                    messages=chat_messages(prompt),
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    logprobs=self.logprobs,
+                    top_logprobs=1 if self.logprobs else None,
+                    stream=True,
+                )
                 for chunk in stream:
                     choice = chunk["choices"][0]
                     content = choice.get("delta", {}).get("content")
@@ -264,8 +301,13 @@ class LlamaDevice:
                     if not hwm:
                         rss_peak = max(rss_peak, _status_kb("VmRSS") or 0.0)
                     now_ms = (time.perf_counter() - started) * 1000
-                    if (decide is not None and content and now_ms >= decision_at_ms and choice.get("finish_reason") is None
-                            and not _committed(len(parts), "".join(parts), commit_tokens)):  # fmt: skip
+                    if (
+                        decide is not None
+                        and content
+                        and now_ms >= decision_at_ms
+                        and choice.get("finish_reason") is None
+                        and not _committed(len(parts), "".join(parts), commit_tokens)
+                    ):
                         fits = decide(now_ms, len(parts), ttft_ms)
                         decide = None  # judged once
                         if not fits:
@@ -279,7 +321,9 @@ class LlamaDevice:
                     close()
             except Exception as exc:  # a native failure of the model is a device error, not a crash
                 kind = "oom" if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() else None
-                return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind)
+                return DeviceResult(
+                    "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind
+                )
             stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak)
         latency_ms = (time.perf_counter() - started) * 1000
         text = "".join(parts)
@@ -326,8 +370,14 @@ class LlamaDevice:
             except Exception:
                 pass
         cold, self._cold = self._cold, False
-        return {"peak_mem_mb": round(peak_kb / 1024, 1), "thermal_state": thermal_state(), "decode_tps": decode,
-                "prefill_tps": prefill, "cold_start": cold, "load_ms": self.load_ms if cold else None}  # fmt: skip
+        return {
+            "peak_mem_mb": round(peak_kb / 1024, 1),
+            "thermal_state": thermal_state(),
+            "decode_tps": decode,
+            "prefill_tps": prefill,
+            "cold_start": cold,
+            "load_ms": self.load_ms if cold else None,
+        }
 
 
 def _committed(tokens: int, text: str, commit_tokens: int) -> bool:
@@ -337,8 +387,13 @@ def _committed(tokens: int, text: str, commit_tokens: int) -> bool:
 
 # -- the real cloud --------------------------------------------------------------------------------
 class OpenAICloud:
-    def __init__(self, base_url: str, models: dict[int, str] | None = None, api_key: str | None = None,
-                 headers: dict[str, str] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        models: dict[int, str] | None = None,
+        api_key: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         path = urllib.parse.urlsplit(self.base_url).path.rstrip("/")
         self.url = self.base_url if path.endswith("/chat/completions") else f"{self.base_url}/v1/chat/completions"
@@ -350,8 +405,9 @@ class OpenAICloud:
         return self.models[level]
 
     def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult:
-        body = json.dumps({"model": self.models[level], "messages": chat_messages(prompt),
-                           "max_tokens": max_tokens, "temperature": 0}).encode()  # fmt: skip
+        body = json.dumps(
+            {"model": self.models[level], "messages": chat_messages(prompt), "max_tokens": max_tokens, "temperature": 0}
+        ).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -361,7 +417,7 @@ class OpenAICloud:
         try:
             with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000) as response:
                 payload = json.loads(response.read())
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return CloudResult("", (time.perf_counter() - started) * 1000, "timeout")
         except urllib.error.URLError as exc:
             outcome = "timeout" if isinstance(getattr(exc, "reason", None), (socket.timeout, TimeoutError)) else "error"
@@ -387,7 +443,9 @@ class InstantDevice:
         self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
         self.ttft_ms, self.tps = ttft_ms, tps
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0) -> DeviceResult:
+    def generate(
+        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
+    ) -> DeviceResult:
         return self.result
 
 

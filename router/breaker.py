@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from router.policy import BreakerPolicy
 
@@ -34,10 +34,16 @@ class Transition:
 
 
 class CircuitBreaker:
-    def __init__(self, boundary: str, policy: BreakerPolicy = BreakerPolicy(), *, clock: Callable[[], float] = time.monotonic,
-                 on_transition: Callable[[Transition], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        boundary: str,
+        policy: BreakerPolicy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_transition: Callable[[Transition], None] | None = None,
+    ):
         self.boundary = boundary
-        self.policy = policy
+        self.policy = policy or BreakerPolicy()
         self._clock = clock
         self._on_transition = on_transition or (lambda t: None)
         self._outcomes: deque[tuple[float, bool]] = deque()  # (time, failed)
@@ -107,7 +113,9 @@ class CircuitBreaker:
             self._move(HALF_OPEN, "cooldown_elapsed", now)
 
     def _move(self, to_state: str, trigger: str, now: float) -> None:
-        transition = Transition(self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now)
+        transition = Transition(
+            self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now
+        )
         self._state = to_state
         if to_state == OPEN:
             self._opened_at = now

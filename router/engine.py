@@ -52,9 +52,9 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from msgspec import UNSET
 
@@ -62,7 +62,6 @@ from instrumentation.events import Attempt, BreakerEvent, BreakerStates, Decisio
 from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
 from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from router.policy import PolicyStore
-
 
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
 L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
@@ -89,7 +88,9 @@ class Request:
     expected_output_tokens: int | None = None  # the gateway's estimate; None: the task's output cap
     request_id: str | None = None
     app_id: str | None = None
-    messages: tuple[dict, ...] | list[dict] | None = None  # chat messages (system prompt + history); `text` becomes them
+    messages: tuple[dict, ...] | list[dict] | None = (
+        None  # chat messages (system prompt + history); `text` becomes them
+    )
 
     def __post_init__(self):
         if self.messages is not None:  # the backends send the messages; everything else reads them as text
@@ -184,8 +185,9 @@ def level_timeout_ms(level: int, remaining_ms: float) -> float:
     return min(LEVEL_BUDGET[level] * remaining_ms, remaining_ms - L4_MS)
 
 
-def device_fits(remaining_ms: float, elapsed_ms: float, tokens: int, ttft_ms: float, expected_tokens: int,
-                fallback_tps: float) -> bool:  # fmt: skip
+def device_fits(
+    remaining_ms: float, elapsed_ms: float, tokens: int, ttft_ms: float, expected_tokens: int, fallback_tps: float
+) -> bool:
     """The decision point's re-estimate: the device's time to finish from its observed token rate
     (after the first token; the device's estimate when fewer than two tokens were seen) fits in 90 % of
     the remaining budget."""
@@ -195,7 +197,7 @@ def device_fits(remaining_ms: float, elapsed_ms: float, tokens: int, ttft_ms: fl
 
 
 def _iso_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class _Budget:
@@ -274,12 +276,19 @@ def accepts_keyword(fn, name: str) -> bool:
 
 
 class Router:
-    def __init__(self, device: DeviceBackend, cloud: CloudBackend, *, policy: PolicyStore | None = None,
-                 instance_id: str = "router-1", clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime] = _iso_now,
-                 on_event: Callable[[DecisionEvent], None] | None = None,
-                 on_breaker_event: Callable[[BreakerEvent], None] | None = None,
-                 on_divergence: Callable[[Divergence], None] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        device: DeviceBackend,
+        cloud: CloudBackend,
+        *,
+        policy: PolicyStore | None = None,
+        instance_id: str = "router-1",
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = _iso_now,
+        on_event: Callable[[DecisionEvent], None] | None = None,
+        on_breaker_event: Callable[[BreakerEvent], None] | None = None,
+        on_divergence: Callable[[Divergence], None] | None = None,
+    ):
         self.device, self.cloud = device, cloud
         self.policy = policy or PolicyStore()
         self.instance_id = instance_id
@@ -289,21 +298,34 @@ class Router:
         self.on_breaker_event = on_breaker_event or (lambda e: None)
         self.on_divergence = on_divergence or (lambda d: None)
         p = self.policy.current()
-        self.device_breaker = CircuitBreaker("device", p.breakers["device"], clock=clock, on_transition=self._transition)
+        self.device_breaker = CircuitBreaker(
+            "device", p.breakers["device"], clock=clock, on_transition=self._transition
+        )
         self.cloud_breaker = CircuitBreaker("cloud", p.breakers["cloud"], clock=clock, on_transition=self._transition)
         self.cloud_latency = SlidingP90(clock=clock)
         self._fallback_windows = ConsecutiveWindows()
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
         self.device_in_flight = 0
-        self._device_decides = accepts_keyword(device.generate, "decide")  # a device without the decision point still works
+        self._device_decides = accepts_keyword(
+            device.generate, "decide"
+        )  # a device without the decision point still works
 
     def _transition(self, t: Transition) -> None:
-        self.on_breaker_event(BreakerEvent(
-            schema_version=1, event_id=str(uuid.uuid4()), event_time=self._now(), instance_id=self.instance_id,
-            boundary=t.boundary, from_state=t.from_state, to_state=t.to_state,
-            failure_rate=min(1.0, max(0.0, t.failure_rate)), window_s=t.window_s, trigger=t.trigger[:64],
-        ))  # fmt: skip
+        self.on_breaker_event(
+            BreakerEvent(
+                schema_version=1,
+                event_id=str(uuid.uuid4()),
+                event_time=self._now(),
+                instance_id=self.instance_id,
+                boundary=t.boundary,
+                from_state=t.from_state,
+                to_state=t.to_state,
+                failure_rate=min(1.0, max(0.0, t.failure_rate)),
+                window_s=t.window_s,
+                trigger=t.trigger[:64],
+            )
+        )
 
     def device_failed(self, kind: str) -> None:
         """The device cannot serve (`load_failure`, `oom`): open its breaker at once (seed 000: "端侧不可用"
@@ -329,10 +351,22 @@ class Router:
             self.device_in_flight -= 1
 
     # -- the chain pieces --------------------------------------------------------------------------
-    def _device(self, trace: _Trace, req: Request, level: int, budget: _Budget, max_tokens: int, commit_tokens: int,
-                decide: Callable[[float, int, float], bool] | None = None) -> tuple[DeviceResult, float]:  # fmt: skip
-        kwargs = dict(max_tokens=max_tokens, timeout_ms=max(0.0, budget.timeout_ms(level)), degraded=level == 1,
-                      commit_tokens=commit_tokens)  # fmt: skip
+    def _device(
+        self,
+        trace: _Trace,
+        req: Request,
+        level: int,
+        budget: _Budget,
+        max_tokens: int,
+        commit_tokens: int,
+        decide: Callable[[float, int, float], bool] | None = None,
+    ) -> tuple[DeviceResult, float]:
+        kwargs = dict(
+            max_tokens=max_tokens,
+            timeout_ms=max(0.0, budget.timeout_ms(level)),
+            degraded=level == 1,
+            commit_tokens=commit_tokens,
+        )
         if decide is not None and self._device_decides:
             kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
         started = self._clock()
@@ -353,7 +387,9 @@ class Router:
         trace.output_tokens = result.tokens_out
         return result, latency_ms
 
-    def _cloud_chain(self, trace: _Trace, req: Request, budget: _Budget, max_tokens: int, levels=(2, 3)) -> Response | None:
+    def _cloud_chain(
+        self, trace: _Trace, req: Request, budget: _Budget, max_tokens: int, levels=(2, 3)
+    ) -> Response | None:
         """L2 then L3; None when both failed or no time is left (the caller goes to L4)."""
         for level in levels:
             timeout_ms = budget.timeout_ms(level)
@@ -368,7 +404,9 @@ class Router:
                 return Response(result.text, level, "cloud")
         return None
 
-    def _cloud_call(self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int) -> tuple[CloudResult, float]:
+    def _cloud_call(
+        self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int
+    ) -> tuple[CloudResult, float]:
         trace.cloud_calls += 1
         started = self._clock()
         try:
@@ -397,9 +435,14 @@ class Router:
         if bp.fallback_rate_limit is None:
             return
         with self._fallback_lock:
-            tripped = self._fallback_windows.record(self._clock(), fell_back, window_s=bp.fallback_window_s,
-                                                    limit=bp.fallback_rate_limit, windows=bp.fallback_windows,
-                                                    min_n=bp.fallback_min_n)  # fmt: skip
+            tripped = self._fallback_windows.record(
+                self._clock(),
+                fell_back,
+                window_s=bp.fallback_window_s,
+                limit=bp.fallback_rate_limit,
+                windows=bp.fallback_windows,
+                min_n=bp.fallback_min_n,
+            )
         if tripped:
             self.device_breaker.force_open("device_fallback_rate")
 
@@ -422,8 +465,11 @@ class Router:
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
         max_tokens = min(limits) if limits else 64
-        trace = _Trace(input_tokens=input_tokens, prices=policy.cloud_prices or None,
-                       request_id=req.request_id or str(uuid.uuid4()))  # fmt: skip
+        trace = _Trace(
+            input_tokens=input_tokens,
+            prices=policy.cloud_prices or None,
+            request_id=req.request_id or str(uuid.uuid4()),
+        )
         entered, fallback_type, reason = False, "none", "default"
         stage = policy.stage_for(req.task_type, req.session_id)
         mode = "shadow" if stage == "shadow" else "live"
@@ -437,7 +483,9 @@ class Router:
                 response = self._l4(trace)
             else:
                 entered = True
-                response, fallback_type, _ = self._device_path(trace, req, policy, cap, budget, max_tokens, allow_cloud=False)
+                response, fallback_type, _ = self._device_path(
+                    trace, req, policy, cap, budget, max_tokens, allow_cloud=False
+                )
         elif not cap.admits(input_tokens, expected_out):
             # 2. Capability admission: never enters the device.
             fallback_type, reason = "capability", "capability_miss"
@@ -474,14 +522,22 @@ class Router:
                 response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
             else:
                 entered = True
-                response, fallback_type, miss = self._device_path(trace, req, policy, cap, budget, max_tokens,
-                                                                  allow_cloud=cloud_ok, start_degraded=gate == "truncate")  # fmt: skip
+                response, fallback_type, miss = self._device_path(
+                    trace, req, policy, cap, budget, max_tokens, allow_cloud=cloud_ok, start_degraded=gate == "truncate"
+                )
                 reason = miss or "default"
 
         level = trace.attempts[-1].level
-        if (stage == "canary" and fallback_type == "quality" and response.served_by == "cloud" and trace.device_text
-                and normalise(trace.device_text) != normalise(response.text)):  # fmt: skip
-            self.on_divergence(Divergence(trace.request_id, req.task_type, stage, input_tokens, trace.device_text, response.text))
+        if (
+            stage == "canary"
+            and fallback_type == "quality"
+            and response.served_by == "cloud"
+            and trace.device_text
+            and normalise(trace.device_text) != normalise(response.text)
+        ):
+            self.on_divergence(
+                Divergence(trace.request_id, req.task_type, stage, input_tokens, trace.device_text, response.text)
+            )
         all_cloud = UNSET
         if trace.prices is not None:  # seed 003/004: what the request would have cost served by the cloud alone
             all_cloud = trace.prices.get(self.cloud.model_for(2), 0.0) * (input_tokens + trace.output_tokens) / 1000
@@ -525,8 +581,17 @@ class Router:
         self.on_event(event)
         return response, event
 
-    def _device_path(self, trace: _Trace, req: Request, policy, cap, budget: _Budget, max_tokens: int,
-                     allow_cloud: bool, start_degraded: bool = False) -> tuple[Response, str, str | None]:  # fmt: skip
+    def _device_path(
+        self,
+        trace: _Trace,
+        req: Request,
+        policy,
+        cap,
+        budget: _Budget,
+        max_tokens: int,
+        allow_cloud: bool,
+        start_degraded: bool = False,
+    ) -> tuple[Response, str, str | None]:
         """L0 (or L1 when the gate said truncate), judged; L1 once on a quality miss; then the cloud
         chain (or L4 when the cloud is not allowed). The caller holds a device slot; it is released
         when the device's turn ends. Returns the response, the fallback type and the reason of the
@@ -540,8 +605,12 @@ class Router:
                     break
                 decide = None
                 if level == 0 and allow_cloud:  # the decision point: only where there is a cloud to move to
+
                     def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
-                        return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps)
+                        return device_fits(
+                            budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps
+                        )
+
                 result, latency_ms = self._device(trace, req, level, budget, max_tokens, policy.commit_tokens, decide)
                 if result.outcome == "ok":
                     trace.device_text = trace.device_text or result.text
@@ -564,7 +633,9 @@ class Router:
                 if result.preempted:
                     miss = miss or ("timeout", "latency_pressure")
                 else:
-                    miss = miss or (("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error"))
+                    miss = miss or (
+                        ("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error")
+                    )
                 break  # timeouts and errors go straight to the cloud (L0 → L2)
         finally:
             self._release_device()
@@ -576,8 +647,9 @@ class Router:
         response = (self._cloud_chain(trace, req, budget, max_tokens) if allow_cloud else None) or self._l4(trace)
         return response, fallback_type, reason
 
-    def _shadow(self, trace: _Trace, req: Request, policy, budget: _Budget, max_tokens: int,
-                stage: str = "shadow") -> tuple[Response, bool | None, bool, str | None]:  # fmt: skip
+    def _shadow(
+        self, trace: _Trace, req: Request, policy, budget: _Budget, max_tokens: int, stage: str = "shadow"
+    ) -> tuple[Response, bool | None, bool, str | None]:
         """The device runs (recorded as the L0 attempt) when its breaker and cap allow; the cloud's answer is
         returned when its breaker allows and it answers; the two are compared after normalisation.
         Returns the response, the agreement, whether the device ran, and why it did not."""
@@ -601,7 +673,9 @@ class Router:
             trace.charge(trace.cloud_model, cloud.tokens_out)
             agree = normalise(device.text) == normalise(cloud.text) if device_ok else None
             if agree is False:
-                self.on_divergence(Divergence(trace.request_id, req.task_type, stage, trace.input_tokens, device.text, cloud.text))
+                self.on_divergence(
+                    Divergence(trace.request_id, req.task_type, stage, trace.input_tokens, device.text, cloud.text)
+                )
             return Response(cloud.text, 2, "cloud"), agree, device is not None, blocked
         if device_ok:
             return Response(device.text, 0, "device"), None, True, blocked
@@ -619,5 +693,9 @@ def _device_stats(stats: dict | None) -> DeviceStats | None:
     if not stats:
         return None
     optional = {k: stats[k] for k in ("peak_mem_mb", "thermal_state", "cold_start") if stats.get(k) is not None}
-    return DeviceStats(**optional, decode_tps=stats.get("decode_tps"), prefill_tps=stats.get("prefill_tps"),
-                       load_ms=stats.get("load_ms") if stats.get("cold_start") else None)  # fmt: skip
+    return DeviceStats(
+        **optional,
+        decode_tps=stats.get("decode_tps"),
+        prefill_tps=stats.get("prefill_tps"),
+        load_ms=stats.get("load_ms") if stats.get("cold_start") else None,
+    )

@@ -35,10 +35,10 @@ from __future__ import annotations
 import math
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 from instrumentation.events import LabelEvent
 from router.backends import CloudResult, DeviceResult
@@ -58,29 +58,44 @@ TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected outpu
 }
 SHADOW_TASKS = ("code_snippet",)
 # The confidence above which the device's answers are mostly acceptable: the default policy's thresholds.
-TRUE_THRESHOLDS = {task: cap.threshold for task, cap in parse(DEFAULT_POLICY.read_text()).capabilities.items() if cap.supported}
+TRUE_THRESHOLDS = {
+    task: cap.threshold for task, cap in parse(DEFAULT_POLICY.read_text()).capabilities.items() if cap.supported
+}
 INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
 # What the simulated users ask, per task type: kept in the request-text store (never in events) so
 # the offline replay can re-run a request through the real device model.
 TEXTS = {
-    "intent_classify": ("Classify the intent of this message with one word (play_music, set_alarm, weather, call, other): {}",
-                        ("play some jazz", "wake me up at seven", "will it rain tomorrow", "call my sister", "turn it up")),
-    "slot_extract": ('Extract the city and the day as a JSON object with keys "city" and "day". Output only JSON: {}',
-                     ("a table in Paris on Friday", "flights to Tokyo next Monday", "weather in Oslo today")),
+    "intent_classify": (
+        "Classify the intent of this message with one word (play_music, set_alarm, weather, call, other): {}",
+        ("play some jazz", "wake me up at seven", "will it rain tomorrow", "call my sister", "turn it up"),
+    ),
+    "slot_extract": (
+        'Extract the city and the day as a JSON object with keys "city" and "day". Output only JSON: {}',
+        ("a table in Paris on Friday", "flights to Tokyo next Monday", "weather in Oslo today"),
+    ),
     "short_reply": ("Reply in one short sentence: {}", ("thanks for the help!", "are you free later?", "good morning")),
-    "short_summary": ("Summarise in one sentence: {}",
-                      ("The meeting moved to Thursday because the room was booked; bring the budget draft.",
-                       "The package left the warehouse this morning and should arrive in two days.")),
-    "tool_call": ('Output only a JSON object with keys "tool" and "query" to look up: {}',
-                  ("the opening hours of the museum", "the exchange rate of the euro", "tomorrow's first train")),
+    "short_summary": (
+        "Summarise in one sentence: {}",
+        (
+            "The meeting moved to Thursday because the room was booked; bring the budget draft.",
+            "The package left the warehouse this morning and should arrive in two days.",
+        ),
+    ),
+    "tool_call": (
+        'Output only a JSON object with keys "tool" and "query" to look up: {}',
+        ("the opening hours of the museum", "the exchange rate of the euro", "tomorrow's first train"),
+    ),
     "code_snippet": ("Write one line of Python that {}.", ("reverses a list named xs", "sums the numbers 1 to 10")),
     "long_summary": ("Summarise this long report: {}", ("(a long quarterly report)",)),
     "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
 TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
 # tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
-TIER_LEDGER = {"high": (420.0, 0.0, 0.01, 600.0, 0.0), "mid": (240.0, 60.0, 0.02, 900.0, 0.0),
-               "low": (110.0, 140.0, 0.05, 1800.0, 0.10)}  # fmt: skip
+TIER_LEDGER = {
+    "high": (420.0, 0.0, 0.01, 600.0, 0.0),
+    "mid": (240.0, 60.0, 0.02, 900.0, 0.0),
+    "low": (110.0, 140.0, 0.05, 1800.0, 0.10),
+}
 SWAP_SLOWDOWN = 0.15  # the low tier's decode rate while the OS swaps the runtime out
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
 # Decode speed under background load, as a share of the tier's; the device reports the slow end to the
@@ -88,8 +103,16 @@ NETWORKS = ("wifi", "wifi", "cellular", "weak")
 LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
 # The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
-DETERMINISM = {"intent_classify": 0.97, "slot_extract": 0.93, "tool_call": 0.9, "short_reply": 0.55, "short_summary": 0.6,
-               "code_snippet": 0.7, "long_summary": 0.3, "multi_step_tools": 0.3}  # fmt: skip
+DETERMINISM = {
+    "intent_classify": 0.97,
+    "slot_extract": 0.93,
+    "tool_call": 0.9,
+    "short_reply": 0.55,
+    "short_summary": 0.6,
+    "code_snippet": 0.7,
+    "long_summary": 0.3,
+    "multi_step_tools": 0.3,
+}
 
 
 @dataclass(frozen=True)
@@ -119,7 +142,7 @@ class SimClock:
 class StatDevice:
     model = "sim-gemma-270m"
 
-    def __init__(self, rng: random.Random, fleet: "Fleet"):
+    def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
 
     # The router's latency gate reads these estimates: the current device's tier (a real device
@@ -132,8 +155,9 @@ class StatDevice:
     def tps(self) -> float:
         return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None,
-                 decision_at_ms=0.0) -> DeviceResult:  # fmt: skip
+    def generate(
+        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
+    ) -> DeviceResult:
         """A simulated stream: the router's clock advances by the time it takes (to the decision point,
         the timeout, or the end), so events carry simulated latencies."""
         req, clock = self.fleet.current, self.fleet.clock
@@ -156,19 +180,24 @@ class StatDevice:
             if at < min(latency, timeout_ms) and so_far < commit_tokens:
                 clock.t = started + at / 1000
                 if not decide(at, so_far, ttft):
-                    return DeviceResult("partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats)
+                    return DeviceResult(
+                        "partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats
+                    )
         if latency > timeout_ms:
             clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
-            return DeviceResult("partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats)
+            return DeviceResult(
+                "partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats
+            )
         clock.t = started + latency / 1000
         text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok",
-                            stats=stats)
+        return DeviceResult(
+            text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats
+        )
 
 
 class StatCloud:
-    def __init__(self, rng: random.Random, fleet: "Fleet"):
+    def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
 
     def model_for(self, level: int) -> str:
@@ -211,10 +240,22 @@ def acceptable(rng: random.Random, task_type: str, confidence: float) -> bool:
 
 
 class Fleet:
-    def __init__(self, *, seed: int, start: datetime, span: timedelta, policy_path: Path,
-                 incidents: Incidents = Incidents(), sessions: int = 400, instance_id: str = "sim-router-1",
-                 on_event: Callable = lambda e: None, on_breaker_event: Callable = lambda e: None,
-                 on_label: Callable = lambda e: None, label_share: float = 0.25, texts=None):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        seed: int,
+        start: datetime,
+        span: timedelta,
+        policy_path: Path,
+        incidents: Incidents = Incidents(),
+        sessions: int = 400,
+        instance_id: str = "sim-router-1",
+        on_event: Callable = lambda e: None,
+        on_breaker_event: Callable = lambda e: None,
+        on_label: Callable = lambda e: None,
+        label_share: float = 0.25,
+        texts=None,
+    ):
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
         self.ledger_rng = random.Random(seed + 2)  # the device ledger's draws: their own stream too
@@ -227,12 +268,21 @@ class Fleet:
         self._base_policy = DEFAULT_POLICY.read_text().replace("shadow: []", f"shadow: [{', '.join(SHADOW_TASKS)}]")
         policy_path.write_text(self._base_policy)
         self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
-        self.router = Router(StatDevice(self.rng, self), StatCloud(self.rng, self), policy=self.policy,
-                             instance_id=instance_id, clock=self.clock.monotonic, now=self.clock.now,
-                             on_event=on_event, on_breaker_event=on_breaker_event,
-                             on_divergence=self._keep_divergence)  # fmt: skip
+        self.router = Router(
+            StatDevice(self.rng, self),
+            StatCloud(self.rng, self),
+            policy=self.policy,
+            instance_id=instance_id,
+            clock=self.clock.monotonic,
+            now=self.clock.now,
+            on_event=on_event,
+            on_breaker_event=on_breaker_event,
+            on_divergence=self._keep_divergence,
+        )
         self.on_label, self.label_share = on_label, label_share
-        self.sessions = [(f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)]
+        self.sessions = [
+            (f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)
+        ]
         self.cloud_down = self.thermal = self.bad_threshold = False
         self.current: Request | None = None
         self.pending: dict = {"swap": 1.0, "load_ms": None}
@@ -252,8 +302,14 @@ class Fleet:
             thermal = "fair" if rng.random() < 0.15 else "nominal"
         # runtime + weights ~900 MB, KV cache ~0.9 MB a token of context, allocator noise
         peak = 900.0 + extra_mem + 0.9 * (req.input_tokens or 0) + rng.gauss(0, 40)
-        return {"swap": swap, "cold_start": cold, "load_ms": load_ms, "thermal_state": thermal,
-                "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1), "peak_mem_mb": round(max(peak, 100.0), 1)}  # fmt: skip
+        return {
+            "swap": swap,
+            "cold_start": cold,
+            "load_ms": load_ms,
+            "thermal_state": thermal,
+            "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1),
+            "peak_mem_mb": round(max(peak, 100.0), 1),
+        }
 
     def measure(self, tps: float, ttft: float) -> tuple[dict, float, float]:
         """One device call's measurements and the decode rate and TTFT they imply; the model is loaded once
@@ -261,8 +317,14 @@ class Fleet:
         pending = self.pending
         tps *= pending["swap"]
         ttft += pending["load_ms"] or 0.0
-        stats = {"peak_mem_mb": pending["peak_mem_mb"], "thermal_state": pending["thermal_state"], "decode_tps": round(tps, 2),
-                 "prefill_tps": pending["prefill_tps"], "cold_start": pending["cold_start"], "load_ms": pending["load_ms"]}  # fmt: skip
+        stats = {
+            "peak_mem_mb": pending["peak_mem_mb"],
+            "thermal_state": pending["thermal_state"],
+            "decode_tps": round(tps, 2),
+            "prefill_tps": pending["prefill_tps"],
+            "cold_start": pending["cold_start"],
+            "load_ms": pending["load_ms"],
+        }
         self.pending = {**pending, "cold_start": False, "load_ms": None}
         return stats, tps, ttft
 
@@ -274,7 +336,9 @@ class Fleet:
             for request_id, event_time in rng.sample(seen, min(per_task, len(seen))):
                 agree = rng.random() < DETERMINISM.get(task_type, 0.5)
                 hashes = ["sim-a"] * runs if agree else ["sim-a"] * (runs - 1) + ["sim-b"]
-                groups.append((request_id, task_type, event_time, runs, agree, hashes, f"{StatDevice.model} (SIMULATED)"))
+                groups.append(
+                    (request_id, task_type, event_time, runs, agree, hashes, f"{StatDevice.model} (SIMULATED)")
+                )
         return groups
 
     def _keep_divergence(self, d) -> None:
@@ -289,7 +353,9 @@ class Fleet:
         self.bad_threshold = on
         text = self._base_policy
         if on:
-            text = text.replace("threshold: 0.60", "threshold: 0.93").replace('version: "2026-11-30.1"', 'version: "2026-11-30.1-pushed"')
+            text = text.replace("threshold: 0.60", "threshold: 0.93").replace(
+                'version: "2026-11-30.1"', 'version: "2026-11-30.1-pushed"'
+            )
         self.policy_path.write_text(text)
 
     def run(self, requests: int, progress: Callable[[int], None] = lambda n: None) -> dict:
@@ -306,12 +372,20 @@ class Fleet:
             task_type = self.rng.choices(names, weights)[0]
             expected = TASKS[task_type][2]
             text = request_text(self.text_rng, task_type)
-            req = Request(task_type=task_type, text=text, session_id=session,
-                          deadline_ms=self.rng.choice((3000, 5000, 8000)), elapsed_ms=self.rng.randint(20, 400),
-                          has_pii=self.rng.random() < 0.02, network=network, device_tier=tier,
-                          input_tokens=self.rng.randint(*INPUT_TOKENS.get(task_type, (20, 480))),
-                          expected_output_tokens=expected, request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
-                          app_id="sim-app")  # fmt: skip
+            req = Request(
+                task_type=task_type,
+                text=text,
+                session_id=session,
+                deadline_ms=self.rng.choice((3000, 5000, 8000)),
+                elapsed_ms=self.rng.randint(20, 400),
+                has_pii=self.rng.random() < 0.02,
+                network=network,
+                device_tier=tier,
+                input_tokens=self.rng.randint(*INPUT_TOKENS.get(task_type, (20, 480))),
+                expected_output_tokens=expected,
+                request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
+                app_id="sim-app",
+            )
             self.current = req
             self.pending = self.draw_ledger(req)
             if self.texts is not None:
@@ -331,15 +405,21 @@ class Fleet:
         ok = acceptable(self.rng, event.task_type, event.confidence)
         source = self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0]
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
-        label = LabelEvent(schema_version=1, label_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
-                           event_time=event.event_time + delay, request_id=event.request_id, source=source,
-                           device_acceptable=ok, route_correct=route_correct(event.fallback_type, ok),
-                           labeler=f"sim-{source}")  # fmt: skip
+        label = LabelEvent(
+            schema_version=1,
+            label_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
+            event_time=event.event_time + delay,
+            request_id=event.request_id,
+            source=source,
+            device_acceptable=ok,
+            route_correct=route_correct(event.fallback_type, ok),
+            labeler=f"sim-{source}",
+        )
         self.stats["labels"] += 1
         self.on_label(label)
 
 
 def default_start(span: timedelta) -> datetime:
     """The simulated span ends now (minute-aligned), so the data looks live."""
-    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     return now - span

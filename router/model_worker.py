@@ -37,8 +37,14 @@ class ModelCrashed(RouterscopeError):
 class WorkerDevice:
     """`LlamaDevice(model_path, **options)` in a child process; same attributes and `generate`."""
 
-    def __init__(self, model_path: Path | str, *, log_path: Path | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
-                 **options):  # fmt: skip
+    def __init__(
+        self,
+        model_path: Path | str,
+        *,
+        log_path: Path | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
+        **options,
+    ):
         from routerscope import procs
 
         self.model = options.get("model_name", "gemma-3-270m-q4_k_m")
@@ -48,8 +54,10 @@ class WorkerDevice:
         self._log = open(log_path, "ab") if log_path else None
         self.process = procs.spawn(
             [sys.executable, "-m", "router.model_worker", str(model_path), json.dumps(options)],
-            stdin=-1, stdout=-1, stderr=self._log if self._log else -3,  # PIPE, PIPE, DEVNULL
-        )  # fmt: skip
+            stdin=-1,
+            stdout=-1,
+            stderr=self._log if self._log else -3,  # PIPE, PIPE, DEVNULL
+        )
         self._watch()
         hello = self._read_line(ready_timeout_s)
         if hello is None or not hello.get("ready"):
@@ -116,8 +124,9 @@ class WorkerDevice:
                         self._kill()
         # the model runtime is gone for good: to the router that is a device that can no longer load its
         # model, which opens the device breaker at once (seed 000: device unavailable is the serious failure)
-        return DeviceResult("", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error",
-                            error_kind="load_failure")  # fmt: skip
+        return DeviceResult(
+            "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind="load_failure"
+        )
 
     def _send(self, message: dict) -> None:
         self.process.stdin.write((json.dumps(message) + "\n").encode())
@@ -144,7 +153,7 @@ class WorkerDevice:
         if self._log:
             self._log.close()
 
-    def __enter__(self) -> "WorkerDevice":
+    def __enter__(self) -> WorkerDevice:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -113,7 +113,9 @@ class Policy:
     device_concurrency: int = 1  # seed 004 §6: a hard cap on concurrent device requests; the excess goes to the cloud
     shadow: frozenset[str] = frozenset()
     cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens
-    breakers: dict[str, BreakerPolicy] = field(default_factory=lambda: {"device": BreakerPolicy(), "cloud": BreakerPolicy()})
+    breakers: dict[str, BreakerPolicy] = field(
+        default_factory=lambda: {"device": BreakerPolicy(), "cloud": BreakerPolicy()}
+    )
     rollout: dict[str, Rollout] = field(default_factory=dict)
     rollout_limits: RolloutLimits = RolloutLimits()
     device_tiers: dict[str, dict] = field(default_factory=dict)  # tier -> {memory_mb: ...}
@@ -158,12 +160,17 @@ def parse(text: str, source: str = "policy") -> Policy:
             raise ConfigError(f"{source}: capabilities.{task_type}.threshold {cap.threshold} is not in [0, 1]")
         if cap.validator is not None and cap.validator not in VALIDATORS:
             raise ConfigError(f"{source}: capabilities.{task_type}.validator must be one of {', '.join(VALIDATORS)}")
-        if cap.error_cost is not None and (isinstance(cap.error_cost, bool) or not isinstance(cap.error_cost, (int, float))
-                                           or not 0 <= cap.error_cost <= 1):  # fmt: skip
+        if cap.error_cost is not None and (
+            isinstance(cap.error_cost, bool)
+            or not isinstance(cap.error_cost, (int, float))
+            or not 0 <= cap.error_cost <= 1
+        ):
             raise ConfigError(f"{source}: capabilities.{task_type}.error_cost must be a number in [0, 1]")
         if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
-            raise ConfigError(f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "
-                              f"iteration one of {', '.join(ITERATION)}")  # fmt: skip
+            raise ConfigError(
+                f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "
+                f"iteration one of {', '.join(ITERATION)}"
+            )
         caps[str(task_type)] = cap
     breakers = {}
     for boundary in ("device", "cloud"):
@@ -173,10 +180,16 @@ def parse(text: str, source: str = "policy") -> Policy:
         except TypeError as exc:
             raise ConfigError(f"{source}: breakers.{boundary}: {exc}") from None
         b = breakers[boundary]
-        if not (0 < b.failure_rate <= 1 and b.window_s > 0 and b.cooldown_s >= 0 and b.min_calls >= 1
-                and (b.p90_spike_factor is None or b.p90_spike_factor > 0)
-                and (b.fallback_rate_limit is None or 0 <= b.fallback_rate_limit <= 1)
-                and b.fallback_windows >= 1 and b.fallback_window_s > 0):  # fmt: skip
+        if not (
+            0 < b.failure_rate <= 1
+            and b.window_s > 0
+            and b.cooldown_s >= 0
+            and b.min_calls >= 1
+            and (b.p90_spike_factor is None or b.p90_spike_factor > 0)
+            and (b.fallback_rate_limit is None or 0 <= b.fallback_rate_limit <= 1)
+            and b.fallback_windows >= 1
+            and b.fallback_window_s > 0
+        ):
             raise ConfigError(f"{source}: breakers.{boundary}: a value is out of range ({b})")
     concurrency = doc.get("device_concurrency", 1)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
@@ -195,9 +208,15 @@ def parse(text: str, source: str = "policy") -> Policy:
             raise ConfigError(f"{source}: rollout.{task_type}: {exc}") from None
         if r.stage not in STAGES:
             raise ConfigError(f"{source}: rollout.{task_type}.stage must be one of {', '.join(STAGES)}")
-        if isinstance(r.percent, bool) or not isinstance(r.percent, (int, float)) or not 0 <= r.percent <= 100 \
-                or (r.stage == "canary" and r.percent <= 0):  # fmt: skip
-            raise ConfigError(f"{source}: rollout.{task_type}.percent must be a share of sessions in (0, 100] for a canary")
+        if (
+            isinstance(r.percent, bool)
+            or not isinstance(r.percent, (int, float))
+            or not 0 <= r.percent <= 100
+            or (r.stage == "canary" and r.percent <= 0)
+        ):
+            raise ConfigError(
+                f"{source}: rollout.{task_type}.percent must be a share of sessions in (0, 100] for a canary"
+            )
         rollout[str(task_type)] = Rollout(r.stage, float(r.percent))
     try:
         limits = RolloutLimits(**(doc.get("rollout_limits") or {}))
@@ -207,9 +226,12 @@ def parse(text: str, source: str = "policy") -> Policy:
         raise ConfigError(f"{source}: rollout_limits: every limit must be a number >= 0")
     tiers = doc.get("device_tiers") or {}
     if not isinstance(tiers, dict) or not all(
-        isinstance(t, dict) and isinstance(t.get("memory_mb"), (int, float)) and not isinstance(t.get("memory_mb"), bool)
-        and t["memory_mb"] > 0 for t in tiers.values()
-    ):  # fmt: skip
+        isinstance(t, dict)
+        and isinstance(t.get("memory_mb"), (int, float))
+        and not isinstance(t.get("memory_mb"), bool)
+        and t["memory_mb"] > 0
+        for t in tiers.values()
+    ):
         raise ConfigError(f"{source}: device_tiers must map tier names to {{memory_mb: a number > 0}}")
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     version = f"{doc['version']}+{digest}"

@@ -43,13 +43,24 @@ class RerunGroup:
     answer_hashes: list[str]  # '' for a run that did not answer (timeout, error)
 
 
-def rerun(device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str, runs: int = RERUNS,
-          temperature: float = RERUN_TEMPERATURE) -> RerunGroup:  # fmt: skip
+def rerun(
+    device: DeviceBackend,
+    policy: Policy,
+    request_id: str,
+    task_type: str,
+    text: str,
+    runs: int = RERUNS,
+    temperature: float = RERUN_TEMPERATURE,
+) -> RerunGroup:
     """One determinism group: `runs` answers of the device to `text`; they agree when all answered and all
     normalise to the same answer. A run that fails counts against agreement (no answer agrees)."""
     cap = policy.capability(task_type)
-    kwargs = dict(max_tokens=min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS), timeout_ms=REPLAY_TIMEOUT_MS,
-                  degraded=False, commit_tokens=10**9)  # fmt: skip
+    kwargs = dict(
+        max_tokens=min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS),
+        timeout_ms=REPLAY_TIMEOUT_MS,
+        degraded=False,
+        commit_tokens=10**9,
+    )
     if accepts_keyword(device.generate, "temperature"):
         kwargs["temperature"] = temperature
     hashes = []
@@ -69,17 +80,26 @@ class Verdict:
     judged_by: str = "validator"  # validator | cloud_agreement | none
 
 
-def judge(device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str,
-          cloud: CloudBackend | None = None) -> Verdict:  # fmt: skip
+def judge(
+    device: DeviceBackend, policy: Policy, request_id: str, task_type: str, text: str, cloud: CloudBackend | None = None
+) -> Verdict:
     """The device's answer to `text`, judged by the task's validator or, for free text, by agreement with
     `cloud`'s answer (level 2)."""
     cap = policy.capability(task_type)
     max_tokens = min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS)
-    result = device.generate(text, max_tokens=max_tokens, timeout_ms=REPLAY_TIMEOUT_MS, degraded=False, commit_tokens=10**9)
+    result = device.generate(
+        text, max_tokens=max_tokens, timeout_ms=REPLAY_TIMEOUT_MS, degraded=False, commit_tokens=10**9
+    )
     finished = result.outcome == "ok" and bool(result.text.strip())
     if cap.validator is not None:
-        return Verdict(request_id, task_type, finished and validate(cap.validator, result.text, cap.pattern),
-                       result.outcome, result.text, "validator")  # fmt: skip
+        return Verdict(
+            request_id,
+            task_type,
+            finished and validate(cap.validator, result.text, cap.pattern),
+            result.outcome,
+            result.text,
+            "validator",
+        )
     if cloud is None:
         return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
     if not finished:  # no answer agrees with anything
@@ -90,8 +110,14 @@ def judge(device: DeviceBackend, policy: Policy, request_id: str, task_type: str
         return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
     if reference.outcome != "ok" or not reference.text.strip():
         return Verdict(request_id, task_type, None, result.outcome, result.text, "none")
-    return Verdict(request_id, task_type, normalise(result.text) == normalise(reference.text), result.outcome, result.text,
-                   "cloud_agreement")  # fmt: skip
+    return Verdict(
+        request_id,
+        task_type,
+        normalise(result.text) == normalise(reference.text),
+        result.outcome,
+        result.text,
+        "cloud_agreement",
+    )
 
 
 def route_correct(fallback_type: str, acceptable: bool) -> bool:
@@ -109,7 +135,13 @@ def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model:
     its labeler names how it was judged: `offline-replay:<validator|cloud_agreement>:<device model>`."""
     if verdict.acceptable is None:
         return None
-    return LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=now, request_id=verdict.request_id,
-                      source="offline_replay", device_acceptable=verdict.acceptable,
-                      route_correct=route_correct(fallback_type, verdict.acceptable),
-                      labeler=f"offline-replay:{verdict.judged_by}:{device_model}"[:128])  # fmt: skip
+    return LabelEvent(
+        schema_version=1,
+        label_id=str(uuid.uuid4()),
+        event_time=now,
+        request_id=verdict.request_id,
+        source="offline_replay",
+        device_acceptable=verdict.acceptable,
+        route_correct=route_correct(fallback_type, verdict.acceptable),
+        labeler=f"offline-replay:{verdict.judged_by}:{device_model}"[:128],
+    )

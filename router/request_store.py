@@ -23,7 +23,9 @@ from pathlib import Path
 
 from instrumentation.pii import scrub
 
-SCHEMA = "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
+)
 INSERT_SQL = "INSERT OR REPLACE INTO requests VALUES (?, ?, ?)"
 DIVERGENCE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS divergences (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, stage TEXT NOT NULL, "
@@ -35,7 +37,9 @@ DIVERGENCE_SQL = (
     "SELECT request_id, task_type, stage, input_tokens, device_hash, cloud_hash, device_text, cloud_text, seen_at "
     "FROM divergences WHERE (? = '' OR task_type = ?) ORDER BY seen_at DESC, request_id LIMIT ?"
 )
-DIVERGENCE_COUNTS_SQL = "SELECT task_type, stage, count(*) FROM divergences GROUP BY task_type, stage ORDER BY task_type, stage"
+DIVERGENCE_COUNTS_SQL = (
+    "SELECT task_type, stage, count(*) FROM divergences GROUP BY task_type, stage ORDER BY task_type, stage"
+)
 # The ids arrive as one JSON array parameter: constant SQL, any number of ids.
 GET_SQL = "SELECT request_id, task_type, text FROM requests WHERE request_id IN (SELECT value FROM json_each(?))"
 
@@ -72,8 +76,19 @@ class RequestTextStore:
 
     def add_divergence(self, d, seen_at) -> None:
         """Keep one `router.engine.Divergence` (both texts, both hashes), seen at `seen_at` (a datetime)."""
-        self._pending_divergences.append((scrub(d.request_id), d.task_type, d.stage, int(d.input_tokens), d.device_hash,
-                                          d.cloud_hash, d.device_text, d.cloud_text, seen_at.isoformat()))  # fmt: skip
+        self._pending_divergences.append(
+            (
+                scrub(d.request_id),
+                d.task_type,
+                d.stage,
+                int(d.input_tokens),
+                d.device_hash,
+                d.cloud_hash,
+                d.device_text,
+                d.cloud_text,
+                seen_at.isoformat(),
+            )
+        )
         if len(self._pending_divergences) >= self._batch:
             self.flush()
 
@@ -110,7 +125,7 @@ class RequestTextStore:
         self.flush()
         self._db.close()
 
-    def __enter__(self) -> "RequestTextStore":
+    def __enter__(self) -> RequestTextStore:
         return self
 
     def __exit__(self, *exc) -> None:

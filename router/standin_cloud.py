@@ -28,17 +28,36 @@ class StandInCloud:
         from routerscope import procs
 
         self.process = procs.spawn(  # dies with its parent, also on SIGKILL
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", "cloud-small",
-             "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(self.port), "--n_threads", str(n_threads),
-             "--n_ctx", "1024"],
-            stdout=self._log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model_path),
+                "--model_alias",
+                "cloud-small",
+                "--chat_format",
+                "gemma",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--n_threads",
+                str(n_threads),
+                "--n_ctx",
+                "1024",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
-    def wait_ready(self, timeout_s: float = 120) -> "StandInCloud":
+    def wait_ready(self, timeout_s: float = 120) -> StandInCloud:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RouterscopeError(f"the stand-in cloud exited with {self.process.returncode}; see {self._log.name}")
+                raise RouterscopeError(
+                    f"the stand-in cloud exited with {self.process.returncode}; see {self._log.name}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/v1/models", timeout=1) as r:
                     json.loads(r.read())

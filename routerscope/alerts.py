@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -174,14 +174,27 @@ SELECT countIf(state = 'open') FROM (
     SELECT instance_id, argMax(to_state, (event_time, event_id)) AS state
     FROM routerscope.breaker_events FINAL WHERE boundary = {boundary:String} GROUP BY instance_id)
 """
-ALERT_COLUMNS = ("alert_key", "first_seen", "rule", "task_type", "severity", "action", "summary", "status",
-                 "last_seen", "resolved_at", "trip_values", "rule_version", "notify_state")  # fmt: skip
+ALERT_COLUMNS = (
+    "alert_key",
+    "first_seen",
+    "rule",
+    "task_type",
+    "severity",
+    "action",
+    "summary",
+    "status",
+    "last_seen",
+    "resolved_at",
+    "trip_values",
+    "rule_version",
+    "notify_state",
+)
 
 
 def _utc(t: datetime | None) -> datetime | None:
     if t is None:
         return None
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def _text(t: datetime) -> str:
@@ -203,8 +216,9 @@ def _window_series(client, rule: Rule, cache: dict, now: datetime) -> tuple[date
         rows = []
         if latest is not None and latest.year > 1970:
             since = latest - GRAINS[rule.grain] * 400  # far enough back to see where a streak began
-            rows = client.query(SERIES_SQL, parameters={"grain": rule.grain, "since": _text(since),
-                                                        "latest": _text(latest)}).result_rows  # fmt: skip
+            rows = client.query(
+                SERIES_SQL, parameters={"grain": rule.grain, "since": _text(since), "latest": _text(latest)}
+            ).result_rows
         else:
             latest = None
         cache[rule.grain] = (latest, [(t, _utc(s), json.loads(m)) for t, s, m in rows])
@@ -295,16 +309,27 @@ class Evaluation:
         }
 
 
-def run(client, *, rules_path: Path | str | None = None, webhook: str | None = None,
-        now: datetime | None = None, retries: int = 3, backoff_s: float = 0.5) -> Evaluation:  # fmt: skip
+def run(
+    client,
+    *,
+    rules_path: Path | str | None = None,
+    webhook: str | None = None,
+    now: datetime | None = None,
+    retries: int = 3,
+    backoff_s: float = 0.5,
+) -> Evaluation:
     """Evaluate every rule, update the episodes, deliver pending notifications."""
-    now = _utc(now) or datetime.now(timezone.utc)
+    now = _utc(now) or datetime.now(UTC)
     version, rules = load_rules(rules_path)
     result = Evaluation(now, version)
     known = {}
     for row in client.query(OPEN_SQL, parameters={"since": _text(now - RECENTLY)}).result_rows:
         alert = Alert(*row)
-        alert.first_seen, alert.last_seen, alert.resolved_at = _utc(alert.first_seen), _utc(alert.last_seen), _utc(alert.resolved_at)
+        alert.first_seen, alert.last_seen, alert.resolved_at = (
+            _utc(alert.first_seen),
+            _utc(alert.last_seen),
+            _utc(alert.resolved_at),
+        )
         known[alert.alert_key, alert.first_seen] = alert
     open_by_key = {a.alert_key: a for a in known.values() if a.status == "firing"}
     changed: list[Alert] = []
@@ -312,7 +337,9 @@ def run(client, *, rules_path: Path | str | None = None, webhook: str | None = N
     for rule in rules:
         if rule.grain == "now":
             value = _signal(client, rule.metric, now)
-            verdicts = {"": (Verdict(True, now, now, (Point(now, value),)) if rule.breaches(value, None) else Verdict(False))}
+            verdicts = {
+                "": (Verdict(True, now, now, (Point(now, value),)) if rule.breaches(value, None) else Verdict(False))
+            }
         else:
             latest, series = _window_series(client, rule, cache, now)
             if latest is None:
@@ -322,12 +349,34 @@ def run(client, *, rules_path: Path | str | None = None, webhook: str | None = N
         for scope, verdict in verdicts.items():
             key = f"{rule.name}|{scope}"
             current = open_by_key.get(key)
-            values = json.dumps({"metric": rule.metric, "op": rule.op, "limit": rule.limit, "windows": [
-                {"start": _utc(p.start).isoformat().replace("+00:00", "Z"), "value": p.value, "n": p.n} for p in verdict.points]},
-                default=str)  # fmt: skip
+            values = json.dumps(
+                {
+                    "metric": rule.metric,
+                    "op": rule.op,
+                    "limit": rule.limit,
+                    "windows": [
+                        {"start": _utc(p.start).isoformat().replace("+00:00", "Z"), "value": p.value, "n": p.n}
+                        for p in verdict.points
+                    ],
+                },
+                default=str,
+            )
             if verdict.breaching and current is None:
-                alert = Alert(key, verdict.first_seen, rule.name, scope, rule.severity, rule.action, rule.summary,
-                              "firing", verdict.last_seen, None, values, version, "pending")  # fmt: skip
+                alert = Alert(
+                    key,
+                    verdict.first_seen,
+                    rule.name,
+                    scope,
+                    rule.severity,
+                    rule.action,
+                    rule.summary,
+                    "firing",
+                    verdict.last_seen,
+                    None,
+                    values,
+                    version,
+                    "pending",
+                )
                 result.fired.append(alert)
                 changed.append(alert)
             elif verdict.breaching:
@@ -352,8 +401,11 @@ def run(client, *, rules_path: Path | str | None = None, webhook: str | None = N
             delivered.append(alert)
             continue
         ok, attempts = deliver(webhook, alert, retries=retries, backoff_s=backoff_s)
-        client.insert("routerscope.alert_deliveries", attempts,
-                      column_names=["alert_key", "first_seen", "event", "attempt", "status_code", "error"])  # fmt: skip
+        client.insert(
+            "routerscope.alert_deliveries",
+            attempts,
+            column_names=["alert_key", "first_seen", "event", "attempt", "status_code", "error"],
+        )
         result.deliveries += 1
         if ok:
             alert.notify_state = "sent"
@@ -387,7 +439,11 @@ def slack_body(alert: Alert) -> dict[str, Any]:
                 "color": "danger" if firing else "good",
                 "fields": [
                     {"title": "rule", "value": f"{alert.rule} (rules {alert.rule_version})", "short": True},
-                    {"title": "condition", "value": f"{trip.get('metric')} {trip.get('op')} {trip.get('limit')}", "short": True},
+                    {
+                        "title": "condition",
+                        "value": f"{trip.get('metric')} {trip.get('op')} {trip.get('limit')}",
+                        "short": True,
+                    },
                     {"title": "latest value", "value": f"{latest.get('value')} (n={latest.get('n')})", "short": True},
                     {"title": "since", "value": _utc(alert.first_seen).isoformat(), "short": True},
                 ],
@@ -404,7 +460,9 @@ def deliver(url: str, alert: Alert, *, retries: int = 3, backoff_s: float = 0.5,
     for attempt in range(1, retries + 1):
         status, error = None, ""
         try:
-            request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+            request = urllib.request.Request(
+                url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+            )
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 status = response.status
         except urllib.error.HTTPError as exc:

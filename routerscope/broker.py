@@ -133,9 +133,12 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
     cmd = [
         str(tansu_binary(settings)),
         "broker",
-        "--listener-url", url,
-        "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
     ]
     with open(log_path, "ab") as log:
         if keep:

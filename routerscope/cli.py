@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC
 from pathlib import Path
 
 from routerscope import __version__, broker, names
@@ -108,13 +109,13 @@ def cmd_load(args, settings: Settings) -> int:
 
 def _parse_time(text: str, flag: str):
     """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from instrumentation.contract import EVENT_TIME_MAX, EVENT_TIME_MIN
 
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
         in_range = EVENT_TIME_MIN <= value <= EVENT_TIME_MAX.replace(hour=0, minute=0, second=0, microsecond=0)
     except (ValueError, OverflowError):
         raise ConfigError(f"{flag} {text!r} is not an ISO 8601 time, e.g. 2026-11-29T00:00:00Z") from None
@@ -187,14 +188,19 @@ def cmd_alerts(args, settings: Settings) -> int:
     for a in result.firing:
         new = "NEW " if a in result.fired else ""
         rollback = "  → ROLLBACK RECOMMENDED" if a.action == "rollback" else ""
-        print(f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) since {a.first_seen:%Y-%m-%d %H:%M}{rollback}")
+        print(
+            f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) since {a.first_seen:%Y-%m-%d %H:%M}{rollback}"
+        )
     for task_type, signals in result.rollback_recommended().items():
         print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(signals)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
     if result.delivery_failures:
-        print(f"routerscope: warning: {result.delivery_failures} notification(s) could not be delivered to "
-              "ROUTERSCOPE_ALERT_WEBHOOK; they stay pending and are retried at the next evaluation", file=sys.stderr)  # fmt: skip
+        print(
+            f"routerscope: warning: {result.delivery_failures} notification(s) could not be delivered to "
+            "ROUTERSCOPE_ALERT_WEBHOOK; they stay pending and are retried at the next evaluation",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -230,8 +236,15 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  home:      {settings.home}")
     print(f"  warehouse: {settings.warehouse.redacted()}", flush=True)
     try:
-        out = run(settings, requests=args.requests, seed=args.seed, port=args.port, span_minutes=args.span_minutes,
-                  live_requests=args.live_sample, fresh=args.fresh)  # fmt: skip
+        out = run(
+            settings,
+            requests=args.requests,
+            seed=args.seed,
+            port=args.port,
+            span_minutes=args.span_minutes,
+            live_requests=args.live_sample,
+            fresh=args.fresh,
+        )
     except KeyboardInterrupt:
         print(
             "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
@@ -246,25 +259,39 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  loaded:    {out['loaded']}")
     live = out["simulated"].get("live") or {}
     if live.get("failed"):
-        print(f"  live sample: FAILED after {live['requests']} requests ({live['failed']}); the simulated fleet ran without it")
+        print(
+            f"  live sample: FAILED after {live['requests']} requests ({live['failed']}); the simulated fleet ran without it"
+        )
     elif live:
-        print(f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
-              f"llama_cpp.server (stand-in cloud); served by {live['served_by']}")  # fmt: skip
+        print(
+            f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
+            f"llama_cpp.server (stand-in cloud); served by {live['served_by']}"
+        )
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
-    print(f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})")
-    print(f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
-          f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}")  # fmt: skip
+    print(
+        f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
+    )
+    print(
+        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
+        f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}"
+    )
     mean_calls = s["cloud_calls_per_session"]["mean"]
-    print(f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {'—' if mean_calls is None else f'{mean_calls:.2f}'}")
+    print(
+        f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {'—' if mean_calls is None else f'{mean_calls:.2f}'}"
+    )
     print("  alerts raised during the run:" + ("" if out["fired"] else " none"))
     for line in out["fired"]:
         print(f"    {line}")
     print(f"  firing now: {', '.join(key.rstrip('|') for key in out['firing']) or 'none'}")
     for day, q in out["quality"].items():
-        print(f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}")
-    print("Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-          "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`.")
+        print(
+            f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}"
+        )
+    print(
+        "Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
+        "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
+    )
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard`.")
         return 0
@@ -273,8 +300,21 @@ def cmd_demo(args, settings: Settings) -> int:
 
 def dashboard_command(port: int) -> list[str]:
     app = Path(__file__).resolve().parent.parent / "dashboards" / "streamlit_app.py"
-    return [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
-            "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+    ]
 
 
 def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> int:
@@ -368,7 +408,9 @@ def _float_at_least(minimum: float, strictly: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not math.isfinite(value) or value < minimum or (strictly and value == minimum):
-            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number {'above' if strictly else 'at least'} {minimum:g}")
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be a finite number {'above' if strictly else 'at least'} {minimum:g}"
+            )
         return value
 
     return parse
@@ -386,16 +428,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
     p.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
-    p.add_argument("--live-sample", type=_int_at_least(0), default=5, metavar="N",
-                   help="first N requests through the real model (Gemma via llama-cpp, llama_cpp.server as the cloud); 0: none")
-    p.add_argument("--fresh", action="store_true", help="forget earlier demo runs: remove the demo warehouse, restart the local broker")
+    p.add_argument(
+        "--live-sample",
+        type=_int_at_least(0),
+        default=5,
+        metavar="N",
+        help="first N requests through the real model (Gemma via llama-cpp, llama_cpp.server as the cloud); 0: none",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="forget earlier demo runs: remove the demo warehouse, restart the local broker",
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
     p.add_argument("--requests", type=_positive_int, default=10_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
-    p.add_argument("--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)")
+    p.add_argument(
+        "--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)"
+    )
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("broker", help="the local development broker (Tansu on 127.0.0.1)")
@@ -420,7 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
     p.add_argument("--batch-size", type=_positive_int, default=20_000, help="rows per insert (default 20000)")
     p.add_argument(
-        "--idle-timeout", type=_float_at_least(0, strictly=True), default=1.0,
+        "--idle-timeout",
+        type=_float_at_least(0, strictly=True),
+        default=1.0,
         help="seconds without a message that count as drained (default 1)",
     )
     p.add_argument(
@@ -438,12 +493,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
     from warehouse import metrics as metric_defaults  # the defaults of the metric assets, defined once
 
-    p.add_argument("--baseline-days", type=_float_at_least(0, strictly=True), default=metric_defaults.DEFAULT_BASELINE_DAYS,
-                   help="L2/L3 drift baseline: days before --start")  # fmt: skip
-    p.add_argument("--target", type=_float_at_least(0, strictly=True), default=metric_defaults.DEFAULT_TARGET,
-                   help="target pass rate for the threshold recommendation")  # fmt: skip
-    p.add_argument("--min-n", type=_positive_int, default=metric_defaults.DEFAULT_MIN_N,
-                   help="minimum events behind a recommended threshold")  # fmt: skip
+    p.add_argument(
+        "--baseline-days",
+        type=_float_at_least(0, strictly=True),
+        default=metric_defaults.DEFAULT_BASELINE_DAYS,
+        help="L2/L3 drift baseline: days before --start",
+    )
+    p.add_argument(
+        "--target",
+        type=_float_at_least(0, strictly=True),
+        default=metric_defaults.DEFAULT_TARGET,
+        help="target pass rate for the threshold recommendation",
+    )
+    p.add_argument(
+        "--min-n",
+        type=_positive_int,
+        default=metric_defaults.DEFAULT_MIN_N,
+        help="minimum events behind a recommended threshold",
+    )
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("dq", help="run the data-quality suites on the latest day (exit 1 on a blocking failure)")
@@ -482,7 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except OSError as exc:  # an unreadable home, a full disk, a file that vanished: say which
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"routerscope: error: {exc.strerror or exc}{where} (check ROUTERSCOPE_HOME and its permissions)", file=sys.stderr)
+        print(
+            f"routerscope: error: {exc.strerror or exc}{where} (check ROUTERSCOPE_HOME and its permissions)",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         print("routerscope: interrupted", file=sys.stderr)

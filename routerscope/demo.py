@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import broker, names
@@ -28,11 +28,20 @@ def _bar(total: int, desc: str, unit: str):
     from tqdm import tqdm
 
     # On a terminal a live bar; in a log or a pipe the same line, refreshed every 5 s (counts, not silence).
-    return tqdm(total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 5.0)
+    return tqdm(
+        total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 5.0
+    )
 
 
-def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int = 0, show: bool = True,
-             live_requests: int = 0) -> dict:  # fmt: skip
+def simulate(
+    settings: Settings,
+    requests: int,
+    seed: int,
+    span: timedelta,
+    corrupt: int = 0,
+    show: bool = True,
+    live_requests: int = 0,
+) -> dict:
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
     Request texts go to the request-text store (for the offline replay), never into events."""
     from instrumentation.emitter import KafkaEmitter, Message
@@ -40,7 +49,9 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
     from router.fleet import Fleet, default_start
     from router.request_store import RequestTextStore, store_path
 
-    emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)  # a batch producer: paced, never dropping
+    emitter = KafkaEmitter(
+        producer_config(settings), settings.home / "spool", block_when_full=True
+    )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     policy_dir = Path(tempfile.mkdtemp(prefix="routerscope-sim-policy-"))
     start = default_start(span)
@@ -52,10 +63,15 @@ def simulate(settings: Settings, requests: int, seed: int, span: timedelta, corr
             if live_requests:
                 live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
             fleet = Fleet(
-                seed=seed, start=start, span=span, policy_path=policy_dir / "policy.yaml", texts=texts,
-                on_event=on_event, on_breaker_event=on_breaker_event,
+                seed=seed,
+                start=start,
+                span=span,
+                policy_path=policy_dir / "policy.yaml",
+                texts=texts,
+                on_event=on_event,
+                on_breaker_event=on_breaker_event,
                 on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
-            )  # fmt: skip
+            )
             bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
             try:
                 stats = fleet.run(requests, progress=bar.update if bar else (lambda n: None))
@@ -87,8 +103,9 @@ def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
 LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")
 
 
-def live_sample(settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event,
-                show: bool = True) -> dict:  # fmt: skip
+def live_sample(
+    settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event, show: bool = True
+) -> dict:
     """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
     device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
     confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
@@ -99,7 +116,10 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
     from router.policy import PolicyStore
     from router.standin_cloud import StandInCloud
 
-    print("  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …", file=sys.stderr)
+    print(
+        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
+        file=sys.stderr,
+    )
     model = gemma_path(settings.home)
     cloud = StandInCloud(model, settings.home / "standin-cloud.log")
     device = None
@@ -112,9 +132,15 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
         device = WorkerDevice(model, log_path=settings.home / "model-worker.log", n_ctx=512, n_threads=1)
         cloud.wait_ready()
         t0 = time.monotonic()
-        router = Router(device, OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(),
-                        instance_id="live-router-1", now=lambda: start + timedelta(seconds=time.monotonic() - t0),
-                        on_event=on_event, on_breaker_event=on_breaker_event)  # fmt: skip
+        router = Router(
+            device,
+            OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
+            policy=PolicyStore(),
+            instance_id="live-router-1",
+            now=lambda: start + timedelta(seconds=time.monotonic() - t0),
+            on_event=on_event,
+            on_breaker_event=on_breaker_event,
+        )
         rng = random.Random(seed)
         bar = _bar(count, "live sample (real Gemma)", " req") if show else None
         for i in range(count):
@@ -122,9 +148,19 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
             text = request_text(rng, task_type)
             request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128))}"
             texts.add(request_id, task_type, text)
-            response, _ = router.route(Request(task_type=task_type, text=text, session_id=f"live-session-{i % 3}",
-                                               request_id=request_id, deadline_ms=30_000, expected_output_tokens=8,
-                                               network="wifi", device_tier="high", app_id="live-sample"))  # fmt: skip
+            response, _ = router.route(
+                Request(
+                    task_type=task_type,
+                    text=text,
+                    session_id=f"live-session-{i % 3}",
+                    request_id=request_id,
+                    deadline_ms=30_000,
+                    expected_output_tokens=8,
+                    network="wifi",
+                    device_tier="high",
+                    app_id="live-sample",
+                )
+            )
             served[response.served_by] = served.get(response.served_by, 0) + 1
             done += 1
             if bar:
@@ -133,8 +169,11 @@ def live_sample(settings: Settings, count: int, seed: int, start: datetime, text
                 raise ModelCrashed(f"the model worker {device.crashed}; see {settings.home / 'model-worker.log'}")
         return {"requests": done, "served_by": served, "device_model": device.model}
     except Exception as exc:  # whatever failed, the live sample is optional: one line, and the fleet runs
-        print(f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
-              "the simulated fleet runs without it", file=sys.stderr)  # fmt: skip
+        print(
+            f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
+            "the simulated fleet runs without it",
+            file=sys.stderr,
+        )
         return {"requests": done, "served_by": served, "failed": str(exc)}
     finally:
         if bar:
@@ -152,18 +191,34 @@ def start_fresh(settings: Settings) -> None:
     from router.request_store import remove_store
 
     if not settings.warehouse.embedded:
-        raise RouterscopeError("--fresh removes an embedded warehouse only; this one is a server: drop its database yourself")
+        raise RouterscopeError(
+            "--fresh removes an embedded warehouse only; this one is a server: drop its database yourself"
+        )
     if settings.kafka_bootstrap_env:
-        raise RouterscopeError("--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP")
+        raise RouterscopeError(
+            "--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP"
+        )
     broker.stop(settings)
     for path in (settings.warehouse.path, settings.home / "spool"):
         shutil.rmtree(path, ignore_errors=True)
     remove_store(settings.home)
-    print(f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker", file=sys.stderr)
+    print(
+        f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker",
+        file=sys.stderr,
+    )
 
 
-def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes: int = 120, corrupt: int = 3,
-        live_requests: int = 0, fresh: bool = False) -> dict:  # fmt: skip
+def run(
+    settings: Settings,
+    *,
+    requests: int,
+    seed: int,
+    port: int,
+    span_minutes: int = 120,
+    corrupt: int = 3,
+    live_requests: int = 0,
+    fresh: bool = False,
+) -> dict:
     """The demo drives the same Dagster jobs the daemon runs (`pipelines.definitions`), in this process:
     `ingest`, `metrics_5m_job` per window with `alerts_job` after each, `metrics_daily_job` per day."""
     import dagster as dg
@@ -198,13 +253,20 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     span = timedelta(minutes=span_minutes)
     sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests)
     out["simulated"] = sim
-    print(f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages", file=sys.stderr)
+    print(
+        f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages",
+        file=sys.stderr,
+    )
 
     resources = {"routerscope": RouterscopeResource.for_settings(settings)}
     instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
     print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
-    result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}}, resources=resources,
-                     instance=instance)  # fmt: skip
+    result = run_job(
+        "ingest",
+        ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}},
+        resources=resources,
+        instance=instance,
+    )
     out["loaded"] = {k: v.get("loaded") for k, v in materializations(result).items()}
 
     start, end = sim["start"], sim["end"]
@@ -215,12 +277,23 @@ def run(settings: Settings, *, requests: int, seed: int, port: int, span_minutes
     days = sorted({start.date(), (end - timedelta(microseconds=1)).date()})
     quality = {}
     for day in days:  # the day's data-quality suites, then (unless a blocking check failed) its metrics
-        print(f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …", file=sys.stderr, flush=True)
-        daily = run_job("metrics_daily_job", partition_key=day.isoformat(), raise_on_error=False, resources=resources,
-                        instance=instance)  # fmt: skip
+        print(
+            f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …",
+            file=sys.stderr,
+            flush=True,
+        )
+        daily = run_job(
+            "metrics_daily_job",
+            partition_key=day.isoformat(),
+            raise_on_error=False,
+            resources=resources,
+            instance=instance,
+        )
         checks = {e.check_name: e.passed for e in daily.get_asset_check_evaluations()}
-        quality[day.isoformat()] = {"blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
-                                    "metrics_materialized": daily.success}  # fmt: skip
+        quality[day.isoformat()] = {
+            "blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
+            "metrics_materialized": daily.success,
+        }
     out["quality"] = quality
     out.update(summary=summary, fired=fired, firing=final["firing_keys"], days=[d.isoformat() for d in days])
     return out
@@ -234,8 +307,9 @@ def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -
     from pipelines.run import run_job
 
     config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
-    result = run_job("alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources,
-                     instance=instance)  # fmt: skip
+    result = run_job(
+        "alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources, instance=instance
+    )
     lines = []
     evaluations = result.output_for_node(evaluate_alerts.name)
     for evaluation in evaluations:
@@ -252,22 +326,32 @@ def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, insta
     run for the range), then `alerts_job` as of one minute after each window's end, in order: the
     evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
     windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
-    from datetime import timezone
 
     from pipelines.core import unit_of_work
     from pipelines.run import run_job
     from pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
 
     first = floor_5m(start)
-    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(timezone.utc)))
+    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(UTC)))
     windows = [first + k * FIVE_MINUTES for k in range((last_end - first) // FIVE_MINUTES)]
     if not windows:
         return []
-    print(f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
+        file=sys.stderr,
+        flush=True,
+    )
     # One open warehouse: the jobs' units of work nest in it instead of opening the embedded warehouse per run.
     with unit_of_work(resources["routerscope"].settings(), purpose="demo metric windows"):
-        run_job("metrics_5m_job", resources=resources, instance=instance,
-                tags={"dagster/asset_partition_range_start": five_minute_key(windows[0]),
-                      "dagster/asset_partition_range_end": five_minute_key(windows[-1])})  # fmt: skip
-        return run_alerts(resources, instance, as_of=[w + FIVE_MINUTES + timedelta(minutes=1) for w in windows])["fired_lines"]
+        run_job(
+            "metrics_5m_job",
+            resources=resources,
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": five_minute_key(windows[0]),
+                "dagster/asset_partition_range_end": five_minute_key(windows[-1]),
+            },
+        )
+        return run_alerts(resources, instance, as_of=[w + FIVE_MINUTES + timedelta(minutes=1) for w in windows])[
+            "fired_lines"
+        ]

@@ -81,7 +81,9 @@ def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_
             error = exc.args[0] if exc.args else None
             if getattr(error, "code", lambda: None)() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            raise BrokerUnavailable(f"cannot create topic {topic} at {bootstrap or settings.kafka_bootstrap()}: {exc}")
+            raise BrokerUnavailable(
+                f"cannot create topic {topic} at {bootstrap or settings.kafka_bootstrap()}: {exc}"
+            ) from exc
     return created
 
 
@@ -99,15 +101,20 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
 
     try:
         metadata = admin(settings).list_topics(timeout=timeout_s)
-        consumer = Consumer(librdkafka_config(settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe",
-                                                           "enable.auto.commit": False}))  # fmt: skip
+        consumer = Consumer(
+            librdkafka_config(
+                settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe", "enable.auto.commit": False}
+            )
+        )
     except (KafkaException, ConfigError):
         return None
     try:
         ends = {}
         for topic in names.TOPICS.values():
             for partition in sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s, cached=False
+                )
                 ends[(topic, partition)] = int(high)
         return ends
     except KafkaException:

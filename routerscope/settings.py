@@ -73,7 +73,7 @@ class WarehouseDsn:
     path: Path | None  # data directory, embedded only
 
     @classmethod
-    def parse(cls, dsn: str) -> "WarehouseDsn":
+    def parse(cls, dsn: str) -> WarehouseDsn:
         try:
             parsed = urlparse(dsn)
             parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
@@ -128,7 +128,7 @@ class Settings:
     alert_rules: Path | None = None  # None: the defaults shipped in routerscope/alert_rules.yaml
 
     @classmethod
-    def from_env(cls, env: dict | None = None) -> "Settings":
+    def from_env(cls, env: dict | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         home = Path(env.get("ROUTERSCOPE_HOME") or ".routerscope").expanduser().resolve()
         dsn = env.get("ROUTERSCOPE_CLICKHOUSE_DSN") or f"chdb://{home / 'warehouse'}"
@@ -151,7 +151,9 @@ class Settings:
             kafka_security=security,
             topic_partitions=_int_env(env, "ROUTERSCOPE_TOPIC_PARTITIONS", 3),
             alert_webhook=env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None,
-            alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve() if env.get("ROUTERSCOPE_ALERT_RULES") else None,
+            alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve()
+            if env.get("ROUTERSCOPE_ALERT_RULES")
+            else None,
         )
 
     @property

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-BASE_TIME = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+BASE_TIME = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
 def iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def new_id(n: int | None = None) -> str:

@@ -16,9 +16,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from routerscope.errors import WarehouseError
 from routerscope.settings import Settings, WarehouseDsn

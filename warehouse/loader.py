@@ -52,9 +52,9 @@ import hashlib
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -76,8 +76,16 @@ CLOSE_TIMEOUT_S = 5.0
 MAX_MONTHS_PER_INSERT = 50
 INSERT_REJECTED = "insert.rejected"
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
-OFFSET_COLUMNS = ("consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
-                  "rows_loaded", "rows_quarantined", "last_fingerprint")  # fmt: skip
+OFFSET_COLUMNS = (
+    "consumer",
+    "kafka_topic",
+    "kafka_partition",
+    "next_offset",
+    "batch_token",
+    "rows_loaded",
+    "rows_quarantined",
+    "last_fingerprint",
+)
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}
@@ -166,7 +174,9 @@ class _Batch:
         raw = message.value()
         event, rules = CONTRACTS[topic].parse(raw) if raw is not None else (None, ["json.invalid"])
         if event is not None:
-            for column, value in zip(self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)):
+            for column, value in zip(
+                self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)
+            ):
                 column.append(value)
             if landed:
                 return
@@ -332,13 +342,20 @@ class Loader:
             self._insert_quarantine(client, batch)
         token = batch.token()
         rows = []
-        for (t, p), (first, last) in sorted(batch.ranges.items()):
+        for (t, p), (_first, last) in sorted(batch.ranges.items()):
             message = batch.last[(t, p)]
-            rows.append((self.consumer_name, t, p, last + 1, token, *batch.counts[(t, p)],
-                         fingerprint(message.key(), message.value())))  # fmt: skip
-        client.insert(
-            f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS)
-        )
+            rows.append(
+                (
+                    self.consumer_name,
+                    t,
+                    p,
+                    last + 1,
+                    token,
+                    *batch.counts[(t, p)],
+                    fingerprint(message.key(), message.value()),
+                )
+            )
+        client.insert(f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS))
         for (t, p), (loaded, quarantined) in batch.counts.items():
             result.loaded[SHORT_NAME[t]] += loaded
             result.quarantined[SHORT_NAME[t]] += quarantined
@@ -397,8 +414,18 @@ class Loader:
         kept = []
         for (topic, partition, offset, key, timestamp, raw, rules, error), refusal in zip(refused, errors):
             digest = hashlib.sha256(raw if isinstance(raw, bytes) else str(raw).encode()).hexdigest()
-            kept.append((topic, partition, offset, key, timestamp, b"", [*rules, QUARANTINE_RAW_REFUSED],
-                         f"{error}; {QUARANTINE_RAW_REFUSED}: {len(raw)} bytes, sha256 {digest}: {refusal}"))  # fmt: skip
+            kept.append(
+                (
+                    topic,
+                    partition,
+                    offset,
+                    key,
+                    timestamp,
+                    b"",
+                    [*rules, QUARANTINE_RAW_REFUSED],
+                    f"{error}; {QUARANTINE_RAW_REFUSED}: {len(raw)} bytes, sha256 {digest}: {refusal}",
+                )
+            )
         insert(kept, token + ";raw-refused")
 
     @staticmethod
@@ -497,8 +524,11 @@ class Loader:
         """librdkafka's client-wide errors (all brokers down, transport): remembered until a message arrives."""
         from confluent_kafka import KafkaError as _KafkaError
 
-        if error.code() in (_KafkaError._ALL_BROKERS_DOWN, _KafkaError._TRANSPORT, _KafkaError._RESOLVE,
-                            _KafkaError._TIMED_OUT) or error.fatal():  # fmt: skip
+        if (
+            error.code()
+            in (_KafkaError._ALL_BROKERS_DOWN, _KafkaError._TRANSPORT, _KafkaError._RESOLVE, _KafkaError._TIMED_OUT)
+            or error.fatal()
+        ):
             self._broker_error = error.str()
 
     def _drain(self, consumer, states, result) -> None:

@@ -13,7 +13,7 @@ Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_i
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from warehouse import stats
@@ -30,7 +30,7 @@ DEFAULT_MIN_N = 30  # threshold recommender: minimum events behind a recommended
 
 
 def iso(t: datetime) -> str:
-    t = t.astimezone(timezone.utc)
+    t = t.astimezone(UTC)
     text = t.isoformat(timespec="milliseconds" if t.microsecond else "seconds")
     return text.replace("+00:00", "Z")
 
@@ -71,8 +71,16 @@ def empty_group() -> dict[str, Any]:
         "l2_l3_drift": {"delta_pp": None, "z": None, "psi": None, "drifting": False},
         "shadow_agreement_rate": None,
         "shadow_agreement_by_input_length": {b: None for b in dq.INPUT_LENGTH_BUCKETS},
-        "cost_usd": {"total": None, "per_request": None, "per_session": None, "all_cloud": None, "saved": None,
-                     "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None},
+        "cost_usd": {
+            "total": None,
+            "per_request": None,
+            "per_session": None,
+            "all_cloud": None,
+            "saved": None,
+            "saved_share": None,
+            "spent_after_device": None,
+            "spent_cloud_direct": None,
+        },
     }
 
 
@@ -92,19 +100,38 @@ def _version(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
-           current: dq.LevelCounts | None, baseline: dq.LevelCounts | None,
-           versions: dict[str, dict] | None = None) -> dict[str, Any]:  # fmt: skip
+def _group(
+    row: dict[str, Any] | None,
+    calls: dict | None,
+    shadow: dict | None,
+    current: dq.LevelCounts | None,
+    baseline: dq.LevelCounts | None,
+    versions: dict[str, dict] | None = None,
+) -> dict[str, Any]:
     g = empty_group()
     if row is not None:
-        for key in ("requests", "device_entered", "sessions", "false_fallback_labeled", "missed_fallback_labeled",
-                    "route_labeled", "device_attempts"):  # fmt: skip
+        for key in (
+            "requests",
+            "device_entered",
+            "sessions",
+            "false_fallback_labeled",
+            "missed_fallback_labeled",
+            "route_labeled",
+            "device_attempts",
+        ):
             g[key] = int(row[key])
         g["offload_failure_rate"] = stats.ratio(row["offload_failures"], row["device_attempts"])
         g["degrade_trigger_rate"] = stats.ratio(row["degrade_triggered"], row["device_entered"])
-        for key in ("fallback_rate", "quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate",
-                    "naive_fallback_rate", "capability_reject_rate", "device_bypass_rate",
-                    "shadow_agreement_rate"):  # fmt: skip
+        for key in (
+            "fallback_rate",
+            "quality_fallback_rate",
+            "timeout_fallback_rate",
+            "error_fallback_rate",
+            "naive_fallback_rate",
+            "capability_reject_rate",
+            "device_bypass_rate",
+            "shadow_agreement_rate",
+        ):
             g[key] = _float(row[key])
         g["false_fallback_rate"] = stats.ratio(row["false_fallbacks"], row["false_fallback_labeled"])
         g["false_fallback_ci"] = stats.wilson(int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
@@ -126,7 +153,11 @@ def _group(row: dict[str, Any] | None, calls: dict | None, shadow: dict | None,
                 "total": total,
                 "per_request": stats.ratio(total, requests),
                 "per_session": stats.ratio(total, int(row["sessions"])),
-                "all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None, "spent_cloud_direct": None,
+                "all_cloud": None,
+                "saved": None,
+                "saved_share": None,
+                "spent_after_device": None,
+                "spent_cloud_direct": None,
             }
     if versions:
         g["by_policy_version"] = {version: _version(r) for version, r in versions.items()}
@@ -159,8 +190,9 @@ def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | N
     return max(below) if below else None
 
 
-def calibration(client, window: QueryWindow, target: float, min_n: int,
-                edges: tuple[float, ...] = lq.DEFAULT_EDGES) -> dict[str, Any]:  # fmt: skip
+def calibration(
+    client, window: QueryWindow, target: float, min_n: int, edges: tuple[float, ...] = lq.DEFAULT_EDGES
+) -> dict[str, Any]:
     """METRICS.md §6, per task type that has labeled device attempts with a confidence."""
     found: dict[str, Any] = {}
     for cal in lq.calibration(client, window, edges):
@@ -172,11 +204,24 @@ def calibration(client, window: QueryWindow, target: float, min_n: int,
                 if best_so_far is not None and pass_rate < best_so_far:
                     non_monotonic.append(i)
                 best_so_far = pass_rate if best_so_far is None else max(best_so_far, pass_rate)
-            rows.append({"low": float(edges[i]), "high": float(edges[i + 1]), "n": n,
-                         "share": stats.ratio(n, total), "pass_rate": pass_rate})  # fmt: skip
+            rows.append(
+                {
+                    "low": float(edges[i]),
+                    "high": float(edges[i + 1]),
+                    "n": n,
+                    "share": stats.ratio(n, total),
+                    "pass_rate": pass_rate,
+                }
+            )
         floor = evidence_floor(cal.min_confidence, [c for c, _, _ in cal.grid])
-        recommended = next((c for c, n, passed in cal.grid
-                            if floor is not None and c >= floor and n >= min_n and passed / n >= target), None)  # fmt: skip
+        recommended = next(
+            (
+                c
+                for c, n, passed in cal.grid
+                if floor is not None and c >= floor and n >= min_n and passed / n >= target
+            ),
+            None,
+        )
         found[cal.task_type] = {
             "buckets": rows,
             "monotonic": not non_monotonic,
@@ -190,8 +235,15 @@ def calibration(client, window: QueryWindow, target: float, min_n: int,
     return found
 
 
-def compute(client, start: datetime, end: datetime, *, baseline_days: float = DEFAULT_BASELINE_DAYS,
-            target: float = DEFAULT_TARGET, min_n: int = DEFAULT_MIN_N) -> dict[str, Any]:  # fmt: skip
+def compute(
+    client,
+    start: datetime,
+    end: datetime,
+    *,
+    baseline_days: float = DEFAULT_BASELINE_DAYS,
+    target: float = DEFAULT_TARGET,
+    min_n: int = DEFAULT_MIN_N,
+) -> dict[str, Any]:
     """Every metric of METRICS.md for [start, end), overall and per task type."""
     window = QueryWindow(start, end)
     baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)
@@ -207,8 +259,14 @@ def compute(client, start: datetime, end: datetime, *, baseline_days: float = DE
     all_cloud = rq.all_cloud_cost(client, window)
 
     def group(key):
-        g = _group(summary.get(key), calls.get(key), shadow.get(key), current_levels.get(key),
-                   baseline_levels.get(key), versions.get(key))  # fmt: skip
+        g = _group(
+            summary.get(key),
+            calls.get(key),
+            shadow.get(key),
+            current_levels.get(key),
+            baseline_levels.get(key),
+            versions.get(key),
+        )
         g["cost_usd"].update(all_cloud.get(key) or {})  # §11
         return g
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from instrumentation.contract import DECISION_INVARIANTS
 from instrumentation.events import (
     BREAKER_STATES,
     CONFIDENCE_SOURCES,
@@ -33,7 +35,6 @@ from instrumentation.events import (
     ROLLOUT_STAGES,
     THERMAL_STATES,
 )
-from instrumentation.contract import DECISION_INVARIANTS
 from instrumentation.events import DECISION_SCHEMA_VERSIONS as DECISION_SCHEMA_VERSIONS_
 from routerscope import names
 from warehouse.queries.common import QueryWindow, named, utc_text
@@ -215,77 +216,188 @@ def _checks() -> list[Check]:
         c.append(Check(name, frame, blocking, make, doc))
 
     for col in ("request_id", "session_id", "task_type", "policy_version"):
-        add(f"decisions.required.{col}", "decisions", True,
+        add(
+            f"decisions.required.{col}",
+            "decisions",
+            True,
             lambda x, t, col=col: x.ExpectColumnValueLengthsToBeBetween(column=col, min_value=1),
-            f"{col} is present (not empty)")  # fmt: skip
-    for col, values in (("mode", ["live", "shadow"]), ("fallback_type", FALLBACK_TYPES), ("reason", REASONS),
-                        ("network", NETWORKS), ("confidence_source", CONFIDENCE_SOURCES),
-                        ("device_thermal_state", THERMAL_STATES), ("rollout_stage", ROLLOUT_STAGES)):  # fmt: skip
-        add(f"decisions.domain.{col}", "decisions", True,
+            f"{col} is present (not empty)",
+        )
+    for col, values in (
+        ("mode", ["live", "shadow"]),
+        ("fallback_type", FALLBACK_TYPES),
+        ("reason", REASONS),
+        ("network", NETWORKS),
+        ("confidence_source", CONFIDENCE_SOURCES),
+        ("device_thermal_state", THERMAL_STATES),
+        ("rollout_stage", ROLLOUT_STAGES),
+    ):
+        add(
+            f"decisions.domain.{col}",
+            "decisions",
+            True,
             lambda x, t, col=col, values=values: x.ExpectColumnValuesToBeInSet(column=col, value_set=list(values)),
-            f"{col} is one of the contract's values")  # fmt: skip
-    for col, low, high in (("degrade_level", 0, 4), ("confidence", 0, 1), ("threshold", 0, 1),
-                           ("latency_ms", 0, None), ("deadline_ms", 1, None),
-                           # contract v2 (seeds 003/004): the device ledger and the all-cloud counterfactual
-                           ("device_peak_mem_mb", 0, None), ("device_decode_tps", 0, None), ("device_prefill_tps", 0, None),
-                           ("device_load_ms", 0, None), ("all_cloud_cost_usd", 0, None)):  # fmt: skip
-        add(f"decisions.range.{col}", "decisions", True,
-            lambda x, t, col=col, low=low, high=high: x.ExpectColumnValuesToBeBetween(column=col, min_value=low, max_value=high),
-            f"{col} within the contract's range")  # fmt: skip
-    add("decisions.unique.event_id", "decisions", True,
+            f"{col} is one of the contract's values",
+        )
+    for col, low, high in (
+        ("degrade_level", 0, 4),
+        ("confidence", 0, 1),
+        ("threshold", 0, 1),
+        ("latency_ms", 0, None),
+        ("deadline_ms", 1, None),
+        # contract v2 (seeds 003/004): the device ledger and the all-cloud counterfactual
+        ("device_peak_mem_mb", 0, None),
+        ("device_decode_tps", 0, None),
+        ("device_prefill_tps", 0, None),
+        ("device_load_ms", 0, None),
+        ("all_cloud_cost_usd", 0, None),
+    ):
+        add(
+            f"decisions.range.{col}",
+            "decisions",
+            True,
+            lambda x, t, col=col, low=low, high=high: x.ExpectColumnValuesToBeBetween(
+                column=col, min_value=low, max_value=high
+            ),
+            f"{col} within the contract's range",
+        )
+    add(
+        "decisions.unique.event_id",
+        "decisions",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeUnique(column="event_id"),
-        "each event_id once after de-duplication (two different events never share an id)")  # fmt: skip
-    add("decisions.unique.event_content", "decisions", True,
+        "each event_id once after de-duplication (two different events never share an id)",
+    )
+    add(
+        "decisions.unique.event_content",
+        "decisions",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeInSet(column="ok_one_content", value_set=[True]),
-        "no two different events under one event_id (de-duplication would keep one and hide the other)")  # fmt: skip
-    add("decisions.schema_versions", "decisions", True,
+        "no two different events under one event_id (de-duplication would keep one and hide the other)",
+    )
+    add(
+        "decisions.schema_versions",
+        "decisions",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeInSet(column="schema_version", value_set=DECISION_SCHEMA_VERSIONS),
-        "only schema versions this release understands")  # fmt: skip
+        "only schema versions this release understands",
+    )
     for name in INVARIANT_SQL:
-        add(f"decisions.invariant.{name}", "decisions", True,
+        add(
+            f"decisions.invariant.{name}",
+            "decisions",
+            True,
             lambda x, t, name=name: x.ExpectColumnValuesToBeInSet(column=f"ok_{name}", value_set=[True]),
-            f"DESIGN §2 invariant {name}")  # fmt: skip
+            f"DESIGN §2 invariant {name}",
+        )
 
-    add("labels.required.request_id", "labels", True,
-        lambda x, t: x.ExpectColumnValueLengthsToBeBetween(column="request_id", min_value=1), "request_id present")  # fmt: skip
-    add("labels.domain.source", "labels", True,
-        lambda x, t: x.ExpectColumnValuesToBeInSet(column="source", value_set=list(LABEL_SOURCES)), "known label source")  # fmt: skip
-    add("labels.unique.label_id", "labels", True,
-        lambda x, t: x.ExpectColumnValuesToBeUnique(column="label_id"), "each label_id once")  # fmt: skip
-    add("labels.schema_versions", "labels", True,
+    add(
+        "labels.required.request_id",
+        "labels",
+        True,
+        lambda x, t: x.ExpectColumnValueLengthsToBeBetween(column="request_id", min_value=1),
+        "request_id present",
+    )
+    add(
+        "labels.domain.source",
+        "labels",
+        True,
+        lambda x, t: x.ExpectColumnValuesToBeInSet(column="source", value_set=list(LABEL_SOURCES)),
+        "known label source",
+    )
+    add(
+        "labels.unique.label_id",
+        "labels",
+        True,
+        lambda x, t: x.ExpectColumnValuesToBeUnique(column="label_id"),
+        "each label_id once",
+    )
+    add(
+        "labels.schema_versions",
+        "labels",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeInSet(column="schema_version", value_set=SCHEMA_VERSIONS),
-        "only known schema versions")  # fmt: skip
+        "only known schema versions",
+    )
 
-    for col, values in (("boundary", ["device", "cloud"]), ("from_state", BREAKER_STATES), ("to_state", BREAKER_STATES)):
-        add(f"breakers.domain.{col}", "breakers", True,
+    for col, values in (
+        ("boundary", ["device", "cloud"]),
+        ("from_state", BREAKER_STATES),
+        ("to_state", BREAKER_STATES),
+    ):
+        add(
+            f"breakers.domain.{col}",
+            "breakers",
+            True,
             lambda x, t, col=col, values=values: x.ExpectColumnValuesToBeInSet(column=col, value_set=list(values)),
-            f"{col} is one of the contract's values")  # fmt: skip
-    add("breakers.range.failure_rate", "breakers", True,
-        lambda x, t: x.ExpectColumnValuesToBeBetween(column="failure_rate", min_value=0, max_value=1), "a share")  # fmt: skip
-    add("breakers.invariant.breaker_state_changes", "breakers", True,
+            f"{col} is one of the contract's values",
+        )
+    add(
+        "breakers.range.failure_rate",
+        "breakers",
+        True,
+        lambda x, t: x.ExpectColumnValuesToBeBetween(column="failure_rate", min_value=0, max_value=1),
+        "a share",
+    )
+    add(
+        "breakers.invariant.breaker_state_changes",
+        "breakers",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeInSet(column="ok_breaker_state_changes", value_set=[True]),
-        "a breaker event is a transition")  # fmt: skip
-    add("breakers.unique.event_id", "breakers", True,
-        lambda x, t: x.ExpectColumnValuesToBeUnique(column="event_id"), "each event_id once")  # fmt: skip
+        "a breaker event is a transition",
+    )
+    add(
+        "breakers.unique.event_id",
+        "breakers",
+        True,
+        lambda x, t: x.ExpectColumnValuesToBeUnique(column="event_id"),
+        "each event_id once",
+    )
 
-    add("pipeline.offsets.no_gaps", "offsets", True,
+    add(
+        "pipeline.offsets.no_gaps",
+        "offsets",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="missing", max_value=0),
-        "per Kafka partition, every offset between the window's first and last is loaded or quarantined")  # fmt: skip
-    add("pipeline.quarantine_share", "stats", True,
+        "per Kafka partition, every offset between the window's first and last is loaded or quarantined",
+    )
+    add(
+        "pipeline.quarantine_share",
+        "stats",
+        True,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="quarantine_share", max_value=t.quarantine_share),
-        "quarantined share of the window's messages at most the limit")  # fmt: skip
-    add("pipeline.freshness", "stats", False,
+        "quarantined share of the window's messages at most the limit",
+    )
+    add(
+        "pipeline.freshness",
+        "stats",
+        False,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="freshness_lag_s", max_value=t.freshness_lag_s),
-        "the newest event is recent (checked on the current window only)")  # fmt: skip
-    add("pipeline.future_events", "stats", False,
+        "the newest event is recent (checked on the current window only)",
+    )
+    add(
+        "pipeline.future_events",
+        "stats",
+        False,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="future_events", max_value=0),
-        "no event dated later than now plus 5 minutes (ignored by freshness and the default day)")  # fmt: skip
-    add("pipeline.volume", "stats", False,
-        lambda x, t: x.ExpectColumnValuesToBeBetween(column="volume_ratio", min_value=t.volume_low, max_value=t.volume_high),
-        "requests not far from the same window a week earlier (skipped without one)")  # fmt: skip
-    add("pipeline.label_coverage", "stats", False,
+        "no event dated later than now plus 5 minutes (ignored by freshness and the default day)",
+    )
+    add(
+        "pipeline.volume",
+        "stats",
+        False,
+        lambda x, t: x.ExpectColumnValuesToBeBetween(
+            column="volume_ratio", min_value=t.volume_low, max_value=t.volume_high
+        ),
+        "requests not far from the same window a week earlier (skipped without one)",
+    )
+    add(
+        "pipeline.label_coverage",
+        "stats",
+        False,
         lambda x, t: x.ExpectColumnValuesToBeBetween(column="fallback_label_coverage", min_value=t.label_coverage),
-        "enough fallbacks labeled to judge false fallbacks")  # fmt: skip
+        "enough fallbacks labeled to judge false fallbacks",
+    )
     return c
 
 
@@ -330,7 +442,7 @@ class QualityReport:
 
 
 def _iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def frames(client, window: QueryWindow, now: datetime | None = None):
@@ -346,25 +458,35 @@ def frames(client, window: QueryWindow, now: datetime | None = None):
         "breakers": client.query_df(BREAKERS_FRAME_SQL, parameters=parameters),
         "offsets": client.query_df(OFFSETS_FRAME_SQL, parameters=parameters),
     }
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     stats = client.query(
         STATS_FRAME_SQL,
-        parameters={**parameters, "prev_start": prev.parameters()["start"], "prev_end": prev.parameters()["end"],
-                    "horizon": utc_text(now + FUTURE_ALLOWANCE)},  # fmt: skip
+        parameters={
+            **parameters,
+            "prev_start": prev.parameters()["start"],
+            "prev_end": prev.parameters()["end"],
+            "horizon": utc_text(now + FUTURE_ALLOWANCE),
+        },
     )
     row = dict(zip(stats.column_names, stats.result_rows[0]))
     current = window.start <= now < window.end + span  # the latest window: freshness applies
     newest = row["newest_event"]
-    newest = newest.replace(tzinfo=timezone.utc) if newest is not None and newest.tzinfo is None else newest
+    newest = newest.replace(tzinfo=UTC) if newest is not None and newest.tzinfo is None else newest
     messages = row["requests"] + row["quarantined"]
     out["stats"] = pd.DataFrame(
         [
             {
                 "quarantine_share": (row["quarantined"] / messages) if messages else None,
-                "freshness_lag_s": (now - newest).total_seconds() if current and newest and newest.year > 1970 else None,
+                "freshness_lag_s": (now - newest).total_seconds()
+                if current and newest and newest.year > 1970
+                else None,
                 "future_events": int(row["future_events"]),
-                "volume_ratio": (row["requests"] / row["requests_week_before"]) if row["requests_week_before"] else None,
-                "fallback_label_coverage": (row["labeled_fallbacks"] / row["judged_fallbacks"]) if row["judged_fallbacks"] else None,
+                "volume_ratio": (row["requests"] / row["requests_week_before"])
+                if row["requests_week_before"]
+                else None,
+                "fallback_label_coverage": (row["labeled_fallbacks"] / row["judged_fallbacks"])
+                if row["judged_fallbacks"]
+                else None,
             }
         ]
     )
@@ -382,8 +504,15 @@ def _gx():
     return gx, gxe
 
 
-def run_suites(client, window: QueryWindow, *, home: Path | None = None, thresholds: Thresholds = Thresholds(),
-               now: datetime | None = None, checks: tuple[Check, ...] = CHECKS) -> QualityReport:  # fmt: skip
+def run_suites(
+    client,
+    window: QueryWindow,
+    *,
+    home: Path | None = None,
+    thresholds: Thresholds = Thresholds(),
+    now: datetime | None = None,
+    checks: tuple[Check, ...] = CHECKS,
+) -> QualityReport:
     """Run every check on `window`; build Data Docs under `home/gx` when `home` is given."""
     gx, gxe = _gx()
     data = frames(client, window, now)
@@ -427,8 +556,12 @@ def run_suites(client, window: QueryWindow, *, home: Path | None = None, thresho
             gx.ValidationDefinition(name=f"routerscope_{frame_name}_window", data=batch, suite=suite)
         )
         checkpoint = context.checkpoints.add(
-            gx.Checkpoint(name=f"routerscope_{frame_name}", validation_definitions=[validation], actions=actions,
-                          result_format={"result_format": "COMPLETE"})  # fmt: skip
+            gx.Checkpoint(
+                name=f"routerscope_{frame_name}",
+                validation_definitions=[validation],
+                actions=actions,
+                result_format={"result_format": "COMPLETE"},
+            )
         )
         run = checkpoint.run(batch_parameters={"dataframe": df})
         for validation_result in run.run_results.values():
@@ -479,35 +612,55 @@ def _observed(detail: dict) -> str:
     return json.dumps(value, default=str)[:500]
 
 
-DQ_COLUMNS = ("suite", "check_name", "window_start", "window_end", "success", "blocking", "unexpected_count",
-              "element_count", "sample_ids", "observed")  # fmt: skip
+DQ_COLUMNS = (
+    "suite",
+    "check_name",
+    "window_start",
+    "window_end",
+    "success",
+    "blocking",
+    "unexpected_count",
+    "element_count",
+    "sample_ids",
+    "observed",
+)
 
 
 def store(client, report: QualityReport) -> None:
     rows = [
-        (r.suite, r.check, report.window_start, report.window_end, r.success, r.blocking, r.unexpected_count,
-         r.element_count, r.sample_ids, r.observed)
+        (
+            r.suite,
+            r.check,
+            report.window_start,
+            report.window_end,
+            r.success,
+            r.blocking,
+            r.unexpected_count,
+            r.element_count,
+            r.sample_ids,
+            r.observed,
+        )
         for r in report.results
-    ]  # fmt: skip
+    ]
     if rows:
         client.insert(f"{names.DATABASE}.{names.TABLE_DQ_RESULTS}", rows, column_names=list(DQ_COLUMNS))
 
 
 LATEST_DAY_SQL = named(
-    "dq_latest_day", "SELECT max(event_time) FROM routerscope.decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}"
+    "dq_latest_day",
+    "SELECT max(event_time) FROM routerscope.decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}",
 )
 
 
 def latest_window(client, now: datetime | None = None) -> QueryWindow:
     """The UTC day of the newest decision event not from the future (today when there is none)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     newest = client.query(LATEST_DAY_SQL, parameters={"horizon": utc_text(now + FUTURE_ALLOWANCE)}).result_rows[0][0]
     if newest is None or newest.year <= 1970:
         newest = now
-    day = datetime(newest.year, newest.month, newest.day, tzinfo=timezone.utc)
+    day = datetime(newest.year, newest.month, newest.day, tzinfo=UTC)
     return QueryWindow(day, day + timedelta(days=1))
 
 
 def invariant_names_match_contract() -> bool:
     return [inv.name for inv in DECISION_INVARIANTS] == list(INVARIANT_SQL)
-

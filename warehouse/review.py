@@ -8,7 +8,7 @@ tracker recommends; it never edits the policy."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from router.policy import Policy, RolloutLimits
@@ -31,8 +31,13 @@ def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
 
 
 # -- §12 task grading --------------------------------------------------------------------------------
-def grade(input_p50: float | None, input_p95: float | None, daily_calls: float, determinism: float | None,
-          error_cost: float | None) -> dict[str, Any]:  # fmt: skip
+def grade(
+    input_p50: float | None,
+    input_p95: float | None,
+    daily_calls: float,
+    determinism: float | None,
+    error_cost: float | None,
+) -> dict[str, Any]:
     """METRICS.md §12 for one task type: the error-cost veto first, then the renormalised weighted score."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     long_tail = input_p50 is not None and input_p95 is not None and input_p95 > 4 * input_p50
@@ -48,7 +53,14 @@ def grade(input_p50: float | None, input_p95: float | None, daily_calls: float, 
         tier, reason = "shadow", "0.5 <= score < 0.75"
     else:
         tier, reason = "keep-cloud", "score < 0.5"
-    return {"long_tail": long_tail, "error_cost": error_cost, "scores": scores, "score": score, "tier": tier, "reason": reason}
+    return {
+        "long_tail": long_tail,
+        "error_cost": error_cost,
+        "scores": scores,
+        "score": score,
+        "tier": tier,
+        "reason": reason,
+    }
 
 
 # -- §13 offload readiness ---------------------------------------------------------------------------
@@ -56,36 +68,71 @@ def _points(value, three, one) -> int:
     return 3 if three(value) else 1 if one(value) else 0
 
 
-def factors(*, calls_per_session_day: float | None, token_budget_p50: float | None, privacy: str, has_validator: bool,
-            error_cost: float | None, weak_network_share: float | None, iteration: str) -> dict[str, dict]:  # fmt: skip
+def factors(
+    *,
+    calls_per_session_day: float | None,
+    token_budget_p50: float | None,
+    privacy: str,
+    has_validator: bool,
+    error_cost: float | None,
+    weak_network_share: float | None,
+    iteration: str,
+) -> dict[str, dict]:
     """Seed 003's six factors: each 0, 1 or 3 points with its weight (METRICS.md §13's table)."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     c, t, n = calls_per_session_day, token_budget_p50, weak_network_share
     return {
-        "calls_per_session_day": {"value": c, "weight": 2,
-                                  "points": 0 if c is None else _points(c, lambda v: v > 20, lambda v: v >= 2)},
-        "token_budget_p50": {"value": t, "weight": 2,
-                             "points": 0 if t is None else _points(t, lambda v: v < 100, lambda v: v <= 400)},
+        "calls_per_session_day": {
+            "value": c,
+            "weight": 2,
+            "points": 0 if c is None else _points(c, lambda v: v > 20, lambda v: v >= 2),
+        },
+        "token_budget_p50": {
+            "value": t,
+            "weight": 2,
+            "points": 0 if t is None else _points(t, lambda v: v < 100, lambda v: v <= 400),
+        },
         "privacy": {"value": privacy, "weight": 2, "points": {"strict": 3, "redactable": 1}.get(privacy, 0)},
-        "error_cost": {"value": "validator" if has_validator else error_cost, "weight": 2,
-                       "points": 3 if has_validator else 1 if error_cost <= 0.3 else 0},
-        "network": {"value": n, "weight": 1, "points": 0 if n is None else _points(n, lambda v: v >= 0.30, lambda v: v >= 0.05)},
+        "error_cost": {
+            "value": "validator" if has_validator else error_cost,
+            "weight": 2,
+            "points": 3 if has_validator else 1 if error_cost <= 0.3 else 0,
+        },
+        "network": {
+            "value": n,
+            "weight": 1,
+            "points": 0 if n is None else _points(n, lambda v: v >= 0.30, lambda v: v >= 0.05),
+        },
         "iteration": {"value": iteration, "weight": 1, "points": {"quarterly": 3, "monthly": 1}.get(iteration, 0)},
-    }  # fmt: skip
+    }
 
 
-def gates(*, peak_by_tier: dict[str, float | None], tier_memory_mb: dict[str, float], device_p95_ms: float | None,
-          missed_fallback_rate: float | None, auto_detected: float | None) -> dict[str, dict]:  # fmt: skip
+def gates(
+    *,
+    peak_by_tier: dict[str, float | None],
+    tier_memory_mb: dict[str, float],
+    device_p95_ms: float | None,
+    missed_fallback_rate: float | None,
+    auto_detected: float | None,
+) -> dict[str, dict]:
     """Seed 003's three hard gates, each `pass` / `fail` / `unknown` (no data) with its value and limit."""
     measured = {t: p for t, p in peak_by_tier.items() if p is not None and t in tier_memory_mb}
     if measured:
         tier = min(measured, key=lambda t: (tier_memory_mb[t], t))
         limit = MEMORY_SHARE * tier_memory_mb[tier]
-        memory = {"status": "pass" if measured[tier] <= limit else "fail", "tier": tier, "value": measured[tier], "limit": limit}
+        memory = {
+            "status": "pass" if measured[tier] <= limit else "fail",
+            "tier": tier,
+            "value": measured[tier],
+            "limit": limit,
+        }
     else:
         memory = {"status": "unknown", "tier": None, "value": None, "limit": None}
-    duration = {"status": "unknown" if device_p95_ms is None else "pass" if device_p95_ms <= DURATION_MS else "fail",
-                "value": device_p95_ms, "limit": DURATION_MS}  # fmt: skip
+    duration = {
+        "status": "unknown" if device_p95_ms is None else "pass" if device_p95_ms <= DURATION_MS else "fail",
+        "value": device_p95_ms,
+        "limit": DURATION_MS,
+    }
     if missed_fallback_rate is None or auto_detected is None:
         quality = "unknown"
     else:
@@ -93,9 +140,14 @@ def gates(*, peak_by_tier: dict[str, float | None], tier_memory_mb: dict[str, fl
     return {
         "gate_memory": memory,
         "gate_duration": duration,
-        "gate_quality": {"status": quality, "missed_fallback_rate": missed_fallback_rate, "missed_limit": MISSED_LIMIT,
-                         "auto_detected": auto_detected, "auto_detected_min": AUTO_DETECTED_MIN},
-    }  # fmt: skip
+        "gate_quality": {
+            "status": quality,
+            "missed_fallback_rate": missed_fallback_rate,
+            "missed_limit": MISSED_LIMIT,
+            "auto_detected": auto_detected,
+            "auto_detected_min": AUTO_DETECTED_MIN,
+        },
+    }
 
 
 def readiness(gate_results: dict[str, dict], factor_results: dict[str, dict]) -> dict[str, Any]:
@@ -104,8 +156,13 @@ def readiness(gate_results: dict[str, dict], factor_results: dict[str, dict]) ->
     reasons = [f"{name} {g['status']}" for name, g in gate_results.items() if g["status"] != "pass"]
     if score < READY_SCORE:
         reasons.append(f"score_003 {score} < {READY_SCORE}")
-    return {"gates": gate_results, "factors": factor_results, "score_003": score,
-            "verdict": "not_ready" if reasons else "ready", "reasons": reasons}  # fmt: skip
+    return {
+        "gates": gate_results,
+        "factors": factor_results,
+        "score_003": score,
+        "verdict": "not_ready" if reasons else "ready",
+        "reasons": reasons,
+    }
 
 
 # -- seed 004 §7: the stage tracker --------------------------------------------------------------------
@@ -145,12 +202,27 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
         (n1, e1), (n2, e2) = numbers.get("errors") or [(0, 0), (0, 0)]
         r1, r2 = _ratio(e1, n1), _ratio(e2, n2)
         if min(n1, n2) < limits.min_n:
-            conditions.append(_cond("device error rate stable", None if r1 is None or r2 is None else r2 - r1,
-                                    limits.error_rate_drift, False, min(n1, n2), "not enough sample"))  # fmt: skip
+            conditions.append(
+                _cond(
+                    "device error rate stable",
+                    None if r1 is None or r2 is None else r2 - r1,
+                    limits.error_rate_drift,
+                    False,
+                    min(n1, n2),
+                    "not enough sample",
+                )
+            )
         else:
             drift = r2 - r1
-            conditions.append(_cond("device error rate stable", drift, limits.error_rate_drift,
-                                    drift <= limits.error_rate_drift + 1e-12, min(n1, n2)))  # fmt: skip
+            conditions.append(
+                _cond(
+                    "device error rate stable",
+                    drift,
+                    limits.error_rate_drift,
+                    drift <= limits.error_rate_drift + 1e-12,
+                    min(n1, n2),
+                )
+            )
     elif stage == "canary":
         cohorts = numbers.get("cohorts") or {}
         canary, cloud = cohorts.get("canary") or {}, cohorts.get("cloud_only") or {}
@@ -168,11 +240,26 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
         c_n, k_n = canary.get("requests", 0), cloud.get("requests", 0)
         c_l4, k_l4 = _ratio(canary.get("l4", 0), c_n), _ratio(cloud.get("l4", 0), k_n)
         if min(c_n, k_n) < limits.min_n:
-            conditions.append(_cond("canned answers vs cloud cohort", None if c_l4 is None or k_l4 is None else c_l4 - k_l4,
-                                    limits.l4_margin, False, min(c_n, k_n), "not enough sample"))  # fmt: skip
+            conditions.append(
+                _cond(
+                    "canned answers vs cloud cohort",
+                    None if c_l4 is None or k_l4 is None else c_l4 - k_l4,
+                    limits.l4_margin,
+                    False,
+                    min(c_n, k_n),
+                    "not enough sample",
+                )
+            )
         else:
-            conditions.append(_cond("canned answers vs cloud cohort", c_l4 - k_l4, limits.l4_margin,
-                                    c_l4 - k_l4 <= limits.l4_margin + 1e-12, min(c_n, k_n)))  # fmt: skip
+            conditions.append(
+                _cond(
+                    "canned answers vs cloud cohort",
+                    c_l4 - k_l4,
+                    limits.l4_margin,
+                    c_l4 - k_l4 <= limits.l4_margin + 1e-12,
+                    min(c_n, k_n),
+                )
+            )
     rollback = list(numbers.get("rollback") or [])
     if rollback and stage != "cloud_only":
         recommendation, to = "rollback", "cloud_only"
@@ -180,8 +267,13 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
         recommendation, to = "advance", target
     else:
         recommendation, to = "hold", stage
-    return {"stage": stage, "recommendation": recommendation, "to": to, "conditions": conditions,
-            "rollback_signals": rollback}  # fmt: skip
+    return {
+        "stage": stage,
+        "recommendation": recommendation,
+        "to": to,
+        "conditions": conditions,
+        "rollback_signals": rollback,
+    }
 
 
 # -- the reports -------------------------------------------------------------------------------------
@@ -190,7 +282,7 @@ def review_window(client, days: float, end: datetime | None = None) -> QueryWind
     event's day (so a week that ended quietly is still reviewed); today's end on an empty warehouse."""
     if end is None:
         newest = rq.newest_live_event(client)
-        base = (newest.replace(tzinfo=timezone.utc) if newest and newest.tzinfo is None else newest) or datetime.now(timezone.utc)
+        base = (newest.replace(tzinfo=UTC) if newest and newest.tzinfo is None else newest) or datetime.now(UTC)
         end = base.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     return QueryWindow(end - timedelta(days=days), end)
 
@@ -209,9 +301,16 @@ def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any
         groups = r["determinism_groups"]
         determinism = r["determinism_agreeing"] / groups if groups else None
         daily = r["requests"] / days
-        g = grade(float(r["input_p50"]), float(r["input_p95"]), daily, determinism, policy.capability(task_type).error_cost)
-        out[task_type] = {"input_tokens": {"p50": float(r["input_p50"]), "p95": float(r["input_p95"])},
-                          "daily_calls": daily, "determinism": determinism, "determinism_groups": groups, **g}  # fmt: skip
+        g = grade(
+            float(r["input_p50"]), float(r["input_p95"]), daily, determinism, policy.capability(task_type).error_cost
+        )
+        out[task_type] = {
+            "input_tokens": {"p50": float(r["input_p50"]), "p95": float(r["input_p95"])},
+            "daily_calls": daily,
+            "determinism": determinism,
+            "determinism_groups": groups,
+            **g,
+        }
     return {"window": _window(window, days), "task_types": out}
 
 
@@ -226,12 +325,22 @@ def readiness_report(client, policy: Policy, window: QueryWindow) -> dict[str, A
         cap = policy.capability(task_type)
         missed = _ratio(int(r["missed_fallbacks"]), int(r["missed_fallback_labeled"]))
         caught, missed_n = int(r["caught_bad"]), int(r["missed_fallbacks"])
-        g = gates(peak_by_tier={t: v["p95"] for t, v in r["peak_by_tier"].items()}, tier_memory_mb=memory,
-                  device_p95_ms=r["device_p95_ms"], missed_fallback_rate=missed,
-                  auto_detected=_ratio(caught, caught + missed_n))  # fmt: skip
-        f = factors(calls_per_session_day=r["requests"] / r["sessions"] / days if r["sessions"] else None,
-                    token_budget_p50=float(r["token_budget_p50"]), privacy=cap.privacy, has_validator=cap.validator is not None,
-                    error_cost=cap.error_cost, weak_network_share=float(r["weak_network_share"]), iteration=cap.iteration)  # fmt: skip
+        g = gates(
+            peak_by_tier={t: v["p95"] for t, v in r["peak_by_tier"].items()},
+            tier_memory_mb=memory,
+            device_p95_ms=r["device_p95_ms"],
+            missed_fallback_rate=missed,
+            auto_detected=_ratio(caught, caught + missed_n),
+        )
+        f = factors(
+            calls_per_session_day=r["requests"] / r["sessions"] / days if r["sessions"] else None,
+            token_budget_p50=float(r["token_budget_p50"]),
+            privacy=cap.privacy,
+            has_validator=cap.validator is not None,
+            error_cost=cap.error_cost,
+            weak_network_share=float(r["weak_network_share"]),
+            iteration=cap.iteration,
+        )
         out[task_type] = readiness(g, f)
     return {"window": _window(window, days), "task_types": out}
 
@@ -243,9 +352,16 @@ def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, di
     for task_type in sorted(set(grading["task_types"]) | set(ready["task_types"])):
         g, r = grading["task_types"].get(task_type), ready["task_types"].get(task_type)
         tier, verdict = (g or {}).get("tier"), (r or {}).get("verdict")
-        disagree = (tier in ("offload", "shadow") and verdict == "not_ready") or (tier == "keep-cloud" and verdict == "ready")
-        out[task_type] = {"grading_tier": tier, "grading_reason": (g or {}).get("reason"), "readiness": verdict,
-                          "readiness_reasons": (r or {}).get("reasons", []), "disagree": disagree}  # fmt: skip
+        disagree = (tier in ("offload", "shadow") and verdict == "not_ready") or (
+            tier == "keep-cloud" and verdict == "ready"
+        )
+        out[task_type] = {
+            "grading_tier": tier,
+            "grading_reason": (g or {}).get("reason"),
+            "readiness": verdict,
+            "readiness_reasons": (r or {}).get("reasons", []),
+            "disagree": disagree,
+        }
     return out
 
 

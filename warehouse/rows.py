@@ -7,14 +7,14 @@ in the column order of its migration. Unset optional fields become NULL.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from msgspec import UNSET
 
 from routerscope import names
 
-_UTC = timezone.utc
+_UTC = UTC
 
 
 def _opt(values):
@@ -23,31 +23,87 @@ def _opt(values):
 
 
 DECISION_COLUMNS = (
-    "event_id", "event_time", "schema_version", "request_id", "session_id",
-    "task_type", "mode", "entered_device", "fallback_type", "reason", "degrade_level",
-    "attempt_levels", "attempt_outcomes", "attempt_latency_ms", "cloud_calls",
-    "confidence", "confidence_source", "threshold",
-    "deadline_ms", "elapsed_ms", "latency_ms", "ttft_ms", "input_tokens", "output_tokens",
-    "app_id", "app_version", "network", "device_tier", "has_pii", "policy_version",
-    "device_model", "cloud_model", "shadow_agree", "breaker_device", "breaker_cloud",
-    "cost_usd", "trace_id", "span_id",
+    "event_id",
+    "event_time",
+    "schema_version",
+    "request_id",
+    "session_id",
+    "task_type",
+    "mode",
+    "entered_device",
+    "fallback_type",
+    "reason",
+    "degrade_level",
+    "attempt_levels",
+    "attempt_outcomes",
+    "attempt_latency_ms",
+    "cloud_calls",
+    "confidence",
+    "confidence_source",
+    "threshold",
+    "deadline_ms",
+    "elapsed_ms",
+    "latency_ms",
+    "ttft_ms",
+    "input_tokens",
+    "output_tokens",
+    "app_id",
+    "app_version",
+    "network",
+    "device_tier",
+    "has_pii",
+    "policy_version",
+    "device_model",
+    "cloud_model",
+    "shadow_agree",
+    "breaker_device",
+    "breaker_cloud",
+    "cost_usd",
+    "trace_id",
+    "span_id",
     # contract v2 (NULL for v1 events)
-    "device_peak_mem_mb", "device_thermal_state", "device_decode_tps", "device_prefill_tps",
-    "device_cold_start", "device_load_ms", "all_cloud_cost_usd", "rollout_stage",
-    "kafka_topic", "kafka_partition", "kafka_offset",
-)  # fmt: skip
+    "device_peak_mem_mb",
+    "device_thermal_state",
+    "device_decode_tps",
+    "device_prefill_tps",
+    "device_cold_start",
+    "device_load_ms",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+)
 
 LABEL_COLUMNS = (
-    "label_id", "event_time", "schema_version", "request_id", "source",
-    "device_acceptable", "route_correct", "labeler",
-    "kafka_topic", "kafka_partition", "kafka_offset",
-)  # fmt: skip
+    "label_id",
+    "event_time",
+    "schema_version",
+    "request_id",
+    "source",
+    "device_acceptable",
+    "route_correct",
+    "labeler",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+)
 
 BREAKER_COLUMNS = (
-    "event_id", "event_time", "schema_version", "instance_id", "boundary",
-    "from_state", "to_state", "failure_rate", "window_s", "trigger",
-    "kafka_topic", "kafka_partition", "kafka_offset",
-)  # fmt: skip
+    "event_id",
+    "event_time",
+    "schema_version",
+    "instance_id",
+    "boundary",
+    "from_state",
+    "to_state",
+    "failure_rate",
+    "window_s",
+    "trigger",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+)
 
 LEDGER_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "record_id", "event_time")
 
@@ -59,9 +115,15 @@ RECORD_ID = {
 }
 
 QUARANTINE_COLUMNS = (
-    "kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp",
-    "raw", "rules", "error",
-)  # fmt: skip
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_key",
+    "kafka_timestamp",
+    "raw",
+    "rules",
+    "error",
+)
 
 
 def _lineage(topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
@@ -165,7 +227,11 @@ def breaker_columns(events: Sequence, topic: str, partitions: Sequence[int], off
 def ledger_columns(events: Sequence, topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
     """The `loaded_messages` rows of loaded events (their Kafka coordinates and record ids)."""
     id_field = RECORD_ID[topic]
-    return [*_lineage(topic, partitions, offsets), [getattr(e, id_field) for e in events], [e.event_time for e in events]]
+    return [
+        *_lineage(topic, partitions, offsets),
+        [getattr(e, id_field) for e in events],
+        [e.event_time for e in events],
+    ]
 
 
 # topic -> (table, column names, column builder)

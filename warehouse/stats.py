@@ -6,7 +6,7 @@ METRICS.md says the value is null (an empty denominator, a degenerate pooled sha
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 Z95 = 1.959964  # METRICS.md §3: Wilson score interval at 95 %
 PSI_FLOOR = 1e-4  # METRICS.md §5: each share floored before the logarithm

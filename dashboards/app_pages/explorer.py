@@ -18,13 +18,29 @@ network = c5.selectbox("Network", [""] + list(NETWORKS), format_func=any_of)
 device_tier = c6.selectbox("Device tier", [""] + data.device_tiers(), format_func=any_of)
 hours = c7.slider("Hours", 1, 72, 24)
 request_id = c8.text_input("Request id contains")
-df = data.decisions(task_type, fallback_type, float(hours), request_id.strip(), reason=reason, level=level,
-                    network=network, device_tier=device_tier)  # fmt: skip
+df = data.decisions(
+    task_type,
+    fallback_type,
+    float(hours),
+    request_id.strip(),
+    reason=reason,
+    level=level,
+    network=network,
+    device_tier=device_tier,
+)
 st.caption(f"{len(df)} decisions (newest first, at most 200); select a row to see its attempts")
-picked = st.dataframe(df, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row", key="decisions")
+picked = st.dataframe(
+    df, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row", key="decisions"
+)
 rows = picked.selection.rows if picked is not None and hasattr(picked, "selection") else []
 one = df.iloc[rows[0]] if rows else (df.iloc[0] if len(df) == 1 else None)
 if one is not None:
     st.subheader(f"Attempts of {one['request_id']}")
-    st.dataframe({"level": list(one["attempt_levels"]), "outcome": list(one["attempt_outcomes"]),
-                  "latency_ms": list(one["attempt_latency_ms"])}, hide_index=True)  # fmt: skip
+    st.dataframe(
+        {
+            "level": list(one["attempt_levels"]),
+            "outcome": list(one["attempt_outcomes"]),
+            "latency_ms": list(one["attempt_latency_ms"]),
+        },
+        hide_index=True,
+    )

@@ -23,10 +23,23 @@ def live():
     st.caption(f"Latest window with traffic: {last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes)")
     c1, c2, c3, c4 = st.columns(4)
     pct = lambda v: "—" if v is None or v != v else f"{100 * v:.1f}%"  # noqa: E731
-    c1.metric("Fallback rate (of device-entered)", pct(last["fallback_rate"]), help=f"denominator: {int(last['device_entered'])} requests entered the device")
-    c2.metric("Naive fallback rate (all requests)", pct(last["naive_fallback_rate"]), help=f"denominator: {int(last['requests'])} requests")
+    c1.metric(
+        "Fallback rate (of device-entered)",
+        pct(last["fallback_rate"]),
+        help=f"denominator: {int(last['device_entered'])} requests entered the device",
+    )
+    c2.metric(
+        "Naive fallback rate (all requests)",
+        pct(last["naive_fallback_rate"]),
+        help=f"denominator: {int(last['requests'])} requests",
+    )
     c3.metric("Device bypass", pct(last["device_bypass_rate"]))
-    c4.metric("L2+L3 share", pct(last["l2_l3_share"]), delta="drifting" if last["l2_l3_drifting"] else None, delta_color="inverse")
+    c4.metric(
+        "L2+L3 share",
+        pct(last["l2_l3_share"]),
+        delta="drifting" if last["l2_l3_drifting"] else None,
+        delta_color="inverse",
+    )
     st.altair_chart(charts.fallback_rates(df), width="stretch")
     st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), width="stretch")
     st.subheader("Alerts")
@@ -41,7 +54,9 @@ def live():
     since, until = df["window_start"].min(), df["window_start"].max() + pd.Timedelta(minutes=5)
     shown = transitions[transitions["event_time"] >= since] if not transitions.empty else transitions
     if shown.empty:
-        st.caption(f"No breaker transitions in the last {hours} hours: every breaker stayed as it was (closed unless shown earlier).")
+        st.caption(
+            f"No breaker transitions in the last {hours} hours: every breaker stayed as it was (closed unless shown earlier)."
+        )
     else:
         st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
         with st.expander(f"{len(shown)} transitions"):
@@ -55,7 +70,13 @@ def _age(t) -> str:
     t = pd.Timestamp(t)
     t = t.tz_localize("UTC") if t.tzinfo is None else t
     seconds = max((pd.Timestamp.now(tz="UTC") - t).total_seconds(), 0)
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 120
+        else f"{seconds / 60:.0f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def ingest(fresh: pd.DataFrame):
@@ -70,13 +91,18 @@ def ingest(fresh: pd.DataFrame):
         i2.metric("Consumer lag", "—", help="the broker did not report its end offsets: the event freshness stands in")
     else:
         worst = known.sort_values("behind").iloc[-1]
-        i2.metric("Consumer lag", f"{int(known['behind'].sum())} messages",
-                  help=f"behind the broker's end offsets over {len(known)} partitions; most behind: "
-                       f"{worst['topic']}[{int(worst['partition'])}] with {int(worst['behind'])}")  # fmt: skip
+        i2.metric(
+            "Consumer lag",
+            f"{int(known['behind'].sum())} messages",
+            help=f"behind the broker's end offsets over {len(known)} partitions; most behind: "
+            f"{worst['topic']}[{int(worst['partition'])}] with {int(worst['behind'])}",
+        )
     if not lag.empty:
         with st.expander("Consumer lag per partition"):
             st.dataframe(lag, hide_index=True, width="stretch")
-    st.caption(f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows")
+    st.caption(
+        f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows"
+    )
 
 
 live()

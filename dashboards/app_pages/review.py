@@ -27,20 +27,45 @@ else:
         hot = (t["throttled_share"] or 0) > 0.1
         memory = r["tier_memory_mb"].get(tier)
         if weak:
-            flagged.append(f"**{tier}**: p5 decode {num(t['decode_tps']['p5'], 1)} tok/s, under half the best tier's {num(best_p5, 1)}")
+            flagged.append(
+                f"**{tier}**: p5 decode {num(t['decode_tps']['p5'], 1)} tok/s, under half the best tier's {num(best_p5, 1)}"
+            )
         if hot:
-            flagged.append(f"**{tier}**: {pct(t['throttled_share'])} of requests ran throttled (thermal serious/critical)")
-        rows.append({"tier": tier, "requests": t["requests"], "decode p50 tok/s": t["decode_tps"]["p50"],
-                     "decode p5 tok/s": t["decode_tps"]["p5"], "ttft p50 ms": t["ttft_ms"]["p50"], "ttft p95 ms": t["ttft_ms"]["p95"],
-                     "peak MB p95": t["peak_mem_mb"]["p95"], "peak MB max": t["peak_mem_mb"]["max"],
-                     "peak / tier memory": None if not memory or t["peak_mem_mb"]["p95"] is None else t["peak_mem_mb"]["p95"] / memory,
-                     "throttled": t["throttled_share"], "cold starts": t["cold_start_share"], "load ms p95": t["load_ms_p95"],
-                     "fallback rate": t["fallback_rate"], "flag": "⚠ weak p5" if weak else ("⚠ hot" if hot else "")})  # fmt: skip
+            flagged.append(
+                f"**{tier}**: {pct(t['throttled_share'])} of requests ran throttled (thermal serious/critical)"
+            )
+        rows.append(
+            {
+                "tier": tier,
+                "requests": t["requests"],
+                "decode p50 tok/s": t["decode_tps"]["p50"],
+                "decode p5 tok/s": t["decode_tps"]["p5"],
+                "ttft p50 ms": t["ttft_ms"]["p50"],
+                "ttft p95 ms": t["ttft_ms"]["p95"],
+                "peak MB p95": t["peak_mem_mb"]["p95"],
+                "peak MB max": t["peak_mem_mb"]["max"],
+                "peak / tier memory": None
+                if not memory or t["peak_mem_mb"]["p95"] is None
+                else t["peak_mem_mb"]["p95"] / memory,
+                "throttled": t["throttled_share"],
+                "cold starts": t["cold_start_share"],
+                "load ms p95": t["load_ms_p95"],
+                "fallback rate": t["fallback_rate"],
+                "flag": "⚠ weak p5" if weak else ("⚠ hot" if hot else ""),
+            }
+        )
     for line in flagged:
         st.warning(line)
     frame = pd.DataFrame(rows)
-    st.dataframe(frame, hide_index=True, width="stretch", column_config={
-        c: st.column_config.NumberColumn(format="percent") for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")})  # fmt: skip
+    st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            c: st.column_config.NumberColumn(format="percent")
+            for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")
+        },
+    )
     st.altair_chart(charts.decode_by_tier(frame), width="stretch")
 
 # -- cost against all-cloud (METRICS.md §11) ------------------------------------------------------------
@@ -54,16 +79,32 @@ else:
     c1.metric("All-cloud bill", f"${overall['all_cloud']:,.2f}", help="every live request priced at the L2 model")
     c2.metric("Saved", f"${overall['saved']:,.2f}")
     c3.metric("Saved share", pct(overall["saved_share"]))
-    per_task = pd.DataFrame([{"task type": t, "all-cloud USD": c["all_cloud"], "saved USD": c["saved"], "saved share": c["saved_share"],
-                              "spent after the device (fallbacks, re-tries) USD": c["spent_after_device"],
-                              "spent routed straight to the cloud USD": c["spent_cloud_direct"]}
-                             for t, c in cost.items() if t is not None and c["all_cloud"] is not None])  # fmt: skip
+    per_task = pd.DataFrame(
+        [
+            {
+                "task type": t,
+                "all-cloud USD": c["all_cloud"],
+                "saved USD": c["saved"],
+                "saved share": c["saved_share"],
+                "spent after the device (fallbacks, re-tries) USD": c["spent_after_device"],
+                "spent routed straight to the cloud USD": c["spent_cloud_direct"],
+            }
+            for t, c in cost.items()
+            if t is not None and c["all_cloud"] is not None
+        ]
+    )
     if not per_task.empty:
         st.altair_chart(charts.saved_share(per_task), width="stretch")
-        st.dataframe(per_task, hide_index=True, width="stretch",
-                     column_config={"saved share": st.column_config.NumberColumn(format="percent")})  # fmt: skip
-        st.caption("Task types at or below zero pay for the device path; the spend after the device was tried is the "
-                   "saving that fallbacks and re-tries gave back.")  # fmt: skip
+        st.dataframe(
+            per_task,
+            hide_index=True,
+            width="stretch",
+            column_config={"saved share": st.column_config.NumberColumn(format="percent")},
+        )
+        st.caption(
+            "Task types at or below zero pay for the device path; the spend after the device was tried is the "
+            "saving that fallbacks and re-tries gave back."
+        )
 
 # -- grading (seed 004) beside readiness (seed 003) -------------------------------------------------------
 st.header("Task grading beside offload readiness")
@@ -76,13 +117,23 @@ else:
         g, q = grading.get(t) or {}, ready.get(t) or {}
         gates = q.get("gates") or {}
         status = {name: (gates.get(f"gate_{name}") or {}).get("status") for name in ("memory", "duration", "quality")}
-        rows.append({
-            "task type": t, "grading tier": g.get("tier"), "grading reason": g.get("reason"), "score (004)": g.get("score"),
-            "error cost": g.get("error_cost"), "determinism": g.get("determinism"),
-            "input p95": (g.get("input_tokens") or {}).get("p95"), "readiness": q.get("verdict"), "score (003)": q.get("score_003"),
-            "memory gate": status["memory"], "duration gate": status["duration"], "quality gate": status["quality"],
-            "seeds disagree": "⚠ yes" if side["disagree"] else "",
-        })  # fmt: skip
+        rows.append(
+            {
+                "task type": t,
+                "grading tier": g.get("tier"),
+                "grading reason": g.get("reason"),
+                "score (004)": g.get("score"),
+                "error cost": g.get("error_cost"),
+                "determinism": g.get("determinism"),
+                "input p95": (g.get("input_tokens") or {}).get("p95"),
+                "readiness": q.get("verdict"),
+                "score (003)": q.get("score_003"),
+                "memory gate": status["memory"],
+                "duration gate": status["duration"],
+                "quality gate": status["quality"],
+                "seeds disagree": "⚠ yes" if side["disagree"] else "",
+            }
+        )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:
@@ -99,10 +150,14 @@ samples = r["divergences"]
 
 def stage_row(t: str, v: dict) -> dict:
     met = f"{sum(bool(c['met']) for c in v['conditions'])}/{len(v['conditions'])}" if v["conditions"] else ""
-    return {"task type": t, "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
-            "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
-            "conditions met": met, "rollback signals": ", ".join(v["rollback_signals"]),
-            "divergence samples": sum((samples.get(t) or {}).values())}  # fmt: skip
+    return {
+        "task type": t,
+        "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
+        "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
+        "conditions met": met,
+        "rollback signals": ", ".join(v["rollback_signals"]),
+        "divergence samples": sum((samples.get(t) or {}).values()),
+    }
 
 
 st.dataframe(pd.DataFrame([stage_row(t, v) for t, v in stages.items()]), hide_index=True, width="stretch")

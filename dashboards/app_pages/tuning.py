@@ -21,7 +21,9 @@ if not types or end is None:
 start = end - timedelta(days=7)
 st.caption(f"Week under review: {start:%Y-%m-%d} → {end:%Y-%m-%d} (UTC, the 7 days before the newest daily window)")
 week = data.period_metrics(start, end)
-busiest = sorted(types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0))  # most live traffic first
+busiest = sorted(
+    types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
+)  # most live traffic first
 task_type = st.selectbox("Task type", busiest)
 pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 
@@ -40,14 +42,21 @@ else:
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Current threshold", "—" if detail["current_threshold"] is None else f"{detail['current_threshold']:.2f}")
-    c2.metric(f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
-              "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}")  # fmt: skip
+    c2.metric(
+        f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
+        "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}",
+    )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
-    c4.metric("Evidence floor", "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
-              help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).")  # fmt: skip
+    c4.metric(
+        "Evidence floor",
+        "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
+        help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).",
+    )
     st.caption(f"Calibration over the week {start:%Y-%m-%d} → {end:%Y-%m-%d}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
-        st.warning(f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one.")
+        st.warning(
+            f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one."
+        )
     st.altair_chart(charts.calibration_bars(buckets), width="stretch")
     with st.expander("Buckets"):
         st.dataframe(buckets, hide_index=True, width="stretch")
@@ -66,14 +75,28 @@ if len(versions) < 2:
     st.caption(f"One policy version in the week ({versions[0][0] if versions else 'none'}): no push to compare.")
 else:
     (before_v, before), (after_v, after) = versions[-2], versions[-1]
-    st.caption(f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type.")
+    st.caption(
+        f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type."
+    )
     rows = []
-    for key, label in (("fallback_rate", "fallback rate"), ("false_fallback_rate", "false fallbacks"),
-                       ("missed_fallback_rate", "missed fallbacks"), ("route_accuracy", "route accuracy")):  # fmt: skip
+    for key, label in (
+        ("fallback_rate", "fallback rate"),
+        ("false_fallback_rate", "false fallbacks"),
+        ("missed_fallback_rate", "missed fallbacks"),
+        ("route_accuracy", "route accuracy"),
+    ):
         b, a = before[key], after[key]
-        rows.append({"metric": label, "before": pct(b), "after": pct(a),
-                     "change (pp)": "—" if a is None or b is None else f"{100 * (a - b):+.1f}"})  # fmt: skip
-    rows.append({"metric": "requests", "before": str(before["requests"]), "after": str(after["requests"]), "change (pp)": ""})
+        rows.append(
+            {
+                "metric": label,
+                "before": pct(b),
+                "after": pct(a),
+                "change (pp)": "—" if a is None or b is None else f"{100 * (a - b):+.1f}",
+            }
+        )
+    rows.append(
+        {"metric": "requests", "before": str(before["requests"]), "after": str(after["requests"]), "change (pp)": ""}
+    )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 # -- false and missed fallbacks ------------------------------------------------------------------
@@ -86,14 +109,24 @@ def ci_text(ci) -> str:
 
 coverage = group["label_coverage"]
 f1, f2 = st.columns(2)
-f1.metric("False fallbacks (cloud spend that bought nothing)", pct(group["false_fallback_rate"]),
-          help=f"{ci_text(group['false_fallback_ci'])}; denominator: {group['false_fallback_labeled']} labeled fallbacks")  # fmt: skip
-f1.caption(f"{ci_text(group['false_fallback_ci'])} · {group['false_fallback_labeled']} labeled · "
-           f"label coverage {pct(coverage['fallbacks'])} of quality/timeout fallbacks")  # fmt: skip
-f2.metric("Missed fallbacks (bad answers shown)", pct(group["missed_fallback_rate"]),
-          help=f"{ci_text(group['missed_fallback_ci'])}; denominator: {group['missed_fallback_labeled']} labeled device-served")  # fmt: skip
-f2.caption(f"{ci_text(group['missed_fallback_ci'])} · {group['missed_fallback_labeled']} labeled · "
-           f"label coverage {pct(coverage['device_served'])} of device-served")  # fmt: skip
+f1.metric(
+    "False fallbacks (cloud spend that bought nothing)",
+    pct(group["false_fallback_rate"]),
+    help=f"{ci_text(group['false_fallback_ci'])}; denominator: {group['false_fallback_labeled']} labeled fallbacks",
+)
+f1.caption(
+    f"{ci_text(group['false_fallback_ci'])} · {group['false_fallback_labeled']} labeled · "
+    f"label coverage {pct(coverage['fallbacks'])} of quality/timeout fallbacks"
+)
+f2.metric(
+    "Missed fallbacks (bad answers shown)",
+    pct(group["missed_fallback_rate"]),
+    help=f"{ci_text(group['missed_fallback_ci'])}; denominator: {group['missed_fallback_labeled']} labeled device-served",
+)
+f2.caption(
+    f"{ci_text(group['missed_fallback_ci'])} · {group['missed_fallback_labeled']} labeled · "
+    f"label coverage {pct(coverage['device_served'])} of device-served"
+)
 daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
     rows = []
@@ -101,9 +134,17 @@ if not daily.empty:
         for rate, cov in (("false_fallback", "fallbacks"), ("missed_fallback", "device_served")):
             ci = g.get(f"{rate}_ci")
             if g.get(f"{rate}_rate") is not None:
-                rows.append({"window_start": t, "rate": rate.replace("_", " "), "value": g[f"{rate}_rate"],
-                             "low": ci[0], "high": ci[1], "labeled": g[f"{rate}_labeled"],
-                             "coverage": (g.get("label_coverage") or {}).get(cov)})  # fmt: skip
+                rows.append(
+                    {
+                        "window_start": t,
+                        "rate": rate.replace("_", " "),
+                        "value": g[f"{rate}_rate"],
+                        "low": ci[0],
+                        "high": ci[1],
+                        "labeled": g[f"{rate}_labeled"],
+                        "coverage": (g.get("label_coverage") or {}).get(cov),
+                    }
+                )
     if rows:
         st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
     else:
@@ -121,18 +162,26 @@ hist = data.cloud_calls_histogram(task_type, start, end)
 if hist.empty:
     st.caption("No live sessions of this task type in the week.")
 else:
-    st.altair_chart(charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the week", "sessions"), width="stretch")
-    st.caption(f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; a session's calls count only this task type.")
+    st.altair_chart(
+        charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the week", "sessions"), width="stretch"
+    )
+    st.caption(
+        f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; a session's calls count only this task type."
+    )
 
 # -- shadow agreement --------------------------------------------------------------------------------
 st.header("Shadow agreement by input length")
 shadow = group["shadow_agreement_by_input_length"]
 if group["shadow_agreement_rate"] is None:
-    st.caption("This task type ran no shadow traffic in the week (policy `shadow:` lists the task types under evaluation).")
+    st.caption(
+        "This task type ran no shadow traffic in the week (policy `shadow:` lists the task types under evaluation)."
+    )
 else:
     st.metric("Agreement, all lengths", pct(group["shadow_agreement_rate"]))
     frame = pd.DataFrame({"input tokens": list(shadow), "agreement": list(shadow.values())}).dropna()
-    st.altair_chart(charts.bars(frame, "input tokens", "agreement", "input tokens", "device agrees with cloud"), width="stretch")
+    st.altair_chart(
+        charts.bars(frame, "input tokens", "agreement", "input tokens", "device agrees with cloud"), width="stretch"
+    )
 
 # -- cost --------------------------------------------------------------------------------------------
 st.header("Cloud cost")
@@ -146,12 +195,23 @@ else:
     m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
     if cost.get("all_cloud") is not None:  # METRICS.md §11: does this task type pay for the device path?
         s1, s2 = st.columns(2)
-        s1.metric("Saved against all-cloud", f"${cost['saved']:,.4f}", help=f"all-cloud bill ${cost['all_cloud']:,.4f} (L2 prices)")
-        s2.metric("Saved share", pct(cost["saved_share"]),
-                  help="at or below zero: routing, fallbacks and re-tries eat the device path's saving")  # fmt: skip
-        st.caption(f"Of the spend, ${cost['spent_after_device']:,.4f} came after the device was tried (fallbacks, re-tries) "
-                   f"and ${cost['spent_cloud_direct']:,.4f} from requests routed straight to the cloud.")  # fmt: skip
+        s1.metric(
+            "Saved against all-cloud",
+            f"${cost['saved']:,.4f}",
+            help=f"all-cloud bill ${cost['all_cloud']:,.4f} (L2 prices)",
+        )
+        s2.metric(
+            "Saved share",
+            pct(cost["saved_share"]),
+            help="at or below zero: routing, fallbacks and re-tries eat the device path's saving",
+        )
+        st.caption(
+            f"Of the spend, ${cost['spent_after_device']:,.4f} came after the device was tried (fallbacks, re-tries) "
+            f"and ${cost['spent_cloud_direct']:,.4f} from requests routed straight to the cloud."
+        )
     if len(daily) > 1:  # a trend needs two days
-        per_day = pd.DataFrame({"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}).dropna()
+        per_day = pd.DataFrame(
+            {"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}
+        ).dropna()
         if len(per_day) > 1:
             st.altair_chart(charts.line(per_day, "window_start", "cost", "USD per day", ",.2f"), width="stretch")

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,10 +49,20 @@ DEADLINE_S = 300
 
 def bypass(**overrides) -> dict:
     """The device breaker is open: the router sends the request straight to the cloud."""
-    return decision(**{"entered_device": False, "fallback_type": "none", "reason": "device_unavailable",
-                       "degrade_level": 2, "attempts": [{"level": 2, "outcome": "ok", "latency_ms": 600.0}],
-                       "cloud_calls": 1, "confidence": None, "threshold": None, "cloud_model": "cloud-small",
-                       **overrides})  # fmt: skip
+    return decision(
+        **{
+            "entered_device": False,
+            "fallback_type": "none",
+            "reason": "device_unavailable",
+            "degrade_level": 2,
+            "attempts": [{"level": 2, "outcome": "ok", "latency_ms": 600.0}],
+            "cloud_calls": 1,
+            "confidence": None,
+            "threshold": None,
+            "cloud_model": "cloud-small",
+            **overrides,
+        }
+    )
 
 
 def events_of_the_last_15_minutes(now: datetime) -> list[dict]:
@@ -62,7 +72,9 @@ def events_of_the_last_15_minutes(now: datetime) -> list[dict]:
     for i in range(225):
         t = now - timedelta(minutes=15) + i * timedelta(seconds=4)
         make = decision if i % 5 == 0 else bypass
-        out.append(make(event_id=new_id(), event_time=iso(t), request_id=f"daemon-req-{i}", session_id=f"daemon-sess-{i % 7}"))
+        out.append(
+            make(event_id=new_id(), event_time=iso(t), request_id=f"daemon-req-{i}", session_id=f"daemon-sess-{i % 7}")
+        )
     return out
 
 
@@ -106,7 +118,7 @@ def _log_excerpt(path: Path) -> str:
     """The daemon log's first error (where a failure starts) and its last lines."""
     text = path.read_text(errors="replace")
     first = min((i for i in (text.find("Traceback"), text.find("Error")) if i >= 0), default=-1)
-    head = f"first error:\n{text[max(first - 300, 0):first + 2500]}\n" if first >= 0 else ""
+    head = f"first error:\n{text[max(first - 300, 0) : first + 2500]}\n" if first >= 0 else ""
     return f"{head}last lines:\n{text[-1500:]}"
 
 
@@ -129,7 +141,7 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
     daemon = None
     marker = f"DAGSTER_HOME={dagster_home}".encode()
     try:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         events = events_of_the_last_15_minutes(now)
         path = tmp_path / "decisions.jsonl"
         path.write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -145,8 +157,14 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
 
         env = clean_env(home, DAGSTER_HOME=str(dagster_home), ROUTERSCOPE_SENSOR_INTERVAL_S=SENSOR_INTERVAL_S)
         with open(log_path, "wb") as log:
-            daemon = subprocess.Popen([DAEMON, "run", "-w", str(REPO / "workspace.yaml")], cwd=REPO, env=env,
-                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            daemon = subprocess.Popen(
+                [DAEMON, "run", "-w", str(REPO / "workspace.yaml")],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
         loaded, windows, bypass_alerts = 0, {}, []
         deadline = time.monotonic() + DEADLINE_S
@@ -154,12 +172,16 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
             time.sleep(3)
             loaded = _query(settings, "SELECT count() FROM routerscope.decisions FINAL")[0][0]
             windows = {
-                start.replace(tzinfo=timezone.utc): (requests, computed_at.replace(tzinfo=timezone.utc))
+                start.replace(tzinfo=UTC): (requests, computed_at.replace(tzinfo=UTC))
                 for start, requests, computed_at in _query(
-                    settings, "SELECT window_start, requests, computed_at FROM routerscope.metric_windows FINAL "
-                    "WHERE grain = '5m' AND task_type = ''")  # fmt: skip
+                    settings,
+                    "SELECT window_start, requests, computed_at FROM routerscope.metric_windows FINAL "
+                    "WHERE grain = '5m' AND task_type = ''",
+                )
             }
-            bypass_alerts = _query(settings, "SELECT status, first_seen FROM routerscope.alerts FINAL WHERE rule = 'device_bypass'")
+            bypass_alerts = _query(
+                settings, "SELECT status, first_seen FROM routerscope.alerts FINAL WHERE rule = 'device_bypass'"
+            )
             if loaded == len(events) and all(w in windows for w in expected) and bypass_alerts:
                 break
         tail = _log_excerpt(log_path)
@@ -188,8 +210,8 @@ def _runs_came_from_the_daemon_and_ingest_never_overlapped(dagster_home: Path) -
         by_job.setdefault(record.dagster_run.job_name, []).append(record)
     assert {"ingest", "metrics_5m_job", "alerts_job"} <= set(by_job), sorted(by_job)
     # yesterday's 00:15 run never happened (no daemon then): it is caught up (due from 01:00 UTC)
-    yesterday, today = finished_day(datetime.now(timezone.utc))
-    if datetime.now(timezone.utc) >= today + SETTLE_DAILY + DAILY_CATCH_UP_GRACE:
+    yesterday, today = finished_day(datetime.now(UTC))
+    if datetime.now(UTC) >= today + SETTLE_DAILY + DAILY_CATCH_UP_GRACE:
         daily = [r.dagster_run.tags for r in by_job.get("metrics_daily_job", [])]
         expected = {"dagster/partition": day_key(yesterday), "dagster/sensor_name": "late_labels_sensor"}
         assert any(expected.items() <= tags.items() for tags in daily), daily

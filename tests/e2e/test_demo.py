@@ -42,14 +42,18 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # stamped with the window that first holds it, up to 5 minutes before the episode's first minute)
         rollbacks = [(e.split(" at ")[0], minute(e)) for e in out["fired"] if e.startswith("rollback_")]
         assert not [r for r in rollbacks if 24 - 5 <= r[1] < 36 + 5], rollbacks
-        assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {"rollback_degrade_trigger|short_reply",
-                                                                    "rollback_route_accuracy|short_reply"}, rollbacks
+        assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {
+            "rollback_degrade_trigger|short_reply",
+            "rollback_route_accuracy|short_reply",
+        }, rollbacks
         assert all(not q["blocking_failed"] for q in out["quality"].values())
         start = sim["start"]
         with open_warehouse(settings) as client:
             rows = client.query("SELECT rules FROM routerscope.quarantine").result_rows
-            live = client.query("SELECT entered_device, device_model, confidence_source, reason FROM routerscope.decisions "
-                                "WHERE app_id = 'live-sample'").result_rows  # fmt: skip
+            live = client.query(
+                "SELECT entered_device, device_model, confidence_source, reason FROM routerscope.decisions "
+                "WHERE app_id = 'live-sample'"
+            ).result_rows
             thermal = compute(client, start + timedelta(minutes=0.45 * 120), start + timedelta(minutes=0.65 * 120))
             calm = compute(client, start + timedelta(minutes=0.30 * 120), start + timedelta(minutes=0.45 * 120))
             push = compute(client, start + timedelta(minutes=0.75 * 120), start + timedelta(minutes=0.90 * 120))
@@ -57,13 +61,20 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # real logprob confidence, marked by device_model (the latency gate may send a request straight
         # to the cloud once the device has measured itself slow: then it never entered the device)
         assert len(live) == 3 and any(entered for entered, *_ in live), live
-        assert all((model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered), live
+        assert all(
+            (model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered
+        ), live
         # (or a session outside slot_extract's canary cohort: policy_cloud, seed 004 §7)
-        assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), live
+        assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), (
+            live
+        )
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
-        assert push["by_task_type"]["short_reply"]["quality_fallback_rate"] > 3 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
+        assert (
+            push["by_task_type"]["short_reply"]["quality_fallback_rate"]
+            > 3 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
+        )
         # the stricter pushed threshold sends acceptable answers to the cloud: false fallbacks jump
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
@@ -88,7 +99,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         stages = review.build("rollout", settings)["task_types"]
         assert (stages["slot_extract"]["stage"], stages["code_snippet"]["stage"]) == ("canary", "shadow")
         grading = review.build("grading", settings)["task_types"]
-        assert grading["tool_call"]["reason"] == "error_cost_veto" and grading["intent_classify"]["determinism"] is not None
+        assert (
+            grading["tool_call"]["reason"] == "error_cost_veto"
+            and grading["intent_classify"]["determinism"] is not None
+        )
     finally:
         broker.stop(settings)
 
@@ -135,8 +149,14 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
 
     port = free_port()
     try:
-        demo = subprocess.Popen([ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"], env=clean_env(home), cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        demo = subprocess.Popen(
+            [ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"],
+            env=clean_env(home),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         seen = ""
         while "simulating" not in seen and time.monotonic() < deadline:  # the progress bar is on stderr
@@ -152,7 +172,9 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
         assert rerun.returncode == 0, rerun.stderr
         with open_warehouse(settings_for(home)) as client:
             # (the local broker may store a producer retry twice; the warehouse folds copies by event_id)
-            total, distinct = client.query("SELECT count(), uniqExact(event_id) FROM routerscope.decisions FINAL").result_rows[0]
+            total, distinct = client.query(
+                "SELECT count(), uniqExact(event_id) FROM routerscope.decisions FINAL"
+            ).result_rows[0]
         assert total == distinct and total > 500 + 1000  # the interrupted run's events arrived too, once each
     finally:
         run_cli("broker", "stop", env=clean_env(home))
@@ -169,8 +191,14 @@ def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
 
     port, web = free_port(), free_port()
     try:
-        demo = subprocess.Popen([ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)], env=clean_env(home),
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+        demo = subprocess.Popen(
+            [ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)],
+            env=clean_env(home),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         url = None
         deadline = time.monotonic() + 300
         while url is None and time.monotonic() < deadline:
@@ -221,14 +249,20 @@ def test_sigkill_during_the_live_sample_leaves_no_process_behind_but_the_broker(
     port = free_port()
     models = str(home / "models")
     try:
-        demo = subprocess.Popen([ROUTERSCOPE, "demo", "--requests", "200", "--port", str(port), "--live-sample", "50",
-                                 "--no-dashboard"], env=clean_env(home), cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
+        demo = subprocess.Popen(
+            [ROUTERSCOPE, "demo", "--requests", "200", "--port", str(port), "--live-sample", "50", "--no-dashboard"],
+            env=clean_env(home),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 240
         children: dict[int, str] = {}
         while time.monotonic() < deadline and demo.poll() is None:  # both the worker and the stand-in cloud run
             children = _processes_mentioning(models)
-            if any("router.model_worker" in c for c in children.values()) and any("llama_cpp.server" in c for c in children.values()):
+            if any("router.model_worker" in c for c in children.values()) and any(
+                "llama_cpp.server" in c for c in children.values()
+            ):
                 break
             time.sleep(0.2)
         assert demo.poll() is None and len(children) == 2, children

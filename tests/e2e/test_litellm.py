@@ -19,7 +19,7 @@ Half the calls are sync (`router.completion`), half async (`router.acompletion`)
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -31,19 +31,32 @@ from warehouse.metrics import compute
 
 litellm = pytest.importorskip("litellm")
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*"),
+]
 
 OFFLINE = {"api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}  # never contacted: every deployment is mocked
 MODEL_LIST = [
-    {"model_name": "device", "litellm_params": {"model": "openai/gemma-3-270m", **OFFLINE, "mock_response": "on device"}},
-    {"model_name": "cloud-small", "litellm_params": {"model": "openai/gpt-4o-mini", **OFFLINE, "mock_response": "from the cloud"}},
+    {
+        "model_name": "device",
+        "litellm_params": {"model": "openai/gemma-3-270m", **OFFLINE, "mock_response": "on device"},
+    },
+    {
+        "model_name": "cloud-small",
+        "litellm_params": {"model": "openai/gpt-4o-mini", **OFFLINE, "mock_response": "from the cloud"},
+    },
 ]
 MESSAGES = [{"role": "system", "content": "Answer in one short sentence."}, {"role": "user", "content": "good morning"}]
 
 
 def device_request(i: int) -> dict:
     """Request i of the scripted mix: 0–9 served on the device, 10–15 time out there, 16–19 error."""
-    call = {"model": "device", "messages": MESSAGES, "metadata": {"session_id": f"s{i % 4}", "task_type": "short_reply"}}
+    call = {
+        "model": "device",
+        "messages": MESSAGES,
+        "metadata": {"session_id": f"s{i % 4}", "task_type": "short_reply"},
+    }
     if 10 <= i < 16:
         call.update(mock_timeout=True, timeout=0.05)
     elif i >= 16:
@@ -71,9 +84,10 @@ def callback(broker_settings, home, monkeypatch):
 
 def test_litellm_router_fallbacks_through_broker_and_loader_give_the_scripted_metrics(callback, home, broker_settings):
     settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=broker_settings.kafka_bootstrap())
-    router = litellm.Router(model_list=MODEL_LIST, fallbacks=[{"device": ["cloud-small"]}], num_retries=0,
-                            disable_cooldowns=True)  # fmt: skip
-    start = datetime.now(timezone.utc) - timedelta(seconds=1)
+    router = litellm.Router(
+        model_list=MODEL_LIST, fallbacks=[{"device": ["cloud-small"]}], num_retries=0, disable_cooldowns=True
+    )
+    start = datetime.now(UTC) - timedelta(seconds=1)
     calls = [device_request(i) for i in range(20)] + [cloud_request(i) for i in range(5)]
     responses: dict[int, object] = {}
     for i in range(0, 25, 2):  # even: sync
@@ -93,29 +107,47 @@ def test_litellm_router_fallbacks_through_broker_and_loader_give_the_scripted_me
 
     load(settings, idle_timeout_s=0.5)
     with open_warehouse(settings) as client:
-        unlabeled = compute(client, start, datetime.now(timezone.utc) + timedelta(minutes=1))["overall"]
-    assert (unlabeled["fallback_rate"], unlabeled["false_fallback_labeled"], unlabeled["false_fallback_rate"]) == (0.5, 0, None)
+        unlabeled = compute(client, start, datetime.now(UTC) + timedelta(minutes=1))["overall"]
+    assert (unlabeled["fallback_rate"], unlabeled["false_fallback_labeled"], unlabeled["false_fallback_rate"]) == (
+        0.5,
+        0,
+        None,
+    )
     for i in range(10, 16):  # the timeout fallbacks: was the device's answer acceptable after all?
         callback.label(responses[i].id, device_acceptable=i < 12, source="human_review")
     for i in range(10):  # the device-served
         callback.label(responses[i].id, device_acceptable=i >= 3, source="human_review")
     assert callback.flush(60)
     load(settings, idle_timeout_s=0.5)
-    end = datetime.now(timezone.utc) + timedelta(minutes=1)
+    end = datetime.now(UTC) + timedelta(minutes=1)
     with open_warehouse(settings) as client:
         metrics = compute(client, start, end)
-        ids = {row[0] for row in client.query("SELECT request_id FROM routerscope.decisions FINAL WHERE event_time >= {s:DateTime64(3)}",
-                                              parameters={"s": start}).result_rows}  # fmt: skip
+        ids = {
+            row[0]
+            for row in client.query(
+                "SELECT request_id FROM routerscope.decisions FINAL WHERE event_time >= {s:DateTime64(3)}",
+                parameters={"s": start},
+            ).result_rows
+        }
     overall = metrics["overall"]
     assert ids >= {r.id for r in responses.values()}, "request_id is the id LiteLLM returned"
     assert (overall["requests"], overall["device_entered"], overall["sessions"]) == (25, 20, 6)
     assert overall["fallback_rate"] == pytest.approx(10 / 20)
     assert overall["naive_fallback_rate"] == pytest.approx(10 / 25)
-    assert (overall["timeout_fallback_rate"], overall["error_fallback_rate"]) == (pytest.approx(6 / 20), pytest.approx(4 / 20))
+    assert (overall["timeout_fallback_rate"], overall["error_fallback_rate"]) == (
+        pytest.approx(6 / 20),
+        pytest.approx(4 / 20),
+    )
     assert (overall["false_fallback_labeled"], overall["false_fallback_rate"]) == (6, pytest.approx(2 / 6))
     assert (overall["missed_fallback_labeled"], overall["missed_fallback_rate"]) == (10, pytest.approx(3 / 10))
-    assert overall["cloud_calls_per_session"] == {"mean": pytest.approx(2.5), "p50": pytest.approx(2.5), "p95": pytest.approx(3.75)}
-    assert overall["degrade_share"]["L0"] == pytest.approx(10 / 25) and overall["degrade_share"]["L2"] == pytest.approx(15 / 25)
+    assert overall["cloud_calls_per_session"] == {
+        "mean": pytest.approx(2.5),
+        "p50": pytest.approx(2.5),
+        "p95": pytest.approx(3.75),
+    }
+    assert overall["degrade_share"]["L0"] == pytest.approx(10 / 25) and overall["degrade_share"]["L2"] == pytest.approx(
+        15 / 25
+    )
     # cost from LiteLLM's own price table: 15 answered cloud calls, 10 prompt + 20 completion tokens each
     per_call = sum(litellm.cost_per_token(model="gpt-4o-mini", prompt_tokens=10, completion_tokens=20))
     assert overall["cost_usd"]["total"] == pytest.approx(15 * per_call)

@@ -36,8 +36,9 @@ def test_the_model_build_is_portable_no_amx_no_avx512():
 
 def test_the_worker_answers_like_the_in_process_model_with_logprob_confidence(model, tmp_path):
     with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
-        result = device.generate("Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False,
-                                 commit_tokens=120)  # fmt: skip
+        result = device.generate(
+            "Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False, commit_tokens=120
+        )
         assert result.outcome == "ok" and result.text.strip()
         assert result.confidence_source == "logprob" and 0.0 < result.confidence <= 1.0
         assert device.model == "gemma-3-270m-q4_k_m" and device.ttft_ms > 0 and device.tps > 0
@@ -55,13 +56,21 @@ def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(m
         return False
 
     with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
-        result = device.generate("Write a long story about a lighthouse.", max_tokens=64, timeout_ms=60_000,
-                                 degraded=False, commit_tokens=120, decide=decide, decision_at_ms=0.0)  # fmt: skip
+        result = device.generate(
+            "Write a long story about a lighthouse.",
+            max_tokens=64,
+            timeout_ms=60_000,
+            degraded=False,
+            commit_tokens=120,
+            decide=decide,
+            decision_at_ms=0.0,
+        )
         assert len(questions) == 1 and questions[0][1] >= 1  # asked once, after a first token
         assert result.outcome == "timeout" and result.preempted and not result.committed
         assert result.tokens_out < 64
-        again = device.generate("Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False,
-                                commit_tokens=120)  # fmt: skip
+        again = device.generate(
+            "Reply with one word: hello", max_tokens=8, timeout_ms=60_000, degraded=False, commit_tokens=120
+        )
         assert again.outcome == "ok"  # the protocol is in step after a decision
 
 
@@ -73,8 +82,9 @@ def test_a_crashed_worker_is_a_device_error_and_the_router_serves_from_the_cloud
         device.process.wait(10)
         started = time.monotonic()
         router = Router(device, InstantCloud(), policy=PolicyStore(DEFAULT_POLICY))
-        response, event = router.route(Request(task_type="short_reply", text="hello", session_id="s", deadline_ms=8000,
-                                               expected_output_tokens=8))  # fmt: skip
+        response, event = router.route(
+            Request(task_type="short_reply", text="hello", session_id="s", deadline_ms=8000, expected_output_tokens=8)
+        )
         assert time.monotonic() - started < 5  # no hang waiting for a dead process
         assert device.crashed and "signal 11" in device.crashed
         assert event.attempts[0].outcome == "error" and response.served_by == "cloud"

@@ -11,7 +11,10 @@ from routerscope import names
 from tests.conftest import REPO
 from tests.integration.test_instrumentation import consume_all
 
-pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*"),
+]
 
 
 def section_blocks() -> list[str]:

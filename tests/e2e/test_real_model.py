@@ -33,11 +33,16 @@ def device(model):
 
 @pytest.mark.timeout(300)  # the stand-in cloud loads Gemma first
 def test_real_requests_carry_logprob_confidence(device, standin, tmp_path):
-    router = Router(device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(DEFAULT_POLICY))
+    router = Router(
+        device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(DEFAULT_POLICY)
+    )
     prompts = ["Reply with one word: hello", "What colour is the sky? One word."]
     for i, prompt in enumerate(prompts):
-        response, event = router.route(Request(task_type="short_reply", text=prompt, session_id="real", deadline_ms=60_000,
-                                               expected_output_tokens=8))  # fmt: skip
+        response, event = router.route(
+            Request(
+                task_type="short_reply", text=prompt, session_id="real", deadline_ms=60_000, expected_output_tokens=8
+            )
+        )
         assert DECISIONS.parse(event.to_json())[1] == []
         assert event.entered_device and event.device_model == "gemma-3-270m-q4_k_m"
         assert event.confidence_source == "logprob" and 0.0 <= event.confidence <= 1.0
@@ -53,10 +58,21 @@ def test_real_requests_carry_logprob_confidence(device, standin, tmp_path):
 
 def test_a_threshold_above_any_confidence_sends_the_request_to_the_cloud(device, standin, tmp_path):
     strict = tmp_path / "policy.yaml"
-    strict.write_text(DEFAULT_POLICY.read_text().replace("threshold: 0.60", "threshold: 1.0").replace("l1_enabled: true", "l1_enabled: false"))
+    strict.write_text(
+        DEFAULT_POLICY.read_text()
+        .replace("threshold: 0.60", "threshold: 1.0")
+        .replace("l1_enabled: true", "l1_enabled: false")
+    )
     router = Router(device, OpenAICloud(standin.url, {2: "cloud-small", 3: "cloud-small"}), policy=PolicyStore(strict))
-    response, event = router.route(Request(task_type="short_reply", text="Write a short greeting for a friend.",
-                                           session_id="real", deadline_ms=60_000, expected_output_tokens=16))  # fmt: skip
+    response, event = router.route(
+        Request(
+            task_type="short_reply",
+            text="Write a short greeting for a friend.",
+            session_id="real",
+            deadline_ms=60_000,
+            expected_output_tokens=16,
+        )
+    )
     assert event.confidence < 1.0
     assert (event.fallback_type, event.reason) == ("quality", "low_confidence")
     assert [a.level for a in event.attempts] == [0, 2] and event.cloud_calls == 1

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from instrumentation.emitter import KafkaEmitter, Message
+from instrumentation.telemetry import producer_config
 from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
 from router.request_store import RequestTextStore, store_path
-from routerscope import broker
+from routerscope import broker, names
 from tests.conftest import free_port, settings_for
-from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import producer_config
-from routerscope import names
 from tests.events import dumps, label, quality_fallback
 from tests.integration.test_metrics import END, START, at, eid
 from warehouse.client import open_warehouse
@@ -23,7 +22,10 @@ pytestmark = pytest.mark.integration
 
 TEXTS = {
     "f0": ("short_reply", "Reply in one short sentence: good morning"),
-    "f1": ("intent_classify", "Classify the intent of this message with one word (play_music, weather, other): play some jazz"),
+    "f1": (
+        "intent_classify",
+        "Classify the intent of this message with one word (play_music, weather, other): play some jazz",
+    ),
     "f2": ("short_reply", "Reply in one short sentence: thanks for the help!"),
     "f3": ("slot_extract", 'Extract the city as a JSON object with key "city". Output only JSON: a table in Paris'),
     "f4": ("short_summary", "Summarise in one sentence: the meeting moved to Thursday."),
@@ -37,12 +39,26 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
     try:
         # Six quality fallbacks through the broker; the store has the text of five (f5's is missing).
         # f0 already has a validator label saying the device's answer was not acceptable.
-        decisions = [quality_fallback(event_id=eid(400 + i), request_id=f"f{i}", task_type=TEXTS.get(f"f{i}", ("short_reply",))[0],
-                                      session_id="s", event_time=at(1)) for i in range(6)]  # fmt: skip
+        decisions = [
+            quality_fallback(
+                event_id=eid(400 + i),
+                request_id=f"f{i}",
+                task_type=TEXTS.get(f"f{i}", ("short_reply",))[0],
+                session_id="s",
+                event_time=at(1),
+            )
+            for i in range(6)
+        ]
         emitter = KafkaEmitter(producer_config(settings), home / "spool")
         for event in decisions:
             emitter.emit(Message(names.TOPIC_DECISIONS, b"s", dumps(event)))
-        emitter.emit(Message(names.TOPIC_LABELS, b"f0", dumps(label(request_id="f0", source="validator", device_acceptable=False, event_time=at(2)))))
+        emitter.emit(
+            Message(
+                names.TOPIC_LABELS,
+                b"f0",
+                dumps(label(request_id="f0", source="validator", device_acceptable=False, event_time=at(2))),
+            )
+        )
         assert emitter.flush(60)
         emitter.close()
         resources = {"routerscope": RouterscopeResource.for_settings(settings)}
@@ -60,9 +76,14 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
 
         cloud = StandInCloud(gemma_path(home), home / "standin-cloud.log").wait_ready()
         try:
-            config = {"offline_replay_labels": {"config": {"sample_size": 10, "days": 7, "end": END.isoformat(),
-                                                           "cloud_url": cloud.url}}}  # fmt: skip
-            replay = materializations(run_job("weekly_replay_job", ops_config=config, resources=resources))["offline_replay_labels"]
+            config = {
+                "offline_replay_labels": {
+                    "config": {"sample_size": 10, "days": 7, "end": END.isoformat(), "cloud_url": cloud.url}
+                }
+            }
+            replay = materializations(run_job("weekly_replay_job", ops_config=config, resources=resources))[
+                "offline_replay_labels"
+            ]
         finally:
             cloud.stop()
         assert (replay["sampled"], replay["without_text"], replay["replayed"], replay["published"]) == (6, 1, 5, 5)
@@ -75,7 +96,9 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         # are stored for the grading report, which now has a determinism for their task types
         assert replay["determinism_groups"] == 5
         with open_warehouse(settings) as client:
-            reruns = client.query("SELECT request_id, runs, length(answer_hashes) FROM routerscope.replay_reruns FINAL").result_rows
+            reruns = client.query(
+                "SELECT request_id, runs, length(answer_hashes) FROM routerscope.replay_reruns FINAL"
+            ).result_rows
         assert sorted(reruns) == [(rid, 3, 3) for rid in sorted(TEXTS)]
 
         loaded = materializations(run_job("ingest", ops_config=ingest, resources=resources))
@@ -88,13 +111,24 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         # cloud's word for word, so they are seldom acceptable: a non-empty answer alone no longer counts.)
         assert after["false_fallback_rate"] == pytest.approx(sum(verdicts.values()) / 5)
         with open_warehouse(settings) as client:
-            labelers = dict(client.query("SELECT request_id, labeler FROM routerscope.labels FINAL WHERE source = 'offline_replay'").result_rows)
+            labelers = dict(
+                client.query(
+                    "SELECT request_id, labeler FROM routerscope.labels FINAL WHERE source = 'offline_replay'"
+                ).result_rows
+            )
         assert {rid: labelers[rid].split(":")[1] for rid in TEXTS} == {
-            "f0": "cloud_agreement", "f1": "validator", "f2": "cloud_agreement", "f3": "validator", "f4": "cloud_agreement"}
+            "f0": "cloud_agreement",
+            "f1": "validator",
+            "f2": "cloud_agreement",
+            "f3": "validator",
+            "f4": "cloud_agreement",
+        }
 
         # Replayed fallbacks are not sampled again (no cloud this time: nothing left to judge anyway).
         config["offline_replay_labels"]["config"].pop("cloud_url")
-        again = materializations(run_job("weekly_replay_job", ops_config=config, resources=resources))["offline_replay_labels"]
+        again = materializations(run_job("weekly_replay_job", ops_config=config, resources=resources))[
+            "offline_replay_labels"
+        ]
         assert (again["sampled"], again["replayed"]) == (1, 0)
         assert again["determinism_groups"] == 0  # re-run groups are not sampled again either
     finally:

@@ -6,15 +6,15 @@ so that other tests' events on the shared broker cannot enter the review window.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from instrumentation.emitter import KafkaEmitter
 from instrumentation.telemetry import Telemetry, producer_config
-from routerscope import names, review
 from router.fleet import Fleet
 from router.request_store import RequestTextStore, store_path
+from routerscope import names, review
 from tests.conftest import settings_for
 from warehouse.client import open_warehouse
 from warehouse.loader import load
@@ -22,7 +22,7 @@ from warehouse.metrics import compute
 
 pytestmark = pytest.mark.integration
 
-DAY = datetime(2031, 3, 1, tzinfo=timezone.utc)
+DAY = datetime(2031, 3, 1, tzinfo=UTC)
 START, SPAN, REQUESTS = DAY + timedelta(hours=10), timedelta(hours=2), 4000
 
 
@@ -37,8 +37,15 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
         tel.send(names.TOPIC_DECISIONS, e.session_id, e)
 
     with RequestTextStore(store_path(home)) as texts:
-        fleet = Fleet(seed=5, start=START, span=SPAN, policy_path=tmp_path / "policy.yaml", texts=texts, on_event=on_event,
-                      on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e))  # fmt: skip
+        fleet = Fleet(
+            seed=5,
+            start=START,
+            span=SPAN,
+            policy_path=tmp_path / "policy.yaml",
+            texts=texts,
+            on_event=on_event,
+            on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+        )
         fleet.run(REQUESTS)
     assert emitter.flush(60)
     emitter.close()
@@ -48,9 +55,13 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     store_simulated_reruns(settings, fleet.simulated_reruns())  # the replay's determinism groups, SIMULATED
 
     with open_warehouse(settings) as client:
-        stored = client.query("SELECT count() FROM routerscope.decisions FINAL WHERE toDate(event_time) = '2031-03-01'").result_rows[0][0]
-        stages = client.query("SELECT max(n) FROM (SELECT session_id, uniqExact(rollout_stage) AS n FROM routerscope.decisions "
-                              "WHERE task_type = 'slot_extract' AND toDate(event_time) = '2031-03-01' GROUP BY session_id)").result_rows  # fmt: skip
+        stored = client.query(
+            "SELECT count() FROM routerscope.decisions FINAL WHERE toDate(event_time) = '2031-03-01'"
+        ).result_rows[0][0]
+        stages = client.query(
+            "SELECT max(n) FROM (SELECT session_id, uniqExact(rollout_stage) AS n FROM routerscope.decisions "
+            "WHERE task_type = 'slot_extract' AND toDate(event_time) = '2031-03-01' GROUP BY session_id)"
+        ).result_rows
         metrics = compute(client, START, START + SPAN)
     assert stored == REQUESTS
     assert stages[0][0] == 1  # a session stays in or out of slot_extract's canary: sticky, never per request
@@ -78,7 +89,11 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     rollout = review.build("rollout", settings, days=1, end=end)
     slot, code = rollout["task_types"]["slot_extract"], rollout["task_types"]["code_snippet"]
     assert (slot["stage"], slot["percent"]) == ("canary", 50.0)
-    assert [c["condition"] for c in slot["conditions"]][:3] == ["fallback rate", "false fallback rate", "offload failure rate"]
+    assert [c["condition"] for c in slot["conditions"]][:3] == [
+        "fallback rate",
+        "false fallback rate",
+        "offload failure rate",
+    ]
     assert code["stage"] == "shadow" and any(c["condition"].startswith("agreement") for c in code["conditions"])
     assert rollout["divergence_samples"]["code_snippet"]["shadow"] > 0  # disagreements kept beside the texts
     text = review.render("rollout", rollout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -21,7 +21,7 @@ from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
 RULES = """
 version: "test-1"
@@ -89,8 +89,13 @@ def window(client, i: int, fallback_rate: float | None, entered: int = 100, task
     group = empty_group()
     group.update(requests=entered, device_entered=entered, fallback_rate=fallback_rate)
     start = T0 + i * STEP
-    write_window(client, "5m", start, start + STEP,
-                 {"overall": empty_group(), "by_task_type": {task_type: group}, "calibration": {}})  # fmt: skip
+    write_window(
+        client,
+        "5m",
+        start,
+        start + STEP,
+        {"overall": empty_group(), "by_task_type": {task_type: group}, "calibration": {}},
+    )
 
 
 def test_fire_once_stay_quiet_then_resolve_once(warehouse, receiver, tmp_path):
@@ -117,11 +122,13 @@ def test_fire_once_stay_quiet_then_resolve_once(warehouse, receiver, tmp_path):
     assert [m["text"].split()[0] for m in receiver.received] == ["FIRING", "RESOLVED"]
     assert "intent_classify" in receiver.received[0]["text"]
     # the stored episode: first/last seen, the tripping values, the rules' version
-    row = warehouse.query("SELECT status, first_seen, last_seen, trip_values, rule_version FROM routerscope.alerts FINAL").result_rows
+    row = warehouse.query(
+        "SELECT status, first_seen, last_seen, trip_values, rule_version FROM routerscope.alerts FINAL"
+    ).result_rows
     assert len(row) == 1
     status, first_seen, last_seen, trip, version = row[0]
     assert status == "resolved" and version == "test-1"
-    assert first_seen.replace(tzinfo=timezone.utc) == T0 and last_seen.replace(tzinfo=timezone.utc) == T0 + 4 * STEP
+    assert first_seen.replace(tzinfo=UTC) == T0 and last_seen.replace(tzinfo=UTC) == T0 + 4 * STEP
     assert [w["value"] for w in json.loads(trip)["windows"]] == [0.5, 0.5, 0.5, 0.6]
 
 
@@ -135,7 +142,9 @@ def test_two_server_errors_then_success_delivers_exactly_once(warehouse, tmp_pat
         result = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
         assert result.delivery_failures == 0
         assert receiver.attempts == 3 and len(receiver.received) == 1
-        attempts = warehouse.query("SELECT attempt, status_code FROM routerscope.alert_deliveries ORDER BY attempt").result_rows
+        attempts = warehouse.query(
+            "SELECT attempt, status_code FROM routerscope.alert_deliveries ORDER BY attempt"
+        ).result_rows
         assert attempts == [(1, 500), (2, 500), (3, 200)]
     finally:
         receiver.close()
@@ -172,17 +181,41 @@ def test_an_injected_device_outage_raises_exactly_its_alerts(home, receiver):
         lines = []
         for i in range(60 * 12):  # one request every 5 s for an hour
             t = start + timedelta(seconds=5 * i)
-            common = dict(event_id=f"00000000-0000-4000-8000-{i:012d}", request_id=f"r{i}", session_id=f"s{i % 40}",
-                          event_time=iso(t))  # fmt: skip
+            common = dict(
+                event_id=f"00000000-0000-4000-8000-{i:012d}",
+                request_id=f"r{i}",
+                session_id=f"s{i % 40}",
+                event_time=iso(t),
+            )
             if t < outage:
                 lines.append(dumps(decision(**common)))
             else:
-                lines.append(dumps(decision(**common, entered_device=False, reason="device_unavailable", degrade_level=2,
-                                            cloud_calls=1, confidence=None, cloud_model="cloud-small",
-                                            attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600.0}])))  # fmt: skip
+                lines.append(
+                    dumps(
+                        decision(
+                            **common,
+                            entered_device=False,
+                            reason="device_unavailable",
+                            degrade_level=2,
+                            cloud_calls=1,
+                            confidence=None,
+                            cloud_model="cloud-small",
+                            attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600.0}],
+                        )
+                    )
+                )
         (home / "decisions.jsonl").write_bytes(b"\n".join(lines) + b"\n")
         (home / "breakers.jsonl").write_bytes(
-            dumps(breaker(boundary="device", from_state="closed", to_state="open", event_time=iso(outage), trigger="load_failure")) + b"\n"
+            dumps(
+                breaker(
+                    boundary="device",
+                    from_state="closed",
+                    to_state="open",
+                    event_time=iso(outage),
+                    trigger="load_failure",
+                )
+            )
+            + b"\n"
         )
         env = clean_env(home)
         for topic, name in (("decisions", "decisions.jsonl"), ("breakers", "breakers.jsonl")):

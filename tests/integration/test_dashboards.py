@@ -70,14 +70,20 @@ def test_oncall_draws_breaker_states_over_the_window(populated):
     from warehouse.rows import FACTS
 
     t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
-    events = [breaker(boundary="cloud", from_state="closed", to_state="open", event_time=t(10)),
-              breaker(boundary="cloud", from_state="open", to_state="half_open", event_time=t(20)),
-              breaker(boundary="cloud", from_state="half_open", to_state="closed", event_time=t(21))]  # fmt: skip
+    events = [
+        breaker(boundary="cloud", from_state="closed", to_state="open", event_time=t(10)),
+        breaker(boundary="cloud", from_state="open", to_state="half_open", event_time=t(20)),
+        breaker(boundary="cloud", from_state="half_open", to_state="closed", event_time=t(21)),
+    ]
     parsed = [BREAKERS.parse(dumps(e))[0] for e in events]
     table, columns, build = FACTS[names.TOPIC_BREAKERS]
     with open_warehouse(populated) as client:
-        client.insert(f"routerscope.{table}", build(parsed, names.TOPIC_BREAKERS, [0] * 3, [0, 1, 2]),
-                      column_names=list(columns), column_oriented=True)  # fmt: skip
+        client.insert(
+            f"routerscope.{table}",
+            build(parsed, names.TOPIC_BREAKERS, [0] * 3, [0, 1, 2]),
+            column_names=list(columns),
+            column_oriented=True,
+        )
     app = render("oncall.py")
     assert [e.label for e in app.expander] == ["3 transitions"]
     assert len(app.get("vega_lite_chart")) == 3  # fallback rates, L2+L3 share, breaker states
@@ -129,9 +135,15 @@ def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
     from tests.events import decision, quality_fallback
     from tests.integration.test_metrics import at, eid
 
-    pushed = [quality_fallback(event_id=eid(700 + i), request_id=f"push{i}", event_time=at(12 + i), policy_version="2026-11-29.2")
-              for i in range(3)]  # fmt: skip
-    pushed.append(decision(event_id=eid(710), request_id="push-served", event_time=at(16), policy_version="2026-11-29.2"))
+    pushed = [
+        quality_fallback(
+            event_id=eid(700 + i), request_id=f"push{i}", event_time=at(12 + i), policy_version="2026-11-29.2"
+        )
+        for i in range(3)
+    ]
+    pushed.append(
+        decision(event_id=eid(710), request_id="push-served", event_time=at(16), policy_version="2026-11-29.2")
+    )
     with open_warehouse(populated) as client:
         insert(client, pushed, [])
     data.clear_caches()
@@ -209,14 +221,15 @@ def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages
     assert by_task["slot_extract"].startswith("canary (50% of sessions)") and by_task["code_snippet"] == "shadow"
 
 
-
 def test_review_page_lists_divergence_samples_without_their_texts(populated):
     from router.engine import Divergence
     from router.request_store import RequestTextStore, store_path
     from tests.integration.test_review import START
 
     with RequestTextStore(store_path(populated.home)) as store:
-        store.add_divergence(Divergence("r-div", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), START)
+        store.add_divergence(
+            Divergence("r-div", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), START
+        )
     app = render("review.py")
     table = next(d.value for d in app.dataframe if "device_hash" in d.value.columns)
     assert list(table["request_id"]) == ["r-div"] and table["input_tokens"].iloc[0] == 600
@@ -248,13 +261,24 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     from tests.conftest import ROUTERSCOPE, clean_env, free_port
 
     port = free_port()
-    server = subprocess.Popen([ROUTERSCOPE, "dashboard", "--port", str(port)], env=clean_env(home),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    server = subprocess.Popen(
+        [ROUTERSCOPE, "dashboard", "--port", str(port)],
+        env=clean_env(home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(
                 executable_path="/usr/bin/chromium",
-                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                ],
             )
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             deadline = time.monotonic() + 60
@@ -271,9 +295,13 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
             page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
             page.wait_for_timeout(1500)
             shots = {}
-            for title, wait_for in (("On-call", ".vega-embed"), ("Weekly tuning", "text=Current threshold"),
-                                    ("Offload review", "text=Rollout stages"),
-                                    ("Data quality", "text=Quarantine (newest)"), ("Explorer", "text=decisions (newest first")):  # fmt: skip
+            for title, wait_for in (
+                ("On-call", ".vega-embed"),
+                ("Weekly tuning", "text=Current threshold"),
+                ("Offload review", "text=Rollout stages"),
+                ("Data quality", "text=Quarantine (newest)"),
+                ("Explorer", "text=decisions (newest first"),
+            ):
                 page.get_by_text(title, exact=True).first.click()
                 page.locator(wait_for).first.wait_for(timeout=60_000)
                 page.wait_for_timeout(1500)
@@ -298,9 +326,19 @@ def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populat
     from routerscope.kafka import end_offsets
 
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
-        client.insert("routerscope.ingest_offsets", [["routerscope-loader", names.TOPIC_DECISIONS, 0, 2, "t", 2, 0]],
-                      column_names=["consumer", "kafka_topic", "kafka_partition", "next_offset", "batch_token",
-                                    "rows_loaded", "rows_quarantined"])  # fmt: skip
+        client.insert(
+            "routerscope.ingest_offsets",
+            [["routerscope-loader", names.TOPIC_DECISIONS, 0, 2, "t", 2, 0]],
+            column_names=[
+                "consumer",
+                "kafka_topic",
+                "kafka_partition",
+                "next_offset",
+                "batch_token",
+                "rows_loaded",
+                "rows_quarantined",
+            ],
+        )
     monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", broker_settings.kafka_bootstrap())
     ends = end_offsets(broker_settings)
     assert ends is not None and (names.TOPIC_DECISIONS, 0) in ends

@@ -118,7 +118,11 @@ def test_a_spool_segment_removed_under_the_sender_is_counted(down_broker, home):
     assert emitter.flush(60)
     emitter.close()
     counts = emitter.counters()
-    assert (counts["delivered"], counts["dropped"], emitter.faults()["corrupt"]) == (60 - first_lines, first_lines, first_lines)
+    assert (counts["delivered"], counts["dropped"], emitter.faults()["corrupt"]) == (
+        60 - first_lines,
+        first_lines,
+        first_lines,
+    )
     assert balanced(counts)
 
 

@@ -4,7 +4,6 @@ quarantine with named rules, crash safety, replays, a failing warehouse, lost br
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from routerscope import broker, names
 from routerscope.errors import WarehouseError
-from tests.conftest import ROUTERSCOPE, REPO, clean_env, free_port, run_cli, settings_for
+from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
 from tests.events import BASE_TIME, breaker, capability_miss, decision, dumps, iso, label, quality_fallback
 from warehouse.client import open_warehouse
 from warehouse.loader import BrokerDataLost, Loader, load
@@ -94,7 +93,11 @@ MALFORMED: list[tuple[str, bytes, list[str]]] = [
         dumps(decision(degrade_level=7, attempts=[{"level": 7, "outcome": "ok", "latency_ms": 1.0}])),
         ["schema.invalid.degrade_level", "schema.invalid.attempts"],
     ),
-    ("missing field", dumps({k: v for k, v in decision().items() if k != "session_id"}), ["schema.required.session_id"]),
+    (
+        "missing field",
+        dumps({k: v for k, v in decision().items() if k != "session_id"}),
+        ["schema.required.session_id"],
+    ),
     ("unknown schema version", dumps(decision(schema_version=3)), ["schema.version"]),
     ("bad timestamp", dumps(decision(event_time="yesterday at noon")), ["schema.invalid.event_time"]),
     ("timestamp without zone", dumps(decision(event_time="2026-11-29T12:00:00")), ["schema.invalid.event_time"]),
@@ -116,7 +119,15 @@ MALFORMED: list[tuple[str, bytes, list[str]]] = [
     ),
     (
         "device fallback served on the device",
-        dumps(quality_fallback(degrade_level=1, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}, {"level": 1, "outcome": "ok", "latency_ms": 1.0}])),
+        dumps(
+            quality_fallback(
+                degrade_level=1,
+                attempts=[
+                    {"level": 0, "outcome": "ok", "latency_ms": 1.0},
+                    {"level": 1, "outcome": "ok", "latency_ms": 1.0},
+                ],
+            )
+        ),
         ["invariant.device_fallback_level_at_least_2"],
     ),
     (
@@ -126,35 +137,86 @@ MALFORMED: list[tuple[str, bytes, list[str]]] = [
     ),
     (
         "not entered but attempted on the device",
-        dumps(capability_miss(attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}])),
+        dumps(
+            capability_miss(
+                attempts=[
+                    {"level": 0, "outcome": "rejected", "latency_ms": 1.0},
+                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
+                ]
+            )
+        ),
         ["invariant.not_entered_no_device_attempt"],
     ),
     (
         "entered but first attempt in the cloud",
-        dumps(decision(attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}, {"level": 0, "outcome": "ok", "latency_ms": 1.0}])),
+        dumps(
+            decision(
+                attempts=[
+                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
+                    {"level": 0, "outcome": "ok", "latency_ms": 1.0},
+                ]
+            )
+        ),
         # and the level-2 attempt is a cloud call that cloud_calls = 0 does not cover
-        ["invariant.entered_first_attempt_on_device", "invariant.attempt_levels_non_decreasing", "invariant.cloud_calls_cover_cloud_attempts"],
+        [
+            "invariant.entered_first_attempt_on_device",
+            "invariant.attempt_levels_non_decreasing",
+            "invariant.cloud_calls_cover_cloud_attempts",
+        ],
     ),
     (
         "levels decrease",
-        dumps(quality_fallback(attempts=[{"level": 0, "outcome": "timeout", "latency_ms": 1.0}, {"level": 3, "outcome": "error", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}], cloud_calls=2)),
+        dumps(
+            quality_fallback(
+                attempts=[
+                    {"level": 0, "outcome": "timeout", "latency_ms": 1.0},
+                    {"level": 3, "outcome": "error", "latency_ms": 1.0},
+                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
+                ],
+                cloud_calls=2,
+            )
+        ),
         ["invariant.attempt_levels_non_decreasing"],
     ),
     (
         "L1 twice",
-        dumps(decision(degrade_level=1, attempts=[{"level": 1, "outcome": "timeout", "latency_ms": 1.0}, {"level": 1, "outcome": "ok", "latency_ms": 1.0}])),
+        dumps(
+            decision(
+                degrade_level=1,
+                attempts=[
+                    {"level": 1, "outcome": "timeout", "latency_ms": 1.0},
+                    {"level": 1, "outcome": "ok", "latency_ms": 1.0},
+                ],
+            )
+        ),
         ["invariant.level_1_at_most_once"],
     ),
-    ("last attempt is not the degrade level", dumps(quality_fallback(degrade_level=3)), ["invariant.last_attempt_is_degrade_level"]),
-    ("cloud calls below cloud attempts", dumps(quality_fallback(cloud_calls=0)), ["invariant.cloud_calls_cover_cloud_attempts"]),
+    (
+        "last attempt is not the degrade level",
+        dumps(quality_fallback(degrade_level=3)),
+        ["invariant.last_attempt_is_degrade_level"],
+    ),
+    (
+        "cloud calls below cloud attempts",
+        dumps(quality_fallback(cloud_calls=0)),
+        ["invariant.cloud_calls_cover_cloud_attempts"],
+    ),
     ("pii pin without pii", dumps(decision(reason="pii_pin", has_pii=False)), ["invariant.pii_pin_has_pii"]),
     (
         "pii pin reached the cloud",
         dumps(quality_fallback(reason="pii_pin", has_pii=True)),
         ["invariant.pii_pin_no_cloud_attempt", "invariant.pii_pin_no_cloud_calls"],
     ),
-    ("pii pin with cloud calls", dumps(decision(reason="pii_pin", has_pii=True, cloud_calls=1)), ["invariant.pii_pin_no_cloud_calls"]),
-    ("low confidence above threshold", dumps(quality_fallback(confidence=0.9)), ["invariant.low_confidence_below_threshold"]),
+    (
+        "pii pin with cloud calls",
+        dumps(decision(reason="pii_pin", has_pii=True, cloud_calls=1)),
+        ["invariant.pii_pin_no_cloud_calls"],
+    ),
+    (
+        "low confidence above threshold",
+        dumps(quality_fallback(confidence=0.9)),
+        ["invariant.low_confidence_below_threshold"],
+    ),
 ]
 
 
@@ -166,7 +228,11 @@ def test_exact_counts_duplicates_once_and_every_malformed_kind_quarantined_with_
     produce(stack, DECISIONS, decisions_in)
     labels_in = [dumps(label(request_id=f"req-{i}")) for i in range(40)] + [dumps(label(source="gut_feeling")), None]
     produce(stack, LABELS, labels_in)
-    breakers_in = [dumps(breaker()), dumps(breaker(boundary="device")), dumps(breaker(to_state="closed", from_state="closed"))]
+    breakers_in = [
+        dumps(breaker()),
+        dumps(breaker(boundary="device")),
+        dumps(breaker(to_state="closed", from_state="closed")),
+    ]
     produce(stack, BREAKERS, breakers_in)
 
     result = load(stack, **FAST)
@@ -185,13 +251,18 @@ def test_exact_counts_duplicates_once_and_every_malformed_kind_quarantined_with_
         "SELECT raw, rules, error FROM routerscope.quarantine WHERE kafka_topic = {t:String}",
         t=DECISIONS,
     )
-    by_raw = {(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")): (rules, error) for raw, rules, error in rows}
+    by_raw = {
+        (raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")): (rules, error)
+        for raw, rules, error in rows
+    }
     assert len(rows) == len(MALFORMED)
     for name, payload, expected in MALFORMED:
         rules, error = by_raw[payload] if payload in by_raw else _lookup_binary(stack, payload)
         assert sorted(rules) == sorted(expected), name
         assert all(rule in error for rule in expected), name
-    label_rules = query(stack, "SELECT rules FROM routerscope.quarantine WHERE kafka_topic = {t:String} ORDER BY kafka_offset", t=LABELS)
+    label_rules = query(
+        stack, "SELECT rules FROM routerscope.quarantine WHERE kafka_topic = {t:String} ORDER BY kafka_offset", t=LABELS
+    )
     assert sorted(r[0] for r in label_rules) == [["json.invalid"], ["schema.invalid.source"]]
     assert query(stack, "SELECT rules FROM routerscope.quarantine WHERE kafka_topic = {t:String}", t=BREAKERS) == [
         (["invariant.breaker_state_changes"],)
@@ -215,7 +286,9 @@ def test_every_produced_offset_is_accounted_for_once(stack):
     produced = {(p, o) for p, o in query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.decisions")}
     produced |= {(p, o) for p, o in query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.quarantine")}
     per_partition = dict(
-        query(stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition")
+        query(
+            stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition"
+        )
     )
     expected = {(p, o) for p, end in per_partition.items() for o in range(end)}
     assert produced == expected and len(expected) == 502
@@ -280,7 +353,9 @@ def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stac
                 batch.add(m.topic(), m.partition(), m.offset(), m)
             states = {(DECISIONS, m.partition()): PartitionState(DECISIONS, m.partition(), None) for m in messages}
             loader.write(client, batch, states, LoadResult())
-        counts = [client.query(f"SELECT count() FROM routerscope.{t}").result_rows[0][0] for t in ("decisions", "quarantine")]
+        counts = [
+            client.query(f"SELECT count() FROM routerscope.{t}").result_rows[0][0] for t in ("decisions", "quarantine")
+        ]
     assert counts == [60, 1]
 
 
@@ -333,7 +408,13 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
     assert result.loaded["decisions"] + result.quarantined["decisions"] + result.skipped_already_loaded == 402
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 400
     assert scalar(stack, "SELECT count() FROM routerscope.quarantine") == 2
-    assert scalar(stack, "SELECT sum(next_offset) FROM (SELECT max(next_offset) AS next_offset FROM routerscope.ingest_offsets GROUP BY kafka_partition)") == 402
+    assert (
+        scalar(
+            stack,
+            "SELECT sum(next_offset) FROM (SELECT max(next_offset) AS next_offset FROM routerscope.ingest_offsets GROUP BY kafka_partition)",
+        )
+        == 402
+    )
 
 
 def test_a_restarted_memory_broker_is_reported_not_skipped(stack, home):
@@ -387,8 +468,11 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
             break
         process = subprocess.Popen(
             [ROUTERSCOPE, "load", "--batch-size", "400", "--idle-timeout", "0.5"],
-            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         # Once the loader holds the warehouse lock it is draining: kill it somewhere in there.
         lock = home / "warehouse.lock"
         deadline = time.monotonic() + 60
@@ -417,7 +501,11 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
     assert scalar(stack, "SELECT uniqExact(record_id) FROM routerscope.loaded_messages") == n_valid
     stored = set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.decisions"))
     stored |= set(query(stack, "SELECT kafka_partition, kafka_offset FROM routerscope.quarantine"))
-    ends = dict(query(stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition"))
+    ends = dict(
+        query(
+            stack, "SELECT kafka_partition, max(next_offset) FROM routerscope.ingest_offsets GROUP BY kafka_partition"
+        )
+    )
     assert sum(ends.values()) == n_valid + n_bad
     assert stored == {(p, o) for p, end in ends.items() for o in range(end)}
 

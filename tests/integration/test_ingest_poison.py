@@ -12,14 +12,14 @@ import signal
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from routerscope import broker, names
 from routerscope.errors import BrokerUnavailable
 from tests.conftest import clean_env, run_cli
-from tests.events import BASE_TIME, decision, dumps, iso, label
+from tests.events import decision, dumps, iso, label
 from tests.integration.test_ingest import FAST, MALFORMED, produce, query, scalar, stack, valid_decisions  # noqa: F401
 from warehouse.client import open_warehouse
 from warehouse.loader import BrokerDataLost, Loader, load
@@ -41,24 +41,61 @@ def _deep(depth: int) -> bytes:
 # Good messages that used to break an insert or hide among the poison: each must load exactly once.
 def good_messages() -> list[bytes]:
     months = [  # one valid event in each of 130 months: more partitions than one INSERT may touch
-        dumps(decision(event_id=_id(1, m), request_id=f"month-{m}",
-                       event_time=iso(datetime(2015 + m // 12, m % 12 + 1, 3, tzinfo=timezone.utc))))
+        dumps(
+            decision(
+                event_id=_id(1, m),
+                request_id=f"month-{m}",
+                event_time=iso(datetime(2015 + m // 12, m % 12 + 1, 3, tzinfo=UTC)),
+            )
+        )
         for m in range(130)
-    ]  # fmt: skip
+    ]
     v2 = [
-        dumps(decision(schema_version=2, event_id=_id(2, 0), request_id="v2-ledger", rollout_stage="canary",
-                       all_cloud_cost_usd=0.002, device_stats={"peak_mem_mb": 400.0, "thermal_state": "serious",
-                                                               "decode_tps": 31.5, "cold_start": False})),
-        dumps(decision(schema_version=2, event_id=_id(2, 1), request_id="v2-busy", entered_device=False,
-                       reason="device_busy", degrade_level=2, cloud_calls=1, confidence=None,
-                       attempts=[{"level": 2, "outcome": "ok", "latency_ms": 500.0}])),
-    ]  # fmt: skip
+        dumps(
+            decision(
+                schema_version=2,
+                event_id=_id(2, 0),
+                request_id="v2-ledger",
+                rollout_stage="canary",
+                all_cloud_cost_usd=0.002,
+                device_stats={
+                    "peak_mem_mb": 400.0,
+                    "thermal_state": "serious",
+                    "decode_tps": 31.5,
+                    "cold_start": False,
+                },
+            )
+        ),
+        dumps(
+            decision(
+                schema_version=2,
+                event_id=_id(2, 1),
+                request_id="v2-busy",
+                entered_device=False,
+                reason="device_busy",
+                degrade_level=2,
+                cloud_calls=1,
+                confidence=None,
+                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 500.0}],
+            )
+        ),
+    ]
     edges = [
         dumps(decision(event_id=_id(3, 0), request_id="far-future", event_time="2100-01-01T00:00:00Z")),
-        dumps(decision(event_id=_id(3, 1), request_id="at-maxima", input_tokens=10_000_000, cloud_calls=100,
-                       deadline_ms=86_400_000, latency_ms=86_400_000)),
-        dumps(decision(event_id=_id(3, 2), request_id="json-lookalike", task_type="event_id", app_id='"cloud_calls": 2')),
-    ]  # fmt: skip
+        dumps(
+            decision(
+                event_id=_id(3, 1),
+                request_id="at-maxima",
+                input_tokens=10_000_000,
+                cloud_calls=100,
+                deadline_ms=86_400_000,
+                latency_ms=86_400_000,
+            )
+        ),
+        dumps(
+            decision(event_id=_id(3, 2), request_id="json-lookalike", task_type="event_id", app_id='"cloud_calls": 2')
+        ),
+    ]
     return valid_decisions(200) + months + v2 + edges
 
 
@@ -66,28 +103,48 @@ def good_messages() -> list[bytes]:
 POISON: list[tuple[str, bytes | None, list[str]]] = [
     ("input_tokens 2^64", dumps(decision(input_tokens=2**64)), ["schema.range.input_tokens"]),
     ("cloud_calls 2^40", dumps(decision(cloud_calls=2**40)), ["schema.range.cloud_calls"]),
-    ("output_tokens 2^63 (fits UInt64, past the contract)", dumps(decision(output_tokens=2**63)), ["schema.range.output_tokens"]),
+    (
+        "output_tokens 2^63 (fits UInt64, past the contract)",
+        dumps(decision(output_tokens=2**63)),
+        ["schema.range.output_tokens"],
+    ),
     ("latency 1e300", dumps(decision(latency_ms=1e300)), ["schema.range.latency_ms"]),
     ("nested 3000 levels in 6 KB", _deep(3000), ["json.too_deep"]),
     ("event_time year 9999", dumps(decision(event_time="9999-12-31T23:59:59.999Z")), ["schema.range.event_time"]),
     ("event_time year 1850", dumps(decision(event_time="1850-01-01T00:00:00Z")), ["schema.range.event_time"]),
     ("repeated key", dumps(decision())[:-1] + b', "cloud_calls": 0}', ["json.duplicate_key"]),
-    ("v1 with a v2 reason", dumps(decision(reason="device_busy", entered_device=False, degrade_level=2, cloud_calls=1,
-                                           attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}])), ["schema.invalid.reason"]),
-    ("v2 stat past its maximum", dumps(decision(schema_version=2, device_stats={"peak_mem_mb": 1e9})),
-     ["schema.range.device_stats.peak_mem_mb"]),
+    (
+        "v1 with a v2 reason",
+        dumps(
+            decision(
+                reason="device_busy",
+                entered_device=False,
+                degrade_level=2,
+                cloud_calls=1,
+                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}],
+            )
+        ),
+        ["schema.invalid.reason"],
+    ),
+    (
+        "v2 stat past its maximum",
+        dumps(decision(schema_version=2, device_stats={"peak_mem_mb": 1e9})),
+        ["schema.range.device_stats.peak_mem_mb"],
+    ),
     ("1.5 MB", b'{"pad": "' + b"x" * 1_500_000 + b'"}', ["json.too_large"]),
     ("tombstone (no value)", None, ["json.invalid"]),
     # valid for the contract, refused by the warehouse (a CHECK constraint the test adds): the last line
     ("refused by the warehouse", dumps(decision(request_id="reject-me")), ["insert.rejected"]),
-]  # fmt: skip
+]
 ALL_POISON = POISON + [(f"malformed: {name}", payload, rules) for name, payload, rules in MALFORMED]
 
 
 def _produce_keyed(settings, items: list[tuple[bytes, bytes | None]], timestamp_ms: int | None = None) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "message.max.bytes": 4_000_000})
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "message.max.bytes": 4_000_000}
+    )
     for key, value in items:
         extra = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
         producer.produce(DECISIONS, value=value, key=key, **extra)
@@ -129,26 +186,38 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     assert query(stack, "SELECT sum(rows_loaded), sum(rows_quarantined) FROM routerscope.ingest_offsets") == [
         (len(good), len(ALL_POISON) + 1)
     ]
-    v2 = query(stack, "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
-                      "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
-                      "WHERE schema_version = 2 ORDER BY request_id")  # fmt: skip
-    assert v2 == [("v2-busy", 2, "device_busy", None, None, None, None, None, None),
-                  ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False)]  # fmt: skip
-    rows = {key: (rules, error) for key, rules, error in query(stack, "SELECT kafka_key, rules, error FROM routerscope.quarantine")}
+    v2 = query(
+        stack,
+        "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
+        "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
+        "WHERE schema_version = 2 ORDER BY request_id",
+    )
+    assert v2 == [
+        ("v2-busy", 2, "device_busy", None, None, None, None, None, None),
+        ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False),
+    ]
+    rows = {
+        key: (rules, error)
+        for key, rules, error in query(stack, "SELECT kafka_key, rules, error FROM routerscope.quarantine")
+    }
     assert len(rows) == len(ALL_POISON) + 1
     for i, (name, _, expected) in enumerate(ALL_POISON):
         rules, error = rows[f"poison-{i}"]
         assert sorted(rules) == sorted(expected), name
     assert "no_reject" in rows[f"poison-{[n for n, _, _ in ALL_POISON].index('refused by the warehouse')}"][1]
-    assert query(stack, "SELECT kafka_timestamp FROM routerscope.quarantine WHERE kafka_key = 'poison-absurd-time'") == [(None,)]
+    assert query(
+        stack, "SELECT kafka_timestamp FROM routerscope.quarantine WHERE kafka_key = 'poison-absurd-time'"
+    ) == [(None,)]
     # raw bytes kept as they came (the 1.5 MB message included)
     assert scalar(stack, "SELECT max(length(raw)) FROM routerscope.quarantine") > 1_500_000
 
     # later runs (in process: the command's exit status was shown above): nothing stuck behind the
     # poison, new messages load
     again = load(stack, **FAST)
-    assert again.as_dict() == {"loaded": {"decisions": 0, "labels": 0, "breakers": 0},
-                               "quarantined": {"decisions": 0, "labels": 0, "breakers": 0}}  # fmt: skip
+    assert again.as_dict() == {
+        "loaded": {"decisions": 0, "labels": 0, "breakers": 0},
+        "quarantined": {"decisions": 0, "labels": 0, "breakers": 0},
+    }
     produce(stack, DECISIONS, valid_decisions(20, start=5000) + [dumps(decision(input_tokens=2**64))])
     third = load(stack, **FAST)
     assert (third.loaded["decisions"], third.quarantined["decisions"]) == (20, 1)
@@ -191,8 +260,9 @@ def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_wa
     produce(stack, DECISIONS, valid_decisions(n), keys=[b"one-partition"] * n)
     query(stack, "SELECT 1")  # the warehouse exists (migrated) before the run
     waited_for_lock: list[float] = []
+    state = {"done": False}
 
-    def stop_broker_once(consumed, state={"done": False}):
+    def stop_broker_once(consumed):
         if state["done"]:
             return
         state["done"] = True
@@ -230,5 +300,7 @@ def test_produce_names_the_lines_it_cannot_send_and_sends_the_rest(broker_settin
     out, err = capsys.readouterr()
     assert code == 1
     assert out.startswith("produced 3 message(s) to router.decisions.v1")  # the deep line is sent, unkeyed
-    assert err.strip() == (f"routerscope: error: 1 line(s) were not published: line 4: {len(big)} bytes, more than "
-                           "the largest message sent (1048064 bytes)")  # fmt: skip
+    assert err.strip() == (
+        f"routerscope: error: 1 line(s) were not published: line 4: {len(big)} bytes, more than "
+        "the largest message sent (1048064 bytes)"
+    )

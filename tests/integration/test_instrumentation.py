@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
 from instrumentation.telemetry import InstrumentedRouter, Telemetry, producer_config
-from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevice
+from router.backends import CloudResult, InstantCloud, InstantDevice
 from router.engine import Request, Router
 from routerscope import broker, names
 from tests.conftest import REPO, free_port, settings_for
@@ -35,7 +35,9 @@ pytestmark = pytest.mark.integration
 def consume_all(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) -> list:
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-read", "enable.auto.commit": False, "log_level": 0})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "test-read", "enable.auto.commit": False, "log_level": 0}
+    )
     # every partition the topic has (a producer's metadata request may have auto-created it first)
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
@@ -159,13 +161,20 @@ def test_a_killed_process_delivers_its_spool_after_restart(down_broker, home):
     settings = down_broker["settings"]
     bootstrap, spool = settings.kafka_bootstrap(), str(home / "spool")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    first = subprocess.Popen([sys.executable, "-c", EMIT_SCRIPT, bootstrap, spool, "emit"], stdout=subprocess.PIPE, text=True, env=env)
+    first = subprocess.Popen(
+        [sys.executable, "-c", EMIT_SCRIPT, bootstrap, spool, "emit"], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert first.stdout.readline().strip() == "spooled"
     first.send_signal(signal.SIGKILL)
     first.wait()
     start(down_broker)
-    second = subprocess.run([sys.executable, "-c", EMIT_SCRIPT, bootstrap, spool, "replay"], capture_output=True, text=True,
-                            env=env, timeout=120)  # fmt: skip
+    second = subprocess.run(
+        [sys.executable, "-c", EMIT_SCRIPT, bootstrap, spool, "replay"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert second.returncode == 0, second.stderr
     counters = json.loads(second.stdout.split(" True")[0])
     assert counters["delivered"] == 500 and counters["spooled"] == 0
@@ -187,11 +196,22 @@ def test_personal_data_canaries_reach_neither_kafka_nor_the_warehouse(home):
         )
         for i, canary in enumerate(CANARIES):
             for has_pii in (True, False):
-                router.route(Request(task_type="short_reply", text=f"please mail {canary} now", session_id=canary,
-                                     request_id=f"{canary}-{i}", has_pii=has_pii, app_id=canary))  # fmt: skip
+                router.route(
+                    Request(
+                        task_type="short_reply",
+                        text=f"please mail {canary} now",
+                        session_id=canary,
+                        request_id=f"{canary}-{i}",
+                        has_pii=has_pii,
+                        app_id=canary,
+                    )
+                )
         assert emitter.flush(30)
         emitter.close()
-        raw = b"".join(m.value() + b"".join(v for _, v in (m.headers() or [])) for m in consume_all(settings.kafka_bootstrap(), names.TOPIC_DECISIONS, 6))
+        raw = b"".join(
+            m.value() + b"".join(v for _, v in (m.headers() or []))
+            for m in consume_all(settings.kafka_bootstrap(), names.TOPIC_DECISIONS, 6)
+        )
         assert raw.count(b'"event_id"') == 6
         for canary in CANARIES:
             assert canary.encode() not in raw
@@ -211,21 +231,37 @@ def test_a_fallback_decision_is_a_span_with_attempt_children_and_metrics():
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     router = InstrumentedRouter(
-        Router(ScriptedDevice([dev(confidence=0.2), dev(confidence=0.3)]), ScriptedCloud([CloudResult("answer", 300.0, "ok", 9)])),
+        Router(
+            ScriptedDevice([dev(confidence=0.2), dev(confidence=0.3)]),
+            ScriptedCloud([CloudResult("answer", 300.0, "ok", 9)]),
+        ),
         Telemetry(None, tracer_provider, MeterProvider(metric_readers=[reader])),
     )
     _, event = router.route(Request(task_type="short_reply", text="hello", session_id="sess-42"))
     spans = exporter.get_finished_spans()
     parent = next(s for s in spans if s.name == "route short_reply")
-    children = sorted((s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time)
-    assert parent.attributes[A.ROUTER_FALLBACK_TYPE] == "quality" and parent.attributes[A.ROUTER_REASON] == "low_confidence"
+    children = sorted(
+        (s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time
+    )
+    assert (
+        parent.attributes[A.ROUTER_FALLBACK_TYPE] == "quality"
+        and parent.attributes[A.ROUTER_REASON] == "low_confidence"
+    )
     assert parent.attributes[A.ROUTER_DEGRADE_LEVEL] == 2 and parent.attributes[A.ROUTER_CLOUD_CALLS] == 1
     assert [c.attributes[A.ROUTER_ATTEMPT_LEVEL] for c in children] == [0, 1, 2]
     assert [c.attributes.get(A.ERROR_TYPE) for c in children] == ["low_confidence", "low_confidence", None]
-    assert children[2].attributes[A.GEN_AI_PROVIDER_NAME] == "openai" and children[2].attributes[A.GEN_AI_REQUEST_MODEL] == "cloud-small"
+    assert (
+        children[2].attributes[A.GEN_AI_PROVIDER_NAME] == "openai"
+        and children[2].attributes[A.GEN_AI_REQUEST_MODEL] == "cloud-small"
+    )
     assert all(c.attributes[A.GEN_AI_CONVERSATION_ID] == "sess-42" for c in children)
     assert event.trace_id == format(parent.context.trace_id, "032x")
-    points = [p for m in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
-              if m.name == A.METRIC_DECISIONS for p in m.data.data_points]  # fmt: skip
-    assert [dict(p.attributes) for p in points] == [{"task_type": "short_reply", "fallback_type": "quality",
-                                                     "reason": "low_confidence", "degrade_level": 2}]  # fmt: skip
+    points = [
+        p
+        for m in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+        if m.name == A.METRIC_DECISIONS
+        for p in m.data.data_points
+    ]
+    assert [dict(p.attributes) for p in points] == [
+        {"task_type": "short_reply", "fallback_type": "quality", "reason": "low_confidence", "degrade_level": 2}
+    ]

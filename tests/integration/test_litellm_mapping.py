@@ -48,8 +48,13 @@ def collected():
 
 
 def route(model, fallbacks=None, context_window_fallbacks=None, **call):
-    router = litellm.Router(model_list=MODEL_LIST, fallbacks=fallbacks or [], context_window_fallbacks=context_window_fallbacks or [],
-                            num_retries=0, disable_cooldowns=True)  # fmt: skip
+    router = litellm.Router(
+        model_list=MODEL_LIST,
+        fallbacks=fallbacks or [],
+        context_window_fallbacks=context_window_fallbacks or [],
+        num_retries=0,
+        disable_cooldowns=True,
+    )
     try:
         return router.completion(model=model, messages=MESSAGES, **{"metadata": dict(METADATA), **call})
     except Exception as exc:  # the application sees LiteLLM's exception; routerscope still records the request
@@ -64,7 +69,13 @@ def only_event(callback, emitter):
 
 
 def summary(e):
-    return (e["entered_device"], e["fallback_type"], e["reason"], [(a["level"], a["outcome"]) for a in e["attempts"]], e["cloud_calls"])
+    return (
+        e["entered_device"],
+        e["fallback_type"],
+        e["reason"],
+        [(a["level"], a["outcome"]) for a in e["attempts"]],
+        e["cloud_calls"],
+    )
 
 
 def test_a_context_window_miss_is_capability_and_never_entered_the_device(collected):
@@ -96,11 +107,19 @@ def test_a_cloud_group_falling_back_to_the_device_keeps_levels_in_order(collecte
     assert summary(only_event(callback, emitter)) == (True, "none", "cloud_unavailable", [(0, "ok")], 1)
 
 
-@pytest.mark.parametrize("metadata, expected, counted", [
-    ({"session_id": "s9", "task_type": "Short-Reply"}, ("s9", "short_reply"), {}),
-    ({"session_id": "", "task_type": "9lives"}, ("unknown", "unknown"), {"missing_session_id": 1, "missing_task_type": 1}),
-    ({"session_id": "canary.person@example.com", "task_type": None}, (None, "unknown"), {"missing_task_type": 1}),
-], ids=["normalised", "unusable", "personal-session"])  # fmt: skip
+@pytest.mark.parametrize(
+    "metadata, expected, counted",
+    [
+        ({"session_id": "s9", "task_type": "Short-Reply"}, ("s9", "short_reply"), {}),
+        (
+            {"session_id": "", "task_type": "9lives"},
+            ("unknown", "unknown"),
+            {"missing_session_id": 1, "missing_task_type": 1},
+        ),
+        ({"session_id": "canary.person@example.com", "task_type": None}, (None, "unknown"), {"missing_task_type": 1}),
+    ],
+    ids=["normalised", "unusable", "personal-session"],
+)
 def test_metadata_is_normalised_missing_is_unknown_and_counted(collected, metadata, expected, counted):
     callback, emitter, _ = collected
     route("device", metadata=metadata)
@@ -117,16 +136,25 @@ def test_attempt_spans_carry_litellm_models_and_providers(collected):
     only_event(callback, emitter)
     spans = exporter.get_finished_spans()
     parent = next(s for s in spans if s.name == "route short_reply")
-    children = sorted((s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time)
+    children = sorted(
+        (s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time
+    )
     assert [(c.name, c.attributes["gen_ai.provider.name"]) for c in children] == [
-        ("chat openai/gemma-3-270m-broken", "openai"), ("chat openai/gpt-4o-mini", "openai")]
+        ("chat openai/gemma-3-270m-broken", "openai"),
+        ("chat openai/gpt-4o-mini", "openai"),
+    ]
     assert parent.end_time >= children[-1].end_time >= children[0].start_time >= parent.start_time
 
 
 def test_retries_within_the_device_group_are_each_an_l0_attempt_and_streams_are_recorded(collected):
     callback, emitter, _ = collected
-    router = litellm.Router(model_list=MODEL_LIST, fallbacks=[{"device-broken": ["cloud-small"]}], num_retries=1, retry_after=0,
-                            disable_cooldowns=True)  # fmt: skip
+    router = litellm.Router(
+        model_list=MODEL_LIST,
+        fallbacks=[{"device-broken": ["cloud-small"]}],
+        num_retries=1,
+        retry_after=0,
+        disable_cooldowns=True,
+    )
     router.completion(model="device-broken", messages=MESSAGES, metadata=dict(METADATA))
     stream = router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), stream=True)
     assert "".join(chunk.choices[0].delta.content or "" for chunk in stream) == "on device"
@@ -139,7 +167,13 @@ def test_retries_within_the_device_group_are_each_an_l0_attempt_and_streams_are_
 def test_a_content_policy_refusal_on_the_device_is_a_device_error(collected):
     """Only timeouts and context-window misses have their own fallback type; other errors are `error`."""
     callback, emitter, _ = collected
-    router = litellm.Router(model_list=MODEL_LIST, content_policy_fallbacks=[{"device": ["cloud-small"]}], num_retries=0,
-                            disable_cooldowns=True)  # fmt: skip
-    router.completion(model="device", messages=MESSAGES, metadata=dict(METADATA), mock_testing_content_policy_fallbacks=True)
+    router = litellm.Router(
+        model_list=MODEL_LIST,
+        content_policy_fallbacks=[{"device": ["cloud-small"]}],
+        num_retries=0,
+        disable_cooldowns=True,
+    )
+    router.completion(
+        model="device", messages=MESSAGES, metadata=dict(METADATA), mock_testing_content_policy_fallbacks=True
+    )
     assert summary(only_event(callback, emitter)) == (True, "error", "device_error", [(0, "error"), (2, "ok")], 1)

@@ -4,9 +4,8 @@ arithmetic is in the comments), loaded into a real embedded warehouse, computed 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-import msgspec
 import pytest
 
 from instrumentation.contract import DECISIONS, LABELS
@@ -20,7 +19,7 @@ from warehouse.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 pytestmark = pytest.mark.integration
 
-START = datetime(2026, 11, 29, tzinfo=timezone.utc)
+START = datetime(2026, 11, 29, tzinfo=UTC)
 END = START + timedelta(days=1)
 A, B, C = "intent_classify", "short_reply", "extract_fields"
 
@@ -41,33 +40,82 @@ def attempts(*levels_outcomes):
 A1 = decision(event_id=eid(1), request_id="a1", session_id="s1", task_type=A, event_time=at(1), confidence=0.9)
 A2 = quality_fallback(event_id=eid(2), request_id="a2", session_id="s1", task_type=A, event_time=at(2), confidence=0.4)
 A3 = quality_fallback(
-    event_id=eid(3), request_id="a3", session_id="s2", task_type=A, event_time=at(3), fallback_type="timeout",
-    reason="device_timeout", confidence=None, attempts=attempts((0, "timeout"), (2, "ok")),
-)  # fmt: skip
+    event_id=eid(3),
+    request_id="a3",
+    session_id="s2",
+    task_type=A,
+    event_time=at(3),
+    fallback_type="timeout",
+    reason="device_timeout",
+    confidence=None,
+    attempts=attempts((0, "timeout"), (2, "ok")),
+)
 A4 = quality_fallback(
-    event_id=eid(4), request_id="a4", session_id="s2", task_type=A, event_time=at(4), fallback_type="error",
-    reason="device_error", degrade_level=3, confidence=0.5, attempts=attempts((0, "error"), (3, "ok")),
-)  # fmt: skip
+    event_id=eid(4),
+    request_id="a4",
+    session_id="s2",
+    task_type=A,
+    event_time=at(4),
+    fallback_type="error",
+    reason="device_error",
+    degrade_level=3,
+    confidence=0.5,
+    attempts=attempts((0, "error"), (3, "ok")),
+)
 A5 = capability_miss(event_id=eid(5), request_id="a5", session_id="s3", task_type=A, event_time=at(5))
 A6 = decision(
-    event_id=eid(6), request_id="a6", session_id="s3", task_type=A, event_time=at(6), entered_device=False,
-    reason="device_unavailable", degrade_level=2, cloud_calls=1, confidence=None, attempts=attempts((2, "ok")),
-)  # fmt: skip
-A_SHADOW = decision(event_id=eid(7), request_id="a7", session_id="s4", task_type=A, event_time=at(7),
-                    mode="shadow", shadow_agree=True, input_tokens=100)  # fmt: skip
+    event_id=eid(6),
+    request_id="a6",
+    session_id="s3",
+    task_type=A,
+    event_time=at(6),
+    entered_device=False,
+    reason="device_unavailable",
+    degrade_level=2,
+    cloud_calls=1,
+    confidence=None,
+    attempts=attempts((2, "ok")),
+)
+A_SHADOW = decision(
+    event_id=eid(7),
+    request_id="a7",
+    session_id="s4",
+    task_type=A,
+    event_time=at(7),
+    mode="shadow",
+    shadow_agree=True,
+    input_tokens=100,
+)
 A_AT_END = decision(event_id=eid(8), request_id="a8", session_id="s5", task_type=A, event_time=iso(END))
 # Task B: only shadow traffic in the window, so every live metric of B is null.
-B_SHADOW = decision(event_id=eid(9), request_id="b1", session_id="s6", task_type=B, event_time=at(8),
-                    mode="shadow", shadow_agree=False, input_tokens=600)  # fmt: skip
+B_SHADOW = decision(
+    event_id=eid(9),
+    request_id="b1",
+    session_id="s6",
+    task_type=B,
+    event_time=at(8),
+    mode="shadow",
+    shadow_agree=False,
+    input_tokens=600,
+)
 # Baseline (the 7 days before START): four live A requests, three at L0, one at L2.
 BASELINE = [
-    decision(event_id=eid(20), request_id="z0", session_id="z", task_type=A, event_time=iso(START - timedelta(milliseconds=1))),
+    decision(
+        event_id=eid(20),
+        request_id="z0",
+        session_id="z",
+        task_type=A,
+        event_time=iso(START - timedelta(milliseconds=1)),
+    ),
     decision(event_id=eid(21), request_id="z1", session_id="z", task_type=A, event_time=iso(START - timedelta(days=2))),
     decision(event_id=eid(22), request_id="z2", session_id="z", task_type=A, event_time=iso(START - timedelta(days=3))),
-    quality_fallback(event_id=eid(23), request_id="z3", session_id="z", task_type=A, event_time=iso(START - timedelta(days=6))),
-]  # fmt: skip
-OLDER_THAN_BASELINE = capability_miss(event_id=eid(24), request_id="z4", session_id="z", task_type=A,
-                                      event_time=iso(START - timedelta(days=7, seconds=1)))  # fmt: skip
+    quality_fallback(
+        event_id=eid(23), request_id="z3", session_id="z", task_type=A, event_time=iso(START - timedelta(days=6))
+    ),
+]
+OLDER_THAN_BASELINE = capability_miss(
+    event_id=eid(24), request_id="z4", session_id="z", task_type=A, event_time=iso(START - timedelta(days=7, seconds=1))
+)
 
 DECISION_EVENTS = [A1, A2, A3, A4, A5, A6, A1, A_SHADOW, A_AT_END, B_SHADOW, *BASELINE, OLDER_THAN_BASELINE]
 
@@ -89,7 +137,10 @@ LABEL_EVENTS = [
 
 def insert(client, decisions: list[dict], labels: list[dict]) -> None:
     """Insert events the way the loader does: contract-checked, then the loader's column builders."""
-    for topic, contract, events in ((names.TOPIC_DECISIONS, DECISIONS, decisions), (names.TOPIC_LABELS, LABELS, labels)):
+    for topic, contract, events in (
+        (names.TOPIC_DECISIONS, DECISIONS, decisions),
+        (names.TOPIC_LABELS, LABELS, labels),
+    ):
         if not events:
             continue
         parsed = []
@@ -99,10 +150,18 @@ def insert(client, decisions: list[dict], labels: list[dict]) -> None:
             parsed.append(event)
         table, columns, build = FACTS[topic]
         offsets = list(range(len(parsed)))
-        client.insert(f"routerscope.{table}", build(parsed, topic, [0] * len(parsed), offsets),
-                      column_names=list(columns), column_oriented=True)  # fmt: skip
-        client.insert("routerscope.loaded_messages", ledger_columns(parsed, topic, [0] * len(parsed), offsets),
-                      column_names=list(LEDGER_COLUMNS), column_oriented=True)  # fmt: skip
+        client.insert(
+            f"routerscope.{table}",
+            build(parsed, topic, [0] * len(parsed), offsets),
+            column_names=list(columns),
+            column_oriented=True,
+        )
+        client.insert(
+            "routerscope.loaded_messages",
+            ledger_columns(parsed, topic, [0] * len(parsed), offsets),
+            column_names=list(LEDGER_COLUMNS),
+            column_oriented=True,
+        )
 
 
 @pytest.fixture
@@ -163,11 +222,20 @@ def expected_overall_a() -> dict:
         "offload_failure_rate": 1 / 4,
         "degrade_trigger_rate": 3 / 4,
         # §9: every A event carries policy 2026-11-29.1 → the version's numbers are A's
-        "by_policy_version": {"2026-11-29.1": {
-            "requests": 6, "device_entered": 4, "fallback_rate": 3 / 4, "false_fallback_rate": 1.0,
-            "false_fallback_labeled": 2, "missed_fallback_rate": 1.0, "missed_fallback_labeled": 1,
-            "route_accuracy": pytest.approx(2 / 3), "first_event": "2026-11-29T01:00:00Z", "last_event": "2026-11-29T06:00:00Z",
-        }},
+        "by_policy_version": {
+            "2026-11-29.1": {
+                "requests": 6,
+                "device_entered": 4,
+                "fallback_rate": 3 / 4,
+                "false_fallback_rate": 1.0,
+                "false_fallback_labeled": 2,
+                "missed_fallback_rate": 1.0,
+                "missed_fallback_labeled": 1,
+                "route_accuracy": pytest.approx(2 / 3),
+                "first_event": "2026-11-29T01:00:00Z",
+                "last_event": "2026-11-29T06:00:00Z",
+            }
+        },
     }
 
 
@@ -183,19 +251,44 @@ def test_golden_window_overall_and_per_task_type(warehouse):
     # Overall = A's live numbers (B has no live events) except the shadow agreement:
     # A agreed, B did not → 1/2. B's shadow event had 600 input tokens → bucket 512-2048.
     overall = result["overall"]
-    for key in ("requests", "device_entered", "sessions", "fallback_rate", "naive_fallback_rate",
-                "false_fallback_labeled", "route_accuracy", "l2_l3_share", "route_labeled", "device_attempts",
-                "offload_failure_rate", "degrade_trigger_rate"):  # fmt: skip
+    for key in (
+        "requests",
+        "device_entered",
+        "sessions",
+        "fallback_rate",
+        "naive_fallback_rate",
+        "false_fallback_labeled",
+        "route_accuracy",
+        "l2_l3_share",
+        "route_labeled",
+        "device_attempts",
+        "offload_failure_rate",
+        "degrade_trigger_rate",
+    ):
         assert overall[key] == pytest.approx(a[key]), key
     assert overall["by_policy_version"] == a["by_policy_version"]
     assert overall["shadow_agreement_rate"] == 0.5
-    assert overall["shadow_agreement_by_input_length"] == {"0-128": 1.0, "128-512": None, "512-2048": 0.0, "2048+": None}
+    assert overall["shadow_agreement_by_input_length"] == {
+        "0-128": 1.0,
+        "128-512": None,
+        "512-2048": 0.0,
+        "2048+": None,
+    }
 
     # B: only shadow traffic → counts 0, every live ratio null (never 0), agreement 0/1.
     b = result["by_task_type"][B]
     assert (b["requests"], b["device_entered"], b["sessions"]) == (0, 0, 0)
-    for key in ("fallback_rate", "naive_fallback_rate", "capability_reject_rate", "false_fallback_rate",
-                "false_fallback_ci", "route_accuracy", "l2_l3_share", "offload_failure_rate", "degrade_trigger_rate"):  # fmt: skip
+    for key in (
+        "fallback_rate",
+        "naive_fallback_rate",
+        "capability_reject_rate",
+        "false_fallback_rate",
+        "false_fallback_ci",
+        "route_accuracy",
+        "l2_l3_share",
+        "offload_failure_rate",
+        "degrade_trigger_rate",
+    ):
         assert b[key] is None, key
     assert (b["route_labeled"], b["device_attempts"], b["by_policy_version"]) == (0, 0, {})
     assert b["degrade_share"] == {"L0": None, "L1": None, "L2": None, "L3": None, "L4": None}
@@ -221,8 +314,14 @@ def test_label_coverage_is_the_labeled_share_of_each_denominator(warehouse):
     # verdict (never chosen), d2 unlabeled → 1/3. The error fallback and its label do not count.
     fallbacks = [quality_fallback(event_id=eid(300 + i), request_id=f"f{i}", event_time=at(1)) for i in range(4)]
     served = [decision(event_id=eid(310 + i), request_id=f"d{i}", event_time=at(1)) for i in range(3)]
-    error = quality_fallback(event_id=eid(320), request_id="e0", event_time=at(1), fallback_type="error",
-                             reason="device_error", attempts=attempts((0, "error"), (2, "ok")))  # fmt: skip
+    error = quality_fallback(
+        event_id=eid(320),
+        request_id="e0",
+        event_time=at(1),
+        fallback_type="error",
+        reason="device_error",
+        attempts=attempts((0, "error"), (2, "ok")),
+    )
     labels = [
         label(request_id="f0", source="validator", device_acceptable=True, event_time=at(2)),
         label(request_id="d0", source="human_review", device_acceptable=True, event_time=at(2)),
@@ -260,8 +359,16 @@ def test_the_naive_rate_differs_from_the_correct_one_when_capability_rejections_
 # Calibration fixture, task C: (confidence, device_acceptable) of live device attempts, threshold 0.7
 # except two at 0.6. Buckets [0,.45) [.45,.65) [.65,.85) [.85,1]:
 #   0.30 F | 0.50 F, 0.60 T | 0.70 T, 0.80 T | 0.90 T, 0.95 T, 1.00 T
-CALIBRATION_C = [(0.30, False), (0.50, False), (0.60, True), (0.70, True), (0.80, True), (0.90, True),
-                 (0.95, True), (1.00, True)]  # fmt: skip
+CALIBRATION_C = [
+    (0.30, False),
+    (0.50, False),
+    (0.60, True),
+    (0.70, True),
+    (0.80, True),
+    (0.90, True),
+    (0.95, True),
+    (1.00, True),
+]
 
 
 def calibration_events():
@@ -269,12 +376,22 @@ def calibration_events():
     for i, (confidence, acceptable) in enumerate(CALIBRATION_C):
         threshold = 0.6 if i in (1, 2) else 0.7
         make = quality_fallback if confidence < threshold else decision
-        decisions.append(make(event_id=eid(200 + i), request_id=f"c{i}", task_type=C, event_time=at(1),
-                              confidence=confidence, threshold=threshold))  # fmt: skip
+        decisions.append(
+            make(
+                event_id=eid(200 + i),
+                request_id=f"c{i}",
+                task_type=C,
+                event_time=at(1),
+                confidence=confidence,
+                threshold=threshold,
+            )
+        )
         labels.append(label(request_id=f"c{i}", device_acceptable=acceptable))
     # An unlabeled attempt and one whose only label has a null verdict: both outside calibration.
     decisions.append(decision(event_id=eid(300), request_id="unlabeled", task_type=C, event_time=at(1), confidence=0.1))
-    decisions.append(decision(event_id=eid(301), request_id="null-verdict", task_type=C, event_time=at(1), confidence=0.1))
+    decisions.append(
+        decision(event_id=eid(301), request_id="null-verdict", task_type=C, event_time=at(1), confidence=0.1)
+    )
     labels.append(label(request_id="null-verdict", device_acceptable=None))
     return decisions, labels
 
@@ -294,7 +411,9 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     assert c["monotonic"] is True and c["non_monotonic_buckets"] == []
     # confidence >= c: c ≤ 0.30 → 5/8; 0.35..0.50 → 5/7 (0.50 F still in); 0.55 → 0.60..1.00 = 6/6 ≥ 0.95, n 6 ≥ 3
     assert c["recommended_threshold"] == 0.55
-    assert c["evidence_floor"] == 0.3  # the smallest labeled confidence is 0.30    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
+    assert (
+        c["evidence_floor"] == 0.3
+    )  # the smallest labeled confidence is 0.30    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
     assert (c["target"], c["min_n"]) == (0.95, 3)
 
     # Task A: a2 0.4 ok → bucket 0 pass 1/1; a4 0.5 ok → bucket 1 pass 1/1; a1 0.9 bad → bucket 3 pass 0/1:
@@ -318,7 +437,9 @@ def test_golden_evidence_floor_no_recommendation_below_the_labeled_confidences(w
     before the floor, every bucket passing recommended 0.00 (the demo's intent_classify)."""
     decisions, labels = [], []
     for i, confidence in enumerate((0.66, 0.7, 0.8, 0.9)):
-        decisions.append(decision(event_id=eid(500 + i), request_id=f"e{i}", task_type=C, event_time=at(1), confidence=confidence))
+        decisions.append(
+            decision(event_id=eid(500 + i), request_id=f"e{i}", task_type=C, event_time=at(1), confidence=confidence)
+        )
         labels.append(label(request_id=f"e{i}", device_acceptable=True))
     insert(warehouse, decisions, labels)
     c = compute(warehouse, START, END, target=0.95, min_n=3)["calibration"][C]
@@ -331,31 +452,56 @@ def test_golden_by_policy_version_attributes_a_threshold_push(warehouse):
     """METRICS.md §9: the same task type before and after a push, each version with its own numbers.
     p1 (hours 1-2): 3 served at L0, 1 quality fallback; labels: served a/a/bad, the fallback bad.
     p2 (hours 3-4): 1 served, 3 quality fallbacks; labels: the served ok, two fallbacks acceptable, one bad."""
-    p1 = [decision(event_id=eid(600 + i), request_id=f"p1-{i}", event_time=at(1 + i / 10), policy_version="p1") for i in range(3)]
+    p1 = [
+        decision(event_id=eid(600 + i), request_id=f"p1-{i}", event_time=at(1 + i / 10), policy_version="p1")
+        for i in range(3)
+    ]
     p1.append(quality_fallback(event_id=eid(603), request_id="p1-3", event_time=at(2), policy_version="p1"))
     p2 = [decision(event_id=eid(610), request_id="p2-0", event_time=at(3), policy_version="p2")]
-    p2 += [quality_fallback(event_id=eid(611 + i), request_id=f"p2-{i + 1}", event_time=at(3.5 + i / 10), policy_version="p2")
-           for i in range(3)]  # fmt: skip
-    verdicts = {"p1-0": (True, True), "p1-1": (True, True), "p1-2": (False, False), "p1-3": (False, True),
-                "p2-0": (True, True), "p2-1": (True, False), "p2-2": (True, False), "p2-3": (False, True)}  # fmt: skip
+    p2 += [
+        quality_fallback(
+            event_id=eid(611 + i), request_id=f"p2-{i + 1}", event_time=at(3.5 + i / 10), policy_version="p2"
+        )
+        for i in range(3)
+    ]
+    verdicts = {
+        "p1-0": (True, True),
+        "p1-1": (True, True),
+        "p1-2": (False, False),
+        "p1-3": (False, True),
+        "p2-0": (True, True),
+        "p2-1": (True, False),
+        "p2-2": (True, False),
+        "p2-3": (False, True),
+    }
     labels = [label(request_id=r, device_acceptable=ok, route_correct=rc) for r, (ok, rc) in verdicts.items()]
     insert(warehouse, p1 + p2, labels)
     versions = compute(warehouse, START, END)["by_task_type"]["intent_classify"]["by_policy_version"]
     assert list(versions) == ["p1", "p2"]  # in order of first event
     assert versions["p1"] == {
-        "requests": 4, "device_entered": 4, "fallback_rate": 1 / 4,
-        "false_fallback_rate": 0.0, "false_fallback_labeled": 1,  # p1-3 judged bad: a right fallback
-        "missed_fallback_rate": pytest.approx(1 / 3), "missed_fallback_labeled": 3,  # p1-2 served but bad
+        "requests": 4,
+        "device_entered": 4,
+        "fallback_rate": 1 / 4,
+        "false_fallback_rate": 0.0,
+        "false_fallback_labeled": 1,  # p1-3 judged bad: a right fallback
+        "missed_fallback_rate": pytest.approx(1 / 3),
+        "missed_fallback_labeled": 3,  # p1-2 served but bad
         "route_accuracy": pytest.approx(3 / 4),
-        "first_event": "2026-11-29T01:00:00Z", "last_event": "2026-11-29T02:00:00Z",
-    }  # fmt: skip
+        "first_event": "2026-11-29T01:00:00Z",
+        "last_event": "2026-11-29T02:00:00Z",
+    }
     assert versions["p2"] == {
-        "requests": 4, "device_entered": 4, "fallback_rate": 3 / 4,
-        "false_fallback_rate": pytest.approx(2 / 3), "false_fallback_labeled": 3,  # the push's false fallbacks
-        "missed_fallback_rate": 0.0, "missed_fallback_labeled": 1,
+        "requests": 4,
+        "device_entered": 4,
+        "fallback_rate": 3 / 4,
+        "false_fallback_rate": pytest.approx(2 / 3),
+        "false_fallback_labeled": 3,  # the push's false fallbacks
+        "missed_fallback_rate": 0.0,
+        "missed_fallback_labeled": 1,
         "route_accuracy": pytest.approx(2 / 4),
-        "first_event": "2026-11-29T03:00:00Z", "last_event": "2026-11-29T03:42:00Z",
-    }  # fmt: skip
+        "first_event": "2026-11-29T03:00:00Z",
+        "last_event": "2026-11-29T03:42:00Z",
+    }
 
 
 def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):
@@ -364,7 +510,9 @@ def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):
     events, n = [], 0
     for session, calls in (("p", 0), ("q", 1), ("r", 2), ("s", 3), ("t", 10)):
         for _ in range(calls):
-            events.append(capability_miss(event_id=eid(400 + n), request_id=f"r{n}", session_id=session, event_time=at(1)))
+            events.append(
+                capability_miss(event_id=eid(400 + n), request_id=f"r{n}", session_id=session, event_time=at(1))
+            )
             n += 1
         if calls == 0:
             events.append(decision(event_id=eid(400 + n), request_id=f"r{n}", session_id=session, event_time=at(1)))
@@ -387,7 +535,11 @@ def test_end_to_end_produce_load_and_metrics_json(home):
             assert done.returncode == 0, done.stderr
         loaded = run_cli("load", "--json", "--idle-timeout", "0.5", env=env)
         assert loaded.returncode == 0, loaded.stderr
-        assert json.loads(loaded.stdout)["loaded"] == {"decisions": len(DECISION_EVENTS), "labels": len(LABEL_EVENTS), "breakers": 0}
+        assert json.loads(loaded.stdout)["loaded"] == {
+            "decisions": len(DECISION_EVENTS),
+            "labels": len(LABEL_EVENTS),
+            "breakers": 0,
+        }
         done = run_cli("metrics", "--start", "2026-11-29T00:00:00Z", "--end", "2026-11-30T00:00:00Z", "--json", env=env)
         assert done.returncode == 0, done.stderr
         result = json.loads(done.stdout)

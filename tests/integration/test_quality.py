@@ -28,7 +28,10 @@ pytestmark = pytest.mark.integration
 
 WINDOW = QueryWindow(START, END)
 NOW = END + timedelta(seconds=60)  # the newest fixture event is at END: one minute old
-CLEAN_BREAKERS = [breaker(event_id=eid(500), event_time=at(3)), breaker(event_id=eid(501), event_time=at(4), from_state="open", to_state="half_open")]
+CLEAN_BREAKERS = [
+    breaker(event_id=eid(500), event_time=at(3)),
+    breaker(event_id=eid(501), event_time=at(4), from_state="open", to_state="half_open"),
+]
 
 
 def raw_rows(client, topic: str, events: list[dict], partition: int = 1, first_offset: int = 0, **overrides) -> None:
@@ -42,7 +45,9 @@ def raw_rows(client, topic: str, events: list[dict], partition: int = 1, first_o
     by_name = dict(zip(columns, data))
     for column, value in overrides.items():
         by_name[column] = [value] * len(parsed)
-    client.insert(f"routerscope.{table}", [by_name[c] for c in columns], column_names=list(columns), column_oriented=True)
+    client.insert(
+        f"routerscope.{table}", [by_name[c] for c in columns], column_names=list(columns), column_oriented=True
+    )
     ids = by_name[columns[0]]  # event_id / label_id, possibly overridden
     ledger = ledger_columns(parsed, topic, [partition] * len(parsed), offsets)
     ledger[-2] = ids
@@ -89,9 +94,25 @@ CASES = [
     ("decisions.range.device_load_ms", lambda c: dec(c, device_load_ms=-10.0), 1),
     ("decisions.range.all_cloud_cost_usd", lambda c: dec(c, all_cloud_cost_usd=-0.01), 1),
     # level 7 on a validator fallback whose last attempt is 7: only the range is wrong
-    ("decisions.range.degrade_level", lambda c: dec(c, D(fallback_type="quality", reason="validator_failed", degrade_level=2,
-        attempts=[{"level": 0, "outcome": "validator_failed", "latency_ms": 1.0}, {"level": 2, "outcome": "ok", "latency_ms": 1.0}],
-        cloud_calls=1), degrade_level=7, attempt_levels=[0, 7]), 1),  # fmt: skip
+    (
+        "decisions.range.degrade_level",
+        lambda c: dec(
+            c,
+            D(
+                fallback_type="quality",
+                reason="validator_failed",
+                degrade_level=2,
+                attempts=[
+                    {"level": 0, "outcome": "validator_failed", "latency_ms": 1.0},
+                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
+                ],
+                cloud_calls=1,
+            ),
+            degrade_level=7,
+            attempt_levels=[0, 7],
+        ),
+        1,
+    ),
     ("decisions.range.confidence", lambda c: dec(c, confidence=1.5), 1),
     ("decisions.range.threshold", lambda c: dec(c, threshold=-0.1), 1),
     ("decisions.range.latency_ms", lambda c: dec(c, latency_ms=-5.0), 1),
@@ -102,42 +123,200 @@ CASES = [
     # A1 again with other contents under the same id, task type and time: FINAL would keep one silently
     # (A1 itself is in the clean data twice, byte for byte: a re-delivery, which is fine)
     ("decisions.unique.event_content", lambda c: dec(c, {**A1, "latency_ms": 999.0}), 1),
-    ("decisions.invariant.capability_iff_capability_miss", lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), reason="default"), 1),
-    ("decisions.invariant.capability_not_entered", lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), entered_device=True, attempt_levels=[0, 2]), 1),
-    ("decisions.invariant.device_fallback_entered_device", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), entered_device=False, attempt_levels=[2]), 1),
-    ("decisions.invariant.device_fallback_level_at_least_2", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), degrade_level=1, attempt_levels=[0, 1]), 1),
-    ("decisions.invariant.served_on_device_level", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), fallback_type="none", reason="default"), 1),
-    ("decisions.invariant.not_entered_no_device_attempt", lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), attempt_levels=[0, 2]), 1),
-    ("decisions.invariant.entered_first_attempt_on_device", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), attempt_levels=[2, 2], cloud_calls=2), 1),
-    ("decisions.invariant.attempt_levels_non_decreasing", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), attempt_levels=[0, 3, 2], cloud_calls=2), 1),
-    ("decisions.invariant.level_1_at_most_once", lambda c: dec(c, D(degrade_level=1, attempts=[{"level": 1, "outcome": "ok", "latency_ms": 1.0}]), attempt_levels=[1, 1]), 1),
-    ("decisions.invariant.last_attempt_is_degrade_level", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), degrade_level=3), 1),
-    ("decisions.invariant.cloud_calls_cover_cloud_attempts", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), cloud_calls=0), 1),
+    (
+        "decisions.invariant.capability_iff_capability_miss",
+        lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), reason="default"),
+        1,
+    ),
+    (
+        "decisions.invariant.capability_not_entered",
+        lambda c: dec(
+            c, capability_miss(event_id=eid(900), event_time=at(12)), entered_device=True, attempt_levels=[0, 2]
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.device_fallback_entered_device",
+        lambda c: dec(
+            c, quality_fallback(event_id=eid(900), event_time=at(12)), entered_device=False, attempt_levels=[2]
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.device_fallback_level_at_least_2",
+        lambda c: dec(
+            c, quality_fallback(event_id=eid(900), event_time=at(12)), degrade_level=1, attempt_levels=[0, 1]
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.served_on_device_level",
+        lambda c: dec(
+            c, quality_fallback(event_id=eid(900), event_time=at(12)), fallback_type="none", reason="default"
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.not_entered_no_device_attempt",
+        lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), attempt_levels=[0, 2]),
+        1,
+    ),
+    (
+        "decisions.invariant.entered_first_attempt_on_device",
+        lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), attempt_levels=[2, 2], cloud_calls=2),
+        1,
+    ),
+    (
+        "decisions.invariant.attempt_levels_non_decreasing",
+        lambda c: dec(
+            c, quality_fallback(event_id=eid(900), event_time=at(12)), attempt_levels=[0, 3, 2], cloud_calls=2
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.level_1_at_most_once",
+        lambda c: dec(
+            c, D(degrade_level=1, attempts=[{"level": 1, "outcome": "ok", "latency_ms": 1.0}]), attempt_levels=[1, 1]
+        ),
+        1,
+    ),
+    (
+        "decisions.invariant.last_attempt_is_degrade_level",
+        lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), degrade_level=3),
+        1,
+    ),
+    (
+        "decisions.invariant.cloud_calls_cover_cloud_attempts",
+        lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), cloud_calls=0),
+        1,
+    ),
     ("decisions.invariant.pii_pin_has_pii", lambda c: dec(c, D(reason="pii_pin", has_pii=True), has_pii=False), 1),
-    ("decisions.invariant.pii_pin_no_cloud_calls", lambda c: dec(c, D(reason="pii_pin", has_pii=True), cloud_calls=1), 1),
-    ("decisions.invariant.low_confidence_below_threshold", lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), confidence=0.9), 1),
-    ("labels.required.request_id", lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], request_id=""), 1),
-    ("labels.domain.source", lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], source="gut_feeling"), 1),
-    ("labels.unique.label_id", lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5), request_id="zz")], label_id=LABEL_EVENTS[0]["label_id"]), 2),
-    ("labels.schema_versions", lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], schema_version=3), 1),
-    ("breakers.domain.boundary", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], boundary="network"), 1),
-    ("breakers.domain.from_state", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], from_state="melted"), 1),
-    ("breakers.domain.to_state", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="melted"), 1),
-    ("breakers.range.failure_rate", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], failure_rate=1.5), 1),
-    ("breakers.invariant.breaker_state_changes", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="closed"), 1),
-    ("breakers.unique.event_id", lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(6), instance_id="router-b")], event_id=CLEAN_BREAKERS[0]["event_id"]), 2),
+    (
+        "decisions.invariant.pii_pin_no_cloud_calls",
+        lambda c: dec(c, D(reason="pii_pin", has_pii=True), cloud_calls=1),
+        1,
+    ),
+    (
+        "decisions.invariant.low_confidence_below_threshold",
+        lambda c: dec(c, quality_fallback(event_id=eid(900), event_time=at(12)), confidence=0.9),
+        1,
+    ),
+    (
+        "labels.required.request_id",
+        lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], request_id=""),
+        1,
+    ),
+    (
+        "labels.domain.source",
+        lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], source="gut_feeling"),
+        1,
+    ),
+    (
+        "labels.unique.label_id",
+        lambda c: raw_rows(
+            c, names.TOPIC_LABELS, [label(event_time=at(5), request_id="zz")], label_id=LABEL_EVENTS[0]["label_id"]
+        ),
+        2,
+    ),
+    (
+        "labels.schema_versions",
+        lambda c: raw_rows(c, names.TOPIC_LABELS, [label(event_time=at(5))], schema_version=3),
+        1,
+    ),
+    (
+        "breakers.domain.boundary",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], boundary="network"),
+        1,
+    ),
+    (
+        "breakers.domain.from_state",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], from_state="melted"),
+        1,
+    ),
+    (
+        "breakers.domain.to_state",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="melted"),
+        1,
+    ),
+    (
+        "breakers.range.failure_rate",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], failure_rate=1.5),
+        1,
+    ),
+    (
+        "breakers.invariant.breaker_state_changes",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="closed"),
+        1,
+    ),
+    (
+        "breakers.unique.event_id",
+        lambda c: raw_rows(
+            c,
+            names.TOPIC_BREAKERS,
+            [breaker(event_time=at(6), instance_id="router-b")],
+            event_id=CLEAN_BREAKERS[0]["event_id"],
+        ),
+        2,
+    ),
     # a loaded row of the window deleted: partition 0 misses one offset between its first and last
-    ("pipeline.offsets.no_gaps", lambda c: c.command("DELETE FROM routerscope.decisions WHERE event_id = {id:UUID}", parameters={"id": A2["event_id"]}), 1),
+    (
+        "pipeline.offsets.no_gaps",
+        lambda c: c.command(
+            "DELETE FROM routerscope.decisions WHERE event_id = {id:UUID}", parameters={"id": A2["event_id"]}
+        ),
+        1,
+    ),
     # one quarantined message among the window's 8 → 1/9 > 1 %
-    ("pipeline.quarantine_share", lambda c: c.insert("routerscope.quarantine", [[names.TOPIC_DECISIONS, 0, 3, "not json", ["json.invalid"], "broke json.invalid"]],
-        column_names=["kafka_topic", "kafka_partition", "kafka_offset", "raw", "rules", "error"]), 1),  # fmt: skip
+    (
+        "pipeline.quarantine_share",
+        lambda c: c.insert(
+            "routerscope.quarantine",
+            [[names.TOPIC_DECISIONS, 0, 3, "not json", ["json.invalid"], "broke json.invalid"]],
+            column_names=["kafka_topic", "kafka_partition", "kafka_offset", "raw", "rules", "error"],
+        ),
+        1,
+    ),
     # an event dated 2100 (allowed by the contract): counted, and ignored by freshness
-    ("pipeline.future_events", lambda c: raw_rows(c, names.TOPIC_DECISIONS, [decision(event_id=eid(3000), request_id="future", event_time="2100-01-01T00:00:00Z")], partition=2), 1),
+    (
+        "pipeline.future_events",
+        lambda c: raw_rows(
+            c,
+            names.TOPIC_DECISIONS,
+            [decision(event_id=eid(3000), request_id="future", event_time="2100-01-01T00:00:00Z")],
+            partition=2,
+        ),
+        1,
+    ),
     # 30 requests the same day a week earlier vs 8 now → ratio 0.27 < 0.5
-    ("pipeline.volume", lambda c: raw_rows(c, names.TOPIC_DECISIONS, [decision(event_id=eid(1000 + i), request_id=f"w{i}", event_time=iso(START - timedelta(days=7) + timedelta(hours=1))) for i in range(30)], partition=2), 1),
+    (
+        "pipeline.volume",
+        lambda c: raw_rows(
+            c,
+            names.TOPIC_DECISIONS,
+            [
+                decision(
+                    event_id=eid(1000 + i),
+                    request_id=f"w{i}",
+                    event_time=iso(START - timedelta(days=7) + timedelta(hours=1)),
+                )
+                for i in range(30)
+            ],
+            partition=2,
+        ),
+        1,
+    ),
     # 200 more judged fallbacks, unlabeled → coverage 2/202 < 1 %
-    ("pipeline.label_coverage", lambda c: raw_rows(c, names.TOPIC_DECISIONS, [quality_fallback(event_id=eid(2000 + i), request_id=f"u{i}", event_time=at(13)) for i in range(200)], partition=2), 1),
-]  # fmt: skip
+    (
+        "pipeline.label_coverage",
+        lambda c: raw_rows(
+            c,
+            names.TOPIC_DECISIONS,
+            [quality_fallback(event_id=eid(2000 + i), request_id=f"u{i}", event_time=at(13)) for i in range(200)],
+            partition=2,
+        ),
+        1,
+    ),
+]
 
 
 def failures(report) -> dict[str, int]:
@@ -169,10 +348,19 @@ PAIRED = {"decisions.invariant.pii_pin_no_cloud_attempt"}
 
 
 def test_a_pii_pinned_cloud_attempt_fails_its_two_checks(warehouse):
-    dec(warehouse, D(reason="pii_pin", has_pii=True), fallback_type="quality", attempt_levels=[0, 2], degrade_level=2,
-        cloud_calls=1)  # fmt: skip
+    dec(
+        warehouse,
+        D(reason="pii_pin", has_pii=True),
+        fallback_type="quality",
+        attempt_levels=[0, 2],
+        degrade_level=2,
+        cloud_calls=1,
+    )
     report = quality.run_suites(warehouse, WINDOW, now=NOW)
-    assert failures(report) == {"decisions.invariant.pii_pin_no_cloud_attempt": 1, "decisions.invariant.pii_pin_no_cloud_calls": 1}
+    assert failures(report) == {
+        "decisions.invariant.pii_pin_no_cloud_attempt": 1,
+        "decisions.invariant.pii_pin_no_cloud_calls": 1,
+    }
 
 
 def test_freshness_applies_to_the_current_window_only(warehouse):
@@ -187,8 +375,13 @@ def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(ware
     """Issue item 8: one event dated 2100 made the newest event look fresh for ever and made `dq`
     check 2100; one dated 2299 (the column's last year) overflowed the day after it."""
     for i, when in enumerate(("2100-01-01T00:00:00Z", "2299-12-31T23:00:00Z")):
-        raw_rows(warehouse, names.TOPIC_DECISIONS, [decision(event_id=eid(3100 + i), request_id=f"f{i}", event_time=when)],
-                 partition=2, first_offset=i)  # fmt: skip
+        raw_rows(
+            warehouse,
+            names.TOPIC_DECISIONS,
+            [decision(event_id=eid(3100 + i), request_id=f"f{i}", event_time=when)],
+            partition=2,
+            first_offset=i,
+        )
     stale = quality.run_suites(warehouse, WINDOW, now=END + timedelta(hours=2))
     assert failures(stale) == {"pipeline.freshness": 1, "pipeline.future_events": 1}
     from routerscope.alerts import _signal
@@ -197,8 +390,13 @@ def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(ware
     # the newest event that is not from the future is A_AT_END, at END exactly
     assert quality.latest_window(warehouse, now=END + timedelta(hours=2)) == QueryWindow(END, END + timedelta(days=1))
     # a clock a few minutes behind the device's is not "the future" (5-minute allowance)
-    raw_rows(warehouse, names.TOPIC_DECISIONS, [decision(event_id=eid(3200), request_id="skew", event_time=iso(NOW + timedelta(minutes=4)))],
-             partition=2, first_offset=5)  # fmt: skip
+    raw_rows(
+        warehouse,
+        names.TOPIC_DECISIONS,
+        [decision(event_id=eid(3200), request_id="skew", event_time=iso(NOW + timedelta(minutes=4)))],
+        partition=2,
+        first_offset=5,
+    )
     assert failures(quality.run_suites(warehouse, WINDOW, now=NOW)) == {"pipeline.future_events": 1}
 
 
@@ -220,8 +418,13 @@ def test_a_blocking_failure_stops_the_days_metrics(home):
         clean(client)
         dec(client, fallback_type="sideways")
     resources = {"routerscope": RouterscopeResource(home=str(home))}
-    result = dg.materialize([data_quality, metrics_daily], partition_key="2026-11-29", resources=resources,
-                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)  # fmt: skip
+    result = dg.materialize(
+        [data_quality, metrics_daily],
+        partition_key="2026-11-29",
+        resources=resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     assert not result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["decisions_contract"] is False and checks["labels_contract"] is True
@@ -229,7 +432,9 @@ def test_a_blocking_failure_stops_the_days_metrics(home):
     assert "metrics_daily" not in materialized
     with open_warehouse(settings) as client:
         assert client.query("SELECT count() FROM routerscope.metric_windows").result_rows[0][0] == 0
-        stored = client.query("SELECT check_name FROM routerscope.dq_results WHERE NOT success AND blocking").result_rows
+        stored = client.query(
+            "SELECT check_name FROM routerscope.dq_results WHERE NOT success AND blocking"
+        ).result_rows
     assert stored == [("decisions.domain.fallback_type",)]
 
 
@@ -239,10 +444,17 @@ def test_a_clean_day_lets_the_metrics_through(home):
         migrate(client)
         clean(client)
     resources = {"routerscope": RouterscopeResource(home=str(home))}
-    result = dg.materialize([data_quality, metrics_daily], partition_key="2026-11-29", resources=resources,
-                            instance=dg.DagsterInstance.ephemeral())  # fmt: skip
+    result = dg.materialize(
+        [data_quality, metrics_daily],
+        partition_key="2026-11-29",
+        resources=resources,
+        instance=dg.DagsterInstance.ephemeral(),
+    )
     assert result.success
-    assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {"data_quality", "metrics_daily"}
+    assert {e.asset_key.path[-1] for e in result.get_asset_materialization_events()} == {
+        "data_quality",
+        "metrics_daily",
+    }
 
 
 def test_dq_command_exit_code_and_json(home):
@@ -253,7 +465,10 @@ def test_dq_command_exit_code_and_json(home):
     ok = run_cli("dq", "--json", env=clean_env(home), timeout=180)
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
-    assert report["window"] == {"start": "2026-11-30T00:00:00Z", "end": "2026-12-01T00:00:00Z"}  # the newest event's day
+    assert report["window"] == {
+        "start": "2026-11-30T00:00:00Z",
+        "end": "2026-12-01T00:00:00Z",
+    }  # the newest event's day
     with open_warehouse(settings) as client:
         dec(client, decision(event_id=eid(900), request_id="bad", event_time=at(20)), mode="canary")
     bad = run_cli("dq", "--day", "2026-11-29", env=clean_env(home), timeout=180)

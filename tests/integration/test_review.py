@@ -4,7 +4,7 @@ every expected number computed by hand in the comments."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from warehouse.review import grading_report, readiness_report, rollout_report, s
 
 pytestmark = pytest.mark.integration
 
-START = datetime(2026, 11, 22, tzinfo=timezone.utc)
+START = datetime(2026, 11, 22, tzinfo=UTC)
 END = START + timedelta(days=7)  # a 7-day review window
 A, B = "intent_classify", "short_reply"
 POLICY = parse("""
@@ -55,8 +55,14 @@ def v2(stats: dict | None, all_cloud: float | None = None, stage: str = "full", 
 
 
 def stats(peak, thermal, decode, cold=False, load=None) -> dict:
-    return {"peak_mem_mb": peak, "thermal_state": thermal, "decode_tps": decode, "prefill_tps": 300.0,
-            "cold_start": cold, "load_ms": load}  # fmt: skip
+    return {
+        "peak_mem_mb": peak,
+        "thermal_state": thermal,
+        "decode_tps": decode,
+        "prefill_tps": 300.0,
+        "cold_start": cold,
+        "load_ms": load,
+    }
 
 
 def l0(latency: float, outcome: str = "ok") -> list[dict]:
@@ -64,30 +70,138 @@ def l0(latency: float, outcome: str = "ok") -> list[dict]:
 
 
 # Task A (intent_classify), tier high: three v2 events with device_stats, one v1 event without.
-H1 = decision(**v2(stats(1000.0, "nominal", 50.0), 0.010, event_id=eid(1), request_id="h1", session_id="s1", task_type=A,
-                   event_time=at(1), ttft_ms=100.0, device_tier="high", input_tokens=40, network="weak", cost_usd=0.0,
-                   attempts=l0(180.0)))  # fmt: skip
-H2 = quality_fallback(**v2(stats(1200.0, "serious", 40.0, True, 800.0), 0.010, event_id=eid(2), request_id="h2", session_id="s1",
-                           task_type=A, event_time=at(2), ttft_ms=200.0, device_tier="high", input_tokens=60, cost_usd=0.004))  # fmt: skip
-H3 = decision(**v2(stats(1100.0, "critical", 30.0, True, 1000.0), 0.020, event_id=eid(3), request_id="h3", session_id="s2",
-                   task_type=A, event_time=at(3), ttft_ms=300.0, device_tier="high", input_tokens=80, attempts=l0(12000.0)))  # fmt: skip
-V1 = decision(event_id=eid(4), request_id="v1", session_id="s2", task_type=A, event_time=at(4), device_tier="high",
-              input_tokens=400, cost_usd=0.003)  # version 1: in §12/§13, never in §10/§11  # fmt: skip
+H1 = decision(
+    **v2(
+        stats(1000.0, "nominal", 50.0),
+        0.010,
+        event_id=eid(1),
+        request_id="h1",
+        session_id="s1",
+        task_type=A,
+        event_time=at(1),
+        ttft_ms=100.0,
+        device_tier="high",
+        input_tokens=40,
+        network="weak",
+        cost_usd=0.0,
+        attempts=l0(180.0),
+    )
+)
+H2 = quality_fallback(
+    **v2(
+        stats(1200.0, "serious", 40.0, True, 800.0),
+        0.010,
+        event_id=eid(2),
+        request_id="h2",
+        session_id="s1",
+        task_type=A,
+        event_time=at(2),
+        ttft_ms=200.0,
+        device_tier="high",
+        input_tokens=60,
+        cost_usd=0.004,
+    )
+)
+H3 = decision(
+    **v2(
+        stats(1100.0, "critical", 30.0, True, 1000.0),
+        0.020,
+        event_id=eid(3),
+        request_id="h3",
+        session_id="s2",
+        task_type=A,
+        event_time=at(3),
+        ttft_ms=300.0,
+        device_tier="high",
+        input_tokens=80,
+        attempts=l0(12000.0),
+    )
+)
+V1 = decision(
+    event_id=eid(4),
+    request_id="v1",
+    session_id="s2",
+    task_type=A,
+    event_time=at(4),
+    device_tier="high",
+    input_tokens=400,
+    cost_usd=0.003,
+)  # version 1: in §12/§13, never in §10/§11
 # Task B (short_reply, error cost 0.8): one device event with no tier, one capability miss.
-U1 = decision(**v2({"peak_mem_mb": 900.0, "thermal_state": "unknown", "cold_start": False}, 0.005, stage="canary",
-                   event_id=eid(5), request_id="u1", session_id="s3", task_type=B, event_time=at(1.5), input_tokens=100,
-                   cost_usd=0.005, confidence=0.9, threshold=0.6))  # fmt: skip
-C1 = capability_miss(**v2(None, 0.008, stage="cloud_only", event_id=eid(6), request_id="c1", session_id="s3", task_type=B,
-                          event_time=at(5), input_tokens=300, cost_usd=0.008))  # fmt: skip
+U1 = decision(
+    **v2(
+        {"peak_mem_mb": 900.0, "thermal_state": "unknown", "cold_start": False},
+        0.005,
+        stage="canary",
+        event_id=eid(5),
+        request_id="u1",
+        session_id="s3",
+        task_type=B,
+        event_time=at(1.5),
+        input_tokens=100,
+        cost_usd=0.005,
+        confidence=0.9,
+        threshold=0.6,
+    )
+)
+C1 = capability_miss(
+    **v2(
+        None,
+        0.008,
+        stage="cloud_only",
+        event_id=eid(6),
+        request_id="c1",
+        session_id="s3",
+        task_type=B,
+        event_time=at(5),
+        input_tokens=300,
+        cost_usd=0.008,
+    )
+)
 # Not in the ledger: a shadow event (mode shadow), a capability miss (never entered); outside the window.
-SH1 = decision(**v2(stats(5000.0, "critical", 1.0), stage="shadow", event_id=eid(7), request_id="sh1", session_id="s4",
-                    task_type="code_snippet", mode="shadow", shadow_agree=True, event_time=at(1), device_tier="high",
-                    input_tokens=50))  # fmt: skip
-SH2 = decision(**v2(None, stage="shadow", event_id=eid(8), request_id="sh2", session_id="s4", task_type="code_snippet",
-                    mode="shadow", shadow_agree=False, event_time=at(5), input_tokens=600, attempts=l0(300.0, "error"),
-                    confidence=None))  # fmt: skip
-LATE = decision(**v2(stats(9999.0, "critical", 0.5), 1.0, event_id=eid(9), request_id="late", session_id="s9", task_type=A,
-                     event_time=iso(END), device_tier="high"))  # fmt: skip
+SH1 = decision(
+    **v2(
+        stats(5000.0, "critical", 1.0),
+        stage="shadow",
+        event_id=eid(7),
+        request_id="sh1",
+        session_id="s4",
+        task_type="code_snippet",
+        mode="shadow",
+        shadow_agree=True,
+        event_time=at(1),
+        device_tier="high",
+        input_tokens=50,
+    )
+)
+SH2 = decision(
+    **v2(
+        None,
+        stage="shadow",
+        event_id=eid(8),
+        request_id="sh2",
+        session_id="s4",
+        task_type="code_snippet",
+        mode="shadow",
+        shadow_agree=False,
+        event_time=at(5),
+        input_tokens=600,
+        attempts=l0(300.0, "error"),
+        confidence=None,
+    )
+)
+LATE = decision(
+    **v2(
+        stats(9999.0, "critical", 0.5),
+        1.0,
+        event_id=eid(9),
+        request_id="late",
+        session_id="s9",
+        task_type=A,
+        event_time=iso(END),
+        device_tier="high",
+    )
+)
 DECISIONS = [H1, H2, H3, V1, U1, C1, SH1, SH2, LATE]
 LABELS = [
     label(request_id="h1", device_acceptable=True),  # device-served, fine
@@ -106,8 +220,11 @@ def loaded(home):
     with open_warehouse(settings_for(home)) as client:
         migrate(client)
         insert(client, DECISIONS, LABELS)
-        client.insert("routerscope.replay_reruns", RERUNS,
-                      column_names=["request_id", "task_type", "event_time", "runs", "agree", "answer_hashes", "device_model"])  # fmt: skip
+        client.insert(
+            "routerscope.replay_reruns",
+            RERUNS,
+            column_names=["request_id", "task_type", "event_time", "runs", "agree", "answer_hashes", "device_model"],
+        )
         yield client
 
 
@@ -129,24 +246,42 @@ def test_device_ledger_per_tier_seed003_golden(loaded):
     assert high["fallback_rate"] == pytest.approx(1 / 3)  # H2's quality fallback
     unknown = ledger["unknown"]
     # U1 alone: no ttft, no decode rate (quantiles over no values are null), peak 900, never throttled or cold
-    assert unknown == {"requests": 1, "ttft_ms": {"p50": None, "p95": None}, "decode_tps": {"p50": None, "p5": None},
-                       "peak_mem_mb": {"p95": 900.0, "max": 900.0}, "throttled_share": 0.0, "cold_start_share": 0.0,
-                       "load_ms_p95": None, "fallback_rate": 0.0}  # fmt: skip
+    assert unknown == {
+        "requests": 1,
+        "ttft_ms": {"p50": None, "p95": None},
+        "decode_tps": {"p50": None, "p5": None},
+        "peak_mem_mb": {"p95": 900.0, "max": 900.0},
+        "throttled_share": 0.0,
+        "cold_start_share": 0.0,
+        "load_ms_p95": None,
+        "fallback_rate": 0.0,
+    }
 
 
 def test_all_cloud_counterfactual_seed003_seed004_golden(loaded):
     """§11: over live events carrying all_cloud_cost_usd; their own cost_usd (missing: 0) is what was spent."""
     result = compute(loaded, START, END)
-    a, b, overall = (result["by_task_type"][A]["cost_usd"], result["by_task_type"][B]["cost_usd"],
-                     result["overall"]["cost_usd"])  # fmt: skip
+    a, b, overall = (
+        result["by_task_type"][A]["cost_usd"],
+        result["by_task_type"][B]["cost_usd"],
+        result["overall"]["cost_usd"],
+    )
     # A: all-cloud 0.010 + 0.010 + 0.020 = 0.040; spent 0 + 0.004 + 0 (H3 has no cost_usd) = 0.004 → saved 0.036, 90 %.
     # V1 (v1) spent 0.003 of the total but carries no counterfactual: in `total`, not in `saved`.
-    assert a["all_cloud"] == pytest.approx(0.040) and a["saved"] == pytest.approx(0.036) and a["saved_share"] == pytest.approx(0.9)
+    assert (
+        a["all_cloud"] == pytest.approx(0.040)
+        and a["saved"] == pytest.approx(0.036)
+        and a["saved_share"] == pytest.approx(0.9)
+    )
     assert a["total"] == pytest.approx(0.007)
     # where it went: H2's fallback after the device was tried, nothing routed straight to the cloud
     assert (a["spent_after_device"], a["spent_cloud_direct"]) == (pytest.approx(0.004), pytest.approx(0.0))
     # B: all-cloud 0.005 + 0.008 = 0.013, spent the same → saved 0, share 0 (the device saved nothing)
-    assert (b["all_cloud"], b["saved"], b["saved_share"]) == (pytest.approx(0.013), pytest.approx(0.0), pytest.approx(0.0))
+    assert (b["all_cloud"], b["saved"], b["saved_share"]) == (
+        pytest.approx(0.013),
+        pytest.approx(0.0),
+        pytest.approx(0.0),
+    )
     assert (b["spent_after_device"], b["spent_cloud_direct"]) == (pytest.approx(0.005), pytest.approx(0.008))  # U1; C1
     # overall: 0.053 all-cloud, 0.017 spent → 0.036 saved, 0.036 / 0.053 = 0.679245
     assert overall["all_cloud"] == pytest.approx(0.053) and overall["saved_share"] == pytest.approx(0.036 / 0.053)
@@ -177,24 +312,42 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
     report = readiness_report(loaded, POLICY, QueryWindow(START, END))
     a, b = report["task_types"][A], report["task_types"][B]
     # gate_memory: A has peak data on `high` only (8192 MB) → that tier; p95 of [1000, 1200, 1100] = 1190 <= 0.4·8192
-    assert a["gates"]["gate_memory"] == {"status": "pass", "tier": "high", "value": pytest.approx(1190.0), "limit": pytest.approx(3276.8)}
+    assert a["gates"]["gate_memory"] == {
+        "status": "pass",
+        "tier": "high",
+        "value": pytest.approx(1190.0),
+        "limit": pytest.approx(3276.8),
+    }
     # gate_duration: device attempts [180 (h1), 200 (h2), 12000 (h3), 180 (v1)] → sorted [180, 180, 200, 12000];
     # p95 at rank 2.85 → 200 + 0.85·11800 = 10230 > 10000 → fail
-    assert a["gates"]["gate_duration"]["status"] == "fail" and a["gates"]["gate_duration"]["value"] == pytest.approx(10230.0)
+    assert a["gates"]["gate_duration"]["status"] == "fail" and a["gates"]["gate_duration"]["value"] == pytest.approx(
+        10230.0
+    )
     # gate_quality: labeled device-served h1 (fine), h3 (bad) → missed 1/2; caught bad h2 → auto_detected 1 / (1 + 1)
     q = a["gates"]["gate_quality"]
     assert (q["status"], q["missed_fallback_rate"], q["auto_detected"]) == ("fail", 0.5, 0.5)
     # factors: calls/session/day 4 / 2 / 7 = 0.29 → 0; token budget p50 of [46, 66, 86, 406] = 76 → 3;
     # redactable → 1; a validator → 3; weak network 1/4 = 0.25 → 1; quarterly → 3. 2·(0+3+1+3) + 1 + 3 = 18
     points = {k: f["points"] for k, f in a["factors"].items()}
-    assert points == {"calls_per_session_day": 0, "token_budget_p50": 3, "privacy": 1, "error_cost": 3, "network": 1, "iteration": 3}
+    assert points == {
+        "calls_per_session_day": 0,
+        "token_budget_p50": 3,
+        "privacy": 1,
+        "error_cost": 3,
+        "network": 1,
+        "iteration": 3,
+    }
     assert a["factors"]["token_budget_p50"]["value"] == 76.0
     assert (a["score_003"], a["verdict"]) == (18, "not_ready")
     assert a["reasons"] == ["gate_duration fail", "gate_quality fail"]
     # B: its only peak is on an unknown tier (not in device_tiers) → unknown; duration [180] passes; no labels → unknown.
     # factors: 2 / 1 / 7 → 0; budget p50 of [106, 306] = 206 → 1; public 0; no validator and cost 0.8 → 0; network 0;
     # monthly 1 → 2·1 + 1 = 3
-    assert [b["gates"][g]["status"] for g in ("gate_memory", "gate_duration", "gate_quality")] == ["unknown", "pass", "unknown"]
+    assert [b["gates"][g]["status"] for g in ("gate_memory", "gate_duration", "gate_quality")] == [
+        "unknown",
+        "pass",
+        "unknown",
+    ]
     assert (b["score_003"], b["verdict"]) == (3, "not_ready")
     assert b["reasons"] == ["gate_memory unknown", "gate_quality unknown", "score_003 3 < 12"]
     # side by side: A graded `shadow` but not ready → the seeds disagree; B keep-cloud and not ready → agree

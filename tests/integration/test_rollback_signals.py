@@ -9,7 +9,7 @@ Seed 004 §7: "路由判定准确率 … 下放路径失败率:端侧结果未�
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -28,7 +28,7 @@ from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
 OUTAGE, PUSH = range(3, 6), range(8, 12)  # 5-minute windows of the hour
 PER_WINDOW = 40  # requests per task type per window
@@ -77,11 +77,19 @@ def traffic(tmp_path):
     clock = Clock()
     device, cloud = Device(clock), Cloud(clock)
     decisions, labels = [], []
-    router = Router(device, cloud, policy=PolicyStore(policy, check_every_s=0.0, clock=clock), clock=clock, now=clock.now,
-                    on_event=lambda e: decisions.append(e))  # fmt: skip
+    router = Router(
+        device,
+        cloud,
+        policy=PolicyStore(policy, check_every_s=0.0, clock=clock),
+        clock=clock,
+        now=clock.now,
+        on_event=lambda e: decisions.append(e),
+    )
     for w in range(12):
         cloud.down = w in OUTAGE
-        pushed = base.replace("threshold: 0.60", "threshold: 0.93").replace('version: "2026-11-30.1"', 'version: "push"')
+        pushed = base.replace("threshold: 0.60", "threshold: 0.93").replace(
+            'version: "2026-11-30.1"', 'version: "push"'
+        )
         wanted = pushed if w in PUSH else base
         if policy.read_text() != wanted:
             policy.write_text(wanted)
@@ -90,12 +98,23 @@ def traffic(tmp_path):
             device.confidence = 0.3 if i == 0 else 0.7 + (i % 12) * 0.02
             router.route(Request(task_type="short_reply", text="hi", session_id=f"s{i % 8}", request_id=f"r{w}-{i}"))
             clock.t += 1
-            router.route(Request(task_type="long_summary", text="report", session_id=f"s{i % 8}", request_id=f"l{w}-{i}"))
+            router.route(
+                Request(task_type="long_summary", text="report", session_id=f"s{i % 8}", request_id=f"l{w}-{i}")
+            )
     for e in decisions:
         if e.entered_device:
             ok = e.confidence >= 0.6
-            labels.append(LabelEvent(schema_version=1, label_id=str(uuid.uuid4()), event_time=e.event_time, request_id=e.request_id,
-                                     source="human_review", device_acceptable=ok, route_correct=route_correct(e.fallback_type, ok)))  # fmt: skip
+            labels.append(
+                LabelEvent(
+                    schema_version=1,
+                    label_id=str(uuid.uuid4()),
+                    event_time=e.event_time,
+                    request_id=e.request_id,
+                    source="human_review",
+                    device_acceptable=ok,
+                    route_correct=route_correct(e.fallback_type, ok),
+                )
+            )
     return decisions, labels
 
 
@@ -121,7 +140,10 @@ def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_nam
     assert outage["route_accuracy"] == 1.0
     assert not [k for w, k in fired if w < PUSH[0]], fired
     # the push: three windows in, both signals of short_reply, and nothing for long_summary (never on the device)
-    assert sorted(k for w, k in fired) == ["rollback_degrade_trigger|short_reply", "rollback_route_accuracy|short_reply"]
+    assert sorted(k for w, k in fired) == [
+        "rollback_degrade_trigger|short_reply",
+        "rollback_route_accuracy|short_reply",
+    ]
     assert {w for w, _ in fired} == {PUSH[0] + 2}
     assert final.rollback_recommended() == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
     assert final.as_dict()["rollback_recommended"] == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}

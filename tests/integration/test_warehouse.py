@@ -65,9 +65,12 @@ def test_schema_matches_the_snapshot(warehouse_settings):
 def test_every_topic_maps_to_a_created_table(warehouse_settings):
     with open_warehouse(warehouse_settings) as client:
         migrate(client)
-        tables = {r[0] for r in client.query(
-            "SELECT name FROM system.tables WHERE database = {db:String}", parameters={"db": names.DATABASE}
-        ).result_rows}
+        tables = {
+            r[0]
+            for r in client.query(
+                "SELECT name FROM system.tables WHERE database = {db:String}", parameters={"db": names.DATABASE}
+            ).result_rows
+        }
     assert set(names.TOPIC_TABLE.values()) <= tables
 
 

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from routerscope.alerts import Point, Rule, evaluate, load_rules
 from routerscope.errors import ConfigError
 
-T0 = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
-RULE = Rule(name="fb", summary="fallback high", metric="fallback_rate", scope="per_task_type", grain="5m", op=">",
-            limit=0.3, windows=3, severity="ticket", min_n=30, denominator="device_entered")  # fmt: skip
+RULE = Rule(
+    name="fb",
+    summary="fallback high",
+    metric="fallback_rate",
+    scope="per_task_type",
+    grain="5m",
+    op=">",
+    limit=0.3,
+    windows=3,
+    severity="ticket",
+    min_n=30,
+    denominator="device_entered",
+)
 
 
 def series(*values, n=100):
@@ -50,8 +61,17 @@ def test_a_window_below_the_sample_guard_in_the_middle_breaks_the_streak():
 
 
 def test_equality_rules_on_flags():
-    drift = Rule(name="d", summary="drift", metric="l2_l3_drift.drifting", scope="overall", grain="5m", op="==",
-                 limit=True, windows=2, severity="ticket")  # fmt: skip
+    drift = Rule(
+        name="d",
+        summary="drift",
+        metric="l2_l3_drift.drifting",
+        scope="overall",
+        grain="5m",
+        op="==",
+        limit=True,
+        windows=2,
+        severity="ticket",
+    )
     assert evaluate(drift, series(True, True), T0 + STEP).breaching
     assert not evaluate(drift, series(True, False), T0 + STEP).breaching
 
@@ -60,9 +80,19 @@ def test_default_rules_load_and_cover_design_section_4():
     version, rules = load_rules()
     assert version
     names = {r.name for r in rules}
-    assert {"fallback_rate_high", "l2_l3_drift", "device_bypass", "cloud_breaker_open", "false_fallback_high",
-            "rollback_route_accuracy", "rollback_offload_failure", "rollback_degrade_trigger", "ingest_stale",
-            "quarantine_share_high", "data_quality_blocking"} <= names  # fmt: skip
+    assert {
+        "fallback_rate_high",
+        "l2_l3_drift",
+        "device_bypass",
+        "cloud_breaker_open",
+        "false_fallback_high",
+        "rollback_route_accuracy",
+        "rollback_offload_failure",
+        "rollback_degrade_trigger",
+        "ingest_stale",
+        "quarantine_share_high",
+        "data_quality_blocking",
+    } <= names
     assert {r.name for r in rules if r.action == "rollback"} == {n for n in names if n.startswith("rollback_")}
     assert all(r.windows == 3 for r in rules if r.action == "rollback")
 
@@ -83,14 +113,29 @@ def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_
     "body, message",
     [
         ("rules: []", "version"),
-        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '~', limit: 1, windows: 1, severity: page}", "op must be"),
-        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 0, severity: page}", "windows must be"),
-        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: loud}", "severity"),
-        ("version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page, colour: red}", "unknown field"),
-        ("version: 1\nrules:\n  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page}", "grain `now`"),
+        (
+            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '~', limit: 1, windows: 1, severity: page}",
+            "op must be",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 0, severity: page}",
+            "windows must be",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: loud}",
+            "severity",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page, colour: red}",
+            "unknown field",
+        ),
+        (
+            "version: 1\nrules:\n  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page}",
+            "grain `now`",
+        ),
         ("version: [", "cannot read"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_rules_file_is_one_clear_error(tmp_path, body, message):
     path = tmp_path / "rules.yaml"
     path.write_text(body)

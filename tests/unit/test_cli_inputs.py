@@ -44,12 +44,18 @@ def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path,
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["metrics", "--start", "2026-11-29", "--end", "9999-12-31"], "--end '9999-12-31' is outside the times the warehouse stores"),
-        (["metrics", "--start", "1066-10-14", "--end", "2026-11-30"], "--start '1066-10-14' is outside the times the warehouse stores"),
+        (
+            ["metrics", "--start", "2026-11-29", "--end", "9999-12-31"],
+            "--end '9999-12-31' is outside the times the warehouse stores",
+        ),
+        (
+            ["metrics", "--start", "1066-10-14", "--end", "2026-11-30"],
+            "--start '1066-10-14' is outside the times the warehouse stores",
+        ),
         (["metrics", *WINDOW, "--baseline-days", "1e9"], "--baseline-days 1e+09 is more than ten years"),
         (["dq", "--day", "9999-12-31"], "--day '9999-12-31' is outside the times the warehouse stores"),
     ],
-)  # fmt: skip
+)
 def test_times_past_what_the_warehouse_stores_are_refused(monkeypatch, capsys, tmp_path, argv, message):
     code, line = run(monkeypatch, capsys, tmp_path, *argv)
     assert code == 2 and line.startswith(f"routerscope: error: {message}")

@@ -28,7 +28,10 @@ VALID_DECISIONS = {
     "device L0": decision(),
     "device degraded L1": decision(
         degrade_level=1,
-        attempts=[{"level": 0, "outcome": "timeout", "latency_ms": 900}, {"level": 1, "outcome": "ok", "latency_ms": 300}],
+        attempts=[
+            {"level": 0, "outcome": "timeout", "latency_ms": 900},
+            {"level": 1, "outcome": "ok", "latency_ms": 300},
+        ],
     ),
     "quality fallback to L2": quality_fallback(),
     "timeout fallback to L3": quality_fallback(
@@ -49,7 +52,10 @@ VALID_DECISIONS = {
         has_pii=True,
         fallback_type="quality",
         degrade_level=4,
-        attempts=[{"level": 0, "outcome": "validator_failed", "latency_ms": 300}, {"level": 4, "outcome": "ok", "latency_ms": 5}],
+        attempts=[
+            {"level": 0, "outcome": "validator_failed", "latency_ms": 300},
+            {"level": 4, "outcome": "ok", "latency_ms": 5},
+        ],
     ),
     "device bypass": decision(
         entered_device=False,
@@ -77,26 +83,46 @@ VALID_DECISIONS = {
     # contract v2 on the same topic (v1 stays valid forever)
     "v2 with the device ledger": decision(
         schema_version=2,
-        device_stats={"peak_mem_mb": 412.5, "thermal_state": "fair", "decode_tps": 38.0, "prefill_tps": 900.0,
-                      "cold_start": True, "load_ms": 850.0},
+        device_stats={
+            "peak_mem_mb": 412.5,
+            "thermal_state": "fair",
+            "decode_tps": 38.0,
+            "prefill_tps": 900.0,
+            "cold_start": True,
+            "load_ms": 850.0,
+        },
         all_cloud_cost_usd=0.0021,
         rollout_stage="canary",
     ),
     "v2 device busy": decision(
-        schema_version=2, entered_device=False, reason="device_busy", degrade_level=2,
-        attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}], cloud_calls=1, confidence=None,
-        device_stats=None, rollout_stage="full",
+        schema_version=2,
+        entered_device=False,
+        reason="device_busy",
+        degrade_level=2,
+        attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}],
+        cloud_calls=1,
+        confidence=None,
+        device_stats=None,
+        rollout_stage="full",
     ),
     "v2 without any v2 field": decision(schema_version=2),
     "every value at its column's maximum": decision(
-        schema_version=2, cloud_calls=100, deadline_ms=86_400_000, elapsed_ms=86_400_000, latency_ms=86_400_000,
-        ttft_ms=86_400_000, input_tokens=10_000_000, output_tokens=10_000_000, cost_usd=1_000_000,
-        all_cloud_cost_usd=1_000_000, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 86_400_000}],
+        schema_version=2,
+        cloud_calls=100,
+        deadline_ms=86_400_000,
+        elapsed_ms=86_400_000,
+        latency_ms=86_400_000,
+        ttft_ms=86_400_000,
+        input_tokens=10_000_000,
+        output_tokens=10_000_000,
+        cost_usd=1_000_000,
+        all_cloud_cost_usd=1_000_000,
+        attempts=[{"level": 0, "outcome": "ok", "latency_ms": 86_400_000}],
         device_stats={"peak_mem_mb": 1_048_576, "decode_tps": 100_000, "prefill_tps": 10_000_000, "load_ms": 3_600_000},
         event_time="2299-12-31T23:59:59.999Z",
     ),
     "event_time at the column's minimum": decision(event_time="1900-01-01T00:00:00Z"),
-}  # fmt: skip
+}
 
 # name -> (event, exactly the rules it breaks)
 INVALID_DECISIONS = {
@@ -108,11 +134,19 @@ INVALID_DECISIONS = {
         ["schema.unknown.device_stats", "schema.unknown.all_cloud_cost_usd", "schema.unknown.rollout_stage"],
     ),
     "v1 device busy": (
-        decision(entered_device=False, reason="device_busy", degrade_level=2,
-                 attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}], cloud_calls=1),
+        decision(
+            entered_device=False,
+            reason="device_busy",
+            degrade_level=2,
+            attempts=[{"level": 2, "outcome": "ok", "latency_ms": 600}],
+            cloud_calls=1,
+        ),
         ["schema.invalid.reason"],
-    ),  # fmt: skip
-    "v2 unknown device stat": (decision(schema_version=2, device_stats={"gpu": "yes"}), ["schema.invalid.device_stats"]),
+    ),
+    "v2 unknown device stat": (
+        decision(schema_version=2, device_stats={"gpu": "yes"}),
+        ["schema.invalid.device_stats"],
+    ),
     # -- column ranges (v2 maxima, applied to v1 too) ------------------------------------------
     "input_tokens 2^64 (past UInt64)": (decision(input_tokens=2**64), ["schema.range.input_tokens"]),
     "cloud_calls 2^40": (decision(cloud_calls=2**40), ["schema.range.cloud_calls"]),
@@ -120,13 +154,26 @@ INVALID_DECISIONS = {
         decision(latency_ms=1e300, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 86_400_001}]),
         ["schema.range.attempts.latency_ms", "schema.range.latency_ms"],
     ),
-    "deadline past a day": (decision(deadline_ms=86_400_001, elapsed_ms=2**63), ["schema.range.deadline_ms", "schema.range.elapsed_ms"]),
+    "deadline past a day": (
+        decision(deadline_ms=86_400_001, elapsed_ms=2**63),
+        ["schema.range.deadline_ms", "schema.range.elapsed_ms"],
+    ),
     "v2 device stats past their maxima": (
         decision(schema_version=2, device_stats={"peak_mem_mb": 2e6, "load_ms": 1e12}, all_cloud_cost_usd=1e7),
-        ["schema.range.device_stats.peak_mem_mb", "schema.range.device_stats.load_ms", "schema.range.all_cloud_cost_usd"],
+        [
+            "schema.range.device_stats.peak_mem_mb",
+            "schema.range.device_stats.load_ms",
+            "schema.range.all_cloud_cost_usd",
+        ],
     ),
-    "event_time past DateTime64 (year 9999)": (decision(event_time="9999-12-31T23:59:59Z"), ["schema.range.event_time"]),
-    "event_time before DateTime64 (year 1899)": (decision(event_time="1899-12-31T23:59:59Z"), ["schema.range.event_time"]),
+    "event_time past DateTime64 (year 9999)": (
+        decision(event_time="9999-12-31T23:59:59Z"),
+        ["schema.range.event_time"],
+    ),
+    "event_time before DateTime64 (year 1899)": (
+        decision(event_time="1899-12-31T23:59:59Z"),
+        ["schema.range.event_time"],
+    ),
     "missing required field": (
         {k: v for k, v in decision().items() if k != "policy_version"},
         ["schema.required.policy_version"],
@@ -163,7 +210,10 @@ INVALID_DECISIONS = {
     "capability but entered the device": (
         capability_miss(
             entered_device=True,
-            attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}],
+            attempts=[
+                {"level": 0, "outcome": "rejected", "latency_ms": 1},
+                {"level": 2, "outcome": "ok", "latency_ms": 1},
+            ],
         ),
         ["invariant.capability_not_entered"],
     ),
@@ -172,15 +222,31 @@ INVALID_DECISIONS = {
         ["invariant.device_fallback_entered_device"],
     ),
     "quality fallback served on device": (
-        quality_fallback(degrade_level=1, attempts=[{"level": 0, "outcome": "low_confidence", "latency_ms": 1}, {"level": 1, "outcome": "ok", "latency_ms": 1}], cloud_calls=0),
+        quality_fallback(
+            degrade_level=1,
+            attempts=[
+                {"level": 0, "outcome": "low_confidence", "latency_ms": 1},
+                {"level": 1, "outcome": "ok", "latency_ms": 1},
+            ],
+            cloud_calls=0,
+        ),
         ["invariant.device_fallback_level_at_least_2"],
     ),
     "no fallback but served by cloud": (
-        decision(degrade_level=2, attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}], cloud_calls=1),
+        decision(
+            degrade_level=2,
+            attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}],
+            cloud_calls=1,
+        ),
         ["invariant.served_on_device_level"],
     ),
     "not entered but device attempt": (
-        capability_miss(attempts=[{"level": 0, "outcome": "rejected", "latency_ms": 1}, {"level": 2, "outcome": "ok", "latency_ms": 1}]),
+        capability_miss(
+            attempts=[
+                {"level": 0, "outcome": "rejected", "latency_ms": 1},
+                {"level": 2, "outcome": "ok", "latency_ms": 1},
+            ]
+        ),
         ["invariant.not_entered_no_device_attempt"],
     ),
     "entered but first attempt in cloud": (
@@ -334,7 +400,13 @@ def test_arbitrary_bytes_never_crash_and_are_never_valid(raw):
 @given(
     st.dictionaries(
         st.sampled_from(list(decision()) + ["extra"]),
-        st.one_of(st.none(), st.booleans(), st.integers(-5, 10), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5)),
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-5, 10),
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.text(max_size=5),
+        ),
     )
 )
 def test_arbitrary_objects_get_named_rules_from_both_paths(obj):
@@ -394,16 +466,30 @@ def _deep(depth: int) -> bytes:
         (dumps(decision())[:-1] + b', "cloud_calls": 0}', ["json.duplicate_key"]),
         (dumps(decision())[:-1] + b', "cloud_calls" : 0}', ["json.duplicate_key"]),
         (dumps(decision())[:-1] + b', "\\u0063loud_calls": 0}', ["json.duplicate_key"]),  # spelt with an escape
-        (dumps(decision(attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}])).replace(
-            b'"level":0', b'"level":0,"level":0'), ["json.duplicate_key"]),  # inside an attempt
+        (
+            dumps(decision(attempts=[{"level": 0, "outcome": "ok", "latency_ms": 1.0}])).replace(
+                b'"level":0', b'"level":0,"level":0'
+            ),
+            ["json.duplicate_key"],
+        ),  # inside an attempt
         (dumps(decision())[:-1] + b', "mode": "sideways"}', ["schema.invalid.mode", "json.duplicate_key"]),
         # explicit nulls (as the router writes them) around a repeat: counted from the key map
         (dumps(decision(app_id=None, ttft_ms=None))[:-1] + b', "app_id": "x"}', ["json.duplicate_key"]),
         (dumps(decision(app_id="x"))[:-1] + b', "app_id": null}', ["json.duplicate_key"]),
     ],
-    ids=["deep field", "deep array", "over 1 MiB", "repeated key", "repeated key, spaced", "repeated key, escaped",
-         "repeated key in an attempt", "repeated key and a bad field", "null then value", "value then null"],
-)  # fmt: skip
+    ids=[
+        "deep field",
+        "deep array",
+        "over 1 MiB",
+        "repeated key",
+        "repeated key, spaced",
+        "repeated key, escaped",
+        "repeated key in an attempt",
+        "repeated key and a bad field",
+        "null then value",
+        "value then null",
+    ],
+)
 def test_hostile_messages_are_named_never_raised(raw, expected):
     assert DECISIONS.parse(raw) == (None, expected)
 
@@ -415,8 +501,10 @@ def test_a_value_that_looks_like_a_key_is_still_valid():
     assert rules == [] and event.task_type == "event_id"
 
 
-@pytest.mark.parametrize("contract, event", [(LABELS, label(event_time="9999-01-01T00:00:00Z")),
-                                             (BREAKERS, breaker(event_time="1800-01-01T00:00:00Z"))])  # fmt: skip
+@pytest.mark.parametrize(
+    "contract, event",
+    [(LABELS, label(event_time="9999-01-01T00:00:00Z")), (BREAKERS, breaker(event_time="1800-01-01T00:00:00Z"))],
+)
 def test_label_and_breaker_times_must_fit_the_column(contract, event):
     assert contract.parse(dumps(event)) == (None, ["schema.range.event_time"])
 
@@ -425,25 +513,41 @@ def test_label_and_breaker_times_must_fit_the_column(contract, event):
 @given(
     version=st.sampled_from([1, 2]),
     reason=st.sampled_from(["default", "device_busy"]),
-    values=st.fixed_dictionaries({}, optional={
-        name: st.one_of(st.integers(0, 2 * hi), st.integers(0, 2**70)) if name in ("cloud_calls", "deadline_ms", "elapsed_ms", "input_tokens", "output_tokens")
-        else st.floats(0, 2 * hi, allow_nan=False)
-        for name, hi in DECISION_MAXIMA.items()
-    }),
+    values=st.fixed_dictionaries(
+        {},
+        optional={
+            name: st.one_of(st.integers(0, 2 * hi), st.integers(0, 2**70))
+            if name in ("cloud_calls", "deadline_ms", "elapsed_ms", "input_tokens", "output_tokens")
+            else st.floats(0, 2 * hi, allow_nan=False)
+            for name, hi in DECISION_MAXIMA.items()
+        },
+    ),
     attempt_latency=st.floats(0, 2 * ATTEMPT_LATENCY_MAX),
-    stats=st.one_of(st.none(), st.fixed_dictionaries({}, optional={k: st.floats(0, 2 * hi) for k, hi in DEVICE_STATS_MAXIMA.items()})),
+    stats=st.one_of(
+        st.none(),
+        st.fixed_dictionaries({}, optional={k: st.floats(0, 2 * hi) for k, hi in DEVICE_STATS_MAXIMA.items()}),
+    ),
     year=st.integers(1850, 2350),
-)  # fmt: skip
+)
 def test_inlined_range_check_agrees_with_the_named_rules(version, reason, values, attempt_latency, stats, year):
     """decision_ranges_hold (one call per event in the loader) says exactly what the schema.range.*
     and version rules of the rule-by-rule path say."""
-    fields = dict(values, schema_version=version, event_time=f"{year}-06-01T00:00:00Z",
-                  attempts=[{"level": 0, "outcome": "ok", "latency_ms": attempt_latency}])  # fmt: skip
+    fields = dict(
+        values,
+        schema_version=version,
+        event_time=f"{year}-06-01T00:00:00Z",
+        attempts=[{"level": 0, "outcome": "ok", "latency_ms": attempt_latency}],
+    )
     if values.get("deadline_ms") == 0:
         fields["deadline_ms"] = 1
     if reason == "device_busy":
-        fields.update(reason=reason, entered_device=False, degrade_level=2, cloud_calls=max(1, values.get("cloud_calls", 1)),
-                      attempts=[{"level": 2, "outcome": "ok", "latency_ms": attempt_latency}])  # fmt: skip
+        fields.update(
+            reason=reason,
+            entered_device=False,
+            degrade_level=2,
+            cloud_calls=max(1, values.get("cloud_calls", 1)),
+            attempts=[{"level": 2, "outcome": "ok", "latency_ms": attempt_latency}],
+        )
     if stats is not None:
         fields["device_stats"] = stats
     event = decision(**fields)

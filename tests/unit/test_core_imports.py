@@ -46,8 +46,9 @@ print(json.dumps({"counters": recorder.emitter.counters(), "skipped": skipped,
 def test_the_core_imports_and_records_without_dagster_streamlit_gx_or_chdb(tmp_path):
     # a loopback port with no broker: the event goes to the disk spool, nothing leaves the machine
     env = clean_env(tmp_path, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{free_port()}", PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(BLOCKED)], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=90)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(BLOCKED)], env=env, cwd=REPO, capture_output=True, text=True, timeout=90
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["loaded"] == [] and result["skipped"] == ["instrumentation.litellm"]

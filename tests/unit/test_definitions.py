@@ -10,7 +10,14 @@ from pipelines.definitions import defs
 def test_definitions_load_and_every_job_resolves():
     dg.Definitions.validate_loadable(defs)
     jobs = {job.name: job for job in defs.resolve_all_job_defs()}
-    assert {"ingest", "quality_daily_job", "metrics_5m_job", "metrics_daily_job", "alerts_job", "weekly_replay_job"} <= set(jobs)
+    assert {
+        "ingest",
+        "quality_daily_job",
+        "metrics_5m_job",
+        "metrics_daily_job",
+        "alerts_job",
+        "weekly_replay_job",
+    } <= set(jobs)
     assert defs.resolve_schedule_def("weekly_replay_job_schedule").cron_schedule == "0 4 * * 1"
     assert jobs["metrics_5m_job"].partitions_def.get_cron_schedule() == "*/5 * * * *"
     assert defs.resolve_sensor_def("late_labels_sensor").job_name == "metrics_daily_job"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -12,7 +12,7 @@ from router.policy import DEFAULT_POLICY, parse
 from router.replay import Verdict, judge, label_for, route_correct
 
 POLICY = parse(DEFAULT_POLICY.read_text())
-NOW = datetime(2026, 11, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,11 @@ def test_route_verdict(fallback_type, acceptable, expected):
 def test_a_replayed_timeout_is_an_acceptable_answer_on_a_correct_route():
     label = label_for(Verdict("r1", "short_reply", True, "ok", "hi", "cloud_agreement"), "timeout", NOW, "gemma")
     event, rules = LABELS.parse(label.to_json())
-    assert rules == [] and (event.source, event.device_acceptable, event.route_correct) == ("offline_replay", True, True)
+    assert rules == [] and (event.source, event.device_acceptable, event.route_correct) == (
+        "offline_replay",
+        True,
+        True,
+    )
     assert b"hi" not in label.to_json()  # the answer text is never published
 
 
@@ -81,8 +85,18 @@ class ScriptedDevice:
     def __init__(self, *answers: tuple[str, str]):
         self.answers, self.temperatures = list(answers), []
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0,
-                 temperature=0.0) -> DeviceResult:  # fmt: skip
+    def generate(
+        self,
+        prompt,
+        *,
+        max_tokens,
+        timeout_ms,
+        degraded,
+        commit_tokens,
+        decide=None,
+        decision_at_ms=0.0,
+        temperature=0.0,
+    ) -> DeviceResult:
         self.temperatures.append(temperature)
         text, outcome = self.answers.pop(0)
         return DeviceResult(text, None, "none", 3, 1.0, 2.0, outcome)

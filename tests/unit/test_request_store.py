@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from router.request_store import RequestTextStore, remove_store, store_path
 
 
@@ -20,15 +22,17 @@ def test_texts_are_found_by_id_and_missing_ids_are_absent(tmp_path):
 
 
 def test_seed004_divergence_samples_keep_both_texts_and_hashes_beside_the_requests(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from router.engine import Divergence, answer_hash
 
-    t = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    t = datetime(2026, 11, 29, tzinfo=UTC)
     with RequestTextStore(tmp_path / "store.sqlite") as store:
         store.add_divergence(Divergence("r1", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), t)
         store.add_divergence(Divergence("r2", "slot_extract", "canary", 40, '{"city": "Oslo"}', '{"city": "Paris"}'), t)
-        store.add_divergence(Divergence("r1", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), t)  # again
+        store.add_divergence(
+            Divergence("r1", "code_snippet", "shadow", 600, "xs[::-1]", "list(reversed(xs))"), t
+        )  # again
     with RequestTextStore(tmp_path / "store.sqlite") as store:  # kept across processes
         assert store.divergence_counts() == {("code_snippet", "shadow"): 1, ("slot_extract", "canary"): 1}
         [sample] = store.divergences("slot_extract")

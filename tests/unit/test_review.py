@@ -9,8 +9,15 @@ import pytest
 from router.policy import ConfigError, RolloutLimits, in_canary, parse
 from warehouse.review import evaluate_stage, factors, gates, grade, readiness
 
-LIMITS = RolloutLimits(agreement=0.9, min_n=30, error_rate_drift=0.02, fallback_rate=0.25, false_fallback_rate=0.10,
-                       offload_failure_rate=0.02, l4_margin=0.01)  # fmt: skip
+LIMITS = RolloutLimits(
+    agreement=0.9,
+    min_n=30,
+    error_rate_drift=0.02,
+    fallback_rate=0.25,
+    false_fallback_rate=0.10,
+    offload_failure_rate=0.02,
+    l4_margin=0.01,
+)
 
 
 def shadow_numbers(**over) -> dict:
@@ -24,10 +31,20 @@ def shadow_numbers(**over) -> dict:
 def canary_numbers(canary: dict | None = None, cloud: dict | None = None, rollback=()) -> dict:
     """Canary numbers that meet every condition, each exactly at its limit: fallbacks 25/100, false fallbacks
     10/100, offload failures 2/100; canned answers 2/100 against the cloud cohort's 1/100 (+0.01)."""
-    base = {"requests": 100, "l4": 2, "device_entered": 100, "fallbacks": 25, "false_fallback_labeled": 100,
-            "false_fallbacks": 10, "device_attempts": 100, "offload_failures": 2}  # fmt: skip
-    return {"cohorts": {"canary": {**base, **(canary or {})}, "cloud_only": {"requests": 100, "l4": 1, **(cloud or {})}},
-            "rollback": list(rollback)}  # fmt: skip
+    base = {
+        "requests": 100,
+        "l4": 2,
+        "device_entered": 100,
+        "fallbacks": 25,
+        "false_fallback_labeled": 100,
+        "false_fallbacks": 10,
+        "device_attempts": 100,
+        "offload_failures": 2,
+    }
+    return {
+        "cohorts": {"canary": {**base, **(canary or {})}, "cloud_only": {"requests": 100, "l4": 1, **(cloud or {})}},
+        "rollback": list(rollback),
+    }
 
 
 @pytest.mark.parametrize(
@@ -45,8 +62,16 @@ def canary_numbers(canary: dict | None = None, cloud: dict | None = None, rollba
         (shadow_numbers(buckets={}), "hold", "agreement"),  # no comparisons at all
         (shadow_numbers(rollback=["rollback_route_accuracy"]), "rollback", None),
     ],
-    ids=["all-met", "agreement-1-short", "bucket-sample-1-short", "bucket-sample-exactly", "error-rate-1-over",
-         "error-sample-1-short", "no-comparisons", "rollback-signal"],  # fmt: skip
+    ids=[
+        "all-met",
+        "agreement-1-short",
+        "bucket-sample-1-short",
+        "bucket-sample-exactly",
+        "error-rate-1-over",
+        "error-sample-1-short",
+        "no-comparisons",
+        "rollback-signal",
+    ],
 )
 def test_seed004_shadow_to_canary_exit_conditions(numbers, expected, failing):
     verdict = evaluate_stage("shadow", numbers, LIMITS)
@@ -67,11 +92,25 @@ def test_seed004_shadow_to_canary_exit_conditions(numbers, expected, failing):
         (canary_numbers({"offload_failures": 3}), "hold", "offload failure rate"),
         (canary_numbers({"device_attempts": 29, "offload_failures": 0}), "hold", "offload failure rate"),
         (canary_numbers({"l4": 3}), "hold", "canned answers vs cloud cohort"),  # one canned answer over the margin
-        (canary_numbers(cloud={"requests": 29, "l4": 0}), "hold", "canned answers vs cloud cohort"),  # cloud cohort too small
+        (
+            canary_numbers(cloud={"requests": 29, "l4": 0}),
+            "hold",
+            "canned answers vs cloud cohort",
+        ),  # cloud cohort too small
         (canary_numbers(rollback=["rollback_offload_failure"]), "rollback", None),
     ],
-    ids=["all-met", "fallback-1-over", "fallback-sample-1-short", "false-fallback-1-over", "false-fallback-sample-1-short",
-         "offload-1-over", "offload-sample-1-short", "l4-1-over", "cloud-cohort-1-short", "rollback-signal"],  # fmt: skip
+    ids=[
+        "all-met",
+        "fallback-1-over",
+        "fallback-sample-1-short",
+        "false-fallback-1-over",
+        "false-fallback-sample-1-short",
+        "offload-1-over",
+        "offload-sample-1-short",
+        "l4-1-over",
+        "cloud-cohort-1-short",
+        "rollback-signal",
+    ],
 )
 def test_seed004_canary_to_full_exit_conditions(numbers, expected, failing):
     verdict = evaluate_stage("canary", numbers, LIMITS)
@@ -83,10 +122,14 @@ def test_seed004_canary_to_full_exit_conditions(numbers, expected, failing):
         assert unmet == []
 
 
-@pytest.mark.parametrize("stage, rollback, expected", [
-    ("full", [], "hold"), ("full", ["rollback_degrade_trigger"], "rollback"),
-    ("cloud_only", ["rollback_degrade_trigger"], "hold"),  # already back on the cloud
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "stage, rollback, expected",
+    [
+        ("full", [], "hold"),
+        ("full", ["rollback_degrade_trigger"], "rollback"),
+        ("cloud_only", ["rollback_degrade_trigger"], "hold"),  # already back on the cloud
+    ],
+)
 def test_full_and_cloud_only_move_only_back(stage, rollback, expected):
     verdict = evaluate_stage(stage, {"rollback": rollback}, LIMITS)
     assert verdict["recommendation"] == expected and verdict["conditions"] == []
@@ -115,40 +158,82 @@ def test_seed004_grading_tiers_and_the_veto(p50, p95, daily, determinism, error_
 
 def test_grading_score_bands_at_their_edges():
     # input p95 2048 → 0; determinism 1 → 0.4; 10^(0.75·5)... use frequency to land exactly: daily 10^x
-    assert grade(1000, 2048, 10 ** 2.5, 1.0, 0.1)["score"] == 0.5  # 0.4 + 0.2·0.5 = 0.5 → shadow
-    assert grade(1000, 2048, 10 ** 2.5, 1.0, 0.1)["tier"] == "shadow"
-    assert grade(1000, 2048, 10 ** 2.45, 1.0, 0.1)["tier"] == "keep-cloud"  # 0.4 + 0.2·0.49 = 0.498
+    assert grade(1000, 2048, 10**2.5, 1.0, 0.1)["score"] == 0.5  # 0.4 + 0.2·0.5 = 0.5 → shadow
+    assert grade(1000, 2048, 10**2.5, 1.0, 0.1)["tier"] == "shadow"
+    assert grade(1000, 2048, 10**2.45, 1.0, 0.1)["tier"] == "keep-cloud"  # 0.4 + 0.2·0.49 = 0.498
 
 
-@pytest.mark.parametrize("factor, kwargs, points", [
-    ("calls_per_session_day", {"calls_per_session_day": 20.01}, 3), ("calls_per_session_day", {"calls_per_session_day": 20}, 1),
-    ("calls_per_session_day", {"calls_per_session_day": 2}, 1), ("calls_per_session_day", {"calls_per_session_day": 1.99}, 0),
-    ("token_budget_p50", {"token_budget_p50": 99}, 3), ("token_budget_p50", {"token_budget_p50": 100}, 1),
-    ("token_budget_p50", {"token_budget_p50": 400}, 1), ("token_budget_p50", {"token_budget_p50": 401}, 0),
-    ("network", {"weak_network_share": 0.30}, 3), ("network", {"weak_network_share": 0.29}, 1),
-    ("network", {"weak_network_share": 0.05}, 1), ("network", {"weak_network_share": 0.04}, 0),
-    ("error_cost", {"has_validator": True, "error_cost": 0.9}, 3), ("error_cost", {"error_cost": 0.3}, 1),
-    ("error_cost", {"error_cost": 0.31}, 0), ("error_cost", {"error_cost": None}, 0),
-    ("privacy", {"privacy": "strict"}, 3), ("iteration", {"iteration": "weekly"}, 0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "factor, kwargs, points",
+    [
+        ("calls_per_session_day", {"calls_per_session_day": 20.01}, 3),
+        ("calls_per_session_day", {"calls_per_session_day": 20}, 1),
+        ("calls_per_session_day", {"calls_per_session_day": 2}, 1),
+        ("calls_per_session_day", {"calls_per_session_day": 1.99}, 0),
+        ("token_budget_p50", {"token_budget_p50": 99}, 3),
+        ("token_budget_p50", {"token_budget_p50": 100}, 1),
+        ("token_budget_p50", {"token_budget_p50": 400}, 1),
+        ("token_budget_p50", {"token_budget_p50": 401}, 0),
+        ("network", {"weak_network_share": 0.30}, 3),
+        ("network", {"weak_network_share": 0.29}, 1),
+        ("network", {"weak_network_share": 0.05}, 1),
+        ("network", {"weak_network_share": 0.04}, 0),
+        ("error_cost", {"has_validator": True, "error_cost": 0.9}, 3),
+        ("error_cost", {"error_cost": 0.3}, 1),
+        ("error_cost", {"error_cost": 0.31}, 0),
+        ("error_cost", {"error_cost": None}, 0),
+        ("privacy", {"privacy": "strict"}, 3),
+        ("iteration", {"iteration": "weekly"}, 0),
+    ],
+)
 def test_seed003_factor_bands(factor, kwargs, points):
-    base = dict(calls_per_session_day=None, token_budget_p50=None, privacy="public", has_validator=False, error_cost=None,
-                weak_network_share=None, iteration="monthly")  # fmt: skip
+    base = dict(
+        calls_per_session_day=None,
+        token_budget_p50=None,
+        privacy="public",
+        has_validator=False,
+        error_cost=None,
+        weak_network_share=None,
+        iteration="monthly",
+    )
     assert factors(**{**base, **kwargs})[factor]["points"] == points
 
 
 def test_seed003_gates_and_the_ready_score_of_12():
     tiers = {"low": 4096.0, "high": 12288.0}
-    ok = gates(peak_by_tier={"low": 1638.4, "high": 3000.0}, tier_memory_mb=tiers, device_p95_ms=10_000,
-               missed_fallback_rate=0.03, auto_detected=0.9)  # every gate exactly at its limit  # fmt: skip
-    assert {k: g["status"] for k, g in ok.items()} == {"gate_memory": "pass", "gate_duration": "pass", "gate_quality": "pass"}
+    ok = gates(
+        peak_by_tier={"low": 1638.4, "high": 3000.0},
+        tier_memory_mb=tiers,
+        device_p95_ms=10_000,
+        missed_fallback_rate=0.03,
+        auto_detected=0.9,
+    )  # every gate exactly at its limit
+    assert {k: g["status"] for k, g in ok.items()} == {
+        "gate_memory": "pass",
+        "gate_duration": "pass",
+        "gate_quality": "pass",
+    }
     assert ok["gate_memory"]["tier"] == "low"  # the smallest tier with data
-    over = gates(peak_by_tier={"low": 1638.5, "high": 100.0}, tier_memory_mb=tiers, device_p95_ms=10_001,
-                 missed_fallback_rate=0.031, auto_detected=0.9)  # fmt: skip
+    over = gates(
+        peak_by_tier={"low": 1638.5, "high": 100.0},
+        tier_memory_mb=tiers,
+        device_p95_ms=10_001,
+        missed_fallback_rate=0.031,
+        auto_detected=0.9,
+    )
     assert {g["status"] for g in over.values()} == {"fail"}
-    caught = gates(peak_by_tier={"high": 100.0}, tier_memory_mb=tiers, device_p95_ms=None, missed_fallback_rate=0.0,
-                   auto_detected=0.89)  # fmt: skip
-    assert (caught["gate_memory"]["tier"], caught["gate_duration"]["status"], caught["gate_quality"]["status"]) == ("high", "unknown", "fail")
+    caught = gates(
+        peak_by_tier={"high": 100.0},
+        tier_memory_mb=tiers,
+        device_p95_ms=None,
+        missed_fallback_rate=0.0,
+        auto_detected=0.89,
+    )
+    assert (caught["gate_memory"]["tier"], caught["gate_duration"]["status"], caught["gate_quality"]["status"]) == (
+        "high",
+        "unknown",
+        "fail",
+    )
     six = {"a": {"points": 3, "weight": 2}, "b": {"points": 3, "weight": 2}}  # 12
     assert readiness(ok, six)["verdict"] == "ready"
     eleven = {"a": {"points": 3, "weight": 2}, "b": {"points": 1, "weight": 2}, "c": {"points": 3, "weight": 1}}
@@ -165,10 +250,16 @@ def test_seed004_canary_cohort_is_sticky_by_session_and_near_its_percentage():
     assert not any(in_canary(s, 0) for s in sessions) and all(in_canary(s, 100) for s in sessions)
 
 
-@pytest.mark.parametrize("rollout", [
-    "{slot_extract: {stage: canary}}", "{slot_extract: {stage: canary, percent: 120}}", "{slot_extract: {stage: beta}}",
-    "{slot_extract: [canary]}", "{slot_extract: {stage: canary, percent: true}}",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        "{slot_extract: {stage: canary}}",
+        "{slot_extract: {stage: canary, percent: 120}}",
+        "{slot_extract: {stage: beta}}",
+        "{slot_extract: [canary]}",
+        "{slot_extract: {stage: canary, percent: true}}",
+    ],
+)
 def test_hostile_rollout_settings_are_refused(rollout):
     from router.policy import DEFAULT_POLICY
 
@@ -176,8 +267,17 @@ def test_hostile_rollout_settings_are_refused(rollout):
         parse(DEFAULT_POLICY.read_text().replace("rollout:", f"rollout: {rollout}\nunused_rollout:"))
 
 
-@pytest.mark.parametrize("field", ["error_cost: 1.5", "error_cost: -0.1", "error_cost: true", "error_cost: high",
-                                   "privacy: secret", "iteration: daily"])  # fmt: skip
+@pytest.mark.parametrize(
+    "field",
+    [
+        "error_cost: 1.5",
+        "error_cost: -0.1",
+        "error_cost: true",
+        "error_cost: high",
+        "privacy: secret",
+        "iteration: daily",
+    ],
+)
 def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):
     from router.policy import DEFAULT_POLICY
 

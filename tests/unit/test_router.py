@@ -3,9 +3,6 @@ the latency gate's worked cases, and the policy's hot reload."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -69,7 +66,9 @@ device_results = st.builds(
 )
 requests = st.builds(
     Request,
-    task_type=st.sampled_from(["intent_classify", "slot_extract", "short_reply", "long_summary", "tool_call", "unknown_task"]),
+    task_type=st.sampled_from(
+        ["intent_classify", "slot_extract", "short_reply", "long_summary", "tool_call", "unknown_task"]
+    ),
     text=st.text(max_size=200).map(lambda t: "PRIVATE-MARKER " + t),
     session_id=st.just("s"),
     deadline_ms=st.integers(1, 20_000),
@@ -90,7 +89,9 @@ requests = st.builds(
     l1_enabled=st.booleans(),
     shadow=st.booleans(),
 )
-def test_routing_properties(tmp_path_factory, req, device_script, cloud_script, device_open, cloud_open, l1_enabled, shadow):
+def test_routing_properties(
+    tmp_path_factory, req, device_script, cloud_script, device_open, cloud_open, l1_enabled, shadow
+):
     policy_file = tmp_path_factory.mktemp("policy") / "policy.yaml"
     text = DEFAULT_POLICY.read_text().replace("l1_enabled: true", f"l1_enabled: {str(l1_enabled).lower()}")
     policy_file.write_text(text.replace("shadow: []", "shadow: [short_reply, slot_extract]") if shadow else text)
@@ -126,7 +127,12 @@ def test_low_confidence_goes_through_l1_then_the_cloud_with_its_reason(tmp_path)
     router = Router(device, ScriptedCloud([cloud()]))
     _, event = router.route(Request(task_type="short_reply", text="hello", session_id="s"))
     assert [(a.level, a.outcome) for a in event.attempts] == [(0, "low_confidence"), (1, "low_confidence"), (2, "ok")]
-    assert (event.fallback_type, event.reason, event.degrade_level, event.cloud_calls) == ("quality", "low_confidence", 2, 1)
+    assert (event.fallback_type, event.reason, event.degrade_level, event.cloud_calls) == (
+        "quality",
+        "low_confidence",
+        2,
+        1,
+    )
 
 
 def test_a_device_timeout_goes_straight_to_the_cloud():
@@ -138,9 +144,13 @@ def test_a_device_timeout_goes_straight_to_the_cloud():
 
 def test_cost_is_the_completed_cloud_calls_tokens_at_the_policys_prices(tmp_path):
     # default prices: cloud-small 0.0004, cloud-large 0.003 USD per 1k tokens (input + output)
-    timeout_then_l3 = Router(ScriptedDevice([dev(outcome="timeout")]), ScriptedCloud([cloud("error"), cloud("ok", tokens=20)]))
+    timeout_then_l3 = Router(
+        ScriptedDevice([dev(outcome="timeout")]), ScriptedCloud([cloud("error"), cloud("ok", tokens=20)])
+    )
     _, event = timeout_then_l3.route(Request(task_type="short_reply", text="hello", session_id="s", input_tokens=100))
-    assert event.cloud_model == "cloud-large" and event.cost_usd == pytest.approx(0.003 * 120 / 1000)  # the failed L2 is free
+    assert event.cloud_model == "cloud-large" and event.cost_usd == pytest.approx(
+        0.003 * 120 / 1000
+    )  # the failed L2 is free
     served = Router(ScriptedDevice([dev(confidence=0.99)]), ScriptedCloud([cloud()]))
     assert served.route(Request(task_type="short_reply", text="hello", session_id="s"))[1].cost_usd == 0.0
     unpriced = tmp_path / "policy.yaml"
@@ -201,15 +211,21 @@ POLICY = BreakerPolicy(window_s=10, failure_rate=0.5, min_calls=4, cooldown_s=5)
         # failures age out of the 10 s window
         ([(0, True), (0, True), (11, False), (0, False), (0, True), (0, False)], [CLOSED] * 6, []),
         # open → half-open after the cool-down → a good trial closes it
-        ([(0, True)] * 4 + [(5, "allow"), (0, False)], [CLOSED, CLOSED, CLOSED, OPEN, HALF_OPEN, CLOSED],
-         [("closed", "open"), ("open", "half_open"), ("half_open", "closed")]),
+        (
+            [(0, True)] * 4 + [(5, "allow"), (0, False)],
+            [CLOSED, CLOSED, CLOSED, OPEN, HALF_OPEN, CLOSED],
+            [("closed", "open"), ("open", "half_open"), ("half_open", "closed")],
+        ),
         # a failed trial opens it again
-        ([(0, True)] * 4 + [(5, "allow"), (0, True)], [CLOSED, CLOSED, CLOSED, OPEN, HALF_OPEN, OPEN],
-         [("closed", "open"), ("open", "half_open"), ("half_open", "open")]),
+        (
+            [(0, True)] * 4 + [(5, "allow"), (0, True)],
+            [CLOSED, CLOSED, CLOSED, OPEN, HALF_OPEN, OPEN],
+            [("closed", "open"), ("open", "half_open"), ("half_open", "open")],
+        ),
         # still open before the cool-down
         ([(0, True)] * 4 + [(4.9, "allow")], [CLOSED, CLOSED, CLOSED, OPEN, OPEN], [("closed", "open")]),
     ],
-)  # fmt: skip
+)
 def test_breaker_state_machine(steps, expected_states, expected_transitions):
     clock = FakeClock()
     transitions = []
@@ -254,8 +270,16 @@ def test_latency_gate(case, remaining_ms, device_eta_ms, cloud_p90_ms, expected)
 def test_a_tight_deadline_routes_to_the_cloud_with_latency_pressure():
     device = ScriptedDevice([dev()], ttft_ms=150, tps=20)  # 300 tokens: 150 + 15000 ms
     router = Router(device, ScriptedCloud([cloud()]))
-    _, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=4000, elapsed_ms=1200,
-                                    expected_output_tokens=300))  # fmt: skip
+    _, event = router.route(
+        Request(
+            task_type="short_reply",
+            text="x",
+            session_id="s",
+            deadline_ms=4000,
+            elapsed_ms=1200,
+            expected_output_tokens=300,
+        )
+    )
     assert (event.entered_device, event.reason, device.calls) == (False, "latency_pressure", 0)
 
 
@@ -269,7 +293,11 @@ def test_hot_reload_uses_the_new_threshold_and_keeps_the_last_good_policy(tmp_pa
     _, before = router.route(Request(task_type="short_reply", text="x", session_id="s"))
     assert before.fallback_type == "none" and before.threshold == 0.60
 
-    path.write_text(DEFAULT_POLICY.read_text().replace("threshold: 0.60", "threshold: 0.65").replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"'))
+    path.write_text(
+        DEFAULT_POLICY.read_text()
+        .replace("threshold: 0.60", "threshold: 0.65")
+        .replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"')
+    )
     clock.t += 1.5
     _, after = router.route(Request(task_type="short_reply", text="x", session_id="s"))
     assert after.threshold == 0.65 and after.reason == "low_confidence"

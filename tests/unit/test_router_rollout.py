@@ -12,8 +12,14 @@ from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevi
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore, in_canary
 
-STATS = {"peak_mem_mb": 950.0, "thermal_state": "nominal", "decode_tps": 42.0, "prefill_tps": 300.0, "cold_start": False,
-         "load_ms": None}  # fmt: skip
+STATS = {
+    "peak_mem_mb": 950.0,
+    "thermal_state": "nominal",
+    "decode_tps": 42.0,
+    "prefill_tps": 300.0,
+    "cold_start": False,
+    "load_ms": None,
+}
 
 
 def store(tmp_path, rollout: str = "", **replace) -> PolicyStore:
@@ -29,12 +35,22 @@ def store(tmp_path, rollout: str = "", **replace) -> PolicyStore:
 
 def router(tmp_path, device=None, cloud=None, rollout: str = "", **kw) -> Router:
     device = device or InstantDevice(DeviceResult("play_music", 0.95, "logprob", 2, 1.0, 2.0, "ok", stats=STATS))
-    return Router(device, cloud or InstantCloud(CloudResult("cloud answer", 5.0, "ok", 10)), policy=store(tmp_path, rollout), **kw)
+    return Router(
+        device, cloud or InstantCloud(CloudResult("cloud answer", 5.0, "ok", 10)), policy=store(tmp_path, rollout), **kw
+    )
 
 
 def route(r: Router, **kw):
-    req = Request(**{"task_type": "intent_classify", "text": "play jazz", "session_id": "s", "input_tokens": 100,
-                     "expected_output_tokens": 8, **kw})  # fmt: skip
+    req = Request(
+        **{
+            "task_type": "intent_classify",
+            "text": "play jazz",
+            "session_id": "s",
+            "input_tokens": 100,
+            "expected_output_tokens": 8,
+            **kw,
+        }
+    )
     response, event = r.route(req)
     assert DECISIONS.parse(event.to_json())[1] == [], event
     return response, event
@@ -79,7 +95,9 @@ def test_seed003_all_cloud_cost_is_input_plus_output_at_the_l2_price(tmp_path):
     _, event = route(router(tmp_path))
     assert event.all_cloud_cost_usd == pytest.approx(102 * 0.0004 / 1000) and event.cost_usd == 0.0
     no_prices = router(tmp_path, **{})
-    no_prices.policy = store(tmp_path, **{"cloud-small: 0.0004": "", "cloud-large: 0.003": "", "cloud_prices_usd_per_1k_tokens:": "unused:"})
+    no_prices.policy = store(
+        tmp_path, **{"cloud-small: 0.0004": "", "cloud-large: 0.003": "", "cloud_prices_usd_per_1k_tokens:": "unused:"}
+    )
     _, unpriced = route(no_prices)
     assert b"all_cloud_cost_usd" not in unpriced.to_json()  # no prices, no counterfactual
 
@@ -94,8 +112,16 @@ def test_device_stats_merge_the_attempts_and_are_absent_when_the_device_was_not_
         def generate(self, prompt, **kw):
             self.calls += 1
             if self.calls == 1:
-                return DeviceResult("meh", 0.1, "logprob", 2, 1.0, 2.0, "ok",
-                                    stats={**STATS, "peak_mem_mb": 1500.0, "cold_start": True, "load_ms": 700.0})  # fmt: skip
+                return DeviceResult(
+                    "meh",
+                    0.1,
+                    "logprob",
+                    2,
+                    1.0,
+                    2.0,
+                    "ok",
+                    stats={**STATS, "peak_mem_mb": 1500.0, "cold_start": True, "load_ms": 700.0},
+                )
             return DeviceResult("play_music", 0.95, "logprob", 2, 1.0, 2.0, "ok", stats={**STATS, "decode_tps": 30.0})
 
     _, event = route(router(tmp_path, device=TwoAttempts()))
@@ -108,8 +134,12 @@ def test_device_stats_merge_the_attempts_and_are_absent_when_the_device_was_not_
 
 def test_seed004_shadow_and_canary_disagreements_are_samples_never_event_content(tmp_path):
     kept = []
-    r = router(tmp_path, device=InstantDevice(DeviceResult("secret device answer", 0.2, "logprob", 3, 1.0, 2.0, "ok", stats=STATS)),
-               rollout="intent_classify: {stage: canary, percent: 100}", on_divergence=kept.append)  # fmt: skip
+    r = router(
+        tmp_path,
+        device=InstantDevice(DeviceResult("secret device answer", 0.2, "logprob", 3, 1.0, 2.0, "ok", stats=STATS)),
+        rollout="intent_classify: {stage: canary, percent: 100}",
+        on_divergence=kept.append,
+    )
     _, shadow = route(r, task_type="code_snippet", request_id="r-shadow")
     _, canary = route(r, request_id="r-canary")  # below threshold → the cloud's different answer replaces it
     assert shadow.shadow_agree is False and canary.fallback_type == "quality"
@@ -127,7 +157,9 @@ def _zone(root, name, temp, trips):
         (zone / f"trip_point_{i}_temp").write_text(f"{value}\n")
 
 
-@pytest.mark.parametrize("temp, expected", [(50_000, "nominal"), (81_000, "fair"), (90_000, "serious"), (105_000, "critical")])
+@pytest.mark.parametrize(
+    "temp, expected", [(50_000, "nominal"), (81_000, "fair"), (90_000, "serious"), (105_000, "critical")]
+)
 def test_thermal_state_reads_the_hottest_zone_against_its_trip_points(tmp_path, temp, expected):
     _zone(tmp_path, "thermal_zone0", 40_000, [("passive", 90_000), ("critical", 105_000)])
     _zone(tmp_path, "thermal_zone1", temp, [("passive", 90_000), ("critical", 105_000)])

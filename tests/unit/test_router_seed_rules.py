@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -39,8 +40,16 @@ class GreedyDevice:
 
     model = "greedy-device"
 
-    def __init__(self, clock: FakeClock, need_ms: float = 1e9, confidence: float = 0.9, text: str = "positive",
-                 ttft_ms: float = 1.0, tps: float = 1e6, error_kind: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        clock: FakeClock,
+        need_ms: float = 1e9,
+        confidence: float = 0.9,
+        text: str = "positive",
+        ttft_ms: float = 1.0,
+        tps: float = 1e6,
+        error_kind: str | None = None,
+    ):
         self.clock, self.need_ms, self.confidence, self.text = clock, need_ms, confidence, text
         self.ttft_ms, self.tps, self.error_kind = ttft_ms, tps, error_kind
         self.timeouts: list[float] = []
@@ -80,7 +89,9 @@ class StreamingDevice:
         if total_ms > timeout_ms:
             self.clock.t = started + timeout_ms / 1000
             so_far = 1 + int((timeout_ms - self.first) // self.per_token)
-            return DeviceResult("part", 0.9, "logprob", so_far, self.first, timeout_ms, "timeout", so_far >= commit_tokens)
+            return DeviceResult(
+                "part", 0.9, "logprob", so_far, self.first, timeout_ms, "timeout", so_far >= commit_tokens
+            )
         self.clock.t = started + total_ms / 1000
         return DeviceResult("a full answer", 0.9, "logprob", max_tokens, self.first, total_ms, "ok")
 
@@ -114,7 +125,9 @@ def policy_file(tmp_path, text: str | None = None, **replace: str):
 
 
 def req(**kw) -> Request:
-    return Request(**{"task_type": "short_reply", "text": "hello", "session_id": "s", "expected_output_tokens": 300, **kw})
+    return Request(
+        **{"task_type": "short_reply", "text": "hello", "session_id": "s", "expected_output_tokens": 300, **kw}
+    )
 
 
 def shape(event):
@@ -159,10 +172,18 @@ def test_seed000_budget_only_subtracts_each_level_a_share_of_what_remains(tmp_pa
     assert took_ms <= max(0, deadline_ms - elapsed_ms) + L4_MS
 
 
-@pytest.mark.parametrize("level, remaining_ms, expected_ms", [
-    (0, 8000, 5600), (1, 8000, 2400), (2, 8000, 4000), (3, 8000, 6400),  # the seed's shares when there is room
-    (3, 200, 150), (0, 100, 50), (2, 50, 0),  # never past what remains minus L4's 50 ms
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "level, remaining_ms, expected_ms",
+    [
+        (0, 8000, 5600),
+        (1, 8000, 2400),
+        (2, 8000, 4000),
+        (3, 8000, 6400),  # the seed's shares when there is room
+        (3, 200, 150),
+        (0, 100, 50),
+        (2, 50, 0),  # never past what remains minus L4's 50 ms
+    ],
+)
 def test_seed000_level_timeout_table(level, remaining_ms, expected_ms):
     assert level_timeout_ms(level, remaining_ms) == pytest.approx(expected_ms)
 
@@ -182,17 +203,34 @@ def test_seed000_l1_retry_gets_its_share_of_what_l0_left(tmp_path):
     "case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided, expected, reason",
     [
         # 300 tokens at 40 ms: at 2400 ms (30 % of 8 s) 58 tokens are out; 242 × 40 = 9680 ms > 0.9 × 5600
-        ("slow stream: stopped at 30 %, to the cloud", 8000, 0, 300, 40.0, (2400.0, 58),
-         [(0, "timeout", 2400.0), (2, "ok", 500.0)], "latency_pressure"),
+        (
+            "slow stream: stopped at 30 %, to the cloud",
+            8000,
+            0,
+            300,
+            40.0,
+            (2400.0, 58),
+            [(0, "timeout", 2400.0), (2, "ok", 500.0)],
+            "latency_pressure",
+        ),
         # 200 tokens at 20 ms: 116 out at 2400 ms, 84 × 20 = 1680 ms fits; the device finishes at 100 + 199 × 20
         ("fast enough: keeps the device", 8000, 0, 200, 20.0, (2400.0, 116), [(0, "ok", 4080.0)], "default"),
         # a quarter already spent upstream: the point is 400 ms into the request; 287 × 25 = 7175 ms > 0.9 × 5600
-        ("30 % counts the gateway's elapsed", 8000, 2000, 300, 25.0, (400.0, 13),
-         [(0, "timeout", 400.0), (2, "ok", 500.0)], "latency_pressure"),
+        (
+            "30 % counts the gateway's elapsed",
+            8000,
+            2000,
+            300,
+            25.0,
+            (400.0, 13),
+            [(0, "timeout", 400.0), (2, "ok", 500.0)],
+            "latency_pressure",
+        ),
     ],
-)  # fmt: skip
-def test_seed000_decision_point_at_30_percent(tmp_path, case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided,
-                                              expected, reason):  # fmt: skip
+)
+def test_seed000_decision_point_at_30_percent(
+    tmp_path, case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided, expected, reason
+):
     """Seed 000 "在消耗掉 30% 预算时做一次判定": re-estimate from the observed TTFT and token rate."""
     clock = FakeClock()
     device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms)
@@ -247,7 +285,9 @@ def test_seed000_l4_is_logged_with_its_real_latency_bounded_by_50ms(tmp_path):
         slow_clock.t += 0.03
         return slow_clock.t
 
-    router = Router(GreedyDevice(slow_clock, need_ms=0), GreedyCloud(slow_clock), policy=policy_file(tmp_path), clock=ticking)
+    router = Router(
+        GreedyDevice(slow_clock, need_ms=0), GreedyCloud(slow_clock), policy=policy_file(tmp_path), clock=ticking
+    )
     router.device_breaker.force_open("test")
     router.cloud_breaker.force_open("test")
     _, event = router.route(req())
@@ -270,11 +310,14 @@ def test_event_latency_is_the_simulated_time_not_the_wall_time(tmp_path):
         (dict(confidence=0.9, text="{bad"), dict(confidence=0.3, text='{"a": 1}'), 0.9, "quality", "validator_failed"),
     ],
 )
-def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(tmp_path, l0, l1, confidence,
-                                                                               fallback_type, reason):  # fmt: skip
+def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(
+    tmp_path, l0, l1, confidence, fallback_type, reason
+):
     """Seed 000 "必须按 task_type 分开校准": calibration judges the confidence the threshold judged first."""
     task = "slot_extract" if "text" in l0 else "short_reply"
-    results = [DeviceResult(x.get("text", "positive"), x["confidence"], "logprob", 5, 1.0, 10.0, "ok") for x in (l0, l1)]
+    results = [
+        DeviceResult(x.get("text", "positive"), x["confidence"], "logprob", 5, 1.0, 10.0, "ok") for x in (l0, l1)
+    ]
 
     class TwoShot:
         model, ttft_ms, tps = "two-shot", 1.0, 1e6
@@ -311,7 +354,9 @@ def test_seed004_device_concurrency_cap_sends_the_excess_to_the_cloud(tmp_path, 
     """Seed 004 §6 "硬并发上限,超出的部分直接走云端": the second request does not wait for the first."""
     device = BlockingDevice()
     cloud = GreedyCloud(FakeClock(), need_ms=0)
-    router = Router(device, cloud, policy=policy_file(tmp_path, **{"device_concurrency: 1": f"device_concurrency: {cap}"}))
+    router = Router(
+        device, cloud, policy=policy_file(tmp_path, **{"device_concurrency: 1": f"device_concurrency: {cap}"})
+    )
     first = threading.Thread(target=router.route, args=(req(),))
     first.start()
     try:
@@ -329,7 +374,12 @@ def test_seed004_device_concurrency_cap_sends_the_excess_to_the_cloud(tmp_path, 
     assert event.reason == second and event.schema_version == 2
     if second == "device_busy":
         assert waited < 1.0, "never queued behind the busy device"
-        assert (event.entered_device, event.fallback_type, event.degrade_level, event.cloud_calls) == (False, "none", 2, 1)
+        assert (event.entered_device, event.fallback_type, event.degrade_level, event.cloud_calls) == (
+            False,
+            "none",
+            2,
+            1,
+        )
     assert router.device_in_flight == 0
 
 
@@ -365,10 +415,18 @@ def http_cloud():
     server.server_close()
 
 
-@pytest.mark.parametrize("body", [
-    b'{"error": {"message": "rate limited"}}', b"[]", b'{"choices": []}', b'{"choices": [{"text": "legacy"}]}',
-    b'{"choices": [{"message": {"content": 42}}]}', b"<html>maintenance</html>", b"",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"error": {"message": "rate limited"}}',
+        b"[]",
+        b'{"choices": []}',
+        b'{"choices": [{"text": "legacy"}]}',
+        b'{"choices": [{"message": {"content": 42}}]}',
+        b"<html>maintenance</html>",
+        b"",
+    ],
+)
 def test_a_200_reply_that_is_not_a_chat_completion_is_an_error_attempt(http_cloud, tmp_path, body):
     http_cloud.body = body
     cloud = OpenAICloud(f"http://127.0.0.1:{http_cloud.server_address[1]}")
@@ -405,8 +463,9 @@ class SleepingDevice:
 
 
 @pytest.mark.parametrize("deadline_ms, elapsed_ms", [(700, 100), (400, 0)])
-def test_seed000_real_time_slow_backends_never_exceed_the_remaining_budget_plus_50ms(http_cloud, tmp_path, deadline_ms,
-                                                                                  elapsed_ms):  # fmt: skip
+def test_seed000_real_time_slow_backends_never_exceed_the_remaining_budget_plus_50ms(
+    http_cloud, tmp_path, deadline_ms, elapsed_ms
+):
     """A device that streams until its timeout, a real HTTP cloud that answers after 2 s: the request
     ends within deadline - elapsed + 50 ms of wall time, and latency_ms is that time."""
     http_cloud.delay_s = 2.0
@@ -438,8 +497,13 @@ def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
     """Seed 000 "云侧 … P90 突增时全量走端侧": 20 successful calls at 3 s against a baseline of 800 ms × 3."""
     clock = FakeClock()
     seen = []
-    router = Router(GreedyDevice(clock, need_ms=10), GreedyCloud(clock, need_ms=3000), policy=policy_file(tmp_path),
-                    clock=clock, on_breaker_event=seen.append)  # fmt: skip
+    router = Router(
+        GreedyDevice(clock, need_ms=10),
+        GreedyCloud(clock, need_ms=3000),
+        policy=policy_file(tmp_path),
+        clock=clock,
+        on_breaker_event=seen.append,
+    )
     for _ in range(19):
         router.route(req(task_type="long_summary", deadline_ms=60_000))
     assert router.cloud_breaker.state == "closed"
@@ -475,11 +539,15 @@ def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, e
         ([0.5, 0.5, 0.5], False),  # at the limit is not over it
     ],
 )
-def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutive_windows(tmp_path, window_rates, opens):
+def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutive_windows(
+    tmp_path, window_rates, opens
+):
     """Seed 000 "回退率连续超标时全量上云": policy limit 0.5, 3 windows of 60 s, at least 20 requests each."""
     clock = FakeClock()
     device = GreedyDevice(clock, need_ms=1)
-    no_failure_rate = {"min_calls: 10, cooldown_s: 30,\n           fallback": "min_calls: 1000000, cooldown_s: 30,\n           fallback"}
+    no_failure_rate = {
+        "min_calls: 10, cooldown_s: 30,\n           fallback": "min_calls: 1000000, cooldown_s: 30,\n           fallback"
+    }
     router = Router(device, GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path, **no_failure_rate), clock=clock)
     assert router.device_breaker.policy.min_calls == 10**6  # the failure-rate trigger stays out of this table
     start = clock.t
@@ -498,8 +566,11 @@ def test_breaker_settings_hot_reload_with_the_policy(tmp_path):
     clock = FakeClock()
     router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=store, clock=clock)
     assert router.device_breaker.policy.min_calls == 10
-    store.path.write_text(store.path.read_text().replace("min_calls: 10, cooldown_s: 30,\n           fallback",
-                                                         "min_calls: 3, cooldown_s: 30,\n           fallback"))  # fmt: skip
+    store.path.write_text(
+        store.path.read_text().replace(
+            "min_calls: 10, cooldown_s: 30,\n           fallback", "min_calls: 3, cooldown_s: 30,\n           fallback"
+        )
+    )
     router.route(req(expected_output_tokens=10))
     assert router.device_breaker.policy.min_calls == 3
 
@@ -528,15 +599,18 @@ def test_every_event_is_contract_v2_and_json_round_trips(tmp_path):
     assert json.loads(event.to_json())["schema_version"] == 2
 
 
-@pytest.mark.parametrize("edit, message", [
-    ({"device_concurrency: 1 ": "device_concurrency: 0 "}, "device_concurrency must be an integer >= 1"),
-    ({"device_concurrency: 1 ": "device_concurrency: true "}, "device_concurrency must be an integer >= 1"),
-    ({"device_concurrency: 1 ": "device_concurrency: two "}, "device_concurrency must be an integer >= 1"),
-    ({"p90_spike_factor: 3.0": "p90_spike_factor: -1"}, "breakers.cloud: a value is out of range"),
-    ({"fallback_rate_limit: 0.5": "fallback_rate_limit: 1.5"}, "breakers.device: a value is out of range"),
-    ({"fallback_windows: 3": "fallback_windows: 0"}, "breakers.device: a value is out of range"),
-    ({"fallback_windows: 3": "fallback_windowz: 3"}, "breakers.device: .*fallback_windowz"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"device_concurrency: 1 ": "device_concurrency: 0 "}, "device_concurrency must be an integer >= 1"),
+        ({"device_concurrency: 1 ": "device_concurrency: true "}, "device_concurrency must be an integer >= 1"),
+        ({"device_concurrency: 1 ": "device_concurrency: two "}, "device_concurrency must be an integer >= 1"),
+        ({"p90_spike_factor: 3.0": "p90_spike_factor: -1"}, "breakers.cloud: a value is out of range"),
+        ({"fallback_rate_limit: 0.5": "fallback_rate_limit: 1.5"}, "breakers.device: a value is out of range"),
+        ({"fallback_windows: 3": "fallback_windows: 0"}, "breakers.device: a value is out of range"),
+        ({"fallback_windows: 3": "fallback_windowz: 3"}, "breakers.device: .*fallback_windowz"),
+    ],
+)
 def test_hostile_concurrency_and_breaker_settings_are_one_clear_error(tmp_path, edit, message):
     from routerscope.errors import ConfigError
 
@@ -553,8 +627,13 @@ def test_hostile_concurrency_and_breaker_settings_are_one_clear_error(tmp_path, 
 def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model(tmp_path):
     seen = []
     clock = FakeClock()
-    router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path), clock=clock,
-                    on_breaker_event=seen.append)  # fmt: skip
+    router = Router(
+        GreedyDevice(clock, need_ms=1),
+        GreedyCloud(clock, need_ms=1),
+        policy=policy_file(tmp_path),
+        clock=clock,
+        on_breaker_event=seen.append,
+    )
     router.device_failed("load_failure")
     _, event = router.route(req(expected_output_tokens=10))
     assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
@@ -564,14 +643,19 @@ def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model
 def test_simulated_fleet_events_carry_their_simulated_latency(tmp_path):
     """The fleet's backends advance the router's clock: an event's latency_ms is its attempts' time (plus
     nothing: the router itself takes no simulated time), within its budget + 50 ms; not the wall time."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
     from statistics import median
 
     from router.fleet import Fleet
 
     events = []
-    fleet = Fleet(seed=3, start=datetime(2026, 11, 30, tzinfo=timezone.utc), span=timedelta(minutes=10),
-                  policy_path=tmp_path / "policy.yaml", on_event=events.append)  # fmt: skip
+    fleet = Fleet(
+        seed=3,
+        start=datetime(2026, 11, 30, tzinfo=UTC),
+        span=timedelta(minutes=10),
+        policy_path=tmp_path / "policy.yaml",
+        on_event=events.append,
+    )
     fleet.run(1500)
     live = [e for e in events if e.mode == "live"]
     assert median(e.latency_ms for e in live) > 300  # was 0.02 ms of wall time

@@ -5,7 +5,7 @@ asked at 12:05 for the empty window that had just opened, and at 00:15 for today
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -15,7 +15,7 @@ from pipelines.definitions import defs
 from pipelines.ingest import ingest_sensor
 from routerscope.errors import ConfigError
 
-UTC = timezone.utc
+UTC = UTC
 REPOSITORY = defs.get_repository_def()
 
 
@@ -57,7 +57,9 @@ def test_the_5_minute_schedule_computes_every_window_of_a_day_once_and_only_afte
         ticks.append(tick.astimezone(UTC))
     assert len(ticks) == 288
     windows = [w for tick in ticks for w in requested_windows("metrics_5m_schedule", tick)]
-    assert [start for start, _ in windows] == [day - timedelta(minutes=5) + k * timedelta(minutes=5) for k in range(288)]
+    assert [start for start, _ in windows] == [
+        day - timedelta(minutes=5) + k * timedelta(minutes=5) for k in range(288)
+    ]
     assert all(end + timing.SETTLE_5M == tick for (_, end), tick in zip(windows, ticks))
 
 

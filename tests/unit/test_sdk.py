@@ -60,7 +60,9 @@ def stack():
 def span_tree(exporter):
     spans = exporter.get_finished_spans()
     parent = next(s for s in spans if s.name.startswith("route "))
-    children = sorted((s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time)
+    children = sorted(
+        (s for s in spans if s.parent and s.parent.span_id == parent.context.span_id), key=lambda s: s.start_time
+    )
     return parent, children
 
 
@@ -71,26 +73,54 @@ def test_the_sdk_records_the_same_span_tree_and_event_as_our_router():
     """One quality fallback L0 → L1 → L2, once through InstrumentedRouter and once recorded by hand
     through the SDK: same span names, kinds and attributes, same event apart from ids and timings."""
     tel_a, spans_a, out_a = stack()
-    router = InstrumentedRouter(Router(ScriptedDevice([dev(confidence=0.2), dev(confidence=0.3)]),
-                                       ScriptedCloud([CloudResult("answer", 300.0, "ok", 9)])), tel_a)  # fmt: skip
+    router = InstrumentedRouter(
+        Router(
+            ScriptedDevice([dev(confidence=0.2), dev(confidence=0.3)]),
+            ScriptedCloud([CloudResult("answer", 300.0, "ok", 9)]),
+        ),
+        tel_a,
+    )
     _, routed = router.route(Request(task_type="short_reply", text="hello", session_id="sess-42", input_tokens=2))
 
     tel_b, spans_b, out_b = stack()
     recorder = Recorder(tel_b, policy_version=routed.policy_version)
-    with recorder.decision(task_type="short_reply", session_id="sess-42", deadline_ms=8000, elapsed_ms=0, input_tokens=2,
-                           network="wifi") as d:  # fmt: skip
+    with recorder.decision(
+        task_type="short_reply", session_id="sess-42", deadline_ms=8000, elapsed_ms=0, input_tokens=2, network="wifi"
+    ) as d:
         for level, a in enumerate(routed.attempts[:2]):
-            d.device_attempt(level=level, outcome=a.outcome, latency_ms=a.latency_ms, confidence=[0.2, 0.3][level],
-                             threshold=routed.threshold, ttft_ms=routed.ttft_ms, output_tokens=routed.output_tokens,
-                             model="scripted-device")  # fmt: skip
-        d.cloud_attempt(level=2, outcome="ok", latency_ms=routed.attempts[2].latency_ms, model="cloud-small", output_tokens=9, cost_usd=routed.cost_usd)
-        d.served(fallback_type="quality", reason="low_confidence", confidence=routed.confidence,
-                 all_cloud_cost_usd=routed.all_cloud_cost_usd, rollout_stage=routed.rollout_stage,
-                 device_stats=msgspec.structs.asdict(routed.device_stats) if routed.device_stats else None)  # fmt: skip
+            d.device_attempt(
+                level=level,
+                outcome=a.outcome,
+                latency_ms=a.latency_ms,
+                confidence=[0.2, 0.3][level],
+                threshold=routed.threshold,
+                ttft_ms=routed.ttft_ms,
+                output_tokens=routed.output_tokens,
+                model="scripted-device",
+            )
+        d.cloud_attempt(
+            level=2,
+            outcome="ok",
+            latency_ms=routed.attempts[2].latency_ms,
+            model="cloud-small",
+            output_tokens=9,
+            cost_usd=routed.cost_usd,
+        )
+        d.served(
+            fallback_type="quality",
+            reason="low_confidence",
+            confidence=routed.confidence,
+            all_cloud_cost_usd=routed.all_cloud_cost_usd,
+            rollout_stage=routed.rollout_stage,
+            device_stats=msgspec.structs.asdict(routed.device_stats) if routed.device_stats else None,
+        )
 
     a, b = out_a.decisions()[0], out_b.decisions()[0]
     assert {k: v for k, v in a.items() if k not in VOLATILE} == {k: v for k, v in b.items() if k not in VOLATILE}
-    assert DECISIONS.parse(out_b.messages[0].value) == (msgspec.json.decode(out_b.messages[0].value, type=DECISIONS.event_type), [])
+    assert DECISIONS.parse(out_b.messages[0].value) == (
+        msgspec.json.decode(out_b.messages[0].value, type=DECISIONS.event_type),
+        [],
+    )
     parent_a, children_a = span_tree(spans_a)
     parent_b, children_b = span_tree(spans_b)
     assert parent_a.name == parent_b.name == "route short_reply" and parent_a.kind == parent_b.kind
@@ -107,17 +137,41 @@ def decision(recorder, **kw):
     return recorder.decision(task_type="short_reply", session_id="s1", deadline_ms=2000, **kw)
 
 
-@pytest.mark.parametrize("script, message", [
-    (lambda d: (d.cloud_attempt(level=2, outcome="error", latency_ms=5), d.device_attempt(level=0, outcome="ok", latency_ms=5)),
-     "attempt levels never decrease"),
-    (lambda d: (d.device_attempt(level=0, outcome="low_confidence", latency_ms=5),
+@pytest.mark.parametrize(
+    "script, message",
+    [
+        (
+            lambda d: (
+                d.cloud_attempt(level=2, outcome="error", latency_ms=5),
+                d.device_attempt(level=0, outcome="ok", latency_ms=5),
+            ),
+            "attempt levels never decrease",
+        ),
+        (
+            lambda d: (
+                d.device_attempt(level=0, outcome="low_confidence", latency_ms=5),
                 d.device_attempt(level=1, outcome="low_confidence", latency_ms=5),
-                d.device_attempt(level=1, outcome="ok", latency_ms=5)), "at most once"),
-    (lambda d: d.device_attempt(level=2, outcome="ok", latency_ms=5), "level 0 or 1"),
-    (lambda d: d.device_attempt(level=0, outcome="maybe", latency_ms=5), "outcome 'maybe'"),
-    (lambda d: d.device_attempt(level=0, outcome="ok", latency_ms=-1), "latency_ms"),
-    (lambda d: (d.capability_miss(), d.device_attempt(level=0, outcome="ok", latency_ms=5)), "never enters the device"),
-], ids=["levels-decreasing", "l1-twice", "device-at-l2", "unknown-outcome", "negative-latency", "device-after-capability-miss"])
+                d.device_attempt(level=1, outcome="ok", latency_ms=5),
+            ),
+            "at most once",
+        ),
+        (lambda d: d.device_attempt(level=2, outcome="ok", latency_ms=5), "level 0 or 1"),
+        (lambda d: d.device_attempt(level=0, outcome="maybe", latency_ms=5), "outcome 'maybe'"),
+        (lambda d: d.device_attempt(level=0, outcome="ok", latency_ms=-1), "latency_ms"),
+        (
+            lambda d: (d.capability_miss(), d.device_attempt(level=0, outcome="ok", latency_ms=5)),
+            "never enters the device",
+        ),
+    ],
+    ids=[
+        "levels-decreasing",
+        "l1-twice",
+        "device-at-l2",
+        "unknown-outcome",
+        "negative-latency",
+        "device-after-capability-miss",
+    ],
+)
 def test_impossible_attempts_are_refused_at_the_call(script, message):
     telemetry, exporter, emitter = stack()
     with pytest.raises(InvalidDecision, match=message):
@@ -140,16 +194,37 @@ def test_personal_data_to_the_cloud_is_refused_unless_policy_allows_it():
     assert [e["has_pii"] for e in emitter.decisions()] == [True]
 
 
-@pytest.mark.parametrize("attempts, served, rule", [
-    ([(0, "ok")], dict(fallback_type="quality", reason="low_confidence"), "invariant.device_fallback_level_at_least_2"),
-    ([(0, "error"), (2, "ok")], dict(fallback_type="none", reason="default"), "invariant.served_on_device_level"),
-    ([(2, "ok")], dict(fallback_type="capability", reason="default"), "invariant.capability_iff_capability_miss"),
-    ([(2, "ok")], dict(fallback_type="timeout", reason="device_timeout"), "invariant.device_fallback_entered_device"),
-    ([(0, "ok")], dict(fallback_type="none", reason="pii_pin"), "invariant.pii_pin_has_pii"),
-    ([(0, "low_confidence"), (2, "ok")], dict(fallback_type="quality", reason="low_confidence", confidence=0.9, threshold=0.5),
-     "invariant.low_confidence_below_threshold"),
-], ids=["quality-served-on-device", "none-served-in-cloud", "capability-without-miss", "timeout-never-entered",
-        "pii-pin-without-pii", "low-confidence-above-threshold"])  # fmt: skip
+@pytest.mark.parametrize(
+    "attempts, served, rule",
+    [
+        (
+            [(0, "ok")],
+            dict(fallback_type="quality", reason="low_confidence"),
+            "invariant.device_fallback_level_at_least_2",
+        ),
+        ([(0, "error"), (2, "ok")], dict(fallback_type="none", reason="default"), "invariant.served_on_device_level"),
+        ([(2, "ok")], dict(fallback_type="capability", reason="default"), "invariant.capability_iff_capability_miss"),
+        (
+            [(2, "ok")],
+            dict(fallback_type="timeout", reason="device_timeout"),
+            "invariant.device_fallback_entered_device",
+        ),
+        ([(0, "ok")], dict(fallback_type="none", reason="pii_pin"), "invariant.pii_pin_has_pii"),
+        (
+            [(0, "low_confidence"), (2, "ok")],
+            dict(fallback_type="quality", reason="low_confidence", confidence=0.9, threshold=0.5),
+            "invariant.low_confidence_below_threshold",
+        ),
+    ],
+    ids=[
+        "quality-served-on-device",
+        "none-served-in-cloud",
+        "capability-without-miss",
+        "timeout-never-entered",
+        "pii-pin-without-pii",
+        "low-confidence-above-threshold",
+    ],
+)
 def test_served_checks_every_contract_invariant_and_names_the_rule(attempts, served, rule):
     telemetry, _, emitter = stack()
     with pytest.raises(InvalidDecision, match=rule.replace(".", r"\.")) as raised:
@@ -197,16 +272,40 @@ def test_capability_miss_and_canned_answer_make_valid_events():
 
 
 # -- ids: scrubbed the same way everywhere, and only when they look personal -------------------------
-@pytest.mark.parametrize("value", ["req-20261130-123456789", "1764547200000", "4000000000006", "sess-42", "2026-11-30",
-                                   "chatcmpl-97607f89-6391-453f-89cd-7aaad700463d", "sim-req-12345678-1234-5678-1234-567812345678",
-                                   "order 12345678901234", "v1.2.3.4"])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        "req-20261130-123456789",
+        "1764547200000",
+        "4000000000006",
+        "sess-42",
+        "2026-11-30",
+        "chatcmpl-97607f89-6391-453f-89cd-7aaad700463d",
+        "sim-req-12345678-1234-5678-1234-567812345678",
+        "order 12345678901234",
+        "v1.2.3.4",
+    ],
+)
 def test_ids_that_are_not_personal_data_are_kept(value):
     assert scrub(value) == value
 
 
-@pytest.mark.parametrize("value", ["canary.person@example.com", "+44 20 7946 0958", "0044 20 7946 0958", "(555) 123-4567",
-                                   "555.123.4567", "5551234567", "4111 1111 1111 1111", "4111-1111-1111-1111",
-                                   "378282246310005", "user:+1-555-123-4567", "4111 1111 1111 1111-2"])  # fmt: skip
+@pytest.mark.parametrize(
+    "value",
+    [
+        "canary.person@example.com",
+        "+44 20 7946 0958",
+        "0044 20 7946 0958",
+        "(555) 123-4567",
+        "555.123.4567",
+        "5551234567",
+        "4111 1111 1111 1111",
+        "4111-1111-1111-1111",
+        "378282246310005",
+        "user:+1-555-123-4567",
+        "4111 1111 1111 1111-2",
+    ],
+)
 def test_personal_looking_ids_are_replaced_the_same_way_every_time(value):
     once = scrub(value)
     assert once.startswith("redacted-") and once == scrub(value) and scrub(once) == once
@@ -235,8 +334,11 @@ def test_a_label_sent_for_the_raw_id_joins_its_decision_and_the_request_text(tmp
 CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111", "(555) 123-4567")
 
 
-@given(canary=st.sampled_from(CANARIES), prefix=st.text("abcxyz-_:/ ", max_size=12),
-       suffix=st.text("abcxyz-_:/ ", max_size=6) | st.from_regex(r"\A-[0-9]{1,3}\Z"))  # fmt: skip
+@given(
+    canary=st.sampled_from(CANARIES),
+    prefix=st.text("abcxyz-_:/ ", max_size=12),
+    suffix=st.text("abcxyz-_:/ ", max_size=6) | st.from_regex(r"\A-[0-9]{1,3}\Z"),
+)
 def test_a_canary_inside_any_id_is_always_redacted_the_same_way(canary, prefix, suffix):
     """DESIGN §2: no personal data in telemetry, whatever the id wraps around it."""
     value = prefix + canary + suffix
@@ -252,7 +354,7 @@ def test_the_event_is_encoded_off_the_request_path_into_the_same_bytes_and_trace
     message = out.messages[0]
     assert message._value is None and message._headers is None  # nothing encoded on the caller's thread
     assert message.value == msgspec.json.encode(event)
-    (name, traceparent), = message.headers
+    ((name, traceparent),) = message.headers
     assert name == "traceparent" and traceparent.decode().split("-")[:3] == ["00", event.trace_id, event.span_id]
     parent, _ = span_tree(spans)
     assert event.span_id == format(parent.context.span_id, "016x")

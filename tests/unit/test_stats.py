@@ -58,9 +58,15 @@ def test_quantile_is_linear_between_closest_ranks():
 
 @pytest.mark.parametrize(
     "delta_pp, z, psi, expected",
-    [(5.0, 3.0, 0.0, True), (5.0, 0.5, 0.1, True), (5.0, 2.9, 0.09, False), (-5.0, 9.0, 9.0, False),
-     (None, None, None, False), (1.0, None, 0.2, True)],
-)  # fmt: skip
+    [
+        (5.0, 3.0, 0.0, True),
+        (5.0, 0.5, 0.1, True),
+        (5.0, 2.9, 0.09, False),
+        (-5.0, 9.0, 9.0, False),
+        (None, None, None, False),
+        (1.0, None, 0.2, True),
+    ],
+)
 def test_drifting_needs_a_rise_and_a_significant_change(delta_pp, z, psi, expected):
     assert stats.drifting(delta_pp, z, psi) is expected
 

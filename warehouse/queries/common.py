@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def named(name: str, sql: str) -> str:
@@ -14,7 +14,7 @@ def named(name: str, sql: str) -> str:
 def utc_text(t: datetime) -> str:
     if t.tzinfo is None:
         raise ValueError(f"{t!r} has no timezone; windows are in UTC")
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 @dataclass(frozen=True)

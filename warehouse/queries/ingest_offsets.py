@@ -24,8 +24,9 @@ def positions(client, consumer: str = names.CONSUMER_GROUP_LOADER) -> dict[tuple
     return {(t, int(p)): (int(o), at) for t, p, o, at in rows}
 
 
-def consumer_lag(stored: dict[tuple[str, int], tuple[int, object]],
-                 ends: dict[tuple[str, int], int] | None) -> list[dict]:  # fmt: skip
+def consumer_lag(
+    stored: dict[tuple[str, int], tuple[int, object]], ends: dict[tuple[str, int], int] | None
+) -> list[dict]:
     """One row per partition the broker or the loader knows: its loaded position, the broker's end
     offset (None when the broker did not answer) and the messages behind (None then too)."""
     keys = sorted(set(stored) | set(ends or {}))
@@ -33,6 +34,14 @@ def consumer_lag(stored: dict[tuple[str, int], tuple[int, object]],
     for topic, partition in keys:
         position, at = stored.get((topic, partition), (0, None))
         end = None if ends is None else ends.get((topic, partition))
-        out.append({"topic": topic, "partition": partition, "loaded_to": position, "broker_end": end,
-                    "behind": None if end is None else max(end - position, 0), "stored_at": at})  # fmt: skip
+        out.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "loaded_to": position,
+                "broker_end": end,
+                "behind": None if end is None else max(end - position, 0),
+                "stored_at": at,
+            }
+        )
     return out

@@ -11,20 +11,62 @@ from warehouse.queries.common import QueryWindow, named, utc_text
 
 OVERALL_KEY = ""  # task_type of the overall row
 HEADLINE = (
-    "requests", "device_entered", "sessions", "fallback_rate", "naive_fallback_rate",
-    "capability_reject_rate", "device_bypass_rate", "false_fallback_rate", "false_fallback_labeled",
-    "missed_fallback_rate", "missed_fallback_labeled", "route_accuracy", "l2_l3_share",
-)  # fmt: skip
-METRIC_COLUMNS = ("grain", "task_type", "window_start", "window_end", *HEADLINE, "l2_l3_delta_pp", "l2_l3_z",
-                  "l2_l3_psi", "l2_l3_drifting", "shadow_agreement_rate", "metrics")  # fmt: skip
-CALIBRATION_COLUMNS = ("task_type", "window_start", "window_end", "labeled", "monotonic", "recommended_threshold",
-                       "current_threshold", "target", "min_n", "calibration")  # fmt: skip
+    "requests",
+    "device_entered",
+    "sessions",
+    "fallback_rate",
+    "naive_fallback_rate",
+    "capability_reject_rate",
+    "device_bypass_rate",
+    "false_fallback_rate",
+    "false_fallback_labeled",
+    "missed_fallback_rate",
+    "missed_fallback_labeled",
+    "route_accuracy",
+    "l2_l3_share",
+)
+METRIC_COLUMNS = (
+    "grain",
+    "task_type",
+    "window_start",
+    "window_end",
+    *HEADLINE,
+    "l2_l3_delta_pp",
+    "l2_l3_z",
+    "l2_l3_psi",
+    "l2_l3_drifting",
+    "shadow_agreement_rate",
+    "metrics",
+)
+CALIBRATION_COLUMNS = (
+    "task_type",
+    "window_start",
+    "window_end",
+    "labeled",
+    "monotonic",
+    "recommended_threshold",
+    "current_threshold",
+    "target",
+    "min_n",
+    "calibration",
+)
 
 
 def _metric_row(grain: str, task_type: str, start: datetime, end: datetime, g: dict[str, Any]) -> list:
     drift = g["l2_l3_drift"]
-    return [grain, task_type, start, end, *(g[k] for k in HEADLINE), drift["delta_pp"], drift["z"], drift["psi"],
-            bool(drift["drifting"]), g["shadow_agreement_rate"], json.dumps(g)]  # fmt: skip
+    return [
+        grain,
+        task_type,
+        start,
+        end,
+        *(g[k] for k in HEADLINE),
+        drift["delta_pp"],
+        drift["z"],
+        drift["psi"],
+        bool(drift["drifting"]),
+        g["shadow_agreement_rate"],
+        json.dumps(g),
+    ]
 
 
 def write_window(client, grain: str, start: datetime, end: datetime, result: dict[str, Any]) -> int:
@@ -33,10 +75,20 @@ def write_window(client, grain: str, start: datetime, end: datetime, result: dic
     rows += [_metric_row(grain, t, start, end, g) for t, g in result["by_task_type"].items()]
     client.insert("routerscope.metric_windows", rows, column_names=list(METRIC_COLUMNS))
     calibration = [
-        [t, start, end, sum(b["n"] for b in c["buckets"]), c["monotonic"], c["recommended_threshold"],
-         c["current_threshold"], c["target"], c["min_n"], json.dumps(c)]
+        [
+            t,
+            start,
+            end,
+            sum(b["n"] for b in c["buckets"]),
+            c["monotonic"],
+            c["recommended_threshold"],
+            c["current_threshold"],
+            c["target"],
+            c["min_n"],
+            json.dumps(c),
+        ]
         for t, c in result["calibration"].items()
-    ]  # fmt: skip
+    ]
     if grain == "1d" and calibration:
         client.insert("routerscope.calibration_windows", calibration, column_names=list(CALIBRATION_COLUMNS))
     return len(rows)
@@ -113,7 +165,9 @@ NEWEST_ARRIVAL_SQL = named(
 )
 
 
-def windows_with_late_data(client, since: datetime, horizon: datetime, late_after_s: int) -> tuple[list, datetime | None]:
+def windows_with_late_data(
+    client, since: datetime, horizon: datetime, late_after_s: int
+) -> tuple[list, datetime | None]:
     """The starts of the 5-minute windows with late data (see LATE_WINDOWS_SQL), and the newest
     arrival time of a decision or label (the caller's next `since`)."""
     parameters = {"since": utc_text(since), "horizon": utc_text(horizon), "late_after_s": int(late_after_s)}

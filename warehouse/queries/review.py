@@ -230,15 +230,23 @@ def device_ledger(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     for r in _rows(client, DEVICE_LEDGER_SQL, window.parameters()):
         ledger[r["tier"]] = {
             "requests": int(r["requests"]),
-            "ttft_ms": {"p50": _num(r["ttft_p50"]) if r["ttft_n"] else None, "p95": _num(r["ttft_p95"]) if r["ttft_n"] else None},
-            "decode_tps": {"p50": _num(r["decode_p50"]) if r["decode_n"] else None,
-                           "p5": _num(r["decode_p5"]) if r["decode_n"] else None},
-            "peak_mem_mb": {"p95": _num(r["peak_p95"]) if r["peak_n"] else None, "max": _num(r["peak_max"]) if r["peak_n"] else None},
+            "ttft_ms": {
+                "p50": _num(r["ttft_p50"]) if r["ttft_n"] else None,
+                "p95": _num(r["ttft_p95"]) if r["ttft_n"] else None,
+            },
+            "decode_tps": {
+                "p50": _num(r["decode_p50"]) if r["decode_n"] else None,
+                "p5": _num(r["decode_p5"]) if r["decode_n"] else None,
+            },
+            "peak_mem_mb": {
+                "p95": _num(r["peak_p95"]) if r["peak_n"] else None,
+                "max": _num(r["peak_max"]) if r["peak_n"] else None,
+            },
             "throttled_share": _num(r["throttled_share"]),
             "cold_start_share": _num(r["cold_start_share"]),
             "load_ms_p95": _num(r["load_p95"]) if r["cold_n"] else None,
             "fallback_rate": _num(r["fallback_rate"]),
-        }  # fmt: skip
+        }
     return ledger
 
 
@@ -249,13 +257,22 @@ def all_cloud_cost(client, window: QueryWindow) -> dict[str | None, dict[str, fl
     found = {}
     for r in _rows(client, ALL_CLOUD_SQL, window.parameters()):
         if not r["carried"]:
-            found[r["task_type"]] = {"all_cloud": None, "saved": None, "saved_share": None, "spent_after_device": None,
-                                     "spent_cloud_direct": None}  # fmt: skip
+            found[r["task_type"]] = {
+                "all_cloud": None,
+                "saved": None,
+                "saved_share": None,
+                "spent_after_device": None,
+                "spent_cloud_direct": None,
+            }
             continue
         all_cloud, spent, after = float(r["all_cloud"]), float(r["spent"]), float(r["spent_after_device"])
-        found[r["task_type"]] = {"all_cloud": all_cloud, "saved": all_cloud - spent,
-                                 "saved_share": (all_cloud - spent) / all_cloud if all_cloud else None,
-                                 "spent_after_device": after, "spent_cloud_direct": spent - after}  # fmt: skip
+        found[r["task_type"]] = {
+            "all_cloud": all_cloud,
+            "saved": all_cloud - spent,
+            "saved_share": (all_cloud - spent) / all_cloud if all_cloud else None,
+            "spent_after_device": after,
+            "spent_cloud_direct": spent - after,
+        }
     return found
 
 
