@@ -32,6 +32,28 @@ TABLE_METRIC_WINDOWS = "metric_windows"
 TABLE_CALIBRATION_WINDOWS = "calibration_windows"
 TABLE_DQ_RESULTS = "dq_results"
 TABLE_LOADED_MESSAGES = "loaded_messages"
+TABLE_ALERTS = "alerts"
+TABLE_REPLAY_RERUNS = "replay_reruns"
+
+# Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
+# (warehouse.queries.common.named substitutes them).
+TABLES: dict[str, str] = {
+    t: f"{DATABASE}.{t}"
+    for t in (
+        TABLE_DECISIONS,
+        TABLE_LABELS,
+        TABLE_BREAKER_EVENTS,
+        TABLE_QUARANTINE,
+        TABLE_INGEST_OFFSETS,
+        TABLE_MIGRATIONS,
+        TABLE_METRIC_WINDOWS,
+        TABLE_CALIBRATION_WINDOWS,
+        TABLE_DQ_RESULTS,
+        TABLE_LOADED_MESSAGES,
+        TABLE_ALERTS,
+        TABLE_REPLAY_RERUNS,
+    )
+}
 
 # Which table each topic lands in.
 TOPIC_TABLE: dict[str, str] = {

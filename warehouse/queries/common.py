@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from string import Template
+
+from routerscope import names
 
 
 def named(name: str, sql: str) -> str:
-    """Prefix a query with its name, so it can be found in ClickHouse's query log."""
-    return f"/* routerscope:{name} */\n{sql.strip()}\n"
+    """Prefix a query with its name, so it can be found in ClickHouse's query log, and spell its tables:
+    `$decisions` becomes `routerscope.decisions` (names.TABLES), so table names live in `names` only."""
+    return f"/* routerscope:{name} */\n{Template(sql.strip()).safe_substitute(names.TABLES)}\n"
 
 
 def utc_text(t: datetime) -> str:
@@ -42,6 +46,6 @@ w AS (
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device,
            fallback_type, reason, degrade_level, cloud_calls, confidence, threshold, shadow_agree,
            input_tokens, latency_ms, network, cost_usd, attempt_levels, attempt_outcomes, policy_version
-    FROM routerscope.decisions FINAL
+    FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""

@@ -10,7 +10,7 @@ POSITIONS_SQL = named(
     "ingest_positions",
     """
 SELECT kafka_topic, kafka_partition, max(next_offset) AS next_offset, max(committed_at) AS committed_at
-FROM routerscope.ingest_offsets
+FROM $ingest_offsets
 WHERE consumer = {consumer:String}
 GROUP BY kafka_topic, kafka_partition
 ORDER BY kafka_topic, kafka_partition

@@ -26,9 +26,9 @@ chosen AS (
         SELECT request_id, device_acceptable, route_correct, event_time, label_id,
                transform(source, ['human_review', 'offline_replay', 'validator', 'shadow_compare'],
                          [4, 3, 2, 1], 0) AS rank
-        FROM routerscope.labels
+        FROM $labels
         WHERE device_acceptable IS NOT NULL AND request_id IN (
-            SELECT request_id FROM routerscope.decisions
+            SELECT request_id FROM $decisions
             WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
         LIMIT 1 BY label_id
     )
@@ -120,7 +120,7 @@ WITH {WINDOW_CTE}
 SELECT request_id, task_type, fallback_type
 FROM w
 WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
-  AND request_id NOT IN (SELECT request_id FROM routerscope.labels WHERE source = 'offline_replay')
+  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = 'offline_replay')
 ORDER BY cityHash64(request_id, {{seed:UInt64}})
 LIMIT {{limit:UInt32}}
 """,

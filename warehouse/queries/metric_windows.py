@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from routerscope import names
 from warehouse.queries.common import QueryWindow, named, utc_text
 
 OVERALL_KEY = ""  # task_type of the overall row
@@ -73,7 +74,7 @@ def write_window(client, grain: str, start: datetime, end: datetime, result: dic
     """Store one computed window (`warehouse.metrics.compute` output); returns the rows written."""
     rows = [_metric_row(grain, OVERALL_KEY, start, end, result["overall"])]
     rows += [_metric_row(grain, t, start, end, g) for t, g in result["by_task_type"].items()]
-    client.insert("routerscope.metric_windows", rows, column_names=list(METRIC_COLUMNS))
+    client.insert(names.TABLES[names.TABLE_METRIC_WINDOWS], rows, column_names=list(METRIC_COLUMNS))
     calibration = [
         [
             t,
@@ -90,7 +91,9 @@ def write_window(client, grain: str, start: datetime, end: datetime, result: dic
         for t, c in result["calibration"].items()
     ]
     if grain == "1d" and calibration:
-        client.insert("routerscope.calibration_windows", calibration, column_names=list(CALIBRATION_COLUMNS))
+        client.insert(
+            names.TABLES[names.TABLE_CALIBRATION_WINDOWS], calibration, column_names=list(CALIBRATION_COLUMNS)
+        )
     return len(rows)
 
 
@@ -99,7 +102,7 @@ READ_SQL = named(
     """
 SELECT task_type, window_start, window_end, requests, device_entered, fallback_rate, naive_fallback_rate,
        l2_l3_share, l2_l3_drifting, metrics
-FROM routerscope.metric_windows FINAL
+FROM $metric_windows FINAL
 WHERE grain = {grain:String} AND window_start >= {start:DateTime64(3, 'UTC')} AND window_start < {end:DateTime64(3, 'UTC')}
 ORDER BY task_type, window_start
 """,
@@ -116,15 +119,15 @@ LABELED_DAYS_SQL = named(
     "days_of_labeled_decisions",
     """
 SELECT DISTINCT toDate(d.event_time, 'UTC') AS day
-FROM routerscope.decisions AS d
+FROM $decisions AS d
 WHERE d.request_id IN (
-    SELECT request_id FROM routerscope.labels WHERE ingested_at > {since:DateTime64(3, 'UTC')}
+    SELECT request_id FROM $labels WHERE ingested_at > {since:DateTime64(3, 'UTC')}
 )
 ORDER BY day
 """,
 )
 
-NEWEST_LABEL_SQL = named("newest_label_ingested", "SELECT max(ingested_at) FROM routerscope.labels")
+NEWEST_LABEL_SQL = named("newest_label_ingested", "SELECT max(ingested_at) FROM $labels")
 
 
 def days_with_new_labels(client, since: datetime) -> tuple[list, datetime | None]:
@@ -142,14 +145,14 @@ LATE_WINDOWS_SQL = named(
     """
 SELECT DISTINCT window_start FROM (
     SELECT toStartOfFiveMinutes(event_time) AS window_start
-    FROM routerscope.decisions
+    FROM $decisions
     WHERE ingested_at > {since:DateTime64(3, 'UTC')} AND event_time >= {horizon:DateTime64(3, 'UTC')}
       AND ingested_at >= toStartOfFiveMinutes(event_time) + toIntervalSecond({late_after_s:UInt32})
     UNION ALL
     SELECT toStartOfFiveMinutes(d.event_time) AS window_start
-    FROM routerscope.decisions AS d
+    FROM $decisions AS d
     INNER JOIN (
-        SELECT request_id, max(ingested_at) AS arrived FROM routerscope.labels
+        SELECT request_id, max(ingested_at) AS arrived FROM $labels
         WHERE ingested_at > {since:DateTime64(3, 'UTC')} GROUP BY request_id
     ) AS l ON d.request_id = l.request_id
     WHERE d.event_time >= {horizon:DateTime64(3, 'UTC')}
@@ -161,7 +164,7 @@ ORDER BY window_start
 
 NEWEST_ARRIVAL_SQL = named(
     "newest_decision_or_label_ingested",
-    "SELECT greatest((SELECT max(ingested_at) FROM routerscope.decisions), (SELECT max(ingested_at) FROM routerscope.labels))",
+    "SELECT greatest((SELECT max(ingested_at) FROM $decisions), (SELECT max(ingested_at) FROM $labels))",
 )
 
 
@@ -179,7 +182,7 @@ def windows_with_late_data(
 COMPUTED_AFTER_END_SQL = named(
     "window_computed_after_it_ended",
     """
-SELECT count() FROM routerscope.metric_windows
+SELECT count() FROM $metric_windows
 WHERE grain = {grain:String} AND task_type = '' AND window_start = {start:DateTime64(3, 'UTC')}
   AND computed_at >= window_end
 """,

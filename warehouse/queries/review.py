@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from routerscope import names
 from warehouse.queries.common import QueryWindow, named
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES
 from warehouse.queries.labels import CHOSEN_LABELS_CTE
@@ -27,7 +28,7 @@ w AS (
            degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
            cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb, device_thermal_state,
            device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, rollout_stage
-    FROM routerscope.decisions FINAL
+    FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""
 
@@ -129,7 +130,7 @@ DETERMINISM_SQL = named(
     "replay_determinism",
     """
 SELECT task_type, count() AS groups, countIf(agree) AS agreeing
-FROM (SELECT * FROM routerscope.replay_reruns FINAL
+FROM (SELECT * FROM $replay_reruns FINAL
       WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
 GROUP BY task_type
 ORDER BY task_type
@@ -203,12 +204,12 @@ FIRING_ROLLBACKS_SQL = named(
     "firing_rollbacks",
     """
 SELECT task_type, groupArray(rule) AS rules
-FROM (SELECT * FROM routerscope.alerts FINAL WHERE status = 'firing' AND action = 'rollback')
+FROM (SELECT * FROM $alerts FINAL WHERE status = 'firing' AND action = 'rollback')
 GROUP BY task_type
 """,
 )
 
-NEWEST_LIVE_SQL = named("newest_live_event", "SELECT max(event_time) FROM routerscope.decisions WHERE mode = 'live'")
+NEWEST_LIVE_SQL = named("newest_live_event", "SELECT max(event_time) FROM $decisions WHERE mode = 'live'")
 
 
 def _rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:
@@ -329,7 +330,7 @@ WITH {REVIEW_CTE}
 SELECT request_id, task_type, event_time
 FROM w
 WHERE mode = 'live' AND entered_device
-  AND request_id NOT IN (SELECT request_id FROM routerscope.replay_reruns)
+  AND request_id NOT IN (SELECT request_id FROM $replay_reruns)
 ORDER BY task_type, cityHash64(request_id, {{seed:UInt64}})
 LIMIT {{per_task:UInt32}} BY task_type
 """,
@@ -347,5 +348,5 @@ def determinism_sample(client, window: QueryWindow, per_task: int, seed: int = 0
 def store_reruns(client, rows: list[tuple]) -> int:
     """Insert determinism groups (RERUN_COLUMNS order); returns the rows written."""
     if rows:
-        client.insert("routerscope.replay_reruns", rows, column_names=list(RERUN_COLUMNS))
+        client.insert(names.TABLES[names.TABLE_REPLAY_RERUNS], rows, column_names=list(RERUN_COLUMNS))
     return len(rows)
