@@ -299,7 +299,9 @@ def cmd_demo(args, settings: Settings) -> int:
 
 
 def dashboard_command(port: int) -> list[str]:
-    app = Path(__file__).resolve().parent.parent / "dashboards" / "streamlit_app.py"
+    import dashboards  # the installed package (editable or not), not a path relative to this file
+
+    app = Path(dashboards.__file__).with_name("streamlit_app.py")
     return [
         sys.executable,
         "-m",
