@@ -369,28 +369,20 @@ class RouterscopeCallback(CustomLogger):
                 latency = max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
                 model = (c.model or c.group or "")[:128] or None
                 if self._is_device(c):
-                    d.device_attempt(
-                        level=0,
-                        outcome=outcome,
-                        latency_ms=latency,
-                        model=model,
-                        provider=c.provider,
-                        output_tokens=c.completion_tokens if c.ok else None,
-                        start_time=c.start,
-                    )
+                    record, level = d.device_attempt, 0
                 else:
                     if c.group not in cloud_groups:
                         cloud_groups.append(c.group)
-                    level = 2 if cloud_groups.index(c.group) == 0 else 3
-                    d.cloud_attempt(
-                        level=level,
-                        outcome=outcome,
-                        latency_ms=latency,
-                        model=model,
-                        provider=c.provider,
-                        output_tokens=c.completion_tokens if c.ok else None,
-                        start_time=c.start,
-                    )
+                    record, level = d.cloud_attempt, 2 if cloud_groups.index(c.group) == 0 else 3
+                record(
+                    level=level,
+                    outcome=outcome,
+                    latency_ms=latency,
+                    model=model,
+                    provider=c.provider,
+                    output_tokens=c.completion_tokens if c.ok else None,
+                    start_time=c.start,
+                )
             if served is None:
                 d.canned_answer(outcome="error")
             cloud_calls = sum(1 for c in calls if not self._is_device(c))

@@ -104,30 +104,41 @@ metrics_daily_job = dg.define_asset_job(
 
 # Not `build_schedule_from_partitioned_job`: with `end_offset=1` it targets the window still open
 # (at 12:05 the empty 12:05 window; at 00:15 today). These target the last *finished* window.
-@dg.schedule(
-    cron_schedule=timing.METRICS_5M_CRON,
-    job=metrics_5m_job,
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Each 5-minute window, 2 minutes after it ends (the settle delay for late events).",
-)
-def metrics_5m_schedule(context: dg.ScheduleEvaluationContext):
-    start, _ = timing.finished_5m_window(context.scheduled_execution_time)
-    key = timing.five_minute_key(start)
-    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
+def _finished_window_schedule(name, cron, job, finished, key_of, description) -> dg.ScheduleDefinition:
+    """A schedule that asks for the window that finished at its tick (`finished(tick)` → (start, end))."""
+
+    @dg.schedule(
+        name=name,
+        cron_schedule=cron,
+        job=job,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=description,
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext):
+        start, _ = finished(context.scheduled_execution_time)
+        key = key_of(start)
+        return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
+
+    return _schedule
 
 
-@dg.schedule(
-    cron_schedule=timing.METRICS_DAILY_CRON,
-    job=metrics_daily_job,
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.",
+metrics_5m_schedule = _finished_window_schedule(
+    "metrics_5m_schedule",
+    timing.METRICS_5M_CRON,
+    metrics_5m_job,
+    timing.finished_5m_window,
+    timing.five_minute_key,
+    "Each 5-minute window, 2 minutes after it ends (the settle delay for late events).",
 )
-def metrics_daily_schedule(context: dg.ScheduleEvaluationContext):
-    start, _ = timing.finished_day(context.scheduled_execution_time)
-    key = timing.day_key(start)
-    return dg.RunRequest(run_key=f"scheduled-{key}", partition_key=key)
+metrics_daily_schedule = _finished_window_schedule(
+    "metrics_daily_schedule",
+    timing.METRICS_DAILY_CRON,
+    metrics_daily_job,
+    timing.finished_day,
+    timing.day_key,
+    "Yesterday's data-quality suites, then its daily metrics, at 00:15 UTC.",
+)
 
 
 def _cursor_time(cursor: str | None) -> datetime:

@@ -170,6 +170,13 @@ def _cond(name: str, value, limit, met: bool | None, n: int | None = None, note:
     return {"condition": name, "value": value, "limit": limit, "met": met, "n": n, **({"note": note} if note else {})}
 
 
+def _at_most(name: str, value: float | None, limit: float, n: int, min_n: int) -> dict[str, Any]:
+    """A condition `value <= limit` that needs `min_n` cases before it can be met."""
+    if n < min_n:
+        return _cond(name, value, limit, False, n, "not enough sample")
+    return _cond(name, value, limit, value <= limit + 1e-12, n)
+
+
 def _ratio(x: int, n: int) -> float | None:
     return x / n if n else None
 
@@ -201,28 +208,10 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
             conditions.append(_cond("agreement", None, limits.agreement, False, 0, "no shadow comparisons"))
         (n1, e1), (n2, e2) = numbers.get("errors") or [(0, 0), (0, 0)]
         r1, r2 = _ratio(e1, n1), _ratio(e2, n2)
-        if min(n1, n2) < limits.min_n:
-            conditions.append(
-                _cond(
-                    "device error rate stable",
-                    None if r1 is None or r2 is None else r2 - r1,
-                    limits.error_rate_drift,
-                    False,
-                    min(n1, n2),
-                    "not enough sample",
-                )
-            )
-        else:
-            drift = r2 - r1
-            conditions.append(
-                _cond(
-                    "device error rate stable",
-                    drift,
-                    limits.error_rate_drift,
-                    drift <= limits.error_rate_drift + 1e-12,
-                    min(n1, n2),
-                )
-            )
+        drift = None if r1 is None or r2 is None else r2 - r1
+        conditions.append(
+            _at_most("device error rate stable", drift, limits.error_rate_drift, min(n1, n2), limits.min_n)
+        )
     elif stage == "canary":
         cohorts = numbers.get("cohorts") or {}
         canary, cloud = cohorts.get("canary") or {}, cohorts.get("cloud_only") or {}
@@ -232,34 +221,13 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
             ("offload failure rate", "offload_failures", "device_attempts", limits.offload_failure_rate),
         ):
             n = canary.get(den, 0)
-            rate = _ratio(canary.get(num, 0), n)
-            if n < limits.min_n:
-                conditions.append(_cond(name, rate, limit, False, n, "not enough sample"))
-            else:
-                conditions.append(_cond(name, rate, limit, rate <= limit + 1e-12, n))
+            conditions.append(_at_most(name, _ratio(canary.get(num, 0), n), limit, n, limits.min_n))
         c_n, k_n = canary.get("requests", 0), cloud.get("requests", 0)
         c_l4, k_l4 = _ratio(canary.get("l4", 0), c_n), _ratio(cloud.get("l4", 0), k_n)
-        if min(c_n, k_n) < limits.min_n:
-            conditions.append(
-                _cond(
-                    "canned answers vs cloud cohort",
-                    None if c_l4 is None or k_l4 is None else c_l4 - k_l4,
-                    limits.l4_margin,
-                    False,
-                    min(c_n, k_n),
-                    "not enough sample",
-                )
-            )
-        else:
-            conditions.append(
-                _cond(
-                    "canned answers vs cloud cohort",
-                    c_l4 - k_l4,
-                    limits.l4_margin,
-                    c_l4 - k_l4 <= limits.l4_margin + 1e-12,
-                    min(c_n, k_n),
-                )
-            )
+        margin = None if c_l4 is None or k_l4 is None else c_l4 - k_l4
+        conditions.append(
+            _at_most("canned answers vs cloud cohort", margin, limits.l4_margin, min(c_n, k_n), limits.min_n)
+        )
     rollback = list(numbers.get("rollback") or [])
     if rollback and stage != "cloud_only":
         recommendation, to = "rollback", "cloud_only"
