@@ -4,6 +4,7 @@ No `from __future__ import annotations` here: Dagster reads the config and resou
 at definition time."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import dagster as dg
 
@@ -92,6 +93,29 @@ ingest_job = dg.define_asset_job(
 )
 
 
+def _dead_worker(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None:
+    """The pid of a STARTED run's worker process when that process no longer exists on this host;
+    None when it is alive, unknown, or the runs are launched elsewhere (a launcher other than the
+    default one, which runs workers as local processes)."""
+    from dagster._core.launcher import DefaultRunLauncher
+
+    if run.status != dg.DagsterRunStatus.STARTED or not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return None
+    pid = None
+    for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        data = entry.dagster_event.event_specific_data if entry.dagster_event else None
+        value = getattr(data, "metadata", {}).get("pid") if data is not None else None
+        if value is not None:
+            pid = int(getattr(value, "value", value))  # the worker's "Started process for run (pid: N)"
+    if pid is None:
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return pid  # no such process
+    return None if b"dagster" in cmdline else pid  # a reused pid is some other program
+
+
 # Runs that count as "an ingest is already going": queued, starting, running or being cancelled.
 ACTIVE_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
@@ -111,12 +135,23 @@ ACTIVE_STATUSES = [
 def ingest_sensor(context: dg.SensorEvaluationContext):
     """One ingest at a time (two loaders on the same partitions would race for the same positions):
     skip the tick while an earlier ingest run is still queued or running. A run drains what
-    arrived since the last one and ends, so the ingest lag is about one interval plus one run."""
+    arrived since the last one and ends, so the ingest lag is about one interval plus one run.
+
+    A run whose worker process was killed (OOM killer, `kill -9`) stays STARTED for ever: the
+    default run launcher has no worker health check, so Dagster's run monitoring cannot see it.
+    Such a run would block ingest for good; the sensor marks it failed and starts the next one
+    (the loader's positions make the next run resume exactly where the killed one stored)."""
     active = context.instance.get_run_records(
         dg.RunsFilter(job_name=ingest_job.name, statuses=ACTIVE_STATUSES), limit=1
     )
     if active:
         run = active[0].dagster_run
-        return dg.SkipReason(f"ingest run {run.run_id} is still {run.status.value}: one ingest at a time")
+        pid = _dead_worker(context.instance, run)
+        if pid is None:
+            return dg.SkipReason(f"ingest run {run.run_id} is still {run.status.value}: one ingest at a time")
+        context.instance.report_run_failed(
+            run, f"the run's worker process (pid {pid}) is gone; the ingest sensor marked the run failed"
+        )
+        context.log.warning(f"ingest run {run.run_id}: worker pid {pid} is gone; marked failed, starting the next")
     tick = datetime.now(UTC).isoformat(timespec="seconds")
     return dg.RunRequest(run_key=f"ingest-{tick}")

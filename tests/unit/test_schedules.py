@@ -5,6 +5,8 @@ asked at 12:05 for the empty window that had just opened, and at 00:15 for today
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -12,7 +14,7 @@ import pytest
 
 from pipelines import timing
 from pipelines.definitions import defs
-from pipelines.ingest import ingest_sensor
+from pipelines.ingest import ingest_job, ingest_sensor
 from routerscope.errors import ConfigError
 
 UTC = UTC
@@ -125,3 +127,25 @@ def test_each_new_5_minute_window_triggers_one_alert_evaluation():
     assert [r.job_name or "alerts_job" for r in first.run_requests] == ["alerts_job"]
     with dg.build_sensor_context(instance=instance, repository_def=REPOSITORY, cursor=cursor) as context:
         assert not alerts_after_metrics.evaluate_tick(context).run_requests  # the same window: not again
+
+
+def test_an_ingest_run_whose_worker_was_killed_is_marked_failed_and_the_next_one_starts():
+    """A SIGKILLed run worker leaves its run STARTED (the default launcher has no health check): without this,
+    the sensor would skip every tick for ever and nothing would load again."""
+    from dagster._core.events import EngineEventData
+
+    with dg.instance_for_test() as instance:
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "dagster-run-worker"])
+        try:
+            run = instance.create_run_for_job(defs.resolve_job_def(ingest_job.name), status=dg.DagsterRunStatus.STARTED)
+            instance.report_engine_event("Started process for run", run, EngineEventData.in_process(worker.pid))
+            with dg.build_sensor_context(instance=instance) as context:
+                skipped = ingest_sensor(context)
+            assert isinstance(skipped, dg.SkipReason)  # alive: one ingest at a time
+            worker.kill()
+            worker.wait()
+            with dg.build_sensor_context(instance=instance) as context:
+                assert isinstance(ingest_sensor(context), dg.RunRequest)
+            assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+        finally:
+            worker.kill()
