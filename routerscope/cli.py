@@ -473,12 +473,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    p.add_argument("--batch-size", type=_positive_int, default=20_000, help="rows per insert (default 20000)")
+    from warehouse import loader as loader_defaults  # the ingest job's defaults, defined once
+
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=loader_defaults.DEFAULT_BATCH_SIZE,
+        help=f"rows per insert (default {loader_defaults.DEFAULT_BATCH_SIZE})",
+    )
     p.add_argument(
         "--idle-timeout",
         type=_float_at_least(0, strictly=True),
-        default=1.0,
-        help="seconds without a message that count as drained (default 1)",
+        default=loader_defaults.DEFAULT_IDLE_TIMEOUT_S,
+        help=f"seconds without a message that count as drained (default {loader_defaults.DEFAULT_IDLE_TIMEOUT_S:g})",
     )
     p.add_argument(
         "--partitions",

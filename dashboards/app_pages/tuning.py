@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data
+from warehouse import metrics as metric_defaults
 
 st.title("Weekly tuning")
 types = data.task_types()
@@ -30,7 +31,11 @@ pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 # -- calibration and threshold over the week -------------------------------------------------------
 st.header("Calibration and threshold")
 stored = data.calibration(task_type)  # the daily job's target and minimum sample are the page's defaults
-defaults = json.loads(stored.iloc[0]["calibration"]) if not stored.empty else {"target": 0.95, "min_n": 30}
+defaults = (
+    json.loads(stored.iloc[0]["calibration"])
+    if not stored.empty
+    else {"target": metric_defaults.DEFAULT_TARGET, "min_n": metric_defaults.DEFAULT_MIN_N}
+)
 t1, t2 = st.columns(2)
 target = t1.slider("Target pass rate", 0.50, 0.99, float(defaults["target"]), 0.01)
 min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(defaults["min_n"])))
