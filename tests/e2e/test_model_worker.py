@@ -127,3 +127,29 @@ def test_a_worker_that_answers_nonsense_is_a_device_error_not_an_exception(says)
     assert device.crashed and time.monotonic() - started < 10
     assert device.process.poll() is not None  # stopped, never asked again
     device.close()
+
+
+def test_a_hung_worker_is_killed_after_the_calls_timeout_plus_the_grace_and_is_a_device_error(monkeypatch):
+    """A model stuck in native code answers nothing: the call must end (timeout + grace), the worker be
+    killed, and the attempt be a device error that opens the breaker, not a request that hangs."""
+    import sys
+    import threading
+
+    from router import model_worker
+    from routerscope import procs
+
+    monkeypatch.setattr(model_worker, "GRACE_S", 1.0)
+    device = WorkerDevice.__new__(WorkerDevice)
+    script = "import sys, time; sys.stdin.readline(); time.sleep(60)"  # reads the request, never answers
+    device.process = procs.spawn([sys.executable, "-c", script], stdin=-1, stdout=-1)
+    device._watch()
+    device._lock, device._log, device.crashed, device.model = threading.Lock(), None, None, "stand-in"
+    started = time.monotonic()
+    result = device.generate("hello", max_tokens=8, timeout_ms=500, degraded=False, commit_tokens=120)
+    waited = time.monotonic() - started
+    assert (result.outcome, result.error_kind) == ("error", "load_failure")
+    assert device.crashed == "no answer within 2 s" and 1.4 < waited < 10
+    assert device.process.poll() is not None  # killed
+    again = device.generate("hello", max_tokens=8, timeout_ms=500, degraded=False, commit_tokens=120)
+    assert again.outcome == "error" and time.monotonic() - started - waited < 1  # never asked again
+    device.close()
