@@ -140,6 +140,16 @@ class Policy:
         return r.stage
 
 
+def _record(cls, raw, where: str, source: str, shape: str = "a mapping"):
+    """`cls(**raw)` for the policy section at `where`; a ConfigError naming it when it does not fit."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {where} must be {shape}")
+    try:
+        return cls(**raw)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {where}: {exc}") from None
+
+
 def parse(text: str, source: str = "policy") -> Policy:
     """Parse and validate a policy file; ConfigError says what is wrong and where."""
     try:
@@ -150,12 +160,7 @@ def parse(text: str, source: str = "policy") -> Policy:
         raise ConfigError(f"{source}: expected a mapping with `version` and a `capabilities` mapping")
     caps = {}
     for task_type, raw in doc["capabilities"].items():
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{source}: capabilities.{task_type} must be a mapping")
-        try:
-            cap = Capability(**raw)
-        except TypeError as exc:
-            raise ConfigError(f"{source}: capabilities.{task_type}: {exc}") from None
+        cap = _record(Capability, raw, f"capabilities.{task_type}", source)
         if not 0 <= cap.threshold <= 1:
             raise ConfigError(f"{source}: capabilities.{task_type}.threshold {cap.threshold} is not in [0, 1]")
         if cap.validator is not None and cap.validator not in VALIDATORS:
@@ -175,11 +180,7 @@ def parse(text: str, source: str = "policy") -> Policy:
     breakers = {}
     for boundary in ("device", "cloud"):
         raw = (doc.get("breakers") or {}).get(boundary) or {}
-        try:
-            breakers[boundary] = BreakerPolicy(**raw)
-        except TypeError as exc:
-            raise ConfigError(f"{source}: breakers.{boundary}: {exc}") from None
-        b = breakers[boundary]
+        b = breakers[boundary] = _record(BreakerPolicy, raw, f"breakers.{boundary}", source)
         if not (
             0 < b.failure_rate <= 1
             and b.window_s > 0
@@ -200,12 +201,7 @@ def parse(text: str, source: str = "policy") -> Policy:
     rollout = {}
     for task_type, raw in (doc.get("rollout") or {}).items():
         raw = {"stage": raw} if isinstance(raw, str) else raw
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{source}: rollout.{task_type} must be a stage or a mapping with `stage`")
-        try:
-            r = Rollout(**raw)
-        except TypeError as exc:
-            raise ConfigError(f"{source}: rollout.{task_type}: {exc}") from None
+        r = _record(Rollout, raw, f"rollout.{task_type}", source, "a stage or a mapping with `stage`")
         if r.stage not in STAGES:
             raise ConfigError(f"{source}: rollout.{task_type}.stage must be one of {', '.join(STAGES)}")
         if (
@@ -218,10 +214,7 @@ def parse(text: str, source: str = "policy") -> Policy:
                 f"{source}: rollout.{task_type}.percent must be a share of sessions in (0, 100] for a canary"
             )
         rollout[str(task_type)] = Rollout(r.stage, float(r.percent))
-    try:
-        limits = RolloutLimits(**(doc.get("rollout_limits") or {}))
-    except TypeError as exc:
-        raise ConfigError(f"{source}: rollout_limits: {exc}") from None
+    limits = _record(RolloutLimits, doc.get("rollout_limits") or {}, "rollout_limits", source)
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in limits.__dict__.values()):
         raise ConfigError(f"{source}: rollout_limits: every limit must be a number >= 0")
     tiers = doc.get("device_tiers") or {}
