@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from instrumentation.contract import LABELS
-from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevice
+from router.backends import CloudResult, DeviceResult
 from router.policy import DEFAULT_POLICY, parse
 from router.replay import Verdict, judge, label_for, route_correct
+from router.sim.backends import InstantCloud, InstantDevice
 
 POLICY = parse(DEFAULT_POLICY.read_text())
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
