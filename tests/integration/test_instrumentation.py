@@ -26,7 +26,8 @@ from router.engine import Request, Router
 from router.sim.backends import InstantCloud, InstantDevice
 from routerscope import broker, names
 from tests.conftest import REPO, free_port, settings_for
-from tests.unit.test_router import ScriptedCloud, ScriptedDevice, cloud, dev
+from tests.fakes import ScriptedCloud, ScriptedDevice
+from tests.unit.test_router import cloud, dev
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 

@@ -12,41 +12,7 @@ from router.backends import CloudResult, DeviceResult
 from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from router.engine import Request, Router, latency_gate
 from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class ScriptedDevice:
-    """Answers with the next scripted result (repeating the last); counts calls."""
-
-    model = "scripted-device"
-
-    def __init__(self, results, ttft_ms=100.0, tps=50.0):
-        self.results, self.calls, self.ttft_ms, self.tps = list(results), 0, ttft_ms, tps
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
-        result = self.results[min(self.calls, len(self.results) - 1)]
-        self.calls += 1
-        return result
-
-
-class ScriptedCloud:
-    def __init__(self, results):
-        self.results, self.calls = list(results), 0
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        result = self.results[min(self.calls, len(self.results) - 1)]
-        self.calls += 1
-        return result
+from tests.fakes import FakeClock, ScriptedCloud, ScriptedDevice
 
 
 def dev(outcome="ok", confidence=0.9, text="positive", committed=False):
