@@ -284,3 +284,19 @@ def test_a_bad_policy_at_start_is_a_clear_error(tmp_path):
     path.write_text("version: 1\ncapabilities:\n  x: {supported: true, threshold: 3}\n")
     with pytest.raises(ConfigError, match="threshold 3 is not in"):
         PolicyStore(path)
+
+
+def test_a_policy_derived_in_code_is_stamped_from_its_content_and_a_too_long_version_is_refused():
+    """`Policy.with_`: the same changes give the same version, other changes another; the file version
+    and a tag stay readable in front of the digest; policy_version holds 64 characters."""
+    from router.policy import default_policy
+    from routerscope.errors import ConfigError
+
+    base = default_policy()
+    once, again = base.with_("canary", l1_enabled=False), base.with_("canary", l1_enabled=False)
+    other = base.with_("canary", l1_enabled=False, commit_tokens=60)
+    assert once == again and once.version == again.version != other.version
+    assert once.version.startswith("2026-11-30.1-canary+") and not once.l1_enabled and base.l1_enabled
+    assert base.with_(commit_tokens=60).version.startswith("2026-11-30.1+")
+    with pytest.raises(ConfigError, match="too long"):
+        base.with_("x" * 60)
