@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 
 from instrumentation.emitter import KafkaEmitter, Message  # noqa: E402
 from instrumentation.telemetry import InstrumentedRouter, Telemetry  # noqa: E402
-from router.backends import InstantCloud, InstantDevice  # noqa: E402
 from router.engine import Request, Router  # noqa: E402
+from router.sim.backends import InstantCloud, InstantDevice  # noqa: E402
 
 
 def pct(samples, q):

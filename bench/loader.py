@@ -29,7 +29,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from routerscope import broker, names  # noqa: E402
+from routerscope.procs import free_port  # noqa: E402
 from routerscope.settings import Settings  # noqa: E402
+from routerscope.timeutil import utc_iso  # noqa: E402
 
 TOPIC = names.TOPIC_DECISIONS
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
@@ -47,7 +49,7 @@ def payloads(n: int, malformed_share: float = 0.001):
     encode = msgspec.json.encode
     for i in range(n):
         kind = i % 10
-        t = (BASE + timedelta(milliseconds=37 * i)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        t = utc_iso(BASE + timedelta(milliseconds=37 * i))
         event = {
             "schema_version": 1,
             "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
@@ -193,7 +195,7 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
         env["ROUTERSCOPE_HOME"] = str(Path(tmp) / "home")
         settings = Settings.from_env(env)
-        st = broker.start(settings, port=_free_port())
+        st = broker.start(settings, port=free_port())
         try:
             bootstrap = st.bootstrap
             log(f"producing {args.events} decision events to {bootstrap} ...")
@@ -254,14 +256,6 @@ def main() -> int:
     }
     print(json.dumps(figures, indent=2))
     return 0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from routerscope.settings import Settings  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.metrics import compute  # noqa: E402
 from warehouse.migrate import migrate  # noqa: E402
+from warehouse.queries.common import utc_text  # noqa: E402
 
 END = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -85,7 +86,7 @@ def main() -> int:
         with open_warehouse(settings, purpose="bench") as client:
             migrate(client)
             params = {
-                "start": start.strftime("%Y-%m-%d %H:%M:%S"),
+                "start": utc_text(start),
                 "span_ms": args.days * 86_400_000,
                 "rows": args.rows,
             }
@@ -110,8 +111,8 @@ def main() -> int:
 
             # The same rows the metric set reads: the day and its 7-day baseline.
             span = {
-                "lo": (END - timedelta(days=8)).strftime("%Y-%m-%d %H:%M:%S"),
-                "hi": END.strftime("%Y-%m-%d %H:%M:%S"),
+                "lo": utc_text(END - timedelta(days=8)),
+                "hi": utc_text(END),
             }
             count_sql = (
                 "SELECT count() FROM routerscope.decisions FINAL "

@@ -19,8 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from router.backends import DeviceResult, InstantCloud  # noqa: E402
+from router.backends import DeviceResult  # noqa: E402
 from router.engine import Request, Router  # noqa: E402
+from router.sim.backends import InstantCloud  # noqa: E402
 
 
 class MixedDevice:

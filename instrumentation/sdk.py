@@ -47,6 +47,7 @@ from instrumentation.events import (
 )
 from instrumentation.pii import scrub
 from routerscope import names
+from routerscope.timeutil import utc
 
 PROVIDER_DEVICE = "llama.cpp"
 PROVIDER_CLOUD = "openai"
@@ -73,7 +74,7 @@ def _ns(t: datetime | float | None) -> int | None:
     if t is None:
         return None
     if isinstance(t, datetime):  # exact to the microsecond: no float rounding between parent and child spans
-        t = t if t.tzinfo else t.replace(tzinfo=UTC)
+        t = utc(t)
         return (t - _EPOCH) // timedelta(microseconds=1) * 1000
     return int(t * 1e9)  # seconds since the epoch
 

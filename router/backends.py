@@ -12,8 +12,7 @@
   as it is; `headers` are sent with every call (Azure's `api-key`, a gateway's own headers).
 * A prompt is a text or a `Prompt` (the request's chat messages: system prompt and history), which
   both backends send as messages.
-* `InstantDevice` / `InstantCloud`: answer at once with fixed results, for the decision-overhead
-  benchmark and for tests of the decision logic.
+* Simulated and instant backends live with the simulator (`router.sim.backends`).
 """
 
 from __future__ import annotations
@@ -433,28 +432,3 @@ class OpenAICloud:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return CloudResult("", latency_ms, "error")
         return CloudResult(text, latency_ms, "ok", max(0, tokens))
-
-
-# -- instant backends (benchmark, decision-logic tests) --------------------------------------------
-class InstantDevice:
-    model = "instant-device"
-
-    def __init__(self, result: DeviceResult | None = None, ttft_ms: float = 100.0, tps: float = 50.0):
-        self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
-        self.ttft_ms, self.tps = ttft_ms, tps
-
-    def generate(
-        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
-    ) -> DeviceResult:
-        return self.result
-
-
-class InstantCloud:
-    def __init__(self, result: CloudResult | None = None):
-        self.result = result or CloudResult("ok", 5.0, "ok", 5)
-
-    def model_for(self, level: int) -> str:
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
-        return self.result

@@ -61,7 +61,7 @@ from msgspec import UNSET
 from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent, DeviceStats
 from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
 from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
-from router.policy import PolicyStore
+from router.policy import PolicySource, PolicyStore
 
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
 L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
@@ -281,7 +281,7 @@ class Router:
         device: DeviceBackend,
         cloud: CloudBackend,
         *,
-        policy: PolicyStore | None = None,
+        policy: PolicySource | None = None,
         instance_id: str = "router-1",
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = _iso_now,

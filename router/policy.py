@@ -13,18 +13,23 @@ tier `device_tiers.<tier>.memory_mb`; the stage tracker's limits in `rollout_lim
 (checked at most every `check_every_s`), it is parsed and validated again. A bad file is rejected
 with a logged reason and the last good policy stays. Each load stamps a `policy_version`: the
 file's own `version` plus the first 8 hex digits of its SHA-256, so two edits under one version
-number are still told apart in the events.
+number are still told apart in the events. A policy derived in code (`Policy.with_`, e.g. the
+simulator's pushed threshold) is stamped the same way from its content. The router asks any
+`PolicySource` (a `PolicyStore`, or anything with `current()`) for the policy of each decision.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
@@ -138,6 +143,30 @@ class Policy:
         if r.stage == "canary":
             return "canary" if in_canary(session_id, r.percent) else "cloud_only"
         return r.stage
+
+    def with_(self, tag: str | None = None, **changes) -> Policy:
+        """This policy with `changes` (fields, as `dataclasses.replace` takes them) and a version of its own:
+        this one's file version, `-tag` when given, `+` the first 8 hex digits of a SHA-256 of the new content;
+        so a policy built in code is told apart in the events as an edited file is."""
+        label = self.version.partition("+")[0] + (f"-{tag}" if tag else "")
+        policy = replace(self, **changes, version=label)
+        content = json.dumps(asdict(policy), sort_keys=True, default=sorted)  # sets sorted: stable across runs
+        version = f"{label}+{hashlib.sha256(content.encode()).hexdigest()[:8]}"
+        if len(version) > 64:
+            raise ConfigError(f"policy version {version!r} is too long (policy_version holds 64 characters)")
+        return replace(policy, version=version)
+
+
+class PolicySource(Protocol):
+    """What the router reads its policy from: `current()`, asked once a decision."""
+
+    def current(self) -> Policy: ...
+
+
+@functools.cache
+def default_policy() -> Policy:
+    """The shipped default policy, read and parsed on first use only (shared: derive with `with_`, never mutate)."""
+    return parse(DEFAULT_POLICY.read_text(), str(DEFAULT_POLICY))
 
 
 def _record(cls, raw, where: str, source: str, shape: str = "a mapping"):

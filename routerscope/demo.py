@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import random
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from routerscope import broker, names
 from routerscope.errors import RouterscopeError
@@ -46,14 +44,13 @@ def simulate(
     Request texts go to the request-text store (for the offline replay), never into events."""
     from instrumentation.emitter import KafkaEmitter, Message
     from instrumentation.telemetry import Telemetry, producer_config
-    from router.fleet import Fleet, default_start
     from router.request_store import RequestTextStore, store_path
+    from router.sim.fleet import Fleet, default_start
 
     emitter = KafkaEmitter(
         producer_config(settings), settings.home / "spool", block_when_full=True
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
-    policy_dir = Path(tempfile.mkdtemp(prefix="routerscope-sim-policy-"))
     start = default_start(span)
     on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
     on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
@@ -66,7 +63,6 @@ def simulate(
                 seed=seed,
                 start=start,
                 span=span,
-                policy_path=policy_dir / "policy.yaml",
                 texts=texts,
                 on_event=on_event,
                 on_breaker_event=on_breaker_event,
@@ -111,10 +107,10 @@ def live_sample(
     confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
     from router.backends import OpenAICloud, gemma_path
     from router.engine import Request, Router
-    from router.fleet import request_text
     from router.model_worker import ModelCrashed, WorkerDevice
     from router.policy import PolicyStore
-    from router.standin_cloud import StandInCloud
+    from router.sim.standin_cloud import StandInCloud
+    from router.sim.texts import request_text
 
     print(
         "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",

@@ -8,6 +8,9 @@ terminal reaches the parent only and the parent stops its children in order (`st
 
 The local broker started by `routerscope broker start` / the demo is the one exception: it is left
 running on purpose between commands (its pid is recorded under the home; `routerscope broker status`).
+
+`wait_ready` is the start-up half of a child's life (poll until it answers, one error line naming its log
+when it exits or never answers), `http_ok` the usual probe, `free_port` a loopback port nobody holds.
 """
 
 from __future__ import annotations
@@ -15,9 +18,15 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from routerscope.errors import RouterscopeError
 
 PR_SET_PDEATHSIG = 1
 
@@ -54,3 +63,43 @@ def stop(process: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
         except ProcessLookupError:
             pass
     return process.returncode
+
+
+def free_port() -> int:
+    """A loopback TCP port free at the time of the call (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether `url` answers an HTTP GET with a success status."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            response.read()
+            return True
+    except (OSError, ValueError):  # refused, reset, timed out, an HTTP error status, a bad reply
+        return False
+
+
+def wait_ready(
+    process: subprocess.Popen,
+    ready: Callable[[], bool],
+    *,
+    what: str,
+    log_path: Path | str,
+    timeout_s: float = 60.0,
+    poll_s: float = 0.3,
+) -> None:
+    """Poll `ready()` until it holds. When the child exits first, or `timeout_s` pass (the child is then
+    stopped), raise a `RouterscopeError` that names `what` and its log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise RouterscopeError(f"{what} exited with {process.returncode}; see {log_path}")
+        if ready():
+            return
+        if time.monotonic() >= deadline:
+            stop(process)
+            raise RouterscopeError(f"{what} did not answer within {timeout_s:.0f} s; see {log_path}")
+        time.sleep(poll_s)

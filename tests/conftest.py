@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,16 +13,11 @@ from pathlib import Path
 import pytest
 
 from routerscope import broker
+from routerscope.procs import free_port
 from routerscope.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 ROUTERSCOPE = str(Path(sys.executable).parent / "routerscope")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(home: Path, **extra: str) -> dict:

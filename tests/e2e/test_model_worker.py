@@ -75,7 +75,7 @@ def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(m
 
 
 def test_a_crashed_worker_is_a_device_error_and_the_router_serves_from_the_cloud(model, tmp_path):
-    from router.backends import InstantCloud
+    from router.sim.backends import InstantCloud
 
     with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
         os.kill(device.process.pid, signal.SIGSEGV)  # what a native crash in ggml looks like from outside

@@ -9,7 +9,7 @@ from instrumentation.contract import DECISIONS
 from router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
-from router.standin_cloud import StandInCloud
+from router.sim.standin_cloud import StandInCloud
 
 pytestmark = pytest.mark.integration
 

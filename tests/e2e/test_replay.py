@@ -72,7 +72,7 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
                 store.add(rid, task_type, text)
 
         from router.backends import gemma_path
-        from router.standin_cloud import StandInCloud
+        from router.sim.standin_cloud import StandInCloud
 
         cloud = StandInCloud(gemma_path(home), home / "standin-cloud.log").wait_ready()
         try:

@@ -12,8 +12,8 @@ import pytest
 
 from instrumentation.emitter import KafkaEmitter
 from instrumentation.telemetry import Telemetry, producer_config
-from router.fleet import Fleet
 from router.request_store import RequestTextStore, store_path
+from router.sim.fleet import Fleet
 from routerscope import names, review
 from tests.conftest import settings_for
 from warehouse.client import open_warehouse
@@ -26,7 +26,7 @@ DAY = datetime(2031, 3, 1, tzinfo=UTC)
 START, SPAN, REQUESTS = DAY + timedelta(hours=10), timedelta(hours=2), 4000
 
 
-def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings, home, tmp_path, monkeypatch, capsys):
+def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings, home, monkeypatch, capsys):
     settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=broker_settings.kafka_bootstrap())
     emitter = KafkaEmitter(producer_config(settings), home / "spool", block_when_full=True)
     tel = Telemetry(emitter)
@@ -41,7 +41,6 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
             seed=5,
             start=START,
             span=SPAN,
-            policy_path=tmp_path / "policy.yaml",
             texts=texts,
             on_event=on_event,
             on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),

@@ -21,11 +21,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
 from instrumentation.telemetry import InstrumentedRouter, Telemetry, producer_config
-from router.backends import CloudResult, InstantCloud, InstantDevice
+from router.backends import CloudResult
 from router.engine import Request, Router
+from router.sim.backends import InstantCloud, InstantDevice
 from routerscope import broker, names
 from tests.conftest import REPO, free_port, settings_for
-from tests.unit.test_router import ScriptedCloud, ScriptedDevice, cloud, dev
+from tests.fakes import ScriptedCloud, ScriptedDevice
+from tests.unit.test_router import cloud, dev
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 

@@ -14,12 +14,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.events import LabelEvent
-from router.backends import CloudResult, DeviceResult
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.replay import route_correct
 from routerscope import alerts
 from tests.conftest import settings_for
+from tests.fakes import FakeClock, SteadyDevice, SwitchableCloud
 from tests.integration.test_metrics import insert
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
@@ -34,48 +34,14 @@ OUTAGE, PUSH = range(3, 6), range(8, 12)  # 5-minute windows of the hour
 PER_WINDOW = 40  # requests per task type per window
 
 
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def now(self):
-        return T0 + timedelta(seconds=self.t)
-
-
-class Device:
-    model, ttft_ms, tps = "scripted-device", 50.0, 1000.0
-
-    def __init__(self, clock):
-        self.clock, self.confidence = clock, 0.8
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, **kw):
-        self.clock.t += 0.2
-        return DeviceResult("an answer.", self.confidence, "logprob", 10, 50.0, 200.0, "ok")
-
-
-class Cloud:
-    def __init__(self, clock):
-        self.clock, self.down = clock, False
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        self.clock.t += 0.6
-        return CloudResult("", 600.0, "error") if self.down else CloudResult("cloud answer", 600.0, "ok", 10)
-
-
 def traffic(tmp_path):
     """Per window: 40 short_reply (one in 40 below the 0.60 threshold), 40 long_summary (capability misses,
     cloud only). Labels: every device-entered request, acceptable when its confidence is >= 0.6."""
     policy = tmp_path / "policy.yaml"
     base = DEFAULT_POLICY.read_text()
     policy.write_text(base)
-    clock = Clock()
-    device, cloud = Device(clock), Cloud(clock)
+    clock = FakeClock(0.0, start=T0)
+    device, cloud = SteadyDevice(clock), SwitchableCloud(clock)
     decisions, labels = [], []
     router = Router(
         device,

@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 import pytest
 
 from instrumentation.contract import LABELS
-from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevice
+from router.backends import CloudResult, DeviceResult
 from router.policy import DEFAULT_POLICY, parse
 from router.replay import Verdict, judge, label_for, route_correct
+from router.sim.backends import InstantCloud, InstantDevice
+from tests.fakes import SamplingScriptedDevice
 
 POLICY = parse(DEFAULT_POLICY.read_text())
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
@@ -76,32 +78,6 @@ def test_replay_judge_validator_or_cloud_agreement(task_type, device, cloud, acc
         assert label.labeler == f"offline-replay:{judged_by}:gemma" and label.device_acceptable is acceptable
 
 
-class ScriptedDevice:
-    """Answers from a script, one per call, and records the sampling temperature it was asked for."""
-
-    model = "scripted"
-    ttft_ms, tps = 10.0, 50.0
-
-    def __init__(self, *answers: tuple[str, str]):
-        self.answers, self.temperatures = list(answers), []
-
-    def generate(
-        self,
-        prompt,
-        *,
-        max_tokens,
-        timeout_ms,
-        degraded,
-        commit_tokens,
-        decide=None,
-        decision_at_ms=0.0,
-        temperature=0.0,
-    ) -> DeviceResult:
-        self.temperatures.append(temperature)
-        text, outcome = self.answers.pop(0)
-        return DeviceResult(text, None, "none", 3, 1.0, 2.0, outcome)
-
-
 @pytest.mark.parametrize(
     "answers, agree",
     [
@@ -114,7 +90,7 @@ class ScriptedDevice:
 def test_seed004_determinism_group_of_three_reruns(answers, agree):
     from router.replay import RERUN_TEMPERATURE, rerun
 
-    device = ScriptedDevice(*answers)
+    device = SamplingScriptedDevice(*answers)
     group = rerun(device, POLICY, "r1", "intent_classify", "play some jazz")
     assert (group.runs, group.agree) == (3, agree)
     assert device.temperatures == [RERUN_TEMPERATURE] * 3  # sampled, as deployed: greedy decoding would always agree

@@ -12,41 +12,7 @@ from router.backends import CloudResult, DeviceResult
 from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from router.engine import Request, Router, latency_gate
 from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class ScriptedDevice:
-    """Answers with the next scripted result (repeating the last); counts calls."""
-
-    model = "scripted-device"
-
-    def __init__(self, results, ttft_ms=100.0, tps=50.0):
-        self.results, self.calls, self.ttft_ms, self.tps = list(results), 0, ttft_ms, tps
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
-        result = self.results[min(self.calls, len(self.results) - 1)]
-        self.calls += 1
-        return result
-
-
-class ScriptedCloud:
-    def __init__(self, results):
-        self.results, self.calls = list(results), 0
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        result = self.results[min(self.calls, len(self.results) - 1)]
-        self.calls += 1
-        return result
+from tests.fakes import FakeClock, ScriptedCloud, ScriptedDevice
 
 
 def dev(outcome="ok", confidence=0.9, text="positive", committed=False):
@@ -318,3 +284,19 @@ def test_a_bad_policy_at_start_is_a_clear_error(tmp_path):
     path.write_text("version: 1\ncapabilities:\n  x: {supported: true, threshold: 3}\n")
     with pytest.raises(ConfigError, match="threshold 3 is not in"):
         PolicyStore(path)
+
+
+def test_a_policy_derived_in_code_is_stamped_from_its_content_and_a_too_long_version_is_refused():
+    """`Policy.with_`: the same changes give the same version, other changes another; the file version
+    and a tag stay readable in front of the digest; policy_version holds 64 characters."""
+    from router.policy import default_policy
+    from routerscope.errors import ConfigError
+
+    base = default_policy()
+    once, again = base.with_("canary", l1_enabled=False), base.with_("canary", l1_enabled=False)
+    other = base.with_("canary", l1_enabled=False, commit_tokens=60)
+    assert once == again and once.version == again.version != other.version
+    assert once.version.startswith("2026-11-30.1-canary+") and not once.l1_enabled and base.l1_enabled
+    assert base.with_(commit_tokens=60).version.startswith("2026-11-30.1+")
+    with pytest.raises(ConfigError, match="too long"):
+        base.with_("x" * 60)

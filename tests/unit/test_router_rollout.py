@@ -8,9 +8,10 @@ import re
 import pytest
 
 from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult, InstantCloud, InstantDevice, thermal_state
+from router.backends import CloudResult, DeviceResult, thermal_state
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore, in_canary
+from router.sim.backends import InstantCloud, InstantDevice
 
 STATS = {
     "peak_mem_mb": 950.0,

@@ -16,103 +16,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult, OpenAICloud
+from router.backends import DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
 from router.policy import DEFAULT_POLICY, PolicyStore
-
-
-class FakeClock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class GreedyDevice:
-    """Uses every millisecond it is given (on the fake clock): `need_ms` of work, cut at the timeout."""
-
-    model = "greedy-device"
-
-    def __init__(
-        self,
-        clock: FakeClock,
-        need_ms: float = 1e9,
-        confidence: float = 0.9,
-        text: str = "positive",
-        ttft_ms: float = 1.0,
-        tps: float = 1e6,
-        error_kind: str | None = None,
-    ):
-        self.clock, self.need_ms, self.confidence, self.text = clock, need_ms, confidence, text
-        self.ttft_ms, self.tps, self.error_kind = ttft_ms, tps, error_kind
-        self.timeouts: list[float] = []
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
-        self.timeouts.append(timeout_ms)
-        if self.error_kind:
-            return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=self.error_kind)
-        took = min(self.need_ms, timeout_ms)
-        self.clock.t += took / 1000
-        outcome = "ok" if self.need_ms <= timeout_ms else "timeout"
-        return DeviceResult(self.text, self.confidence, "logprob", 5, 1.0, took, outcome)
-
-
-class StreamingDevice:
-    """Streams `tokens` tokens on the fake clock: first after `ttft_ms`, then one per `per_token_ms`;
-    honours the decision point, the commit point (`commit_tokens` tokens) and the timeout."""
-
-    model = "streaming-device"
-
-    def __init__(self, clock: FakeClock, ttft_ms: float, per_token_ms: float, tps_estimate: float = 100.0):
-        self.clock, self.first, self.per_token = clock, ttft_ms, per_token_ms
-        self.ttft_ms, self.tps = ttft_ms, tps_estimate  # the estimates the latency gate reads
-        self.decided: list[tuple[float, int]] = []
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0):
-        total_ms = self.first + (max_tokens - 1) * self.per_token
-        started = self.clock.t
-        if decide is not None:
-            at = max(decision_at_ms, self.first)
-            so_far = 1 + int((at - self.first) // self.per_token)
-            if at < min(total_ms, timeout_ms) and so_far < commit_tokens:
-                self.clock.t = started + at / 1000
-                self.decided.append((at, so_far))
-                if not decide(at, so_far, self.first):
-                    return DeviceResult("part", 0.9, "logprob", so_far, self.first, at, "timeout", preempted=True)
-        if total_ms > timeout_ms:
-            self.clock.t = started + timeout_ms / 1000
-            so_far = 1 + int((timeout_ms - self.first) // self.per_token)
-            return DeviceResult(
-                "part", 0.9, "logprob", so_far, self.first, timeout_ms, "timeout", so_far >= commit_tokens
-            )
-        self.clock.t = started + total_ms / 1000
-        return DeviceResult("a full answer", 0.9, "logprob", max_tokens, self.first, total_ms, "ok")
-
-
-class GreedyCloud:
-    """Uses every millisecond it is given, or answers after `need_ms` (on the fake clock)."""
-
-    def __init__(self, clock: FakeClock, need_ms: float = 1e9, outcome_when_done: str = "ok"):
-        self.clock, self.need_ms, self.outcome_when_done = clock, need_ms, outcome_when_done
-        self.timeouts: list[float] = []
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        self.timeouts.append(timeout_ms)
-        took = min(self.need_ms, timeout_ms)
-        self.clock.t += took / 1000
-        if self.need_ms > timeout_ms:
-            return CloudResult("", took, "timeout")
-        return CloudResult("cloud answer", took, self.outcome_when_done, 5)
+from tests.fakes import BlockingDevice, FakeClock, GreedyCloud, GreedyDevice, SleepingDevice, StreamingDevice
 
 
 def policy_file(tmp_path, text: str | None = None, **replace: str):
@@ -337,18 +249,6 @@ def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(
 
 
 # -- the device concurrency cap: the excess to the cloud, never a queue ------------------------------
-class BlockingDevice:
-    model, ttft_ms, tps = "blocking-device", 1.0, 1e6
-
-    def __init__(self):
-        self.entered, self.release = threading.Event(), threading.Event()
-
-    def generate(self, prompt, **kw):
-        self.entered.set()
-        self.release.wait(10)
-        return DeviceResult("positive", 0.9, "logprob", 1, 1.0, 1.0, "ok")
-
-
 @pytest.mark.parametrize("cap, second", [(1, "device_busy"), (2, "default")])
 def test_seed004_device_concurrency_cap_sends_the_excess_to_the_cloud(tmp_path, cap, second):
     """Seed 004 §6 "硬并发上限,超出的部分直接走云端": the second request does not wait for the first."""
@@ -438,30 +338,6 @@ def test_a_200_reply_that_is_not_a_chat_completion_is_an_error_attempt(http_clou
 
 
 # -- slow real-time backends ------------------------------------------------------------------------
-class SleepingDevice:
-    """Real time: streams a token every `per_token_s`, honouring the timeout and the decision point."""
-
-    model, ttft_ms, tps = "sleeping-device", 1.0, 1000.0
-
-    def __init__(self, per_token_s: float):
-        self.per_token_s = per_token_s
-
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0):
-        started = time.monotonic()
-        ttft = None
-        for n in range(1, max_tokens + 1):
-            time.sleep(self.per_token_s)
-            now_ms = (time.monotonic() - started) * 1000
-            ttft = ttft if ttft is not None else now_ms
-            if decide is not None and now_ms >= decision_at_ms and n < commit_tokens:
-                fits, decide = decide(now_ms, n, ttft), None
-                if not fits:
-                    return DeviceResult("part", 0.9, "logprob", n, ttft, now_ms, "timeout", preempted=True)
-            if now_ms >= timeout_ms:
-                return DeviceResult("part", 0.9, "logprob", n, ttft, now_ms, "timeout")
-        return DeviceResult("done", 0.9, "logprob", max_tokens, ttft, (time.monotonic() - started) * 1000, "ok")
-
-
 @pytest.mark.parametrize("deadline_ms, elapsed_ms", [(700, 100), (400, 0)])
 def test_seed000_real_time_slow_backends_never_exceed_the_remaining_budget_plus_50ms(
     http_cloud, tmp_path, deadline_ms, elapsed_ms
@@ -638,32 +514,3 @@ def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model
     _, event = router.route(req(expected_output_tokens=10))
     assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
     assert (event.entered_device, event.reason) == (False, "device_unavailable")
-
-
-def test_simulated_fleet_events_carry_their_simulated_latency(tmp_path):
-    """The fleet's backends advance the router's clock: an event's latency_ms is its attempts' time (plus
-    nothing: the router itself takes no simulated time), within its budget + 50 ms; not the wall time."""
-    from datetime import datetime, timedelta
-    from statistics import median
-
-    from router.fleet import Fleet
-
-    events = []
-    fleet = Fleet(
-        seed=3,
-        start=datetime(2026, 11, 30, tzinfo=UTC),
-        span=timedelta(minutes=10),
-        policy_path=tmp_path / "policy.yaml",
-        on_event=events.append,
-    )
-    fleet.run(1500)
-    live = [e for e in events if e.mode == "live"]
-    assert median(e.latency_ms for e in live) > 300  # was 0.02 ms of wall time
-    for e in events:
-        attempts_ms = sum(a.latency_ms for a in e.attempts)
-        if e.mode == "live":
-            assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
-        else:  # a shadow event's comparison call to the cloud is counted in cloud_calls, not as an attempt
-            assert e.latency_ms >= attempts_ms - 1e-6
-        assert e.latency_ms <= e.deadline_ms - e.elapsed_ms + L4_MS
-        valid(e)

@@ -24,7 +24,8 @@ from router.backends import CloudResult
 from router.engine import Request, Router
 from router.request_store import RequestTextStore
 from routerscope import names
-from tests.unit.test_router import ScriptedCloud, ScriptedDevice, dev
+from tests.fakes import ScriptedCloud, ScriptedDevice
+from tests.unit.test_router import dev
 
 
 class ListEmitter:

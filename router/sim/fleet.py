@@ -17,13 +17,17 @@ and scripted incidents on a timeline.
   the ledger leaves the other draws of a seed unchanged.
 * Cloud: log-normal latency and a small error rate; during a **cloud outage** every call fails, so
   the cloud breaker opens and traffic stays on the device.
-* A **bad threshold push**: the policy file is rewritten mid-run with a much stricter threshold for
-  `short_reply` (hot reload, new policy_version); false fallbacks jump until it is rolled back.
+* A **bad threshold push**: mid-run the router's policy becomes one with a much stricter threshold for
+  `short_reply` (a `Policy` derived from the simulated one, with its own policy_version); false fallbacks
+  jump until it is rolled back.
 * The weekly replay's determinism groups (seed 004 §2), simulated: `simulated_reruns` re-runs a
   sample of each task type's device-entered requests 3 times; a group agrees with the task type's
   `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
 * `corrupt` malformed messages are produced as they are, for the loader to quarantine.
+
+The statistical backends are in `router.sim.backends`, the requests and their ground truth in
+`router.sim.texts`. The default policy is read on first use, never at import.
 
 Simulated time runs from `start` over `span`; the router's clock and event times follow it: each
 request starts at its slot of the span and the simulated backends advance the clock by the time they
@@ -32,64 +36,19 @@ take, so events carry simulated latencies (the fleet's requests overlap, as a fl
 
 from __future__ import annotations
 
-import math
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from instrumentation.events import LabelEvent
-from router.backends import CloudResult, DeviceResult
 from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore, parse
+from router.policy import Policy, default_policy
 from router.replay import route_correct
+from router.sim.backends import TIERS, StatCloud, StatDevice
+from router.sim.texts import DETERMINISM, INPUT_TOKENS, SHADOW_TASKS, TASKS, acceptable, request_text
 
-TASKS = {  # task type: (share of traffic, confidence Beta(a, b), expected output tokens)
-    "intent_classify": (0.30, (14, 2), 4),
-    "short_reply": (0.25, (12, 2.5), 40),
-    "short_summary": (0.15, (12, 2), 120),
-    "slot_extract": (0.10, (14, 2), 30),
-    "long_summary": (0.10, (2, 2), 400),
-    "multi_step_tools": (0.05, (2, 2), 200),
-    "tool_call": (0.05, (16, 2), 60),
-    "code_snippet": (0.05, (10, 3), 40),  # in shadow mode: the cloud answers, the device is compared
-}
-SHADOW_TASKS = ("code_snippet",)
-# The confidence above which the device's answers are mostly acceptable: the default policy's thresholds.
-TRUE_THRESHOLDS = {
-    task: cap.threshold for task, cap in parse(DEFAULT_POLICY.read_text()).capabilities.items() if cap.supported
-}
-INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
-# What the simulated users ask, per task type: kept in the request-text store (never in events) so
-# the offline replay can re-run a request through the real device model.
-TEXTS = {
-    "intent_classify": (
-        "Classify the intent of this message with one word (play_music, set_alarm, weather, call, other): {}",
-        ("play some jazz", "wake me up at seven", "will it rain tomorrow", "call my sister", "turn it up"),
-    ),
-    "slot_extract": (
-        'Extract the city and the day as a JSON object with keys "city" and "day". Output only JSON: {}',
-        ("a table in Paris on Friday", "flights to Tokyo next Monday", "weather in Oslo today"),
-    ),
-    "short_reply": ("Reply in one short sentence: {}", ("thanks for the help!", "are you free later?", "good morning")),
-    "short_summary": (
-        "Summarise in one sentence: {}",
-        (
-            "The meeting moved to Thursday because the room was booked; bring the budget draft.",
-            "The package left the warehouse this morning and should arrive in two days.",
-        ),
-    ),
-    "tool_call": (
-        'Output only a JSON object with keys "tool" and "query" to look up: {}',
-        ("the opening hours of the museum", "the exchange rate of the euro", "tomorrow's first train"),
-    ),
-    "code_snippet": ("Write one line of Python that {}.", ("reverses a list named xs", "sums the numbers 1 to 10")),
-    "long_summary": ("Summarise this long report: {}", ("(a long quarterly report)",)),
-    "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
-}
-TIERS = {"high": (80.0, 90.0), "mid": (120.0, 60.0), "low": (200.0, 35.0)}  # ttft ms, tokens/s
 # tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
 TIER_LEDGER = {
     "high": (420.0, 0.0, 0.01, 600.0, 0.0),
@@ -98,21 +57,30 @@ TIER_LEDGER = {
 }
 SWAP_SLOWDOWN = 0.15  # the low tier's decode rate while the OS swaps the runtime out
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
-# Decode speed under background load, as a share of the tier's; the device reports the slow end to the
-# latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
-LOAD_RANGE = (0.7, 1.1)
 LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
-# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
-DETERMINISM = {
-    "intent_classify": 0.97,
-    "slot_extract": 0.93,
-    "tool_call": 0.9,
-    "short_reply": 0.55,
-    "short_summary": 0.6,
-    "code_snippet": 0.7,
-    "long_summary": 0.3,
-    "multi_step_tools": 0.3,
-}
+PUSHED_THRESHOLD = ("short_reply", 0.93)  # the bad push: this task type's threshold (0.60 by default)
+
+
+def simulated_policy() -> Policy:
+    """The fleet's policy: the default one with the simulated shadow task types in shadow mode."""
+    return default_policy().with_(shadow=frozenset(SHADOW_TASKS))
+
+
+def pushed_policy(base: Policy) -> Policy:
+    """The bad threshold push: `base` with a much stricter threshold for one task type (version `…-pushed+…`)."""
+    task_type, threshold = PUSHED_THRESHOLD
+    capabilities = {**base.capabilities, task_type: replace(base.capabilities[task_type], threshold=threshold)}
+    return base.with_("pushed", capabilities=capabilities)
+
+
+class SimPolicy:
+    """The router's policy source in the fleet: the simulated policy, or the pushed one while `pushed`."""
+
+    def __init__(self, base: Policy):
+        self.base, self.pushed_to, self.pushed = base, pushed_policy(base), False
+
+    def current(self) -> Policy:
+        return self.pushed_to if self.pushed else self.base
 
 
 @dataclass(frozen=True)
@@ -139,106 +107,6 @@ class SimClock:
         return self.start + timedelta(seconds=self.t)
 
 
-class StatDevice:
-    model = "sim-gemma-270m"
-
-    def __init__(self, rng: random.Random, fleet: Fleet):
-        self.rng, self.fleet = rng, fleet
-
-    # The router's latency gate reads these estimates: the current device's tier (a real device
-    # would measure them; the simulation knows them, but not the thermal slowdown in advance).
-    @property
-    def ttft_ms(self) -> float:
-        return TIERS[self.fleet.current.device_tier][0] + (self.fleet.pending["load_ms"] or 0.0)
-
-    @property
-    def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
-
-    def generate(
-        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
-    ) -> DeviceResult:
-        """A simulated stream: the router's clock advances by the time it takes (to the decision point,
-        the timeout, or the end), so events carry simulated latencies."""
-        req, clock = self.fleet.current, self.fleet.clock
-        started = clock.t
-        ttft, tps = TIERS[req.device_tier]
-        if self.fleet.thermal:
-            tps /= 3.0
-        tps *= self.rng.uniform(*LOAD_RANGE)  # background load
-        stats, tps, ttft = self.fleet.measure(tps, ttft)
-        tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
-        latency = ttft + tokens / tps * 1000
-        a, b = TASKS[req.task_type][1]
-        confidence = self.rng.betavariate(a + (1 if degraded else 0), b)
-        if self.rng.random() < 0.003:
-            clock.t = started + ttft / 1000
-            return DeviceResult("", None, "none", 0, ttft, ttft, "error", stats={**stats, "decode_tps": None})
-        if decide is not None:  # the first token at or after the decision point, if the stream gets there
-            at = max(decision_at_ms, ttft)
-            so_far = 1 + int((at - ttft) * tps / 1000)
-            if at < min(latency, timeout_ms) and so_far < commit_tokens:
-                clock.t = started + at / 1000
-                if not decide(at, so_far, ttft):
-                    return DeviceResult(
-                        "partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats
-                    )
-        if latency > timeout_ms:
-            clock.t = started + max(0.0, timeout_ms) / 1000
-            committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
-            return DeviceResult(
-                "partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats
-            )
-        clock.t = started + latency / 1000
-        text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(
-            text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats
-        )
-
-
-class StatCloud:
-    def __init__(self, rng: random.Random, fleet: Fleet):
-        self.rng, self.fleet = rng, fleet
-
-    def model_for(self, level: int) -> str:
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
-        latency = self.rng.lognormvariate(math.log(600 if level == 2 else 1100), 0.35)
-        clock = self.fleet.clock
-        if self.fleet.cloud_down or self.rng.random() < 0.01:
-            clock.t += min(latency, timeout_ms) / 1000
-            return CloudResult("", min(latency, timeout_ms), "error")
-        if latency > timeout_ms:
-            clock.t += max(0.0, timeout_ms) / 1000
-            return CloudResult("", timeout_ms, "timeout")
-        clock.t += latency / 1000
-        req = self.fleet.current
-        if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens):
-            return CloudResult("a plain answer.", latency, "ok", max_tokens // 2)  # the device's answer
-        return CloudResult("cloud answer", latency, "ok", max_tokens // 2)
-
-
-def request_text(rng: random.Random, task_type: str) -> str:
-    template, subjects = TEXTS[task_type]
-    return template.format(rng.choice(subjects))
-
-
-def shadow_agreement(input_tokens: int) -> float:
-    """How often the device's shadow answer matches the cloud's: worse on longer inputs."""
-    return 0.93 if input_tokens < 128 else 0.82 if input_tokens < 512 else 0.58
-
-
-def acceptable(rng: random.Random, task_type: str, confidence: float) -> bool:
-    """Ground truth: acceptability rises steeply with confidence around (just below) the task type's
-    default threshold, so the default policy is well tuned; except that short_summary's top bucket
-    is over-confident (the calibration view flags it)."""
-    p = 1 / (1 + math.exp(-40 * (confidence - (TRUE_THRESHOLDS.get(task_type, 0.7) - 0.02))))
-    if task_type == "short_summary" and confidence >= 0.85:
-        p = 0.72
-    return rng.random() < p
-
-
 class Fleet:
     def __init__(
         self,
@@ -246,7 +114,6 @@ class Fleet:
         seed: int,
         start: datetime,
         span: timedelta,
-        policy_path: Path,
         incidents: Incidents = Incidents(),
         sessions: int = 400,
         instance_id: str = "sim-router-1",
@@ -264,10 +131,7 @@ class Fleet:
         self.texts = texts  # a RequestTextStore, or None
         self.clock = SimClock(start)
         self.span, self.incidents = span, incidents
-        self.policy_path = policy_path
-        self._base_policy = DEFAULT_POLICY.read_text().replace("shadow: []", f"shadow: [{', '.join(SHADOW_TASKS)}]")
-        policy_path.write_text(self._base_policy)
-        self.policy = PolicyStore(policy_path, check_every_s=1.0, clock=self.clock.monotonic)
+        self.policy = SimPolicy(simulated_policy())
         self.router = Router(
             StatDevice(self.rng, self),
             StatCloud(self.rng, self),
@@ -283,7 +147,7 @@ class Fleet:
         self.sessions = [
             (f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)
         ]
-        self.cloud_down = self.thermal = self.bad_threshold = False
+        self.cloud_down = self.thermal = False
         self.current: Request | None = None
         self.pending: dict = {"swap": 1.0, "load_ms": None}
         self.stats = {"requests": 0, "labels": 0}
@@ -347,17 +211,6 @@ class Fleet:
         if self.texts is not None and hasattr(self.texts, "add_divergence"):
             self.texts.add_divergence(d, self.clock.now())
 
-    def _set_threshold_push(self, on: bool) -> None:
-        if on == self.bad_threshold:
-            return
-        self.bad_threshold = on
-        text = self._base_policy
-        if on:
-            text = text.replace("threshold: 0.60", "threshold: 0.93").replace(
-                'version: "2026-11-30.1"', 'version: "2026-11-30.1-pushed"'
-            )
-        self.policy_path.write_text(text)
-
     def run(self, requests: int, progress: Callable[[int], None] = lambda n: None) -> dict:
         names = list(TASKS)
         weights = [TASKS[t][0] for t in names]
@@ -367,7 +220,7 @@ class Fleet:
             frac = i / max(1, requests)
             self.cloud_down = Incidents.active(self.incidents.cloud_outage, frac)
             self.thermal = Incidents.active(self.incidents.thermal, frac)
-            self._set_threshold_push(Incidents.active(self.incidents.bad_threshold, frac))
+            self.policy.pushed = Incidents.active(self.incidents.bad_threshold, frac)
             session, tier, network = self.rng.choice(self.sessions)
             task_type = self.rng.choices(names, weights)[0]
             expected = TASKS[task_type][2]
@@ -396,7 +249,7 @@ class Fleet:
             self.stats["requests"] += 1
             progress(1)
             self._maybe_label(event)
-        self._set_threshold_push(False)
+        self.policy.pushed = False
         return dict(self.stats)
 
     def _maybe_label(self, event) -> None:

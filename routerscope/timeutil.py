@@ -1,0 +1,23 @@
+"""UTC instants as the project writes and reads them: aware datetimes in UTC, ISO 8601 text with a `Z`.
+
+A bottom module (standard library only): any layer may use it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def utc(t: datetime) -> datetime:
+    """`t` as an aware UTC datetime; a naive one is taken to be UTC already."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def utc_iso(t: datetime, timespec: str = "milliseconds") -> str:
+    """ISO 8601 in UTC with a `Z`: `2026-11-30T12:00:00.000Z` (`timespec` as `datetime.isoformat`'s)."""
+    return utc(t).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
+def parse_utc(text: str) -> datetime:
+    """An ISO 8601 instant (`Z` or an offset; no offset: UTC) as an aware UTC datetime; ValueError if it is not one."""
+    return utc(datetime.fromisoformat(text.strip()))

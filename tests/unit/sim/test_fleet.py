@@ -1,0 +1,108 @@
+"""The simulator (`router.sim`): the fleet's simulated latencies, the bad threshold push as a `Policy`
+object (no policy file), nothing read at import time, and the production router never importing it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from statistics import median
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from router.engine import L4_MS
+from router.policy import default_policy
+from router.sim.fleet import Fleet, Incidents, pushed_policy, simulated_policy
+from tests.conftest import REPO, clean_env
+
+
+def test_simulated_fleet_events_carry_their_simulated_latency():
+    """The fleet's backends advance the router's clock: an event's latency_ms is its attempts' time (plus
+    nothing: the router itself takes no simulated time), within its budget + 50 ms; not the wall time."""
+    events = []
+    fleet = Fleet(seed=3, start=datetime(2026, 11, 30, tzinfo=UTC), span=timedelta(minutes=10), on_event=events.append)
+    fleet.run(1500)
+    live = [e for e in events if e.mode == "live"]
+    assert median(e.latency_ms for e in live) > 300  # was 0.02 ms of wall time
+    for e in events:
+        attempts_ms = sum(a.latency_ms for a in e.attempts)
+        if e.mode == "live":
+            assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
+        else:  # a shadow event's comparison call to the cloud is counted in cloud_calls, not as an attempt
+            assert e.latency_ms >= attempts_ms - 1e-6
+        assert e.latency_ms <= e.deadline_ms - e.elapsed_ms + L4_MS
+        assert DECISIONS.parse(e.to_json())[1] == []
+
+
+def test_the_pushed_policy_is_the_simulated_one_with_one_stricter_threshold_and_its_own_version():
+    base = simulated_policy()
+    pushed = pushed_policy(base)
+    assert base.shadow == {"code_snippet"} and pushed.shadow == base.shadow
+    assert (base.capabilities["short_reply"].threshold, pushed.capabilities["short_reply"].threshold) == (0.60, 0.93)
+    others = {k: v for k, v in pushed.capabilities.items() if k != "short_reply"}
+    assert others == {k: v for k, v in base.capabilities.items() if k != "short_reply"}
+    assert (pushed.breakers, pushed.rollout, pushed.cloud_prices) == (base.breakers, base.rollout, base.cloud_prices)
+    label, _, digest = pushed.version.partition("+")
+    assert label == "2026-11-30.1-pushed" and len(digest) == 8
+    assert base.version.startswith("2026-11-30.1+") and base.version != default_policy().version
+    # deriving never touches the shared default policy
+    assert default_policy().capabilities["short_reply"].threshold == 0.60 and default_policy().shadow == frozenset()
+
+
+def test_the_push_window_routes_every_request_with_the_pushed_policy_and_only_it():
+    """The incident switches policy objects at the window's edges: events carry the pushed version exactly
+    inside [75 %, 90 %) of the span, and the fleet writes no policy file."""
+    events = []
+    fleet = Fleet(seed=4, start=datetime(2026, 11, 30, tzinfo=UTC), span=timedelta(minutes=10), on_event=events.append)
+    n = 400
+    fleet.run(n)
+    pushed, base = fleet.policy.pushed_to.version, fleet.policy.base.version
+    assert len(events) == n
+    for i, e in enumerate(events):
+        assert e.policy_version == (pushed if Incidents.active(fleet.incidents.bad_threshold, i / n) else base), i
+    assert fleet.policy.current().version == base  # rolled back at the end of the run
+
+
+SCRIPT = r"""
+import builtins, json, pathlib
+reads = []
+real_read_text, real_open = pathlib.Path.read_text, builtins.open
+pathlib.Path.read_text = lambda self, *a, **k: reads.append(str(self)) or real_read_text(self, *a, **k)
+builtins.open = lambda file, *a, **k: reads.append(str(file)) or real_open(file, *a, **k)
+import router.sim, router.sim.backends, router.sim.fleet, router.sim.standin_cloud, router.sim.texts
+at_import = list(reads)
+from router.policy import default_policy
+from router.sim.fleet import pushed_policy, simulated_policy
+base = simulated_policy()
+many = default_policy().with_("many", shadow=frozenset(["short_reply", "tool_call", "slot_extract", "code_snippet"]))
+print(json.dumps({"at_import": at_import, "versions": [base.version, pushed_policy(base).version, many.version]}))
+"""
+
+
+def test_importing_the_simulator_reads_no_file_and_derived_versions_do_not_depend_on_the_hash_seed(tmp_path):
+    outputs = []
+    for seed in ("1", "2"):
+        env = clean_env(tmp_path, PYTHONPATH=str(REPO), PYTHONHASHSEED=seed)
+        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert outputs[0]["at_import"] == [] and outputs[1]["at_import"] == []
+    assert outputs[0]["versions"] == outputs[1]["versions"]  # sets are hashed in a stable order
+
+
+def test_the_production_router_never_imports_the_simulator():
+    offenders = []
+    for path in [*(REPO / "router").glob("*.py"), *(REPO / "instrumentation").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            offenders += [f"{path.name}: {n}" for n in names if n == "router.sim" or n.startswith("router.sim.")]
+    assert offenders == []
