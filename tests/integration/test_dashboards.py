@@ -8,10 +8,9 @@ from datetime import timedelta
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from routerscope import alerts
 from tests.conftest import REPO, copy_warehouse, settings_for
 from tests.integration.test_metrics import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
-from warehouse import quality
+from warehouse import alerting, quality
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
@@ -31,7 +30,7 @@ def fill(client) -> None:
         write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
     write_window(client, "1d", START, END, compute(client, START, END, min_n=1))
     quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
-    alerts.run(client)
+    alerting.run(client)
 
 
 @pytest.fixture
