@@ -62,6 +62,14 @@ def test_oncall_shows_both_denominators(populated):
     assert [m.value for m in app.metric][:2] == ["0.0%", "0.0%"]  # A1: served on device at L0
 
 
+def test_oncall_lists_the_firing_alerts(populated):
+    """The fixture's data is days old as of the evaluation (now): the stale-ingest page is firing."""
+    app = render("oncall.py")
+    listed = [df for df in (d.value for d in app.dataframe) if "severity" in df.columns]
+    assert len(listed) == 1 and set(listed[0]["status"]) == {"firing"}
+    assert "Newest decision event older than 10 minutes (ingest stalled?)" in set(listed[0]["summary"])
+
+
 def test_oncall_draws_breaker_states_over_the_window(populated):
     from instrumentation.contract import BREAKERS
     from routerscope import names
