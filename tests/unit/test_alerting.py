@@ -222,17 +222,8 @@ def test_transitions_split_fired_and_resolved_and_store_every_change():
 
 
 def test_a_signal_reading_breaches_as_of_the_evaluation_time():
-    breaker = Rule(
-        name="b",
-        summary="breaker open",
-        metric="pipeline.breaker_open.device",
-        scope="overall",
-        grain="now",
-        op=">",
-        limit=0,
-        windows=1,
-        severity="page",
-    )
+    signal = dict(metric="pipeline.breaker_open.device", scope="overall", grain="now", limit=0, windows=1)
+    breaker = replace(RULE, **signal, min_n=0, denominator=None)
     assert evaluate_signal(breaker, 1, NOW) == BreachStreak(True, NOW, NOW, (Point(NOW, 1),))
     assert not evaluate_signal(breaker, 0, NOW).breaching
     assert not evaluate_signal(breaker, None, NOW).breaching
