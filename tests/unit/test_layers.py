@@ -31,3 +31,15 @@ def test_no_lower_package_imports_the_command_layer(package):
         for path in sorted((REPO / package).rglob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_alert_engine_and_the_cli_unit_of_work_import_without_dagster():
+    """`routerscope alerts` runs the alerts job's unit of work (`pipelines.core`) without Dagster's
+    seconds of import: the engine and its delivery must not pull it in."""
+    import subprocess
+    import sys
+
+    code = "import sys, pipelines.core, warehouse.alerting; print(sorted(m for m in sys.modules if m == 'dagster'))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

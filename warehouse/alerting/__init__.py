@@ -9,7 +9,7 @@ Episodes are stored in `alerts` with the windows and values that tripped them an
 version; every delivery attempt in `alert_deliveries`."""
 
 from warehouse.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
-from warehouse.alerting.engine import run, signal
+from warehouse.alerting.engine import pipeline_signal, run
 from warehouse.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
 from warehouse.alerting.rules import DEFAULT_RULES, Rule, load_rules
 
@@ -24,8 +24,8 @@ __all__ = [
     "WebhookNotifier",
     "evaluate",
     "load_rules",
+    "pipeline_signal",
     "post_webhook",
     "run",
-    "signal",
     "slack_body",
 ]

@@ -66,7 +66,7 @@ def verdicts(
     windows: dict[str, tuple[datetime | None, list]] = {}  # grain → (latest, rows): read once per grain
     for rule in rules:
         if rule.grain == "now":
-            out.append((rule, "", evaluate_signal(rule, signal(client, rule.metric, now), now)))
+            out.append((rule, "", evaluate_signal(rule, pipeline_signal(client, rule.metric, now), now)))
             continue
         if rule.grain not in windows:
             windows[rule.grain] = _windows(client, rule.grain, now)
@@ -85,7 +85,7 @@ def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
     return latest, store.window_series(client, grain, latest - GRAINS[grain] * LOOKBACK_WINDOWS, latest)
 
 
-def signal(client, metric: str, now: datetime):
+def pipeline_signal(client, metric: str, now: datetime):
     """A pipeline signal's value as of `now`."""
     if metric == "pipeline.freshness_lag_s":
         from warehouse.quality import FUTURE_ALLOWANCE
