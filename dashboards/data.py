@@ -146,10 +146,12 @@ def task_types() -> list[str]:
 
 @st.cache_data(ttl=TTL)
 def alerts() -> pd.DataFrame:
-    return query(
-        "SELECT severity, summary, task_type, status, first_seen, last_seen, resolved_at, action, trip_values "
-        "FROM routerscope.alerts FINAL ORDER BY status = 'firing' DESC, last_seen DESC LIMIT 50"
-    )
+    """The newest alert episodes, firing first."""
+    from warehouse.queries import alerts as alert_queries
+
+    with _warehouse() as client:
+        columns, rows = alert_queries.recent(client)
+    return pd.DataFrame(rows, columns=columns)
 
 
 @st.cache_data(ttl=TTL)

@@ -1,13 +1,14 @@
 """Alert evaluation after each metric window: a sensor on `metrics_5m` materializations runs the
-`alerts` job, which evaluates the rules (`routerscope.alerts`, via `pipelines.core.evaluate_alerts`,
-the same call as `routerscope alerts`) and delivers notifications."""
+`alerts` job, which evaluates the rules (`warehouse.alerting`, via `pipelines.core.evaluate_alerts`,
+the same call as `routerscope alerts`) and delivers notifications through the `alert_webhook`
+resource (`pipelines.resources.AlertWebhookResource`)."""
 
 from datetime import datetime
 
 import dagster as dg
 
 from pipelines import core, timing
-from pipelines.resources import RouterscopeResource
+from pipelines.resources import AlertDelivery, RouterscopeResource
 
 
 class AlertsConfig(dg.Config):
@@ -17,13 +18,15 @@ class AlertsConfig(dg.Config):
 
 
 @dg.op(description="Evaluate the alert rules over the stored metric windows; notify the webhook.")
-def evaluate_alerts(context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource) -> list:
+def evaluate_alerts(
+    context: dg.OpExecutionContext, config: AlertsConfig, routerscope: RouterscopeResource, alert_webhook: AlertDelivery
+) -> list:
     """One `Evaluation.as_dict()` per evaluation time (one, now, unless replaying)."""
     settings = routerscope.settings()
     evaluations = []
     with core.unit_of_work(settings, purpose="alerts"):
         for now in [datetime.fromisoformat(t) for t in config.as_of] or [None]:
-            result = core.evaluate_alerts(settings, now=now)
+            result = core.evaluate_alerts(settings, now=now, notifier=alert_webhook)
             context.log.info(
                 f"as of {result.at.isoformat()}: firing {len(result.firing)}, fired now {len(result.fired)}, "
                 f"resolved now {len(result.resolved)}, delivery failures {result.delivery_failures}"

@@ -79,10 +79,13 @@ def quality_window(settings: Settings, start: datetime | None = None, end: datet
     return report
 
 
-def evaluate_alerts(settings: Settings, now: datetime | None = None):
+def evaluate_alerts(settings: Settings, now: datetime | None = None, notifier=None):
     """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
-    pending notifications. Returns the `routerscope.alerts.Evaluation`."""
-    from routerscope import alerts
+    pending notifications through `notifier` (a `warehouse.alerting.Notifier`; the alerts job passes its
+    `AlertWebhookResource`; default: the webhook of `settings`). Returns the `warehouse.alerting.Evaluation`."""
+    from warehouse import alerting
 
+    if notifier is None:
+        notifier = alerting.WebhookNotifier(settings.alert_webhook)
     with unit_of_work(settings, purpose="alerts") as client:
-        return alerts.run(client, rules_path=settings.alert_rules, webhook=settings.alert_webhook, now=now)
+        return alerting.run(client, rules_path=settings.alert_rules, notifier=notifier, now=now)

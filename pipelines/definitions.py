@@ -23,12 +23,12 @@ from pipelines.metrics import (
 )
 from pipelines.quality import data_quality, quality_daily_job
 from pipelines.replay import offline_replay_labels, weekly_replay_job, weekly_replay_schedule
-from pipelines.resources import RouterscopeResource
+from pipelines.resources import AlertWebhookResource, RouterscopeResource
 
 defs = dg.Definitions(
     assets=[ingest_topics, data_quality, metrics_5m, metrics_daily, offline_replay_labels],
     jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job, alerts_job, weekly_replay_job],
     schedules=[metrics_5m_schedule, metrics_daily_schedule, weekly_replay_schedule],
     sensors=[ingest_sensor, late_events_sensor, late_labels_sensor, alerts_after_metrics],
-    resources={"routerscope": RouterscopeResource()},
+    resources={"routerscope": RouterscopeResource(), "alert_webhook": AlertWebhookResource()},
 )

@@ -1,10 +1,13 @@
-"""Dagster resources: the project's settings, so every asset reads the same configuration as the CLI."""
+"""Dagster resources: the project's settings, so every asset reads the same configuration as the CLI;
+the alert webhook."""
 
 import os
+from abc import ABC, abstractmethod
 
 import dagster as dg
 
 from routerscope.settings import Settings
+from warehouse.alerting.delivery import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WebhookNotifier
 
 
 class RouterscopeResource(dg.ConfigurableResource):
@@ -32,3 +35,40 @@ class RouterscopeResource(dg.ConfigurableResource):
             if value:
                 env[name] = value
         return Settings.from_env(env)
+
+
+class AlertDelivery(dg.ConfigurableResource, ABC):
+    """Where the alerts job delivers notifications (`warehouse.alerting.Notifier`): the webhook in a
+    deployment, a recording fake in tests (`tests.fakes.FakeWebhook`)."""
+
+    @abstractmethod
+    def configured(self) -> bool:
+        """False: nowhere to deliver (alerts are stored and marked `no_webhook`)."""
+
+    @abstractmethod
+    def deliver(self, alert) -> tuple[bool, list[list]]:
+        """Deliver one `warehouse.alerting.Alert`: (delivered?, one `alert_deliveries` row per attempt)."""
+
+
+class AlertWebhookResource(AlertDelivery):
+    """The Slack-compatible webhook, POSTed with retries and exponential backoff.
+
+    `url` unset: ROUTERSCOPE_ALERT_WEBHOOK at run time, read like the CLI's settings (unset there too:
+    alerts are stored, not delivered). Not `dg.EnvVar` in the definitions: Dagster rejects the config
+    of every run when an EnvVar's variable is unset, and unset is the ordinary case. A deployment that
+    always sets it may bind `AlertWebhookResource(url=dg.EnvVar("ROUTERSCOPE_ALERT_WEBHOOK"))`."""
+
+    url: str | None = None
+    retries: int = DEFAULT_RETRIES
+    backoff_s: float = DEFAULT_BACKOFF_S
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def notifier(self) -> WebhookNotifier:
+        url = self.url or Settings.from_env().alert_webhook
+        return WebhookNotifier(url, retries=self.retries, backoff_s=self.backoff_s, timeout_s=self.timeout_s)
+
+    def configured(self) -> bool:
+        return self.notifier().configured()
+
+    def deliver(self, alert) -> tuple[bool, list[list]]:
+        return self.notifier().deliver(alert)

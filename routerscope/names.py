@@ -33,6 +33,7 @@ TABLE_CALIBRATION_WINDOWS = "calibration_windows"
 TABLE_DQ_RESULTS = "dq_results"
 TABLE_LOADED_MESSAGES = "loaded_messages"
 TABLE_ALERTS = "alerts"
+TABLE_ALERT_DELIVERIES = "alert_deliveries"
 TABLE_REPLAY_RERUNS = "replay_reruns"
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
@@ -51,6 +52,7 @@ TABLES: dict[str, str] = {
         TABLE_DQ_RESULTS,
         TABLE_LOADED_MESSAGES,
         TABLE_ALERTS,
+        TABLE_ALERT_DELIVERIES,
         TABLE_REPLAY_RERUNS,
     )
 }

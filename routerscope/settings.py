@@ -125,7 +125,7 @@ class Settings:
     kafka_security: KafkaSecurity
     topic_partitions: int
     alert_webhook: str | None
-    alert_rules: Path | None = None  # None: the defaults shipped in routerscope/alert_rules.yaml
+    alert_rules: Path | None = None  # None: the defaults shipped in warehouse/alerting/alert_rules.yaml
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> Settings:

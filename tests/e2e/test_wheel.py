@@ -97,7 +97,7 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
     assert figures["applied"] == figures["files"] == len(list((REPO / "warehouse" / "migrations").glob("*.sql")))
 
 
-def test_the_installed_dashboard_renders_every_page_and_the_policy_loads(installed, tmp_path):
+def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rules_load(installed, tmp_path):
     assert run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path).returncode == 0
     script = (
         "import dashboards, pathlib\n"
@@ -110,7 +110,14 @@ def test_the_installed_dashboard_renders_every_page_and_the_policy_loads(install
         "    assert not at.exception, (page, at.exception)\n"
         "from router.policy import DEFAULT_POLICY, parse\n"
         "print('policy', parse(DEFAULT_POLICY.read_text()).version)\n"
+        "from warehouse.alerting import load_rules\n"
+        "print('rules', len(load_rules()[1]))\n"
     )
     result = run(installed, str(installed / "bin" / "python"), "-c", script, home=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "oncall.py" in result.stdout and "tuning.py" in result.stdout and "policy" in result.stdout
+    assert (
+        "oncall.py" in result.stdout
+        and "tuning.py" in result.stdout
+        and "policy" in result.stdout
+        and "rules" in result.stdout
+    )

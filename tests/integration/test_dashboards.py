@@ -8,10 +8,9 @@ from datetime import timedelta
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from routerscope import alerts
 from tests.conftest import REPO, copy_warehouse, settings_for
 from tests.integration.test_metrics import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
-from warehouse import quality
+from warehouse import alerting, quality
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
@@ -31,7 +30,7 @@ def fill(client) -> None:
         write_window(client, "5m", w0, w0 + timedelta(minutes=5), compute(client, w0, w0 + timedelta(minutes=5)))
     write_window(client, "1d", START, END, compute(client, START, END, min_n=1))
     quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
-    alerts.run(client)
+    alerting.run(client)
 
 
 @pytest.fixture
@@ -61,6 +60,14 @@ def test_oncall_shows_both_denominators(populated):
     assert "Fallback rate (of device-entered)" in labels and "Naive fallback rate (all requests)" in labels
     assert any("denominator" in (m.help or "") for m in app.metric)
     assert [m.value for m in app.metric][:2] == ["0.0%", "0.0%"]  # A1: served on device at L0
+
+
+def test_oncall_lists_the_firing_alerts(populated):
+    """The fixture's data is days old as of the evaluation (now): the stale-ingest page is firing."""
+    app = render("oncall.py")
+    listed = [df for df in (d.value for d in app.dataframe) if "severity" in df.columns]
+    assert len(listed) == 1 and set(listed[0]["status"]) == {"firing"}
+    assert "Newest decision event older than 10 minutes (ingest stalled?)" in set(listed[0]["summary"])
 
 
 def test_oncall_draws_breaker_states_over_the_window(populated):

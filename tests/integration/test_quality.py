@@ -384,9 +384,10 @@ def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(ware
         )
     stale = quality.run_suites(warehouse, WINDOW, now=END + timedelta(hours=2))
     assert failures(stale) == {"pipeline.freshness": 1, "pipeline.future_events": 1}
-    from routerscope.alerts import _signal
+    from warehouse.alerting import pipeline_signal
 
-    assert _signal(warehouse, "pipeline.freshness_lag_s", END + timedelta(hours=2)) == 2 * 3600  # the alert's view
+    # the alert's view
+    assert pipeline_signal(warehouse, "pipeline.freshness_lag_s", END + timedelta(hours=2)) == 2 * 3600
     # the newest event that is not from the future is A_AT_END, at END exactly
     assert quality.latest_window(warehouse, now=END + timedelta(hours=2)) == QueryWindow(END, END + timedelta(days=1))
     # a clock a few minutes behind the device's is not "the future" (5-minute allowance)

@@ -17,10 +17,10 @@ from instrumentation.events import LabelEvent
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.replay import route_correct
-from routerscope import alerts
 from tests.conftest import settings_for
 from tests.fakes import FakeClock, SteadyDevice, SwitchableCloud
 from tests.integration.test_metrics import insert
+from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
@@ -96,9 +96,9 @@ def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_nam
             result = compute(client, w0, w0 + STEP)
             write_window(client, "5m", w0, w0 + STEP, result)
             old_rule_would_fire.append(result["overall"]["degrade_share"]["L4"] > 0.02)  # the former "offload failure"
-            evaluation = alerts.run(client, now=w0 + STEP + timedelta(minutes=1))
+            evaluation = alerting.run(client, now=w0 + STEP + timedelta(minutes=1))
             fired += [(w, a.alert_key) for a in evaluation.fired if a.action == "rollback"]
-        final = alerts.run(client, now=T0 + 12 * STEP + timedelta(minutes=1))
+        final = alerting.run(client, now=T0 + 12 * STEP + timedelta(minutes=1))
         outage = compute(client, T0 + OUTAGE[0] * STEP, T0 + (OUTAGE[-1] + 1) * STEP)["by_task_type"]["short_reply"]
     # the outage ended low-confidence answers at L4 (the old L4-share rule fired) but moved no §3b signal
     assert any(old_rule_would_fire[w] for w in OUTAGE)
@@ -113,7 +113,7 @@ def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_nam
     assert {w for w, _ in fired} == {PUSH[0] + 2}
     assert final.rollback_recommended() == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
     assert final.as_dict()["rollback_recommended"] == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
-    body = alerts.slack_body(next(a for a in final.firing if a.rule == "rollback_degrade_trigger"))
+    body = alerting.slack_body(next(a for a in final.firing if a.rule == "rollback_degrade_trigger"))
     assert "ROLLBACK RECOMMENDED for short_reply: degrade_trigger_rate" in body["text"]
 
 

@@ -26,3 +26,16 @@ def test_definitions_load_and_every_job_resolves():
     # the day's data-quality checks run before, and can hold back, the day's metrics
     daily = {node.name for node in jobs["metrics_daily_job"].nodes}
     assert daily == {"data_quality", "metrics_daily"}
+
+
+def test_the_alert_webhook_is_read_from_the_environment_at_run_time(monkeypatch):
+    """Unset, ROUTERSCOPE_ALERT_WEBHOOK leaves alerts stored, not delivered: loading the definitions and
+    building the resource must not fail (a `dg.EnvVar` would fail every run's config)."""
+    from pipelines.resources import AlertWebhookResource
+
+    assert isinstance(defs.resources["alert_webhook"], AlertWebhookResource)
+    monkeypatch.delenv("ROUTERSCOPE_ALERT_WEBHOOK", raising=False)
+    assert not AlertWebhookResource().configured()
+    monkeypatch.setenv("ROUTERSCOPE_ALERT_WEBHOOK", "http://127.0.0.1:9/hook")
+    assert AlertWebhookResource().notifier().url == "http://127.0.0.1:9/hook"
+    assert AlertWebhookResource(url="http://127.0.0.1:8/other").notifier().url == "http://127.0.0.1:8/other"

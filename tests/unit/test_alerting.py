@@ -1,13 +1,17 @@
-"""Alert rules: the consecutive-window logic, table-driven, and the rules file's validation."""
+"""Alert rules: the consecutive-window logic, table-driven, the rules file's validation, and the episode
+lifecycle as pure transitions."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routerscope.alerts import Point, Rule, evaluate, load_rules
 from routerscope.errors import ConfigError
+from warehouse.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
+from warehouse.alerting.evaluate import evaluate_signal, transition, transitions
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
@@ -141,3 +145,85 @@ def test_a_bad_rules_file_is_one_clear_error(tmp_path, body, message):
     path.write_text(body)
     with pytest.raises(ConfigError, match=message):
         load_rules(path)
+
+
+# -- the episode lifecycle, as pure transitions over the stored episode ------------------------------
+NOW = T0 + 10 * STEP
+
+
+def streak(*values):
+    return evaluate(RULE, series(*values), T0 + (len(values) - 1) * STEP)
+
+
+def episode(last_seen_index: int, status: str = "firing") -> Alert:
+    return Alert(
+        "fb|intent_classify",
+        T0,
+        "fb",
+        "intent_classify",
+        "ticket",
+        "",
+        "fallback high",
+        status,
+        T0 + (last_seen_index + 1) * STEP,
+        None,
+        "{}",
+        "v0",
+        "sent",
+    )
+
+
+@pytest.mark.parametrize(
+    "name, verdict, current, kind",
+    [
+        ("a new breach fires", streak(0.5, 0.5, 0.5), None, "fired"),
+        ("still breaching over the same windows: nothing to store, no repeat", streak(0.5, 0.5, 0.5), episode(2), None),
+        (
+            "still breaching, one more window: extended, no repeat notification",
+            streak(0.5, 0.5, 0.5, 0.6),
+            episode(2),
+            "extended",
+        ),
+        ("clear while firing resolves", streak(0.5, 0.5, 0.5, 0.1), episode(2), "resolved"),
+        ("clear and quiet: nothing", streak(0.1, 0.1, 0.1), None, None),
+    ],
+)
+def test_episode_transitions(name, verdict, current, kind):
+    step = transition(RULE, "intent_classify", verdict, current, "v1", NOW)
+    assert (step and step[0]) == kind, name
+    if kind == "fired":
+        alert = step[1]
+        assert (alert.alert_key, alert.status, alert.notify_state, alert.rule_version) == (
+            "fb|intent_classify",
+            "firing",
+            "pending",
+            "v1",
+        )
+        assert alert.first_seen == T0 and alert.last_seen == T0 + 3 * STEP
+        assert [w["value"] for w in json.loads(alert.trip_values)["windows"]] == [0.5, 0.5, 0.5]
+    if kind == "extended":
+        assert step[1].notify_state == "sent" and step[1].last_seen == T0 + 4 * STEP
+        assert current.last_seen == T0 + 3 * STEP  # the stored episode object is not changed in place
+    if kind == "resolved":
+        assert (step[1].status, step[1].resolved_at, step[1].notify_state) == ("resolved", NOW, "pending")
+
+
+def test_transitions_split_fired_and_resolved_and_store_every_change():
+    firing = {"fb|a": replace(episode(2), alert_key="fb|a", task_type="a")}
+    change = transitions(
+        [(RULE, "a", streak(0.5, 0.5, 0.5, 0.1)), (RULE, "b", streak(0.5, 0.5, 0.5)), (RULE, "c", streak(0.1))],
+        firing,
+        "v1",
+        NOW,
+    )
+    assert [a.alert_key for a in change.fired] == ["fb|b"]
+    assert [a.alert_key for a in change.resolved] == ["fb|a"]
+    assert [a.alert_key for a in change.changed] == ["fb|a", "fb|b"]
+
+
+def test_a_signal_reading_breaches_as_of_the_evaluation_time():
+    signal = dict(metric="pipeline.breaker_open.device", scope="overall", grain="now", limit=0, windows=1)
+    breaker = replace(RULE, **signal, min_n=0, denominator=None)
+    assert evaluate_signal(breaker, 1, NOW) == BreachStreak(True, NOW, NOW, (Point(NOW, 1),))
+    assert not evaluate_signal(breaker, 0, NOW).breaching
+    assert not evaluate_signal(breaker, None, NOW).breaching

@@ -10,9 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from routerscope import alerts, broker
+from pipelines.resources import AlertWebhookResource
+from routerscope import broker
 from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import breaker, decision, dumps, iso
+from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 from warehouse.metrics import compute, empty_group
@@ -38,6 +40,11 @@ rules:
     denominator: device_entered
     severity: ticket
 """
+
+
+def webhook(url: str, **options) -> AlertWebhookResource:
+    """The real webhook resource, with backoff short enough for a test."""
+    return AlertWebhookResource(url=url, **{"backoff_s": 0.01, **options})
 
 
 class Receiver:
@@ -103,7 +110,7 @@ def test_fire_once_stay_quiet_then_resolve_once(warehouse, receiver, tmp_path):
     rules.write_text(RULES)
 
     def run():
-        return alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        return alerting.run(warehouse, rules_path=rules, notifier=webhook(receiver.url))
 
     window(warehouse, 0, 0.5)
     window(warehouse, 1, 0.5)
@@ -139,7 +146,7 @@ def test_two_server_errors_then_success_delivers_exactly_once(warehouse, tmp_pat
     try:
         for i in range(3):
             window(warehouse, i, 0.9)
-        result = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        result = alerting.run(warehouse, rules_path=rules, notifier=webhook(receiver.url))
         assert result.delivery_failures == 0
         assert receiver.attempts == 3 and len(receiver.received) == 1
         attempts = warehouse.query(
@@ -156,15 +163,15 @@ def test_an_undeliverable_alert_stays_pending_and_is_sent_later(warehouse, tmp_p
     for i in range(3):
         window(warehouse, i, 0.9)
     dead = f"http://127.0.0.1:{free_port()}/nobody-listens"
-    failed = alerts.run(warehouse, rules_path=rules, webhook=dead, retries=2, backoff_s=0.01)
+    failed = alerting.run(warehouse, rules_path=rules, notifier=webhook(dead, retries=2))
     assert failed.delivery_failures == 1 and len(failed.firing) == 1
     assert failed.firing[0].notify_state == "pending"
     receiver = Receiver()
     try:
-        later = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        later = alerting.run(warehouse, rules_path=rules, notifier=webhook(receiver.url))
         assert later.fired == []  # the same episode, not a new alert
         assert len(receiver.received) == 1 and receiver.received[0]["text"].startswith("FIRING")
-        again = alerts.run(warehouse, rules_path=rules, webhook=receiver.url, backoff_s=0.01)
+        again = alerting.run(warehouse, rules_path=rules, notifier=webhook(receiver.url))
         assert len(receiver.received) == 1 and again.delivery_failures == 0
     finally:
         receiver.close()
@@ -226,7 +233,7 @@ def test_an_injected_device_outage_raises_exactly_its_alerts(home, receiver):
             for k in range(12):
                 w0 = start + k * STEP
                 write_window(client, "5m", w0, w0 + STEP, compute(client, w0, w0 + STEP))
-            result = alerts.run(client, webhook=receiver.url, now=start + timedelta(hours=1, minutes=1), backoff_s=0.01)
+            result = alerting.run(client, notifier=webhook(receiver.url), now=start + timedelta(hours=1, minutes=1))
         # Expected: the bypass page (>50 % of 60 requests per window, from the first outage window), the
         # open device breaker, and L2/L3 drift: all traffic moved to L2 against a 7-day baseline that
         # (here) is the 45 device-served minutes, for the 3 outage windows. Nothing else: fallback
@@ -268,8 +275,43 @@ def test_replayed_as_of_a_past_time_an_evaluation_sees_only_the_windows_that_had
         window(warehouse, i, rate)
 
     def as_of(i: int):  # one minute after window i ended
-        return alerts.run(warehouse, rules_path=rules, now=T0 + (i + 1) * STEP + timedelta(minutes=1))
+        return alerting.run(warehouse, rules_path=rules, now=T0 + (i + 1) * STEP + timedelta(minutes=1))
 
     assert as_of(1).fired == []  # windows 2 and 3 had not ended yet
     assert [a.alert_key for a in as_of(2).fired] == ["fallback_rate_high|intent_classify"]
     assert [a.alert_key for a in as_of(3).resolved] == ["fallback_rate_high|intent_classify"]
+
+
+def test_the_alerts_job_delivers_through_its_webhook_resource(home, tmp_path, monkeypatch):
+    """The deployed path: `alerts_job` (what the sensor runs after each window) evaluates as of each
+    time it is given and delivers through the `alert_webhook` resource — here the recording fake."""
+    from pipelines.alerting import evaluate_alerts
+    from pipelines.resources import RouterscopeResource
+    from pipelines.run import run_job
+    from tests.fakes import FakeWebhook
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    monkeypatch.setenv("ROUTERSCOPE_ALERT_RULES", str(rules))
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        for i, rate in enumerate([0.9, 0.9, 0.9, 0.1]):
+            window(client, i, rate)
+    fake = FakeWebhook(key=str(tmp_path))
+    as_of = [(T0 + (i + 1) * STEP + timedelta(minutes=1)).isoformat() for i in (2, 3)]
+    result = run_job(
+        "alerts_job",
+        ops_config={evaluate_alerts.name: {"config": {"as_of": as_of}}},
+        resources={"routerscope": RouterscopeResource(home=str(home)), "alert_webhook": fake},
+    )
+    fired, resolved = result.output_for_node(evaluate_alerts.name)
+    assert fired["fired_now"] == ["fallback_rate_high|intent_classify"]
+    assert resolved["resolved_now"] == ["fallback_rate_high|intent_classify"]
+    assert [(d["event"], d["body"]["text"].split()[0]) for d in fake.deliveries] == [
+        ("firing", "FIRING"),
+        ("resolved", "RESOLVED"),
+    ]
+    with open_warehouse(settings_for(home)) as client:
+        stored = client.query("SELECT event, status_code FROM routerscope.alert_deliveries ORDER BY event").result_rows
+        state = client.query("SELECT status, notify_state FROM routerscope.alerts FINAL").result_rows
+    assert stored == [("firing", 200), ("resolved", 200)] and state == [("resolved", "sent")]

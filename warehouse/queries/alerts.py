@@ -1,0 +1,178 @@
+"""Queries of the alert engine (`warehouse.alerting`): the metric windows a rule reads, the pipeline
+signals (freshness, data quality, quarantine, breakers) read as of the evaluation time, the stored
+alert episodes and their delivery attempts; and the dashboard's list of alerts.
+
+Every value is a bound `{name:Type}` parameter; the SQL text is constant. Times come back in UTC."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from routerscope import names
+from warehouse.queries.common import named, utc_text
+
+# The columns of one alert episode, in storage order (migration 0010).
+ALERT_COLUMNS = (
+    "alert_key",
+    "first_seen",
+    "rule",
+    "task_type",
+    "severity",
+    "action",
+    "summary",
+    "status",
+    "last_seen",
+    "resolved_at",
+    "trip_values",
+    "rule_version",
+    "notify_state",
+)
+DELIVERY_COLUMNS = ("alert_key", "first_seen", "event", "attempt", "status_code", "error")
+
+# The latest window that had ended by the evaluation time: replaying history as of a past time sees
+# only the windows that existed then, even when later ones are already stored.
+LATEST_WINDOW_SQL = named(
+    "alerts_latest_window",
+    """
+SELECT max(window_start) FROM $metric_windows
+WHERE grain = {grain:String} AND window_end <= {now:DateTime64(3, 'UTC')}
+""",
+)
+WINDOW_SERIES_SQL = named(
+    "alerts_window_series",
+    """
+SELECT task_type, window_start, metrics
+FROM $metric_windows FINAL
+WHERE grain = {grain:String} AND window_start > {since:DateTime64(3, 'UTC')}
+  AND window_start <= {latest:DateTime64(3, 'UTC')}
+ORDER BY task_type, window_start
+""",
+)
+# The episodes an evaluation can change or must report: open, undelivered, or resolved recently.
+STORED_SQL = named(
+    "alerts_open_or_recent",
+    """
+SELECT alert_key, first_seen, rule, task_type, severity, action, summary, status, last_seen, resolved_at,
+       trip_values, rule_version, notify_state
+FROM $alerts FINAL
+WHERE status = 'firing' OR notify_state = 'pending' OR resolved_at >= {since:DateTime64(3, 'UTC')}
+""",
+)
+# Events dated past now + the allowance (warehouse.quality.FUTURE_ALLOWANCE) must not hide stale ingest.
+NEWEST_EVENT_SQL = named(
+    "alerts_signal_newest_event",
+    "SELECT max(event_time) FROM $decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}",
+)
+DQ_BLOCKING_SQL = named(
+    "alerts_signal_dq_blocking",
+    """
+SELECT countIf(NOT success AND blocking) FROM $dq_results
+WHERE (window_start, run_at) IN (
+    SELECT window_start, max(run_at) FROM $dq_results
+    WHERE window_start = (SELECT max(window_start) FROM $dq_results) GROUP BY window_start)
+""",
+)
+QUARANTINE_SHARE_SQL = named(
+    "alerts_signal_quarantine_share",
+    """
+SELECT (SELECT count() FROM $quarantine WHERE quarantined_at >= {since:DateTime64(3, 'UTC')})
+     / nullIf((SELECT count() FROM $quarantine WHERE quarantined_at >= {since:DateTime64(3, 'UTC')})
+            + (SELECT count() FROM $loaded_messages WHERE loaded_at >= {since:DateTime64(3, 'UTC')}), 0)
+""",
+)
+OPEN_BREAKERS_SQL = named(
+    "alerts_signal_open_breakers",
+    """
+SELECT countIf(state = 'open') FROM (
+    SELECT instance_id, argMax(to_state, (event_time, event_id)) AS state
+    FROM $breaker_events FINAL WHERE boundary = {boundary:String} GROUP BY instance_id)
+""",
+)
+RECENT_SQL = named(
+    "alerts_recent",
+    """
+SELECT severity, summary, task_type, status, first_seen, last_seen, resolved_at, action, trip_values
+FROM $alerts FINAL ORDER BY status = 'firing' DESC, last_seen DESC LIMIT {limit:UInt32}
+""",
+)
+
+
+def _utc(t: datetime | None) -> datetime | None:
+    """A stored time in UTC (the embedded engine returns naive UTC times)."""
+    if t is None:
+        return None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def _max_time(t: datetime | None) -> datetime | None:
+    """The max() of a time column, None when there were no rows (max() then returns the epoch)."""
+    return None if t is None or t.year <= 1970 else _utc(t)
+
+
+def _scalar(client, sql: str, parameters: dict | None = None):
+    return client.query(sql, parameters=parameters or {}).result_rows[0][0]
+
+
+def latest_window_start(client, grain: str, now: datetime) -> datetime | None:
+    """The start of the newest stored window of `grain` that had ended by `now`, or None."""
+    return _max_time(_scalar(client, LATEST_WINDOW_SQL, {"grain": grain, "now": utc_text(now)}))
+
+
+def window_series(client, grain: str, since: datetime, latest: datetime) -> list[tuple[str, datetime, dict]]:
+    """(task_type, window start, metrics) of the windows of `grain` starting in (since, latest]."""
+    rows = client.query(
+        WINDOW_SERIES_SQL, parameters={"grain": grain, "since": utc_text(since), "latest": utc_text(latest)}
+    ).result_rows
+    return [(task_type, _utc(start), json.loads(metrics)) for task_type, start, metrics in rows]
+
+
+def open_or_recent(client, since: datetime) -> list[dict[str, Any]]:
+    """The stored episodes that are firing, not yet delivered, or resolved since `since` (ALERT_COLUMNS)."""
+    out = []
+    for row in client.query(STORED_SQL, parameters={"since": utc_text(since)}).result_rows:
+        episode = dict(zip(ALERT_COLUMNS, row))
+        for k in ("first_seen", "last_seen", "resolved_at"):
+            episode[k] = _utc(episode[k])
+        out.append(episode)
+    return out
+
+
+def newest_event(client, horizon: datetime) -> datetime | None:
+    """The newest decision event dated at or before `horizon`."""
+    return _max_time(_scalar(client, NEWEST_EVENT_SQL, {"horizon": utc_text(horizon)}))
+
+
+def blocking_dq_failures(client) -> int:
+    """Failed blocking checks of the latest run over the latest data-quality window."""
+    return int(_scalar(client, DQ_BLOCKING_SQL))
+
+
+def quarantine_share(client, since: datetime) -> float | None:
+    """Quarantined messages over all messages (quarantined + loaded) since `since`; None with none."""
+    value = _scalar(client, QUARANTINE_SHARE_SQL, {"since": utc_text(since)})
+    return None if value is None else float(value)
+
+
+def open_breakers(client, boundary: str) -> int:
+    """Instances whose latest breaker transition on `boundary` left the breaker open."""
+    return int(_scalar(client, OPEN_BREAKERS_SQL, {"boundary": boundary}))
+
+
+def write_alerts(client, rows: list[list]) -> None:
+    """Store new versions of episodes (rows in ALERT_COLUMNS order); readers fold them with FINAL."""
+    if rows:
+        client.insert(names.TABLES[names.TABLE_ALERTS], rows, column_names=list(ALERT_COLUMNS))
+
+
+def write_deliveries(client, rows: list[list]) -> None:
+    """Record delivery attempts (rows in DELIVERY_COLUMNS order)."""
+    if rows:
+        client.insert(names.TABLES[names.TABLE_ALERT_DELIVERIES], rows, column_names=list(DELIVERY_COLUMNS))
+
+
+def recent(client, limit: int = 50) -> tuple[list[str], list[tuple]]:
+    """The newest episodes, firing first: (column names, rows), for the on-call page."""
+    result = client.query(RECENT_SQL, parameters={"limit": limit})
+    return list(result.column_names), list(result.result_rows)
