@@ -324,8 +324,6 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     import signal
     import socket
     import subprocess
-    import time
-    import urllib.request
 
     with socket.socket() as probe:
         if probe.connect_ex(("127.0.0.1", port)) == 0:
@@ -342,15 +340,13 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and process.poll() is None:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.3)
-        if process.poll() is not None:
-            raise RouterscopeError(f"the dashboard exited with {process.returncode}; see {log_path}")
+        procs.wait_ready(
+            process,
+            lambda: procs.http_ok(f"{url}/_stcore/health"),
+            what="the dashboard",
+            log_path=log_path,
+            timeout_s=120,
+        )
         print(f"Dashboard: {url}  (on-call, weekly tuning, data quality, explorer; Ctrl-C stops it)", flush=True)
         if open_browser:
             import webbrowser
