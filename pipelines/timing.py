@@ -20,9 +20,10 @@ Windows are half-open and UTC; partition keys use the formats of `pipelines.part
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from routerscope.errors import ConfigError
+from routerscope.timeutil import utc
 
 FIVE_MINUTES = timedelta(minutes=5)
 ONE_DAY = timedelta(days=1)
@@ -60,10 +61,6 @@ def sensor_interval(default_s: int, env: dict | None = None) -> int:
     if value < 1:
         raise ConfigError(f"{INTERVAL_ENV}={raw!r} must be at least 1")
     return value
-
-
-def utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 def floor_5m(t: datetime) -> datetime:

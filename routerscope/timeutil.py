@@ -6,10 +6,18 @@ A bottom module (standard library only): any layer may use it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import overload
 
 
-def utc(t: datetime) -> datetime:
-    """`t` as an aware UTC datetime; a naive one is taken to be UTC already."""
+@overload
+def utc(t: datetime) -> datetime: ...
+@overload
+def utc(t: None) -> None: ...
+def utc(t: datetime | None) -> datetime | None:
+    """`t` as an aware UTC datetime; a naive one is taken to be UTC already (the embedded warehouse
+    returns naive UTC times); None stays None (a nullable column)."""
+    if t is None:
+        return None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 

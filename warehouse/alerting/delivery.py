@@ -14,7 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from warehouse.alerting.evaluate import Alert, as_utc
+from routerscope.timeutil import utc
+from warehouse.alerting.evaluate import Alert
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF_S = 0.5  # before the 2nd attempt; doubled before each further one
@@ -53,7 +54,7 @@ def slack_body(alert: Alert) -> dict[str, Any]:
                         "short": True,
                     },
                     {"title": "latest value", "value": f"{latest.get('value')} (n={latest.get('n')})", "short": True},
-                    {"title": "since", "value": as_utc(alert.first_seen).isoformat(), "short": True},
+                    {"title": "since", "value": utc(alert.first_seen).isoformat(), "short": True},
                 ],
             }
         ],

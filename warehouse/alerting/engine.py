@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope.errors import ConfigError
+from routerscope.timeutil import utc
 from warehouse.alerting.delivery import Notifier
 from warehouse.alerting.evaluate import (
     RECENTLY,
@@ -19,7 +20,6 @@ from warehouse.alerting.evaluate import (
     BreachStreak,
     Episodes,
     Evaluation,
-    as_utc,
     evaluate,
     evaluate_signal,
     open_by_key,
@@ -42,7 +42,7 @@ def run(
 ) -> Evaluation:
     """Evaluate every rule as of `now` (default: the current time), update the episodes, deliver
     pending notifications through `notifier` (None: none configured)."""
-    now = as_utc(now) or datetime.now(UTC)
+    now = utc(now) or datetime.now(UTC)
     version, rules = load_rules(rules_path)
     known = stored_episodes(client, now)
     firing = open_by_key(known)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from routerscope.timeutil import utc_iso
 from warehouse.alerting.rules import GRAINS, Rule
 from warehouse.queries.alerts import ALERT_COLUMNS
 
@@ -23,14 +24,8 @@ from warehouse.queries.alerts import ALERT_COLUMNS
 RECENTLY = timedelta(hours=24)
 
 
-def as_utc(t: datetime | None) -> datetime | None:
-    if t is None:
-        return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
 def iso_z(t: datetime) -> str:
-    return as_utc(t).isoformat().replace("+00:00", "Z")
+    return utc_iso(t, "auto")
 
 
 @dataclass(frozen=True)

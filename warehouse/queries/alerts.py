@@ -7,10 +7,11 @@ Every value is a bound `{name:Type}` parameter; the SQL text is constant. Times 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from routerscope import names
+from routerscope.timeutil import utc
 from warehouse.queries.common import named, utc_text
 
 # The columns of one alert episode, in storage order (migration 0010).
@@ -99,16 +100,9 @@ FROM $alerts FINAL ORDER BY status = 'firing' DESC, last_seen DESC LIMIT {limit:
 )
 
 
-def _utc(t: datetime | None) -> datetime | None:
-    """A stored time in UTC (the embedded engine returns naive UTC times)."""
-    if t is None:
-        return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
-
-
 def _max_time(t: datetime | None) -> datetime | None:
     """The max() of a time column, None when there were no rows (max() then returns the epoch)."""
-    return None if t is None or t.year <= 1970 else _utc(t)
+    return None if t is None or t.year <= 1970 else utc(t)
 
 
 def _scalar(client, sql: str, parameters: dict | None = None):
@@ -125,7 +119,7 @@ def window_series(client, grain: str, since: datetime, latest: datetime) -> list
     rows = client.query(
         WINDOW_SERIES_SQL, parameters={"grain": grain, "since": utc_text(since), "latest": utc_text(latest)}
     ).result_rows
-    return [(task_type, _utc(start), json.loads(metrics)) for task_type, start, metrics in rows]
+    return [(task_type, utc(start), json.loads(metrics)) for task_type, start, metrics in rows]
 
 
 def open_or_recent(client, since: datetime) -> list[dict[str, Any]]:
@@ -134,7 +128,7 @@ def open_or_recent(client, since: datetime) -> list[dict[str, Any]]:
     for row in client.query(STORED_SQL, parameters={"since": utc_text(since)}).result_rows:
         episode = dict(zip(ALERT_COLUMNS, row))
         for k in ("first_seen", "last_seen", "resolved_at"):
-            episode[k] = _utc(episode[k])
+            episode[k] = utc(episode[k])
         out.append(episode)
     return out
 
