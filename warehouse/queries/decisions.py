@@ -279,23 +279,10 @@ def load_summary(client) -> tuple[datetime | None, int]:
     return utc_or_none(last_load), int(rows)
 
 
-EXPLORER_COLUMNS = (
-    "event_time",
-    "request_id",
-    "task_type",
-    "mode",
-    "fallback_type",
-    "reason",
-    "degrade_level",
-    "attempt_levels",
-    "attempt_outcomes",
-    "attempt_latency_ms",
-    "confidence",
-    "threshold",
-    "network",
-    "device_tier",
-    "device_model",
-    "cloud_model",
+EXPLORER_COLUMNS = tuple(
+    "event_time request_id task_type mode fallback_type reason degrade_level attempt_levels "
+    "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
+    "cloud_model".split()
 )
 
 # The explorer: decisions since `start`, newest first, each filter a bound value ('' or -1: any).

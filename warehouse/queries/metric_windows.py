@@ -208,17 +208,9 @@ def latest_end(client, grain: str) -> datetime | None:
     return utc_or_none(client.query(LATEST_END_SQL, parameters={"grain": grain}).result_rows[0][0])
 
 
-TREND_COLUMNS = (
-    "window_start",
-    "requests",
-    "device_entered",
-    "fallback_rate",
-    "naive_fallback_rate",
-    "device_bypass_rate",
-    "l2_l3_share",
-    "l2_l3_drifting",
-    "false_fallback_rate",
-    "false_fallback_labeled",
+TREND_COLUMNS = tuple(
+    "window_start requests device_entered fallback_rate naive_fallback_rate device_bypass_rate "
+    "l2_l3_share l2_l3_drifting false_fallback_rate false_fallback_labeled".split()
 )
 
 TREND_SQL = named(
@@ -267,13 +259,8 @@ def task_types(client) -> list[str]:
     return [row[0] for row in client.query(TASK_TYPES_SQL).result_rows]
 
 
-LATEST_CALIBRATION_COLUMNS = (
-    "window_start",
-    "labeled",
-    "monotonic",
-    "recommended_threshold",
-    "current_threshold",
-    "calibration",
+LATEST_CALIBRATION_COLUMNS = tuple(
+    "window_start labeled monotonic recommended_threshold current_threshold calibration".split()
 )
 
 LATEST_CALIBRATION_SQL = named(
