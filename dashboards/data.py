@@ -56,34 +56,37 @@ def query(sql: str, **parameters) -> pd.DataFrame:
     return pd.DataFrame(result.result_rows, columns=list(result.column_names))
 
 
+def _read(query, *args, **kwargs):
+    """A query function's result (`warehouse.queries`), in one unit of work on the warehouse."""
+    with _warehouse() as client:
+        return query(client, *args, **kwargs)
+
+
 def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(columns))
 
 
 @st.cache_data(ttl=TTL)
 def latest_window_end() -> datetime | None:
-    with _warehouse() as client:
-        return metric_windows.latest_end(client, "5m")
+    return _read(metric_windows.latest_end, "5m")
 
 
 def _hours_before_latest(hours: float) -> datetime:
-    """The start of the last `hours` before the newest 5-minute window (or now)."""
+    """The start of the last `hours` before the newest 5-minute window (or now). (It opens the warehouse
+    when not cached: pass it as an argument of `_read`, never call it inside a unit of work.)"""
     return (latest_window_end() or datetime.now(UTC)) - timedelta(hours=hours)
 
 
 @st.cache_data(ttl=TTL)
 def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
-    start = _hours_before_latest(hours)  # before opening: it may open the warehouse itself
-    with _warehouse() as client:
-        rows = metric_windows.trend(client, grain, task_type, start)
+    rows = _read(metric_windows.trend, grain, task_type, _hours_before_latest(hours))
     return _frame(rows, metric_windows.TREND_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def latest_day_end() -> datetime | None:
     """The end of the newest daily metric window: the weekly review looks at the 7 days before it."""
-    with _warehouse() as client:
-        return metric_windows.latest_end(client, "1d")
+    return _read(metric_windows.latest_end, "1d")
 
 
 @st.cache_data(ttl=TTL)
@@ -93,8 +96,7 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
     end = latest_day_end()
     if end is None:
         return pd.DataFrame()
-    with _warehouse() as client:
-        rows = metric_windows.groups(client, "1d", task_type, end - timedelta(days=days))
+    rows = _read(metric_windows.groups, "1d", task_type, end - timedelta(days=days))
     return pd.DataFrame(rows, columns=["window_start", "group"]) if rows else pd.DataFrame()
 
 
@@ -110,15 +112,13 @@ def period_metrics(start: datetime, end: datetime) -> dict:
 @st.cache_data(ttl=TTL)
 def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
     """Sessions by their number of cloud calls over [start, end) (METRICS.md §4 as a distribution)."""
-    with _warehouse() as client:
-        rows = decision_queries.cloud_calls_histogram(client, QueryWindow(start, end), task_type)
+    rows = _read(decision_queries.cloud_calls_histogram, QueryWindow(start, end), task_type)
     return pd.DataFrame(rows, columns=["cloud_calls", "sessions"])
 
 
 @st.cache_data(ttl=TTL)
 def task_types() -> list[str]:
-    with _warehouse() as client:
-        return metric_windows.task_types(client)
+    return _read(metric_windows.task_types)
 
 
 @st.cache_data(ttl=TTL)
@@ -131,8 +131,7 @@ def alerts() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def breaker_transitions() -> pd.DataFrame:
-    with _warehouse() as client:
-        rows = breaker_events.transitions(client)
+    rows = _read(breaker_events.transitions)
     return _frame(rows, breaker_events.TRANSITION_COLUMNS)
 
 
@@ -140,8 +139,7 @@ def breaker_transitions() -> pd.DataFrame:
 def freshness() -> pd.DataFrame:
     from warehouse.quality import FUTURE_ALLOWANCE  # events dated further ahead do not count as fresh
 
-    with _warehouse() as client:
-        fresh = ingest_offsets.freshness(client, horizon=datetime.now(UTC) + FUTURE_ALLOWANCE)
+    fresh = _read(ingest_offsets.freshness, horizon=datetime.now(UTC) + FUTURE_ALLOWANCE)
     return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
 
 
@@ -162,8 +160,7 @@ def consumer_lag() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def calibration(task_type: str) -> pd.DataFrame:
-    with _warehouse() as client:
-        row = metric_windows.latest_calibration(client, task_type)
+    row = _read(metric_windows.latest_calibration, task_type)
     return _frame([row] if row else [], metric_windows.LATEST_CALIBRATION_COLUMNS)
 
 
@@ -188,8 +185,7 @@ def dq_latest() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def quarantine(limit: int = 20) -> pd.DataFrame:
-    with _warehouse() as client:
-        rows = quarantine_queries.recent(client, limit)
+    rows = _read(quarantine_queries.recent, limit)
     return _frame(rows, quarantine_queries.RECENT_COLUMNS)
 
 
@@ -215,31 +211,26 @@ def decisions(
         device_tier=device_tier,
         request_id=request_id,
     )
-    start = _hours_before_latest(hours)  # before opening: it may open the warehouse itself
-    with _warehouse() as client:
-        rows = decision_queries.explorer(client, start, where, limit)
+    rows = _read(decision_queries.explorer, _hours_before_latest(hours), where, limit)
     return _frame(rows, decision_queries.EXPLORER_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def device_tiers() -> list[str]:
-    with _warehouse() as client:
-        return decision_queries.device_tiers(client)
+    return _read(decision_queries.device_tiers)
 
 
 @st.cache_data(ttl=TTL)
 def quarantine_counts() -> pd.DataFrame:
     """Quarantined messages per topic and broken rule (a message breaking two rules counts under both)."""
-    with _warehouse() as client:
-        rows = quarantine_queries.counts(client)
+    rows = _read(quarantine_queries.counts)
     return _frame(rows, quarantine_queries.COUNTS_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def schema_versions() -> pd.DataFrame:
     """Rows per schema version of each facts table: a producer on a new version shows up here."""
-    with _warehouse() as client:
-        rows = facts.schema_versions(client)
+    rows = _read(facts.schema_versions)
     return pd.DataFrame(rows, columns=list(facts.SCHEMA_VERSION_COLUMNS))
 
 
