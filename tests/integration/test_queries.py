@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.events import decision, iso
+from tests.events import decision, iso, label, quality_fallback
 from tests.integration.test_metrics import eid, insert, warehouse  # noqa: F401 (the fixture)
-from warehouse.queries import decisions, ingest_offsets
+from warehouse.queries import decisions, ingest_offsets, labels
+from warehouse.queries.common import QueryWindow
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
@@ -32,3 +33,22 @@ def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_as
     fresh = ingest_offsets.freshness(warehouse, NOW)
     assert fresh["newest_event"] == NOW - timedelta(hours=1) and fresh["rows"] == 3
     assert fresh["last_load"] is not None and fresh["last_load"].tzinfo is not None
+
+
+def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(warehouse):  # noqa: F811
+    """METRICS.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
+    replay's sample; a human or validator label does not."""
+    fallbacks = [
+        quality_fallback(event_id=eid(10 + i), request_id=f"f{i}", event_time=iso(NOW - timedelta(minutes=i + 1)))
+        for i in range(3)
+    ]
+    insert(
+        warehouse,
+        fallbacks,
+        [
+            label(request_id="f0", source="offline_replay", event_time=iso(NOW)),
+            label(request_id="f1", source="human_review", event_time=iso(NOW)),
+        ],
+    )
+    window = QueryWindow(NOW - timedelta(hours=1), NOW)
+    assert sorted(r[0] for r in labels.replay_sample(warehouse, window, limit=10)) == ["f1", "f2"]
