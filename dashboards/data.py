@@ -1,11 +1,11 @@
-"""Cached, read-only loaders for the dashboard. Every filter value is a bound parameter.
+"""Cached, read-only loaders for the dashboard: thin `st.cache_data` wrappers around the query modules
+(`warehouse.queries`), which hold the SQL; every filter value is a bound parameter there.
 
 The warehouse is opened for one query at a time (`warehouse.client.open_warehouse`), so in embedded
 mode the dashboard takes turns with the loader and the metric jobs instead of locking them out."""
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -16,6 +16,10 @@ import streamlit as st
 from routerscope.settings import Settings
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
+from warehouse.queries import breaker_events, facts, ingest_offsets, metric_windows
+from warehouse.queries import decisions as decision_queries
+from warehouse.queries import quarantine as quarantine_queries
+from warehouse.queries.common import QueryWindow
 
 TTL = 30
 
@@ -52,51 +56,37 @@ def query(sql: str, **parameters) -> pd.DataFrame:
     return pd.DataFrame(result.result_rows, columns=list(result.column_names))
 
 
-def _latest_end(grain: str) -> datetime | None:
-    """The end of the newest metric window of `grain`, or None before the first."""
-    df = query(
-        "SELECT max(window_end) AS t FROM routerscope.metric_windows FINAL WHERE grain = {grain:String}", grain=grain
-    )
-    t = df["t"].iloc[0] if len(df) else None
-    if t is None or pd.isna(t) or t.year <= 1970:
-        return None
-    return pd.Timestamp(t).to_pydatetime().replace(tzinfo=UTC)
+def _read(query, *args, **kwargs):
+    """A query function's result (`warehouse.queries`), in one unit of work on the warehouse."""
+    with _warehouse() as client:
+        return query(client, *args, **kwargs)
+
+
+def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(columns))
 
 
 @st.cache_data(ttl=TTL)
 def latest_window_end() -> datetime | None:
-    return _latest_end("5m")
+    return _read(metric_windows.latest_end, "5m")
 
 
-def _hours_before_latest(hours: float) -> str:
-    """The start of the last `hours` before the newest 5-minute window (or now), as a bound value."""
-    end = latest_window_end() or datetime.now(UTC)
-    return (end - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _distinct(sql: str) -> list[str]:
-    """The values of a one-column query."""
-    df = query(sql)
-    return [] if df.empty else list(df.iloc[:, 0])
+def _hours_before_latest(hours: float) -> datetime:
+    """The start of the last `hours` before the newest 5-minute window (or now). (It opens the warehouse
+    when not cached: pass it as an argument of `_read`, never call it inside a unit of work.)"""
+    return (latest_window_end() or datetime.now(UTC)) - timedelta(hours=hours)
 
 
 @st.cache_data(ttl=TTL)
 def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
-    return query(
-        "SELECT window_start, requests, device_entered, fallback_rate, naive_fallback_rate, device_bypass_rate, "
-        "l2_l3_share, l2_l3_drifting, false_fallback_rate, false_fallback_labeled "
-        "FROM routerscope.metric_windows FINAL WHERE grain = {grain:String} AND task_type = {task:String} "
-        "AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
-        grain=grain,
-        task=task_type,
-        start=_hours_before_latest(hours),
-    )
+    rows = _read(metric_windows.trend, grain, task_type, _hours_before_latest(hours))
+    return _frame(rows, metric_windows.TREND_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def latest_day_end() -> datetime | None:
     """The end of the newest daily metric window: the weekly review looks at the 7 days before it."""
-    return _latest_end("1d")
+    return _read(metric_windows.latest_end, "1d")
 
 
 @st.cache_data(ttl=TTL)
@@ -106,15 +96,8 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
     end = latest_day_end()
     if end is None:
         return pd.DataFrame()
-    df = query(
-        "SELECT window_start, metrics FROM routerscope.metric_windows FINAL WHERE grain = '1d' "
-        "AND task_type = {task:String} AND window_start >= {start:DateTime64(3, 'UTC')} ORDER BY window_start",
-        task=task_type,
-        start=(end - timedelta(days=days)).strftime("%Y-%m-%d %H:%M:%S"),
-    )
-    if df.empty:
-        return df
-    return df.assign(group=[json.loads(m) for m in df.pop("metrics")])
+    rows = _read(metric_windows.groups, "1d", task_type, end - timedelta(days=days))
+    return pd.DataFrame(rows, columns=["window_start", "group"]) if rows else pd.DataFrame()
 
 
 @st.cache_data(ttl=TTL)
@@ -129,19 +112,13 @@ def period_metrics(start: datetime, end: datetime) -> dict:
 @st.cache_data(ttl=TTL)
 def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
     """Sessions by their number of cloud calls over [start, end) (METRICS.md §4 as a distribution)."""
-    from warehouse.queries.common import QueryWindow
-    from warehouse.queries.decisions import cloud_calls_histogram as histogram
-
-    with _warehouse() as client:
-        rows = histogram(client, QueryWindow(start, end), task_type)
+    rows = _read(decision_queries.cloud_calls_histogram, QueryWindow(start, end), task_type)
     return pd.DataFrame(rows, columns=["cloud_calls", "sessions"])
 
 
 @st.cache_data(ttl=TTL)
 def task_types() -> list[str]:
-    return _distinct(
-        "SELECT DISTINCT task_type FROM routerscope.metric_windows WHERE task_type != '' ORDER BY task_type"
-    )
+    return _read(metric_windows.task_types)
 
 
 @st.cache_data(ttl=TTL)
@@ -156,19 +133,16 @@ def alerts() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def breaker_transitions() -> pd.DataFrame:
-    return query(
-        "SELECT event_time, instance_id, boundary, from_state, to_state, trigger FROM routerscope.breaker_events FINAL "
-        "ORDER BY event_time DESC LIMIT 200"
-    )
+    rows = _read(breaker_events.transitions)
+    return _frame(rows, breaker_events.TRANSITION_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def freshness() -> pd.DataFrame:
-    # events dated more than 5 minutes ahead (warehouse.quality.FUTURE_ALLOWANCE) do not count as fresh
-    return query(
-        "SELECT maxIf(event_time, event_time <= now64(3) + INTERVAL 5 MINUTE) AS newest_event, "
-        "max(ingested_at) AS last_load, count() AS rows FROM routerscope.decisions"
-    )
+    from warehouse.quality import FUTURE_ALLOWANCE  # events dated further ahead do not count as fresh
+
+    fresh = _read(ingest_offsets.freshness, horizon=datetime.now(UTC) + FUTURE_ALLOWANCE)
+    return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
 
 
 @st.cache_data(ttl=TTL)
@@ -177,7 +151,6 @@ def consumer_lag() -> pd.DataFrame:
     positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
     the newest event's age alone)."""
     from routerscope.kafka import end_offsets
-    from warehouse.queries import ingest_offsets
 
     with _warehouse() as client:
         stored = ingest_offsets.positions(client)
@@ -189,18 +162,14 @@ def consumer_lag() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def calibration(task_type: str) -> pd.DataFrame:
-    return query(
-        "SELECT window_start, labeled, monotonic, recommended_threshold, current_threshold, calibration "
-        "FROM routerscope.calibration_windows FINAL WHERE task_type = {task:String} ORDER BY window_start DESC LIMIT 1",
-        task=task_type,
-    )
+    row = _read(metric_windows.latest_calibration, task_type)
+    return _frame([row] if row else [], metric_windows.LATEST_CALIBRATION_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (METRICS.md §6)."""
     from warehouse.metrics import calibration as compute_calibration
-    from warehouse.queries.common import QueryWindow
 
     with _warehouse() as client:
         return compute_calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
@@ -218,11 +187,8 @@ def dq_latest() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def quarantine(limit: int = 20) -> pd.DataFrame:
-    return query(
-        "SELECT kafka_topic, kafka_partition, kafka_offset, rules, substring(raw, 1, 120) AS raw_start, quarantined_at "
-        "FROM routerscope.quarantine ORDER BY quarantined_at DESC LIMIT {limit:UInt32}",
-        limit=limit,
-    )
+    rows = _read(quarantine_queries.recent, limit)
+    return _frame(rows, quarantine_queries.RECENT_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
@@ -237,55 +203,37 @@ def decisions(
     network: str = "",
     device_tier: str = "",
 ) -> pd.DataFrame:
-    """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any);
-    every value bound."""
-    return query(
-        "SELECT event_time, request_id, task_type, mode, fallback_type, reason, degrade_level, attempt_levels, "
-        "attempt_outcomes, attempt_latency_ms, confidence, threshold, network, device_tier, device_model, cloud_model "
-        "FROM routerscope.decisions FINAL WHERE event_time >= {start:DateTime64(3, 'UTC')} "
-        "AND ({task:String} = '' OR task_type = {task:String}) AND ({fb:String} = '' OR fallback_type = {fb:String}) "
-        "AND ({reason:String} = '' OR reason = {reason:String}) AND ({level:Int8} < 0 OR degrade_level = {level:Int8}) "
-        "AND ({net:String} = '' OR network = {net:String}) AND ({tier:String} = '' OR device_tier = {tier:String}) "
-        "AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0) "
-        "ORDER BY event_time DESC LIMIT {limit:UInt32}",
-        start=_hours_before_latest(hours),
-        task=task_type,
-        fb=fallback_type,
+    """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any)."""
+    where = decision_queries.ExplorerFilter(
+        task_type=task_type,
+        fallback_type=fallback_type,
         reason=reason,
         level=level,
-        net=network,
-        tier=device_tier,
-        rid=request_id,
-        limit=limit,
+        network=network,
+        device_tier=device_tier,
+        request_id=request_id,
     )
+    rows = _read(decision_queries.explorer, _hours_before_latest(hours), where, limit)
+    return _frame(rows, decision_queries.EXPLORER_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def device_tiers() -> list[str]:
-    return _distinct(
-        "SELECT DISTINCT device_tier FROM routerscope.decisions WHERE device_tier IS NOT NULL ORDER BY device_tier"
-    )
+    return _read(decision_queries.device_tiers)
 
 
 @st.cache_data(ttl=TTL)
 def quarantine_counts() -> pd.DataFrame:
     """Quarantined messages per topic and broken rule (a message breaking two rules counts under both)."""
-    return query(
-        "SELECT kafka_topic, arrayJoin(rules) AS rule, count() AS messages FROM routerscope.quarantine "
-        "GROUP BY kafka_topic, rule ORDER BY messages DESC"
-    )
+    rows = _read(quarantine_queries.counts)
+    return _frame(rows, quarantine_queries.COUNTS_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
 def schema_versions() -> pd.DataFrame:
     """Rows per schema version of each facts table: a producer on a new version shows up here."""
-    return query(
-        "SELECT * FROM ("
-        "SELECT 'decisions' AS events_table, schema_version, count() AS events FROM routerscope.decisions GROUP BY schema_version "
-        "UNION ALL SELECT 'labels', schema_version, count() FROM routerscope.labels GROUP BY schema_version "
-        "UNION ALL SELECT 'breaker_events', schema_version, count() FROM routerscope.breaker_events GROUP BY schema_version"
-        ") ORDER BY events_table, schema_version"
-    )
+    rows = _read(facts.schema_versions)
+    return pd.DataFrame(rows, columns=list(facts.SCHEMA_VERSION_COLUMNS))
 
 
 @st.cache_data(ttl=TTL)

@@ -501,13 +501,6 @@ BREAKERS = Contract(names.TOPIC_BREAKERS, BreakerEvent, BREAKER_INVARIANTS)
 CONTRACTS: dict[str, Contract] = {c.topic: c for c in (DECISIONS, LABELS, BREAKERS)}
 
 
-def contract_for(topic: str) -> Contract:
-    try:
-        return CONTRACTS[topic]
-    except KeyError:
-        raise KeyError(f"no contract for topic {topic!r}; known: {sorted(CONTRACTS)}") from None
-
-
 def all_rules(contract: Contract) -> Iterable[str]:
     """Every rule name a contract can report (for documentation and tests)."""
     yield from (

@@ -55,6 +55,8 @@ Reason = Literal[
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
 ConfidenceSource = Literal["logprob", "sampling", "validator", "none"]
+# In METRICS.md §3 precedence order, highest first: the chosen label of a request is from the highest-ranked
+# source (the warehouse ranks sources by their position in LABEL_SOURCES, bound into its SQL).
 LabelSource = Literal["human_review", "offline_replay", "validator", "shadow_compare"]
 ThermalState = Literal["nominal", "fair", "serious", "critical", "unknown"]
 RolloutStage = Literal["shadow", "canary", "full", "cloud_only"]
@@ -66,6 +68,7 @@ OUTCOMES: tuple[str, ...] = Outcome.__args__
 NETWORKS: tuple[str, ...] = Network.__args__
 CONFIDENCE_SOURCES: tuple[str, ...] = ConfidenceSource.__args__
 LABEL_SOURCES: tuple[str, ...] = LabelSource.__args__
+LABEL_SOURCE_OFFLINE_REPLAY: LabelSource = "offline_replay"  # the weekly replay's labels
 BREAKER_STATES: tuple[str, ...] = BreakerState.__args__
 THERMAL_STATES: tuple[str, ...] = ThermalState.__args__
 ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__

@@ -125,8 +125,13 @@ class InstrumentedRouter:
         return self.recorder.adopted(request.task_type, self.router.route, request)
 
 
-def producer_config(settings) -> dict:
-    """kafka-python producer options for the emitter: idempotent, acks=all, batched, compressed."""
+def producer_config(settings, **overrides) -> dict:
+    """kafka-python producer options, the one configuration of every producer (the emitter, `routerscope
+    produce`): idempotent, acks=all, batched, compressed; `overrides` replace single options.
+
+    `enable_idempotence=True` is explicit: kafka-python 3 silently turns idempotence off under `acks=1`,
+    `retries=0` or more than 5 requests in flight, and an explicit request makes such a conflict fail
+    loudly instead."""
     return {
         "bootstrap_servers": settings.kafka_bootstrap(),
         "acks": "all",
@@ -138,4 +143,5 @@ def producer_config(settings) -> dict:
         "bootstrap_timeout_ms": 2000,  # an unreachable broker fails the sender fast (then: spool)
         "request_timeout_ms": 5000,
         **settings.kafka_security.kafka_python(),
+        **overrides,
     }

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from instrumentation.events import LabelEvent
+from instrumentation.events import LABEL_SOURCE_OFFLINE_REPLAY, LabelEvent
 from router.backends import CloudBackend, DeviceBackend, validate
 from router.engine import accepts_keyword, answer_hash, normalise
 from router.policy import Policy
@@ -140,7 +140,7 @@ def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model:
         label_id=str(uuid.uuid4()),
         event_time=now,
         request_id=verdict.request_id,
-        source="offline_replay",
+        source=LABEL_SOURCE_OFFLINE_REPLAY,
         device_acceptable=verdict.acceptable,
         route_correct=route_correct(fallback_type, verdict.acceptable),
         labeler=f"offline-replay:{verdict.judged_by}:{device_model}"[:128],

@@ -53,7 +53,7 @@ def cmd_broker(args, settings: Settings) -> int:
 
 
 def cmd_produce(args, settings: Settings) -> int:
-    from instrumentation.publish import produce_file
+    from routerscope.produce import produce_file
 
     path = Path(args.file)
     if not path.is_file():

@@ -215,47 +215,73 @@ def run(
     live_requests: int = 0,
     fresh: bool = False,
 ) -> dict:
-    """The demo drives the same Dagster jobs the daemon runs (`pipelines.definitions`), in this process:
-    `ingest`, `metrics_5m_job` per window with `alerts_job` after each, `metrics_daily_job` per day."""
+    """The demo, step by step, through the same Dagster jobs the daemon runs (`pipelines.definitions`), in
+    this process: `ensure_broker` → `simulate_span` → `load` (`ingest`) → `metrics_and_alerts`
+    (`metrics_5m_job` over the span, `alerts_job` as of each window's end) → `daily_quality_and_metrics`
+    (`metrics_daily_job` per day)."""
     import dagster as dg
 
-    from pipelines.core import metrics_window, unit_of_work
-    from pipelines.ingest import ingest_topics
     from pipelines.resources import RouterscopeResource
-    from pipelines.run import materializations, run_job
+
+    if fresh:
+        start_fresh(settings)
+    out: dict = {"kafka": ensure_broker(settings, port)}
+    sim = out["simulated"] = simulate_span(
+        settings, requests, seed, timedelta(minutes=span_minutes), corrupt, live_requests
+    )
+    resources = {"routerscope": RouterscopeResource.for_settings(settings)}
+    instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
+    out["loaded"] = load(resources, instance)
+    summary, fired, firing = metrics_and_alerts(
+        settings, sim["start"], sim["end"], resources=resources, instance=instance
+    )
+    days = span_days(sim["start"], sim["end"])
+    out["quality"] = daily_quality_and_metrics(days, resources=resources, instance=instance)
+    out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
+    return out
+
+
+def ensure_broker(settings: Settings, port: int) -> str:
+    """The broker the demo publishes to (a configured one, or the local one started on `port`); its
+    bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
     from routerscope import kafka
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
+    from warehouse.queries import ingest_offsets
 
-    out: dict = {}
-    if fresh:
-        start_fresh(settings)
-    restarted = False
     if settings.kafka_bootstrap_env:
         kafka.ensure_topics(settings)
-        out["kafka"] = settings.kafka_bootstrap_env
-    else:
-        restarted = not broker.status(settings).running
-        out["kafka"] = broker.start(settings, port=port).bootstrap
-    with open_warehouse(settings, purpose="demo") as client:
-        migrate(client)
-        loaded_before = client.query("SELECT count() FROM routerscope.ingest_offsets").result_rows[0][0]
-    if restarted and loaded_before:
-        raise RouterscopeError(
-            "the local broker keeps its messages in memory and was restarted since the last demo, so the demo's "
-            f"warehouse ({settings.warehouse.redacted()}) refers to messages it no longer has. "
-            "Run `routerscope demo --fresh` to start the demo over (it removes the demo's warehouse)"
-        )
-    span = timedelta(minutes=span_minutes)
+        return settings.kafka_bootstrap_env
+    restarted = not broker.status(settings).running
+    bootstrap = broker.start(settings, port=port).bootstrap
+    if restarted:
+        with open_warehouse(settings, purpose="demo") as client:
+            migrate(client)
+            loaded_before = ingest_offsets.position_count(client)
+        if loaded_before:
+            raise RouterscopeError(
+                "the local broker keeps its messages in memory and was restarted since the last demo, so the "
+                f"demo's warehouse ({settings.warehouse.redacted()}) refers to messages it no longer has. "
+                "Run `routerscope demo --fresh` to start the demo over (it removes the demo's warehouse)"
+            )
+    return bootstrap
+
+
+def simulate_span(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int, live_requests: int):
+    """`simulate`, with the demo's one-line account of it."""
     sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests)
-    out["simulated"] = sim
     print(
         f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages",
         file=sys.stderr,
     )
+    return sim
 
-    resources = {"routerscope": RouterscopeResource.for_settings(settings)}
-    instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
+
+def load(resources: dict, instance) -> dict:
+    """The `ingest` job once (as the daemon's ingest sensor starts it); rows loaded per topic."""
+    from pipelines.ingest import ingest_topics
+    from pipelines.run import materializations, run_job
+
     print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
     result = run_job(
         "ingest",
@@ -263,16 +289,34 @@ def run(
         resources=resources,
         instance=instance,
     )
-    out["loaded"] = {k: v.get("loaded") for k, v in materializations(result).items()}
+    return {k: v.get("loaded") for k, v in materializations(result).items()}
 
-    start, end = sim["start"], sim["end"]
+
+def metrics_and_alerts(settings: Settings, start: datetime, end: datetime, *, resources: dict, instance):
+    """The span's 5-minute windows with the alerts after each (`windows_and_alerts`), the summary of the
+    whole span (not stored), then the alerts as of now. Returns (summary, fired lines, firing keys)."""
+    from pipelines.core import metrics_window, unit_of_work
+
     with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
         fired = windows_and_alerts(start, end, resources=resources, instance=instance)
         summary, _ = metrics_window(settings, start, end)
         final = run_alerts(resources, instance)
-    days = sorted({start.date(), (end - timedelta(microseconds=1)).date()})
+    return summary, fired, final["firing_keys"]
+
+
+def span_days(start: datetime, end: datetime) -> list:
+    """The UTC days [start, end) touches."""
+    return sorted({start.date(), (end - timedelta(microseconds=1)).date()})
+
+
+def daily_quality_and_metrics(days: list, *, resources: dict, instance) -> dict:
+    """`metrics_daily_job` per day (as the daily schedule runs it): the day's data-quality suites, then,
+    unless a blocking check failed, its metrics. Day → the blocking checks that failed, and whether the
+    metrics were materialized."""
+    from pipelines.run import run_job
+
     quality = {}
-    for day in days:  # the day's data-quality suites, then (unless a blocking check failed) its metrics
+    for day in days:
         print(
             f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …",
             file=sys.stderr,
@@ -290,9 +334,7 @@ def run(
             "blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
             "metrics_materialized": daily.success,
         }
-    out["quality"] = quality
-    out.update(summary=summary, fired=fired, firing=final["firing_keys"], days=[d.isoformat() for d in days])
-    return out
+    return quality
 
 
 def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -> dict:

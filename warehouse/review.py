@@ -13,6 +13,7 @@ from typing import Any
 
 from router.policy import Policy, RolloutLimits
 from warehouse.metrics import iso
+from warehouse.queries import decisions
 from warehouse.queries import review as rq
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
@@ -249,8 +250,7 @@ def review_window(client, days: float, end: datetime | None = None) -> QueryWind
     """The review window: `days` full UTC days ending at `end`, by default at the end of the newest live
     event's day (so a week that ended quietly is still reviewed); today's end on an empty warehouse."""
     if end is None:
-        newest = rq.newest_live_event(client)
-        base = (newest.replace(tzinfo=UTC) if newest and newest.tzinfo is None else newest) or datetime.now(UTC)
+        base = decisions.newest_event(client, live_only=True) or datetime.now(UTC)
         end = base.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
     return QueryWindow(end - timedelta(days=days), end)
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from instrumentation.publish import produce_file
 from pipelines.timing import (
     DAILY_CATCH_UP_GRACE,
     FIVE_MINUTES,
@@ -35,6 +34,7 @@ from pipelines.timing import (
     floor_5m,
 )
 from routerscope import broker
+from routerscope.produce import produce_file
 from tests.conftest import REPO, clean_env, free_port, settings_for
 from tests.events import decision, iso, new_id
 from warehouse.client import open_warehouse

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from string import Template
+from typing import Any
 
 from routerscope import names
 
@@ -49,3 +50,17 @@ w AS (
     FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""
+
+
+def dict_rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:
+    """The rows of a query as dicts keyed by column name."""
+    result = client.query(sql, parameters=parameters or {})
+    return [dict(zip(result.column_names, row)) for row in result.result_rows]
+
+
+def utc_or_none(value) -> datetime | None:
+    """A timestamp read back as an aware UTC datetime; None for NULL and for the epoch (what `max()` of
+    an empty table returns)."""
+    if value is None or value.year <= 1970:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -7,10 +7,11 @@ so that an empty denominator gives NULL, never 0."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from warehouse.queries.common import WINDOW_CTE, QueryWindow, named
-from warehouse.queries.labels import CHOSEN_LABELS_CTE
+from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, utc_or_none, utc_text
+from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
 
 OVERALL = None  # the task_type key of the overall row
 INPUT_LENGTH_EDGES = (128, 512, 2048)  # METRICS.md §7: [0,128), [128,512), [512,2048), [2048,∞)
@@ -197,20 +198,15 @@ class LevelCounts:
     levels: tuple[int, int, int, int, int]  # L0..L4
 
 
-def _rows(client, sql: str, parameters: dict) -> list[dict[str, Any]]:
-    result = client.query(sql, parameters=parameters)
-    return [dict(zip(result.column_names, row)) for row in result.result_rows]
-
-
 def window_summary(client, window: QueryWindow) -> dict[str | None, dict[str, Any]]:
     """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL."""
-    return {row.pop("task_type"): row for row in _rows(client, SUMMARY_SQL, window.parameters())}
+    return {row.pop("task_type"): row for row in dict_rows(client, SUMMARY_SQL, chosen_parameters(window))}
 
 
 def by_policy_version(client, window: QueryWindow) -> dict[str | None, dict[str, dict[str, Any]]]:
     """task_type (None: overall) → policy_version → the §9 columns, versions in order of first event."""
     found: dict[str | None, dict[str, dict[str, Any]]] = {}
-    for row in _rows(client, BY_POLICY_VERSION_SQL, window.parameters()):
+    for row in dict_rows(client, BY_POLICY_VERSION_SQL, chosen_parameters(window)):
         found.setdefault(row.pop("task_type"), {})[row.pop("policy_version")] = row
     return found
 
@@ -218,26 +214,26 @@ def by_policy_version(client, window: QueryWindow) -> dict[str | None, dict[str,
 def cloud_calls_per_session(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
     return {
         row.pop("task_type"): {k: float(v) for k, v in row.items()}
-        for row in _rows(client, CLOUD_CALLS_SQL, window.parameters())
+        for row in dict_rows(client, CLOUD_CALLS_SQL, window.parameters())
     }
 
 
 def cloud_calls_histogram(client, window: QueryWindow, task_type: str = "") -> list[tuple[int, int]]:
     """(cloud calls per session, sessions) pairs, ascending; one task type's events or ('') all."""
-    rows = _rows(client, CLOUD_CALLS_HISTOGRAM_SQL, {**window.parameters(), "task": task_type})
+    rows = dict_rows(client, CLOUD_CALLS_HISTOGRAM_SQL, {**window.parameters(), "task": task_type})
     return [(int(r["calls"]), int(r["sessions"])) for r in rows]
 
 
 def shadow_by_input_length(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
     found: dict[str | None, dict[str, float]] = {}
-    for row in _rows(client, SHADOW_BY_LENGTH_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+    for row in dict_rows(client, SHADOW_BY_LENGTH_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
         found.setdefault(row["task_type"], {})[INPUT_LENGTH_BUCKETS[row["bucket"]]] = float(row["agreement"])
     return found
 
 
 def latency_by_side_and_network(client, window: QueryWindow) -> dict[str, dict[str, dict[str, float]]]:
     found: dict[str, dict[str, dict[str, float]]] = {}
-    for row in _rows(client, LATENCY_SQL, window.parameters()):
+    for row in dict_rows(client, LATENCY_SQL, window.parameters()):
         found.setdefault(row["side"], {})[row["net"]] = {
             "n": int(row["n"]),
             "p50": float(row["p50"]),
@@ -250,5 +246,100 @@ def latency_by_side_and_network(client, window: QueryWindow) -> dict[str, dict[s
 def level_counts(client, window: QueryWindow) -> dict[str | None, LevelCounts]:
     return {
         row["task_type"]: LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
-        for row in _rows(client, LEVELS_SQL, window.parameters())
+        for row in dict_rows(client, LEVELS_SQL, window.parameters())
     }
+
+
+# -- single reads: the newest decision, the dashboard's explorer and filters ------------------------
+
+# The newest decision's event_time, not after `horizon` when one is given (an event dated further ahead
+# is a device clock error: it would hide stale ingest for good), of live traffic only when asked.
+NEWEST_EVENT_SQL = named(
+    "newest_decision",
+    """
+SELECT max(event_time) FROM $decisions
+WHERE ({horizon:Nullable(DateTime64(3, 'UTC'))} IS NULL OR event_time <= {horizon:Nullable(DateTime64(3, 'UTC'))})
+  AND (NOT {live_only:Bool} OR mode = 'live')
+""",
+)
+
+
+def newest_event(client, horizon: datetime | None = None, live_only: bool = False) -> datetime | None:
+    """The newest decision's event_time (aware, UTC) not after `horizon`; None when there is none."""
+    parameters = {"horizon": None if horizon is None else utc_text(horizon), "live_only": live_only}
+    return utc_or_none(client.query(NEWEST_EVENT_SQL, parameters=parameters).result_rows[0][0])
+
+
+LOAD_SUMMARY_SQL = named("decisions_loaded", "SELECT max(ingested_at), count() FROM $decisions")
+
+
+def load_summary(client) -> tuple[datetime | None, int]:
+    """When the newest decision row was loaded (None before the first), and the rows stored."""
+    last_load, rows = client.query(LOAD_SUMMARY_SQL).result_rows[0]
+    return utc_or_none(last_load), int(rows)
+
+
+EXPLORER_COLUMNS = tuple(
+    "event_time request_id task_type mode fallback_type reason degrade_level attempt_levels "
+    "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
+    "cloud_model".split()
+)
+
+# The explorer: decisions since `start`, newest first, each filter a bound value ('' or -1: any).
+EXPLORER_SQL = named(
+    "decisions_explorer",
+    f"""
+SELECT {", ".join(EXPLORER_COLUMNS)}
+FROM $decisions FINAL
+WHERE event_time >= {{start:DateTime64(3, 'UTC')}}
+  AND ({{task:String}} = '' OR task_type = {{task:String}})
+  AND ({{fb:String}} = '' OR fallback_type = {{fb:String}})
+  AND ({{reason:String}} = '' OR reason = {{reason:String}})
+  AND ({{level:Int8}} < 0 OR degrade_level = {{level:Int8}})
+  AND ({{net:String}} = '' OR network = {{net:String}})
+  AND ({{tier:String}} = '' OR device_tier = {{tier:String}})
+  AND ({{rid:String}} = '' OR position(request_id, {{rid:String}}) > 0)
+ORDER BY event_time DESC
+LIMIT {{limit:UInt32}}
+""",
+)
+
+
+@dataclass(frozen=True)
+class ExplorerFilter:
+    """The explorer's filters; '' (or level -1) means any. `request_id` matches a substring."""
+
+    task_type: str = ""
+    fallback_type: str = ""
+    reason: str = ""
+    level: int = -1
+    network: str = ""
+    device_tier: str = ""
+    request_id: str = ""
+
+
+def explorer(client, start: datetime, where: ExplorerFilter = ExplorerFilter(), limit: int = 200) -> list[dict]:
+    """Up to `limit` decisions with event_time >= `start` that pass `where`, newest first (EXPLORER_COLUMNS)."""
+    parameters = {
+        "start": utc_text(start),
+        "task": where.task_type,
+        "fb": where.fallback_type,
+        "reason": where.reason,
+        "level": where.level,
+        "net": where.network,
+        "tier": where.device_tier,
+        "rid": where.request_id,
+        "limit": limit,
+    }
+    return dict_rows(client, EXPLORER_SQL, parameters)
+
+
+DEVICE_TIERS_SQL = named(
+    "device_tiers",
+    "SELECT DISTINCT device_tier FROM $decisions WHERE device_tier IS NOT NULL ORDER BY device_tier",
+)
+
+
+def device_tiers(client) -> list[str]:
+    """The device tiers seen in the decisions, sorted."""
+    return [row[0] for row in client.query(DEVICE_TIERS_SQL).result_rows]

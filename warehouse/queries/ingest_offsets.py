@@ -1,9 +1,13 @@
 """The loader's stored positions (`ingest_offsets`), read for consumer lag: messages behind per
-(topic, partition) = the broker's end offset − the next offset the loader will read."""
+(topic, partition) = the broker's end offset − the next offset the loader will read; and ingest
+freshness (how old the newest loaded decision is)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from routerscope import names
+from warehouse.queries import decisions
 from warehouse.queries.common import named
 
 POSITIONS_SQL = named(
@@ -45,3 +49,19 @@ def consumer_lag(
             }
         )
     return out
+
+
+POSITION_COUNT_SQL = named("ingest_position_count", "SELECT count() FROM $ingest_offsets")
+
+
+def position_count(client) -> int:
+    """Stored positions, every consumer and partition (0: nothing was ever loaded into this warehouse)."""
+    return int(client.query(POSITION_COUNT_SQL).result_rows[0][0])
+
+
+def freshness(client, horizon: datetime) -> dict:
+    """`newest_event`: the newest loaded decision dated at most `horizon` (later ones are clock errors and
+    do not count as fresh), `last_load`: when the newest row was loaded (both None before the first),
+    `rows`: the decision rows stored."""
+    last_load, rows = decisions.load_summary(client)
+    return {"newest_event": decisions.newest_event(client, horizon), "last_load": last_load, "rows": rows}

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from instrumentation.events import LABEL_SOURCE_OFFLINE_REPLAY, LABEL_SOURCES
 from warehouse.queries.common import WINDOW_CTE, QueryWindow, named
-
-# Source precedence of METRICS.md §3, highest first.
-SOURCE_PRECEDENCE = ("human_review", "offline_replay", "validator", "shadow_compare")
 
 # One label per request: the highest-ranked source, the latest event_time within it; labels with a
 # null device_acceptable are never chosen. Duplicated label events count once (label_id).
 # argMax over a tuple keeps a null route_correct of the chosen label (a bare argMax would skip it).
+# A source's rank comes from its position in the bound `label_sources` (LABEL_SOURCES, METRICS.md §3
+# precedence, highest first): the first ranks highest, an unknown source 0. Queries with this CTE take
+# their parameters from `chosen_parameters`.
 CHOSEN_LABELS_CTE = """
 chosen AS (
     SELECT
@@ -24,8 +25,8 @@ chosen AS (
         1 AS labeled
     FROM (
         SELECT request_id, device_acceptable, route_correct, event_time, label_id,
-               transform(source, ['human_review', 'offline_replay', 'validator', 'shadow_compare'],
-                         [4, 3, 2, 1], 0) AS rank
+               transform(source, {label_sources:Array(String)},
+                         arrayReverse(arrayEnumerate({label_sources:Array(String)})), 0) AS rank
         FROM $labels
         WHERE device_acceptable IS NOT NULL AND request_id IN (
             SELECT request_id FROM $decisions
@@ -34,6 +35,12 @@ chosen AS (
     )
     GROUP BY request_id
 )"""
+
+
+def chosen_parameters(window: QueryWindow) -> dict:
+    """The bound parameters of a query over the window that uses CHOSEN_LABELS_CTE."""
+    return {**window.parameters(), "label_sources": list(LABEL_SOURCES)}
+
 
 DEFAULT_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)
 THRESHOLD_GRID = tuple(round(k * 0.05, 2) for k in range(21))
@@ -88,7 +95,7 @@ class Calibration:
 def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID) -> list[Calibration]:
     """Per task type with labeled device attempts: the counts behind METRICS.md §6."""
     parameters = {
-        **window.parameters(),
+        **chosen_parameters(window),
         "inner_edges": list(edges[1:-1]),
         "buckets": len(edges) - 1,
         "grid": list(grid),
@@ -120,7 +127,7 @@ WITH {WINDOW_CTE}
 SELECT request_id, task_type, fallback_type
 FROM w
 WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
-  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = 'offline_replay')
+  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {{replay_source:String}})
 ORDER BY cityHash64(request_id, {{seed:UInt64}})
 LIMIT {{limit:UInt32}}
 """,
@@ -129,5 +136,13 @@ LIMIT {{limit:UInt32}}
 
 def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> list[tuple[str, str, str]]:
     """Up to `limit` (request_id, task_type, fallback_type) of unreplayed judged fallbacks."""
-    result = client.query(REPLAY_SAMPLE_SQL, parameters={**window.parameters(), "limit": limit, "seed": seed})
+    result = client.query(
+        REPLAY_SAMPLE_SQL,
+        parameters={
+            **window.parameters(),
+            "limit": limit,
+            "seed": seed,
+            "replay_source": LABEL_SOURCE_OFFLINE_REPLAY,
+        },
+    )
     return [tuple(row) for row in result.result_rows]

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from routerscope import names
-from warehouse.queries.common import QueryWindow, named, utc_text
+from warehouse.queries.common import QueryWindow, dict_rows, named, utc_or_none, utc_text
 
 OVERALL_KEY = ""  # task_type of the overall row
 HEADLINE = (
@@ -193,3 +193,89 @@ def computed_after_end(client, grain: str, start: datetime) -> bool:
     """Was the window of `grain` starting at `start` computed (at least once) after it had ended?"""
     parameters = {"grain": grain, "start": utc_text(start)}
     return client.query(COMPUTED_AFTER_END_SQL, parameters=parameters).result_rows[0][0] > 0
+
+
+# -- the dashboard's reads ---------------------------------------------------------------------------
+
+LATEST_END_SQL = named(
+    "metric_windows_latest_end",
+    "SELECT max(window_end) FROM $metric_windows FINAL WHERE grain = {grain:String}",
+)
+
+
+def latest_end(client, grain: str) -> datetime | None:
+    """The end of the newest stored window of `grain` (aware, UTC), or None before the first."""
+    return utc_or_none(client.query(LATEST_END_SQL, parameters={"grain": grain}).result_rows[0][0])
+
+
+TREND_COLUMNS = tuple(
+    "window_start requests device_entered fallback_rate naive_fallback_rate device_bypass_rate "
+    "l2_l3_share l2_l3_drifting false_fallback_rate false_fallback_labeled".split()
+)
+
+TREND_SQL = named(
+    "metric_windows_trend",
+    f"""
+SELECT {", ".join(TREND_COLUMNS)}
+FROM $metric_windows FINAL
+WHERE grain = {{grain:String}} AND task_type = {{task:String}} AND window_start >= {{start:DateTime64(3, 'UTC')}}
+ORDER BY window_start
+""",
+)
+
+
+def trend(client, grain: str, task_type: str, start: datetime) -> list[dict[str, Any]]:
+    """The headline columns (TREND_COLUMNS) of the windows of `grain` starting at or after `start`, of one
+    task type ('' = overall), oldest first."""
+    return dict_rows(client, TREND_SQL, {"grain": grain, "task": task_type, "start": utc_text(start)})
+
+
+GROUPS_SQL = named(
+    "metric_windows_groups",
+    """
+SELECT window_start, metrics
+FROM $metric_windows FINAL
+WHERE grain = {grain:String} AND task_type = {task:String} AND window_start >= {start:DateTime64(3, 'UTC')}
+ORDER BY window_start
+""",
+)
+
+
+def groups(client, grain: str, task_type: str, start: datetime) -> list[tuple[datetime, dict[str, Any]]]:
+    """(window_start, the window's full METRICS.md group) of the windows of `grain` starting at or after
+    `start`, of one task type ('' = overall), oldest first."""
+    rows = client.query(GROUPS_SQL, parameters={"grain": grain, "task": task_type, "start": utc_text(start)})
+    return [(start_, json.loads(metrics)) for start_, metrics in rows.result_rows]
+
+
+TASK_TYPES_SQL = named(
+    "metric_windows_task_types",
+    "SELECT DISTINCT task_type FROM $metric_windows WHERE task_type != '' ORDER BY task_type",
+)
+
+
+def task_types(client) -> list[str]:
+    """The task types with a stored metric window, sorted."""
+    return [row[0] for row in client.query(TASK_TYPES_SQL).result_rows]
+
+
+LATEST_CALIBRATION_COLUMNS = tuple(
+    "window_start labeled monotonic recommended_threshold current_threshold calibration".split()
+)
+
+LATEST_CALIBRATION_SQL = named(
+    "calibration_windows_latest",
+    f"""
+SELECT {", ".join(LATEST_CALIBRATION_COLUMNS)}
+FROM $calibration_windows FINAL
+WHERE task_type = {{task:String}}
+ORDER BY window_start DESC
+LIMIT 1
+""",
+)
+
+
+def latest_calibration(client, task_type: str) -> dict[str, Any] | None:
+    """The newest stored daily calibration of one task type (LATEST_CALIBRATION_COLUMNS), or None."""
+    rows = dict_rows(client, LATEST_CALIBRATION_SQL, {"task": task_type})
+    return rows[0] if rows else None

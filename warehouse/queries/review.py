@@ -19,7 +19,7 @@ from typing import Any
 from routerscope import names
 from warehouse.queries.common import QueryWindow, named
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES
-from warehouse.queries.labels import CHOSEN_LABELS_CTE
+from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
 
 # The de-duplicated events of the window with the columns these queries read (the v2 ones included).
 REVIEW_CTE = """
@@ -209,8 +209,6 @@ GROUP BY task_type
 """,
 )
 
-NEWEST_LIVE_SQL = named("newest_live_event", "SELECT max(event_time) FROM $decisions WHERE mode = 'live'")
-
 
 def _rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:
     result = client.query(sql, parameters=parameters or {})
@@ -279,7 +277,7 @@ def all_cloud_cost(client, window: QueryWindow) -> dict[str | None, dict[str, fl
 
 def task_review(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     """§12/§13 inputs per task type (live events), with the determinism groups and peak memory per tier."""
-    found = {r.pop("task_type"): r for r in _rows(client, REVIEW_SQL, window.parameters())}
+    found = {r.pop("task_type"): r for r in _rows(client, REVIEW_SQL, chosen_parameters(window))}
     for r in found.values():
         r["device_p95_ms"] = _num(r["device_p95_ms"]) if r["device_attempts"] else None
         r["peak_by_tier"] = {}
@@ -302,7 +300,7 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     def of(task_type: str) -> dict[str, Any]:
         return found.setdefault(task_type, {"cohorts": {}, "buckets": {}, "errors": [(0, 0), (0, 0)], "rollback": []})
 
-    for r in _rows(client, COHORTS_SQL, window.parameters()):
+    for r in _rows(client, COHORTS_SQL, chosen_parameters(window)):
         task_type, stage = r.pop("task_type"), r.pop("stage")
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
     for r in _rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
@@ -313,12 +311,6 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
         if r["task_type"]:
             of(r["task_type"])["rollback"] = sorted(r["rules"])
     return found
-
-
-def newest_live_event(client):
-    """The newest live event's time (None on an empty warehouse)."""
-    value = client.query(NEWEST_LIVE_SQL).result_rows[0][0]
-    return None if value is None or value.year <= 1970 else value
 
 
 # The weekly replay's determinism sample: per task type, up to `per_task` live requests of the window

@@ -1,4 +1,5 @@
-"""Publishing to Kafka with kafka-python: the producer factory and `routerscope produce FILE`.
+"""`routerscope produce FILE`: a JSON-lines file to Kafka with kafka-python, through the router's own
+producer configuration (`instrumentation.telemetry.producer_config`).
 
 `produce` sends each line of a JSON-lines file as one message, exactly as it is — malformed lines
 included, for the loader to quarantine — keyed per DESIGN §2 when the line is a JSON object that
@@ -21,26 +22,17 @@ from routerscope.settings import Settings
 _decode = msgspec.json.Decoder().decode
 
 
-def make_producer(settings: Settings, bootstrap: str | None = None, **overrides):
-    """An idempotent kafka-python producer (`acks=all`).
+# A batch command may wait longer for the broker than the router's request path does.
+PRODUCE_TIMEOUTS = {"max_block_ms": 10_000, "request_timeout_ms": 15_000}
 
-    `enable_idempotence=True` is explicit: kafka-python 3 silently turns idempotence off under
-    `acks=1`, `retries=0` or more than 5 requests in flight, and an explicit request makes such a
-    conflict fail loudly instead."""
+
+def make_producer(settings: Settings):
+    """The router's idempotent kafka-python producer (`acks=all`), with the command's longer timeouts."""
     from kafka import KafkaProducer
 
-    options = dict(
-        bootstrap_servers=(bootstrap or settings.kafka_bootstrap()).split(","),
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=20,
-        batch_size=512 * 1024,
-        max_block_ms=10_000,
-        request_timeout_ms=15_000,
-        **settings.kafka_security.kafka_python(),
-    )
-    options.update(overrides)
-    return KafkaProducer(**options)
+    from instrumentation.telemetry import producer_config
+
+    return KafkaProducer(**producer_config(settings, **PRODUCE_TIMEOUTS))
 
 
 def message_key(topic: str, line: bytes) -> bytes | None:
