@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from instrumentation.events import LabelEvent
+from instrumentation.events import LABEL_SOURCES, LabelEvent
 from router.engine import Request, Router
 from router.policy import Policy, default_policy
 from router.replay import route_correct
@@ -57,7 +57,7 @@ TIER_LEDGER = {
 }
 SWAP_SLOWDOWN = 0.15  # the low tier's decode rate while the OS swaps the runtime out
 NETWORKS = ("wifi", "wifi", "cellular", "weak")
-LABEL_SOURCES = ("human_review", "offline_replay", "validator", "shadow_compare")
+
 PUSHED_THRESHOLD = ("short_reply", 0.93)  # the bad push: this task type's threshold (0.60 by default)
 
 
@@ -256,7 +256,7 @@ class Fleet:
         if not event.entered_device or event.confidence is None or self.rng.random() >= self.label_share:
             return
         ok = acceptable(self.rng, event.task_type, event.confidence)
-        source = self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0]
+        source = self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0]  # weights in LABEL_SOURCES order
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
         label = LabelEvent(
             schema_version=1,
