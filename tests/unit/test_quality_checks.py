@@ -11,7 +11,7 @@ import pytest
 
 from warehouse.quality import CHECKS, FRAMES, Limit, Thresholds
 from warehouse.quality.frames import stats_frame
-from warehouse.quality.gx import _gx, expectation
+from warehouse.quality.gx import expectation, import_gx
 from warehouse.queries.common import QueryWindow
 
 DAY = QueryWindow(datetime(2026, 11, 28, tzinfo=UTC), datetime(2026, 11, 29, tzinfo=UTC))
@@ -26,7 +26,7 @@ def test_the_check_table_holds_values_only_with_unique_names_on_known_frames():
 
 
 def test_every_check_builds_its_expectation_with_the_default_and_other_thresholds():
-    _, gxe = _gx()
+    _, gxe = import_gx()
     strict = Thresholds(freshness_lag_s=60.0, quarantine_share=0.0, volume_low=0.9, volume_high=1.1, label_coverage=0.5)
     for thresholds in (Thresholds(), strict):
         for check in CHECKS:

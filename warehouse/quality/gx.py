@@ -28,7 +28,8 @@ class Outcome:
     detail: dict[str, Any]
 
 
-def _gx():
+def import_gx():
+    """Great Expectations and its expectations module, imported quietly (seconds: only when a run needs it)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import logging
 
@@ -101,7 +102,7 @@ def run(
 ) -> list[Outcome]:
     """Validate each frame of `data` against its checks (frames without checks are skipped); with a
     home, Data Docs are rebuilt under `docs_dir(home)`."""
-    gx, gxe = _gx()
+    gx, gxe = import_gx()
     context, actions = _context(gx, home)
     source = context.data_sources.add_or_update_pandas("routerscope")
     outcomes: list[Outcome] = []

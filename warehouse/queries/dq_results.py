@@ -37,16 +37,6 @@ ORDER BY success, check_name
 """,
 )
 
-LATEST_BLOCKING_FAILURES_SQL = named(
-    "dq_latest_blocking_failures",
-    """
-SELECT countIf(NOT success AND blocking) FROM $dq_results
-WHERE (window_start, run_at) IN (
-    SELECT window_start, max(run_at) FROM $dq_results
-    WHERE window_start = (SELECT max(window_start) FROM $dq_results) GROUP BY window_start)
-""",
-)
-
 
 def insert(client, rows: Sequence[Sequence]) -> int:
     """Store one run's rows (values in `COLUMNS` order); returns how many."""
@@ -61,8 +51,3 @@ def latest_run(client) -> pd.DataFrame:
 
     result = client.query(LATEST_RUN_SQL)
     return pd.DataFrame(result.result_rows, columns=list(result.column_names))
-
-
-def latest_blocking_failures(client) -> int:
-    """Blocking checks failed in the latest run of the newest window (0 before the first run)."""
-    return int(client.query(LATEST_BLOCKING_FAILURES_SQL).result_rows[0][0])
