@@ -177,12 +177,10 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
 
 @st.cache_data(ttl=TTL)
 def dq_latest() -> pd.DataFrame:
-    return query(
-        "SELECT check_name, suite, blocking, success, unexpected_count, element_count, sample_ids, window_start "
-        "FROM routerscope.dq_results WHERE (window_start, run_at) IN "
-        "(SELECT window_start, max(run_at) FROM routerscope.dq_results GROUP BY window_start "
-        " ORDER BY window_start DESC LIMIT 1) ORDER BY success, check_name"
-    )
+    from warehouse.queries import dq_results
+
+    with _warehouse() as client:
+        return dq_results.latest_run(client)
 
 
 @st.cache_data(ttl=TTL)

@@ -74,7 +74,7 @@ def quality_window(settings: Settings, start: datetime | None = None, end: datet
 
     with unit_of_work(settings, purpose="data quality") as client:
         window = QueryWindow(start, end) if start is not None else quality.latest_window(client)
-        report = quality.run_suites(client, window, home=settings.home, thresholds=thresholds or quality.Thresholds())
+        report = quality.run_suites(client, window, home=settings.home, thresholds=thresholds)
         quality.store(client, report)
     return report
 

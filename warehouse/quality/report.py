@@ -1,0 +1,119 @@
+"""The outcome of a data-quality run: one `CheckResult` per check, gathered in a `QualityReport`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from warehouse.quality.checks import FRAMES, Check
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SAMPLES = 5  # offending rows named per failed check
+
+
+@dataclass
+class CheckResult:
+    check: str
+    suite: str
+    blocking: bool
+    success: bool
+    unexpected_count: int
+    element_count: int
+    sample_ids: list[str] = field(default_factory=list)
+    observed: str = ""
+
+
+@dataclass
+class QualityReport:
+    window_start: datetime
+    window_end: datetime
+    results: list[CheckResult]
+    docs_index: str | None = None
+
+    @property
+    def blocking_failures(self) -> list[CheckResult]:
+        return [r for r in self.results if r.blocking and not r.success]
+
+    def failed(self, suite: str | None = None) -> list[CheckResult]:
+        return [r for r in self.results if not r.success and (suite is None or r.suite == suite)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "window": {"start": _iso(self.window_start), "end": _iso(self.window_end)},
+            "success": not self.blocking_failures,
+            "blocking_failures": [r.check for r in self.blocking_failures],
+            "results": [asdict(r) for r in self.results],
+            "data_docs": self.docs_index,
+        }
+
+    def rows(self) -> list[tuple]:
+        """The rows of `dq_results` (in `warehouse.queries.dq_results.COLUMNS` order)."""
+        return [
+            (
+                r.suite,
+                r.check,
+                self.window_start,
+                self.window_end,
+                r.success,
+                r.blocking,
+                r.unexpected_count,
+                r.element_count,
+                r.sample_ids,
+                r.observed,
+            )
+            for r in self.results
+        ]
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def passed_on_nothing(check: Check) -> CheckResult:
+    """A check on an empty frame: nothing in the window, nothing can be wrong."""
+    return CheckResult(check.name, FRAMES[check.frame].suite, check.blocking, True, 0, 0)
+
+
+def check_result(check: Check, df: pd.DataFrame, success: bool, detail: dict) -> CheckResult:
+    """A check's result from its expectation's outcome on `df` (`detail`: GX's `result` dictionary,
+    COMPLETE format)."""
+    unexpected = int(detail.get("unexpected_count") or 0)
+    if not success and not unexpected and "observed_value" in detail:
+        unexpected = 1  # an aggregate expectation (e.g. distinct values): the window fails
+    return CheckResult(
+        check=check.name,
+        suite=FRAMES[check.frame].suite,
+        blocking=check.blocking,
+        success=success,
+        unexpected_count=unexpected,
+        element_count=int(detail.get("element_count") or len(df)),
+        sample_ids=_samples(df, FRAMES[check.frame].sample_id, detail),
+        observed=_observed(detail),
+    )
+
+
+def _samples(df: pd.DataFrame, column: str | None, detail: dict) -> list[str]:
+    indexes = detail.get("unexpected_index_list") or []
+    if column is None or not indexes:
+        return []
+    picked = []
+    for i in indexes[:SAMPLES]:
+        if isinstance(i, dict):  # GX may return the index columns by name
+            i = i.get("index", next(iter(i.values())))
+        try:
+            picked.append(str(df.loc[i, column]))
+        except (KeyError, TypeError):
+            continue
+    return picked
+
+
+def _observed(detail: dict) -> str:
+    value = detail.get("observed_value")
+    if value is None:
+        partial = detail.get("partial_unexpected_list") or []
+        return json.dumps([str(v) for v in partial[:SAMPLES]]) if partial else ""
+    return json.dumps(value, default=str)[:500]

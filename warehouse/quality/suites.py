@@ -1,0 +1,40 @@
+"""A data-quality run on one window, in steps: the frames → Great Expectations → the results → stored."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from warehouse.quality import gx
+from warehouse.quality.checks import CHECKS, Check, Thresholds
+from warehouse.quality.frames import frames
+from warehouse.quality.report import QualityReport, check_result, passed_on_nothing
+from warehouse.queries import dq_results
+from warehouse.queries.common import QueryWindow
+
+
+def run_suites(
+    client,
+    window: QueryWindow,
+    *,
+    home: Path | None = None,
+    thresholds: Thresholds | None = None,
+    now: datetime | None = None,
+    checks: tuple[Check, ...] = CHECKS,
+) -> QualityReport:
+    """Run every check on `window`; build Data Docs under `home/gx` when `home` is given."""
+    data = frames(client, window, now)
+    # Nothing in a frame's window: nothing can be wrong, and GX is not asked.
+    empty = {name for name, df in data.items() if df.empty}
+    outcomes = gx.run({n: df for n, df in data.items() if n not in empty}, checks, thresholds or Thresholds(), home)
+    results = [check_result(o.check, data[o.check.frame], o.success, o.detail) for o in outcomes]
+    results += [passed_on_nothing(check) for check in checks if check.frame in empty]
+    order = {check.name: i for i, check in enumerate(checks)}
+    results.sort(key=lambda r: order[r.check])
+    docs_index = str(gx.docs_dir(home) / "index.html") if home is not None else None
+    return QualityReport(window.start, window.end, results, docs_index)
+
+
+def store(client, report: QualityReport) -> None:
+    """Keep the run's results in `dq_results`."""
+    dq_results.insert(client, report.rows())
