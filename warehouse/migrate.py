@@ -13,24 +13,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope import names
 from routerscope.errors import WarehouseError
+from warehouse.queries import schema_migrations as ledger
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _FILE_RE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-BOOTSTRAP = (
-    f"CREATE DATABASE IF NOT EXISTS {names.DATABASE}",
-    f"""CREATE TABLE IF NOT EXISTS {names.DATABASE}.{names.TABLE_MIGRATIONS}
-(
-    version UInt32,
-    name String,
-    checksum String,
-    applied_at DateTime64(3, 'UTC') DEFAULT now64(3)
-)
-ENGINE = MergeTree
-ORDER BY version""",
-)
 
 
 @dataclass(frozen=True)
@@ -66,18 +53,10 @@ def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-def applied(client) -> dict[int, tuple[str, str]]:
-    rows = client.query(
-        "SELECT version, name, checksum FROM routerscope.schema_migrations ORDER BY version"
-    ).result_rows
-    return {version: (name, checksum) for version, name, checksum in rows}
-
-
 def migrate(client, directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Apply every pending migration; returns the names applied (empty when up to date)."""
-    for statement in BOOTSTRAP:
-        client.command(statement)
-    done = applied(client)
+    ledger.bootstrap(client)
+    done = ledger.applied(client)
     newly = []
     for migration in discover(directory):
         if migration.version in done:
@@ -90,11 +69,6 @@ def migrate(client, directory: Path = MIGRATIONS_DIR) -> list[str]:
             continue
         for statement in migration.statements():
             client.command(statement)
-        client.insert(
-            f"{names.DATABASE}.{names.TABLE_MIGRATIONS}",
-            [[migration.version], [migration.name], [migration.checksum]],
-            column_names=["version", "name", "checksum"],
-            column_oriented=True,
-        )
+        ledger.record(client, migration.version, migration.name, migration.checksum)
         newly.append(migration.name)
     return newly

@@ -1,0 +1,47 @@
+"""The migration ledger (`schema_migrations`): which frozen migration files were applied, with their checksums.
+Its own table is created here, before any migration can run."""
+
+from __future__ import annotations
+
+from routerscope import names
+from warehouse.queries.common import named
+
+BOOTSTRAP = (
+    named("create_database", f"CREATE DATABASE IF NOT EXISTS {names.DATABASE}"),
+    named(
+        "create_schema_migrations",
+        """
+CREATE TABLE IF NOT EXISTS $schema_migrations
+(
+    version UInt32,
+    name String,
+    checksum String,
+    applied_at DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = MergeTree
+ORDER BY version
+""",
+    ),
+)
+
+APPLIED_SQL = named("applied_migrations", "SELECT version, name, checksum FROM $schema_migrations ORDER BY version")
+
+
+def bootstrap(client) -> None:
+    """The database and the ledger table (idempotent)."""
+    for statement in BOOTSTRAP:
+        client.command(statement)
+
+
+def applied(client) -> dict[int, tuple[str, str]]:
+    """version → (name, checksum) of every applied migration."""
+    return {version: (name, checksum) for version, name, checksum in client.query(APPLIED_SQL).result_rows}
+
+
+def record(client, version: int, name: str, checksum: str) -> None:
+    client.insert(
+        names.TABLES[names.TABLE_MIGRATIONS],
+        [[version], [name], [checksum]],
+        column_names=["version", "name", "checksum"],
+        column_oriented=True,
+    )
