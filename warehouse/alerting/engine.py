@@ -32,6 +32,7 @@ from warehouse.alerting.evaluate import (
 )
 from warehouse.alerting.rules import GRAINS, Rule, load_rules
 from warehouse.queries import alerts as store
+from warehouse.queries import decisions
 
 # How far back a window rule reads: far enough to see where a streak began.
 LOOKBACK_WINDOWS = 400
@@ -90,7 +91,8 @@ def pipeline_signal(client, metric: str, now: datetime):
     if metric == "pipeline.freshness_lag_s":
         from warehouse.quality import FUTURE_ALLOWANCE
 
-        newest = store.newest_event(client, now + FUTURE_ALLOWANCE)
+        # events dated past now + the allowance (clock errors) must not hide stale ingest
+        newest = decisions.newest_event(client, now + FUTURE_ALLOWANCE)
         return None if newest is None else (now - newest).total_seconds()
     if metric == "pipeline.dq_blocking_failures":
         return store.blocking_dq_failures(client)

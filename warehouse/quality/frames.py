@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from warehouse.queries import decisions
 from warehouse.queries import quality as queries
 from warehouse.queries.common import QueryWindow
 
@@ -62,8 +63,8 @@ def stats_frame(stats: dict[str, Any], window: QueryWindow, now: datetime) -> pd
 def latest_window(client, now: datetime | None = None) -> QueryWindow:
     """The UTC day of the newest decision event not from the future (today when there is none)."""
     now = now or datetime.now(UTC)
-    newest = queries.newest_event(client, now + FUTURE_ALLOWANCE)
-    if newest is None or newest.year <= 1970:
+    newest = decisions.newest_event(client, now + FUTURE_ALLOWANCE)
+    if newest is None:
         newest = now
     day = datetime(newest.year, newest.month, newest.day, tzinfo=UTC)
     return QueryWindow(day, day + timedelta(days=1))

@@ -12,7 +12,7 @@ from typing import Any
 
 from routerscope import names
 from routerscope.timeutil import utc
-from warehouse.queries.common import named, utc_text
+from warehouse.queries.common import named, utc_or_none, utc_text
 
 # The columns of one alert episode, in storage order (migration 0010).
 ALERT_COLUMNS = (
@@ -61,11 +61,6 @@ FROM $alerts FINAL
 WHERE status = 'firing' OR notify_state = 'pending' OR resolved_at >= {since:DateTime64(3, 'UTC')}
 """,
 )
-# Events dated past now + the allowance (warehouse.quality.FUTURE_ALLOWANCE) must not hide stale ingest.
-NEWEST_EVENT_SQL = named(
-    "alerts_signal_newest_event",
-    "SELECT max(event_time) FROM $decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}",
-)
 DQ_BLOCKING_SQL = named(
     "alerts_signal_dq_blocking",
     """
@@ -100,18 +95,13 @@ FROM $alerts FINAL ORDER BY status = 'firing' DESC, last_seen DESC LIMIT {limit:
 )
 
 
-def _max_time(t: datetime | None) -> datetime | None:
-    """The max() of a time column, None when there were no rows (max() then returns the epoch)."""
-    return None if t is None or t.year <= 1970 else utc(t)
-
-
 def _scalar(client, sql: str, parameters: dict | None = None):
     return client.query(sql, parameters=parameters or {}).result_rows[0][0]
 
 
 def latest_window_start(client, grain: str, now: datetime) -> datetime | None:
     """The start of the newest stored window of `grain` that had ended by `now`, or None."""
-    return _max_time(_scalar(client, LATEST_WINDOW_SQL, {"grain": grain, "now": utc_text(now)}))
+    return utc_or_none(_scalar(client, LATEST_WINDOW_SQL, {"grain": grain, "now": utc_text(now)}))
 
 
 def window_series(client, grain: str, since: datetime, latest: datetime) -> list[tuple[str, datetime, dict]]:
@@ -131,11 +121,6 @@ def open_or_recent(client, since: datetime) -> list[dict[str, Any]]:
             episode[k] = utc(episode[k])
         out.append(episode)
     return out
-
-
-def newest_event(client, horizon: datetime) -> datetime | None:
-    """The newest decision event dated at or before `horizon`."""
-    return _max_time(_scalar(client, NEWEST_EVENT_SQL, {"horizon": utc_text(horizon)}))
 
 
 def blocking_dq_failures(client) -> int:

@@ -157,11 +157,6 @@ SELECT
 """,
 )
 
-NEWEST_EVENT_SQL = named(
-    "dq_latest_day",
-    "SELECT max(event_time) FROM $decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}",
-)
-
 
 def decisions_frame(client, window: QueryWindow) -> pd.DataFrame:
     """The window's decisions, de-duplicated, with one `ok_<invariant>` column per DESIGN §2 rule and
@@ -198,8 +193,3 @@ def window_stats(client, window: QueryWindow, week_before: QueryWindow, horizon:
         },
     )
     return dict(zip(result.column_names, result.result_rows[0]))
-
-
-def newest_event(client, horizon: datetime) -> datetime | None:
-    """The newest decision's event_time not later than `horizon` (None, or the epoch, without one)."""
-    return client.query(NEWEST_EVENT_SQL, parameters={"horizon": utc_text(horizon)}).result_rows[0][0]
