@@ -66,6 +66,11 @@ def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(columns))
 
 
+def _table(columns: tuple[str, ...], query, *args) -> pd.DataFrame:
+    """A query function's rows as a frame with `columns` (which an empty result keeps)."""
+    return _frame(_read(query, *args), columns)
+
+
 @st.cache_data(ttl=TTL)
 def latest_window_end() -> datetime | None:
     return _read(metric_windows.latest_end, "5m")
@@ -79,8 +84,7 @@ def _hours_before_latest(hours: float) -> datetime:
 
 @st.cache_data(ttl=TTL)
 def windows(grain: str, hours: float, task_type: str = "") -> pd.DataFrame:
-    rows = _read(metric_windows.trend, grain, task_type, _hours_before_latest(hours))
-    return _frame(rows, metric_windows.TREND_COLUMNS)
+    return _table(metric_windows.TREND_COLUMNS, metric_windows.trend, grain, task_type, _hours_before_latest(hours))
 
 
 @st.cache_data(ttl=TTL)
@@ -133,8 +137,7 @@ def alerts() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def breaker_transitions() -> pd.DataFrame:
-    rows = _read(breaker_events.transitions)
-    return _frame(rows, breaker_events.TRANSITION_COLUMNS)
+    return _table(breaker_events.TRANSITION_COLUMNS, breaker_events.transitions)
 
 
 @st.cache_data(ttl=TTL)
@@ -185,8 +188,7 @@ def dq_latest() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def quarantine(limit: int = 20) -> pd.DataFrame:
-    rows = _read(quarantine_queries.recent, limit)
-    return _frame(rows, quarantine_queries.RECENT_COLUMNS)
+    return _table(quarantine_queries.RECENT_COLUMNS, quarantine_queries.recent, limit)
 
 
 @st.cache_data(ttl=TTL)
@@ -211,8 +213,9 @@ def decisions(
         device_tier=device_tier,
         request_id=request_id,
     )
-    rows = _read(decision_queries.explorer, _hours_before_latest(hours), where, limit)
-    return _frame(rows, decision_queries.EXPLORER_COLUMNS)
+    return _table(
+        decision_queries.EXPLORER_COLUMNS, decision_queries.explorer, _hours_before_latest(hours), where, limit
+    )
 
 
 @st.cache_data(ttl=TTL)
@@ -223,8 +226,7 @@ def device_tiers() -> list[str]:
 @st.cache_data(ttl=TTL)
 def quarantine_counts() -> pd.DataFrame:
     """Quarantined messages per topic and broken rule (a message breaking two rules counts under both)."""
-    rows = _read(quarantine_queries.counts)
-    return _frame(rows, quarantine_queries.COUNTS_COLUMNS)
+    return _table(quarantine_queries.COUNTS_COLUMNS, quarantine_queries.counts)
 
 
 @st.cache_data(ttl=TTL)

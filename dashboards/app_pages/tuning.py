@@ -113,25 +113,33 @@ def ci_text(ci) -> str:
 
 
 coverage = group["label_coverage"]
-f1, f2 = st.columns(2)
-f1.metric(
-    "False fallbacks (cloud spend that bought nothing)",
-    pct(group["false_fallback_rate"]),
-    help=f"{ci_text(group['false_fallback_ci'])}; denominator: {group['false_fallback_labeled']} labeled fallbacks",
+# (title, metric, its labeled denominator, label coverage key, what the coverage is of)
+FALLBACK_TILES = (
+    (
+        "False fallbacks (cloud spend that bought nothing)",
+        "false_fallback",
+        "labeled fallbacks",
+        "fallbacks",
+        "quality/timeout fallbacks",
+    ),
+    (
+        "Missed fallbacks (bad answers shown)",
+        "missed_fallback",
+        "labeled device-served",
+        "device_served",
+        "device-served",
+    ),
 )
-f1.caption(
-    f"{ci_text(group['false_fallback_ci'])} · {group['false_fallback_labeled']} labeled · "
-    f"label coverage {pct(coverage['fallbacks'])} of quality/timeout fallbacks"
-)
-f2.metric(
-    "Missed fallbacks (bad answers shown)",
-    pct(group["missed_fallback_rate"]),
-    help=f"{ci_text(group['missed_fallback_ci'])}; denominator: {group['missed_fallback_labeled']} labeled device-served",
-)
-f2.caption(
-    f"{ci_text(group['missed_fallback_ci'])} · {group['missed_fallback_labeled']} labeled · "
-    f"label coverage {pct(coverage['device_served'])} of device-served"
-)
+for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
+    column.metric(
+        title,
+        pct(group[f"{kind}_rate"]),
+        help=f"{ci_text(group[f'{kind}_ci'])}; denominator: {group[f'{kind}_labeled']} {denominator}",
+    )
+    column.caption(
+        f"{ci_text(group[f'{kind}_ci'])} · {group[f'{kind}_labeled']} labeled · "
+        f"label coverage {pct(coverage[covered])} of {what}"
+    )
 daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
     rows = []
