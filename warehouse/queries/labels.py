@@ -49,12 +49,19 @@ cal AS (
 )
 """
 
+# The same labeled device attempts, read from the metric set's materialized window (decisions'
+# `WINDOW_TABLE`: the window's events with their chosen label's columns; acceptable is NULL without one).
+_CALIBRATED_FROM_WINDOW = """
+WITH cal AS (
+    SELECT task_type, confidence, threshold, acceptable
+    FROM {window_table}
+    WHERE mode = 'live' AND entered_device AND confidence IS NOT NULL AND acceptable IS NOT NULL
+)
+"""
+
 # One pass per task type: bucket counts, counts at or above each threshold grid point, and the most
 # frequent current threshold (ties: the higher one). Inner grouping by threshold keeps the mode exact.
-CALIBRATION_SQL = named(
-    "calibration",
-    _CALIBRATED
-    + """
+_CALIBRATION_SELECT = """
 SELECT task_type,
        sumForEach(bucket_n) AS bucket_n, sumForEach(bucket_passed) AS bucket_passed,
        sumForEach(grid_n) AS grid_n, sumForEach(grid_passed) AS grid_passed,
@@ -71,8 +78,16 @@ FROM (
 )
 GROUP BY task_type
 ORDER BY task_type
-""",
-)
+"""
+
+CALIBRATION_SQL = named("calibration", _CALIBRATED + _CALIBRATION_SELECT)
+
+
+def calibration_from_window_sql(window_table: str) -> str:
+    """CALIBRATION_SQL over a materialized window (the metric set's temporary table)."""
+    return named(
+        "calibration_from_window", _CALIBRATED_FROM_WINDOW.format(window_table=window_table) + _CALIBRATION_SELECT
+    )
 
 
 @dataclass(frozen=True)
@@ -85,8 +100,12 @@ class Calibration:
     min_confidence: float | None = None  # the smallest labeled confidence (METRICS.md §6 evidence floor)
 
 
-def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID) -> list[Calibration]:
-    """Per task type with labeled device attempts: the counts behind METRICS.md §6."""
+def calibration(
+    client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID, window_table: str | None = None
+) -> list[Calibration]:
+    """Per task type with labeled device attempts: the counts behind METRICS.md §6. With `window_table`,
+    read from that materialized window (decisions.materialized_window) instead of `decisions`."""
+    sql = CALIBRATION_SQL if window_table is None else calibration_from_window_sql(window_table)
     parameters = {
         **window.parameters(),
         "inner_edges": list(edges[1:-1]),
@@ -95,7 +114,7 @@ def calibration(client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD
     }
     found = []
     for task_type, bucket_n, bucket_passed, grid_n, grid_passed, current, lowest in client.query(
-        CALIBRATION_SQL, parameters=parameters
+        sql, parameters=parameters
     ).result_rows:
         found.append(
             Calibration(
