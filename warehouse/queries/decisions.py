@@ -139,20 +139,25 @@ SETTINGS group_by_use_nulls = 1
 )
 
 # §4: per session, the sum of cloud_calls of its live events in the window (per task type: of
-# its events of that type); then the mean and exact quantiles of those sums.
+# its events of that type); then the mean and exact quantiles of those sums. The per-task-type sums
+# group by one string key, task type and session joined by a space (a task type matches
+# ^[a-z][a-z0-9_]*$, so the first space ends it): measured ~3x cheaper than grouping by the pair
+# (LowCardinality, String), which takes ClickHouse's serialized-key path, or by grouping sets.
 CLOUD_CALLS_SQL = named(
     "cloud_calls_per_session",
     f"""
-SELECT task_type, avg(calls) AS mean,
-       quantileExactInclusive(0.5)(calls) AS p50, quantileExactInclusive(0.95)(calls) AS p95
+SELECT task, avg(calls) AS mean, quantilesExactInclusive(0.5, 0.95)(calls) AS q
 FROM (
-    SELECT task_type, session_id, sum(cloud_calls) AS calls
+    SELECT any(task_type)::Nullable(String) AS task, sum(cloud_calls) AS calls
     FROM {WINDOW_TABLE} WHERE mode = 'live'
-    GROUP BY GROUPING SETS ((task_type, session_id), (session_id))
-    SETTINGS group_by_use_nulls = 1
+    GROUP BY concat(task_type, ' ', session_id)
+    UNION ALL
+    SELECT NULL AS task, sum(cloud_calls) AS calls
+    FROM {WINDOW_TABLE} WHERE mode = 'live'
+    GROUP BY session_id
 )
-GROUP BY task_type
-ORDER BY task_type
+GROUP BY task
+ORDER BY task
 """,
 )
 
@@ -190,9 +195,7 @@ LATENCY_SQL = named(
     f"""
 SELECT if(degrade_level IN (0, 1), 'device', 'cloud') AS side, ifNull(network, 'unknown') AS net,
        count() AS n,
-       quantileExactInclusive(0.5)(latency_ms) AS p50,
-       quantileExactInclusive(0.95)(latency_ms) AS p95,
-       quantileExactInclusive(0.99)(latency_ms) AS p99
+       quantilesExactInclusive(0.5, 0.95, 0.99)(latency_ms) AS q
 FROM {WINDOW_TABLE} WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
 GROUP BY side, net
 ORDER BY side, net
@@ -253,8 +256,11 @@ def by_policy_version(client) -> dict[str | None, dict[str, dict[str, Any]]]:
 
 
 def cloud_calls_per_session(client) -> dict[str | None, dict[str, float]]:
-    """§4 (materialized window)."""
-    return {row.pop("task_type"): {k: float(v) for k, v in row.items()} for row in _rows(client, CLOUD_CALLS_SQL, {})}
+    """§4 (materialized window): task_type (None: overall) → mean, p50, p95."""
+    return {
+        row["task"]: {"mean": float(row["mean"]), "p50": float(row["q"][0]), "p95": float(row["q"][1])}
+        for row in _rows(client, CLOUD_CALLS_SQL, {})
+    }
 
 
 def cloud_calls_histogram(client, window: QueryWindow, task_type: str = "") -> list[tuple[int, int]]:
@@ -275,12 +281,8 @@ def latency_by_side_and_network(client) -> dict[str, dict[str, dict[str, float]]
     """§8 (materialized window)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
     for row in _rows(client, LATENCY_SQL, {}):
-        found.setdefault(row["side"], {})[row["net"]] = {
-            "n": int(row["n"]),
-            "p50": float(row["p50"]),
-            "p95": float(row["p95"]),
-            "p99": float(row["p99"]),
-        }
+        p50, p95, p99 = row["q"]
+        found.setdefault(row["side"], {})[row["net"]] = {"n": int(row["n"]), "p50": p50, "p95": p95, "p99": p99}
     return found
 
 
