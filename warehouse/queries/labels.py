@@ -14,6 +14,10 @@ SOURCE_PRECEDENCE = ("human_review", "offline_replay", "validator", "shadow_comp
 # One label per request: the highest-ranked source, the latest event_time within it; labels with a
 # null device_acceptable are never chosen. Duplicated label events count once (label_id).
 # argMax over a tuple keeps a null route_correct of the chosen label (a bare argMax would skip it).
+# Only labels of requests in the window are read: the filter compares 64-bit hashes of request_id,
+# measured ~20 % cheaper than a set of the window's id strings; a hash collision only lets an extra
+# label through, whose request then matches no event of the window in the exact join on request_id
+# that every user of `chosen` makes, so the numbers are the same.
 CHOSEN_LABELS_CTE = """
 chosen AS (
     SELECT
@@ -27,8 +31,8 @@ chosen AS (
                transform(source, ['human_review', 'offline_replay', 'validator', 'shadow_compare'],
                          [4, 3, 2, 1], 0) AS rank
         FROM $labels
-        WHERE device_acceptable IS NOT NULL AND request_id IN (
-            SELECT request_id FROM $decisions
+        WHERE device_acceptable IS NOT NULL AND cityHash64(request_id) IN (
+            SELECT cityHash64(request_id) FROM $decisions
             WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
         LIMIT 1 BY label_id
     )
