@@ -258,6 +258,8 @@ def compute(
     with decision_queries.materialized_window(client, window):
         summary = decision_queries.window_summary(client)
         calls = decision_queries.cloud_calls_per_session(client)
+        for key, row in summary.items():
+            row["sessions"] = calls[key]["sessions"] if key in calls else 0
         shadow = decision_queries.shadow_by_input_length(client)
         versions = decision_queries.by_policy_version(client)
         latency = decision_queries.latency_by_side_and_network(client)
