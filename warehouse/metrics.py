@@ -264,12 +264,13 @@ def compute(
         versions = decision_queries.by_policy_version(client)
         latency = decision_queries.latency_by_side_and_network(client)
         calibrated = calibration(client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE)
+        all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
+        ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {
         key: decision_queries.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
         for key, row in summary.items()
     }
     baseline_levels = decision_queries.level_counts(client, baseline_window)
-    all_cloud = review_queries.all_cloud_cost(client, window)
 
     def group(key):
         g = _group(
@@ -290,5 +291,5 @@ def compute(
         "by_task_type": {t: group(t) for t in sorted(k for k in summary if k is not None)},
         "calibration": calibrated,
         "latency_ms": latency,
-        "device_ledger": review_queries.device_ledger(client, window),  # §10
+        "device_ledger": ledger,  # §10
     }

@@ -20,27 +20,28 @@ OVERALL = None  # the task_type key of the overall row
 INPUT_LENGTH_EDGES = (128, 512, 2048)  # METRICS.md §7: [0,128), [128,512), [512,2048), [2048,∞)
 INPUT_LENGTH_BUCKETS = ("0-128", "128-512", "512-2048", "2048+")
 
-# The metric set reads one window many times (summary, §9, §4, §6, §7, §8). Rather than have every
-# query read `decisions FINAL` and join the chosen labels again, the window is read and joined once
-# into a session-scoped temporary table (`materialized_window`) and the queries below read that.
-# Only the columns they use; the chosen label's columns are NULL/0 where a request has none
-# (LEFT JOIN with default values: labeled 0, acceptable and route_ok NULL).
+# The metric set reads one window many times (summary, §4, §6–§11). Rather than have every query read
+# `decisions FINAL` and join the chosen labels again, the window is read and joined once into a
+# session-scoped temporary table (`materialized_window`) and the metric queries read that. Only the
+# columns they use (those of WINDOW_CTE, less the ids, and the v2 ones §10/§11 read); the chosen label's
+# columns are 0/NULL where a request has none (LEFT JOIN defaults: labeled 0, acceptable and route_ok NULL).
 WINDOW_TABLE = "metric_window"
 
 MATERIALIZE_WINDOW_SQL = named(
     "materialize_metric_window",
     f"""
 CREATE TEMPORARY TABLE {WINDOW_TABLE} ENGINE = Memory AS
-WITH {WINDOW_CTE},
+WITH w AS (
+    SELECT event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason, degrade_level,
+           cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
+           attempt_levels, attempt_outcomes, policy_version,
+           schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
+           device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
+    FROM $decisions FINAL
+    WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+),
 {CHOSEN_LABELS_CTE}
-SELECT w.event_time AS event_time, w.task_type AS task_type, w.mode AS mode, w.session_id AS session_id,
-       w.entered_device AS entered_device, w.fallback_type AS fallback_type, w.reason AS reason,
-       w.degrade_level AS degrade_level, w.cloud_calls AS cloud_calls, w.confidence AS confidence,
-       w.threshold AS threshold, w.shadow_agree AS shadow_agree, w.input_tokens AS input_tokens,
-       w.latency_ms AS latency_ms, w.network AS network, w.cost_usd AS cost_usd,
-       w.attempt_levels AS attempt_levels, w.attempt_outcomes AS attempt_outcomes,
-       w.policy_version AS policy_version,
-       c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok
+SELECT w.* EXCEPT (request_id), c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok
 FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
 """,
 )
