@@ -85,12 +85,8 @@ def per_query_seconds(client, timed) -> dict[str, float]:
     window = QueryWindow(END - timedelta(days=1), END)
     baseline = QueryWindow(END - timedelta(days=8), END - timedelta(days=1))
 
-    def materialize():
-        client.command(decision_queries.DROP_WINDOW_SQL)
-        client.command(decision_queries.MATERIALIZE_WINDOW_SQL, parameters=window.parameters())
-
     steps = {
-        "materialize_window": materialize,
+        "materialize_window": lambda: decision_queries.materialize_window(client, window),
         "summary": lambda: decision_queries.window_summary(client),
         "by_policy_version": lambda: decision_queries.by_policy_version(client),
         "cloud_calls_per_session": lambda: decision_queries.cloud_calls_per_session(client),
@@ -106,7 +102,7 @@ def per_query_seconds(client, timed) -> dict[str, float]:
     try:
         return {name: round(timed(step)[0], 3) for name, step in steps.items()}
     finally:
-        client.command(decision_queries.DROP_WINDOW_SQL)
+        decision_queries.drop_window(client)
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ SOURCE_PRECEDENCE = ("human_review", "offline_replay", "validator", "shadow_comp
 # measured ~20 % cheaper than a set of the window's id strings; a hash collision only lets an extra
 # label through, whose request then matches no event of the window in the exact join on request_id
 # that every user of `chosen` makes, so the numbers are the same.
-CHOSEN_LABELS_CTE = """
+_CHOSEN_LABELS = """
 chosen AS (
     SELECT
         request_id,
@@ -32,12 +32,21 @@ chosen AS (
                          [4, 3, 2, 1], 0) AS rank
         FROM $labels
         WHERE device_acceptable IS NOT NULL AND cityHash64(request_id) IN (
-            SELECT cityHash64(request_id) FROM $decisions
-            WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
+            SELECT cityHash64(request_id) FROM @ids)
         LIMIT 1 BY label_id
     )
     GROUP BY request_id
 )"""
+
+CHOSEN_LABELS_CTE = _CHOSEN_LABELS.replace(
+    "@ids", "$decisions WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}"
+)
+
+
+def chosen_labels_of(events_table: str) -> str:
+    """CHOSEN_LABELS_CTE for the requests of an already materialized window (a table with request_id)."""
+    return _CHOSEN_LABELS.replace("@ids", events_table)
+
 
 DEFAULT_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)
 THRESHOLD_GRID = tuple(round(k * 0.05, 2) for k in range(21))
