@@ -269,8 +269,8 @@ def materialize_window(client, window: QueryWindow) -> None:
 def materialized_window(client, window: QueryWindow) -> Iterator[None]:
     """The window's de-duplicated events joined to their chosen labels, as the session's temporary
     table `WINDOW_TABLE`, for the metric queries below (which read only that table); dropped after."""
-    materialize_window(client, window)
     try:
+        materialize_window(client, window)
         yield
     finally:
         drop_window(client)
