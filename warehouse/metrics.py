@@ -2,7 +2,8 @@
 
 The warehouse queries (`warehouse/queries/`) compute the counts and rates in SQL; this module puts
 them in the documented shape and applies the statistics of `warehouse/stats.py` (Wilson intervals,
-two-proportion z, PSI) to those counts.
+two-proportion z, PSI) to those counts. `compute` reads the window once, into the temporary table of
+`decisions.materialized_window` that its window queries read.
 
 Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
 `cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
