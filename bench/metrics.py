@@ -1,11 +1,12 @@
 """Metrics benchmark: prints JSON figures measured in one run on the same warehouse.
 
-    .venv/bin/python bench/metrics.py [--rows 10000000] [--days 8]
+    .venv/bin/python bench/metrics.py [--rows 10000000] [--days 8] [--per-query]
 
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
 INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and (b) the full metric set of METRICS.md for the
 last day with its 7-day baseline (`warehouse.metrics.compute`), and reports their ratio and the RSS.
+With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from routerscope.settings import Settings  # noqa: E402
+from warehouse import metrics  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.metrics import compute  # noqa: E402
 from warehouse.migrate import migrate  # noqa: E402
-from warehouse.queries.common import utc_text  # noqa: E402
+from warehouse.queries import decisions as decision_queries  # noqa: E402
+from warehouse.queries import review as review_queries  # noqa: E402
+from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
 
 END = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -75,10 +79,37 @@ FROM numbers({rows:UInt64}) WHERE number % 50 = 0
 """
 
 
+def per_query_seconds(client, timed) -> dict[str, float]:
+    """Each step of `compute` on its own (best of 3): the materialized window, the queries over it and
+    the baseline scan."""
+    window = QueryWindow(END - timedelta(days=1), END)
+    baseline = QueryWindow(END - timedelta(days=8), END - timedelta(days=1))
+
+    steps = {
+        "materialize_window": lambda: decision_queries.materialize_window(client, window),
+        "summary": lambda: decision_queries.window_summary(client),
+        "by_policy_version": lambda: decision_queries.by_policy_version(client),
+        "cloud_calls_per_session": lambda: decision_queries.cloud_calls_per_session(client),
+        "shadow_by_input_length": lambda: decision_queries.shadow_by_input_length(client),
+        "latency": lambda: decision_queries.latency_by_side_and_network(client),
+        "calibration": lambda: metrics.calibration(
+            client, window, 0.95, 30, window_table=decision_queries.WINDOW_TABLE
+        ),
+        "baseline_levels_7d": lambda: decision_queries.level_counts(client, baseline),
+        "all_cloud_cost": lambda: review_queries.all_cloud_cost(client, window, from_window=True),
+        "device_ledger": lambda: review_queries.device_ledger(client, window, from_window=True),
+    }
+    try:
+        return {name: round(timed(step)[0], 3) for name, step in steps.items()}
+    finally:
+        decision_queries.drop_window(client)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=8)
+    parser.add_argument("--per-query", action="store_true", help="also time each step of the metric set")
     args = parser.parse_args()
     start = END - timedelta(days=args.days)
     with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
@@ -120,6 +151,7 @@ def main() -> int:
             )
             count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
             metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
+            steps = per_query_seconds(client, timed) if args.per_query else None
     figures = {
         "rows": args.rows,
         "days": args.days,
@@ -131,6 +163,8 @@ def main() -> int:
         "window_requests": result["overall"]["requests"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+    if steps:
+        figures["per_query_seconds"] = steps
     print(json.dumps(figures, indent=2))
     return 0
 

