@@ -69,6 +69,9 @@ class _AttemptSpan:
     output_tokens: int | None = None
 
 
+_NO_DETAIL = _AttemptSpan()
+
+
 def _ns(t: datetime | float | None) -> int | None:
     if t is None:
         return None
@@ -93,7 +96,7 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        self._metric_attrs: dict[tuple, tuple[dict, dict]] = {}
+        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
 
     @classmethod
     def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
@@ -158,7 +161,9 @@ class Recorder:
         decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
         started = time.time_ns()
         span = self.telemetry.tracer.start_span(f"route {task_type}", kind=SpanKind.INTERNAL, start_time=started)
-        token = otel_context.attach(set_span_in_context(span))
+        parent = otel_context.get_current()
+        current = set_span_in_context(span, parent)
+        token = otel_context.attach(current)
         try:
             try:
                 result, event = route(*args)
@@ -167,7 +172,7 @@ class Recorder:
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
-            event, _ = self._finish(span, event, started, None)
+            event, _ = self._finish(span, event, started, None, parent, current)
         finally:
             otel_context.detach(token)
             span.end()
@@ -223,10 +228,12 @@ class Recorder:
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
     def _finish(
-        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None
+        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None, parent, current
     ) -> tuple[DecisionEvent, int]:
         """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
-        end of the last attempt span."""
+        end of the last attempt span. `current` is the context that made `span` current (`parent` plus
+        the span): the attempt spans are its children, and while it is still the current context, the
+        queued event keeps `parent` and the span's ids rather than the live span."""
         tel = self.telemetry
         session = scrub(event.session_id)
         ctx = span.get_span_context()
@@ -256,28 +263,30 @@ class Recorder:
             if event.threshold is not None:
                 attributes[A.ROUTER_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
-            children_end = self._attempt_spans(event, started_ns, session, details)
+            children_end = self._attempt_spans(event, started_ns, session, details, current)
         else:
             children_end = started_ns
-        tel.send(names.TOPIC_DECISIONS, event.session_id, event)
+        if otel_context.get_current() is current:
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
+        else:  # the block left another context current: the event carries that one, as it always has
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
         key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
-        attrs = self._metric_attrs.get(key)
+        tel.count_decision(key)
+        attrs = self._latency_attrs.get(key[0::3])
         if attrs is None:  # the few combinations recur: build their attribute dicts once
-            if len(self._metric_attrs) >= 4096:
-                self._metric_attrs.clear()
-            attrs = self._metric_attrs[key] = (
-                {"task_type": key[0], "fallback_type": key[1], "reason": key[2], "degrade_level": key[3]},
-                {"task_type": key[0], "degrade_level": key[3]},
-            )
-        tel.decisions.add(1, attrs[0])
-        tel.latency.record(event.latency_ms, attrs[1])
+            if len(self._latency_attrs) >= 4096:
+                self._latency_attrs.clear()
+            attrs = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
+        tel.latency.record(event.latency_ms, attrs)
         return event, children_end
 
-    def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:
+    def _attempt_spans(
+        self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context
+    ) -> int:
         t = latest = started_ns
         last = len(event.attempts) - 1
         for i, attempt in enumerate(event.attempts):
-            detail = details[i] if details else _AttemptSpan()
+            detail = details[i] if details else _NO_DETAIL
             on_device = attempt.level <= 1
             if attempt.level == 4:
                 model, provider = "canned", "routerscope"
@@ -306,6 +315,7 @@ class Recorder:
                 attributes[A.ERROR_TYPE] = attempt.outcome
             child = self.telemetry.tracer.start_span(
                 f"chat {model}",
+                parent_context,
                 kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
                 start_time=t,
                 attributes=attributes,
@@ -361,7 +371,7 @@ class Decision:
         self._event: DecisionEvent | None = None
         self._adopted = False
         self.event: DecisionEvent | None = None  # the event as sent, after the block
-        self._span = self._token = None
+        self._span = self._token = self._parent = self._current = None
         self._children_end = 0
 
     @property
@@ -377,7 +387,9 @@ class Decision:
         self._perf = time.perf_counter()
         tracer = self.recorder.telemetry.tracer
         self._span = tracer.start_span(f"route {self.task_type}", kind=SpanKind.INTERNAL, start_time=self._started_ns)
-        self._token = otel_context.attach(set_span_in_context(self._span))  # current while the block runs
+        self._parent = otel_context.get_current()
+        self._current = set_span_in_context(self._span, self._parent)
+        self._token = otel_context.attach(self._current)  # current while the block runs
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -389,7 +401,9 @@ class Decision:
                         "say which level served it and why"
                     )
                 details = None if self._adopted else self._details
-                finished = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                finished = self.recorder._finish(
+                    self._span, self._event, self._started_ns, details, self._parent, self._current
+                )
                 self.event, self._children_end = finished
             elif self._span.is_recording():
                 self._span.record_exception(exc)
