@@ -45,7 +45,7 @@ from instrumentation.events import (
     DeviceStats,
     LabelEvent,
 )
-from instrumentation.pii import scrub
+from instrumentation.pii import UUID, scrub
 from routerscope import names
 
 PROVIDER_DEVICE = "llama.cpp"
@@ -70,6 +70,17 @@ class _AttemptSpan:
 
 
 _NO_DETAIL = _AttemptSpan()
+# the attempt span's attribute names and kinds, bound once (the loop below runs for every attempt)
+_OPERATION, _PROVIDER, _MODEL = A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_MODEL
+_CONVERSATION, _LEVEL, _OUTCOME = A.GEN_AI_CONVERSATION_ID, A.ROUTER_ATTEMPT_LEVEL, A.ROUTER_ATTEMPT_OUTCOME
+_INPUT_TOKENS, _OUTPUT_TOKENS, _ERROR_TYPE = A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS, A.ERROR_TYPE
+_INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
+_CLEAN_IDS_MAX = 4096
+
+
+def _scrub_request_id(value: str) -> str:
+    """`scrub` for an id that is usually a canonical UUID (which `scrub` keeps as it is): one match."""
+    return value if UUID.fullmatch(value) else scrub(value)
 
 
 def _ns(t: datetime | float | None) -> int | None:
@@ -97,6 +108,9 @@ class Recorder:
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
         self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
+        # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
+        # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
+        self._clean_ids: set[str] = set()
 
     @classmethod
     def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
@@ -235,17 +249,22 @@ class Recorder:
         the span): the attempt spans are its children, and while it is still the current context, the
         queued event keeps `parent` and the span's ids rather than the live span."""
         tel = self.telemetry
-        session = scrub(event.session_id)
+        session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
-        changes = {
-            "session_id": session,
-            "request_id": scrub(event.request_id),
-            "app_id": scrub(event.app_id),
-            "device_tier": scrub(event.device_tier),
-        }
+        changes = {}
+        if session is not event.session_id:
+            changes["session_id"] = session
+        request_id = _scrub_request_id(event.request_id)
+        if request_id is not event.request_id:
+            changes["request_id"] = request_id
+        if event.app_id is not None and (app_id := self._scrub_id(event.app_id)) is not event.app_id:
+            changes["app_id"] = app_id
+        if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
+            changes["device_tier"] = tier
         if ctx.is_valid:
             changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
-        event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
+        if changes:
+            event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
             attributes = {
                 A.ROUTER_TASK_TYPE: event.task_type,
@@ -280,15 +299,28 @@ class Recorder:
         tel.latency.record(event.latency_ms, attrs)
         return event, children_end
 
+    def _scrub_id(self, value: str) -> str:
+        if value in self._clean_ids:
+            return value
+        scrubbed = scrub(value)
+        if scrubbed is value:
+            if len(self._clean_ids) >= _CLEAN_IDS_MAX:
+                self._clean_ids.clear()
+            self._clean_ids.add(value)
+        return scrubbed
+
     def _attempt_spans(
         self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context
     ) -> int:
         t = latest = started_ns
-        last = len(event.attempts) - 1
-        for i, attempt in enumerate(event.attempts):
+        start_span = self.telemetry.tracer.start_span
+        attempts = event.attempts
+        last = len(attempts) - 1
+        for i, attempt in enumerate(attempts):
             detail = details[i] if details else _NO_DETAIL
-            on_device = attempt.level <= 1
-            if attempt.level == 4:
+            level, outcome = attempt.level, attempt.outcome
+            on_device = level <= 1
+            if level == 4:
                 model, provider = "canned", "routerscope"
             elif on_device:
                 model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
@@ -298,32 +330,34 @@ class Recorder:
                 t = detail.start_ns
             end = t + int(attempt.latency_ms * 1e6)
             attributes = {
-                A.GEN_AI_OPERATION_NAME: "chat",
-                A.GEN_AI_PROVIDER_NAME: provider,
-                A.GEN_AI_REQUEST_MODEL: model,
-                A.GEN_AI_CONVERSATION_ID: session,
-                A.ROUTER_ATTEMPT_LEVEL: attempt.level,
-                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome,
-                A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+                _OPERATION: "chat",
+                _PROVIDER: provider,
+                _MODEL: model,
+                _CONVERSATION: session,
+                _LEVEL: level,
+                _OUTCOME: outcome,
+                _INPUT_TOKENS: event.input_tokens,
             }
             if detail.output_tokens is not None:
-                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = detail.output_tokens
+                attributes[_OUTPUT_TOKENS] = detail.output_tokens
             elif i == last:
-                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = event.output_tokens
-            failed = attempt.outcome != "ok"
+                attributes[_OUTPUT_TOKENS] = event.output_tokens
+            failed = outcome != "ok"
             if failed:
-                attributes[A.ERROR_TYPE] = attempt.outcome
-            child = self.telemetry.tracer.start_span(
+                attributes[_ERROR_TYPE] = outcome
+            child = start_span(
                 f"chat {model}",
                 parent_context,
-                kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
+                kind=_INTERNAL if on_device else _CLIENT,
                 start_time=t,
                 attributes=attributes,
             )
             if failed:
-                child.set_status(Status(StatusCode.ERROR, attempt.outcome))
+                child.set_status(Status(StatusCode.ERROR, outcome))
             child.end(end_time=end)
-            t, latest = end, max(latest, end)
+            t = end
+            if end > latest:
+                latest = end
         return latest
 
 
