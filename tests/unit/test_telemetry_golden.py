@@ -260,3 +260,36 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
     points = metric_points(reader)
     assert points["router.decisions"] == [(key, 1)]
     assert points["router.decision.duration"] == [({"task_type": "short_reply", "degrade_level": 2}, (1, 0.0))]
+
+
+def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remembered():
+    """DESIGN §2 (no personal data in telemetry): the recorder remembers ids that `scrub` keeps, never
+    one it redacts, so a phone number or e-mail is redacted on every decision, also past the memory's
+    bound; a canonical UUID request id is kept, an e-mail as request id is not."""
+    tel, _, out, _ = stack()
+    recorder = Recorder(tel)
+    sessions = [f"sess-{i}" for i in range(996)] + ["+44 20 7946 0958", "bob@example.org"] * 2
+    for i, session in enumerate(sessions):
+        request_id = "5f0c1c1e-8a3b-4c2d-9e7f-0123456789ab" if i % 2 else "bob@example.org"
+        with recorder.decision(
+            task_type="short_reply", session_id=session, deadline_ms=2000, request_id=request_id
+        ) as d:
+            d.device_attempt(level=0, outcome="ok", latency_ms=5)
+            d.served()
+    recorder._clean_ids.update(f"x-{i}" for i in range(5000))  # past the bound: the memory starts again
+    with recorder.decision(task_type="short_reply", session_id="+44 20 7946 0958", deadline_ms=2000) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5)
+        d.served()
+    decisions = out.decisions()
+    by_session = {}
+    for raw, event in zip(sessions + ["+44 20 7946 0958"], decisions):
+        by_session.setdefault(raw, set()).add(event["session_id"])
+    assert by_session["+44 20 7946 0958"] == {scrub("+44 20 7946 0958")}
+    assert by_session["bob@example.org"] == {scrub("bob@example.org")}
+    assert all(v == {k} for k, v in by_session.items() if k.startswith("sess-"))
+    assert {e["request_id"] for e in decisions[:-1]} == {
+        "5f0c1c1e-8a3b-4c2d-9e7f-0123456789ab",
+        scrub("bob@example.org"),
+    }
+    raw = (b"@example.org", b"+44 20 7946 0958")
+    assert not any(r in m.value or r in m.key for m in out.messages for r in raw)
