@@ -293,3 +293,28 @@ def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remem
     }
     raw = (b"@example.org", b"+44 20 7946 0958")
     assert not any(r in m.value or r in m.key for m in out.messages for r in raw)
+
+
+def test_the_event_carries_the_context_current_at_the_end_of_the_block_as_it_always_has():
+    """A block that leaves a context of its own current (here: baggage attached and not yet detached)
+    sends its event under that context, baggage header included, exactly as before; parenting of the
+    attempt spans is unchanged."""
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    tel, exporter, out, _ = stack()
+    recorder = Recorder(tel)
+    with recorder.decision(task_type="short_reply", session_id="s1", deadline_ms=2000) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5)
+        d.served()
+        token = otel_context.attach(baggage.set_baggage("tenant", "t-1"))
+    otel_context.detach(token)
+    ((message),) = out.messages
+    assert tuple(message.headers) == (
+        ("traceparent", f"00-{d.event.trace_id}-{d.event.span_id}-03".encode()),
+        ("baggage", b"tenant=t-1"),
+    )
+    assert [(name, parent) for name, _, parent, *_ in spans_as_records(exporter)] == [
+        ("chat device", "route short_reply"),
+        ("route short_reply", None),
+    ]
