@@ -9,9 +9,13 @@ enqueue — measured as InstrumentedRouter.route minus Router.route on instant b
 emitter's sender paused so its background work (which shares the GIL) is not charged to (b);
 (c) `KafkaEmitter.emit` alone with a live sender and no broker listening (everything goes to the
 spool in the background). Prints p50/p99 in µs and the ratio of (b) to (a), measured two ways:
-one loop per function (the target's measure: each loop runs hot in the caches), and interleaved
-(`..._interleaved`: the three are timed in turn, one call each, so a busy spell on the shared machine
-falls on all alike, and no loop has the caches to itself; the bare span is slower this way).
+one loop per function (the target's measure: each loop runs hot in the caches), taken in blocks of
+500 calls in turn — bare span, router, instrumented router, again and again — so that a busy spell on
+the shared machine falls on all three alike instead of on whichever loop it met; and interleaved
+(`..._interleaved`: the three are timed in turn, one call each, so no loop has the caches to itself;
+the bare span is slower this way). `ratio_sdk_calls_alone_to_bare_span_p50` times, the same way, only
+the OpenTelemetry SDK calls a decision makes (spans, attributes, histogram; nothing of ours): the
+floor under (b) for as long as those calls stay on the request path.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from opentelemetry import context as otel_context  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.trace import SpanKind, set_span_in_context  # noqa: E402
 
 from instrumentation.emitter import KafkaEmitter, Message  # noqa: E402
 from instrumentation.telemetry import InstrumentedRouter, Telemetry  # noqa: E402
@@ -48,6 +54,16 @@ def timed(fn, n):
     return out
 
 
+def blocked(fns, n, block=500):
+    """Time each of `fns` n times, `block` calls in a row each in turn: every block runs hot in the
+    caches, and the blocks of all the functions share the machine's busy and quiet spells."""
+    outs = [[] for _ in fns]
+    for start in range(0, n, block):
+        for fn, out in zip(fns, outs):
+            out.extend(timed(fn, min(block, n - start)))
+    return outs
+
+
 def interleaved(fns, n):
     """Time each of `fns` n times, in turn, so that a busy spell on a shared machine falls on all of
     them alike and their ratios hold; one list of durations per function."""
@@ -58,6 +74,53 @@ def interleaved(fns, n):
             fn()
             out.append(perf() - t)
     return outs
+
+
+def sdk_calls_alone(tracer, histogram, route, event):
+    """The OpenTelemetry SDK calls one instrumented decision makes, and nothing of ours: the decision
+    span (started, current while `route` runs, its 11 attributes, ended), one attempt span with its 8
+    attributes and the latency histogram, with attribute dicts built beforehand (the floor under (b))."""
+    decision = {
+        "router.task_type": event.task_type,
+        "router.fallback_type": event.fallback_type,
+        "router.reason": event.reason,
+        "router.degrade_level": event.degrade_level,
+        "router.cloud_calls": event.cloud_calls,
+        "router.policy_version": event.policy_version,
+        "router.entered_device": event.entered_device,
+        "router.mode": event.mode,
+        "gen_ai.conversation.id": event.session_id,
+        "router.confidence": event.confidence,
+        "router.threshold": event.threshold,
+    }
+    attempt = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "llama.cpp",
+        "gen_ai.request.model": "device",
+        "gen_ai.conversation.id": event.session_id,
+        "router.attempt.level": 0,
+        "router.attempt.outcome": "ok",
+        "gen_ai.usage.input_tokens": event.input_tokens,
+        "gen_ai.usage.output_tokens": event.output_tokens,
+    }
+    latency = {"task_type": event.task_type, "degrade_level": event.degrade_level}
+
+    def run():
+        started = time.time_ns()
+        span = tracer.start_span("route short_reply", kind=SpanKind.INTERNAL, start_time=started)
+        current = set_span_in_context(span, otel_context.get_current())
+        token = otel_context.attach(current)
+        route()
+        span.set_attributes(decision)
+        child = tracer.start_span(
+            "chat device", current, kind=SpanKind.INTERNAL, start_time=started, attributes=attempt
+        )
+        child.end(end_time=started + 1000)
+        histogram.record(0.001, latency)
+        otel_context.detach(token)
+        span.end()
+
+    return run
 
 
 def main() -> int:
@@ -86,14 +149,17 @@ def main() -> int:
         )
         for _ in range(2000):  # warm-up
             bare_span(), plain.route(req), instrumented.route(req)
-        bare = timed(bare_span, n)
-        base = timed(lambda: plain.route(req), n)
-        full = timed(lambda: instrumented.route(req), n)
+        bare, base, full = blocked([bare_span, lambda: plain.route(req), lambda: instrumented.route(req)], n)
         bare_i, base_i, full_i = interleaved([bare_span, lambda: plain.route(req), lambda: instrumented.route(req)], n)
         overhead_i = [max(0, f - b) for f, b in zip(sorted(full_i), sorted(base_i))]
         message = Message("router.decisions.v1", b"k", b'{"event_id": "x"}')
         enqueue = timed(lambda: emitter.emit(message), n)
         overhead = [max(0, f - b) for f, b in zip(sorted(full), sorted(base))]
+        _, event = instrumented.route(req)
+        histogram = meter_provider.get_meter("bench").create_histogram("bench.latency", unit="ms")
+        sdk_alone = sdk_calls_alone(tracer, histogram, lambda: plain.route(req), event)
+        bare_s, base_s, sdk_s = blocked([bare_span, lambda: plain.route(req), sdk_alone], n // 2)
+        sdk_overhead = [max(0, f - b) for f, b in zip(sorted(sdk_s), sorted(base_s))]
         figures = {
             "decisions": n,
             "bare_span_us": {"p50": pct(bare, 0.5), "p99": pct(bare, 0.99)},
@@ -104,10 +170,13 @@ def main() -> int:
             "bare_span_interleaved_us": {"p50": pct(bare_i, 0.5), "p99": pct(bare_i, 0.99)},
             "instrumentation_interleaved_us": {"p50": pct(overhead_i, 0.5), "p99": pct(overhead_i, 0.99)},
             "ratio_instrumentation_to_bare_span_interleaved_p50": round(pct(overhead_i, 0.5) / pct(bare_i, 0.5), 2),
+            "sdk_calls_alone_us": {"p50": pct(sdk_overhead, 0.5), "p99": pct(sdk_overhead, 0.99)},
+            "ratio_sdk_calls_alone_to_bare_span_p50": round(pct(sdk_overhead, 0.5) / pct(bare_s, 0.5), 2),
             "enqueue_broker_down_us": {"p50": pct(enqueue, 0.5), "p99": pct(enqueue, 0.99)},
             "targets": {"ratio": 3, "enqueue_p99_us": 100},
         }
-        emitter.close(timeout_s=0.5)  # the unsent rest stays in the (temporary) spool
+        emitter._stop.set()  # the unsent rest stays in the (temporary) spool: let the sender finish writing it
+        emitter._thread.join(60)
     print(json.dumps(figures, indent=2))
     return 0
 

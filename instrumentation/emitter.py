@@ -360,7 +360,10 @@ class KafkaEmitter:
         self.producer_config = producer_config
         self.block_when_full = block_when_full
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
-        self.queue: queue.Queue[Message] = queue.Queue(maxsize=queue_size)
+        # A C queue with no lock of its own to take: `emit` checks the bound itself (a few threads racing
+        # at the very edge may each add one more; what a full queue means, dropping, is unchanged).
+        self.queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self.queue_size = queue_size if queue_size > 0 else float("inf")  # 0: unbounded, as queue.Queue had it
         self.send_timeout_s, self.retry_every_s = send_timeout_s, retry_every_s
         # Events an earlier process left in the spool count as emitted here, so the books balance.
         self.emitted = len(self.spool)
@@ -370,20 +373,19 @@ class KafkaEmitter:
         self._producer = None
         self._down_until = 0.0
         self._stop = threading.Event()
-        self._idle = threading.Event()
         self._thread = threading.Thread(target=self._supervise, name="routerscope-emitter", daemon=True)
         self._thread.start()
 
     # -- the request path ----------------------------------------------------------------------------
     def emit(self, message: Message) -> None:
         self.emitted += 1
-        self._idle.clear()
-        if self.block_when_full:
-            self.queue.put(message)  # the sender always drains (to Kafka or the spool): no deadlock
-            return
-        try:
-            self.queue.put_nowait(message)
-        except queue.Full:
+        if self.queue.qsize() < self.queue_size:
+            self.queue.put(message)
+        elif self.block_when_full:
+            while self.queue.qsize() >= self.queue_size:  # the sender always drains (to Kafka or the spool)
+                time.sleep(0.001)
+            self.queue.put(message)
+        else:
             self.queue_dropped += 1
 
     # -- accounting ----------------------------------------------------------------------------------
@@ -519,8 +521,6 @@ class KafkaEmitter:
                         self.delivered += len(batch)
                         self._holding = []
                 continue
-            if self.queue.empty() and not len(self.spool):
-                self._idle.set()
             if self._stop.is_set() and self.queue.empty():
                 return
             if len(self.spool):

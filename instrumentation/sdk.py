@@ -45,7 +45,7 @@ from instrumentation.events import (
     DeviceStats,
     LabelEvent,
 )
-from instrumentation.pii import scrub
+from instrumentation.pii import UUID, scrub
 from routerscope import names
 from routerscope.timeutil import utc
 
@@ -68,6 +68,20 @@ class _AttemptSpan:
     provider: str | None = None
     start_ns: int | None = None
     output_tokens: int | None = None
+
+
+_NO_DETAIL = _AttemptSpan()
+# the attempt span's attribute names and kinds, bound once (the loop below runs for every attempt)
+_OPERATION, _PROVIDER, _MODEL = A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_MODEL
+_CONVERSATION, _LEVEL, _OUTCOME = A.GEN_AI_CONVERSATION_ID, A.ROUTER_ATTEMPT_LEVEL, A.ROUTER_ATTEMPT_OUTCOME
+_INPUT_TOKENS, _OUTPUT_TOKENS, _ERROR_TYPE = A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS, A.ERROR_TYPE
+_INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
+_CLEAN_IDS_MAX = 4096
+
+
+def _scrub_request_id(value: str) -> str:
+    """`scrub` for an id that is usually a canonical UUID (which `scrub` keeps as it is): one match."""
+    return value if UUID.fullmatch(value) else scrub(value)
 
 
 def _ns(t: datetime | float | None) -> int | None:
@@ -94,7 +108,10 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        self._metric_attrs: dict[tuple, tuple[dict, dict]] = {}
+        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
+        # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
+        # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
+        self._clean_ids: set[str] = set()
 
     @classmethod
     def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
@@ -159,7 +176,9 @@ class Recorder:
         decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
         started = time.time_ns()
         span = self.telemetry.tracer.start_span(f"route {task_type}", kind=SpanKind.INTERNAL, start_time=started)
-        token = otel_context.attach(set_span_in_context(span))
+        parent = otel_context.get_current()
+        current = set_span_in_context(span, parent)
+        token = otel_context.attach(current)
         try:
             try:
                 result, event = route(*args)
@@ -168,7 +187,7 @@ class Recorder:
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
-            event, _ = self._finish(span, event, started, None)
+            event, _ = self._finish(span, event, started, None, parent, current)
         finally:
             otel_context.detach(token)
             span.end()
@@ -224,22 +243,29 @@ class Recorder:
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
     def _finish(
-        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None
+        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None, parent, current
     ) -> tuple[DecisionEvent, int]:
         """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
-        end of the last attempt span."""
+        end of the last attempt span. `current` is the context that made `span` current (`parent` plus
+        the span): the attempt spans are its children, and while it is still the current context, the
+        queued event keeps `parent` and the span's ids rather than the live span."""
         tel = self.telemetry
-        session = scrub(event.session_id)
+        session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
-        changes = {
-            "session_id": session,
-            "request_id": scrub(event.request_id),
-            "app_id": scrub(event.app_id),
-            "device_tier": scrub(event.device_tier),
-        }
+        changes = {}
+        if session is not event.session_id:
+            changes["session_id"] = session
+        request_id = _scrub_request_id(event.request_id)
+        if request_id is not event.request_id:
+            changes["request_id"] = request_id
+        if event.app_id is not None and (app_id := self._scrub_id(event.app_id)) is not event.app_id:
+            changes["app_id"] = app_id
+        if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
+            changes["device_tier"] = tier
         if ctx.is_valid:
             changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
-        event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
+        if changes:
+            event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
             attributes = {
                 A.ROUTER_TASK_TYPE: event.task_type,
@@ -257,30 +283,45 @@ class Recorder:
             if event.threshold is not None:
                 attributes[A.ROUTER_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
-            children_end = self._attempt_spans(event, started_ns, session, details)
+            children_end = self._attempt_spans(event, started_ns, session, details, current)
         else:
             children_end = started_ns
-        tel.send(names.TOPIC_DECISIONS, event.session_id, event)
+        if otel_context.get_current() is current:
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
+        else:  # the block left another context current: the event carries that one, as it always has
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
         key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
-        attrs = self._metric_attrs.get(key)
+        tel.count_decision(key)
+        attrs = self._latency_attrs.get(key[0::3])
         if attrs is None:  # the few combinations recur: build their attribute dicts once
-            if len(self._metric_attrs) >= 4096:
-                self._metric_attrs.clear()
-            attrs = self._metric_attrs[key] = (
-                {"task_type": key[0], "fallback_type": key[1], "reason": key[2], "degrade_level": key[3]},
-                {"task_type": key[0], "degrade_level": key[3]},
-            )
-        tel.decisions.add(1, attrs[0])
-        tel.latency.record(event.latency_ms, attrs[1])
+            if len(self._latency_attrs) >= 4096:
+                self._latency_attrs.clear()
+            attrs = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
+        tel.latency.record(event.latency_ms, attrs)
         return event, children_end
 
-    def _attempt_spans(self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None) -> int:
+    def _scrub_id(self, value: str) -> str:
+        if value in self._clean_ids:
+            return value
+        scrubbed = scrub(value)
+        if scrubbed is value:
+            if len(self._clean_ids) >= _CLEAN_IDS_MAX:
+                self._clean_ids.clear()
+            self._clean_ids.add(value)
+        return scrubbed
+
+    def _attempt_spans(
+        self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context
+    ) -> int:
         t = latest = started_ns
-        last = len(event.attempts) - 1
-        for i, attempt in enumerate(event.attempts):
-            detail = details[i] if details else _AttemptSpan()
-            on_device = attempt.level <= 1
-            if attempt.level == 4:
+        start_span = self.telemetry.tracer.start_span
+        attempts = event.attempts
+        last = len(attempts) - 1
+        for i, attempt in enumerate(attempts):
+            detail = details[i] if details else _NO_DETAIL
+            level, outcome = attempt.level, attempt.outcome
+            on_device = level <= 1
+            if level == 4:
                 model, provider = "canned", "routerscope"
             elif on_device:
                 model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
@@ -290,31 +331,34 @@ class Recorder:
                 t = detail.start_ns
             end = t + int(attempt.latency_ms * 1e6)
             attributes = {
-                A.GEN_AI_OPERATION_NAME: "chat",
-                A.GEN_AI_PROVIDER_NAME: provider,
-                A.GEN_AI_REQUEST_MODEL: model,
-                A.GEN_AI_CONVERSATION_ID: session,
-                A.ROUTER_ATTEMPT_LEVEL: attempt.level,
-                A.ROUTER_ATTEMPT_OUTCOME: attempt.outcome,
-                A.GEN_AI_USAGE_INPUT_TOKENS: event.input_tokens,
+                _OPERATION: "chat",
+                _PROVIDER: provider,
+                _MODEL: model,
+                _CONVERSATION: session,
+                _LEVEL: level,
+                _OUTCOME: outcome,
+                _INPUT_TOKENS: event.input_tokens,
             }
             if detail.output_tokens is not None:
-                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = detail.output_tokens
+                attributes[_OUTPUT_TOKENS] = detail.output_tokens
             elif i == last:
-                attributes[A.GEN_AI_USAGE_OUTPUT_TOKENS] = event.output_tokens
-            failed = attempt.outcome != "ok"
+                attributes[_OUTPUT_TOKENS] = event.output_tokens
+            failed = outcome != "ok"
             if failed:
-                attributes[A.ERROR_TYPE] = attempt.outcome
-            child = self.telemetry.tracer.start_span(
+                attributes[_ERROR_TYPE] = outcome
+            child = start_span(
                 f"chat {model}",
-                kind=SpanKind.INTERNAL if on_device else SpanKind.CLIENT,
+                parent_context,
+                kind=_INTERNAL if on_device else _CLIENT,
                 start_time=t,
                 attributes=attributes,
             )
             if failed:
-                child.set_status(Status(StatusCode.ERROR, attempt.outcome))
+                child.set_status(Status(StatusCode.ERROR, outcome))
             child.end(end_time=end)
-            t, latest = end, max(latest, end)
+            t = end
+            if end > latest:
+                latest = end
         return latest
 
 
@@ -362,7 +406,7 @@ class Decision:
         self._event: DecisionEvent | None = None
         self._adopted = False
         self.event: DecisionEvent | None = None  # the event as sent, after the block
-        self._span = self._token = None
+        self._span = self._token = self._parent = self._current = None
         self._children_end = 0
 
     @property
@@ -378,7 +422,9 @@ class Decision:
         self._perf = time.perf_counter()
         tracer = self.recorder.telemetry.tracer
         self._span = tracer.start_span(f"route {self.task_type}", kind=SpanKind.INTERNAL, start_time=self._started_ns)
-        self._token = otel_context.attach(set_span_in_context(self._span))  # current while the block runs
+        self._parent = otel_context.get_current()
+        self._current = set_span_in_context(self._span, self._parent)
+        self._token = otel_context.attach(self._current)  # current while the block runs
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -390,7 +436,9 @@ class Decision:
                         "say which level served it and why"
                     )
                 details = None if self._adopted else self._details
-                finished = self.recorder._finish(self._span, self._event, self._started_ns, details)
+                finished = self.recorder._finish(
+                    self._span, self._event, self._started_ns, details, self._parent, self._current
+                )
                 self.event, self._children_end = finished
             elif self._span.is_recording():
                 self._span.record_exception(exc)

@@ -14,6 +14,7 @@ and metrics over OTLP/HTTP. Identifiers that look like personal data are scrubbe
 from __future__ import annotations
 
 import os
+import threading
 
 import msgspec
 from opentelemetry import context as otel_context
@@ -49,12 +50,27 @@ def setup_providers(service_name: str = "routerscope-router"):
     return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)
 
 
+MAX_DECISION_SERIES = 2000  # the OTel SDK's own cardinality limit per metric: past it, one overflow series
+_OVERFLOW = {"otel.metric.overflow": True}
+_OVERFLOW_KEY = (None, None, None, None)  # no decision has this series
+
+
 class Telemetry:
     def __init__(self, emitter: KafkaEmitter | None, tracer_provider=None, meter_provider=None):
         self.emitter = emitter
         self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("routerscope.router")
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("routerscope.router")
-        self.decisions = meter.create_counter(A.METRIC_DECISIONS, unit="{decision}", description="routing decisions")
+        # Decisions are counted here, one dict increment each, and reported at each collection: the
+        # same monotonic sum, series and values as a synchronous counter, without building and
+        # checking a measurement on the request path for every decision.
+        self._decision_counts: dict[tuple, list] = {}  # (task, fallback, reason, level) -> [count, attributes]
+        self._counts_lock = threading.Lock()
+        meter.create_observable_counter(
+            A.METRIC_DECISIONS,
+            callbacks=[self._decision_observations],
+            unit="{decision}",
+            description="routing decisions",
+        )
         self.latency = meter.create_histogram(
             A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
         )
@@ -66,6 +82,31 @@ class Telemetry:
                 description="decision events by state: emitted, delivered, spooled, dropped",
             )
 
+    def count_decision(self, key: tuple) -> None:
+        """One decision for the series `key` = (task_type, fallback_type, reason, degrade_level)."""
+        with self._counts_lock:
+            entry = self._decision_counts.get(key)
+            if entry is None:
+                if len(self._decision_counts) >= MAX_DECISION_SERIES - 1:  # room kept for the overflow series
+                    key, attributes = _OVERFLOW_KEY, _OVERFLOW
+                    entry = self._decision_counts.get(key)
+                else:
+                    attributes = {
+                        "task_type": key[0],
+                        "fallback_type": key[1],
+                        "reason": key[2],
+                        "degrade_level": key[3],
+                    }
+                if entry is None:
+                    entry = self._decision_counts[key] = [0, attributes]
+            entry[0] += 1
+
+    def _decision_observations(self, options):
+        from opentelemetry.metrics import Observation
+
+        with self._counts_lock:
+            return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
+
     def _event_counts(self, options):
         from opentelemetry.metrics import Observation
 
@@ -74,25 +115,40 @@ class Telemetry:
             Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")
         ]
 
-    def send(self, topic: str, key: str | None, event) -> None:
-        """Queue `event` for Kafka. The request path only captures the current context; the JSON and the
-        W3C trace headers are made by the emitter's sender thread when it first reads the message."""
+    def send(self, topic: str, key: str | None, event, context=None, span_context=None) -> None:
+        """Queue `event` for Kafka. The request path only captures the trace context (the current one, or
+        `context`); the JSON and the W3C trace headers are made by the emitter's sender thread when it
+        first reads the message. With `span_context`, the headers carry that span inside `context`: a
+        queued message then holds the span's ids, not the live span and everything it references."""
         if self.emitter is None:
             return
-        self.emitter.emit(EventMessage(topic, None if key is None else key.encode(), event, otel_context.get_current()))
+        self.emitter.emit(
+            EventMessage(
+                topic,
+                None if key is None else key.encode(),
+                event,
+                otel_context.get_current() if context is None else context,
+                span_context,
+            )
+        )
 
 
-class EventMessage:
+class EventMessage(msgspec.Struct, gc=False):
     """An emitter message (`instrumentation.emitter.Message`'s interface) whose value and headers are
     encoded on first use — on the sender's thread, off the request path. The bytes are the same as
     encoding at the call: the event is not changed after it is sent, and the trace context is the one
-    that was current at `send()`."""
+    that was current at `send()` (with `_span`, that context with the span of these ids current).
 
-    __slots__ = ("topic", "key", "_event", "_context", "_value", "_headers")
+    Not tracked by the garbage collector (nothing it holds refers back to it): a queue of them, which
+    grows while the broker is away, costs the collector nothing."""
 
-    def __init__(self, topic: str, key: bytes | None, event, context):
-        self.topic, self.key, self._event, self._context = topic, key, event, context
-        self._value = self._headers = None
+    topic: str
+    key: bytes | None
+    _event: object
+    _context: object
+    _span: object = None  # a SpanContext, or None: the context as it is
+    _value: bytes | None = None
+    _headers: tuple | None = None
 
     @property
     def value(self) -> bytes:
@@ -103,8 +159,11 @@ class EventMessage:
     @property
     def headers(self) -> tuple[tuple[str, bytes], ...]:
         if self._headers is None:
+            context = self._context
+            if self._span is not None:
+                context = trace.set_span_in_context(trace.NonRecordingSpan(self._span), context)
             carrier: dict[str, str] = {}
-            inject(carrier, context=self._context)  # W3C traceparent of the span current at send()
+            inject(carrier, context=context)  # W3C traceparent of the span current at send()
             self._headers = tuple((k, v.encode()) for k, v in carrier.items())
         return self._headers
 

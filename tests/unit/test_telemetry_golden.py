@@ -1,0 +1,320 @@
+"""What one instrumented decision leaves behind, pinned field by field: the span tree (names, kinds,
+parent and child, times, status, every attribute), the decision event's bytes and trace headers, and
+the metric points. The goldens are written out by hand here, not produced by the code under test, so
+any change to the request path that would alter what a tracing backend, Kafka or a metric reader
+sees fails here (DESIGN §2: the event is the contract; the span mirrors it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from string import Template
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from instrumentation.emitter import Message
+from instrumentation.pii import scrub
+from instrumentation.sdk import Recorder
+from instrumentation.telemetry import InstrumentedRouter, Telemetry
+from router.backends import CloudResult
+from router.engine import Request, Router
+from routerscope import names
+from tests.unit.test_router import ScriptedCloud, ScriptedDevice, dev
+from tests.unit.test_sdk import ListEmitter
+
+T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+T0_NS = 1767323045123456000  # T0 in nanoseconds since the epoch, by hand: 2026-01-02T03:04:05.123456Z
+
+
+def stack():
+    exporter, emitter, reader = InMemorySpanExporter(), ListEmitter(), InMemoryMetricReader()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Telemetry(emitter, provider, MeterProvider(metric_readers=[reader])), exporter, emitter, reader
+
+
+def spans_as_records(exporter):
+    """Every finished span, in the order the exporter got them, as plain tuples; parents by name."""
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s.name for s in spans}
+    return [
+        (
+            s.name,
+            s.kind,
+            by_id.get(s.parent.span_id) if s.parent else None,
+            s.start_time,
+            s.end_time,
+            s.status.status_code,
+            s.status.description,
+            dict(s.attributes),
+            len(s.events),
+            len(s.links),
+        )
+        for s in spans
+    ]
+
+
+def metric_points(reader):
+    out = {}
+    for m in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics:
+        for p in m.data.data_points:
+            value = p.value if hasattr(p, "value") else (p.count, p.sum)
+            out.setdefault(m.name, []).append((dict(p.attributes), value))
+    return out
+
+
+def headers_for(trace_id: str, span_id: str):
+    # W3C traceparent: version 00, the ids, flags 03 (sampled, random trace id); no baggage set
+    return (("traceparent", f"00-{trace_id}-{span_id}-03".encode()),)
+
+
+def test_a_decision_recorded_through_the_sdk_leaves_exactly_these_spans_event_and_metrics():
+    tel, exporter, out, reader = stack()
+    recorder = Recorder(tel, policy_version="p-7")
+    with recorder.decision(
+        task_type="short_reply",
+        session_id="alice@example.com",
+        deadline_ms=2000,
+        elapsed_ms=120,
+        request_id="req-1",
+        input_tokens=12,
+        network="wifi",
+        device_tier="high",
+        start_time=T0,
+    ) as d:
+        d.device_attempt(
+            level=0,
+            outcome="low_confidence",
+            latency_ms=180.5,
+            confidence=0.41,
+            threshold=0.7,
+            ttft_ms=40.0,
+            model="gemma-270m",
+            output_tokens=5,
+        )
+        d.cloud_attempt(
+            level=2, outcome="ok", latency_ms=420.25, model="gpt-4o-mini", output_tokens=12, cost_usd=0.0003
+        )
+        d.served(fallback_type="quality", reason="low_confidence")
+
+    session = scrub("alice@example.com")
+    assert session.startswith("redacted-")  # an e-mail never reaches a span, an event or a key
+    ((message),) = out.messages
+    event = d.event
+    trace_id, span_id = event.trace_id, event.span_id
+    golden = Template(
+        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"req-1",'
+        '"session_id":"$session","task_type":"short_reply","mode":"live","entered_device":true,'
+        '"fallback_type":"quality","reason":"low_confidence","degrade_level":2,'
+        '"attempts":[{"level":0,"outcome":"low_confidence","latency_ms":180.5},'
+        '{"level":2,"outcome":"ok","latency_ms":420.25}],"cloud_calls":1,"confidence":0.41,"threshold":0.7,'
+        '"deadline_ms":2000,"elapsed_ms":120,"latency_ms":600.75,"input_tokens":12,"output_tokens":12,'
+        '"policy_version":"p-7","app_id":null,"app_version":null,"confidence_source":"logprob","ttft_ms":40.0,'
+        '"network":"wifi","device_tier":"high","has_pii":false,"device_model":"gemma-270m",'
+        '"cloud_model":"gpt-4o-mini","shadow_agree":null,"cost_usd":0.0003,"trace_id":"$trace_id","span_id":"$span_id",'
+        '"device_stats":null}'
+    ).substitute(event_id=event.event_id, session=session, trace_id=trace_id, span_id=span_id)
+    assert (message.topic, message.key, message.value) == (names.TOPIC_DECISIONS, session.encode(), golden.encode())
+    assert tuple(message.headers) == headers_for(trace_id, span_id)
+    assert message.to_line() == Message(message.topic, message.key, golden.encode(), message.headers).to_line()
+
+    route = "route short_reply"
+    device = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "llama.cpp",
+        "gen_ai.request.model": "gemma-270m",
+        "gen_ai.conversation.id": session,
+        "router.attempt.level": 0,
+        "router.attempt.outcome": "low_confidence",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 5,
+        "error.type": "low_confidence",
+    }
+    cloud = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.conversation.id": session,
+        "router.attempt.level": 2,
+        "router.attempt.outcome": "ok",
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 12,
+    }
+    decision = {
+        "router.task_type": "short_reply",
+        "router.fallback_type": "quality",
+        "router.reason": "low_confidence",
+        "router.degrade_level": 2,
+        "router.cloud_calls": 1,
+        "router.policy_version": "p-7",
+        "router.entered_device": True,
+        "router.mode": "live",
+        "gen_ai.conversation.id": session,
+        "router.confidence": 0.41,
+        "router.threshold": 0.7,
+    }
+    t1, t2 = T0_NS + 180_500_000, T0_NS + 600_750_000  # the attempts run back to back from the start
+    assert spans_as_records(exporter) == [
+        ("chat gemma-270m", SpanKind.INTERNAL, route, T0_NS, t1, StatusCode.ERROR, "low_confidence", device, 0, 0),
+        ("chat gpt-4o-mini", SpanKind.CLIENT, route, t1, t2, StatusCode.UNSET, None, cloud, 0, 0),
+        (route, SpanKind.INTERNAL, None, T0_NS, t2, StatusCode.UNSET, None, decision, 0, 0),
+    ]
+    (root,) = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert (format(root.context.trace_id, "032x"), format(root.context.span_id, "016x")) == (trace_id, span_id)
+
+    key = {"task_type": "short_reply", "fallback_type": "quality", "reason": "low_confidence", "degrade_level": 2}
+    assert metric_points(reader) == {
+        "router.decisions": [(key, 1)],
+        "router.decision.duration": [({"task_type": "short_reply", "degrade_level": 2}, (1, 600.75))],
+        "routerscope.events": [
+            ({"state": s}, n) for s, n in (("emitted", 1), ("delivered", 0), ("spooled", 0), ("dropped", 0))
+        ],
+    }
+
+
+def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics():
+    """InstrumentedRouter over scripted backends, the router's clock stopped (every latency 0) and its
+    wall clock fixed: a quality fallback L0 → L1 → L2."""
+    tel, exporter, out, reader = stack()
+    router = Router(
+        ScriptedDevice([dev(confidence=0.2), dev(confidence=0.3)]),
+        ScriptedCloud([CloudResult("answer", 300.0, "ok", 9)]),
+        clock=lambda: 100.0,
+        now=lambda: T0,
+    )
+    policy = router.policy.current()
+    threshold = policy.capability("short_reply").threshold
+    instrumented = InstrumentedRouter(router, tel)
+    _, event = instrumented.route(
+        Request(task_type="short_reply", text="hello", session_id="sess-42", request_id="req-2", input_tokens=2)
+    )
+    ((message),) = out.messages
+    trace_id, span_id = event.trace_id, event.span_id
+    golden = Template(
+        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"req-2",'
+        '"session_id":"sess-42","task_type":"short_reply","mode":"live","entered_device":true,'
+        '"fallback_type":"quality","reason":"low_confidence","degrade_level":2,'
+        '"attempts":[{"level":0,"outcome":"low_confidence","latency_ms":0.0},'
+        '{"level":1,"outcome":"low_confidence","latency_ms":0.0},{"level":2,"outcome":"ok","latency_ms":0.0}],'
+        '"cloud_calls":1,"confidence":0.2,"threshold":$threshold,"deadline_ms":8000,"elapsed_ms":0,"latency_ms":0.0,'
+        '"input_tokens":2,"output_tokens":9,"policy_version":"$policy","app_id":null,"app_version":null,'
+        '"confidence_source":"logprob","ttft_ms":50.0,"network":"wifi","device_tier":null,"has_pii":false,'
+        '"device_model":"scripted-device","cloud_model":"cloud-small","shadow_agree":null,'
+        '"breaker":{"device":"closed","cloud":"closed"},"cost_usd":4.4e-6,"trace_id":"$trace_id","span_id":"$span_id",'
+        '"device_stats":null,"all_cloud_cost_usd":4.4e-6,"rollout_stage":"full"}'
+    ).substitute(
+        event_id=event.event_id, threshold=repr(threshold), policy=policy.version, trace_id=trace_id, span_id=span_id
+    )
+    # cost: (2 + 9) tokens at the cloud-small price the default policy lists, 0.0004 $ per 1000 tokens
+    assert (message.topic, message.key, message.value) == (names.TOPIC_DECISIONS, b"sess-42", golden.encode())
+    assert tuple(message.headers) == headers_for(trace_id, span_id)
+
+    records = spans_as_records(exporter)
+    route = "route short_reply"
+    start, end = records[-1][3], records[-1][4]
+    assert start <= end
+
+    def attempt(level, model, provider, outcome, tokens=None):
+        attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "gen_ai.conversation.id": "sess-42",
+            "router.attempt.level": level,
+            "router.attempt.outcome": outcome,
+            "gen_ai.usage.input_tokens": 2,
+        }
+        if tokens is not None:
+            attrs["gen_ai.usage.output_tokens"] = tokens
+        failed = outcome != "ok"
+        if failed:
+            attrs["error.type"] = outcome
+        kind = SpanKind.INTERNAL if level <= 1 else SpanKind.CLIENT
+        status = (StatusCode.ERROR, outcome) if failed else (StatusCode.UNSET, None)
+        return (f"chat {model}", kind, route, start, start, *status, attrs, 0, 0)
+
+    decision = {
+        "router.task_type": "short_reply",
+        "router.fallback_type": "quality",
+        "router.reason": "low_confidence",
+        "router.degrade_level": 2,
+        "router.cloud_calls": 1,
+        "router.policy_version": policy.version,
+        "router.entered_device": True,
+        "router.mode": "live",
+        "gen_ai.conversation.id": "sess-42",
+        "router.confidence": 0.2,
+        "router.threshold": threshold,
+    }
+    assert records == [
+        attempt(0, "scripted-device", "llama.cpp", "low_confidence"),
+        attempt(1, "scripted-device", "llama.cpp", "low_confidence"),
+        attempt(2, "cloud-small", "openai", "ok", tokens=9),  # the router knows the last attempt's tokens only
+        (route, SpanKind.INTERNAL, None, start, end, StatusCode.UNSET, None, decision, 0, 0),
+    ]
+    key = {"task_type": "short_reply", "fallback_type": "quality", "reason": "low_confidence", "degrade_level": 2}
+    points = metric_points(reader)
+    assert points["router.decisions"] == [(key, 1)]
+    assert points["router.decision.duration"] == [({"task_type": "short_reply", "degrade_level": 2}, (1, 0.0))]
+
+
+def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remembered():
+    """DESIGN §2 (no personal data in telemetry): the recorder remembers ids that `scrub` keeps, never
+    one it redacts, so a phone number or e-mail is redacted on every decision, also past the memory's
+    bound; a canonical UUID request id is kept, an e-mail as request id is not."""
+    tel, _, out, _ = stack()
+    recorder = Recorder(tel)
+    sessions = [f"sess-{i}" for i in range(996)] + ["+44 20 7946 0958", "bob@example.org"] * 2
+    for i, session in enumerate(sessions):
+        request_id = "5f0c1c1e-8a3b-4c2d-9e7f-0123456789ab" if i % 2 else "bob@example.org"
+        with recorder.decision(
+            task_type="short_reply", session_id=session, deadline_ms=2000, request_id=request_id
+        ) as d:
+            d.device_attempt(level=0, outcome="ok", latency_ms=5)
+            d.served()
+    recorder._clean_ids.update(f"x-{i}" for i in range(5000))  # past the bound: the memory starts again
+    with recorder.decision(task_type="short_reply", session_id="+44 20 7946 0958", deadline_ms=2000) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5)
+        d.served()
+    decisions = out.decisions()
+    by_session = {}
+    for raw, event in zip(sessions + ["+44 20 7946 0958"], decisions):
+        by_session.setdefault(raw, set()).add(event["session_id"])
+    assert by_session["+44 20 7946 0958"] == {scrub("+44 20 7946 0958")}
+    assert by_session["bob@example.org"] == {scrub("bob@example.org")}
+    assert all(v == {k} for k, v in by_session.items() if k.startswith("sess-"))
+    assert {e["request_id"] for e in decisions[:-1]} == {
+        "5f0c1c1e-8a3b-4c2d-9e7f-0123456789ab",
+        scrub("bob@example.org"),
+    }
+    raw = (b"@example.org", b"+44 20 7946 0958")
+    assert not any(r in m.value or r in m.key for m in out.messages for r in raw)
+
+
+def test_the_event_carries_the_context_current_at_the_end_of_the_block_as_it_always_has():
+    """A block that leaves a context of its own current (here: baggage attached and not yet detached)
+    sends its event under that context, baggage header included, exactly as before; parenting of the
+    attempt spans is unchanged."""
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    tel, exporter, out, _ = stack()
+    recorder = Recorder(tel)
+    with recorder.decision(task_type="short_reply", session_id="s1", deadline_ms=2000) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5)
+        d.served()
+        token = otel_context.attach(baggage.set_baggage("tenant", "t-1"))
+    otel_context.detach(token)
+    ((message),) = out.messages
+    assert tuple(message.headers) == (
+        ("traceparent", f"00-{d.event.trace_id}-{d.event.span_id}-03".encode()),
+        ("baggage", b"tenant=t-1"),
+    )
+    assert [(name, parent) for name, _, parent, *_ in spans_as_records(exporter)] == [
+        ("chat device", "route short_reply"),
+        ("route short_reply", None),
+    ]
