@@ -34,6 +34,7 @@ TABLE_DQ_RESULTS = "dq_results"
 TABLE_LOADED_MESSAGES = "loaded_messages"
 TABLE_ALERTS = "alerts"
 TABLE_REPLAY_RERUNS = "replay_reruns"
+TABLE_LANDING = "landing"  # raw messages, parsed by the warehouse (the loader's sql parser)
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
 # (warehouse.queries.common.named substitutes them).
@@ -52,6 +53,7 @@ TABLES: dict[str, str] = {
         TABLE_LOADED_MESSAGES,
         TABLE_ALERTS,
         TABLE_REPLAY_RERUNS,
+        TABLE_LANDING,
     )
 }
 
