@@ -433,7 +433,7 @@ class Loader:
                     pass
 
     def _write_sql_topic(self, client, batch: _Batch, topic: str, parameters, py: _Batch, counts) -> None:
-        client.command(landing.PARSE[topic], parameters=parameters, settings=landing.PARSE_SETTINGS)
+        client.command(landing.PARSE[topic], parameters=parameters)
         summary = client.query(landing.SUMMARY[topic], parameters=parameters).result_rows
         messages = {(p, o): (m, was_landed) for p, o, m, was_landed in batch.raw[topic]}
         months: set[int] = set()
@@ -456,9 +456,7 @@ class Loader:
                 return self._to_python(batch, topic, py, counts, routed)
         self._command(client, loaded_messages.FROM_STAGING[topic], parameters, "ledger;" + batch.token([topic]))
         if any(quarantined for _, _, quarantined, *_ in summary):
-            found = client.query(
-                landing.QUARANTINE_RULES[topic], parameters=parameters, settings=landing.PARSE_SETTINGS
-            ).result_rows
+            found = client.query(landing.QUARANTINE_RULES[topic], parameters=parameters).result_rows
             for partition, offset, rules in found:
                 message, _ = messages[(int(partition), int(offset))]
                 py.counts.setdefault((topic, int(partition)), [0, 0])[1] += 1
