@@ -27,6 +27,14 @@ How a crash at any moment neither loses nor doubles rows:
   position out of range, the run stops with an error instead of silently skipping or re-reading
   someone else's offsets.
 
+**Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
+validates each message here (instrumentation/contract.py). `sql` lands the batch's raw messages in
+the warehouse in one insert and lets it parse and validate them (warehouse/queries/landing.py); its
+facts and ledger `INSERT … SELECT`s carry the same run-scoped tokens, the positions are still
+written last, the landed-offsets lookup and the fingerprint probe are unchanged, and a message the
+SQL cannot judge exactly, or that it quarantines, goes through the Python writer (its tokens tagged
+`py;` so they never collide with the SQL inserts' over the same offsets).
+
 **No message can stop ingest.** Malformed messages (not JSON, too large or too deep, wrong schema,
 values past their column's range, broken invariants) go to `quarantine` with the raw bytes and
 every broken rule; the rest of the batch loads. Inserts cannot fail on partition count (a batch
@@ -279,7 +287,7 @@ class Loader:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.parser = parser
         self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
-        self._staging_ready: set[int] = set()  # ids of clients the staging tables were created through
+        self._staging_ready = False  # sql parser: its staging tables exist (created on the first batch)
         self.settings = settings
         self.batch_size = batch_size
         self.idle_timeout_s = idle_timeout_s
@@ -401,10 +409,10 @@ class Loader:
         self._batches += 1
         parameters = {"batch": batch_id}
         topics = [t for t, rows in batch.raw.items() if rows]
-        if id(client) not in self._staging_ready:
+        if not self._staging_ready:
             for topic in FACTS:
                 client.command(landing.CREATE_STAGING[topic])
-            self._staging_ready.add(id(client))
+            self._staging_ready = True
         client.insert(
             landing.LANDING_TABLE,
             batch.landing_columns(batch_id),

@@ -2,10 +2,12 @@
 
 The loader's `sql` parser inserts each batch of messages, untouched, into `$landing` (one columnar
 insert of topic, partition, offset, key, timestamp and value bytes). One `INSERT … SELECT` per topic
-then parses them into a per-topic staging table: the facts columns, and `rules`, every broken rule
-by the same names as `instrumentation.contract` (the SQL is generated from the contract's field
-annotations and its invariants' `sql`, one definition of the rules). From the staging table one
-`INSERT … SELECT` each fills the facts table, the ledger and the quarantine.
+then parses them into a per-topic staging table: the facts columns, `valid` (no rule broken) and
+`python` (see below). From the staging table one `INSERT … SELECT` each fills the facts table and
+the ledger (warehouse/queries/loaded_messages.py); the invalid messages' rules, by the same names as
+`instrumentation.contract` (`QUARANTINE_RULES`), go to the quarantine through the loader's Python
+writer with their raw bytes. The SQL is generated from the contract's field annotations
+(msgspec.inspect) and its invariants' `sql`: one definition of the rules.
 
 **Where SQL cannot be exact, Python decides.** A message goes back to the Python validator
 (`python` = 1) when the warehouse's reading of it could differ from msgspec's: it is not valid JSON
