@@ -1,14 +1,17 @@
 """Loader benchmark: prints JSON figures, all measured in the same run against the same broker.
 
     .venv/bin/python bench/loader.py [--events 500000] [--batch-size 20000] [--kafka-python-sample 100000]
+                                     [--parsers sql,python]
 
 (a) raw consumption of the decisions topic, no parsing: confluent-kafka (all events) and kafka-python
     (a sample: it is ~30x slower);
 (b) the loader's core in this process (parse, validate, quarantine, insert, offsets) into a fresh
-    embedded warehouse;
+    embedded warehouse, once per parser (`sql`: raw landing, parsed by the warehouse; `python`: msgspec);
 (c) the whole `routerscope load` command as a user runs it (process start, Dagster, migrations,
-    drain) into another fresh warehouse, with its peak RSS.
-Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out.
+    drain) into another fresh warehouse, with its peak RSS, once per parser.
+Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
+unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
+whether every parser loaded and quarantined the same counts.
 """
 
 from __future__ import annotations
@@ -185,11 +188,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--batch-size", type=int, default=20_000)
     parser.add_argument("--kafka-python-sample", type=int, default=100_000)
+    parser.add_argument("--parsers", default="sql,python", help="the loader parsers to measure (default both)")
     args = parser.parse_args()
 
     from warehouse.client import open_warehouse
-    from warehouse.loader import Loader
+    from warehouse.loader import DEFAULT_PARSER, Loader
     from warehouse.migrate import migrate
+
+    parsers = [p.strip() for p in args.parsers.split(",") if p.strip()]
 
     with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
@@ -207,32 +213,41 @@ def main() -> int:
             sample = min(args.kafka_python_sample, args.events)
             kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
 
-            log("(b) loader core in process ...")
-            core_settings = Settings.from_env(
-                {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / 'core-warehouse'}"}
-            )
-            with open_warehouse(core_settings, purpose="bench") as client:
-                migrate(client)
-                started = time.perf_counter()
-                core = Loader(core_settings, batch_size=args.batch_size, idle_timeout_s=1.0).run(client)
-                core_s = time.perf_counter() - started
-                core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
+            core: dict[str, tuple] = {}
+            command: dict[str, tuple] = {}
+            for name in parsers:
+                log(f"(b) loader core in process, parser {name} ...")
+                core_settings = Settings.from_env(
+                    {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / f'core-warehouse-{name}'}"}
+                )
+                with open_warehouse(core_settings, purpose="bench") as client:
+                    migrate(client)
+                    started = time.perf_counter()
+                    result = Loader(core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name).run(
+                        client
+                    )
+                    core_s = time.perf_counter() - started
+                    core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
+                core[name] = (core_s, result.as_dict(), core_rows)
 
-            log("(c) the whole `routerscope load` command ...")
-            exe = str(Path(sys.executable).parent / "routerscope")
-            started = time.perf_counter()
-            process = subprocess.Popen(
-                [exe, "load", "--json", "--batch-size", str(args.batch_size)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=REPO,
-            )
-            _, status, usage = os.wait4(process.pid, 0)
-            command_s = time.perf_counter() - started
-            out = json.loads(process.stdout.read())
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"bench: routerscope load failed: {process.stderr.read().decode()}")
+            for name in parsers:
+                log(f"(c) the whole `routerscope load` command, parser {name} ...")
+                command_env = {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / f'command-warehouse-{name}'}"}
+                exe = str(Path(sys.executable).parent / "routerscope")
+                started = time.perf_counter()
+                process = subprocess.Popen(
+                    [exe, "load", "--json", "--batch-size", str(args.batch_size), "--parser", name],
+                    env=command_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    cwd=REPO,
+                )
+                _, status, usage = os.wait4(process.pid, 0)
+                command_s = time.perf_counter() - started
+                out = json.loads(process.stdout.read())
+                if os.waitstatus_to_exitcode(status) != 0:
+                    raise SystemExit(f"bench: routerscope load failed: {process.stderr.read().decode()}")
+                command[name] = (command_s, out, usage.ru_maxrss / 1024)
         finally:
             broker.stop(settings)
 
@@ -242,17 +257,40 @@ def main() -> int:
     figures = {
         "events": n,
         "batch_size": args.batch_size,
+        "default_parser": DEFAULT_PARSER,
         "produce_events_per_s": rate(n, produce_s),
         "raw_confluent_kafka_events_per_s": rate(n, confluent_s),
         "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
-        "loader_core_events_per_s": rate(n, core_s),
-        "load_command_events_per_s": rate(n, command_s),
-        "load_command_seconds": round(command_s, 2),
         "ratio_kafka_python_to_confluent": round(sample / kafka_python_s / confluent_rate, 3),
-        "ratio_loader_core_to_confluent": round(n / core_s / confluent_rate, 3),
-        "ratio_load_command_to_confluent": round(n / command_s / confluent_rate, 3),
-        "load_command_peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
-        "loaded": {"core": core.as_dict(), "command": out, "core_rows": core_rows},
+    }
+    for name in parsers:
+        core_s, _, _ = core[name]
+        command_s, _, rss = command[name]
+        figures.update(
+            {
+                f"loader_core_events_per_s_{name}": rate(n, core_s),
+                f"load_command_events_per_s_{name}": rate(n, command_s),
+                f"load_command_seconds_{name}": round(command_s, 2),
+                f"ratio_loader_core_to_confluent_{name}": round(n / core_s / confluent_rate, 3),
+                f"ratio_load_command_to_confluent_{name}": round(n / command_s / confluent_rate, 3),
+                f"load_command_peak_rss_mb_{name}": round(rss, 1),
+            }
+        )
+    main_parser = DEFAULT_PARSER if DEFAULT_PARSER in parsers else parsers[0]
+    for key in (
+        "loader_core_events_per_s",
+        "load_command_events_per_s",
+        "load_command_seconds",
+        "ratio_loader_core_to_confluent",
+        "ratio_load_command_to_confluent",
+        "load_command_peak_rss_mb",
+    ):
+        figures[key] = figures[f"{key}_{main_parser}"]
+    counts = {name: (core[name][1], command[name][1], core[name][2]) for name in parsers}
+    figures["same_counts"] = len({json.dumps(c, sort_keys=True) for c in counts.values()}) == 1
+    figures["loaded"] = {
+        name: {"core": core_counts, "command": command_counts, "core_rows": rows}
+        for name, (core_counts, command_counts, rows) in counts.items()
     }
     print(json.dumps(figures, indent=2))
     return 0

@@ -27,6 +27,8 @@ class IngestConfig(dg.Config):
     flush_interval_s: float = loader.DEFAULT_FLUSH_INTERVAL_S
     # The Kafka partitions this run owns; empty means all of them.
     partitions: list[int] = []
+    # Who parses the messages: "sql" (the warehouse, from raw bytes) or "python" (warehouse.loader).
+    parser: str = loader.DEFAULT_PARSER
 
 
 @dg.multi_asset(
@@ -57,6 +59,7 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         idle_timeout_s=config.idle_timeout_s,
         flush_interval_s=config.flush_interval_s,
         partitions=config.partitions or None,
+        parser=config.parser,
         progress=_progress_reporter(),
     )
     context.log.info(

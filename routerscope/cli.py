@@ -86,7 +86,12 @@ def cmd_load(args, settings: Settings) -> int:
     from pipelines.ingest import TABLE_ASSETS, ingest_topics
     from pipelines.run import materializations, run_job
 
-    config = {"batch_size": args.batch_size, "idle_timeout_s": args.idle_timeout, "partitions": args.partitions}
+    config = {
+        "batch_size": args.batch_size,
+        "idle_timeout_s": args.idle_timeout,
+        "partitions": args.partitions,
+        **({"parser": args.parser} if args.parser else {}),
+    }
     result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
     found = materializations(result)
     summary = {
@@ -489,6 +494,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="P,P,...",
         help="load only these Kafka partitions of each topic (one loader per partition set; default all)",
+    )
+    p.add_argument(
+        "--parser",
+        choices=("python", "sql"),
+        default=None,
+        help="who parses and validates the messages: the warehouse, from raw bytes (sql) or this process "
+        "(python); same rules, same tables (default: warehouse.loader.DEFAULT_PARSER)",
     )
     p.set_defaults(func=cmd_load)
 

@@ -35,6 +35,7 @@ TABLE_LOADED_MESSAGES = "loaded_messages"
 TABLE_ALERTS = "alerts"
 TABLE_ALERT_DELIVERIES = "alert_deliveries"
 TABLE_REPLAY_RERUNS = "replay_reruns"
+TABLE_LANDING = "landing"  # raw messages, parsed by the warehouse (the loader's sql parser)
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
 # (warehouse.queries.common.named substitutes them).
@@ -54,6 +55,7 @@ TABLES: dict[str, str] = {
         TABLE_ALERTS,
         TABLE_ALERT_DELIVERIES,
         TABLE_REPLAY_RERUNS,
+        TABLE_LANDING,
     )
 }
 

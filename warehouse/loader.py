@@ -27,6 +27,14 @@ How a crash at any moment neither loses nor doubles rows:
   position out of range, the run stops with an error instead of silently skipping or re-reading
   someone else's offsets.
 
+**Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
+validates each message here (instrumentation/contract.py). `sql` lands the batch's raw messages in
+the warehouse in one insert and lets it parse and validate them (warehouse/queries/landing.py); its
+facts and ledger `INSERT … SELECT`s carry the same run-scoped tokens, the positions are still
+written last, the landed-offsets lookup and the fingerprint probe are unchanged, and a message the
+SQL cannot judge exactly, or that it quarantines, goes through the Python writer (its tokens tagged
+`py;` so they never collide with the SQL inserts' over the same offsets).
+
 **No message can stop ingest.** Malformed messages (not JSON, too large or too deep, wrong schema,
 values past their column's range, broken invariants) go to `quarantine` with the raw bytes and
 every broken rule; the rest of the batch loads. Inserts cannot fail on partition count (a batch
@@ -62,8 +70,14 @@ from instrumentation.contract import CONTRACTS
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
 from routerscope.settings import Settings
+from warehouse.queries import ingest_offsets, landing, loaded_messages
+from warehouse.queries.landing import LANDING_COLUMNS
 from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID, kafka_time
 
+# Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
+# from raw bytes landed in one insert; warehouse/queries/landing.py). Same rules, same tables.
+PARSERS = ("python", "sql")
+DEFAULT_PARSER = "python"
 DEFAULT_BATCH_SIZE = 20_000
 DEFAULT_IDLE_TIMEOUT_S = 1.0
 DEFAULT_FLUSH_INTERVAL_S = 5.0
@@ -89,16 +103,6 @@ OFFSET_COLUMNS = (
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}
-# Rows already in a table at or past each partition's stored position: partition i of the
-# `partitions` array pairs with offset i of `starts` (SQL text constant, every value bound).
-_LANDED = (
-    " WHERE kafka_topic = {topic:String} AND has({partitions:Array(UInt32)}, kafka_partition)"
-    " AND kafka_offset >= arrayElement({starts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))"
-)
-LANDED_SQL = {
-    table: "SELECT kafka_partition, kafka_offset FROM routerscope." + table + _LANDED
-    for table in (*(t for t, _, _ in FACTS.values()), names.TABLE_QUARANTINE)
-}
 SHORT_NAME = {topic: short for short, topic in names.TOPICS.items()}
 
 
@@ -148,9 +152,15 @@ class LoadResult:
 
 
 class _Batch:
-    """Messages consumed since the last flush, parsed, ready to insert."""
+    """Messages consumed since the last flush, ready to insert: parsed here (parser `python`), or kept
+    as raw bytes for the warehouse to parse (parser `sql`). `tag` sets its insert tokens apart from
+    another batch's over the same offsets (the Python share of an `sql` batch)."""
 
-    def __init__(self):
+    def __init__(self, parser: str | None = None, tag: str = ""):
+        self.parser = parser or DEFAULT_PARSER
+        self.tag = tag
+        self.token_ranges: dict | None = None  # the ranges its tokens name, when not its own
+        self.raw: dict[str, list[tuple[int, int, object, bool]]] = {t: [] for t in FACTS}  # sql: messages
         self.events: dict[str, tuple[list, list, list, list]] = {t: ([], [], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
         self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
@@ -171,6 +181,9 @@ class _Batch:
             rng[1] = offset
             counts = self.counts[(topic, partition)]
         self.size += 1
+        if self.parser == "sql":
+            self.raw[topic].append((partition, offset, message, landed))
+            return
         raw = message.value()
         event, rules = CONTRACTS[topic].parse(raw) if raw is not None else (None, ["json.invalid"])
         if event is not None:
@@ -221,11 +234,27 @@ class _Batch:
             counts[1] += 1
             self.quarantine_message(topic, partition, offset, message, [INSERT_REJECTED], f"{INSERT_REJECTED}: {error}")
 
+    def landing_columns(self, batch_id: str) -> list[list]:
+        """The raw rows of an `sql` batch, column by column (landing.LANDING_COLUMNS)."""
+        columns: list[list] = [[] for _ in LANDING_COLUMNS]
+        _, topics, partitions, offsets, keys, timestamps, values, landed = columns
+        for topic, rows in self.raw.items():
+            for partition, offset, message, was_landed in rows:
+                topics.append(topic)
+                partitions.append(partition)
+                offsets.append(offset)
+                keys.append(message.key())
+                timestamps.append(kafka_time(message.timestamp()))
+                values.append(message.value() or b"")
+                landed.append(was_landed)
+        columns[0] = [batch_id] * len(offsets)
+        return columns
+
     def token(self, topics: Iterable[str] | None = None) -> str:
         """The insert deduplication token: the offset ranges this batch covers."""
-        return ",".join(
+        return self.tag + ",".join(
             f"{t}:{p}:{first}-{last}"
-            for (t, p), (first, last) in sorted(self.ranges.items())
+            for (t, p), (first, last) in sorted((self.token_ranges or self.ranges).items())
             if topics is None or t in topics
         )
 
@@ -249,9 +278,16 @@ class Loader:
         partitions: Iterable[int] | None = None,
         progress: Callable[[int], None] | None = None,
         broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
+        parser: str | None = None,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        parser = parser or DEFAULT_PARSER
+        if parser not in PARSERS:
+            raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
+        self.parser = parser
+        self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
+        self._staging_ready = False  # sql parser: its staging tables exist (created on the first batch)
         self.settings = settings
         self.batch_size = batch_size
         self.idle_timeout_s = idle_timeout_s
@@ -300,24 +336,11 @@ class Loader:
     # -- warehouse side --------------------------------------------------------------------------
     def stored_positions(self, client) -> dict[tuple[str, int], tuple[int, str]]:
         """(next offset, fingerprint of the message before it) per (topic, partition)."""
-        rows = client.query(
-            "SELECT kafka_topic, kafka_partition, max(next_offset), argMax(last_fingerprint, next_offset) "
-            "FROM routerscope.ingest_offsets WHERE consumer = {consumer:String} GROUP BY kafka_topic, kafka_partition",
-            parameters={"consumer": self.consumer_name},
-        ).result_rows
-        return {(t, int(p)): (int(o), f) for t, p, o, f in rows}
+        return ingest_offsets.stored_positions(client, self.consumer_name)
 
     def landed_offsets(self, client, topic: str, starts: dict[int, int]) -> dict[int, set[int]]:
         """Offsets at or past each partition's stored position already present in the warehouse."""
-        if not starts:
-            return {}
-        partitions = sorted(starts)
-        parameters = {"topic": topic, "partitions": partitions, "starts": [starts[p] for p in partitions]}
-        found: dict[int, set[int]] = {}
-        for sql in (LANDED_SQL[FACTS[topic][0]], LANDED_SQL[names.TABLE_QUARANTINE]):
-            for partition, offset in client.query(sql, parameters=parameters).result_rows:
-                found.setdefault(int(partition), set()).add(int(offset))
-        return found
+        return ingest_offsets.landed_offsets(client, (FACTS[topic][0], names.TABLE_QUARANTINE), topic, starts)
 
     def _insert(self, client, table: str, columns, data: list, token: str) -> None:
         """One column-oriented insert, deduplicated by this run and `token` if it arrives twice."""
@@ -333,6 +356,14 @@ class Loader:
         """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
         positions that cover them (in that order: a crash leaves rows without a position, never a
         position without its rows)."""
+        if batch.parser == "sql":
+            self._write_sql(client, batch, states, result)
+            return
+        self._write_parsed(client, batch)
+        self._store_positions(client, batch, batch.counts, states, result)
+
+    def _write_parsed(self, client, batch: _Batch) -> None:
+        """The rows of a batch parsed in Python: facts, ledger, quarantine."""
         for topic, (events, partitions, offsets, messages) in batch.events.items():
             if events:
                 self._insert_facts(client, batch, topic, events, partitions, offsets, messages)
@@ -340,6 +371,9 @@ class Loader:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
             self._insert_quarantine(client, batch)
+
+    def _store_positions(self, client, batch: _Batch, counts, states, result: LoadResult) -> None:
+        """The positions covering a written batch; `counts`: (topic, partition) -> [loaded, quarantined]."""
         token = batch.token()
         rows = []
         for (t, p), (_first, last) in sorted(batch.ranges.items()):
@@ -351,18 +385,106 @@ class Loader:
                     p,
                     last + 1,
                     token,
-                    *batch.counts[(t, p)],
+                    *counts.get((t, p), (0, 0)),
                     fingerprint(message.key(), message.value()),
                 )
             )
         client.insert(f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS))
-        for (t, p), (loaded, quarantined) in batch.counts.items():
+        for (t, _p), (loaded, quarantined) in counts.items():
             result.loaded[SHORT_NAME[t]] += loaded
             result.quarantined[SHORT_NAME[t]] += quarantined
-            states[(t, p)].stored = batch.ranges[(t, p)][1] + 1
+        for (t, p), (_first, last) in batch.ranges.items():
+            states[(t, p)].stored = last + 1
         for row in rows:
             states[(row[1], row[2])].fingerprint = row[-1]
         result.batches += 1
+
+    def _write_sql(self, client, batch: _Batch, states, result: LoadResult) -> None:
+        """An `sql` batch: its raw messages land in one insert; the warehouse parses them into a
+        staging table per topic and the facts and ledger are filled from there, each `INSERT …
+        SELECT` with its token. The messages the SQL cannot judge exactly, and every quarantined
+        one (with the rules the warehouse named), go through the Python writer, as do all of a
+        topic's rows when an insert of them is refused (it finds the refused rows by halves)."""
+        batch_id = f"{self.run_id}-{self._batches}"
+        self._batches += 1
+        parameters = {"batch": batch_id}
+        topics = [t for t, rows in batch.raw.items() if rows]
+        if not self._staging_ready:
+            for topic in FACTS:
+                client.command(landing.CREATE_STAGING[topic])
+            self._staging_ready = True
+        client.insert(
+            landing.LANDING_TABLE,
+            batch.landing_columns(batch_id),
+            column_names=list(LANDING_COLUMNS),
+            column_oriented=True,
+            settings=INSERT_SETTINGS,
+        )
+        py = _Batch("python", tag="py;")
+        py.token_ranges = batch.ranges  # one Python share per batch: its tokens name the batch
+        counts: dict[tuple[str, int], list[int]] = {}
+        try:
+            for topic in topics:
+                self._write_sql_topic(client, batch, topic, parameters, py, counts)
+            if py.ledger[0] or py.quarantine[0] or any(e[0] for e in py.events.values()):
+                self._write_parsed(client, py)
+            for key, (loaded, quarantined) in py.counts.items():
+                total = counts.setdefault(key, [0, 0])
+                total[0] += loaded
+                total[1] += quarantined
+            self._store_positions(client, batch, counts, states, result)
+        finally:
+            for sql in (landing.DROP_LANDED, *(landing.DROP_STAGED[t] for t in topics)):
+                try:
+                    client.command(sql, parameters=parameters)
+                except Exception:  # what stays is removed by the tables' TTL
+                    pass
+
+    def _write_sql_topic(self, client, batch: _Batch, topic: str, parameters, py: _Batch, counts) -> None:
+        client.command(landing.PARSE[topic], parameters=parameters)
+        summary = client.query(landing.SUMMARY[topic], parameters=parameters).result_rows
+        messages = {(p, o): (m, was_landed) for p, o, m, was_landed in batch.raw[topic]}
+        months: set[int] = set()
+        routed: set[tuple[int, int]] = set()  # (partition, offset) given to the Python writer
+        for partition, loaded, _quarantined, to_python, spanned in summary:
+            counts[(topic, int(partition))] = [int(loaded), 0]
+            months.update(spanned)
+            for offset in to_python:
+                message, was_landed = messages[(int(partition), int(offset))]
+                py.add(topic, int(partition), int(offset), message, landed=bool(was_landed))
+                routed.add((int(partition), int(offset)))
+        if len(months) > MAX_MONTHS_PER_INSERT:  # the Python writer inserts them in groups of months
+            return self._to_python(batch, topic, py, counts, routed)
+        if any(loaded for _, loaded, *_ in summary):
+            try:
+                self._command(client, landing.FACTS_INSERT[topic], parameters, "facts;" + batch.token([topic]))
+            except Exception as exc:
+                if _infrastructure_failure(exc):
+                    raise
+                return self._to_python(batch, topic, py, counts, routed)
+        self._command(client, loaded_messages.FROM_STAGING[topic], parameters, "ledger;" + batch.token([topic]))
+        if any(quarantined for _, _, quarantined, *_ in summary):
+            found = client.query(landing.QUARANTINE_RULES[topic], parameters=parameters).result_rows
+            for partition, offset, rules in found:
+                message, _ = messages[(int(partition), int(offset))]
+                py.counts.setdefault((topic, int(partition)), [0, 0])[1] += 1
+                py.quarantine_message(topic, int(partition), int(offset), message, list(rules), _describe(rules))
+
+    def _to_python(self, batch: _Batch, topic: str, py: _Batch, counts, routed: set) -> None:
+        """Every message of `topic` in this batch through the Python writer instead."""
+        for key in [k for k in counts if k[0] == topic]:
+            del counts[key]
+        for partition, offset, message, was_landed in batch.raw[topic]:
+            if (partition, offset) not in routed:
+                py.add(topic, partition, offset, message, landed=was_landed)
+
+    def _command(self, client, sql: str, parameters: dict, token: str) -> None:
+        """One `INSERT … SELECT`, deduplicated by this run and `token` if it arrives twice."""
+        client.command(
+            sql,
+            parameters=parameters,
+            settings={"insert_deduplication_token": f"{self.run_id};{token}", **INSERT_SETTINGS},
+        )
 
     def _insert_facts(self, client, batch: _Batch, topic: str, events, partitions, offsets, messages) -> None:
         """The facts of one topic, in groups of at most MAX_MONTHS_PER_INSERT months; rows the
@@ -532,7 +654,7 @@ class Loader:
             self._broker_error = error.str()
 
     def _drain(self, consumer, states, result) -> None:
-        batch = _Batch()
+        batch = _Batch(self.parser)
         last_message = last_flush = time.monotonic()
         pending = set(states)  # partitions not yet known to be at their end
         while pending:
@@ -559,7 +681,7 @@ class Loader:
                         )
                 if batch.size and now - last_flush >= self.flush_interval_s:
                     self._flush(consumer, batch, states, result)
-                    batch, last_flush = _Batch(), now
+                    batch, last_flush = _Batch(self.parser), now
                     last_message = max(last_message, time.monotonic())
                 continue
             consumed = 0
@@ -610,7 +732,7 @@ class Loader:
                 self.progress(consumed)
             if batch.size >= self.batch_size or (batch.size and now - last_flush >= self.flush_interval_s):
                 self._flush(consumer, batch, states, result)
-                batch, last_flush = _Batch(), time.monotonic()
+                batch, last_flush = _Batch(self.parser), time.monotonic()
             if consumed:
                 # the idle timeout measures waiting for messages: decoding and writing this batch (seconds for
                 # a large insert on a busy machine) is work, and once counted it ended runs half-drained

@@ -22,6 +22,53 @@ ORDER BY kafka_topic, kafka_partition
 )
 
 
+# The loader's resume point: per (topic, partition) the furthest next offset and the fingerprint of
+# the message before it (warehouse.loader: the broker must still hold that message).
+STORED_POSITIONS_SQL = named(
+    "ingest_stored_positions",
+    """
+SELECT kafka_topic, kafka_partition, max(next_offset), argMax(last_fingerprint, next_offset)
+FROM $ingest_offsets
+WHERE consumer = {consumer:String}
+GROUP BY kafka_topic, kafka_partition
+""",
+)
+
+# Rows already in a table at or past each partition's stored position (a run that died after its
+# inserts, before its positions): partition i of `partitions` pairs with offset i of `starts`.
+LANDED_SQL = {
+    table: named(
+        f"ingest_landed_{table}",
+        f"""
+SELECT kafka_partition, kafka_offset
+FROM ${table}
+WHERE kafka_topic = {{topic:String}} AND has({{partitions:Array(UInt32)}}, kafka_partition)
+  AND kafka_offset >= arrayElement({{starts:Array(UInt64)}}, indexOf({{partitions:Array(UInt32)}}, kafka_partition))
+""",
+    )
+    for table in (names.TABLE_DECISIONS, names.TABLE_LABELS, names.TABLE_BREAKER_EVENTS, names.TABLE_QUARANTINE)
+}
+
+
+def stored_positions(client, consumer: str) -> dict[tuple[str, int], tuple[int, str]]:
+    """(next offset, fingerprint of the message before it) per (topic, partition)."""
+    rows = client.query(STORED_POSITIONS_SQL, parameters={"consumer": consumer}).result_rows
+    return {(t, int(p)): (int(o), f) for t, p, o, f in rows}
+
+
+def landed_offsets(client, tables: tuple[str, ...], topic: str, starts: dict[int, int]) -> dict[int, set[int]]:
+    """Offsets of `topic` at or past each partition's start already present in any of `tables`."""
+    if not starts:
+        return {}
+    partitions = sorted(starts)
+    parameters = {"topic": topic, "partitions": partitions, "starts": [starts[p] for p in partitions]}
+    found: dict[int, set[int]] = {}
+    for table in tables:
+        for partition, offset in client.query(LANDED_SQL[table], parameters=parameters).result_rows:
+            found.setdefault(int(partition), set()).add(int(offset))
+    return found
+
+
 def positions(client, consumer: str = names.CONSUMER_GROUP_LOADER) -> dict[tuple[str, int], tuple[int, object]]:
     """(topic, partition) → (next offset to load, when it was stored)."""
     rows = client.query(POSITIONS_SQL, parameters={"consumer": consumer}).result_rows

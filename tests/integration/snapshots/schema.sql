@@ -22,6 +22,9 @@ CREATE TABLE routerscope.ingest_offsets (`consumer` LowCardinality(String), `kaf
 -- labels
 CREATE TABLE routerscope.labels (`label_id` UUID, `event_time` DateTime64(3, 'UTC'), `schema_version` UInt8, `request_id` String, `source` LowCardinality(String), `device_acceptable` Nullable(Bool), `route_correct` Nullable(Bool), `labeler` Nullable(String), `kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3), INDEX kafka_offset_minmax kafka_offset TYPE minmax GRANULARITY 1) ENGINE = ReplacingMergeTree ORDER BY (request_id, label_id) SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
 
+-- landing
+CREATE TABLE routerscope.landing (`batch` String, `kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `kafka_key` Nullable(String), `kafka_timestamp` Nullable(DateTime64(3, 'UTC')), `value` String, `landed` Bool, `landed_at` DateTime DEFAULT now()) ENGINE = MergeTree PARTITION BY batch ORDER BY (kafka_topic, kafka_partition, kafka_offset) TTL landed_at + toIntervalDay(1) SETTINGS index_granularity = 8192;
+
 -- loaded_messages
 CREATE TABLE routerscope.loaded_messages (`kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `record_id` UUID, `event_time` DateTime64(3, 'UTC'), `loaded_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY (kafka_topic, kafka_partition, kafka_offset) SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
 

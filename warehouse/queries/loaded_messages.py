@@ -1,0 +1,27 @@
+"""The loader's ledger (`loaded_messages`): one row per Kafka message loaded into a facts table.
+
+The Python parser inserts ledger rows it built itself (warehouse.loader); the SQL parser fills the
+ledger from its staging tables (warehouse/queries/landing.py), one `INSERT … SELECT` per topic and
+batch, landed rows included (their facts are already in place; their ledger row is written again,
+harmlessly: the ledger folds rows with the same Kafka coordinates).
+"""
+
+from __future__ import annotations
+
+from routerscope import names
+from warehouse.queries.common import named
+from warehouse.queries.landing import LOADABLE, staging_table
+from warehouse.rows import LEDGER_COLUMNS, RECORD_ID
+
+FROM_STAGING = {
+    topic: named(
+        f"loaded_messages_from_staging_{names.TOPIC_TABLE[topic]}",
+        f"""
+INSERT INTO $loaded_messages ({", ".join(LEDGER_COLUMNS)})
+SELECT kafka_topic, kafka_partition, kafka_offset, {RECORD_ID[topic]}, event_time
+FROM {staging_table(topic)}
+WHERE {LOADABLE}
+""",
+    )
+    for topic in RECORD_ID
+}
