@@ -10,7 +10,8 @@ Stages, each timed on the wall clock in a fresh home with its own local broker a
                   `alerts_job` after each (as the demo runs them: `routerscope.demo.windows_and_alerts`);
   metrics_span    the full METRICS.md set over the whole span (one query set, as `routerscope metrics`).
 `events_per_s` is distinct decision events through route → Kafka → load → metrics_span over their
-summed wall time (`loaded` counts messages, including the local broker's duplicate deliveries); each stage also reports its own rate. On a shared 2-core machine compare stages within a run.
+summed wall time (`loaded` counts messages, including the local broker's duplicate deliveries); each
+stage also reports its own rate. On a shared 2-core machine compare stages within a run.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
 INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
-`SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and (b) the full metric set of METRICS.md for the
-last day with its 7-day baseline (`warehouse.metrics.compute`), and reports their ratio and the RSS.
+`SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
+(b) the full metric set of METRICS.md for the last day with its 7-day baseline (`warehouse.metrics.compute`),
+and reports their ratio and the RSS.
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
 
@@ -39,16 +40,20 @@ FILL_DECISIONS = """
 INSERT INTO routerscope.decisions
 SELECT
     generateUUIDv4(number) AS event_id,
-    toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC') + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) AS event_time,
+    toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC')
+        + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) AS event_time,
     1 AS schema_version,
     concat('r', toString(number)) AS request_id,
     concat('s', toString(number % 200000)) AS session_id,
     ['intent_classify', 'short_reply', 'extract_fields', 'rewrite', 'long_summary'][number % 5 + 1] AS task_type,
     if(number % 100 = 0, 'shadow', 'live') AS mode,
     number % 10 != 9 AS entered_device,
-    multiIf(number % 10 = 9, 'capability', number % 25 = 1, 'quality', number % 25 = 2, 'timeout', number % 50 = 3, 'error', 'none') AS fallback_type,
-    multiIf(number % 10 = 9, 'capability_miss', number % 25 = 1, 'low_confidence', number % 25 = 2, 'device_timeout', number % 50 = 3, 'device_error', 'default') AS reason,
-    toUInt8(multiIf(number % 10 = 9, 2, number % 25 IN (1, 2), 2, number % 50 = 3, 3, number % 40 = 5, 1, 0)) AS degrade_level,
+    multiIf(number % 10 = 9, 'capability', number % 25 = 1, 'quality', number % 25 = 2, 'timeout',
+            number % 50 = 3, 'error', 'none') AS fallback_type,
+    multiIf(number % 10 = 9, 'capability_miss', number % 25 = 1, 'low_confidence', number % 25 = 2, 'device_timeout',
+            number % 50 = 3, 'device_error', 'default') AS reason,
+    toUInt8(multiIf(number % 10 = 9, 2, number % 25 IN (1, 2), 2, number % 50 = 3, 3,
+                    number % 40 = 5, 1, 0)) AS degrade_level,
     [degrade_level] AS attempt_levels, ['ok'] AS attempt_outcomes, [100.0] AS attempt_latency_ms,
     toUInt32(degrade_level >= 2) AS cloud_calls,
     if(number % 10 = 9, NULL, (number % 1000) / 1000) AS confidence,
@@ -71,7 +76,9 @@ FROM numbers({rows:UInt64})
 
 FILL_LABELS = """
 INSERT INTO routerscope.labels
-SELECT generateUUIDv4(number), toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC') + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) + toIntervalHour(1),
+SELECT generateUUIDv4(number),
+       toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC')
+           + toIntervalMillisecond(intDiv(number * {span_ms:UInt64}, {rows:UInt64})) + toIntervalHour(1),
        1, concat('r', toString(number)), ['human_review', 'validator'][number % 2 + 1],
        number % 1000 > 300, number % 3 != 0, NULL,
        'router.labels.v1', toUInt32(number % 3), number, now64(3)

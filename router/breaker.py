@@ -5,8 +5,9 @@ Closed: calls go through; outcomes are kept for a sliding window of `window_s`. 
 opens. Open: calls are refused until `cooldown_s` has passed, then it is half-open: one trial call
 goes through; success closes it, failure opens it again. `force_open` opens it at once (a device
 that failed to load or ran out of memory, a cloud p90 spike, a device fallback rate over its limit for
-consecutive windows: the router decides those, see `router.engine`). Every transition calls `on_transition` (the router turns
-it into a breaker event). The clock is injectable so the state machine is tested without sleeping.
+consecutive windows: the router decides those, see `router.engine`). Every transition calls
+`on_transition` (the router turns it into a breaker event). The clock is injectable so the state
+machine is tested without sleeping.
 """
 
 from __future__ import annotations

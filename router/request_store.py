@@ -28,8 +28,9 @@ SCHEMA = (
 )
 INSERT_SQL = "INSERT OR REPLACE INTO requests VALUES (?, ?, ?)"
 DIVERGENCE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS divergences (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, stage TEXT NOT NULL, "
-    "input_tokens INTEGER NOT NULL, device_hash TEXT NOT NULL, cloud_hash TEXT NOT NULL, device_text TEXT NOT NULL, "
+    "CREATE TABLE IF NOT EXISTS divergences (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, "
+    "stage TEXT NOT NULL, input_tokens INTEGER NOT NULL, device_hash TEXT NOT NULL, cloud_hash TEXT NOT NULL, "
+    "device_text TEXT NOT NULL, "
     "cloud_text TEXT NOT NULL, seen_at TEXT NOT NULL)"
 )
 DIVERGENCE_INSERT_SQL = "INSERT OR REPLACE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"

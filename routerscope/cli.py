@@ -194,7 +194,8 @@ def cmd_alerts(args, settings: Settings) -> int:
         new = "NEW " if a in result.fired else ""
         rollback = "  → ROLLBACK RECOMMENDED" if a.action == "rollback" else ""
         print(
-            f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) since {a.first_seen:%Y-%m-%d %H:%M}{rollback}"
+            f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) "
+            f"since {a.first_seen:%Y-%m-%d %H:%M}{rollback}"
         )
     for task_type, signals in result.rollback_recommended().items():
         print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(signals)})")
@@ -265,7 +266,8 @@ def cmd_demo(args, settings: Settings) -> int:
     live = out["simulated"].get("live") or {}
     if live.get("failed"):
         print(
-            f"  live sample: FAILED after {live['requests']} requests ({live['failed']}); the simulated fleet ran without it"
+            f"  live sample: FAILED after {live['requests']} requests ({live['failed']}); "
+            "the simulated fleet ran without it"
         )
     elif live:
         print(
@@ -275,7 +277,8 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
     print(
-        f"  fallback rate {pct(s['fallback_rate'])} of device-entered (the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
+        f"  fallback rate {pct(s['fallback_rate'])} of device-entered "
+        f"(the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
     )
     print(
         f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
@@ -283,7 +286,8 @@ def cmd_demo(args, settings: Settings) -> int:
     )
     mean_calls = s["cloud_calls_per_session"]["mean"]
     print(
-        f"  L2+L3 share {pct(s['l2_l3_share'])}; cloud calls per session mean {'—' if mean_calls is None else f'{mean_calls:.2f}'}"
+        f"  L2+L3 share {pct(s['l2_l3_share'])}; "
+        f"cloud calls per session mean {'—' if mean_calls is None else f'{mean_calls:.2f}'}"
     )
     print("  alerts raised during the run:" + ("" if out["fired"] else " none"))
     for line in out["fired"]:
@@ -291,7 +295,8 @@ def cmd_demo(args, settings: Settings) -> int:
     print(f"  firing now: {', '.join(key.rstrip('|') for key in out['firing']) or 'none'}")
     for day, q in out["quality"].items():
         print(
-            f"  data quality {day}: {'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}"
+            f"  data quality {day}: "
+            f"{'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}"
         )
     print(
         "Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "

@@ -53,8 +53,8 @@ ROWS = (
     (
         "L2/L3 drift pp / z / psi",
         lambda g: (
-            f"{_num(g['l2_l3_drift']['delta_pp'], 1)} / {_num(g['l2_l3_drift']['z'])} / {_num(g['l2_l3_drift']['psi'], 3)}"
-            + ("  DRIFTING" if g["l2_l3_drift"]["drifting"] else "")
+            f"{_num(g['l2_l3_drift']['delta_pp'], 1)} / {_num(g['l2_l3_drift']['z'])} / "
+            f"{_num(g['l2_l3_drift']['psi'], 3)}" + ("  DRIFTING" if g["l2_l3_drift"]["drifting"] else "")
         ),
     ),
     ("shadow agreement", lambda g: _pct(g["shadow_agreement_rate"])),
@@ -65,7 +65,8 @@ def metrics_table(result: dict[str, Any]) -> str:
     groups = [("overall", result["overall"]), *result["by_task_type"].items()]
     width = max(len(label) for label, _ in ROWS) + 2
     lines = [
-        f"window {result['window']['start']} → {result['window']['end']} (live events; rates over their own denominators)"
+        f"window {result['window']['start']} → {result['window']['end']} "
+        "(live events; rates over their own denominators)"
     ]
     for name, group in groups:
         lines.append("")
@@ -78,7 +79,8 @@ def metrics_table(result: dict[str, Any]) -> str:
         for version, v in versions.items():
             lines.append(
                 f"  {version}: {v['requests']} requests, fallback rate {_pct(v['fallback_rate'])}, false fallbacks "
-                f"{_pct(v['false_fallback_rate'])} of {v['false_fallback_labeled']}, route accuracy {_pct(v['route_accuracy'])}"
+                f"{_pct(v['false_fallback_rate'])} of {v['false_fallback_labeled']}, "
+                f"route accuracy {_pct(v['route_accuracy'])}"
             )
     for task_type, cal in result["calibration"].items():
         lines.append("")

@@ -55,7 +55,8 @@ def live():
     shown = transitions[transitions["event_time"] >= since] if not transitions.empty else transitions
     if shown.empty:
         st.caption(
-            f"No breaker transitions in the last {hours} hours: every breaker stayed as it was (closed unless shown earlier)."
+            f"No breaker transitions in the last {hours} hours: "
+            "every breaker stayed as it was (closed unless shown earlier)."
         )
     else:
         st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
@@ -101,7 +102,8 @@ def ingest(fresh: pd.DataFrame):
         with st.expander("Consumer lag per partition"):
             st.dataframe(lag, hide_index=True, width="stretch")
     st.caption(
-        f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, {int(fresh['rows'].iloc[0])} rows"
+        f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, "
+        f"{int(fresh['rows'].iloc[0])} rows"
     )
 
 

@@ -28,7 +28,8 @@ else:
         memory = r["tier_memory_mb"].get(tier)
         if weak:
             flagged.append(
-                f"**{tier}**: p5 decode {num(t['decode_tps']['p5'], 1)} tok/s, under half the best tier's {num(best_p5, 1)}"
+                f"**{tier}**: p5 decode {num(t['decode_tps']['p5'], 1)} tok/s, "
+                f"under half the best tier's {num(best_p5, 1)}"
             )
         if hot:
             flagged.append(

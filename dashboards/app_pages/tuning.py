@@ -179,7 +179,8 @@ else:
         charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the week", "sessions"), width="stretch"
     )
     st.caption(
-        f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; a session's calls count only this task type."
+        f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; "
+        "a session's calls count only this task type."
     )
 
 # -- shadow agreement --------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The weekly replay job with the real model: sampled fallbacks re-run through Gemma 3 270M, judged by
-the task's validator or, for free text, by agreement with the (stand-in) cloud's answer, published as offline_replay labels through the real broker, loaded by the
-ingest job — and the false-fallback estimate moves to what the replay found."""
+the task's validator or, for free text, by agreement with the (stand-in) cloud's answer, published as
+offline_replay labels through the real broker, loaded by the ingest job — and the false-fallback
+estimate moves to what the replay found."""
 
 from __future__ import annotations
 

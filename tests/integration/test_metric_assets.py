@@ -65,7 +65,8 @@ def test_five_minute_partition_covers_only_its_window(loaded):
     assert result.success
     stored = rows(
         settings,
-        "SELECT task_type, requests, window_end FROM routerscope.metric_windows FINAL WHERE grain = '5m' ORDER BY task_type",
+        "SELECT task_type, requests, window_end FROM routerscope.metric_windows FINAL "
+        "WHERE grain = '5m' ORDER BY task_type",
     )
     assert [(r["task_type"], r["requests"]) for r in stored] == [("", 1), (A, 1)]
     assert stored[0]["window_end"].replace(tzinfo=UTC) == datetime(2026, 11, 29, 1, 5, tzinfo=UTC)

@@ -340,7 +340,8 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
     assert a["factors"]["token_budget_p50"]["value"] == 76.0
     assert (a["score_003"], a["verdict"]) == (18, "not_ready")
     assert a["reasons"] == ["gate_duration fail", "gate_quality fail"]
-    # B: its only peak is on an unknown tier (not in device_tiers) → unknown; duration [180] passes; no labels → unknown.
+    # B: its only peak is on an unknown tier (not in device_tiers) → unknown; duration [180] passes;
+    # no labels → unknown.
     # factors: 2 / 1 / 7 → 0; budget p50 of [106, 306] = 206 → 1; public 0; no validator and cost 0.8 → 0; network 0;
     # monthly 1 → 2·1 + 1 = 3
     assert [b["gates"][g]["status"] for g in ("gate_memory", "gate_duration", "gate_quality")] == [

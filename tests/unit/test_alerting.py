@@ -118,23 +118,33 @@ def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_
     [
         ("rules: []", "version"),
         (
-            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '~', limit: 1, windows: 1, severity: page}",
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, "
+            "op: '~', limit: 1, windows: 1, severity: page}",
             "op must be",
         ),
         (
-            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 0, severity: page}",
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, "
+            "op: '>', limit: 1, windows: 0, severity: page}",
             "windows must be",
         ),
         (
-            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: loud}",
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, "
+            "op: '>', limit: 1, windows: 1, severity: loud}",
             "severity",
         ),
         (
-            "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page, colour: red}",
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, "
+            "op: '>', limit: 1, windows: 1, severity: page, colour: red}",
             "unknown field",
         ),
         (
-            "version: 1\nrules:\n  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, op: '>', limit: 1, windows: 1, severity: page}",
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, "
+            "op: '>', limit: 1, windows: 1, severity: page}",
             "grain `now`",
         ),
         ("version: [", "cannot read"),

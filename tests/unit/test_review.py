@@ -53,7 +53,8 @@ def canary_numbers(canary: dict | None = None, cloud: dict | None = None, rollba
         (shadow_numbers(), "advance", None),
         # agreement one comparison short of the target in one bucket
         (shadow_numbers(buckets={"0-128": (100, 90), "128-512": (100, 89)}), "hold", "agreement 128-512"),
-        # a long-input bucket with traffic but one comparison short of the sample: it blocks (short inputs cannot hide it)
+        # a long-input bucket with traffic but one comparison short of the sample: it blocks
+        # (short inputs cannot hide it)
         (shadow_numbers(buckets={"0-128": (100, 90), "512-2048": (29, 29)}), "hold", "agreement 512-2048"),
         (shadow_numbers(buckets={"0-128": (100, 90), "512-2048": (30, 27)}), "advance", None),
         # the device error rate one error above stable; and one attempt short of the sample in a half

@@ -422,7 +422,9 @@ def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutiv
     clock = FakeClock()
     device = GreedyDevice(clock, need_ms=1)
     no_failure_rate = {
-        "min_calls: 10, cooldown_s: 30,\n           fallback": "min_calls: 1000000, cooldown_s: 30,\n           fallback"
+        "min_calls: 10, cooldown_s: 30,\n           fallback": (
+            "min_calls: 1000000, cooldown_s: 30,\n           fallback"
+        )
     }
     router = Router(device, GreedyCloud(clock, need_ms=1), policy=policy_file(tmp_path, **no_failure_rate), clock=clock)
     assert router.device_breaker.policy.min_calls == 10**6  # the failure-rate trigger stays out of this table

@@ -85,7 +85,8 @@ SELECT
     countIf(live) AS requests,
     countIf(live AND entered_device) AS device_entered,
     -- §2 fallback rates over the requests that entered the device
-    countIf(live AND entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0) AS fallback_rate,
+    countIf(live AND entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0)
+        AS fallback_rate,
     countIf(live AND entered_device AND fallback_type = 'quality') / nullIf(device_entered, 0) AS quality_fallback_rate,
     countIf(live AND entered_device AND fallback_type = 'timeout') / nullIf(device_entered, 0) AS timeout_fallback_rate,
     countIf(live AND entered_device AND fallback_type = 'error') / nullIf(device_entered, 0) AS error_fallback_rate,
@@ -104,7 +105,8 @@ SELECT
     -- §3b rollback signals: device attempts (levels 0, 1) that failed validation or errored; device-entered
     -- requests that then called the cloud (an attempt at level 2 or 3, whatever its outcome)
     sumIf(arrayCount(l -> l IN (0, 1), attempt_levels), live) AS device_attempts,
-    sumIf(arrayCount((l, o) -> l IN (0, 1) AND o IN ('validator_failed', 'error'), attempt_levels, attempt_outcomes), live)
+    sumIf(arrayCount((l, o) -> l IN (0, 1) AND o IN ('validator_failed', 'error'), attempt_levels, attempt_outcomes),
+          live)
         AS offload_failures,
     countIf(live AND entered_device AND arrayExists(l -> l IN (2, 3), attempt_levels)) AS degrade_triggered,
     -- §5 degrade levels (counts; shares below)
@@ -143,7 +145,8 @@ SELECT
     policy_version,
     count() AS requests,
     countIf(entered_device) AS device_entered,
-    countIf(entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0) AS fallback_rate,
+    countIf(entered_device AND fallback_type IN ('quality', 'timeout', 'error')) / nullIf(device_entered, 0)
+        AS fallback_rate,
     countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
     countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
     countIf(device_served AND labeled = 1) AS missed_fallback_labeled,

@@ -103,7 +103,8 @@ READ_SQL = named(
 SELECT task_type, window_start, window_end, requests, device_entered, fallback_rate, naive_fallback_rate,
        l2_l3_share, l2_l3_drifting, metrics
 FROM $metric_windows FINAL
-WHERE grain = {grain:String} AND window_start >= {start:DateTime64(3, 'UTC')} AND window_start < {end:DateTime64(3, 'UTC')}
+WHERE grain = {grain:String}
+  AND window_start >= {start:DateTime64(3, 'UTC')} AND window_start < {end:DateTime64(3, 'UTC')}
 ORDER BY task_type, window_start
 """,
 )

@@ -141,10 +141,12 @@ SELECT
     (SELECT count() FROM $decisions FINAL
      WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}) AS requests,
     (SELECT count() FROM $decisions FINAL
-     WHERE event_time >= {prev_start:DateTime64(3, 'UTC')} AND event_time < {prev_end:DateTime64(3, 'UTC')}) AS requests_week_before,
+     WHERE event_time >= {prev_start:DateTime64(3, 'UTC')} AND event_time < {prev_end:DateTime64(3, 'UTC')})
+        AS requests_week_before,
     (SELECT count() FROM $quarantine AS q
      WHERE (q.kafka_topic, q.kafka_partition) IN (SELECT kafka_topic, kafka_partition FROM span)
-       AND q.kafka_offset >= (SELECT min(first) FROM span) AND q.kafka_offset <= (SELECT max(last) FROM span)) AS quarantined,
+       AND q.kafka_offset >= (SELECT min(first) FROM span)
+       AND q.kafka_offset <= (SELECT max(last) FROM span)) AS quarantined,
     (SELECT max(event_time) FROM $decisions WHERE event_time <= {horizon:DateTime64(3, 'UTC')}) AS newest_event,
     (SELECT count() FROM $decisions FINAL WHERE event_time > {horizon:DateTime64(3, 'UTC')}) AS future_events,
     (SELECT countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND mode = 'live')

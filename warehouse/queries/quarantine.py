@@ -11,7 +11,8 @@ RECENT_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "rules", "ra
 RECENT_SQL = named(
     "quarantine_recent",
     """
-SELECT kafka_topic, kafka_partition, kafka_offset, rules, substring(raw, 1, {prefix:UInt32}) AS raw_start, quarantined_at
+SELECT kafka_topic, kafka_partition, kafka_offset, rules, substring(raw, 1, {prefix:UInt32}) AS raw_start,
+       quarantined_at
 FROM $quarantine
 ORDER BY quarantined_at DESC
 LIMIT {limit:UInt32}

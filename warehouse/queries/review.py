@@ -26,8 +26,9 @@ REVIEW_CTE = """
 w AS (
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason,
            degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
-           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb, device_thermal_state,
-           device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, rollout_stage
+           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
+           device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
+           all_cloud_cost_usd, rollout_stage
     FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""
@@ -57,7 +58,8 @@ SELECT ifNull(device_tier, 'unknown') AS tier,
        countIf(device_thermal_state IN ('serious', 'critical')) / count() AS throttled_share,
        countIf(device_cold_start) / count() AS cold_start_share,
        countIf(device_cold_start AND device_load_ms IS NOT NULL) AS cold_n,
-       quantileExactInclusiveIf(0.95)(device_load_ms, device_cold_start = true AND device_load_ms IS NOT NULL) AS load_p95,
+       quantileExactInclusiveIf(0.95)(device_load_ms, device_cold_start = true AND device_load_ms IS NOT NULL)
+           AS load_p95,
        countIf(fallback_type IN ('quality', 'timeout', 'error')) / count() AS fallback_rate
 FROM w
 WHERE mode = 'live' AND entered_device AND {HAS_DEVICE_STATS}
@@ -102,7 +104,8 @@ SELECT task_type,
        quantileExactInclusive(0.95)(input_tokens) AS input_p95,
        quantileExactInclusive(0.5)(input_tokens + output_tokens) AS token_budget_p50,
        countIf(network IN ('weak', 'offline')) / count() AS weak_network_share,
-       quantileExactInclusiveArray(0.95)(arrayFilter((lat, l) -> l IN (0, 1), attempt_latency_ms, attempt_levels)) AS device_p95_ms,
+       quantileExactInclusiveArray(0.95)(arrayFilter((lat, l) -> l IN (0, 1), attempt_latency_ms, attempt_levels))
+           AS device_p95_ms,
        sum(arrayCount(l -> l IN (0, 1), attempt_levels)) AS device_attempts,
        countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
        countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
