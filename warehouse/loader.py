@@ -676,7 +676,8 @@ class Loader:
                         self._flush(consumer, batch, states, result)
                         raise BrokerUnavailable(
                             f"the broker at {self._bootstrap} stopped answering during the load "
-                            f"({self._broker_error or 'no answer to a metadata request'}); what arrived before was loaded and its position stored, "
+                            f"({self._broker_error or 'no answer to a metadata request'}); "
+                            "what arrived before was loaded and its position stored, "
                             "so the next `routerscope load` resumes there"
                         )
                 if batch.size and now - last_flush >= self.flush_interval_s:

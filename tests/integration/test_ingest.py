@@ -411,7 +411,8 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
     assert (
         scalar(
             stack,
-            "SELECT sum(next_offset) FROM (SELECT max(next_offset) AS next_offset FROM routerscope.ingest_offsets GROUP BY kafka_partition)",
+            "SELECT sum(next_offset) FROM "
+            "(SELECT max(next_offset) AS next_offset FROM routerscope.ingest_offsets GROUP BY kafka_partition)",
         )
         == 402
     )

@@ -287,9 +287,10 @@ def _snapshot(settings_) -> dict[str, list]:
 
 
 def test_the_sql_parser_loads_exactly_what_the_python_parser_loads_and_replays_nothing(stack):
-    """(~20 s: three loads; the warehouse plans its parse once per batch and topic.) `load --parser sql` against `--parser python` on the same messages (good ones, every malformed
-    kind, a refused insert left aside): the same facts, ledger, quarantine (raw bytes, rules, error
-    text) and positions. Then positions forgotten: the sql parser finds every landed row and adds none."""
+    """(~20 s: three loads; the warehouse plans its parse once per batch and topic.) `load --parser sql`
+    against `--parser python` on the same messages (good ones, every malformed kind, a refused insert left
+    aside): the same facts, ledger, quarantine (raw bytes, rules, error text) and positions. Then positions
+    forgotten: the sql parser finds every landed row and adds none."""
     from tests.integration.test_ingest import produce, valid_decisions
     from warehouse.loader import load
 

@@ -554,7 +554,8 @@ QUARANTINE_RULES = {
         f"landing_quarantine_rules_{names.TOPIC_TABLE[topic]}",
         "SELECT kafka_partition, kafka_offset, rules FROM ("
         + gen.rules_select(
-            f" AND (kafka_partition, kafka_offset) IN (SELECT kafka_partition, kafka_offset FROM {staging_table(topic)} "
+            " AND (kafka_partition, kafka_offset) IN"
+            f" (SELECT kafka_partition, kafka_offset FROM {staging_table(topic)} "
             "WHERE batch = {batch:String} AND NOT valid AND NOT python AND NOT landed)"
         )
         + ")"
