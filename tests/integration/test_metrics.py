@@ -413,7 +413,7 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     # confidence >= c: c ≤ 0.30 → 5/8; 0.35..0.50 → 5/7 (0.50 F still in); 0.55 → 0.60..1.00 = 6/6 ≥ 0.95, n 6 ≥ 3
     assert c["recommended_threshold"] == 0.55
     assert c["evidence_floor"] == 0.3  # the smallest labeled confidence is 0.30
-    #    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
+    assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
     assert (c["target"], c["min_n"]) == (0.95, 3)
 
     # Task A: a2 0.4 ok → bucket 0 pass 1/1; a4 0.5 ok → bucket 1 pass 1/1; a1 0.9 bad → bucket 3 pass 0/1:
