@@ -21,11 +21,12 @@ _migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this pr
 
 
 @contextmanager
-def unit_of_work(settings: Settings, purpose: str) -> Iterator[Any]:
+def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = None) -> Iterator[Any]:
     """The warehouse, opened for one unit of work with its migrations applied. Units nested inside an
-    open one (the demo runs every window's jobs inside one) reuse its client and skip the migration check."""
+    open one (the demo runs every window's jobs inside one) reuse its client and skip the migration check.
+    `timeout_s`: how long to wait for an embedded warehouse another process holds (None: the default)."""
     key = settings.warehouse.raw
-    with open_warehouse(settings, purpose=purpose) as client:
+    with open_warehouse(settings, purpose=purpose, timeout_s=timeout_s) as client:
         if not _migrated.get(key):
             migrate(client)
         _migrated[key] = _migrated.get(key, 0) + 1

@@ -17,8 +17,6 @@ from pipelines.partitions import DAILY, FIVE_MINUTES
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
 from routerscope.errors import WarehouseError
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 from warehouse.queries import metric_windows
 
 FACTS = [TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"]]
@@ -158,10 +156,7 @@ def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: Routers
     horizon = max(timing.floor_5m(now - timing.LATE_HORIZON), FIVE_MINUTES.start)
     late_after = timing.FIVE_MINUTES + timing.SETTLE_5M
     try:
-        with open_warehouse(
-            routerscope.settings(), purpose="late data sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S
-        ) as client:
-            migrate(client)
+        with routerscope.warehouse("late data sensor", SENSOR_WAREHOUSE_WAIT_S) as client:
             starts, newest = metric_windows.windows_with_late_data(
                 client, since, horizon, int(late_after.total_seconds())
             )
@@ -217,10 +212,7 @@ def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: Routers
     due = now >= today + timing.SETTLE_DAILY + timing.DAILY_CATCH_UP_GRACE and yesterday >= DAILY.start
     catch_up = due and state.get("caught_up") != timing.day_key(yesterday)
     try:
-        with open_warehouse(
-            routerscope.settings(), purpose="late labels sensor", timeout_s=SENSOR_WAREHOUSE_WAIT_S
-        ) as client:
-            migrate(client)
+        with routerscope.warehouse("late labels sensor", SENSOR_WAREHOUSE_WAIT_S) as client:
             days, newest = metric_windows.days_with_new_labels(client, since)
             missed = catch_up and not metric_windows.computed_after_end(client, "1d", yesterday)
     except WarehouseError as exc:

@@ -45,8 +45,6 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     from router.replay import judge, label_for, rerun
     from router.request_store import RequestTextStore, store_path
     from routerscope import names
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
     from warehouse.queries.common import QueryWindow
     from warehouse.queries.labels import replay_sample
     from warehouse.queries.review import determinism_sample, store_reruns
@@ -55,8 +53,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     end = datetime.fromisoformat(config.end) if config.end else datetime.now(UTC)
     end = end if end.tzinfo else end.replace(tzinfo=UTC)
     window = QueryWindow(end - timedelta(days=config.days), end)
-    with open_warehouse(settings, purpose="replay sample") as client:
-        migrate(client)
+    with routerscope.warehouse("replay sample") as client:
         candidates = replay_sample(client, window, config.sample_size * 5, config.seed)  # over-fetch: some lack text
         reruns = (
             determinism_sample(client, window, config.determinism_per_task * 3, config.seed)
@@ -114,7 +111,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
         if delivered_labels < published:
             context.log.warning(f"labels still spooled (sent on the next run): {emitter.counters()}")
     if groups:
-        with open_warehouse(settings, purpose="replay determinism") as client:
+        with routerscope.warehouse("replay determinism") as client:
             store_reruns(client, groups)
     acceptable = sum(bool(v.acceptable) for v in verdicts)
     return dg.MaterializeResult(

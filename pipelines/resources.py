@@ -3,6 +3,9 @@ the alert webhook."""
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 
@@ -35,6 +38,15 @@ class RouterscopeResource(dg.ConfigurableResource):
             if value:
                 env[name] = value
         return Settings.from_env(env)
+
+    @contextmanager
+    def warehouse(self, purpose: str, timeout_s: float | None = None) -> Iterator[Any]:
+        """The warehouse client for one unit of work, opened (embedded: locked) and migrated; closed after.
+        Every asset and sensor opens the warehouse through this one door."""
+        from pipelines.core import unit_of_work
+
+        with unit_of_work(self.settings(), purpose, timeout_s) as client:
+            yield client
 
 
 class AlertDelivery(dg.ConfigurableResource, ABC):
