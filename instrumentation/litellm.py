@@ -401,19 +401,10 @@ class RouterscopeCallback(CustomLogger):
             self.stats[key] += 1
 
     # -- labels, flushing ----------------------------------------------------------------------------
-    def label(
-        self,
-        request_id: str,
-        *,
-        device_acceptable: bool | None,
-        source: str = "human_review",
-        route_correct: bool | None = None,
-        labeler: str | None = None,
-    ):
-        """Ground truth for a request (its `response.id`, or the `request_id` you put in `metadata`)."""
-        return self.recorder.label(
-            request_id, device_acceptable=device_acceptable, source=source, route_correct=route_correct, labeler=labeler
-        )
+    def label(self, request_id: str, **fields):
+        """Ground truth for a request (its `response.id`, or the `request_id` you put in `metadata`), with
+        the fields of `Recorder.label`: `device_acceptable=` (required), `source=`, `route_correct=`, `labeler=`."""
+        return self.recorder.label(request_id, **fields)
 
     def _quiet(self, since: float) -> bool:
         """Every started call logged, and nothing new for `settle_s` (LiteLLM logs in the background)."""

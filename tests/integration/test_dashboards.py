@@ -331,20 +331,13 @@ def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populat
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
     from routerscope import names
     from routerscope.kafka import end_offsets
+    from warehouse.loader import OFFSET_COLUMNS
 
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
         client.insert(
             "routerscope.ingest_offsets",
             [["routerscope-loader", names.TOPIC_DECISIONS, 0, 2, "t", 2, 0]],
-            column_names=[
-                "consumer",
-                "kafka_topic",
-                "kafka_partition",
-                "next_offset",
-                "batch_token",
-                "rows_loaded",
-                "rows_quarantined",
-            ],
+            column_names=list(OFFSET_COLUMNS[:7]),  # all but the fingerprint
         )
     monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", broker_settings.kafka_bootstrap())
     ends = end_offsets(broker_settings)
