@@ -244,7 +244,7 @@ def review(days: float = 7.0) -> dict:
     from routerscope.review import divergence_counts
     from warehouse import review as rv
     from warehouse.metrics import iso
-    from warehouse.queries import review as rq
+    from warehouse.queries import review as review_queries
 
     policy = PolicyStore().current()
     with _warehouse() as client:
@@ -253,8 +253,8 @@ def review(days: float = 7.0) -> dict:
         ready = rv.readiness_report(client, policy, window)
         out = {
             "window": {"start": iso(window.start), "end": iso(window.end)},
-            "ledger": rq.device_ledger(client, window),
-            "cost": rq.all_cloud_cost(client, window),
+            "ledger": review_queries.device_ledger(client, window),
+            "cost": review_queries.all_cloud_cost(client, window),
             "grading": grading,
             "readiness": ready,
             "side_by_side": rv.side_by_side(grading, ready),

@@ -14,7 +14,7 @@ from typing import Any
 from router.policy import Policy, RolloutLimits
 from warehouse.metrics import iso
 from warehouse.queries import decisions
-from warehouse.queries import review as rq
+from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
 
@@ -262,7 +262,7 @@ def _window(window: QueryWindow, days: float) -> dict[str, Any]:
 def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
     """METRICS.md §12 per task type with live events in the window."""
     days = (window.end - window.start).total_seconds() / 86400
-    rows = rq.task_review(client, window)
+    rows = review_queries.task_review(client, window)
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -285,7 +285,7 @@ def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any
 def readiness_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
     """METRICS.md §13 per task type with live events in the window."""
     days = (window.end - window.start).total_seconds() / 86400
-    rows = rq.task_review(client, window)
+    rows = review_queries.task_review(client, window)
     memory = {t: float(v["memory_mb"]) for t, v in policy.device_tiers.items()}
     out = {}
     for task_type in sorted(rows):
@@ -336,7 +336,7 @@ def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, di
 def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None) -> dict[str, Any]:
     """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict."""
     days = (window.end - window.start).total_seconds() / 86400
-    numbers = rq.rollout_numbers(client, window)
+    numbers = review_queries.rollout_numbers(client, window)
     names = sorted(set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers))
     out = {}
     for task_type in names:

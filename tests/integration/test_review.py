@@ -14,7 +14,7 @@ from tests.integration.test_metrics import insert
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 from warehouse.migrate import migrate
-from warehouse.queries import review as rq
+from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 from warehouse.review import grading_report, readiness_report, rollout_report, side_by_side
 
@@ -359,7 +359,7 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
 def test_rollout_cohort_numbers_and_the_shadow_buckets(loaded):
     """The tracker's inputs: cohorts by rollout_stage, shadow agreement per input-length bucket, device
     errors per half of the shadow traffic (the midpoint of sh1 and sh2 is 2026-11-25T00:00)."""
-    numbers = rq.rollout_numbers(loaded, QueryWindow(START, END))
+    numbers = review_queries.rollout_numbers(loaded, QueryWindow(START, END))
     assert numbers[B]["cohorts"]["canary"]["requests"] == 1 and numbers[B]["cohorts"]["cloud_only"]["requests"] == 1
     assert numbers[A]["cohorts"]["full"]["device_attempts"] == 3  # h1 h2 h3 (v1 has no stage)
     # sh1 (50 tokens, agreed) in 0-128; sh2 (600 tokens, disagreed) in 512-2048
