@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from string import Template
@@ -9,11 +10,18 @@ from typing import Any
 
 from routerscope import names
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
-def named(name: str, sql: str) -> str:
+
+def named(name: str, sql: str, **identifiers: str) -> str:
     """Prefix a query with its name, so it can be found in ClickHouse's query log, and spell its tables:
-    `$decisions` becomes `routerscope.decisions` (names.TABLES), so table names live in `names` only."""
-    return f"/* routerscope:{name} */\n{Template(sql.strip()).safe_substitute(names.TABLES)}\n"
+    `$decisions` becomes `routerscope.decisions` (names.TABLES), so table names live in `names` only.
+    `identifiers` name further tables the same way (`$staging=...`); each must be a plain (optionally
+    database-qualified) identifier, never a value: values are bound as `{name:Type}` parameters."""
+    for key, value in identifiers.items():
+        if not _IDENTIFIER.fullmatch(value):
+            raise ValueError(f"{key}={value!r} is not an identifier")
+    return f"/* routerscope:{name} */\n{Template(sql.strip()).safe_substitute(names.TABLES, **identifiers)}\n"
 
 
 def utc_text(t: datetime) -> str:

@@ -46,7 +46,7 @@ from routerscope import names
 from warehouse.queries.common import named
 from warehouse.rows import FACTS
 
-LANDING_TABLE = f"{names.DATABASE}.{names.TABLE_LANDING}"
+LANDING_TABLE = names.TABLES[names.TABLE_LANDING]
 LANDING_COLUMNS = (
     "batch",
     "kafka_topic",
@@ -513,14 +513,21 @@ def staging_table(topic: str) -> str:
 CREATE_STAGING = {
     topic: named(
         f"landing_create_staging_{names.TOPIC_TABLE[topic]}",
-        f"CREATE TABLE IF NOT EXISTS {staging_table(topic)} ENGINE = MergeTree PARTITION BY batch "
-        f"ORDER BY (kafka_partition, kafka_offset) TTL {STAGING_TTL} EMPTY AS\n"
+        "CREATE TABLE IF NOT EXISTS $staging ENGINE = MergeTree PARTITION BY batch "
+        "ORDER BY (kafka_partition, kafka_offset) TTL "
+        + STAGING_TTL
+        + " EMPTY AS\n"
         + PARSED_SELECT[topic].replace("{batch:String}", "''"),
+        staging=staging_table(topic),
     )
     for topic in CONTRACTS
 }
 PARSE = {
-    topic: named(f"landing_parse_{names.TOPIC_TABLE[topic]}", f"INSERT INTO {staging_table(topic)}\n{sql}{_SETTINGS}")
+    topic: named(
+        f"landing_parse_{names.TOPIC_TABLE[topic]}",
+        "INSERT INTO $staging\n" + sql + _SETTINGS,
+        staging=staging_table(topic),
+    )
     for topic, sql in PARSED_SELECT.items()
 }
 LOADABLE = "batch = {batch:String} AND NOT python AND valid"
@@ -529,10 +536,11 @@ LOADABLE = "batch = {batch:String} AND NOT python AND valid"
 SUMMARY = {
     topic: named(
         f"landing_summary_{names.TOPIC_TABLE[topic]}",
-        f"SELECT kafka_partition, countIf(NOT python AND valid AND NOT landed), "
-        f"countIf(NOT python AND NOT valid AND NOT landed), groupArrayIf(kafka_offset, python), "
-        f"groupUniqArrayIf(toYYYYMM(event_time), NOT python AND valid AND NOT landed) "
-        f"FROM {staging_table(topic)} WHERE batch = {{batch:String}} GROUP BY kafka_partition",
+        "SELECT kafka_partition, countIf(NOT python AND valid AND NOT landed), "
+        "countIf(NOT python AND NOT valid AND NOT landed), groupArrayIf(kafka_offset, python), "
+        "groupUniqArrayIf(toYYYYMM(event_time), NOT python AND valid AND NOT landed) "
+        "FROM $staging WHERE batch = {batch:String} GROUP BY kafka_partition",
+        staging=staging_table(topic),
     )
     for topic in CONTRACTS
 }
@@ -543,7 +551,9 @@ def _facts(topic: str) -> str:
     cols = ", ".join(columns)
     return named(
         f"landing_facts_{table}",
-        f"INSERT INTO ${table} ({cols})\nSELECT {cols} FROM {staging_table(topic)} WHERE {LOADABLE} AND NOT landed",
+        "INSERT INTO $facts (" + cols + ")\nSELECT " + cols + " FROM $staging WHERE " + LOADABLE + " AND NOT landed",
+        facts=names.TABLES[table],
+        staging=staging_table(topic),
     )
 
 
@@ -554,12 +564,12 @@ QUARANTINE_RULES = {
         f"landing_quarantine_rules_{names.TOPIC_TABLE[topic]}",
         "SELECT kafka_partition, kafka_offset, rules FROM ("
         + gen.rules_select(
-            " AND (kafka_partition, kafka_offset) IN"
-            f" (SELECT kafka_partition, kafka_offset FROM {staging_table(topic)} "
+            " AND (kafka_partition, kafka_offset) IN (SELECT kafka_partition, kafka_offset FROM $staging "
             "WHERE batch = {batch:String} AND NOT valid AND NOT python AND NOT landed)"
         )
         + ")"
         + _SETTINGS,
+        staging=staging_table(topic),
     )
     for topic, gen in _GEN.items()
 }
@@ -568,7 +578,8 @@ DROP_LANDED = named("landing_drop", "ALTER TABLE $landing DROP PARTITION {batch:
 DROP_STAGED = {
     topic: named(
         f"landing_drop_staging_{names.TOPIC_TABLE[topic]}",
-        f"ALTER TABLE {staging_table(topic)} DROP PARTITION {{batch:String}}",
+        "ALTER TABLE $staging DROP PARTITION {batch:String}",
+        staging=staging_table(topic),
     )
     for topic in CONTRACTS
 }
@@ -576,7 +587,7 @@ DROP_STAGED = {
 CHECK = {
     topic: named(
         f"landing_check_{names.TOPIC_TABLE[topic]}",
-        f"SELECT kafka_offset, python, rules FROM ({gen.rules_select()}) ORDER BY kafka_offset{_SETTINGS}",
+        "SELECT kafka_offset, python, rules FROM (" + gen.rules_select() + ") ORDER BY kafka_offset" + _SETTINGS,
     )
     for topic, gen in _GEN.items()
 }
