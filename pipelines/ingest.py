@@ -109,8 +109,12 @@ def _dead_worker(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None
         data = entry.dagster_event.event_specific_data if entry.dagster_event else None
         value = getattr(data, "metadata", {}).get("pid") if data is not None else None
         if value is not None:
-            pid = int(getattr(value, "value", value))  # the worker's "Started process for run (pid: N)"
-    if pid is None:
+            pid = getattr(value, "value", value)  # the worker's "Started process for run (pid: N)"
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return None  # no pid recorded, or not a number: treat the worker as alive (never fail a live run)
+    if pid <= 0:
         return None
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

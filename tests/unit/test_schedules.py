@@ -149,3 +149,19 @@ def test_an_ingest_run_whose_worker_was_killed_is_marked_failed_and_the_next_one
             assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
         finally:
             worker.kill()
+
+
+@pytest.mark.parametrize("pid", ["not-a-number", "-1", "0"])
+def test_an_unreadable_worker_pid_leaves_the_run_alone_and_the_sensor_keeps_skipping(pid):
+    """A run whose engine event carries no usable pid must neither crash the sensor (ingest would stop for
+    good) nor be failed while it may still run."""
+    from dagster._core.events import EngineEventData
+
+    with dg.instance_for_test() as instance:
+        run = instance.create_run_for_job(defs.resolve_job_def(ingest_job.name), status=dg.DagsterRunStatus.STARTED)
+        instance.report_engine_event(
+            "Started process for run", run, EngineEventData(metadata={"pid": dg.MetadataValue.text(pid)})
+        )
+        with dg.build_sensor_context(instance=instance) as context:
+            assert isinstance(ingest_sensor(context), dg.SkipReason)
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
