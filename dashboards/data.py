@@ -249,8 +249,9 @@ def review(days: float = 7.0) -> dict:
     policy = PolicyStore().current()
     with _warehouse() as client:
         window = rv.review_window(client, days)
-        grading = rv.grading_report(client, policy, window)
-        ready = rv.readiness_report(client, policy, window)
+        rows = review_queries.task_review(client, window)  # read once for both reports
+        grading = rv.grading_report(client, policy, window, rows)
+        ready = rv.readiness_report(client, policy, window, rows)
         out = {
             "window": {"start": iso(window.start), "end": iso(window.end)},
             "ledger": review_queries.device_ledger(client, window),

@@ -162,7 +162,7 @@ def late_events_sensor(context: dg.SensorEvaluationContext, routerscope: Routers
             )
     except WarehouseError as exc:
         return dg.SkipReason(f"warehouse busy, trying again at the next tick: {exc}")
-    newest = timing.utc(newest) if newest is not None else None
+    newest = timing.utc(newest)
     if newest is None or newest <= since:
         return dg.SkipReason(f"nothing arrived since {since.isoformat()}")
     context.update_cursor(newest.isoformat())
@@ -222,7 +222,7 @@ def late_labels_sensor(context: dg.SensorEvaluationContext, routerscope: Routers
         state["caught_up"] = timing.day_key(yesterday)
         if missed:
             requests.append(dg.RunRequest(run_key=f"catch-up-{state['caught_up']}", partition_key=state["caught_up"]))
-    newest = timing.utc(newest) if newest is not None else None
+    newest = timing.utc(newest)
     if newest is not None and newest > since:
         # Today's labels are not late: the daily schedule computes today once it has ended.
         first = DAILY.start.date()

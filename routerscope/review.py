@@ -21,6 +21,7 @@ def build(kind: str, settings: Settings, days: float = 7.0, end: datetime | None
     from warehouse import review
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
+    from warehouse.queries import review as review_queries
 
     policy = PolicyStore().current()
     with open_warehouse(settings, purpose=f"report {kind}") as client:
@@ -29,8 +30,9 @@ def build(kind: str, settings: Settings, days: float = 7.0, end: datetime | None
         if kind == "grading":
             return review.grading_report(client, policy, window)
         if kind == "readiness":
-            ready = review.readiness_report(client, policy, window)
-            ready["beside_grading"] = review.side_by_side(review.grading_report(client, policy, window), ready)
+            rows = review_queries.task_review(client, window)  # read once for both reports
+            ready = review.readiness_report(client, policy, window, rows)
+            ready["beside_grading"] = review.side_by_side(review.grading_report(client, policy, window, rows), ready)
             return ready
         report = review.rollout_report(client, policy, window)
     report["divergence_samples"] = divergence_counts(settings)

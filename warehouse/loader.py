@@ -582,6 +582,9 @@ class Loader:
         metadata = check_reachable(self.settings)
         states: dict[tuple[str, int], PartitionState] = {}
         with self._warehouse() as wh:
+            from warehouse.migrate import migrate
+
+            migrate(wh)  # pending migrations first, in the same unit of work as reading the positions
             stored = self.stored_positions(wh)
             for topic in self.topics:
                 if topic not in metadata.topics:
@@ -644,11 +647,9 @@ class Loader:
 
     def _on_error(self, error) -> None:
         """librdkafka's client-wide errors (all brokers down, transport): remembered until a message arrives."""
-        from confluent_kafka import KafkaError as _KafkaError
-
         if (
             error.code()
-            in (_KafkaError._ALL_BROKERS_DOWN, _KafkaError._TRANSPORT, _KafkaError._RESOLVE, _KafkaError._TIMED_OUT)
+            in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._TIMED_OUT)
             or error.fatal()
         ):
             self._broker_error = error.str()
@@ -839,9 +840,4 @@ def _lost_hint(settings: Settings) -> str:
 def load(settings: Settings, **options) -> LoadResult:
     """Apply pending migrations, then drain the topics into the warehouse (the warehouse opened for
     each unit of work, never held while waiting on the broker)."""
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
-
-    with open_warehouse(settings, purpose="load") as client:
-        migrate(client)
     return Loader(settings, **options).run()

@@ -150,16 +150,11 @@ def _group(
             g["l2_l3_share"] = shares[2] + shares[3]
         if row["cost_reported"]:
             total = float(row["cost_total"])
-            g["cost_usd"] = {
-                "total": total,
-                "per_request": stats.ratio(total, requests),
-                "per_session": stats.ratio(total, int(row["sessions"])),
-                "all_cloud": None,
-                "saved": None,
-                "saved_share": None,
-                "spent_after_device": None,
-                "spent_cloud_direct": None,
-            }
+            g["cost_usd"].update(
+                total=total,
+                per_request=stats.ratio(total, requests),
+                per_session=stats.ratio(total, int(row["sessions"])),
+            )
     if versions:
         g["by_policy_version"] = {version: _version(r) for version, r in versions.items()}
     if calls is not None:

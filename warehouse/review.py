@@ -17,6 +17,7 @@ from warehouse.queries import decisions
 from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
+from warehouse.stats import ratio
 
 VETO_ERROR_COST = 0.7  # seed 004 §2: "错误代价是唯一否决项", decided before any score
 DEFAULT_ERROR_COST = 0.5
@@ -178,10 +179,6 @@ def _at_most(name: str, value: float | None, limit: float, n: int, min_n: int) -
     return _cond(name, value, limit, value <= limit + 1e-12, n)
 
 
-def _ratio(x: int, n: int) -> float | None:
-    return x / n if n else None
-
-
 def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -> dict[str, Any]:
     """The exit condition of `stage` with its numbers, and the recommendation: `rollback` (a rollback signal
     of METRICS §3b fires: back to the cloud, any stage), `advance` (every condition met), or `hold`.
@@ -208,7 +205,7 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
         if not conditions:
             conditions.append(_cond("agreement", None, limits.agreement, False, 0, "no shadow comparisons"))
         (n1, e1), (n2, e2) = numbers.get("errors") or [(0, 0), (0, 0)]
-        r1, r2 = _ratio(e1, n1), _ratio(e2, n2)
+        r1, r2 = ratio(e1, n1), ratio(e2, n2)
         drift = None if r1 is None or r2 is None else r2 - r1
         conditions.append(
             _at_most("device error rate stable", drift, limits.error_rate_drift, min(n1, n2), limits.min_n)
@@ -222,9 +219,9 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
             ("offload failure rate", "offload_failures", "device_attempts", limits.offload_failure_rate),
         ):
             n = canary.get(den, 0)
-            conditions.append(_at_most(name, _ratio(canary.get(num, 0), n), limit, n, limits.min_n))
+            conditions.append(_at_most(name, ratio(canary.get(num, 0), n), limit, n, limits.min_n))
         c_n, k_n = canary.get("requests", 0), cloud.get("requests", 0)
-        c_l4, k_l4 = _ratio(canary.get("l4", 0), c_n), _ratio(cloud.get("l4", 0), k_n)
+        c_l4, k_l4 = ratio(canary.get("l4", 0), c_n), ratio(cloud.get("l4", 0), k_n)
         margin = None if c_l4 is None or k_l4 is None else c_l4 - k_l4
         conditions.append(
             _at_most("canned answers vs cloud cohort", margin, limits.l4_margin, min(c_n, k_n), limits.min_n)
@@ -259,10 +256,11 @@ def _window(window: QueryWindow, days: float) -> dict[str, Any]:
     return {"start": iso(window.start), "end": iso(window.end), "days": days}
 
 
-def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
-    """METRICS.md §12 per task type with live events in the window."""
+def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
+    """METRICS.md §12 per task type with live events in the window. `rows`: `task_review`'s, when the
+    caller already read them (grading and readiness side by side read them once)."""
     days = (window.end - window.start).total_seconds() / 86400
-    rows = review_queries.task_review(client, window)
+    rows = review_queries.task_review(client, window) if rows is None else rows
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -282,23 +280,23 @@ def grading_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any
     return {"window": _window(window, days), "task_types": out}
 
 
-def readiness_report(client, policy: Policy, window: QueryWindow) -> dict[str, Any]:
-    """METRICS.md §13 per task type with live events in the window."""
+def readiness_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
+    """METRICS.md §13 per task type with live events in the window (`rows`: as in `grading_report`)."""
     days = (window.end - window.start).total_seconds() / 86400
-    rows = review_queries.task_review(client, window)
+    rows = review_queries.task_review(client, window) if rows is None else rows
     memory = {t: float(v["memory_mb"]) for t, v in policy.device_tiers.items()}
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
         cap = policy.capability(task_type)
-        missed = _ratio(int(r["missed_fallbacks"]), int(r["missed_fallback_labeled"]))
+        missed = ratio(int(r["missed_fallbacks"]), int(r["missed_fallback_labeled"]))
         caught, missed_n = int(r["caught_bad"]), int(r["missed_fallbacks"])
         g = gates(
             peak_by_tier={t: v["p95"] for t, v in r["peak_by_tier"].items()},
             tier_memory_mb=memory,
             device_p95_ms=r["device_p95_ms"],
             missed_fallback_rate=missed,
-            auto_detected=_ratio(caught, caught + missed_n),
+            auto_detected=ratio(caught, caught + missed_n),
         )
         f = factors(
             calls_per_session_day=r["requests"] / r["sessions"] / days if r["sessions"] else None,

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from warehouse.queries import decisions
 from warehouse.queries import quality as queries
-from warehouse.queries.common import QueryWindow
+from warehouse.queries.common import QueryWindow, utc_or_none
+from warehouse.stats import ratio
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,27 +35,22 @@ def frames(client, window: QueryWindow, now: datetime | None = None) -> dict[str
     return out
 
 
-def _ratio(numerator, denominator) -> float | None:
-    return numerator / denominator if denominator else None
-
-
 def stats_frame(stats: dict[str, Any], window: QueryWindow, now: datetime) -> pd.DataFrame:
     """The one-row `stats` frame from the window's figures (`queries.quality.window_stats`): shares and
     ratios are None (skipped) without a denominator; freshness applies to the latest window only."""
     import pandas as pd
 
     current = window.start <= now < window.end + (window.end - window.start)
-    newest = stats["newest_event"]
-    newest = newest.replace(tzinfo=UTC) if newest is not None and newest.tzinfo is None else newest
-    fresh_known = current and newest is not None and newest.year > 1970
+    newest = utc_or_none(stats["newest_event"])
+    fresh_known = current and newest is not None
     return pd.DataFrame(
         [
             {
-                "quarantine_share": _ratio(stats["quarantined"], stats["requests"] + stats["quarantined"]),
+                "quarantine_share": ratio(stats["quarantined"], stats["requests"] + stats["quarantined"]),
                 "freshness_lag_s": (now - newest).total_seconds() if fresh_known else None,
                 "future_events": int(stats["future_events"]),
-                "volume_ratio": _ratio(stats["requests"], stats["requests_week_before"]),
-                "fallback_label_coverage": _ratio(stats["labeled_fallbacks"], stats["judged_fallbacks"]),
+                "volume_ratio": ratio(stats["requests"], stats["requests_week_before"]),
+                "fallback_label_coverage": ratio(stats["labeled_fallbacks"], stats["judged_fallbacks"]),
             }
         ]
     )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from routerscope.timeutil import utc_iso
 from warehouse.quality.checks import FRAMES, Check
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class QualityReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "window": {"start": _iso(self.window_start), "end": _iso(self.window_end)},
+            "window": {"start": utc_iso(self.window_start, "auto"), "end": utc_iso(self.window_end, "auto")},
             "success": not self.blocking_failures,
             "blocking_failures": [r.check for r in self.blocking_failures],
             "results": [asdict(r) for r in self.results],
@@ -67,10 +68,6 @@ class QualityReport:
             )
             for r in self.results
         ]
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def passed_on_nothing(check: Check) -> CheckResult:

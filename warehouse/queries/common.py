@@ -9,6 +9,7 @@ from string import Template
 from typing import Any
 
 from routerscope import names
+from routerscope.timeutil import utc
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
@@ -69,6 +70,4 @@ def dict_rows(client, sql: str, parameters: dict | None = None) -> list[dict[str
 def utc_or_none(value) -> datetime | None:
     """A timestamp read back as an aware UTC datetime; None for NULL and for the epoch (what `max()` of
     an empty table returns)."""
-    if value is None or value.year <= 1970:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return None if value is None or value.year <= 1970 else utc(value)

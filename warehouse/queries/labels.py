@@ -79,7 +79,7 @@ cal AS (
 _CALIBRATED_FROM_WINDOW = """
 WITH cal AS (
     SELECT task_type, confidence, threshold, acceptable
-    FROM {window_table}
+    FROM $window
     WHERE mode = 'live' AND entered_device AND confidence IS NOT NULL AND acceptable IS NOT NULL
 )
 """
@@ -110,9 +110,7 @@ CALIBRATION_SQL = named("calibration", _CALIBRATED + _CALIBRATION_SELECT)
 
 def calibration_from_window_sql(window_table: str) -> str:
     """CALIBRATION_SQL over a materialized window (the metric set's temporary table)."""
-    return named(
-        "calibration_from_window", _CALIBRATED_FROM_WINDOW.format(window_table=window_table) + _CALIBRATION_SELECT
-    )
+    return named("calibration_from_window", _CALIBRATED_FROM_WINDOW + _CALIBRATION_SELECT, window=window_table)
 
 
 @dataclass(frozen=True)

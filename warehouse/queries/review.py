@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from routerscope import names
-from warehouse.queries.common import QueryWindow, named
+from warehouse.queries.common import QueryWindow, dict_rows, named
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES, WINDOW_TABLE
 from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
 
@@ -213,11 +213,6 @@ GROUP BY task_type
 )
 
 
-def _rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:
-    result = client.query(sql, parameters=parameters or {})
-    return [dict(zip(result.column_names, row)) for row in result.result_rows]
-
-
 def _num(value) -> float | None:
     """A float, or None for SQL NULL and for the NaN an empty quantile can return."""
     if value is None:
@@ -230,7 +225,7 @@ def device_ledger(client, window: QueryWindow, from_window: bool = False) -> dic
     """METRICS.md §10: tier → its ledger (`from_window`: over the metric set's materialized window)."""
     ledger = {}
     sql = DEVICE_LEDGER_FROM_WINDOW_SQL if from_window else DEVICE_LEDGER_SQL
-    for r in _rows(client, sql, window.parameters()):
+    for r in dict_rows(client, sql, window.parameters()):
         ledger[r["tier"]] = {
             "requests": int(r["requests"]),
             "ttft_ms": {
@@ -258,7 +253,7 @@ def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> di
     (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
     the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
     found = {}
-    for r in _rows(client, ALL_CLOUD_FROM_WINDOW_SQL if from_window else ALL_CLOUD_SQL, window.parameters()):
+    for r in dict_rows(client, ALL_CLOUD_FROM_WINDOW_SQL if from_window else ALL_CLOUD_SQL, window.parameters()):
         if not r["carried"]:
             found[r["task_type"]] = {
                 "all_cloud": None,
@@ -281,15 +276,15 @@ def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> di
 
 def task_review(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     """§12/§13 inputs per task type (live events), with the determinism groups and peak memory per tier."""
-    found = {r.pop("task_type"): r for r in _rows(client, REVIEW_SQL, chosen_parameters(window))}
+    found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, chosen_parameters(window))}
     for r in found.values():
         r["device_p95_ms"] = _num(r["device_p95_ms"]) if r["device_attempts"] else None
         r["peak_by_tier"] = {}
         r["determinism_groups"], r["determinism_agreeing"] = 0, 0
-    for r in _rows(client, PEAK_BY_TIER_SQL, window.parameters()):
+    for r in dict_rows(client, PEAK_BY_TIER_SQL, window.parameters()):
         if r["task_type"] in found:
             found[r["task_type"]]["peak_by_tier"][r["tier"]] = {"n": int(r["n"]), "p95": _num(r["peak_p95"])}
-    for r in _rows(client, DETERMINISM_SQL, window.parameters()):
+    for r in dict_rows(client, DETERMINISM_SQL, window.parameters()):
         if r["task_type"] in found:
             found[r["task_type"]]["determinism_groups"] = int(r["groups"])
             found[r["task_type"]]["determinism_agreeing"] = int(r["agreeing"])
@@ -304,14 +299,14 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     def of(task_type: str) -> dict[str, Any]:
         return found.setdefault(task_type, {"cohorts": {}, "buckets": {}, "errors": [(0, 0), (0, 0)], "rollback": []})
 
-    for r in _rows(client, COHORTS_SQL, chosen_parameters(window)):
+    for r in dict_rows(client, COHORTS_SQL, chosen_parameters(window)):
         task_type, stage = r.pop("task_type"), r.pop("stage")
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
-    for r in _rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+    for r in dict_rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
         of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
-    for r in _rows(client, SHADOW_ERRORS_SQL, window.parameters()):
+    for r in dict_rows(client, SHADOW_ERRORS_SQL, window.parameters()):
         of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
-    for r in _rows(client, FIRING_ROLLBACKS_SQL):
+    for r in dict_rows(client, FIRING_ROLLBACKS_SQL):
         if r["task_type"]:
             of(r["task_type"])["rollback"] = sorted(r["rules"])
     return found
