@@ -159,10 +159,12 @@ class Spool:
             log.warning("event spool: cannot close the torn last line of %s (%s)", last, exc)
 
     def _saved_cursor(self) -> tuple[str | None, int]:
+        """The saved read position; a damaged one (negative, or past its segment's end) is held to the
+        segment, so the count of spooled records can never go below zero."""
         try:
             name, line = self._cursor_path.read_text().split()
             if (self.dir / name).exists():
-                return name, int(line)
+                return name, min(max(int(line), 0), self._lines(self.dir / name))
         except (OSError, ValueError):
             pass
         segments = self._segments()

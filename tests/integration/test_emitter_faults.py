@@ -181,3 +181,15 @@ def test_an_unreadable_spool_segment_is_set_aside_and_counted_not_retried_for_ev
     assert balanced(counts)
     assert (spool_dir / (segments[0].name + ".unreadable")).is_dir()
     assert numbers(settings.kafka_bootstrap(), "unreadable", 60 - first_lines) == list(range(first_lines, 60))
+
+
+@pytest.mark.parametrize("line", ["-5", "50", "x"])
+def test_a_damaged_spool_cursor_is_held_to_its_segment_and_nothing_is_lost(tmp_path, line):
+    """A cursor file past its segment's end (or negative, or not a number) once made the spooled count
+    negative, and `len()` raised inside the emitter's start-up: the spool must open and count sanely."""
+    spool = Spool(tmp_path / "spool")
+    spool.append([message("cursor", i) for i in range(3)])
+    segment = sorted((tmp_path / "spool").glob("*.jsonl"))[0]
+    (tmp_path / "spool" / "cursor").write_text(f"{segment.name} {line}")
+    reopened = Spool(tmp_path / "spool")
+    assert len(reopened) == (0 if line == "50" else 3)  # past the end: all read; otherwise from the start
