@@ -33,12 +33,13 @@ from typing import Protocol
 
 import yaml
 
+from instrumentation.events import ROLLOUT_STAGES
 from routerscope.errors import ConfigError
 
 log = logging.getLogger("routerscope.router.policy")
 DEFAULT_POLICY = Path(__file__).with_name("default_policy.yaml")
 VALIDATORS = ("label", "json", "regex")
-STAGES = ("shadow", "canary", "full", "cloud_only")
+STAGES = ROLLOUT_STAGES  # the contract's rollout stages, in order
 PRIVACY = ("strict", "redactable", "public")
 ITERATION = ("quarterly", "monthly", "weekly")
 
@@ -179,6 +180,14 @@ def _record(cls, raw, where: str, source: str, shape: str = "a mapping"):
         raise ConfigError(f"{source}: {where}: {exc}") from None
 
 
+def _mapping(doc: dict, key: str, source: str) -> dict:
+    """The optional mapping section `key` of the policy ({} when absent); ConfigError if it is not one."""
+    value = doc.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {key} must be a mapping")
+    return value
+
+
 def parse(text: str, source: str = "policy") -> Policy:
     """Parse and validate a policy file; ConfigError says what is wrong and where."""
     try:
@@ -208,7 +217,7 @@ def parse(text: str, source: str = "policy") -> Policy:
         caps[str(task_type)] = cap
     breakers = {}
     for boundary in ("device", "cloud"):
-        raw = (doc.get("breakers") or {}).get(boundary) or {}
+        raw = _mapping(doc, "breakers", source).get(boundary) or {}
         b = breakers[boundary] = _record(BreakerPolicy, raw, f"breakers.{boundary}", source)
         if not (
             0 < b.failure_rate <= 1
@@ -228,7 +237,7 @@ def parse(text: str, source: str = "policy") -> Policy:
     if not isinstance(prices, dict) or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values()):
         raise ConfigError(f"{source}: cloud_prices_usd_per_1k_tokens must map cloud model names to prices >= 0")
     rollout = {}
-    for task_type, raw in (doc.get("rollout") or {}).items():
+    for task_type, raw in _mapping(doc, "rollout", source).items():
         raw = {"stage": raw} if isinstance(raw, str) else raw
         r = _record(Rollout, raw, f"rollout.{task_type}", source, "a stage or a mapping with `stage`")
         if r.stage not in STAGES:

@@ -294,3 +294,15 @@ def test_hostile_device_tiers_are_refused(tiers):
     text = text[: text.index("device_tiers:")] + f"device_tiers: {tiers}\nbreakers:" + text.split("\nbreakers:", 1)[1]
     with pytest.raises(ConfigError):
         parse(text)
+
+
+@pytest.mark.parametrize("section", ["rollout", "breakers"])
+@pytest.mark.parametrize("value", ["[shadow, canary]", "canary", "3"])
+def test_a_policy_section_that_is_not_a_mapping_is_a_config_error_not_a_crash(section, value):
+    """A hot reload only keeps the last good policy on ConfigError: any other exception would escape into
+    the router's request path."""
+    from router.policy import parse
+
+    text = "version: t\ncapabilities: {short_reply: {supported: true, threshold: 0.6}}\n" + f"{section}: {value}\n"
+    with pytest.raises(ConfigError, match=f"{section} must be a mapping"):
+        parse(text)
