@@ -37,6 +37,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 from instrumentation import attributes as A
 from instrumentation.contract import DECISION_INVARIANTS, DECISIONS, LABELS
 from instrumentation.events import (
+    DECISION_SCHEMA_VERSIONS,
     FALLBACK_TYPES,
     OUTCOMES,
     REASONS,
@@ -58,6 +59,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 class InvalidDecision(ValueError):
     """A decision record that the contract forbids; the message names the broken rule(s)."""
+
+
+def _device_stats(fields: dict | None) -> DeviceStats | None:
+    """The device ledger from `served(device_stats=...)`; an unknown field is refused at the call."""
+    if fields is None:
+        return None
+    try:
+        return DeviceStats(**fields)
+    except TypeError as exc:
+        raise InvalidDecision(f"device_stats: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -587,7 +598,7 @@ class Decision:
         else:  # recorded after the fact: the attempts' time
             elapsed = sum(a.latency_ms for a in self.attempts)
         event = DecisionEvent(
-            schema_version=2,  # the router's version: v2 adds optional fields only
+            schema_version=DECISION_SCHEMA_VERSIONS[-1],  # the newest: v2 adds optional fields only
             event_id=str(uuid.uuid4()),
             event_time=datetime.fromtimestamp(self._started_ns / 1e9, UTC),
             request_id=self.request_id,
@@ -621,7 +632,7 @@ class Decision:
             cost_usd=cost if cost is not None else UNSET,
             all_cloud_cost_usd=all_cloud_cost_usd if all_cloud_cost_usd is not None else UNSET,
             rollout_stage=rollout_stage if rollout_stage is not None else UNSET,
-            device_stats=DeviceStats(**device_stats) if device_stats is not None else None,
+            device_stats=_device_stats(device_stats),
         )
         check(event)
         self._event = event

@@ -58,7 +58,14 @@ from datetime import UTC, datetime
 
 from msgspec import UNSET
 
-from instrumentation.events import Attempt, BreakerEvent, BreakerStates, DecisionEvent, DeviceStats
+from instrumentation.events import (
+    DECISION_SCHEMA_VERSIONS,
+    Attempt,
+    BreakerEvent,
+    BreakerStates,
+    DecisionEvent,
+    DeviceStats,
+)
 from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
 from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from router.policy import PolicySource, PolicyStore
@@ -71,7 +78,7 @@ CANNED = "Sorry, I can't answer that right now."
 GATE_SHARE = 0.9  # stay on device if its ETA fits in 90 % of the remaining budget
 CLOUD_WINDOW_S = 300.0
 DEFAULT_CLOUD_P90_MS = 800.0
-SCHEMA_VERSION = 2  # the decision-event contract the router emits (v2: reason device_busy)
+SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: reason device_busy)
 
 
 @dataclass(frozen=True)

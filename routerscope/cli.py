@@ -389,7 +389,7 @@ def _partition_list(text: str) -> list[int]:
     return values
 
 
-def _int_at_least(minimum: int):
+def _int_at_least(minimum: int, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -397,9 +397,14 @@ def _int_at_least(minimum: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} must be at least {minimum}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {maximum}")
         return value
 
     return parse
+
+
+_port = _int_at_least(1, 65535)  # a TCP port
 
 
 _positive_int = _int_at_least(1)
@@ -430,12 +435,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="the main job: a SIMULATED fleet through the real router, end to end")
-    p.add_argument("--port", type=int, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
+    p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
     p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
-    p.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
+    p.add_argument("--dashboard-port", type=_port, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
     p.add_argument(
         "--live-sample",
         type=_int_at_least(0),
@@ -462,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="the local development broker (Tansu on 127.0.0.1)")
     bsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     b = bsub.add_parser("start", help="start it (no-op if running); prints the bootstrap address")
-    b.add_argument("--port", type=int, default=broker.DEFAULT_PORT)
+    b.add_argument("--port", type=_port, default=broker.DEFAULT_PORT)
     bsub.add_parser("stop", help="stop it")
     b = bsub.add_parser("status", help="is it running? exit 0 if so, 3 if not")
     b.add_argument("--json", action="store_true")
@@ -544,15 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_alerts)
 
+    from routerscope.review import KINDS as review_kinds
+
     p = sub.add_parser("report", help="the weekly review: task grading, offload readiness, rollout stages")
-    p.add_argument("kind", choices=("grading", "readiness", "rollout"))
+    p.add_argument("kind", choices=review_kinds)
     p.add_argument("--json", action="store_true")
     p.add_argument("--days", type=_float_at_least(1), default=7.0, help="review window in days (default 7)")
     p.add_argument("--end", help="window end, ISO 8601 (default: the end of the newest live event's day)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("dashboard", help="start the Streamlit dashboard on localhost")
-    p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--port", type=_port, default=8501)
     p.set_defaults(func=cmd_dashboard)
     return parser
 

@@ -279,13 +279,11 @@ def simulate_span(settings: Settings, requests: int, seed: int, span: timedelta,
 
 def load(resources: dict, instance) -> dict:
     """The `ingest` job once (as the daemon's ingest sensor starts it); rows loaded per topic."""
-    from pipelines.ingest import ingest_topics
     from pipelines.run import materializations, run_job
 
     print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
     result = run_job(
         "ingest",
-        ops_config={ingest_topics.op.name: {"config": {"idle_timeout_s": 1.0}}},
         resources=resources,
         instance=instance,
     )

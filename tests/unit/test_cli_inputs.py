@@ -34,6 +34,9 @@ def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str
         (["metrics", *WINDOW, "--target", "nan"], "'nan' must be a finite number above 0"),
         (["load", "--idle-timeout", "-1"], "'-1' must be a finite number above 0"),
         (["simulate", "--corrupt", "-3"], "'-3' must be at least 0"),
+        (["dashboard", "--port", "70000"], "'70000' must be at most 65535"),
+        (["broker", "start", "--port", "0"], "'0' must be at least 1"),
+        (["demo", "--dashboard-port", "99999"], "'99999' must be at most 65535"),
     ],
 )
 def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path, argv, message):

@@ -181,6 +181,15 @@ def test_impossible_attempts_are_refused_at_the_call(script, message):
     assert emitter.messages == [], "nothing is emitted for a refused record"
 
 
+def test_a_device_ledger_with_an_unknown_field_is_refused_at_the_call():
+    telemetry, _, emitter = stack()
+    with pytest.raises(InvalidDecision, match="device_stats: .*warp_factor"):
+        with decision(Recorder(telemetry)) as d:
+            d.device_attempt(level=0, outcome="ok", latency_ms=5)
+            d.served(fallback_type="none", reason="default", device_stats={"warp_factor": 9})
+    assert emitter.messages == []
+
+
 def test_personal_data_to_the_cloud_is_refused_unless_policy_allows_it():
     """DESIGN §1 hard constraint: a request with personal data stays on the device."""
     telemetry, _, emitter = stack()
