@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC
 from pathlib import Path
 
 from routerscope import __version__, broker, names
@@ -114,13 +113,11 @@ def cmd_load(args, settings: Settings) -> int:
 
 def _parse_time(text: str, flag: str):
     """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
-    from datetime import datetime
-
     from instrumentation.contract import EVENT_TIME_MAX, EVENT_TIME_MIN
+    from routerscope.timeutil import parse_utc
 
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        value = value if value.tzinfo else value.replace(tzinfo=UTC)
+        value = parse_utc(text)
         in_range = EVENT_TIME_MIN <= value <= EVENT_TIME_MAX.replace(hour=0, minute=0, second=0, microsecond=0)
     except (ValueError, OverflowError):
         raise ConfigError(f"{flag} {text!r} is not an ISO 8601 time, e.g. 2026-11-29T00:00:00Z") from None

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from routerscope import broker, names
 from routerscope.errors import RouterscopeError
 from routerscope.settings import Settings
+from routerscope.timeutil import parse_utc
 
 CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
 
@@ -352,7 +353,7 @@ def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -
         firing = {a["alert_key"]: a for a in evaluation["firing"]}
         for key in evaluation["fired_now"]:
             a = firing[key]
-            first_seen = datetime.fromisoformat(a["first_seen"].replace("Z", "+00:00"))
+            first_seen = parse_utc(a["first_seen"])
             lines.append(f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}")
     return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
 
