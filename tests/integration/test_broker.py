@@ -14,6 +14,16 @@ from tests.events import decision, dumps, label
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def broker_settings(tmp_path_factory):
+    """This file's own broker (it overrides the session one): its tests read back whole topics, which
+    other files' messages on a shared broker would add to."""
+    settings = settings_for(tmp_path_factory.mktemp("own-broker"))
+    broker.start(settings, port=free_port(), keep=False)
+    yield settings
+    broker.stop(settings)
+
+
 def consume_all(settings, topic: str, expected: int, timeout_s: float = 30.0) -> list:
     """Read every partition of `topic` from the start until `expected` messages arrived."""
     consumer = Consumer(kafka.librdkafka_config(settings, **{"group.id": "test-reader", "enable.auto.commit": False}))
