@@ -441,16 +441,22 @@ class Contract:
         """Decode one message. Returns (event, []) when valid, else (None, every broken rule).
 
         Never raises: see the module docstring."""
+        event, rules, _ = self.parse_encoded(raw)
+        return event, rules
+
+    def parse_encoded(self, raw: bytes) -> tuple[Any | None, list[str], bytes]:
+        """`parse`, and for a valid event also its canonical JSON (msgspec's encoding of the event:
+        `raw` itself for the router's own messages), which the loader hands to the warehouse."""
         if len(raw) > MAX_MESSAGE_BYTES:
-            return None, ["json.too_large"]
+            return None, ["json.too_large"], b""
         try:
             return self._parse(raw)
         except RecursionError:
-            return None, ["json.too_deep"]
+            return None, ["json.too_deep"], b""
         except Exception:  # a bug or an input nobody foresaw: quarantined, never a stuck loader
-            return None, ["contract.error"]
+            return None, ["contract.error"], b""
 
-    def _parse(self, raw: bytes) -> tuple[Any | None, list[str]]:
+    def _parse(self, raw: bytes) -> tuple[Any | None, list[str], bytes]:
         try:
             event = self._decoder.decode(raw)
         except (msgspec.ValidationError, msgspec.DecodeError):
@@ -462,19 +468,22 @@ class Contract:
                 # router's own messages are byte for byte the canonical encoding of their event,
                 # which repeats nothing (one encode and compare); others are screened by counting
                 # keys, and only a message that may repeat one pays for the exact check.
-                if _encode(event) == raw or not self._may_repeat_keys(raw, event) or duplicate_key(raw) is None:
-                    return event, []
-                return None, ["json.duplicate_key"]
+                encoded = _encode(event)
+                if encoded == raw:
+                    return event, [], raw
+                if not self._may_repeat_keys(raw, event) or duplicate_key(raw) is None:
+                    return event, [], encoded
+                return None, ["json.duplicate_key"], b""
         try:
             obj = _decoder_any.decode(raw)
         except (msgspec.DecodeError, UnicodeDecodeError):
-            return None, ["json.invalid"]
+            return None, ["json.invalid"], b""
         rules = self.validate(obj)
         if duplicate_key(raw) is not None:
             rules.append("json.duplicate_key")
         # The fast path refused it, so something is wrong even if no rule names it; never let such a
         # message pass as valid.
-        return None, rules or ["schema.invalid"]
+        return None, rules or ["schema.invalid"], b""
 
     def _may_repeat_keys(self, raw: bytes, event) -> bool:
         """False when `raw` certainly repeats no key; True when it might (then check exactly).

@@ -70,7 +70,7 @@ from instrumentation.contract import CONTRACTS
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
 from routerscope.settings import Settings
-from warehouse.queries import ingest_offsets, landing, loaded_messages
+from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
 from warehouse.queries.landing import LANDING_COLUMNS
 from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID, kafka_time
 
@@ -161,7 +161,8 @@ class _Batch:
         self.tag = tag
         self.token_ranges: dict | None = None  # the ranges its tokens name, when not its own
         self.raw: dict[str, list[tuple[int, int, object, bool]]] = {t: [] for t in FACTS}  # sql: messages
-        self.events: dict[str, tuple[list, list, list, list]] = {t: ([], [], [], []) for t in FACTS}
+        # python: per topic the valid events, their partitions, offsets, messages and JSON lines
+        self.events: dict[str, tuple[list, list, list, list, list]] = {t: ([], [], [], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
         self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
         self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last]
@@ -185,19 +186,22 @@ class _Batch:
             self.raw[topic].append((partition, offset, message, landed))
             return
         raw = message.value()
-        event, rules = CONTRACTS[topic].parse(raw) if raw is not None else (None, ["json.invalid"])
+        event, rules, encoded = (
+            CONTRACTS[topic].parse_encoded(raw) if raw is not None else (None, ["json.invalid"], b"")
+        )
         if event is not None:
-            for column, value in zip(
-                self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)
-            ):
-                column.append(value)
-            if landed:
+            if landed:  # its ledger row only (the facts row's insert writes the ledger row otherwise)
+                for column, value in zip(
+                    self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)
+                ):
+                    column.append(value)
                 return
-            events, partitions, offsets, messages = self.events[topic]
+            events, partitions, offsets, messages, lines = self.events[topic]
             events.append(event)
             partitions.append(partition)
             offsets.append(offset)
             messages.append(message)
+            lines.append(b'{"kafka_partition":%d,"kafka_offset":%d,%b' % (partition, offset, encoded[1:]))
             counts[0] += 1
             return
         if landed:
@@ -223,11 +227,8 @@ class _Batch:
             column.append(value)
 
     def reject(self, topic: str, rejected: list[tuple[int, int, object, str]]) -> None:
-        """Rows the warehouse refused (partition, offset, message, its message): quarantined, out of
-        the ledger."""
-        gone = {(topic, p, o) for p, o, _, _ in rejected}
-        keep = [i for i, c in enumerate(zip(*self.ledger[:3])) if c not in gone]
-        self.ledger = [[column[i] for i in keep] for column in self.ledger]
+        """Rows the warehouse refused (partition, offset, message, its message): quarantined (their
+        ledger rows were refused with them: the facts insert writes both)."""
         for partition, offset, message, error in rejected:
             counts = self.counts[(topic, partition)]
             counts[0] -= 1
@@ -288,6 +289,7 @@ class Loader:
         self.parser = parser
         self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
         self._staging_ready = False  # sql parser: its staging tables exist (created on the first batch)
+        self._json_rows_ready = False  # the facts' input tables and views exist (created on the first batch)
         self.settings = settings
         self.batch_size = batch_size
         self.idle_timeout_s = idle_timeout_s
@@ -364,9 +366,9 @@ class Loader:
 
     def _write_parsed(self, client, batch: _Batch) -> None:
         """The rows of a batch parsed in Python: facts, ledger, quarantine."""
-        for topic, (events, partitions, offsets, messages) in batch.events.items():
+        for topic, (events, partitions, offsets, messages, lines) in batch.events.items():
             if events:
-                self._insert_facts(client, batch, topic, events, partitions, offsets, messages)
+                self._insert_facts(client, batch, topic, events, partitions, offsets, messages, lines)
         if batch.ledger[0]:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
@@ -486,22 +488,34 @@ class Loader:
             settings={"insert_deduplication_token": f"{self.run_id};{token}", **INSERT_SETTINGS},
         )
 
-    def _insert_facts(self, client, batch: _Batch, topic: str, events, partitions, offsets, messages) -> None:
-        """The facts of one topic, in groups of at most MAX_MONTHS_PER_INSERT months; rows the
-        warehouse refuses are moved to the quarantine (`insert.rejected`)."""
-        table, columns, build = FACTS[topic]
+    def _insert_facts(self, client, batch: _Batch, topic: str, events, partitions, offsets, messages, lines) -> None:
+        """The facts and ledger rows of one topic: the events' JSON lines in one insert through the
+        topic's input table (warehouse/queries/json_rows.py), in groups of at most
+        MAX_MONTHS_PER_INSERT months; rows the warehouse refuses are moved to the quarantine
+        (`insert.rejected`)."""
+        table = FACTS[topic][0]
+        self._ensure_json_rows(client)
         token = "facts;" + batch.token([topic])
         groups = _month_groups(events)
-        rejected: list[tuple[int, int, object]] = []
+        rejected: list[tuple] = []
         errors: list[str] = []
         for g, indexes in enumerate(groups):
             group_token = token if len(groups) == 1 else f"{token};months-{g}"
             pick = (lambda xs: xs) if indexes is None else (lambda xs, ix=indexes: [xs[i] for i in ix])
-            rows = list(zip(pick(events), pick(partitions), pick(offsets), pick(messages)))
+            rows = list(zip(pick(partitions), pick(offsets), pick(messages), pick(lines)))
 
             def insert(part: list, part_token: str) -> None:
-                ev, pa, of, _ = zip(*part)
-                self._insert(client, table, columns, build(list(ev), topic, list(pa), list(of)), part_token)
+                client.raw_insert(
+                    json_rows.INPUT_TABLE[topic],
+                    None,
+                    b"\n".join([line for *_, line in part]),
+                    settings={
+                        "insert_deduplication_token": f"{self.run_id};{part_token}",
+                        **INSERT_SETTINGS,
+                        **json_rows.INSERT_SETTINGS,
+                    },
+                    fmt="JSONEachRow",
+                )
 
             self._insert_or_split(insert, rows, group_token, rejected, errors)
         if rejected:
@@ -512,7 +526,16 @@ class Loader:
                     "past the last stored position was recorded as loaded, so the next `routerscope load` "
                     "resumes there"
                 )
-            batch.reject(topic, [(p, o, m, error) for (_, p, o, m), error in zip(rejected, errors)])
+            batch.reject(topic, [(p, o, m, error) for (p, o, m, _), error in zip(rejected, errors)])
+
+    def _ensure_json_rows(self, client) -> None:
+        """The input tables and views the facts' JSON lines go through, once per run."""
+        if self._json_rows_ready:
+            return
+        for statements in json_rows.CREATE.values():
+            for sql in statements:
+                client.command(sql)
+        self._json_rows_ready = True
 
     def _insert_quarantine(self, client, batch: _Batch) -> None:
         """The quarantine rows; one the warehouse refuses is kept without its raw bytes, under the
