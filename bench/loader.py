@@ -6,9 +6,12 @@
 (a) raw consumption of the decisions topic, no parsing: confluent-kafka (all events) and kafka-python
     (a sample: it is ~30x slower);
 (b) the loader's core in this process (parse, validate, quarantine, insert, offsets) into a fresh
-    embedded warehouse, once per parser (`sql`: raw landing, parsed by the warehouse; `python`: msgspec);
+    embedded warehouse, once per parser (`sql`: raw landing, parsed by the warehouse; `python`: msgspec,
+    and once more without its parse worker, `_python_no_worker`);
 (c) the whole `routerscope load` command as a user runs it (process start, Dagster, migrations,
-    drain) into another fresh warehouse, with its peak RSS, once per parser.
+    drain) into another fresh warehouse, with its peak RSS, once per parser; then the same command
+    with nothing new to load (`load_command_fixed_seconds`: what every run costs before its first
+    event), and the ratio of the events/s past that fixed cost.
 Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
 unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
 whether every parser loaded and quarantined the same counts.
@@ -44,9 +47,13 @@ def log(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def payloads(n: int, malformed_share: float = 0.001):
-    """Realistic decision events: device-served, quality fallbacks and capability misses, a few broken."""
+def payloads(n: int, malformed_share: float = 0.001, foreign_share: float = 0.05):
+    """Realistic decision events: device-served, quality fallbacks and capability misses, a few broken.
+    Most are encoded as the router encodes them (its event record, msgspec: the canonical bytes); a
+    `foreign_share` as another producer might (the same content, keys in another order)."""
     import msgspec
+
+    from instrumentation.events import DecisionEvent
 
     rng = random.Random(42)
     encode = msgspec.json.encode
@@ -106,7 +113,7 @@ def payloads(n: int, malformed_share: float = 0.001):
                 attempts=[{"level": 2, "outcome": "ok", "latency_ms": 900.0}],
                 cloud_model="cloud-small",
             )
-        raw = encode(event)
+        raw = encode(event) if rng.random() < foreign_share else encode(msgspec.convert(event, DecisionEvent))
         if rng.random() < malformed_share:
             raw = raw[: len(raw) // 2]
         yield event["session_id"].encode(), raw
@@ -215,20 +222,25 @@ def main() -> int:
 
             core: dict[str, tuple] = {}
             command: dict[str, tuple] = {}
-            for name in parsers:
-                log(f"(b) loader core in process, parser {name} ...")
+            fixed: dict[str, float] = {}
+            variants = [(name, True) for name in parsers]
+            if "python" in parsers:
+                variants.append(("python", False))  # the Python parser without its parse worker
+            for name, worker in variants:
+                key = name if worker else f"{name}_no_worker"
+                log(f"(b) loader core in process, parser {key} ...")
                 core_settings = Settings.from_env(
-                    {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / f'core-warehouse-{name}'}"}
+                    {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / f'core-warehouse-{key}'}"}
                 )
                 with open_warehouse(core_settings, purpose="bench") as client:
                     migrate(client)
                     started = time.perf_counter()
-                    result = Loader(core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name).run(
-                        client
-                    )
+                    result = Loader(
+                        core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
+                    ).run(client)
                     core_s = time.perf_counter() - started
                     core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
-                core[name] = (core_s, result.as_dict(), core_rows)
+                core[key] = (core_s, result.as_dict(), core_rows)
 
             for name in parsers:
                 log(f"(c) the whole `routerscope load` command, parser {name} ...")
@@ -248,6 +260,10 @@ def main() -> int:
                 if os.waitstatus_to_exitcode(status) != 0:
                     raise SystemExit(f"bench: routerscope load failed: {process.stderr.read().decode()}")
                 command[name] = (command_s, out, usage.ru_maxrss / 1024)
+                # the same command again, with nothing new to load: what any run costs before its first event
+                started = time.perf_counter()
+                subprocess.run([exe, "load", "--json"], env=command_env, cwd=REPO, check=True, capture_output=True)
+                fixed[name] = time.perf_counter() - started
         finally:
             broker.stop(settings)
 
@@ -268,6 +284,10 @@ def main() -> int:
         command_s, _, rss = command[name]
         figures.update(
             {
+                f"load_command_fixed_seconds_{name}": round(fixed[name], 2),
+                f"ratio_load_command_past_fixed_cost_to_confluent_{name}": round(
+                    n / max(command_s - fixed[name], 1e-3) / confluent_rate, 3
+                ),
                 f"loader_core_events_per_s_{name}": rate(n, core_s),
                 f"load_command_events_per_s_{name}": rate(n, command_s),
                 f"load_command_seconds_{name}": round(command_s, 2),
@@ -276,6 +296,10 @@ def main() -> int:
                 f"load_command_peak_rss_mb_{name}": round(rss, 1),
             }
         )
+    if "python_no_worker" in core:
+        core_s, _, _ = core["python_no_worker"]
+        figures["loader_core_events_per_s_python_no_worker"] = rate(n, core_s)
+        figures["ratio_loader_core_to_confluent_python_no_worker"] = round(n / core_s / confluent_rate, 3)
     main_parser = DEFAULT_PARSER if DEFAULT_PARSER in parsers else parsers[0]
     for key in (
         "loader_core_events_per_s",
@@ -284,9 +308,13 @@ def main() -> int:
         "ratio_loader_core_to_confluent",
         "ratio_load_command_to_confluent",
         "load_command_peak_rss_mb",
+        "load_command_fixed_seconds",
+        "ratio_load_command_past_fixed_cost_to_confluent",
     ):
         figures[key] = figures[f"{key}_{main_parser}"]
     counts = {name: (core[name][1], command[name][1], core[name][2]) for name in parsers}
+    if "python_no_worker" in core:
+        counts["python_no_worker"] = (core["python_no_worker"][1], command["python"][1], core["python_no_worker"][2])
     figures["same_counts"] = len({json.dumps(c, sort_keys=True) for c in counts.values()}) == 1
     figures["loaded"] = {
         name: {"core": core_counts, "command": command_counts, "core_rows": rows}

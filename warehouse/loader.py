@@ -28,7 +28,10 @@ How a crash at any moment neither loses nor doubles rows:
   someone else's offsets.
 
 **Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
-validates each message here (instrumentation/contract.py). `sql` lands the batch's raw messages in
+validates each message in Python (instrumentation/contract.py; large chunks in a worker process beside
+this one, warehouse/parsing.py, results taken back in consumed order) and inserts the valid events'
+canonical JSON lines through an input table whose views fill the facts table and the ledger in one
+insert (warehouse/queries/json_rows.py). `sql` lands the batch's raw messages in
 the warehouse in one insert and lets it parse and validate them (warehouse/queries/landing.py); its
 facts and ledger `INSERT … SELECT`s carry the same run-scoped tokens, the positions are still
 written last, the landed-offsets lookup and the fingerprint probe are unchanged, and a message the
@@ -66,13 +69,13 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from instrumentation.contract import CONTRACTS
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
 from routerscope.settings import Settings
+from warehouse.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
 from warehouse.queries.landing import LANDING_COLUMNS
-from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID, kafka_time
+from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 
 # Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
 # from raw bytes landed in one insert; warehouse/queries/landing.py). Same rules, same tables.
@@ -89,6 +92,8 @@ CLOSE_TIMEOUT_S = 5.0
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
 MAX_MONTHS_PER_INSERT = 50
 INSERT_REJECTED = "insert.rejected"
+# Chunks handed to the parse worker and not yet added to a batch (each at most one consume call).
+MAX_PENDING_CHUNKS = 2
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 OFFSET_COLUMNS = (
     "consumer",
@@ -161,7 +166,7 @@ class _Batch:
         self.tag = tag
         self.token_ranges: dict | None = None  # the ranges its tokens name, when not its own
         self.raw: dict[str, list[tuple[int, int, object, bool]]] = {t: [] for t in FACTS}  # sql: messages
-        # python: per topic the valid events, their partitions, offsets, messages and JSON lines
+        # python: per topic the valid events' months, partitions, offsets, messages and JSON lines
         self.events: dict[str, tuple[list, list, list, list, list]] = {t: ([], [], [], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
         self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
@@ -171,43 +176,48 @@ class _Batch:
         self.size = 0
 
     def add(self, topic: str, partition: int, offset: int, message, landed: bool = False) -> None:
-        """Parse one message into the batch. `landed`: its row is already in the warehouse (an
-        earlier run died before recording its position): only its ledger row is written again."""
+        """Parse one message into the batch (here, or kept raw for the warehouse: parser `sql`).
+        `landed`: its row is already in the warehouse (an earlier run died before recording its
+        position): only its ledger row is written again."""
+        if self.parser == "sql":
+            self._note(topic, partition, offset, message)
+            self.raw[topic].append((partition, offset, message, landed))
+            return
+        parsed = parse_chunk(topic, [(partition, offset, message.value(), landed)])[0]
+        self.add_parsed(topic, partition, offset, message, parsed, landed)
+
+    def _note(self, topic: str, partition: int, offset: int, message) -> list[int]:
+        """Count one message into the batch's ranges; its partition's [loaded, quarantined] counts."""
         self.last[(topic, partition)] = message
+        self.size += 1
         rng = self.ranges.get((topic, partition))
         if rng is None:
             self.ranges[(topic, partition)] = [offset, offset]
             counts = self.counts[(topic, partition)] = [0, 0]
-        else:
-            rng[1] = offset
-            counts = self.counts[(topic, partition)]
-        self.size += 1
-        if self.parser == "sql":
-            self.raw[topic].append((partition, offset, message, landed))
-            return
-        raw = message.value()
-        event, rules, encoded = (
-            CONTRACTS[topic].parse_encoded(raw) if raw is not None else (None, ["json.invalid"], b"")
-        )
-        if event is not None:
-            if landed:  # its ledger row only (the facts row's insert writes the ledger row otherwise)
-                for column, value in zip(
-                    self.ledger, (topic, partition, offset, getattr(event, RECORD_ID[topic]), event.event_time)
-                ):
-                    column.append(value)
-                return
-            events, partitions, offsets, messages, lines = self.events[topic]
-            events.append(event)
+            return counts
+        rng[1] = offset
+        return self.counts[(topic, partition)]
+
+    def add_parsed(self, topic: str, partition: int, offset: int, message, parsed: tuple, landed: bool) -> None:
+        """Add one message with its `parse_chunk` result (warehouse/parsing.py)."""
+        counts = self._note(topic, partition, offset, message)
+        if parsed[0] is not None:  # valid: its JSON line (the insert writes its facts and ledger rows)
+            months, partitions, offsets, messages, lines = self.events[topic]
+            lines.append(parsed[0])
+            months.append(parsed[1])
             partitions.append(partition)
             offsets.append(offset)
             messages.append(message)
-            lines.append(b'{"kafka_partition":%d,"kafka_offset":%d,%b' % (partition, offset, encoded[1:]))
             counts[0] += 1
+            return
+        if len(parsed) == 4:  # valid and landed before: its ledger row again
+            for column, value in zip(self.ledger, (topic, partition, offset, parsed[2], parsed[3])):
+                column.append(value)
             return
         if landed:
             return
         counts[1] += 1
-        self.quarantine_message(topic, partition, offset, message, rules, _describe(rules))
+        self.quarantine_message(topic, partition, offset, message, parsed[1], _describe(parsed[1]))
 
     def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
         key = message.key()
@@ -280,6 +290,7 @@ class Loader:
         progress: Callable[[int], None] | None = None,
         broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
         parser: str | None = None,
+        parse_worker: bool = True,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -287,6 +298,11 @@ class Loader:
         if parser not in PARSERS:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.parser = parser
+        # python parser: large chunks are parsed by a worker process while this one consumes and
+        # inserts (warehouse/parsing.py); False parses everything here
+        self.parse_worker = parse_worker
+        self._worker: ParseWorker | None = None
+        self._pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
         self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
         self._staging_ready = False  # sql parser: its staging tables exist (created on the first batch)
         self._json_rows_ready = False  # the facts' input tables and views exist (created on the first batch)
@@ -366,9 +382,9 @@ class Loader:
 
     def _write_parsed(self, client, batch: _Batch) -> None:
         """The rows of a batch parsed in Python: facts, ledger, quarantine."""
-        for topic, (events, partitions, offsets, messages, lines) in batch.events.items():
-            if events:
-                self._insert_facts(client, batch, topic, events, partitions, offsets, messages, lines)
+        for topic, (months, partitions, offsets, messages, lines) in batch.events.items():
+            if lines:
+                self._insert_facts(client, batch, topic, months, partitions, offsets, messages, lines)
         if batch.ledger[0]:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
@@ -488,7 +504,7 @@ class Loader:
             settings={"insert_deduplication_token": f"{self.run_id};{token}", **INSERT_SETTINGS},
         )
 
-    def _insert_facts(self, client, batch: _Batch, topic: str, events, partitions, offsets, messages, lines) -> None:
+    def _insert_facts(self, client, batch: _Batch, topic: str, months, partitions, offsets, messages, lines) -> None:
         """The facts and ledger rows of one topic: the events' JSON lines in one insert through the
         topic's input table (warehouse/queries/json_rows.py), in groups of at most
         MAX_MONTHS_PER_INSERT months; rows the warehouse refuses are moved to the quarantine
@@ -496,7 +512,7 @@ class Loader:
         table = FACTS[topic][0]
         self._ensure_json_rows(client)
         token = "facts;" + batch.token([topic])
-        groups = _month_groups(events)
+        groups = _month_groups(months)
         rejected: list[tuple] = []
         errors: list[str] = []
         for g, indexes in enumerate(groups):
@@ -519,7 +535,7 @@ class Loader:
 
             self._insert_or_split(insert, rows, group_token, rejected, errors)
         if rejected:
-            total = len(events)
+            total = len(lines)
             if len(rejected) == total and total > 1:
                 raise WarehouseError(
                     f"the warehouse refused every row of a batch of {total} for {table} ({errors[0]}); nothing "
@@ -661,6 +677,9 @@ class Loader:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
         finally:
+            if self._worker is not None:
+                self._worker.close()
+            self._pending = []
             self._release()
             _close_within(consumer, CLOSE_TIMEOUT_S)
             gc.set_threshold(*thresholds)
@@ -697,6 +716,7 @@ class Loader:
                     if _answers(consumer):
                         break
                     if idle >= self.broker_timeout_s:
+                        self._collect(batch, keep=0)
                         self._flush(consumer, batch, states, result)
                         raise BrokerUnavailable(
                             f"the broker at {self._bootstrap} stopped answering during the load "
@@ -704,12 +724,14 @@ class Loader:
                             "what arrived before was loaded and its position stored, "
                             "so the next `routerscope load` resumes there"
                         )
+                self._collect(batch, keep=0)  # nothing arrives: let parsed chunks through
                 if batch.size and now - last_flush >= self.flush_interval_s:
                     self._flush(consumer, batch, states, result)
                     batch, last_flush = _Batch(self.parser), now
                     last_message = max(last_message, time.monotonic())
                 continue
             consumed = 0
+            chunk: dict[str, list] = {}  # topic -> (partition, offset, message, landed) to parse
             for message in messages:
                 error = message.error()
                 topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -748,11 +770,16 @@ class Loader:
                 state.verified = True
                 state.next_offset = offset + 1
                 consumed += 1
-                if offset in state.skip:
-                    batch.add(topic, partition, offset, message, landed=True)
+                landed = offset in state.skip
+                if landed:
                     result.skipped_already_loaded += 1
+                if self.parser == "sql":
+                    batch.add(topic, partition, offset, message, landed=landed)
                 else:
-                    batch.add(topic, partition, offset, message)
+                    chunk.setdefault(topic, []).append((partition, offset, message, landed))
+            for topic, items in chunk.items():
+                self._enqueue(topic, items)
+            self._collect(batch, keep=MAX_PENDING_CHUNKS)
             if consumed:
                 self.progress(consumed)
             if batch.size >= self.batch_size or (batch.size and now - last_flush >= self.flush_interval_s):
@@ -762,6 +789,7 @@ class Loader:
                 # the idle timeout measures waiting for messages: decoding and writing this batch (seconds for
                 # a large insert on a busy machine) is work, and once counted it ended runs half-drained
                 last_message = max(last_message, time.monotonic())
+        self._collect(batch, keep=0)
         if batch.ranges:
             self._flush(consumer, batch, states, result)
         lost = [st for st in states.values() if st.stored and not st.verified]
@@ -770,6 +798,35 @@ class Loader:
             raise BrokerDataLost(
                 f"the broker no longer holds messages the warehouse has loaded: {where}; " + _lost_hint(self.settings)
             )
+
+    def _enqueue(self, topic: str, items: list) -> None:
+        """Queue a chunk of one topic's messages for parsing: by the worker when it is large (the
+        result is collected later, in order), else here when it is collected."""
+        future = None
+        if self.parse_worker and len(items) >= MIN_WORKER_CHUNK:
+            if self._worker is None:
+                self._worker = ParseWorker()
+            future = self._worker.submit(topic, [(p, o, m.value(), landed) for p, o, m, landed in items])
+        self._pending.append((topic, items, future))
+
+    def _collect(self, batch: _Batch, keep: int) -> None:
+        """Add parsed chunks to `batch` in the order they were consumed: every chunk at the front
+        that is ready, then, waiting for the worker, the oldest ones until at most `keep` are left."""
+        while self._pending:
+            topic, items, future = self._pending[0]
+            if future is not None and not future.done() and len(self._pending) <= keep:
+                return
+            self._pending.pop(0)
+            parsed = None
+            if future is not None:
+                try:
+                    parsed = future.result(timeout=WORKER_TIMEOUT_S)
+                except Exception as exc:  # the worker died or hangs: this chunk and the rest are parsed here
+                    self._worker.give_up(exc)
+            if parsed is None:
+                parsed = parse_chunk(topic, [(p, o, m.value(), landed) for p, o, m, landed in items])
+            for (partition, offset, message, landed), one in zip(items, parsed):
+                batch.add_parsed(topic, partition, offset, message, one, landed)
 
     def _flush(self, consumer, batch, states, result) -> None:
         if not batch.ranges:
@@ -819,10 +876,9 @@ def _infrastructure_failure(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError)
 
 
-def _month_groups(events: list) -> list[list[int] | None]:
-    """[None] (everything in one insert) when the events span at most MAX_MONTHS_PER_INSERT months;
-    else the indexes of the events per group of that many months, in month order."""
-    months = [e.event_time.year * 12 + e.event_time.month for e in events]
+def _month_groups(months: list[int]) -> list[list[int] | None]:
+    """[None] (everything in one insert) when the events' months (year * 12 + month) are at most
+    MAX_MONTHS_PER_INSERT; else the indexes of the events per group of that many months, in order."""
     distinct = sorted(set(months))
     if len(distinct) <= MAX_MONTHS_PER_INSERT:
         return [None]

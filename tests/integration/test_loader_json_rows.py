@@ -1,0 +1,278 @@
+"""How the Python parser's rows reach the warehouse: JSON lines through the input tables
+(warehouse/queries/json_rows.py), parsed in chunks by a worker process (warehouse/parsing.py).
+
+The JSON lines must store exactly what the column-by-column Native insert of the same decoded events
+stores (rows.py's builders through clickhouse-connect, the loader's previous way in), for values
+chosen to be hard for a second parser: times before 1970 and near 2299 with microseconds, non-UTC
+offsets, subnormal floats, negative zero and long fractions, strings with escapes, control characters and
+non-ASCII text, optional members absent, null or partly set. And a load parsed by the worker must
+be the same load as one parsed in-process, also when the worker dies in the middle."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from datetime import UTC, datetime, timedelta, timezone
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from instrumentation.contract import CONTRACTS
+from routerscope import broker, names
+from tests.conftest import free_port, settings_for
+from tests.events import breaker, decision, dumps, label
+from tests.integration.test_ingest import MALFORMED, produce, valid_decisions
+from warehouse import loader as loader_module
+from warehouse.client import open_warehouse
+from warehouse.loader import Loader
+from warehouse.migrate import migrate
+from warehouse.parsing import parse_chunk
+from warehouse.queries import json_rows
+from warehouse.rows import FACTS
+
+pytestmark = pytest.mark.integration
+
+DECISIONS, LABELS, BREAKERS = names.TOPIC_DECISIONS, names.TOPIC_LABELS, names.TOPIC_BREAKERS
+
+# -- the JSON lines store what the Native columns store -------------------------------------------
+
+_times = st.datetimes(
+    min_value=datetime(1900, 1, 2), max_value=datetime(2299, 12, 30), timezones=st.just(UTC)
+) | st.datetimes(min_value=datetime(1960, 1, 1), max_value=datetime(1980, 1, 1), timezones=st.just(UTC))
+_offsets = st.sampled_from([0, 1, -1, 330, -570, 840]).map(lambda m: timezone(timedelta(minutes=m)))
+_floats = st.floats(min_value=0, max_value=100_000) | st.sampled_from(
+    [0.0, -0.0, 5e-324, 2.2250738585072014e-308, 0.1, 1 / 3, 1e-7, 99_999.999_999_999_99, 12_345.678_901_234_567]
+)
+_shares = st.floats(min_value=0, max_value=1)
+_text = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+def _iso(t: datetime, tz: timezone) -> str:
+    return t.astimezone(tz).isoformat()
+
+
+@st.composite
+def _decisions(draw) -> dict:
+    version = draw(st.sampled_from([1, 2]))
+    overrides = {
+        "schema_version": version,
+        "event_id": str(draw(st.uuids())).upper() if draw(st.booleans()) else str(draw(st.uuids())),
+        "event_time": _iso(draw(_times), draw(_offsets)),
+        "request_id": draw(_text.filter(lambda s: 1 <= len(s) <= 128)),
+        "session_id": draw(st.sampled_from(["s", 's\n\t"\\', "é漢\u2028\x7f", "\x00\x1f"])),
+        "latency_ms": draw(_floats),
+        "confidence": draw(st.none() | _shares),
+        "threshold": draw(st.none() | _shares),
+        "attempts": [{"level": 0, "outcome": "ok", "latency_ms": draw(_floats)}],
+        "app_id": draw(st.none() | _text),
+        "device_tier": draw(st.none() | _text.filter(lambda s: len(s) <= 32)),
+    }
+    if draw(st.booleans()):
+        overrides["breaker"] = draw(
+            st.fixed_dictionaries(
+                {}, optional={"device": st.sampled_from(["open", "closed"]), "cloud": st.just("half_open")}
+            )
+        )
+    if draw(st.booleans()):
+        overrides["cost_usd"] = draw(_floats)
+    if version == 2:
+        stats = draw(
+            st.none()
+            | st.fixed_dictionaries(
+                {},
+                optional={
+                    "peak_mem_mb": _floats,
+                    "thermal_state": st.sampled_from(["nominal", "critical"]),
+                    "decode_tps": st.none() | _floats,
+                    "cold_start": st.booleans(),
+                },
+            )
+        )
+        if stats is not None or draw(st.booleans()):
+            overrides["device_stats"] = stats
+        if draw(st.booleans()):
+            overrides["rollout_stage"] = "canary"
+    return decision(**overrides)
+
+
+def _rows(client, table: str, columns) -> list[tuple]:
+    result = client.query(f"SELECT {', '.join(columns)} FROM {names.DATABASE}.{table} ORDER BY kafka_offset")
+    return [tuple("nan" if isinstance(v, float) and math.isnan(v) else v for v in row) for row in result.result_rows]
+
+
+@pytest.fixture
+def twin_warehouse(home):
+    """The input tables and views, and a twin of each facts table for the Native insert."""
+    settings = settings_for(home)
+    with open_warehouse(settings, purpose="test") as client:
+        migrate(client)
+        for statements in json_rows.CREATE.values():
+            for sql in statements:
+                client.command(sql)
+        for table, _, _ in FACTS.values():
+            client.command(f"CREATE TABLE {names.DATABASE}.native_{table} AS {names.DATABASE}.{table}")
+        yield client
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_decisions(), min_size=1, max_size=12))
+def test_json_lines_store_exactly_what_native_columns_store(twin_warehouse, events):
+    client = twin_warehouse
+    table, columns, build = FACTS[DECISIONS]
+    for t in (table, f"native_{table}"):
+        client.command(f"TRUNCATE TABLE {names.DATABASE}.{t}")
+    raws = [dumps(e) for e in events]
+    parsed = parse_chunk(DECISIONS, [(3, i, raw, False) for i, raw in enumerate(raws)])
+    assert all(p[0] is not None for p in parsed), [p for p in parsed if p[0] is None]
+    client.raw_insert(
+        json_rows.INPUT_TABLE[DECISIONS],
+        None,
+        b"\n".join(p[0] for p in parsed),
+        settings=json_rows.INSERT_SETTINGS,
+        fmt="JSONEachRow",
+    )
+    decoded = [CONTRACTS[DECISIONS].parse(raw)[0] for raw in raws]
+    client.insert(
+        f"{names.DATABASE}.native_{table}",
+        build(decoded, DECISIONS, [3] * len(decoded), list(range(len(decoded)))),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+    assert _rows(client, table, columns) == _rows(client, f"native_{table}", columns)
+
+
+def test_json_lines_of_labels_and_breakers_store_what_native_columns_store(twin_warehouse):
+    client = twin_warehouse
+    for topic, events in (
+        (LABELS, [label(), label(labeler='a\\b "é"', route_correct=None, device_acceptable=None)]),
+        (BREAKERS, [breaker(), breaker(trigger=None, event_time="1969-12-31T23:59:59.9995-01:30")]),
+    ):
+        table, columns, build = FACTS[topic]
+        raws = [dumps(e) for e in events]
+        parsed = parse_chunk(topic, [(0, i, raw, False) for i, raw in enumerate(raws)])
+        client.raw_insert(
+            json_rows.INPUT_TABLE[topic],
+            None,
+            b"\n".join(p[0] for p in parsed),
+            settings=json_rows.INSERT_SETTINGS,
+            fmt="JSONEachRow",
+        )
+        decoded = [CONTRACTS[topic].parse(raw)[0] for raw in raws]
+        client.insert(
+            f"{names.DATABASE}.native_{table}",
+            build(decoded, topic, [0] * len(decoded), list(range(len(decoded)))),
+            column_names=list(columns),
+            column_oriented=True,
+        )
+        assert _rows(client, table, columns) == _rows(client, f"native_{table}", columns)
+        assert len(_rows(client, table, columns)) == 2
+
+
+def test_the_json_insert_writes_the_ledger_rows_of_its_events(twin_warehouse):
+    client = twin_warehouse
+    client.command(f"TRUNCATE TABLE {names.TABLES[names.TABLE_LOADED_MESSAGES]}")
+    raws = [dumps(decision(event_id=f"00000000-0000-4000-8000-00000000000{i}")) for i in range(3)]
+    parsed = parse_chunk(DECISIONS, [(1, 10 + i, raw, False) for i, raw in enumerate(raws)])
+    client.raw_insert(
+        json_rows.INPUT_TABLE[DECISIONS],
+        None,
+        b"\n".join(p[0] for p in parsed),
+        settings=json_rows.INSERT_SETTINGS,
+        fmt="JSONEachRow",
+    )
+    ledger = client.query(
+        f"SELECT kafka_topic, kafka_partition, kafka_offset, toString(record_id) FROM "
+        f"{names.TABLES[names.TABLE_LOADED_MESSAGES]} ORDER BY kafka_offset"
+    ).result_rows
+    assert ledger == [(DECISIONS, 1, 10 + i, f"00000000-0000-4000-8000-00000000000{i}") for i in range(3)]
+
+
+# -- the parse worker -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mixed_topics(tmp_path_factory):
+    """A broker holding a mixed load: valid decisions, every malformed kind, labels, breakers."""
+    home = tmp_path_factory.mktemp("parse-worker")
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    payloads = valid_decisions(600)
+    for i, (_, raw, _) in enumerate(MALFORMED):
+        payloads.insert(i * 37, raw)
+    produce(settings, DECISIONS, payloads)
+    produce(settings, LABELS, [dumps(label(request_id=f"req-{i}")) for i in range(50)])
+    produce(settings, BREAKERS, [dumps(breaker()) for _ in range(5)])
+    yield home, settings, len(payloads)
+    broker.stop(settings)
+
+
+def _load(home, bootstrap_settings, name: str, **options):
+    settings = settings_for(
+        home,
+        ROUTERSCOPE_KAFKA_BOOTSTRAP=bootstrap_settings.kafka_bootstrap(),
+        ROUTERSCOPE_CLICKHOUSE_DSN=f"chdb://{home / name}",
+    )
+    loader = Loader(settings, idle_timeout_s=0.5, batch_size=250, **options)
+    result = loader.run()
+    with open_warehouse(settings, purpose="test") as client:
+        tables = {
+            table: client.query(f"SELECT * EXCEPT ({stamp}) FROM {names.DATABASE}.{table} ORDER BY ALL").result_rows
+            for table, stamp in (
+                *((t, "ingested_at") for t, _, _ in FACTS.values()),
+                (names.TABLE_QUARANTINE, "quarantined_at"),
+            )
+        }
+        tables["ledger"] = client.query(
+            f"SELECT kafka_topic, kafka_partition, kafka_offset, record_id, event_time FROM "
+            f"{names.TABLES[names.TABLE_LOADED_MESSAGES]} ORDER BY ALL"
+        ).result_rows
+    return loader, result, tables
+
+
+def test_a_load_parsed_by_the_worker_is_the_load_parsed_in_process(mixed_topics, monkeypatch):
+    home, settings, n = mixed_topics
+    _, inline, inline_tables = _load(home, settings, "inline", parse_worker=False)
+    monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
+    loader, worked, worked_tables = _load(home, settings, "worker")
+    assert loader._worker is not None and loader._worker.failed is None  # the worker did the parsing
+    assert inline.as_dict() == worked.as_dict()
+    assert inline.loaded["decisions"] + inline.quarantined["decisions"] == n
+    assert inline.quarantined["decisions"] == len(MALFORMED)
+    assert inline_tables == worked_tables
+    assert len(worked_tables["ledger"]) == 600 + 50 + 5
+
+
+def test_a_worker_killed_mid_load_loses_and_doubles_nothing(mixed_topics, monkeypatch):
+    """The worker dies after its first chunk: the loader says so once, parses the rest itself, and
+    the load is the same as an in-process one."""
+    home, settings, _ = mixed_topics
+    _, inline, inline_tables = _load(home, settings, "inline-2", parse_worker=False)
+    monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
+    original = loader_module.ParseWorker.submit
+    calls = []
+
+    def submit_then_kill(self, topic, items):
+        future = original(self, topic, items)
+        calls.append(topic)
+        if len(calls) == 1:
+            future.result(timeout=30)  # the first chunk is parsed by the worker ...
+            os.kill(self._process.pid, signal.SIGKILL)  # ... which then dies
+        return future
+
+    monkeypatch.setattr(loader_module.ParseWorker, "submit", submit_then_kill)
+    loader, worked, worked_tables = _load(home, settings, "killed")
+    assert loader._worker.failed is not None
+    assert inline.as_dict() == worked.as_dict()
+    assert inline_tables == worked_tables
+
+
+def test_json_lines_carry_the_message_bytes_of_the_routers_own_events():
+    """The router's messages are the canonical encoding of their event: the line is the message
+    itself behind the lineage, not a re-encoding."""
+    raw = msgspec.json.encode(CONTRACTS[DECISIONS].parse(dumps(decision()))[0])
+    (line, month), *_ = parse_chunk(DECISIONS, [(2, 41, raw, False)])
+    assert line == b'{"kafka_partition":2,"kafka_offset":41,' + raw[1:]
+    assert month == 2026 * 12 + 11
