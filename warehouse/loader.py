@@ -51,9 +51,11 @@ straight after, so its lock is never held while waiting on the broker; every blo
 has a timeout (closing the consumer included), and a broker that stops answering mid-load ends the
 run with an error once what was fetched has been stored.
 
-Draining: a run ends when every partition reached its end (librdkafka's partition-EOF event) or
-when nothing arrived for `idle_timeout_s` (some brokers, the embedded one among them, do not
-report the end of an already-drained partition).
+Draining: a run ends when every partition has been read up to the end it had when the run started
+(its high watermark, asked once per partition), or reached its end (librdkafka's partition-EOF
+event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither; the embedded one
+does not report the end of an already-drained partition). Messages that arrive during a run are
+loaded while it lasts, and the next run takes the rest.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ DEFAULT_FLUSH_INTERVAL_S = 5.0
 DEFAULT_BROKER_TIMEOUT_S = 10.0
 # Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker).
 CLOSE_TIMEOUT_S = 5.0
+# Asking the broker for a partition's end at the start of a run waits at most this long.
+WATERMARK_TIMEOUT_S = 2.0
 # ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
 MAX_MONTHS_PER_INSERT = 50
@@ -133,6 +137,17 @@ class PartitionState:
     next_offset: int | None = None  # after the last message consumed in this run
     verified: bool = False  # the message before `stored` was seen (the broker kept our history)
     at_end: bool = False
+    end: int | None = None  # the partition's end (high watermark) when the run started; None: unknown
+
+    @property
+    def drained(self) -> bool:
+        """Read up to the end it had when the run started (the probe message included)."""
+        if self.at_end:
+            return True
+        if self.end is None or (self.stored and not self.verified):
+            return False
+        position = self.next_offset if self.next_offset is not None else (self.stored or 0)
+        return position >= self.end
 
     @property
     def start(self) -> int:
@@ -529,6 +544,7 @@ class Loader:
                         "insert_deduplication_token": f"{self.run_id};{part_token}",
                         **INSERT_SETTINGS,
                         **json_rows.INSERT_SETTINGS,
+                        **(json_rows.EMBEDDED_INSERT_SETTINGS if self.settings.warehouse.embedded else {}),
                     },
                     fmt="JSONEachRow",
                 )
@@ -674,6 +690,7 @@ class Loader:
         gc.freeze()
         gc.set_threshold(100_000, 50, 1_000)
         try:
+            _read_ends(consumer, states)
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
         finally:
@@ -699,7 +716,7 @@ class Loader:
     def _drain(self, consumer, states, result) -> None:
         batch = _Batch(self.parser)
         last_message = last_flush = time.monotonic()
-        pending = set(states)  # partitions not yet known to be at their end
+        pending = {key for key, st in states.items() if not st.drained}  # not yet known to be at their end
         while pending:
             messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
             now = time.monotonic()
@@ -777,6 +794,7 @@ class Loader:
                     batch.add(topic, partition, offset, message, landed=landed)
                 else:
                     chunk.setdefault(topic, []).append((partition, offset, message, landed))
+            pending = {key for key in pending if not states[key].drained}
             for topic, items in chunk.items():
                 self._enqueue(topic, items)
             self._collect(batch, keep=MAX_PENDING_CHUNKS)
@@ -850,6 +868,18 @@ class Loader:
             )
         except Exception:
             pass
+
+
+def _read_ends(consumer, states: dict[tuple[str, int], PartitionState]) -> None:
+    """Each partition's end now (its high watermark): a run that has read every partition up to
+    there is done without waiting for the idle timeout. Best effort: at the first partition the
+    broker does not answer for, the rest stay unknown and the idle timeout ends the run as before."""
+    for (topic, partition), state in states.items():
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_S)
+        except Exception:
+            return
+        state.end = high
 
 
 def _answers(consumer) -> bool:

@@ -55,6 +55,9 @@ INSERT_SETTINGS = {
     # the run-scoped token reaches the views' inserts (see warehouse/loader.py on tokens)
     "deduplicate_blocks_in_dependent_materialized_views": 1,
 }
+# Embedded, the warehouse parses in the loader's process: its parallel parsing threads only take the
+# cores the loader and its parse worker need (measured: slower, and ~20 MB more per insert).
+EMBEDDED_INSERT_SETTINGS = {"input_format_parallel_parsing": 0}
 
 
 def _type(t, nullable: bool = False) -> str:
