@@ -61,7 +61,7 @@ def payloads(n: int, malformed_share: float = 0.001, foreign_share: float = 0.05
         kind = i % 10
         t = utc_iso(BASE + timedelta(milliseconds=37 * i))
         event = {
-            "schema_version": 1,
+            "schema_version": 2,
             "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             "event_time": t,
             "request_id": f"req-{i}",

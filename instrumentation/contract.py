@@ -386,6 +386,12 @@ class Contract:
         object.__setattr__(self, "_objects", objects)  # nested single objects (breaker, device_stats)
         nullable = tuple(i for i, f in enumerate(self._fields) if f.required and _admits_none(f.type))
         object.__setattr__(self, "_required_nullable", nullable)
+        # v2-only fields a v1 event must not carry even as null; the decoded event cannot tell a null
+        # from an absent one, so a v1 message naming one is judged by the rule-by-rule path
+        v2_null = tuple(
+            f'"{f.name}"'.encode() for f in self._fields if f.name in V2_ONLY_FIELDS and _admits_none(f.type)
+        )
+        object.__setattr__(self, "_v2_only_nullable", v2_null if self.topic == names.TOPIC_DECISIONS else ())
 
     # -- rules ---------------------------------------------------------------------------------
     def invariant_rules(self, event) -> list[str]:
@@ -463,7 +469,12 @@ class Contract:
             pass
         else:
             holds = self.holds(event) if self.holds is not None else not self.invariant_rules(event)
-            if holds and self.in_range(event):
+            v1_naming_v2 = (
+                self._v2_only_nullable
+                and event.schema_version == 1
+                and any(key in raw for key in self._v2_only_nullable)
+            )
+            if holds and self.in_range(event) and not v1_naming_v2:
                 # msgspec keeps the last of a repeated key, so a repeat must be looked for. The
                 # router's own messages are byte for byte the canonical encoding of their event,
                 # which repeats nothing (one encode and compare); others are screened by counting

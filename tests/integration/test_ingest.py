@@ -102,6 +102,8 @@ MALFORMED: list[tuple[str, bytes, list[str]]] = [
     ("bad timestamp", dumps(decision(event_time="yesterday at noon")), ["schema.invalid.event_time"]),
     ("timestamp without zone", dumps(decision(event_time="2026-11-29T12:00:00")), ["schema.invalid.event_time"]),
     ("unknown field", dumps(decision(prompt="tell me a secret")), ["schema.unknown.prompt"]),
+    # msgspec's encoding of a v1 event writes `"device_stats":null`: v1 has no such field (contract v1)
+    ("v1 naming a v2 field as null", dumps(decision(device_stats=None)), ["schema.unknown.device_stats"]),
     (
         "capability without capability_miss",
         dumps(capability_miss(reason="default")),

@@ -117,30 +117,37 @@ def twin_warehouse(home):
         yield client
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(_decisions(), min_size=1, max_size=12))
-def test_json_lines_store_exactly_what_native_columns_store(twin_warehouse, events):
-    client = twin_warehouse
-    table, columns, build = FACTS[DECISIONS]
-    for t in (table, f"native_{table}"):
-        client.command(f"TRUNCATE TABLE {names.DATABASE}.{t}")
-    raws = [dumps(e) for e in events]
-    parsed = parse_chunk(DECISIONS, [(3, i, raw, False) for i, raw in enumerate(raws)])
+def _insert_both_ways(client, topic: str, raws: list[bytes], partition: int, first_offset: int = 0) -> None:
+    """The JSON lines through the input table (facts and ledger), and the Native columns of the same
+    decoded events into the twin facts table."""
+    table, columns, build = FACTS[topic]
+    offsets = list(range(first_offset, first_offset + len(raws)))
+    parsed = parse_chunk(topic, [(partition, o, raw, False) for o, raw in zip(offsets, raws)])
     assert all(p[0] is not None for p in parsed), [p for p in parsed if p[0] is None]
     client.raw_insert(
-        json_rows.INPUT_TABLE[DECISIONS],
+        json_rows.INPUT_TABLE[topic],
         None,
         b"\n".join(p[0] for p in parsed),
         settings=json_rows.INSERT_SETTINGS,
         fmt="JSONEachRow",
     )
-    decoded = [CONTRACTS[DECISIONS].parse(raw)[0] for raw in raws]
+    decoded = [CONTRACTS[topic].parse(raw)[0] for raw in raws]
     client.insert(
         f"{names.DATABASE}.native_{table}",
-        build(decoded, DECISIONS, [3] * len(decoded), list(range(len(decoded)))),
+        build(decoded, topic, [partition] * len(raws), offsets),
         column_names=list(columns),
         column_oriented=True,
     )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_decisions(), min_size=1, max_size=12))
+def test_json_lines_store_exactly_what_native_columns_store(twin_warehouse, events):
+    client = twin_warehouse
+    table, columns, _ = FACTS[DECISIONS]
+    for t in (table, f"native_{table}"):
+        client.command(f"TRUNCATE TABLE {names.DATABASE}.{t}")
+    _insert_both_ways(client, DECISIONS, [dumps(e) for e in events], partition=3)
     assert _rows(client, table, columns) == _rows(client, f"native_{table}", columns)
 
 
@@ -150,23 +157,8 @@ def test_json_lines_of_labels_and_breakers_store_what_native_columns_store(twin_
         (LABELS, [label(), label(labeler='a\\b "é"', route_correct=None, device_acceptable=None)]),
         (BREAKERS, [breaker(), breaker(trigger=None, event_time="1969-12-31T23:59:59.9995-01:30")]),
     ):
-        table, columns, build = FACTS[topic]
-        raws = [dumps(e) for e in events]
-        parsed = parse_chunk(topic, [(0, i, raw, False) for i, raw in enumerate(raws)])
-        client.raw_insert(
-            json_rows.INPUT_TABLE[topic],
-            None,
-            b"\n".join(p[0] for p in parsed),
-            settings=json_rows.INSERT_SETTINGS,
-            fmt="JSONEachRow",
-        )
-        decoded = [CONTRACTS[topic].parse(raw)[0] for raw in raws]
-        client.insert(
-            f"{names.DATABASE}.native_{table}",
-            build(decoded, topic, [0] * len(decoded), list(range(len(decoded)))),
-            column_names=list(columns),
-            column_oriented=True,
-        )
+        table, columns, _ = FACTS[topic]
+        _insert_both_ways(client, topic, [dumps(e) for e in events], partition=0)
         assert _rows(client, table, columns) == _rows(client, f"native_{table}", columns)
         assert len(_rows(client, table, columns)) == 2
 
@@ -175,14 +167,7 @@ def test_the_json_insert_writes_the_ledger_rows_of_its_events(twin_warehouse):
     client = twin_warehouse
     client.command(f"TRUNCATE TABLE {names.TABLES[names.TABLE_LOADED_MESSAGES]}")
     raws = [dumps(decision(event_id=f"00000000-0000-4000-8000-00000000000{i}")) for i in range(3)]
-    parsed = parse_chunk(DECISIONS, [(1, 10 + i, raw, False) for i, raw in enumerate(raws)])
-    client.raw_insert(
-        json_rows.INPUT_TABLE[DECISIONS],
-        None,
-        b"\n".join(p[0] for p in parsed),
-        settings=json_rows.INSERT_SETTINGS,
-        fmt="JSONEachRow",
-    )
+    _insert_both_ways(client, DECISIONS, raws, partition=1, first_offset=10)
     ledger = client.query(
         f"SELECT kafka_topic, kafka_partition, kafka_offset, toString(record_id) FROM "
         f"{names.TABLES[names.TABLE_LOADED_MESSAGES]} ORDER BY kafka_offset"
@@ -272,7 +257,7 @@ def test_a_worker_killed_mid_load_loses_and_doubles_nothing(mixed_topics, monkey
 def test_json_lines_carry_the_message_bytes_of_the_routers_own_events():
     """The router's messages are the canonical encoding of their event: the line is the message
     itself behind the lineage, not a re-encoding."""
-    raw = msgspec.json.encode(CONTRACTS[DECISIONS].parse(dumps(decision()))[0])
+    raw = msgspec.json.encode(CONTRACTS[DECISIONS].parse(dumps(decision(schema_version=2)))[0])
     (line, month), *_ = parse_chunk(DECISIONS, [(2, 41, raw, False)])
     assert line == b'{"kafka_partition":2,"kafka_offset":41,' + raw[1:]
     assert month == 2026 * 12 + 11

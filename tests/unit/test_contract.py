@@ -354,7 +354,9 @@ def test_non_objects_are_named(raw, expected):
 
 
 def test_round_trip_through_the_typed_event_is_lossless():
-    original = VALID_DECISIONS["all optional fields"]
+    """As the router emits them: contract v2 (a v1 event's encoding names `device_stats`, which v1
+    does not have: see the test on that below)."""
+    original = {**VALID_DECISIONS["all optional fields"], "schema_version": 2}
     event, _ = DECISIONS.parse(dumps(original))
     again, rules = DECISIONS.parse(event.to_json())
     assert rules == [] and again == event
@@ -555,3 +557,18 @@ def test_inlined_range_check_agrees_with_the_named_rules(version, reason, values
     rules = DECISIONS.validate(msgspec.json.decode(dumps(event)))
     assert all(r.startswith(("schema.range.", "schema.unknown.", "schema.invalid.reason")) for r in rules), rules
     assert decision_ranges_hold(typed) == (rules == [])
+
+
+def test_a_v1_decision_naming_device_stats_even_as_null_is_refused_like_the_rule_by_rule_path_refuses_it():
+    """Contract v1 has no `device_stats` (its schema forbids other properties). msgspec's encoding of a
+    decoded v1 event writes the field as null, so the canonical bytes of a v1 event must not pass the
+    fast path either; a v1 event without the key, and a v2 event with it null, stay valid."""
+    contract = DECISIONS
+    event, rules = contract.parse(dumps(decision()))
+    assert rules == []
+    canonical = msgspec.json.encode(event)
+    assert b'"device_stats":null' in canonical
+    assert contract.parse(canonical) == (None, ["schema.unknown.device_stats"])
+    assert contract.validate(msgspec.json.decode(canonical)) == ["schema.unknown.device_stats"]
+    assert contract.parse(dumps(decision(schema_version=2, device_stats=None)))[1] == []
+    assert contract.parse(dumps(decision(request_id='say "device_stats"')))[1] == []  # only a key counts
