@@ -119,7 +119,6 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
         # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
         # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
         self._clean_ids: set[str] = set()
@@ -186,8 +185,10 @@ class Recorder:
         spans, metrics and event as `decision()` + `Decision.adopt()`, without the bookkeeping a
         decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
         started = time.time_ns()
-        span = self.telemetry.tracer.start_span(f"route {task_type}", kind=SpanKind.INTERNAL, start_time=started)
         parent = otel_context.get_current()
+        span = self.telemetry.tracer.start_span(
+            f"route {task_type}", parent, kind=SpanKind.INTERNAL, start_time=started
+        )
         current = set_span_in_context(span, parent)
         token = otel_context.attach(current)
         try:
@@ -234,7 +235,9 @@ class Recorder:
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every event so far is delivered, or written to the disk spool while the broker is
-        unreachable (True: nothing is left in memory), or the timeout passes (False)."""
+        unreachable (True: nothing is left in memory), or the timeout passes (False). Decisions waiting
+        to be counted and timed in the metrics are recorded first."""
+        self.telemetry.record_decisions()
         emitter = self.emitter
         if emitter is None or not hasattr(emitter, "spool"):
             return True if emitter is None else emitter.flush(timeout_s)
@@ -274,7 +277,8 @@ class Recorder:
         if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
             changes["device_tier"] = tier
         if ctx.is_valid:
-            changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+            # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
+            changes["trace_id"], changes["span_id"] = ctx.trace_id.to_bytes(16).hex(), ctx.span_id.to_bytes(8).hex()
         if changes:
             event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
@@ -297,18 +301,15 @@ class Recorder:
             children_end = self._attempt_spans(event, started_ns, session, details, current)
         else:
             children_end = started_ns
-        if otel_context.get_current() is current:
+        if (now := otel_context.get_current()) is current:
             tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
         else:  # the block left another context current: the event carries that one, as it always has
-            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event, now)
+            parent, ctx = now, None
+        # counted, and the latency's exemplar linked to the span current now: the decision span (by its
+        # ids), or the one the block left current
         key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
-        tel.count_decision(key)
-        attrs = self._latency_attrs.get(key[0::3])
-        if attrs is None:  # the few combinations recur: build their attribute dicts once
-            if len(self._latency_attrs) >= 4096:
-                self._latency_attrs.clear()
-            attrs = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
-        tel.latency.record(event.latency_ms, attrs)
+        tel.decided(key, event.latency_ms, ctx, parent)
         return event, children_end
 
     def _scrub_id(self, value: str) -> str:

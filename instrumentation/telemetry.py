@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 
 import msgspec
 from opentelemetry import context as otel_context
@@ -74,6 +75,15 @@ class Telemetry:
         self.latency = meter.create_histogram(
             A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
         )
+        # Decisions wait here, a tuple each, for the emitter's sender thread (or the next collection,
+        # whichever comes first) to count them and record their latency: the same series, values and
+        # exemplars, off the request path. Without a sender to do it, or past the bound, at the call.
+        self._decided: deque[tuple] = deque()
+        self._decided_max = 0
+        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
+        if emitter is not None and hasattr(emitter, "call_on_sender"):
+            emitter.call_on_sender(self.record_decisions)
+            self._decided_max = max(4096, min(getattr(emitter, "queue_size", 0), 1_000_000))
         if emitter is not None:
             meter.create_observable_counter(
                 A.METRIC_EVENTS,
@@ -101,9 +111,44 @@ class Telemetry:
                     entry = self._decision_counts[key] = [0, attributes]
             entry[0] += 1
 
+    def decided(self, key: tuple, latency_ms: float, span_context=None, context=None) -> None:
+        """One decision of the series `key` = (task_type, fallback_type, reason, degrade_level) that took
+        `latency_ms`: counted, and its latency recorded with an exemplar linked to `span_context` (the
+        decision span's ids) inside `context`, or else to the span current in `context` (None: the
+        current context). Queued for the sender thread when there is one (see `record_decisions`)."""
+        if len(self._decided) < self._decided_max:
+            self._decided.append((key, latency_ms, span_context, context))
+        else:
+            self._record_decision(key, latency_ms, span_context, context)
+
+    def _record_decision(self, key, latency_ms, span_context, context) -> None:
+        self.count_decision(key)
+        attributes = self._latency_attrs.get(key[0::3])
+        if attributes is None:  # the few combinations recur: build their attribute dicts once
+            if len(self._latency_attrs) >= 4096:
+                self._latency_attrs.clear()
+            attributes = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
+        if span_context is not None:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
+        self.latency.record(latency_ms, attributes, context)
+
+    def record_decisions(self) -> None:
+        """Count and record the decisions waiting in the queue. The sender thread calls this between
+        batches (a metric point appears milliseconds after its decision; an exemplar's timestamp is
+        when it is recorded), and so do every collection, before it reads the metrics, and
+        `Recorder.flush()`: a reader never misses a decision made before it collected."""
+        pending, record = self._decided, self._record_decision
+        while True:
+            try:
+                decision = pending.popleft()
+            except IndexError:
+                return
+            record(*decision)
+
     def _decision_observations(self, options):
         from opentelemetry.metrics import Observation
 
+        self.record_decisions()  # a collection runs its callbacks before it reads the histogram
         with self._counts_lock:
             return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
 
