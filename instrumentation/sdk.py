@@ -82,6 +82,11 @@ class _AttemptSpan:
 
 
 _NO_DETAIL = _AttemptSpan()
+# the decision span's attribute names, bound once (read for every decision)
+_TASK_TYPE, _FALLBACK_TYPE, _REASON = A.ROUTER_TASK_TYPE, A.ROUTER_FALLBACK_TYPE, A.ROUTER_REASON
+_DEGRADE_LEVEL, _CLOUD_CALLS, _POLICY_VERSION = A.ROUTER_DEGRADE_LEVEL, A.ROUTER_CLOUD_CALLS, A.ROUTER_POLICY_VERSION
+_ENTERED_DEVICE, _MODE = A.ROUTER_ENTERED_DEVICE, A.ROUTER_MODE
+_CONFIDENCE, _THRESHOLD = A.ROUTER_CONFIDENCE, A.ROUTER_THRESHOLD
 # the attempt span's attribute names and kinds, bound once (the loop below runs for every attempt)
 _OPERATION, _PROVIDER, _MODEL = A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_MODEL
 _CONVERSATION, _LEVEL, _OUTCOME = A.GEN_AI_CONVERSATION_ID, A.ROUTER_ATTEMPT_LEVEL, A.ROUTER_ATTEMPT_OUTCOME
@@ -283,20 +288,20 @@ class Recorder:
             event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if span.is_recording():
             attributes = {
-                A.ROUTER_TASK_TYPE: event.task_type,
-                A.ROUTER_FALLBACK_TYPE: event.fallback_type,
-                A.ROUTER_REASON: event.reason,
-                A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
-                A.ROUTER_CLOUD_CALLS: event.cloud_calls,
-                A.ROUTER_POLICY_VERSION: event.policy_version,
-                A.ROUTER_ENTERED_DEVICE: event.entered_device,
-                A.ROUTER_MODE: event.mode,
-                A.GEN_AI_CONVERSATION_ID: session,
+                _TASK_TYPE: event.task_type,
+                _FALLBACK_TYPE: event.fallback_type,
+                _REASON: event.reason,
+                _DEGRADE_LEVEL: event.degrade_level,
+                _CLOUD_CALLS: event.cloud_calls,
+                _POLICY_VERSION: event.policy_version,
+                _ENTERED_DEVICE: event.entered_device,
+                _MODE: event.mode,
+                _CONVERSATION: session,
             }
             if event.confidence is not None:
-                attributes[A.ROUTER_CONFIDENCE] = event.confidence
+                attributes[_CONFIDENCE] = event.confidence
             if event.threshold is not None:
-                attributes[A.ROUTER_THRESHOLD] = event.threshold
+                attributes[_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
             children_end = self._attempt_spans(event, started_ns, session, details, current)
         else:
@@ -308,8 +313,7 @@ class Recorder:
             parent, ctx = now, None
         # counted, and the latency's exemplar linked to the span current now: the decision span (by its
         # ids), or the one the block left current
-        key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
-        tel.decided(key, event.latency_ms, ctx, parent)
+        tel.decided(event, ctx, parent)
         return event, children_end
 
     def _scrub_id(self, value: str) -> str:

@@ -111,17 +111,18 @@ class Telemetry:
                     entry = self._decision_counts[key] = [0, attributes]
             entry[0] += 1
 
-    def decided(self, key: tuple, latency_ms: float, span_context=None, context=None) -> None:
-        """One decision of the series `key` = (task_type, fallback_type, reason, degrade_level) that took
-        `latency_ms`: counted, and its latency recorded with an exemplar linked to `span_context` (the
-        decision span's ids) inside `context`, or else to the span current in `context` (None: the
-        current context). Queued for the sender thread when there is one (see `record_decisions`)."""
+    def decided(self, event, span_context=None, context=None) -> None:
+        """One decision (a DecisionEvent as sent): counted in its series (task type × fallback type ×
+        reason × level), its latency recorded with an exemplar linked to `span_context` (the decision
+        span's ids) inside `context`, or else to the span current in `context` (None: the current
+        context). Queued for the sender thread when there is one (see `record_decisions`)."""
         if len(self._decided) < self._decided_max:
-            self._decided.append((key, latency_ms, span_context, context))
+            self._decided.append((event, span_context, context))
         else:
-            self._record_decision(key, latency_ms, span_context, context)
+            self._record_decision(event, span_context, context)
 
-    def _record_decision(self, key, latency_ms, span_context, context) -> None:
+    def _record_decision(self, event, span_context, context) -> None:
+        key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
         self.count_decision(key)
         attributes = self._latency_attrs.get(key[0::3])
         if attributes is None:  # the few combinations recur: build their attribute dicts once
@@ -130,7 +131,7 @@ class Telemetry:
             attributes = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
         if span_context is not None:
             context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
-        self.latency.record(latency_ms, attributes, context)
+        self.latency.record(event.latency_ms, attributes, context)
 
     def record_decisions(self) -> None:
         """Count and record the decisions waiting in the queue. The sender thread calls this between
