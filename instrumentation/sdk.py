@@ -204,7 +204,7 @@ class Recorder:
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
-            event, _ = self._finish(span, event, started, None, parent, current)
+            event, _ = self._finish(span, event, started, None, parent, current, need_end=False)
         finally:
             otel_context.detach(token)
             span.end()
@@ -262,12 +262,21 @@ class Recorder:
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
     def _finish(
-        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None, parent, current
+        self,
+        span,
+        event: DecisionEvent,
+        started_ns: int,
+        details: list[_AttemptSpan] | None,
+        parent,
+        current,
+        need_end: bool = True,
     ) -> tuple[DecisionEvent, int]:
-        """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
-        end of the last attempt span. `current` is the context that made `span` current (`parent` plus
-        the span): the attempt spans are its children, and while it is still the current context, the
-        queued event keeps `parent` and the span's ids rather than the live span."""
+        """Scrub, annotate the span, send, add the attempt spans; returns the event as sent and the
+        end of the last attempt span (computed only if `need_end`). `current` is the context that made
+        `span` current (`parent` plus the span): the attempt spans are its children, and while it is
+        still the current context, the queued event keeps `parent` and the span's ids rather than the
+        live span, and the attempt spans, the count and the latency are left to the telemetry's sender
+        thread when it has one (`Telemetry.decided`)."""
         tel = self.telemetry
         session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
@@ -286,7 +295,7 @@ class Recorder:
             changes["trace_id"], changes["span_id"] = ctx.trace_id.to_bytes(16).hex(), ctx.span_id.to_bytes(8).hex()
         if changes:
             event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
-        if span.is_recording():
+        if recording := span.is_recording():
             attributes = {
                 _TASK_TYPE: event.task_type,
                 _FALLBACK_TYPE: event.fallback_type,
@@ -303,17 +312,23 @@ class Recorder:
             if event.threshold is not None:
                 attributes[_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
-            children_end = self._attempt_spans(event, started_ns, session, details, current)
-        else:
-            children_end = started_ns
-        if (now := otel_context.get_current()) is current:
-            tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
-        else:  # the block left another context current: the event carries that one, as it always has
+        now = otel_context.get_current()
+        if now is not current:  # the block left another context current: the event carries that one
             tel.send(names.TOPIC_DECISIONS, event.session_id, event, now)
-            parent, ctx = now, None
-        # counted, and the latency's exemplar linked to the span current now: the decision span (by its
-        # ids), or the one the block left current
-        tel.decided(event, ctx, parent)
+            children_end = (
+                attempt_spans(tel.tracer, event, started_ns, session, details, current) if recording else started_ns
+            )
+            tel.decided(event, None, now)  # the latency's exemplar: the span the block left current
+            return event, children_end
+        tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
+        if not recording:
+            children_end, attempts = started_ns, None
+        elif tel.deferring():  # the sender thread makes the attempt spans (at their own times) later
+            attempts = (started_ns, session, details)
+            children_end = _attempts_end(event, started_ns, details) if need_end else started_ns
+        else:
+            children_end, attempts = attempt_spans(tel.tracer, event, started_ns, session, details, current), None
+        tel.decided(event, ctx, parent, attempts)  # counted, timed (the exemplar: the decision span)
         return event, children_end
 
     def _scrub_id(self, value: str) -> str:
@@ -326,56 +341,71 @@ class Recorder:
             self._clean_ids.add(value)
         return scrubbed
 
-    def _attempt_spans(
-        self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context
-    ) -> int:
-        t = latest = started_ns
-        start_span = self.telemetry.tracer.start_span
-        attempts = event.attempts
-        last = len(attempts) - 1
-        for i, attempt in enumerate(attempts):
-            detail = details[i] if details else _NO_DETAIL
-            level, outcome = attempt.level, attempt.outcome
-            on_device = level <= 1
-            if level == 4:
-                model, provider = "canned", "routerscope"
-            elif on_device:
-                model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
-            else:
-                model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
-            if detail.start_ns is not None:
-                t = detail.start_ns
-            end = t + int(attempt.latency_ms * 1e6)
-            attributes = {
-                _OPERATION: "chat",
-                _PROVIDER: provider,
-                _MODEL: model,
-                _CONVERSATION: session,
-                _LEVEL: level,
-                _OUTCOME: outcome,
-                _INPUT_TOKENS: event.input_tokens,
-            }
-            if detail.output_tokens is not None:
-                attributes[_OUTPUT_TOKENS] = detail.output_tokens
-            elif i == last:
-                attributes[_OUTPUT_TOKENS] = event.output_tokens
-            failed = outcome != "ok"
-            if failed:
-                attributes[_ERROR_TYPE] = outcome
-            child = start_span(
-                f"chat {model}",
-                parent_context,
-                kind=_INTERNAL if on_device else _CLIENT,
-                start_time=t,
-                attributes=attributes,
-            )
-            if failed:
-                child.set_status(Status(StatusCode.ERROR, outcome))
-            child.end(end_time=end)
-            t = end
-            if end > latest:
-                latest = end
-        return latest
+
+def _attempt_times(event, started_ns: int, details: list[_AttemptSpan] | None):
+    """(start, end) in ns of each attempt span: back to back from the decision's start, unless an
+    attempt says when it started."""
+    t, times = started_ns, []
+    for i, attempt in enumerate(event.attempts):
+        start_ns = details[i].start_ns if details else None
+        if start_ns is not None:
+            t = start_ns
+        end = t + int(attempt.latency_ms * 1e6)
+        times.append((t, end))
+        t = end
+    return times
+
+
+def _attempts_end(event, started_ns: int, details: list[_AttemptSpan] | None) -> int:
+    return max([end for _, end in _attempt_times(event, started_ns, details)], default=started_ns)
+
+
+def attempt_spans(tracer, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context):
+    """One child span of the decision span (the span current in `parent_context`) per attempt, with
+    its GenAI attributes, started and ended at the attempt's own times; returns the last end."""
+    latest = started_ns
+    start_span = tracer.start_span
+    attempts = event.attempts
+    last = len(attempts) - 1
+    for i, (attempt, (t, end)) in enumerate(zip(attempts, _attempt_times(event, started_ns, details))):
+        detail = details[i] if details else _NO_DETAIL
+        level, outcome = attempt.level, attempt.outcome
+        on_device = level <= 1
+        if level == 4:
+            model, provider = "canned", "routerscope"
+        elif on_device:
+            model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
+        else:
+            model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
+        attributes = {
+            _OPERATION: "chat",
+            _PROVIDER: provider,
+            _MODEL: model,
+            _CONVERSATION: session,
+            _LEVEL: level,
+            _OUTCOME: outcome,
+            _INPUT_TOKENS: event.input_tokens,
+        }
+        if detail.output_tokens is not None:
+            attributes[_OUTPUT_TOKENS] = detail.output_tokens
+        elif i == last:
+            attributes[_OUTPUT_TOKENS] = event.output_tokens
+        failed = outcome != "ok"
+        if failed:
+            attributes[_ERROR_TYPE] = outcome
+        child = start_span(
+            f"chat {model}",
+            parent_context,
+            kind=_INTERNAL if on_device else _CLIENT,
+            start_time=t,
+            attributes=attributes,
+        )
+        if failed:
+            child.set_status(Status(StatusCode.ERROR, outcome))
+        child.end(end_time=end)
+        if end > latest:
+            latest = end
+    return latest
 
 
 class Decision:
@@ -453,7 +483,13 @@ class Decision:
                     )
                 details = None if self._adopted else self._details
                 finished = self.recorder._finish(
-                    self._span, self._event, self._started_ns, details, self._parent, self._current
+                    self._span,
+                    self._event,
+                    self._started_ns,
+                    details,
+                    self._parent,
+                    self._current,
+                    need_end=self.start_ns is not None,
                 )
                 self.event, self._children_end = finished
             elif self._span.is_recording():

@@ -24,7 +24,7 @@ from opentelemetry.propagate import inject
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder  # noqa: F401 (the providers: re-exported)
+from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder, attempt_spans  # noqa: F401 (the providers: re-exported)
 from routerscope import names
 
 
@@ -111,17 +111,26 @@ class Telemetry:
                     entry = self._decision_counts[key] = [0, attributes]
             entry[0] += 1
 
-    def decided(self, event, span_context=None, context=None) -> None:
+    def deferring(self) -> bool:
+        """True when what `decided` is given waits for the sender thread (there is one, with room)."""
+        return len(self._decided) < self._decided_max
+
+    def decided(self, event, span_context=None, context=None, attempts=None) -> None:
         """One decision (a DecisionEvent as sent): counted in its series (task type × fallback type ×
         reason × level), its latency recorded with an exemplar linked to `span_context` (the decision
         span's ids) inside `context`, or else to the span current in `context` (None: the current
-        context). Queued for the sender thread when there is one (see `record_decisions`)."""
+        context); with `attempts` = (started_ns, session, details), its attempt spans made as children
+        of that span. Queued for the sender thread when there is one (see `record_decisions`)."""
         if len(self._decided) < self._decided_max:
-            self._decided.append((event, span_context, context))
+            self._decided.append((event, span_context, context, attempts))
         else:
-            self._record_decision(event, span_context, context)
+            self._record_decision(event, span_context, context, attempts)
 
-    def _record_decision(self, event, span_context, context) -> None:
+    def _record_decision(self, event, span_context, context, attempts) -> None:
+        if span_context is not None:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
+        if attempts is not None:
+            attempt_spans(self.tracer, event, *attempts, context)
         key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
         self.count_decision(key)
         attributes = self._latency_attrs.get(key[0::3])
@@ -129,15 +138,14 @@ class Telemetry:
             if len(self._latency_attrs) >= 4096:
                 self._latency_attrs.clear()
             attributes = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
-        if span_context is not None:
-            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
         self.latency.record(event.latency_ms, attributes, context)
 
     def record_decisions(self) -> None:
-        """Count and record the decisions waiting in the queue. The sender thread calls this between
-        batches (a metric point appears milliseconds after its decision; an exemplar's timestamp is
-        when it is recorded), and so do every collection, before it reads the metrics, and
-        `Recorder.flush()`: a reader never misses a decision made before it collected."""
+        """Make the attempt spans of, count and time the decisions waiting in the queue. The sender
+        thread calls this between batches (spans and metric points appear milliseconds after their
+        decision, the attempt spans after the decision span; an exemplar's timestamp is when it is
+        recorded), and so do every collection, before it reads the metrics, and `Recorder.flush()`: a
+        reader never misses a decision made before it collected."""
         pending, record = self._decided, self._record_decision
         while True:
             try:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from string import Template
 
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -356,12 +357,84 @@ def record_one(tel):
     return d.event
 
 
+ONE_DECISION_SPANS = [  # record_one's decision: its span and its two attempt spans, as a tracing backend sees them
+    (
+        "chat device",
+        SpanKind.INTERNAL,
+        "route short_reply",
+        T0_NS,
+        T0_NS + 180_500_000,
+        StatusCode.ERROR,
+        "low_confidence",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "llama.cpp",
+            "gen_ai.request.model": "device",
+            "gen_ai.conversation.id": "s1",
+            "router.attempt.level": 0,
+            "router.attempt.outcome": "low_confidence",
+            "gen_ai.usage.input_tokens": 0,
+            "error.type": "low_confidence",
+        },
+        0,
+        0,
+    ),
+    (
+        "chat cloud",
+        SpanKind.CLIENT,
+        "route short_reply",
+        T0_NS + 180_500_000,
+        T0_NS + 600_750_000,
+        StatusCode.UNSET,
+        None,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "cloud",
+            "gen_ai.conversation.id": "s1",
+            "router.attempt.level": 2,
+            "router.attempt.outcome": "ok",
+            "gen_ai.usage.input_tokens": 0,
+            "gen_ai.usage.output_tokens": 0,
+        },
+        0,
+        0,
+    ),
+    (
+        "route short_reply",
+        SpanKind.INTERNAL,
+        None,
+        T0_NS,
+        T0_NS + 600_750_000,
+        StatusCode.UNSET,
+        None,
+        {
+            "router.task_type": "short_reply",
+            "router.fallback_type": "quality",
+            "router.reason": "low_confidence",
+            "router.degrade_level": 2,
+            "router.cloud_calls": 1,
+            "router.policy_version": "app",
+            "router.entered_device": True,
+            "router.mode": "live",
+            "gen_ai.conversation.id": "s1",
+            "router.confidence": 0.41,
+            "router.threshold": 0.7,
+        },
+        0,
+        0,
+    ),
+]
+
+
 @pytest.mark.parametrize("recorded_by", ["the request path", "the sender thread", "the collection"])
-def test_whoever_counts_and_times_a_decision_the_points_and_the_exemplar_are_the_same(recorded_by, tmp_path):
-    """With an emitter that has a sender thread, a decision is counted and its latency recorded off the
-    request path: by the sender between batches, or by the next collection, whichever comes first
-    (without one, at the call). A collection after the decision sees the same points every way, and
-    the latency's exemplar links to the decision span."""
+def test_whoever_makes_the_attempt_spans_and_the_metrics_of_a_decision_they_are_the_same(recorded_by, tmp_path):
+    """With an emitter that has a sender thread, a decision's attempt spans are made, and the decision
+    counted and its latency recorded, off the request path: by the sender between batches, or by the
+    next collection, whichever comes first (without a sender, at the call). Every way the spans are
+    the same (names, kinds, parents, times, status, attributes; the attempt spans end after their
+    parent when the sender makes them), a collection sees the same points, and the latency's exemplar
+    links to the decision span."""
     if recorded_by == "the request path":
         emitter = ListEmitter()  # no sender thread
     elif recorded_by == "the sender thread":
@@ -369,8 +442,10 @@ def test_whoever_counts_and_times_a_decision_the_points_and_the_exemplar_are_the
         emitter = KafkaEmitter(config, tmp_path / "spool")
     else:
         emitter = stopped_emitter(tmp_path / "spool")
-    reader = InMemoryMetricReader()
-    tel = Telemetry(emitter, TracerProvider(), MeterProvider(metric_readers=[reader]))
+    exporter, reader, provider = InMemorySpanExporter(), InMemoryMetricReader(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tel = Telemetry(emitter, provider, MeterProvider(metric_readers=[reader]))
+    token = otel_context.attach(otel_context.Context())  # a root decision, whatever an earlier test left current
     try:
         event = record_one(tel)
         if recorded_by == "the sender thread":
@@ -380,11 +455,24 @@ def test_whoever_counts_and_times_a_decision_the_points_and_the_exemplar_are_the
             assert not tel._decided, "the sender thread recorded it, before any collection"
         elif recorded_by == "the collection":
             assert len(tel._decided) == 1, "waiting: the request path did not record it"
+            assert [name for name, *_ in spans_as_records(exporter)] == ["route short_reply"]
         points, exemplars = decision_metrics(reader)
     finally:
+        otel_context.detach(token)
         if isinstance(emitter, KafkaEmitter):
             emitter._stop.set()
             emitter._thread.join(5)
+    records = spans_as_records(exporter)
+    if recorded_by == "the request path":
+        assert records == ONE_DECISION_SPANS
+    else:
+        assert records == ONE_DECISION_SPANS[2:] + ONE_DECISION_SPANS[:2]
+    (root,) = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert (format(root.context.trace_id, "032x"), format(root.context.span_id, "016x")) == (
+        event.trace_id,
+        event.span_id,
+    )
+    assert {s.context.trace_id for s in exporter.get_finished_spans()} == {root.context.trace_id}
     key = {"task_type": "short_reply", "fallback_type": "quality", "reason": "low_confidence", "degrade_level": 2}
     assert points == {
         "router.decisions": [(key, 1)],
@@ -396,7 +484,7 @@ def test_whoever_counts_and_times_a_decision_the_points_and_the_exemplar_are_the
 
 def test_past_the_bound_of_waiting_decisions_they_are_recorded_at_the_call_and_none_is_lost(tmp_path):
     """The decisions waiting for the sender are bounded (by the emitter's queue size, at least 4096):
-    past it, a decision is counted and timed at the call, as with no sender at all."""
+    past it, a decision's attempt spans, count and latency are made at the call, as with no sender."""
     reader = InMemoryMetricReader()
     tel = Telemetry(stopped_emitter(tmp_path / "spool"), TracerProvider(), MeterProvider(metric_readers=[reader]))
     assert tel._decided_max == 100_000  # the emitter's default queue size
