@@ -11,8 +11,9 @@ An application that makes its own device/cloud decisions records each one::
 
 The block is the decision span `route {task_type}` (current while the block runs, so the app's own
 model-call spans nest under it); on exit it gets the `router.*` attributes, one child span per attempt
-with GenAI attributes, and the decision event leaves through the same emitter as our router's (bounded
-queue, disk spool, accounting) with the span's trace ids. Identifiers that look personal are scrubbed
+with GenAI attributes (made by the emitter's sender thread when there is one, see `Telemetry.decided`),
+and the decision event leaves through the same emitter as our router's (bounded queue, disk spool,
+accounting) with the span's trace ids. Identifiers that look personal are scrubbed
 (`instrumentation.pii`) before they reach a span, an event or a label.
 
 An impossible record is refused where it is made, with `InvalidDecision` naming the rule, instead of

@@ -5,10 +5,12 @@ decision event to Kafka with the trace context in its headers.
 span `route {task_type}` (INTERNAL) carries the decision as `router.*` attributes; each attempt is a
 child span with GenAI attributes and `error.type` on failure. Counters of decisions by task type ×
 fallback type × reason × level and a latency histogram go to the meter (no session ids as metric
-attributes). Nothing is exported anywhere by default except the events to Kafka; set the standard
-`OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans
-and metrics over OTLP/HTTP. Identifiers that look like personal data are scrubbed
-(`instrumentation.pii`) before they enter a span or an event.
+attributes). Only the decision span is made on the request path; the attempt spans, the count and
+the latency follow on the emitter's sender thread (`Telemetry.decided`). Nothing is exported
+anywhere by default except the events to Kafka; set the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+`..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans and metrics over OTLP/HTTP.
+Identifiers that look like personal data are scrubbed (`instrumentation.pii`) before they enter a
+span or an event.
 """
 
 from __future__ import annotations
