@@ -78,8 +78,10 @@ class Telemetry:
             A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
         )
         # Decisions wait here, a tuple each, for the emitter's sender thread (or the next collection,
-        # whichever comes first) to count them and record their latency: the same series, values and
-        # exemplars, off the request path. Without a sender to do it, or past the bound, at the call.
+        # whichever comes first) to make their attempt spans, count them and record their latency: the
+        # same spans, series, values and exemplars, off the request path. Without a sender to do it, or
+        # past the bound, at the call. (After `emitter.close()` they wait, like its events, until a
+        # collection or `Recorder.flush()`.)
         self._decided: deque[tuple] = deque()
         self._decided_max = 0
         self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
