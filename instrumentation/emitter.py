@@ -375,6 +375,7 @@ class KafkaEmitter:
         self._producer = None
         self._down_until = 0.0
         self._stop = threading.Event()
+        self._on_sender: list = []  # work handed to the sender thread (see `call_on_sender`)
         self._thread = threading.Thread(target=self._supervise, name="routerscope-emitter", daemon=True)
         self._thread.start()
 
@@ -389,6 +390,12 @@ class KafkaEmitter:
             self.queue.put(message)
         else:
             self.queue_dropped += 1
+
+    def call_on_sender(self, work) -> None:
+        """Have `work()` called on the sender thread between batches (at least every 50 ms while the
+        sender waits for messages): request-path work that can wait that long. It must not raise; if it
+        does, the error is logged and the sender goes on."""
+        self._on_sender.append(work)
 
     # -- accounting ----------------------------------------------------------------------------------
     @property
@@ -494,8 +501,17 @@ class KafkaEmitter:
                 self._reset_producer()
                 time.sleep(min(1.0, 0.05 * self.restarts))
 
+    def _run_handed_work(self) -> None:
+        for work in self._on_sender:
+            try:
+                work()
+            except Exception:  # noqa: BLE001 - not the sender's to fail on
+                log.exception("work handed to the event sender failed")
+
     def _run(self) -> None:
         while True:
+            if self._on_sender:
+                self._run_handed_work()
             now = time.monotonic()
             if len(self.spool) and now >= self._down_until:  # replay, oldest first, before anything new
                 with self._lock:  # peek counts corrupt records: keep the books consistent for readers
@@ -524,6 +540,8 @@ class KafkaEmitter:
                         self._holding = []
                 continue
             if self._stop.is_set() and self.queue.empty():
+                if self._on_sender:
+                    self._run_handed_work()
                 return
             if len(self.spool):
                 time.sleep(0.05)

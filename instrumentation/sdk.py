@@ -11,8 +11,9 @@ An application that makes its own device/cloud decisions records each one::
 
 The block is the decision span `route {task_type}` (current while the block runs, so the app's own
 model-call spans nest under it); on exit it gets the `router.*` attributes, one child span per attempt
-with GenAI attributes, and the decision event leaves through the same emitter as our router's (bounded
-queue, disk spool, accounting) with the span's trace ids. Identifiers that look personal are scrubbed
+with GenAI attributes (made by the emitter's sender thread when there is one, see `Telemetry.decided`),
+and the decision event leaves through the same emitter as our router's (bounded queue, disk spool,
+accounting) with the span's trace ids. Identifiers that look personal are scrubbed
 (`instrumentation.pii`) before they reach a span, an event or a label.
 
 An impossible record is refused where it is made, with `InvalidDecision` naming the rule, instead of
@@ -82,6 +83,11 @@ class _AttemptSpan:
 
 
 _NO_DETAIL = _AttemptSpan()
+# the decision span's attribute names, bound once (read for every decision)
+_TASK_TYPE, _FALLBACK_TYPE, _REASON = A.ROUTER_TASK_TYPE, A.ROUTER_FALLBACK_TYPE, A.ROUTER_REASON
+_DEGRADE_LEVEL, _CLOUD_CALLS, _POLICY_VERSION = A.ROUTER_DEGRADE_LEVEL, A.ROUTER_CLOUD_CALLS, A.ROUTER_POLICY_VERSION
+_ENTERED_DEVICE, _MODE = A.ROUTER_ENTERED_DEVICE, A.ROUTER_MODE
+_CONFIDENCE, _THRESHOLD = A.ROUTER_CONFIDENCE, A.ROUTER_THRESHOLD
 # the attempt span's attribute names and kinds, bound once (the loop below runs for every attempt)
 _OPERATION, _PROVIDER, _MODEL = A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_MODEL
 _CONVERSATION, _LEVEL, _OUTCOME = A.GEN_AI_CONVERSATION_ID, A.ROUTER_ATTEMPT_LEVEL, A.ROUTER_ATTEMPT_OUTCOME
@@ -119,7 +125,6 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
         # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
         # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
         self._clean_ids: set[str] = set()
@@ -186,8 +191,10 @@ class Recorder:
         spans, metrics and event as `decision()` + `Decision.adopt()`, without the bookkeeping a
         decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
         started = time.time_ns()
-        span = self.telemetry.tracer.start_span(f"route {task_type}", kind=SpanKind.INTERNAL, start_time=started)
         parent = otel_context.get_current()
+        span = self.telemetry.tracer.start_span(
+            f"route {task_type}", parent, kind=SpanKind.INTERNAL, start_time=started
+        )
         current = set_span_in_context(span, parent)
         token = otel_context.attach(current)
         try:
@@ -198,7 +205,7 @@ class Recorder:
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
-            event, _ = self._finish(span, event, started, None, parent, current)
+            event, _ = self._finish(span, event, started, None, parent, current, need_end=False)
         finally:
             otel_context.detach(token)
             span.end()
@@ -234,7 +241,9 @@ class Recorder:
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every event so far is delivered, or written to the disk spool while the broker is
-        unreachable (True: nothing is left in memory), or the timeout passes (False)."""
+        unreachable (True: nothing is left in memory), or the timeout passes (False). Decisions waiting
+        to be counted and timed in the metrics are recorded first."""
+        self.telemetry.record_decisions()
         emitter = self.emitter
         if emitter is None or not hasattr(emitter, "spool"):
             return True if emitter is None else emitter.flush(timeout_s)
@@ -254,12 +263,21 @@ class Recorder:
 
     # -- the one way out for a decision (ours and everyone else's) ---------------------------------------
     def _finish(
-        self, span, event: DecisionEvent, started_ns: int, details: list[_AttemptSpan] | None, parent, current
+        self,
+        span,
+        event: DecisionEvent,
+        started_ns: int,
+        details: list[_AttemptSpan] | None,
+        parent,
+        current,
+        need_end: bool = True,
     ) -> tuple[DecisionEvent, int]:
-        """Scrub, annotate the span, add the attempt spans, send; returns the event as sent and the
-        end of the last attempt span. `current` is the context that made `span` current (`parent` plus
-        the span): the attempt spans are its children, and while it is still the current context, the
-        queued event keeps `parent` and the span's ids rather than the live span."""
+        """Scrub, annotate the span, send, add the attempt spans; returns the event as sent and the
+        end of the last attempt span (computed only if `need_end`). `current` is the context that made
+        `span` current (`parent` plus the span): the attempt spans are its children, and while it is
+        still the current context, the queued event keeps `parent` and the span's ids rather than the
+        live span, and the attempt spans, the count and the latency are left to the telemetry's sender
+        thread when it has one (`Telemetry.decided`)."""
         tel = self.telemetry
         session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
@@ -274,41 +292,44 @@ class Recorder:
         if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
             changes["device_tier"] = tier
         if ctx.is_valid:
-            changes["trace_id"], changes["span_id"] = format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+            # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
+            changes["trace_id"], changes["span_id"] = ctx.trace_id.to_bytes(16).hex(), ctx.span_id.to_bytes(8).hex()
         if changes:
             event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
-        if span.is_recording():
+        if recording := span.is_recording():
             attributes = {
-                A.ROUTER_TASK_TYPE: event.task_type,
-                A.ROUTER_FALLBACK_TYPE: event.fallback_type,
-                A.ROUTER_REASON: event.reason,
-                A.ROUTER_DEGRADE_LEVEL: event.degrade_level,
-                A.ROUTER_CLOUD_CALLS: event.cloud_calls,
-                A.ROUTER_POLICY_VERSION: event.policy_version,
-                A.ROUTER_ENTERED_DEVICE: event.entered_device,
-                A.ROUTER_MODE: event.mode,
-                A.GEN_AI_CONVERSATION_ID: session,
+                _TASK_TYPE: event.task_type,
+                _FALLBACK_TYPE: event.fallback_type,
+                _REASON: event.reason,
+                _DEGRADE_LEVEL: event.degrade_level,
+                _CLOUD_CALLS: event.cloud_calls,
+                _POLICY_VERSION: event.policy_version,
+                _ENTERED_DEVICE: event.entered_device,
+                _MODE: event.mode,
+                _CONVERSATION: session,
             }
             if event.confidence is not None:
-                attributes[A.ROUTER_CONFIDENCE] = event.confidence
+                attributes[_CONFIDENCE] = event.confidence
             if event.threshold is not None:
-                attributes[A.ROUTER_THRESHOLD] = event.threshold
+                attributes[_THRESHOLD] = event.threshold
             span.set_attributes(attributes)  # one call: one validation pass and one lock
-            children_end = self._attempt_spans(event, started_ns, session, details, current)
+        now = otel_context.get_current()
+        if now is not current:  # the block left another context current: the event carries that one
+            tel.send(names.TOPIC_DECISIONS, event.session_id, event, now)
+            children_end = (
+                attempt_spans(tel.tracer, event, started_ns, session, details, current) if recording else started_ns
+            )
+            tel.decided(event, None, now)  # the latency's exemplar: the span the block left current
+            return event, children_end
+        tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
+        if not recording:
+            children_end, attempts = started_ns, None
+        elif tel.deferring():  # the sender thread makes the attempt spans (at their own times) later
+            attempts = (started_ns, session, details)
+            children_end = _attempts_end(event, started_ns, details) if need_end else started_ns
         else:
-            children_end = started_ns
-        if otel_context.get_current() is current:
-            tel.send(names.TOPIC_DECISIONS, event.session_id, event, parent, ctx)
-        else:  # the block left another context current: the event carries that one, as it always has
-            tel.send(names.TOPIC_DECISIONS, event.session_id, event)
-        key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
-        tel.count_decision(key)
-        attrs = self._latency_attrs.get(key[0::3])
-        if attrs is None:  # the few combinations recur: build their attribute dicts once
-            if len(self._latency_attrs) >= 4096:
-                self._latency_attrs.clear()
-            attrs = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
-        tel.latency.record(event.latency_ms, attrs)
+            children_end, attempts = attempt_spans(tel.tracer, event, started_ns, session, details, current), None
+        tel.decided(event, ctx, parent, attempts)  # counted, timed (the exemplar: the decision span)
         return event, children_end
 
     def _scrub_id(self, value: str) -> str:
@@ -321,56 +342,71 @@ class Recorder:
             self._clean_ids.add(value)
         return scrubbed
 
-    def _attempt_spans(
-        self, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context
-    ) -> int:
-        t = latest = started_ns
-        start_span = self.telemetry.tracer.start_span
-        attempts = event.attempts
-        last = len(attempts) - 1
-        for i, attempt in enumerate(attempts):
-            detail = details[i] if details else _NO_DETAIL
-            level, outcome = attempt.level, attempt.outcome
-            on_device = level <= 1
-            if level == 4:
-                model, provider = "canned", "routerscope"
-            elif on_device:
-                model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
-            else:
-                model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
-            if detail.start_ns is not None:
-                t = detail.start_ns
-            end = t + int(attempt.latency_ms * 1e6)
-            attributes = {
-                _OPERATION: "chat",
-                _PROVIDER: provider,
-                _MODEL: model,
-                _CONVERSATION: session,
-                _LEVEL: level,
-                _OUTCOME: outcome,
-                _INPUT_TOKENS: event.input_tokens,
-            }
-            if detail.output_tokens is not None:
-                attributes[_OUTPUT_TOKENS] = detail.output_tokens
-            elif i == last:
-                attributes[_OUTPUT_TOKENS] = event.output_tokens
-            failed = outcome != "ok"
-            if failed:
-                attributes[_ERROR_TYPE] = outcome
-            child = start_span(
-                f"chat {model}",
-                parent_context,
-                kind=_INTERNAL if on_device else _CLIENT,
-                start_time=t,
-                attributes=attributes,
-            )
-            if failed:
-                child.set_status(Status(StatusCode.ERROR, outcome))
-            child.end(end_time=end)
-            t = end
-            if end > latest:
-                latest = end
-        return latest
+
+def _attempt_times(event, started_ns: int, details: list[_AttemptSpan] | None):
+    """(start, end) in ns of each attempt span: back to back from the decision's start, unless an
+    attempt says when it started."""
+    t, times = started_ns, []
+    for i, attempt in enumerate(event.attempts):
+        start_ns = details[i].start_ns if details else None
+        if start_ns is not None:
+            t = start_ns
+        end = t + int(attempt.latency_ms * 1e6)
+        times.append((t, end))
+        t = end
+    return times
+
+
+def _attempts_end(event, started_ns: int, details: list[_AttemptSpan] | None) -> int:
+    return max([end for _, end in _attempt_times(event, started_ns, details)], default=started_ns)
+
+
+def attempt_spans(tracer, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context):
+    """One child span of the decision span (the span current in `parent_context`) per attempt, with
+    its GenAI attributes, started and ended at the attempt's own times; returns the last end."""
+    latest = started_ns
+    start_span = tracer.start_span
+    attempts = event.attempts
+    last = len(attempts) - 1
+    for i, (attempt, (t, end)) in enumerate(zip(attempts, _attempt_times(event, started_ns, details))):
+        detail = details[i] if details else _NO_DETAIL
+        level, outcome = attempt.level, attempt.outcome
+        on_device = level <= 1
+        if level == 4:
+            model, provider = "canned", "routerscope"
+        elif on_device:
+            model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
+        else:
+            model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
+        attributes = {
+            _OPERATION: "chat",
+            _PROVIDER: provider,
+            _MODEL: model,
+            _CONVERSATION: session,
+            _LEVEL: level,
+            _OUTCOME: outcome,
+            _INPUT_TOKENS: event.input_tokens,
+        }
+        if detail.output_tokens is not None:
+            attributes[_OUTPUT_TOKENS] = detail.output_tokens
+        elif i == last:
+            attributes[_OUTPUT_TOKENS] = event.output_tokens
+        failed = outcome != "ok"
+        if failed:
+            attributes[_ERROR_TYPE] = outcome
+        child = start_span(
+            f"chat {model}",
+            parent_context,
+            kind=_INTERNAL if on_device else _CLIENT,
+            start_time=t,
+            attributes=attributes,
+        )
+        if failed:
+            child.set_status(Status(StatusCode.ERROR, outcome))
+        child.end(end_time=end)
+        if end > latest:
+            latest = end
+    return latest
 
 
 class Decision:
@@ -448,7 +484,13 @@ class Decision:
                     )
                 details = None if self._adopted else self._details
                 finished = self.recorder._finish(
-                    self._span, self._event, self._started_ns, details, self._parent, self._current
+                    self._span,
+                    self._event,
+                    self._started_ns,
+                    details,
+                    self._parent,
+                    self._current,
+                    need_end=self.start_ns is not None,
                 )
                 self.event, self._children_end = finished
             elif self._span.is_recording():

@@ -5,16 +5,19 @@ decision event to Kafka with the trace context in its headers.
 span `route {task_type}` (INTERNAL) carries the decision as `router.*` attributes; each attempt is a
 child span with GenAI attributes and `error.type` on failure. Counters of decisions by task type ×
 fallback type × reason × level and a latency histogram go to the meter (no session ids as metric
-attributes). Nothing is exported anywhere by default except the events to Kafka; set the standard
-`OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans
-and metrics over OTLP/HTTP. Identifiers that look like personal data are scrubbed
-(`instrumentation.pii`) before they enter a span or an event.
+attributes). Only the decision span is made on the request path; the attempt spans, the count and
+the latency follow on the emitter's sender thread (`Telemetry.decided`). Nothing is exported
+anywhere by default except the events to Kafka; set the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+`..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans and metrics over OTLP/HTTP.
+Identifiers that look like personal data are scrubbed (`instrumentation.pii`) before they enter a
+span or an event.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 
 import msgspec
 from opentelemetry import context as otel_context
@@ -23,7 +26,7 @@ from opentelemetry.propagate import inject
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder  # noqa: F401 (the providers: re-exported)
+from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder, attempt_spans  # noqa: F401 (the providers: re-exported)
 from routerscope import names
 
 
@@ -74,6 +77,17 @@ class Telemetry:
         self.latency = meter.create_histogram(
             A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
         )
+        # Decisions wait here, a tuple each, for the emitter's sender thread (or the next collection,
+        # whichever comes first) to make their attempt spans, count them and record their latency: the
+        # same spans, series, values and exemplars, off the request path. Without a sender to do it, or
+        # past the bound, at the call. (After `emitter.close()` they wait, like its events, until a
+        # collection or `Recorder.flush()`.)
+        self._decided: deque[tuple] = deque()
+        self._decided_max = 0
+        self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
+        if emitter is not None and hasattr(emitter, "call_on_sender"):
+            emitter.call_on_sender(self.record_decisions)
+            self._decided_max = max(4096, min(getattr(emitter, "queue_size", 0), 1_000_000))
         if emitter is not None:
             meter.create_observable_counter(
                 A.METRIC_EVENTS,
@@ -101,9 +115,53 @@ class Telemetry:
                     entry = self._decision_counts[key] = [0, attributes]
             entry[0] += 1
 
+    def deferring(self) -> bool:
+        """True when what `decided` is given waits for the sender thread (there is one, with room)."""
+        return len(self._decided) < self._decided_max
+
+    def decided(self, event, span_context=None, context=None, attempts=None) -> None:
+        """One decision (a DecisionEvent as sent): counted in its series (task type × fallback type ×
+        reason × level), its latency recorded with an exemplar linked to `span_context` (the decision
+        span's ids) inside `context`, or else to the span current in `context` (None: the current
+        context); with `attempts` = (started_ns, session, details), its attempt spans made as children
+        of that span. Queued for the sender thread when there is one (see `record_decisions`)."""
+        if len(self._decided) < self._decided_max:
+            self._decided.append((event, span_context, context, attempts))
+        else:
+            self._record_decision(event, span_context, context, attempts)
+
+    def _record_decision(self, event, span_context, context, attempts) -> None:
+        if span_context is not None:
+            context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
+        if attempts is not None:
+            attempt_spans(self.tracer, event, *attempts, context)
+        key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
+        self.count_decision(key)
+        attributes = self._latency_attrs.get(key[0::3])
+        if attributes is None:  # the few combinations recur: build their attribute dicts once
+            if len(self._latency_attrs) >= 4096:
+                self._latency_attrs.clear()
+            attributes = self._latency_attrs[key[0::3]] = {"task_type": key[0], "degrade_level": key[3]}
+        self.latency.record(event.latency_ms, attributes, context)
+
+    def record_decisions(self) -> None:
+        """Make the attempt spans of, count and time the decisions waiting in the queue. The sender
+        thread calls this between batches (spans and metric points appear milliseconds after their
+        decision, the attempt spans after the decision span; an exemplar's timestamp is when it is
+        recorded), and so do every collection, before it reads the metrics, and `Recorder.flush()`: a
+        reader never misses a decision made before it collected."""
+        pending, record = self._decided, self._record_decision
+        while True:
+            try:
+                decision = pending.popleft()
+            except IndexError:
+                return
+            record(*decision)
+
     def _decision_observations(self, options):
         from opentelemetry.metrics import Observation
 
+        self.record_decisions()  # a collection runs its callbacks before it reads the histogram
         with self._counts_lock:
             return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
 

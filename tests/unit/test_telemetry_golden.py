@@ -6,9 +6,12 @@ sees fails here (DESIGN §2: the event is the contract; the span mirrors it)."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from string import Template
 
+import pytest
+from opentelemetry import context as otel_context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -16,13 +19,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from instrumentation.emitter import Message
+from instrumentation.emitter import KafkaEmitter, Message
 from instrumentation.pii import scrub
 from instrumentation.sdk import Recorder
 from instrumentation.telemetry import InstrumentedRouter, Telemetry
 from router.backends import CloudResult
 from router.engine import Request, Router
 from routerscope import names
+from routerscope.procs import free_port
 from tests.unit.test_router import ScriptedCloud, ScriptedDevice, dev
 from tests.unit.test_sdk import ListEmitter
 
@@ -318,3 +322,193 @@ def test_the_event_carries_the_context_current_at_the_end_of_the_block_as_it_alw
         ("chat device", "route short_reply"),
         ("route short_reply", None),
     ]
+
+
+def decision_metrics(reader):
+    """One collection: the decision counter's and the latency histogram's points (as `metric_points`
+    gives them), and the histogram's exemplars as (value, trace id, span id)."""
+    points, exemplars = {}, []
+    for m in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics:
+        if m.name not in ("router.decisions", "router.decision.duration"):
+            continue
+        for p in m.data.data_points:
+            value = p.value if hasattr(p, "value") else (p.count, p.sum)
+            points.setdefault(m.name, []).append((dict(p.attributes), value))
+            if m.name == "router.decision.duration":  # an observation may carry the collector's context
+                exemplars += [(e.value, f"{e.trace_id:032x}", f"{e.span_id:016x}") for e in p.exemplars]
+    return points, exemplars
+
+
+def stopped_emitter(path):
+    """A real emitter whose sender thread has stopped (nobody listens at its broker address): what is
+    handed to the sender waits."""
+    config = {"bootstrap_servers": f"127.0.0.1:{free_port()}", "max_block_ms": 500, "bootstrap_timeout_ms": 500}
+    emitter = KafkaEmitter(config, path)
+    emitter._stop.set()
+    emitter._thread.join(5)
+    return emitter
+
+
+def record_one(tel):
+    with Recorder(tel).decision(task_type="short_reply", session_id="s1", deadline_ms=2000, start_time=T0) as d:
+        d.device_attempt(level=0, outcome="low_confidence", latency_ms=180.5, confidence=0.41, threshold=0.7)
+        d.cloud_attempt(level=2, outcome="ok", latency_ms=420.25)
+        d.served(fallback_type="quality", reason="low_confidence")
+    return d.event
+
+
+ONE_DECISION_SPANS = [  # record_one's decision: its span and its two attempt spans, as a tracing backend sees them
+    (
+        "chat device",
+        SpanKind.INTERNAL,
+        "route short_reply",
+        T0_NS,
+        T0_NS + 180_500_000,
+        StatusCode.ERROR,
+        "low_confidence",
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "llama.cpp",
+            "gen_ai.request.model": "device",
+            "gen_ai.conversation.id": "s1",
+            "router.attempt.level": 0,
+            "router.attempt.outcome": "low_confidence",
+            "gen_ai.usage.input_tokens": 0,
+            "error.type": "low_confidence",
+        },
+        0,
+        0,
+    ),
+    (
+        "chat cloud",
+        SpanKind.CLIENT,
+        "route short_reply",
+        T0_NS + 180_500_000,
+        T0_NS + 600_750_000,
+        StatusCode.UNSET,
+        None,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "cloud",
+            "gen_ai.conversation.id": "s1",
+            "router.attempt.level": 2,
+            "router.attempt.outcome": "ok",
+            "gen_ai.usage.input_tokens": 0,
+            "gen_ai.usage.output_tokens": 0,
+        },
+        0,
+        0,
+    ),
+    (
+        "route short_reply",
+        SpanKind.INTERNAL,
+        None,
+        T0_NS,
+        T0_NS + 600_750_000,
+        StatusCode.UNSET,
+        None,
+        {
+            "router.task_type": "short_reply",
+            "router.fallback_type": "quality",
+            "router.reason": "low_confidence",
+            "router.degrade_level": 2,
+            "router.cloud_calls": 1,
+            "router.policy_version": "app",
+            "router.entered_device": True,
+            "router.mode": "live",
+            "gen_ai.conversation.id": "s1",
+            "router.confidence": 0.41,
+            "router.threshold": 0.7,
+        },
+        0,
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize("recorded_by", ["the request path", "the sender thread", "the collection"])
+def test_whoever_makes_the_attempt_spans_and_the_metrics_of_a_decision_they_are_the_same(recorded_by, tmp_path):
+    """With an emitter that has a sender thread, a decision's attempt spans are made, and the decision
+    counted and its latency recorded, off the request path: by the sender between batches, or by the
+    next collection, whichever comes first (without a sender, at the call). Every way the spans are
+    the same (names, kinds, parents, times, status, attributes; the attempt spans end after their
+    parent when the sender makes them), a collection sees the same points, and the latency's exemplar
+    links to the decision span."""
+    if recorded_by == "the request path":
+        emitter = ListEmitter()  # no sender thread
+    elif recorded_by == "the sender thread":
+        config = {"bootstrap_servers": f"127.0.0.1:{free_port()}", "max_block_ms": 500, "bootstrap_timeout_ms": 500}
+        emitter = KafkaEmitter(config, tmp_path / "spool")
+    else:
+        emitter = stopped_emitter(tmp_path / "spool")
+    exporter, reader, provider = InMemorySpanExporter(), InMemoryMetricReader(), TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tel = Telemetry(emitter, provider, MeterProvider(metric_readers=[reader]))
+    token = otel_context.attach(otel_context.Context())  # a root decision, whatever an earlier test left current
+    try:
+        event = record_one(tel)
+        if recorded_by == "the sender thread":
+            deadline = time.monotonic() + 10
+            while tel._decided and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not tel._decided, "the sender thread recorded it, before any collection"
+        elif recorded_by == "the collection":
+            assert len(tel._decided) == 1, "waiting: the request path did not record it"
+            assert [name for name, *_ in spans_as_records(exporter)] == ["route short_reply"]
+        points, exemplars = decision_metrics(reader)
+    finally:
+        otel_context.detach(token)
+        if isinstance(emitter, KafkaEmitter):
+            emitter._stop.set()
+            emitter._thread.join(5)
+    records = spans_as_records(exporter)
+    if recorded_by == "the request path":
+        assert records == ONE_DECISION_SPANS
+    else:
+        assert records == ONE_DECISION_SPANS[2:] + ONE_DECISION_SPANS[:2]
+    (root,) = [s for s in exporter.get_finished_spans() if s.parent is None]
+    assert (format(root.context.trace_id, "032x"), format(root.context.span_id, "016x")) == (
+        event.trace_id,
+        event.span_id,
+    )
+    assert {s.context.trace_id for s in exporter.get_finished_spans()} == {root.context.trace_id}
+    key = {"task_type": "short_reply", "fallback_type": "quality", "reason": "low_confidence", "degrade_level": 2}
+    assert points == {
+        "router.decisions": [(key, 1)],
+        "router.decision.duration": [({"task_type": "short_reply", "degrade_level": 2}, (1, 600.75))],
+    }
+    assert exemplars == [(600.75, event.trace_id, event.span_id)]
+    assert not tel._decided
+
+
+def test_past_the_bound_of_waiting_decisions_they_are_recorded_at_the_call_and_none_is_lost(tmp_path):
+    """The decisions waiting for the sender are bounded (by the emitter's queue size, at least 4096):
+    past it, a decision's attempt spans, count and latency are made at the call, as with no sender."""
+    reader = InMemoryMetricReader()
+    tel = Telemetry(stopped_emitter(tmp_path / "spool"), TracerProvider(), MeterProvider(metric_readers=[reader]))
+    assert tel._decided_max == 100_000  # the emitter's default queue size
+    tel._decided_max = 2
+    for _ in range(3):
+        record_one(tel)
+    assert len(tel._decided) == 2
+    points, exemplars = decision_metrics(reader)
+    assert points["router.decisions"][0][1] == 3
+    assert points["router.decision.duration"] == [({"task_type": "short_reply", "degrade_level": 2}, (3, 1802.25))]
+
+
+def test_work_handed_to_the_sender_that_fails_is_logged_and_the_sender_goes_on(tmp_path, caplog):
+    config = {"bootstrap_servers": f"127.0.0.1:{free_port()}", "max_block_ms": 500, "bootstrap_timeout_ms": 500}
+    emitter = KafkaEmitter(config, tmp_path / "spool")
+    runs = []
+    emitter.call_on_sender(lambda: 1 / 0)
+    emitter.call_on_sender(lambda: runs.append(1))
+    try:
+        deadline = time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        emitter._stop.set()
+        emitter._thread.join(5)
+    assert len(runs) >= 3 and emitter.faults()["restarts"] == 0
+    assert "work handed to the event sender failed" in caplog.text
