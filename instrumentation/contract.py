@@ -469,11 +469,7 @@ class Contract:
             pass
         else:
             holds = self.holds(event) if self.holds is not None else not self.invariant_rules(event)
-            v1_naming_v2 = (
-                self._v2_only_nullable
-                and event.schema_version == 1
-                and any(key in raw for key in self._v2_only_nullable)
-            )
+            v1_naming_v2 = self._v2_only_nullable and event.schema_version == 1 and self._names_v2_only(raw)
             if holds and self.in_range(event) and not v1_naming_v2:
                 # msgspec keeps the last of a repeated key, so a repeat must be looked for. The
                 # router's own messages are byte for byte the canonical encoding of their event,
@@ -495,6 +491,15 @@ class Contract:
         # The fast path refused it, so something is wrong even if no rule names it; never let such a
         # message pass as valid.
         return None, rules or ["schema.invalid"], b""
+
+    def _names_v2_only(self, raw: bytes) -> bool:
+        """Does this v1 message have a v2-only field among its keys (even as null)? Its bytes are
+        searched first; only a message that may name one (the name appears, or a key could be spelled
+        with escapes) pays for reading its keys."""
+        if b"\\u" not in raw and not any(key in raw for key in self._v2_only_nullable):
+            return False
+        keys = _decoder_keys.decode(raw)
+        return any(key[1:-1].decode() in keys for key in self._v2_only_nullable)
 
     def _may_repeat_keys(self, raw: bytes, event) -> bool:
         """False when `raw` certainly repeats no key; True when it might (then check exactly).

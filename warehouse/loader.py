@@ -253,7 +253,7 @@ class _Batch:
 
     def reject(self, topic: str, rejected: list[tuple[int, int, object, str]]) -> None:
         """Rows the warehouse refused (partition, offset, message, its message): quarantined (their
-        ledger rows were refused with them: the facts insert writes both)."""
+        ledger rows, which the insert's ledger view may have written, are deleted by the caller)."""
         for partition, offset, message, error in rejected:
             counts = self.counts[(topic, partition)]
             counts[0] -= 1
@@ -551,6 +551,10 @@ class Loader:
 
             self._insert_or_split(insert, rows, group_token, rejected, errors)
         if rejected:
+            client.command(
+                loaded_messages.FORGET,
+                parameters={"topic": topic, "coordinates": [(p, o) for p, o, _, _ in rejected]},
+            )
             total = len(lines)
             if len(rejected) == total and total > 1:
                 raise WarehouseError(

@@ -68,10 +68,12 @@ class ParseWorker:
         self._lock = threading.Lock()
         self._dead = False  # set by the reader when the worker's output ends
         self.failed: str | None = None  # why the worker is not used (it could not start, or it died)
+        self.closed = False  # closed at the end of a run: never started again
+        self.submitted = 0  # chunks handed to the worker
 
     def submit(self, topic: str, items: list) -> Future | None:
         """The future result, or None when the worker is unavailable (parse in-process then)."""
-        if self.failed is not None:
+        if self.failed is not None or self.closed:
             return None
         if self._process is None:
             try:
@@ -86,6 +88,7 @@ class ParseWorker:
                 return None
             self._futures.append(future)
         self._requests.put((topic, items))
+        self.submitted += 1
         return future
 
     def _start(self) -> None:
@@ -136,20 +139,21 @@ class ParseWorker:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker (its pending results are dropped)."""
+        """Stop the worker; what it has not returned is dropped (it is a pure function: nothing is
+        lost). Killed, not asked: a writer thread blocked on a full pipe to a stuck worker would make
+        closing its input wait for ever."""
         process, self._process = self._process, None
         if process is None:
             return
+        self.closed = True
         self._requests.put(None)
-        try:
-            process.stdin.close()
-        except OSError:
-            pass
-        try:
-            process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.kill()
+        process.wait()
+        for pipe in (process.stdin, process.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 def serve() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
@@ -22,14 +23,14 @@ from hypothesis import strategies as st
 
 from instrumentation.contract import CONTRACTS
 from routerscope import broker, names
-from tests.conftest import free_port, settings_for
+from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import breaker, decision, dumps, label
-from tests.integration.test_ingest import MALFORMED, produce, valid_decisions
+from tests.integration.test_ingest import MALFORMED, produce, stack, valid_decisions  # noqa: F401 (fixture)
 from warehouse import loader as loader_module
 from warehouse.client import open_warehouse
 from warehouse.loader import Loader
 from warehouse.migrate import migrate
-from warehouse.parsing import parse_chunk
+from warehouse.parsing import ParseWorker, parse_chunk
 from warehouse.queries import json_rows
 from warehouse.rows import FACTS
 
@@ -222,7 +223,7 @@ def test_a_load_parsed_by_the_worker_is_the_load_parsed_in_process(mixed_topics,
     _, inline, inline_tables = _load(home, settings, "inline", parse_worker=False)
     monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
     loader, worked, worked_tables = _load(home, settings, "worker")
-    assert loader._worker is not None and loader._worker.failed is None  # the worker did the parsing
+    assert loader._worker.submitted > 0 and loader._worker.failed is None  # the worker did the parsing
     assert inline.as_dict() == worked.as_dict()
     assert inline.loaded["decisions"] + inline.quarantined["decisions"] == n
     assert inline.quarantined["decisions"] == len(MALFORMED)
@@ -261,3 +262,51 @@ def test_json_lines_carry_the_message_bytes_of_the_routers_own_events():
     (line, month), *_ = parse_chunk(DECISIONS, [(2, 41, raw, False)])
     assert line == b'{"kafka_partition":2,"kafka_offset":41,' + raw[1:]
     assert month == 2026 * 12 + 11
+
+
+def test_a_row_the_warehouse_refuses_leaves_no_ledger_row_behind(stack, home):
+    """The facts insert's two views run one after the other in no promised order (in a warehouse
+    opened again, the ledger's first): a block the facts table refuses may already have its ledger
+    rows. They are deleted with the refused row's quarantine; the ledger names exactly the facts."""
+    produce(stack, DECISIONS, valid_decisions(5))
+    assert Loader(stack, idle_timeout_s=0.5).run().loaded["decisions"] == 5  # creates the views
+    with open_warehouse(stack, purpose="test") as client:
+        client.command(
+            f"ALTER TABLE {names.TABLES[names.TABLE_DECISIONS]} "
+            "ADD CONSTRAINT no_reject CHECK request_id != 'reject-me'"
+        )
+    produce(
+        stack,
+        DECISIONS,
+        valid_decisions(3, start=10) + [dumps(decision(request_id="reject-me"))] + valid_decisions(2, start=20),
+    )
+    second = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home))  # a new process opens it again
+    assert second.returncode == 0, second.stderr
+    with open_warehouse(stack, purpose="test") as client:
+        facts = client.query(
+            f"SELECT kafka_partition, kafka_offset FROM {names.TABLES[names.TABLE_DECISIONS]} FINAL ORDER BY ALL"
+        ).result_rows
+        ledger = client.query(
+            f"SELECT kafka_partition, kafka_offset FROM {names.TABLES[names.TABLE_LOADED_MESSAGES]} FINAL ORDER BY ALL"
+        ).result_rows
+        refused = client.query(f"SELECT rules FROM {names.TABLES[names.TABLE_QUARANTINE]}").result_rows
+    assert len(facts) == 10
+    assert ledger == facts
+    assert refused == [(["insert.rejected"],)]
+
+
+def test_closing_a_stuck_worker_returns_at_once():
+    """A worker that stopped answering while chunks wait in the pipe to it: giving up on it (the
+    loader does after WORKER_TIMEOUT_S) kills it instead of waiting on the full pipe."""
+    worker = ParseWorker()
+    items = [(0, i, raw, False) for i, raw in enumerate(valid_decisions(20_000))]
+    worker.submit(DECISIONS, items[:10]).result(timeout=30)
+    os.kill(worker._process.pid, signal.SIGSTOP)
+    waiting = [worker.submit(DECISIONS, items) for _ in range(3)]  # more than a pipe holds
+    started = time.monotonic()
+    worker.give_up(TimeoutError("stuck"))
+    assert time.monotonic() - started < 10
+    assert worker.submit(DECISIONS, items) is None  # the loader parses in-process from here on
+    for future in waiting:
+        with pytest.raises(RuntimeError, match="parse worker stopped"):
+            future.result(timeout=10)

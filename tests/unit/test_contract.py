@@ -572,3 +572,12 @@ def test_a_v1_decision_naming_device_stats_even_as_null_is_refused_like_the_rule
     assert contract.validate(msgspec.json.decode(canonical)) == ["schema.unknown.device_stats"]
     assert contract.parse(dumps(decision(schema_version=2, device_stats=None)))[1] == []
     assert contract.parse(dumps(decision(request_id='say "device_stats"')))[1] == []  # only a key counts
+
+
+def test_a_v1_decision_whose_strings_say_device_stats_stays_valid_and_an_escaped_key_does_not():
+    """Only a key counts: the word in a value is not the field, and a key spelled with an escape is."""
+    assert DECISIONS.parse(dumps(decision(task_type="device_stats")))[1] == []
+    assert DECISIONS.parse(dumps(decision(policy_version="device_stats")))[1] == []
+    escaped = dumps(decision(device_stats=None)).replace(b'"device_stats"', b'"device\\u005fstats"')
+    assert b"device\\u005fstats" in escaped
+    assert DECISIONS.parse(escaped) == (None, ["schema.unknown.device_stats"])

@@ -1,6 +1,7 @@
 """The loader's ledger (`loaded_messages`): one row per Kafka message loaded into a facts table.
 
-The Python parser inserts ledger rows it built itself (warehouse.loader); the SQL parser fills the
+The Python parser's facts insert writes the ledger rows of its events through a view
+(warehouse/queries/json_rows.py), and the rows of re-read landed messages itself; the SQL parser fills the
 ledger from its staging tables (warehouse/queries/landing.py), one `INSERT … SELECT` per topic and
 batch, landed rows included (their facts are already in place; their ledger row is written again,
 harmlessly: the ledger folds rows with the same Kafka coordinates).
@@ -25,3 +26,13 @@ WHERE {LOADABLE}
     )
     for topic in RECORD_ID
 }
+
+
+# The ledger rows of messages the warehouse refused to store as facts: the insert's views run one after
+# the other, in no promised order, so the ledger view may have written them before the facts view
+# refused the block.
+FORGET = named(
+    "loaded_messages_forget",
+    "DELETE FROM $loaded_messages WHERE kafka_topic = {topic:String} "
+    "AND has({coordinates:Array(Tuple(UInt32, UInt64))}, (kafka_partition, kafka_offset))",
+)
