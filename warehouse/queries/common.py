@@ -14,15 +14,18 @@ from routerscope.timeutil import utc
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
-def named(name: str, sql: str, **identifiers: str) -> str:
+def named(name: str, sql: str, fragments: dict[str, str] | None = None, **identifiers: str) -> str:
     """Prefix a query with its name, so it can be found in ClickHouse's query log, and spell its tables:
     `$decisions` becomes `routerscope.decisions` (names.TABLES), so table names live in `names` only.
     `identifiers` name further tables the same way (`$staging=...`); each must be a plain (optionally
-    database-qualified) identifier, never a value: values are bound as `{name:Type}` parameters."""
+    database-qualified) identifier, never a value: values are bound as `{name:Type}` parameters.
+    `fragments` are constant SQL pieces of the query modules (a CTE, a condition), spelled `$name` in
+    `sql` and put in first, so the tables they name are spelled too; never data."""
     for key, value in identifiers.items():
         if not _IDENTIFIER.fullmatch(value):
             raise ValueError(f"{key}={value!r} is not an identifier")
-    return f"/* routerscope:{name} */\n{Template(sql.strip()).safe_substitute(names.TABLES, **identifiers)}\n"
+    text = Template(sql.strip()).safe_substitute(fragments or {})
+    return f"/* routerscope:{name} */\n{Template(text).safe_substitute(names.TABLES, **identifiers)}\n"
 
 
 def utc_text(t: datetime) -> str:

@@ -111,7 +111,9 @@ def _ddl(topic: str) -> tuple[str, str, str]:
     table, columns, _ = FACTS[topic]
     create = "CREATE TABLE IF NOT EXISTS $input (\n    " + structure(topic) + "\n) ENGINE = Null"
     facts = (
-        f"CREATE MATERIALIZED VIEW IF NOT EXISTS $facts_view TO $facts AS SELECT {_select(topic, columns)} FROM $input"
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS $facts_view TO $facts AS SELECT "
+        + _select(topic, columns)
+        + " FROM $input"
     )
     ledger = (
         "CREATE MATERIALIZED VIEW IF NOT EXISTS $ledger_view TO $loaded_messages AS SELECT "

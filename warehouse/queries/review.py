@@ -41,9 +41,17 @@ HAS_DEVICE_STATS = (
 
 # The metric set runs §10 and §11 over its materialized window (decisions.materialized_window, which
 # holds the columns these two read) instead of reading `decisions FINAL` again.
-FROM_WINDOW_CTE = f"w AS (SELECT * FROM {WINDOW_TABLE})"
+FROM_WINDOW_CTE = "w AS (SELECT * FROM " + WINDOW_TABLE + ")"
 
-_DEVICE_LEDGER = f"""
+# Constant pieces the statements below share (named() puts them in before it spells the tables).
+FRAGMENTS = {
+    "review_cte": REVIEW_CTE,
+    "from_window_cte": FROM_WINDOW_CTE,
+    "chosen_labels_cte": CHOSEN_LABELS_CTE,
+    "has_device_stats": HAS_DEVICE_STATS,
+}
+
+_DEVICE_LEDGER = """
 SELECT ifNull(device_tier, 'unknown') AS tier,
        count() AS requests,
        quantileExactInclusive(0.5)(ttft_ms) AS ttft_p50,
@@ -62,12 +70,12 @@ SELECT ifNull(device_tier, 'unknown') AS tier,
            AS load_p95,
        countIf(fallback_type IN ('quality', 'timeout', 'error')) / count() AS fallback_rate
 FROM w
-WHERE mode = 'live' AND entered_device AND {HAS_DEVICE_STATS}
+WHERE mode = 'live' AND entered_device AND $has_device_stats
 GROUP BY tier
 ORDER BY tier
 """
-DEVICE_LEDGER_SQL = named("device_ledger", f"WITH {REVIEW_CTE}{_DEVICE_LEDGER}")
-DEVICE_LEDGER_FROM_WINDOW_SQL = named("device_ledger_from_window", f"WITH {FROM_WINDOW_CTE}{_DEVICE_LEDGER}")
+DEVICE_LEDGER_SQL = named("device_ledger", "WITH $review_cte" + _DEVICE_LEDGER, FRAGMENTS)
+DEVICE_LEDGER_FROM_WINDOW_SQL = named("device_ledger_from_window", "WITH $from_window_cte" + _DEVICE_LEDGER, FRAGMENTS)
 
 _ALL_CLOUD = """
 SELECT task_type,
@@ -80,16 +88,16 @@ GROUP BY GROUPING SETS ((task_type), ())
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
 """
-ALL_CLOUD_SQL = named("all_cloud_cost", f"WITH {REVIEW_CTE}{_ALL_CLOUD}")
-ALL_CLOUD_FROM_WINDOW_SQL = named("all_cloud_cost_from_window", f"WITH {FROM_WINDOW_CTE}{_ALL_CLOUD}")
+ALL_CLOUD_SQL = named("all_cloud_cost", "WITH $review_cte" + _ALL_CLOUD, FRAGMENTS)
+ALL_CLOUD_FROM_WINDOW_SQL = named("all_cloud_cost_from_window", "WITH $from_window_cte" + _ALL_CLOUD, FRAGMENTS)
 
 # §12/§13 per task type. auto_detected's parts: labeled judged fallbacks (quality, timeout) judged
 # unacceptable — bad answers the router caught — and labeled device-served judged unacceptable — missed.
 REVIEW_SQL = named(
     "task_review",
-    f"""
-WITH {REVIEW_CTE},
-{CHOSEN_LABELS_CTE},
+    """
+WITH $review_cte,
+$chosen_labels_cte,
 j AS (
     SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable,
            w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback,
@@ -114,12 +122,13 @@ FROM j
 GROUP BY task_type
 ORDER BY task_type
 """,
+    FRAGMENTS,
 )
 
 PEAK_BY_TIER_SQL = named(
     "peak_memory_by_task_and_tier",
-    f"""
-WITH {REVIEW_CTE}
+    """
+WITH $review_cte
 SELECT task_type, ifNull(device_tier, 'unknown') AS tier, count() AS n,
        quantileExactInclusive(0.95)(device_peak_mem_mb) AS peak_p95
 FROM w
@@ -127,6 +136,7 @@ WHERE mode = 'live' AND entered_device AND device_peak_mem_mb IS NOT NULL
 GROUP BY task_type, tier
 ORDER BY task_type, tier
 """,
+    FRAGMENTS,
 )
 
 DETERMINISM_SQL = named(
@@ -138,14 +148,15 @@ FROM (SELECT * FROM $replay_reruns FINAL
 GROUP BY task_type
 ORDER BY task_type
 """,
+    FRAGMENTS,
 )
 
 # The stage tracker: per task type and rollout_stage (live events; shadow events are stage `shadow`).
 COHORTS_SQL = named(
     "rollout_cohorts",
-    f"""
-WITH {REVIEW_CTE},
-{CHOSEN_LABELS_CTE},
+    """
+WITH $review_cte,
+$chosen_labels_cte,
 j AS (
     SELECT w.*, c.labeled AS labeled, c.acceptable AS acceptable,
            w.entered_device AND w.fallback_type IN ('quality', 'timeout') AS judged_fallback
@@ -166,6 +177,7 @@ FROM j
 GROUP BY task_type, stage
 ORDER BY task_type, stage
 """,
+    FRAGMENTS,
 )
 
 # Shadow → canary: agreement per input-length bucket (with its sample), and the device's error rate
@@ -174,20 +186,21 @@ ORDER BY task_type, stage
 # traffic still has two halves to compare).
 SHADOW_BUCKETS_SQL = named(
     "rollout_shadow_buckets",
-    f"""
-WITH {REVIEW_CTE}
-SELECT task_type, arrayCount(e -> e <= input_tokens, {{edges:Array(UInt64)}}) AS bucket,
+    """
+WITH $review_cte
+SELECT task_type, arrayCount(e -> e <= input_tokens, {edges:Array(UInt64)}) AS bucket,
        count() AS compared, countIf(shadow_agree) AS agreed
 FROM w WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
 GROUP BY task_type, bucket
 ORDER BY task_type, bucket
 """,
+    FRAGMENTS,
 )
 
 SHADOW_ERRORS_SQL = named(
     "rollout_shadow_device_errors",
-    f"""
-WITH {REVIEW_CTE},
+    """
+WITH $review_cte,
 mid AS (
     SELECT task_type, fromUnixTimestamp64Milli(intDiv(toUnixTimestamp64Milli(min(event_time))
                                                       + toUnixTimestamp64Milli(max(event_time)), 2), 'UTC') AS middle
@@ -201,6 +214,7 @@ WHERE w.mode = 'shadow'
 GROUP BY task_type, second_half
 ORDER BY task_type, second_half
 """,
+    FRAGMENTS,
 )
 
 FIRING_ROLLBACKS_SQL = named(
@@ -210,6 +224,7 @@ SELECT task_type, groupArray(rule) AS rules
 FROM (SELECT * FROM $alerts FINAL WHERE status = 'firing' AND action = 'rollback')
 GROUP BY task_type
 """,
+    FRAGMENTS,
 )
 
 
@@ -316,15 +331,16 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
 # that the device could serve (they entered it) and that no earlier replay re-ran, in a seeded order.
 DETERMINISM_SAMPLE_SQL = named(
     "determinism_sample",
-    f"""
-WITH {REVIEW_CTE}
+    """
+WITH $review_cte
 SELECT request_id, task_type, event_time
 FROM w
 WHERE mode = 'live' AND entered_device
   AND request_id NOT IN (SELECT request_id FROM $replay_reruns)
-ORDER BY task_type, cityHash64(request_id, {{seed:UInt64}})
-LIMIT {{per_task:UInt32}} BY task_type
+ORDER BY task_type, cityHash64(request_id, {seed:UInt64})
+LIMIT {per_task:UInt32} BY task_type
 """,
+    FRAGMENTS,
 )
 
 RERUN_COLUMNS = ("request_id", "task_type", "event_time", "runs", "agree", "answer_hashes", "device_model")

@@ -7,7 +7,7 @@ from routerscope import names
 from warehouse.queries.common import named
 
 BOOTSTRAP = (
-    named("create_database", f"CREATE DATABASE IF NOT EXISTS {names.DATABASE}"),
+    named("create_database", "CREATE DATABASE IF NOT EXISTS " + names.DATABASE),
     named(
         "create_schema_migrations",
         """
