@@ -310,3 +310,12 @@ def test_closing_a_stuck_worker_returns_at_once():
     for future in waiting:
         with pytest.raises(RuntimeError, match="parse worker stopped"):
             future.result(timeout=10)
+
+
+def test_a_worker_that_cannot_start_leaves_the_parsing_to_the_loader(monkeypatch, capsys):
+    """No interpreter to start (a locked-down host): one line on stderr, and the loader parses itself."""
+    monkeypatch.setattr("warehouse.parsing.sys.executable", "/nonexistent/python")
+    worker = ParseWorker()
+    assert worker.submit(DECISIONS, [(0, 0, dumps(decision()), False)]) is None
+    assert worker.failed is not None and "FileNotFoundError" in worker.failed
+    assert "parsing in-process" in capsys.readouterr().err
