@@ -51,11 +51,13 @@ straight after, so its lock is never held while waiting on the broker; every blo
 has a timeout (closing the consumer included), and a broker that stops answering mid-load ends the
 run with an error once what was fetched has been stored.
 
-Draining: a run ends when every partition has been read up to the end it had when the run started
-(its high watermark, asked once per partition), or reached its end (librdkafka's partition-EOF
-event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither; the embedded one
-does not report the end of an already-drained partition). Messages that arrive during a run are
-loaded while it lasts, and the next run takes the rest.
+Draining: a run ends when every partition has been read up to its end as of the run's first fetch
+from it (the high watermark in that fetch response), or reached its end (librdkafka's partition-EOF
+event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither). The end is
+taken from a fetch response, not asked with a ListOffsets request: the embedded broker answers that
+request with the base offset of the partition's last record batch plus one, short of the messages
+after it in that batch, and a run ending there would leave them behind run after run. Messages that
+arrive during a run are loaded while it lasts, and the next run takes the rest.
 """
 
 from __future__ import annotations
@@ -90,8 +92,6 @@ DEFAULT_FLUSH_INTERVAL_S = 5.0
 DEFAULT_BROKER_TIMEOUT_S = 10.0
 # Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker).
 CLOSE_TIMEOUT_S = 5.0
-# Asking the broker for a partition's end at the start of a run waits at most this long.
-WATERMARK_TIMEOUT_S = 2.0
 # ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
 MAX_MONTHS_PER_INSERT = 50
@@ -137,11 +137,11 @@ class PartitionState:
     next_offset: int | None = None  # after the last message consumed in this run
     verified: bool = False  # the message before `stored` was seen (the broker kept our history)
     at_end: bool = False
-    end: int | None = None  # the partition's end (high watermark) when the run started; None: unknown
+    end: int | None = None  # the high watermark in the run's first fetch response from it; None: none yet
 
     @property
     def drained(self) -> bool:
-        """Read up to the end it had when the run started (the probe message included)."""
+        """Read up to its end as of the run's first fetch from it (the probe message included)."""
         if self.at_end:
             return True
         if self.end is None or (self.stored and not self.verified):
@@ -694,7 +694,6 @@ class Loader:
         gc.freeze()
         gc.set_threshold(100_000, 50, 1_000)
         try:
-            _read_ends(consumer, states)
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
         finally:
@@ -729,6 +728,10 @@ class Loader:
                     self._release()
                     last_message = max(last_message, time.monotonic())  # idle counts waiting, not work
                     continue
+                _learn_ends(consumer, states, pending)  # partitions with nothing left to read end here
+                pending = {key for key in pending if not states[key].drained}
+                if not pending:
+                    break
                 idle = now - last_message
                 if idle >= self.idle_timeout_s:
                     # Drained, unless the broker went away (it does not answer a metadata request now):
@@ -798,6 +801,7 @@ class Loader:
                     batch.add(topic, partition, offset, message, landed=landed)
                 else:
                     chunk.setdefault(topic, []).append((partition, offset, message, landed))
+            _learn_ends(consumer, states, pending)
             pending = {key for key in pending if not states[key].drained}
             for topic, items in chunk.items():
                 self._enqueue(topic, items)
@@ -874,16 +878,21 @@ class Loader:
             pass
 
 
-def _read_ends(consumer, states: dict[tuple[str, int], PartitionState]) -> None:
-    """Each partition's end now (its high watermark): a run that has read every partition up to
-    there is done without waiting for the idle timeout. Best effort: at the first partition the
-    broker does not answer for, the rest stay unknown and the idle timeout ends the run as before."""
-    for (topic, partition), state in states.items():
+def _learn_ends(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> None:
+    """Note the end of each pending partition whose first fetch response has arrived: the high
+    watermark librdkafka keeps from fetch responses (a local read, no request). Kept from the first
+    one seen, so a producer writing during the run cannot keep it going. A partition whose fetch
+    responses carry none stays unknown and ends by partition-EOF or the idle timeout."""
+    for key in pending:
+        state = states[key]
+        if state.end is not None:
+            continue
         try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=WATERMARK_TIMEOUT_S)
+            _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
         except Exception:
-            return
-        state.end = high
+            continue
+        if high >= 0:
+            state.end = high
 
 
 def _answers(consumer) -> bool:

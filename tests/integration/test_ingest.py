@@ -308,6 +308,32 @@ def test_a_second_run_loads_only_what_is_new(stack):
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 150
 
 
+def _produce_batches(settings, partition: int, batches: list[list[bytes]]) -> None:
+    """Each list as its own record batch (flushed before the next) into one partition."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 50})
+    for payloads in batches:
+        for payload in payloads:
+            producer.produce(DECISIONS, value=payload, partition=partition)
+        assert producer.flush(30) == 0
+
+
+def test_every_run_reads_to_the_end_of_the_last_record_batch_not_to_its_first_message(stack):
+    """The embedded broker answers a ListOffsets request for a partition's end with the base offset
+    of its last record batch plus one. A run that ended there left the rest of that batch behind,
+    and every later run did the same to the new last batch. The end is taken from fetch responses;
+    small consume calls (batch_size 5) make an early end certain, the long idle timeout makes it
+    visible (a run that waited it out would still load everything)."""
+    _produce_batches(stack, 1, [valid_decisions(20, start=20 * b) for b in range(3)])
+    first = Loader(stack, batch_size=5, idle_timeout_s=120).run()
+    _produce_batches(stack, 1, [valid_decisions(20, start=60 + 20 * b) for b in range(2)])
+    second = Loader(stack, batch_size=5, idle_timeout_s=120).run()
+    assert (first.loaded["decisions"], second.loaded["decisions"]) == (60, 40)
+    assert first.seconds < 60 and second.seconds < 60  # ended at the partitions' ends, not by the idle timeout
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 100
+
+
 def test_replaying_the_same_offset_range_three_times_adds_no_row(stack):
     produce(stack, DECISIONS, valid_decisions(200) + [b"garbage"])
     load(stack, **FAST)
