@@ -96,14 +96,29 @@ def partitions_of(settings: Settings, topic: str, bootstrap: str | None = None) 
 
 def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, int], int] | None:
     """(topic, partition) → the broker's end offset (high watermark) for the project's topics, or
-    None when the broker does not answer within `timeout_s` (read-only: joins no group, commits nothing)."""
+    None when the broker does not answer within `timeout_s` (read-only: joins no group, commits nothing).
+
+    The end is read from a fetch response, not only from a ListOffsets request: the embedded broker
+    answers that request with the base offset of the partition's last record batch plus one, short
+    of the rest of that batch. So each partition is fetched from there (the tail of one batch at
+    most) and the larger of the two ends is kept; a partition whose fetch does not answer in time
+    keeps the ListOffsets end."""
+    import time
+
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     try:
         metadata = admin(settings).list_topics(timeout=timeout_s)
         consumer = Consumer(
             librdkafka_config(
-                settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe", "enable.auto.commit": False}
+                settings,
+                **{
+                    "group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "fetch.wait.max.ms": 10,  # a fetch at the end answers at once, with its watermark
+                    "max.partition.fetch.bytes": 64 * 1024,
+                },
             )
         )
     except (KafkaException, ConfigError):
@@ -116,6 +131,17 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
                     TopicPartition(topic, partition), timeout=timeout_s, cached=False
                 )
                 ends[(topic, partition)] = int(high)
+        if ends:
+            consumer.assign([TopicPartition(t, p, end) for (t, p), end in ends.items()])
+            deadline = time.monotonic() + timeout_s
+            unknown = set(ends)
+            while unknown and time.monotonic() < deadline:
+                consumer.consume(num_messages=1000, timeout=0.05)
+                for key in list(unknown):
+                    _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                    if high >= 0:
+                        ends[key] = max(ends[key], int(high))
+                        unknown.discard(key)
         return ends
     except KafkaException:
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from routerscope import broker, kafka, names
 from tests.conftest import clean_env, free_port, run_cli, settings_for
@@ -138,3 +138,24 @@ def test_stop_when_nothing_runs_is_harmless(home):
     settings = settings_for(home)
     assert broker.stop(settings) is False
     assert broker.status(settings).running is False
+
+
+def test_end_offsets_count_every_message_of_the_last_record_batch(home):
+    """The lag on the on-call page is the broker's end minus the loaded position. The embedded
+    broker answers a ListOffsets request with the base offset of the last record batch plus one;
+    the end comes from a fetch response, which counts the whole batch."""
+    settings = settings_for(home)
+    broker.start(settings, port=free_port(), keep=False)
+    try:
+        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 50, "log_level": 0})
+        for _ in range(3):  # three record batches of seven
+            for _ in range(7):
+                producer.produce(names.TOPIC_BREAKERS, value=b"{}", partition=1)
+            assert producer.flush(30) == 0
+        ends = kafka.end_offsets(settings)
+        every = {(t, p) for t in names.TOPICS.values() for p in kafka.partitions_of(settings, t)}
+    finally:
+        broker.stop(settings)
+    assert set(ends) == every
+    assert ends[(names.TOPIC_BREAKERS, 1)] == 21
+    assert {end for key, end in ends.items() if key != (names.TOPIC_BREAKERS, 1)} == {0}
