@@ -334,6 +334,43 @@ def test_every_run_reads_to_the_end_of_the_last_record_batch_not_to_its_first_me
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 100
 
 
+def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_rest(stack):
+    """The idle timeout never comes while a producer writes: the run ends at the partitions' ends
+    (as of its first fetch from each), and the next run loads what arrived since. Nothing is lost
+    or loaded twice across the two runs."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    produce(stack, DECISIONS, valid_decisions(300))
+    stop = threading.Event()
+    written = []
+
+    def keep_writing():
+        producer = Producer({"bootstrap.servers": stack.kafka_bootstrap(), "linger.ms": 5, "log_level": 0})
+        i = 300
+        while not stop.is_set():
+            producer.produce(DECISIONS, value=valid_decisions(1, start=i)[0], partition=i % 3)
+            producer.poll(0)
+            i += 1
+            time.sleep(0.002)
+        producer.flush(30)
+        written.append(i - 300)
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        time.sleep(1.0)  # it is writing before the run starts
+        result = Loader(stack, batch_size=50, idle_timeout_s=120).run()
+    finally:
+        stop.set()
+        writer.join(60)
+    assert result.seconds < 60  # it ended by the partitions' ends, not by the idle timeout
+    assert result.loaded["decisions"] >= 300
+    final = Loader(stack, **FAST).run()
+    assert result.loaded["decisions"] + final.loaded["decisions"] == 300 + written[0]
+
+
 def test_replaying_the_same_offset_range_three_times_adds_no_row(stack):
     produce(stack, DECISIONS, valid_decisions(200) + [b"garbage"])
     load(stack, **FAST)
