@@ -329,8 +329,9 @@ def test_every_run_reads_to_the_end_of_the_last_record_batch_not_to_its_first_me
     first = Loader(stack, batch_size=5, idle_timeout_s=120).run()
     _produce_batches(stack, 1, [valid_decisions(20, start=60 + 20 * b) for b in range(2)])
     second = Loader(stack, batch_size=5, idle_timeout_s=120).run()
-    assert (first.loaded["decisions"], second.loaded["decisions"]) == (60, 40)
-    assert first.seconds < 60 and second.seconds < 60  # ended at the partitions' ends, not by the idle timeout
+    third = Loader(stack, batch_size=5, idle_timeout_s=120).run()  # nothing new: each partition at its end
+    assert (first.loaded["decisions"], second.loaded["decisions"], third.loaded["decisions"]) == (60, 40, 0)
+    assert max(first.seconds, second.seconds, third.seconds) < 60  # ended at the ends, not by the idle timeout
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 100
 
 
