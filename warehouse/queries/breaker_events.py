@@ -8,14 +8,18 @@ from warehouse.queries.common import dict_rows, named
 
 TRANSITION_COLUMNS = ("event_time", "instance_id", "boundary", "from_state", "to_state", "trigger")
 
+# Constant pieces of the statements below (named() puts them in before it spells the tables).
+FRAGMENTS = {"transition_columns": ", ".join(TRANSITION_COLUMNS)}
+
 TRANSITIONS_SQL = named(
     "breaker_transitions",
-    f"""
-SELECT {", ".join(TRANSITION_COLUMNS)}
+    """
+SELECT $transition_columns
 FROM $breaker_events FINAL
 ORDER BY event_time DESC
-LIMIT {{limit:UInt32}}
+LIMIT {limit:UInt32}
 """,
+    FRAGMENTS,
 )
 
 

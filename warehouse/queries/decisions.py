@@ -32,52 +32,71 @@ WINDOW_TABLE = "metric_window"
 _EVENTS_TABLE = "metric_window_events"
 _LABELS_TABLE = "metric_window_labels"
 
+EXPLORER_COLUMNS = tuple(
+    "event_time request_id task_type mode fallback_type reason degrade_level attempt_levels "
+    "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
+    "cloud_model".split()
+)
+
+# Constant pieces the statements below share (named() puts them in before it spells the tables).
+FRAGMENTS = {
+    "window_cte": WINDOW_CTE,
+    "window_table": WINDOW_TABLE,
+    "events_table": _EVENTS_TABLE,
+    "labels_table": _LABELS_TABLE,
+    "chosen_labels_cte": chosen_labels_of(_EVENTS_TABLE),
+    "explorer_columns": ", ".join(EXPLORER_COLUMNS),
+}
+
 MATERIALIZE_EVENTS_SQL = named(
     "materialize_metric_window_events",
-    f"""
-CREATE TEMPORARY TABLE {_EVENTS_TABLE} ENGINE = Memory AS
+    """
+CREATE TEMPORARY TABLE $events_table ENGINE = Memory AS
 SELECT event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason, degrade_level,
        cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
        attempt_levels, attempt_outcomes, policy_version,
        schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
        device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
 FROM $decisions FINAL
-WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
+    FRAGMENTS,
 )
 
 MATERIALIZE_LABELS_SQL = named(
     "materialize_metric_window_labels",
-    f"""
-CREATE TEMPORARY TABLE {_LABELS_TABLE} ENGINE = Memory AS
-WITH {chosen_labels_of(_EVENTS_TABLE)}
+    """
+CREATE TEMPORARY TABLE $labels_table ENGINE = Memory AS
+WITH $chosen_labels_cte
 SELECT request_id, labeled, acceptable, route_ok FROM chosen
 """,
+    FRAGMENTS,
 )
 
 MATERIALIZE_WINDOW_SQL = named(
     "materialize_metric_window",
-    f"""
-CREATE TEMPORARY TABLE {WINDOW_TABLE} ENGINE = Memory AS
+    """
+CREATE TEMPORARY TABLE $window_table ENGINE = Memory AS
 SELECT e.* EXCEPT (request_id), c.labeled AS labeled, c.acceptable AS acceptable, c.route_ok AS route_ok
-FROM {_EVENTS_TABLE} AS e LEFT JOIN {_LABELS_TABLE} AS c ON e.request_id = c.request_id
+FROM $events_table AS e LEFT JOIN $labels_table AS c ON e.request_id = c.request_id
 """,
+    FRAGMENTS,
 )
 
 DROP_WINDOW_SQL = [
-    named(f"drop_{table}", f"DROP TEMPORARY TABLE IF EXISTS {table}")
+    named(f"drop_{table}", "DROP TEMPORARY TABLE IF EXISTS $table", table=table)
     for table in (_EVENTS_TABLE, _LABELS_TABLE, WINDOW_TABLE)
 ]
 
 SUMMARY_SQL = named(
     "window_summary",
-    f"""
+    """
 WITH j AS (
     SELECT *,
            mode = 'live' AS live,
            live AND entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
            live AND entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
-    FROM {WINDOW_TABLE}
+    FROM $window_table
 )
 SELECT
     task_type,
@@ -126,18 +145,19 @@ GROUP BY task_type WITH ROLLUP
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
 """,
+    FRAGMENTS,
 )
 
 # §9: the §1–§3 numbers per policy_version (overall and per task type), so a threshold push can be
 # attributed; first and last event time of each version order them.
 BY_POLICY_VERSION_SQL = named(
     "by_policy_version",
-    f"""
+    """
 WITH j AS (
     SELECT *,
            entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
            entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
-    FROM {WINDOW_TABLE}
+    FROM $window_table
     WHERE mode = 'live'
 )
 SELECT
@@ -160,6 +180,7 @@ GROUP BY GROUPING SETS ((task_type, policy_version), (policy_version))
 ORDER BY task_type, first_event, policy_version
 SETTINGS group_by_use_nulls = 1
 """,
+    FRAGMENTS,
 )
 
 # §4: per session, the sum of cloud_calls of its live events in the window (per task type: of
@@ -170,68 +191,72 @@ SETTINGS group_by_use_nulls = 1
 # the pair (LowCardinality, String), which takes ClickHouse's serialized-key path, or by grouping sets.
 CLOUD_CALLS_SQL = named(
     "cloud_calls_per_session",
-    f"""
+    """
 SELECT task, count() AS sessions, avg(calls) AS mean, quantilesExactInclusive(0.5, 0.95)(calls) AS q
 FROM (
     SELECT any(task_type)::Nullable(String) AS task, sum(cloud_calls) AS calls
-    FROM {WINDOW_TABLE} WHERE mode = 'live'
+    FROM $window_table WHERE mode = 'live'
     GROUP BY concat(task_type, ' ', session_id)
     UNION ALL
     SELECT NULL AS task, sum(cloud_calls) AS calls
-    FROM {WINDOW_TABLE} WHERE mode = 'live'
+    FROM $window_table WHERE mode = 'live'
     GROUP BY session_id
 )
 GROUP BY task
 ORDER BY task
 """,
+    FRAGMENTS,
 )
 
 # §4 as a distribution: how many sessions made 0, 1, 2, … cloud calls (the weekly tuning histogram).
 CLOUD_CALLS_HISTOGRAM_SQL = named(
     "cloud_calls_histogram",
-    f"""
-WITH {WINDOW_CTE}
+    """
+WITH $window_cte
 SELECT calls, count() AS sessions
 FROM (
     SELECT session_id, sum(cloud_calls) AS calls
-    FROM w WHERE mode = 'live' AND ({{task:String}} = '' OR task_type = {{task:String}})
+    FROM w WHERE mode = 'live' AND ({task:String} = '' OR task_type = {task:String})
     GROUP BY session_id
 )
 GROUP BY calls
 ORDER BY calls
 """,
+    FRAGMENTS,
 )
 
 SHADOW_BY_LENGTH_SQL = named(
     "shadow_agreement_by_input_length",
-    f"""
-SELECT task_type, arrayCount(e -> e <= input_tokens, {{edges:Array(UInt64)}}) AS bucket,
+    """
+SELECT task_type, arrayCount(e -> e <= input_tokens, {edges:Array(UInt64)}) AS bucket,
        count() AS compared, countIf(shadow_agree) / count() AS agreement
-FROM {WINDOW_TABLE} WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
+FROM $window_table WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
 GROUP BY GROUPING SETS ((task_type, bucket), (bucket))
 ORDER BY task_type, bucket
 SETTINGS group_by_use_nulls = 1
 """,
+    FRAGMENTS,
 )
 
 # §8: latency quantiles by served side × network, overall only (the on-call view's table).
 LATENCY_SQL = named(
     "latency_by_side_and_network",
-    f"""
+    """
 SELECT if(degrade_level IN (0, 1), 'device', 'cloud') AS side, ifNull(network, 'unknown') AS net,
        count() AS n,
        quantilesExactInclusive(0.5, 0.95, 0.99)(latency_ms) AS q
-FROM {WINDOW_TABLE} WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
+FROM $window_table WHERE mode = 'live' AND degrade_level IN (0, 1, 2, 3)
 GROUP BY side, net
 ORDER BY side, net
 """,
+    FRAGMENTS,
 )
 
 # §5 baseline: level counts only.
 LEVELS_SQL = named(
     "degrade_level_counts",
-    f"""
-WITH {WINDOW_CTE}
+    """
+WITH $window_cte
 SELECT task_type, count() AS requests,
        countIf(degrade_level = 0) AS l0, countIf(degrade_level = 1) AS l1, countIf(degrade_level = 2) AS l2,
        countIf(degrade_level = 3) AS l3, countIf(degrade_level = 4) AS l4
@@ -240,6 +265,7 @@ GROUP BY task_type WITH ROLLUP
 ORDER BY task_type
 SETTINGS group_by_use_nulls = 1
 """,
+    FRAGMENTS,
 )
 
 
@@ -363,29 +389,24 @@ def load_summary(client) -> tuple[datetime | None, int]:
     return utc_or_none(last_load), int(rows)
 
 
-EXPLORER_COLUMNS = tuple(
-    "event_time request_id task_type mode fallback_type reason degrade_level attempt_levels "
-    "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
-    "cloud_model".split()
-)
-
 # The explorer: decisions since `start`, newest first, each filter a bound value ('' or -1: any).
 EXPLORER_SQL = named(
     "decisions_explorer",
-    f"""
-SELECT {", ".join(EXPLORER_COLUMNS)}
+    """
+SELECT $explorer_columns
 FROM $decisions FINAL
-WHERE event_time >= {{start:DateTime64(3, 'UTC')}}
-  AND ({{task:String}} = '' OR task_type = {{task:String}})
-  AND ({{fb:String}} = '' OR fallback_type = {{fb:String}})
-  AND ({{reason:String}} = '' OR reason = {{reason:String}})
-  AND ({{level:Int8}} < 0 OR degrade_level = {{level:Int8}})
-  AND ({{net:String}} = '' OR network = {{net:String}})
-  AND ({{tier:String}} = '' OR device_tier = {{tier:String}})
-  AND ({{rid:String}} = '' OR position(request_id, {{rid:String}}) > 0)
+WHERE event_time >= {start:DateTime64(3, 'UTC')}
+  AND ({task:String} = '' OR task_type = {task:String})
+  AND ({fb:String} = '' OR fallback_type = {fb:String})
+  AND ({reason:String} = '' OR reason = {reason:String})
+  AND ({level:Int8} < 0 OR degrade_level = {level:Int8})
+  AND ({net:String} = '' OR network = {net:String})
+  AND ({tier:String} = '' OR device_tier = {tier:String})
+  AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0)
 ORDER BY event_time DESC
-LIMIT {{limit:UInt32}}
+LIMIT {limit:UInt32}
 """,
+    FRAGMENTS,
 )
 
 

@@ -14,15 +14,22 @@ from warehouse.queries.common import named
 from warehouse.queries.landing import LOADABLE, staging_table
 from warehouse.rows import LEDGER_COLUMNS, RECORD_ID
 
+# Constant pieces of the statements below (named() puts them in before it spells the tables).
+FRAGMENTS = {"ledger_columns": ", ".join(LEDGER_COLUMNS), "loadable": LOADABLE}
+
+# Per topic: its record id column and its staging table, as identifiers.
 FROM_STAGING = {
     topic: named(
         f"loaded_messages_from_staging_{names.TOPIC_TABLE[topic]}",
-        f"""
-INSERT INTO $loaded_messages ({", ".join(LEDGER_COLUMNS)})
-SELECT kafka_topic, kafka_partition, kafka_offset, {RECORD_ID[topic]}, event_time
-FROM {staging_table(topic)}
-WHERE {LOADABLE}
+        """
+INSERT INTO $loaded_messages ($ledger_columns)
+SELECT kafka_topic, kafka_partition, kafka_offset, $record_id, event_time
+FROM $staging
+WHERE $loadable
 """,
+        FRAGMENTS,
+        record_id=RECORD_ID[topic],
+        staging=staging_table(topic),
     )
     for topic in RECORD_ID
 }

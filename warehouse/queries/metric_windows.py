@@ -213,15 +213,25 @@ TREND_COLUMNS = tuple(
     "window_start requests device_entered fallback_rate naive_fallback_rate device_bypass_rate "
     "l2_l3_share l2_l3_drifting false_fallback_rate false_fallback_labeled".split()
 )
+LATEST_CALIBRATION_COLUMNS = tuple(
+    "window_start labeled monotonic recommended_threshold current_threshold calibration".split()
+)
+
+# Constant pieces the statements below share (named() puts them in before it spells the tables).
+FRAGMENTS = {
+    "trend_columns": ", ".join(TREND_COLUMNS),
+    "calibration_columns": ", ".join(LATEST_CALIBRATION_COLUMNS),
+}
 
 TREND_SQL = named(
     "metric_windows_trend",
-    f"""
-SELECT {", ".join(TREND_COLUMNS)}
+    """
+SELECT $trend_columns
 FROM $metric_windows FINAL
-WHERE grain = {{grain:String}} AND task_type = {{task:String}} AND window_start >= {{start:DateTime64(3, 'UTC')}}
+WHERE grain = {grain:String} AND task_type = {task:String} AND window_start >= {start:DateTime64(3, 'UTC')}
 ORDER BY window_start
 """,
+    FRAGMENTS,
 )
 
 
@@ -260,19 +270,16 @@ def task_types(client) -> list[str]:
     return [row[0] for row in client.query(TASK_TYPES_SQL).result_rows]
 
 
-LATEST_CALIBRATION_COLUMNS = tuple(
-    "window_start labeled monotonic recommended_threshold current_threshold calibration".split()
-)
-
 LATEST_CALIBRATION_SQL = named(
     "calibration_windows_latest",
-    f"""
-SELECT {", ".join(LATEST_CALIBRATION_COLUMNS)}
+    """
+SELECT $calibration_columns
 FROM $calibration_windows FINAL
-WHERE task_type = {{task:String}}
+WHERE task_type = {task:String}
 ORDER BY window_start DESC
 LIMIT 1
 """,
+    FRAGMENTS,
 )
 
 

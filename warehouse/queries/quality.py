@@ -38,31 +38,35 @@ INVARIANT_SQL: dict[str, str] = {
     "low_confidence_below_threshold": "reason != 'low_confidence' OR ifNull(confidence < threshold, false)",
 }
 
-_INVARIANT_COLUMNS = ",\n       ".join(f"toBool({sql}) AS ok_{name}" for name, sql in INVARIANT_SQL.items())
+_INVARIANT_COLUMNS = ",\n       ".join("toBool(" + sql + ") AS ok_" + name for name, sql in INVARIANT_SQL.items())
 # Everything a decision row says, lineage aside: two rows with one event_id and sorting key but
 # different contents are two different events that ReplacingMergeTree would silently fold into one.
 _CONTENT = "tuple(" + ", ".join(c for c in DECISION_COLUMNS if not c.startswith("kafka_")) + ")"
 
+# Constant pieces the statements below share (named() puts them in before it spells the tables).
+FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT}
+
 DECISIONS_FRAME_SQL = named(
     "dq_decisions",
-    f"""
+    """
 SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, session_id, task_type, mode,
        entered_device, fallback_type, reason, degrade_level, attempt_levels, cloud_calls, confidence,
        confidence_source, threshold, latency_ms, deadline_ms, has_pii, network, policy_version,
        device_thermal_state, rollout_stage, device_peak_mem_mb, device_decode_tps, device_prefill_tps, device_load_ms,
        all_cloud_cost_usd,
-       {_INVARIANT_COLUMNS},
+       $invariant_columns,
        toBool((event_id, task_type, event_time) NOT IN (
            SELECT event_id, task_type, event_time FROM $decisions
-           WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+           WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
              AND event_id IN (  -- only ids delivered more than once pay for comparing contents
                  SELECT event_id FROM $decisions
-                 WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+                 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
                  GROUP BY event_id HAVING count() > 1)
-           GROUP BY event_id, task_type, event_time HAVING uniqExact({_CONTENT}) > 1)) AS ok_one_content
+           GROUP BY event_id, task_type, event_time HAVING uniqExact($content) > 1)) AS ok_one_content
 FROM $decisions FINAL
-WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
+    FRAGMENTS,
 )
 
 LABELS_FRAME_SQL = named(
