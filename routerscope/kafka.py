@@ -100,8 +100,8 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
 
     The end is read from a fetch response, not only from a ListOffsets request: the embedded broker
     answers that request with the base offset of the partition's last record batch plus one, short
-    of the rest of that batch. So each partition is fetched from there (the tail of one batch at
-    most) and the larger of the two ends is kept; a partition whose fetch does not answer in time
+    of the rest of that batch. So each partition is fetched from there (one record batch at most)
+    and the larger of the two ends is kept; a partition whose fetch does not answer in time
     keeps the ListOffsets end."""
     import time
 

@@ -51,8 +51,8 @@ straight after, so its lock is never held while waiting on the broker; every blo
 has a timeout (closing the consumer included), and a broker that stops answering mid-load ends the
 run with an error once what was fetched has been stored.
 
-Draining: a run ends when every partition has been read up to its end as of the run's first fetch
-from it (the high watermark in that fetch response), or reached its end (librdkafka's partition-EOF
+Draining: a run ends when every partition has been read up to its end as of an early fetch from it
+(the high watermark in the first fetch response the run sees for it), or reached its end (librdkafka's partition-EOF
 event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither). The end is
 taken from a fetch response, not asked with a ListOffsets request: the embedded broker answers that
 request with the base offset of the partition's last record batch plus one, short of the messages
@@ -137,11 +137,11 @@ class PartitionState:
     next_offset: int | None = None  # after the last message consumed in this run
     verified: bool = False  # the message before `stored` was seen (the broker kept our history)
     at_end: bool = False
-    end: int | None = None  # the high watermark in the run's first fetch response from it; None: none yet
+    end: int | None = None  # the high watermark in the first fetch response seen for it; None: none yet
 
     @property
     def drained(self) -> bool:
-        """Read up to its end as of the run's first fetch from it (the probe message included)."""
+        """Read up to its end as of an early fetch from it (the probe message included)."""
         if self.at_end:
             return True
         if self.end is None or (self.stored and not self.verified):
@@ -879,10 +879,11 @@ class Loader:
 
 
 def _learn_ends(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> None:
-    """Note the end of each pending partition whose first fetch response has arrived: the high
-    watermark librdkafka keeps from fetch responses (a local read, no request). Kept from the first
-    one seen, so a producer writing during the run cannot keep it going. A partition whose fetch
-    responses carry none stays unknown and ends by partition-EOF or the idle timeout."""
+    """Note the end of each pending partition once a fetch response for it has arrived: the high
+    watermark librdkafka keeps from fetch responses (a local read, no request). The first one seen
+    is kept, so a producer writing during the run cannot keep it going. A value below the stored
+    position is not an end (a broker that lost the messages: the run's check after draining says
+    so); a partition whose fetch responses carry none ends by partition-EOF or the idle timeout."""
     for key in pending:
         state = states[key]
         if state.end is not None:
@@ -891,7 +892,7 @@ def _learn_ends(consumer, states: dict[tuple[str, int], PartitionState], pending
             _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
         except Exception:
             continue
-        if high >= 0:
+        if high >= (state.stored or 0):
             state.end = high
 
 

@@ -335,9 +335,25 @@ def test_every_run_reads_to_the_end_of_the_last_record_batch_not_to_its_first_me
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 100
 
 
+def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkeypatch):
+    """A broker that never reports a partition's end (no partition-EOF events) leaves the fetched
+    high watermark as the only way to end before the idle timeout: with it, every message of every
+    record batch is loaded and the run ends at once, for a partition read to its end and for one
+    with nothing new."""
+    from routerscope import kafka
+
+    config = kafka.librdkafka_config
+    monkeypatch.setattr(kafka, "librdkafka_config", lambda *a, **k: {**config(*a, **k), "enable.partition.eof": False})
+    _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
+    first = Loader(stack, batch_size=5, idle_timeout_s=100).run()
+    second = Loader(stack, batch_size=5, idle_timeout_s=100).run()
+    assert (first.loaded["decisions"], second.loaded["decisions"]) == (60, 0)
+    assert first.seconds < 50 and second.seconds < 50
+
+
 def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_rest(stack):
     """The idle timeout never comes while a producer writes: the run ends at the partitions' ends
-    (as of its first fetch from each), and the next run loads what arrived since. Nothing is lost
+    (as of an early fetch from each), and the next run loads what arrived since. Nothing is lost
     or loaded twice across the two runs."""
     import threading
 
