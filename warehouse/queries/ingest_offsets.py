@@ -39,12 +39,13 @@ GROUP BY kafka_topic, kafka_partition
 LANDED_SQL = {
     table: named(
         f"ingest_landed_{table}",
-        f"""
+        """
 SELECT kafka_partition, kafka_offset
-FROM ${table}
-WHERE kafka_topic = {{topic:String}} AND has({{partitions:Array(UInt32)}}, kafka_partition)
-  AND kafka_offset >= arrayElement({{starts:Array(UInt64)}}, indexOf({{partitions:Array(UInt32)}}, kafka_partition))
+FROM $source
+WHERE kafka_topic = {topic:String} AND has({partitions:Array(UInt32)}, kafka_partition)
+  AND kafka_offset >= arrayElement({starts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))
 """,
+        source=names.TABLES[table],
     )
     for table in (names.TABLE_DECISIONS, names.TABLE_LABELS, names.TABLE_BREAKER_EVENTS, names.TABLE_QUARANTINE)
 }

@@ -63,9 +63,12 @@ def chosen_labels_of(events_table: str) -> str:
 DEFAULT_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)
 THRESHOLD_GRID = tuple(round(k * 0.05, 2) for k in range(21))
 
-_CALIBRATED = f"""
-WITH {WINDOW_CTE},
-{CHOSEN_LABELS_CTE},
+# Constant pieces of the statements below (named() puts them in before it spells the tables).
+FRAGMENTS = {"window_cte": WINDOW_CTE, "chosen_labels_cte": CHOSEN_LABELS_CTE}
+
+_CALIBRATED = """
+WITH $window_cte,
+$chosen_labels_cte,
 cal AS (
     SELECT w.task_type AS task_type, w.confidence AS confidence, w.threshold AS threshold,
            c.acceptable AS acceptable
@@ -105,7 +108,7 @@ GROUP BY task_type
 ORDER BY task_type
 """
 
-CALIBRATION_SQL = named("calibration", _CALIBRATED + _CALIBRATION_SELECT)
+CALIBRATION_SQL = named("calibration", _CALIBRATED + _CALIBRATION_SELECT, FRAGMENTS)
 
 
 def calibration_from_window_sql(window_table: str) -> str:
@@ -157,15 +160,16 @@ def calibration(
 # (the same seed gives the same sample).
 REPLAY_SAMPLE_SQL = named(
     "replay_sample",
-    f"""
-WITH {WINDOW_CTE}
+    """
+WITH $window_cte
 SELECT request_id, task_type, fallback_type
 FROM w
 WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
-  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {{replay_source:String}})
-ORDER BY cityHash64(request_id, {{seed:UInt64}})
-LIMIT {{limit:UInt32}}
+  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {replay_source:String})
+ORDER BY cityHash64(request_id, {seed:UInt64})
+LIMIT {limit:UInt32}
 """,
+    FRAGMENTS,
 )
 
 
