@@ -8,6 +8,7 @@ use kafka-python (pure Python, next to the model). Both read their security opti
 from __future__ import annotations
 
 import logging
+import time
 
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, ConfigError
@@ -94,6 +95,20 @@ def partitions_of(settings: Settings, topic: str, bootstrap: str | None = None) 
     return sorted(metadata.topics[topic].partitions)
 
 
+def fetched_end(consumer, topic: str, partition: int) -> int | None:
+    """The partition's end (high watermark) in the latest fetch response `consumer` received for it;
+    None before the first one. A local read, no request. Unlike a ListOffsets answer it counts every
+    message: the embedded broker answers ListOffsets with the base offset of the partition's last
+    record batch plus one, short of the rest of that batch."""
+    from confluent_kafka import TopicPartition
+
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    except Exception:
+        return None
+    return int(high) if high >= 0 else None
+
+
 def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, int], int] | None:
     """(topic, partition) → the broker's end offset (high watermark) for the project's topics, or
     None when the broker does not answer within `timeout_s` (read-only: joins no group, commits nothing).
@@ -103,8 +118,6 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
     of the rest of that batch. So each partition is fetched from there (one record batch at most)
     and the larger of the two ends is kept; a partition whose fetch does not answer in time
     keeps the ListOffsets end."""
-    import time
-
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     try:
@@ -138,9 +151,9 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
             while unknown and time.monotonic() < deadline:
                 consumer.consume(num_messages=1000, timeout=0.05)
                 for key in list(unknown):
-                    _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-                    if high >= 0:
-                        ends[key] = max(ends[key], int(high))
+                    high = fetched_end(consumer, *key)
+                    if high is not None:
+                        ends[key] = max(ends[key], high)
                         unknown.discard(key)
         return ends
     except KafkaException:

@@ -75,6 +75,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
+from routerscope.kafka import check_reachable, fetched_end, librdkafka_config
 from routerscope.settings import Settings
 from warehouse.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
@@ -98,6 +99,18 @@ MAX_MONTHS_PER_INSERT = 50
 INSERT_REJECTED = "insert.rejected"
 # Chunks handed to the parse worker and not yet added to a batch (each at most one consume call).
 MAX_PENDING_CHUNKS = 2
+# The loader's consumer (with its group id and error callback).
+CONSUMER_OPTIONS = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "error",  # a position past the log end is an error, not a reset
+    "enable.partition.eof": True,
+    # Prefetch bounds (per partition): enough to keep the parser busy, small
+    # enough that memory stays a few hundred MB whatever the backlog.
+    "fetch.max.bytes": 32 * 1024 * 1024,
+    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    "queued.max.messages.kbytes": 16 * 1024,
+}
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 OFFSET_COLUMNS = (
     "consumer",
@@ -632,8 +645,6 @@ class Loader:
     def run(self, client=None) -> LoadResult:
         """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
         every unit of work; by default the warehouse is opened for each one and closed after it."""
-        from routerscope.kafka import check_reachable, librdkafka_config
-
         self._client = client
         self._bootstrap = self.settings.kafka_bootstrap()
         started = time.monotonic()
@@ -671,19 +682,7 @@ class Loader:
         consumer = Consumer(
             librdkafka_config(
                 self.settings,
-                **{
-                    "group.id": self.consumer_name,
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "auto.offset.reset": "error",  # a position past the log end is an error, not a reset
-                    "enable.partition.eof": True,
-                    # Prefetch bounds (per partition): enough to keep the parser busy, small
-                    # enough that memory stays a few hundred MB whatever the backlog.
-                    "fetch.max.bytes": 32 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 8 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 16 * 1024,
-                    "error_cb": self._on_error,
-                },
+                **{"group.id": self.consumer_name, **CONSUMER_OPTIONS, "error_cb": self._on_error},
             )
         )
         # A batch holds tens of thousands of decoded events. With the default collector settings,
@@ -719,7 +718,7 @@ class Loader:
     def _drain(self, consumer, states, result) -> None:
         batch = _Batch(self.parser)
         last_message = last_flush = time.monotonic()
-        pending = {key for key, st in states.items() if not st.drained}  # not yet known to be at their end
+        pending = set(states)  # partitions not yet known to be at their end
         while pending:
             messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
             now = time.monotonic()
@@ -728,8 +727,7 @@ class Loader:
                     self._release()
                     last_message = max(last_message, time.monotonic())  # idle counts waiting, not work
                     continue
-                _learn_ends(consumer, states, pending)  # partitions with nothing left to read end here
-                pending = {key for key in pending if not states[key].drained}
+                pending = _undrained(consumer, states, pending)  # those with nothing left to read end here
                 if not pending:
                     break
                 idle = now - last_message
@@ -801,8 +799,7 @@ class Loader:
                     batch.add(topic, partition, offset, message, landed=landed)
                 else:
                     chunk.setdefault(topic, []).append((partition, offset, message, landed))
-            _learn_ends(consumer, states, pending)
-            pending = {key for key in pending if not states[key].drained}
+            pending = _undrained(consumer, states, pending)
             for topic, items in chunk.items():
                 self._enqueue(topic, items)
             self._collect(batch, keep=MAX_PENDING_CHUNKS)
@@ -832,7 +829,7 @@ class Loader:
         if self.parse_worker and len(items) >= MIN_WORKER_CHUNK:
             if self._worker is None:
                 self._worker = ParseWorker()
-            future = self._worker.submit(topic, [(p, o, m.value(), landed) for p, o, m, landed in items])
+            future = self._worker.submit(topic, _values(items))
         self._pending.append((topic, items, future))
 
     def _collect(self, batch: _Batch, keep: int) -> None:
@@ -850,7 +847,7 @@ class Loader:
                 except Exception as exc:  # the worker died or hangs: this chunk and the rest are parsed here
                     self._worker.give_up(exc)
             if parsed is None:
-                parsed = parse_chunk(topic, [(p, o, m.value(), landed) for p, o, m, landed in items])
+                parsed = parse_chunk(topic, _values(items))
             for (partition, offset, message, landed), one in zip(items, parsed):
                 batch.add_parsed(topic, partition, offset, message, one, landed)
 
@@ -878,22 +875,24 @@ class Loader:
             pass
 
 
-def _learn_ends(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> None:
-    """Note the end of each pending partition once a fetch response for it has arrived: the high
-    watermark librdkafka keeps from fetch responses (a local read, no request). The first one seen
-    is kept, so a producer writing during the run cannot keep it going. A value below the stored
-    position is not an end (a broker that lost the messages: the run's check after draining says
-    so); a partition whose fetch responses carry none ends by partition-EOF or the idle timeout."""
+def _values(items: list) -> list[tuple]:
+    """(partition, offset, message, landed) items as `parse_chunk` takes them: the message's value."""
+    return [(p, o, m.value(), landed) for p, o, m, landed in items]
+
+
+def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> set:
+    """The `pending` partitions not yet read to their end. A partition's end is noted once a fetch
+    response for it has arrived (routerscope.kafka.fetched_end) and kept: a producer writing during
+    the run cannot keep it going. A value below the stored position is not an end (a broker that
+    lost the messages: the check after draining says so); a partition whose fetch responses carry
+    none ends by partition-EOF or the idle timeout."""
     for key in pending:
         state = states[key]
-        if state.end is not None:
-            continue
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-        except Exception:
-            continue
-        if high >= (state.stored or 0):
-            state.end = high
+        if state.end is None:
+            high = fetched_end(consumer, *key)
+            if high is not None and high >= (state.stored or 0):
+                state.end = high
+    return {key for key in pending if not states[key].drained}
 
 
 def _answers(consumer) -> bool:

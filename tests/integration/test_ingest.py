@@ -339,11 +339,11 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     """A broker that never reports a partition's end (no partition-EOF events) leaves the fetched
     high watermark as the only way to end before the idle timeout: with it, every message of every
     record batch is loaded and the run ends at once, for a partition read to its end and for one
-    with nothing new."""
-    from routerscope import kafka
+    with nothing new. The broker, the consumer and the warehouse are real; only the consumer's
+    option that asks for partition-EOF events is turned off."""
+    from warehouse import loader
 
-    config = kafka.librdkafka_config
-    monkeypatch.setattr(kafka, "librdkafka_config", lambda *a, **k: {**config(*a, **k), "enable.partition.eof": False})
+    monkeypatch.setitem(loader.CONSUMER_OPTIONS, "enable.partition.eof", False)
     _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
     first = Loader(stack, batch_size=5, idle_timeout_s=100).run()
     second = Loader(stack, batch_size=5, idle_timeout_s=100).run()
