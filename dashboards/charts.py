@@ -1,9 +1,115 @@
-"""Charts (Altair): every rate with its denominator nearby."""
+"""Charts (Altair): every rate with its denominator nearby; every time axis in 24-hour UTC; alert
+episodes as shaded bands behind a time series (`with_incidents`), as Grafana draws annotations."""
 
 from __future__ import annotations
 
 import altair as alt
 import pandas as pd
+
+UTC_TIME = "%Y-%m-%d %H:%M UTC"
+LABELS = {
+    "fallback_rate": "fallback rate (of device-entered)",
+    "naive_fallback_rate": "naive fallback rate (of all requests)",
+    "quality_fallback_rate": "quality",
+    "timeout_fallback_rate": "timeout",
+    "error_fallback_rate": "error",
+    "l4_share": "L4 (canned answer) share",
+    "l2_l3_share": "L2+L3 share",
+}
+SEVERITY_COLOURS = alt.Scale(domain=["page", "ticket", "info"], range=["#d62728", "#ff7f0e", "#7f7f7f"])
+
+
+def pct(value, digits: int = 1) -> str:
+    """A share as a percentage; '—' where there is none (no denominator)."""
+    return "—" if value is None or value != value else f"{100 * value:.{digits}f}%"
+
+
+def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
+    """A time axis read in UTC with 24-hour labels, whatever the viewer's time zone."""
+    return alt.X(
+        f"{field}:T",
+        title=title,
+        scale=alt.Scale(type="utc"),
+        axis=alt.Axis(formatType="utc", format=fmt, labelOverlap=True),
+    )
+
+
+def utc_tooltip(field: str, title: str | None = None) -> alt.Tooltip:
+    return alt.Tooltip(f"{field}:T", title=title or field, format=UTC_TIME, formatType="utc")
+
+
+def incident_bands(incidents: pd.DataFrame) -> alt.Chart | None:
+    """Each alert episode as a shaded band from its first breaching window to the end of its last, coloured
+    by severity; None when there is none to draw."""
+    if incidents is None or incidents.empty:
+        return None
+    bands = incidents.assign(
+        start=pd.to_datetime(incidents["first_seen"], utc=True),
+        end=pd.to_datetime(incidents["last_seen"], utc=True),
+        scope=[t or "overall" for t in incidents["task_type"]],
+    )
+    return (
+        alt.Chart(bands)
+        .mark_rect(opacity=0.15)
+        .encode(
+            x=alt.X("start:T", scale=alt.Scale(type="utc")),
+            x2="end:T",
+            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="alert"),
+            tooltip=["rule:N", "scope:N", "severity:N", "status:N", utc_tooltip("start"), utc_tooltip("end")],
+        )
+    )
+
+
+def with_incidents(chart: alt.Chart, incidents: pd.DataFrame | None) -> alt.Chart:
+    """`chart` with the alert episodes shaded behind it (independent colour scales)."""
+    bands = incident_bands(incidents)
+    if bands is None:
+        return chart
+    return alt.layer(bands, chart).resolve_scale(color="independent")
+
+
+def fallback_by_type(df: pd.DataFrame, height: int = 220) -> alt.Chart:
+    """Fallbacks per window split by type (quality / timeout / error, stacked, of device-entered) with the
+    share of requests that got the canned L4 answer as a line: what users actually received."""
+    long = df.melt(
+        id_vars=["window_start", "device_entered", "requests"],
+        value_vars=["quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate"],
+        var_name="type",
+        value_name="value",
+    ).assign(type=lambda f: f["type"].map(LABELS))
+    stacked = (
+        alt.Chart(long)
+        .mark_area(opacity=0.7)
+        .encode(
+            x=utc_x("window_start"),
+            y=alt.Y("value:Q", stack=True, title="share", axis=alt.Axis(format=".0%")),
+            color=alt.Color(
+                "type:N",
+                title="fallback type (of device-entered)",
+                scale=alt.Scale(domain=["quality", "timeout", "error"], range=["#1f77b4", "#ff7f0e", "#d62728"]),
+            ),
+            tooltip=[
+                utc_tooltip("window_start", "window"),
+                "type:N",
+                alt.Tooltip("value:Q", format=".1%"),
+                alt.Tooltip("device_entered:Q", title="device-entered"),
+            ],
+        )
+    )
+    l4 = (
+        alt.Chart(df.assign(series=LABELS["l4_share"]))
+        .mark_line(color="black", strokeDash=[4, 2], point=True)
+        .encode(
+            x=utc_x("window_start"),
+            y=alt.Y("l4_share:Q"),
+            tooltip=[
+                utc_tooltip("window_start", "window"),
+                alt.Tooltip("l4_share:Q", title="L4 share of requests", format=".1%"),
+                alt.Tooltip("requests:Q"),
+            ],
+        )
+    )
+    return alt.layer(stacked, l4).properties(height=height)
 
 
 def fallback_rates(df: pd.DataFrame) -> alt.Chart:
@@ -13,17 +119,45 @@ def fallback_rates(df: pd.DataFrame) -> alt.Chart:
         value_vars=["fallback_rate", "naive_fallback_rate"],
         var_name="rate",
         value_name="value",
-    )
+    ).assign(rate=lambda f: f["rate"].map(LABELS))
     return (
         alt.Chart(long)
         .mark_line(point=True)
         .encode(
-            x=alt.X("window_start:T", title="window"),
+            x=utc_x("window_start"),
             y=alt.Y("value:Q", title="share", axis=alt.Axis(format=".0%")),
-            color=alt.Color("rate:N", title=None),
-            tooltip=["window_start:T", "rate:N", alt.Tooltip("value:Q", format=".1%")],
+            color=alt.Color("rate:N", title=None, legend=alt.Legend(orient="top", labelLimit=300)),
+            tooltip=[utc_tooltip("window_start", "window"), "rate:N", alt.Tooltip("value:Q", format=".1%")],
         )
         .properties(height=260)
+    )
+
+
+def task_type_panel(df: pd.DataFrame, task_type: str) -> alt.Chart:
+    """One task type's small multiple: its fallback rate (of device-entered) and its L4 share per window."""
+    long = df.melt(
+        id_vars=["window_start", "device_entered", "requests"],
+        value_vars=["fallback_rate", "l4_share"],
+        var_name="series",
+        value_name="value",
+    ).assign(series=lambda f: f["series"].map({"fallback_rate": "fallback rate", "l4_share": "L4 share"}))
+    entered = int(df["device_entered"].fillna(0).sum())
+    return (
+        alt.Chart(long, title=alt.Title(task_type, subtitle=f"{entered} device-entered in the range"))
+        .mark_line()
+        .encode(
+            x=utc_x("window_start", title=None),
+            y=alt.Y("value:Q", title=None, axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
+            strokeDash=alt.StrokeDash("series:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[
+                utc_tooltip("window_start", "window"),
+                "series:N",
+                alt.Tooltip("value:Q", format=".1%"),
+                alt.Tooltip("device_entered:Q", title="device-entered"),
+                "requests:Q",
+            ],
+        )
+        .properties(height=160)
     )
 
 
@@ -32,9 +166,9 @@ def share_line(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
         alt.Chart(df)
         .mark_area(opacity=0.5)
         .encode(
-            x=alt.X("window_start:T", title="window"),
+            x=utc_x("window_start"),
             y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=".0%")),
-            tooltip=["window_start:T", alt.Tooltip(f"{column}:Q", format=".1%"), "requests:Q"],
+            tooltip=[utc_tooltip("window_start", "window"), alt.Tooltip(f"{column}:Q", format=".1%"), "requests:Q"],
         )
         .properties(height=200)
     )
@@ -62,10 +196,10 @@ def rates_with_ci(df: pd.DataFrame) -> alt.Chart:
     bar, the labeled denominator and the label coverage in the tooltip. Columns: window_start, rate
     (name), value, low, high, labeled, coverage."""
     base = alt.Chart(df).encode(
-        x=alt.X("window_start:T", title="day"),
+        x=utc_x("window_start", "day (UTC)", "%Y-%m-%d"),
         color=alt.Color("rate:N", title=None),
         tooltip=[
-            "window_start:T",
+            alt.Tooltip("window_start:T", title="day", format="%Y-%m-%d", formatType="utc"),
             "rate:N",
             alt.Tooltip("value:Q", format=".1%"),
             alt.Tooltip("low:Q", format=".1%"),
@@ -114,9 +248,12 @@ def line(df: pd.DataFrame, x: str, y: str, title: str, fmt: str = ",.4f") -> alt
         alt.Chart(df)
         .mark_line(point=True)
         .encode(
-            x=alt.X(f"{x}:T", title="day"),
+            x=utc_x(x, "day (UTC)", "%Y-%m-%d"),
             y=alt.Y(f"{y}:Q", title=title),
-            tooltip=[f"{x}:T", alt.Tooltip(f"{y}:Q", format=fmt)],
+            tooltip=[
+                alt.Tooltip(f"{x}:T", title="day", format="%Y-%m-%d", formatType="utc"),
+                alt.Tooltip(f"{y}:Q", format=fmt),
+            ],
         )
         .properties(height=200)
     )
@@ -144,11 +281,18 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
         alt.Chart(df)
         .mark_bar(height=18)
         .encode(
-            x=alt.X("event_time:T", title="time"),
+            x=utc_x("event_time"),
             x2="until:T",
             y=alt.Y("lane:N", title=None, axis=alt.Axis(labelLimit=300)),
             color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
-            tooltip=["lane:N", "from_state:N", "to_state:N", "trigger:N", "event_time:T", "until:T"],
+            tooltip=[
+                "lane:N",
+                "from_state:N",
+                "to_state:N",
+                "trigger:N",
+                utc_tooltip("event_time", "from"),
+                utc_tooltip("until"),
+            ],
         )
         .properties(height=max(100, 50 * df["lane"].nunique()))
     )

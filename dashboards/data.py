@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from routerscope.settings import Settings
+from routerscope.timeutil import utc
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
 from warehouse.queries import breaker_events, facts, ingest_offsets, metric_windows
@@ -80,6 +81,87 @@ def _hours_before_latest(hours: float) -> datetime:
     """The start of the last `hours` before the newest 5-minute window (or now). (It opens the warehouse
     when not cached: pass it as an argument of `_read`, never call it inside a unit of work.)"""
     return (latest_window_end() or datetime.now(UTC)) - timedelta(hours=hours)
+
+
+@st.cache_data(ttl=TTL)
+def newest_data_end() -> datetime:
+    """Where the shared time range's presets end: just past the newest data — the newest 5-minute window's
+    end or the newest loaded event (to the next minute), whichever is later; now when there is neither."""
+    newest = [t for t in (latest_window_end(), freshness()["newest_event"].iloc[0]) if t is not None and not pd.isna(t)]
+    newest = [utc(pd.Timestamp(t).to_pydatetime()) for t in newest if pd.Timestamp(t).year > 1970]
+    if not newest:
+        return datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    latest = max(newest)
+    return (
+        latest.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        if latest.second or latest.microsecond
+        else latest
+    )
+
+
+# The per-window figures the on-call page draws (METRICS.md keys; `l4_share` is degrade_share.L4).
+SERIES_KEYS = (
+    "requests",
+    "device_entered",
+    "fallback_rate",
+    "quality_fallback_rate",
+    "timeout_fallback_rate",
+    "error_fallback_rate",
+    "naive_fallback_rate",
+    "device_bypass_rate",
+    "l2_l3_share",
+    "l4_share",
+    "l2_l3_drifting",
+)
+
+
+def _series_row(task_type: str, start: datetime, group: dict) -> dict:
+    row = {"task_type": task_type, "window_start": start}
+    for key in SERIES_KEYS:
+        if key == "l4_share":
+            row[key] = (group.get("degrade_share") or {}).get("L4")
+        elif key == "l2_l3_drifting":
+            row[key] = bool((group.get("l2_l3_drift") or {}).get("drifting"))
+        else:
+            row[key] = group.get(key)
+    return row
+
+
+@st.cache_data(ttl=TTL)
+def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataFrame:
+    """Every stored window of `grain` starting in [start, end), overall (task_type '') and per task type,
+    with SERIES_KEYS as columns (None where a window had no denominator)."""
+    rows = _read(metric_windows.groups_in_range, grain, start, end)
+    frame = pd.DataFrame(
+        [_series_row(t, w0, g) for t, w0, g in rows], columns=["task_type", "window_start", *SERIES_KEYS]
+    )
+    if not frame.empty:
+        frame["window_start"] = pd.to_datetime(frame["window_start"], utc=True)
+    return frame
+
+
+@st.cache_data(ttl=TTL)
+def incidents(start: datetime, end: datetime) -> pd.DataFrame:
+    """Alert episodes firing now or breaching / resolved within [start, end), firing first."""
+    from warehouse.queries import alerts as alert_queries
+
+    return _table(alert_queries.INCIDENT_COLUMNS, alert_queries.incidents, start, end)
+
+
+@st.cache_data(ttl=TTL)
+def sample_minimums() -> dict[str, tuple[int, str]]:
+    """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile
+    with fewer events shows its value greyed instead of a verdict the alert rules would not give."""
+    from warehouse.alerting.rules import load_rules
+
+    out: dict[str, tuple[int, str]] = {}
+    for rule in load_rules()[1]:
+        if rule.grain != "5m" or not rule.min_n:
+            continue
+        metric = rule.metric.split(".")[0]
+        if metric not in out or rule.min_n < out[metric][0]:
+            out[metric] = (rule.min_n, rule.denominator)
+    return out
 
 
 @st.cache_data(ttl=TTL)
@@ -192,30 +274,14 @@ def quarantine(limit: int = 20) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def decisions(
-    task_type: str,
-    fallback_type: str,
-    hours: float,
-    request_id: str = "",
-    limit: int = 200,
-    reason: str = "",
-    level: int = -1,
-    network: str = "",
-    device_tier: str = "",
-) -> pd.DataFrame:
-    """Decisions of the last `hours` (before the latest metric window), filtered ('' or -1: any)."""
-    where = decision_queries.ExplorerFilter(
-        task_type=task_type,
-        fallback_type=fallback_type,
-        reason=reason,
-        level=level,
-        network=network,
-        device_tier=device_tier,
-        request_id=request_id,
-    )
-    return _table(
-        decision_queries.EXPLORER_COLUMNS, decision_queries.explorer, _hours_before_latest(hours), where, limit
-    )
+def explorer(
+    start: datetime, end: datetime, where: decision_queries.ExplorerFilter, limit: int = 100, offset: int = 0
+) -> tuple[pd.DataFrame, int]:
+    """One page of the decisions in [start, end) that pass `where` (newest first) and how many pass in all."""
+    with _warehouse() as client:
+        rows = decision_queries.explorer(client, start, where, limit, end=end, offset=offset)
+        total = decision_queries.explorer_count(client, start, end, where)
+    return _frame(rows, decision_queries.EXPLORER_COLUMNS), total
 
 
 @st.cache_data(ttl=TTL)

@@ -1,68 +1,181 @@
-"""On-call: is the device path healthy right now? Fallback rate with its real denominator, the
-device bypass, breakers, L2/L3 share and drift, firing alerts, ingest freshness and consumer lag."""
+"""On-call: what broke, since when, and what to do. The incidents of the time range (firing, and resolved),
+each one click from its decisions in the Explorer; the latest window's tiles with their denominators (greyed
+below the alert rules' minimum sample); fallbacks by type and the canned-answer (L4) share with the
+incidents shaded behind them; one small chart per task type; breakers; ingest freshness and consumer lag."""
 
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data
+from dashboards import charts, data, timerange
 
 st.title("On-call")
+rng = timerange.pick("6h")
+EXPLORER = "app_pages/explorer.py"
+
+
+def _when(t) -> str:
+    return "—" if t is None or pd.isna(t) else f"{pd.Timestamp(t):%Y-%m-%d %H:%M}"
+
+
+def _duration(start, end) -> str:
+    minutes = max((pd.Timestamp(end) - pd.Timestamp(start)).total_seconds() / 60, 0)
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def _tripped(trip: dict) -> str:
+    """'fallback_rate > 0.3: 0.412 (n = 42) · …' — the condition and the last windows that tripped it."""
+    if not trip:
+        return ""
+    shown = []
+    for w in (trip.get("windows") or [])[-3:]:
+        value = w.get("value")
+        text = f"{value:.3g}" if isinstance(value, float) else str(value)
+        shown.append(text + (f" (n = {w['n']})" if w.get("n") is not None else ""))
+    return f"`{trip.get('metric')} {trip.get('op')} {trip.get('limit')}`: " + " · ".join(shown)
+
+
+def incident_list(incidents: pd.DataFrame) -> None:
+    st.subheader("Incidents")
+    if incidents.empty:
+        st.success(f"No alert fired or resolved in this range ({rng.caption()}).")
+        return
+    firing = incidents[incidents["status"] == "firing"]
+    st.caption(
+        f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range; the shaded bands on the "
+        "charts below are these episodes (red: page, orange: ticket)."
+    )
+    for row in incidents.itertuples(index=False):
+        scope = row.task_type or "overall"
+        state = "🔴 FIRING" if row.status == "firing" else f"resolved {_when(row.resolved_at)}"
+        end = row.last_seen if row.last_seen is not None and not pd.isna(row.last_seen) else rng.end
+        with st.container(border=True):
+            left, right = st.columns([5, 1])
+            left.markdown(
+                f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · {state}  \n"
+                f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {row.summary}"
+                + (" · **recommends a rollback**" if row.action == "rollback" else "")
+                + f"  \n{_tripped(row.trip_values)}"
+            )
+            window = timerange.TimeRange(
+                "custom", pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime()
+            )
+            timerange.link(
+                right,
+                EXPLORER,
+                "Open in Explorer",
+                {
+                    **window.params(),
+                    **({"task_type": row.task_type} if row.task_type else {}),
+                    "incident": row.alert_key,
+                },
+                help=f"the decisions of {scope} in this episode's windows",
+            )
+
+
+def tiles(last: pd.Series) -> None:
+    minimums = data.sample_minimums()
+
+    def tile(col, label: str, metric: str, value, n: int, denominator: str, inverse_delta: str | None = None):
+        need, _ = minimums.get(metric, (0, None))
+        help_text = f"denominator: {n} {denominator}"
+        if n < need:
+            col.metric(
+                label,
+                charts.pct(value),
+                delta=f"n = {n}, too few",
+                delta_color="off",
+                help=f"{help_text}; the alert rules need at least {need} before they judge this number",
+            )
+        else:
+            col.metric(label, charts.pct(value), delta=inverse_delta, delta_color="inverse", help=help_text)
+
+    entered, requests = int(last["device_entered"] or 0), int(last["requests"] or 0)
+    c = st.columns(5)
+    tile(
+        c[0],
+        "Fallback rate (of device-entered)",
+        "fallback_rate",
+        last["fallback_rate"],
+        entered,
+        "requests entered the device",
+    )
+    tile(
+        c[1],
+        "Naive fallback rate (all requests)",
+        "naive_fallback_rate",
+        last["naive_fallback_rate"],
+        requests,
+        "requests",
+    )
+    tile(c[2], "Device bypass", "device_bypass_rate", last["device_bypass_rate"], requests, "requests")
+    tile(
+        c[3],
+        "L2+L3 share",
+        "l2_l3_drift",
+        last["l2_l3_share"],
+        requests,
+        "requests",
+        "drifting" if last["l2_l3_drifting"] else None,
+    )
+    tile(c[4], "Canned answer (L4) share", "degrade_share", last["l4_share"], requests, "requests")
+
+
+def small_multiples(series: pd.DataFrame, incidents: pd.DataFrame) -> None:
+    st.subheader("Per task type")
+    st.caption(
+        "Fallback rate of device-entered requests (solid) and the L4 share (dashed) per task type; "
+        "shaded: alerts on it or overall."
+    )
+    task_types = sorted(t for t in series["task_type"].unique() if t)
+    cols = st.columns(3)
+    for k, task_type in enumerate(task_types):
+        one = series[series["task_type"] == task_type]
+        mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
+        chart = charts.task_type_panel(one, task_type)
+        cols[k % 3].altair_chart(charts.with_incidents(chart, mine), width="stretch")
 
 
 @st.fragment(run_every="30s")
 def live():
-    hours = 6
-    df = data.windows("5m", hours)
-    fresh = data.freshness()
-    if df.empty:
-        st.info("No metric windows yet: run `routerscope demo`, or `routerscope load` and the metric jobs.")
-        ingest(fresh)
+    series = data.window_series(rng.start, rng.end)
+    incidents = data.incidents(rng.start, rng.end)
+    incident_list(incidents)
+    overall = series[series["task_type"] == ""] if not series.empty else series
+    if overall.empty:
+        st.info(
+            "No metric windows in this range: pick a longer range above, or run `routerscope demo` "
+            "(or `routerscope load` and the metric jobs)."
+        )
+        ingest(data.freshness())
         return
-    busy = df[df["requests"] > 0]
-    last = busy.iloc[-1] if len(busy) else df.iloc[-1]  # the latest window that saw traffic
-    st.caption(f"Latest window with traffic: {last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes)")
-    c1, c2, c3, c4 = st.columns(4)
-    pct = lambda v: "—" if v is None or v != v else f"{100 * v:.1f}%"  # noqa: E731
-    c1.metric(
-        "Fallback rate (of device-entered)",
-        pct(last["fallback_rate"]),
-        help=f"denominator: {int(last['device_entered'])} requests entered the device",
+    busy = overall[overall["requests"] > 0]
+    last = busy.iloc[-1] if len(busy) else overall.iloc[-1]  # the latest window that saw traffic
+    st.subheader("Latest window")
+    st.caption(f"{last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes), the newest with traffic in the range")
+    tiles(last)
+    st.altair_chart(charts.with_incidents(charts.fallback_rates(overall), incidents), width="stretch")
+    st.markdown("**What users got**: fallbacks by type and the canned-answer share")
+    st.altair_chart(charts.with_incidents(charts.fallback_by_type(overall), incidents), width="stretch")
+    st.altair_chart(
+        charts.with_incidents(charts.share_line(overall, "l2_l3_share", "L2+L3 share"), incidents), width="stretch"
     )
-    c2.metric(
-        "Naive fallback rate (all requests)",
-        pct(last["naive_fallback_rate"]),
-        help=f"denominator: {int(last['requests'])} requests",
-    )
-    c3.metric("Device bypass", pct(last["device_bypass_rate"]))
-    c4.metric(
-        "L2+L3 share",
-        pct(last["l2_l3_share"]),
-        delta="drifting" if last["l2_l3_drifting"] else None,
-        delta_color="inverse",
-    )
-    st.altair_chart(charts.fallback_rates(df), width="stretch")
-    st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), width="stretch")
-    st.subheader("Alerts")
-    alerts = data.alerts()
-    firing = alerts[alerts["status"] == "firing"] if not alerts.empty else alerts
-    if firing.empty:
-        st.success("Nothing firing")
-    else:
-        st.dataframe(firing, hide_index=True, width="stretch")
+    small_multiples(series, incidents)
     st.subheader("Breaker states")
     transitions = data.breaker_transitions()
-    since, until = df["window_start"].min(), df["window_start"].max() + pd.Timedelta(minutes=5)
-    shown = transitions[transitions["event_time"] >= since] if not transitions.empty else transitions
+    since, until = pd.Timestamp(rng.start), pd.Timestamp(rng.end)
+    if not transitions.empty:
+        transitions = transitions.assign(event_time=pd.to_datetime(transitions["event_time"], utc=True))
+        transitions = transitions[(transitions["event_time"] >= since) & (transitions["event_time"] < until)]
+    shown = transitions
     if shown.empty:
         st.caption(
-            f"No breaker transitions in the last {hours} hours: "
-            "every breaker stayed as it was (closed unless shown earlier)."
+            "No breaker transitions in this range: every breaker stayed as it was (closed unless shown earlier)."
         )
     else:
         st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
-    ingest(fresh)
+    ingest(data.freshness())
 
 
 def _age(t) -> str:
@@ -102,8 +215,8 @@ def ingest(fresh: pd.DataFrame):
         with st.expander("Consumer lag per partition"):
             st.dataframe(lag, hide_index=True, width="stretch")
     st.caption(
-        f"Ingest: newest event {fresh['newest_event'].iloc[0]}, last load {fresh['last_load'].iloc[0]}, "
-        f"{int(fresh['rows'].iloc[0])} rows"
+        f"Ingest: newest event {_when(fresh['newest_event'].iloc[0])} UTC, last load "
+        f"{_when(fresh['last_load'].iloc[0])} UTC, {int(fresh['rows'].iloc[0])} rows"
     )
 
 

@@ -3,6 +3,7 @@ metric windows, data-quality results and an alert (streamlit.testing AppTest).""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -47,8 +48,14 @@ def populated(home, monkeypatch, warehouse_template):
     return settings
 
 
-def render(page: str) -> AppTest:
+# The fixture's day as the shared time range (its newest event, a8, is at END: the presets end there).
+FIXTURE_DAY = {"range": "custom", "start": "2026-11-29T00:00:00Z", "end": "2026-11-30T00:00:00Z"}
+
+
+def render(page: str, **query_params: str) -> AppTest:
+    """Run one page; `query_params` are the URL's (the shared time range, a page's filters)."""
     app = AppTest.from_file(str(PAGES / page), default_timeout=60)
+    app.query_params.update(query_params or FIXTURE_DAY)
     app.run()
     assert not app.exception, app.exception
     return app
@@ -63,11 +70,13 @@ def test_oncall_shows_both_denominators(populated):
 
 
 def test_oncall_lists_the_firing_alerts(populated):
-    """The fixture's data is days old as of the evaluation (now): the stale-ingest page is firing."""
+    """The fixture's data is days old as of the evaluation (now): the stale-ingest page is firing, and the
+    incident list shows it first, with its summary and a link to its decisions."""
     app = render("oncall.py")
-    listed = [df for df in (d.value for d in app.dataframe) if "severity" in df.columns]
-    assert len(listed) == 1 and set(listed[0]["status"]) == {"firing"}
-    assert "Newest decision event older than 10 minutes (ingest stalled?)" in set(listed[0]["summary"])
+    incidents = [m.value for m in app.markdown if "FIRING" in m.value]
+    assert len(incidents) == 1 and "**ingest_stale**" in incidents[0]
+    assert "Newest decision event older than 10 minutes (ingest stalled?)" in incidents[0]
+    assert any("Open in Explorer" in m.value for m in app.markdown)  # run alone: a plain link
 
 
 def test_oncall_draws_breaker_states_over_the_window(populated):
@@ -93,7 +102,9 @@ def test_oncall_draws_breaker_states_over_the_window(populated):
         )
     app = render("oncall.py")
     assert [e.label for e in app.expander] == ["3 transitions"]
-    assert len(app.get("vega_lite_chart")) == 3  # fallback rates, L2+L3 share, breaker states
+    # fallback rates, fallbacks by type, L2+L3 share, one per task type (intent_classify alone has windows:
+    # 01:00-02:00 holds a1 only), breaker states
+    assert len(app.get("vega_lite_chart")) == 5
 
 
 def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
@@ -163,15 +174,24 @@ def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
     assert (row["before"], row["after"], row["change (pp)"]) == ("50.0%", "75.0%", "+25.0")
 
 
+def matched(app) -> str:
+    """The explorer's count line ('N decisions match; …')."""
+    return next(c.value for c in app.caption if "decisions match" in c.value)
+
+
 def test_explorer_filters_are_values_not_sql(populated):
     app = render("explorer.py")
-    app.selectbox[1].set_value("quality").run()
-    assert not app.exception and app.caption[0].value.startswith("1 decisions")  # a2, the only quality fallback
+    {box.label: box for box in app.selectbox}["Fallback type"].set_value("quality").run()
+    assert not app.exception and matched(app).startswith("1 decisions")  # a2, the only quality fallback
     assert app.subheader[0].value.startswith("Attempts of a2")  # one row: its attempts are shown
-    for hostile in ("' OR 1=1 --", "; DROP TABLE decisions", "a2' UNION SELECT 1 --"):
-        app.text_input[0].set_value(hostile).run()
-        assert not app.exception
-        assert app.caption[0].value.startswith("0 decisions")
+    for label in ("Request id contains", "Session id", "Policy version", "App id"):
+        box = next(t for t in app.text_input if t.label == label)
+        for hostile in ("' OR 1=1 --", "; DROP TABLE decisions", "a2' UNION SELECT 1 --"):
+            box.set_value(hostile).run()
+            assert not app.exception
+            assert matched(app).startswith("0 decisions")
+        box = next(t for t in app.text_input if t.label == label)
+        box.set_value("").run()
     with open_warehouse(populated) as client:
         assert client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] > 0
 
@@ -180,14 +200,14 @@ def test_explorer_filters_by_reason_level_and_network(populated):
     app = render("explorer.py")
     by_label = {box.label: box for box in app.selectbox}
     by_label["Reason"].set_value("device_timeout").run()
-    assert app.caption[0].value.startswith("1 decisions")  # a3
+    assert matched(app).startswith("1 decisions")  # a3
     assert app.subheader[0].value.startswith("Attempts of a3")
     by_label = {box.label: box for box in app.selectbox}
     by_label["Reason"].set_value("").run()
-    {box.label: box for box in app.selectbox}["Degrade level"].set_value(3).run()
-    assert app.caption[0].value.startswith("1 decisions")  # a4, the only L3
+    {box.label: box for box in app.selectbox}["Degrade level"].set_value("3").run()
+    assert matched(app).startswith("1 decisions")  # a4, the only L3
     {box.label: box for box in app.selectbox}["Network"].set_value("offline").run()
-    assert app.caption[0].value.startswith("0 decisions")
+    assert matched(app).startswith("0 decisions")
 
 
 def test_quality_page_shows_schema_versions(populated):
@@ -359,3 +379,91 @@ def test_consumer_lag_falls_back_to_freshness_when_the_broker_does_not_answer(po
     app = render("oncall.py")
     metrics = {m.label: m for m in app.metric}
     assert metrics["Consumer lag"].value == "—" and "freshness stands in" in metrics["Consumer lag"].help
+
+
+def test_oncall_tile_below_the_alert_rules_minimum_is_greyed_not_judged(populated):
+    """The fixture's windows hold one device-entered request (a1): the fallback-rate rule needs 30 before it
+    judges, so the tile says how few instead of showing a verdict."""
+    app = render("oncall.py")
+    tile = next(m for m in app.metric if m.label == "Fallback rate (of device-entered)")
+    assert (tile.value, tile.delta) == ("0.0%", "n = 1, too few")
+    assert "at least 30" in tile.help
+    l2_l3 = next(m for m in app.metric if m.label == "L2+L3 share")
+    assert l2_l3.delta == "n = 1, too few"  # the drift rule needs 50 requests
+
+
+def _episode(rule: str, task_type: str, first_seen, last_seen, status: str, resolved_at=None) -> list:
+    trip = {"metric": "fallback_rate", "op": ">", "limit": 0.3, "windows": [{"start": "x", "value": 0.52, "n": 41}]}
+    return [
+        f"{rule}|{task_type}",
+        first_seen,
+        rule,
+        task_type,
+        "ticket",
+        "",
+        f"summary of {rule}",
+        status,
+        last_seen,
+        resolved_at,
+        json.dumps(trip),
+        "test",
+        "sent",
+    ]
+
+
+def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_decisions(populated):
+    from warehouse.queries.alerts import write_alerts
+
+    w = lambda hours: START + timedelta(hours=hours)  # noqa: E731
+    with open_warehouse(populated) as client:
+        write_alerts(
+            client,
+            [
+                # resolved inside the fixture's day: listed with its times
+                _episode("fallback_rate_high", "intent_classify", w(1), w(1.5), "resolved", w(1.6)),
+                # resolved two days before: outside the range, not listed
+                _episode("cloud_breaker_open", "", w(-48), w(-47), "resolved", w(-46.9)),
+            ],
+        )
+    app = render("oncall.py")
+    listed = [
+        m.value for m in app.markdown if "**fallback_rate_high**" in m.value or "**cloud_breaker_open**" in m.value
+    ]
+    assert len(listed) == 1
+    assert "`intent_classify` · resolved 2026-11-29 01:36" in listed[0]
+    assert "2026-11-29 01:00 – 2026-11-29 01:30 UTC (30 min)" in listed[0]
+    assert "`fallback_rate > 0.3`: 0.52 (n = 41)" in listed[0]
+    link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "fallback_rate_high" in m.value)
+    assert "range=custom&start=2026-11-29T01%3A00%3A00Z&end=2026-11-29T01%3A30%3A00Z&task_type=intent_classify" in link
+    # the same range on the Explorer: the decisions of that task type in the episode's windows (a1 at 01:00)
+    app = render(
+        "explorer.py",
+        range="custom",
+        start="2026-11-29T01:00:00Z",
+        end="2026-11-29T01:30:00Z",
+        task_type="intent_classify",
+        incident="fallback_rate_high|intent_classify",
+    )
+    assert {box.label: box.value for box in app.selectbox}["Task type"] == "intent_classify"
+    assert matched(app).startswith("1 decisions")
+    assert app.subheader[0].value.startswith("Attempts of a1")
+    assert any("Back to On-call" in m.value for m in app.markdown)
+
+
+def test_explorer_counts_every_match_and_pages_through_them(populated):
+    from warehouse.queries import decisions as q
+
+    day = (START, START + timedelta(days=1))
+    with open_warehouse(populated) as client:
+        total = q.explorer_count(client, *day)
+        everything = [r["request_id"] for r in q.explorer(client, day[0], limit=100, end=day[1])]
+        pages = [
+            r["request_id"]
+            for k in range(0, total, 3)
+            for r in q.explorer(client, day[0], limit=3, end=day[1], offset=k)
+        ]
+    # the fixture's day: a1 (twice delivered, once here), a2 … a6, the shadow events a7 and b1; a8 is at END
+    assert total == len(everything) == 8 and pages == everything
+    assert "a8" not in everything
+    app = render("explorer.py")
+    assert matched(app).startswith("8 decisions match; showing 1–8")

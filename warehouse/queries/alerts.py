@@ -155,3 +155,36 @@ def recent(client, limit: int = 50) -> tuple[list[str], list[tuple]]:
     """The newest episodes, firing first: (column names, rows), for the on-call page."""
     result = client.query(RECENT_SQL, parameters={"limit": limit})
     return list(result.column_names), list(result.result_rows)
+
+
+# The on-call page's incident list: every episode firing now or whose breaching span overlaps [start, end),
+# with every stored column of the episode.
+INCIDENT_COLUMNS = ALERT_COLUMNS
+INCIDENTS_SQL = named(
+    "alerts_incidents_in_range",
+    """
+SELECT $alert_columns
+FROM $alerts FINAL
+WHERE status = 'firing'
+   OR (first_seen < {end:DateTime64(3, 'UTC')} AND coalesce(resolved_at, last_seen) >= {start:DateTime64(3, 'UTC')})
+ORDER BY status = 'firing' DESC, first_seen DESC, alert_key
+LIMIT {limit:UInt32}
+""",
+    {"alert_columns": ", ".join(ALERT_COLUMNS)},
+)
+
+
+def incidents(client, start: datetime, end: datetime, limit: int = 200) -> list[dict[str, Any]]:
+    """Episodes firing now, or breaching or resolved within [start, end): INCIDENT_COLUMNS, firing first,
+    then newest first; times in UTC and `trip_values` decoded."""
+    rows = client.query(
+        INCIDENTS_SQL, parameters={"start": utc_text(start), "end": utc_text(end), "limit": limit}
+    ).result_rows
+    out = []
+    for row in rows:
+        episode = dict(zip(INCIDENT_COLUMNS, row))
+        for k in ("first_seen", "last_seen", "resolved_at"):
+            episode[k] = utc_or_none(episode[k])
+        episode["trip_values"] = json.loads(episode["trip_values"] or "{}")
+        out.append(episode)
+    return out

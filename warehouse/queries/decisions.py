@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, utc_or_none, utc_text
@@ -33,9 +33,9 @@ _EVENTS_TABLE = "metric_window_events"
 _LABELS_TABLE = "metric_window_labels"
 
 EXPLORER_COLUMNS = tuple(
-    "event_time request_id task_type mode fallback_type reason degrade_level attempt_levels "
+    "event_time request_id session_id task_type mode fallback_type reason degrade_level latency_ms attempt_levels "
     "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
-    "cloud_model".split()
+    "cloud_model input_tokens output_tokens cost_usd policy_version app_id".split()
 )
 
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
@@ -390,12 +390,10 @@ def load_summary(client) -> tuple[datetime | None, int]:
 
 
 # The explorer: decisions since `start`, newest first, each filter a bound value ('' or -1: any).
-EXPLORER_SQL = named(
-    "decisions_explorer",
-    """
-SELECT $explorer_columns
-FROM $decisions FINAL
-WHERE event_time >= {start:DateTime64(3, 'UTC')}
+_FAR_FUTURE = datetime(2299, 12, 31, tzinfo=UTC)  # DateTime64's last day: "no end"
+# The explorer's filters over [start, end); '' (or level -1) means any.
+_EXPLORER_WHERE = """
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
   AND ({task:String} = '' OR task_type = {task:String})
   AND ({fb:String} = '' OR fallback_type = {fb:String})
   AND ({reason:String} = '' OR reason = {reason:String})
@@ -403,16 +401,32 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')}
   AND ({net:String} = '' OR network = {net:String})
   AND ({tier:String} = '' OR device_tier = {tier:String})
   AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0)
-ORDER BY event_time DESC
-LIMIT {limit:UInt32}
+  AND ({sid:String} = '' OR session_id = {sid:String})
+  AND ({pv:String} = '' OR policy_version = {pv:String})
+  AND ({app:String} = '' OR app_id = {app:String})
+"""
+EXPLORER_SQL = named(
+    "decisions_explorer",
+    """
+SELECT $explorer_columns
+FROM $decisions FINAL
+$explorer_where
+ORDER BY event_time DESC, request_id
+LIMIT {limit:UInt32} OFFSET {offset:UInt64}
 """,
-    FRAGMENTS,
+    {**FRAGMENTS, "explorer_where": _EXPLORER_WHERE},
+)
+EXPLORER_COUNT_SQL = named(
+    "decisions_explorer_count",
+    "SELECT count() FROM $decisions FINAL $explorer_where",
+    {"explorer_where": _EXPLORER_WHERE},
 )
 
 
 @dataclass(frozen=True)
 class ExplorerFilter:
-    """The explorer's filters; '' (or level -1) means any. `request_id` matches a substring."""
+    """The explorer's filters; '' (or level -1) means any. `request_id` matches a substring; the session,
+    policy version and app match exactly."""
 
     task_type: str = ""
     fallback_type: str = ""
@@ -421,12 +435,15 @@ class ExplorerFilter:
     network: str = ""
     device_tier: str = ""
     request_id: str = ""
+    session_id: str = ""
+    policy_version: str = ""
+    app_id: str = ""
 
 
-def explorer(client, start: datetime, where: ExplorerFilter = ExplorerFilter(), limit: int = 200) -> list[dict]:
-    """Up to `limit` decisions with event_time >= `start` that pass `where`, newest first (EXPLORER_COLUMNS)."""
-    parameters = {
+def _explorer_parameters(start: datetime, end: datetime, where: ExplorerFilter) -> dict[str, Any]:
+    return {
         "start": utc_text(start),
+        "end": utc_text(end),
         "task": where.task_type,
         "fb": where.fallback_type,
         "reason": where.reason,
@@ -434,9 +451,29 @@ def explorer(client, start: datetime, where: ExplorerFilter = ExplorerFilter(), 
         "net": where.network,
         "tier": where.device_tier,
         "rid": where.request_id,
-        "limit": limit,
+        "sid": where.session_id,
+        "pv": where.policy_version,
+        "app": where.app_id,
     }
-    return dict_rows(client, EXPLORER_SQL, parameters)
+
+
+def explorer(
+    client,
+    start: datetime,
+    where: ExplorerFilter = ExplorerFilter(),
+    limit: int = 200,
+    end: datetime | None = None,
+    offset: int = 0,
+) -> list[dict]:
+    """Decisions in [start, end) (no end: up to any time) that pass `where`, newest first (EXPLORER_COLUMNS):
+    `limit` of them from position `offset` (a page)."""
+    parameters = _explorer_parameters(start, end or _FAR_FUTURE, where)
+    return dict_rows(client, EXPLORER_SQL, {**parameters, "limit": limit, "offset": offset})
+
+
+def explorer_count(client, start: datetime, end: datetime, where: ExplorerFilter = ExplorerFilter()) -> int:
+    """How many decisions in [start, end) pass `where` (the explorer's total, for paging)."""
+    return int(client.query(EXPLORER_COUNT_SQL, parameters=_explorer_parameters(start, end, where)).result_rows[0][0])
 
 
 DEVICE_TIERS_SQL = named(

@@ -287,3 +287,24 @@ def latest_calibration(client, task_type: str) -> dict[str, Any] | None:
     """The newest stored daily calibration of one task type (LATEST_CALIBRATION_COLUMNS), or None."""
     rows = dict_rows(client, LATEST_CALIBRATION_SQL, {"task": task_type})
     return rows[0] if rows else None
+
+
+GROUPS_IN_RANGE_SQL = named(
+    "metric_windows_groups_in_range",
+    """
+SELECT task_type, window_start, metrics
+FROM $metric_windows FINAL
+WHERE grain = {grain:String} AND window_start >= {start:DateTime64(3, 'UTC')}
+  AND window_start < {end:DateTime64(3, 'UTC')}
+ORDER BY task_type, window_start
+""",
+)
+
+
+def groups_in_range(client, grain: str, start: datetime, end: datetime) -> list[tuple[str, datetime, dict[str, Any]]]:
+    """(task_type ('' = overall), window_start, the window's full METRICS.md group) of every window of
+    `grain` starting in [start, end), all task types in one read."""
+    rows = client.query(
+        GROUPS_IN_RANGE_SQL, parameters={"grain": grain, "start": utc_text(start), "end": utc_text(end)}
+    ).result_rows
+    return [(task_type, utc_or_none(w0), json.loads(metrics)) for task_type, w0, metrics in rows]

@@ -1,0 +1,161 @@
+"""The one time range every page reads: chosen at the top of a page, kept in the URL (`st.query_params`)
+and in the session, so a link, a reload or a switch of page keeps it.
+
+URL form: `?range=6h` (a preset: the last 1 h / 6 h / 24 h / 7 d of data, ending at the newest 5-minute
+window) or `?range=custom&start=2026-12-01T20:00:00Z&end=2026-12-01T21:00:00Z` (UTC). Presets end at the
+newest data rather than at the wall clock, so a replayed or paused pipeline still shows its last hours;
+on a live pipeline the two are minutes apart. `resolve` is the pure part (tested without Streamlit)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlencode
+
+from routerscope.timeutil import parse_utc
+
+PRESETS: dict[str, timedelta] = {
+    "1h": timedelta(hours=1),
+    "6h": timedelta(hours=6),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+}
+LABELS = {"1h": "last 1 h", "6h": "last 6 h", "24h": "last 24 h", "7d": "last 7 d", "custom": "custom"}
+CHOICES = tuple(LABELS)
+STATE_KEY = "routerscope_time_range"  # the range in st.session_state (survives a switch of page)
+PARAMS = ("range", "start", "end")  # the URL's keys for the range; other keys are a page's own filters
+
+
+def iso(t: datetime) -> str:
+    """UTC to the second, as the URL carries it."""
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """[start, end) in UTC; `preset` is one of CHOICES."""
+
+    preset: str
+    start: datetime
+    end: datetime
+    problem: str = ""  # why the URL's range was not used as written ('' when it was)
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start).total_seconds() / 3600
+
+    def params(self) -> dict[str, str]:
+        """The URL's parameters for this range (what a link must carry)."""
+        if self.preset == "custom":
+            return {"range": "custom", "start": iso(self.start), "end": iso(self.end)}
+        return {"range": self.preset}
+
+    def caption(self) -> str:
+        span = f"{self.start:%Y-%m-%d %H:%M} – {self.end:%Y-%m-%d %H:%M} UTC"
+        return f"{LABELS[self.preset]}: {span}" if self.preset != "custom" else span
+
+
+def resolve(params: Mapping[str, str], anchor: datetime, default: str = "6h") -> TimeRange:
+    """The range the URL parameters name, with presets ending at `anchor` (the newest data). A range the
+    URL spells wrongly falls back to `default` and says why in `problem`, instead of failing the page."""
+    if default not in PRESETS:
+        raise ValueError(f"default range {default!r} is not one of {', '.join(PRESETS)}")
+    preset = params.get("range") or default
+    if preset in PRESETS:
+        return TimeRange(preset, anchor - PRESETS[preset], anchor)
+    fallback = TimeRange(default, anchor - PRESETS[default], anchor)
+    if preset != "custom":
+        return _with_problem(fallback, f"unknown range {preset!r} (use one of {', '.join(CHOICES)})")
+    try:
+        start, end = parse_utc(params.get("start", "")), parse_utc(params.get("end", ""))
+    except ValueError as exc:
+        return _with_problem(fallback, f"custom range not understood ({exc}); use ISO times, e.g. {iso(anchor)}")
+    if end <= start:
+        return _with_problem(fallback, f"custom range ends ({iso(end)}) before it starts ({iso(start)})")
+    return TimeRange("custom", start, end)
+
+
+def _with_problem(rng: TimeRange, problem: str) -> TimeRange:
+    return TimeRange(rng.preset, rng.start, rng.end, problem)
+
+
+def url_key(name: str, seed) -> str:
+    """The session-state key of the widget that edits URL parameter `name`. The widget is set to `seed`
+    (the value the URL, or the session's range, asks for) when it is new or when the URL's text changed
+    since the page last wrote it (a link, a reload, the back button); otherwise it keeps what the person
+    chose."""
+    import streamlit as st
+
+    key, written = f"url_{name}", f"url_{name}__written"
+    url_text = st.query_params.get(name, "")
+    if key not in st.session_state or st.session_state.get(written) != url_text:
+        st.session_state[key] = seed
+        st.session_state[written] = url_text
+    return key
+
+
+def write_url(values: dict[str, str], keep: tuple[str, ...] = ()) -> None:
+    """Make the URL's parameters `values` (empty ones removed), keeping the keys in `keep` as they are, and
+    remember what was written so that `url_key` leaves the widgets alone on the next run."""
+    import streamlit as st
+
+    wanted = {k: v for k, v in values.items() if v not in ("", None)}
+    for k in [k for k in st.query_params if k not in wanted and k not in keep]:
+        del st.query_params[k]
+    st.query_params.update(wanted)
+    for name in values:
+        st.session_state[f"url_{name}__written"] = wanted.get(name, "")
+
+
+def pick(default: str = "6h") -> TimeRange:
+    """Render the range selector at the top of the page and return the chosen range. The URL wins, then
+    the session's range (a switch of page), then `default`; the choice is written back to both."""
+    import streamlit as st
+
+    from dashboards import data
+
+    params = {k: st.query_params[k] for k in PARAMS if k in st.query_params}
+    if not params and STATE_KEY in st.session_state:
+        params = dict(st.session_state[STATE_KEY])
+    anchor = data.newest_data_end()
+    rng = resolve(params, anchor, default)
+    if rng.problem:
+        st.warning(f"The link's time range was not used: {rng.problem}. Showing {LABELS[rng.preset]}.")
+    cols = st.columns([3, 2, 2])
+    choice = cols[0].segmented_control(
+        "Time range",
+        CHOICES,
+        format_func=LABELS.get,
+        key=url_key("range", rng.preset),
+        required=True,
+        help="Shared by every page and kept in the URL. Presets end at the newest data.",
+    )
+    if choice == "custom":
+        custom = {
+            "start": cols[1].text_input("From (UTC)", key=url_key("start", iso(rng.start))),
+            "end": cols[2].text_input("To (UTC)", key=url_key("end", iso(rng.end))),
+        }
+        picked = resolve({"range": "custom", **custom}, anchor, default)
+        if picked.problem:
+            st.warning(f"{picked.problem}; showing {LABELS[picked.preset]}.")
+    else:
+        picked = resolve({"range": choice}, anchor, default)
+    others = tuple(k for k in st.query_params if k not in PARAMS)
+    write_url({"range": "", "start": "", "end": "", **picked.params()}, keep=others)
+    st.session_state[STATE_KEY] = picked.params()
+    st.caption(picked.caption())
+    return picked
+
+
+def link(container, page: str, label: str, query_params: dict[str, str], help: str | None = None) -> None:
+    """A link to another page of the app with `query_params` (the range and a page's filters). A page run
+    on its own (`streamlit run dashboards/app_pages/x.py`, or a test) has no other pages registered: it
+    gets a plain link to the same address instead."""
+    from streamlit.errors import StreamlitPageNotFoundError
+
+    try:
+        container.page_link(page, label=label, query_params=query_params, help=help)
+    except StreamlitPageNotFoundError:
+        container.markdown(f"[{label}]({Path(page).stem}?{urlencode(query_params)})", help=help)

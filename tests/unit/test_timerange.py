@@ -1,0 +1,50 @@
+"""The shared time range of the dashboard pages: what a URL's parameters resolve to (no Streamlit)."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from dashboards.timerange import resolve
+
+ANCHOR = datetime(2026, 12, 1, 21, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("preset", "hours"), [("1h", 1), ("6h", 6), ("24h", 24), ("7d", 168)])
+def test_a_preset_ends_at_the_newest_data(preset, hours):
+    rng = resolve({"range": preset}, ANCHOR)
+    assert (rng.preset, rng.start, rng.end, rng.problem) == (preset, ANCHOR - timedelta(hours=hours), ANCHOR, "")
+    assert rng.params() == {"range": preset}
+
+
+def test_no_range_in_the_url_is_the_pages_default():
+    assert resolve({}, ANCHOR, "24h").start == ANCHOR - timedelta(hours=24)
+    with pytest.raises(ValueError, match="default range"):
+        resolve({}, ANCHOR, "custom")
+
+
+def test_a_custom_range_round_trips_through_the_url():
+    rng = resolve({"range": "custom", "start": "2026-11-29T01:00:00Z", "end": "2026-11-29T02:30:00+00:00"}, ANCHOR)
+    assert (rng.start, rng.end) == (datetime(2026, 11, 29, 1, tzinfo=UTC), datetime(2026, 11, 29, 2, 30, tzinfo=UTC))
+    assert rng.params() == {"range": "custom", "start": "2026-11-29T01:00:00Z", "end": "2026-11-29T02:30:00Z"}
+    assert resolve(rng.params(), ANCHOR) == rng
+    assert rng.hours == 1.5
+    # a time without a zone is UTC, as everywhere in routerscope
+    assert (
+        resolve({"range": "custom", "start": "2026-11-29 01:00", "end": "2026-11-29 02:00"}, ANCHOR).start == rng.start
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({"range": "12h"}, "unknown range '12h'"),
+        ({"range": "custom", "start": "yesterday", "end": "2026-11-29T02:00:00Z"}, "not understood"),
+        ({"range": "custom", "end": "2026-11-29T02:00:00Z"}, "not understood"),
+        ({"range": "custom", "start": "2026-11-29T02:00:00Z", "end": "2026-11-29T01:00:00Z"}, "before it starts"),
+        ({"range": "custom", "start": "2026-11-29T02:00:00Z", "end": "2026-11-29T02:00:00Z"}, "before it starts"),
+    ],
+)
+def test_a_range_spelled_wrongly_falls_back_to_the_default_and_says_why(params, why):
+    rng = resolve(params, ANCHOR, "6h")
+    assert (rng.preset, rng.start, rng.end) == ("6h", ANCHOR - timedelta(hours=6), ANCHOR)
+    assert why in rng.problem
