@@ -30,7 +30,8 @@ def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
         f"{field}:T",
         title=title,
         scale=alt.Scale(type="utc"),
-        axis=alt.Axis(formatType="utc", format=fmt, labelOverlap=True),
+        # labelExpr rather than format/formatType: the latter reach the browser as 12-hour local labels
+        axis=alt.Axis(labelExpr=f"utcFormat(datum.value, '{fmt}')", labelOverlap=True),
     )
 
 
@@ -38,34 +39,79 @@ def utc_tooltip(field: str, title: str | None = None) -> alt.Tooltip:
     return alt.Tooltip(f"{field}:T", title=title or field, format=UTC_TIME, formatType="utc")
 
 
-def incident_bands(incidents: pd.DataFrame) -> alt.Chart | None:
-    """Each alert episode as a shaded band from its first breaching window to the end of its last, coloured
-    by severity; None when there is none to draw."""
-    if incidents is None or incidents.empty:
-        return None
-    bands = incidents.assign(
+def _episodes(incidents: pd.DataFrame) -> pd.DataFrame:
+    return incidents.assign(
         start=pd.to_datetime(incidents["first_seen"], utc=True),
         end=pd.to_datetime(incidents["last_seen"], utc=True),
         scope=[t or "overall" for t in incidents["task_type"]],
     )
+
+
+def incident_bands(incidents: pd.DataFrame, legend: bool = True) -> alt.Chart | None:
+    """Each alert episode as a shaded band from its first breaching window to the end of its last, coloured
+    by severity; None when there is none to draw."""
+    if incidents is None or incidents.empty:
+        return None
     return (
-        alt.Chart(bands)
-        .mark_rect(opacity=0.15)
+        alt.Chart(_episodes(incidents))
+        .mark_rect(opacity=0.12)
         .encode(
-            x=alt.X("start:T", scale=alt.Scale(type="utc")),
+            x=utc_x("start"),
             x2="end:T",
-            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="alert"),
+            color=alt.Color(
+                "severity:N", scale=SEVERITY_COLOURS, title="alert", legend=alt.Legend() if legend else None
+            ),
             tooltip=["rule:N", "scope:N", "severity:N", "status:N", utc_tooltip("start"), utc_tooltip("end")],
         )
     )
 
 
-def with_incidents(chart: alt.Chart, incidents: pd.DataFrame | None) -> alt.Chart:
-    """`chart` with the alert episodes shaded behind it (independent colour scales)."""
-    bands = incident_bands(incidents)
+def with_incidents(chart: alt.Chart, incidents: pd.DataFrame | None, legend: bool = True) -> alt.Chart:
+    """`chart` with the alert episodes shaded behind it (independent colour scales, the chart's height)."""
+    bands = incident_bands(incidents, legend)
     if bands is None:
         return chart
-    return alt.layer(bands, chart).resolve_scale(color="independent")
+    return alt.layer(bands, chart).resolve_scale(color="independent").properties(height=chart.height)
+
+
+def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart:
+    """The episodes of the range as bars on one time axis, a row per rule and scope: what broke, since when,
+    for how long, at a glance (a firing one runs to `until`)."""
+    df = _episodes(incidents)
+    df["end"] = df["end"].fillna(pd.Timestamp(until))
+    df.loc[df["status"] == "firing", "end"] = pd.Timestamp(until)
+    df["lane"] = df["rule"] + " · " + df["scope"]
+    return (
+        alt.Chart(df)
+        .mark_bar(height=14)
+        .encode(
+            x=alt.X(
+                "start:T",
+                title="time (UTC)",
+                scale=alt.Scale(type="utc", domain=[pd.Timestamp(since).isoformat(), pd.Timestamp(until).isoformat()]),
+                axis=alt.Axis(labelExpr="utcFormat(datum.value, '%H:%M')", labelOverlap=True),
+            ),
+            x2="end:T",
+            y=alt.Y(
+                "lane:N",
+                title=None,
+                sort=alt.EncodingSortField("start", order="ascending"),
+                axis=alt.Axis(labelLimit=320),
+            ),
+            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="severity"),
+            opacity=alt.condition("datum.status == 'firing'", alt.value(1.0), alt.value(0.6)),
+            tooltip=[
+                "rule:N",
+                "scope:N",
+                "severity:N",
+                "status:N",
+                utc_tooltip("start"),
+                utc_tooltip("end"),
+                "summary:N",
+            ],
+        )
+        .properties(height=max(80, 26 * df["lane"].nunique()))
+    )
 
 
 def fallback_by_type(df: pd.DataFrame, height: int = 220) -> alt.Chart:
@@ -148,7 +194,12 @@ def task_type_panel(df: pd.DataFrame, task_type: str) -> alt.Chart:
         .encode(
             x=utc_x("window_start", title=None),
             y=alt.Y("value:Q", title=None, axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
-            strokeDash=alt.StrokeDash("series:N", title=None, legend=alt.Legend(orient="bottom")),
+            strokeDash=alt.StrokeDash(
+                "series:N",
+                title=None,
+                legend=None,
+                scale=alt.Scale(domain=["fallback rate", "L4 share"], range=[[1, 0], [4, 2]]),
+            ),
             tooltip=[
                 utc_tooltip("window_start", "window"),
                 "series:N",

@@ -269,8 +269,10 @@ def dq_latest() -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def quarantine(limit: int = 20) -> pd.DataFrame:
-    return _table(quarantine_queries.RECENT_COLUMNS, quarantine_queries.recent, limit)
+def quarantine(limit: int = 20, start: datetime | None = None, end: datetime | None = None) -> pd.DataFrame:
+    """The newest `limit` messages quarantined in [start, end) (default: ever)."""
+    rows = _read(quarantine_queries.recent, limit, 120, start, end)
+    return _frame(rows, quarantine_queries.RECENT_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
@@ -290,9 +292,10 @@ def device_tiers() -> list[str]:
 
 
 @st.cache_data(ttl=TTL)
-def quarantine_counts() -> pd.DataFrame:
-    """Quarantined messages per topic and broken rule (a message breaking two rules counts under both)."""
-    return _table(quarantine_queries.COUNTS_COLUMNS, quarantine_queries.counts)
+def quarantine_counts(start: datetime | None = None, end: datetime | None = None) -> pd.DataFrame:
+    """Messages quarantined in [start, end) per topic and broken rule (a message breaking two rules counts
+    under both)."""
+    return _frame(_read(quarantine_queries.counts, start, end), quarantine_queries.COUNTS_COLUMNS)
 
 
 @st.cache_data(ttl=TTL)
@@ -303,9 +306,10 @@ def schema_versions() -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
-def review(days: float = 7.0) -> dict:
-    """The weekly review over the last `days` full days of data (METRICS.md §10–§13, the stage tracker):
-    the window, the device ledger and all-cloud saving, grading, readiness side by side, and rollout."""
+def review(start: datetime | None = None, end: datetime | None = None, days: float = 7.0) -> dict:
+    """The weekly review over [start, end) (METRICS.md §10–§13, the stage tracker), by default the last
+    `days` full days of data: the window, the device ledger and all-cloud saving, grading, readiness side by
+    side, and rollout."""
     from router.policy import PolicyStore
     from routerscope.review import divergence_counts
     from warehouse import review as rv
@@ -314,7 +318,7 @@ def review(days: float = 7.0) -> dict:
 
     policy = PolicyStore().current()
     with _warehouse() as client:
-        window = rv.review_window(client, days)
+        window = QueryWindow(start, end) if start and end else rv.review_window(client, days)
         rows = review_queries.task_review(client, window)  # read once for both reports
         grading = rv.grading_report(client, policy, window, rows)
         ready = rv.readiness_report(client, policy, window, rows)

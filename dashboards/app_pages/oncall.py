@@ -41,35 +41,32 @@ def incident_list(incidents: pd.DataFrame) -> None:
         return
     firing = incidents[incidents["status"] == "firing"]
     st.caption(
-        f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range; the shaded bands on the "
-        "charts below are these episodes (red: page, orange: ticket)."
+        f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range, newest first; the same "
+        "episodes are shaded behind the charts below (red: page, orange: ticket)."
     )
+    st.altair_chart(charts.incident_timeline(incidents, rng.start, rng.end), width="stretch")
     for row in incidents.itertuples(index=False):
         scope = row.task_type or "overall"
-        state = "🔴 FIRING" if row.status == "firing" else f"resolved {_when(row.resolved_at)}"
+        state = "🔴 **FIRING**" if row.status == "firing" else f"resolved {_when(row.resolved_at)}"
         end = row.last_seen if row.last_seen is not None and not pd.isna(row.last_seen) else rng.end
-        with st.container(border=True):
-            left, right = st.columns([5, 1])
-            left.markdown(
-                f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · {state}  \n"
-                f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {row.summary}"
-                + (" · **recommends a rollback**" if row.action == "rollback" else "")
-                + f"  \n{_tripped(row.trip_values)}"
-            )
-            window = timerange.TimeRange(
-                "custom", pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime()
-            )
-            timerange.link(
-                right,
-                EXPLORER,
-                "Open in Explorer",
-                {
-                    **window.params(),
-                    **({"task_type": row.task_type} if row.task_type else {}),
-                    "incident": row.alert_key,
-                },
-                help=f"the decisions of {scope} in this episode's windows",
-            )
+        left, right = st.columns([6, 1], vertical_alignment="center")
+        left.markdown(
+            f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · "
+            f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {state}"
+            + (" · **recommends a rollback**" if row.action == "rollback" else "")
+            + f"  \n{row.summary}. {_tripped(row.trip_values)}",
+            help=None,
+        )
+        window = timerange.TimeRange(
+            "custom", pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime()
+        )
+        timerange.link(
+            right,
+            EXPLORER,
+            "Open in Explorer",
+            {**window.params(), **({"task_type": row.task_type} if row.task_type else {}), "incident": row.alert_key},
+            help=f"the decisions of {scope} in this episode's windows",
+        )
 
 
 def tiles(last: pd.Series) -> None:
@@ -132,7 +129,7 @@ def small_multiples(series: pd.DataFrame, incidents: pd.DataFrame) -> None:
         one = series[series["task_type"] == task_type]
         mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
         chart = charts.task_type_panel(one, task_type)
-        cols[k % 3].altair_chart(charts.with_incidents(chart, mine), width="stretch")
+        cols[k % 3].altair_chart(charts.with_incidents(chart, mine, legend=False), width="stretch")
 
 
 @st.fragment(run_every="30s")

@@ -3,9 +3,10 @@ schema versions, freshness."""
 
 import streamlit as st
 
-from dashboards import data
+from dashboards import data, timerange
 
 st.title("Data quality")
+rng = timerange.pick("24h")
 dq = data.dq_latest()
 if dq.empty:
     st.info("No data-quality run yet: `routerscope dq`.")
@@ -18,13 +19,14 @@ else:
     c3.metric("Blocking failures", len(blocking))
     st.dataframe(dq, hide_index=True, width="stretch")
 st.subheader("Quarantine")
-counts = data.quarantine_counts()
+st.caption("Messages the loader refused in the time range, with the rules they broke.")
+counts = data.quarantine_counts(rng.start, rng.end)
 if counts.empty:
-    st.success("Nothing quarantined")
+    st.success("Nothing quarantined in the range")
 else:
     st.dataframe(counts, hide_index=True)
 st.subheader("Quarantine (newest)")
-st.dataframe(data.quarantine(), hide_index=True, width="stretch")
+st.dataframe(data.quarantine(20, rng.start, rng.end), hide_index=True, width="stretch")
 st.subheader("Schema versions")
 st.dataframe(data.schema_versions(), hide_index=True)
 st.subheader("Freshness")

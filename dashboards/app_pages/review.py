@@ -1,16 +1,18 @@
-"""Offload review, over the last 7 full days of data: the device ledger per tier (seed 003: a tier whose
-slow-tail decode rate collapses, or whose throttled share climbs, is flagged), the saving against an
-all-cloud bill per task type (seeds 003/004), the task grading of seed 004 beside the readiness of seed
-003 (where the two rubrics disagree), and the rollout stage tracker with its exit conditions (seed 004 §7)."""
+"""Offload review, over the shared time range (by default the last 7 days of data): the device ledger per
+tier (seed 003: a tier whose slow-tail decode rate collapses, or whose throttled share climbs, is flagged),
+the saving against an all-cloud bill per task type (seeds 003/004), the task grading of seed 004 beside the
+readiness of seed 003 (where the two rubrics disagree), and the rollout stage tracker with its exit
+conditions (seed 004 §7)."""
 
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data
+from dashboards import charts, data, timerange
 
 st.title("Offload review")
-r = data.review()
-st.caption(f"Review window {r['window']['start']} → {r['window']['end']} (UTC; live events; the policy in force)")
+rng = timerange.pick("7d")
+r = data.review(rng.start, rng.end)
+st.caption("Live events of the range; the policy in force.")
 pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 num = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
 

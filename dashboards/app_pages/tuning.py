@@ -1,26 +1,24 @@
-"""Weekly tuning, per task type, over the 7 days before the newest daily window: the week's calibration
+"""Weekly tuning, per task type, over the shared time range (by default the last 7 days of data): its calibration
 curve (non-monotonic buckets flagged) with the recommended threshold for a target chosen on the page next
 to the current one and the evidence floor; the latest policy push, before and after (METRICS.md §9);
 false and missed fallbacks with their 95 % intervals and label coverage; cloud calls per session as a
 distribution; shadow agreement by input length; cost."""
 
 import json
-from datetime import timedelta
 
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data
+from dashboards import charts, data, timerange
 from warehouse import metrics as metric_defaults
 
 st.title("Weekly tuning")
+rng = timerange.pick("7d")
 types = data.task_types()
-end = data.latest_day_end()
-if not types or end is None:
+if not types or data.latest_day_end() is None:
     st.info("No daily metric windows yet: run `routerscope demo`, or the `metrics_daily_job` in Dagster.")
     st.stop()
-start = end - timedelta(days=7)
-st.caption(f"Week under review: {start:%Y-%m-%d} → {end:%Y-%m-%d} (UTC, the 7 days before the newest daily window)")
+start, end = rng.start, rng.end
 week = data.period_metrics(start, end)
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
@@ -28,7 +26,7 @@ busiest = sorted(
 task_type = st.selectbox("Task type", busiest)
 pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 
-# -- calibration and threshold over the week -------------------------------------------------------
+# -- calibration and threshold over the range -------------------------------------------------------
 st.header("Calibration and threshold")
 stored = data.calibration(task_type)  # the daily job's target and minimum sample are the page's defaults
 defaults = (
@@ -41,7 +39,7 @@ target = t1.slider("Target pass rate", 0.50, 0.99, float(defaults["target"]), 0.
 min_n = int(t2.number_input("Minimum events at or above the threshold", 1, 100_000, int(defaults["min_n"])))
 detail = data.calibration_for_target(task_type, start, end, target, min_n)
 if detail is None:
-    st.info("No labeled device attempts of this task type in the week: no calibration yet.")
+    st.info("No labeled device attempts of this task type in the range: no calibration yet.")
 else:
     buckets = pd.DataFrame(detail["buckets"])
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
@@ -57,7 +55,7 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).",
     )
-    st.caption(f"Calibration over the week {start:%Y-%m-%d} → {end:%Y-%m-%d}; red bars do worse than a lower bucket.")
+    st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         st.warning(
             f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one."
@@ -68,16 +66,16 @@ else:
 
 group = week["by_task_type"].get(task_type)
 if group is None:
-    st.info("No decisions of this task type in the week.")
+    st.info("No decisions of this task type in the range.")
     st.stop()
 if not group["requests"]:
-    st.info("This task type had no live requests in the week (shadow traffic only): its live sections are empty.")
+    st.info("This task type had no live requests in the range (shadow traffic only): its live sections are empty.")
 
 # -- the latest policy push, before and after (METRICS.md §9) ------------------------------------------
 st.header("Policy versions")
 versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])
 if len(versions) < 2:
-    st.caption(f"One policy version in the week ({versions[0][0] if versions else 'none'}): no push to compare.")
+    st.caption(f"One policy version in the range ({versions[0][0] if versions else 'none'}): no push to compare.")
 else:
     (before_v, before), (after_v, after) = versions[-2], versions[-1]
     st.caption(
@@ -173,10 +171,10 @@ k2.metric("p50", fmt(calls["p50"]))
 k3.metric("p95", fmt(calls["p95"]))
 hist = data.cloud_calls_histogram(task_type, start, end)
 if hist.empty:
-    st.caption("No live sessions of this task type in the week.")
+    st.caption("No live sessions of this task type in the range.")
 else:
     st.altair_chart(
-        charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the week", "sessions"), width="stretch"
+        charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the range", "sessions"), width="stretch"
     )
     st.caption(
         f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; "
@@ -188,7 +186,7 @@ st.header("Shadow agreement by input length")
 shadow = group["shadow_agreement_by_input_length"]
 if group["shadow_agreement_rate"] is None:
     st.caption(
-        "This task type ran no shadow traffic in the week (policy `shadow:` lists the task types under evaluation)."
+        "This task type ran no shadow traffic in the range (policy `shadow:` lists the task types under evaluation)."
     )
 else:
     st.metric("Agreement, all lengths", pct(group["shadow_agreement_rate"]))

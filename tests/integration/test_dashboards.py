@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -48,14 +49,20 @@ def populated(home, monkeypatch, warehouse_template):
     return settings
 
 
-# The fixture's day as the shared time range (its newest event, a8, is at END: the presets end there).
+# The shared time range each page opens on: the fixture's day on On-call, the Explorer and Data quality; on the
+# weekly tuning the week before the fixture's end (START's day and the 6 days of its baseline); on the offload
+# review the 7 full days up to the end of the newest event's day (A_AT_END is at 2026-11-30 00:00).
 FIXTURE_DAY = {"range": "custom", "start": "2026-11-29T00:00:00Z", "end": "2026-11-30T00:00:00Z"}
+OPENS_ON = {
+    "tuning.py": {"range": "custom", "start": "2026-11-23T00:00:00Z", "end": "2026-11-30T00:00:00Z"},
+    "review.py": {"range": "custom", "start": "2026-11-24T00:00:00Z", "end": "2026-12-01T00:00:00Z"},
+}
 
 
 def render(page: str, **query_params: str) -> AppTest:
     """Run one page; `query_params` are the URL's (the shared time range, a page's filters)."""
     app = AppTest.from_file(str(PAGES / page), default_timeout=60)
-    app.query_params.update(query_params or FIXTURE_DAY)
+    app.query_params.update(query_params or OPENS_ON.get(page, FIXTURE_DAY))
     app.run()
     assert not app.exception, app.exception
     return app
@@ -102,9 +109,9 @@ def test_oncall_draws_breaker_states_over_the_window(populated):
         )
     app = render("oncall.py")
     assert [e.label for e in app.expander] == ["3 transitions"]
-    # fallback rates, fallbacks by type, L2+L3 share, one per task type (intent_classify alone has windows:
-    # 01:00-02:00 holds a1 only), breaker states
-    assert len(app.get("vega_lite_chart")) == 5
+    # the incident timeline (ingest_stale fires), fallback rates, fallbacks by type, L2+L3 share, one per task
+    # type (intent_classify alone has windows: 01:00-02:00 holds a1 only), breaker states
+    assert len(app.get("vega_lite_chart")) == 6
 
 
 def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
@@ -311,7 +318,7 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    page.goto(f"http://127.0.0.1:{port}/", timeout=5000)
+                    page.goto(f"http://127.0.0.1:{port}/?{urlencode(FIXTURE_DAY)}", timeout=5000)
                     break
                 except Exception:
                     if time.monotonic() > deadline:
@@ -327,7 +334,7 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
                 ("Weekly tuning", "text=Current threshold"),
                 ("Offload review", "text=Rollout stages"),
                 ("Data quality", "text=Quarantine (newest)"),
-                ("Explorer", "text=decisions (newest first"),
+                ("Explorer", "text=decisions match"),
             ):
                 page.get_by_text(title, exact=True).first.click()
                 page.locator(wait_for).first.wait_for(timeout=60_000)
@@ -430,8 +437,8 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
         m.value for m in app.markdown if "**fallback_rate_high**" in m.value or "**cloud_breaker_open**" in m.value
     ]
     assert len(listed) == 1
-    assert "`intent_classify` · resolved 2026-11-29 01:36" in listed[0]
-    assert "2026-11-29 01:00 – 2026-11-29 01:30 UTC (30 min)" in listed[0]
+    times = "2026-11-29 01:00 – 2026-11-29 01:30 UTC (30 min) · resolved 2026-11-29 01:36"
+    assert f"`intent_classify` · {times}" in listed[0]
     assert "`fallback_rate > 0.3`: 0.52 (n = 41)" in listed[0]
     link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "fallback_rate_high" in m.value)
     assert "range=custom&start=2026-11-29T01%3A00%3A00Z&end=2026-11-29T01%3A30%3A00Z&task_type=intent_classify" in link
