@@ -19,7 +19,8 @@ params = st.query_params
 incident = params.get("incident", "")
 if incident:
     left, right = st.columns([4, 1])
-    left.info(f"Decisions of the incident `{incident}`: its task type over its windows ({rng.caption()}).")
+    scope = params.get("task_type") or "every task type"
+    left.info(f"Decisions of the incident `{incident}`: {scope} over its windows ({rng.caption()}).")
     timerange.link(right, "app_pages/oncall.py", "← Back to On-call", rng.params())
 
 

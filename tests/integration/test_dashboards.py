@@ -285,73 +285,31 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
 def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
     """Streamlit renders over a websocket: drive Debian's chromium with playwright and wait for the
     tiles before the screenshot."""
-    import subprocess
+    from tests.support.browser import browser_page, dashboard, open_when_up
 
     add_review_fixture(populated)  # the offload review needs v2 events
-    import time
-
-    from playwright.sync_api import sync_playwright
-
-    from tests.conftest import ROUTERSCOPE, clean_env, free_port
-
-    port = free_port()
-    server = subprocess.Popen(
-        [ROUTERSCOPE, "dashboard", "--port", str(port)],
-        env=clean_env(home),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path="/usr/bin/chromium",
-                args=[
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                ],
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/?{urlencode(FIXTURE_DAY)}", timeout=5000)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
-            page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
-            page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
+    with dashboard(home) as base, browser_page() as page:
+        open_when_up(page, f"{base}/?{urlencode(FIXTURE_DAY)}")
+        page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
+        page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
+        page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
+        page.wait_for_timeout(1500)
+        shots = {}
+        for title, wait_for in (
+            ("On-call", ".vega-embed"),
+            ("Weekly tuning", "text=Current threshold"),
+            ("Offload review", "text=Rollout stages"),
+            ("Data quality", "text=Quarantine (newest)"),
+            ("Explorer", "text=decisions match"),
+        ):
+            page.get_by_text(title, exact=True).first.click()
+            page.locator(wait_for).first.wait_for(timeout=60_000)
             page.wait_for_timeout(1500)
-            shots = {}
-            for title, wait_for in (
-                ("On-call", ".vega-embed"),
-                ("Weekly tuning", "text=Current threshold"),
-                ("Offload review", "text=Rollout stages"),
-                ("Data quality", "text=Quarantine (newest)"),
-                ("Explorer", "text=decisions match"),
-            ):
-                page.get_by_text(title, exact=True).first.click()
-                page.locator(wait_for).first.wait_for(timeout=60_000)
-                page.wait_for_timeout(1500)
-                assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
-                assert page.get_by_role("heading", name=title).count() >= 1
-                shots[title] = tmp_path / f"{title.lower().replace(' ', '_')}.png"  # kept for a look after a run
-                page.screenshot(path=str(shots[title]), full_page=True)
-            browser.close()
-        assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
-    finally:
-        server.terminate()
-        server.wait(20)
-    import socket
-
-    with socket.socket() as probe:  # SIGTERM stops `routerscope dashboard` and its Streamlit child
-        assert probe.connect_ex(("127.0.0.1", port)) != 0
+            assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
+            assert page.get_by_role("heading", name=title).count() >= 1
+            shots[title] = tmp_path / f"{title.lower().replace(' ', '_')}.png"  # kept for a look after a run
+            page.screenshot(path=str(shots[title]), full_page=True)
+    assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
 
 
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):

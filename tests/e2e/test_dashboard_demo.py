@@ -1,0 +1,91 @@
+"""On-call after the demo, in a real browser, as the person on call would use it: the demo's incidents are
+listed once resolved, one opens its decisions in the Explorer, and a time range chosen there holds on every
+page. Screenshots are written under the test's tmp dir."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from routerscope import broker
+from routerscope.demo import run
+from tests.conftest import free_port, settings_for
+from tests.support.browser import browser_page, dashboard, open_when_up
+from warehouse.client import open_warehouse
+from warehouse.queries import alerts as alert_queries
+from warehouse.queries import decisions as decision_queries
+from warehouse.queries.decisions import ExplorerFilter
+
+pytestmark = pytest.mark.integration
+PAGES = ("On-call", "Weekly tuning", "Offload review", "Data quality", "Explorer")
+
+
+def incident_row(page, rule: str, scope: str):
+    """The incident list's row of the newest episode of `rule` on `scope`."""
+    return page.locator('[data-testid="stHorizontalBlock"]').filter(has_text=f"{rule} · {scope}").first
+
+
+@pytest.mark.timeout(900)  # a 20k demo, Streamlit and Chromium
+def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_explorer(home, tmp_path):
+    settings = settings_for(home)
+    try:
+        out = run(settings, requests=20_000, seed=11, port=free_port(), span_minutes=120, corrupt=0, live_requests=0)
+    finally:
+        broker.stop(settings)
+    start = out["simulated"]["start"]
+    with open_warehouse(settings) as client:
+        episodes = alert_queries.incidents(client, start, start.replace(year=start.year + 1))
+    by_key = {}
+    for e in episodes:  # newest first: keep each key's newest episode, the one the list shows first
+        by_key.setdefault(e["alert_key"], e)
+    # the scripted incidents: the cloud outage (20-30 % of the span), the thermal episode (45-65 %), the push (75-90 %)
+    outage, thermal, push = (
+        by_key["cloud_breaker_open|"],
+        by_key["l2_l3_drift|"],
+        by_key["fallback_rate_high|short_reply"],
+    )
+    assert all(e["status"] == "resolved" for e in (outage, thermal, push))
+    with open_warehouse(settings) as client:
+        in_outage = decision_queries.explorer_count(client, outage["first_seen"], outage["last_seen"], ExplorerFilter())
+    assert in_outage > 0
+
+    with dashboard(home) as base, browser_page(height=1400) as page:
+        open_when_up(page, f"{base}/?range=24h")
+        page.get_by_text("Incidents", exact=True).wait_for(timeout=60_000)
+        page.locator(".vega-embed").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / "oncall.png"), full_page=True)
+        for (rule, scope), episode in {
+            ("cloud_breaker_open", "overall"): outage,
+            ("l2_l3_drift", "overall"): thermal,
+            ("fallback_rate_high", "short_reply"): push,
+        }.items():
+            text = incident_row(page, rule, scope).inner_text()
+            assert f"{episode['first_seen']:%Y-%m-%d %H:%M} – {episode['last_seen']:%Y-%m-%d %H:%M} UTC" in text, text
+            assert f"resolved {episode['resolved_at']:%Y-%m-%d %H:%M}" in text, text
+
+        # the outage's link: the Explorer on the outage's windows, every decision of them counted
+        incident_row(page, "cloud_breaker_open", "overall").get_by_role("link", name="Open in Explorer").click()
+        page.wait_for_url("**/explorer?**", timeout=60_000)
+        page.get_by_text("decisions match").wait_for(timeout=60_000)
+        query = parse_qs(urlsplit(page.url).query)
+        assert query["range"] == ["custom"] and query["incident"] == ["cloud_breaker_open|"]
+        assert query["start"] == [f"{outage['first_seen']:%Y-%m-%dT%H:%M:%SZ}"]
+        assert query["end"] == [f"{outage['last_seen']:%Y-%m-%dT%H:%M:%SZ}"]
+        page.get_by_text(f"{in_outage:,} decisions match").wait_for(timeout=30_000)
+        page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=30_000)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / "explorer_outage.png"), full_page=True)
+
+        # a range chosen on one page holds on every page (and in the URL)
+        page.get_by_role("radio", name="last 1 h", exact=True).click()
+        page.wait_for_url("**range=1h**", timeout=30_000)
+        for title in PAGES:
+            page.get_by_text(title, exact=True).first.click()
+            page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+            page.get_by_text("last 1 h: ").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1000)
+            assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
+            assert "range=1h" in page.url, (title, page.url)
+            page.screenshot(path=str(tmp_path / f"{title.lower().replace(' ', '_')}_1h.png"), full_page=True)

@@ -1,0 +1,1 @@
+"""Builders and helpers the test tiers share (no test module imports another)."""
