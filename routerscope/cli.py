@@ -147,10 +147,14 @@ def cmd_metrics(args, settings: Settings) -> int:
     return 0
 
 
+DQ_NOTHING_CHECKED = 4  # `dq` exit code: the window held no rows, every check was skipped (not an all-clear)
+
+
 def cmd_dq(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import quality_window
+    from warehouse.quality.report import SKIPPED
 
     start = end = None
     if args.day:
@@ -162,18 +166,25 @@ def cmd_dq(args, settings: Settings) -> int:
     else:
         print(f"data quality of [{report.window_start.isoformat()}, {report.window_end.isoformat()})")
         for r in report.results:
-            status = "ok  " if r.success else ("FAIL" if r.blocking else "warn")
+            status = "skip" if r.observed == SKIPPED else "ok  " if r.success else ("FAIL" if r.blocking else "warn")
             detail = "" if r.success else f"  {r.unexpected_count} unexpected of {r.element_count}"
             sample = f"  e.g. {', '.join(r.sample_ids[:3])}" if r.sample_ids and not r.success else ""
             print(f"  {status} {r.check}{detail}{sample}")
         failures = report.blocking_failures
+        checks = f"{len(report.results)} checks ({sum(r.observed == SKIPPED for r in report.results)} skipped)"
         print(
-            f"{len(report.results)} checks, {len(report.failed())} failed "
+            f"{checks}, {len(report.failed())} failed "
             f"({len(failures)} blocking: metrics for this window are held back); data docs: {report.docs_index}"
             if failures
-            else f"{len(report.results)} checks, {len(report.failed())} warnings, no blocking failure; "
-            f"data docs: {report.docs_index}"
+            else f"{checks}, {len(report.failed())} warnings, no blocking failure; data docs: {report.docs_index}"
         )
+    if report.checked_nothing:
+        print(
+            "routerscope: nothing was checked: no events in this window. Load events first (`routerscope load`) "
+            "or name a day that has some (`--day YYYY-MM-DD`).",
+            file=sys.stderr,
+        )
+        return DQ_NOTHING_CHECKED
     return 1 if report.blocking_failures else 0
 
 
@@ -537,7 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_metrics)
 
-    p = sub.add_parser("dq", help="run the data-quality suites on the latest day (exit 1 on a blocking failure)")
+    p = sub.add_parser(
+        "dq",
+        help="run the data-quality suites on the latest day (exit 1 on a blocking failure, 4 when there was "
+        "nothing to check)",
+    )
     p.add_argument("--json", action="store_true", help="every check's result as JSON")
     p.add_argument("--day", help="the UTC day to check, e.g. 2026-11-29 (default: the day of the newest event)")
     p.set_defaults(func=cmd_dq)

@@ -4,6 +4,7 @@ schema versions, freshness."""
 import streamlit as st
 
 from dashboards import data, timerange
+from warehouse.quality.report import PIPELINE_SUITE, SKIPPED
 
 st.title("Data quality")
 rng = timerange.pick("24h")
@@ -13,10 +14,15 @@ if dq.empty:
 else:
     failed = dq[~dq["success"]]
     blocking = failed[failed["blocking"]]
-    c1, c2, c3 = st.columns(3)
+    skipped = dq[dq["observed"] == SKIPPED] if "observed" in dq.columns else dq.iloc[0:0]
+    c1, c2, c3, c4 = st.columns(4)
     c1.metric("Checks", len(dq))
     c2.metric("Failed", len(failed))
     c3.metric("Blocking failures", len(blocking))
+    c4.metric("Skipped (no rows)", len(skipped), help="a check with nothing to check in its window says so")
+    events = dq[dq["suite"] != PIPELINE_SUITE]
+    if len(events) and (events["observed"] == SKIPPED).all():
+        st.warning("Every check of the events was skipped: the run's window held none. This is not an all-clear.")
     st.dataframe(dq, hide_index=True, width="stretch")
 st.subheader("Quarantine")
 st.caption("Messages the loader refused in the time range, with the rules they broke.")

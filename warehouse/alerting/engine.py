@@ -32,7 +32,7 @@ from warehouse.alerting.evaluate import (
 )
 from warehouse.alerting.rules import GRAINS, Rule, load_rules
 from warehouse.queries import alerts as store
-from warehouse.queries import decisions
+from warehouse.queries import decisions, schema_migrations
 
 # How far back a window rule reads: far enough to see where a streak began.
 LOOKBACK_WINDOWS = 400
@@ -93,7 +93,11 @@ def pipeline_signal(client, metric: str, now: datetime):
 
         # events dated past now + the allowance (clock errors) must not hide stale ingest
         newest = decisions.newest_event(client, now + FUTURE_ALLOWANCE)
-        return None if newest is None else (now - newest).total_seconds()
+        if newest is None:  # nothing ever arrived: as stale as the pipeline is old (its warehouse's creation)
+            newest = schema_migrations.created_at(client)
+            if newest is None or newest > now:  # (replaying a time before the warehouse existed)
+                return None
+        return (now - newest).total_seconds()
     if metric == "pipeline.dq_blocking_failures":
         return store.blocking_dq_failures(client)
     if metric == "pipeline.quarantine_share":

@@ -36,6 +36,11 @@ class QualityReport:
     docs_index: str | None = None
 
     @property
+    def checked_nothing(self) -> bool:
+        """Every check of the events (decisions, labels, breakers) was skipped: the window held none."""
+        return all(r.observed == SKIPPED for r in self.results if r.suite != PIPELINE_SUITE)
+
+    @property
     def blocking_failures(self) -> list[CheckResult]:
         return [r for r in self.results if r.blocking and not r.success]
 
@@ -46,6 +51,8 @@ class QualityReport:
         return {
             "window": {"start": utc_iso(self.window_start, "auto"), "end": utc_iso(self.window_end, "auto")},
             "success": not self.blocking_failures,
+            "checked_nothing": self.checked_nothing,
+            "skipped": [r.check for r in self.results if r.observed == SKIPPED],
             "blocking_failures": [r.check for r in self.blocking_failures],
             "results": [asdict(r) for r in self.results],
             "data_docs": self.docs_index,
@@ -70,9 +77,14 @@ class QualityReport:
         ]
 
 
-def passed_on_nothing(check: Check) -> CheckResult:
-    """A check on an empty frame: nothing in the window, nothing can be wrong."""
-    return CheckResult(check.name, FRAMES[check.frame].suite, check.blocking, True, 0, 0)
+SKIPPED = "skipped: nothing to check in the window"  # `observed` of a check that had no rows
+PIPELINE_SUITE = "pipeline"  # the suite of the loader's own checks (offsets, shares, freshness), not of events
+
+
+def skipped(check: Check) -> CheckResult:
+    """A check on an empty frame: nothing in the window, so nothing failed, and nothing was checked either
+    (`observed` says so: a report of skipped checks is not an all-clear)."""
+    return CheckResult(check.name, FRAMES[check.frame].suite, check.blocking, True, 0, 0, observed=SKIPPED)
 
 
 def check_result(check: Check, df: pd.DataFrame, success: bool, detail: dict) -> CheckResult:

@@ -3,8 +3,10 @@ Its own table is created here, before any migration can run."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from routerscope import names
-from warehouse.queries.common import named
+from warehouse.queries.common import named, utc_or_none
 
 BOOTSTRAP = (
     named("create_database", "CREATE DATABASE IF NOT EXISTS " + names.DATABASE),
@@ -24,6 +26,7 @@ ORDER BY version
     ),
 )
 
+CREATED_SQL = named("warehouse_created_at", "SELECT min(applied_at) FROM $schema_migrations")
 APPLIED_SQL = named("applied_migrations", "SELECT version, name, checksum FROM $schema_migrations ORDER BY version")
 
 
@@ -45,3 +48,8 @@ def record(client, version: int, name: str, checksum: str) -> None:
         column_names=["version", "name", "checksum"],
         column_oriented=True,
     )
+
+
+def created_at(client) -> datetime | None:
+    """When the warehouse was created (its first migration was applied); None before any was."""
+    return utc_or_none(client.query(CREATED_SQL).result_rows[0][0])
