@@ -3,6 +3,7 @@ metric windows, data-quality results and an alert (streamlit.testing AppTest).""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -254,13 +255,13 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     render(page)
 
 
-@pytest.mark.timeout(300)  # Streamlit and Chromium start, every page is screenshotted
-def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
-    """Streamlit renders over a websocket: drive Debian's chromium with playwright and wait for the
-    tiles before the screenshot."""
+@contextmanager
+def dashboard_in_browser(home):
+    """`routerscope dashboard` on a free port, and a page of Debian's chromium driven by playwright on it
+    (Streamlit renders over a websocket: wait for what you look for). The dashboard is stopped after, and
+    its port checked closed (SIGTERM stops `routerscope dashboard` and its Streamlit child)."""
+    import socket
     import subprocess
-
-    add_review_fixture(populated)  # the offload review needs v2 events
     import time
 
     from playwright.sync_api import sync_playwright
@@ -297,34 +298,69 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
-            page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
-            page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
-            page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
-            page.wait_for_timeout(1500)
-            shots = {}
-            for title, wait_for in (
-                ("On-call", ".vega-embed"),
-                ("Weekly tuning", "text=Current threshold"),
-                ("Offload review", "text=Rollout stages"),
-                ("Data quality", "text=Quarantine (newest)"),
-                ("Explorer", "text=decisions (newest first"),
-            ):
-                page.get_by_text(title, exact=True).first.click()
-                page.locator(wait_for).first.wait_for(timeout=60_000)
-                page.wait_for_timeout(1500)
-                assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
-                assert page.get_by_role("heading", name=title).count() >= 1
-                shots[title] = tmp_path / f"{title.lower().replace(' ', '_')}.png"  # kept for a look after a run
-                page.screenshot(path=str(shots[title]), full_page=True)
+            yield page
             browser.close()
-        assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
     finally:
         server.terminate()
         server.wait(20)
-    import socket
-
-    with socket.socket() as probe:  # SIGTERM stops `routerscope dashboard` and its Streamlit child
+    with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.timeout(300)  # Streamlit and Chromium start, every page is screenshotted
+def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
+    """Wait for the tiles and the charts before each screenshot."""
+    add_review_fixture(populated)  # the offload review needs v2 events
+    with dashboard_in_browser(home) as page:
+        page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
+        page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
+        page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
+        page.wait_for_timeout(1500)
+        shots = {}
+        for title, wait_for in (
+            ("On-call", ".vega-embed"),
+            ("Weekly tuning", "text=Current threshold"),
+            ("Offload review", "text=Rollout stages"),
+            ("Data quality", "text=Quarantine (newest)"),
+            ("Explorer", "text=decisions (newest first"),
+        ):
+            page.get_by_text(title, exact=True).first.click()
+            page.locator(wait_for).first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)
+            assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
+            assert page.get_by_role("heading", name=title).count() >= 1
+            shots[title] = tmp_path / f"{title.lower().replace(' ', '_')}.png"  # kept for a look after a run
+            page.screenshot(path=str(shots[title]), full_page=True)
+    assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
+
+
+@pytest.mark.timeout(300)  # Streamlit and Chromium start
+def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_change(populated, home, tmp_path):
+    """The what-if slider in a real browser: it starts at 0.70 (the candidate column is the week's recorded
+    50.0% (4) of fallbacks, see the AppTest above); the arrow keys move it to 0.95, where a1 z0 z1 z2 move to
+    the cloud and the candidate column reads 100.0% (8), the current column still 50.0% (4)."""
+    with dashboard_in_browser(home) as page:
+        page.get_by_text("Weekly tuning", exact=True).first.click()
+        page.get_by_text("Try a threshold").wait_for(timeout=60_000)
+        table = page.locator('[data-testid="stTable"]').first
+        table.wait_for(timeout=60_000)
+        row = table.locator("tr", has_text="fallback rate (of device-entered)")
+        assert row.locator("td").all_inner_texts() == ["50.0% (4)", "50.0% (4)"]
+        slider = page.get_by_role("slider", name="Candidate threshold for intent_classify")
+        assert slider.get_attribute("aria-valuetext") == "0.70"
+        slider.focus()
+        for _ in range(25):
+            page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stTable"] tr')].some(
+                   tr => tr.innerText.includes('fallback rate') && tr.innerText.includes('100.0% (8)'))""",
+            timeout=60_000,
+        )
+        assert slider.get_attribute("aria-valuetext") == "0.95"
+        assert row.locator("td").all_inner_texts() == ["50.0% (4)", "100.0% (8)"]
+        assert page.get_by_text("rests on few labels").count() >= 1
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
 
 
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
@@ -359,3 +395,37 @@ def test_consumer_lag_falls_back_to_freshness_when_the_broker_does_not_answer(po
     app = render("oncall.py")
     metrics = {m.label: m for m in app.metric}
     assert metrics["Consumer lag"].value == "—" and "freshness stands in" in metrics["Consumer lag"].help
+
+
+def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
+    """The what-if slider (METRICS.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
+    and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),
+    a4 (L0 error), a5 (capability), a6 (bypass). It starts at the calibration's current threshold, 0.70:
+    nothing moves, and the candidate column is the week's recorded numbers: 4 of 8 device-entered fell back
+    (a2 a3 a4 z3), 6 cloud calls (a2..a6, z3), the quality fallbacks a2 z3 with a2 labeled acceptable."""
+    app = render("tuning.py")
+    slider = next(s for s in app.slider if s.label == "Candidate threshold for intent_classify")
+    assert slider.value == 0.70
+
+    def column(name: str) -> dict:
+        return app.table[0].value[name].to_dict()
+
+    assert column("candidate") == column("current") | {"threshold": "0.70"}
+    assert column("current")["fallback rate (of device-entered)"] == "50.0% (4)"
+    assert column("current")["cloud calls"] == "6"
+    # 0.95: a1 z0 z1 z2 move to the cloud → 8/8 fell back, 10 cloud calls; of the quality fallbacks a2 (ok)
+    # and a1 (bad) are labeled → 1/2; nothing is device-served any more. One of the four moved is labeled:
+    # coverage 25 % < 30 %, a warning.
+    slider.set_value(0.95).run()
+    assert not app.exception
+    candidate = column("candidate")
+    assert candidate["fallback rate (of device-entered)"] == "100.0% (8)" and candidate["cloud calls"] == "10"
+    assert candidate["false fallbacks (quality)"].startswith("50.0%") and candidate["missed fallbacks"] == "— of 0"
+    assert any("4 of 6 gated requests (4 to the cloud, 0 to the device)" in m.value for m in app.markdown)
+    assert any("rests on few labels" in w.value for w in app.warning)
+    # 0.30: a2 and z3 (0.40) are served on the device: 2/8 fall back (a3 a4), 4 cloud calls; a2 labeled ok
+    next(s for s in app.slider if s.label.startswith("Candidate threshold")).set_value(0.30).run()
+    candidate = column("candidate")
+    assert candidate["fallback rate (of device-entered)"] == "25.0% (2)" and candidate["cloud calls"] == "4"
+    assert any("passed 100.0%" in m.value and "coverage 50.0%" in m.value for m in app.markdown)
+    assert any("confidence gate only" in c.value for c in app.caption)
