@@ -1,0 +1,106 @@
+"""What-if benchmark: prints JSON figures measured in one run on the same warehouse.
+
+    .venv/bin/python bench/whatif.py [--rows 10000000] [--days 8] [--window-days 7]
+
+Fills a fresh embedded warehouse the way `bench/metrics.py` does (generated decisions over `--days` days,
+five task types, labels for 2 %), then times, best of 3: (a) `SELECT count() FROM decisions FINAL` over the
+what-if's window (the last `--window-days` days), all task types and one task type; (b) `warehouse.whatif.compute`
+for one task type (`short_reply` at 0.8) and for all five at once, each with its self-check; and reports
+the ratios and the RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.metrics import END, FILL_DECISIONS, FILL_LABELS  # noqa: E402 (the same generated warehouse)
+from routerscope.settings import Settings  # noqa: E402
+from warehouse import whatif  # noqa: E402
+from warehouse.client import open_warehouse  # noqa: E402
+from warehouse.migrate import migrate  # noqa: E402
+from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
+
+TASK_TYPES = ("intent_classify", "short_reply", "extract_fields", "rewrite", "long_summary")
+COUNT_SQL = (
+    "SELECT count() FROM routerscope.decisions FINAL "
+    "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')} "
+    "AND ({task:String} = '' OR task_type = {task:String})"
+)
+
+
+def timed(fn, repeat: int = 3):
+    best, value = None, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = fn()
+        elapsed = time.perf_counter() - t0
+        best = elapsed if best is None else min(best, elapsed)
+    return best, value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--days", type=int, default=8)
+    parser.add_argument("--window-days", type=float, default=7.0)
+    args = parser.parse_args()
+    start = END - timedelta(days=args.days)
+    window = QueryWindow(END - timedelta(days=args.window_days), END)
+    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
+        settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
+        with open_warehouse(settings, purpose="bench") as client:
+            migrate(client)
+            params = {"start": utc_text(start), "span_ms": args.days * 86_400_000, "rows": args.rows}
+            print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
+            t = time.perf_counter()
+            client.command(FILL_DECISIONS, parameters=params)
+            client.command(FILL_LABELS, parameters=params)
+            fill_s = time.perf_counter() - t
+            deadline = time.monotonic() + 120  # a settled warehouse, as a running system mostly is
+            while time.monotonic() < deadline and client.query("SELECT count() FROM system.merges").result_rows[0][0]:
+                time.sleep(0.5)
+            span = {"lo": utc_text(window.start), "hi": utc_text(window.end)}
+
+            def count(task: str = "") -> int:
+                return client.query(COUNT_SQL, parameters={**span, "task": task}).result_rows[0][0]
+
+            count_s, counted = timed(count)
+            count_one_s, counted_one = timed(lambda: count("short_reply"))
+            one_s, one = timed(lambda: whatif.compute(client, window, {"short_reply": 0.8}))
+            all_s, _ = timed(lambda: whatif.compute(client, window, {t: 0.8 for t in TASK_TYPES}))
+    task = one["by_task_type"]["short_reply"]
+    figures = {
+        "rows": args.rows,
+        "days": args.days,
+        "window_days": args.window_days,
+        "fill_seconds": round(fill_s, 2),
+        "count_final_seconds": round(count_s, 3),
+        "count_final_one_task_type_seconds": round(count_one_s, 3),
+        "whatif_one_task_type_seconds": round(one_s, 3),
+        "whatif_five_task_types_seconds": round(all_s, 3),
+        "ratio_whatif_one_to_count": round(one_s / count_s, 2),
+        "ratio_whatif_one_to_count_one_task_type": round(one_s / count_one_s, 2),
+        "ratio_whatif_five_to_count": round(all_s / count_s, 2),
+        "counted_rows": counted,
+        "counted_rows_one_task_type": counted_one,
+        "whatif_requests": task["current"]["requests"],
+        "whatif_moved": task["moved"]["n"],
+        "self_check": task["self_check"],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
