@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.metrics import END, FILL_DECISIONS, FILL_LABELS  # noqa: E402 (the same generated warehouse)
+from bench.metrics import END, FILL_DECISIONS, FILL_LABELS, settle, timed  # noqa: E402 (the same warehouse)
 from routerscope.settings import Settings  # noqa: E402
 from warehouse import whatif  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
@@ -36,16 +36,6 @@ COUNT_SQL = (
     "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')} "
     "AND ({task:String} = '' OR task_type = {task:String})"
 )
-
-
-def timed(fn, repeat: int = 3):
-    best, value = None, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        value = fn()
-        elapsed = time.perf_counter() - t0
-        best = elapsed if best is None else min(best, elapsed)
-    return best, value
 
 
 def main() -> int:
@@ -66,9 +56,7 @@ def main() -> int:
             client.command(FILL_DECISIONS, parameters=params)
             client.command(FILL_LABELS, parameters=params)
             fill_s = time.perf_counter() - t
-            deadline = time.monotonic() + 120  # a settled warehouse, as a running system mostly is
-            while time.monotonic() < deadline and client.query("SELECT count() FROM system.merges").result_rows[0][0]:
-                time.sleep(0.5)
+            settle(client)
             span = {"lo": utc_text(window.start), "hi": utc_text(window.end)}
 
             def count(task: str = "") -> int:
