@@ -231,6 +231,19 @@ def test_several_task_types_at_once_and_low_label_coverage_warns(warehouse):
     assert result["by_task_type"][EMPTY]["requests"] == 0 and "candidate" not in result["by_task_type"][EMPTY]
 
 
+def test_a_hostile_task_type_is_a_bound_value_never_sql(warehouse):
+    result = whatif.compute(warehouse, WINDOW, {"x') OR 1=1 --": 0.5, "'; DROP TABLE routerscope.decisions; --": 0.5})
+    assert all(task["requests"] == 0 for task in result["by_task_type"].values())
+    stored = warehouse.query("SELECT uniqExact(event_id) FROM routerscope.decisions").result_rows[0][0]
+    assert stored == len({e["event_id"] for e in DECISIONS})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01, 1.01, "0.5", None])
+def test_a_candidate_that_is_not_a_threshold_is_refused(warehouse, bad):
+    with pytest.raises(ValueError, match="must be a number in"):
+        whatif.compute(warehouse, WINDOW, {S: bad})
+
+
 def test_the_self_check_names_every_key_where_current_and_the_metrics_differ():
     current = dict(CURRENT, false_fallback_ci=None, missed_fallback_ci=[0.150036, 0.849964])
     group = {
