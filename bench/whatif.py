@@ -1,12 +1,12 @@
 """What-if benchmark: prints JSON figures measured in one run on the same warehouse.
 
-    .venv/bin/python bench/whatif.py [--rows 10000000] [--days 8] [--window-days 7]
+    .venv/bin/python bench/whatif.py [--rows 10000000] [--days 8] [--window-days 7] [--per-step]
 
 Fills a fresh embedded warehouse the way `bench/metrics.py` does (generated decisions over `--days` days,
 five task types, labels for 2 %), then times, best of 3: (a) `SELECT count() FROM decisions FINAL` over the
 what-if's window (the last `--window-days` days), all task types and one task type; (b) `warehouse.whatif.compute`
 for one task type (`short_reply` at 0.8) and for all five at once, each with its self-check; and reports
-the ratios and the RSS.
+the ratios and the RSS. With `--per-step`, also the best-of-3 seconds of each step of one task type's what-if.
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from routerscope.settings import Settings  # noqa: E402
 from warehouse import whatif  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.migrate import migrate  # noqa: E402
+from warehouse.queries import decisions as decision_queries  # noqa: E402
+from warehouse.queries import whatif as whatif_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
+from warehouse.queries.labels import label_source_parameters  # noqa: E402
 
 TASK_TYPES = ("intent_classify", "short_reply", "extract_fields", "rewrite", "long_summary")
 COUNT_SQL = (
@@ -38,11 +41,38 @@ COUNT_SQL = (
 )
 
 
+def per_step_seconds(client, window: QueryWindow) -> dict[str, float]:
+    """Each step of one task type's what-if on its own (best of 3): reading the task type's events, their
+    chosen labels, the join, the grouped pass, the metric set's summary for the self-check."""
+    tasks = {**window.parameters(), "task_types": ["short_reply"]}
+
+    def command(sql, parameters=None, drop=None):
+        def step():
+            if drop is not None:
+                client.command(decision_queries.DROP_WINDOW_SQL[drop])
+            client.command(sql, parameters=parameters)
+
+        return step
+
+    steps = {
+        "read_events": command(decision_queries.MATERIALIZE_TASK_EVENTS_SQL, tasks, drop=0),
+        "chosen_labels": command(decision_queries.MATERIALIZE_LABELS_SQL, label_source_parameters(), drop=1),
+        "join": command(decision_queries.MATERIALIZE_WINDOW_SQL, drop=2),
+        "whatif_pass": lambda: whatif_queries.by_candidate(client, {"short_reply": [0.8]}),
+        "summary_for_self_check": lambda: decision_queries.window_summary(client),
+    }
+    try:
+        return {name: round(timed(step)[0], 3) for name, step in steps.items()}
+    finally:
+        decision_queries.drop_window(client)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=8)
     parser.add_argument("--window-days", type=float, default=7.0)
+    parser.add_argument("--per-step", action="store_true", help="also time each step of one task type's what-if")
     args = parser.parse_args()
     start = END - timedelta(days=args.days)
     window = QueryWindow(END - timedelta(days=args.window_days), END)
@@ -66,6 +96,7 @@ def main() -> int:
             count_one_s, counted_one = timed(lambda: count("short_reply"))
             one_s, one = timed(lambda: whatif.compute(client, window, {"short_reply": 0.8}))
             all_s, _ = timed(lambda: whatif.compute(client, window, {t: 0.8 for t in TASK_TYPES}))
+            steps = per_step_seconds(client, window) if args.per_step else None
     task = one["by_task_type"]["short_reply"]
     figures = {
         "rows": args.rows,
@@ -86,6 +117,8 @@ def main() -> int:
         "self_check": task["self_check"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
+    if steps:
+        figures["per_step_seconds"] = steps
     print(json.dumps(figures, indent=2))
     return 0
 
