@@ -231,6 +231,17 @@ def test_several_task_types_at_once_and_low_label_coverage_warns(warehouse):
     assert result["by_task_type"][EMPTY]["requests"] == 0 and "candidate" not in result["by_task_type"][EMPTY]
 
 
+def test_a_window_across_a_push_warns_that_it_mixes_recorded_thresholds(warehouse):
+    """One more short_reply event served at L0 under a pushed 0.93 (confidence 0.95): `current` is what the two
+    thresholds did together, and the output says so."""
+    pushed = s_event(13, threshold=0.93, confidence=0.95, policy_version="2026-11-29.2")
+    insert(warehouse, [pushed], [])
+    task = whatif.compute(warehouse, WINDOW, {S: 0.75})["by_task_type"][S]
+    assert task["recorded_threshold"] == {"min": 0.6, "max": 0.93} and task["gated"] == 7
+    assert any("mixes recorded thresholds 0.6–0.93" in w for w in task["warnings"]), task["warnings"]
+    assert task["self_check"] == []
+
+
 def test_a_hostile_task_type_is_a_bound_value_never_sql(warehouse):
     result = whatif.compute(warehouse, WINDOW, {"x') OR 1=1 --": 0.5, "'; DROP TABLE routerscope.decisions; --": 0.5})
     assert all(task["requests"] == 0 for task in result["by_task_type"].values())
