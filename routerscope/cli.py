@@ -165,12 +165,12 @@ def cmd_whatif(args, settings: Settings) -> int:
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
+    if start and end and end <= start:
+        raise ConfigError(f"--end {args.end} must be after --start {args.start}")
     with unit_of_work(settings, purpose="whatif") as client:
         if end is None:  # by default the last --days full days of live traffic (as `report`)
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
-        if end <= start:
-            raise ConfigError(f"--end {args.end} must be after --start {args.start}")
         result = whatif.compute(client, QueryWindow(start, end), thresholds)
     hits = whatif.gate(result, conditions) if conditions else None
     if args.json:

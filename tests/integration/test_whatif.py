@@ -367,6 +367,8 @@ def test_whatif_reads_the_candidates_from_the_policy_file_about_to_be_pushed(cli
         ([], "give --threshold"),
         (["--task-type", S, "--threshold", "0.8", "--fail-if", "fallback_rate>>1"], "--fail-if"),
         (["--policy", "/nonexistent/policy.yaml"], "cannot read it"),
+        (["--task-type", S, "--threshold", "0.8", "--end", "2026-11-28T00:00:00Z"], "must be after --start"),
+        (["--task-type", S, "--threshold", "0.8", "--end", "9999-12-31"], "outside the times the warehouse stores"),
     ],
 )
 def test_whatif_refuses_bad_input_in_one_line(cli_home, args, message):
