@@ -93,7 +93,7 @@ else:
     from routerscope import whatif as whatif_text
     from warehouse.whatif import CAVEAT
 
-    side_by_side = [("threshold", whatif_text.recorded(trial["recorded_threshold"]), f"{candidate:.2f}")]
+    side_by_side = [("threshold", whatif_text.recorded(trial["recorded_threshold"]), f"{candidate:g}")]
     side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in whatif_text.ROWS]
     st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
     moved = trial["moved"]
