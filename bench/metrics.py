@@ -86,6 +86,24 @@ FROM numbers({rows:UInt64}) WHERE number % 50 = 0
 """
 
 
+def timed(fn, repeat=3):
+    """(best seconds of `repeat` calls, the last call's value)."""
+    best = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        value = fn()
+        elapsed = time.perf_counter() - t0
+        best = elapsed if best is None else min(best, elapsed)
+    return best, value
+
+
+def settle(client, timeout_s: float = 120) -> None:
+    """Time a settled warehouse, as a running system mostly is: let background merges finish."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and client.query("SELECT count() FROM system.merges").result_rows[0][0]:
+        time.sleep(0.5)
+
+
 def per_query_seconds(client, timed) -> dict[str, float]:
     """Each step of `compute` on its own (best of 3): the materialized window, the queries over it and
     the baseline scan."""
@@ -133,19 +151,7 @@ def main() -> int:
             client.command(FILL_DECISIONS, parameters=params)
             client.command(FILL_LABELS, parameters=params)
             fill_s = time.perf_counter() - t
-            # Time a settled warehouse, as a running system mostly is: let background merges finish.
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and client.query("SELECT count() FROM system.merges").result_rows[0][0]:
-                time.sleep(0.5)
-
-            def timed(fn, repeat=3):
-                best = None
-                for _ in range(repeat):
-                    t0 = time.perf_counter()
-                    value = fn()
-                    elapsed = time.perf_counter() - t0
-                    best = elapsed if best is None else min(best, elapsed)
-                return best, value
+            settle(client)
 
             # The same rows the metric set reads: the day and its 7-day baseline.
             span = {

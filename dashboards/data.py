@@ -261,6 +261,24 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
 
 
 @st.cache_data(ttl=TTL)
+def whatif(task_type: str, start: datetime, end: datetime, threshold: float) -> dict:
+    """One task type's live traffic over [start, end) re-scored under a candidate threshold (the what-if
+    of `warehouse.whatif`): current and candidate blocks, the moved requests, warnings."""
+    from warehouse.whatif import compute
+
+    with _warehouse() as client:
+        return compute(client, QueryWindow(start, end), {task_type: threshold})["by_task_type"][task_type]
+
+
+@st.cache_data(ttl=TTL)
+def policy_threshold(task_type: str) -> float:
+    """The threshold the router's policy in force gives a task type (its file, as the router reads it)."""
+    from router.policy import PolicyStore
+
+    return float(PolicyStore().current().capability(task_type).threshold)
+
+
+@st.cache_data(ttl=TTL)
 def dq_latest() -> pd.DataFrame:
     from warehouse.queries import dq_results
 

@@ -147,6 +147,42 @@ def cmd_metrics(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_whatif(args, settings: Settings) -> int:
+    from datetime import timedelta
+
+    from pipelines.core import unit_of_work
+    from routerscope import whatif as whatif_cli
+    from warehouse import whatif
+    from warehouse.queries.common import QueryWindow
+    from warehouse.review import review_window
+
+    thresholds = whatif_cli.candidates(args.task_type, args.threshold, args.policy)
+    try:
+        conditions = [whatif.parse_gate(text) for text in args.fail_if]
+    except ValueError as exc:
+        raise ConfigError(f"--fail-if {exc}") from None
+    start = _parse_time(args.start, "--start") if args.start else None
+    end = _parse_time(args.end, "--end") if args.end else None
+    if args.days > 3650:
+        raise ConfigError(f"--days {args.days:g} is more than ten years")
+    if start and end and end <= start:
+        raise ConfigError(f"--end {args.end} must be after --start {args.start}")
+    with unit_of_work(settings, purpose="whatif") as client:
+        if end is None:  # by default the last --days full days of live traffic (as `report`)
+            end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
+        start = start or end - timedelta(days=args.days)
+        result = whatif.compute(client, QueryWindow(start, end), thresholds)
+    hits = whatif.gate(result, conditions) if conditions else None
+    if args.json:
+        _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
+    else:
+        print(whatif_cli.render(result, hits))
+    for t, task in result["by_task_type"].items():
+        if task.get("self_check"):  # `current` must equal the metric set over the same events
+            print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
+    return 1 if hits else 0
+
+
 DQ_NOTHING_CHECKED = 4  # `dq` exit code: the window held no rows, every check was skipped (not an all-clear)
 
 
@@ -547,6 +583,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum events behind a recommended threshold",
     )
     p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser(
+        "whatif",
+        help="re-score a window's live traffic under candidate thresholds before a push (exit 1: a --fail-if met)",
+    )
+    p.add_argument(
+        "--task-type",
+        action="append",
+        default=[],
+        metavar="T",
+        help="the task type of a bare --threshold; with --policy, only these (repeatable)",
+    )
+    p.add_argument(
+        "--threshold",
+        metavar="X | T=X,T=X",
+        help="the candidate threshold: 0.85 for the one --task-type, or short_reply=0.85,intent_classify=0.65",
+    )
+    p.add_argument(
+        "--policy", metavar="FILE", help="read the candidates from this routing policy file (the router's format)"
+    )
+    p.add_argument("--start", help="window start, ISO 8601 (default: --days before --end)")
+    p.add_argument("--end", help="window end (exclusive), ISO 8601 (default: the end of the newest live event's day)")
+    p.add_argument(
+        "--days",
+        type=_float_at_least(0, strictly=True),
+        default=7.0,
+        help="window length when --start or --end is missing (default 7)",
+    )
+    p.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="COND",
+        help='pre-push gate, e.g. "missed_fallback_rate>0.05": exit 1 when a candidate meets it (repeatable)',
+    )
+    p.add_argument("--json", action="store_true", help="the what-if as JSON (docs/whatif.md)")
+    p.set_defaults(func=cmd_whatif)
 
     p = sub.add_parser(
         "dq",

@@ -165,6 +165,12 @@ def _group(
     return g
 
 
+def metric_group(row: dict[str, Any] | None) -> dict[str, Any]:
+    """The §1–§3 and §8 keys of one group from its `window_summary` row alone (no sessions, §4, §5
+    baseline, §7 or §9; `sessions` 0): what the what-if of §14 checks its `current` against."""
+    return _group(None if row is None else {"sessions": 0, **row}, None, None, None, None)
+
+
 def drift(
     current: decision_queries.LevelCounts | None, baseline: decision_queries.LevelCounts | None
 ) -> dict[str, Any]:

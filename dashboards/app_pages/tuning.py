@@ -71,6 +71,40 @@ if group is None:
 if not group["requests"]:
     st.info("This task type had no live requests in the range (shadow traffic only): its live sections are empty.")
 
+# -- try a threshold: the week's own traffic re-scored before a push (METRICS.md §14) ----------------------
+st.header("Try a threshold")
+in_force = (detail or {}).get("current_threshold")
+candidate = st.slider(
+    f"Candidate threshold for {task_type}",
+    0.0,
+    1.0,
+    round(float(in_force if in_force is not None else data.policy_threshold(task_type)), 2),
+    0.01,
+    key=f"whatif-{task_type}",
+    help="The week's live requests re-scored: a gated request is served when its confidence is at or above the "
+    "candidate, else it falls back to the cloud; every other request keeps its recorded outcome.",
+)
+trial = data.whatif(task_type, start, end, candidate)
+if "candidate" not in trial:
+    st.caption("No live requests of this task type in the week: nothing to re-score.")
+else:
+    from routerscope import whatif as whatif_text
+    from warehouse.whatif import CAVEAT
+
+    side_by_side = [("threshold", whatif_text.recorded(trial["recorded_threshold"]), f"{candidate:g}")]
+    side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in whatif_text.ROWS]
+    st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
+    moved = trial["moved"]
+    st.markdown(
+        f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
+        f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
+        f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
+        + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
+    )
+    for warning in trial["warnings"]:
+        st.warning(warning)
+    st.caption(CAVEAT)
+
 # -- the latest policy push, before and after (METRICS.md §9) ------------------------------------------
 st.header("Policy versions")
 versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])

@@ -312,6 +312,37 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
 
 
+@pytest.mark.timeout(300)  # Streamlit and Chromium start
+def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_change(populated, home, tmp_path):
+    """The what-if slider in a real browser: it starts at 0.70 (the candidate column is the week's recorded
+    50.0% (4) of fallbacks, see the AppTest above); the arrow keys move it to 0.95, where a1 z0 z1 z2 move to
+    the cloud and the candidate column reads 100.0% (8), the current column still 50.0% (4)."""
+    from tests.support.browser import browser_page, dashboard, open_when_up
+
+    with dashboard(home) as base, browser_page() as page:
+        open_when_up(page, f"{base}/tuning?{urlencode(OPENS_ON['tuning.py'])}")
+        page.get_by_text("Try a threshold").wait_for(timeout=60_000)
+        table = page.locator('[data-testid="stTable"]').first
+        table.wait_for(timeout=60_000)
+        row = table.locator("tr", has_text="fallback rate (of device-entered)")
+        assert row.locator("td").all_inner_texts() == ["50.0% (4)", "50.0% (4)"]
+        slider = page.get_by_role("slider", name="Candidate threshold for intent_classify")
+        assert slider.get_attribute("aria-valuetext") == "0.70"
+        slider.focus()
+        for _ in range(25):
+            page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('[data-testid="stTable"] tr')].some(
+                   tr => tr.innerText.includes('fallback rate') && tr.innerText.includes('100.0% (8)'))""",
+            timeout=60_000,
+        )
+        assert slider.get_attribute("aria-valuetext") == "0.95"
+        assert row.locator("td").all_inner_texts() == ["50.0% (4)", "100.0% (8)"]
+        assert page.get_by_text("rests on few labels").count() >= 1
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
+
+
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
     from routerscope import names
@@ -432,3 +463,37 @@ def test_explorer_counts_every_match_and_pages_through_them(populated):
     assert "a8" not in everything
     app = render("explorer.py")
     assert matched(app).startswith("8 decisions match; showing 1–8")
+
+
+def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
+    """The what-if slider (METRICS.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
+    and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),
+    a4 (L0 error), a5 (capability), a6 (bypass). It starts at the calibration's current threshold, 0.70:
+    nothing moves, and the candidate column is the week's recorded numbers: 4 of 8 device-entered fell back
+    (a2 a3 a4 z3), 6 cloud calls (a2..a6, z3), the quality fallbacks a2 z3 with a2 labeled acceptable."""
+    app = render("tuning.py")
+    slider = next(s for s in app.slider if s.label == "Candidate threshold for intent_classify")
+    assert slider.value == 0.70
+
+    def column(name: str) -> dict:
+        return app.table[0].value[name].to_dict()
+
+    assert column("candidate") == column("current") and column("current")["threshold"] == "0.7"
+    assert column("current")["fallback rate (of device-entered)"] == "50.0% (4)"
+    assert column("current")["cloud calls"] == "6"
+    # 0.95: a1 z0 z1 z2 move to the cloud → 8/8 fell back, 10 cloud calls; of the quality fallbacks a2 (ok)
+    # and a1 (bad) are labeled → 1/2; nothing is device-served any more. One of the four moved is labeled:
+    # coverage 25 % < 30 %, a warning.
+    slider.set_value(0.95).run()
+    assert not app.exception
+    candidate = column("candidate")
+    assert candidate["fallback rate (of device-entered)"] == "100.0% (8)" and candidate["cloud calls"] == "10"
+    assert candidate["false fallbacks (quality)"].startswith("50.0%") and candidate["missed fallbacks"] == "— of 0"
+    assert any("4 of 6 gated requests (4 to the cloud, 0 to the device)" in m.value for m in app.markdown)
+    assert any("rests on few labels" in w.value for w in app.warning)
+    # 0.30: a2 and z3 (0.40) are served on the device: 2/8 fall back (a3 a4), 4 cloud calls; a2 labeled ok
+    next(s for s in app.slider if s.label.startswith("Candidate threshold")).set_value(0.30).run()
+    candidate = column("candidate")
+    assert candidate["fallback rate (of device-entered)"] == "25.0% (2)" and candidate["cloud calls"] == "4"
+    assert any("passed 100.0%" in m.value and "coverage 50.0%" in m.value for m in app.markdown)
+    assert any("confidence gate only" in c.value for c in app.caption)

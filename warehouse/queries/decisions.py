@@ -48,9 +48,7 @@ FRAGMENTS = {
     "explorer_columns": ", ".join(EXPLORER_COLUMNS),
 }
 
-MATERIALIZE_EVENTS_SQL = named(
-    "materialize_metric_window_events",
-    """
+_MATERIALIZE_EVENTS = """
 CREATE TEMPORARY TABLE $events_table ENGINE = Memory AS
 SELECT event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason, degrade_level,
        cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
@@ -58,9 +56,17 @@ SELECT event_time, task_type, mode, session_id, request_id, entered_device, fall
        schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
        device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
 FROM $decisions FINAL
-WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
-""",
-    FRAGMENTS,
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} $task_filter
+"""
+MATERIALIZE_EVENTS_SQL = named(
+    "materialize_metric_window_events", _MATERIALIZE_EVENTS, {**FRAGMENTS, "task_filter": ""}
+)
+# The same window restricted to some task types (the what-if of METRICS.md §14 reads only those): the
+# sorting key starts with task_type, so the other task types' rows are not read at all.
+MATERIALIZE_TASK_EVENTS_SQL = named(
+    "materialize_metric_window_task_events",
+    _MATERIALIZE_EVENTS,
+    {**FRAGMENTS, "task_filter": "AND task_type IN {task_types:Array(String)}"},
 )
 
 MATERIALIZE_LABELS_SQL = named(
@@ -280,10 +286,14 @@ def drop_window(client) -> None:
         client.command(sql)
 
 
-def materialize_window(client, window: QueryWindow) -> None:
-    """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL); drop it with `drop_window`."""
+def materialize_window(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> None:
+    """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL), of `task_types` only when given;
+    drop it with `drop_window`."""
     drop_window(client)
-    client.command(MATERIALIZE_EVENTS_SQL, parameters=window.parameters())
+    if task_types is None:
+        client.command(MATERIALIZE_EVENTS_SQL, parameters=window.parameters())
+    else:
+        client.command(MATERIALIZE_TASK_EVENTS_SQL, parameters={**window.parameters(), "task_types": list(task_types)})
     client.command(MATERIALIZE_LABELS_SQL, parameters=label_source_parameters())
     client.command(MATERIALIZE_WINDOW_SQL)
     client.command(DROP_WINDOW_SQL[0])  # the events and labels tables served only the join
@@ -291,11 +301,12 @@ def materialize_window(client, window: QueryWindow) -> None:
 
 
 @contextmanager
-def materialized_window(client, window: QueryWindow) -> Iterator[None]:
-    """The window's de-duplicated events joined to their chosen labels, as the session's temporary
-    table `WINDOW_TABLE`, for the metric queries below (which read only that table); dropped after."""
+def materialized_window(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> Iterator[None]:
+    """The window's de-duplicated events (of `task_types` only, when given) joined to their chosen labels,
+    as the session's temporary table `WINDOW_TABLE`, for the metric queries below (which read only that
+    table); dropped after."""
     try:
-        materialize_window(client, window)
+        materialize_window(client, window, task_types)
         yield
     finally:
         drop_window(client)

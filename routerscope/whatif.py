@@ -1,0 +1,159 @@
+"""`routerscope whatif`: a candidate threshold (or a whole policy file) re-scored on a window's own live
+traffic before it is pushed (METRICS.md §14, `warehouse/whatif.py`), as a table or JSON, and optionally
+as a pre-push gate (`--fail-if`). Here: reading the candidates from the command line or a policy file,
+and the text rendering."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from routerscope.errors import ConfigError
+
+TASK_TYPE_HELP = "a task type (lower-case letters, digits, underscores)"
+_TASK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # the event contract's task_type pattern
+
+
+def _threshold(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise ConfigError(f"{where}: {text!r} must be a threshold in [0, 1]")
+    return value
+
+
+def _task_type(text: str, where: str) -> str:
+    if not _TASK_TYPE.fullmatch(text):
+        raise ConfigError(f"{where}: {text!r} is not {TASK_TYPE_HELP}")
+    return text
+
+
+def parse_thresholds(text: str, task_types: list[str]) -> dict[str, float]:
+    """`--threshold`: `0.85` for the one `--task-type`, or `short_reply=0.85,intent_classify=0.65`."""
+    if "=" not in text:
+        if len(task_types) != 1:
+            raise ConfigError(
+                f"--threshold {text!r}: name the task type, e.g. --task-type short_reply --threshold 0.85, "
+                "or --threshold short_reply=0.85,intent_classify=0.65"
+            )
+        return {task_types[0]: _threshold(text.strip(), "--threshold")}
+    found: dict[str, float] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        name = _task_type(name.strip(), "--threshold")
+        if name in found:
+            raise ConfigError(f"--threshold: {name} is given twice")
+        found[name] = _threshold(value.strip(), f"--threshold {name}")
+    if not found:
+        raise ConfigError(f"--threshold {text!r}: give task_type=threshold pairs separated by commas")
+    return found
+
+
+def thresholds_from_policy(path: str) -> dict[str, float]:
+    """The thresholds of a routing policy file (the format the router hot-reloads, validated the same
+    way), for the task types the device may try (`supported: true`)."""
+    from router.policy import parse
+
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"--policy {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--policy {path}: not a text file") from None
+    policy = parse(text, f"--policy {path}")
+    return {t: float(cap.threshold) for t, cap in sorted(policy.capabilities.items()) if cap.supported}
+
+
+def candidates(task_types: list[str], threshold: str | None, policy: str | None) -> dict[str, float]:
+    """The candidate threshold per task type: from the policy file, then `--threshold` over it; `--task-type`
+    keeps only those task types."""
+    task_types = [_task_type(t, "--task-type") for t in task_types]
+    found = thresholds_from_policy(policy) if policy else {}
+    if threshold is not None:
+        found.update(parse_thresholds(threshold, task_types))
+    if not found:
+        raise ConfigError("give --threshold (e.g. --task-type short_reply --threshold 0.85) or --policy FILE")
+    if task_types:
+        missing = [t for t in task_types if t not in found]
+        if missing:
+            raise ConfigError(f"no candidate threshold for {', '.join(missing)} (not in --threshold or the policy)")
+        found = {t: found[t] for t in task_types}
+    return found
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def _ci(ci) -> str:
+    return "" if ci is None else f" [{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]"
+
+
+def _money(v) -> str:
+    return "—" if v is None else f"${v:,.4f}"
+
+
+def recorded(threshold: dict[str, Any]) -> str:
+    """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
+    low, high = threshold["min"], threshold["max"]
+    return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
+
+
+# (label, the cell of one block): the rows of the side-by-side table (here and on the tuning page)
+ROWS = (
+    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
+    (
+        "false fallbacks (quality)",
+        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
+    ),
+    (
+        "missed fallbacks",
+        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
+    ),
+    ("cloud calls", lambda b: str(b["cloud_calls"])),
+    ("cost", lambda b: _money(b["cost_usd"])),
+)
+
+
+def render(result: dict[str, Any], hits: list[str] | None = None) -> str:
+    """The what-if as a readable table per task type, its warnings, the caveat, and the gate's verdict."""
+    w = result["window"]
+    lines = [f"what-if over the live traffic of [{w['start']}, {w['end']})"]
+    for t, task in result["by_task_type"].items():
+        lines.append("")
+        if "candidate" not in task:
+            lines.append(f"{t}: threshold {task['threshold']:g}: no live events in the window")
+            continue
+        lines.append(
+            f"{t}: threshold {recorded(task['recorded_threshold'])} → {task['threshold']:g} "
+            f"({task['current']['requests']} live requests, {task['gated']} decided by the confidence gate)"
+        )
+        width = max(len(label) for label, _ in ROWS)
+        cur = [fmt(task["current"]) for _, fmt in ROWS]
+        col = max(len("current"), *(len(c) for c in cur))
+        lines.append(f"  {'':<{width}}  {'current':<{col}}  candidate")
+        for (label, fmt), c in zip(ROWS, cur):
+            lines.append(f"  {label:<{width}}  {c:<{col}}  {fmt(task['candidate'])}")
+        m = task["moved"]
+        lines.append(
+            f"  moved: {m['n']} ({m['to_cloud']['n']} to the cloud, {m['to_device']['n']} to the device); "
+            f"{m['labeled']} labeled (coverage {_pct(m['label_coverage'])}), "
+            f"their device answers passed {_pct(m['pass_rate'])}{_ci(m['ci'])}"
+        )
+        for warning in task["warnings"]:
+            lines.append(f"  warning: {warning}")
+    lines += ["", f"caveat: {result['caveat']}"]
+    if hits is not None:
+        lines.append(
+            "gate: REFUSED: " + "; ".join(hits)
+            if hits
+            else "gate: passed (no --fail-if condition met; unknown values shown as — meet none)"
+        )
+    return "\n".join(lines)

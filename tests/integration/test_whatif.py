@@ -1,0 +1,403 @@
+"""The what-if of a candidate threshold (METRICS.md §14) over a small fixture whose every number is
+computed by hand below, in a real embedded warehouse; and `routerscope whatif` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import clean_env, copy_warehouse, run_cli
+from tests.events import capability_miss, decision, iso, label, quality_fallback
+from tests.integration.test_metrics import END, START, at, attempts, eid, insert
+from warehouse import whatif
+from warehouse.client import open_warehouse
+from warehouse.metrics import compute as compute_metrics
+from warehouse.queries.common import QueryWindow
+
+pytestmark = pytest.mark.integration
+
+S, IC, EMPTY = "short_reply", "intent_classify", "short_summary"
+WINDOW = QueryWindow(START, END)
+
+
+def s_event(n: int, maker=decision, **fields) -> dict:
+    base = dict(
+        event_id=eid(100 + n), request_id=f"s{n}", session_id="ss", task_type=S, event_time=at(n), threshold=0.6
+    )
+    return maker(**{**base, **fields})
+
+
+# short_reply, recorded threshold 0.6, window [START, END). Gated: s1 s2 s3 (L0 ok) and s4 s5 s9 (L0
+# low_confidence). Not gated: s6 (timeout, no confidence), s7 (capability), s8 (a PII pin), s10 (L0 error).
+S1 = s_event(1, schema_version=2, confidence=0.95, cost_usd=0.0, all_cloud_cost_usd=0.004)
+S2 = s_event(2, schema_version=2, confidence=0.70, cost_usd=0.0, all_cloud_cost_usd=0.003)
+S3 = s_event(3, confidence=0.80, cost_usd=0.0)  # v1: no all-cloud cost, so a new fallback is priced at the mean
+S4 = s_event(4, quality_fallback, confidence=0.40, cost_usd=0.002)
+S5 = s_event(5, quality_fallback, confidence=0.55, cost_usd=0.004)
+S6 = s_event(
+    6,
+    quality_fallback,
+    fallback_type="timeout",
+    reason="device_timeout",
+    confidence=None,
+    attempts=attempts((0, "timeout"), (2, "ok")),
+    cost_usd=0.003,
+)
+S7 = s_event(7, capability_miss, cost_usd=0.001)
+S8 = s_event(8, reason="pii_pin", has_pii=True, confidence=0.65, cost_usd=0.0)
+S9 = s_event(  # the one L1 retry served what L0 turned down: device-served, degraded
+    9, degrade_level=1, confidence=0.50, attempts=attempts((0, "low_confidence"), (1, "ok")), cost_usd=0.0
+)
+S10 = s_event(
+    10,
+    quality_fallback,
+    fallback_type="error",
+    reason="device_error",
+    confidence=0.50,
+    attempts=attempts((0, "error"), (2, "ok")),
+    cost_usd=0.002,
+)
+S_SHADOW = s_event(11, mode="shadow", confidence=0.30, shadow_agree=True, cost_usd=0.001)
+S_AT_END = s_event(12, event_time=iso(END), confidence=0.65)  # [start, end): out of the window
+
+# intent_classify, recorded threshold 0.7: four served at L0, one labeled; no event reports a cost.
+I_EVENTS = [
+    decision(event_id=eid(200 + k), request_id=f"i{k}", session_id="si", task_type=IC, event_time=at(k), confidence=c)
+    for k, c in enumerate((0.75, 0.80, 0.85, 0.90))
+]
+
+DECISIONS = [S1, S2, S3, S4, S5, S6, S7, S8, S9, S10, S1, S_SHADOW, S_AT_END, *I_EVENTS]
+LABELS = [
+    label(request_id=r, source="human_review", device_acceptable=ok, event_time=at(20))
+    for r, ok in (
+        ("s1", True),
+        ("s2", False),
+        ("s4", True),
+        ("s5", False),
+        ("s6", True),
+        ("s8", False),
+        ("s9", True),
+        ("i0", True),
+    )
+]
+
+
+def fill(client) -> None:
+    insert(client, DECISIONS, LABELS)
+
+
+@pytest.fixture
+def warehouse(home, warehouse_template):
+    settings = copy_warehouse(warehouse_template("whatif", fill), home)
+    with open_warehouse(settings) as client:
+        yield client
+
+
+# -- the recorded outcomes: `current` -----------------------------------------------------------------
+# s1..s10 live (s1's duplicate once; shadow and at-END out) → 10; entered the device: all but s7 → 9.
+# Fallbacks s4 s5 (quality) s6 (timeout) s10 (error) → 4/9. Quality fallbacks s4 s5, both labeled, s4
+# acceptable → 1/2. Device-served s1 s2 s3 s8 s9; labeled s1 ok, s2 bad, s8 bad, s9 ok → missed 2/4.
+# Cloud calls s4 s5 s6 s7 s10 → 5. Cost 0.002 + 0.004 + 0.003 + 0.001 + 0.002 = 0.012.
+CURRENT = {
+    "requests": 10,
+    "device_entered": 9,
+    "fallbacks": 4,
+    "fallback_rate": 4 / 9,
+    "quality_fallbacks": 2,
+    "device_served": 5,
+    "false_fallback_rate": 0.5,
+    "false_fallback_labeled": 2,
+    "missed_fallback_rate": 0.5,
+    "missed_fallback_labeled": 4,
+    "cloud_calls": 5,
+    "cost_usd": 0.012,
+}
+MEAN_CLOUD_COST = 0.012 / 5  # s4 s5 s6 s7 s10: every event with a cloud call reports its cost → 0.0024
+
+
+def expect(block: dict, expected: dict) -> None:
+    for key, value in expected.items():
+        assert block[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_current_is_the_recorded_outcomes_and_equals_the_metric_set(warehouse):
+    result = whatif.compute(warehouse, WINDOW, {S: 0.75})
+    task = result["by_task_type"][S]
+    expect(task["current"], CURRENT)
+    # Wilson(1, 2), z² = 3.841459: centre (0.5 + z²/4)/(1 + z²/2) = 0.5, half (z/2.920730)·√(0.125 + z²/16)
+    # = 0.671048 · 0.604228 = 0.405469 → [0.094531, 0.905469];
+    # Wilson(2, 4): half (z/1.960365)·√(0.0625 + z²/64) = 0.349961 → [0.150039, 0.849961]
+    assert task["current"]["false_fallback_ci"] == pytest.approx([0.094531, 0.905469], abs=1e-6)
+    assert task["current"]["missed_fallback_ci"] == pytest.approx([0.150039, 0.849961], abs=1e-6)
+    assert task["gated"] == 6 and task["recorded_threshold"] == {"min": 0.6, "max": 0.6}
+    assert task["mean_cloud_cost_usd"] == pytest.approx(MEAN_CLOUD_COST)
+    assert task["self_check"] == [] and task["warnings"] == []
+    # the same numbers as `routerscope metrics` computes over the whole window (§2, §3, §8)
+    group = compute_metrics(warehouse, START, END)["by_task_type"][S]
+    assert group["fallback_rate"] == pytest.approx(task["current"]["fallback_rate"])
+    assert group["quality_fallback_rate"] == pytest.approx(2 / 9)
+    assert (group["missed_fallback_rate"], group["missed_fallback_labeled"]) == (0.5, 4)
+    assert group["cost_usd"]["total"] == pytest.approx(task["current"]["cost_usd"])
+    # §3's combined false fallbacks also count s6 (a timeout, acceptable): 2/3; §14 judges the gate: quality only
+    assert (group["false_fallback_rate"], group["false_fallback_labeled"]) == (pytest.approx(2 / 3), 3)
+    assert result["caveat"] == whatif.CAVEAT and "timeouts and breaker trips" in result["caveat"]
+
+
+def test_a_stricter_threshold_moves_passed_answers_to_the_cloud_priced_at_their_all_cloud_cost(warehouse):
+    """0.75: of the L0 answers that passed (s1 0.95, s2 0.70, s3 0.80) only s2 falls below → a new quality
+    fallback. Not gated events keep their outcome: the PII pin s8 (0.65) stays served on the device, the
+    error s10 (0.50) stays an error fallback."""
+    task = whatif.compute(warehouse, WINDOW, {S: 0.75})["by_task_type"][S]
+    expect(
+        task["candidate"],
+        {
+            "requests": 10,
+            "device_entered": 9,
+            "fallbacks": 5,
+            "fallback_rate": 5 / 9,
+            "quality_fallbacks": 3,  # s4 s5 s2
+            "false_fallback_rate": 1 / 3,  # labeled s4 ok, s5 bad, s2 bad
+            "false_fallback_labeled": 3,
+            "device_served": 4,  # s1 s3 s8 s9
+            "missed_fallback_rate": 1 / 3,  # labeled s1 ok, s8 bad, s9 ok
+            "missed_fallback_labeled": 3,
+            "cloud_calls": 6,  # 5 + 1 for s2
+            "cost_usd": 0.012 + 0.003,  # + s2's all-cloud cost
+        },
+    )
+    m = task["moved"]
+    assert (m["n"], m["labeled"], m["pass_rate"], m["label_coverage"]) == (1, 1, 0.0, 1.0)
+    assert (m["to_cloud"]["n"], m["to_device"]["n"]) == (1, 0)
+    assert m["ci"] == pytest.approx([0.0, 0.793451], abs=1e-6)  # Wilson(0, 1): [0, z²/(1 + z²)] = 3.841459/4.841459
+
+
+def test_a_new_fallback_without_an_all_cloud_cost_is_priced_at_the_task_types_mean_cloud_cost(warehouse):
+    """0.85: s2 (0.70) and s3 (0.80) move to the cloud; s3 is a v1 event without all_cloud_cost_usd → the
+    mean cost of short_reply's events with a cloud call, 0.012 / 5."""
+    task = whatif.compute(warehouse, WINDOW, {S: 0.85})["by_task_type"][S]
+    c = task["candidate"]
+    assert (c["fallbacks"], c["cloud_calls"]) == (6, 7)
+    assert c["cost_usd"] == pytest.approx(0.012 + 0.003 + MEAN_CLOUD_COST)
+    assert (c["false_fallback_rate"], c["false_fallback_labeled"]) == (pytest.approx(1 / 3), 3)  # s3 unlabeled
+    assert (c["missed_fallback_rate"], c["missed_fallback_labeled"]) == (pytest.approx(1 / 3), 3)  # s1 s8 s9
+    m = task["moved"]
+    assert (m["n"], m["labeled"], m["pass_rate"], m["label_coverage"]) == (2, 1, 0.0, 0.5)
+
+
+def test_a_looser_threshold_serves_turned_down_answers_and_saves_their_cloud_cost(warehouse):
+    """0.50: s5 (0.55, fell back to the cloud) is served on the device now: its cloud call and cost go.
+    s4 (0.40) stays below; s9 (0.50) was served by the L1 retry already, so it does not move."""
+    task = whatif.compute(warehouse, WINDOW, {S: 0.50})["by_task_type"][S]
+    expect(
+        task["candidate"],
+        {
+            "fallbacks": 3,
+            "fallback_rate": 3 / 9,
+            "quality_fallbacks": 1,
+            "false_fallback_rate": 1.0,  # s4 alone, acceptable
+            "false_fallback_labeled": 1,
+            "device_served": 6,
+            "missed_fallback_rate": 3 / 5,  # s1 ok, s2 bad, s8 bad, s9 ok, s5 bad
+            "missed_fallback_labeled": 5,
+            "cloud_calls": 4,
+            "cost_usd": 0.012 - 0.004,
+        },
+    )
+    m = task["moved"]
+    assert (m["n"], m["to_device"]["n"], m["to_cloud"]["n"], m["pass_rate"]) == (1, 1, 0, 0.0)
+
+
+def test_the_recorded_threshold_re_scored_gives_the_recorded_outcomes_back(warehouse):
+    task = whatif.compute(warehouse, WINDOW, {S: 0.6})["by_task_type"][S]
+    assert task["candidate"] == task["current"] and task["moved"]["n"] == 0
+    assert task["moved"]["label_coverage"] is None and task["warnings"] == []
+
+
+def test_several_task_types_at_once_and_low_label_coverage_warns(warehouse):
+    """intent_classify at 0.95: all four L0 answers (0.75–0.90) move to the cloud, one of them labeled →
+    coverage 1/4 < 0.3: the estimate rests on few labels. No event reports a cost: cost stays null (§8).
+    A task type without live events in the window says so."""
+    result = whatif.compute(warehouse, WINDOW, {S: 0.75, IC: 0.95, EMPTY: 0.5})
+    assert list(result["by_task_type"]) == [IC, S, EMPTY]
+    task = result["by_task_type"][IC]
+    assert (task["current"]["fallback_rate"], task["candidate"]["fallback_rate"]) == (0.0, 1.0)
+    assert (task["current"]["cloud_calls"], task["candidate"]["cloud_calls"]) == (0, 4)
+    assert task["current"]["cost_usd"] is None and task["candidate"]["cost_usd"] is None
+    m = task["moved"]
+    assert (m["n"], m["labeled"], m["label_coverage"], m["pass_rate"]) == (4, 1, 0.25, 1.0)
+    assert any("rests on few labels" in w and "coverage 25%" in w for w in task["warnings"]), task["warnings"]
+    assert result["by_task_type"][S]["candidate"]["fallbacks"] == 5  # the same as alone
+    assert result["by_task_type"][EMPTY]["requests"] == 0 and "candidate" not in result["by_task_type"][EMPTY]
+
+
+def test_a_window_across_a_push_warns_that_it_mixes_recorded_thresholds(warehouse):
+    """One more short_reply event served at L0 under a pushed 0.93 (confidence 0.95): `current` is what the two
+    thresholds did together, and the output says so."""
+    pushed = s_event(13, threshold=0.93, confidence=0.95, policy_version="2026-11-29.2")
+    insert(warehouse, [pushed], [])
+    task = whatif.compute(warehouse, WINDOW, {S: 0.75})["by_task_type"][S]
+    assert task["recorded_threshold"] == {"min": 0.6, "max": 0.93} and task["gated"] == 7
+    assert any("mixes recorded thresholds 0.6–0.93" in w for w in task["warnings"]), task["warnings"]
+    assert task["self_check"] == []
+
+
+def test_a_hostile_task_type_is_a_bound_value_never_sql(warehouse):
+    result = whatif.compute(warehouse, WINDOW, {"x') OR 1=1 --": 0.5, "'; DROP TABLE routerscope.decisions; --": 0.5})
+    assert all(task["requests"] == 0 for task in result["by_task_type"].values())
+    stored = warehouse.query("SELECT uniqExact(event_id) FROM routerscope.decisions").result_rows[0][0]
+    assert stored == len({e["event_id"] for e in DECISIONS})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01, 1.01, "0.5", None])
+def test_a_candidate_that_is_not_a_threshold_is_refused(warehouse, bad):
+    with pytest.raises(ValueError, match="must be a number in"):
+        whatif.compute(warehouse, WINDOW, {S: bad})
+
+
+def test_the_self_check_names_every_key_where_current_and_the_metrics_differ():
+    current = dict(CURRENT, false_fallback_ci=None, missed_fallback_ci=[0.150036, 0.849964])
+    group = {
+        "requests": 10,
+        "device_entered": 9,
+        "fallback_rate": 4 / 9,
+        "quality_fallback_rate": 2 / 9,
+        "missed_fallback_rate": 0.25,
+        "missed_fallback_labeled": 4,
+        "missed_fallback_ci": [0.150036, 0.849964],
+        "cost_usd": {"total": None},
+        "false_fallback_by_type": {"quality": {"rate": 0.5, "labeled": 2, "ci": None}},
+    }
+    assert whatif.self_check(current, group) == [
+        "missed_fallback_rate: what-if 0.5, metrics 0.25",
+        "cost_usd: what-if 0.012, metrics None",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("missed_fallback_rate>0.05", ("missed_fallback_rate", ">", 0.05)),
+        (" fallback_rate >= .3 ", ("fallback_rate", ">=", 0.3)),
+        ("moved.label_coverage<0.3", ("moved.label_coverage", "<", 0.3)),
+        ("cost_usd<=1e2", ("cost_usd", "<=", 100.0)),
+    ],
+)
+def test_gate_conditions_parse(text, parsed):
+    assert whatif.parse_gate(text) == parsed
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["missed_fallback_rate", "missed_fallback_rate=0.05", "bogus>1", "moved.cloud_calls>1", "fallback_rate>nan", ""],
+)
+def test_a_gate_condition_that_is_not_one_is_refused(text):
+    with pytest.raises(ValueError):
+        whatif.parse_gate(text)
+
+
+# -- the command line ------------------------------------------------------------------------------------
+def cli(home, *args):
+    return run_cli(
+        "whatif", "--start", "2026-11-29T00:00:00Z", "--end", "2026-11-30T00:00:00Z", *args, env=clean_env(home)
+    )
+
+
+@pytest.fixture
+def cli_home(home, warehouse_template):
+    copy_warehouse(warehouse_template("whatif", fill), home)
+    return home
+
+
+def test_whatif_command_prints_current_and_candidate_side_by_side(cli_home):
+    run = cli(cli_home, "--task-type", S, "--threshold", "0.75")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "short_reply: threshold 0.6 → 0.75 (10 live requests, 6 decided by the confidence gate)" in out
+    assert "44.4% (4)" in out and "55.6% (5)" in out  # fallback rate, current and candidate
+    assert "moved: 1 (1 to the cloud, 0 to the device); 1 labeled (coverage 100.0%)" in out
+    assert "caveat: The counterfactual holds for the confidence gate only" in out
+    assert run.stderr == ""
+
+
+def test_whatif_json_for_several_task_types_and_a_gate_that_refuses(cli_home):
+    run = cli(cli_home, "--threshold", f"{S}=0.5,{IC}=0.95", "--json", "--fail-if", "missed_fallback_rate>0.5")
+    assert run.returncode == 1, run.stderr  # short_reply's candidate misses 3/5 = 0.6 > 0.5
+    result = json.loads(run.stdout)
+    assert result["by_task_type"][S]["candidate"]["missed_fallback_rate"] == pytest.approx(0.6)
+    assert result["gate"] == {
+        "conditions": ["missed_fallback_rate>0.5"],
+        "met": [f"{S}: missed_fallback_rate 0.6 > 0.5"],
+    }
+    passed = cli(cli_home, "--threshold", f"{S}=0.75", "--fail-if", "missed_fallback_rate>0.5")
+    assert passed.returncode == 0 and "gate: passed" in passed.stdout
+
+
+def test_whatif_reads_the_candidates_from_the_policy_file_about_to_be_pushed(cli_home, tmp_path):
+    """The router's own policy format; --task-type keeps the named ones. short_reply at 0.85 as in the
+    golden test above; intent_classify at 0.95."""
+    from router.policy import DEFAULT_POLICY
+
+    text = DEFAULT_POLICY.read_text()
+    text = text.replace("threshold: 0.60", "threshold: 0.85").replace("threshold: 0.70", "threshold: 0.95")
+    policy = tmp_path / "candidate.yaml"
+    policy.write_text(text)
+    run = cli(cli_home, "--policy", str(policy), "--json", "--fail-if", "moved.label_coverage<0.3")
+    assert run.returncode == 1, run.stderr
+    result = json.loads(run.stdout)
+    tasks = result["by_task_type"]
+    assert tasks[S]["threshold"] == 0.85 and tasks[S]["candidate"]["cloud_calls"] == 7
+    assert tasks[IC]["moved"]["label_coverage"] == 0.25
+    assert result["gate"]["met"] == [f"{IC}: moved.label_coverage 0.25 < 0.3"]
+    # every task type the policy lets the device try; the unsupported ones (long_summary …) are not re-scored
+    assert "long_summary" not in tasks and tasks["tool_call"]["requests"] == 0
+    only = cli(cli_home, "--policy", str(policy), "--task-type", S, "--json")
+    assert list(json.loads(only.stdout)["by_task_type"]) == [S]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--threshold", "0.8"], "name the task type"),
+        (["--task-type", S, "--threshold", "1.5"], "must be a threshold in [0, 1]"),
+        (["--task-type", S, "--threshold", "nan"], "must be a threshold in [0, 1]"),
+        (["--threshold", "short_reply=0.8,short_reply=0.9"], "given twice"),
+        (["--threshold", "Short Reply=0.8"], "is not a task type"),
+        (["--threshold", "short_reply=0.8; DROP TABLE decisions"], "is not a number"),
+        ([], "give --threshold"),
+        (["--task-type", S, "--threshold", "0.8", "--fail-if", "fallback_rate>>1"], "--fail-if"),
+        (["--policy", "/nonexistent/policy.yaml"], "cannot read it"),
+        (["--task-type", S, "--threshold", "0.8", "--end", "2026-11-28T00:00:00Z"], "must be after --start"),
+        (["--task-type", S, "--threshold", "0.8", "--end", "9999-12-31"], "outside the times the warehouse stores"),
+    ],
+)
+def test_whatif_refuses_bad_input_in_one_line(cli_home, args, message):
+    run = cli(cli_home, *args)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("routerscope: error: ") and message in lines[0], lines
+
+
+def test_the_policy_in_force_re_scored_moves_nothing(cli_home):
+    from router.policy import DEFAULT_POLICY
+
+    run = cli(cli_home, "--task-type", IC, "--policy", str(DEFAULT_POLICY))  # intent_classify's own 0.70
+    assert run.returncode == 0, run.stderr
+    assert "intent_classify: threshold 0.7 → 0.7" in run.stdout and "moved: 0" in run.stdout
+
+
+def test_a_policy_file_that_is_not_valid_is_refused_with_the_routers_own_reason(cli_home, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: x\ncapabilities:\n  short_reply: {supported: true, threshold: 1.7}\n")
+    run = cli(cli_home, "--policy", str(bad))
+    assert run.returncode == 2 and "threshold 1.7 is not in [0, 1]" in run.stderr
+
+
+def test_the_default_window_is_the_last_seven_days_of_live_traffic(cli_home):
+    """The newest live event is s10 at 10:00 on 2026-11-29 (S_AT_END is at 2026-11-30 00:00, also live): the
+    window ends at the end of that event's day, 2026-12-01 00:00, and starts 7 days before."""
+    run = run_cli("whatif", "--task-type", S, "--threshold", "0.75", "--json", env=clean_env(cli_home))
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["window"] == {"start": "2026-11-24T00:00:00Z", "end": "2026-12-01T00:00:00Z"}
+    assert result["by_task_type"][S]["current"]["requests"] == 11  # S_AT_END is inside this window

@@ -1,0 +1,55 @@
+"""The what-if's arithmetic on counts (warehouse/whatif.py), without a warehouse: the cost of new
+fallbacks and the moved requests' shares (METRICS.md §14)."""
+
+from __future__ import annotations
+
+import pytest
+
+from warehouse import whatif
+
+ROW = {
+    "requests": 4,
+    "device_entered": 4,
+    "fallbacks": 2,
+    "quality_fallbacks": 2,
+    "device_served": 2,
+    "false_fallbacks": 0,
+    "false_fallback_labeled": 0,
+    "missed_fallbacks": 0,
+    "missed_fallback_labeled": 0,
+    "calls": 2,
+    "cost_recorded": 0.0,
+    "cost_reported": 4,
+    "added_all_cloud": 0.0,
+    "added_unpriced": 2,
+    "removed_cost": 0.0,
+}
+
+
+def test_a_new_fallback_with_no_price_at_all_leaves_the_cost_unknown_not_zero():
+    """Costs are reported (all 0: nothing went to the cloud), two requests move to the cloud without an
+    all-cloud cost, and no event with a cloud call gives a mean price: the candidate's cost is null."""
+    assert whatif.block(ROW, mean_cloud_cost=None)["cost_usd"] is None
+    assert whatif.block(ROW, mean_cloud_cost=0.002)["cost_usd"] == pytest.approx(2 * 0.002)
+
+
+def test_no_reported_cost_stays_null_as_in_the_metrics():
+    assert whatif.block({**ROW, "cost_reported": 0, "added_unpriced": 0}, mean_cloud_cost=0.002)["cost_usd"] is None
+
+
+def test_moved_adds_both_ways_and_keeps_each_way():
+    """3 to the cloud (2 labeled, 2 passed), 1 to the device (1 labeled, 0 passed): together 4, 3 labeled,
+    2 passed → 2/3, coverage 3/4; the device way alone 0/1, coverage 1."""
+    m = whatif.moved(
+        {
+            "to_cloud": 3,
+            "to_cloud_labeled": 2,
+            "to_cloud_passed": 2,
+            "to_device": 1,
+            "to_device_labeled": 1,
+            "to_device_passed": 0,
+        }
+    )
+    assert (m["n"], m["labeled"], m["pass_rate"], m["label_coverage"]) == (4, 3, pytest.approx(2 / 3), 0.75)
+    assert (m["to_device"]["pass_rate"], m["to_device"]["label_coverage"]) == (0.0, 1.0)
+    assert m["to_cloud"]["ci"] == pytest.approx([0.342380, 1.0], abs=1e-6)  # Wilson(2, 2), as in the metrics tests
