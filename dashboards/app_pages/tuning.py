@@ -9,7 +9,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from dashboards import charts, data, timerange
+from dashboards import charts, data, summary, timerange
 from warehouse import metrics as metric_defaults
 
 st.title("Weekly tuning")
@@ -20,6 +20,21 @@ if not types or data.latest_day_end() is None:
     st.stop()
 start, end = rng.start, rng.end
 week = data.period_metrics(start, end)
+
+# -- every task type at a glance, what needs action first ---------------------------------------------
+st.header("At a glance")
+incidents = data.incidents(start, end)
+rollbacks = (
+    incidents[incidents["action"] == "rollback"].groupby("task_type")["rule"].apply(list).to_dict()
+    if not incidents.empty
+    else {}
+)
+glance = pd.DataFrame(summary.rows(week, data.review(start, end), rollbacks)).drop(columns="priority")
+st.dataframe(glance, hide_index=True, width="stretch")
+st.caption(
+    "Sorted by what needs action first: a rollback recommended, a threshold to move (the band it crosses, with its "
+    "labeled pass rate), verdicts that disagree (in words), a stage ready to advance."
+)
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
 )  # most live traffic first

@@ -497,3 +497,18 @@ def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
     assert candidate["fallback rate (of device-entered)"] == "25.0% (2)" and candidate["cloud calls"] == "4"
     assert any("passed 100.0%" in m.value and "coverage 50.0%" in m.value for m in app.markdown)
     assert any("confidence gate only" in c.value for c in app.caption)
+
+
+def test_tuning_opens_on_every_task_type_at_a_glance(populated):
+    """The fixture's week: intent_classify is the one task type with labeled attempts; its row comes first
+    (grading, readiness and rollout verdicts as the reports give them) and every row says what it needs."""
+    add_review_fixture(populated)
+    app = render("tuning.py")
+    glance = next(d.value for d in app.dataframe if "needs" in d.value.columns)
+    assert {"intent_classify", "short_reply"} <= set(glance["task type"])
+    from dashboards.summary import PRIORITIES
+
+    order = {need: k for k, need in enumerate(PRIORITIES)}
+    ranks = [order[n] for n in glance["needs"]]
+    assert ranks == sorted(ranks)  # what needs action first
+    assert set(glance.columns) >= {"threshold", "recommended threshold", "false fallbacks (quality)", "stage"}

@@ -1,0 +1,91 @@
+"""The weekly review at a glance (dashboards/summary.py): one row per task type, what needs action first,
+the verdicts reconciled in words. Inputs are hand-built in the shapes of the metric set and the reports."""
+
+from dashboards.summary import reconcile, rows
+
+
+def report(**task_types) -> dict:
+    return {"task_types": task_types}
+
+
+METRICS = {
+    "by_task_type": {
+        "intent_classify": {
+            "false_fallback_by_type": {"quality": {"rate": 0.25, "labeled": 40, "ci": [0.14, 0.4]}},
+            "false_fallback_rate": 0.5,  # (all types: not the one shown)
+            "false_fallback_labeled": 60,
+        },
+        "short_reply": {"false_fallback_rate": 0.9, "false_fallback_labeled": 10, "false_fallback_ci": [0.6, 0.98]},
+        "tool_call": {},
+        "slot_extract": {},
+    },
+    "calibration": {
+        "intent_classify": {
+            "current_threshold": 0.70,
+            "recommended_threshold": 0.80,
+            "threshold_change": {"from": 0.7, "to": 0.8, "band": {"low": 0.7, "high": 0.8, "n": 55, "pass_rate": 0.33}},
+        },
+        "short_reply": {"current_threshold": 0.60, "recommended_threshold": 0.60},
+        "tool_call": {"current_threshold": 0.80, "recommended_threshold": None},
+    },
+}
+REVIEW = {
+    "grading": report(
+        intent_classify={"tier": "offload", "reason": "score >= 0.75"},
+        short_reply={"tier": "offload"},
+        tool_call={"tier": "keep-cloud", "reason": "error_cost_veto"},
+        slot_extract={"tier": "offload"},
+    ),
+    "readiness": report(
+        intent_classify={"verdict": "ready"},
+        short_reply={"verdict": "ready"},
+        tool_call={"verdict": "ready"},
+        slot_extract={"verdict": "ready"},
+    ),
+    "rollout": report(
+        intent_classify={"stage": "full", "recommendation": "hold"},
+        short_reply={"stage": "full", "recommendation": "hold"},
+        tool_call={"stage": "full", "recommendation": "hold"},
+        slot_extract={"stage": "canary", "recommendation": "advance"},
+    ),
+}
+
+
+def test_rows_are_sorted_by_what_needs_action_first():
+    out = rows(METRICS, REVIEW, {"short_reply": ["rollback_route_accuracy", "rollback_degrade_trigger"]})
+    assert [(r["task type"], r["needs"]) for r in out] == [
+        ("short_reply", "rollback recommended"),  # the alerts of the range recommended it
+        ("intent_classify", "threshold to move"),
+        ("tool_call", "verdicts disagree"),
+        ("slot_extract", "stage ready to advance"),
+    ]
+    short_reply, intent, tool_call, _ = out
+    assert short_reply["where they disagree"].startswith(
+        "the alerts recommended a rollback in the range (rollback_degrade_trigger, rollback_route_accuracy)"
+    )
+    # no by-type figure: the combined false-fallback rate with its interval stands in
+    assert short_reply["false fallbacks (quality)"] == "90.0% [60.0%, 98.0%] of 10"
+    assert short_reply["recommended threshold"] == "keep 0.60"
+    # the quality fallbacks alone (METRICS §3 by type), and the band the recommended move crosses
+    assert intent["false fallbacks (quality)"] == "25.0% [14.0%, 40.0%] of 40"
+    assert intent["recommended threshold"] == "0.70 → 0.80 (band [0.70, 0.80): n = 55, pass 33.0%)"
+    assert tool_call["recommended threshold"].startswith("none qualifies")
+
+
+def test_reconcile_says_where_the_three_verdicts_disagree():
+    # grading vetoes it (error cost) while users are served from the device
+    text = reconcile({"tier": "keep-cloud", "reason": "error_cost_veto"}, {"verdict": "ready"}, {"stage": "full"})
+    assert "grading keeps it in the cloud (error_cost_veto) while it serves users from the device at stage full" in text
+    assert "readiness passes but grading keeps it in the cloud" in text
+    # a failing readiness gate at a stage that serves users
+    gates = {"gate_memory": {"status": "pass"}, "gate_quality": {"status": "fail"}}
+    assert reconcile({"tier": "offload"}, {"verdict": "not_ready", "gates": gates}, {"stage": "canary"}) == (
+        "readiness fails gate_quality while at stage canary: fix the gate or step back"
+    )
+    # grading would try it, readiness stops it before any stage serves users
+    assert "readiness stops it at the door" in reconcile(
+        {"tier": "shadow"}, {"verdict": "not_ready", "gates": gates}, {"stage": "shadow"}
+    )
+    # agreement: nothing to say
+    assert reconcile({"tier": "offload"}, {"verdict": "ready"}, {"stage": "full"}) == ""
+    assert reconcile(None, None, None) == ""
