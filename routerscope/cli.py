@@ -196,6 +196,7 @@ def cmd_dq(args, settings: Settings) -> int:
     if args.day:
         start = _parse_time(args.day, "--day")
         end = start + timedelta(days=1)
+    print("routerscope: running the data-quality suites (Great Expectations: ~10 s) …", file=sys.stderr, flush=True)
     report = quality_window(settings, start, end)  # the data_quality asset's unit of work (default thresholds)
     if args.json:
         _print_json(report.as_dict())
@@ -347,7 +348,7 @@ def cmd_demo(args, settings: Settings) -> int:
         "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
     )
     if args.no_dashboard:
-        print("Dashboard: `routerscope dashboard`.")
+        print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
     return serve_dashboard(args.dashboard_port, settings.home / "dashboard.log", open_browser=True)
 

@@ -72,9 +72,10 @@ else:
     )
     st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
-        st.warning(
-            f"Pass rate is not monotonic: bucket(s) {detail['non_monotonic_buckets']} do worse than a lower one."
+        worse = ", ".join(
+            f"[{buckets['low'][i]:.2f}, {buckets['high'][i]:.2f})" for i in detail["non_monotonic_buckets"]
         )
+        st.warning(f"Pass rate is not monotonic: confidence {worse} does worse than a lower bucket.")
     st.altair_chart(charts.calibration_bars(buckets), width="stretch")
     with st.expander("Buckets"):
         st.dataframe(buckets, hide_index=True, width="stretch")
@@ -251,7 +252,7 @@ if cost["total"] is None:
     st.caption("No decision reported a cost (set `cloud_prices_usd_per_1k_tokens` in the policy).")
 else:
     m1, m2, m3 = st.columns(3)
-    m1.metric("Week total", f"${cost['total']:,.2f}")
+    m1.metric("Total in the range", f"${cost['total']:,.2f}" if cost["total"] >= 1 else f"${cost['total']:,.4f}")
     m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
     m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
     if cost.get("all_cloud") is not None:  # METRICS.md §11: does this task type pay for the device path?

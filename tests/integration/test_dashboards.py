@@ -4,6 +4,7 @@ metric windows, data-quality results and an alert (streamlit.testing AppTest).""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from urllib.parse import urlencode
 
@@ -117,7 +118,9 @@ def test_oncall_draws_breaker_states_over_the_window(populated):
 def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
     app = render("tuning.py")
     assert app.selectbox[0].value == "intent_classify"
-    assert any("not monotonic" in w.value for w in app.warning)
+    warning = next(w.value for w in app.warning if "not monotonic" in w.value)
+    # the bucket named by its confidence range, not by its index
+    assert re.search(r"confidence \[0\.\d\d, [01]\.\d\d\) does worse than a lower bucket", warning), warning
 
 
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
