@@ -210,10 +210,11 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "served_on_device_level",
-        ("fallback_type", "entered_device", "degrade_level"),
-        lambda e, lv: e.fallback_type == "none" and e.entered_device and e.degrade_level > 1,
-        "fallback_type = none AND entered_device ⇒ degrade_level IN (0, 1)",
-        sql="fallback_type = 'none' AND entered_device AND degrade_level > 1",
+        ("fallback_type", "entered_device", "degrade_level", "mode"),
+        lambda e, lv: e.fallback_type == "none" and e.entered_device and e.degrade_level > 1 and e.mode == "live",
+        "fallback_type = none AND entered_device AND mode = live ⇒ degrade_level IN (0, 1) (a shadow request's"
+        " device runs beside the cloud that serves it)",
+        sql="fallback_type = 'none' AND entered_device AND degrade_level > 1 AND mode = 'live'",
     ),
     Invariant(
         "not_entered_no_device_attempt",
@@ -304,7 +305,7 @@ def decision_invariants_hold(e) -> bool:
         if entered:
             return False
     elif ft == "none":
-        if entered and level > 1:
+        if entered and level > 1 and e.mode == "live":
             return False
     elif not entered or level < 2:  # quality, timeout, error
         return False

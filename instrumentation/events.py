@@ -51,6 +51,7 @@ Reason = Literal[
     "cloud_unavailable",
     "policy_cloud",
     "device_busy",  # contract v2 only
+    "truncated",  # contract v2 only: served with a lowered output cap or a partial answer (neither side fitted)
 ]
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
@@ -75,7 +76,8 @@ ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
 V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage")
-V2_ONLY_REASONS = ("device_busy",)
+V2_ONLY_REASONS = ("device_busy", "truncated")
+V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
 
 
@@ -97,6 +99,9 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     level: Level
     outcome: Outcome
     latency_ms: NonNegFloat
+    # v2: true when the router gave up on a backend that overran its level's timeout (the call still ran
+    # on the router's guard pool; its late result was dropped); absent otherwise
+    abandoned: bool | UnsetType = UNSET
 
 
 class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):

@@ -28,6 +28,7 @@ LOAD_RANGE = (0.7, 1.1)
 
 class StatDevice:
     model = "sim-gemma-270m"
+    honours_deadline = True  # simulated: it stops at its timeout by construction
 
     def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
@@ -84,6 +85,8 @@ class StatDevice:
 
 
 class StatCloud:
+    honours_deadline = True
+
     def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
 
@@ -111,6 +114,7 @@ class InstantDevice:
     """Answers at once with one fixed result."""
 
     model = "instant-device"
+    honours_deadline = True  # answers at once
 
     def __init__(self, result: DeviceResult | None = None, ttft_ms: float = 100.0, tps: float = 50.0):
         self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
@@ -124,6 +128,8 @@ class InstantDevice:
 
 class InstantCloud:
     """Answers at once with one fixed result."""
+
+    honours_deadline = True
 
     def __init__(self, result: CloudResult | None = None):
         self.result = result or CloudResult("ok", 5.0, "ok", 5)
