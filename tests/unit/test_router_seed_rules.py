@@ -176,17 +176,89 @@ def test_device_fits_table():
     assert device_fits(1000, 100, 1, 100, 200, 100) is False  # 199 × 10 ms > 900
 
 
-# -- the commit point: served, logged as the timeout it was ----------------------------------------
-def test_seed000_commit_point_served_but_logged_as_a_timeout(tmp_path):
-    """Seed 000 "过了承诺点就不再接管": the partial answer is served; the attempt is the timeout it was."""
+# -- the commit point: the device runs to the end of the budget; a partial answer is truncated ---------
+@pytest.mark.parametrize(
+    "per_token_ms, expected, served, reason",
+    [
+        # commit point 60 tokens. 300 tokens at 19 ms: 100 + 299 × 19 = 5781 ms > L0's 5600, but the commit
+        # point (at 1221 ms) came first: it runs on, within 8000 - 50 = 7950, and finishes in full
+        (19.0, [(0, "ok", 5781.0)], "a full answer", "default"),
+        # 300 tokens at 30 ms: 9070 ms; committed at 1870 ms (before the 30 % decision point); cut at 7950 ms,
+        # the partial answer served, flagged as truncated (seed 000: "返回部分结果"), its attempt a timeout
+        (30.0, [(0, "timeout", 7950.0)], "part", "truncated"),
+    ],
+)
+def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, per_token_ms, expected, served, reason):
+    """Seed 000 "过了承诺点就不再接管,宁可让端侧跑完": past the commit point the device may use the whole
+    remaining budget minus L4's 50 ms, not only L0's 70 % share."""
     clock = FakeClock()
-    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=19.0)  # 5781 ms for 300 tokens > 5600
-    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms, tps_estimate=1000.0)
+    store = policy_file(tmp_path, **{"commit_tokens: 120": "commit_tokens: 60"})
+    router = Router(device, GreedyCloud(clock), policy=store, clock=clock)
     response, event = router.route(req(deadline_ms=8000))
     valid(event)
-    assert response.served_by == "device" and response.text == "part"
-    assert shape(event) == [(0, "timeout", 5600.0)]
-    assert (event.fallback_type, event.degrade_level, event.cloud_calls) == ("none", 0, 0)
+    assert device.limits == (5600.0, 7950.0)
+    assert response.served_by == "device" and response.text == served
+    assert shape(event) == expected
+    assert (event.fallback_type, event.reason, event.degrade_level, event.cloud_calls) == ("none", reason, 0, 0)
+    assert event.latency_ms <= 8000 + L4_MS
+
+
+# -- neither fits: truncate first (seed 000 "都赶不上,裁剪输出或返回部分结果") ---------------------------
+@pytest.mark.parametrize(
+    "case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected",
+    [
+        # the seed's long-output row with 2 s left: device 150 + 300 × 10 = 3150 ms, cloud p90 2800 ms (primed);
+        # 0.9 × 2000 - 150 = 1650 ms of decoding at 100 tokens/s: the cap becomes 165, served at L0
+        ("truncated to what fits", 2000, None, 100, 165, "truncated"),
+        # prefill counts: 300 tokens at 1000 tokens/s = 300 ms more, (1800 - 150 - 300) × 0.1 = 135 tokens
+        ("the prefill is part of the ETA", 2000, 1000.0, 300, 135, "truncated"),
+        # not even one token fits (a 2000-token prompt at 1000 tokens/s: 2 s of prefill): never enters the
+        # device, the cloud is tried with what remains, then L4
+        ("prefill alone does not fit", 2000, 1000.0, 2000, None, "latency_pressure"),
+    ],
+)
+def test_seed000_neither_fits_truncates_before_l4(
+    tmp_path, case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected
+):
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=0, ttft_ms=150.0, tps=100.0)
+    device.prefill_tps = prefill_tps
+    cloud = GreedyCloud(clock, need_ms=2800)
+    router = Router(device, cloud, policy=policy_file(tmp_path), clock=clock)
+    for _ in range(20):  # the cloud's p90 is 2.8 s
+        router.cloud_latency.add(2800.0)
+    caps = []
+    generate = device.generate
+    device.generate = lambda prompt, **kw: caps.append(kw["max_tokens"]) or generate(prompt, **kw)
+    response, event = router.route(
+        req(
+            task_type="short_reply",
+            deadline_ms=remaining_ms,
+            expected_output_tokens=300,
+            input_tokens=input_tokens,
+        )
+    )
+    valid(event)
+    assert event.reason == expected, case
+    if expected_cap is None:
+        assert caps == [] and not event.entered_device, case
+        assert [a.level for a in event.attempts][-1] == 4 and event.schema_version == 2
+    else:
+        assert caps == [expected_cap], case
+        assert (response.served_by, event.degrade_level, event.fallback_type) == ("device", 0, "none"), case
+
+
+def test_seed000_truncated_reason_is_v2_only():
+    """`truncated` is an additive enum value of contract v2: a v1 event naming it is refused, old v1 events
+    (without it) stay valid."""
+    from tests.events import decision
+
+    v2 = decision()
+    assert DECISIONS.parse(json.dumps(v2 | {"schema_version": 1}).encode())[1] == []
+    for version, rules in ((2, []), (1, ["schema.invalid.reason"])):
+        raw = json.dumps(v2 | {"schema_version": version, "reason": "truncated"}).encode()
+        assert DECISIONS.parse(raw)[1] == rules
 
 
 # -- L4 and latency from the injected clock ----------------------------------------------------------
