@@ -109,6 +109,8 @@ class Request:
     messages: tuple[dict, ...] | list[dict] | None = (
         None  # chat messages (system prompt + history); `text` becomes them
     )
+    tools: tuple[str, ...] | None = None  # the tools a tool call would use (capability matrix: the whitelist)
+    files: int | None = None  # how many files a code request's context spans (capability matrix: single file)
 
     def __post_init__(self):
         if self.messages is not None:  # the backends send the messages; everything else reads them as text
@@ -683,7 +685,7 @@ class Router:
                 response, fallback_type, _ = self._device_path(
                     trace, req, policy, cap, budget, fit, allow_cloud=False, prompt=prompt
                 )
-        elif not cap.admits(input_tokens, expected_out):
+        elif not cap.admits(input_tokens, expected_out, req.tools, req.files):
             # 2. Capability admission: never enters the device.
             fallback_type, reason = "capability", "capability_miss"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
@@ -960,14 +962,20 @@ class Router:
             self.on_event(event)
             return response, event
 
+        returned: dict = {}
+        left = threading.Event()
+
         def later() -> None:  # the device ends after the user was served: the event leaves then
             done.wait()
-            event = finish(response, latency_ms)
+            left.wait()
+            event = finish(response, returned["ms"])
             self.on_event(event)
             if self.on_shadow_event is not None:
                 self.on_shadow_event(event)
 
         threading.Thread(target=later, name="routerscope-shadow-event", daemon=True).start()
+        returned["ms"] = user.spent_ms()  # the user's latency: until route() returns
+        left.set()
         return response, None
 
 

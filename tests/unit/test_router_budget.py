@@ -274,3 +274,75 @@ def test_a_cloud_that_trickles_bytes_over_real_http_is_cut_at_the_total_deadline
     assert [(a.level, a.outcome) for a in event.attempts] == [(2, "timeout"), (3, "timeout"), (4, "ok")]
     assert event.attempts[0].latency_ms == pytest.approx(500, abs=SLACK_MS)
     assert response.served_by == "fallback"
+
+
+# -- shadow mode: the device off the user's path (seed 004 §5 "端侧失败不影响主路径") -------------------
+class SlowCloud(QuickCloud):
+    """Answers after `need_s` (well within its timeout)."""
+
+    def __init__(self, need_s: float, text: str = "cloud answer"):
+        self.need_s, self.text = need_s, text
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        time.sleep(self.need_s)
+        return CloudResult(self.text, self.need_s * 1000, "ok", 3)
+
+
+def shadow_router(tmp_path, device, cloud):
+    events, ended = [], threading.Event()
+    router = Router(device, cloud, policy=policy(tmp_path, **{"shadow: []": "shadow: [short_reply]"}))
+    router.on_event = events.append
+    router.on_shadow_event = lambda e: ended.set()
+    return router, events, ended
+
+
+@pytest.mark.parametrize(
+    "case, device, device_outcome",
+    [
+        ("a device slower than the cloud (2 s)", lambda: UserDevice(2.0), "ok"),
+        ("a device that fails", lambda: UserDevice(raises=True), "error"),
+        ("a device that hangs past its shadow timeout", lambda: UserDevice(None), "timeout"),
+    ],
+)
+def test_seed004_shadow_a_slow_or_failing_device_never_changes_the_users_latency_or_answer(
+    tmp_path, case, device, device_outcome
+):
+    """Measured before: a 2 s device made the user wait 2,301 ms for a 300 ms cloud, logged as L0. Now the
+    cloud serves with the whole budget and the user waits for it alone; the device's own attempt, the
+    served level (L2) and the comparison arrive in the event when the device ends."""
+    device = device()
+    router, events, ended = shadow_router(tmp_path, device, SlowCloud(0.3, "late device answer"))
+    try:
+        started = time.monotonic()
+        response, event = router.route(req(deadline_ms=3000))
+        user_ms = (time.monotonic() - started) * 1000
+        assert (response.text, response.level) == ("late device answer", 2), case  # the cloud's text
+        assert 300 <= user_ms <= 300 + SLACK_MS + 20, case
+        if event is None:  # the device still ran when the user was served
+            assert ended.wait(5), case
+            event = events[-1]
+    finally:
+        device.release.set()
+    assert DECISIONS.parse(event.to_json())[1] == [], case
+    assert event.latency_ms == pytest.approx(user_ms, abs=10), case
+    assert (event.mode, event.degrade_level, event.entered_device, event.cloud_calls) == ("shadow", 2, True, 1)
+    assert [(a.level, a.outcome) for a in event.attempts] == [(0, device_outcome), (2, "ok")], case
+    assert event.shadow_agree is (True if device_outcome == "ok" else None), case
+    assert event.fallback_type == "none" and event.cloud_model == "cloud-small"
+    assert router.device_in_flight == 0
+
+
+def test_seed004_shadow_a_device_faster_than_the_cloud_is_compared_in_the_returned_event(tmp_path):
+    router, events, _ = shadow_router(tmp_path, UserDevice(0.0), SlowCloud(0.2, "another answer"))
+    response, event = router.route(req(deadline_ms=3000))
+    assert event is events[-1] and response.text == "another answer"
+    assert (event.shadow_agree, event.degrade_level) == (False, 2)
+
+
+def test_seed004_a_pii_request_of_a_shadow_task_type_is_pinned_to_the_device_as_a_live_event(tmp_path):
+    """Measured before: logged `mode = shadow`, so 36 such requests vanished from every live metric."""
+    cloud = SlowCloud(0.0)
+    router, events, _ = shadow_router(tmp_path, UserDevice(0.0), cloud)
+    response, event = router.route(req(deadline_ms=3000, has_pii=True))
+    assert (event.mode, event.reason, event.entered_device, event.cloud_calls) == ("live", "pii_pin", True, 0)
+    assert response.served_by == "device" and event.rollout_stage == "shadow"

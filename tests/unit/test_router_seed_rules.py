@@ -588,3 +588,112 @@ def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model
     _, event = router.route(req(expected_output_tokens=10))
     assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
     assert (event.entered_device, event.reason) == (False, "device_unavailable")
+
+
+# -- the p90 spike breaker settles (seed 000 "P90 突增时全量走端侧") --------------------------------------
+def replay_cloud(tmp_path, phases):
+    """Replays cloud traffic on the fake clock, one cloud-only request every 5 s: `phases` are (seconds, the
+    cloud's latency in ms, or "down" for errors). Returns the router and its cloud breaker's events."""
+    clock = FakeClock()
+    seen = []
+    cloud = GreedyCloud(clock)
+    router = Router(
+        GreedyDevice(clock, need_ms=10),
+        cloud,
+        policy=policy_file(tmp_path),
+        clock=clock,
+        on_breaker_event=seen.append,
+    )
+    for seconds, latency in phases:
+        end = clock.t + seconds
+        cloud.need_ms, cloud.outcome_when_done = (50.0, "error") if latency == "down" else (latency, "ok")
+        while clock.t < end:
+            started = clock.t
+            router.route(req(task_type="long_summary", deadline_ms=60_000))
+            clock.t = max(clock.t, started + 5.0)
+    return router, [e for e in seen if e.boundary == "cloud"]
+
+
+@pytest.mark.parametrize("outage", ["down", 6000.0])
+def test_seed000_cloud_breaker_one_open_episode_over_an_outage_and_no_reopening_after_recovery(tmp_path, outage):
+    """30 min of a healthy cloud (900 ms), a 5-minute outage (errors, or answers at 6 s: a p90 spike over
+    3 × the learned 900 ms), 30 min of recovery. Measured before: open → half-open → closed → open 8 times
+    in 271 s, the closed breaker reopened by the 5-minute window's samples from before it closed. Now: one
+    episode; trials during the outage fail (a slow trial is no recovery); after recovery it stays closed."""
+    router, events = replay_cloud(tmp_path, [(1800, 900.0), (300, outage), (1800, 900.0)])
+    moves = [(e.from_state, e.to_state, e.trigger) for e in events]
+    opened = [m for m in moves if m[:2] == ("closed", "open")]
+    assert len(opened) == 1 and [m for m in moves if m[1] == "closed"] == [moves[-1]], moves
+    assert router.cloud_breaker.state == "closed"
+    assert opened[0][2] == ("cloud_error" if outage == "down" else "cloud_p90_spike")
+    assert all(m[2] in ("cloud_error", "cloud_p90_spike", "trial_failed") for m in moves if m[1] == "open"), moves
+
+
+def test_seed000_p90_spike_is_judged_against_the_learned_baseline_not_only_the_configured_floor(tmp_path):
+    """A cloud whose usual p90 is 1.5 s: 2.5 s is no spike against 3 × 1.5 s (the configured 800 ms alone
+    would open at 2.4 s); 5 s is."""
+    router, events = replay_cloud(tmp_path, [(1800, 1500.0), (300, 2500.0)])
+    assert events == [] and router.cloud_baseline_ms() == pytest.approx(1500.0)
+    _, events = replay_cloud(tmp_path, [(1800, 1500.0), (300, 5000.0)])
+    assert [(e.to_state, e.trigger) for e in events][:1] == [("open", "cloud_p90_spike")]
+
+
+# -- the capability matrix's conditions (seed 000 判据三) --------------------------------------------
+@pytest.mark.parametrize(
+    "task_type, extra, admitted",
+    [
+        ("tool_call", dict(tools=("weather",)), True),  # "单步工具调用: 仅限白名单内工具"
+        ("tool_call", dict(tools=("weather", "transfer_money")), False),
+        ("tool_call", dict(), True),  # the request does not say: judged by the rest
+        ("code_snippet", dict(files=1), True),  # "代码生成: 单文件片段可,跨文件上下文不可"
+        ("code_snippet", dict(files=3), False),
+    ],
+)
+def test_seed000_capability_matrix_tool_whitelist_and_single_file(tmp_path, task_type, extra, admitted):
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=10, text='{"tool": "weather"}', confidence=0.99)
+    store = policy_file(tmp_path, **{"code_snippet: {stage: shadow}": "code_snippet: {stage: full}"})
+    router = Router(device, GreedyCloud(clock, need_ms=100), policy=store, clock=clock)
+    _, event = router.route(req(task_type=task_type, expected_output_tokens=50, **extra))
+    valid(event)
+    assert event.entered_device is admitted and (event.reason == "capability_miss") is not admitted
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("tools: [lookup, weather, set_timer, set_alarm]", "tools must be a list of tool names"),
+        ("single_file: true", "single_file must be true or false"),
+    ],
+)
+def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, message):
+    from routerscope.errors import ConfigError
+
+    bad = {"tools: [lookup, weather, set_timer, set_alarm]": "tools: weather", "single_file: true": "single_file: 2"}
+    with pytest.raises(ConfigError, match=message):
+        policy_file(tmp_path, **{edit: bad[edit]})
+
+
+# -- PII over the device's context: the input cut to its window, never the cloud ----------------------
+def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path):
+    """Measured before: a 9,000-token PII request entered the device whole. short_reply's window is 2048
+    tokens: the prompt is cut to 2048/9000 of its text and runs as L1 (context cut, seed 000's L1); the
+    event says so (degrade level 1, pii_pin)."""
+    clock = FakeClock()
+    prompts = []
+
+    class Recording(GreedyDevice):
+        def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
+            prompts.append((len(prompt), degraded))
+            return super().generate(
+                prompt, max_tokens=max_tokens, timeout_ms=timeout_ms, degraded=degraded, commit_tokens=commit_tokens
+            )
+
+    cloud = GreedyCloud(clock)
+    router = Router(Recording(clock, need_ms=100), cloud, policy=policy_file(tmp_path), clock=clock)
+    text = "x" * 36_000
+    response, event = router.route(req(text=text, input_tokens=9000, has_pii=True, expected_output_tokens=50))
+    valid(event)
+    assert prompts == [(int(36_000 * 2048 / 9000), True)]
+    assert (response.served_by, event.degrade_level, event.reason, event.cloud_calls) == ("device", 1, "pii_pin", 0)
+    assert cloud.timeouts == []
