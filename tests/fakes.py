@@ -139,6 +139,18 @@ class GreedyCloud:
         return CloudResult("cloud answer", took, self.outcome_when_done, 5)
 
 
+class QuickCloud:
+    """Answers at once (real time), and says it honours its timeout: the router calls it without a guard."""
+
+    honours_deadline = True
+
+    def model_for(self, level):
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        return CloudResult("cloud answer", 1.0, "ok", 3)
+
+
 class BlockingDevice:
     """Holds the device (real time) from `entered` until the test sets `release` (at most 10 s)."""
 

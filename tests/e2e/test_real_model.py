@@ -10,6 +10,7 @@ from router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.sim.standin_cloud import StandInCloud
+from tests.fakes import QuickCloud
 
 pytestmark = pytest.mark.integration
 
@@ -80,18 +81,6 @@ def test_a_threshold_above_any_confidence_sends_the_request_to_the_cloud(device,
 
 
 # -- the real device under a short budget (docs/router.md, "The router enforces the budget") ----------
-class QuickCloud:
-    honours_deadline = True
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        from router.backends import CloudResult
-
-        return CloudResult("cloud answer", 1.0, "ok", 2)
-
-
 LONG_PROMPT = "Summarise this log. " + " ".join(f"event {i} happened at noon on the third floor." for i in range(190))
 
 

@@ -21,6 +21,7 @@ from instrumentation.contract import DECISIONS
 from router.backends import CloudResult, DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
+from tests.fakes import QuickCloud
 
 SLACK_MS = 40.0  # thread scheduling on a loaded 2-core machine
 
@@ -99,18 +100,6 @@ class UserCloud:
         else:
             time.sleep(self.need_s)
         return CloudResult("late cloud answer", 1.0, "ok", 3)
-
-
-class QuickCloud:
-    """Answers at once (and says so: no guard needed)."""
-
-    honours_deadline = True
-
-    def model_for(self, level):
-        return {2: "cloud-small", 3: "cloud-large"}[level]
-
-    def complete(self, prompt, *, level, max_tokens, timeout_ms):
-        return CloudResult("cloud answer", 1.0, "ok", 3)
 
 
 @pytest.mark.parametrize(
