@@ -1,7 +1,8 @@
 """The event contract: one frozen record type per event (`../shared/contracts/*.schema.json`).
 
 Decision events come in schema versions 1 and 2 on the same topic (v1 stays valid forever): v2 adds
-the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage` and the reason `device_busy`;
+the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage`, the reasons `device_busy` and
+`truncated`, and an attempt's optional `abandoned` (docs/router.md);
 one record type carries both, and `instrumentation.contract` refuses v2-only content in a v1 event.
 
 The types are `msgspec.Struct(frozen=True)`: frozen, slotted records with the same role as a frozen

@@ -249,9 +249,9 @@ def test_seed000_neither_fits_truncates_before_l4(
         assert (response.served_by, event.degrade_level, event.fallback_type) == ("device", 0, "none"), case
 
 
-def test_seed000_truncated_reason_is_v2_only():
-    """`truncated` is an additive enum value of contract v2: a v1 event naming it is refused, old v1 events
-    (without it) stay valid."""
+def test_seed000_truncated_reason_and_abandoned_attempts_are_v2_only():
+    """`truncated` (an additive enum value) and an attempt's `abandoned` belong to contract v2: a v1 event
+    naming them is refused, old v1 events (without them) stay valid."""
     from tests.events import decision
 
     v2 = decision()
@@ -259,6 +259,11 @@ def test_seed000_truncated_reason_is_v2_only():
     for version, rules in ((2, []), (1, ["schema.invalid.reason"])):
         raw = json.dumps(v2 | {"schema_version": version, "reason": "truncated"}).encode()
         assert DECISIONS.parse(raw)[1] == rules
+    abandoned = [{"level": 0, "outcome": "timeout", "latency_ms": 700.0, "abandoned": True}]
+    late = v2 | {"attempts": abandoned + [{"level": 2, "outcome": "ok", "latency_ms": 5.0}]}
+    late |= {"fallback_type": "timeout", "reason": "device_timeout", "degrade_level": 2, "cloud_calls": 1}
+    for version, rules in ((2, []), (1, ["schema.invalid.attempts"])):
+        assert DECISIONS.parse(json.dumps(late | {"schema_version": version}).encode())[1] == rules
 
 
 # -- L4 and latency from the injected clock ----------------------------------------------------------
