@@ -56,6 +56,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import inspect
+import logging
 import threading
 import time
 import uuid
@@ -87,6 +88,7 @@ from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveW
 from router.guard import ABANDONED, DONE, Guard, honours_deadline
 from router.policy import PolicySource, PolicyStore
 
+log = logging.getLogger("routerscope.router")
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
 L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
 MIN_LEVEL_MS = 1.0  # a level given less than this is skipped (no backend answers in under a millisecond)
@@ -921,9 +923,12 @@ class Router:
             if response.served_by == "cloud" and result is not None and result.outcome == "ok":
                 agree = normalise(result.text) == normalise(response.text)
                 if not agree:
-                    self.on_divergence(
-                        Divergence(trace.request_id, req.task_type, stage, input_tokens, result.text, response.text)
-                    )
+                    try:
+                        self.on_divergence(
+                            Divergence(trace.request_id, req.task_type, stage, input_tokens, result.text, response.text)
+                        )
+                    except Exception:  # a failing sample sink (maybe on the device's thread) never loses the event
+                        log.exception("shadow divergence sample not kept for request %s", trace.request_id)
             if response.served_by == "device":
                 trace.output_tokens = result.tokens_out
             return self._event(
@@ -976,10 +981,13 @@ class Router:
         def later() -> None:  # the device ends after the user was served: the event leaves then
             done.wait()
             left.wait()
-            event = finish(response, returned["ms"])
-            self.on_event(event)
-            if self.on_shadow_event is not None:
-                self.on_shadow_event(event)
+            try:
+                event = finish(response, returned["ms"])
+                self.on_event(event)
+                if self.on_shadow_event is not None:
+                    self.on_shadow_event(event)
+            except Exception:  # nothing to raise to on this thread: said, never silent
+                log.exception("the shadow event of request %s was not sent", trace.request_id)
 
         threading.Thread(target=later, name="routerscope-shadow-event", daemon=True).start()
         returned["ms"] = user.spent_ms()  # the user's latency: until route() returns

@@ -29,6 +29,7 @@ LOAD_RANGE = (0.7, 1.1)
 class StatDevice:
     model = "sim-gemma-270m"
     honours_deadline = True  # simulated: it stops at its timeout by construction
+    context_tokens = 2048  # the model's window (as LlamaDevice's default n_ctx): longer PII inputs are cut to it
 
     def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
@@ -55,6 +56,9 @@ class StatDevice:
             tps /= 3.0
         tps *= self.rng.uniform(*LOAD_RANGE)  # background load
         stats, tps, ttft = self.fleet.measure(tps, ttft)
+        if req.text and len(prompt) < len(req.text):  # the router cut the input to the window: a smaller KV cache
+            kv_mb = 0.9 * (req.input_tokens or 0) * (1 - len(prompt) / len(req.text))
+            stats = {**stats, "peak_mem_mb": round(max(100.0, stats["peak_mem_mb"] - kv_mb), 1)}
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]

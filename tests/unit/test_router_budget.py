@@ -335,3 +335,17 @@ def test_seed004_a_pii_request_of_a_shadow_task_type_is_pinned_to_the_device_as_
     response, event = router.route(req(deadline_ms=3000, has_pii=True))
     assert (event.mode, event.reason, event.entered_device, event.cloud_calls) == ("live", "pii_pin", True, 0)
     assert response.served_by == "device" and event.rollout_stage == "shadow"
+
+
+def test_seed004_a_failing_divergence_sink_on_the_devices_thread_never_loses_the_shadow_event(tmp_path, caplog):
+    device = UserDevice(0.3)
+    router, events, ended = shadow_router(tmp_path, device, SlowCloud(0.0, "another answer"))
+
+    def broken(sample):
+        raise RuntimeError("SQLite objects created in a thread can only be used in that same thread")
+
+    router.on_divergence = broken
+    with caplog.at_level("ERROR", logger="routerscope.router"):
+        _, event = router.route(req(deadline_ms=3000))
+        assert event is None and ended.wait(5)
+    assert events[-1].shadow_agree is False and "divergence sample not kept" in caplog.text

@@ -107,3 +107,19 @@ def test_the_production_router_never_imports_the_simulator():
             )
             offenders += [f"{path.name}: {n}" for n in names if n == "router.sim" or n.startswith("router.sim.")]
     assert offenders == []
+
+
+def test_a_pii_request_over_the_devices_window_is_cut_to_it_and_never_reaches_the_cloud():
+    """Measured before: a 9,000-token PII request (long_summary) entered the device whole, its peak memory
+    9.2 GB on a 4 GB tier. Now its input is cut to the sim device's 2,048-token window at L1 (or it gets
+    the canned answer): never the cloud, and the simulated KV cache is the cut input's."""
+    events = []
+    fleet = Fleet(seed=5, start=datetime(2026, 11, 30, tzinfo=UTC), span=timedelta(minutes=30), on_event=events.append)
+    fleet.run(6000)
+    long_pii = [e for e in events if e.has_pii and e.input_tokens == 9000]
+    assert len(long_pii) >= 3
+    for e in long_pii:
+        assert e.cloud_calls == 0 and e.reason == "pii_pin" and e.mode == "live"
+        assert [a.level for a in e.attempts][0] in (1, 4)
+        if e.entered_device:
+            assert e.device_stats.peak_mem_mb < 0.8 * 4096
