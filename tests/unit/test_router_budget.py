@@ -349,3 +349,16 @@ def test_seed004_a_failing_divergence_sink_on_the_devices_thread_never_loses_the
         _, event = router.route(req(deadline_ms=3000))
         assert event is None and ended.wait(5)
     assert events[-1].shadow_agree is False and "divergence sample not kept" in caplog.text
+
+
+def test_a_late_answer_from_a_backend_that_claims_to_cooperate_is_dropped_never_served(tmp_path):
+    """`honours_deadline` is trusted for the thread, not for the answer: one that arrives past its timeout
+    (+10 ms) is a `timeout`, and the chain goes on."""
+
+    class Claims(UserDevice):
+        honours_deadline = True
+
+    router = Router(Claims(0.75), QuickCloud(), policy=policy(tmp_path))  # L0: 700 ms; it answers at 750
+    response, event, _ = timed(router, req())
+    assert response.text == "cloud answer" and router.abandoned_total == 0
+    assert [(a.level, a.outcome, a.abandoned) for a in event.attempts] == [(0, "timeout", UNSET), (2, "ok", UNSET)]
