@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from router.backends import CloudResult, DeviceResult, OpenAICloud  # noqa: E402
 from router.engine import Request, Router  # noqa: E402
 from router.policy import DEFAULT_POLICY, PolicyStore  # noqa: E402
+from router.sim.hostile import Trickler  # noqa: E402
 
 
 class Stubborn:
@@ -56,37 +55,6 @@ class Stubborn:
 
 class Punctual(Stubborn):
     honours_deadline = True  # answers well within its timeout
-
-
-def trickler() -> tuple[int, threading.Event]:
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def answer(conn):
-        body = json.dumps({"choices": [{"message": {"content": "x" * 200}}]}).encode()
-        try:
-            conn.recv(65536)
-            conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode())
-            for i in range(len(body)):
-                if stop.wait(0.05):
-                    return
-                conn.sendall(body[i : i + 1])
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def serve():
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return server.getsockname()[1], stop
 
 
 def probe(router: Router, request: Request) -> dict:
@@ -156,12 +124,10 @@ def main() -> int:
             task_type="short_reply", text=text, session_id="b", deadline_ms=600, input_tokens=1900, has_pii=True
         )
         out["llama_long_prompt_600ms"] = probe(Router(device, Punctual(0.0), policy=policy), request)
-    port, stop = trickler()
+    server = Trickler("body")
     cloud_only = Request(task_type="long_summary", text="x", session_id="b", deadline_ms=1000)
-    out["trickling_http_cloud_1s"] = probe(
-        Router(Punctual(0.0), OpenAICloud(f"http://127.0.0.1:{port}"), policy=policy), cloud_only
-    )
-    stop.set()
+    out["trickling_http_cloud_1s"] = probe(Router(Punctual(0.0), OpenAICloud(server.url), policy=policy), cloud_only)
+    server.close()
     short = Request(task_type="short_reply", text="x", session_id="b", deadline_ms=1000, expected_output_tokens=20)
     out["device_ignoring_timeout_1s"] = probe(Router(Stubborn(3.0), Punctual(0.0), policy=policy), short)
     out["cloud_ignoring_timeout_1s"] = probe(Router(Punctual(0.0), Stubborn(3.0), policy=policy), cloud_only)

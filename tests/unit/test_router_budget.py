@@ -9,8 +9,6 @@ cooperate is abandoned at its timeout on a bounded pool, and the abandoned calls
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
 import time
 
@@ -21,6 +19,7 @@ from instrumentation.contract import DECISIONS
 from router.backends import CloudResult, DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
+from router.sim.hostile import Trickler
 from tests.fakes import QuickCloud
 
 SLACK_MS = 40.0  # thread scheduling on a loaded 2-core machine
@@ -201,58 +200,13 @@ def test_abandoned_calls_are_bounded_and_past_the_bound_fail_at_once(tmp_path):
 
 
 # -- a real HTTP cloud on loopback that trickles its answer --------------------------------------------
-class Trickler:
-    """A loopback HTTP server that answers a chat completion one byte every `every_s` seconds: its
-    headers (`where = "headers"`) or its body (`where = "body"`)."""
-
-    def __init__(self, where: str, every_s: float = 0.05):
-        self.where, self.every_s = where, every_s
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        self.server.settimeout(0.1)
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn):
-        body = json.dumps({"choices": [{"message": {"content": "trickled " * 40}}]}).encode()
-        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-        try:
-            conn.recv(65536)
-            slow, fast = (head, b"") if self.where == "headers" else (b"", head)
-            conn.sendall(fast)
-            for i in range(len(slow)):
-                if self.stop.wait(self.every_s):
-                    return
-                conn.sendall(slow[i : i + 1])
-            for i in range(len(body)):
-                if self.stop.wait(self.every_s):
-                    return
-                conn.sendall(body[i : i + 1])
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def close(self):
-        self.stop.set()
-        self.server.close()
-
-
 @pytest.mark.parametrize("where", ["headers", "body"])
 def test_a_cloud_that_trickles_bytes_over_real_http_is_cut_at_the_total_deadline(tmp_path, where):
     """Measured on the old per-read timeout: 8,980 ms for a 1 s budget. One total deadline over connect,
     headers and body: L2 cut at 500 ms, L3 at what remains, L4 — within 1050 ms."""
     server = Trickler(where)
     try:
-        cloud = OpenAICloud(f"http://127.0.0.1:{server.port}")
+        cloud = OpenAICloud(server.url)
         router = Router(UserDevice(0.0), cloud, policy=policy(tmp_path))
         assert router.cloud_guard.in_flight == 0 and not router._cloud_guarded  # it cooperates: no guard thread
         response, event, wall_ms = timed(router, req(task_type="long_summary"))
