@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 DONE, RAISED, ABANDONED, FULL = "done", "raised", "abandoned", "full"
+IDLE_S = 30.0  # a pool thread with nothing to do for this long ends (a router of many quiet ones keeps none)
 
 
 def honours_deadline(backend) -> bool:
@@ -79,7 +80,15 @@ class Guard:
     def _work(self) -> None:
         # daemon threads: a backend that never returns cannot keep the process from exiting
         while True:
-            call = self._queue.get()
+            try:
+                call = self._queue.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # no call is on its way to this thread (run() reserves one first)
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                continue
             try:
                 call.result = call.fn()
             except BaseException as exc:  # handed to the caller as an error attempt
