@@ -45,7 +45,16 @@ class StatDevice:
         return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
 
     def generate(
-        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
+        self,
+        prompt,
+        *,
+        max_tokens,
+        timeout_ms,
+        degraded,
+        commit_tokens,
+        decide=None,
+        decision_at_ms=0.0,
+        commit_timeout_ms=None,
     ) -> DeviceResult:
         """A simulated stream: the router's clock advances by the time it takes (to the decision point,
         the timeout, or the end), so events carry simulated latencies."""
@@ -76,8 +85,11 @@ class StatDevice:
                         "partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats
                     )
         if latency > timeout_ms:
-            clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
+            if committed and commit_timeout_ms is not None:  # past it: it may run to the end of the budget
+                timeout_ms = max(timeout_ms, commit_timeout_ms)
+        if latency > timeout_ms:
+            clock.t = started + max(0.0, timeout_ms) / 1000
             return DeviceResult(
                 "partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats
             )
