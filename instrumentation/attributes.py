@@ -33,3 +33,5 @@ ROUTER_ATTEMPT_OUTCOME = "router.attempt.outcome"
 METRIC_DECISIONS = "router.decisions"
 METRIC_LATENCY = "router.decision.duration"
 METRIC_EVENTS = "routerscope.events"  # attribute `state`: emitted | delivered | spooled | dropped
+# backend calls the router abandoned at their timeout (attempts with `abandoned`); attribute `boundary`: device | cloud
+METRIC_ABANDONED = "routerscope.router.abandoned_calls"

@@ -24,7 +24,8 @@ after decoding, not in the field annotations, so that a value of the right type 
 range is named as such.
 
 **Versions.** Decision events are version 1 or 2; a version-1 event carrying a v2 field is
-`schema.unknown.<field>`, and the v2 reason `device_busy` in a v1 event is `schema.invalid.reason`.
+`schema.unknown.<field>`, the v2 reasons (`device_busy`, `truncated`) in a v1 event are `schema.invalid.reason`,
+and an attempt's v2 `abandoned` in a v1 event is `schema.invalid.attempts`.
 """
 
 from __future__ import annotations
@@ -127,7 +128,13 @@ def decision_ranges_hold(e) -> bool:
             return False
     stats, all_cloud = e.device_stats, e.all_cloud_cost_usd
     if e.schema_version == 1:
-        return stats is None and all_cloud is UNSET and e.rollout_stage is UNSET and e.reason not in V2_ONLY_REASONS
+        return (
+            stats is None
+            and all_cloud is UNSET
+            and e.rollout_stage is UNSET
+            and e.reason not in V2_ONLY_REASONS
+            and all(a.abandoned is UNSET for a in e.attempts)
+        )
     if all_cloud is not UNSET and all_cloud > 1_000_000:
         return False
     return stats is None or not any(_over(getattr(stats, k), hi) for k, hi in _STATS_ITEMS)
@@ -210,10 +217,11 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "served_on_device_level",
-        ("fallback_type", "entered_device", "degrade_level"),
-        lambda e, lv: e.fallback_type == "none" and e.entered_device and e.degrade_level > 1,
-        "fallback_type = none AND entered_device ⇒ degrade_level IN (0, 1)",
-        sql="fallback_type = 'none' AND entered_device AND degrade_level > 1",
+        ("fallback_type", "entered_device", "degrade_level", "mode"),
+        lambda e, lv: e.fallback_type == "none" and e.entered_device and e.degrade_level > 1 and e.mode == "live",
+        "fallback_type = none AND entered_device AND mode = live ⇒ degrade_level IN (0, 1) (a shadow request's"
+        " device runs beside the cloud that serves it)",
+        sql="fallback_type = 'none' AND entered_device AND degrade_level > 1 AND mode = 'live'",
     ),
     Invariant(
         "not_entered_no_device_attempt",
@@ -304,7 +312,7 @@ def decision_invariants_hold(e) -> bool:
         if entered:
             return False
     elif ft == "none":
-        if entered and level > 1:
+        if entered and level > 1 and e.mode == "live":
             return False
     elif not entered or level < 2:  # quality, timeout, error
         return False
@@ -426,6 +434,10 @@ class Contract:
                 continue
             if version_1 and f.name == "reason" and value in V2_ONLY_REASONS:
                 rules.append("schema.invalid.reason")
+                invalid.add(f.name)
+                continue
+            if version_1 and f.name == "attempts" and any(a.abandoned is not UNSET for a in value):
+                rules.append("schema.invalid.attempts")  # `abandoned` is an attempt's v2 addition
                 invalid.add(f.name)
                 continue
             broken = _range_rules(f.name, value)

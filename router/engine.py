@@ -1,4 +1,5 @@
-"""The decision engine (DESIGN §1, seed 000): a short-circuit decision, a finite degrade chain, breakers.
+"""The decision engine (seed 000; the rules and their reasons: docs/router.md): a short-circuit decision,
+a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
 concurrency cap → device attempt judged against the task type's calibrated threshold (or its
@@ -7,25 +8,32 @@ output validator) → default. `fallback_type` and `reason` are set where the de
 The budget only subtracts (seed 000: "路由层只做减法"): every level's timeout is its share of the budget
 *remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
 cloud large 0.8 — and never more than what remains minus L4's 50 ms, so a request takes at most
-`deadline_ms - elapsed_ms + 50 ms` whatever the backends do. L4 (the canned answer) ends the chain
-and is bounded by 50 ms. At 30 % of the deadline spent, while the device streams L0 and before the
-commit point, the device's finish is re-estimated from its observed TTFT and token rate; if it no
-longer fits 90 % of what remains, the device is stopped and the cloud takes over (`fallback_type =
-timeout`, `reason = latency_pressure`). A device answer streamed past the commit point is never
-taken over; if its timeout cut it, it is served and its attempt logged as the `timeout` it was.
+`deadline_ms - elapsed_ms + 50 ms` whatever the backends do: the router enforces it (a backend that
+does not declare `honours_deadline` runs on a bounded guard pool and is abandoned at its timeout,
+`router.guard`). L4 (the canned answer) ends the chain and is bounded by 50 ms. The device's ETA
+includes prefill; when neither the device nor the cloud fits, the output cap is lowered to what fits
+(`reason = truncated`) before L4. At 30 % of the deadline spent, while the device streams L0 and
+before the commit point, the device's finish is re-estimated from its observed TTFT and token rate;
+if it no longer fits 90 % of what remains, the device is stopped and the cloud takes over
+(`fallback_type = timeout`, `reason = latency_pressure`). A device answer streamed past the commit
+point is never taken over and may run to the end of the remaining budget; if that cuts it, the
+partial answer is served (`reason = truncated`) and its attempt logged as the `timeout` it was.
 
 Every latency (the event's and each attempt's) is read from the router's injected clock, so a
 simulated fleet's events carry simulated time. The event's `confidence` is the first device
 attempt's (the one the threshold judged first), and the fallback's type and reason are that first
 miss's: an L1 retry never mixes its confidence into calibration.
 
-A PII-pinned request never reaches the cloud: its fallback is L4. An open cloud breaker keeps
+A PII-pinned request never reaches the cloud: its fallback is L4; over the device's window its input is
+cut to it and it runs at L1. An open cloud breaker keeps
 traffic on the device (its fallback is L4 too); an open device breaker sends traffic to the cloud
 with `reason = device_unavailable`; a device at its concurrency cap sends the excess to the cloud
 with `reason = device_busy`, never into a queue (seed 004 §6). The cloud breaker also opens on a
 p90 spike; the device breaker on a model load failure, out-of-memory, or a fallback rate over its
-limit for consecutive windows. Breaker settings hot-reload with the policy; shadow mode respects
-both breakers and the cap.
+limit for consecutive windows; the p90 is judged against the cloud's learned usual p90 (the configured
+baseline its floor), and a breaker that closes starts a fresh window. Breaker settings hot-reload with
+the policy. In shadow mode the cloud serves the user with the whole budget while the device runs beside
+it within the cap (seed 004 §5); a PII request of a shadow task type is a live, pinned event.
 
 Rollout stages (seed 004 §7, `router.policy`): a task type in `shadow` runs as above; in `canary`
 only the sessions of its cohort (a stable hash of the session id) may enter the device, the others go
@@ -48,6 +56,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import inspect
+import logging
 import threading
 import time
 import uuid
@@ -66,10 +75,20 @@ from instrumentation.events import (
     DecisionEvent,
     DeviceStats,
 )
-from router.backends import CloudBackend, CloudResult, DeviceBackend, DeviceResult, validate
-from router.breaker import OPEN, CircuitBreaker, ConsecutiveWindows, Transition
+from router.backends import (
+    CloudBackend,
+    CloudResult,
+    DeviceBackend,
+    DeviceResult,
+    committed,
+    degrade_prompt,
+    validate,
+)
+from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveWindows, Transition
+from router.guard import ABANDONED, DONE, Guard, honours_deadline
 from router.policy import PolicySource, PolicyStore
 
+log = logging.getLogger("routerscope.router")
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
 L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
 MIN_LEVEL_MS = 1.0  # a level given less than this is skipped (no backend answers in under a millisecond)
@@ -77,8 +96,10 @@ DECISION_POINT = 0.3  # share of the deadline spent when the router re-judges a 
 CANNED = "Sorry, I can't answer that right now."
 GATE_SHARE = 0.9  # stay on device if its ETA fits in 90 % of the remaining budget
 CLOUD_WINDOW_S = 300.0
+BASELINE_WINDOW_S = 1800.0  # the p90 spike's learned baseline: the cloud's p90 over the 30 minutes before the window
 DEFAULT_CLOUD_P90_MS = 800.0
-SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: reason device_busy)
+SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: device_busy, truncated, abandoned)
+LATE_MS = 10.0  # a backend's answer later than its timeout by more than this is dropped, never served
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,8 @@ class Request:
     messages: tuple[dict, ...] | list[dict] | None = (
         None  # chat messages (system prompt + history); `text` becomes them
     )
+    tools: tuple[str, ...] | None = None  # the tools a tool call would use (capability matrix: the whitelist)
+    files: int | None = None  # how many files a code request's context spans (capability matrix: single file)
 
     def __post_init__(self):
         if self.messages is not None:  # the backends send the messages; everything else reads them as text
@@ -148,10 +171,11 @@ class SlidingP90:
         self._sorted: list[float] = []
         self._lock = threading.Lock()
 
-    def add(self, ms: float) -> None:
+    def add(self, ms: float, at: float | None = None) -> None:
+        """One sample, taken now (or at `at`, on the same clock: samples arrive in time order)."""
         with self._lock:
             now = self._clock()
-            self._samples.append((now, ms))
+            self._samples.append((now if at is None else at, ms))
             bisect.insort(self._sorted, ms)
             self._trim(now)
 
@@ -165,12 +189,49 @@ class SlidingP90:
             self._trim(self._clock())
             return len(self._sorted)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._samples.clear()
+            self._sorted.clear()
+
     def p90(self, default: float = DEFAULT_CLOUD_P90_MS) -> float:
         with self._lock:
             self._trim(self._clock())
             if not self._sorted:
                 return default
             return self._sorted[min(len(self._sorted) - 1, int(0.9 * len(self._sorted)))]
+
+
+class BaselineP90:
+    """The cloud's usual p90 (docs/router.md, "p90 spike"): over the `window_s` before the last `lag_s` (the
+    spike window itself never raises its own baseline), fed only while the cloud's breaker is closed (open
+    periods and trials are not the usual). None until `min_samples` samples are in it."""
+
+    def __init__(
+        self,
+        window_s: float = BASELINE_WINDOW_S,
+        lag_s: float = CLOUD_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.window_s, self.lag_s, self._clock = window_s, lag_s, clock
+        self._recent: deque[tuple[float, float]] = deque()  # still inside the spike window
+        self._window = SlidingP90(window_s + lag_s, clock)  # trimmed at now - lag - window
+        self._lock = threading.Lock()
+
+    def add(self, ms: float) -> None:
+        with self._lock:
+            self._recent.append((self._clock(), ms))
+
+    def p90(self, min_samples: int) -> float | None:
+        with self._lock:
+            horizon = self._clock() - self.lag_s
+            while self._recent and self._recent[0][0] <= horizon:
+                at, ms = self._recent.popleft()
+                if at > horizon - self.window_s:
+                    self._window.add(ms, at)
+            if self._window.count() < min_samples:
+                return None
+            return self._window.p90()
 
 
 def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float) -> str:
@@ -182,8 +243,23 @@ def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float)
     return "truncate"
 
 
-def device_eta_ms(ttft_ms: float, expected_output_tokens: int, tps: float) -> float:
-    return ttft_ms + expected_output_tokens / max(tps, 1e-6) * 1000
+def device_eta_ms(ttft_ms: float, expected_output_tokens: int, tps: float, prefill_ms: float = 0.0) -> float:
+    """The device's finish: time to first token, plus prefilling the input (docs/router.md: a long prompt's
+    prefill is most of a small model's time), plus decoding the expected output."""
+    return ttft_ms + prefill_ms + expected_output_tokens / max(tps, 1e-6) * 1000
+
+
+def prefill_ms(input_tokens: int, prefill_tps: float | None) -> float:
+    """`input_tokens / prefill_tps` in ms; 0 for a device that does not report a prefill rate."""
+    if not prefill_tps or prefill_tps <= 0:
+        return 0.0
+    return input_tokens / prefill_tps * 1000
+
+
+def tokens_that_fit(remaining_ms: float, ttft_ms: float, prefill: float, tps: float) -> int:
+    """Seed 000 "裁剪输出": the output cap that still fits 90 % of what remains at the device's rate (0: none)."""
+    room_ms = GATE_SHARE * remaining_ms - ttft_ms - prefill
+    return max(0, int(room_ms * max(tps, 0.0) / 1000))
 
 
 def level_timeout_ms(level: int, remaining_ms: float) -> float:
@@ -269,8 +345,12 @@ class _Trace:
         if self.prices is not None:
             self.cost_usd += self.prices.get(model, 0.0) * (self.input_tokens + tokens_out) / 1000
 
-    def add(self, level: int, outcome: str, latency_ms: float) -> None:
-        self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=max(0.0, float(latency_ms))))
+    def add(self, level: int, outcome: str, latency_ms: float, abandoned: bool = False) -> None:
+        latency = max(0.0, float(latency_ms))
+        if abandoned:  # the router gave up on the call at its timeout (docs/router.md, "abandoned")
+            self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency, abandoned=True))
+        else:
+            self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency))
 
 
 def accepts_keyword(fn, name: str) -> bool:
@@ -295,7 +375,15 @@ class Router:
         on_event: Callable[[DecisionEvent], None] | None = None,
         on_breaker_event: Callable[[BreakerEvent], None] | None = None,
         on_divergence: Callable[[Divergence], None] | None = None,
+        enforce: bool | None = None,
+        guard_workers: int = 8,
+        max_late: int = 4,
     ):
+        """`enforce`: hold every backend call to its level's timeout on the router's clock (default: when
+        the clock is the real `time.monotonic`; a simulated clock is moved by its backends instead). A
+        backend without `honours_deadline = True` then runs on a guard pool of `guard_workers` threads and
+        is abandoned at its timeout; past `max_late` abandoned calls still running, new calls to that
+        backend fail at once (docs/router.md)."""
         self.device, self.cloud = device, cloud
         self.policy = policy or PolicyStore()
         self.instance_id = instance_id
@@ -310,6 +398,7 @@ class Router:
         )
         self.cloud_breaker = CircuitBreaker("cloud", p.breakers["cloud"], clock=clock, on_transition=self._transition)
         self.cloud_latency = SlidingP90(clock=clock)
+        self.cloud_usual = BaselineP90(clock=clock)
         self._fallback_windows = ConsecutiveWindows()
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
@@ -317,8 +406,29 @@ class Router:
         self._device_decides = accepts_keyword(
             device.generate, "decide"
         )  # a device without the decision point still works
+        self.enforce = clock is time.monotonic if enforce is None else bool(enforce)
+        self.device_guard = Guard("device", guard_workers, max_late)
+        self.cloud_guard = Guard("cloud", guard_workers, max_late)
+        self._device_guarded = self.enforce and not honours_deadline(device)
+        self._cloud_guarded = self.enforce and not honours_deadline(cloud)
+        # past the commit point the device may run to the end of the budget: only a device that stops by
+        # itself is offered that (a guarded one is abandoned at its level's timeout)
+        self._device_commits = accepts_keyword(device.generate, "commit_timeout_ms") and not self._device_guarded
+        self.on_shadow_event: Callable[[DecisionEvent], None] | None = None
+
+    @property
+    def abandoned_total(self) -> int:
+        """Backend calls abandoned at their timeout since the router started (both boundaries)."""
+        return self.device_guard.abandoned_total + self.cloud_guard.abandoned_total
+
+    @property
+    def abandoned_running(self) -> int:
+        """Abandoned backend calls still running now (bounded by `max_late` per boundary)."""
+        return self.device_guard.late + self.cloud_guard.late
 
     def _transition(self, t: Transition) -> None:
+        if t.boundary == "cloud" and t.to_state == CLOSED:
+            self.cloud_latency.clear()  # a closed breaker starts a fresh window: no reopening from older samples
         self.on_breaker_event(
             BreakerEvent(
                 schema_version=1,
@@ -367,21 +477,52 @@ class Router:
         max_tokens: int,
         commit_tokens: int,
         decide: Callable[[float, int, float], bool] | None = None,
-    ) -> tuple[DeviceResult, float]:
-        kwargs = dict(
-            max_tokens=max_tokens,
-            timeout_ms=max(0.0, budget.timeout_ms(level)),
-            degraded=level == 1,
-            commit_tokens=commit_tokens,
-        )
+        prompt: str | None = None,
+        timeout_ms: float | None = None,
+    ) -> tuple[DeviceResult, float, bool]:
+        """One device call under its level's timeout (docs/router.md). Returns the result, its latency on the
+        router's clock and whether the router abandoned it."""
+        timeout = max(0.0, budget.timeout_ms(level) if timeout_ms is None else timeout_ms)
+        kwargs = dict(max_tokens=max_tokens, timeout_ms=timeout, degraded=level == 1, commit_tokens=commit_tokens)
         if decide is not None and self._device_decides:
             kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
+        commit_limit = timeout
+        if self._device_commits and level <= 1 and timeout_ms is None:
+            # seed 000 "宁可让端侧跑完": past the commit point, the whole remaining budget minus L4's 50 ms
+            commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
+            kwargs["commit_timeout_ms"] = commit_limit
+        text = req.text if prompt is None else prompt
         started = self._clock()
-        try:
-            result = self.device.generate(req.text, **kwargs)
-        except Exception:  # a device backend's failure is a device error, never an exception out of route()
-            result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+        abandoned = False
+        if self._device_guarded:
+            state, value = self.device_guard.run(lambda: self.device.generate(text, **kwargs), timeout / 1000)
+            if state == DONE and isinstance(value, DeviceResult):
+                result = value
+            elif state == ABANDONED:
+                abandoned = True
+                spent = (self._clock() - started) * 1000
+                result = DeviceResult("", None, "none", 0, spent, spent, "timeout")
+            else:  # raised, not a result, or the guard full of late calls: a device error
+                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+        else:
+            try:
+                result = self.device.generate(text, **kwargs)
+            except Exception:  # a device backend's failure is a device error, never an exception out of route()
+                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
         latency_ms = (self._clock() - started) * 1000
+        if result.outcome == "ok":
+            limit = commit_limit if committed(result.tokens_out, result.text, commit_tokens) else timeout
+            if latency_ms > limit + LATE_MS:  # answered after its timeout: dropped, never served
+                result = DeviceResult(
+                    "",
+                    result.confidence,
+                    result.confidence_source,
+                    0,
+                    result.ttft_ms,
+                    latency_ms,
+                    "timeout",
+                    stats=result.stats,
+                )
         trace.measure(result.stats)
         self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
         if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
@@ -392,7 +533,7 @@ class Router:
             trace.device_judged = True
             trace.confidence, trace.confidence_source = result.confidence, result.confidence_source
         trace.output_tokens = result.tokens_out
-        return result, latency_ms
+        return result, latency_ms, abandoned
 
     def _cloud_chain(
         self, trace: _Trace, req: Request, budget: _Budget, max_tokens: int, levels=(2, 3)
@@ -402,8 +543,8 @@ class Router:
             timeout_ms = budget.timeout_ms(level)
             if timeout_ms < MIN_LEVEL_MS or not self.cloud_breaker.allow():
                 return None
-            result, latency_ms = self._cloud_call(trace, req, level, timeout_ms, max_tokens)
-            trace.add(level, result.outcome, latency_ms)
+            result, latency_ms, abandoned = self._cloud_call(trace, req, level, timeout_ms, max_tokens)
+            trace.add(level, result.outcome, latency_ms, abandoned)
             if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
                 trace.charge(trace.cloud_model, result.tokens_out)
@@ -413,27 +554,66 @@ class Router:
 
     def _cloud_call(
         self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int
-    ) -> tuple[CloudResult, float]:
+    ) -> tuple[CloudResult, float, bool]:
+        """One cloud call under its level's timeout: the result, its latency on the router's clock, and
+        whether the router abandoned it (docs/router.md)."""
         trace.cloud_calls += 1
         started = self._clock()
-        try:
-            result = self.cloud.complete(req.text, level=level, max_tokens=max_tokens, timeout_ms=timeout_ms)
-        except Exception:  # a cloud backend's failure is an error attempt, never an exception out of route()
-            result = CloudResult("", 0.0, "error")
+        abandoned = False
+
+        def call():
+            return self.cloud.complete(req.text, level=level, max_tokens=max_tokens, timeout_ms=timeout_ms)
+
+        if self._cloud_guarded:
+            state, value = self.cloud_guard.run(call, timeout_ms / 1000)
+            if state == DONE and isinstance(value, CloudResult):
+                result = value
+            elif state == ABANDONED:
+                abandoned = True
+                result = CloudResult("", (self._clock() - started) * 1000, "timeout")
+            else:  # raised, not a result, or the guard full of late calls: an error attempt
+                result = CloudResult("", 0.0, "error")
+        else:
+            try:
+                result = call()
+            except Exception:  # a cloud backend's failure is an error attempt, never an exception out of route()
+                result = CloudResult("", 0.0, "error")
         latency_ms = (self._clock() - started) * 1000
+        if result.outcome == "ok" and latency_ms > timeout_ms + LATE_MS:  # too late: dropped, never served
+            result = CloudResult("", latency_ms, "timeout")
         failed = result.outcome != "ok"
-        self.cloud_breaker.record(failed, trigger="cloud_" + result.outcome if failed else "")
-        if not failed:
+        trigger = "cloud_" + result.outcome if failed else ""
+        bp = self.cloud_breaker.policy
+        if (
+            not failed
+            and bp.p90_spike_factor is not None
+            and self.cloud_breaker.state == HALF_OPEN
+            and latency_ms > bp.p90_spike_factor * self.cloud_baseline_ms()
+        ):  # a trial that answers as slowly as the spike is no recovery
+            failed, trigger = True, "cloud_p90_spike"
+        closed = self.cloud_breaker.state == CLOSED
+        self.cloud_breaker.record(failed, trigger=trigger)
+        if result.outcome == "ok":
             self.cloud_latency.add(latency_ms)
+            if closed:  # the usual latency: never from open periods or trials
+                self.cloud_usual.add(latency_ms)
             self._watch_cloud_p90()
-        return result, latency_ms
+        return result, latency_ms, abandoned
+
+    def cloud_baseline_ms(self) -> float:
+        """What a p90 spike is measured against: the cloud's learned usual p90, never below the configured
+        `p90_baseline_ms` (docs/router.md, "p90 spike")."""
+        bp = self.cloud_breaker.policy
+        learned = self.cloud_usual.p90(bp.p90_min_samples)
+        return bp.p90_baseline_ms if learned is None else max(bp.p90_baseline_ms, learned)
 
     def _watch_cloud_p90(self) -> None:
-        """Seed 000: the cloud breaker opens when the cloud's p90 spikes, not only on failures."""
+        """Seed 000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The window
+        is emptied when the breaker closes, so samples from before it closed never reopen it."""
         bp = self.cloud_breaker.policy
         if bp.p90_spike_factor is None or self.cloud_latency.count() < bp.p90_min_samples:
             return
-        if self.cloud_latency.p90() > bp.p90_spike_factor * bp.p90_baseline_ms:
+        if self.cloud_latency.p90() > bp.p90_spike_factor * self.cloud_baseline_ms():
             self.cloud_breaker.force_open("cloud_p90_spike")
 
     def _watch_device_fallbacks(self, fell_back: bool) -> None:
@@ -461,7 +641,11 @@ class Router:
         return response
 
     # -- the decision ------------------------------------------------------------------------------
-    def route(self, req: Request) -> tuple[Response, DecisionEvent]:
+    def route(self, req: Request) -> tuple[Response, DecisionEvent | None]:
+        """Decide and serve one request: the response and its decision event (also given to `on_event`).
+        A shadow request whose device is still running when the cloud has served returns None for the
+        event: the device runs on, off the user's path, and its event goes to `on_event` and
+        `on_shadow_event` when it ends (docs/router.md, "Shadow mode")."""
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
         self.cloud_breaker.set_policy(policy.breakers["cloud"])
@@ -479,21 +663,39 @@ class Router:
         )
         entered, fallback_type, reason = False, "none", "default"
         stage = policy.stage_for(req.task_type, req.session_id)
-        mode = "shadow" if stage == "shadow" else "live"
-        shadow_agree = None
+        pinned = req.has_pii and not policy.pii_to_cloud
+        # seed 004 / docs/router.md: a PII request of a shadow task type is pinned to the device, a live event
+        mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
+        device_prefill_tps = getattr(self.device, "prefill_tps", None)
 
-        if req.has_pii and not policy.pii_to_cloud:
+        if pinned:
             # 1. Hard constraint: the device or a conservative answer, never the cloud.
             reason = "pii_pin"
-            if no_time or self._enter_device(policy) is not None:
-                response = self._l4(trace)
+            window = self._device_window(cap)
+            prompt = None
+            device_input = input_tokens
+            if window is not None and input_tokens > window:
+                # over the device's context: the input cut to its window (L1, never the cloud)
+                prompt = degrade_prompt(req.text, window / input_tokens)
+                device_input = window
+            fit = min(
+                max_tokens,
+                tokens_that_fit(
+                    budget.remaining_ms(),
+                    self.device.ttft_ms,
+                    prefill_ms(device_input, device_prefill_tps),
+                    self.device.tps,
+                ),
+            )
+            if no_time or fit < 1 or self._enter_device(policy) is not None:
+                response = self._l4(trace)  # nothing fits even truncated, or the device cannot take it
             else:
                 entered = True
                 response, fallback_type, _ = self._device_path(
-                    trace, req, policy, cap, budget, max_tokens, allow_cloud=False
+                    trace, req, policy, cap, budget, fit, allow_cloud=False, prompt=prompt
                 )
-        elif not cap.admits(input_tokens, expected_out):
+        elif not cap.admits(input_tokens, expected_out, req.tools, req.files):
             # 2. Capability admission: never enters the device.
             fallback_type, reason = "capability", "capability_miss"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
@@ -505,34 +707,38 @@ class Router:
             reason = "latency_pressure"
             response = self._l4(trace)
         elif mode == "shadow":
-            response, shadow_agree, entered, blocked = self._shadow(trace, req, policy, budget, max_tokens, stage)
-            reason = blocked or reason
-            if entered and response.level == 4:  # the device failed and the cloud did not answer either
-                timed_out = trace.attempts[0].outcome == "timeout"
-                fallback_type, reason = ("timeout", "device_timeout") if timed_out else ("error", "device_error")
+            return self._shadow(trace, req, policy, cap, budget, max_tokens, stage, input_tokens)
         elif self.device_breaker.state == OPEN:
             # Device unavailable (breaker open): everything to the cloud.
             reason = "device_unavailable"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         else:
-            # 3. Latency gate, judged before the device starts.
-            eta = device_eta_ms(self.device.ttft_ms, expected_out, self.device.tps)
-            gate = latency_gate(budget.remaining_ms(), eta, self.cloud_latency.p90())
+            # 3. Latency gate, judged before the device starts; the device's ETA includes its prefill.
+            remaining = budget.remaining_ms()
+            prefill = prefill_ms(input_tokens, device_prefill_tps)
+            eta = device_eta_ms(self.device.ttft_ms, expected_out, self.device.tps, prefill)
+            gate = latency_gate(remaining, eta, self.cloud_latency.p90())
             cloud_ok = self.cloud_breaker.state != OPEN
-            blocked = None
+            fit = max_tokens
+            if gate != "device" and not (gate == "cloud" and cloud_ok):
+                # neither fits (or the cloud's breaker is open): truncate first (seed 000 "裁剪输出")
+                fit = min(max_tokens, tokens_that_fit(remaining, self.device.ttft_ms, prefill, self.device.tps))
             if gate == "cloud" and cloud_ok:
                 reason = "latency_pressure"
-            else:
-                blocked = self._enter_device(policy)  # the breaker's verdict or the concurrency cap
-            if gate == "cloud" and cloud_ok or blocked:
-                reason = blocked or reason
                 response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
+            elif fit < 1:  # not even a truncated answer fits on the device (its prefill alone does not)
+                reason = "latency_pressure"
+                response = (self._cloud_chain(trace, req, budget, max_tokens) if cloud_ok else None) or self._l4(trace)
+            elif blocked := self._enter_device(policy):  # the breaker's verdict or the concurrency cap
+                reason = blocked
+                response = (self._cloud_chain(trace, req, budget, max_tokens) if cloud_ok else None) or self._l4(trace)
             else:
                 entered = True
+                truncated = fit < max_tokens
                 response, fallback_type, miss = self._device_path(
-                    trace, req, policy, cap, budget, max_tokens, allow_cloud=cloud_ok, start_degraded=gate == "truncate"
+                    trace, req, policy, cap, budget, fit, allow_cloud=cloud_ok, judge_midway=not truncated
                 )
-                reason = miss or "default"
+                reason = miss or ("truncated" if truncated else "default")
 
         level = trace.attempts[-1].level
         if (
@@ -545,10 +751,30 @@ class Router:
             self.on_divergence(
                 Divergence(trace.request_id, req.task_type, stage, input_tokens, trace.device_text, response.text)
             )
+        event = self._event(
+            req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, None, budget.spent_ms()
+        )
+        self.on_event(event)
+        return response, event
+
+    def _device_window(self, cap) -> int | None:
+        """The input the device can take: the capability's `max_input_tokens` for a task it supports, the
+        model's own context (`context_tokens`, when the backend tells) otherwise; None when unknown."""
+        sizes = [getattr(self.device, "context_tokens", None)]
+        if cap.supported and cap.max_input_tokens:
+            sizes.append(cap.max_input_tokens)
+        sizes = [int(x) for x in sizes if x]
+        return min(sizes) if sizes else None
+
+    def _event(
+        self, req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, shadow_agree, latency_ms
+    ) -> DecisionEvent:
         all_cloud = UNSET
         if trace.prices is not None:  # seed 003/004: what the request would have cost served by the cloud alone
-            all_cloud = trace.prices.get(self.cloud.model_for(2), 0.0) * (input_tokens + trace.output_tokens) / 1000
-        event = DecisionEvent(
+            all_cloud = (
+                trace.prices.get(self.cloud.model_for(2), 0.0) * (trace.input_tokens + trace.output_tokens) / 1000
+            )
+        return DecisionEvent(
             schema_version=SCHEMA_VERSION,
             event_id=str(uuid.uuid4()),
             event_time=self._now(),
@@ -566,8 +792,8 @@ class Router:
             threshold=cap.threshold if entered else None,
             deadline_ms=max(1, int(req.deadline_ms)),
             elapsed_ms=max(0, int(req.elapsed_ms)),
-            latency_ms=max(0.0, budget.spent_ms()),
-            input_tokens=input_tokens,
+            latency_ms=max(0.0, latency_ms),
+            input_tokens=trace.input_tokens,
             output_tokens=trace.output_tokens,
             policy_version=policy.version,
             app_id=req.app_id,
@@ -585,8 +811,6 @@ class Router:
             all_cloud_cost_usd=all_cloud,
             rollout_stage=stage,
         )
-        self.on_event(event)
-        return response, event
 
     def _device_path(
         self,
@@ -597,28 +821,36 @@ class Router:
         budget: _Budget,
         max_tokens: int,
         allow_cloud: bool,
-        start_degraded: bool = False,
+        judge_midway: bool = True,
+        prompt: str | None = None,
     ) -> tuple[Response, str, str | None]:
-        """L0 (or L1 when the gate said truncate), judged; L1 once on a quality miss; then the cloud
-        chain (or L4 when the cloud is not allowed). The caller holds a device slot; it is released
-        when the device's turn ends. Returns the response, the fallback type and the reason of the
-        first device miss (None when the device served)."""
-        levels = [1] if start_degraded else ([0, 1] if policy.l1_enabled else [0])
+        """L0, judged; L1 once on a quality miss; then the cloud chain (or L4 when the cloud is not allowed).
+        `prompt`: the input already cut to the device's window, which starts at L1 (a context cut). The
+        caller holds a device slot; it is released when the device's turn ends. Returns the response, the
+        fallback type and the reason: the first device miss's, `truncated` for a partial answer served past
+        the commit point, None when the device served in full."""
+        if prompt is not None:
+            levels = [1]
+        else:
+            levels = [0, 1] if policy.l1_enabled else [0]
         miss: tuple[str, str] | None = None  # (fallback_type, reason) of the first device miss
         served: Response | None = None
+        served_reason = None
         try:
             for level in levels:
                 if budget.timeout_ms(level) < MIN_LEVEL_MS:  # no time left for another device try
                     break
                 decide = None
-                if level == 0 and allow_cloud:  # the decision point: only where there is a cloud to move to
+                if level == 0 and allow_cloud and judge_midway:  # the decision point: only with a cloud to move to
 
                     def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
                         return device_fits(
                             budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps
                         )
 
-                result, latency_ms = self._device(trace, req, level, budget, max_tokens, policy.commit_tokens, decide)
+                result, latency_ms, abandoned = self._device(
+                    trace, req, level, budget, max_tokens, policy.commit_tokens, decide, prompt
+                )
                 if result.outcome == "ok":
                     trace.device_text = trace.device_text or result.text
                     if not validate(cap.validator, result.text, cap.pattern):
@@ -632,10 +864,11 @@ class Router:
                     trace.add(level, "ok", latency_ms)
                     served = Response(result.text, level, "device")
                     break
-                trace.add(level, result.outcome, latency_ms)
+                trace.add(level, result.outcome, latency_ms, abandoned)
                 if result.outcome == "timeout" and result.committed and not result.preempted:
-                    # past the commit point: never taken over mid-stream; served, and logged as the timeout it was
-                    served = Response(result.text, level, "device")
+                    # past the commit point: never taken over mid-stream; the partial answer is served, flagged
+                    # as truncated, its attempt logged as the timeout it was (seed 000 "宁可让端侧跑完")
+                    served, served_reason = Response(result.text, level, "device"), "truncated"
                     break
                 if result.preempted:
                     miss = miss or ("timeout", "latency_pressure")
@@ -649,44 +882,127 @@ class Router:
             if req.task_type not in policy.shadow:
                 self._watch_device_fallbacks(served is None)
         if served is not None:
-            return served, "none", None
+            return served, "none", served_reason
         fallback_type, reason = miss or ("timeout", "device_timeout")
         response = (self._cloud_chain(trace, req, budget, max_tokens) if allow_cloud else None) or self._l4(trace)
         return response, fallback_type, reason
 
     def _shadow(
-        self, trace: _Trace, req: Request, policy, budget: _Budget, max_tokens: int, stage: str = "shadow"
-    ) -> tuple[Response, bool | None, bool, str | None]:
-        """The device runs (recorded as the L0 attempt) when its breaker and cap allow; the cloud's answer is
-        returned when its breaker allows and it answers; the two are compared after normalisation.
-        Returns the response, the agreement, whether the device ran, and why it did not."""
+        self, trace: _Trace, req: Request, policy, cap, budget: _Budget, max_tokens: int, stage: str, input_tokens: int
+    ) -> tuple[Response, DecisionEvent | None]:
+        """Seed 004 §5 shadow traffic: the cloud serves the user with the whole budget, as if the task were
+        cloud-only; the device runs beside it (its own attempt, within the concurrency cap), off the user's
+        path, its answer only compared after normalisation. With the cloud's breaker open the device serves
+        (seed 000: everything stays on the device). On a simulated clock the device runs first and the
+        cloud gets a fresh budget after it; the event's latency is the user's either way."""
         blocked = self._enter_device(policy)
-        device = None
-        if blocked is None:
+        cloud_open = self.cloud_breaker.state == OPEN
+        dev = _Trace(input_tokens=input_tokens, request_id=trace.request_id)
+        box: dict = {}
+        device_timeout = level_timeout_ms(0, budget.remaining_ms())
+
+        def run_device() -> None:
             try:
-                device, latency_ms = self._device(trace, req, 0, budget, max_tokens, policy.commit_tokens)
-                trace.add(0, device.outcome, latency_ms)
+                box["result"], box["latency_ms"], box["abandoned"] = self._device(
+                    dev, req, 0, budget, max_tokens, policy.commit_tokens, timeout_ms=device_timeout
+                )
+            except Exception:  # nothing the device does may reach the user's path
+                box["result"] = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+                box["latency_ms"], box["abandoned"] = 0.0, False
             finally:
                 self._release_device()
-        cloud = None
-        timeout_ms = budget.timeout_ms(2)
-        if timeout_ms >= MIN_LEVEL_MS and self.cloud_breaker.allow():
-            cloud, latency_ms = self._cloud_call(trace, req, 2, timeout_ms, max_tokens)
-            if device is None:  # the cloud call is the request's only attempt
-                trace.add(2, cloud.outcome, latency_ms)
-        device_ok = device is not None and device.outcome == "ok"
-        if cloud is not None and cloud.outcome == "ok":
-            trace.cloud_model = self.cloud.model_for(2)
-            trace.charge(trace.cloud_model, cloud.tokens_out)
-            agree = normalise(device.text) == normalise(cloud.text) if device_ok else None
-            if agree is False:
-                self.on_divergence(
-                    Divergence(trace.request_id, req.task_type, stage, trace.input_tokens, device.text, cloud.text)
-                )
-            return Response(cloud.text, 2, "cloud"), agree, device is not None, blocked
-        if device_ok:
-            return Response(device.text, 0, "device"), None, True, blocked
-        return self._l4(trace), None, device is not None, blocked
+
+        def finish(response: Response, latency_ms: float) -> DecisionEvent:
+            entered = blocked is None
+            if entered:
+                trace.attempts.insert(0, _device_attempt(box))
+                trace.confidence, trace.confidence_source = dev.confidence, dev.confidence_source
+                trace.ttft_ms, trace.device_stats = dev.ttft_ms, dev.device_stats
+            result = box.get("result")
+            agree = None
+            if response.served_by == "cloud" and result is not None and result.outcome == "ok":
+                agree = normalise(result.text) == normalise(response.text)
+                if not agree:
+                    try:
+                        self.on_divergence(
+                            Divergence(trace.request_id, req.task_type, stage, input_tokens, result.text, response.text)
+                        )
+                    except Exception:  # a failing sample sink (maybe on the device's thread) never loses the event
+                        log.exception("shadow divergence sample not kept for request %s", trace.request_id)
+            if response.served_by == "device":
+                trace.output_tokens = result.tokens_out
+            return self._event(
+                req,
+                policy,
+                cap,
+                trace,
+                stage,
+                "shadow",
+                entered,
+                "none",
+                blocked or "default",
+                response.level,
+                agree,
+                latency_ms,
+            )
+
+        if blocked is None and (cloud_open or not self.enforce):
+            run_device()  # on the user's path only when there is no cloud; else a simulated clock's turn
+        if cloud_open:
+            result = box.get("result")
+            ok = result is not None and result.outcome == "ok"
+            response = Response(result.text, 0, "device") if ok else self._l4(trace)
+            event = finish(response, budget.spent_ms())
+            self.on_event(event)
+            return response, event
+        user = budget if self.enforce else _Budget(self._clock, req.deadline_ms, req.elapsed_ms)
+        done = threading.Event()
+        if blocked is None and self.enforce:
+
+            def beside() -> None:
+                try:
+                    run_device()
+                finally:
+                    done.set()
+
+            threading.Thread(target=beside, name="routerscope-shadow", daemon=True).start()
+        else:
+            done.set()
+        response = self._cloud_chain(trace, req, user, max_tokens) or self._l4(trace)
+        latency_ms = user.spent_ms()
+        if done.is_set():
+            event = finish(response, latency_ms)
+            self.on_event(event)
+            return response, event
+
+        returned: dict = {}
+        left = threading.Event()
+
+        def later() -> None:  # the device ends after the user was served: the event leaves then
+            done.wait()
+            left.wait()
+            try:
+                event = finish(response, returned["ms"])
+                self.on_event(event)
+                if self.on_shadow_event is not None:
+                    self.on_shadow_event(event)
+            except Exception:  # nothing to raise to on this thread: said, never silent
+                log.exception("the shadow event of request %s was not sent", trace.request_id)
+
+        threading.Thread(target=later, name="routerscope-shadow-event", daemon=True).start()
+        returned["ms"] = user.spent_ms()  # the user's latency: until route() returns
+        left.set()
+        return response, None
+
+
+def _device_attempt(box: dict) -> Attempt:
+    """The shadow device's own attempt (level 0), as it ended."""
+    result = box.get("result")
+    outcome = result.outcome if result is not None else "error"
+    latency = max(0.0, float(box.get("latency_ms", 0.0)))
+    if box.get("abandoned"):
+        return Attempt(level=0, outcome=outcome, latency_ms=latency, abandoned=True)
+    return Attempt(level=0, outcome=outcome, latency_ms=latency)
 
 
 def normalise(text: str) -> str:

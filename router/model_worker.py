@@ -8,7 +8,9 @@ records the request's device attempt as an `error` (or raises `ModelCrashed` at 
 The worker dies with its parent (`routerscope.procs.spawn`), also when the parent is SIGKILLed.
 
 The protocol: one request line `{"op": "generate", "prompt": …, "kwargs": {…}}` → one reply line with the
-`DeviceResult` fields and the device's current `ttft_ms` / `tps` estimates. Keyword arguments are passed
+`DeviceResult` fields and the device's current `ttft_ms` / `tps` / `prefill_tps` estimates. The router
+holds a call to the worker to its level's timeout on its guard pool (the pipe cannot be cancelled; the
+model inside stops at its own deadline: docs/router.md). Keyword arguments are passed
 through unchanged, so the worker follows `LlamaDevice.generate`'s signature.
 """
 
@@ -49,6 +51,7 @@ class WorkerDevice:
 
         self.model = options.get("model_name", "gemma-3-270m-q4_k_m")
         self.ttft_ms, self.tps = 150.0, 40.0
+        self.prefill_tps, self.context_tokens = None, options.get("n_ctx", 2048)  # the worker reports its prefill
         self.crashed: str | None = None
         self._lock = threading.Lock()
         self._log = open(log_path, "ab") if log_path else None
@@ -118,6 +121,7 @@ class WorkerDevice:
                 else:
                     try:
                         self.ttft_ms, self.tps = reply.pop("ttft_estimate_ms"), reply.pop("tps_estimate")
+                        self.prefill_tps = reply.pop("prefill_estimate", self.prefill_tps)
                         return DeviceResult(**reply)
                     except (KeyError, TypeError):  # a reply of another shape: a worker out of step
                         self.crashed = f"sent a reply without a result ({sorted(reply)[:8]})"
@@ -179,7 +183,12 @@ def main(argv: list[str]) -> int:
         options = dict(request["kwargs"], decide=remote_decide) if request.get("decide") else request["kwargs"]
         result = device.generate(request["prompt"], **options)
         reply = {f.name: getattr(result, f.name) for f in fields(result)}
-        out.write(json.dumps({**reply, "ttft_estimate_ms": device.ttft_ms, "tps_estimate": device.tps}) + "\n")
+        estimates = {
+            "ttft_estimate_ms": device.ttft_ms,
+            "tps_estimate": device.tps,
+            "prefill_estimate": device.prefill_tps,
+        }
+        out.write(json.dumps({**reply, **estimates}) + "\n")
     return 0
 
 

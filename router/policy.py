@@ -62,9 +62,22 @@ class Capability:
     error_cost: float | None = None  # seed 004: 0-1, what a wrong answer costs downstream (None: 0.5)
     privacy: str = "public"  # seed 003: strict | redactable | public
     iteration: str = "monthly"  # seed 003: how often the task's model must change: quarterly | monthly | weekly
+    tools: tuple[str, ...] | None = None  # seed 000 "仅限白名单内工具": the tools the device may call (None: any)
+    single_file: bool = False  # seed 000 "单文件片段可,跨文件上下文不可": a context of one file at most
 
-    def admits(self, input_tokens: int, output_tokens: int) -> bool:
-        return self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens
+    def admits(
+        self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
+    ) -> bool:
+        """The capability matrix's verdict: supported, within the input and output limits, every tool the
+        request calls on the whitelist, and no more than one file of context where that is the condition
+        (a request that does not say which tools or how many files is judged by the rest)."""
+        return (
+            self.supported
+            and input_tokens <= self.max_input_tokens
+            and output_tokens <= self.max_output_tokens
+            and (self.tools is None or not tools or set(tools) <= set(self.tools))
+            and not (self.single_file and files is not None and files > 1)
+        )
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,12 @@ def parse(text: str, source: str = "policy") -> Policy:
             or not 0 <= cap.error_cost <= 1
         ):
             raise ConfigError(f"{source}: capabilities.{task_type}.error_cost must be a number in [0, 1]")
+        if cap.tools is not None:
+            if not isinstance(cap.tools, list) or not all(isinstance(t, str) and t for t in cap.tools):
+                raise ConfigError(f"{source}: capabilities.{task_type}.tools must be a list of tool names")
+            cap = replace(cap, tools=tuple(cap.tools))
+        if not isinstance(cap.single_file, bool):
+            raise ConfigError(f"{source}: capabilities.{task_type}.single_file must be true or false")
         if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
             raise ConfigError(
                 f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "

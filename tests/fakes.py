@@ -95,9 +95,13 @@ class StreamingDevice:
         self.ttft_ms, self.tps = ttft_ms, tps_estimate  # the estimates the latency gate reads
         self.decided: list[tuple[float, int]] = []
 
-    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0):
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, **kw):
+        decision_at_ms, commit_timeout_ms = kw.get("decision_at_ms", 0.0), kw.get("commit_timeout_ms")
         total_ms = self.first + (max_tokens - 1) * self.per_token
         started = self.clock.t
+        self.limits = (timeout_ms, commit_timeout_ms)
+        if commit_timeout_ms is not None and self.first + (commit_tokens - 1) * self.per_token <= timeout_ms:
+            timeout_ms = max(timeout_ms, commit_timeout_ms)  # past the commit point in time: it may run on
         if decide is not None:
             at = max(decision_at_ms, self.first)
             so_far = 1 + int((at - self.first) // self.per_token)
@@ -133,6 +137,18 @@ class GreedyCloud:
         if self.need_ms > timeout_ms:
             return CloudResult("", took, "timeout")
         return CloudResult("cloud answer", took, self.outcome_when_done, 5)
+
+
+class QuickCloud:
+    """Answers at once (real time), and says it honours its timeout: the router calls it without a guard."""
+
+    honours_deadline = True
+
+    def model_for(self, level):
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        return CloudResult("cloud answer", 1.0, "ok", 3)
 
 
 class BlockingDevice:

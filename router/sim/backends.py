@@ -28,6 +28,8 @@ LOAD_RANGE = (0.7, 1.1)
 
 class StatDevice:
     model = "sim-gemma-270m"
+    honours_deadline = True  # simulated: it stops at its timeout by construction
+    context_tokens = 2048  # the model's window (as LlamaDevice's default n_ctx): longer PII inputs are cut to it
 
     def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
@@ -43,7 +45,16 @@ class StatDevice:
         return TIERS[self.fleet.current.device_tier][1] * LOAD_RANGE[0] * self.fleet.pending["swap"]
 
     def generate(
-        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
+        self,
+        prompt,
+        *,
+        max_tokens,
+        timeout_ms,
+        degraded,
+        commit_tokens,
+        decide=None,
+        decision_at_ms=0.0,
+        commit_timeout_ms=None,
     ) -> DeviceResult:
         """A simulated stream: the router's clock advances by the time it takes (to the decision point,
         the timeout, or the end), so events carry simulated latencies."""
@@ -54,6 +65,9 @@ class StatDevice:
             tps /= 3.0
         tps *= self.rng.uniform(*LOAD_RANGE)  # background load
         stats, tps, ttft = self.fleet.measure(tps, ttft)
+        if req.text and len(prompt) < len(req.text):  # the router cut the input to the window: a smaller KV cache
+            kv_mb = 0.9 * (req.input_tokens or 0) * (1 - len(prompt) / len(req.text))
+            stats = {**stats, "peak_mem_mb": round(max(100.0, stats["peak_mem_mb"] - kv_mb), 1)}
         tokens = max(1, int(max_tokens * (0.5 if degraded else 1.0)))
         latency = ttft + tokens / tps * 1000
         a, b = TASKS[req.task_type][1]
@@ -71,8 +85,11 @@ class StatDevice:
                         "partial", confidence, "logprob", so_far, ttft, at, "timeout", preempted=True, stats=stats
                     )
         if latency > timeout_ms:
-            clock.t = started + max(0.0, timeout_ms) / 1000
             committed = tokens >= commit_tokens and self.rng.random() < 0.2  # streamed past the commit point
+            if committed and commit_timeout_ms is not None:  # past it: it may run to the end of the budget
+                timeout_ms = max(timeout_ms, commit_timeout_ms)
+        if latency > timeout_ms:
+            clock.t = started + max(0.0, timeout_ms) / 1000
             return DeviceResult(
                 "partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats
             )
@@ -84,6 +101,8 @@ class StatDevice:
 
 
 class StatCloud:
+    honours_deadline = True
+
     def __init__(self, rng: random.Random, fleet: Fleet):
         self.rng, self.fleet = rng, fleet
 
@@ -111,6 +130,7 @@ class InstantDevice:
     """Answers at once with one fixed result."""
 
     model = "instant-device"
+    honours_deadline = True  # answers at once
 
     def __init__(self, result: DeviceResult | None = None, ttft_ms: float = 100.0, tps: float = 50.0):
         self.result = result or DeviceResult("ok", 0.9, "logprob", 5, 1.0, 2.0, "ok")
@@ -124,6 +144,8 @@ class InstantDevice:
 
 class InstantCloud:
     """Answers at once with one fixed result."""
+
+    honours_deadline = True
 
     def __init__(self, result: CloudResult | None = None):
         self.result = result or CloudResult("ok", 5.0, "ok", 5)

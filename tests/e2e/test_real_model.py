@@ -10,6 +10,7 @@ from router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.sim.standin_cloud import StandInCloud
+from tests.fakes import QuickCloud
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +78,55 @@ def test_a_threshold_above_any_confidence_sends_the_request_to_the_cloud(device,
     assert (event.fallback_type, event.reason) == ("quality", "low_confidence")
     assert [a.level for a in event.attempts] == [0, 2] and event.cloud_calls == 1
     assert response.served_by == "cloud" and response.text and event.cloud_model == "cloud-small"
+
+
+# -- the real device under a short budget (docs/router.md, "The router enforces the budget") ----------
+LONG_PROMPT = "Summarise this log. " + " ".join(f"event {i} happened at noon on the third floor." for i in range(190))
+
+
+@pytest.fixture(scope="module")
+def long_device(model):
+    return LlamaDevice(model, n_ctx=4096, n_threads=1)
+
+
+def test_a_long_prompt_whose_prefill_cannot_fit_never_enters_the_device(long_device, tmp_path):
+    """~1.9k tokens of prompt, 600 ms left: the device's ETA includes prefill (input / prefill_tps), which
+    alone is seconds: the cloud serves it and the device is never tried."""
+    router = Router(long_device, QuickCloud(), policy=PolicyStore(DEFAULT_POLICY))
+    _, event = router.route(
+        Request(task_type="short_reply", text=LONG_PROMPT, session_id="real", deadline_ms=600, input_tokens=1900)
+    )
+    assert (event.entered_device, event.reason, event.degrade_level) == (False, "latency_pressure", 2)
+
+
+@pytest.mark.parametrize("has_pii", [False, True])
+def test_the_real_device_is_cut_mid_prefill_at_its_timeout(long_device, tmp_path, has_pii):
+    """Measured before: 16,629 ms for a 600 ms budget (prefill could not be interrupted). With an estimate
+    that wrongly lets the long prompt in, the device is stopped mid-prefill at L0's 420 ms (llama.cpp's
+    abort callback, between prefill chunks and compute-graph nodes) and the request ends within 650 ms
+    (+ slack), the cloud serving it (or L4 for a PII request, which never goes to the cloud)."""
+    import time
+
+    router = Router(long_device, QuickCloud(), policy=PolicyStore(DEFAULT_POLICY))
+    long_device.prefill_tps, long_device.tps, long_device.ttft_ms = 1e9, 1e6, 1.0  # a wrong, optimistic estimate
+    started = time.monotonic()
+    response, event = router.route(
+        Request(
+            task_type="short_reply",
+            text=LONG_PROMPT,
+            session_id="real",
+            deadline_ms=600,
+            input_tokens=1900,
+            expected_output_tokens=8,
+            has_pii=has_pii,
+        )
+    )
+    wall_ms = (time.monotonic() - started) * 1000
+    assert DECISIONS.parse(event.to_json())[1] == []
+    assert wall_ms <= 600 + 50 + 40
+    assert event.latency_ms == pytest.approx(wall_ms, abs=10)
+    assert event.entered_device and event.attempts[0].outcome == "timeout"
+    # stopped at its 420 ms (a little later on a loaded machine: the abort lands between graph nodes), not
+    # after the seconds its prefill would take; the 30 % of the budget after L0 absorbs the overshoot
+    assert 415 <= event.attempts[0].latency_ms < 600
+    assert response.served_by == ("fallback" if has_pii else "cloud")

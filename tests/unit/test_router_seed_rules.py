@@ -176,17 +176,94 @@ def test_device_fits_table():
     assert device_fits(1000, 100, 1, 100, 200, 100) is False  # 199 × 10 ms > 900
 
 
-# -- the commit point: served, logged as the timeout it was ----------------------------------------
-def test_seed000_commit_point_served_but_logged_as_a_timeout(tmp_path):
-    """Seed 000 "过了承诺点就不再接管": the partial answer is served; the attempt is the timeout it was."""
+# -- the commit point: the device runs to the end of the budget; a partial answer is truncated ---------
+@pytest.mark.parametrize(
+    "per_token_ms, expected, served, reason",
+    [
+        # commit point 60 tokens. 300 tokens at 19 ms: 100 + 299 × 19 = 5781 ms > L0's 5600, but the commit
+        # point (at 1221 ms) came first: it runs on, within 8000 - 50 = 7950, and finishes in full
+        (19.0, [(0, "ok", 5781.0)], "a full answer", "default"),
+        # 300 tokens at 30 ms: 9070 ms; committed at 1870 ms (before the 30 % decision point); cut at 7950 ms,
+        # the partial answer served, flagged as truncated (seed 000: "返回部分结果"), its attempt a timeout
+        (30.0, [(0, "timeout", 7950.0)], "part", "truncated"),
+    ],
+)
+def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, per_token_ms, expected, served, reason):
+    """Seed 000 "过了承诺点就不再接管,宁可让端侧跑完": past the commit point the device may use the whole
+    remaining budget minus L4's 50 ms, not only L0's 70 % share."""
     clock = FakeClock()
-    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=19.0)  # 5781 ms for 300 tokens > 5600
-    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms, tps_estimate=1000.0)
+    store = policy_file(tmp_path, **{"commit_tokens: 120": "commit_tokens: 60"})
+    router = Router(device, GreedyCloud(clock), policy=store, clock=clock)
     response, event = router.route(req(deadline_ms=8000))
     valid(event)
-    assert response.served_by == "device" and response.text == "part"
-    assert shape(event) == [(0, "timeout", 5600.0)]
-    assert (event.fallback_type, event.degrade_level, event.cloud_calls) == ("none", 0, 0)
+    assert device.limits == (5600.0, 7950.0)
+    assert response.served_by == "device" and response.text == served
+    assert shape(event) == expected
+    assert (event.fallback_type, event.reason, event.degrade_level, event.cloud_calls) == ("none", reason, 0, 0)
+    assert event.latency_ms <= 8000 + L4_MS
+
+
+# -- neither fits: truncate first (seed 000 "都赶不上,裁剪输出或返回部分结果") ---------------------------
+@pytest.mark.parametrize(
+    "case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected",
+    [
+        # the seed's long-output row with 2 s left: device 150 + 300 × 10 = 3150 ms, cloud p90 2800 ms (primed);
+        # 0.9 × 2000 - 150 = 1650 ms of decoding at 100 tokens/s: the cap becomes 165, served at L0
+        ("truncated to what fits", 2000, None, 100, 165, "truncated"),
+        # prefill counts: 300 tokens at 1000 tokens/s = 300 ms more, (1800 - 150 - 300) × 0.1 = 135 tokens
+        ("the prefill is part of the ETA", 2000, 1000.0, 300, 135, "truncated"),
+        # not even one token fits (a 2000-token prompt at 1000 tokens/s: 2 s of prefill): never enters the
+        # device, the cloud is tried with what remains, then L4
+        ("prefill alone does not fit", 2000, 1000.0, 2000, None, "latency_pressure"),
+    ],
+)
+def test_seed000_neither_fits_truncates_before_l4(
+    tmp_path, case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected
+):
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=0, ttft_ms=150.0, tps=100.0)
+    device.prefill_tps = prefill_tps
+    cloud = GreedyCloud(clock, need_ms=2800)
+    router = Router(device, cloud, policy=policy_file(tmp_path), clock=clock)
+    for _ in range(20):  # the cloud's p90 is 2.8 s
+        router.cloud_latency.add(2800.0)
+    caps = []
+    generate = device.generate
+    device.generate = lambda prompt, **kw: caps.append(kw["max_tokens"]) or generate(prompt, **kw)
+    response, event = router.route(
+        req(
+            task_type="short_reply",
+            deadline_ms=remaining_ms,
+            expected_output_tokens=300,
+            input_tokens=input_tokens,
+        )
+    )
+    valid(event)
+    assert event.reason == expected, case
+    if expected_cap is None:
+        assert caps == [] and not event.entered_device, case
+        assert [a.level for a in event.attempts][-1] == 4 and event.schema_version == 2
+    else:
+        assert caps == [expected_cap], case
+        assert (response.served_by, event.degrade_level, event.fallback_type) == ("device", 0, "none"), case
+
+
+def test_seed000_truncated_reason_and_abandoned_attempts_are_v2_only():
+    """`truncated` (an additive enum value) and an attempt's `abandoned` belong to contract v2: a v1 event
+    naming them is refused, old v1 events (without them) stay valid."""
+    from tests.events import decision
+
+    v2 = decision()
+    assert DECISIONS.parse(json.dumps(v2 | {"schema_version": 1}).encode())[1] == []
+    for version, rules in ((2, []), (1, ["schema.invalid.reason"])):
+        raw = json.dumps(v2 | {"schema_version": version, "reason": "truncated"}).encode()
+        assert DECISIONS.parse(raw)[1] == rules
+    abandoned = [{"level": 0, "outcome": "timeout", "latency_ms": 700.0, "abandoned": True}]
+    late = v2 | {"attempts": abandoned + [{"level": 2, "outcome": "ok", "latency_ms": 5.0}]}
+    late |= {"fallback_type": "timeout", "reason": "device_timeout", "degrade_level": 2, "cloud_calls": 1}
+    for version, rules in ((2, []), (1, ["schema.invalid.attempts"])):
+        assert DECISIONS.parse(json.dumps(late | {"schema_version": version}).encode())[1] == rules
 
 
 # -- L4 and latency from the injected clock ----------------------------------------------------------
@@ -516,3 +593,112 @@ def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model
     _, event = router.route(req(expected_output_tokens=10))
     assert [(e.boundary, e.to_state, e.trigger) for e in seen] == [("device", "open", "device_load_failure")]
     assert (event.entered_device, event.reason) == (False, "device_unavailable")
+
+
+# -- the p90 spike breaker settles (seed 000 "P90 突增时全量走端侧") --------------------------------------
+def replay_cloud(tmp_path, phases):
+    """Replays cloud traffic on the fake clock, one cloud-only request every 5 s: `phases` are (seconds, the
+    cloud's latency in ms, or "down" for errors). Returns the router and its cloud breaker's events."""
+    clock = FakeClock()
+    seen = []
+    cloud = GreedyCloud(clock)
+    router = Router(
+        GreedyDevice(clock, need_ms=10),
+        cloud,
+        policy=policy_file(tmp_path),
+        clock=clock,
+        on_breaker_event=seen.append,
+    )
+    for seconds, latency in phases:
+        end = clock.t + seconds
+        cloud.need_ms, cloud.outcome_when_done = (50.0, "error") if latency == "down" else (latency, "ok")
+        while clock.t < end:
+            started = clock.t
+            router.route(req(task_type="long_summary", deadline_ms=60_000))
+            clock.t = max(clock.t, started + 5.0)
+    return router, [e for e in seen if e.boundary == "cloud"]
+
+
+@pytest.mark.parametrize("outage", ["down", 6000.0])
+def test_seed000_cloud_breaker_one_open_episode_over_an_outage_and_no_reopening_after_recovery(tmp_path, outage):
+    """30 min of a healthy cloud (900 ms), a 5-minute outage (errors, or answers at 6 s: a p90 spike over
+    3 × the learned 900 ms), 30 min of recovery. Measured before: open → half-open → closed → open 8 times
+    in 271 s, the closed breaker reopened by the 5-minute window's samples from before it closed. Now: one
+    episode; trials during the outage fail (a slow trial is no recovery); after recovery it stays closed."""
+    router, events = replay_cloud(tmp_path, [(1800, 900.0), (300, outage), (1800, 900.0)])
+    moves = [(e.from_state, e.to_state, e.trigger) for e in events]
+    opened = [m for m in moves if m[:2] == ("closed", "open")]
+    assert len(opened) == 1 and [m for m in moves if m[1] == "closed"] == [moves[-1]], moves
+    assert router.cloud_breaker.state == "closed"
+    assert opened[0][2] == ("cloud_error" if outage == "down" else "cloud_p90_spike")
+    assert all(m[2] in ("cloud_error", "cloud_p90_spike", "trial_failed") for m in moves if m[1] == "open"), moves
+
+
+def test_seed000_p90_spike_is_judged_against_the_learned_baseline_not_only_the_configured_floor(tmp_path):
+    """A cloud whose usual p90 is 1.5 s: 2.5 s is no spike against 3 × 1.5 s (the configured 800 ms alone
+    would open at 2.4 s); 5 s is."""
+    router, events = replay_cloud(tmp_path, [(1800, 1500.0), (300, 2500.0)])
+    assert events == [] and router.cloud_baseline_ms() == pytest.approx(1500.0)
+    _, events = replay_cloud(tmp_path, [(1800, 1500.0), (300, 5000.0)])
+    assert [(e.to_state, e.trigger) for e in events][:1] == [("open", "cloud_p90_spike")]
+
+
+# -- the capability matrix's conditions (seed 000 判据三) --------------------------------------------
+@pytest.mark.parametrize(
+    "task_type, extra, admitted",
+    [
+        ("tool_call", dict(tools=("weather",)), True),  # "单步工具调用: 仅限白名单内工具"
+        ("tool_call", dict(tools=("weather", "transfer_money")), False),
+        ("tool_call", dict(), True),  # the request does not say: judged by the rest
+        ("code_snippet", dict(files=1), True),  # "代码生成: 单文件片段可,跨文件上下文不可"
+        ("code_snippet", dict(files=3), False),
+    ],
+)
+def test_seed000_capability_matrix_tool_whitelist_and_single_file(tmp_path, task_type, extra, admitted):
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=10, text='{"tool": "weather"}', confidence=0.99)
+    store = policy_file(tmp_path, **{"code_snippet: {stage: shadow}": "code_snippet: {stage: full}"})
+    router = Router(device, GreedyCloud(clock, need_ms=100), policy=store, clock=clock)
+    _, event = router.route(req(task_type=task_type, expected_output_tokens=50, **extra))
+    valid(event)
+    assert event.entered_device is admitted and (event.reason == "capability_miss") is not admitted
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("tools: [lookup, weather, set_timer, set_alarm]", "tools must be a list of tool names"),
+        ("single_file: true", "single_file must be true or false"),
+    ],
+)
+def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, message):
+    from routerscope.errors import ConfigError
+
+    bad = {"tools: [lookup, weather, set_timer, set_alarm]": "tools: weather", "single_file: true": "single_file: 2"}
+    with pytest.raises(ConfigError, match=message):
+        policy_file(tmp_path, **{edit: bad[edit]})
+
+
+# -- PII over the device's context: the input cut to its window, never the cloud ----------------------
+def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path):
+    """Measured before: a 9,000-token PII request entered the device whole. short_reply's window is 2048
+    tokens: the prompt is cut to 2048/9000 of its text and runs as L1 (context cut, seed 000's L1); the
+    event says so (degrade level 1, pii_pin)."""
+    clock = FakeClock()
+    prompts = []
+
+    class Recording(GreedyDevice):
+        def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
+            prompts.append((len(prompt), degraded))
+            return super().generate(
+                prompt, max_tokens=max_tokens, timeout_ms=timeout_ms, degraded=degraded, commit_tokens=commit_tokens
+            )
+
+    cloud = GreedyCloud(clock)
+    router = Router(Recording(clock, need_ms=100), cloud, policy=policy_file(tmp_path), clock=clock)
+    text = "x" * 36_000
+    response, event = router.route(req(text=text, input_tokens=9000, has_pii=True, expected_output_tokens=50))
+    valid(event)
+    assert prompts == [(int(36_000 * 2048 / 9000), True)]
+    assert (response.served_by, event.degrade_level, event.reason, event.cloud_calls) == ("device", 1, "pii_pin", 0)
+    assert cloud.timeouts == []

@@ -177,6 +177,7 @@ def test_a_decision_recorded_through_the_sdk_leaves_exactly_these_spans_event_an
         "routerscope.events": [
             ({"state": s}, n) for s, n in (("emitted", 1), ("delivered", 0), ("spooled", 0), ("dropped", 0))
         ],
+        "routerscope.router.abandoned_calls": [({"boundary": "device"}, 0), ({"boundary": "cloud"}, 0)],
     }
 
 
@@ -512,3 +513,46 @@ def test_work_handed_to_the_sender_that_fails_is_logged_and_the_sender_goes_on(t
         emitter._thread.join(5)
     assert len(runs) >= 3 and emitter.faults()["restarts"] == 0
     assert "work handed to the event sender failed" in caplog.text
+
+
+def test_abandoned_calls_are_counted_and_a_late_shadow_event_leaves_through_the_same_path(tmp_path):
+    """docs/router.md: an abandoned backend call is counted (`routerscope.router.abandoned_calls`, by
+    boundary); a shadow request whose device ends after the user was served still sends its one event."""
+    import json
+    import threading
+
+    from router.policy import DEFAULT_POLICY, PolicyStore
+    from tests.fakes import QuickCloud
+
+    class Hanging:
+        model, ttft_ms, tps = "hanging", 1.0, 1e6
+
+        def __init__(self):
+            self.release = threading.Event()
+
+        def generate(self, prompt, **kw):
+            self.release.wait(10)
+            return dev()
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(DEFAULT_POLICY.read_text().replace("shadow: []", "shadow: [short_reply]"))
+    tel, _, out, reader = stack()
+    device = Hanging()
+    instrumented = InstrumentedRouter(Router(device, QuickCloud(), policy=PolicyStore(path)), tel)
+    sent = threading.Event()
+    instrumented.router.on_shadow_event = (lambda send: lambda e: (send(e), sent.set()))(
+        instrumented.router.on_shadow_event
+    )
+    try:
+        _, live = instrumented.route(Request(task_type="intent_classify", text="x", session_id="s", deadline_ms=200))
+        _, shadow = instrumented.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=200))
+        assert shadow is None and sent.wait(5)
+    finally:
+        device.release.set()
+    assert live.attempts[0].abandoned is True and len(out.messages) == 2
+    late = [json.loads(m.value) for m in out.messages if json.loads(m.value)["mode"] == "shadow"]
+    assert len(late) == 1 and late[0]["attempts"][0]["abandoned"] is True and late[0]["degrade_level"] == 2
+    assert metric_points(reader)["routerscope.router.abandoned_calls"] == [
+        ({"boundary": "device"}, 2),
+        ({"boundary": "cloud"}, 0),
+    ]

@@ -41,7 +41,7 @@ from instrumentation.contract import (
     MAX_MESSAGE_BYTES,
     Contract,
 )
-from instrumentation.events import V2_ONLY_FIELDS, V2_ONLY_REASONS
+from instrumentation.events import V2_ONLY_ATTEMPT_FIELDS, V2_ONLY_FIELDS, V2_ONLY_REASONS
 from routerscope import names
 from warehouse.queries.common import named
 from warehouse.rows import FACTS
@@ -292,6 +292,9 @@ class _Gen:
         if self.is_decision and f.name == "reason":
             reasons = ", ".join(_q(x) for x in V2_ONLY_REASONS)
             out.append((f"v1 AND {_str(r)} IN ({reasons})", "['schema.invalid.reason']"))
+        if self.is_decision and f.name == "attempts":  # an attempt's v2 additions in a v1 event
+            added = " OR ".join(f"mapContains(o, {_q(k)})" for k in V2_ONLY_ATTEMPT_FIELDS)
+            out.append((f"v1 AND arrayExists(o -> {added}, l_attempts)", "['schema.invalid.attempts']"))
         out.extend(self.range_rules(f.name))
         return out
 

@@ -25,7 +25,9 @@ INVARIANT_SQL: dict[str, str] = {
     "capability_not_entered": "NOT (fallback_type = 'capability' AND entered_device)",
     "device_fallback_entered_device": "NOT (fallback_type IN ('quality', 'timeout', 'error') AND NOT entered_device)",
     "device_fallback_level_at_least_2": "NOT (fallback_type IN ('quality', 'timeout', 'error') AND degrade_level < 2)",
-    "served_on_device_level": "NOT (fallback_type = 'none' AND entered_device AND degrade_level > 1)",
+    "served_on_device_level": (
+        "NOT (fallback_type = 'none' AND entered_device AND degrade_level > 1 AND mode = 'live')"
+    ),
     "not_entered_no_device_attempt": "entered_device OR NOT arrayExists(l -> l <= 1, attempt_levels)",
     "entered_first_attempt_on_device": "NOT entered_device OR (length(attempt_levels) > 0 AND attempt_levels[1] <= 1)",
     "attempt_levels_non_decreasing": "arraySort(attempt_levels) = attempt_levels",

@@ -29,10 +29,11 @@ def test_simulated_fleet_events_carry_their_simulated_latency():
     assert median(e.latency_ms for e in live) > 300  # was 0.02 ms of wall time
     for e in events:
         attempts_ms = sum(a.latency_ms for a in e.attempts)
-        if e.mode == "live":
+        if e.mode == "live" or e.degrade_level < 2:
             assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
-        else:  # a shadow event's comparison call to the cloud is counted in cloud_calls, not as an attempt
-            assert e.latency_ms >= attempts_ms - 1e-6
+        else:  # seed 004 shadow: the user waited for the cloud's chain; the device's L0 ran beside it
+            assert e.attempts[0].level >= 2 or e.entered_device
+            assert e.latency_ms == pytest.approx(sum(a.latency_ms for a in e.attempts if a.level >= 2), abs=1e-6)
         assert e.latency_ms <= e.deadline_ms - e.elapsed_ms + L4_MS
         assert DECISIONS.parse(e.to_json())[1] == []
 
@@ -106,3 +107,19 @@ def test_the_production_router_never_imports_the_simulator():
             )
             offenders += [f"{path.name}: {n}" for n in names if n == "router.sim" or n.startswith("router.sim.")]
     assert offenders == []
+
+
+def test_a_pii_request_over_the_devices_window_is_cut_to_it_and_never_reaches_the_cloud():
+    """Measured before: a 9,000-token PII request (long_summary) entered the device whole, its peak memory
+    9.2 GB on a 4 GB tier. Now its input is cut to the sim device's 2,048-token window at L1 (or it gets
+    the canned answer): never the cloud, and the simulated KV cache is the cut input's."""
+    events = []
+    fleet = Fleet(seed=5, start=datetime(2026, 11, 30, tzinfo=UTC), span=timedelta(minutes=30), on_event=events.append)
+    fleet.run(6000)
+    long_pii = [e for e in events if e.has_pii and e.input_tokens == 9000]
+    assert len(long_pii) >= 3
+    for e in long_pii:
+        assert e.cloud_calls == 0 and e.reason == "pii_pin" and e.mode == "live"
+        assert [a.level for a in e.attempts][0] in (1, 4)
+        if e.entered_device:
+            assert e.device_stats.peak_mem_mb < 0.8 * 4096
