@@ -157,7 +157,12 @@ class ParseWorker:
 
 
 def serve() -> None:
-    """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends."""
+    """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends.
+    Ctrl-C on a terminal reaches the whole process group: the loader handles it (one line) and
+    kills this process, which must not print a traceback of its own meanwhile."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:

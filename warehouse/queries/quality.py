@@ -91,13 +91,14 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
 # Completeness per Kafka partition, from the loader's ledger (`loaded_messages`, which keeps every
 # loaded offset with its record's id and event_time): between the first and the last offset of the
 # window's messages, every offset is in the ledger or in the quarantine; and every record the
-# ledger says was loaded in the window still exists in `decisions`. `missing` counts both holes.
+# ledger says was loaded in the window still exists in `decisions` (a row folded to `rejected` was
+# refused as a fact and sits in the quarantine). `missing` counts both holes.
 OFFSETS_FRAME_SQL = named(
     "dq_offsets",
     """
 WITH ledger AS (
     SELECT kafka_topic, kafka_partition, kafka_offset, record_id FROM $loaded_messages FINAL
-    WHERE kafka_topic = {topic:String}
+    WHERE kafka_topic = {topic:String} AND NOT rejected
       AND event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 ),
 span AS (
