@@ -166,6 +166,8 @@ def cmd_metrics(args, settings: Settings) -> int:
         raise ConfigError(f"--target {args.target} must be a pass rate in (0, 1]")
     if args.baseline_days > 3650:
         raise ConfigError(f"--baseline-days {args.baseline_days:g} is more than ten years")
+    if args.baseline_days * 1440 < 1:
+        raise ConfigError(f"--baseline-days {args.baseline_days:g} is shorter than a minute (0.0007 days)")
     params = MetricParams(baseline_days=args.baseline_days, target=args.target, min_n=args.min_n)
     result, _ = metrics_window(settings, start, end, params)  # the metric assets' unit of work, not stored
     if args.json:
@@ -435,6 +437,7 @@ _port = _int_at_least(1, 65535)  # a TCP port
 
 
 _positive_int = _int_at_least(1)
+_span_minutes = _int_at_least(1, 10 * 366 * 24 * 60)  # at most ten years back from now
 
 
 def _float_at_least(minimum: float, strictly: bool = False):
@@ -465,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
     p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
     p.add_argument("--dashboard-port", type=_port, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
     p.add_argument(
@@ -485,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
     p.add_argument("--requests", type=_positive_int, default=10_000)
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(
         "--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)"
     )

@@ -135,6 +135,22 @@ def parse_min_free(raw: str, name: str = "ROUTERSCOPE_WAREHOUSE_MIN_FREE") -> tu
     return share, size
 
 
+def _webhook(url: str | None) -> str | None:
+    """ROUTERSCOPE_ALERT_WEBHOOK: an http(s) URL with a host, or unset."""
+    if url is None:
+        return None
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"ROUTERSCOPE_ALERT_WEBHOOK={url[:200]!r} is not an http(s) URL, e.g. https://hooks.slack.com/services/…"
+        )
+    return url
+
+
 def _int_env(env: dict, name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -183,7 +199,7 @@ class Settings:
             warehouse=WarehouseDsn.parse(dsn),
             kafka_security=security,
             topic_partitions=_int_env(env, "ROUTERSCOPE_TOPIC_PARTITIONS", 3),
-            alert_webhook=env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None,
+            alert_webhook=_webhook(env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None),
             alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve()
             if env.get("ROUTERSCOPE_ALERT_RULES")
             else None,
