@@ -49,7 +49,7 @@ def _say(message: str) -> None:
 @contextmanager
 def _file_lock(lock_path: Path, purpose: str, timeout_s: float | None) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -127,9 +127,13 @@ def open_warehouse(settings: Settings, purpose: str = "routerscope", timeout_s: 
                 client, depth = _open[key]
                 _open[key] = (client, depth - 1)
             return
-        dsn.path.parent.mkdir(parents=True, exist_ok=True)
+        dsn.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _file_lock(Path(key + LOCK_SUFFIX), purpose, timeout_s):
             client = _connect(dsn)
+            try:
+                os.chmod(dsn.path, 0o700)  # the warehouse holds every event: its owner's only
+            except OSError:
+                pass
             _open[key] = (client, 1)
             try:
                 yield client

@@ -65,10 +65,11 @@ run with an error once what was fetched has been stored.
 
 Draining: a run ends when every partition has been read up to its end as of an early fetch from it
 (the high watermark in the first fetch response the run sees for it), or reached its end (librdkafka's partition-EOF
-event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither) and every partition
-has had a fetch response (with thousands of partitions the first responses take longer than the idle
-timeout; a run waits for them as long as they keep coming, at most `broker_timeout_s` without a new
-one). The lost-data check after draining judges only partitions the broker has answered for: one
+event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither) and no partition
+is known to hold more: with thousands of partitions the first fetch responses, and the deliveries
+after them, come further apart than the idle timeout, so a run waits while a partition's fetched end
+is past its position or a partition has had no fetch response yet, as long as something arrives
+within `broker_timeout_s`. The lost-data check after draining judges only partitions the broker has answered for: one
 never fetched is not drained, keeps its position, and is no alarm. The end is
 taken from a fetch response, not asked with a ListOffsets request: the embedded broker answers that
 request with the base offset of the partition's last record batch plus one, short of the messages
@@ -129,6 +130,8 @@ CONSUMER_OPTIONS = {
     "queued.max.messages.kbytes": 16 * 1024,
 }
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
+# The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
+QUARANTINE_RAW_MAX = 64 * 1024
 OFFSET_COLUMNS = (
     "consumer",
     "kafka_topic",
@@ -274,6 +277,11 @@ class _Batch:
         self.quarantine_message(topic, partition, offset, message, parsed[1], _describe(parsed[1]))
 
     def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
+        raw = message.value() or b""
+        if len(raw) > QUARANTINE_RAW_MAX:  # an oversized message: its head, its size and its hash
+            digest = hashlib.sha256(raw).hexdigest()
+            error = f"{error}; kept the first {QUARANTINE_RAW_MAX} of {len(raw)} bytes, sha256 {digest}"
+            raw = raw[:QUARANTINE_RAW_MAX]
         key = message.key()
         for column, value in zip(
             self.quarantine,
@@ -283,7 +291,7 @@ class _Batch:
                 offset,
                 None if key is None else key.decode("utf-8", "replace"),
                 kafka_time(message.timestamp()),
-                message.value() or b"",
+                raw,
                 rules,
                 error,
             ),
@@ -778,13 +786,18 @@ class Loader:
                     # Drained, unless the broker went away (it does not answer a metadata request now):
                     # then store what arrived and stop. Asked every time, not only after librdkafka
                     # reported an error: its error callback can come later than the idle timeout.
-                    # Never before every pending partition was fetched once (thousands of partitions
-                    # take longer than the idle timeout to get their first fetch response), unless
-                    # the fetches stopped coming for the broker timeout.
-                    if _answers(consumer):
-                        unfetched = any(states[key].high is None for key in pending)
-                        if not unfetched or now - last_fetched >= self.broker_timeout_s:
-                            break
+                    # Never while a partition is known to hold more (its fetched end is past its
+                    # position: with thousands of partitions deliveries come in bursts further apart
+                    # than the idle timeout), nor before every partition was fetched once, unless
+                    # nothing came for the broker timeout.
+                    known_left = any(states[key].end is not None for key in pending)
+                    unfetched = any(states[key].high is None for key in pending)
+                    if (known_left and idle < self.broker_timeout_s) or (
+                        unfetched and now - last_fetched < self.broker_timeout_s
+                    ):
+                        pass  # messages known to be there, or fetch responses still coming: wait
+                    elif _answers(consumer, self.topics[0]):
+                        break
                     elif idle >= self.broker_timeout_s:
                         self._collect(batch, keep=0)
                         self._flush(consumer, batch, states, result)
@@ -948,10 +961,11 @@ def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending:
     return {key for key in pending if not states[key].drained}
 
 
-def _answers(consumer) -> bool:
-    """Does the broker answer a metadata request within a second?"""
+def _answers(consumer, topic: str) -> bool:
+    """Does the broker answer a metadata request (for one topic: thousands of partitions make the
+    whole cluster's answer slow) within a few seconds?"""
     try:
-        consumer.list_topics(timeout=1.0)
+        consumer.list_topics(topic=topic, timeout=3.0)
         return True
     except Exception:
         return False

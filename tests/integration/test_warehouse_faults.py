@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -244,3 +246,56 @@ def test_doctor_repairs_a_warehouse_broken_the_way_a_full_disk_broke_it(stack, h
     assert list((home / "doctor").rglob("mutation_7.txt"))  # moved aside, not deleted
     again = run_cli("doctor", env=clean_env(home))
     assert again.returncode == 0 and "nothing detached, no torn mutation file" in again.stdout
+    # the warehouse holds every event: its owner's only (issue: it was world-readable)
+    assert stat.S_IMODE(warehouse.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "warehouse.lock").stat().st_mode) == 0o600
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):  # noqa: F811
+    """Issue: Ctrl-C during `load` printed a traceback (from the parse worker, which had the SIGINT too)."""
+    produce(stack, DECISIONS, valid_decisions(300_000))
+    load = subprocess.Popen(
+        [ROUTERSCOPE, "load", "--batch-size", "5000", "--idle-timeout", "0.5"],
+        env=clean_env(home),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a terminal's Ctrl-C: SIGINT to the whole process group
+    )
+    _holding(home, load)
+    time.sleep(8)  # start-up (~5 s), then draining with the parse worker (300k events take ~15 s more)
+    os.killpg(load.pid, signal.SIGINT)
+    _, err = load.communicate(timeout=60)
+    assert load.returncode == 130, err
+    assert "Traceback" not in err
+    assert [line for line in err.strip().splitlines() if line.strip()] == [
+        "routerscope load: stopped (Ctrl-C); the batches written before are stored with their positions, "
+        "so the next `routerscope load` resumes there"
+    ]
+    rest = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home), timeout=170)
+    assert rest.returncode == 0, rest.stderr
+    assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 300_000
+
+
+@pytest.mark.timeout(600)
+def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
+    """Issue: with 5,000 partitions per topic and nothing new, the 1 s idle timeout ended the run before
+    each partition's probe was fetched, and the data-loss check then told the operator to remove the
+    warehouse (2 of 4 runs). A run now ends only once every partition has been fetched."""
+    from warehouse.loader import load
+
+    settings = settings_for(home, ROUTERSCOPE_TOPIC_PARTITIONS="5000")
+    broker.start(settings, port=free_port())
+    try:
+        produce(settings, DECISIONS, valid_decisions(20_000), keys=[b"key-%d" % i for i in range(20_000)])
+        first = load(settings, idle_timeout_s=1.0)
+        assert first.loaded["decisions"] == 20_000
+        stored = scalar(settings, "SELECT uniqExact(kafka_partition) FROM routerscope.ingest_offsets")
+        assert stored > 4_000  # keys spread the events over most of the 5,000 partitions
+        for _ in range(3):  # nothing new: every run ends without an alarm and loads nothing
+            again = load(settings, idle_timeout_s=1.0)
+            assert again.loaded["decisions"] == 0 and again.skipped_already_loaded == 0
+    finally:
+        broker.stop(settings)
