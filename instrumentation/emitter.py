@@ -10,8 +10,14 @@
   **disk spool** under `ROUTERSCOPE_HOME/spool`; while the spool holds anything, new messages are
   appended behind it, so order is kept. When the broker answers again, the spool is replayed in
   order, each segment line by line with a persisted cursor, before anything new is sent.
-* The spool is capped in bytes: past the cap the oldest segment is deleted and its messages are
-  counted as dropped.
+* **Replay never holds new events back.** The spool is replayed by a thread of its own (with its own
+  producer): an attempt against a broker that is still down can take seconds, and meanwhile the
+  sender keeps moving new events from the queue to the spool, so an event recorded while the broker
+  is down is on disk within about 50 ms (the sender's wait for its next batch).
+* The spool is capped in bytes: past the cap the oldest **records** are dropped (the cursor steps
+  over them, a segment read to its end is deleted) and counted as dropped; new records are always
+  accepted. A batch the spool cannot take (`ENOSPC`) while the broker answers is sent to the broker
+  directly instead (ahead of the spool's older records): only with both gone is it dropped.
 * **The sender cannot die.** A spool record that does not decode (a torn last line after a power
   cut or a full disk, a damaged file) is counted as `corrupt` and skipped; a torn tail is closed
   off at start-up so nothing is appended onto it; a segment that cannot be read at all is moved
@@ -33,12 +39,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,42 +201,50 @@ class Spool:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, messages: list[Message]) -> None:
-        """Write messages behind the others, starting a new segment every `segment_bytes`.
+    def append(self, messages: list[Message], count_failed: bool = True) -> list[Message]:
+        """Write messages behind the others, starting a new segment every `segment_bytes`; returns
+        the messages that could not be written (disk full, directory gone).
 
-        Never raises: messages that cannot be written (disk full, directory gone) are counted in
-        `failed`, and a partly written chunk is cut back so no torn record is left behind."""
+        Never raises: unwritten messages are counted in `failed` (unless `count_failed` is False: the
+        caller then accounts for them), and a partly written chunk is cut back so no torn record is
+        left behind."""
         try:
             segments = self._segments()
             last = segments[-1] if segments else None
             size = last.stat().st_size if last else 0
         except OSError as exc:
-            self._fail(len(messages), exc)
-            return
-        chunk: list[bytes] = []
-        chunks: list[tuple[Path, list[bytes]]] = []
-        for line in (m.to_line() for m in messages):
+            if count_failed:
+                self._fail(len(messages), exc)
+            return list(messages)
+        chunk: list[tuple[Message, bytes]] = []
+        chunks: list[tuple[Path, list[tuple[Message, bytes]]]] = []
+        for m in messages:
+            line = m.to_line()
             if last is None or size >= self.segment_bytes:
                 if chunk:
                     chunks.append((last, chunk))
                     chunk = []
                 last = self.dir / f"{(int(last.stem) + 1 if last else 1):012d}.jsonl"
                 size = 0
-            chunk.append(line)
+            chunk.append((m, line))
             size += len(line)
         if chunk:
             chunks.append((last, chunk))
-        for path, lines in chunks:
+        unwritten: list[Message] = []
+        for path, items in chunks:
             try:
-                self._write(path, lines)
+                self._write(path, [line for _, line in items])
             except OSError as exc:
-                self._fail(len(lines), exc)
+                if count_failed:
+                    self._fail(len(items), exc)
+                unwritten.extend(m for m, _ in items)
                 continue
-            self._count += len(lines)
+            self._count += len(items)
         try:
             self._enforce_cap()
         except OSError as exc:
             log.warning("event spool: cannot enforce its cap (%s)", exc)
+        return unwritten
 
     def _fail(self, n: int, exc: OSError) -> None:
         self.failed += n
@@ -251,19 +267,39 @@ class Spool:
             os.close(fd)
 
     def _enforce_cap(self) -> None:
+        """Past the cap, drop the oldest records one by one (the cursor steps over them; a segment read
+        to its end is deleted) until the records waiting fit in it again."""
         segments = self._segments()
         total = sum(p.stat().st_size for p in segments)
-        while total > self.cap_bytes and len(segments) > 1:
-            oldest = segments.pop(0)
-            name, line = self._cursor()
-            lost = self._lines(oldest) - (line if name == oldest.name else 0)
-            total -= oldest.stat().st_size
-            oldest.unlink()
+        if total <= self.cap_bytes:
+            return
+        name, line = self._cursor()
+        lost = 0
+        while segments and name is not None:
+            oldest = segments[0]
+            if oldest.name != name:  # segments before the cursor's are already read: stale, delete
+                total -= oldest.stat().st_size
+                oldest.unlink()
+                segments.pop(0)
+                continue
+            with open(oldest, "rb") as f:
+                sizes = [len(raw) for raw in f]
+            total -= sum(sizes[:line])  # read already: not waiting
+            while line < len(sizes) and total > self.cap_bytes:
+                total -= sizes[line]
+                line += 1
+                lost += 1
+            if line < len(sizes) or len(segments) == 1:
+                break
+            oldest.unlink()  # read (or dropped) to its end
+            segments.pop(0)
+            name, line = segments[0].name, 0
+        if lost:
             self._count -= lost
             self.dropped += lost
             log.warning("event spool over its cap: dropped the %d oldest events", lost)
-            if name == oldest.name:
-                self._set_cursor(segments[0].name, 0)
+        if name is not None and (name, line) != self._position:
+            self._set_cursor(name, line)
 
     def peek(self, limit: int) -> tuple[list[Message], int]:
         """Up to `limit` records from the cursor, in order (within the oldest segment): the messages
@@ -345,6 +381,16 @@ class Spool:
             self._set_cursor(name, line)
 
 
+def _close_at_exit(emitter_ref) -> None:
+    emitter = emitter_ref()
+    if emitter is not None:
+        for producer in list(emitter._producers.values()):
+            try:
+                producer.close(timeout=0, null_logger=True)
+            except Exception:  # noqa: BLE001 - exiting: nothing to report to
+                pass
+
+
 class KafkaEmitter:
     """The bounded queue, the background sender and the spool (see the module docstring)."""
 
@@ -372,12 +418,19 @@ class KafkaEmitter:
         self.delivered = self.queue_dropped = self.crash_dropped = self.restarts = 0
         self._holding: list[Message] = []  # the batch in the sender's hands
         self._lock = threading.Lock()
-        self._producer = None
+        self._producers: dict[str, object] = {}  # one per thread: the sender's and the replayer's
         self._down_until = 0.0
         self._stop = threading.Event()
         self._on_sender: list = []  # work handed to the sender thread (see `call_on_sender`)
         self._thread = threading.Thread(target=self._supervise, name="routerscope-emitter", daemon=True)
         self._thread.start()
+        self._replayer = threading.Thread(
+            target=self._supervise, args=(self._replay,), name="routerscope-emitter-replay", daemon=True
+        )
+        self._replayer.start()
+        # kafka-python closes a producer in its __del__, which at interpreter exit prints "Exception
+        # ignored in KafkaProducer.__del__" into the host application's stderr: close them first.
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- the request path ----------------------------------------------------------------------------
     def emit(self, message: Message) -> None:
@@ -439,11 +492,15 @@ class KafkaEmitter:
 
     # -- the sender ----------------------------------------------------------------------------------
     def _connect(self):
-        if self._producer is None:
+        """The calling thread's producer (the sender and the replayer each have one, so a replay attempt
+        against a dead broker never holds up the sender)."""
+        name = threading.current_thread().name
+        producer = self._producers.get(name)
+        if producer is None:
             from kafka import KafkaProducer
 
-            self._producer = KafkaProducer(**self.producer_config)
-        return self._producer
+            producer = self._producers[name] = KafkaProducer(**self.producer_config)
+        return producer
 
     def _send_batch(self, batch: list[Message]) -> bool:
         """Send and wait for the acks; True when every message was acknowledged."""
@@ -468,13 +525,16 @@ class KafkaEmitter:
             self._reset_producer()
             return False
 
-    def _reset_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.close(timeout=0)
-            except Exception:
-                pass
+    def _reset_producer(self, every: bool = False) -> None:
+        """Close the calling thread's producer (`every`: all of them)."""
+        names = list(self._producers) if every else [threading.current_thread().name]
+        for name in names:
+            producer = self._producers.pop(name, None)
+            if producer is not None:
+                try:
+                    producer.close(timeout=0)
+                except Exception:
+                    pass
 
     def _drain_queue(self, limit: int = 5000) -> list[Message]:
         batch = []
@@ -486,16 +546,19 @@ class KafkaEmitter:
             pass
         return batch
 
-    def _supervise(self) -> None:
-        """Run the sender; if it ever raises, count what it held as dropped and start it again."""
+    def _supervise(self, loop=None) -> None:
+        """Run the sender (or `loop`: the replayer); if it ever raises, count what the sender held as
+        dropped and start it again."""
+        loop = loop or self._run
         while True:
             try:
-                self._run()
+                loop()
                 return
             except BaseException as exc:  # noqa: BLE001 - the sender must outlive any fault
                 with self._lock:
-                    self.crash_dropped += len(self._holding)
-                    self._holding = []
+                    if loop == self._run:
+                        self.crash_dropped += len(self._holding)
+                        self._holding = []
                     self.restarts += 1
                 log.error("event sender failed (%s: %s); restarted", type(exc).__name__, exc)
                 self._reset_producer()
@@ -509,42 +572,72 @@ class KafkaEmitter:
                 log.exception("work handed to the event sender failed")
 
     def _run(self) -> None:
+        """The sender: new events to the broker, or behind the spool while it holds anything or the
+        broker is down. It never replays (the replayer does), so it is never held up by a dead broker
+        for longer than one send of its own."""
         while True:
             if self._on_sender:
                 self._run_handed_work()
-            now = time.monotonic()
-            if len(self.spool) and now >= self._down_until:  # replay, oldest first, before anything new
-                with self._lock:  # peek counts corrupt records: keep the books consistent for readers
-                    batch, read = self.spool.peek(500)
-                if read and not batch:  # only corrupt records (already counted): step over them
-                    with self._lock:
-                        self.spool.advance(read, delivered=0)
-                    continue
-                if batch and self._send_batch(batch):
-                    with self._lock:
-                        self.spool.advance(read, delivered=len(batch))
-                        self.delivered += len(batch)
-                    continue
-                self._down_until = time.monotonic() + self.retry_every_s
             batch = self._holding = self._drain_queue()
             if batch:
-                if len(self.spool) or time.monotonic() < self._down_until or not self._send_batch(batch):
-                    if not len(self.spool) and time.monotonic() >= self._down_until:
-                        self._down_until = time.monotonic() + self.retry_every_s
-                    with self._lock:
-                        self.spool.append(batch)
-                        self._holding = []
-                else:
+                with self._lock:
+                    behind = len(self.spool) > 0 or time.monotonic() < self._down_until
+                if not behind and self._send_batch(batch):
                     with self._lock:
                         self.delivered += len(batch)
                         self._holding = []
+                    continue
+                if not behind:
+                    self._down_until = time.monotonic() + self.retry_every_s
+                self._spool(batch)
                 continue
             if self._stop.is_set() and self.queue.empty():
                 if self._on_sender:
                     self._run_handed_work()
                 return
-            if len(self.spool):
-                time.sleep(0.05)
+
+    def _spool(self, batch: list[Message]) -> None:
+        """Append `batch` behind the spool; what the spool cannot take (a full disk) goes to the broker
+        directly when it answers (out of order, but not lost), else is counted as dropped."""
+        with self._lock:
+            unwritten = self.spool.append(batch, count_failed=False)
+            if not unwritten:
+                self._holding = []
+                return
+        if time.monotonic() >= self._down_until:
+            if self._send_batch(unwritten):
+                with self._lock:
+                    self.delivered += len(unwritten)
+                    self._holding = []
+                return
+            self._down_until = time.monotonic() + self.retry_every_s
+        with self._lock:
+            self.spool._fail(len(unwritten), OSError("the spool could not take them and the broker is down"))
+            self._holding = []
+
+    def _replay(self) -> None:
+        """The replayer: the spool to the broker, oldest first, whenever it holds anything and the broker
+        is not known to be down; a failed attempt backs off for `retry_every_s`."""
+        while not self._stop.is_set():
+            if not len(self.spool) or time.monotonic() < self._down_until:
+                self._stop.wait(0.02)
+                continue
+            with self._lock:  # peek counts corrupt records: keep the books consistent for readers
+                position = self.spool._cursor()  # where this batch starts (the cap may move it meanwhile)
+                batch, read = self.spool.peek(500)
+            if read and not batch:  # only corrupt records (already counted): step over them
+                with self._lock:
+                    self.spool.advance(read, delivered=0)
+                continue
+            if batch and self._send_batch(batch):
+                with self._lock:
+                    if self.spool._position == position:
+                        self.spool.advance(read, delivered=len(batch))
+                        self.delivered += len(batch)
+                    # else the cap dropped these records meanwhile (counted as dropped already)
+                continue
+            if batch:
+                self._down_until = time.monotonic() + self.retry_every_s
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 30.0) -> bool:
@@ -561,9 +654,11 @@ class KafkaEmitter:
         self.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout=timeout_s)
+        self._replayer.join(timeout=timeout_s)
         leftover = []
         while not self.queue.empty():
             leftover.append(self.queue.get_nowait())
         if leftover:
-            self.spool.append(leftover)
-        self._reset_producer()
+            with self._lock:
+                self.spool.append(leftover)
+        self._reset_producer(every=True)

@@ -50,6 +50,7 @@ import litellm  # noqa: E402
 from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 
 from instrumentation.events import NETWORKS  # noqa: E402
+from instrumentation.pii import keyed_hash  # noqa: E402
 from instrumentation.sdk import InvalidDecision, Recorder  # noqa: E402
 
 log = logging.getLogger("routerscope.instrumentation.litellm")
@@ -58,6 +59,11 @@ UNKNOWN = "unknown"
 TASK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 DEFAULT_DEADLINE_MS = 600_000  # LiteLLM's own default request timeout
 MAX_ATTEMPTS = 5
+MAX_ID = 128  # the contract's longest request or session id: a longer one is replaced by its keyed hash
+MAX_MS = 86_400_000  # the contract's longest deadline, elapsed time and latency: longer ones are clamped
+# `flush()` waits for calls LiteLLM started to be logged; a call it never logs (a request that failed on
+# every deployment can leave one) holds the flush only until nothing was logged for this long.
+PENDING_GRACE_S = 2.0
 
 
 @dataclass
@@ -326,6 +332,7 @@ class RouterscopeCallback(CustomLogger):
         if not isinstance(session_id, str) or not session_id:
             session_id = UNKNOWN
             self._count("missing_session_id")
+        session_id = self._fit_id(session_id)
         task_type = md.get("task_type")
         if isinstance(task_type, str):
             task_type = re.sub(r"[^a-z0-9_]+", "_", task_type.strip().lower()).strip("_")
@@ -339,9 +346,10 @@ class RouterscopeCallback(CustomLogger):
         if not isinstance(deadline_ms, int) or deadline_ms < 1:
             deadline_ms = int(request.timeout_s * 1000) if request.timeout_s else DEFAULT_DEADLINE_MS
         elapsed_ms = md.get("elapsed_ms") if isinstance(md.get("elapsed_ms"), int) and md["elapsed_ms"] >= 0 else 0
+        deadline_ms, elapsed_ms, latency_ms = (self._clamp(v) for v in (deadline_ms, elapsed_ms, latency_ms))
         costs = [c.cost_usd for c in calls if isinstance(c.cost_usd, (int, float))]
         request_id = md.get("request_id") if isinstance(md.get("request_id"), str) and md.get("request_id") else None
-        request_id = request_id or (served.response_id if served else None) or request.trace_id
+        request_id = self._fit_id(request_id or (served.response_id if served else None) or request.trace_id)
         cloud_groups: list[str | None] = []
 
         with (
@@ -366,7 +374,9 @@ class RouterscopeCallback(CustomLogger):
             for c in attempts:
                 kind = _outcome(c.exception, c.error_class)
                 outcome = "ok" if c.ok else ("timeout" if kind == "timeout" else "error")
-                latency = max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
+                latency = self._clamp(
+                    max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
+                )
                 model = (c.model or c.group or "")[:128] or None
                 if self._is_device(c):
                     record, level = d.device_attempt, 0
@@ -396,6 +406,22 @@ class RouterscopeCallback(CustomLogger):
             )
         self._count("recorded")
 
+    def _fit_id(self, value: str) -> str:
+        """An id the contract takes: one longer than MAX_ID characters is replaced by its keyed hash (the
+        same id always gives the same hash, so sessions still group), and counted in `stats['hashed_ids']`."""
+        if len(value) <= MAX_ID:
+            return value
+        self._count("hashed_ids")
+        return "hashed-" + keyed_hash(value)[:32]
+
+    def _clamp(self, ms):
+        """A duration within the contract's range (at most a day): a longer one is clamped and counted in
+        `stats['clamped']`, and the decision is recorded all the same."""
+        if ms > MAX_MS:
+            self._count("clamped")
+            return type(ms)(MAX_MS)
+        return ms
+
     def _count(self, key: str) -> None:
         with self._lock:  # requests are recorded by the background thread and by flush()
             self.stats[key] += 1
@@ -407,13 +433,16 @@ class RouterscopeCallback(CustomLogger):
         return self.recorder.label(request_id, **fields)
 
     def _quiet(self, since: float) -> bool:
-        """Every started call logged, and nothing new for `settle_s` (LiteLLM logs in the background)."""
-        return self._pending <= 0 and time.monotonic() - max(self._last_event, since) >= self.settle_s
+        """Every started call logged, and nothing new for `settle_s` (LiteLLM logs in the background); or
+        nothing new for PENDING_GRACE_S, whatever is still pending (a call LiteLLM never logs)."""
+        silent = time.monotonic() - max(self._last_event, since)
+        return (self._pending <= 0 and silent >= self.settle_s) or silent >= max(PENDING_GRACE_S, self.settle_s)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Record every request seen so far (once LiteLLM's background logging has gone quiet for
-        `settle_s`) and wait until the events are delivered or spooled. From a thread, not from
-        inside a running event loop: there, `await aflush()`."""
+        `settle_s`, at most PENDING_GRACE_S after its last log event) and wait until the events are
+        delivered or spooled; returns within `timeout_s` whatever happens (False: not everything was).
+        From a thread, not from inside a running event loop: there, `await aflush()`."""
         since = time.monotonic()
         deadline = since + timeout_s
         while not self._quiet(since) and time.monotonic() < deadline:

@@ -19,8 +19,10 @@ nothing. It is also narrow on purpose, so that ids which are not personal data k
 So `req-20261130-123456789` (two groups of 8 and 9 digits), a 13-digit numeric id, a UUID and a date
 are kept as they are. Canonical UUIDs anywhere in the value are ignored before looking.
 
-The hash is HMAC-SHA256 under a per-deployment secret, `ROUTERSCOPE_HOME/pii.key` (32 random bytes,
-created on first use, readable by its owner only). An unkeyed hash would not protect these values:
+The hash is HMAC-SHA256 under a per-deployment secret, `ROUTERSCOPE_HOME/pii.key` (32 random bytes
+as 64 hex digits, created on first use, readable by its owner only). A key file shorter than 32 bytes
+or readable by anyone but its owner is refused with one line saying how to fix it: never an empty key,
+which anyone could compute with. An unkeyed hash would not protect these values:
 phone and card numbers are few enough to enumerate, so anyone could hash every candidate and look
 the results up. With the key, the same identifier still hashes the same way within a deployment
 (sessions keep grouping), and without it nothing can be recovered.
@@ -38,8 +40,11 @@ import logging
 import os
 import re
 import secrets
+import stat
 import threading
 from pathlib import Path
+
+from routerscope.errors import ConfigError
 
 log = logging.getLogger("routerscope.instrumentation.pii")
 
@@ -56,30 +61,91 @@ CARD_PREFIXES = re.compile(
 
 
 KEY_FILE = "pii.key"
+MIN_KEY_BYTES = 32
 _key: bytes | None = None
 _key_lock = threading.Lock()
 
 
-def load_key(home: Path) -> bytes:
-    """The deployment's secret under `home`, created (owner-only) if it does not exist yet."""
-    path = Path(home) / KEY_FILE
+class PiiKeyError(ConfigError):
+    """`pii.key` cannot be used (too short, not hex, readable by others); the message says how to fix it."""
+
+
+def _read_key(path: Path) -> bytes | None:
+    """The key in `path` (None when there is no such file), refused unless it is owner-only and
+    at least MIN_KEY_BYTES long."""
     try:
-        return bytes.fromhex(path.read_text().strip())
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_bytes(32)
+        return None
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process created it first: use theirs
-        return bytes.fromhex(path.read_text().strip())
-    with os.fdopen(fd, "w") as f:
-        f.write(key.hex() + "\n")
+        mode = os.fstat(fd).st_mode
+        text = os.read(fd, 4096).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    if mode & 0o077:
+        raise PiiKeyError(
+            f"the PII key {path} can be read by others than its owner (mode {stat.S_IMODE(mode):o}): "
+            f"run `chmod 600 {path}` (and check who read it; if anyone may have, delete it for a new key)"
+        )
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < MIN_KEY_BYTES:
+        raise PiiKeyError(
+            f"the PII key {path} holds {len(key)} usable bytes, at least {MIN_KEY_BYTES} are needed "
+            "(64 hex digits): restore the deployment's key, or delete the file for a new one "
+            "(identifiers hashed before then will hash differently)"
+        )
     return key
 
 
+def load_key(home: Path) -> bytes:
+    """The deployment's secret under `home`, created if it does not exist yet: written to a file of
+    its own, synced, then linked into place, so a process starting at the same moment sees either no
+    key or the whole key, never an empty or partial one (the first link wins; the others use it)."""
+    path = Path(home) / KEY_FILE
+    key = _read_key(path)
+    if key is not None:
+        return key
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, (secrets.token_bytes(MIN_KEY_BYTES).hex() + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another process linked its key first: use theirs
+            pass
+        _sync_directory(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    key = _read_key(path)
+    if key is None:  # removed between our link and this read (a rotation under us): once more
+        return load_key(home)
+    return key
+
+
+def _sync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def configure(home: Path | None = None, key: bytes | None = None) -> None:
-    """Use `key`, or the secret under `home` (default: the settings' home) for every later scrub."""
+    """Use `key`, or the secret under `home` (default: the settings' home) for every later scrub.
+    Raises PiiKeyError (one line saying how to fix it) for a key file that cannot be used."""
     global _key
     if key is None:
         if home is None:
@@ -87,6 +153,8 @@ def configure(home: Path | None = None, key: bytes | None = None) -> None:
 
             home = Settings.from_env().home
         key = load_key(home)
+    if len(key) < MIN_KEY_BYTES:
+        raise PiiKeyError(f"a PII key needs at least {MIN_KEY_BYTES} bytes, not {len(key)}")
     with _key_lock:
         _key = key
 
@@ -95,10 +163,10 @@ def _current_key() -> bytes:
     if _key is None:
         try:
             configure()
-        except Exception as exc:  # no usable home: hash under a key of this process only, never unkeyed
-            log.warning("no PII key under the home (%s): identifiers hashed with a per-process key", exc)
+        except Exception as exc:  # no usable home or key: a key of this process only, never unkeyed or empty
+            log.error("%s; until then identifiers are hashed with a key of this process only", exc)
             with _key_lock:
-                globals()["_key"] = _key or secrets.token_bytes(32)
+                globals()["_key"] = _key or secrets.token_bytes(MIN_KEY_BYTES)
     return _key  # type: ignore[return-value]
 
 
@@ -164,6 +232,30 @@ def looks_personal(value: str) -> bool:
     return False
 
 
+# Dates (and times) inside a version or a model name: `2026-11-30.1+af23` or `gpt-4o-2024-08-06` are not
+# phone numbers, though their digit groups look like one.
+DATE = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?!\d)")
+
+
+def scrub_name(value: str | None) -> str | None:
+    """`scrub` for a version or a model name (`app_version`, `policy_version`, `device_model`,
+    `cloud_model`): the same, except that dates in it are not taken for phone numbers."""
+    if value is None or ("@" not in value and sum(map(str.isdigit, value)) < 8):
+        return value
+    if REDACTED.fullmatch(value) or not looks_personal(DATE.sub("-", value)):
+        return value
+    return _hash(value)
+
+
+def _hash(value: str) -> str:
+    return "redacted-" + hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def keyed_hash(value: str) -> str:
+    """HMAC-SHA256 of `value` under the deployment's key, as hex (an id too long to keep is replaced by it)."""
+    return hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()
+
+
 def scrub(value: str | None) -> str | None:
     """The value, or `redacted-<hash>` when it looks like personal data. Same input, same output (so
     sessions still group and labels still join); a scrubbed value is returned unchanged."""
@@ -174,4 +266,42 @@ def scrub(value: str | None) -> str | None:
         return value
     if REDACTED.fullmatch(value) or not looks_personal(value):
         return value
-    return "redacted-" + hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()[:16]
+    return _hash(value)
+
+
+# Versions and model names: scrubbed with `scrub_name` (dates in them are not phone numbers).
+NAME_FIELDS = frozenset({"app_version", "policy_version", "device_model", "cloud_model"})
+# Every free-text field of the events, per event type name (the rest are enums, numbers, times, UUIDs
+# or patterns that cannot hold an e-mail address, a phone or a card number). An attempt carries no
+# text of its own: its model is the decision's device or cloud model (and a span attribute, scrubbed
+# by the SDK).
+FREE_TEXT = {
+    "DecisionEvent": (
+        "request_id",
+        "session_id",
+        "app_id",
+        "app_version",
+        "policy_version",
+        "device_tier",
+        "device_model",
+        "cloud_model",
+    ),
+    "LabelEvent": ("request_id", "labeler"),
+    "BreakerEvent": ("instance_id", "trigger"),
+}
+
+
+def scrub_event(event, scrub_one=None):
+    """`event` with every free-text field scrubbed (`scrub_one`, default `scrub`); the same object when
+    nothing changed."""
+    import msgspec
+
+    scrub_one = scrub_one or scrub
+    changes = {}
+    for name in FREE_TEXT.get(type(event).__name__, ()):
+        value = getattr(event, name, None)
+        if isinstance(value, str):
+            scrubbed = scrub_name(value) if name in NAME_FIELDS else scrub_one(value)
+            if scrubbed is not value and scrubbed != value:
+                changes[name] = scrubbed
+    return msgspec.structs.replace(event, **changes) if changes else event

@@ -36,6 +36,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
 from instrumentation import attributes as A
+from instrumentation import pii
 from instrumentation.contract import DECISION_INVARIANTS, DECISIONS, LABELS
 from instrumentation.events import (
     DECISION_SCHEMA_VERSIONS,
@@ -96,6 +97,12 @@ _INTERNAL, _CLIENT = SpanKind.INTERNAL, SpanKind.CLIENT
 _CLEAN_IDS_MAX = 4096
 
 
+# Free-text fields of a decision scrubbed besides the ids above (instrumentation.pii.FREE_TEXT).
+_MORE_FREE_TEXT = ("app_version", "policy_version", "device_model", "cloud_model")
+assert set(pii.FREE_TEXT["DecisionEvent"]) == {"request_id", "session_id", "app_id", "device_tier", *_MORE_FREE_TEXT}
+assert set(_MORE_FREE_TEXT) == pii.NAME_FIELDS
+
+
 def _scrub_request_id(value: str) -> str:
     """`scrub` for an id that is usually a canonical UUID (which `scrub` keeps as it is): one match."""
     return value if UUID.fullmatch(value) else scrub(value)
@@ -128,6 +135,7 @@ class Recorder:
         # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
         # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
         self._clean_ids: set[str] = set()
+        self._clean_names: set[str] = set()  # the same for versions and model names (pii.scrub_name)
 
     @classmethod
     def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
@@ -138,6 +146,8 @@ class Recorder:
         from routerscope.settings import Settings
 
         settings = Settings.from_env(env)
+        if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line
+            pii.configure(settings.home)
         emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
         return cls(Telemetry(emitter, tracer_provider, meter_provider), **options)
 
@@ -235,7 +245,7 @@ class Recorder:
             source=source,
             device_acceptable=device_acceptable,
             route_correct=route_correct,
-            labeler=labeler,
+            labeler=None if labeler is None else scrub(labeler),
         )
         _, rules = LABELS.parse(label.to_json())
         if rules:
@@ -295,6 +305,10 @@ class Recorder:
             changes["app_id"] = app_id
         if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
             changes["device_tier"] = tier
+        for name in _MORE_FREE_TEXT:  # versions and model names (pii.NAME_FIELDS); values recur: cached
+            value = getattr(event, name)
+            if value is not None and (scrubbed := self._scrub_name(value)) is not value:
+                changes[name] = scrubbed
         if ctx.is_valid:
             # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
             changes["trace_id"], changes["span_id"] = ctx.trace_id.to_bytes(16).hex(), ctx.span_id.to_bytes(8).hex()
@@ -335,6 +349,16 @@ class Recorder:
             children_end, attempts = attempt_spans(tel.tracer, event, started_ns, session, details, current), None
         tel.decided(event, ctx, parent, attempts)  # counted, timed (the exemplar: the decision span)
         return event, children_end
+
+    def _scrub_name(self, value: str) -> str:
+        if value in self._clean_names:
+            return value
+        scrubbed = pii.scrub_name(value)
+        if scrubbed is value:
+            if len(self._clean_names) >= _CLEAN_IDS_MAX:
+                self._clean_names.clear()
+            self._clean_names.add(value)
+        return scrubbed
 
     def _scrub_id(self, value: str) -> str:
         if value in self._clean_ids:
@@ -382,6 +406,10 @@ def attempt_spans(tracer, event, started_ns: int, session: str, details: list[_A
             model, provider = detail.model or event.device_model or "device", detail.provider or PROVIDER_DEVICE
         else:
             model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
+        if detail.model is not None and model is detail.model:  # the caller's text (the event's is scrubbed)
+            model = pii.scrub_name(model)
+        if detail.provider is not None:
+            provider = scrub(provider)
         attributes = {
             _OPERATION: "chat",
             _PROVIDER: provider,

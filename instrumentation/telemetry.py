@@ -26,6 +26,7 @@ from opentelemetry.propagate import inject
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
+from instrumentation.pii import scrub_event
 from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder, attempt_spans  # noqa: F401 (the providers: re-exported)
 from routerscope import names
 
@@ -254,10 +255,14 @@ class InstrumentedRouter:
         self.router, self.telemetry = router, telemetry
         self.recorder = Recorder(telemetry)
         router.on_event = lambda e: None  # events leave from here, enriched with the trace ids
-        router.on_breaker_event = lambda e: telemetry.send(names.TOPIC_BREAKERS, e.instance_id, e)
+        router.on_breaker_event = self._breaker_event
         # a shadow request's event when its device ends after the user was served (docs/router.md): a span
         # of its own at that moment, the same event path
         router.on_shadow_event = lambda e: self.recorder.adopted(e.task_type, lambda: (None, e))
+
+    def _breaker_event(self, event) -> None:
+        event = scrub_event(event)  # the instance id and the trigger are free text
+        self.telemetry.send(names.TOPIC_BREAKERS, event.instance_id, event)
 
     def route(self, request):
         return self.recorder.adopted(request.task_type, self.router.route, request)

@@ -29,6 +29,8 @@ class IngestConfig(dg.Config):
     partitions: list[int] = []
     # Who parses the messages: "sql" (the warehouse, from raw bytes) or "python" (warehouse.loader).
     parser: str = loader.DEFAULT_PARSER
+    # Another load holds the warehouse: wait for it (False: fail at once with LoadInProgress).
+    wait: bool = True
 
 
 @dg.multi_asset(
@@ -61,6 +63,7 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         partitions=config.partitions or None,
         parser=config.parser,
         progress=_progress_reporter(),
+        wait=config.wait,
     )
     context.log.info(
         f"loaded {result.loaded}, quarantined {result.quarantined} in {result.batches} batch(es), "

@@ -18,6 +18,7 @@ replay. The texts stay here, beside the request texts; events and the warehouse 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -60,10 +61,15 @@ class RequestTextStore:
     """Buffered writes (`add`, flushed every `batch` rows and on `flush`/`close`); `get` by ids."""
 
     def __init__(self, path: Path, batch: int = 5_000):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         self._db = sqlite3.connect(path, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
+        for name in (path.name, f"{path.name}-wal", f"{path.name}-shm"):  # request texts: the owner's only
+            try:
+                os.chmod(path.parent / name, 0o600)
+            except OSError:
+                pass
         self._db.execute(SCHEMA)
         self._db.execute(DIVERGENCE_SCHEMA)
         self._pending: list[tuple[str, str, str]] = []

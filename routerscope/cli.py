@@ -81,6 +81,27 @@ def cmd_migrate(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_doctor(args, settings: Settings) -> int:
+    from warehouse import doctor
+
+    report = doctor.run(settings, repair=args.repair)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        for finding in report.findings:
+            print(f"  {finding.line()}")
+        if report.opened:
+            print(f"the warehouse opens; rows: {', '.join(f'{t} {n}' for t, n in report.counts.items()) or 'none'}")
+        else:
+            print(f"the warehouse does not open: {report.open_error}")
+        pending = [f for f in report.findings if not f.repaired]
+        if pending and not args.repair:
+            print(f"{len(pending)} finding(s); `routerscope doctor --repair` repairs what it safely can")
+        elif not report.findings:
+            print("nothing detached, no torn mutation file")
+    return 0 if report.healthy else 1
+
+
 def cmd_load(args, settings: Settings) -> int:
     from pipelines.ingest import TABLE_ASSETS, ingest_topics
     from pipelines.run import materializations, run_job
@@ -90,8 +111,17 @@ def cmd_load(args, settings: Settings) -> int:
         "idle_timeout_s": args.idle_timeout,
         "partitions": args.partitions,
         **({"parser": args.parser} if args.parser else {}),
+        **({"wait": False} if args.no_wait else {}),
     }
-    result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
+    try:
+        result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
+    except KeyboardInterrupt:
+        print(
+            "\nrouterscope load: stopped (Ctrl-C); the batches written before are stored with their positions, "
+            "so the next `routerscope load` resumes there",
+            file=sys.stderr,
+        )
+        return 130
     found = materializations(result)
     summary = {
         "loaded": {short: int(found[key.path[-1]]["loaded"]) for short, key in TABLE_ASSETS.items()},
@@ -136,6 +166,8 @@ def cmd_metrics(args, settings: Settings) -> int:
         raise ConfigError(f"--target {args.target} must be a pass rate in (0, 1]")
     if args.baseline_days > 3650:
         raise ConfigError(f"--baseline-days {args.baseline_days:g} is more than ten years")
+    if args.baseline_days * 1440 < 1:
+        raise ConfigError(f"--baseline-days {args.baseline_days:g} is shorter than a minute (0.0007 days)")
     params = MetricParams(baseline_days=args.baseline_days, target=args.target, min_n=args.min_n)
     result, _ = metrics_window(settings, start, end, params)  # the metric assets' unit of work, not stored
     if args.json:
@@ -453,6 +485,7 @@ _port = _int_at_least(1, 65535)  # a TCP port
 
 
 _positive_int = _int_at_least(1)
+_span_minutes = _int_at_least(1, 10 * 366 * 24 * 60)  # at most ten years back from now
 
 
 def _float_at_least(minimum: float, strictly: bool = False):
@@ -483,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
     p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
     p.add_argument("--dashboard-port", type=_port, default=8501, help="dashboard port on 127.0.0.1 (default 8501)")
     p.add_argument(
@@ -503,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
     p.add_argument("--requests", type=_positive_int, default=10_000)
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--span-minutes", type=_positive_int, default=120, help="simulated time span ending now")
+    p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(
         "--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)"
     )
@@ -526,6 +559,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="apply pending warehouse migrations")
     p.set_defaults(func=cmd_migrate)
+
+    p = sub.add_parser("doctor", help="find (and with --repair mend) detached parts and torn mutation files")
+    p.add_argument("--repair", action="store_true", help="move torn mutation files aside, re-attach detached parts")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
@@ -556,6 +594,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="who parses and validates the messages: the warehouse, from raw bytes (sql) or this process "
         "(python); same rules, same tables (default: warehouse.loader.DEFAULT_PARSER)",
+    )
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="when another load is running on this warehouse, exit at once with code 75 instead of waiting for it",
     )
     p.set_defaults(func=cmd_load)
 
@@ -653,15 +696,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    settings = None
     try:
         settings = Settings.from_env()
         return args.func(args, settings)
-    except ConfigError as exc:
+    except RouterscopeError as exc:  # exit 2 for a bad setting, 75 for a load that would have to wait, else 1
         print(f"routerscope: error: {exc}", file=sys.stderr)
-        return 2
-    except RouterscopeError as exc:
-        print(f"routerscope: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except OSError as exc:  # an unreadable home, a full disk, a file that vanished: say which
         where = f": {exc.filename}" if exc.filename else ""
         print(
@@ -672,6 +713,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("routerscope: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a fault of the warehouse (its disk full, out of memory, gone): one line
+        from warehouse.client import outage, outage_error
+
+        if settings is None or not outage(exc):
+            raise
+        print(f"routerscope: error: {outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ producer configuration (`instrumentation.telemetry.producer_config`).
 
 `produce` sends each line of a JSON-lines file as one message, exactly as it is — malformed lines
 included, for the loader to quarantine — keyed per DESIGN §2 when the line is a JSON object that
-carries the key field.
+carries the key field. One exception: a valid event whose free-text fields hold an e-mail address, a
+phone or a card number is sent with those fields scrubbed (instrumentation.pii), as the router's own
+events are (the rest of the object as written); its key is the scrubbed one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,26 @@ def message_key(topic: str, line: bytes) -> bytes | None:
     if isinstance(obj, dict) and isinstance(obj.get(key_field), str):
         return obj[key_field].encode()
     return None
+
+
+def scrubbed_line(topic: str, line: bytes) -> bytes:
+    """The line as sent: a valid event with its free-text fields scrubbed (re-encoded only when one
+    changed); anything else exactly as it is."""
+    from instrumentation.contract import CONTRACTS
+    from instrumentation.pii import scrub_event
+
+    event, _rules = CONTRACTS[topic].parse(line)
+    if event is None:
+        return line
+    scrubbed = scrub_event(event)
+    if scrubbed is event:
+        return line
+    # only the scrubbed members change: the object as written (its schema version's shape) otherwise
+    obj = _decode(line)
+    for name, value in obj.items():
+        if isinstance(value, str) and getattr(scrubbed, name, value) != value:
+            obj[name] = getattr(scrubbed, name)
+    return msgspec.json.encode(obj)
 
 
 # kafka-python's default `max_request_size`: a longer line cannot be sent as one message.
@@ -100,6 +122,7 @@ def produce_lines(
             if len(line) > MAX_LINE_BYTES:
                 fail(number, f"{len(line)} bytes, more than the largest message sent ({MAX_LINE_BYTES} bytes)")
                 continue
+            line = scrubbed_line(topic, line)
             key = message_key(topic, line)
             result.unkeyed += key is None
             try:

@@ -11,6 +11,7 @@
 | `ROUTERSCOPE_KAFKA_SSL_CAFILE` | unset (system CAs) |
 | `ROUTERSCOPE_TOPIC_PARTITIONS` | `3` (partitions per topic when the project creates them) |
 | `ROUTERSCOPE_ALERT_WEBHOOK` | unset (alerts are stored, not delivered) |
+| `ROUTERSCOPE_WAREHOUSE_MIN_FREE` | `5%,1GB` (free space a load keeps on the embedded warehouse disk; the smaller) |
 """
 
 from __future__ import annotations
@@ -104,6 +105,52 @@ class WarehouseDsn:
         return self.raw
 
 
+# The free space an embedded warehouse's disk must keep: a share of the disk and an absolute size; the
+# smaller of the two applies (5 % of a 2 TB disk is 100 GB, far more than a load needs).
+DEFAULT_MIN_FREE = "5%,1GB"
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def parse_min_free(raw: str, name: str = "ROUTERSCOPE_WAREHOUSE_MIN_FREE") -> tuple[float | None, int | None]:
+    """`5%`, `1GB`, `5%,1GB` (the smaller applies) or `0` (no floor) as (share of the disk, bytes)."""
+    share: float | None = None
+    size: int | None = None
+    for part in raw.replace(" ", "").upper().split(","):
+        try:
+            if part.endswith("%"):
+                value = float(part[:-1])
+                if share is not None or not 0 <= value < 100:
+                    raise ValueError
+                share = value / 100
+                continue
+            number = part.rstrip("KMGTB")
+            value = float(number) * _SIZE_UNITS[part[len(number) :]]
+            if size is not None or not 0 <= value < 1 << 60:
+                raise ValueError
+            size = int(value)
+        except (ValueError, KeyError):
+            raise ConfigError(
+                f"{name}={raw!r}: give a share of the disk and/or a size, e.g. 5%,1GB or 500MB (0: no floor)"
+            ) from None
+    return share, size
+
+
+def _webhook(url: str | None) -> str | None:
+    """ROUTERSCOPE_ALERT_WEBHOOK: an http(s) URL with a host, or unset."""
+    if url is None:
+        return None
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(
+            f"ROUTERSCOPE_ALERT_WEBHOOK={url[:200]!r} is not an http(s) URL, e.g. https://hooks.slack.com/services/…"
+        )
+    return url
+
+
 def _int_env(env: dict, name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -126,6 +173,8 @@ class Settings:
     topic_partitions: int
     alert_webhook: str | None
     alert_rules: Path | None = None  # None: the defaults shipped in warehouse/alerting/alert_rules.yaml
+    # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
+    warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> Settings:
@@ -150,10 +199,11 @@ class Settings:
             warehouse=WarehouseDsn.parse(dsn),
             kafka_security=security,
             topic_partitions=_int_env(env, "ROUTERSCOPE_TOPIC_PARTITIONS", 3),
-            alert_webhook=env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None,
+            alert_webhook=_webhook(env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None),
             alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve()
             if env.get("ROUTERSCOPE_ALERT_RULES")
             else None,
+            warehouse_min_free=parse_min_free(env.get("ROUTERSCOPE_WAREHOUSE_MIN_FREE") or DEFAULT_MIN_FREE),
         )
 
     @property

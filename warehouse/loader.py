@@ -43,8 +43,20 @@ values past their column's range, broken invariants) go to `quarantine` with the
 every broken rule; the rest of the batch loads. Inserts cannot fail on partition count (a batch
 spread over many months is inserted in groups of months), and as the last line an insert the
 warehouse rejects is split in halves until the rows it refuses are found: those are quarantined
-with the rule `insert.rejected` and the server's message, and the rest loads. Only a warehouse
-that refuses everything (it is down, full, misconfigured) stops the run, without storing positions.
+with the rule `insert.rejected` and the server's message, and the rest loads (their ledger rows,
+which the insert's ledger view may have written, are folded by a later `rejected` row: nothing on
+the ingest path deletes or mutates).
+
+**A fault of the warehouse is never a verdict on the rows.** An insert that fails because of the
+warehouse (its disk full, out of memory, too many parts, the server gone: warehouse.client.outage)
+is never split and its rows never quarantined: the run stops with one line naming the disk and its
+free space, positions stay where they were, and the next run after space is freed loads exactly the
+rest. Before each batch the free space of an embedded warehouse's disk is checked against its floor
+(ROUTERSCOPE_WAREHOUSE_MIN_FREE), so a load usually stops before a write fails at all.
+
+**One load at a time per warehouse.** A run holds the warehouse's load lock (warehouse.client.load_lock)
+from before it reads its positions until it ends: a second load waits, or with `wait=False` stops
+with LoadInProgress. Loaders owning disjoint partition sets lock only their partitions.
 
 **Bounded waits.** The warehouse is opened for each unit of work (positions, each batch) and closed
 straight after, so its lock is never held while waiting on the broker; every blocking consumer call
@@ -53,7 +65,12 @@ run with an error once what was fetched has been stored.
 
 Draining: a run ends when every partition has been read up to its end as of an early fetch from it
 (the high watermark in the first fetch response the run sees for it), or reached its end (librdkafka's partition-EOF
-event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither). The end is
+event), or when nothing arrived for `idle_timeout_s` (a broker that answers neither) and no partition
+is known to hold more: with thousands of partitions the first fetch responses, and the deliveries
+after them, come further apart than the idle timeout, so a run waits while a partition's fetched end
+is past its position or a partition has had no fetch response yet, as long as something arrives
+within `broker_timeout_s`. The lost-data check after draining judges only partitions the broker has answered for: one
+never fetched is not drained, keeps its position, and is no alarm. The end is
 taken from a fetch response, not asked with a ListOffsets request: the embedded broker answers that
 request with the base offset of the partition's last record batch plus one, short of the messages
 after it in that batch, and a run ending there would leave them behind run after run. Messages that
@@ -77,6 +94,7 @@ from routerscope import names
 from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
 from routerscope.kafka import check_reachable, fetched_end, librdkafka_config
 from routerscope.settings import Settings
+from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
 from warehouse.queries.landing import LANDING_COLUMNS
@@ -112,6 +130,8 @@ CONSUMER_OPTIONS = {
     "queued.max.messages.kbytes": 16 * 1024,
 }
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
+# The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
+QUARANTINE_RAW_MAX = 64 * 1024
 OFFSET_COLUMNS = (
     "consumer",
     "kafka_topic",
@@ -151,6 +171,15 @@ class PartitionState:
     verified: bool = False  # the message before `stored` was seen (the broker kept our history)
     at_end: bool = False
     end: int | None = None  # the high watermark in the first fetch response seen for it; None: none yet
+    high: int | None = None  # the latest high watermark fetched for it, even one below `stored`; None: never fetched
+
+    @property
+    def lost(self) -> bool:
+        """Known to have lost loaded messages: fetched, and its end is below the stored position (or it
+        reached its end without the message before that position)."""
+        if not self.stored or self.verified:
+            return False
+        return (self.high is not None and self.high < self.stored) or self.at_end
 
     @property
     def drained(self) -> bool:
@@ -248,6 +277,11 @@ class _Batch:
         self.quarantine_message(topic, partition, offset, message, parsed[1], _describe(parsed[1]))
 
     def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
+        raw = message.value() or b""
+        if len(raw) > QUARANTINE_RAW_MAX:  # an oversized message: its head, its size and its hash
+            digest = hashlib.sha256(raw).hexdigest()
+            error = f"{error}; kept the first {QUARANTINE_RAW_MAX} of {len(raw)} bytes, sha256 {digest}"
+            raw = raw[:QUARANTINE_RAW_MAX]
         key = message.key()
         for column, value in zip(
             self.quarantine,
@@ -257,7 +291,7 @@ class _Batch:
                 offset,
                 None if key is None else key.decode("utf-8", "replace"),
                 kafka_time(message.timestamp()),
-                message.value() or b"",
+                raw,
                 rules,
                 error,
             ),
@@ -266,7 +300,7 @@ class _Batch:
 
     def reject(self, topic: str, rejected: list[tuple[int, int, object, str]]) -> None:
         """Rows the warehouse refused (partition, offset, message, its message): quarantined (their
-        ledger rows, which the insert's ledger view may have written, are deleted by the caller)."""
+        ledger rows, which the insert's ledger view may have written, are folded by the caller)."""
         for partition, offset, message, error in rejected:
             counts = self.counts[(topic, partition)]
             counts[0] -= 1
@@ -319,6 +353,7 @@ class Loader:
         broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
         parser: str | None = None,
         parse_worker: bool = True,
+        wait: bool = True,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -349,6 +384,7 @@ class Loader:
         self._held = None  # (context manager, client): the warehouse kept open while messages flow
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
         self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
+        self.wait = wait  # another load holds the warehouse: wait for it (else LoadInProgress)
 
     @contextmanager
     def _warehouse(self):
@@ -505,8 +541,9 @@ class Loader:
             try:
                 self._command(client, landing.FACTS_INSERT[topic], parameters, "facts;" + batch.token([topic]))
             except Exception as exc:
-                if _infrastructure_failure(exc):
+                if outage(exc):
                     raise
+                check_free_space(self.settings)
                 return self._to_python(batch, topic, py, counts, routed)
         self._command(client, loaded_messages.FROM_STAGING[topic], parameters, "ledger;" + batch.token([topic]))
         if any(quarantined for _, _, quarantined, *_ in summary):
@@ -564,10 +601,6 @@ class Loader:
 
             self._insert_or_split(insert, rows, group_token, rejected, errors)
         if rejected:
-            client.command(
-                loaded_messages.FORGET,
-                parameters={"topic": topic, "coordinates": [(p, o) for p, o, _, _ in rejected]},
-            )
             total = len(lines)
             if len(rejected) == total and total > 1:
                 raise WarehouseError(
@@ -575,6 +608,13 @@ class Loader:
                     "past the last stored position was recorded as loaded, so the next `routerscope load` "
                     "resumes there"
                 )
+            self._insert(
+                client,
+                names.TABLE_LOADED_MESSAGES,
+                (*LEDGER_COLUMNS, loaded_messages.REJECTED),
+                loaded_messages.rejected_rows(topic, [(p, o, line) for p, o, _, line in rejected]),
+                "ledger-rejected;" + token,
+            )
             batch.reject(topic, [(p, o, m, error) for (p, o, m, _), error in zip(rejected, errors)])
 
     def _ensure_json_rows(self, client) -> None:
@@ -622,34 +662,41 @@ class Loader:
             )
         insert(kept, token + ";raw-refused")
 
-    @staticmethod
-    def _insert_or_split(insert, rows: list, token: str, rejected: list, errors: list) -> None:
+    def _insert_or_split(self, insert, rows: list, token: str, rejected: list, errors: list) -> None:
         """Insert `rows`; if the warehouse refuses them for their content, split in halves (each half
-        deduplicated by its own token) until the refused rows are single and known."""
+        deduplicated by its own token) until the refused rows are single and known. A fault of the
+        warehouse (warehouse.client.outage) is raised at once, as is a refusal met while its disk is
+        below the floor: neither says anything about the rows."""
         try:
             insert(rows, token)
             return
         except Exception as exc:
-            if _infrastructure_failure(exc):
+            if outage(exc):
                 raise
+            check_free_space(self.settings)
             message = _first_line(exc)
         if len(rows) == 1:
             rejected.append(rows[0])
             errors.append(message)
             return
         middle = len(rows) // 2
-        Loader._insert_or_split(insert, rows[:middle], f"{token};a", rejected, errors)
-        Loader._insert_or_split(insert, rows[middle:], f"{token};b", rejected, errors)
+        self._insert_or_split(insert, rows[:middle], f"{token};a", rejected, errors)
+        self._insert_or_split(insert, rows[middle:], f"{token};b", rejected, errors)
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self, client=None) -> LoadResult:
         """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
         every unit of work; by default the warehouse is opened for each one and closed after it."""
+        with load_lock(self.settings, self.partitions, wait=self.wait):
+            return self._run(client)
+
+    def _run(self, client) -> LoadResult:
         self._client = client
         self._bootstrap = self.settings.kafka_bootstrap()
         started = time.monotonic()
         result = LoadResult()
         metadata = check_reachable(self.settings)
+        check_free_space(self.settings)
         states: dict[tuple[str, int], PartitionState] = {}
         with self._warehouse() as wh:
             from warehouse.migrate import migrate
@@ -717,8 +764,9 @@ class Loader:
 
     def _drain(self, consumer, states, result) -> None:
         batch = _Batch(self.parser)
-        last_message = last_flush = time.monotonic()
+        last_message = last_flush = last_fetched = time.monotonic()
         pending = set(states)  # partitions not yet known to be at their end
+        fetched = 0  # partitions with a fetch response so far
         while pending:
             messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
             now = time.monotonic()
@@ -730,14 +778,27 @@ class Loader:
                 pending = _undrained(consumer, states, pending)  # those with nothing left to read end here
                 if not pending:
                     break
+                now_fetched = sum(st.high is not None for st in states.values())
+                if now_fetched != fetched:
+                    fetched, last_fetched = now_fetched, now
                 idle = now - last_message
                 if idle >= self.idle_timeout_s:
                     # Drained, unless the broker went away (it does not answer a metadata request now):
                     # then store what arrived and stop. Asked every time, not only after librdkafka
                     # reported an error: its error callback can come later than the idle timeout.
-                    if _answers(consumer):
+                    # Never while a partition is known to hold more (its fetched end is past its
+                    # position: with thousands of partitions deliveries come in bursts further apart
+                    # than the idle timeout), nor before every partition was fetched once, unless
+                    # nothing came for the broker timeout.
+                    known_left = any(states[key].end is not None for key in pending)
+                    unfetched = any(states[key].high is None for key in pending)
+                    if (known_left and idle < self.broker_timeout_s) or (
+                        unfetched and now - last_fetched < self.broker_timeout_s
+                    ):
+                        pass  # messages known to be there, or fetch responses still coming: wait
+                    elif _answers(consumer, self.topics[0]):
                         break
-                    if idle >= self.broker_timeout_s:
+                    elif idle >= self.broker_timeout_s:
                         self._collect(batch, keep=0)
                         self._flush(consumer, batch, states, result)
                         raise BrokerUnavailable(
@@ -815,7 +876,7 @@ class Loader:
         self._collect(batch, keep=0)
         if batch.ranges:
             self._flush(consumer, batch, states, result)
-        lost = [st for st in states.values() if st.stored and not st.verified]
+        lost = [st for st in states.values() if st.lost]  # never a partition not fetched yet
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
             raise BrokerDataLost(
@@ -855,12 +916,15 @@ class Loader:
         if not batch.ranges:
             return
         try:
+            check_free_space(self.settings)  # stop cleanly before a write can fail half way
             self.write(self._acquire(), batch, states, result)
         except RouterscopeError:
             self._release()
             raise
         except Exception as exc:
             self._release()  # clickhouse-connect / chDB raise several unrelated types
+            if outage(exc):
+                raise outage_error(self.settings, exc, "writing a batch to the warehouse") from exc
             raise WarehouseError(
                 f"writing a batch to the warehouse failed ({_first_line(exc)}); nothing past the last stored "
                 "position was recorded as loaded, so the next `routerscope load` resumes there"
@@ -890,15 +954,18 @@ def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending:
         state = states[key]
         if state.end is None:
             high = fetched_end(consumer, *key)
+            if high is not None:
+                state.high = high
             if high is not None and high >= (state.stored or 0):
                 state.end = high
     return {key for key in pending if not states[key].drained}
 
 
-def _answers(consumer) -> bool:
-    """Does the broker answer a metadata request within a second?"""
+def _answers(consumer, topic: str) -> bool:
+    """Does the broker answer a metadata request (for one topic: thousands of partitions make the
+    whole cluster's answer slow) within a few seconds?"""
     try:
-        consumer.list_topics(timeout=1.0)
+        consumer.list_topics(topic=topic, timeout=3.0)
         return True
     except Exception:
         return False
@@ -906,17 +973,6 @@ def _answers(consumer) -> bool:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [repr(exc)])[0][:300]
-
-
-def _infrastructure_failure(exc: BaseException) -> bool:
-    """True when an insert failed because of the warehouse or the way to it, not the rows' content."""
-    if isinstance(exc, (OSError, MemoryError, RouterscopeError)):
-        return True
-    try:
-        from clickhouse_connect.driver.exceptions import OperationalError
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(exc, OperationalError)
 
 
 def _month_groups(months: list[int]) -> list[list[int] | None]:

@@ -93,8 +93,14 @@ class ParseWorker:
 
     def _start(self) -> None:
         code = f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; import warehouse.parsing as w; w.serve()"
+        # A session of its own: a terminal's Ctrl-C goes to the loader's process group, and the loader
+        # (which prints one line) decides; the worker ends when its input does, however the loader ends.
         self._process = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
         )
         for target, name in ((self._write, "writer"), (self._read, "reader")):
             threading.Thread(target=target, name=f"routerscope-parse-{name}", daemon=True).start()
@@ -157,7 +163,12 @@ class ParseWorker:
 
 
 def serve() -> None:
-    """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends."""
+    """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends.
+    Ctrl-C on a terminal reaches the whole process group: the loader handles it (one line) and
+    kills this process, which must not print a traceback of its own meanwhile."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:

@@ -182,7 +182,7 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == len(good)
     assert scalar(stack, "SELECT uniqExact(toYYYYMM(event_time)) FROM routerscope.decisions") > 100
     # the ledger names exactly the loaded messages (a row the warehouse refused is not in it)
-    assert scalar(stack, "SELECT count() FROM routerscope.loaded_messages") == len(good)
+    assert scalar(stack, "SELECT count() FROM routerscope.loaded_messages FINAL WHERE NOT rejected") == len(good)
     assert query(stack, "SELECT sum(rows_loaded), sum(rows_quarantined) FROM routerscope.ingest_offsets") == [
         (len(good), len(ALL_POISON) + 1)
     ]
@@ -208,8 +208,13 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     assert query(
         stack, "SELECT kafka_timestamp FROM routerscope.quarantine WHERE kafka_key = 'poison-absurd-time'"
     ) == [(None,)]
-    # raw bytes kept as they came (the 1.5 MB message included)
-    assert scalar(stack, "SELECT max(length(raw)) FROM routerscope.quarantine") > 1_500_000
+    # raw bytes kept as they came; an oversized message's first 64 KB with its size and sha256 (issue:
+    # json.too_large messages were stored whole, 10 MB each)
+    big = ALL_POISON[[n for n, _, _ in ALL_POISON].index("1.5 MB")][1]
+    ((raw, error),) = query(stack, "SELECT raw, error FROM routerscope.quarantine WHERE length(raw) = 65536")
+    assert raw.encode() == big[:65536] if isinstance(raw, str) else raw == big[:65536]
+    assert error.endswith(f"kept the first 65536 of {len(big)} bytes, sha256 {hashlib.sha256(big).hexdigest()}")
+    assert scalar(stack, "SELECT max(length(raw)) FROM routerscope.quarantine") == 65536
 
     # later runs (in process: the command's exit status was shown above): nothing stuck behind the
     # poison, new messages load

@@ -177,3 +177,37 @@ def test_a_content_policy_refusal_on_the_device_is_a_device_error(collected):
         model="device", messages=MESSAGES, metadata=dict(METADATA), mock_testing_content_policy_fallbacks=True
     )
     assert summary(only_event(callback, emitter)) == (True, "error", "device_error", [(0, "error"), (2, "ok")], 1)
+
+
+def test_long_ids_are_hashed_and_out_of_range_budgets_clamped_and_the_decision_recorded(collected):
+    """Issue: an id over 128 characters or a deadline over a day dropped the whole decision (counted
+    only in `stats['rejected']`)."""
+    callback, emitter, _ = collected
+    long_session, long_request = "s" * 300, "r" * 200
+    metadata = {**METADATA, "session_id": long_session, "request_id": long_request, "deadline_ms": 10**12}
+    metadata["elapsed_ms"] = 5 * 86_400_000
+    route("device", metadata=metadata)
+    event = only_event(callback, emitter)
+    assert event["session_id"].startswith("hashed-") and len(event["session_id"]) == len("hashed-") + 32
+    assert event["request_id"].startswith("hashed-") and event["request_id"] != event["session_id"]
+    assert (event["deadline_ms"], event["elapsed_ms"]) == (86_400_000, 86_400_000)
+    assert (callback.stats["hashed_ids"], callback.stats["clamped"], callback.stats["rejected"]) == (2, 2, 0)
+    route("device", metadata={**METADATA, "session_id": long_session})  # the same long id: the same hash
+    assert callback.flush(10)
+    assert emitter.decisions()[-1]["session_id"] == event["session_id"]
+
+
+def test_flush_returns_within_its_timeout_when_a_request_failed_on_every_deployment(collected):
+    """Issue: flush() took 29.3 s when a request failed on every deployment (a call LiteLLM started but
+    never logged held it until its 30 s default)."""
+    import time
+
+    callback, _, _ = collected
+    route("device-broken", fallbacks=[{"device-broken": ["cloud-small-down"]}])
+    started = time.monotonic()
+    callback.flush(timeout_s=5.0)
+    assert time.monotonic() - started < 5.5
+    started = time.monotonic()
+    assert callback.flush()  # default timeout: quiet after at most PENDING_GRACE_S of silence
+    assert time.monotonic() - started < 5.0
+    assert callback.stats["recorded"] == 1

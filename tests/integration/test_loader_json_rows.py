@@ -267,7 +267,9 @@ def test_json_lines_carry_the_message_bytes_of_the_routers_own_events():
 def test_a_row_the_warehouse_refuses_leaves_no_ledger_row_behind(stack, home):
     """The facts insert's two views run one after the other in no promised order (in a warehouse
     opened again, the ledger's first): a block the facts table refuses may already have its ledger
-    rows. They are deleted with the refused row's quarantine; the ledger names exactly the facts."""
+    rows. An insert folds them to `rejected` beside the refused row's quarantine (nothing on the ingest
+    path deletes: a DELETE cut short by a full disk broke the warehouse); the ledger's loaded rows
+    name exactly the facts."""
     produce(stack, DECISIONS, valid_decisions(5))
     assert Loader(stack, idle_timeout_s=0.5).run().loaded["decisions"] == 5  # creates the views
     with open_warehouse(stack, purpose="test") as client:
@@ -287,12 +289,18 @@ def test_a_row_the_warehouse_refuses_leaves_no_ledger_row_behind(stack, home):
             f"SELECT kafka_partition, kafka_offset FROM {names.TABLES[names.TABLE_DECISIONS]} FINAL ORDER BY ALL"
         ).result_rows
         ledger = client.query(
-            f"SELECT kafka_partition, kafka_offset FROM {names.TABLES[names.TABLE_LOADED_MESSAGES]} FINAL ORDER BY ALL"
+            f"SELECT kafka_partition, kafka_offset FROM {names.TABLES[names.TABLE_LOADED_MESSAGES]} FINAL "
+            "WHERE NOT rejected ORDER BY ALL"
         ).result_rows
+        # the refused message's ledger row is folded to `rejected` by an insert, never deleted
+        rejected = client.query(
+            f"SELECT count() FROM {names.TABLES[names.TABLE_LOADED_MESSAGES]} FINAL WHERE rejected"
+        ).result_rows[0][0]
         refused = client.query(f"SELECT rules FROM {names.TABLES[names.TABLE_QUARANTINE]}").result_rows
     assert len(facts) == 10
     assert ledger == facts
     assert refused == [(["insert.rejected"],)]
+    assert rejected == 1
 
 
 def test_closing_a_stuck_worker_returns_at_once():

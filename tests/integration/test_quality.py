@@ -123,6 +123,16 @@ CASES = [
     # A1 again with other contents under the same id, task type and time: FINAL would keep one silently
     # (A1 itself is in the clean data twice, byte for byte: a re-delivery, which is fine)
     ("decisions.unique.event_content", lambda c: dec(c, {**A1, "latency_ms": 999.0}), 1),
+    # the same id on two days (issue: counted twice in metrics, flagged on neither day): the copy dated
+    # three days before the window makes the window's row fail the look-back over the 7-day horizon
+    (
+        "decisions.unique.event_id_in_horizon",
+        lambda c: (
+            dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12 - 72))),
+            dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12)), first_offset=1),
+        ),
+        1,
+    ),
     (
         "decisions.invariant.capability_iff_capability_miss",
         lambda c: dec(c, capability_miss(event_id=eid(900), event_time=at(12)), reason="default"),

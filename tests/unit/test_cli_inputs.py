@@ -37,6 +37,8 @@ def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str
         (["dashboard", "--port", "70000"], "'70000' must be at most 65535"),
         (["broker", "start", "--port", "0"], "'0' must be at least 1"),
         (["demo", "--dashboard-port", "99999"], "'99999' must be at most 65535"),
+        (["simulate", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
+        (["demo", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
     ],
 )
 def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path, argv, message):
@@ -56,6 +58,7 @@ def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path,
             "--start '1066-10-14' is outside the times the warehouse stores",
         ),
         (["metrics", *WINDOW, "--baseline-days", "1e9"], "--baseline-days 1e+09 is more than ten years"),
+        (["metrics", *WINDOW, "--baseline-days", "1e-300"], "--baseline-days 1e-300 is shorter than a minute"),
         (["dq", "--day", "9999-12-31"], "--day '9999-12-31' is outside the times the warehouse stores"),
     ],
 )
@@ -79,3 +82,24 @@ def test_a_home_that_cannot_be_used_is_one_line(monkeypatch, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert code == 1 and len(err.splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("routerscope: error: ") and str(blocker) in err and "ROUTERSCOPE_HOME" in err
+
+
+def test_an_alert_rules_file_that_is_not_text_is_one_line(monkeypatch, capsys, tmp_path):
+    """Issue: a binary ROUTERSCOPE_ALERT_RULES ended in a UnicodeDecodeError traceback."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_bytes(bytes(range(128, 256)) * 3)
+    code, line = run(monkeypatch, capsys, tmp_path, "alerts", ROUTERSCOPE_ALERT_RULES=str(rules))
+    assert code == 2 and line == f"routerscope: error: alert rules {rules} is not a text (UTF-8 YAML) file"
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "ftp://hooks.example.com/x", "http://", "https://host:99999/x"])
+def test_an_alert_webhook_that_is_not_an_http_url_is_one_line(monkeypatch, capsys, tmp_path, url):
+    """Issue: ROUTERSCOPE_ALERT_WEBHOOK=not-a-url ended in a traceback."""
+    code, line = run(monkeypatch, capsys, tmp_path, "migrate", ROUTERSCOPE_ALERT_WEBHOOK=url)
+    assert code == 2 and line.startswith(f"routerscope: error: ROUTERSCOPE_ALERT_WEBHOOK={url!r} is not an http(s) URL")
+
+
+@pytest.mark.parametrize("value", ["lots", "5%%", "120%", "1XB", "-1GB", "5%,6%"])
+def test_a_free_space_floor_that_is_not_one_is_one_line(monkeypatch, capsys, tmp_path, value):
+    code, line = run(monkeypatch, capsys, tmp_path, "migrate", ROUTERSCOPE_WAREHOUSE_MIN_FREE=value)
+    assert code == 2 and line.startswith(f"routerscope: error: ROUTERSCOPE_WAREHOUSE_MIN_FREE={value!r}: give a share")

@@ -4,8 +4,13 @@ phone or card number can be reversed by hashing every candidate, a keyed one can
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
+import re
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +60,88 @@ def test_rotation_changes_every_hash(tmp_path):
 def test_values_that_are_not_personal_pass_unchanged(tmp_path):
     pii.configure(tmp_path)
     assert pii.scrub("sess-42") == "sess-42" and pii.scrub(None) is None
+
+
+@pytest.mark.parametrize(
+    "content, mode, says",
+    [
+        (b"", 0o600, "holds 0 usable bytes"),
+        (b"   \n", 0o600, "holds 0 usable bytes"),
+        (b"abcd\n", 0o600, "holds 2 usable bytes"),
+        (b"not hex at all, but long enough to pass for 32 bytes of something\n", 0o600, "holds 0 usable bytes"),
+        (b"ab" * 32 + b"\n", 0o644, "can be read by others than its owner (mode 644): run `chmod 600"),
+        (b"ab" * 32 + b"\n", 0o640, "can be read by others than its owner (mode 640)"),
+    ],
+)
+def test_a_short_or_readable_key_is_refused_in_one_line_saying_how_to_fix_it(tmp_path, content, mode, says):
+    """Issue: an empty, whitespace or 2-byte pii.key was used silently (HMAC under an empty key, which
+    anyone can compute)."""
+    path = tmp_path / pii.KEY_FILE
+    path.write_bytes(content)
+    os.chmod(path, mode)
+    with pytest.raises(pii.PiiKeyError, match=re.escape(says)) as refused:
+        pii.configure(tmp_path)
+    assert "\n" not in str(refused.value) and str(path) in str(refused.value)
+    with pytest.raises(pii.PiiKeyError):
+        pii.configure(key=b"")
+
+
+def test_an_unusable_key_found_lazily_hashes_under_a_key_of_the_process_never_the_refused_one(tmp_path, caplog):
+    (tmp_path / pii.KEY_FILE).write_bytes(b"\n")
+    os.chmod(tmp_path / pii.KEY_FILE, 0o600)
+    os.environ["ROUTERSCOPE_HOME"], before = str(tmp_path), os.environ.get("ROUTERSCOPE_HOME")
+    try:
+        pii._key = None
+        scrubbed = pii.scrub("canary.person@example.com")
+    finally:
+        os.environ.pop("ROUTERSCOPE_HOME") if before is None else os.environ.__setitem__("ROUTERSCOPE_HOME", before)
+    empty = "redacted-" + hmac.new(b"", b"canary.person@example.com", hashlib.sha256).hexdigest()[:16]
+    assert scrubbed.startswith("redacted-") and scrubbed != empty
+    assert len(pii._key) == 32 and "holds 0 usable bytes" in caplog.text
+
+
+RACE = r"""
+import sys
+from pathlib import Path
+from instrumentation import pii
+print(pii.load_key(Path(sys.argv[1])).hex(), flush=True)
+"""
+
+
+def test_processes_starting_together_on_a_fresh_home_all_get_the_same_full_key(tmp_path):
+    """Issue: with 6 processes starting on a fresh home, 2 of 15 trials gave 4–5 of them an empty key
+    (a reader saw the file between its O_EXCL create and the write). Created atomically now: written,
+    synced, then linked into place."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for trial in range(15):
+        home = tmp_path / f"home-{trial}"
+        processes = [
+            subprocess.Popen([sys.executable, "-c", RACE, str(home)], stdout=subprocess.PIPE, text=True, env=env)
+            for _ in range(6)
+        ]
+        keys = {p.communicate(timeout=60)[0].strip() for p in processes}
+        assert all(p.returncode == 0 for p in processes)
+        assert len(keys) == 1 and len(bytes.fromhex(keys.pop())) == 32
+        assert [p.name for p in home.iterdir()] == [pii.KEY_FILE]  # no temporary file left behind
+        assert stat.S_IMODE(os.stat(home / pii.KEY_FILE).st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "value, kept",
+    [
+        ("2026-11-30.1+af239536", True),  # the router's own policy versions: a date and a hash
+        ("2026-11-29.1", True),
+        ("gpt-4o-2024-08-06", True),
+        ("llama-3.1-8b-20240718", True),
+        ("1.2.3", True),
+        ("+44 20 7946 0958", False),
+        ("+44-20-7946-0958", False),
+        ("canary.person@example.com", False),
+        ("4111 1111 1111 1111", False),
+        ("4111111111111111", False),
+    ],
+)
+def test_versions_and_model_names_are_scrubbed_but_their_dates_are_not_phone_numbers(tmp_path, value, kept):
+    pii.configure(tmp_path)
+    assert (pii.scrub_name(value) == value) is kept
+    assert pii.scrub_name(pii.scrub_name(value)) == pii.scrub_name(value)

@@ -38,3 +38,15 @@ def test_seed004_divergence_samples_keep_both_texts_and_hashes_beside_the_reques
         [sample] = store.divergences("slot_extract")
     assert (sample["stage"], sample["input_tokens"], sample["cloud_text"]) == ("canary", 40, '{"city": "Paris"}')
     assert sample["device_hash"] == answer_hash('{"city": "Oslo"}') != sample["cloud_hash"]
+
+
+def test_the_request_texts_are_readable_by_their_owner_only(tmp_path):
+    """Issue: request_texts.sqlite was world-readable (the texts behind every request)."""
+    import os
+    import stat
+
+    path = store_path(tmp_path / "home")
+    with RequestTextStore(path) as store:
+        store.add("r1", "short_reply", "my card is 4111 1111 1111 1111")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700

@@ -83,3 +83,20 @@ def test_sasl_settings_reach_both_kafka_clients(tmp_path):
     assert s.kafka_security.kafka_python()["security_protocol"] == "SASL_SSL"
     rd = s.kafka_security.librdkafka()
     assert (rd["security.protocol"], rd["sasl.username"], rd["sasl.password"]) == ("sasl_ssl", "u", "p")
+
+
+@pytest.mark.parametrize(
+    "raw, parsed",
+    [
+        ("5%,1GB", (0.05, 1 << 30)),
+        ("1GB,5%", (0.05, 1 << 30)),
+        ("500MB", (None, 500 << 20)),
+        ("10%", (0.10, None)),
+        ("1.5 gb", (None, 3 << 29)),
+        ("0", (None, 0)),
+    ],
+)
+def test_the_free_space_floor_reads_a_share_a_size_or_both(raw, parsed):
+    from routerscope.settings import parse_min_free
+
+    assert parse_min_free(raw) == parsed

@@ -49,7 +49,9 @@ def load_rules(path: Path | str | None = None) -> tuple[str, list[Rule]]:
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read alert rules {path}: {exc}") from None
+        raise ConfigError(f"cannot read alert rules {path}: {' '.join(str(exc).split())}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"alert rules {path} is not a text (UTF-8 YAML) file") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list) or "version" not in doc:
         raise ConfigError(f"alert rules {path}: expected a mapping with `version` and a list `rules`")
     rules, names = [], set()

@@ -162,6 +162,15 @@ CHECKS: tuple[Check, ...] = (
         "no two different events under one event_id (de-duplication would keep one and hide the other)",
     ),
     Check(
+        "decisions.unique.event_id_in_horizon",
+        "decisions",
+        True,
+        IN_SET,
+        {"column": "ok_id_once_in_horizon", "value_set": [True]},
+        "no event_id already seen on an earlier day within the de-duplication horizon (7 days): copies "
+        "dated on different days are each counted on their own day and no single window sees both",
+    ),
+    Check(
         "decisions.schema_versions",
         "decisions",
         True,

@@ -46,7 +46,11 @@ _INVARIANT_COLUMNS = ",\n       ".join("toBool(" + sql + ") AS ok_" + name for n
 _CONTENT = "tuple(" + ", ".join(c for c in DECISION_COLUMNS if not c.startswith("kafka_")) + ")"
 
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
-FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT}
+# How far back a window's event ids are looked for: the horizon within which a re-delivered event is
+# expected (the emitter's spool, a replayed topic); an id seen again within it under another time is
+# two events or one counted twice.
+DEDUP_HORIZON_DAYS = 7
+FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT, "horizon_days": str(DEDUP_HORIZON_DAYS)}
 
 DECISIONS_FRAME_SQL = named(
     "dq_decisions",
@@ -64,7 +68,11 @@ SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, s
                  SELECT event_id FROM $decisions
                  WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
                  GROUP BY event_id HAVING count() > 1)
-           GROUP BY event_id, task_type, event_time HAVING uniqExact($content) > 1)) AS ok_one_content
+           GROUP BY event_id, task_type, event_time HAVING uniqExact($content) > 1)) AS ok_one_content,
+       toBool(event_id NOT IN (  -- the same id on an earlier day of the de-duplication horizon
+           SELECT event_id FROM $decisions
+           WHERE event_time >= {start:DateTime64(3, 'UTC')} - INTERVAL $horizon_days DAY
+             AND event_time < {start:DateTime64(3, 'UTC')})) AS ok_id_once_in_horizon
 FROM $decisions FINAL
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
@@ -93,13 +101,14 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
 # Completeness per Kafka partition, from the loader's ledger (`loaded_messages`, which keeps every
 # loaded offset with its record's id and event_time): between the first and the last offset of the
 # window's messages, every offset is in the ledger or in the quarantine; and every record the
-# ledger says was loaded in the window still exists in `decisions`. `missing` counts both holes.
+# ledger says was loaded in the window still exists in `decisions` (a row folded to `rejected` was
+# refused as a fact and sits in the quarantine). `missing` counts both holes.
 OFFSETS_FRAME_SQL = named(
     "dq_offsets",
     """
 WITH ledger AS (
     SELECT kafka_topic, kafka_partition, kafka_offset, record_id FROM $loaded_messages FINAL
-    WHERE kafka_topic = {topic:String}
+    WHERE kafka_topic = {topic:String} AND NOT rejected
       AND event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 ),
 span AS (

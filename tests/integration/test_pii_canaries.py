@@ -1,0 +1,145 @@
+"""Personal data in any free-text field never reaches a span, Kafka or the warehouse: canaries (an
+e-mail address, a phone number, a card number) put in every field an application controls, through
+each way in: the SDK, the LiteLLM callback and `routerscope produce`; then looked for in the spans, in
+every message on the real broker (Tansu), in the warehouse's rows and in its files (chDB).
+
+Issue: e-mail and card canaries in `labeler`, `app_version`, `policy_version` and an attempt's
+`model` went through (7 decision rows, 1 label row, raw warehouse files); a phone number in LiteLLM
+`metadata.app_version` reached Kafka."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from instrumentation.emitter import KafkaEmitter
+from instrumentation.sdk import Recorder
+from instrumentation.telemetry import Telemetry, producer_config
+from routerscope import names
+from tests.conftest import clean_env, run_cli
+from tests.events import decision, label
+from tests.integration.test_ingest import stack  # noqa: F401
+from tests.integration.test_instrumentation import consume_all
+from warehouse.client import open_warehouse
+from warehouse.loader import load
+
+litellm = pytest.importorskip("litellm")
+from instrumentation.litellm import RouterscopeCallback  # noqa: E402
+from tests.integration.test_litellm_mapping import MESSAGES, MODEL_LIST  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+EMAIL, PHONE, CARD = "canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111"
+CANARIES = (EMAIL, PHONE, CARD)
+
+
+def _sdk(recorder: Recorder) -> None:
+    """Every free-text argument of the SDK, each canary in turn."""
+    for i, canary in enumerate(CANARIES):
+        with recorder.decision(
+            task_type="short_reply",
+            session_id=canary,
+            deadline_ms=2000,
+            request_id=f"{canary}-sdk-{i}",
+            app_id=canary,
+            app_version=canary,
+            policy_version=canary,
+            device_tier=canary,
+        ) as d:
+            d.device_attempt(
+                level=0, outcome="low_confidence", latency_ms=10, confidence=0.2, threshold=0.7, model=canary
+            )
+            d.cloud_attempt(level=2, outcome="ok", latency_ms=20, model=canary, provider=canary)
+            d.served(fallback_type="quality", reason="low_confidence")
+        recorder.label(f"{canary}-sdk-{i}", device_acceptable=False, labeler=canary)
+
+
+def _litellm(recorder: Recorder) -> None:
+    """The callback's metadata, each canary in every field it reads."""
+    callback = RouterscopeCallback(device_models=["device"], recorder=recorder)
+    previous = litellm.callbacks
+    litellm.callbacks = [callback]
+    try:
+        router = litellm.Router(model_list=MODEL_LIST, num_retries=0, disable_cooldowns=True)
+        for i, canary in enumerate(CANARIES):
+            metadata = {
+                "session_id": canary,
+                "task_type": "short_reply",
+                "request_id": f"{canary}-litellm-{i}",
+                "app_id": canary,
+                "app_version": canary,
+                "device_tier": canary,
+            }
+            router.completion(model="device", messages=MESSAGES, metadata=metadata)
+        assert callback.flush(30)
+        assert callback.stats["recorded"] == 3
+    finally:
+        litellm.callbacks = previous
+
+
+def _produce_file(path) -> None:
+    """A JSON-lines file of valid events with the canaries in their free-text fields."""
+    lines = []
+    for i, canary in enumerate(CANARIES):
+        lines.append(
+            decision(
+                event_id=f"00000000-0000-4000-8000-{i:012d}",
+                request_id=f"{canary}-produce-{i}",
+                session_id=canary,
+                app_id=canary,
+                app_version=canary[:64],
+                policy_version=canary,
+                device_tier=canary[:32],
+                device_model=canary,
+                cloud_model=canary,
+            )
+        )
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    labels = [label(request_id=f"{c}-produce-{i}", labeler=c) for i, c in enumerate(CANARIES)]
+    path.with_suffix(".labels").write_text("\n".join(json.dumps(line) for line in labels) + "\n")
+
+
+@pytest.mark.timeout(240)
+def test_canaries_in_every_free_text_field_reach_no_span_no_message_no_row_and_no_warehouse_file(stack, home, tmp_path):  # noqa: F811
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    emitter = KafkaEmitter(producer_config(stack), home / "spool")
+    recorder = Recorder(Telemetry(emitter, provider))
+    _sdk(recorder)
+    _litellm(recorder)
+    assert recorder.flush(30)
+    recorder.close()
+    events = tmp_path / "events.jsonl"
+    _produce_file(events)
+    for file, topic in ((events, "decisions"), (events.with_suffix(".labels"), "labels")):
+        sent = run_cli("produce", str(file), "--topic", topic, "--quiet", env=clean_env(home))
+        assert sent.returncode == 0, sent.stderr
+
+    spans = repr([(s.name, dict(s.attributes)) for s in exporter.get_finished_spans()])
+    assert spans.count("route short_reply") == 6
+    decisions = consume_all(stack.kafka_bootstrap(), names.TOPIC_DECISIONS, 9)
+    labels = consume_all(stack.kafka_bootstrap(), names.TOPIC_LABELS, 6)
+    kafka = b"".join(
+        (m.key() or b"") + m.value() + b"".join(v for _, v in (m.headers() or [])) for m in decisions + labels
+    )
+    assert kafka.count(b'"event_id"') == 9 and kafka.count(b'"label_id"') == 6
+    result = load(stack, idle_timeout_s=0.5)
+    assert result.loaded["decisions"] == 9 and result.loaded["labels"] == 6
+    assert sum(result.quarantined.values()) == 0
+    with open_warehouse(stack, purpose="test") as client:
+        rows = repr(client.query("SELECT * FROM routerscope.decisions").result_rows)
+        rows += repr(client.query("SELECT * FROM routerscope.labels").result_rows)
+        rows += repr(client.query("SELECT * FROM routerscope.quarantine").result_rows)
+    assert rows.count("redacted-") >= 9 * 6
+    files = b"".join(p.read_bytes() for p in (home / "warehouse").rglob("*") if p.is_file())
+    for canary in CANARIES:
+        for where, text in (("spans", spans), ("rows", rows)):
+            assert canary not in text, f"{canary} in the {where}"
+        assert canary.encode() not in kafka, f"{canary} in Kafka"
+        assert canary.encode() not in files, f"{canary} in the warehouse files"
+        assert canary.replace(" ", "").encode() not in files
