@@ -57,6 +57,8 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).",
     )
+    if detail.get("threshold_change"):  # METRICS.md §6: the band the recommendation moves, and how it fared
+        st.markdown(metric_defaults.threshold_change_text(detail["threshold_change"]).capitalize() + ".")
     st.caption(f"Calibration over the week {start:%Y-%m-%d} → {end:%Y-%m-%d}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         st.warning(
@@ -116,9 +118,9 @@ coverage = group["label_coverage"]
 # (title, metric, its labeled denominator, label coverage key, what the coverage is of)
 FALLBACK_TILES = (
     (
-        "False fallbacks (cloud spend that bought nothing)",
+        "False quality fallbacks (a threshold set too high)",
         "false_fallback",
-        "labeled fallbacks",
+        "labeled quality fallbacks",
         "fallbacks",
         "quality/timeout fallbacks",
     ),
@@ -130,16 +132,17 @@ FALLBACK_TILES = (
         "device-served",
     ),
 )
+# Seed 000: the threshold is judged on quality fallbacks alone (METRICS.md §3 false_fallback_by_type): a
+# timeout fallback whose device answer was fine is a latency problem, not a threshold set too high.
+quality = group["false_fallback_by_type"]["quality"]
+shown = {
+    "false_fallback": (quality["rate"], quality["ci"], quality["labeled"]),
+    "missed_fallback": (group["missed_fallback_rate"], group["missed_fallback_ci"], group["missed_fallback_labeled"]),
+}
 for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
-    column.metric(
-        title,
-        pct(group[f"{kind}_rate"]),
-        help=f"{ci_text(group[f'{kind}_ci'])}; denominator: {group[f'{kind}_labeled']} {denominator}",
-    )
-    column.caption(
-        f"{ci_text(group[f'{kind}_ci'])} · {group[f'{kind}_labeled']} labeled · "
-        f"label coverage {pct(coverage[covered])} of {what}"
-    )
+    rate, ci, labeled = shown[kind]
+    column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
+    column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
 daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
     rows = []
