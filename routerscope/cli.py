@@ -194,8 +194,10 @@ def cmd_alerts(args, settings: Settings) -> int:
             f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) "
             f"since {a.first_seen:%Y-%m-%d %H:%M}{rollback}"
         )
+    evidence = result.rollback_evidence()
     for task_type, signals in result.rollback_recommended().items():
-        print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(signals)})")
+        named = [_evidence(signal, evidence.get(task_type, {}).get(signal, {})) for signal in signals]
+        print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(named)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
     if result.delivery_failures:
@@ -205,6 +207,15 @@ def cmd_alerts(args, settings: Settings) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _evidence(signal: str, latest: dict) -> str:
+    """`degrade_trigger_rate 0.31 [0.18, 0.47] n=36`: a rollback signal's latest value and 95 % interval."""
+    value, interval = latest.get("value"), latest.get("interval")
+    if value is None:
+        return signal
+    text = f"{signal} {value:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    return text + (f" n={latest['n']}" if latest.get("n") is not None else "")
 
 
 def cmd_report(args, settings: Settings) -> int:
