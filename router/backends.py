@@ -276,7 +276,8 @@ class LlamaDevice:
         timed_out = preempted = False
         with self._lock:
             hwm = _reset_peak_rss()
-            rss_peak = _status_kb("VmRSS") or 0.0
+            idle_kb = _status_kb("VmRSS")  # the model loaded, nothing running: the resident memory (seed 003)
+            rss_peak = idle_kb or 0.0
             perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
@@ -323,7 +324,7 @@ class LlamaDevice:
                 return DeviceResult(
                     "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind
                 )
-            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak)
+            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak, idle_kb)
         latency_ms = (time.perf_counter() - started) * 1000
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
@@ -356,8 +357,9 @@ class LlamaDevice:
         except Exception:  # an older binding or a closed context: the rates are then unknown
             return False
 
-    def _stats(self, perf: bool, peak_kb: float) -> dict:
-        """The call's ledger: llama.cpp's own prompt/eval timings, the peak RSS, cold start, thermal state."""
+    def _stats(self, perf: bool, peak_kb: float, resident_kb: float | None = None) -> dict:
+        """The call's ledger: llama.cpp's own prompt/eval timings, the peak RSS, the resident RSS before the
+        call (model loaded, idle), cold start, thermal state."""
         decode = prefill = None
         if perf:
             try:
@@ -376,6 +378,7 @@ class LlamaDevice:
             "prefill_tps": prefill,
             "cold_start": cold,
             "load_ms": self.load_ms if cold else None,
+            "resident_mem_mb": round(resident_kb / 1024, 1) if resident_kb else None,
         }
 
 

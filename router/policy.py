@@ -6,7 +6,8 @@ falls under the percentage, never per request), `full`, or `cloud_only` (rolled 
 capability matrix does not support); the cloud stays the permanent fallback channel in every stage.
 `shadow: [...]` is the short form of `rollout: {task: {stage: shadow}}`. Per task type the review
 inputs of seeds 003/004 live in the capability matrix too: `error_cost` (0–1, missing 0.5),
-`privacy` (strict | redactable | public) and `iteration` (quarterly | monthly | weekly); per device
+`privacy` (strict | redactable | public), `iteration` (quarterly | monthly | weekly) and `streamable`
+(the answer can be streamed or the task run asynchronously; default true); per device
 tier `device_tiers.<tier>.memory_mb`; the stage tracker's limits in `rollout_limits`.
 
 `PolicyStore` hot-reloads it: each decision asks for the current policy; when the file changed
@@ -62,6 +63,7 @@ class Capability:
     error_cost: float | None = None  # seed 004: 0-1, what a wrong answer costs downstream (None: 0.5)
     privacy: str = "public"  # seed 003: strict | redactable | public
     iteration: str = "monthly"  # seed 003: how often the task's model must change: quarterly | monthly | weekly
+    streamable: bool = True  # seed 003: the answer can be streamed or the task run asynchronously
 
     def admits(self, input_tokens: int, output_tokens: int) -> bool:
         return self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens
@@ -209,6 +211,8 @@ def parse(text: str, source: str = "policy") -> Policy:
             or not 0 <= cap.error_cost <= 1
         ):
             raise ConfigError(f"{source}: capabilities.{task_type}.error_cost must be a number in [0, 1]")
+        if not isinstance(cap.streamable, bool):
+            raise ConfigError(f"{source}: capabilities.{task_type}.streamable must be true or false")
         if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
             raise ConfigError(
                 f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "
