@@ -235,6 +235,26 @@ def threshold_change(
     return {"from": current, "to": recommended, "band": band}
 
 
+def comparable_span(push: dict[str, Any], at_least: timedelta = timedelta(hours=1)) -> tuple[datetime, datetime]:
+    """The span just before a policy push, as long as the push's own (first to last event; at least
+    `at_least`): where its baseline is looked for (METRICS.md §9)."""
+    first = datetime.fromisoformat(push["first_event"].replace("Z", "+00:00"))
+    last = datetime.fromisoformat(push["last_event"].replace("Z", "+00:00"))
+    length = max(last - first, at_least)
+    return first - length, first
+
+
+def push_baseline(earlier: dict[str, dict[str, Any]], push_version: str) -> str | None:
+    """The policy version a push is compared with: of the versions in the comparable span before it
+    (`earlier`: §9's by_policy_version over that span), the one that served the most live requests (ties: the
+    later first event), never the push itself; None when no other version served a request there. Not the
+    latest-but-one version seen: a handful of requests under some other version (a live sample, a canary)
+    would stand in for the real baseline."""
+    candidates = [(v["requests"], v["first_event"], name) for name, v in earlier.items() if name != push_version]
+    candidates = [c for c in candidates if c[0] > 0]
+    return max(candidates)[2] if candidates else None
+
+
 def threshold_change_text(change: dict[str, Any] | None) -> str:
     """One sentence for §6's `threshold_change`: "moving 0.70 → 0.50 serves 55 more labeled requests on the
     device; they passed 33 % [21 %, 46 %]"; empty without a change."""

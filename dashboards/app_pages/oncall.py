@@ -40,6 +40,7 @@ def live():
         delta="drifting" if last["l2_l3_drifting"] else None,
         delta_color="inverse",
     )
+    false_by_type(pct)
     st.altair_chart(charts.fallback_rates(df), width="stretch")
     st.altair_chart(charts.share_line(df, "l2_l3_share", "L2+L3 share"), width="stretch")
     st.subheader("Alerts")
@@ -63,6 +64,25 @@ def live():
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
     ingest(fresh)
+
+
+def false_by_type(pct) -> None:
+    """Seed 000: quality and timeout false fallbacks side by side, never mixed (METRICS.md §3), over the latest
+    daily window (labels arrive late: a 5-minute window rarely has any)."""
+    day = data.daily_groups("", days=2)
+    if day.empty:
+        return
+    by_type = day["group"].iloc[-1].get("false_fallback_by_type") or {}
+    parts = [
+        f"{kind} {pct(v.get('rate'))} of {v.get('labeled', 0)} labeled"
+        for kind, v in by_type.items()
+        if v.get("labeled")
+    ]
+    if parts:
+        st.caption(
+            f"False fallbacks on {day['window_start'].iloc[-1]:%Y-%m-%d}: {' · '.join(parts)} "
+            "(quality: a threshold set too high; timeout: a latency problem)"
+        )
 
 
 def _age(t) -> str:

@@ -119,3 +119,31 @@ def test_threshold_change_reads_as_one_sentence(change, text):
     from warehouse.metrics import threshold_change_text
 
     assert threshold_change_text(change) == text
+
+
+def test_a_push_is_compared_with_the_version_that_served_the_traffic_before_it():
+    """METRICS.md §9: the live sample's one request under its own version, first seen later than the real
+    baseline's 4,050, is not the baseline of the push."""
+    from warehouse.metrics import comparable_span, push_baseline
+
+    earlier = {
+        "base": {"requests": 4050, "first_event": "2026-11-29T10:00:00Z"},
+        "live-sample": {"requests": 1, "first_event": "2026-11-29T10:00:05Z"},
+        "push": {"requests": 3, "first_event": "2026-11-29T11:30:00Z"},
+    }
+    assert push_baseline(earlier, "push") == "base"
+    assert push_baseline({"push": earlier["push"]}, "push") is None
+    tie = {
+        "a": {"requests": 5, "first_event": "2026-11-29T10:00:00Z"},
+        "b": {"requests": 5, "first_event": "2026-11-29T10:30:00Z"},
+    }
+    assert push_baseline(tie, "push") == "b"  # ties: the later version
+    from datetime import UTC, datetime
+
+    push = {"first_event": "2026-11-29T11:30:00Z", "last_event": "2026-11-29T13:30:00Z"}
+    assert comparable_span(push) == (
+        datetime(2026, 11, 29, 9, 30, tzinfo=UTC),
+        datetime(2026, 11, 29, 11, 30, tzinfo=UTC),
+    )
+    short = {"first_event": "2026-11-29T11:30:00Z", "last_event": "2026-11-29T11:35:00Z"}
+    assert comparable_span(short)[0] == datetime(2026, 11, 29, 10, 30, tzinfo=UTC)  # at least an hour
