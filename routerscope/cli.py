@@ -288,8 +288,11 @@ def cmd_demo(args, settings: Settings) -> int:
         f"  fallback rate {pct(s['fallback_rate'])} of device-entered "
         f"(the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
     )
+    by_type = s["false_fallback_by_type"]
     print(
-        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
+        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled "
+        f"(quality {pct(by_type['quality']['rate'])} of {by_type['quality']['labeled']}, timeout "
+        f"{pct(by_type['timeout']['rate'])} of {by_type['timeout']['labeled']}); "
         f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}"
     )
     mean_calls = s["cloud_calls_per_session"]["mean"]

@@ -127,6 +127,19 @@ def test_quality_page_lists_checks_and_quarantine(populated):
     assert [m.value for m in app.metric][:1] == [str(len(quality.CHECKS))]
 
 
+def test_quality_page_names_task_types_the_policy_does_not_know(populated):
+    from dashboards import data
+    from tests.events import decision
+    from tests.integration.test_metrics import at, eid
+
+    with open_warehouse(populated) as client:
+        insert(client, [decision(event_id=eid(720), request_id="odd", task_type="mystery_task", event_time=at(3))], [])
+        quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
+    data.clear_caches()
+    app = render("quality.py")
+    assert any("does not know: mystery_task (1 decisions" in w.value for w in app.warning)
+
+
 def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app = render("tuning.py")
     recommended = lambda: next(m.value for m in app.metric if m.label.startswith("Recommended"))  # noqa: E731

@@ -396,10 +396,19 @@ def test_unknown_task_types_are_loaded_and_listed_by_a_warning(warehouse):
     """Decisions of a task type the policy does not know are real traffic: loaded, counted, and named by a
     non-blocking check (the data-quality page lists the names)."""
     dec(warehouse, D(task_type="mystery_task"))
+    raw_rows(
+        warehouse,
+        names.TOPIC_DECISIONS,
+        [
+            decision(event_id=eid(901 + i), request_id=f"odd{i}", event_time=at(12), task_type=t)
+            for i, t in enumerate("bbc")
+        ],
+        first_offset=1,
+    )
     report = quality.run_suites(warehouse, WINDOW, now=NOW)
     (result,) = [r for r in report.results if not r.success]
-    assert (result.check, result.blocking, result.unexpected_count) == ("pipeline.known_task_types", False, 1)
-    assert "mystery_task" in result.observed
+    assert (result.check, result.blocking, result.unexpected_count) == ("pipeline.known_task_types", False, 4)
+    assert sorted(json.loads(result.observed)) == ["b", "c", "mystery_task"]  # each unknown name once
     assert report.blocking_failures == []
     configured = quality.run_suites(warehouse, WINDOW, now=NOW, thresholds=quality.Thresholds(known_task_types=("x",)))
     assert {r.check for r in configured.results if not r.success} == {"pipeline.known_task_types"}

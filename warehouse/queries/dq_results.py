@@ -29,7 +29,7 @@ COLUMNS = (
 LATEST_RUN_SQL = named(
     "dq_latest_run",
     """
-SELECT check_name, suite, blocking, success, unexpected_count, element_count, sample_ids, window_start
+SELECT check_name, suite, blocking, success, unexpected_count, element_count, sample_ids, observed, window_start
 FROM $dq_results
 WHERE (window_start, run_at) IN (
     SELECT window_start, max(run_at) FROM $dq_results GROUP BY window_start ORDER BY window_start DESC LIMIT 1)
