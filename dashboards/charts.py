@@ -316,9 +316,13 @@ STATE_COLOURS = alt.Scale(domain=["closed", "half_open", "open"], range=["#2ca02
 def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
     """Breaker states as bands over [since, until], one row per instance × boundary: each transition
     starts a band in its `to_state` that lasts until the breaker's next transition (or `until`); before
-    its first transition a breaker was in that transition's `from_state`."""
-    df = transitions.sort_values("event_time").copy()
+    its first transition a breaker was in that transition's `from_state`. "Next" is in the breaker's own
+    order, its `seq` (events without one by time), never by timestamp alone: a router clock that steps
+    back would otherwise show a breaker half-open long after it closed."""
+    df = transitions.copy()
     df["lane"] = df["instance_id"] + " · " + df["boundary"]
+    df["order"] = df["seq"].fillna(0) if "seq" in df else 0
+    df = df.sort_values(["lane", "order", "event_time"], kind="stable")
     first = df.groupby("lane", as_index=False).first()
     before = first.assign(
         to_state=first["from_state"],
@@ -326,8 +330,10 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
         trigger="(before the first transition shown)",
         event_time=pd.Timestamp(since),
     )
-    df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "event_time"], kind="stable")
+    before["order"] = -1
+    df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "order", "event_time"], kind="stable")
     df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
+    df["until"] = df[["until", "event_time"]].max(axis=1)  # a clock that stepped back: an empty band
     return (
         alt.Chart(df)
         .mark_bar(height=18)

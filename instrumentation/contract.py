@@ -77,6 +77,7 @@ DEVICE_STATS_MAXIMA: dict[str, float] = {
     "decode_tps": 100_000,
     "prefill_tps": 10_000_000,
     "load_ms": 3_600_000,
+    "resident_mem_mb": 1_048_576,
 }
 _STATS_ITEMS = tuple(DEVICE_STATS_MAXIMA.items())
 

@@ -119,6 +119,8 @@ class DeviceStats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     prefill_tps: NonNegFloat | None = None
     cold_start: bool | UnsetType = UNSET
     load_ms: NonNegFloat | None = None
+    # The runtime's resident memory with the model loaded and idle (seed 003: at most 25 % of the tier's).
+    resident_mem_mb: NonNegFloat | None = None
 
 
 class DecisionEvent(_Event, frozen=True):
@@ -192,6 +194,9 @@ class BreakerEvent(_Event, frozen=True):
     failure_rate: Share
     window_s: Annotated[float, Meta(gt=0)]
     trigger: Annotated[str, Meta(max_length=64)] | None = None
+    # Optional (events from before it stay valid): this breaker's transitions numbered 1, 2, … per
+    # (instance_id, boundary), +1 each, so the timeline chains them in the order they happened.
+    seq: Annotated[int, Meta(ge=1, le=4294967295)] | UnsetType = UNSET
 
 
 EVENT_TYPES = (DecisionEvent, LabelEvent, BreakerEvent)

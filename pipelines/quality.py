@@ -25,7 +25,13 @@ BLOCKING = {
     "pipeline_completeness": ("pipeline.offsets.", "pipeline.quarantine_share"),
 }
 WARNING = {
-    "pipeline_health": ("pipeline.freshness", "pipeline.future_events", "pipeline.volume", "pipeline.label_coverage")
+    "pipeline_health": (
+        "pipeline.freshness",
+        "pipeline.future_events",
+        "pipeline.volume",
+        "pipeline.label_coverage",
+        "pipeline.known_task_types",
+    )
 }
 _THRESHOLDS = Thresholds()
 

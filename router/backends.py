@@ -320,7 +320,8 @@ class LlamaDevice:
         try:
             self._set_deadline(deadline)
             hwm = _reset_peak_rss()
-            rss_peak = _status_kb("VmRSS") or 0.0
+            idle_kb = _status_kb("VmRSS")  # the model loaded, nothing running: the resident memory (seed 003)
+            rss_peak = idle_kb or 0.0
             perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
@@ -371,7 +372,7 @@ class LlamaDevice:
                 return DeviceResult(
                     "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind
                 )
-            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak)
+            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak, idle_kb)
         finally:
             self._set_deadline(None)
             self._lock.release()
@@ -442,8 +443,9 @@ class LlamaDevice:
         except Exception:  # an older binding or a closed context: the rates are then unknown
             return False
 
-    def _stats(self, perf: bool, peak_kb: float) -> dict:
-        """The call's ledger: llama.cpp's own prompt/eval timings, the peak RSS, cold start, thermal state."""
+    def _stats(self, perf: bool, peak_kb: float, resident_kb: float | None = None) -> dict:
+        """The call's ledger: llama.cpp's own prompt/eval timings, the peak RSS, the resident RSS before the
+        call (model loaded, idle), cold start, thermal state."""
         decode = prefill = None
         if perf:
             try:
@@ -462,6 +464,7 @@ class LlamaDevice:
             "prefill_tps": prefill,
             "cold_start": cold,
             "load_ms": self.load_ms if cold else None,
+            "resident_mem_mb": round(resident_kb / 1024, 1) if resident_kb else None,
         }
 
 

@@ -6,8 +6,9 @@ opens. Open: calls are refused until `cooldown_s` has passed, then it is half-op
 goes through; success closes it, failure opens it again. `force_open` opens it at once (a device
 that failed to load or ran out of memory, a cloud p90 spike, a device fallback rate over its limit for
 consecutive windows: the router decides those, see `router.engine`). Every transition calls
-`on_transition` (the router turns it into a breaker event). The clock is injectable so the state
-machine is tested without sleeping.
+`on_transition` (the router turns it into a breaker event), numbered by `seq` (1, 2, … per breaker) so
+that its transitions chain in the order they happened whatever their timestamps or arrival order. The
+clock is injectable so the state machine is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Transition:
     window_s: float
     trigger: str
     at: float
+    seq: int = 1  # this breaker's transitions, numbered from 1 in the order they happened
 
 
 class CircuitBreaker:
@@ -52,6 +54,7 @@ class CircuitBreaker:
         self._state = CLOSED
         self._opened_at = 0.0
         self._trial_out = False
+        self._seq = 0  # transitions so far (under the lock)
         self._lock = threading.Lock()
 
     @property
@@ -114,8 +117,9 @@ class CircuitBreaker:
             self._move(HALF_OPEN, "cooldown_elapsed", now)
 
     def _move(self, to_state: str, trigger: str, now: float) -> None:
+        self._seq += 1
         transition = Transition(
-            self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now
+            self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now, self._seq
         )
         self._state = to_state
         if to_state == OPEN:

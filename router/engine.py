@@ -441,6 +441,7 @@ class Router:
                 failure_rate=min(1.0, max(0.0, t.failure_rate)),
                 window_s=t.window_s,
                 trigger=t.trigger[:64],
+                seq=t.seq,
             )
         )
 
@@ -1021,4 +1022,5 @@ def _device_stats(stats: dict | None) -> DeviceStats | None:
         decode_tps=stats.get("decode_tps"),
         prefill_tps=stats.get("prefill_tps"),
         load_ms=stats.get("load_ms") if stats.get("cold_start") else None,
+        resident_mem_mb=stats.get("resident_mem_mb"),
     )

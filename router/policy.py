@@ -6,7 +6,8 @@ falls under the percentage, never per request), `full`, or `cloud_only` (rolled 
 capability matrix does not support); the cloud stays the permanent fallback channel in every stage.
 `shadow: [...]` is the short form of `rollout: {task: {stage: shadow}}`. Per task type the review
 inputs of seeds 003/004 live in the capability matrix too: `error_cost` (0–1, missing 0.5),
-`privacy` (strict | redactable | public) and `iteration` (quarterly | monthly | weekly); per device
+`privacy` (strict | redactable | public), `iteration` (quarterly | monthly | weekly) and `streamable`
+(the answer can be streamed or the task run asynchronously; default true); per device
 tier `device_tiers.<tier>.memory_mb`; the stage tracker's limits in `rollout_limits`.
 
 `PolicyStore` hot-reloads it: each decision asks for the current policy; when the file changed
@@ -64,6 +65,7 @@ class Capability:
     iteration: str = "monthly"  # seed 003: how often the task's model must change: quarterly | monthly | weekly
     tools: tuple[str, ...] | None = None  # seed 000 "仅限白名单内工具": the tools the device may call (None: any)
     single_file: bool = False  # seed 000 "单文件片段可,跨文件上下文不可": a context of one file at most
+    streamable: bool = True  # seed 003: the answer can be streamed or the task run asynchronously
 
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
@@ -228,6 +230,8 @@ def parse(text: str, source: str = "policy") -> Policy:
             cap = replace(cap, tools=tuple(cap.tools))
         if not isinstance(cap.single_file, bool):
             raise ConfigError(f"{source}: capabilities.{task_type}.single_file must be true or false")
+        if not isinstance(cap.streamable, bool):
+            raise ConfigError(f"{source}: capabilities.{task_type}.streamable must be true or false")
         if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
             raise ConfigError(
                 f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "

@@ -274,8 +274,10 @@ def cmd_alerts(args, settings: Settings) -> int:
             f"  {new}FIRING [{a.severity}] {a.summary} ({a.task_type or 'overall'}) "
             f"since {a.first_seen:%Y-%m-%d %H:%M}{rollback}"
         )
+    evidence = result.rollback_evidence()
     for task_type, signals in result.rollback_recommended().items():
-        print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(signals)})")
+        named = [_evidence(signal, evidence.get(task_type, {}).get(signal, {})) for signal in signals]
+        print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(named)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
     if result.delivery_failures:
@@ -285,6 +287,15 @@ def cmd_alerts(args, settings: Settings) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _evidence(signal: str, latest: dict) -> str:
+    """`degrade_trigger_rate 0.31 [0.18, 0.47] n=36`: a rollback signal's latest value and 95 % interval."""
+    value, interval = latest.get("value"), latest.get("interval")
+    if value is None:
+        return signal
+    text = f"{signal} {value:.2f}" + (f" [{interval[0]:.2f}, {interval[1]:.2f}]" if interval else "")
+    return text + (f" n={latest['n']}" if latest.get("n") is not None else "")
 
 
 def cmd_report(args, settings: Settings) -> int:
@@ -357,8 +368,11 @@ def cmd_demo(args, settings: Settings) -> int:
         f"  fallback rate {pct(s['fallback_rate'])} of device-entered "
         f"(the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
     )
+    by_type = s["false_fallback_by_type"]
     print(
-        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled; "
+        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled "
+        f"(quality {pct(by_type['quality']['rate'])} of {by_type['quality']['labeled']}, timeout "
+        f"{pct(by_type['timeout']['rate'])} of {by_type['timeout']['labeled']}); "
         f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}"
     )
     mean_calls = s["cloud_calls_per_session"]["mean"]

@@ -35,14 +35,31 @@ ROWS = (
         "false fallbacks",
         lambda g: f"{_pct(g['false_fallback_rate'])}{_ci(g['false_fallback_ci'])} of {g['false_fallback_labeled']}",
     ),
+    # seed 000: never mixed — quality (the threshold) and timeout (latency) apart
+    *(
+        (
+            f"  {kind} (labeled)",
+            lambda g, kind=kind: (
+                f"{_pct(g['false_fallback_by_type'][kind]['rate'])}{_ci(g['false_fallback_by_type'][kind]['ci'])} "
+                f"of {g['false_fallback_by_type'][kind]['labeled']}"
+            ),
+        )
+        for kind in ("quality", "timeout")
+    ),
     (
         "missed fallbacks",
         lambda g: f"{_pct(g['missed_fallback_rate'])}{_ci(g['missed_fallback_ci'])} of {g['missed_fallback_labeled']}",
     ),
-    ("route accuracy", lambda g: f"{_pct(g['route_accuracy'])} of {g.get('route_labeled', 0)}"),
+    (
+        "route accuracy",
+        lambda g: f"{_pct(g['route_accuracy'])}{_ci(g['route_accuracy_ci'])} of {g.get('route_labeled', 0)}",
+    ),
     (
         "offload failure / degrade trigger",
-        lambda g: f"{_pct(g.get('offload_failure_rate'))} / {_pct(g.get('degrade_trigger_rate'))}",
+        lambda g: (
+            f"{_pct(g.get('offload_failure_rate'))}{_ci(g['offload_failure_ci'])} / "
+            f"{_pct(g.get('degrade_trigger_rate'))}{_ci(g['degrade_trigger_ci'])}"
+        ),
     ),
     (
         "cloud calls/session mean p50 p95",

@@ -64,7 +64,15 @@ def _num(v, digits: int = 1) -> str:
 
 def render(kind: str, report: dict[str, Any]) -> str:
     w = report["window"]
-    lines = [f"review window {w['start']} → {w['end']} ({w['days']:g} day{'' if w['days'] == 1 else 's'}, live events)"]
+    observed = (
+        f"; live events in {24 * w['days_observed']:g} hours: per-day figures over {w['days_observed']:.3g} days"
+        if w.get("days_observed") is not None
+        else ""
+    )
+    lines = [
+        f"review window {w['start']} → {w['end']} ({w['days']:g} day{'' if w['days'] == 1 else 's'}, "
+        f"live events{observed})"
+    ]
     rows = report["task_types"]
     if not rows:
         return "\n".join(lines + ["  no task types with live events in the window"])
@@ -89,16 +97,18 @@ def render(kind: str, report: dict[str, Any]) -> str:
             g = r["gates"]
             side = beside.get(t) or {}
             flag = "  ← the seeds disagree" if side.get("disagree") else ""
+            score = "  —" if r["score_003"] is None else f"{r['score_003']:>3}"
             lines.append(
                 f"  {t:<18} {g['gate_memory']['status']:>8} {g['gate_duration']['status']:>9} "
-                f"{g['gate_quality']['status']:>8} {r['score_003']:>3}/30  {r['verdict']} / "
+                f"{g['gate_quality']['status']:>8} {score}/30  {r['verdict']} / "
                 f"{side.get('grading_tier') or '—'}{flag}"
             )
             if r["reasons"]:
                 lines.append(f"  {'':<18}   because: {', '.join(r['reasons'])}")
         lines.append(
-            "  gates (seed 003): peak memory <= 40 % of the smallest tier, device p95 <= 10 s, missed <= 3 % "
-            "with >= 90 % of bad answers caught; then a score >= 12 of 30"
+            "  seed 003: first the token screen (p50 input + output <= 400 tokens, else not scored); gates: peak "
+            "memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s and streamable or "
+            "asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 of 30"
         )
     else:
         samples = report.get("divergence_samples") or {}

@@ -24,10 +24,12 @@ from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 
 LEVEL_KEYS = ("L0", "L1", "L2", "L3", "L4")
+JUDGED_FALLBACK_TYPES = ("quality", "timeout")  # §3: the fallbacks that left a device answer to judge
 # The tunable inputs, defined once (the metric assets, `routerscope metrics` and the demo use these).
 DEFAULT_BASELINE_DAYS = 7.0  # L2/L3 drift baseline: the days before the window
 DEFAULT_TARGET = 0.95  # threshold recommender: target pass rate
 DEFAULT_MIN_N = 30  # threshold recommender: minimum events behind a recommended threshold
+DEFAULT_LOCAL_FLOOR = 0.85  # threshold recommender: calibrated pass rate required at the cut itself
 
 
 def iso(t: datetime) -> str:
@@ -38,6 +40,15 @@ def iso(t: datetime) -> str:
 
 def _float(value) -> float | None:
     return None if value is None else float(value)
+
+
+def by_type(false_fallbacks: int, labeled: int) -> dict[str, Any]:
+    """§3 `false_fallback_by_type.<type>`: the false-fallback share of one fallback type's labeled fallbacks."""
+    return {
+        "rate": stats.ratio(false_fallbacks, labeled),
+        "labeled": labeled,
+        "ci": stats.wilson(false_fallbacks, labeled),
+    }
 
 
 def empty_group() -> dict[str, Any]:
@@ -60,10 +71,14 @@ def empty_group() -> dict[str, Any]:
         "missed_fallback_labeled": 0,
         "missed_fallback_ci": None,
         "route_accuracy": None,
+        "false_fallback_by_type": {t: by_type(0, 0) for t in JUDGED_FALLBACK_TYPES},
         "route_labeled": 0,
+        "route_accuracy_ci": None,
         "device_attempts": 0,
         "offload_failure_rate": None,
+        "offload_failure_ci": None,
         "degrade_trigger_rate": None,
+        "degrade_trigger_ci": None,
         "by_policy_version": {},
         "label_coverage": {"fallbacks": None, "device_served": None},
         "cloud_calls_per_session": {"mean": None, "p50": None, "p95": None},
@@ -121,8 +136,15 @@ def _group(
             "device_attempts",
         ):
             g[key] = int(row[key])
-        g["offload_failure_rate"] = stats.ratio(row["offload_failures"], row["device_attempts"])
-        g["degrade_trigger_rate"] = stats.ratio(row["degrade_triggered"], row["device_entered"])
+        # §3b: each rollback signal with its Wilson interval over its own denominator
+        for key, hits, n in (
+            ("offload_failure", "offload_failures", "device_attempts"),
+            ("degrade_trigger", "degrade_triggered", "device_entered"),
+            ("route_accuracy", "route_correct", "route_labeled"),
+        ):
+            rate_key = key if key == "route_accuracy" else f"{key}_rate"
+            g[rate_key] = stats.ratio(row[hits], row[n])
+            g[f"{key}_ci"] = stats.wilson(int(row[hits]), int(row[n]))
         for key in (
             "fallback_rate",
             "quality_fallback_rate",
@@ -138,7 +160,10 @@ def _group(
         g["false_fallback_ci"] = stats.wilson(int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
         g["missed_fallback_rate"] = stats.ratio(row["missed_fallbacks"], row["missed_fallback_labeled"])
         g["missed_fallback_ci"] = stats.wilson(int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
-        g["route_accuracy"] = stats.ratio(row["route_correct"], row["route_labeled"])
+        g["false_fallback_by_type"] = {
+            t: by_type(int(row[f"{t}_false_fallbacks"]), int(row[f"{t}_false_fallback_labeled"]))
+            for t in JUDGED_FALLBACK_TYPES
+        }
         g["label_coverage"] = {
             "fallbacks": stats.ratio(row["false_fallback_labeled"], row["judged_fallbacks"]),
             "device_served": stats.ratio(row["missed_fallback_labeled"], row["device_served_count"]),
@@ -194,6 +219,63 @@ def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | N
     return max(below) if below else None
 
 
+def local_pass_rate(blocks: list[tuple[float, int, int]], fitted: list[float], c: float | None) -> float | None:
+    """METRICS.md §6: the calibrated pass rate *at* confidence `c`: the fitted value (pool-adjacent-violators,
+    `stats.isotonic_blocks`) of the block with the smallest confidence >= c; null without one (or for c null)."""
+    if c is None:
+        return None
+    return next((value for (confidence, _, _), value in zip(blocks, fitted) if confidence >= c), None)
+
+
+def threshold_change(
+    blocks: list[tuple[float, int, int]], current: float | None, recommended: float | None
+) -> dict[str, Any] | None:
+    """METRICS.md §6: the labeled events the move from the current to the recommended threshold would move
+    between device and cloud (confidence in [low, high)), and how they fared; null when there is no move."""
+    if current is None or recommended is None or current == recommended:
+        return None
+    low, high = min(current, recommended), max(current, recommended)
+    n = sum(k for c, k, _ in blocks if low <= c < high)
+    passed = sum(p for c, _, p in blocks if low <= c < high)
+    band = {"low": low, "high": high, "n": n, "pass_rate": stats.ratio(passed, n), "ci": stats.wilson(passed, n)}
+    return {"from": current, "to": recommended, "band": band}
+
+
+def comparable_span(push: dict[str, Any], at_least: timedelta = timedelta(hours=1)) -> tuple[datetime, datetime]:
+    """The span just before a policy push, as long as the push's own (first to last event; at least
+    `at_least`): where its baseline is looked for (METRICS.md §9)."""
+    first = datetime.fromisoformat(push["first_event"].replace("Z", "+00:00"))
+    last = datetime.fromisoformat(push["last_event"].replace("Z", "+00:00"))
+    length = max(last - first, at_least)
+    return first - length, first
+
+
+def push_baseline(earlier: dict[str, dict[str, Any]], push_version: str) -> str | None:
+    """The policy version a push is compared with: of the versions in the comparable span before it
+    (`earlier`: §9's by_policy_version over that span), the one that served the most live requests (ties: the
+    later first event), never the push itself; None when no other version served a request there. Not the
+    latest-but-one version seen: a handful of requests under some other version (a live sample, a canary)
+    would stand in for the real baseline."""
+    candidates = [(v["requests"], v["first_event"], name) for name, v in earlier.items() if name != push_version]
+    candidates = [c for c in candidates if c[0] > 0]
+    return max(candidates)[2] if candidates else None
+
+
+def threshold_change_text(change: dict[str, Any] | None) -> str:
+    """One sentence for §6's `threshold_change`: "moving 0.70 → 0.50 serves 55 more labeled requests on the
+    device; they passed 33 % [21 %, 46 %]"; empty without a change."""
+    if not change:
+        return ""
+    band = change["band"]
+    move = "serves" if change["to"] < change["from"] else "sends"
+    where = "more labeled requests on the device" if move == "serves" else "labeled requests to the cloud instead"
+    text = f"moving {change['from']:.2f} → {change['to']:.2f} {move} {band['n']} {where}"
+    if not band["n"]:
+        return text + " (no labeled request lies between the two thresholds)"
+    low, high = band["ci"]
+    return text + f"; they passed {100 * band['pass_rate']:.0f} % [{100 * low:.0f} %, {100 * high:.0f} %]"
+
+
 def calibration(
     client,
     window: QueryWindow,
@@ -201,9 +283,14 @@ def calibration(
     min_n: int,
     edges: tuple[float, ...] = label_queries.DEFAULT_EDGES,
     window_table: str | None = None,
+    local_floor: float = DEFAULT_LOCAL_FLOOR,
 ) -> dict[str, Any]:
     """METRICS.md §6, per task type that has labeled device attempts with a confidence (read from
-    `window_table`, the metric set's materialized window, when given)."""
+    `window_table`, the metric set's materialized window; without one, the window is materialized here)."""
+    if window_table is None:
+        with decision_queries.materialized_window(client, window):
+            return calibration(client, window, target, min_n, edges, decision_queries.WINDOW_TABLE, local_floor)
+    blocks_by_type = label_queries.confidence_blocks(client, window_table)
     found: dict[str, Any] = {}
     for cal in label_queries.calibration(client, window, edges, window_table=window_table):
         total = sum(cal.bucket_n)
@@ -223,12 +310,23 @@ def calibration(
                     "pass_rate": pass_rate,
                 }
             )
+        blocks = blocks_by_type.get(cal.task_type, [])
+        fitted = stats.isotonic_blocks(blocks)
+
+        def local(c, blocks=blocks, fitted=fitted):
+            return local_pass_rate(blocks, fitted, c)
+
         floor = evidence_floor(cal.min_confidence, [c for c, _, _ in cal.grid])
+        # the cumulative pass rate of what the device would serve, and the requests right at the cut pass too
         recommended = next(
             (
                 c
                 for c, n, passed in cal.grid
-                if floor is not None and c >= floor and n >= min_n and passed / n >= target
+                if floor is not None
+                and c >= floor
+                and n >= min_n
+                and passed / n >= target
+                and (local(c) or 0.0) >= local_floor
             ),
             None,
         )
@@ -241,6 +339,10 @@ def calibration(
             "current_threshold": cal.current_threshold,
             "target": target,
             "min_n": min_n,
+            "local_floor": local_floor,
+            "local_pass_rate_at_recommended": local(recommended),
+            "local_pass_rate_at_current": local(cal.current_threshold),
+            "threshold_change": threshold_change(blocks, cal.current_threshold, recommended),
         }
     return found
 
@@ -253,6 +355,7 @@ def compute(
     baseline_days: float = DEFAULT_BASELINE_DAYS,
     target: float = DEFAULT_TARGET,
     min_n: int = DEFAULT_MIN_N,
+    local_floor: float = DEFAULT_LOCAL_FLOOR,
 ) -> dict[str, Any]:
     """Every metric of METRICS.md for [start, end), overall and per task type."""
     window = QueryWindow(start, end)
@@ -265,7 +368,9 @@ def compute(
         shadow = decision_queries.shadow_by_input_length(client)
         versions = decision_queries.by_policy_version(client)
         latency = decision_queries.latency_by_side_and_network(client)
-        calibrated = calibration(client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE)
+        calibrated = calibration(
+            client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE, local_floor=local_floor
+        )
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
         ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {

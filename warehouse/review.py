@@ -23,6 +23,8 @@ VETO_ERROR_COST = 0.7  # seed 004 §2: "错误代价是唯一否决项", decided
 DEFAULT_ERROR_COST = 0.5
 OFFLOAD_SCORE, SHADOW_SCORE = 0.75, 0.5
 MEMORY_SHARE = 0.4  # seed 003: peak <= 40 % of the smallest tier's memory
+RESIDENT_SHARE = 0.25  # seed 003: resident (model loaded, idle) <= 25 % of it
+TOKEN_SCREEN = 400  # seed 003: p50 of input + output tokens over 400 is screened out before any gate
 DURATION_MS = 10_000  # seed 003: one inference <= 10 s
 MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9  # seed 003: loss <= 3 %, >= 90 % of failures caught automatically
 READY_SCORE = 12  # seed 003: weighted score >= 12 of 30
@@ -111,29 +113,51 @@ def factors(
 
 def gates(
     *,
-    peak_by_tier: dict[str, float | None],
+    memory_by_tier: dict[str, dict[str, float | None]],
     tier_memory_mb: dict[str, float],
     device_p95_ms: float | None,
+    streamable: bool,
     missed_fallback_rate: float | None,
     auto_detected: float | None,
 ) -> dict[str, dict]:
-    """Seed 003's three hard gates, each `pass` / `fail` / `unknown` (no data) with its value and limit."""
-    measured = {t: p for t, p in peak_by_tier.items() if p is not None and t in tier_memory_mb}
+    """Seed 003's three hard gates, each `pass` / `fail` / `unknown` (no data) with its values and limits.
+
+    `memory_by_tier`: tier → {"peak": the max of the per-request peaks, "resident": the max resident memory
+    with the model loaded and idle}; the gate reads the tier with the smallest memory that has data: peak
+    <= 40 % and resident <= 25 % of its memory ("常驻 ≤ 25%、峰值 ≤ 40%"). A failing part fails the gate; a
+    part without data leaves it unknown. Duration: p95 <= 10 s and the task streamable or asynchronous."""
+    measured = {
+        t: m
+        for t, m in memory_by_tier.items()
+        if t in tier_memory_mb and (m.get("peak") is not None or m.get("resident") is not None)
+    }
     if measured:
         tier = min(measured, key=lambda t: (tier_memory_mb[t], t))
-        limit = MEMORY_SHARE * tier_memory_mb[tier]
+        peak, resident = measured[tier].get("peak"), measured[tier].get("resident")
+        limit, resident_limit = MEMORY_SHARE * tier_memory_mb[tier], RESIDENT_SHARE * tier_memory_mb[tier]
+        parts = [None if peak is None else peak <= limit, None if resident is None else resident <= resident_limit]
         memory = {
-            "status": "pass" if measured[tier] <= limit else "fail",
+            "status": _status(parts),
             "tier": tier,
-            "value": measured[tier],
+            "value": peak,
             "limit": limit,
+            "resident": resident,
+            "resident_limit": resident_limit,
         }
     else:
-        memory = {"status": "unknown", "tier": None, "value": None, "limit": None}
+        memory = {
+            "status": "unknown",
+            "tier": None,
+            "value": None,
+            "limit": None,
+            "resident": None,
+            "resident_limit": None,
+        }
     duration = {
-        "status": "unknown" if device_p95_ms is None else "pass" if device_p95_ms <= DURATION_MS else "fail",
+        "status": _status([None if device_p95_ms is None else device_p95_ms <= DURATION_MS, streamable]),
         "value": device_p95_ms,
         "limit": DURATION_MS,
+        "streamable": streamable,
     }
     if missed_fallback_rate is None or auto_detected is None:
         quality = "unknown"
@@ -152,13 +176,41 @@ def gates(
     }
 
 
-def readiness(gate_results: dict[str, dict], factor_results: dict[str, dict]) -> dict[str, Any]:
-    """`ready` when every gate passes and the weighted score reaches 12 of 30; otherwise the reasons."""
+def _status(parts: list[bool | None]) -> str:
+    """A gate of several conditions: `fail` when one fails, else `unknown` when one has no data, else `pass`."""
+    if any(p is False for p in parts):
+        return "fail"
+    return "unknown" if any(p is None for p in parts) else "pass"
+
+
+def token_screen(token_budget_p50: float | None) -> dict[str, Any]:
+    """Seed 003's coarse screen ("落地建议" 1): a p50 of input + output tokens over 400 is `not_ready` before
+    any gate or score is considered; without data the screen does not apply."""
+    status = "unknown" if token_budget_p50 is None else "pass" if token_budget_p50 <= TOKEN_SCREEN else "fail"
+    return {"status": status, "value": token_budget_p50, "limit": TOKEN_SCREEN}
+
+
+def readiness(
+    gate_results: dict[str, dict], factor_results: dict[str, dict], screen: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`ready` when the token screen lets the task type through, every gate passes and the weighted score
+    reaches 12 of 30; otherwise the reasons. A task type the screen stops is not scored (`score_003` null)."""
+    screen = screen or token_screen(None)
+    if screen["status"] == "fail":
+        return {
+            "token_screen": screen,
+            "gates": gate_results,
+            "factors": factor_results,
+            "score_003": None,
+            "verdict": "not_ready",
+            "reasons": [f"token_screen (p50 {screen['value']:g} > {screen['limit']} tokens)"],
+        }
     score = sum(f["points"] * f["weight"] for f in factor_results.values())
     reasons = [f"{name} {g['status']}" for name, g in gate_results.items() if g["status"] != "pass"]
     if score < READY_SCORE:
         reasons.append(f"score_003 {score} < {READY_SCORE}")
     return {
+        "token_screen": screen,
         "gates": gate_results,
         "factors": factor_results,
         "score_003": score,
@@ -252,21 +304,26 @@ def review_window(client, days: float, end: datetime | None = None) -> QueryWind
     return QueryWindow(end - timedelta(days=days), end)
 
 
-def _window(window: QueryWindow, days: float) -> dict[str, Any]:
-    return {"start": iso(window.start), "end": iso(window.end), "days": days}
+def _window(window: QueryWindow, days: float, observed: float | None = None) -> dict[str, Any]:
+    """The report's window; `days_observed` (§12: hours with live events / 24) where per-day figures use it."""
+    out = {"start": iso(window.start), "end": iso(window.end), "days": days}
+    if observed is not None:
+        out["days_observed"] = observed
+    return out
 
 
 def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
     """METRICS.md §12 per task type with live events in the window. `rows`: `task_review`'s, when the
     caller already read them (grading and readiness side by side read them once)."""
     days = (window.end - window.start).total_seconds() / 86400
+    observed = review_queries.days_observed(client, window)
     rows = review_queries.task_review(client, window) if rows is None else rows
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
         groups = r["determinism_groups"]
         determinism = r["determinism_agreeing"] / groups if groups else None
-        daily = r["requests"] / days
+        daily = r["requests"] / observed  # a task type with live events: observed > 0
         g = grade(
             float(r["input_p50"]), float(r["input_p95"]), daily, determinism, policy.capability(task_type).error_cost
         )
@@ -277,12 +334,13 @@ def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | Non
             "determinism_groups": groups,
             **g,
         }
-    return {"window": _window(window, days), "task_types": out}
+    return {"window": _window(window, days, observed), "task_types": out}
 
 
 def readiness_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
     """METRICS.md §13 per task type with live events in the window (`rows`: as in `grading_report`)."""
     days = (window.end - window.start).total_seconds() / 86400
+    observed = review_queries.days_observed(client, window)
     rows = review_queries.task_review(client, window) if rows is None else rows
     memory = {t: float(v["memory_mb"]) for t, v in policy.device_tiers.items()}
     out = {}
@@ -292,23 +350,25 @@ def readiness_report(client, policy: Policy, window: QueryWindow, rows: dict | N
         missed = ratio(int(r["missed_fallbacks"]), int(r["missed_fallback_labeled"]))
         caught, missed_n = int(r["caught_bad"]), int(r["missed_fallbacks"])
         g = gates(
-            peak_by_tier={t: v["p95"] for t, v in r["peak_by_tier"].items()},
+            memory_by_tier={t: {"peak": v["max"], "resident": v["resident_max"]} for t, v in r["peak_by_tier"].items()},
             tier_memory_mb=memory,
             device_p95_ms=r["device_p95_ms"],
+            streamable=cap.streamable,
             missed_fallback_rate=missed,
             auto_detected=ratio(caught, caught + missed_n),
         )
+        budget = float(r["token_budget_p50"])
         f = factors(
-            calls_per_session_day=r["requests"] / r["sessions"] / days if r["sessions"] else None,
-            token_budget_p50=float(r["token_budget_p50"]),
+            calls_per_session_day=r["requests"] / r["sessions"] / observed if r["sessions"] else None,
+            token_budget_p50=budget,
             privacy=cap.privacy,
             has_validator=cap.validator is not None,
             error_cost=cap.error_cost,
             weak_network_share=float(r["weak_network_share"]),
             iteration=cap.iteration,
         )
-        out[task_type] = readiness(g, f)
-    return {"window": _window(window, days), "task_types": out}
+        out[task_type] = readiness(g, f, token_screen(budget))
+    return {"window": _window(window, days, observed), "task_types": out}
 
 
 def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, dict[str, Any]]:

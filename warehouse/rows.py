@@ -70,6 +70,7 @@ DECISION_COLUMNS = (
     "device_load_ms",
     "all_cloud_cost_usd",
     "rollout_stage",
+    "device_resident_mem_mb",  # contract v2, optional (migration 0016)
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",
@@ -100,6 +101,7 @@ BREAKER_COLUMNS = (
     "failure_rate",
     "window_s",
     "trigger",
+    "seq",  # optional (migration 0016): NULL for events from before it
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",
@@ -176,6 +178,7 @@ def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], of
         *_device_stats(stats),
         _opt([e.all_cloud_cost_usd for e in events]),
         _opt([e.rollout_stage for e in events]),
+        [None if s is None else s.resident_mem_mb for s in stats],
         *_lineage(topic, partitions, offsets),
     ]
 
@@ -220,6 +223,7 @@ def breaker_columns(events: Sequence, topic: str, partitions: Sequence[int], off
         [e.failure_rate for e in events],
         [e.window_s for e in events],
         [e.trigger for e in events],
+        _opt([e.seq for e in events]),
         *_lineage(topic, partitions, offsets),
     ]
 

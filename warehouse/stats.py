@@ -68,3 +68,22 @@ def drifting(delta_pp: float | None, z: float | None, psi_value: float | None) -
     if delta_pp is None or delta_pp <= 0:
         return False
     return (z is not None and z >= DRIFT_Z) or (psi_value is not None and psi_value >= DRIFT_PSI)
+
+
+def isotonic_blocks(blocks: Sequence[tuple[float, int, int]]) -> list[float]:
+    """METRICS.md §6: the non-decreasing step function fitted to pass rates by pool-adjacent-violators.
+
+    `blocks`: (confidence, n, passed), confidence ascending, one block per distinct confidence. While a
+    block's pass rate is below its left neighbour's, the two merge into one block with the weighted mean
+    (their summed passes over their summed n); repeat. Returns the fitted value at each input block."""
+    pooled: list[list[int]] = []  # [passed, n, blocks merged]
+    for _, n, passed in blocks:
+        pooled.append([passed, n, 1])
+        # passed_b / n_b < passed_a / n_a, compared in integers (exact)
+        while len(pooled) > 1 and pooled[-1][0] * pooled[-2][1] < pooled[-2][0] * pooled[-1][1]:
+            p2, n2, k2 = pooled.pop()
+            pooled[-1] = [pooled[-1][0] + p2, pooled[-1][1] + n2, pooled[-1][2] + k2]
+    fitted: list[float] = []
+    for passed, n, merged in pooled:
+        fitted += [passed / n] * merged
+    return fitted

@@ -150,6 +150,7 @@ def live():
     st.subheader("Latest window")
     st.caption(f"{last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes), the newest with traffic in the range")
     tiles(last)
+    false_by_type(charts.pct)
     st.altair_chart(charts.with_incidents(charts.fallback_rates(overall), incidents), width="stretch")
     st.markdown("**What users got**: fallbacks by type and the canned-answer share")
     st.altair_chart(charts.with_incidents(charts.fallback_by_type(overall), incidents), width="stretch")
@@ -173,6 +174,25 @@ def live():
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
     ingest(data.freshness())
+
+
+def false_by_type(pct) -> None:
+    """Seed 000: quality and timeout false fallbacks side by side, never mixed (METRICS.md §3), over the latest
+    daily window (labels arrive late: a 5-minute window rarely has any)."""
+    day = data.daily_groups("", days=2)
+    if day.empty:
+        return
+    by_type = day["group"].iloc[-1].get("false_fallback_by_type") or {}
+    parts = [
+        f"{kind} {pct(v.get('rate'))} of {v.get('labeled', 0)} labeled"
+        for kind, v in by_type.items()
+        if v.get("labeled")
+    ]
+    if parts:
+        st.caption(
+            f"False fallbacks on {day['window_start'].iloc[-1]:%Y-%m-%d}: {' · '.join(parts)} "
+            "(quality: a threshold set too high; timeout: a latency problem)"
+        )
 
 
 def _age(t) -> str:

@@ -1,6 +1,8 @@
 """Data quality: the latest check results, quarantine counts and a sample with the broken rules,
 schema versions, freshness."""
 
+import json
+
 import streamlit as st
 
 from dashboards import data, timerange
@@ -24,6 +26,13 @@ else:
     if len(events) and (events["observed"] == SKIPPED).all():
         st.warning("Every check of the events was skipped: the run's window held none. This is not an all-clear.")
     st.dataframe(dq, hide_index=True, width="stretch")
+    unknown = failed[failed["check_name"] == "pipeline.known_task_types"]
+    if not unknown.empty:  # real traffic, loaded and counted, that no policy setting applies to
+        names = ", ".join(json.loads(unknown.iloc[0]["observed"] or "[]"))
+        st.warning(
+            f"Decisions of task types the routing policy does not know: {names} "
+            f"({int(unknown.iloc[0]['unexpected_count'])} decisions; loaded and counted, no threshold applies)"
+        )
 st.subheader("Quarantine")
 st.caption("Messages the loader refused in the time range, with the rules they broke.")
 counts = data.quarantine_counts(rng.start, rng.end)

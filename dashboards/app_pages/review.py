@@ -129,7 +129,9 @@ else:
                 "error cost": g.get("error_cost"),
                 "determinism": g.get("determinism"),
                 "input p95": (g.get("input_tokens") or {}).get("p95"),
+                "calls / day": g.get("daily_calls"),
                 "readiness": q.get("verdict"),
+                "token screen": (q.get("token_screen") or {}).get("status"),
                 "score (003)": q.get("score_003"),
                 "memory gate": status["memory"],
                 "duration gate": status["duration"],
@@ -138,6 +140,13 @@ else:
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    observed = r["grading"]["window"].get("days_observed")
+    if observed is not None:  # METRICS.md §12: per-day figures over the span the data covers
+        st.caption(
+            f"Per-day figures divide by {observed:.3g} days observed ({24 * observed:g} hours with live events), "
+            "not by the window's nominal length. A task type over 400 tokens (p50 input + output) is stopped by "
+            "seed 003's token screen before any gate or score."
+        )
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:
         st.caption(f"Vetoed by error cost before any score (seed 004 §2): {', '.join(vetoed)}")

@@ -70,6 +70,8 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).",
     )
+    if detail.get("threshold_change"):  # METRICS.md §6: the band the recommendation moves, and how it fared
+        st.markdown(metric_defaults.threshold_change_text(detail["threshold_change"]).capitalize() + ".")
     st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         worse = ", ".join(
@@ -124,12 +126,26 @@ else:
 # -- the latest policy push, before and after (METRICS.md §9) ------------------------------------------
 st.header("Policy versions")
 versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])
-if len(versions) < 2:
-    st.caption(f"One policy version in the range ({versions[0][0] if versions else 'none'}): no push to compare.")
+# the push against the version that served most of this task type's traffic in as long a span just before it
+# (METRICS.md §9); when no other version served it there, in the week before the push
+after_v, after = versions[-1] if versions else (None, None)
+before_v = None
+if after:
+    span_start, span_end = metric_defaults.comparable_span(after)
+    earlier = (data.period_metrics(span_start, span_end)["by_task_type"].get(task_type) or {}).get("by_policy_version")
+    where = f"in as long a span just before the push ({span_start:%Y-%m-%d %H:%M} → {span_end:%H:%M} UTC)"
+    before_v = metric_defaults.push_baseline(earlier or {}, after_v)
+    if before_v is None:
+        earlier = {v: d for v, d in versions if d["first_event"] < after["first_event"]}
+        where = "in the range before the push"
+        before_v = metric_defaults.push_baseline(earlier, after_v)
+if before_v is None:
+    st.caption(f"One policy version in the range ({after_v or 'none'}): no push to compare.")
 else:
-    (before_v, before), (after_v, after) = versions[-2], versions[-1]
+    before = earlier[before_v]
     st.caption(
-        f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type."
+        f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type. "
+        f"Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
     )
     rows = []
     for key, label in (
@@ -164,9 +180,9 @@ coverage = group["label_coverage"]
 # (title, metric, its labeled denominator, label coverage key, what the coverage is of)
 FALLBACK_TILES = (
     (
-        "False fallbacks (cloud spend that bought nothing)",
+        "False quality fallbacks (a threshold set too high)",
         "false_fallback",
-        "labeled fallbacks",
+        "labeled quality fallbacks",
         "fallbacks",
         "quality/timeout fallbacks",
     ),
@@ -178,15 +194,23 @@ FALLBACK_TILES = (
         "device-served",
     ),
 )
+# Seed 000: the threshold is judged on quality fallbacks alone (METRICS.md §3 false_fallback_by_type): a
+# timeout fallback whose device answer was fine is a latency problem, not a threshold set too high.
+quality = group["false_fallback_by_type"]["quality"]
+shown = {
+    "false_fallback": (quality["rate"], quality["ci"], quality["labeled"]),
+    "missed_fallback": (group["missed_fallback_rate"], group["missed_fallback_ci"], group["missed_fallback_labeled"]),
+}
 for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
-    column.metric(
-        title,
-        pct(group[f"{kind}_rate"]),
-        help=f"{ci_text(group[f'{kind}_ci'])}; denominator: {group[f'{kind}_labeled']} {denominator}",
-    )
-    column.caption(
-        f"{ci_text(group[f'{kind}_ci'])} · {group[f'{kind}_labeled']} labeled · "
-        f"label coverage {pct(coverage[covered])} of {what}"
+    rate, ci, labeled = shown[kind]
+    column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
+    column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
+timeout = group["false_fallback_by_type"]["timeout"]
+if timeout["labeled"]:
+    st.caption(
+        f"Timeout fallbacks whose device answer was fine: {pct(timeout['rate'])} of {timeout['labeled']} labeled "
+        f"({ci_text(timeout['ci'])}): a latency problem, not the threshold; all judged fallbacks together "
+        f"{pct(group['false_fallback_rate'])} of {group['false_fallback_labeled']}."
     )
 daily = data.daily_groups(task_type, days=7)
 if not daily.empty:

@@ -166,6 +166,9 @@ class Fleet:
             thermal = "fair" if rng.random() < 0.15 else "nominal"
         # runtime + weights ~900 MB, KV cache ~0.9 MB a token of context, allocator noise
         peak = 900.0 + extra_mem + 0.9 * (req.input_tokens or 0) + rng.gauss(0, 40)
+        # idle with the model loaded: the weights mapped and the runtime, no KV cache; the tier's extra
+        # overhead half resident (SIMULATED, no draw: the ledger's random stream is unchanged)
+        resident = 850.0 + extra_mem / 2
         return {
             "swap": swap,
             "cold_start": cold,
@@ -173,6 +176,7 @@ class Fleet:
             "thermal_state": thermal,
             "prefill_tps": round(prefill * rng.uniform(0.8, 1.1), 1),
             "peak_mem_mb": round(max(peak, 100.0), 1),
+            "resident_mem_mb": resident,
         }
 
     def measure(self, tps: float, ttft: float) -> tuple[dict, float, float]:
@@ -188,6 +192,7 @@ class Fleet:
             "prefill_tps": pending["prefill_tps"],
             "cold_start": pending["cold_start"],
             "load_ms": pending["load_ms"],
+            "resident_mem_mb": pending["resident_mem_mb"],
         }
         self.pending = {**pending, "cold_start": False, "load_ms": None}
         return stats, tps, ttft

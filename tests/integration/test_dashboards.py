@@ -125,15 +125,17 @@ def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
 
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
     # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
-    # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3. Device-served
+    # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3; the tile is the quality ones
+    # (seed 000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it. Device-served
     # a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
     # s1 1, s2 2, s3 2, z 1 → sorted [1, 1, 2, 2]: mean 1.5, p50 1.5, p95 at rank 2.85 → 2.
     app = render("tuning.py")
     metrics = {m.label: m.value for m in app.metric}
-    assert metrics["False fallbacks (cloud spend that bought nothing)"] == "100.0%"
+    assert metrics["False quality fallbacks (a threshold set too high)"] == "100.0%"
     assert metrics["Missed fallbacks (bad answers shown)"] == "100.0%"
     captions = [c.value for c in app.caption]
-    assert any("2 labeled" in c and "label coverage 66.7%" in c and "95% CI 34.2%" in c for c in captions), captions
+    assert any("1 labeled" in c and "label coverage 66.7%" in c and "95% CI 20.7%" in c for c in captions), captions
+    assert any(c.startswith("Timeout fallbacks whose device answer was fine: 100.0% of 1 labeled") for c in captions)
     assert any("1 labeled" in c and "label coverage 25.0%" in c for c in captions), captions
     assert (metrics["Mean"], metrics["p50"], metrics["p95"]) == ("1.50", "1.50", "2.00")
     assert any(c.startswith("4 sessions") for c in captions)  # the histogram: two sessions with 1 call, two with 2
@@ -146,14 +148,29 @@ def test_quality_page_lists_checks_and_quarantine(populated):
     assert [m.value for m in app.metric][:1] == [str(len(quality.CHECKS))]
 
 
+def test_quality_page_names_task_types_the_policy_does_not_know(populated):
+    from dashboards import data
+    from tests.events import decision
+    from tests.integration.test_metrics import at, eid
+
+    with open_warehouse(populated) as client:
+        insert(client, [decision(event_id=eid(720), request_id="odd", task_type="mystery_task", event_time=at(3))], [])
+        quality.store(client, quality.run_suites(client, QueryWindow(START, END), now=END))
+    data.clear_caches()
+    app = render("quality.py")
+    assert any("does not know: mystery_task (1 decisions" in w.value for w in app.warning)
+
+
 def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app = render("tuning.py")
     recommended = lambda: next(m.value for m in app.metric if m.label.startswith("Recommended"))  # noqa: E731
     assert recommended() == "none qualifies"  # from the floor 0.40: 2 of 3 pass < 0.95
     app.slider[0].set_value(0.5).run()
     assert not app.exception
-    # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00)
-    assert recommended() == "0.40"
+    # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00),
+    # but METRICS.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
+    # calibrated pass rate at every cut is 2/3 < 0.85 and nothing qualifies whatever the target
+    assert recommended() == "none qualifies"
     assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
 
 

@@ -89,6 +89,7 @@ def _decisions(draw) -> dict:
                     "thermal_state": st.sampled_from(["nominal", "critical"]),
                     "decode_tps": st.none() | _floats,
                     "cold_start": st.booleans(),
+                    "resident_mem_mb": st.none() | _floats,
                 },
             )
         )
@@ -156,12 +157,17 @@ def test_json_lines_of_labels_and_breakers_store_what_native_columns_store(twin_
     client = twin_warehouse
     for topic, events in (
         (LABELS, [label(), label(labeler='a\\b "é"', route_correct=None, device_acceptable=None)]),
-        (BREAKERS, [breaker(), breaker(trigger=None, event_time="1969-12-31T23:59:59.9995-01:30")]),
+        (
+            BREAKERS,
+            [breaker(seq=4294967295), breaker(trigger=None, event_time="1969-12-31T23:59:59.9995-01:30")],
+        ),
     ):
         table, columns, _ = FACTS[topic]
         _insert_both_ways(client, topic, [dumps(e) for e in events], partition=0)
         assert _rows(client, table, columns) == _rows(client, f"native_{table}", columns)
         assert len(_rows(client, table, columns)) == 2
+    seqs = client.query("SELECT seq FROM routerscope.breaker_events ORDER BY seq").result_rows
+    assert seqs == [(4294967295,), (None,)]  # the optional seq: the largest the column holds, and absent
 
 
 def test_the_json_insert_writes_the_ledger_rows_of_its_events(twin_warehouse):

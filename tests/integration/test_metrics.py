@@ -39,17 +39,20 @@ def attempts(*levels_outcomes):
 # Task A, window [START, END): six live requests, three sessions.
 A1 = decision(event_id=eid(1), request_id="a1", session_id="s1", task_type=A, event_time=at(1), confidence=0.9)
 A2 = quality_fallback(event_id=eid(2), request_id="a2", session_id="s1", task_type=A, event_time=at(2), confidence=0.4)
-A3 = quality_fallback(
-    event_id=eid(3),
-    request_id="a3",
-    session_id="s2",
-    task_type=A,
-    event_time=at(3),
-    fallback_type="timeout",
-    reason="device_timeout",
-    confidence=None,
-    attempts=attempts((0, "timeout"), (2, "ok")),
-)
+
+
+def timeout_fallback(**fields) -> dict:
+    """A device timeout answered by the cloud at L2 (no device answer, so no confidence)."""
+    return quality_fallback(
+        fallback_type="timeout",
+        reason="device_timeout",
+        confidence=None,
+        attempts=attempts((0, "timeout"), (2, "ok")),
+        **fields,
+    )
+
+
+A3 = timeout_fallback(event_id=eid(3), request_id="a3", session_id="s2", task_type=A, event_time=at(3))
 A4 = quality_fallback(
     event_id=eid(4),
     request_id="a4",
@@ -222,6 +225,18 @@ def expected_overall_a() -> dict:
         "device_attempts": 4,
         "offload_failure_rate": 1 / 4,
         "degrade_trigger_rate": 3 / 4,
+        # §3b intervals, Wilson at z = 1.959964 (z² = 3.841459):
+        # (2, 3): centre (2/3 + 0.640243)/2.280486 = 0.573084, half 0.859451·√(0.074074 + 0.106707) = 0.365424
+        "route_accuracy_ci": [pytest.approx(0.207660, abs=1e-6), pytest.approx(0.938508, abs=1e-6)],
+        # (1, 4): centre (0.25 + 0.480182)/1.960365 = 0.372473, half 0.999793·√(0.046875 + 0.060023) = 0.326885
+        "offload_failure_ci": [pytest.approx(0.045587, abs=1e-6), pytest.approx(0.699358, abs=1e-6)],
+        # (3, 4): centre (0.75 + 0.480182)/1.960365 = 0.627527, the same half 0.326885
+        "degrade_trigger_ci": [pytest.approx(0.300642, abs=1e-6), pytest.approx(0.954413, abs=1e-6)],
+        # §3 by type: a2 is the one labeled quality fallback (acceptable), a3 the one timeout (acceptable)
+        "false_fallback_by_type": {
+            "quality": {"rate": 1.0, "labeled": 1, "ci": [pytest.approx(0.206549, abs=1e-6), 1.0]},
+            "timeout": {"rate": 1.0, "labeled": 1, "ci": [pytest.approx(0.206549, abs=1e-6), 1.0]},
+        },
         # §9: every A event carries policy 2026-11-29.1 → the version's numbers are A's
         "by_policy_version": {
             "2026-11-29.1": {
@@ -289,13 +304,48 @@ def test_golden_window_overall_and_per_task_type(warehouse):
         "l2_l3_share",
         "offload_failure_rate",
         "degrade_trigger_rate",
+        "route_accuracy_ci",
+        "offload_failure_ci",
+        "degrade_trigger_ci",
     ):
         assert b[key] is None, key
+    assert b["false_fallback_by_type"] == {
+        "quality": {"rate": None, "labeled": 0, "ci": None},
+        "timeout": {"rate": None, "labeled": 0, "ci": None},
+    }
     assert (b["route_labeled"], b["device_attempts"], b["by_policy_version"]) == (0, 0, {})
     assert b["degrade_share"] == {"L0": None, "L1": None, "L2": None, "L3": None, "L4": None}
     assert b["cloud_calls_per_session"] == {"mean": None, "p50": None, "p95": None}
     assert b["l2_l3_drift"] == {"delta_pp": None, "z": None, "psi": None, "drifting": False}
     assert b["shadow_agreement_rate"] == 0.0
+
+
+def test_seed000_false_fallbacks_by_type_never_mix_quality_and_timeout(warehouse):
+    """Seed 000: the three fallback types are never mixed. Four labeled quality fallbacks, one acceptable (a
+    threshold that is mostly right); three labeled timeout fallbacks, all acceptable (a latency problem). The
+    combined rate, 4/7 = 0.571, would read as thresholds set far too high."""
+    quality = [
+        quality_fallback(event_id=eid(700 + i), request_id=f"q{i}", task_type=C, event_time=at(1)) for i in range(4)
+    ]
+    timeout = [
+        timeout_fallback(event_id=eid(710 + i), request_id=f"t{i}", task_type=C, event_time=at(1)) for i in range(3)
+    ]
+    unlabeled = quality_fallback(event_id=eid(720), request_id="q-unlabeled", task_type=C, event_time=at(1))
+    labels = [label(request_id=f"q{i}", device_acceptable=i == 0) for i in range(4)]
+    labels += [label(request_id=f"t{i}", device_acceptable=True) for i in range(3)]
+    insert(warehouse, [*quality, *timeout, unlabeled], labels)
+    result = compute(warehouse, START, END)
+    for group in (result["overall"], result["by_task_type"][C]):
+        assert group["false_fallback_rate"] == pytest.approx(4 / 7) and group["false_fallback_labeled"] == 7
+        by_type = group["false_fallback_by_type"]
+        # Wilson(1, 4): centre 0.372473, half 0.326885 (see the golden window's offload_failure_ci)
+        assert by_type["quality"] == {
+            "rate": 0.25,
+            "labeled": 4,
+            "ci": [pytest.approx(0.045587, abs=1e-6), pytest.approx(0.699358, abs=1e-6)],
+        }
+        # Wilson(3, 3): centre (1 + 0.640243)/2.280486 = 0.719249, half 0.859451·√(3.841459/36) = 0.280747
+        assert by_type["timeout"] == {"rate": 1.0, "labeled": 3, "ci": [pytest.approx(0.438503, abs=1e-6), 1.0]}
 
 
 def test_cloud_calls_histogram_counts_sessions_by_their_sum(warehouse):
@@ -428,8 +478,12 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     # §6 evidence floor: A's smallest labeled confidence is 0.4 (a2), so the candidates start at 0.40, not 0.00:
     # c = 0.40: a2, a4, a1 → 3 events, 2/3 = 0.667 ≥ 0.6
     assert a["evidence_floor"] == 0.4
-    loose = compute(warehouse, START, END, target=0.6, min_n=2)["calibration"][A]
+    # local pass rate: blocks 0.4 ok, 0.5 ok, 0.9 bad → 1, 1, 0 pools to one block 2/3 everywhere, below the
+    # default local floor 0.85: nothing qualifies; with a floor of 0.6 the cut at 0.40 passes
+    assert compute(warehouse, START, END, target=0.6, min_n=2)["calibration"][A]["recommended_threshold"] is None
+    loose = compute(warehouse, START, END, target=0.6, min_n=2, local_floor=0.6)["calibration"][A]
     assert loose["recommended_threshold"] == 0.4
+    assert loose["local_pass_rate_at_recommended"] == pytest.approx(2 / 3)
 
 
 def test_golden_evidence_floor_no_recommendation_below_the_labeled_confidences(warehouse):
@@ -446,6 +500,80 @@ def test_golden_evidence_floor_no_recommendation_below_the_labeled_confidences(w
     assert (c["evidence_floor"], c["recommended_threshold"]) == (0.65, 0.65)  # 4 events >= 0.65, 4/4 pass
     strict = compute(warehouse, START, END, target=0.95, min_n=5)["calibration"][C]
     assert (strict["evidence_floor"], strict["recommended_threshold"]) == (0.65, None)  # only 4 events anywhere
+
+
+# §6 local floor fixture, task C, every event at threshold 0.80: (confidence, events, of which acceptable).
+LOCAL_FLOOR_C = [(0.40, 4, 0), (0.55, 6, 2), (0.60, 3, 3), (0.65, 3, 1), (0.75, 20, 20), (0.90, 200, 200)]
+
+
+def local_floor_events():
+    decisions, labels, n = [], [], 0
+    for confidence, events, passed in LOCAL_FLOOR_C:
+        for k in range(events):
+            make = quality_fallback if confidence < 0.8 else decision
+            request = f"lf{n}"
+            decisions.append(
+                make(
+                    event_id=eid(1000 + n),
+                    request_id=request,
+                    task_type=C,
+                    event_time=at(1),
+                    confidence=confidence,
+                    threshold=0.8,
+                )
+            )
+            labels.append(label(request_id=request, device_acceptable=k < passed))
+            n += 1
+    return decisions, labels
+
+
+def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
+    """METRICS.md §6 (seed 000: a 58 % band goes to "device + post-check", never to direct output). The high-
+    confidence mass (200 passing at 0.90) carries the cumulative pass rate over 0.95 from c = 0.40 down:
+    c = 0.40: 226/236 = 0.9576; 0.45–0.55: 226/232 = 0.9741; 0.60: 224/226; 0.65: 221/223; 0.70: 220/220.
+    Pool-adjacent-violators over the blocks 0/4, 2/6, 3/3, 1/3, 20/20, 200/200: 1/3 < 3/3 pools to 4/6, so
+    local_pass_rate = 0 at 0.40, 1/3 at 0.45–0.55, 2/3 at 0.60–0.65, 1 from 0.70: the first c whose local
+    rate reaches 0.85 is 0.70."""
+    decisions, labels = local_floor_events()
+    insert(warehouse, decisions, labels)
+    c = compute(warehouse, START, END)["calibration"][C]
+    assert (c["evidence_floor"], c["current_threshold"], c["local_floor"]) == (0.4, 0.8, 0.85)
+    assert c["recommended_threshold"] == 0.7
+    assert (c["local_pass_rate_at_recommended"], c["local_pass_rate_at_current"]) == (1.0, 1.0)
+    # moving 0.80 → 0.70 serves the 20 labeled requests at 0.75 on the device; all passed.
+    # Wilson(20, 20): centre (1 + 0.096036)/1.192073 = 0.919437, half 1.644164·√(3.841459/1600) = 0.080562
+    assert c["threshold_change"] == {
+        "from": 0.8,
+        "to": 0.7,
+        "band": {"low": 0.7, "high": 0.8, "n": 20, "pass_rate": 1.0, "ci": [pytest.approx(0.838875, abs=1e-6), 1.0]},
+    }
+
+    # Without the local floor the cumulative rule alone recommends 0.40 and moves a band that passed 26/36.
+    from warehouse.metrics import calibration
+    from warehouse.queries.common import QueryWindow
+
+    loose = calibration(warehouse, QueryWindow(START, END), 0.95, 30, local_floor=0.0)[C]
+    assert loose["recommended_threshold"] == 0.4 and loose["local_pass_rate_at_recommended"] == 0.0
+    band = loose["threshold_change"]["band"]
+    assert (band["low"], band["high"], band["n"], band["pass_rate"]) == (0.4, 0.8, 36, pytest.approx(26 / 36))
+    # a floor of 0.6 admits the pooled 2/3 block: 0.60, band [0.60, 0.80) = 3 + 3 + 20 events, 24 passed
+    mid = calibration(warehouse, QueryWindow(START, END), 0.95, 30, local_floor=0.6)[C]
+    assert mid["recommended_threshold"] == 0.6 and mid["local_pass_rate_at_recommended"] == pytest.approx(2 / 3)
+    band = mid["threshold_change"]["band"]
+    assert (band["n"], band["pass_rate"]) == (26, pytest.approx(24 / 26))
+    assert band["ci"] == [pytest.approx(0.758584, abs=1e-6), pytest.approx(0.978645, abs=1e-6)]
+
+
+def test_golden_threshold_change_is_null_without_a_move(warehouse):
+    """METRICS.md §6: null when the recommendation is null or equals the current threshold."""
+    decisions, labels = calibration_events()
+    insert(warehouse, decisions, labels)
+    strict = compute(warehouse, START, END, target=0.99, min_n=30)["calibration"][C]
+    assert strict["recommended_threshold"] is None and strict["threshold_change"] is None
+    assert strict["local_pass_rate_at_recommended"] is None
+    # the calibration fixture: blocks 0.30 F, 0.50 F, 0.60 T, 0.70 T, 0.80 T, 0.90 T, 0.95 T, 1.00 T are
+    # non-decreasing; at the current 0.70 the fitted value is 1; above 1.00 nothing is labeled
+    assert strict["local_pass_rate_at_current"] == 1.0
 
 
 def test_golden_by_policy_version_attributes_a_threshold_push(warehouse):

@@ -74,6 +74,9 @@ def dec(client, event=None, **overrides):
     raw_rows(client, names.TOPIC_DECISIONS, [event or D()], **overrides)
 
 
+# A transition of a breaker of its own (its first: nothing to chain to), for the column-by-column breaks.
+OWN_BREAKER = breaker(event_time=at(5), instance_id="router-x")
+
 # (check that must fail, how to break it, its unexpected count). Each breaks exactly that check.
 CASES = [
     ("decisions.required.request_id", lambda c: dec(c, request_id=""), 1),
@@ -235,29 +238,37 @@ CASES = [
     ),
     (
         "breakers.domain.boundary",
-        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], boundary="network"),
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [OWN_BREAKER], boundary="network"),
         1,
     ),
     (
         "breakers.domain.from_state",
-        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], from_state="melted"),
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [OWN_BREAKER], from_state="melted"),
         1,
     ),
     (
         "breakers.domain.to_state",
-        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="melted"),
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [OWN_BREAKER], to_state="melted"),
         1,
     ),
     (
         "breakers.range.failure_rate",
-        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], failure_rate=1.5),
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [OWN_BREAKER], failure_rate=1.5),
         1,
     ),
     (
         "breakers.invariant.breaker_state_changes",
-        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))], to_state="closed"),
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [OWN_BREAKER], to_state="closed"),
         1,
     ),
+    # router-a's cloud breaker went closed → open → half_open (CLEAN_BREAKERS); a transition from closed
+    # does not start where it stood
+    (
+        "breakers.invariant.breaker_transitions_chain",
+        lambda c: raw_rows(c, names.TOPIC_BREAKERS, [breaker(event_time=at(5))]),
+        1,
+    ),
+    ("pipeline.known_task_types", lambda c: dec(c, D(task_type="mystery_task")), 1),
     (
         "breakers.unique.event_id",
         lambda c: raw_rows(
@@ -371,6 +382,46 @@ def test_a_pii_pinned_cloud_attempt_fails_its_two_checks(warehouse):
         "decisions.invariant.pii_pin_no_cloud_attempt": 1,
         "decisions.invariant.pii_pin_no_cloud_calls": 1,
     }
+
+
+def test_breaker_transitions_chain_by_their_seq_not_their_time(warehouse):
+    """The router numbers each breaker's transitions (seq); a router clock that stepped back between two of
+    them does not break the chain, a lost transition (a gap in seq) does."""
+    chain = [
+        breaker(instance_id="router-s", seq=1, from_state="closed", to_state="open", event_time=at(5)),
+        breaker(instance_id="router-s", seq=2, from_state="open", to_state="half_open", event_time=at(4.5)),
+        breaker(instance_id="router-s", seq=3, from_state="half_open", to_state="closed", event_time=at(6)),
+    ]
+    raw_rows(warehouse, names.TOPIC_BREAKERS, chain, partition=3)
+    assert failures(quality.run_suites(warehouse, WINDOW, now=NOW)) == {}
+    # seq 5 after 3: the transition numbered 4 never arrived (its states even match: closed → open)
+    lost = breaker(instance_id="router-s", seq=5, from_state="closed", to_state="open", event_time=at(7))
+    raw_rows(warehouse, names.TOPIC_BREAKERS, [lost], partition=3, first_offset=3)
+    report = quality.run_suites(warehouse, WINDOW, now=NOW)
+    assert failures(report) == {"breakers.invariant.breaker_transitions_chain": 1}
+    assert [r.sample_ids for r in report.results if not r.success] == [[lost["event_id"]]]
+
+
+def test_unknown_task_types_are_loaded_and_listed_by_a_warning(warehouse):
+    """Decisions of a task type the policy does not know are real traffic: loaded, counted, and named by a
+    non-blocking check (the data-quality page lists the names)."""
+    dec(warehouse, D(task_type="mystery_task"))
+    raw_rows(
+        warehouse,
+        names.TOPIC_DECISIONS,
+        [
+            decision(event_id=eid(901 + i), request_id=f"odd{i}", event_time=at(12), task_type=t)
+            for i, t in enumerate("bbc")
+        ],
+        first_offset=1,
+    )
+    report = quality.run_suites(warehouse, WINDOW, now=NOW)
+    (result,) = [r for r in report.results if not r.success]
+    assert (result.check, result.blocking, result.unexpected_count) == ("pipeline.known_task_types", False, 4)
+    assert sorted(json.loads(result.observed)) == ["b", "c", "mystery_task"]  # each unknown name once
+    assert report.blocking_failures == []
+    configured = quality.run_suites(warehouse, WINDOW, now=NOW, thresholds=quality.Thresholds(known_task_types=("x",)))
+    assert {r.check for r in configured.results if not r.success} == {"pipeline.known_task_types"}
 
 
 def test_freshness_applies_to_the_current_window_only(warehouse):

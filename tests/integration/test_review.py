@@ -54,7 +54,7 @@ def v2(stats: dict | None, all_cloud: float | None = None, stage: str = "full", 
     return event
 
 
-def stats(peak, thermal, decode, cold=False, load=None) -> dict:
+def stats(peak, thermal, decode, cold=False, load=None, resident=None) -> dict:
     return {
         "peak_mem_mb": peak,
         "thermal_state": thermal,
@@ -62,6 +62,7 @@ def stats(peak, thermal, decode, cold=False, load=None) -> dict:
         "prefill_tps": 300.0,
         "cold_start": cold,
         "load_ms": load,
+        "resident_mem_mb": resident,
     }
 
 
@@ -72,7 +73,7 @@ def l0(latency: float, outcome: str = "ok") -> list[dict]:
 # Task A (intent_classify), tier high: three v2 events with device_stats, one v1 event without.
 H1 = decision(
     **v2(
-        stats(1000.0, "nominal", 50.0),
+        stats(1000.0, "nominal", 50.0, resident=700.0),
         0.010,
         event_id=eid(1),
         request_id="h1",
@@ -104,7 +105,7 @@ H2 = quality_fallback(
 )
 H3 = decision(
     **v2(
-        stats(1100.0, "critical", 30.0, True, 1000.0),
+        stats(1100.0, "critical", 30.0, True, 1000.0, resident=750.0),
         0.020,
         event_id=eid(3),
         request_id="h3",
@@ -292,31 +293,47 @@ def test_all_cloud_counterfactual_seed003_seed004_golden(loaded):
 def test_task_grading_seed004_golden_with_the_error_cost_veto(loaded):
     """§12 (seed 004 §2): the error-cost veto decides before any score; scores renormalised 0.4/0.4/0.2."""
     report = grading_report(loaded, POLICY, QueryWindow(START, END))
-    assert report["window"] == {"start": "2026-11-22T00:00:00Z", "end": "2026-11-29T00:00:00Z", "days": 7.0}
+    # §12 days_observed: live events at 11-23 00h (h1), 11-23 12h (u1), 11-24 00h (h2), 11-25 00h (h3),
+    # 11-26 00h (v1), 11-27 00h (c1): 6 distinct UTC hours → 6 / 24 = 0.25 days, not the window's 7
+    assert report["window"] == {
+        "start": "2026-11-22T00:00:00Z",
+        "end": "2026-11-29T00:00:00Z",
+        "days": 7.0,
+        "days_observed": 0.25,
+    }
     a, b = report["task_types"][A], report["task_types"][B]
     # A: inputs [40, 60, 80, 400] → p50 at rank 1.5 = 70; p95 at 2.85 = 80 + 0.85·320 = 352; 352 > 4·70 → long tail.
-    # input_length = (2048 − 352) / 1792 = 0.946429, halved → 0.473214. daily calls 4 / 7 → log10 < 0 → 0.
-    # determinism: 5 groups in the window, 4 agree → 0.8. score 0.4·0.473214 + 0.4·0.8 = 0.509286 → 0.509 → shadow.
+    # input_length = (2048 − 352) / 1792 = 0.946429, halved → 0.473214. daily calls 4 / 0.25 = 16 →
+    # frequency log10(16) / 5 = 0.240824. determinism: 5 groups in the window, 4 agree → 0.8.
+    # score 0.4·0.473214 + 0.4·0.8 + 0.2·0.240824 = 0.557451 → 0.557 → shadow.
     assert a["input_tokens"] == {"p50": 70.0, "p95": pytest.approx(352.0)} and a["long_tail"] is True
-    assert a["daily_calls"] == pytest.approx(4 / 7) and a["determinism"] == 0.8 and a["determinism_groups"] == 5
-    assert a["scores"] == {"input_length": pytest.approx(0.473214, abs=1e-6), "determinism": 0.8, "frequency": 0.0}
-    assert (a["score"], a["tier"], a["reason"], a["error_cost"]) == (0.509, "shadow", "0.5 <= score < 0.75", 0.2)
+    assert a["daily_calls"] == pytest.approx(16.0) and a["determinism"] == 0.8 and a["determinism_groups"] == 5
+    assert a["scores"] == {
+        "input_length": pytest.approx(0.473214, abs=1e-6),
+        "determinism": 0.8,
+        "frequency": pytest.approx(0.240824, abs=1e-6),
+    }
+    assert (a["score"], a["tier"], a["reason"], a["error_cost"]) == (0.557, "shadow", "0.5 <= score < 0.75", 0.2)
     # B: inputs [100, 300] → p50 200, p95 290 (not > 800: no long tail); input_length (2048 − 290) / 1792 = 0.981027;
-    # no determinism group → 0; score 0.4·0.981027 = 0.392; but error cost 0.8 > 0.7 → vetoed whatever the score.
+    # no determinism group → 0; daily 2 / 0.25 = 8 → log10(8) / 5 = 0.180618; score 0.392411 + 0.036124 = 0.429;
+    # but error cost 0.8 > 0.7 → vetoed whatever the score.
     assert (b["input_tokens"], b["long_tail"], b["determinism"]) == ({"p50": 200.0, "p95": 290.0}, False, None)
-    assert (b["score"], b["tier"], b["reason"]) == (0.392, "keep-cloud", "error_cost_veto")
+    assert (b["score"], b["tier"], b["reason"]) == (0.429, "keep-cloud", "error_cost_veto")
 
 
 def test_offload_readiness_seed003_golden_gates_and_score(loaded):
     """§13: three hard gates (a gate without data blocks too), then the weighted score >= 12 of 30."""
     report = readiness_report(loaded, POLICY, QueryWindow(START, END))
     a, b = report["task_types"][A], report["task_types"][B]
-    # gate_memory: A has peak data on `high` only (8192 MB) → that tier; p95 of [1000, 1200, 1100] = 1190 <= 0.4·8192
+    # gate_memory: A has memory data on `high` only (8192 MB) → that tier; the peak is the max of [1000, 1200, 1100]
+    # = 1200 (a p95 would read 1190) <= 0.40·8192 = 3276.8; resident max of [700, 750] <= 0.25·8192 = 2048
     assert a["gates"]["gate_memory"] == {
         "status": "pass",
         "tier": "high",
-        "value": pytest.approx(1190.0),
+        "value": 1200.0,
         "limit": pytest.approx(3276.8),
+        "resident": 750.0,
+        "resident_limit": 2048.0,
     }
     # gate_duration: device attempts [180 (h1), 200 (h2), 12000 (h3), 180 (v1)] → sorted [180, 180, 200, 12000];
     # p95 at rank 2.85 → 200 + 0.85·11800 = 10230 > 10000 → fail
@@ -326,11 +343,14 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
     # gate_quality: labeled device-served h1 (fine), h3 (bad) → missed 1/2; caught bad h2 → auto_detected 1 / (1 + 1)
     q = a["gates"]["gate_quality"]
     assert (q["status"], q["missed_fallback_rate"], q["auto_detected"]) == ("fail", 0.5, 0.5)
-    # factors: calls/session/day 4 / 2 / 7 = 0.29 → 0; token budget p50 of [46, 66, 86, 406] = 76 → 3;
-    # redactable → 1; a validator → 3; weak network 1/4 = 0.25 → 1; quarterly → 3. 2·(0+3+1+3) + 1 + 3 = 18
+    # factors: calls/session/day 4 / 2 / 0.25 (days observed) = 8 → 1; token budget p50 of [46, 66, 86, 406] = 76
+    # → 3 (and through the 400-token screen); redactable → 1; a validator → 3; weak network 1/4 = 0.25 → 1;
+    # quarterly → 3. 2·(1+3+1+3) + 1 + 3 = 20
+    assert a["token_screen"] == {"status": "pass", "value": 76.0, "limit": 400}
+    assert a["factors"]["calls_per_session_day"]["value"] == pytest.approx(8.0)
     points = {k: f["points"] for k, f in a["factors"].items()}
     assert points == {
-        "calls_per_session_day": 0,
+        "calls_per_session_day": 1,
         "token_budget_p50": 3,
         "privacy": 1,
         "error_cost": 3,
@@ -338,19 +358,19 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
         "iteration": 3,
     }
     assert a["factors"]["token_budget_p50"]["value"] == 76.0
-    assert (a["score_003"], a["verdict"]) == (18, "not_ready")
+    assert (a["score_003"], a["verdict"]) == (20, "not_ready")
     assert a["reasons"] == ["gate_duration fail", "gate_quality fail"]
     # B: its only peak is on an unknown tier (not in device_tiers) → unknown; duration [180] passes;
     # no labels → unknown.
-    # factors: 2 / 1 / 7 → 0; budget p50 of [106, 306] = 206 → 1; public 0; no validator and cost 0.8 → 0; network 0;
-    # monthly 1 → 2·1 + 1 = 3
+    # factors: 2 / 1 / 0.25 = 8 → 1; budget p50 of [106, 306] = 206 → 1; public 0; no validator and cost 0.8 → 0;
+    # network 0; monthly 1 → 2·(1 + 1) + 1 = 5
     assert [b["gates"][g]["status"] for g in ("gate_memory", "gate_duration", "gate_quality")] == [
         "unknown",
         "pass",
         "unknown",
     ]
-    assert (b["score_003"], b["verdict"]) == (3, "not_ready")
-    assert b["reasons"] == ["gate_memory unknown", "gate_quality unknown", "score_003 3 < 12"]
+    assert (b["score_003"], b["verdict"]) == (5, "not_ready")
+    assert b["reasons"] == ["gate_memory unknown", "gate_quality unknown", "score_003 5 < 12"]
     # side by side: A graded `shadow` but not ready → the seeds disagree; B keep-cloud and not ready → agree
     both = side_by_side(grading_report(loaded, POLICY, QueryWindow(START, END)), report)
     assert both[A]["disagree"] is True and both[B]["disagree"] is False

@@ -11,7 +11,7 @@ import pytest
 
 from routerscope.errors import ConfigError
 from warehouse.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
-from warehouse.alerting.evaluate import evaluate_signal, transition, transitions
+from warehouse.alerting.evaluate import evaluate_signal, series_by_scope, transition, transitions
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
@@ -113,6 +113,71 @@ def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_
     }
 
 
+def _rollback_rule(name: str):
+    return next(r for r in load_rules()[1] if r.name == name)
+
+
+def _windows(*counts):
+    """Stored 5-minute windows of one task type from (degrade-triggered, device-entered) counts, with the
+    metric set's own Wilson intervals."""
+    from warehouse import stats
+
+    return [
+        (
+            "tool_call",
+            T0 + i * STEP,
+            {"degrade_trigger_rate": k / n, "degrade_trigger_ci": stats.wilson(k, n), "device_entered": n},
+        )
+        for i, (k, n) in enumerate(counts)
+    ]
+
+
+def test_seed004_calm_windows_over_the_point_limit_do_not_recommend_a_rollback():
+    """METRICS.md §3b: tool_call's degrade trigger 2/32 = 0.062, 2/34 = 0.059, 2/37 = 0.054 sits over the 0.05
+    limit three windows running, but each Wilson interval contains the limit (lows 0.0173, 0.0163, 0.0150:
+    (2, 32): centre (0.0625 + 3.841459/64)/1.120046 = 0.109391, half 0.092080 → 0.017311): no evidence, no page."""
+    rule = _rollback_rule("rollback_degrade_trigger")
+    assert rule.interval == "degrade_trigger_ci"
+    series_ = series_by_scope(rule, _windows((2, 32), (2, 34), (2, 37)))["tool_call"]
+    assert [round(p.interval[0], 6) for p in series_] == [0.017311, 0.016283, 0.014951]
+    assert not evaluate(rule, series_, T0 + 2 * STEP).breaching
+    # the point estimate alone would have paged
+    assert evaluate(replace(rule, interval=None), series_, T0 + 2 * STEP).breaching
+
+
+def test_seed004_a_rollback_fires_when_every_interval_lies_beyond_the_limit_and_names_them():
+    """10/35, 9/33, 11/36 device-entered requests sent on to the cloud: Wilson lows 0.163, 0.151, 0.180 > 0.05."""
+    rule = _rollback_rule("rollback_degrade_trigger")
+    series_ = series_by_scope(rule, _windows((10, 35), (9, 33), (11, 36)))["tool_call"]
+    verdict = evaluate(rule, series_, T0 + 2 * STEP)
+    assert verdict.breaching and verdict.first_seen == T0
+    step = transition(rule, "tool_call", verdict, None, "v1", NOW)
+    trip = json.loads(step[1].trip_values)
+    assert [round(w["interval"][0], 6) for w in trip["windows"]] == [0.163265, 0.150674, 0.180045]
+    from warehouse.alerting import slack_body
+
+    assert "ROLLBACK RECOMMENDED for tool_call: degrade_trigger_rate 0.306 [0.18, 0.469]" in slack_body(step[1])["text"]
+
+
+@pytest.mark.parametrize(
+    "name, accuracy, breaches",
+    [
+        # 28/32 = 0.875 < 0.95, and the interval's high end 0.950299 is not: the limit is inside it
+        ("28 of 32 correct cannot tell 0.875 from 0.95", (28, 32), False),
+        # 20/32 = 0.625: Wilson high 0.773 < 0.95
+        ("20 of 32 correct is evidence", (20, 32), True),
+        ("31 of 32 correct is fine either way", (31, 32), False),
+    ],
+)
+def test_seed004_route_accuracy_breaches_on_the_interval_high_end(name, accuracy, breaches):
+    from warehouse import stats
+
+    rule = _rollback_rule("rollback_route_accuracy")
+    k, n = accuracy
+    assert rule.breaches(k / n, n, stats.wilson(k, n)) is breaches, name
+    assert not rule.breaches(k / n, n, None)  # no interval, no evidence
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
@@ -146,6 +211,12 @@ def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_
             "  - {name: x, summary: s, metric: pipeline.freshness_lag_s, scope: overall, grain: 5m, "
             "op: '>', limit: 1, windows: 1, severity: page}",
             "grain `now`",
+        ),
+        (
+            "version: 1\nrules:\n"
+            "  - {name: x, summary: s, metric: m, interval: m_ci, scope: overall, grain: 5m, "
+            "op: '==', limit: 1, windows: 1, severity: page}",
+            "an interval needs",
         ),
         ("version: [", "cannot read"),
     ],
@@ -237,3 +308,83 @@ def test_a_signal_reading_breaches_as_of_the_evaluation_time():
     assert evaluate_signal(breaker, 1, NOW) == BreachStreak(True, NOW, NOW, (Point(NOW, 1),))
     assert not evaluate_signal(breaker, 0, NOW).breaching
     assert not evaluate_signal(breaker, None, NOW).breaching
+
+
+# -- the breaker signals, as of each window (DESIGN "Pipeline signals per window") --------------------
+def _t(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def _transition(instance, seq, minute, from_state, to_state):
+    return {
+        "instance_id": instance,
+        "seq": seq,
+        "event_time": _t(minute),
+        "from_state": from_state,
+        "to_state": to_state,
+    }
+
+
+@pytest.mark.parametrize(
+    "name, transitions, open_windows",
+    [
+        ("closed all along", [], []),
+        # opened at 12:01 and closed at 12:03: only the 12:00 window, though it is closed at every window's end
+        (
+            "opened and closed inside one window",
+            [_transition("a", 1, 1, "closed", "open"), _transition("a", 2, 3, "open", "closed")],
+            [0],
+        ),
+        # the state carried in: opened at 11:58 (before the first window), closed at 12:12
+        (
+            "open carried in from before the first window",
+            [_transition("a", 1, -2, "closed", "open"), _transition("a", 2, 12, "open", "closed")],
+            [0, 1, 2],
+        ),
+        ("still open: every window after", [_transition("a", 1, 7, "closed", "open")], [1, 2, 3]),
+        # half-open is not open; re-opened at 12:16 from the failed trial
+        (
+            "half-open between two opens",
+            [
+                _transition("a", 1, 1, "closed", "open"),
+                _transition("a", 2, 4, "open", "half_open"),
+                _transition("a", 3, 16, "half_open", "open"),
+                _transition("a", 4, 17, "open", "closed"),
+            ],
+            [0, 3],
+        ),
+        # the router's clock stepped back: seq 2 is stamped before seq 1; the open moment still counts
+        (
+            "a clock that stepped back keeps the moment the breaker opened",
+            [_transition("a", 1, 11, "closed", "open"), _transition("a", 2, 9, "open", "closed")],
+            [2],
+        ),
+        # only what the window reads: the first transition known is from open (history before it not kept)
+        ("a first transition from open", [_transition("a", 5, 6, "open", "half_open")], [0, 1]),
+    ],
+)
+def test_breaker_open_at_any_moment_of_each_window(name, transitions, open_windows):
+    from warehouse.alerting.evaluate import breaker_open_series
+
+    starts = [T0 + k * STEP for k in range(4)]
+    points = breaker_open_series(transitions, starts, STEP)
+    assert [k for k, p in enumerate(points) if p.value] == open_windows, name
+
+
+def test_breaker_open_counts_instances():
+    from warehouse.alerting.evaluate import breaker_open_series
+
+    transitions = [_transition("a", 1, 1, "closed", "open"), _transition("b", 1, 2, "closed", "open")]
+    assert [p.value for p in breaker_open_series(transitions, [T0, T0 + STEP], STEP)] == [2, 2]
+
+
+def test_breaker_signals_are_window_rules_and_a_now_grain_is_refused(tmp_path):
+    _, rules = load_rules()
+    assert {r.grain for r in rules if r.metric.startswith("pipeline.breaker_open.")} == {"5m"}
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "version: 1\nrules:\n  - {name: x, summary: s, metric: pipeline.breaker_open.cloud, scope: overall, "
+        "grain: now, op: '>', limit: 0, windows: 1, severity: page}"
+    )
+    with pytest.raises(ConfigError, match="read per window"):
+        load_rules(path)

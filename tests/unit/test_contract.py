@@ -377,6 +377,11 @@ def test_round_trip_through_the_typed_event_is_lossless():
         (BREAKERS, breaker(window_s=0, failure_rate=1.2), ["schema.invalid.failure_rate", "schema.invalid.window_s"]),
         (BREAKERS, breaker(boundary="edge"), ["schema.invalid.boundary"]),
         (BREAKERS, breaker(schema_version="1"), ["schema.version"]),
+        # the per-breaker sequence: optional (older events carry none), an integer from 1
+        (BREAKERS, breaker(seq=1), []),
+        (BREAKERS, breaker(seq=0), ["schema.invalid.seq"]),
+        (BREAKERS, breaker(seq=2.0), ["schema.invalid.seq"]),
+        (BREAKERS, breaker(seq=4294967296), ["schema.invalid.seq"]),
     ],
 )
 def test_label_and_breaker_contracts(contract, event, expected):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from router.policy import ConfigError, RolloutLimits, in_canary, parse
-from warehouse.review import evaluate_stage, factors, gates, grade, readiness
+from warehouse.review import evaluate_stage, factors, gates, grade, readiness, token_screen
 
 LIMITS = RolloutLimits(
     agreement=0.9,
@@ -203,30 +203,34 @@ def test_seed003_factor_bands(factor, kwargs, points):
 def test_seed003_gates_and_the_ready_score_of_12():
     tiers = {"low": 4096.0, "high": 12288.0}
     ok = gates(
-        peak_by_tier={"low": 1638.4, "high": 3000.0},
+        memory_by_tier={"low": {"peak": 1638.4, "resident": 1024.0}, "high": {"peak": 3000.0, "resident": 9000.0}},
         tier_memory_mb=tiers,
         device_p95_ms=10_000,
+        streamable=True,
         missed_fallback_rate=0.03,
         auto_detected=0.9,
-    )  # every gate exactly at its limit
+    )  # every gate exactly at its limit: peak 0.40·4096 = 1638.4, resident 0.25·4096 = 1024
     assert {k: g["status"] for k, g in ok.items()} == {
         "gate_memory": "pass",
         "gate_duration": "pass",
         "gate_quality": "pass",
     }
     assert ok["gate_memory"]["tier"] == "low"  # the smallest tier with data
+    assert (ok["gate_memory"]["limit"], ok["gate_memory"]["resident_limit"]) == (1638.4, 1024.0)
     over = gates(
-        peak_by_tier={"low": 1638.5, "high": 100.0},
+        memory_by_tier={"low": {"peak": 1638.5, "resident": 10.0}, "high": {"peak": 100.0, "resident": 10.0}},
         tier_memory_mb=tiers,
         device_p95_ms=10_001,
+        streamable=True,
         missed_fallback_rate=0.031,
         auto_detected=0.9,
     )
     assert {g["status"] for g in over.values()} == {"fail"}
     caught = gates(
-        peak_by_tier={"high": 100.0},
+        memory_by_tier={"high": {"peak": 100.0, "resident": 50.0}},
         tier_memory_mb=tiers,
         device_p95_ms=None,
+        streamable=True,
         missed_fallback_rate=0.0,
         auto_detected=0.89,
     )
@@ -240,6 +244,58 @@ def test_seed003_gates_and_the_ready_score_of_12():
     eleven = {"a": {"points": 3, "weight": 2}, "b": {"points": 1, "weight": 2}, "c": {"points": 3, "weight": 1}}
     assert readiness(ok, eleven) == {**readiness(ok, eleven), "verdict": "not_ready", "reasons": ["score_003 11 < 12"]}
     assert readiness(over, six)["reasons"] == ["gate_memory fail", "gate_duration fail", "gate_quality fail"]
+
+
+@pytest.mark.parametrize(
+    "name, memory, status",
+    [
+        # seed 003 "常驻 ≤ 25%、峰值 ≤ 40%", low tier 4096 MB: limits 1024 resident, 1638.4 peak
+        ("resident over 25 % fails though the peak passes", {"peak": 1200.0, "resident": 1024.1}, "fail"),
+        ("the peak is the max, not a p95: one request over fails", {"peak": 1700.0, "resident": 500.0}, "fail"),
+        ("no resident figure: unknown, which blocks readiness", {"peak": 1200.0, "resident": None}, "unknown"),
+        ("a failing part fails even with the other unknown", {"peak": 2000.0, "resident": None}, "fail"),
+        ("both within", {"peak": 1638.4, "resident": 1024.0}, "pass"),
+    ],
+)
+def test_seed003_memory_gate_reads_peak_and_resident_memory(name, memory, status):
+    g = gates(
+        memory_by_tier={"low": memory},
+        tier_memory_mb={"low": 4096.0},
+        device_p95_ms=100.0,
+        streamable=True,
+        missed_fallback_rate=0.0,
+        auto_detected=1.0,
+    )
+    assert g["gate_memory"]["status"] == status, name
+
+
+def test_seed003_duration_gate_needs_a_streamable_or_asynchronous_task():
+    """Seed 003: "单次推理 ≤ 10s,且可流式或可异步": fast is not enough when the user must wait for the whole answer."""
+    base = dict(
+        memory_by_tier={},
+        tier_memory_mb={},
+        missed_fallback_rate=None,
+        auto_detected=None,
+    )
+    assert gates(**base, device_p95_ms=900.0, streamable=False)["gate_duration"]["status"] == "fail"
+    assert gates(**base, device_p95_ms=900.0, streamable=True)["gate_duration"]["status"] == "pass"
+    assert gates(**base, device_p95_ms=None, streamable=False)["gate_duration"]["status"] == "fail"
+
+
+def test_seed003_token_screen_stops_a_long_budget_task_before_any_gate_or_score():
+    """Seed 003 "落地建议" 1: p50 input + output over 400 tokens is out before scoring: a 900-token task with a
+    perfect score and passing gates is not_ready, and is not scored."""
+    passing = {
+        "gate_memory": {"status": "pass"},
+        "gate_duration": {"status": "pass"},
+        "gate_quality": {"status": "pass"},
+    }
+    thirty = {"a": {"points": 3, "weight": 10}}
+    screened = readiness(passing, thirty, token_screen(900.0))
+    assert (screened["verdict"], screened["score_003"]) == ("not_ready", None)
+    assert screened["reasons"] == ["token_screen (p50 900 > 400 tokens)"]
+    assert readiness(passing, thirty, token_screen(400.0))["verdict"] == "ready"  # at the limit: through
+    assert token_screen(None)["status"] == "unknown"
 
 
 def test_seed004_canary_cohort_is_sticky_by_session_and_near_its_percentage():
@@ -277,6 +333,8 @@ def test_hostile_rollout_settings_are_refused(rollout):
         "error_cost: high",
         "privacy: secret",
         "iteration: daily",
+        "streamable: maybe",
+        "streamable: 1",
     ],
 )
 def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):

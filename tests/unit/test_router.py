@@ -214,6 +214,27 @@ def test_breaker_state_machine(steps, expected_states, expected_transitions):
         states.append(breaker.state)
     assert states == expected_states
     assert [(t.from_state, t.to_state) for t in transitions] == expected_transitions
+    assert [t.seq for t in transitions] == list(range(1, len(transitions) + 1))  # numbered per breaker
+
+
+def test_breaker_events_carry_the_breakers_own_sequence():
+    """Each breaker numbers its transitions from 1 (per instance and boundary), so they chain in the order
+    they happened even when the router's clock steps back between two of them."""
+    clock = FakeClock()
+    seen = []
+    router = Router(
+        ScriptedDevice([dev()]), ScriptedCloud([cloud()]), clock=clock, now=clock.now, on_breaker_event=seen.append
+    )
+    router.cloud_breaker.force_open("cloud_p90_spike")
+    clock.t -= 30  # a clock that steps back (the simulated fleet's does)
+    router.device_breaker.force_open("device_oom")
+    clock.t += 3600
+    assert router.cloud_breaker.allow()  # half-open: the cloud's second transition
+    assert [(e.boundary, e.seq, e.to_state) for e in seen] == [
+        ("cloud", 1, "open"),
+        ("device", 1, "open"),
+        ("cloud", 2, "half_open"),
+    ]
 
 
 def test_half_open_lets_one_trial_through_at_a_time():

@@ -73,3 +73,77 @@ def test_drifting_needs_a_rise_and_a_significant_change(delta_pp, z, psi, expect
 
 def test_ratio_is_null_for_an_empty_denominator():
     assert stats.ratio(0, 0) is None and stats.ratio(1, 4) == 0.25 and not math.isnan(stats.ratio(0, 3))
+
+
+@pytest.mark.parametrize(
+    "name, blocks, fitted",
+    [
+        ("already non-decreasing: unchanged", [(0.1, 2, 1), (0.5, 4, 3), (0.9, 1, 1)], [0.5, 0.75, 1.0]),
+        # 1/1, then 0/1 below it → pooled 1/2; then 0/1 below 0.5 → pooled 1/3; 2/2 above: kept
+        (
+            "a violator pools back as far as it must",
+            [(0.1, 1, 1), (0.2, 1, 0), (0.3, 1, 0), (0.4, 2, 2)],
+            [1 / 3] * 3 + [1.0],
+        ),
+        # 3/3 then 1/3: pooled 4/6 = 0.667, still above the 2/6 to its left
+        (
+            "weighted mean, not the mean of rates",
+            [(0.40, 4, 0), (0.55, 6, 2), (0.60, 3, 3), (0.65, 3, 1), (0.75, 20, 20)],
+            [0.0, 1 / 3, 2 / 3, 2 / 3, 1.0],
+        ),
+        ("no blocks", [], []),
+    ],
+)
+def test_pool_adjacent_violators_by_hand(name, blocks, fitted):
+    """METRICS.md §6 local_pass_rate: while a block's value is below its left neighbour's, merge the two."""
+    assert stats.isotonic_blocks(blocks) == pytest.approx(fitted), name
+
+
+@pytest.mark.parametrize(
+    "change, text",
+    [
+        (None, ""),
+        (
+            {"from": 0.7, "to": 0.5, "band": {"low": 0.5, "high": 0.7, "n": 55, "pass_rate": 0.33, "ci": [0.21, 0.46]}},
+            "moving 0.70 → 0.50 serves 55 more labeled requests on the device; they passed 33 % [21 %, 46 %]",
+        ),
+        (
+            {"from": 0.6, "to": 0.8, "band": {"low": 0.6, "high": 0.8, "n": 0, "pass_rate": None, "ci": None}},
+            "moving 0.60 → 0.80 sends 0 labeled requests to the cloud instead (no labeled request lies between "
+            "the two thresholds)",
+        ),
+    ],
+)
+def test_threshold_change_reads_as_one_sentence(change, text):
+    """METRICS.md §6: the tuning page shows the band a recommendation moves next to it."""
+    from warehouse.metrics import threshold_change_text
+
+    assert threshold_change_text(change) == text
+
+
+def test_a_push_is_compared_with_the_version_that_served_the_traffic_before_it():
+    """METRICS.md §9: the live sample's one request under its own version, first seen later than the real
+    baseline's 4,050, is not the baseline of the push."""
+    from warehouse.metrics import comparable_span, push_baseline
+
+    earlier = {
+        "base": {"requests": 4050, "first_event": "2026-11-29T10:00:00Z"},
+        "live-sample": {"requests": 1, "first_event": "2026-11-29T10:00:05Z"},
+        "push": {"requests": 3, "first_event": "2026-11-29T11:30:00Z"},
+    }
+    assert push_baseline(earlier, "push") == "base"
+    assert push_baseline({"push": earlier["push"]}, "push") is None
+    tie = {
+        "a": {"requests": 5, "first_event": "2026-11-29T10:00:00Z"},
+        "b": {"requests": 5, "first_event": "2026-11-29T10:30:00Z"},
+    }
+    assert push_baseline(tie, "push") == "b"  # ties: the later version
+    from datetime import UTC, datetime
+
+    push = {"first_event": "2026-11-29T11:30:00Z", "last_event": "2026-11-29T13:30:00Z"}
+    assert comparable_span(push) == (
+        datetime(2026, 11, 29, 9, 30, tzinfo=UTC),
+        datetime(2026, 11, 29, 11, 30, tzinfo=UTC),
+    )
+    short = {"first_event": "2026-11-29T11:30:00Z", "last_event": "2026-11-29T11:35:00Z"}
+    assert comparable_span(short)[0] == datetime(2026, 11, 29, 10, 30, tzinfo=UTC)  # at least an hour

@@ -32,15 +32,22 @@ class Notifier(Protocol):
         ...
 
 
+def _value(window: dict) -> str:
+    """A tripping window's value, with its 95 % interval when the rule asked for one: `0.4 [0.27, 0.55]`."""
+    value, interval = window.get("value"), window.get("interval")
+    text = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return text + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
+
+
 def slack_body(alert: Alert) -> dict[str, Any]:
     """A Slack-compatible incoming-webhook body (also fine for most chat and paging webhooks)."""
     firing = alert.status == "firing"
     scope = alert.task_type or "overall"
     head = f"{'FIRING' if firing else 'RESOLVED'} [{alert.severity}] {alert.summary} ({scope})"
     trip = json.loads(alert.trip_values)
-    if alert.action == "rollback" and firing:
-        head += f" — ROLLBACK RECOMMENDED for {scope}: {trip.get('metric')}"
     latest = trip["windows"][-1] if trip.get("windows") else {}
+    if alert.action == "rollback" and firing:
+        head += f" — ROLLBACK RECOMMENDED for {scope}: {trip.get('metric')} {_value(latest)}"
     return {
         "text": head,
         "attachments": [
@@ -53,7 +60,7 @@ def slack_body(alert: Alert) -> dict[str, Any]:
                         "value": f"{trip.get('metric')} {trip.get('op')} {trip.get('limit')}",
                         "short": True,
                     },
-                    {"title": "latest value", "value": f"{latest.get('value')} (n={latest.get('n')})", "short": True},
+                    {"title": "latest value", "value": f"{_value(latest)} (n={latest.get('n')})", "short": True},
                     {"title": "since", "value": utc(alert.first_seen).isoformat(), "short": True},
                 ],
             }

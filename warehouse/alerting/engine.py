@@ -3,8 +3,9 @@ transitions (pure) → store the new episode versions → deliver what is pendin
 
 "Now" for window rules is the latest stored window of the rule's grain that had ended by the
 evaluation time, so an evaluation over replayed or simulated history (`now` in the past) behaves as
-it would have live, even when later windows are already stored; pipeline signals (freshness, data
-quality, breakers) are read as of the evaluation time."""
+it would have live, even when later windows are already stored; the breaker signals are read per window
+from `breaker_events` in the same way (the latest window that had ended by the evaluation time); the
+other pipeline signals (freshness, data quality, quarantine) as of the evaluation time."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from warehouse.alerting.evaluate import (
     BreachStreak,
     Episodes,
     Evaluation,
+    breaker_open_series,
     evaluate,
     evaluate_signal,
     open_by_key,
@@ -30,9 +32,9 @@ from warehouse.alerting.evaluate import (
     transitions,
     with_changes,
 )
-from warehouse.alerting.rules import GRAINS, Rule, load_rules
+from warehouse.alerting.rules import GRAINS, WINDOW_SIGNALS, Rule, load_rules
 from warehouse.queries import alerts as store
-from warehouse.queries import decisions, schema_migrations
+from warehouse.queries import breaker_events, decisions, schema_migrations
 
 # How far back a window rule reads: far enough to see where a streak began.
 LOOKBACK_WINDOWS = 400
@@ -66,6 +68,9 @@ def verdicts(
     out = []
     windows: dict[str, tuple[datetime | None, list]] = {}  # grain → (latest, rows): read once per grain
     for rule in rules:
+        if rule.metric in WINDOW_SIGNALS:
+            out.append((rule, "", breaker_verdict(client, rule, now)))
+            continue
         if rule.grain == "now":
             out.append((rule, "", evaluate_signal(rule, pipeline_signal(client, rule.metric, now), now)))
             continue
@@ -86,6 +91,24 @@ def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
     return latest, store.window_series(client, grain, latest - GRAINS[grain] * LOOKBACK_WINDOWS, latest)
 
 
+def last_ended_window(now: datetime, step: timedelta) -> datetime:
+    """The start of the latest window of length `step` (aligned to the epoch, UTC) that had ended by `now`."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((now - epoch) // step) * step - step
+
+
+def breaker_verdict(client, rule: Rule, now: datetime) -> BreachStreak:
+    """`pipeline.breaker_open.<boundary>` as of each window up to the latest that had ended by `now`, from
+    `breaker_events` (see evaluate.breaker_open_series)."""
+    step = GRAINS[rule.grain]
+    latest = last_ended_window(now, step)
+    since = latest - step * (LOOKBACK_WINDOWS - 1)
+    boundary = rule.metric.rsplit(".", 1)[1]
+    found = breaker_events.signal_transitions(client, boundary, since, latest + step)
+    starts = [since + k * step for k in range(LOOKBACK_WINDOWS)]
+    return evaluate(rule, breaker_open_series(found, starts, step), latest)
+
+
 def pipeline_signal(client, metric: str, now: datetime):
     """A pipeline signal's value as of `now`."""
     if metric == "pipeline.freshness_lag_s":
@@ -102,8 +125,6 @@ def pipeline_signal(client, metric: str, now: datetime):
         return store.blocking_dq_failures(client)
     if metric == "pipeline.quarantine_share":
         return store.quarantine_share(client, now - timedelta(days=1))
-    if metric.startswith("pipeline.breaker_open."):
-        return store.open_breakers(client, metric.rsplit(".", 1)[1])
     raise ConfigError(f"unknown pipeline signal {metric!r}")
 
 

@@ -35,6 +35,7 @@ class Point:
     start: datetime
     value: Any
     n: int | None = None
+    interval: list[float] | None = None  # the value's confidence interval, for rules that ask for evidence
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime) -> BreachStreak:
     by_start = {p.start: p for p in series}
     streak: list[Point] = []
     t = latest
-    while t in by_start and rule.breaches(by_start[t].value, by_start[t].n):
+    while t in by_start and rule.breaches(by_start[t].value, by_start[t].n, by_start[t].interval):
         streak.append(by_start[t])
         t -= step
     if len(streak) < rule.windows:
@@ -68,6 +69,39 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime) -> BreachStreak:
 def evaluate_signal(rule: Rule, value, now: datetime) -> BreachStreak:
     """A pipeline signal (grain `now`): one reading, as of the evaluation time."""
     return BreachStreak(True, now, now, (Point(now, value),)) if rule.breaches(value, None) else BreachStreak(False)
+
+
+def breaker_open_series(transitions: list[dict], starts: list[datetime], step: timedelta) -> list[Point]:
+    """`pipeline.breaker_open.<boundary>` per window (DESIGN "Pipeline signals per window"): for each window
+    [start, start + step), the number of instances whose breaker was open at any moment in it.
+
+    `transitions`: one boundary's transitions per instance in the breaker's own order (`seq`), with the last
+    one before the first window (the state carried in). A transition to `open` opens a span that lasts until
+    the instance's next transition (a clock that stepped back still leaves the moment of the transition) or,
+    with none, for good; a first transition *from* `open` means the breaker was open before it. So the signal
+    is the same whether the alert job runs live, late, or over history, and a breaker that opened and closed
+    between two runs is not missed."""
+    spans: list[tuple[str, datetime | None, datetime | None]] = []  # (instance, from, until); None: unbounded
+    chains: dict[str, list[dict]] = {}
+    for t in transitions:
+        chains.setdefault(t["instance_id"], []).append(t)
+    for instance, chain in chains.items():
+        if chain[0]["from_state"] == "open":
+            spans.append((instance, None, chain[0]["event_time"]))
+        for k, t in enumerate(chain):
+            if t["to_state"] != "open":
+                continue
+            opened = t["event_time"]
+            closed = chain[k + 1]["event_time"] if k + 1 < len(chain) else None
+            spans.append(
+                (instance, opened, None if closed is None else max(closed, opened + timedelta(milliseconds=1)))
+            )
+    points = []
+    for start in starts:
+        end = start + step
+        open_ = {i for i, a, b in spans if (a is None or a < end) and (b is None or b > start)}
+        points.append(Point(start, len(open_)))
+    return points
 
 
 def dig(metrics: dict, path: str):
@@ -87,7 +121,8 @@ def series_by_scope(rule: Rule, rows: Iterable[tuple[str, datetime, dict]]) -> d
         if (rule.scope == "overall") != (task_type == ""):
             continue
         n = metrics.get(rule.denominator) if rule.denominator else None
-        series.setdefault(task_type, []).append(Point(start, dig(metrics, rule.metric), n))
+        interval = dig(metrics, rule.interval) if rule.interval else None
+        series.setdefault(task_type, []).append(Point(start, dig(metrics, rule.metric), n, interval))
     return series
 
 
@@ -135,7 +170,10 @@ def scopes(rule: Rule, series: dict[str, list[Point]], firing: dict[str, Alert])
 
 def trip_values(rule: Rule, streak: BreachStreak) -> str:
     """JSON of the condition and the windows that tripped it (stored with the episode)."""
-    windows = [{"start": iso_z(p.start), "value": p.value, "n": p.n} for p in streak.points]
+    windows = [
+        {"start": iso_z(p.start), "value": p.value, "n": p.n, **({"interval": p.interval} if rule.interval else {})}
+        for p in streak.points
+    ]
     return json.dumps({"metric": rule.metric, "op": rule.op, "limit": rule.limit, "windows": windows}, default=str)
 
 
@@ -222,11 +260,28 @@ class Evaluation:
                 found.setdefault(a.task_type or "overall", []).append(json.loads(a.trip_values).get("metric", a.rule))
         return {task: sorted(signals) for task, signals in sorted(found.items())}
 
+    def rollback_evidence(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Task type → breached signal → its latest window's value, interval and sample (METRICS.md §3b: the
+        recommendation names the values and their intervals)."""
+        found: dict[str, dict[str, dict[str, Any]]] = {}
+        for a in self.firing:
+            if a.action == "rollback":
+                trip = json.loads(a.trip_values)
+                latest = trip["windows"][-1] if trip.get("windows") else {}
+                found.setdefault(a.task_type or "overall", {})[trip.get("metric", a.rule)] = {
+                    "value": latest.get("value"),
+                    "interval": latest.get("interval"),
+                    "n": latest.get("n"),
+                    "windows": len(trip.get("windows", [])),
+                }
+        return dict(sorted(found.items()))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "evaluated_at": iso_z(self.at),
             "rule_version": self.rule_version,
             "rollback_recommended": self.rollback_recommended(),
+            "rollback_evidence": self.rollback_evidence(),
             "firing": [a.public() for a in self.firing],
             "recently_resolved": [a.public() for a in self.recently_resolved],
             "fired_now": [a.alert_key for a in self.fired],

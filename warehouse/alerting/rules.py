@@ -18,6 +18,9 @@ GRAINS = {"5m": timedelta(minutes=5), "1d": timedelta(days=1), "now": None}
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
 SEVERITIES = ("page", "ticket", "info")
 SCOPES = ("overall", "per_task_type")
+# Pipeline signals read per window (from breaker_events, as of each window: DESIGN "Pipeline signals per
+# window"); every other pipeline signal is one reading as of the evaluation time (grain `now`).
+WINDOW_SIGNALS = ("pipeline.breaker_open.device", "pipeline.breaker_open.cloud")
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,21 @@ class Rule:
     min_n: int = 0
     denominator: str | None = None
     action: str = ""
+    # The metric's confidence interval ([low, high], e.g. `degrade_trigger_ci`): with one, a window breaches
+    # only when the whole interval lies beyond the limit (the evidence to say so, METRICS.md §3b), not when
+    # the point estimate alone does: 2 failures in 35 cannot tell a 5 % limit from noise.
+    interval: str | None = None
 
-    def breaches(self, value, n: int | None) -> bool:
+    def breaches(self, value, n: int | None, interval: list[float] | None = None) -> bool:
         if value is None:
             return False
         if self.denominator and (n is None or n < self.min_n):
             return False  # too few events behind the number to act on it
+        if self.interval:
+            if not interval:
+                return False  # no interval, no evidence
+            # over a limit: the low end must be over it; under a limit: the high end must be under it
+            value = interval[0] if self.op in (">", ">=") else interval[1]
         return bool(OPS[self.op](value, self.limit))
 
 
@@ -86,6 +98,15 @@ def _problems(rule: Rule, seen_names: set[str]) -> list[str]:
         f"severity must be one of {', '.join(SEVERITIES)}" if rule.severity not in SEVERITIES else "",
         "windows must be at least 1" if not isinstance(rule.windows, int) or rule.windows < 1 else "",
         "a duplicate rule name" if rule.name in seen_names else "",
-        "pipeline signals have grain `now`" if rule.metric.startswith("pipeline.") != (rule.grain == "now") else "",
+        _grain_problem(rule),
+        "an interval needs op <, <=, > or >=" if rule.interval and rule.op not in ("<", "<=", ">", ">=") else "",
     ]
     return [p for p in problems if p]
+
+
+def _grain_problem(rule: Rule) -> str:
+    if rule.metric in WINDOW_SIGNALS:
+        return "" if rule.grain != "now" else f"{rule.metric} is read per window: grain 5m or 1d"
+    if rule.metric.startswith("pipeline.") != (rule.grain == "now"):
+        return "pipeline signals have grain `now`"
+    return ""

@@ -39,9 +39,18 @@ class Thresholds:
     volume_low: float = 0.5  # requests within [0.5, 2] × the same window a week earlier
     volume_high: float = 2.0
     label_coverage: float = 0.01  # at least 1 % of judged fallbacks labeled
+    # the task types the routing policy knows (None: the router's policy in force, read by `run_suites`)
+    known_task_types: tuple[str, ...] | None = None
 
 
 THRESHOLD_FIELDS = tuple(f.name for f in fields(Thresholds))
+
+
+def policy_task_types() -> tuple[str, ...]:
+    """The task types of the routing policy in force (ROUTERSCOPE_POLICY, else the default policy)."""
+    from router.policy import PolicyStore
+
+    return tuple(sorted(PolicyStore().current().capabilities))
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,13 @@ class Limit:
     """An expectation argument read from `Thresholds` when the suite is built."""
 
     threshold: str
+
+    def value(self, thresholds: Thresholds):
+        found = getattr(thresholds, self.threshold)
+        if self.threshold == "known_task_types":
+            # an empty task type is `decisions.required.task_type`'s to report, not an unknown one
+            return (*(policy_task_types() if found is None else found), "")
+        return found
 
     def __post_init__(self):
         if self.threshold not in THRESHOLD_FIELDS:
@@ -93,10 +109,8 @@ class Check:
     def arguments(self, thresholds: Thresholds) -> dict[str, Any]:
         """The expectation's keyword arguments (a copy: the table stays as written), limits filled in
         from `thresholds`."""
-        return {
-            k: getattr(thresholds, v.threshold) if isinstance(v, Limit) else copy.deepcopy(v)
-            for k, v in self.kwargs.items()
-        }
+        out = {k: v.value(thresholds) if isinstance(v, Limit) else copy.deepcopy(v) for k, v in self.kwargs.items()}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
 
 def _required(frame: str, column: str, description: str) -> Check:
@@ -202,6 +216,21 @@ CHECKS: tuple[Check, ...] = (
     _domain("breakers", "to_state", BREAKER_STATES),
     _range("breakers", "failure_rate", 0, 1, "a share"),
     _invariant("breakers", "breaker_state_changes", "a breaker event is a transition"),
+    # a warning: decisions of a task type the policy does not know are real traffic and stay loaded, but
+    # no threshold, capability or review input applies to them; GX lists the unknown names it met
+    Check(
+        "pipeline.known_task_types",
+        "decisions",
+        False,
+        IN_SET,
+        {"column": "task_type", "value_set": Limit("known_task_types")},
+        "every decision's task type is one the routing policy knows (unknown ones are listed)",
+    ),
+    _invariant(
+        "breakers",
+        "breaker_transitions_chain",
+        "each breaker's transitions chain in its own order (seq): from_state is the previous to_state, seq +1",
+    ),
     Check("breakers.unique.event_id", "breakers", True, UNIQUE, {"column": "event_id"}, "each event_id once"),
     Check(
         "pipeline.offsets.no_gaps",

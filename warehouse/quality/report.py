@@ -123,6 +123,8 @@ def _samples(df: pd.DataFrame, column: str | None, detail: dict) -> list[str]:
 def _observed(detail: dict) -> str:
     value = detail.get("observed_value")
     if value is None:
-        partial = detail.get("partial_unexpected_list") or []
-        return json.dumps([str(v) for v in partial[:SAMPLES]]) if partial else ""
+        # the distinct offending values, first seen first (one value repeated must not hide another)
+        seen = [str(v) for v in detail.get("unexpected_list") or detail.get("partial_unexpected_list") or []]
+        distinct = list(dict.fromkeys(seen))
+        return json.dumps(distinct[:SAMPLES]) if distinct else ""
     return json.dumps(value, default=str)[:500]

@@ -1,5 +1,5 @@
 """Queries of the alert engine (`warehouse.alerting`): the metric windows a rule reads, the pipeline
-signals (freshness, data quality, quarantine, breakers) read as of the evaluation time, the stored
+signals (freshness, data quality, quarantine) read as of the evaluation time, the stored
 alert episodes and their delivery attempts; and the dashboard's list of alerts.
 
 Every value is a bound `{name:Type}` parameter; the SQL text is constant. Times come back in UTC."""
@@ -78,14 +78,6 @@ SELECT (SELECT count() FROM $quarantine WHERE quarantined_at >= {since:DateTime6
             + (SELECT count() FROM $loaded_messages WHERE loaded_at >= {since:DateTime64(3, 'UTC')}), 0)
 """,
 )
-OPEN_BREAKERS_SQL = named(
-    "alerts_signal_open_breakers",
-    """
-SELECT countIf(state = 'open') FROM (
-    SELECT instance_id, argMax(to_state, (event_time, event_id)) AS state
-    FROM $breaker_events FINAL WHERE boundary = {boundary:String} GROUP BY instance_id)
-""",
-)
 RECENT_SQL = named(
     "alerts_recent",
     """
@@ -132,11 +124,6 @@ def quarantine_share(client, since: datetime) -> float | None:
     """Quarantined messages over all messages (quarantined + loaded) since `since`; None with none."""
     value = _scalar(client, QUARANTINE_SHARE_SQL, {"since": utc_text(since)})
     return None if value is None else float(value)
-
-
-def open_breakers(client, boundary: str) -> int:
-    """Instances whose latest breaker transition on `boundary` left the breaker open."""
-    return int(_scalar(client, OPEN_BREAKERS_SQL, {"boundary": boundary}))
 
 
 def write_alerts(client, rows: list[list]) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from warehouse.queries.common import dict_rows, named
+from routerscope.timeutil import utc
+from warehouse.queries.common import dict_rows, named, utc_text
 
-TRANSITION_COLUMNS = ("event_time", "instance_id", "boundary", "from_state", "to_state", "trigger")
+TRANSITION_COLUMNS = ("event_time", "instance_id", "boundary", "seq", "from_state", "to_state", "trigger")
 
 # Constant pieces of the statements below (named() puts them in before it spells the tables).
 FRAGMENTS = {"transition_columns": ", ".join(TRANSITION_COLUMNS)}
@@ -26,3 +28,39 @@ LIMIT {limit:UInt32}
 def transitions(client, limit: int = 200) -> list[dict[str, Any]]:
     """The newest `limit` transitions (TRANSITION_COLUMNS), newest first."""
     return dict_rows(client, TRANSITIONS_SQL, {"limit": limit})
+
+
+# A breaker's own order: its `seq` (stamped by the router, +1 per transition); events from before `seq`
+# existed (NULL) come first, by time. Never by arrival, and never by event_time alone: a router's
+# clock may step back between two transitions.
+CHAIN_ORDER = "ifNull(seq, 0), event_time, event_id"
+
+# Pipeline signal `pipeline.breaker_open.<boundary>` as of each window (DESIGN "Pipeline signals per
+# window"): the transitions of one boundary up to `until`, from `since` on, plus each instance's last
+# transition before `since` (the state it carried into the first window).
+SIGNAL_TRANSITIONS_SQL = named(
+    "breaker_transitions_for_signal",
+    """
+SELECT instance_id, seq, event_time, event_id, from_state, to_state
+FROM $breaker_events FINAL
+WHERE boundary = {boundary:String} AND event_time < {until:DateTime64(3, 'UTC')}
+  AND (event_time >= {since:DateTime64(3, 'UTC')} OR event_id IN (
+        SELECT argMax(event_id, tuple($chain_order))
+        FROM $breaker_events FINAL
+        WHERE boundary = {boundary:String} AND event_time < {since:DateTime64(3, 'UTC')}
+        GROUP BY instance_id))
+ORDER BY instance_id, $chain_order
+""",
+    {"chain_order": CHAIN_ORDER},
+)
+
+
+def signal_transitions(client, boundary: str, since: datetime, until: datetime) -> list[dict[str, Any]]:
+    """One boundary's transitions for `pipeline.breaker_open` over [since, until) (SIGNAL_TRANSITIONS_SQL),
+    per instance in chain order; event_time aware UTC."""
+    rows = dict_rows(
+        client, SIGNAL_TRANSITIONS_SQL, {"boundary": boundary, "since": utc_text(since), "until": utc_text(until)}
+    )
+    for row in rows:
+        row["event_time"] = utc(row["event_time"])
+    return rows

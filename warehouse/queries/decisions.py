@@ -123,6 +123,11 @@ SELECT
     countIf(device_served) AS device_served_count,
     countIf(judged_fallback AND labeled = 1) AS false_fallback_labeled,
     countIf(judged_fallback AND labeled = 1 AND acceptable) AS false_fallbacks,
+    -- §3 by fallback type: a quality fallback judged fine is a threshold set too high; a timeout one is latency
+    countIf(judged_fallback AND fallback_type = 'quality' AND labeled = 1) AS quality_false_fallback_labeled,
+    countIf(judged_fallback AND fallback_type = 'quality' AND labeled = 1 AND acceptable) AS quality_false_fallbacks,
+    countIf(judged_fallback AND fallback_type = 'timeout' AND labeled = 1) AS timeout_false_fallback_labeled,
+    countIf(judged_fallback AND fallback_type = 'timeout' AND labeled = 1 AND acceptable) AS timeout_false_fallbacks,
     countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
     countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
     countIf(live AND route_ok IS NOT NULL) AS route_labeled,

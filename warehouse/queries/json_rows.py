@@ -39,7 +39,15 @@ NESTED = {
     "breaker_cloud": "breaker.cloud",
     **{
         f"device_{name}": f"device_stats.{name}"
-        for name in ("peak_mem_mb", "thermal_state", "decode_tps", "prefill_tps", "cold_start", "load_ms")
+        for name in (
+            "peak_mem_mb",
+            "thermal_state",
+            "decode_tps",
+            "prefill_tps",
+            "cold_start",
+            "load_ms",
+            "resident_mem_mb",
+        )
     },
 }
 LINEAGE = ("kafka_partition", "kafka_offset")

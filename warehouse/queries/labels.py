@@ -155,6 +155,27 @@ def calibration(
     return found
 
 
+# METRICS.md §6 `local_pass_rate`: per task type, the labeled device attempts grouped by confidence (a
+# block per distinct value: its events and how many passed), ascending: the input of the
+# pool-adjacent-violators fit (`warehouse.stats.isotonic_blocks`). Read from the materialized window.
+_CONFIDENCE_BLOCKS_SELECT = """
+SELECT task_type, confidence, count() AS n, countIf(acceptable) AS passed
+FROM cal
+GROUP BY task_type, confidence
+ORDER BY task_type, confidence
+"""
+
+
+def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, int, int]]]:
+    """task type → [(confidence, labeled events, of which acceptable)], confidence ascending, from the
+    metric set's materialized window (the same labeled device attempts as `calibration`)."""
+    sql = named("confidence_blocks", _CALIBRATED_FROM_WINDOW + _CONFIDENCE_BLOCKS_SELECT, window=window_table)
+    found: dict[str, list[tuple[float, int, int]]] = {}
+    for task_type, confidence, n, passed in client.query(sql).result_rows:
+        found.setdefault(task_type, []).append((float(confidence), int(n), int(passed)))
+    return found
+
+
 # The offline replay's sample: judged fallbacks (METRICS.md §3: live, entered the device, quality or
 # timeout) in the window that no offline replay has labeled yet, in a seeded pseudo-random order
 # (the same seed gives the same sample).

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from routerscope import names
+from warehouse.queries.breaker_events import CHAIN_ORDER
 from warehouse.queries.common import QueryWindow, named, utc_text
 from warehouse.rows import DECISION_COLUMNS
 
@@ -88,14 +89,32 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
 """,
 )
 
+# `ok_breaker_transitions_chain`: each transition starts where the breaker's previous one ended
+# (from_state = the previous to_state) and, when both carry the router's `seq`, right after it
+# (seq = previous + 1: none lost, none repeated). "Previous" is in the breaker's own order
+# (breaker_events.CHAIN_ORDER: seq, then time for events without one), over the breaker's history up to
+# the window's end, so the window's first transition is checked against the one before the window.
 BREAKERS_FRAME_SQL = named(
     "dq_breakers",
     """
-SELECT toString(event_id) AS event_id, event_time, schema_version, boundary, from_state, to_state, failure_rate,
-       toBool(from_state != to_state) AS ok_breaker_state_changes
-FROM $breaker_events FINAL
+SELECT toString(event_id) AS event_id, event_time, schema_version, instance_id, boundary, seq, from_state, to_state,
+       failure_rate,
+       toBool(from_state != to_state) AS ok_breaker_state_changes,
+       toBool(position = 1 OR (from_state = previous_to
+                               AND (seq IS NULL OR previous_seq IS NULL OR seq = previous_seq + 1)))
+           AS ok_breaker_transitions_chain
+FROM (
+    SELECT *, row_number() OVER chain AS position, lagInFrame(to_state) OVER chain AS previous_to,
+           lagInFrame(seq) OVER chain AS previous_seq
+    FROM $breaker_events FINAL
+    WHERE event_time < {end:DateTime64(3, 'UTC')} AND (instance_id, boundary) IN (
+        SELECT instance_id, boundary FROM $breaker_events
+        WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')})
+    WINDOW chain AS (PARTITION BY instance_id, boundary ORDER BY $chain_order)
+)
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
+    {"chain_order": CHAIN_ORDER},
 )
 
 # Completeness per Kafka partition, from the loader's ledger (`loaded_messages`, which keeps every
@@ -186,7 +205,7 @@ def labels_frame(client, window: QueryWindow) -> pd.DataFrame:
 
 
 def breakers_frame(client, window: QueryWindow) -> pd.DataFrame:
-    """The window's breaker events, with `ok_breaker_state_changes`."""
+    """The window's breaker events, with `ok_breaker_state_changes` and `ok_breaker_transitions_chain`."""
     return client.query_df(BREAKERS_FRAME_SQL, parameters=window.parameters())
 
 

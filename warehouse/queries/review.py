@@ -28,7 +28,7 @@ w AS (
            degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
            cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
            device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
-           all_cloud_cost_usd, rollout_stage
+           all_cloud_cost_usd, rollout_stage, device_resident_mem_mb
     FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 )"""
@@ -125,19 +125,41 @@ ORDER BY task_type
     FRAGMENTS,
 )
 
+# §13 memory gate per task type and tier: the peak (max, never a p95) of the per-request peaks, and the
+# max resident memory (model loaded, idle), each with how many events reported it.
 PEAK_BY_TIER_SQL = named(
     "peak_memory_by_task_and_tier",
     """
 WITH $review_cte
-SELECT task_type, ifNull(device_tier, 'unknown') AS tier, count() AS n,
-       quantileExactInclusive(0.95)(device_peak_mem_mb) AS peak_p95
+SELECT task_type, ifNull(device_tier, 'unknown') AS tier,
+       countIf(device_peak_mem_mb IS NOT NULL) AS n,
+       quantileExactInclusive(0.95)(device_peak_mem_mb) AS peak_p95,
+       max(device_peak_mem_mb) AS peak_max,
+       countIf(device_resident_mem_mb IS NOT NULL) AS resident_n,
+       max(device_resident_mem_mb) AS resident_max
 FROM w
-WHERE mode = 'live' AND entered_device AND device_peak_mem_mb IS NOT NULL
+WHERE mode = 'live' AND entered_device AND (device_peak_mem_mb IS NOT NULL OR device_resident_mem_mb IS NOT NULL)
 GROUP BY task_type, tier
 ORDER BY task_type, tier
 """,
     FRAGMENTS,
 )
+
+# §12 `days_observed`: the distinct UTC clock hours of the window that hold a live event (any task type),
+# over 24: the span the data really covers, whatever the window's nominal length.
+HOURS_OBSERVED_SQL = named(
+    "hours_with_live_events",
+    """
+SELECT uniqExact(toStartOfHour(event_time)) FROM $decisions
+WHERE mode = 'live' AND event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+""",
+)
+
+
+def days_observed(client, window: QueryWindow) -> float:
+    """METRICS.md §12: distinct UTC hours of the window with at least one live event, / 24."""
+    return int(client.query(HOURS_OBSERVED_SQL, parameters=window.parameters()).result_rows[0][0]) / 24
+
 
 DETERMINISM_SQL = named(
     "replay_determinism",
@@ -298,7 +320,13 @@ def task_review(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
         r["determinism_groups"], r["determinism_agreeing"] = 0, 0
     for r in dict_rows(client, PEAK_BY_TIER_SQL, window.parameters()):
         if r["task_type"] in found:
-            found[r["task_type"]]["peak_by_tier"][r["tier"]] = {"n": int(r["n"]), "p95": _num(r["peak_p95"])}
+            found[r["task_type"]]["peak_by_tier"][r["tier"]] = {
+                "n": int(r["n"]),
+                "p95": _num(r["peak_p95"]) if r["n"] else None,
+                "max": _num(r["peak_max"]) if r["n"] else None,
+                "resident_n": int(r["resident_n"]),
+                "resident_max": _num(r["resident_max"]) if r["resident_n"] else None,
+            }
     for r in dict_rows(client, DETERMINISM_SQL, window.parameters()):
         if r["task_type"] in found:
             found[r["task_type"]]["determinism_groups"] = int(r["groups"])

@@ -123,3 +123,15 @@ def test_a_pii_request_over_the_devices_window_is_cut_to_it_and_never_reaches_th
         assert [a.level for a in e.attempts][0] in (1, 4)
         if e.entered_device:
             assert e.device_stats.peak_mem_mb < 0.8 * 4096
+
+
+def test_simulated_tiers_report_resident_memory_for_the_seed003_gate():
+    """Contract v2 `device_stats.resident_mem_mb` (model loaded, idle): 850 MB plus half the tier's overhead
+    (high 0, mid 60, low 140 MB), within 25 % of each tier's memory in the default policy."""
+    events = []
+    fleet = Fleet(seed=5, start=datetime(2026, 11, 30, tzinfo=UTC), span=timedelta(minutes=10), on_event=events.append)
+    fleet.run(600)
+    resident = {e.device_tier: e.device_stats.resident_mem_mb for e in events if e.device_stats is not None}
+    assert resident == {"high": 850.0, "mid": 880.0, "low": 920.0}
+    tiers = default_policy().device_tiers
+    assert all(mb <= 0.25 * tiers[tier]["memory_mb"] for tier, mb in resident.items())
