@@ -647,10 +647,10 @@ class Router:
         A shadow request whose device is still running when the cloud has served returns None for the
         event: the device runs on, off the user's path, and its event goes to `on_event` and
         `on_shadow_event` when it ends (docs/router.md, "Shadow mode")."""
+        budget = _Budget(self._clock, req.deadline_ms, req.elapsed_ms)  # the router's own time counts too
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
         self.cloud_breaker.set_policy(policy.breakers["cloud"])
-        budget = _Budget(self._clock, req.deadline_ms, req.elapsed_ms)
         cap = policy.capability(req.task_type)
         input_tokens = req.input_tokens if req.input_tokens is not None else max(1, len(req.text) // 4)
         expected_out = req.expected_output_tokens if req.expected_output_tokens is not None else cap.max_output_tokens

@@ -124,7 +124,7 @@ def test_the_real_device_is_cut_mid_prefill_at_its_timeout(long_device, tmp_path
     wall_ms = (time.monotonic() - started) * 1000
     assert DECISIONS.parse(event.to_json())[1] == []
     assert wall_ms <= 600 + 50 + 40
-    assert event.latency_ms == pytest.approx(wall_ms, abs=10)
+    assert event.latency_ms == pytest.approx(wall_ms, abs=15)
     assert event.entered_device and event.attempts[0].outcome == "timeout"
     # stopped at its 420 ms (a little later on a loaded machine: the abort lands between graph nodes), not
     # after the seconds its prefill would take; the 30 % of the budget after L0 absorbs the overshoot
