@@ -104,7 +104,14 @@ def render(kind: str, report: dict[str, Any]) -> str:
                 f"{side.get('grading_tier') or '—'}{flag}"
             )
             if r["reasons"]:
-                lines.append(f"  {'':<18}   because: {', '.join(r['reasons'])}")
+                screen = r.get("token_screen") or {}
+                named = [
+                    f"token_screen (p50 {screen['value']:g} > {screen['limit']} tokens)"
+                    if why == "token_screen"
+                    else why
+                    for why in r["reasons"]
+                ]
+                lines.append(f"  {'':<18}   because: {', '.join(named)}")
         lines.append(
             "  seed 003: first the token screen (p50 input + output <= 400 tokens, else not scored); gates: peak "
             "memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s and streamable or "

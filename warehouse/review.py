@@ -203,7 +203,7 @@ def readiness(
             "factors": factor_results,
             "score_003": None,
             "verdict": "not_ready",
-            "reasons": [f"token_screen (p50 {screen['value']:g} > {screen['limit']} tokens)"],
+            "reasons": ["token_screen"],
         }
     score = sum(f["points"] * f["weight"] for f in factor_results.values())
     reasons = [f"{name} {g['status']}" for name, g in gate_results.items() if g["status"] != "pass"]

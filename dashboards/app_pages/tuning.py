@@ -63,6 +63,11 @@ else:
     c2.metric(
         f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
         "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}",
+        help=(
+            f"The smallest threshold whose served requests pass at least {detail['target']} and whose requests "
+            f"right at the cut pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} "
+            "(calibrated by pool-adjacent-violators, METRICS.md §6)"
+        ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
     c4.metric(

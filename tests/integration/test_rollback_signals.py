@@ -121,3 +121,46 @@ def _dict(event) -> dict:
     import msgspec
 
     return msgspec.json.decode(event.to_json())
+
+
+def test_seed004_calm_windows_over_the_point_limit_recommend_no_rollback(home):
+    """METRICS.md §3b through the stored windows and the default rules: tool_call sends 2 of 32, 2 of 34 and
+    2 of 37 device-entered requests on to the cloud (0.062, 0.059, 0.054 against the 0.05 limit, n >= 30 each),
+    as it did on calm demo windows. Each Wilson interval holds the limit (lows 0.017, 0.016, 0.015): no
+    recommendation. Three windows of 12 in 35 (0.343, low 0.208) do recommend it."""
+    from tests.events import decision, quality_fallback
+
+    events, n = [], 0
+    for w, (triggered, entered) in enumerate([(2, 32), (2, 34), (2, 37), (12, 35), (12, 35), (12, 35)]):
+        for i in range(entered):
+            make = quality_fallback if i < triggered else decision
+            at = (T0 + w * STEP + i * STEP / entered).isoformat().replace("+00:00", "Z")
+            events.append(
+                make(
+                    event_id=f"00000000-0000-4000-8000-{n:012d}",
+                    request_id=f"t{n}",
+                    task_type="tool_call",
+                    event_time=at,
+                )
+            )
+            n += 1
+    fired = []
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        insert(client, events, [])
+        for w in range(6):
+            w0 = T0 + w * STEP
+            result = compute(client, w0, w0 + STEP)
+            write_window(client, "5m", w0, w0 + STEP, result)
+            evaluation = alerting.run(client, now=w0 + STEP + timedelta(minutes=1))
+            fired += [(w, a.alert_key) for a in evaluation.fired if a.action == "rollback"]
+            if w == 2:
+                calm = result["by_task_type"]["tool_call"]
+                assert (calm["degrade_trigger_rate"], calm["device_entered"]) == (pytest.approx(2 / 37), 37)
+                assert round(calm["degrade_trigger_ci"][0], 6) == 0.014951
+                assert evaluation.rollback_recommended() == {}
+    # the evidence windows 3, 4, 5: fired as of the third, naming its value and interval
+    assert fired == [(5, "rollback_degrade_trigger|tool_call")]
+    evidence = evaluation.rollback_evidence()["tool_call"]["degrade_trigger_rate"]
+    assert (round(evidence["value"], 3), evidence["n"], evidence["windows"]) == (0.343, 35, 3)
+    assert round(evidence["interval"][0], 3) == 0.208

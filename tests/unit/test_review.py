@@ -293,7 +293,8 @@ def test_seed003_token_screen_stops_a_long_budget_task_before_any_gate_or_score(
     thirty = {"a": {"points": 3, "weight": 10}}
     screened = readiness(passing, thirty, token_screen(900.0))
     assert (screened["verdict"], screened["score_003"]) == ("not_ready", None)
-    assert screened["reasons"] == ["token_screen (p50 900 > 400 tokens)"]
+    assert screened["reasons"] == ["token_screen"]
+    assert screened["token_screen"] == {"status": "fail", "value": 900.0, "limit": 400}
     assert readiness(passing, thirty, token_screen(400.0))["verdict"] == "ready"  # at the limit: through
     assert token_screen(None)["status"] == "unknown"
 
