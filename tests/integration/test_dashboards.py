@@ -60,10 +60,10 @@ OPENS_ON = {
 }
 
 
-def render(page: str, **query_params: str) -> AppTest:
+def render(page_file: str, **query_params: str) -> AppTest:
     """Run one page; `query_params` are the URL's (the shared time range, a page's filters)."""
-    app = AppTest.from_file(str(PAGES / page), default_timeout=60)
-    app.query_params.update(query_params or OPENS_ON.get(page, FIXTURE_DAY))
+    app = AppTest.from_file(str(PAGES / page_file), default_timeout=60)
+    app.query_params.update(query_params or OPENS_ON.get(page_file, FIXTURE_DAY))
     app.run()
     assert not app.exception, app.exception
     return app
@@ -532,3 +532,27 @@ def test_tuning_opens_on_every_task_type_at_a_glance(populated):
     ranks = [order[n] for n in glance["needs"]]
     assert ranks == sorted(ranks)  # what needs action first
     assert set(glance.columns) >= {"threshold", "recommended threshold", "false fallbacks (quality)", "stage"}
+
+
+def test_explorer_reads_hostile_url_values_as_values(populated):
+    """A page number in another script ('²' is a digit to str.isdigit, not to int), and a task type that is
+    markdown: the page falls back to the first, and the banner shows the value as code, never as a link."""
+    day = dict(FIXTURE_DAY)
+    app = render("explorer.py", **day, page="²")
+    assert not app.exception and matched(app).startswith("8 decisions match; showing 1–8")
+    app = render("explorer.py", **day, incident="x", task_type="[ROLL BACK NOW](https://evil.example) **urgent**")
+    assert not app.exception
+    banner = next(i.value for i in app.info if "Decisions of the incident" in i.value)
+    assert "`[ROLL BACK NOW](https://evil.example) **urgent**`" in banner  # inline code: not a link, not bold
+
+
+def test_the_incident_banner_goes_when_the_view_changes(populated):
+    """Opened from an incident, the Explorer says so; once its range changes it is a view of its own."""
+    app = render(
+        "explorer.py", **FIXTURE_DAY, task_type="intent_classify", incident="fallback_rate_high|intent_classify"
+    )
+    assert any("Decisions of the incident" in i.value for i in app.info)
+    app.segmented_control[0].set_value("7d").run()
+    assert not app.exception
+    assert not any("Decisions of the incident" in i.value for i in app.info)
+    assert "incident" not in app.query_params and app.query_params["range"] == "7d"
