@@ -98,7 +98,7 @@ def moved(row: Mapping[str, Any]) -> dict[str, Any]:
         to_cloud["labeled"] + to_device["labeled"],
         int(row["to_cloud_passed"]) + int(row["to_device_passed"]),
     )
-    return {**total, "to_cloud": to_cloud, "to_device": to_device, "unknown": int(row["unknown"])}
+    return {**total, "to_cloud": to_cloud, "to_device": to_device, "unknown": int(row.get("unknown") or 0)}
 
 
 def _differs(a, b) -> bool:

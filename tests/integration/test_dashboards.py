@@ -310,8 +310,9 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     add_review_fixture(populated)  # the offload review needs v2 events
     with dashboard(home) as base, browser_page() as page:
         open_when_up(page, f"{base}/?{urlencode(FIXTURE_DAY)}")
-        page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
-        page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
+        # (exact: the chart legends say "fallback rate (of device-entered)" too)
+        page.get_by_text("Fallback rate (of device-entered)", exact=True).wait_for(timeout=60_000)
+        page.get_by_text("Naive fallback rate (all requests)", exact=True).wait_for(timeout=10_000)
         page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
         page.wait_for_timeout(1500)
         shots = {}
