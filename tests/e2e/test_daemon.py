@@ -34,9 +34,10 @@ from pipelines.timing import (
     floor_5m,
 )
 from routerscope import broker
+from routerscope.procs import free_port
 from routerscope.produce import produce_file
-from tests.conftest import REPO, clean_env, free_port, settings_for
-from tests.events import decision, iso, new_id
+from tests.support.events import decision, iso, new_id
+from tests.support.home import REPO, clean_env, settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
 

@@ -10,8 +10,9 @@ import pytest
 
 from routerscope import broker
 from routerscope.demo import run
-from tests.conftest import free_port, settings_for
+from routerscope.procs import free_port
 from tests.support.browser import browser_page, dashboard, open_when_up
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.queries import alerts as alert_queries
 from warehouse.queries import decisions as decision_queries

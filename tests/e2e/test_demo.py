@@ -11,7 +11,8 @@ import pytest
 from router.sim.fleet import PUSHED_THRESHOLD
 from routerscope import broker
 from routerscope.demo import run
-from tests.conftest import clean_env, free_port, run_cli, settings_for
+from routerscope.procs import free_port
+from tests.support.home import clean_env, run_cli, settings_for
 from warehouse import whatif
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
@@ -175,7 +176,7 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
     import subprocess
     import time
 
-    from tests.conftest import REPO, ROUTERSCOPE
+    from tests.support.home import REPO, ROUTERSCOPE
 
     port = free_port()
     try:
@@ -217,7 +218,7 @@ def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
     import time
     import urllib.request
 
-    from tests.conftest import REPO, ROUTERSCOPE
+    from tests.support.home import REPO, ROUTERSCOPE
 
     port, web = free_port(), free_port()
     try:
@@ -274,7 +275,7 @@ def test_sigkill_during_the_live_sample_leaves_no_process_behind_but_the_broker(
     import subprocess
     import time
 
-    from tests.conftest import REPO, ROUTERSCOPE
+    from tests.support.home import REPO, ROUTERSCOPE
 
     port = free_port()
     models = str(home / "models")

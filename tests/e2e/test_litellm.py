@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.litellm import RouterscopeCallback
-from tests.conftest import settings_for
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 from warehouse.metrics import compute

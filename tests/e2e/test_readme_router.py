@@ -8,8 +8,8 @@ import re
 import pytest
 
 from routerscope import names
-from tests.conftest import REPO
-from tests.integration.test_instrumentation import consume_all
+from tests.support.home import REPO
+from tests.support.kafka import consume_all
 
 pytestmark = [
     pytest.mark.integration,

@@ -10,7 +10,7 @@ from router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.sim.standin_cloud import StandInCloud
-from tests.fakes import QuickCloud
+from tests.support.fakes import QuickCloud
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,10 @@ from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
 from router.request_store import RequestTextStore, store_path
 from routerscope import broker, names
-from tests.conftest import free_port, settings_for
-from tests.events import dumps, label, quality_fallback
-from tests.integration.test_metrics import END, START, at, eid
+from routerscope.procs import free_port
+from tests.support.events import dumps, label, quality_fallback
+from tests.support.golden_day import END, START, at, eid
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
 

@@ -15,7 +15,7 @@ from instrumentation.telemetry import Telemetry, producer_config
 from router.request_store import RequestTextStore, store_path
 from router.sim.fleet import Fleet
 from routerscope import names, review
-from tests.conftest import settings_for
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 from warehouse.metrics import compute

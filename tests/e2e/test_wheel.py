@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.home import REPO
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,8 +12,9 @@ import pytest
 
 from pipelines.resources import AlertWebhookResource
 from routerscope import broker
-from tests.conftest import clean_env, free_port, run_cli, settings_for
-from tests.events import breaker, decision, dumps, iso
+from routerscope.procs import free_port
+from tests.support.events import breaker, decision, dumps, iso
+from tests.support.home import clean_env, run_cli, settings_for
 from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.loader import load
@@ -288,7 +289,7 @@ def test_the_alerts_job_delivers_through_its_webhook_resource(home, tmp_path, mo
     from pipelines.alerting import evaluate_alerts
     from pipelines.resources import RouterscopeResource
     from pipelines.run import run_job
-    from tests.fakes import FakeWebhook
+    from tests.support.fakes import FakeWebhook
 
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)

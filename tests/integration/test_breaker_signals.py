@@ -11,8 +11,8 @@ import pytest
 
 from instrumentation.contract import BREAKERS
 from routerscope import names
-from tests.conftest import settings_for
-from tests.events import breaker, dumps, iso
+from tests.support.events import breaker, dumps, iso
+from tests.support.home import settings_for
 from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate

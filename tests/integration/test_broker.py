@@ -8,8 +8,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from routerscope import broker, kafka, names
-from tests.conftest import clean_env, free_port, run_cli, settings_for
-from tests.events import decision, dumps, label
+from routerscope.procs import free_port
+from tests.support.events import decision, dumps, label
+from tests.support.home import clean_env, run_cli, settings_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from urllib.parse import urlencode
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import REPO, copy_warehouse, settings_for
-from tests.integration.test_metrics import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
+from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
+from tests.support.home import REPO, copy_warehouse, settings_for
 from warehouse import alerting, quality
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
@@ -90,7 +90,7 @@ def test_oncall_lists_the_firing_alerts(populated):
 def test_oncall_draws_breaker_states_over_the_window(populated):
     from instrumentation.contract import BREAKERS
     from routerscope import names
-    from tests.events import breaker, dumps
+    from tests.support.events import breaker, dumps
     from warehouse.rows import FACTS
 
     t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
@@ -150,8 +150,8 @@ def test_quality_page_lists_checks_and_quarantine(populated):
 
 def test_quality_page_names_task_types_the_policy_does_not_know(populated):
     from dashboards import data
-    from tests.events import decision
-    from tests.integration.test_metrics import at, eid
+    from tests.support.events import decision
+    from tests.support.golden_day import at, eid
 
     with open_warehouse(populated) as client:
         insert(client, [decision(event_id=eid(720), request_id="odd", task_type="mystery_task", event_time=at(3))], [])
@@ -177,8 +177,8 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
     """METRICS.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
     from dashboards import data
-    from tests.events import decision, quality_fallback
-    from tests.integration.test_metrics import at, eid
+    from tests.support.events import decision, quality_fallback
+    from tests.support.golden_day import at, eid
 
     pushed = [
         quality_fallback(
@@ -246,7 +246,7 @@ def test_quality_page_shows_schema_versions(populated):
 
 def add_review_fixture(settings) -> None:
     """The §10–§13 golden events (v2, with device_stats and the all-cloud cost) and determinism groups."""
-    from tests.integration import test_review as tr
+    from tests.support import golden_week as tr
 
     with open_warehouse(settings) as client:
         insert(client, tr.DECISIONS, tr.LABELS)
@@ -278,7 +278,7 @@ def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages
 def test_review_page_lists_divergence_samples_without_their_texts(populated):
     from router.engine import Divergence
     from router.request_store import RequestTextStore, store_path
-    from tests.integration.test_review import START
+    from tests.support.golden_week import START
 
     with RequestTextStore(store_path(populated.home)) as store:
         store.add_divergence(
@@ -391,7 +391,7 @@ def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populat
 
 
 def test_consumer_lag_falls_back_to_freshness_when_the_broker_does_not_answer(populated, monkeypatch):
-    from tests.conftest import free_port
+    from routerscope.procs import free_port
 
     monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # nothing listens there
     app = render("oncall.py")

@@ -19,8 +19,8 @@ from instrumentation import emitter as emitter_module
 from instrumentation.emitter import KafkaEmitter, Message, Spool
 from instrumentation.telemetry import producer_config
 from routerscope import names
-from tests.conftest import REPO
-from tests.integration.test_instrumentation import consume_all, down_broker, start  # noqa: F401
+from tests.support.home import REPO
+from tests.support.kafka import consume_all, start
 
 pytestmark = pytest.mark.integration
 

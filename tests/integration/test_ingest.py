@@ -8,8 +8,6 @@ import random
 import signal
 import subprocess
 import time
-import uuid
-from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,8 +15,11 @@ from hypothesis import strategies as st
 
 from routerscope import broker, names
 from routerscope.errors import WarehouseError
-from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
-from tests.events import BASE_TIME, breaker, capability_miss, decision, dumps, iso, label, quality_fallback
+from routerscope.procs import free_port
+from tests.support.bad_messages import MALFORMED
+from tests.support.events import breaker, dumps, label
+from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
+from tests.support.ingest import FAST, produce, query, scalar, valid_decisions
 from warehouse.client import open_warehouse
 from warehouse.loader import BrokerDataLost, Loader, load
 from warehouse.migrate import migrate
@@ -26,200 +27,6 @@ from warehouse.migrate import migrate
 pytestmark = pytest.mark.integration
 
 DECISIONS, LABELS, BREAKERS = names.TOPIC_DECISIONS, names.TOPIC_LABELS, names.TOPIC_BREAKERS
-FAST = dict(idle_timeout_s=0.5)
-
-
-@pytest.fixture
-def stack(home):
-    """A fresh broker (its own topics, empty) and an empty embedded warehouse, both in this test's home."""
-    settings = settings_for(home)
-    broker.start(settings, port=free_port())
-    yield settings
-    broker.stop(settings)
-
-
-def produce(settings, topic: str, payloads: list[bytes | None], keys: list[bytes | None] | None = None) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 5, "queue.buffering.max.messages": 1_000_000}
-    )
-    for i, payload in enumerate(payloads):
-        key = keys[i] if keys else str(i % 101).encode()
-        producer.produce(topic, value=payload, key=key)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0
-
-
-def query(settings, sql: str, **parameters):
-    with open_warehouse(settings, purpose="test") as client:
-        migrate(client)
-        return client.query(sql, parameters=parameters).result_rows
-
-
-def scalar(settings, sql: str, **parameters):
-    return query(settings, sql, **parameters)[0][0]
-
-
-def decision_id(i: int) -> str:
-    return str(uuid.UUID(int=i + 1))
-
-
-def valid_decisions(n: int, start: int = 0) -> list[bytes]:
-    makers = (decision, quality_fallback, capability_miss)
-    return [
-        dumps(
-            makers[i % 3](
-                event_id=decision_id(i),
-                request_id=f"req-{i}",
-                session_id=f"sess-{i % 97}",
-                event_time=iso(BASE_TIME + timedelta(milliseconds=i)),
-            )
-        )
-        for i in range(start, start + n)
-    ]
-
-
-# Every kind of malformed decision, with exactly the rules it must be quarantined with.
-MALFORMED: list[tuple[str, bytes, list[str]]] = [
-    ("non-JSON", b"this is not json", ["json.invalid"]),
-    ("binary garbage", bytes(range(256)), ["json.invalid"]),
-    ("truncated JSON", dumps(decision())[:-7], ["json.invalid"]),
-    ("JSON but not an object", b"[1, 2, 3]", ["json.not_object"]),
-    ("wrong enum", dumps(decision(fallback_type="sideways")), ["schema.invalid.fallback_type"]),
-    (
-        "out-of-range level",
-        dumps(decision(degrade_level=7, attempts=[{"level": 7, "outcome": "ok", "latency_ms": 1.0}])),
-        ["schema.invalid.degrade_level", "schema.invalid.attempts"],
-    ),
-    (
-        "missing field",
-        dumps({k: v for k, v in decision().items() if k != "session_id"}),
-        ["schema.required.session_id"],
-    ),
-    ("unknown schema version", dumps(decision(schema_version=3)), ["schema.version"]),
-    ("bad timestamp", dumps(decision(event_time="yesterday at noon")), ["schema.invalid.event_time"]),
-    ("timestamp without zone", dumps(decision(event_time="2026-11-29T12:00:00")), ["schema.invalid.event_time"]),
-    ("unknown field", dumps(decision(prompt="tell me a secret")), ["schema.unknown.prompt"]),
-    # msgspec's encoding of a v1 event writes `"device_stats":null`: v1 has no such field (contract v1)
-    ("v1 naming a v2 field as null", dumps(decision(device_stats=None)), ["schema.unknown.device_stats"]),
-    (
-        "capability without capability_miss",
-        dumps(capability_miss(reason="default")),
-        ["invariant.capability_iff_capability_miss"],
-    ),
-    (
-        "capability but entered the device",
-        dumps(capability_miss(entered_device=True)),
-        ["invariant.capability_not_entered", "invariant.entered_first_attempt_on_device"],
-    ),
-    (
-        "device fallback without entering the device",
-        dumps(quality_fallback(entered_device=False, attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}])),
-        ["invariant.device_fallback_entered_device"],
-    ),
-    (
-        "device fallback served on the device",
-        dumps(
-            quality_fallback(
-                degrade_level=1,
-                attempts=[
-                    {"level": 0, "outcome": "ok", "latency_ms": 1.0},
-                    {"level": 1, "outcome": "ok", "latency_ms": 1.0},
-                ],
-            )
-        ),
-        ["invariant.device_fallback_level_at_least_2"],
-    ),
-    (
-        "no fallback yet served in the cloud after entering",
-        dumps(quality_fallback(fallback_type="none", reason="default")),
-        ["invariant.served_on_device_level"],
-    ),
-    (
-        "not entered but attempted on the device",
-        dumps(
-            capability_miss(
-                attempts=[
-                    {"level": 0, "outcome": "rejected", "latency_ms": 1.0},
-                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
-                ]
-            )
-        ),
-        ["invariant.not_entered_no_device_attempt"],
-    ),
-    (
-        "entered but first attempt in the cloud",
-        dumps(
-            decision(
-                attempts=[
-                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
-                    {"level": 0, "outcome": "ok", "latency_ms": 1.0},
-                ]
-            )
-        ),
-        # and the level-2 attempt is a cloud call that cloud_calls = 0 does not cover
-        [
-            "invariant.entered_first_attempt_on_device",
-            "invariant.attempt_levels_non_decreasing",
-            "invariant.cloud_calls_cover_cloud_attempts",
-        ],
-    ),
-    (
-        "levels decrease",
-        dumps(
-            quality_fallback(
-                attempts=[
-                    {"level": 0, "outcome": "timeout", "latency_ms": 1.0},
-                    {"level": 3, "outcome": "error", "latency_ms": 1.0},
-                    {"level": 2, "outcome": "ok", "latency_ms": 1.0},
-                ],
-                cloud_calls=2,
-            )
-        ),
-        ["invariant.attempt_levels_non_decreasing"],
-    ),
-    (
-        "L1 twice",
-        dumps(
-            decision(
-                degrade_level=1,
-                attempts=[
-                    {"level": 1, "outcome": "timeout", "latency_ms": 1.0},
-                    {"level": 1, "outcome": "ok", "latency_ms": 1.0},
-                ],
-            )
-        ),
-        ["invariant.level_1_at_most_once"],
-    ),
-    (
-        "last attempt is not the degrade level",
-        dumps(quality_fallback(degrade_level=3)),
-        ["invariant.last_attempt_is_degrade_level"],
-    ),
-    (
-        "cloud calls below cloud attempts",
-        dumps(quality_fallback(cloud_calls=0)),
-        ["invariant.cloud_calls_cover_cloud_attempts"],
-    ),
-    ("pii pin without pii", dumps(decision(reason="pii_pin", has_pii=False)), ["invariant.pii_pin_has_pii"]),
-    (
-        "pii pin reached the cloud",
-        dumps(quality_fallback(reason="pii_pin", has_pii=True)),
-        ["invariant.pii_pin_no_cloud_attempt", "invariant.pii_pin_no_cloud_calls"],
-    ),
-    (
-        "pii pin with cloud calls",
-        dumps(decision(reason="pii_pin", has_pii=True, cloud_calls=1)),
-        ["invariant.pii_pin_no_cloud_calls"],
-    ),
-    (
-        "low confidence above threshold",
-        dumps(quality_fallback(confidence=0.9)),
-        ["invariant.low_confidence_below_threshold"],
-    ),
-]
 
 
 def test_exact_counts_duplicates_once_and_every_malformed_kind_quarantined_with_its_rules(stack):

@@ -11,16 +11,16 @@ import os
 import signal
 import threading
 import time
-import uuid
-from datetime import UTC, datetime
 
 import pytest
 
 from routerscope import broker, names
 from routerscope.errors import BrokerUnavailable
-from tests.conftest import clean_env, run_cli
-from tests.events import decision, dumps, iso, label
-from tests.integration.test_ingest import FAST, MALFORMED, produce, query, scalar, stack, valid_decisions  # noqa: F401
+from tests.support.bad_messages import MALFORMED, POISON, good_messages
+from tests.support.bad_messages import deep as _deep
+from tests.support.events import decision, dumps, label
+from tests.support.home import clean_env, run_cli
+from tests.support.ingest import FAST, produce, query, scalar, valid_decisions
 from warehouse.client import open_warehouse
 from warehouse.loader import BrokerDataLost, Loader, load
 
@@ -29,113 +29,6 @@ pytestmark = pytest.mark.integration
 DECISIONS, LABELS = names.TOPIC_DECISIONS, names.TOPIC_LABELS
 
 
-def _id(prefix: int, i: int) -> str:
-    return str(uuid.UUID(int=(prefix << 64) + i))
-
-
-def _deep(depth: int) -> bytes:
-    """About 2 KB per thousand levels: a field nested `depth` levels deep."""
-    return dumps(decision())[:-1] + b', "app_id": ' + b"[" * depth + b"]" * depth + b"}"
-
-
-# Good messages that used to break an insert or hide among the poison: each must load exactly once.
-def good_messages() -> list[bytes]:
-    months = [  # one valid event in each of 130 months: more partitions than one INSERT may touch
-        dumps(
-            decision(
-                event_id=_id(1, m),
-                request_id=f"month-{m}",
-                event_time=iso(datetime(2015 + m // 12, m % 12 + 1, 3, tzinfo=UTC)),
-            )
-        )
-        for m in range(130)
-    ]
-    v2 = [
-        dumps(
-            decision(
-                schema_version=2,
-                event_id=_id(2, 0),
-                request_id="v2-ledger",
-                rollout_stage="canary",
-                all_cloud_cost_usd=0.002,
-                device_stats={
-                    "peak_mem_mb": 400.0,
-                    "thermal_state": "serious",
-                    "decode_tps": 31.5,
-                    "cold_start": False,
-                },
-            )
-        ),
-        dumps(
-            decision(
-                schema_version=2,
-                event_id=_id(2, 1),
-                request_id="v2-busy",
-                entered_device=False,
-                reason="device_busy",
-                degrade_level=2,
-                cloud_calls=1,
-                confidence=None,
-                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 500.0}],
-            )
-        ),
-    ]
-    edges = [
-        dumps(decision(event_id=_id(3, 0), request_id="far-future", event_time="2100-01-01T00:00:00Z")),
-        dumps(
-            decision(
-                event_id=_id(3, 1),
-                request_id="at-maxima",
-                input_tokens=10_000_000,
-                cloud_calls=100,
-                deadline_ms=86_400_000,
-                latency_ms=86_400_000,
-            )
-        ),
-        dumps(
-            decision(event_id=_id(3, 2), request_id="json-lookalike", task_type="event_id", app_id='"cloud_calls": 2')
-        ),
-    ]
-    return valid_decisions(200) + months + v2 + edges
-
-
-# (name, payload, the rules it must be quarantined with). The earlier malformed kinds come on top.
-POISON: list[tuple[str, bytes | None, list[str]]] = [
-    ("input_tokens 2^64", dumps(decision(input_tokens=2**64)), ["schema.range.input_tokens"]),
-    ("cloud_calls 2^40", dumps(decision(cloud_calls=2**40)), ["schema.range.cloud_calls"]),
-    (
-        "output_tokens 2^63 (fits UInt64, past the contract)",
-        dumps(decision(output_tokens=2**63)),
-        ["schema.range.output_tokens"],
-    ),
-    ("latency 1e300", dumps(decision(latency_ms=1e300)), ["schema.range.latency_ms"]),
-    ("nested 3000 levels in 6 KB", _deep(3000), ["json.too_deep"]),
-    ("event_time year 9999", dumps(decision(event_time="9999-12-31T23:59:59.999Z")), ["schema.range.event_time"]),
-    ("event_time year 1850", dumps(decision(event_time="1850-01-01T00:00:00Z")), ["schema.range.event_time"]),
-    ("repeated key", dumps(decision())[:-1] + b', "cloud_calls": 0}', ["json.duplicate_key"]),
-    (
-        "v1 with a v2 reason",
-        dumps(
-            decision(
-                reason="device_busy",
-                entered_device=False,
-                degrade_level=2,
-                cloud_calls=1,
-                attempts=[{"level": 2, "outcome": "ok", "latency_ms": 1.0}],
-            )
-        ),
-        ["schema.invalid.reason"],
-    ),
-    (
-        "v2 stat past its maximum",
-        dumps(decision(schema_version=2, device_stats={"peak_mem_mb": 1e9})),
-        ["schema.range.device_stats.peak_mem_mb"],
-    ),
-    ("1.5 MB", b'{"pad": "' + b"x" * 1_500_000 + b'"}', ["json.too_large"]),
-    ("tombstone (no value)", None, ["json.invalid"]),
-    # valid for the contract, refused by the warehouse (a CHECK constraint the test adds): the last line
-    ("refused by the warehouse", dumps(decision(request_id="reject-me")), ["insert.rejected"]),
-]
 ALL_POISON = POISON + [(f"malformed: {name}", payload, rules) for name, payload, rules in MALFORMED]
 
 

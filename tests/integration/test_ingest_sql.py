@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from instrumentation.contract import CONTRACTS
 from routerscope import names
-from tests.conftest import settings_for
-from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
-from tests.integration.test_ingest import MALFORMED, stack  # noqa: F401 (fixture)
-from tests.integration.test_ingest_poison import POISON, good_messages
+from tests.support.bad_messages import MALFORMED, POISON, good_messages
+from tests.support.events import breaker, capability_miss, decision, dumps, label, quality_fallback
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
 from warehouse.queries import landing
@@ -291,7 +290,7 @@ def test_the_sql_parser_loads_exactly_what_the_python_parser_loads_and_replays_n
     against `--parser python` on the same messages (good ones, every malformed kind, a refused insert left
     aside): the same facts, ledger, quarantine (raw bytes, rules, error text) and positions. Then positions
     forgotten: the sql parser finds every landed row and adds none."""
-    from tests.integration.test_ingest import produce, valid_decisions
+    from tests.support.ingest import produce, valid_decisions
     from warehouse.loader import load
 
     produce(stack, DECISIONS, valid_decisions(150) + [p for _, p, _ in MALFORMED] + valid_decisions(10))

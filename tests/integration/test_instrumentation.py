@@ -25,45 +25,14 @@ from router.backends import CloudResult
 from router.engine import Request, Router
 from router.sim.backends import InstantCloud, InstantDevice
 from routerscope import broker, names
-from tests.conftest import REPO, free_port, settings_for
-from tests.fakes import ScriptedCloud, ScriptedDevice
-from tests.unit.test_router import cloud, dev
+from routerscope.procs import free_port
+from tests.support.fakes import ScriptedCloud, ScriptedDevice, cloud, dev
+from tests.support.home import REPO, settings_for
+from tests.support.kafka import consume_all, start
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 
 pytestmark = pytest.mark.integration
-
-
-def consume_all(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) -> list:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "test-read", "enable.auto.commit": False, "log_level": 0}
-    )
-    # every partition the topic has (a producer's metadata request may have auto-created it first)
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    got, deadline, idle = [], time.monotonic() + timeout_s, 0
-    while time.monotonic() < deadline and (len(got) < expect or idle < 3):
-        batch = [m for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
-        idle = 0 if batch else idle + 1
-        got += batch
-    consumer.close()
-    return got
-
-
-@pytest.fixture
-def down_broker(home):
-    """Settings pointing at a loopback port where no broker runs yet; `start()` brings it up there."""
-    port = free_port()
-    settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}")
-    state = {"settings": settings, "port": port}
-    yield state
-    broker.stop(settings)
-
-
-def start(state):
-    broker.start(state["settings"], port=state["port"])
 
 
 def test_a_broker_outage_never_blocks_requests_and_loses_nothing(down_broker, home):

@@ -9,31 +9,13 @@ import pytest
 
 from instrumentation.contract import DECISIONS
 from instrumentation.sdk import Recorder
-from tests.unit.test_sdk import stack
+from tests.support.litellm_models import DEVICE, MESSAGES, METADATA, MODEL_LIST
+from tests.support.telemetry import stack
 
 litellm = pytest.importorskip("litellm")
 from instrumentation.litellm import RouterscopeCallback  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*")
-
-OFFLINE = {"api_base": "http://127.0.0.1:9/v1", "api_key": "unused"}
-
-
-def deployment(name, model, answer):
-    return {"model_name": name, "litellm_params": {"model": model, **OFFLINE, "mock_response": answer}}
-
-
-MODEL_LIST = [
-    deployment("device", "openai/gemma-3-270m", "on device"),
-    deployment("device-small-window", "openai/gemma-3-270m-2k", "litellm.ContextWindowExceededError"),
-    deployment("device-broken", "openai/gemma-3-270m-broken", "litellm.InternalServerError"),
-    deployment("cloud-small", "openai/gpt-4o-mini", "small"),
-    deployment("cloud-small-down", "openai/gpt-4o-mini", "litellm.InternalServerError"),
-    deployment("cloud-large", "openai/gpt-4o", "large"),
-]
-DEVICE = ["device", "device-small-window", "device-broken"]
-METADATA = {"session_id": "s1", "task_type": "short_reply"}
-MESSAGES = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture

@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from instrumentation.contract import CONTRACTS
 from routerscope import broker, names
-from tests.conftest import clean_env, free_port, run_cli, settings_for
-from tests.events import breaker, decision, dumps, label
-from tests.integration.test_ingest import MALFORMED, produce, stack, valid_decisions  # noqa: F401 (fixture)
+from routerscope.procs import free_port
+from tests.support.bad_messages import MALFORMED
+from tests.support.events import breaker, decision, dumps, label
+from tests.support.home import clean_env, run_cli, settings_for
+from tests.support.ingest import produce, valid_decisions
 from warehouse import loader as loader_module
 from warehouse.client import open_warehouse
 from warehouse.loader import Loader

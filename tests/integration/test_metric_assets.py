@@ -11,9 +11,9 @@ import pytest
 
 from pipelines.metrics import late_labels_sensor, metrics_5m, metrics_daily
 from pipelines.resources import RouterscopeResource
-from tests.conftest import settings_for
-from tests.events import label
-from tests.integration.test_metrics import DECISION_EVENTS, LABEL_EVENTS, A, B, expected_overall_a, insert
+from tests.support.events import label
+from tests.support.golden_day import DECISION_EVENTS, LABEL_EVENTS, A, B, expected_overall_a, insert
+from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
 
@@ -117,7 +117,7 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
 
     from pipelines.metrics import late_events_sensor
     from pipelines.timing import floor_5m
-    from tests.events import decision, iso, new_id
+    from tests.support.events import decision, iso, new_id
 
     settings = settings_for(home)
     resources = {"routerscope": RouterscopeResource(home=str(home))}

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.conftest import clean_env, run_cli, settings_for
+from tests.support.home import clean_env, run_cli, settings_for
 from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
@@ -57,7 +57,7 @@ def test_the_quality_page_warns_when_every_check_was_skipped(empty, home, monkey
     from streamlit.testing.v1 import AppTest
 
     from dashboards import data
-    from tests.conftest import REPO
+    from tests.support.home import REPO
 
     assert run_cli("dq", env=clean_env(home), timeout=300).returncode == 4  # stores a run of skipped checks
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))

@@ -20,16 +20,15 @@ from instrumentation.emitter import KafkaEmitter
 from instrumentation.sdk import Recorder
 from instrumentation.telemetry import Telemetry, producer_config
 from routerscope import names
-from tests.conftest import clean_env, run_cli
-from tests.events import decision, label
-from tests.integration.test_ingest import stack  # noqa: F401
-from tests.integration.test_instrumentation import consume_all
+from tests.support.events import decision, label
+from tests.support.home import clean_env, run_cli
+from tests.support.kafka import consume_all
+from tests.support.litellm_models import MESSAGES, MODEL_LIST
 from warehouse.client import open_warehouse
 from warehouse.loader import load
 
 litellm = pytest.importorskip("litellm")
 from instrumentation.litellm import RouterscopeCallback  # noqa: E402
-from tests.integration.test_litellm_mapping import MESSAGES, MODEL_LIST  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -104,7 +103,7 @@ def _produce_file(path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_canaries_in_every_free_text_field_reach_no_span_no_message_no_row_and_no_warehouse_file(stack, home, tmp_path):  # noqa: F811
+def test_canaries_in_every_free_text_field_reach_no_span_no_message_no_row_and_no_warehouse_file(stack, home, tmp_path):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))

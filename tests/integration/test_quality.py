@@ -15,9 +15,9 @@ from pipelines.metrics import metrics_daily
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
 from routerscope import names
-from tests.conftest import clean_env, copy_warehouse, run_cli, settings_for
-from tests.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
-from tests.integration.test_metrics import A1, A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
+from tests.support.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
+from tests.support.golden_day import A1, A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
+from tests.support.home import clean_env, copy_warehouse, run_cli, settings_for
 from warehouse import quality
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tests.events import decision, iso, label, quality_fallback
-from tests.integration.test_metrics import eid, insert, warehouse  # noqa: F401 (the fixture)
+from tests.support.events import decision, iso, label, quality_fallback
+from tests.support.golden_day import eid, insert
 from warehouse.queries import decisions, ingest_offsets, labels
 from warehouse.queries.common import QueryWindow
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
-def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_asked(warehouse):  # noqa: F811
+def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_asked(warehouse):
     """warehouse.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
     the horizon is a device clock error and is not the newest decision."""
     assert decisions.newest_event(warehouse) is None  # an empty table: None, not the epoch
@@ -35,7 +35,7 @@ def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_as
     assert fresh["last_load"] is not None and fresh["last_load"].tzinfo is not None
 
 
-def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(warehouse):  # noqa: F811
+def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(warehouse):
     """METRICS.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
     replay's sample; a human or validator label does not."""
     fallbacks = [

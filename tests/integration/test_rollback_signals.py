@@ -17,9 +17,9 @@ from instrumentation.events import LabelEvent
 from router.engine import Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.replay import route_correct
-from tests.conftest import settings_for
-from tests.fakes import FakeClock, SteadyDevice, SwitchableCloud
-from tests.integration.test_metrics import insert
+from tests.support.fakes import FakeClock, SteadyDevice, SwitchableCloud
+from tests.support.golden_day import insert
+from tests.support.home import settings_for
 from warehouse import alerting
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute
@@ -128,7 +128,7 @@ def test_seed004_calm_windows_over_the_point_limit_recommend_no_rollback(home):
     2 of 37 device-entered requests on to the cloud (0.062, 0.059, 0.054 against the 0.05 limit, n >= 30 each),
     as it did on calm demo windows. Each Wilson interval holds the limit (lows 0.017, 0.016, 0.015): no
     recommendation. Three windows of 12 in 35 (0.343, low 0.208) do recommend it."""
-    from tests.events import decision, quality_fallback
+    from tests.support.events import decision, quality_fallback
 
     events, n = [], 0
     for w, (triggered, entered) in enumerate([(2, 32), (2, 34), (2, 37), (12, 35), (12, 35), (12, 35)]):

@@ -14,7 +14,7 @@ import pytest
 
 from routerscope import names
 from routerscope.errors import WarehouseError
-from tests.conftest import REPO, clean_env, run_cli, settings_for
+from tests.support.home import REPO, clean_env, run_cli, settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import MIGRATIONS_DIR, discover, migrate
 
@@ -203,7 +203,7 @@ def test_migrate_command_and_unknown_dsn_scheme(home):
 
 
 def test_unreachable_clickhouse_server_is_one_clear_line(home):
-    from tests.conftest import free_port
+    from routerscope.procs import free_port
 
     env = clean_env(home, ROUTERSCOPE_CLICKHOUSE_DSN=f"http://default:pw@127.0.0.1:{free_port()}")
     result = run_cli("migrate", env=env)

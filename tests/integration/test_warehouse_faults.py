@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from routerscope import broker, names
-from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
-from tests.integration.test_ingest import produce, query, scalar, stack, valid_decisions  # noqa: F401
+from routerscope.procs import free_port
+from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
+from tests.support.ingest import produce, query, scalar, valid_decisions
 
 pytestmark = pytest.mark.integration
 

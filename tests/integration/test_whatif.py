@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from tests.conftest import clean_env, copy_warehouse, run_cli
-from tests.events import capability_miss, decision, iso, label, quality_fallback
-from tests.integration.test_metrics import END, START, at, attempts, eid, insert
+from tests.support.events import capability_miss, decision, iso, label, quality_fallback
+from tests.support.golden_day import END, START, at, attempts, eid, insert
+from tests.support.home import clean_env, copy_warehouse, run_cli
 from warehouse import whatif
 from warehouse.client import open_warehouse
 from warehouse.metrics import compute as compute_metrics

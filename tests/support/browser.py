@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import ROUTERSCOPE, clean_env, free_port
+from routerscope.procs import free_port
+from tests.support.home import ROUTERSCOPE, clean_env
 
 CHROMIUM_ARGS = [
     "--no-sandbox",

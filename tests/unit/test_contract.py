@@ -22,7 +22,7 @@ from instrumentation.contract import (
     decision_ranges_hold,
 )
 from instrumentation.events import FALLBACK_TYPES, REASONS, DecisionEvent
-from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
+from tests.support.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 
 VALID_DECISIONS = {
     "device L0": decision(),

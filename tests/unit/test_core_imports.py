@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO, clean_env, free_port
+from routerscope.procs import free_port
+from tests.support.home import REPO, clean_env
 
 BLOCKED = ("dagster", "streamlit", "great_expectations", "chdb", "clickhouse_connect")
 

@@ -11,7 +11,7 @@ from router.backends import CloudResult, DeviceResult
 from router.policy import DEFAULT_POLICY, parse
 from router.replay import Verdict, judge, label_for, route_correct
 from router.sim.backends import InstantCloud, InstantDevice
-from tests.fakes import SamplingScriptedDevice
+from tests.support.fakes import SamplingScriptedDevice
 
 POLICY = parse(DEFAULT_POLICY.read_text())
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -10,20 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult
 from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from router.engine import Request, Router, latency_gate
 from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore
-from tests.fakes import FakeClock, ScriptedCloud, ScriptedDevice
-
-
-def dev(outcome="ok", confidence=0.9, text="positive", committed=False):
-    return DeviceResult(text, confidence, "logprob", 5, 50.0, 100.0, outcome, committed)
-
-
-def cloud(outcome="ok", tokens=7):
-    return CloudResult("cloud answer" if outcome == "ok" else "", 300.0, outcome, tokens)
-
+from tests.support.fakes import FakeClock, ScriptedCloud, ScriptedDevice, cloud, dev
 
 device_results = st.builds(
     dev,

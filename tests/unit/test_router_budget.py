@@ -20,7 +20,7 @@ from router.backends import CloudResult, DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router
 from router.policy import DEFAULT_POLICY, PolicyStore
 from router.sim.hostile import Trickler
-from tests.fakes import QuickCloud
+from tests.support.fakes import QuickCloud
 
 SLACK_MS = 40.0  # thread scheduling on a loaded 2-core machine
 

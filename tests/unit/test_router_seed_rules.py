@@ -24,7 +24,7 @@ from instrumentation.contract import DECISIONS
 from router.backends import DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
 from router.policy import DEFAULT_POLICY, PolicyStore
-from tests.fakes import BlockingDevice, FakeClock, GreedyCloud, GreedyDevice, SleepingDevice, StreamingDevice
+from tests.support.fakes import BlockingDevice, FakeClock, GreedyCloud, GreedyDevice, SleepingDevice, StreamingDevice
 
 
 def policy_file(tmp_path, text: str | None = None, **replace: str):
@@ -252,7 +252,7 @@ def test_seed000_neither_fits_truncates_before_l4(
 def test_seed000_truncated_reason_and_abandoned_attempts_are_v2_only():
     """`truncated` (an additive enum value) and an attempt's `abandoned` belong to contract v2: a v1 event
     naming them is refused, old v1 events (without them) stay valid."""
-    from tests.events import decision
+    from tests.support.events import decision
 
     v2 = decision()
     assert DECISIONS.parse(json.dumps(v2 | {"schema_version": 1}).encode())[1] == []

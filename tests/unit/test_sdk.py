@@ -8,54 +8,18 @@ import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from instrumentation import attributes as A
 from instrumentation.contract import DECISIONS, LABELS
 from instrumentation.emitter import Message
 from instrumentation.pii import scrub
 from instrumentation.sdk import InvalidDecision, Recorder
-from instrumentation.telemetry import InstrumentedRouter, Telemetry
+from instrumentation.telemetry import InstrumentedRouter
 from router.backends import CloudResult
 from router.engine import Request, Router
 from router.request_store import RequestTextStore
-from routerscope import names
-from tests.fakes import ScriptedCloud, ScriptedDevice
-from tests.unit.test_router import dev
-
-
-class ListEmitter:
-    """Collects what would go to Kafka (the emitter's own behaviour is tested against a real broker)."""
-
-    def __init__(self):
-        self.messages = []
-
-    def emit(self, message):
-        self.messages.append(message)
-
-    def flush(self, timeout_s=30.0):
-        return True
-
-    def close(self, timeout_s=10.0):
-        pass
-
-    def counters(self):
-        return {"emitted": len(self.messages), "delivered": 0, "spooled": 0, "dropped": 0, "in_flight": 0}
-
-    def decisions(self):
-        return [msgspec.json.decode(m.value) for m in self.messages if m.topic == names.TOPIC_DECISIONS]
-
-
-def stack():
-    exporter, emitter = InMemorySpanExporter(), ListEmitter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = Telemetry(emitter, provider, MeterProvider(metric_readers=[InMemoryMetricReader()]))
-    return telemetry, exporter, emitter
+from tests.support.fakes import ScriptedCloud, ScriptedDevice, dev
+from tests.support.telemetry import stack
 
 
 def span_tree(exporter):

@@ -27,8 +27,8 @@ from router.backends import CloudResult
 from router.engine import Request, Router
 from routerscope import names
 from routerscope.procs import free_port
-from tests.unit.test_router import ScriptedCloud, ScriptedDevice, dev
-from tests.unit.test_sdk import ListEmitter
+from tests.support.fakes import ScriptedCloud, ScriptedDevice, dev
+from tests.support.telemetry import ListEmitter
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 T0_NS = 1767323045123456000  # T0 in nanoseconds since the epoch, by hand: 2026-01-02T03:04:05.123456Z
@@ -522,7 +522,7 @@ def test_abandoned_calls_are_counted_and_a_late_shadow_event_leaves_through_the_
     import threading
 
     from router.policy import DEFAULT_POLICY, PolicyStore
-    from tests.fakes import QuickCloud
+    from tests.support.fakes import QuickCloud
 
     class Hanging:
         model, ttft_ms, tps = "hanging", 1.0, 1e6

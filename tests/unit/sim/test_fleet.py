@@ -16,7 +16,7 @@ from instrumentation.contract import DECISIONS
 from router.engine import L4_MS
 from router.policy import default_policy
 from router.sim.fleet import Fleet, Incidents, pushed_policy, simulated_policy
-from tests.conftest import REPO, clean_env
+from tests.support.home import REPO, clean_env
 
 
 def test_simulated_fleet_events_carry_their_simulated_latency():

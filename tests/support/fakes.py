@@ -13,6 +13,16 @@ from warehouse.alerting import slack_body
 
 
 # -- router: clocks, devices and clouds for the decision engine's tests -----------------------------
+def dev(outcome="ok", confidence=0.9, text="positive", committed=False):
+    """A device answer for a scripted device: logprob confidence, 5 tokens, first token at 50 ms, done at 100 ms."""
+    return DeviceResult(text, confidence, "logprob", 5, 50.0, 100.0, outcome, committed)
+
+
+def cloud(outcome="ok", tokens=7):
+    """A cloud answer for a scripted cloud: 300 ms, `tokens` output tokens, no text unless it is ok."""
+    return CloudResult("cloud answer" if outcome == "ok" else "", 300.0, outcome, tokens)
+
+
 class FakeClock:
     """The router's monotonic clock, moved by hand (`t` seconds); `now()` is `start + t`, for event times."""
 
