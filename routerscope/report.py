@@ -35,7 +35,7 @@ ROWS = (
         "false fallbacks",
         lambda g: f"{_pct(g['false_fallback_rate'])}{_ci(g['false_fallback_ci'])} of {g['false_fallback_labeled']}",
     ),
-    # seed 000: never mixed — quality (the threshold) and timeout (latency) apart
+    # docs/sources.md#seed-000: never mixed — quality (the threshold) and timeout (latency) apart
     *(
         (
             f"  {kind} (labeled)",

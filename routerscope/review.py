@@ -1,5 +1,5 @@
-"""`routerscope report grading|readiness|rollout`: the weekly review's reports (METRICS.md §12, §13 and
-the stage tracker of seed 004 §7), as JSON (the contract) or readable tables.
+"""`routerscope report grading|readiness|rollout`: the weekly review's reports (docs/metrics.md §12, §13 and
+the stage tracker of docs/sources.md#seed-004-7), as JSON (the contract) or readable tables.
 
 The routing policy read is the router's own (`ROUTERSCOPE_POLICY`, else the default policy): the review
 judges task types against the capability matrix, error costs, device tiers and stages actually in force."""
@@ -87,7 +87,9 @@ def render(kind: str, report: dict[str, Any]) -> str:
                 f"{'yes' if g['long_tail'] else 'no':>4} {_num(g['daily_calls']):>10} {_pct(g['determinism']):>8} "
                 f"{g['error_cost']:>8.2f} {g['score']:>6.3f}  {g['tier']} ({g['reason']})"
             )
-        lines.append("  the error-cost veto (error_cost > 0.7) is decided before any score (seed 004 §2)")
+        lines.append(
+            "  the error-cost veto (error_cost > 0.7) is decided before any score (docs/sources.md#seed-004-2)"
+        )
     elif kind == "readiness":
         beside = report.get("beside_grading") or {}
         lines.append(
@@ -113,9 +115,9 @@ def render(kind: str, report: dict[str, Any]) -> str:
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
         lines.append(
-            "  seed 003: first the token screen (p50 input + output <= 400 tokens, else not scored); gates: peak "
-            "memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s and streamable or "
-            "asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 of 30"
+            "  docs/sources.md#seed-003: first the token screen (p50 input + output <= 400 tokens, else not "
+            "scored); gates: peak memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s "
+            "and streamable or asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 of 30"
         )
     else:
         samples = report.get("divergence_samples") or {}
