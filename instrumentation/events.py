@@ -21,6 +21,7 @@ would accept it), patterns are anchored with `\\A…\\Z` (so a trailing newline 
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -119,8 +120,8 @@ class DeviceStats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     prefill_tps: NonNegFloat | None = None
     cold_start: bool | UnsetType = UNSET
     load_ms: NonNegFloat | None = None
-    # The runtime's resident memory with the model loaded and idle (docs/sources.md#seed-003: at most 25 % of the
-    # tier's).
+    # The runtime's resident memory with the model loaded and idle
+    # (docs/sources.md#seed-003: at most 25 % of the tier's).
     resident_mem_mb: NonNegFloat | None = None
 
 
@@ -167,6 +168,30 @@ class DecisionEvent(_Event, frozen=True):
     device_stats: DeviceStats | None = None
     all_cloud_cost_usd: NonNegFloat | UnsetType = UNSET
     rollout_stage: RolloutStage | UnsetType = UNSET
+
+
+# Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
+_ABSENT_WHEN_NONE = (
+    "confidence_source",
+    "network",
+    "has_pii",
+    "breaker",
+    "cost_usd",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+)
+
+
+def new_decision(**fields) -> DecisionEvent:
+    """A decision event of the newest schema version with a fresh `event_id`: the one builder behind the
+    router (`router.engine`) and the SDK for any other router (`instrumentation.sdk`). A None for a field
+    the contract leaves absent (`confidence_source`, `network`, …) leaves it absent."""
+    for name in _ABSENT_WHEN_NONE:
+        if fields.get(name, UNSET) is None:
+            fields[name] = UNSET
+    fields.setdefault("schema_version", DECISION_SCHEMA_VERSIONS[-1])
+    fields.setdefault("event_id", str(uuid.uuid4()))
+    return DecisionEvent(**fields)
 
 
 class LabelEvent(_Event, frozen=True):

@@ -38,13 +38,14 @@ class ReplayConfig(dg.Config):
 )
 def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
     from instrumentation.emitter import KafkaEmitter
-    from instrumentation.telemetry import Telemetry, producer_config
+    from instrumentation.telemetry import Telemetry
     from router.backends import OpenAICloud, gemma_path
     from router.model_worker import WorkerDevice
     from router.policy import PolicyStore
     from router.replay import judge, label_for, rerun
-    from router.request_store import RequestTextStore, store_path
+    from router.request_store import RequestTextStore
     from routerscope.core import names
+    from routerscope.core.kafka import producer_config
     from warehouse.queries.common import QueryWindow
     from warehouse.queries.labels import replay_sample
     from warehouse.queries.review import determinism_sample, store_reruns
@@ -60,7 +61,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
             if config.determinism_per_task
             else []
         )
-    with RequestTextStore(store_path(settings.home)) as store:
+    with RequestTextStore(settings.request_texts_path) as store:
         texts = store.get([rid for rid, _, _ in candidates])
         rerun_texts = store.get([rid for rid, _, _ in reruns])
     chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
@@ -82,12 +83,12 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
         # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
         device = WorkerDevice(
             gemma_path(settings.home),
-            log_path=settings.home / "model-worker.log",
+            log_path=settings.model_worker_log_path,
             n_ctx=512,
             n_threads=1,
             logprobs=False,
         )  # the verdict needs no confidence
-        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):

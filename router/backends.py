@@ -320,8 +320,7 @@ class LlamaDevice:
         try:
             self._set_deadline(deadline)
             hwm = _reset_peak_rss()
-            # the model loaded, nothing running: the resident memory
-            # (docs/sources.md#seed-003)
+            # the model loaded, nothing running: the resident memory (docs/sources.md#seed-003)
             idle_kb = _status_kb("VmRSS")
             rss_peak = idle_kb or 0.0
             perf = self._perf_reset()

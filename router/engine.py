@@ -74,6 +74,7 @@ from instrumentation.events import (
     BreakerStates,
     DecisionEvent,
     DeviceStats,
+    new_decision,
 )
 from router.backends import (
     CloudBackend,
@@ -257,8 +258,8 @@ def prefill_ms(input_tokens: int, prefill_tps: float | None) -> float:
 
 
 def tokens_that_fit(remaining_ms: float, ttft_ms: float, prefill: float, tps: float) -> int:
-    """docs/sources.md#seed-000 "裁剪输出": the output cap that still fits 90 % of what remains at the device's rate (0:
-    none)."""
+    """docs/sources.md#seed-000 "裁剪输出": the output cap that still fits
+    90 % of what remains at the device's rate (0: none)."""
     room_ms = GATE_SHARE * remaining_ms - ttft_ms - prefill
     return max(0, int(room_ms * max(tps, 0.0) / 1000))
 
@@ -490,8 +491,8 @@ class Router:
             kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
         commit_limit = timeout
         if self._device_commits and level <= 1 and timeout_ms is None:
-            # docs/sources.md#seed-000 "宁可让端侧跑完": past the commit point, the whole remaining budget minus L4's 50
-            # ms
+            # docs/sources.md#seed-000 "宁可让端侧跑完": past the commit
+            # point, the whole remaining budget minus L4's 50 ms
             commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
             kwargs["commit_timeout_ms"] = commit_limit
         text = req.text if prompt is None else prompt
@@ -620,8 +621,8 @@ class Router:
             self.cloud_breaker.force_open("cloud_p90_spike")
 
     def _watch_device_fallbacks(self, fell_back: bool) -> None:
-        """docs/sources.md#seed-000: the device breaker opens when its fallback rate is over the limit for consecutive
-        windows."""
+        """docs/sources.md#seed-000: the device breaker opens when its
+        fallback rate is over the limit for consecutive windows."""
         bp = self.device_breaker.policy
         if bp.fallback_rate_limit is None:
             return
@@ -668,8 +669,8 @@ class Router:
         entered, fallback_type, reason = False, "none", "default"
         stage = policy.stage_for(req.task_type, req.session_id)
         pinned = req.has_pii and not policy.pii_to_cloud
-        # docs/sources.md#seed-004 / docs/router.md: a PII request of a shadow task type is pinned to the device, a live
-        # event
+        # docs/sources.md#seed-004 / docs/router.md: a PII request of a
+        # shadow task type is pinned to the device, a live event
         mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
         device_prefill_tps = getattr(self.device, "prefill_tps", None)
@@ -775,15 +776,13 @@ class Router:
         self, req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, shadow_agree, latency_ms
     ) -> DecisionEvent:
         all_cloud = UNSET
-        # docs/sources.md#seed-003 and #seed-004: what the request would have cost served by the cloud
-        # alone
+        # docs/sources.md#seed-003 and #seed-004: what the request would have cost served by the cloud alone
         if trace.prices is not None:
             all_cloud = (
                 trace.prices.get(self.cloud.model_for(2), 0.0) * (trace.input_tokens + trace.output_tokens) / 1000
             )
-        return DecisionEvent(
+        return new_decision(
             schema_version=SCHEMA_VERSION,
-            event_id=str(uuid.uuid4()),
             event_time=self._now(),
             request_id=trace.request_id,
             session_id=req.session_id,

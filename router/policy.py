@@ -63,11 +63,9 @@ class Capability:
     pattern: str | None = None  # for validator: regex
     error_cost: float | None = None  # docs/sources.md#seed-004: 0-1, what a wrong answer costs downstream (None: 0.5)
     privacy: str = "public"  # docs/sources.md#seed-003: strict | redactable | public
-    # docs/sources.md#seed-003: how often the task's model must change: quarterly | monthly |
-    # weekly
+    # docs/sources.md#seed-003: how often the task's model must change: quarterly | monthly | weekly
     iteration: str = "monthly"
-    # docs/sources.md#seed-000 "仅限白名单内工具": the tools the device may call (None:
-    # any)
+    # docs/sources.md#seed-000 "仅限白名单内工具": the tools the device may call (None: any)
     tools: tuple[str, ...] | None = None
     single_file: bool = False  # docs/sources.md#seed-000 "单文件片段可,跨文件上下文不可": a context of one file at most
     streamable: bool = True  # docs/sources.md#seed-003: the answer can be streamed or the task run asynchronously
@@ -93,8 +91,8 @@ class BreakerPolicy:
     端侧模型加载失败、内存不足或回退率 连续超标时全量上云"). Besides the sliding failure rate: the cloud breaker opens
     when the cloud's 5-minute p90 exceeds `p90_spike_factor` × `p90_baseline_ms` (over at least `p90_min_samples`
     calls); the device breaker opens when its fallback rate exceeds `fallback_rate_limit` for `fallback_windows`
-    consecutive windows of `fallback_window_s` (each with at least `fallback_min_n` device-entered requests). None: that
-    trigger is off."""
+    consecutive windows of `fallback_window_s` (each with at least
+    `fallback_min_n` device-entered requests). None: that trigger is off."""
 
     window_s: float = 60.0
     failure_rate: float = 0.5
@@ -137,8 +135,7 @@ class Policy:
     pii_to_cloud: bool = False
     l1_enabled: bool = True
     commit_tokens: int = 120
-    # docs/sources.md#seed-004-6: a hard cap on concurrent device requests; the excess goes to the
-    # cloud
+    # docs/sources.md#seed-004-6: a hard cap on concurrent device requests; the excess goes to the cloud
     device_concurrency: int = 1
     shadow: frozenset[str] = frozenset()
     cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens

@@ -357,7 +357,7 @@ def cmd_demo(args, settings: Settings) -> int:
     except KeyboardInterrupt:
         print(
             "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
-            f"{settings.home / 'spool'}; loaded rows and the loader's positions are stored, so running "
+            f"{settings.spool_path}; loaded rows and the loader's positions are stored, so running "
             "`routerscope demo` again continues from here. The local broker keeps running (`routerscope broker stop`).",
             file=sys.stderr,
         )
@@ -410,7 +410,7 @@ def cmd_demo(args, settings: Settings) -> int:
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
-    return serve_dashboard(args.dashboard_port, settings.home / "dashboard.log", open_browser=True)
+    return serve_dashboard(args.dashboard_port, settings.dashboard_log_path, open_browser=True)
 
 
 def dashboard_command(port: int) -> list[str]:
@@ -480,7 +480,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
 
 
 def cmd_dashboard(args, settings: Settings) -> int:
-    return serve_dashboard(args.port, settings.home / "dashboard.log")
+    return serve_dashboard(args.port, settings.dashboard_log_path)
 
 
 # -- parser ---------------------------------------------------------------------------------------

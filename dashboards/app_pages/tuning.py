@@ -199,8 +199,8 @@ FALLBACK_TILES = (
     ),
 )
 # docs/sources.md#seed-000: the threshold is judged on quality fallbacks alone (docs/metrics.md §3
-# false_fallback_by_type): a timeout fallback whose device answer was fine is a latency problem, not a threshold set too
-# high.
+# false_fallback_by_type): a timeout fallback whose device answer was
+# fine is a latency problem, not a threshold set too high.
 quality = group["false_fallback_by_type"]["quality"]
 shown = {
     "false_fallback": (quality["rate"], quality["ci"], quality["labeled"]),

@@ -11,11 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.emitter import KafkaEmitter
-from instrumentation.telemetry import Telemetry, producer_config
+from instrumentation.telemetry import Telemetry
 from router.request_store import RequestTextStore, store_path
 from router.sim.fleet import Fleet
 from routerscope import review
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import settings_for
 from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse

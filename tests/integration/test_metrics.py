@@ -529,8 +529,8 @@ def local_floor_events():
 
 
 def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
-    """docs/metrics.md §6 (docs/sources.md#seed-000: a 58 % band goes to "device + post-check", never to direct output).
-    The high-
+    """docs/metrics.md §6 (docs/sources.md#seed-000: a 58 % band goes to
+    "device + post-check", never to direct output). The high-
     confidence mass (200 passing at 0.90) carries the cumulative pass rate over 0.95 from c = 0.40 down:
     c = 0.40: 226/236 = 0.9576; 0.45–0.55: 226/232 = 0.9741; 0.60: 224/226; 0.65: 221/223; 0.70: 220/220.
     Pool-adjacent-violators over the blocks 0/4, 2/6, 3/3, 1/3, 20/20, 200/200: 1/3 < 3/3 pools to 4/6, so

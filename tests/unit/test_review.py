@@ -270,8 +270,8 @@ def test_seed003_memory_gate_reads_peak_and_resident_memory(name, memory, status
 
 
 def test_seed003_duration_gate_needs_a_streamable_or_asynchronous_task():
-    """docs/sources.md#seed-003: "单次推理 ≤ 10s,且可流式或可异步": fast is not enough when the user must wait for the
-    whole answer."""
+    """docs/sources.md#seed-003: "单次推理 ≤ 10s,且可流式或可异步": fast is
+    not enough when the user must wait for the whole answer."""
     base = dict(
         memory_by_tier={},
         tier_memory_mb={},

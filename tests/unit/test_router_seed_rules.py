@@ -8,8 +8,8 @@ docs/sources.md#seed-000 lines cited by the tests:
 * "过了承诺点就不再接管,宁可让端侧跑完": the commit point.
 * "必须按 task_type 分开校准": calibration stands on one confidence per request (L0's).
 * "云侧连续失败或 P90 突增时全量走端侧 … 端侧模型加载失败、内存不足或回退率连续超标时全量上云": the breakers.
-docs/sources.md#seed-004-6 "给端侧设一个硬并发上限,超出的部分直接走云端——宁可多花钱也不要让请求排队": the concurrency
-cap.
+docs/sources.md#seed-004-6
+"给端侧设一个硬并发上限,超出的部分直接走云端——宁可多花钱也不要让请求排队": the concurrency cap.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def test_device_fits_table():
         # point (at 1221 ms) came first: it runs on, within 8000 - 50 = 7950, and finishes in full
         (19.0, [(0, "ok", 5781.0)], "a full answer", "default"),
         # 300 tokens at 30 ms: 9070 ms; committed at 1870 ms (before the 30 % decision point); cut at 7950 ms,
-        # the partial answer served, flagged as truncated (docs/sources.md#seed-000: "返回部分结果"), its attempt a
-        # timeout
+        # the partial answer served, flagged as truncated
+        # (docs/sources.md#seed-000: "返回部分结果"), its attempt a timeout
         (30.0, [(0, "timeout", 7950.0)], "part", "truncated"),
     ],
 )
@@ -304,8 +304,8 @@ def test_event_latency_is_the_simulated_time_not_the_wall_time(tmp_path):
 def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(
     tmp_path, l0, l1, confidence, fallback_type, reason
 ):
-    """docs/sources.md#seed-000 "必须按 task_type 分开校准": calibration judges the confidence the threshold judged
-    first."""
+    """docs/sources.md#seed-000 "必须按 task_type 分开校准": calibration
+    judges the confidence the threshold judged first."""
     task = "slot_extract" if "text" in l0 else "short_reply"
     results = [
         DeviceResult(x.get("text", "positive"), x["confidence"], "logprob", 5, 1.0, 10.0, "ok") for x in (l0, l1)
@@ -450,8 +450,8 @@ def test_seed000_real_time_decision_point_moves_a_slow_stream_to_the_cloud(http_
 
 # -- breakers as the seed says -------------------------------------------------------------------
 def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
-    """docs/sources.md#seed-000 "云侧 … P90 突增时全量走端侧": 20 successful calls at 3 s against a baseline of 800 ms ×
-    3."""
+    """docs/sources.md#seed-000 "云侧 … P90 突增时全量走端侧": 20
+    successful calls at 3 s against a baseline of 800 ms × 3."""
     clock = FakeClock()
     seen = []
     router = Router(
@@ -472,8 +472,8 @@ def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
 
 @pytest.mark.parametrize("error_kind, opens", [("oom", True), ("load_failure", True), (None, False)])
 def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, error_kind, opens):
-    """docs/sources.md#seed-000 "端侧模型加载失败、内存不足 … 全量上云": one such error opens it; one plain error does
-    not."""
+    """docs/sources.md#seed-000 "端侧模型加载失败、内存不足 … 全量上云":
+    one such error opens it; one plain error does not."""
     clock = FakeClock()
 
     class Failing(GreedyDevice):
@@ -500,8 +500,8 @@ def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, e
 def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutive_windows(
     tmp_path, window_rates, opens
 ):
-    """docs/sources.md#seed-000 "回退率连续超标时全量上云": policy limit 0.5, 3 windows of 60 s, at least 20 requests
-    each."""
+    """docs/sources.md#seed-000 "回退率连续超标时全量上云": policy limit
+    0.5, 3 windows of 60 s, at least 20 requests each."""
     clock = FakeClock()
     device = GreedyDevice(clock, need_ms=1)
     no_failure_rate = {

@@ -26,8 +26,7 @@ MEMORY_SHARE = 0.4  # docs/sources.md#seed-003: peak <= 40 % of the smallest tie
 RESIDENT_SHARE = 0.25  # docs/sources.md#seed-003: resident (model loaded, idle) <= 25 % of it
 TOKEN_SCREEN = 400  # docs/sources.md#seed-003: p50 of input + output tokens over 400 is screened out before any gate
 DURATION_MS = 10_000  # docs/sources.md#seed-003: one inference <= 10 s
-# docs/sources.md#seed-003: loss <= 3 %, >= 90 % of failures caught
-# automatically
+# docs/sources.md#seed-003: loss <= 3 %, >= 90 % of failures caught automatically
 MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9
 READY_SCORE = 12  # docs/sources.md#seed-003: weighted score >= 12 of 30
 
@@ -84,8 +83,8 @@ def factors(
     weak_network_share: float | None,
     iteration: str,
 ) -> dict[str, dict]:
-    """The seed's (docs/sources.md#seed-003) six factors: each 0, 1 or 3 points with its weight (docs/metrics.md §13's
-    table)."""
+    """The seed's (docs/sources.md#seed-003) six factors: each 0, 1 or 3
+    points with its weight (docs/metrics.md §13's table)."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     c, t, n = calls_per_session_day, token_budget_p50, weak_network_share
     return {
@@ -123,8 +122,8 @@ def gates(
     missed_fallback_rate: float | None,
     auto_detected: float | None,
 ) -> dict[str, dict]:
-    """The seed's (docs/sources.md#seed-003) three hard gates, each `pass` / `fail` / `unknown` (no data) with its
-    values and limits.
+    """The seed's (docs/sources.md#seed-003) three hard gates, each `pass` /
+    `fail` / `unknown` (no data) with its values and limits.
 
     `memory_by_tier`: tier → {"peak": the max of the per-request peaks, "resident": the max resident memory
     with the model loaded and idle}; the gate reads the tier with the smallest memory that has data: peak

@@ -253,8 +253,8 @@ class Evaluation:
     delivery_failures: int = 0
 
     def rollback_recommended(self) -> dict[str, list[str]]:
-        """Task type → the rollback signals firing for it (docs/sources.md#seed-004-7: name the task type and the
-        signals)."""
+        """Task type → the rollback signals firing for it
+        (docs/sources.md#seed-004-7: name the task type and the signals)."""
         found: dict[str, list[str]] = {}
         for a in self.firing:
             if a.action == "rollback":
