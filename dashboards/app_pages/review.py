@@ -144,7 +144,7 @@ else:
         st.caption(
             f"Per-day figures divide by {observed:.3g} days observed ({24 * observed:g} hours with live events), "
             "not by the window's nominal length. A task type over 400 tokens (p50 input + output) is stopped by "
-            "the seed's (docs/sources.md#seed-003) token screen before any gate or score."
+            "the token screen of docs/sources.md#seed-003 before any gate or score."
         )
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:

@@ -153,7 +153,7 @@ class Fleet:
         self.stats = {"requests": 0, "labels": 0}
 
     def draw_ledger(self, req: Request) -> dict:
-        """What the device will measure for this request (the seed's (docs/sources.md#seed-003) ledger), drawn before
+        """What the device will measure for this request (the ledger of docs/sources.md#seed-003), drawn before
         routing: a swapping low-tier device decodes at 15 % speed; a cold start must load the model first."""
         rng = self.ledger_rng
         prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]

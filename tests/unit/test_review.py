@@ -1,6 +1,6 @@
 """The review rules as tables: the stage tracker's exit conditions (docs/sources.md#seed-004-7) each met and not met by
-one unit, the grading tiers and the error-cost veto (docs/sources.md#seed-004-2), the seed's (docs/sources.md#seed-003)
-gates and factor bands, and the router's sticky canary cohort."""
+one unit, the grading tiers and the error-cost veto (docs/sources.md#seed-004-2), the gates and factor bands
+of docs/sources.md#seed-003, and the router's sticky canary cohort."""
 
 from __future__ import annotations
 

@@ -83,8 +83,8 @@ def factors(
     weak_network_share: float | None,
     iteration: str,
 ) -> dict[str, dict]:
-    """The seed's (docs/sources.md#seed-003) six factors: each 0, 1 or 3
-    points with its weight (docs/metrics.md §13's table)."""
+    """The six factors of docs/sources.md#seed-003: each 0, 1 or 3 points with its weight (docs/metrics.md
+    §13's table)."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     c, t, n = calls_per_session_day, token_budget_p50, weak_network_share
     return {
@@ -122,8 +122,8 @@ def gates(
     missed_fallback_rate: float | None,
     auto_detected: float | None,
 ) -> dict[str, dict]:
-    """The seed's (docs/sources.md#seed-003) three hard gates, each `pass` /
-    `fail` / `unknown` (no data) with its values and limits.
+    """The three hard gates of docs/sources.md#seed-003, each `pass` / `fail` / `unknown` (no data) with its
+    values and limits.
 
     `memory_by_tier`: tier → {"peak": the max of the per-request peaks, "resident": the max resident memory
     with the model loaded and idle}; the gate reads the tier with the smallest memory that has data: peak
@@ -187,7 +187,7 @@ def _status(parts: list[bool | None]) -> str:
 
 
 def token_screen(token_budget_p50: float | None) -> dict[str, Any]:
-    """The seed's (docs/sources.md#seed-003) coarse screen ("落地建议" 1): a p50 of input + output tokens over 400 is
+    """The coarse screen of docs/sources.md#seed-003 ("落地建议" 1): a p50 of input + output tokens over 400 is
     `not_ready` before any gate or score is considered; without data the screen does not apply."""
     status = "unknown" if token_budget_p50 is None else "pass" if token_budget_p50 <= TOKEN_SCREEN else "fail"
     return {"status": status, "value": token_budget_p50, "limit": TOKEN_SCREEN}
