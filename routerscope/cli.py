@@ -175,7 +175,7 @@ def cmd_metrics(args, settings: Settings) -> int:
     if args.json:
         _print_json(result)
     else:
-        from routerscope.report import metrics_table
+        from routerscope.render import metrics_table
 
         print(metrics_table(result))
     return 0
@@ -185,6 +185,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import unit_of_work
+    from routerscope import render
     from routerscope import whatif as whatif_cli
     from warehouse.analytics import whatif
     from warehouse.analytics.review import review_window
@@ -210,7 +211,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     if args.json:
         _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
     else:
-        print(whatif_cli.render(result, hits))
+        print(render.whatif(result, hits))
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
@@ -314,13 +315,13 @@ def _evidence(signal: str, latest: dict) -> str:
 
 
 def cmd_report(args, settings: Settings) -> int:
-    from routerscope import review
+    from routerscope import render, review
 
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
     report = review.build(args.kind, settings, days=args.days, end=end)
-    _print_json(report) if args.json else print(review.render(args.kind, report))
+    _print_json(report) if args.json else print(render.review(args.kind, report))
     return 0
 
 
