@@ -14,7 +14,9 @@ test: bootstrap
 test-fast: bootstrap
 	.venv/bin/python -m pytest -n 2 --dist loadfile -m "not e2e and not slow" tests/unit tests/integration
 
-# Style: the formatter's output and the linter's rules (pyproject.toml [tool.ruff]); CI runs it before the tests.
+# Style: the formatter's output and the linter's rules (pyproject.toml [tool.ruff]), and the layers contract
+# (tests/unit/test_layers.py: nothing below the command layer imports it); CI runs it before the tests.
 lint: bootstrap
 	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
+	.venv/bin/python -m pytest -q -p no:cacheprovider tests/unit/test_layers.py

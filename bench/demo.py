@@ -8,7 +8,7 @@ Stages, each timed on the wall clock in a fresh home with its own local broker a
   load            the Dagster ingest job draining the three topics into the warehouse;
   metrics_5m      every 5-minute partition of the span through the Dagster `metrics_5m_job`, the
                   `alerts_job` after each (as the demo runs them: `routerscope.demo.windows_and_alerts`);
-  metrics_span    the full METRICS.md set over the whole span (one query set, as `routerscope metrics`).
+  metrics_span    the full docs/metrics.md set over the whole span (one query set, as `routerscope metrics`).
 `events_per_s` is distinct decision events through route → Kafka → load → metrics_span over their
 summed wall time (`loaded` counts messages, including the local broker's duplicate deliveries); each
 stage also reports its own rate. On a shared 2-core machine compare stages within a run.
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from routerscope import broker  # noqa: E402
-from routerscope.procs import free_port  # noqa: E402
-from routerscope.settings import Settings  # noqa: E402
+from routerscope.core.procs import free_port  # noqa: E402
+from routerscope.core.settings import Settings  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -49,9 +49,8 @@ def main() -> None:
     from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
     from routerscope.demo import simulate, windows_and_alerts
+    from warehouse.analytics.metrics import compute
     from warehouse.client import open_warehouse
-    from warehouse.metrics import compute
-    from warehouse.migrate import migrate
 
     home = Path(tempfile.mkdtemp(prefix="routerscope-bench-demo-"))
     settings = Settings.from_env({"ROUTERSCOPE_HOME": str(home)})
@@ -59,8 +58,8 @@ def main() -> None:
     figures: dict = {"requests": args.requests, "span_minutes": args.span_minutes}
     stages: dict[str, float] = {}
     try:
-        with open_warehouse(settings) as client:
-            migrate(client)
+        with open_warehouse(settings, migrated=True):
+            pass  # the schema first, as the demo has it
         log(f"routing {args.requests} SIMULATED requests")
         t = time.perf_counter()
         sim = simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), show=False)

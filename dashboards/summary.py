@@ -1,7 +1,7 @@
 """The weekly review at a glance: one row per task type — its threshold now and the one recommended with the
 band the move would cross, its false fallbacks (quality) with their interval, the grading tier, the
 readiness verdict, the rollout stage and its recommendation — sorted by what needs action first, with the
-verdicts reconciled in words where they disagree. Pure: it reads the metric set (`warehouse.metrics.compute`)
+verdicts reconciled in words where they disagree. Pure: it reads the metric set (`warehouse.analytics.metrics.compute`)
 and the review (`dashboards.data.review`), and tests call it without Streamlit."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ PRIORITIES = (
     "stage ready to advance",
     "no action",
 )
-CLOUD_TIERS = ("keep-cloud",)  # grading tiers that keep a task type in the cloud (METRICS §12)
-ON_DEVICE_STAGES = ("canary", "full")  # rollout stages that serve users from the device (seed 004 §7)
+CLOUD_TIERS = ("keep-cloud",)  # grading tiers that keep a task type in the cloud (docs/metrics.md §12)
+ON_DEVICE_STAGES = ("canary", "full")  # rollout stages that serve users from the device (docs/sources.md#seed-004-7)
 
 
 def _pct(value) -> str:
@@ -29,7 +29,7 @@ def _ci(ci) -> str:
 
 
 def _false_fallbacks(group: dict) -> tuple[float | None, int, Any, str]:
-    """(rate, labeled, ci, note) of the quality fallbacks that were unnecessary (METRICS §3 by type), or of
+    """(rate, labeled, ci, note) of the quality fallbacks that were unnecessary (docs/metrics.md §3 by type), or of
     all judged fallbacks where the by-type figure is not there (the note says so)."""
     by_type = (group.get("false_fallback_by_type") or {}).get("quality")
     if by_type is not None:
@@ -90,7 +90,7 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
 
 def rows(metrics: dict, review: dict, rollback_alerts: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """One row per task type with live traffic or a review entry, most urgent first. `review` holds the
-    grading, readiness and rollout reports (`warehouse.review`: each `{"task_types": {...}}`);
+    grading, readiness and rollout reports (`warehouse.analytics.review`: each `{"task_types": {...}}`);
     `rollback_alerts`: per task type, the rollback-recommendation alerts of the range (rule names)."""
     rollback_alerts = rollback_alerts or {}
     by_task = metrics.get("by_task_type") or {}

@@ -10,7 +10,7 @@ Ids are keyed by their scrubbed form (`instrumentation.pii.scrub`), the same as 
 labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
 or by the id as the warehouse holds it finds the same row.
 
-The store also keeps the router's **divergence samples** (seed 004 §5: shadow and canary disagreements):
+The store also keeps the router's **divergence samples** (docs/sources.md#seed-004-5: shadow and canary disagreements):
 request id, task type, stage, input length, both answers' hashes and both texts, for the review and the
 replay. The texts stay here, beside the request texts; events and the warehouse never hold them.
 """
@@ -23,6 +23,7 @@ import sqlite3
 from pathlib import Path
 
 from instrumentation.pii import scrub
+from routerscope.core import names
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
@@ -47,7 +48,7 @@ GET_SQL = "SELECT request_id, task_type, text FROM requests WHERE request_id IN 
 
 
 def store_path(home: Path) -> Path:
-    return Path(home) / "request_texts.sqlite"
+    return Path(home) / names.REQUEST_TEXTS
 
 
 def remove_store(home: Path) -> None:

@@ -1,4 +1,4 @@
-"""The `routerscope` command line (DESIGN §6). Every command reads the same settings.
+"""The `routerscope` command line (docs/architecture.md §6). Every command reads the same settings.
 
 Errors the user can act on are printed as one line (`routerscope: error: ...`), never a traceback.
 """
@@ -10,9 +10,11 @@ import json
 import sys
 from pathlib import Path
 
-from routerscope import __version__, broker, names
-from routerscope.errors import ConfigError, RouterscopeError
-from routerscope.settings import Settings
+from routerscope import __version__, broker
+from routerscope.core import names
+from routerscope.core.errors import ConfigError, RouterscopeError
+from routerscope.core.settings import Settings
+from routerscope.core.text import pct
 
 
 def _print_json(obj) -> None:
@@ -144,7 +146,7 @@ def cmd_load(args, settings: Settings) -> int:
 def _parse_time(text: str, flag: str):
     """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
     from instrumentation.contract import EVENT_TIME_MAX, EVENT_TIME_MIN
-    from routerscope.timeutil import parse_utc
+    from routerscope.core.timeutil import parse_utc
 
     try:
         value = parse_utc(text)
@@ -173,7 +175,7 @@ def cmd_metrics(args, settings: Settings) -> int:
     if args.json:
         _print_json(result)
     else:
-        from routerscope.report import metrics_table
+        from routerscope.render import metrics_table
 
         print(metrics_table(result))
     return 0
@@ -183,10 +185,11 @@ def cmd_whatif(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import unit_of_work
+    from routerscope import render
     from routerscope import whatif as whatif_cli
-    from warehouse import whatif
+    from warehouse.analytics import whatif
+    from warehouse.analytics.review import review_window
     from warehouse.queries.common import QueryWindow
-    from warehouse.review import review_window
 
     thresholds = whatif_cli.candidates(args.task_type, args.threshold, args.policy)
     try:
@@ -208,7 +211,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     if args.json:
         _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
     else:
-        print(whatif_cli.render(result, hits))
+        print(render.whatif(result, hits))
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
@@ -235,7 +238,7 @@ def cmd_dq(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import quality_window
-    from warehouse.quality.report import SKIPPED
+    from warehouse.analytics.quality.report import SKIPPED
 
     start = end = None
     if args.day:
@@ -312,13 +315,13 @@ def _evidence(signal: str, latest: dict) -> str:
 
 
 def cmd_report(args, settings: Settings) -> int:
-    from routerscope import review
+    from routerscope import render, review
 
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
     report = review.build(args.kind, settings, days=args.days, end=end)
-    _print_json(report) if args.json else print(review.render(args.kind, report))
+    _print_json(report) if args.json else print(render.review(args.kind, report))
     return 0
 
 
@@ -355,13 +358,12 @@ def cmd_demo(args, settings: Settings) -> int:
     except KeyboardInterrupt:
         print(
             "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
-            f"{settings.home / 'spool'}; loaded rows and the loader's positions are stored, so running "
+            f"{settings.spool_path}; loaded rows and the loader's positions are stored, so running "
             "`routerscope demo` again continues from here. The local broker keeps running (`routerscope broker stop`).",
             file=sys.stderr,
         )
         return 130
     s = out["summary"]["overall"]
-    pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     print(f"  kafka:     {out['kafka']}")
     print(f"  loaded:    {out['loaded']}")
     live = out["simulated"].get("live") or {}
@@ -409,7 +411,7 @@ def cmd_demo(args, settings: Settings) -> int:
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
-    return serve_dashboard(args.dashboard_port, settings.home / "dashboard.log", open_browser=True)
+    return serve_dashboard(args.dashboard_port, settings.dashboard_log_path, open_browser=True)
 
 
 def dashboard_command(port: int) -> list[str]:
@@ -449,7 +451,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     signal.signal(signal.SIGTERM, stop_on_term)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    from routerscope import procs
+    from routerscope.core import procs
 
     process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
     url = f"http://127.0.0.1:{port}"
@@ -479,7 +481,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
 
 
 def cmd_dashboard(args, settings: Settings) -> int:
-    return serve_dashboard(args.port, settings.home / "dashboard.log")
+    return serve_dashboard(args.port, settings.dashboard_log_path)
 
 
 # -- parser ---------------------------------------------------------------------------------------
@@ -594,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    from warehouse import loader as loader_defaults  # the ingest job's defaults, defined once
+    from warehouse.ingest import loader as loader_defaults  # the ingest job's defaults, defined once
 
     p.add_argument(
         "--batch-size",
@@ -620,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("python", "sql"),
         default=None,
         help="who parses and validates the messages: the warehouse, from raw bytes (sql) or this process "
-        "(python); same rules, same tables (default: warehouse.loader.DEFAULT_PARSER)",
+        "(python); same rules, same tables (default: warehouse.ingest.loader.DEFAULT_PARSER)",
     )
     p.add_argument(
         "--no-wait",
@@ -629,11 +631,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_load)
 
-    p = sub.add_parser("metrics", help="print the metrics of METRICS.md for a window [start, end)")
+    p = sub.add_parser("metrics", help="print the metrics of docs/metrics.md for a window [start, end)")
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
-    p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
-    from warehouse import metrics as metric_defaults  # the defaults of the metric assets, defined once
+    p.add_argument("--json", action="store_true", help="the JSON of docs/metrics.md")
+    from warehouse.analytics import metrics as metric_defaults  # the defaults of the metric assets, defined once
 
     p.add_argument(
         "--baseline-days",

@@ -1,8 +1,8 @@
 """`routerscope produce FILE`: a JSON-lines file to Kafka with kafka-python, through the router's own
-producer configuration (`instrumentation.telemetry.producer_config`).
+producer configuration (`routerscope.core.kafka.producer_config`).
 
 `produce` sends each line of a JSON-lines file as one message, exactly as it is — malformed lines
-included, for the loader to quarantine — keyed per DESIGN §2 when the line is a JSON object that
+included, for the loader to quarantine — keyed per docs/contract.md when the line is a JSON object that
 carries the key field. One exception: a valid event whose free-text fields hold an e-mail address, a
 phone or a card number is sent with those fields scrubbed (instrumentation.pii), as the router's own
 events are (the rest of the object as written); its key is the scrubbed one.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
-from routerscope import kafka, names
-from routerscope.errors import BrokerUnavailable
-from routerscope.settings import Settings
+from routerscope.core import kafka, names
+from routerscope.core.errors import BrokerUnavailable
+from routerscope.core.settings import Settings
 
 _decode = msgspec.json.Decoder().decode
 
@@ -32,13 +32,13 @@ def make_producer(settings: Settings):
     """The router's idempotent kafka-python producer (`acks=all`), with the command's longer timeouts."""
     from kafka import KafkaProducer
 
-    from instrumentation.telemetry import producer_config
+    from routerscope.core.kafka import producer_config
 
     return KafkaProducer(**producer_config(settings, **PRODUCE_TIMEOUTS))
 
 
 def message_key(topic: str, line: bytes) -> bytes | None:
-    """The DESIGN §2 key of a message, or None when the line is not an object carrying it."""
+    """The docs/contract.md key of a message, or None when the line is not an object carrying it."""
     key_field = names.TOPIC_KEY_FIELD[topic]
     try:
         obj = _decode(line)

@@ -1,5 +1,5 @@
 """`routerscope whatif`: a candidate threshold (or a whole policy file) re-scored on a window's own live
-traffic before it is pushed (METRICS.md §14, `warehouse/whatif.py`), as a table or JSON, and optionally
+traffic before it is pushed (docs/metrics.md §14, `warehouse/analytics/whatif.py`), as a table or JSON, and optionally
 as a pre-push gate (`--fail-if`). Here: reading the candidates from the command line or a policy file,
 and the text rendering."""
 
@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
 
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 TASK_TYPE_HELP = "a task type (lower-case letters, digits, underscores)"
 _TASK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # the event contract's task_type pattern
@@ -86,74 +85,3 @@ def candidates(task_types: list[str], threshold: str | None, policy: str | None)
             raise ConfigError(f"no candidate threshold for {', '.join(missing)} (not in --threshold or the policy)")
         found = {t: found[t] for t in task_types}
     return found
-
-
-def _pct(v) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
-def _ci(ci) -> str:
-    return "" if ci is None else f" [{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]"
-
-
-def _money(v) -> str:
-    return "—" if v is None else f"${v:,.4f}"
-
-
-def recorded(threshold: dict[str, Any]) -> str:
-    """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
-    low, high = threshold["min"], threshold["max"]
-    return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
-
-
-# (label, the cell of one block): the rows of the side-by-side table (here and on the tuning page)
-ROWS = (
-    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
-    (
-        "false fallbacks (quality)",
-        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
-    ),
-    (
-        "missed fallbacks",
-        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
-    ),
-    ("cloud calls", lambda b: str(b["cloud_calls"])),
-    ("cost", lambda b: _money(b["cost_usd"])),
-)
-
-
-def render(result: dict[str, Any], hits: list[str] | None = None) -> str:
-    """The what-if as a readable table per task type, its warnings, the caveat, and the gate's verdict."""
-    w = result["window"]
-    lines = [f"what-if over the live traffic of [{w['start']}, {w['end']})"]
-    for t, task in result["by_task_type"].items():
-        lines.append("")
-        if "candidate" not in task:
-            lines.append(f"{t}: threshold {task['threshold']:g}: no live events in the window")
-            continue
-        lines.append(
-            f"{t}: threshold {recorded(task['recorded_threshold'])} → {task['threshold']:g} "
-            f"({task['current']['requests']} live requests, {task['gated']} decided by the confidence gate)"
-        )
-        width = max(len(label) for label, _ in ROWS)
-        cur = [fmt(task["current"]) for _, fmt in ROWS]
-        col = max(len("current"), *(len(c) for c in cur))
-        lines.append(f"  {'':<{width}}  {'current':<{col}}  candidate")
-        for (label, fmt), c in zip(ROWS, cur):
-            lines.append(f"  {label:<{width}}  {c:<{col}}  {fmt(task['candidate'])}")
-        m = task["moved"]
-        lines.append(
-            f"  moved: {m['n']} ({m['to_cloud']['n']} to the cloud, {m['to_device']['n']} to the device); "
-            f"{m['labeled']} labeled (coverage {_pct(m['label_coverage'])}), "
-            f"their device answers passed {_pct(m['pass_rate'])}{_ci(m['ci'])}"
-        )
-        for warning in task["warnings"]:
-            lines.append(f"  warning: {warning}")
-    lines += ["", f"caveat: {result['caveat']}"]
-    if hits is not None:
-        lines.append(
-            "gate: REFUSED: " + "; ".join(hits)
-            if hits
-            else "gate: passed (no --fail-if condition met; unknown values shown as — meet none)"
-        )
-    return "\n".join(lines)

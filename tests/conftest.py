@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from routerscope import broker
-from routerscope.procs import free_port
-from routerscope.settings import Settings
+from routerscope.core.procs import free_port
+from routerscope.core.settings import Settings
 from tests.support.home import REPO, settings_for
 
 __all__ = ["REPO"]  # still importable from here for the layers test; new code imports tests.support.home

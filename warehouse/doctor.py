@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routerscope import names
-from routerscope.errors import RouterscopeError
-from routerscope.settings import Settings
+from routerscope.core import names
+from routerscope.core.errors import RouterscopeError
+from routerscope.core.settings import Settings
 from warehouse.queries.common import named
 
 MUTATION_HEADER = b"format version: 1"
@@ -119,7 +119,7 @@ def scan(warehouse: Path) -> list[Finding]:
 
 
 def _aside(settings: Settings, path: Path, table: str) -> Path:
-    target = settings.home / "doctor" / time.strftime("%Y%m%dT%H%M%S") / table
+    target = settings.doctor_path / time.strftime("%Y%m%dT%H%M%S") / table
     target.mkdir(parents=True, exist_ok=True)
     moved = target / path.name
     shutil.move(str(path), moved)

@@ -1,4 +1,4 @@
-"""The deployed path, for real (DESIGN §4: "deployed as users deploy it, everything runs by itself").
+"""The deployed path, for real (docs/architecture.md §4: "deployed as users deploy it, everything runs by itself").
 
 `dagster-daemon run -w workspace.yaml` (it starts the code server the workspace names) with a
 temporary DAGSTER_HOME, a real broker and the embedded warehouse. The test produces decision events
@@ -34,7 +34,7 @@ from pipelines.timing import (
     floor_5m,
 )
 from routerscope import broker
-from routerscope.procs import free_port
+from routerscope.core.procs import free_port
 from routerscope.produce import produce_file
 from tests.support.events import decision, iso, new_id
 from tests.support.home import REPO, clean_env, settings_for

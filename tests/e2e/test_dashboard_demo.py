@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from routerscope import broker
+from routerscope.core.procs import free_port
 from routerscope.demo import run
-from routerscope.procs import free_port
 from tests.support.browser import browser_page, dashboard, open_when_up
 from tests.support.home import settings_for
 from warehouse.client import open_warehouse

@@ -47,8 +47,8 @@ def test_the_worker_answers_like_the_in_process_model_with_logprob_confidence(mo
 
 
 def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(model, tmp_path):
-    """Seed 000's decision point: the router's `decide` callback lives in this process; the worker asks it
-    at the first token past `decision_at_ms` and stops generating on a no (a preempted timeout)."""
+    """The decision point of docs/sources.md#seed-000: the router's `decide` callback lives in this process; the
+    worker asks it at the first token past `decision_at_ms` and stops generating on a no (a preempted timeout)."""
     questions = []
 
     def decide(elapsed_ms, tokens, ttft_ms):
@@ -114,7 +114,7 @@ def test_a_worker_that_answers_nonsense_is_a_device_error_not_an_exception(says)
     import sys
     import threading
 
-    from routerscope import procs
+    from routerscope.core import procs
 
     device = WorkerDevice.__new__(WorkerDevice)  # the protocol side only, with a stand-in worker process
     script = f"import sys, time; sys.stdin.readline(); print({says!r}, flush=True); time.sleep(30)"
@@ -136,7 +136,7 @@ def test_a_hung_worker_is_killed_after_the_calls_timeout_plus_the_grace_and_is_a
     import threading
 
     from router import model_worker
-    from routerscope import procs
+    from routerscope.core import procs
 
     monkeypatch.setattr(model_worker, "GRACE_S", 1.0)
     device = WorkerDevice.__new__(WorkerDevice)

@@ -8,17 +8,18 @@ from __future__ import annotations
 import pytest
 
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import producer_config
 from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
 from router.request_store import RequestTextStore, store_path
-from routerscope import broker, names
-from routerscope.procs import free_port
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.kafka import producer_config
+from routerscope.core.procs import free_port
 from tests.support.events import dumps, label, quality_fallback
 from tests.support.golden_day import END, START, at, eid
 from tests.support.home import settings_for
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 
 pytestmark = pytest.mark.integration
 
@@ -94,8 +95,8 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         # free text (f0 f2 f4, no validator) is judged by agreement with the cloud's answer, never by being non-empty
         assert replay["judged_by"] == {"validator": 2, "cloud_agreement": 3, "none": 0}
         assert all(v is not None for v in verdicts.values())
-        # determinism (seed 004 §2): the five live device-entered requests with text, each re-run 3 times; the groups
-        # are stored for the grading report, which now has a determinism for their task types
+        # determinism (docs/sources.md#seed-004-2): the five live device-entered requests with text, each re-run 3
+        # times; the groups are stored for the grading report, which now has a determinism for their task types
         assert replay["determinism_groups"] == 5
         with open_warehouse(settings) as client:
             reruns = client.query(

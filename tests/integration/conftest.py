@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from routerscope import broker
-from routerscope.procs import free_port
+from routerscope.core.procs import free_port
 from tests.support.home import settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate

@@ -12,13 +12,13 @@ import pytest
 
 from pipelines.resources import AlertWebhookResource
 from routerscope import broker
-from routerscope.procs import free_port
+from routerscope.core.procs import free_port
 from tests.support.events import breaker, decision, dumps, iso
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse import alerting
+from warehouse.analytics import alerting
+from warehouse.analytics.metrics import compute, empty_group
 from warehouse.client import open_warehouse
-from warehouse.loader import load
-from warehouse.metrics import compute, empty_group
+from warehouse.ingest.loader import load
 from warehouse.migrate import migrate
 from warehouse.queries.metric_windows import write_window
 

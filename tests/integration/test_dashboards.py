@@ -13,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
 from tests.support.home import REPO, copy_warehouse, settings_for
-from warehouse import alerting, quality
+from warehouse.analytics import alerting, quality
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.metric_windows import write_window
@@ -89,9 +89,9 @@ def test_oncall_lists_the_firing_alerts(populated):
 
 def test_oncall_draws_breaker_states_over_the_window(populated):
     from instrumentation.contract import BREAKERS
-    from routerscope import names
+    from routerscope.core import names
     from tests.support.events import breaker, dumps
-    from warehouse.rows import FACTS
+    from warehouse.ingest.rows import FACTS
 
     t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
     events = [
@@ -126,8 +126,8 @@ def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
     # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
     # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3; the tile is the quality ones
-    # (seed 000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it. Device-served
-    # a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
+    # (docs/sources.md#seed-000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it.
+    # Device-served a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
     # s1 1, s2 2, s3 2, z 1 → sorted [1, 1, 2, 2]: mean 1.5, p50 1.5, p95 at rank 2.85 → 2.
     app = render("tuning.py")
     metrics = {m.label: m.value for m in app.metric}
@@ -168,14 +168,14 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app.slider[0].set_value(0.5).run()
     assert not app.exception
     # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00),
-    # but METRICS.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
+    # but docs/metrics.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
     # calibrated pass rate at every cut is 2/3 < 0.85 and nothing qualifies whatever the target
     assert recommended() == "none qualifies"
     assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
 
 
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
-    """METRICS.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
+    """docs/metrics.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
     from dashboards import data
     from tests.support.events import decision, quality_fallback
     from tests.support.golden_day import at, eid
@@ -367,9 +367,9 @@ def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_chang
 
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
-    from routerscope import names
-    from routerscope.kafka import end_offsets
-    from warehouse.loader import OFFSET_COLUMNS
+    from routerscope.core import names
+    from routerscope.core.kafka import end_offsets
+    from warehouse.ingest.loader import OFFSET_COLUMNS
 
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
         client.insert(
@@ -391,7 +391,7 @@ def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populat
 
 
 def test_consumer_lag_falls_back_to_freshness_when_the_broker_does_not_answer(populated, monkeypatch):
-    from routerscope.procs import free_port
+    from routerscope.core.procs import free_port
 
     monkeypatch.setenv("ROUTERSCOPE_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")  # nothing listens there
     app = render("oncall.py")
@@ -488,7 +488,7 @@ def test_explorer_counts_every_match_and_pages_through_them(populated):
 
 
 def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
-    """The what-if slider (METRICS.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
+    """The what-if slider (docs/metrics.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
     and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),
     a4 (L0 error), a5 (capability), a6 (bypass). It starts at the calibration's current threshold, 0.70:
     nothing moves, and the candidate column is the week's recorded numbers: 4 of 8 device-entered fell back

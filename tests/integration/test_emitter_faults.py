@@ -17,8 +17,8 @@ import pytest
 
 from instrumentation import emitter as emitter_module
 from instrumentation.emitter import KafkaEmitter, Message, Spool
-from instrumentation.telemetry import producer_config
-from routerscope import names
+from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.support.home import REPO
 from tests.support.kafka import consume_all, start
 

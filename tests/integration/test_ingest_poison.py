@@ -14,15 +14,16 @@ import time
 
 import pytest
 
-from routerscope import broker, names
-from routerscope.errors import BrokerUnavailable
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.errors import BrokerUnavailable
 from tests.support.bad_messages import MALFORMED, POISON, good_messages
 from tests.support.bad_messages import deep as _deep
 from tests.support.events import decision, dumps, label
 from tests.support.home import clean_env, run_cli
 from tests.support.ingest import FAST, produce, query, scalar, valid_decisions
 from warehouse.client import open_warehouse
-from warehouse.loader import BrokerDataLost, Loader, load
+from warehouse.ingest.loader import BrokerDataLost, Loader, load
 
 pytestmark = pytest.mark.integration
 

@@ -20,17 +20,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import InstrumentedRouter, Telemetry, producer_config
+from instrumentation.telemetry import InstrumentedRouter, Telemetry
 from router.backends import CloudResult
 from router.engine import Request, Router
 from router.sim.backends import InstantCloud, InstantDevice
-from routerscope import broker, names
-from routerscope.procs import free_port
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.kafka import producer_config
+from routerscope.core.procs import free_port
 from tests.support.fakes import ScriptedCloud, ScriptedDevice, cloud, dev
 from tests.support.home import REPO, settings_for
 from tests.support.kafka import consume_all, start
 from warehouse.client import open_warehouse
-from warehouse.loader import load
+from warehouse.ingest.loader import load
 
 pytestmark = pytest.mark.integration
 

@@ -18,14 +18,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from instrumentation.emitter import KafkaEmitter
 from instrumentation.sdk import Recorder
-from instrumentation.telemetry import Telemetry, producer_config
-from routerscope import names
+from instrumentation.telemetry import Telemetry
+from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.support.events import decision, label
 from tests.support.home import clean_env, run_cli
 from tests.support.kafka import consume_all
 from tests.support.litellm_models import MESSAGES, MODEL_LIST
 from warehouse.client import open_warehouse
-from warehouse.loader import load
+from warehouse.ingest.loader import load
 
 litellm = pytest.importorskip("litellm")
 from instrumentation.litellm import RouterscopeCallback  # noqa: E402

@@ -14,7 +14,7 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
 def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_asked(warehouse):
-    """warehouse.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
+    """warehouse.analytics.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
     the horizon is a device clock error and is not the newest decision."""
     assert decisions.newest_event(warehouse) is None  # an empty table: None, not the epoch
     assert ingest_offsets.freshness(warehouse, NOW) == {"newest_event": None, "last_load": None, "rows": 0}
@@ -36,7 +36,7 @@ def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_as
 
 
 def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(warehouse):
-    """METRICS.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
+    """docs/metrics.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
     replay's sample; a human or validator label does not."""
     fallbacks = [
         quality_fallback(event_id=eid(10 + i), request_id=f"f{i}", event_time=iso(NOW - timedelta(minutes=i + 1)))

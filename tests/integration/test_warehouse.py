@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from routerscope import names
-from routerscope.errors import WarehouseError
+from routerscope.core import names
+from routerscope.core.errors import WarehouseError
 from tests.support.home import REPO, clean_env, run_cli, settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import MIGRATIONS_DIR, discover, migrate
@@ -128,7 +128,7 @@ def test_replacing_tables_fold_a_reloaded_event(warehouse_settings):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from routerscope.settings import Settings
+    from routerscope.core.settings import Settings
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
     with open_warehouse(Settings.from_env(), purpose=sys.argv[1]) as client:
@@ -203,7 +203,7 @@ def test_migrate_command_and_unknown_dsn_scheme(home):
 
 
 def test_unreachable_clickhouse_server_is_one_clear_line(home):
-    from routerscope.procs import free_port
+    from routerscope.core.procs import free_port
 
     env = clean_env(home, ROUTERSCOPE_CLICKHOUSE_DSN=f"http://default:pw@127.0.0.1:{free_port()}")
     result = run_cli("migrate", env=env)

@@ -1,4 +1,4 @@
-"""The what-if of a candidate threshold (METRICS.md §14) over a small fixture whose every number is
+"""The what-if of a candidate threshold (docs/metrics.md §14) over a small fixture whose every number is
 computed by hand below, in a real embedded warehouse; and `routerscope whatif` as a user runs it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from tests.support.events import capability_miss, decision, iso, label, quality_fallback
 from tests.support.golden_day import END, START, at, attempts, eid, insert
 from tests.support.home import clean_env, copy_warehouse, run_cli
-from warehouse import whatif
+from warehouse.analytics import whatif
+from warehouse.analytics.metrics import compute as compute_metrics
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute as compute_metrics
 from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from routerscope.procs import free_port
+from routerscope.core.procs import free_port
 from tests.support.home import ROUTERSCOPE, clean_env
 
 CHROMIUM_ARGS = [

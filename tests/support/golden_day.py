@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.contract import DECISIONS, LABELS
-from routerscope import names
+from routerscope.core import names
 from tests.support.events import capability_miss, decision, dumps, iso, label, quality_fallback
-from warehouse.rows import FACTS, LEDGER_COLUMNS, ledger_columns
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 START = datetime(2026, 11, 29, tzinfo=UTC)
 END = START + timedelta(days=1)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from routerscope.settings import Settings
+from routerscope.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTERSCOPE = str(Path(sys.executable).parent / "routerscope")

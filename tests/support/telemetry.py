@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from instrumentation.telemetry import Telemetry
-from routerscope import names
+from routerscope.core import names
 
 
 class ListEmitter:

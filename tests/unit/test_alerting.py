@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routerscope.errors import ConfigError
-from warehouse.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
-from warehouse.alerting.evaluate import evaluate_signal, series_by_scope, transition, transitions
+from routerscope.core.errors import ConfigError
+from warehouse.analytics.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
+from warehouse.analytics.alerting.evaluate import evaluate_signal, series_by_scope, transition, transitions
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
@@ -102,8 +102,8 @@ def test_default_rules_load_and_cover_design_section_4():
 
 
 def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_denominators():
-    """Seed 004 §7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows; METRICS.md §3b:
-    the minimum sample applies to each signal's own denominator."""
+    """docs/sources.md#seed-004-7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows;
+    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator."""
     _, rules = load_rules()
     rollback = {r.name: (r.metric, r.scope, r.op, r.limit, r.denominator) for r in rules if r.action == "rollback"}
     assert rollback == {
@@ -120,7 +120,7 @@ def _rollback_rule(name: str):
 def _windows(*counts):
     """Stored 5-minute windows of one task type from (degrade-triggered, device-entered) counts, with the
     metric set's own Wilson intervals."""
-    from warehouse import stats
+    from warehouse.analytics import stats
 
     return [
         (
@@ -133,7 +133,7 @@ def _windows(*counts):
 
 
 def test_seed004_calm_windows_over_the_point_limit_do_not_recommend_a_rollback():
-    """METRICS.md §3b: tool_call's degrade trigger 2/32 = 0.062, 2/34 = 0.059, 2/37 = 0.054 sits over the 0.05
+    """docs/metrics.md §3b: tool_call's degrade trigger 2/32 = 0.062, 2/34 = 0.059, 2/37 = 0.054 sits over the 0.05
     limit three windows running, but each Wilson interval contains the limit (lows 0.0173, 0.0163, 0.0150:
     (2, 32): centre (0.0625 + 3.841459/64)/1.120046 = 0.109391, half 0.092080 → 0.017311): no evidence, no page."""
     rule = _rollback_rule("rollback_degrade_trigger")
@@ -154,7 +154,7 @@ def test_seed004_a_rollback_fires_when_every_interval_lies_beyond_the_limit_and_
     step = transition(rule, "tool_call", verdict, None, "v1", NOW)
     trip = json.loads(step[1].trip_values)
     assert [round(w["interval"][0], 6) for w in trip["windows"]] == [0.163265, 0.150674, 0.180045]
-    from warehouse.alerting import slack_body
+    from warehouse.analytics.alerting import slack_body
 
     assert "ROLLBACK RECOMMENDED for tool_call: degrade_trigger_rate 0.306 [0.18, 0.469]" in slack_body(step[1])["text"]
 
@@ -170,7 +170,7 @@ def test_seed004_a_rollback_fires_when_every_interval_lies_beyond_the_limit_and_
     ],
 )
 def test_seed004_route_accuracy_breaches_on_the_interval_high_end(name, accuracy, breaches):
-    from warehouse import stats
+    from warehouse.analytics import stats
 
     rule = _rollback_rule("rollback_route_accuracy")
     k, n = accuracy
@@ -310,7 +310,7 @@ def test_a_signal_reading_breaches_as_of_the_evaluation_time():
     assert not evaluate_signal(breaker, None, NOW).breaching
 
 
-# -- the breaker signals, as of each window (DESIGN "Pipeline signals per window") --------------------
+# -- the breaker signals, as of each window (docs/metrics.md "Pipeline signals per window") --------------------
 def _t(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
@@ -364,7 +364,7 @@ def _transition(instance, seq, minute, from_state, to_state):
     ],
 )
 def test_breaker_open_at_any_moment_of_each_window(name, transitions, open_windows):
-    from warehouse.alerting.evaluate import breaker_open_series
+    from warehouse.analytics.alerting.evaluate import breaker_open_series
 
     starts = [T0 + k * STEP for k in range(4)]
     points = breaker_open_series(transitions, starts, STEP)
@@ -372,7 +372,7 @@ def test_breaker_open_at_any_moment_of_each_window(name, transitions, open_windo
 
 
 def test_breaker_open_counts_instances():
-    from warehouse.alerting.evaluate import breaker_open_series
+    from warehouse.analytics.alerting.evaluate import breaker_open_series
 
     transitions = [_transition("a", 1, 1, "closed", "open"), _transition("b", 1, 2, "closed", "open")]
     assert [p.value for p in breaker_open_series(transitions, [T0, T0 + STEP], STEP)] == [2, 2]

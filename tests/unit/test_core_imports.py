@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from routerscope.procs import free_port
+from routerscope.core.procs import free_port
 from tests.support.home import REPO, clean_env
 
 BLOCKED = ("dagster", "streamlit", "great_expectations", "chdb", "clickhouse_connect")

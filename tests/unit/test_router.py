@@ -82,7 +82,9 @@ def test_routing_properties(
     parsed, rules = DECISIONS.parse(event.to_json())
     assert rules == [], f"the event breaks the contract: {rules}"
     assert b"PRIVATE-MARKER" not in event.to_json(), "request text never enters an event"
-    assert event.attempts[-1].level != 4 or event.attempts[-1].latency_ms <= 50, "L4 is bounded by 50 ms (seed 000)"
+    assert event.attempts[-1].level != 4 or event.attempts[-1].latency_ms <= 50, (
+        "L4 is bounded by 50 ms (docs/sources.md#seed-000)"
+    )
     assert event.latency_ms <= max(0, req.deadline_ms - req.elapsed_ms) + 50 + 100, "the budget only subtracts"
 
 
@@ -236,7 +238,7 @@ def test_half_open_lets_one_trial_through_at_a_time():
     assert breaker.allow() and not breaker.allow()
 
 
-# -- latency gate: the seed's worked cases (seed 000, "TTFT 和总时长要分开看") -------------------------
+# -- latency gate: the seed's worked cases (docs/sources.md#seed-000, "TTFT 和总时长要分开看") -------------------------
 @pytest.mark.parametrize(
     "case, remaining_ms, device_eta_ms, cloud_p90_ms, expected",
     [
@@ -297,7 +299,7 @@ def test_hot_reload_uses_the_new_threshold_and_keeps_the_last_good_policy(tmp_pa
 
 
 def test_a_bad_policy_at_start_is_a_clear_error(tmp_path):
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     path = tmp_path / "policy.yaml"
     path.write_text("version: 1\ncapabilities:\n  x: {supported: true, threshold: 3}\n")
@@ -309,7 +311,7 @@ def test_a_policy_derived_in_code_is_stamped_from_its_content_and_a_too_long_ver
     """`Policy.with_`: the same changes give the same version, other changes another; the file version
     and a tag stay readable in front of the digest; policy_version holds 64 characters."""
     from router.policy import default_policy
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     base = default_policy()
     once, again = base.with_("canary", l1_enabled=False), base.with_("canary", l1_enabled=False)

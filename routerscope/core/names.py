@@ -1,0 +1,73 @@
+"""Names used across packages, defined once: topics, message keys, tables, consumer groups."""
+
+from __future__ import annotations
+
+# Kafka topics (docs/contract.md). The short names are what the command line accepts.
+TOPIC_DECISIONS = "router.decisions.v1"
+TOPIC_LABELS = "router.labels.v1"
+TOPIC_BREAKERS = "router.breakers.v1"
+
+TOPICS: dict[str, str] = {
+    "decisions": TOPIC_DECISIONS,
+    "labels": TOPIC_LABELS,
+    "breakers": TOPIC_BREAKERS,
+}
+
+# The JSON field whose value is the message key of each topic (docs/contract.md).
+TOPIC_KEY_FIELD: dict[str, str] = {
+    TOPIC_DECISIONS: "session_id",
+    TOPIC_LABELS: "request_id",
+    TOPIC_BREAKERS: "instance_id",
+}
+
+# Warehouse (docs/architecture.md §6).
+DATABASE = "routerscope"
+TABLE_DECISIONS = "decisions"
+TABLE_LABELS = "labels"
+TABLE_BREAKER_EVENTS = "breaker_events"
+TABLE_QUARANTINE = "quarantine"
+TABLE_INGEST_OFFSETS = "ingest_offsets"
+TABLE_MIGRATIONS = "schema_migrations"
+TABLE_METRIC_WINDOWS = "metric_windows"
+TABLE_CALIBRATION_WINDOWS = "calibration_windows"
+TABLE_DQ_RESULTS = "dq_results"
+TABLE_LOADED_MESSAGES = "loaded_messages"
+TABLE_ALERTS = "alerts"
+TABLE_ALERT_DELIVERIES = "alert_deliveries"
+TABLE_REPLAY_RERUNS = "replay_reruns"
+TABLE_LANDING = "landing"  # raw messages, parsed by the warehouse (the loader's sql parser)
+
+# Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
+# (warehouse.queries.common.named substitutes them).
+TABLES: dict[str, str] = {
+    t: f"{DATABASE}.{t}"
+    for t in (
+        TABLE_DECISIONS,
+        TABLE_LABELS,
+        TABLE_BREAKER_EVENTS,
+        TABLE_QUARANTINE,
+        TABLE_INGEST_OFFSETS,
+        TABLE_MIGRATIONS,
+        TABLE_METRIC_WINDOWS,
+        TABLE_CALIBRATION_WINDOWS,
+        TABLE_DQ_RESULTS,
+        TABLE_LOADED_MESSAGES,
+        TABLE_ALERTS,
+        TABLE_ALERT_DELIVERIES,
+        TABLE_REPLAY_RERUNS,
+        TABLE_LANDING,
+    )
+}
+
+# Which table each topic lands in.
+TOPIC_TABLE: dict[str, str] = {
+    TOPIC_DECISIONS: TABLE_DECISIONS,
+    TOPIC_LABELS: TABLE_LABELS,
+    TOPIC_BREAKERS: TABLE_BREAKER_EVENTS,
+}
+
+# Consumer group of the loader (offsets are stored in the warehouse; the group is for lag tools).
+CONSUMER_GROUP_LOADER = "routerscope-loader"
+
+# The request-text store under a home (opt-in request texts for the replay, divergence samples).
+REQUEST_TEXTS = "request_texts.sqlite"

@@ -1,0 +1,31 @@
+"""Alerting: rules over the stored metric windows and pipeline signals, a lifecycle, webhook delivery.
+
+* `rules`: the rules as data (`alert_rules.yaml` here, or ROUTERSCOPE_ALERT_RULES) and their validation;
+* `evaluate`: the pure part — a rule's consecutive-window streak and the episode transitions;
+* `engine.run`: one evaluation against the warehouse (storage: `warehouse.queries.alerts`);
+* `delivery`: the Slack-compatible body and the webhook POST with retries.
+
+Episodes are stored in `alerts` with the windows and values that tripped them and the rule file's
+version; every delivery attempt in `alert_deliveries`."""
+
+from warehouse.analytics.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
+from warehouse.analytics.alerting.engine import pipeline_signal, run
+from warehouse.analytics.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
+from warehouse.analytics.alerting.rules import DEFAULT_RULES, Rule, load_rules
+
+__all__ = [
+    "DEFAULT_RULES",
+    "Alert",
+    "BreachStreak",
+    "Evaluation",
+    "Notifier",
+    "Point",
+    "Rule",
+    "WebhookNotifier",
+    "evaluate",
+    "load_rules",
+    "pipeline_signal",
+    "post_webhook",
+    "run",
+    "slack_body",
+]

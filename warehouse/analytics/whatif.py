@@ -1,0 +1,282 @@
+"""docs/metrics.md §14: what the window's own live traffic would have looked like under a candidate threshold,
+per task type, before anyone pushes it (`routerscope whatif`, the tuning page's "try a threshold").
+
+The warehouse does the one pass (`warehouse/queries/whatif.py`: counts and sums per task type and
+candidate over the materialized window); this module turns them into the `current` and `candidate`
+blocks, the moved requests with their label coverage, the warnings and the self-check that `current`
+equals the metric set (§2, §3, §8) over the same events, and evaluates a pre-push gate
+(`--fail-if "missed_fallback_rate>0.05"`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from routerscope.core.text import ci as _ci
+from routerscope.core.text import money as _money
+from routerscope.core.text import pct as _pct
+from warehouse.analytics import stats
+from warehouse.analytics.metrics import iso, metric_group
+from warehouse.queries import decisions as decision_queries
+from warehouse.queries import whatif as whatif_queries
+from warehouse.queries.common import QueryWindow
+
+LOW_COVERAGE = 0.3  # below this share of labeled moved requests the estimate rests on few labels
+CAVEAT = (
+    "The counterfactual holds for the confidence gate only: a threshold change also changes load, and so "
+    "timeouts and breaker trips, which no replay of recorded outcomes can predict."
+)
+# The block keys a gate (`--fail-if`) may name, besides `moved.<key>`.
+BLOCK_KEYS = (
+    "requests",
+    "device_entered",
+    "fallbacks",
+    "fallback_rate",
+    "quality_fallbacks",
+    "device_served",
+    "false_fallback_rate",
+    "false_fallback_labeled",
+    "missed_fallback_rate",
+    "missed_fallback_labeled",
+    "cloud_calls",
+    "cost_usd",
+)
+MOVED_KEYS = ("n", "labeled", "pass_rate", "label_coverage")
+
+
+def _rate(part: dict, prefix: str, hits: int, labeled: int) -> None:
+    part[f"{prefix}_rate"] = stats.ratio(hits, labeled)
+    part[f"{prefix}_labeled"] = labeled
+    part[f"{prefix}_ci"] = stats.wilson(hits, labeled)
+
+
+def block(row: Mapping[str, Any], mean_cloud_cost: float | None) -> dict[str, Any]:
+    """One `current` or `candidate` block from a row of `by_candidate`. `cost_usd` is the recorded spend
+    plus each new fallback's all-cloud cost (else `mean_cloud_cost`) minus each newly served request's
+    recorded cost; null when no event reports a cost (as §8), or when a new fallback has no price at all."""
+    device_entered = int(row["device_entered"])
+    out: dict[str, Any] = {
+        "requests": int(row["requests"]),
+        "device_entered": device_entered,
+        "fallbacks": int(row["fallbacks"]),
+        "fallback_rate": stats.ratio(int(row["fallbacks"]), device_entered),
+        "quality_fallbacks": int(row["quality_fallbacks"]),
+        "device_served": int(row["device_served"]),
+    }
+    _rate(out, "false_fallback", int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
+    _rate(out, "missed_fallback", int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
+    out["cloud_calls"] = int(row["calls"])
+    unpriced = int(row["added_unpriced"])
+    cost = None
+    if int(row["cost_reported"]) and not (unpriced and mean_cloud_cost is None):
+        cost = (
+            float(row["cost_recorded"] or 0)
+            + float(row["added_all_cloud"] or 0)
+            + unpriced * (mean_cloud_cost or 0.0)
+            - float(row["removed_cost"] or 0)
+        )
+    out["cost_usd"] = cost
+    return out
+
+
+def _moved_part(n: int, labeled: int, passed: int) -> dict[str, Any]:
+    return {
+        "n": n,
+        "labeled": labeled,
+        "pass_rate": stats.ratio(passed, labeled),
+        "ci": stats.wilson(passed, labeled),
+        "label_coverage": stats.ratio(labeled, n),
+    }
+
+
+def moved(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The gated requests whose route the candidate changes, both ways together and each way, with the
+    labeled ones' pass rate (the device answer judged acceptable) and its Wilson interval."""
+    to_cloud = _moved_part(int(row["to_cloud"]), int(row["to_cloud_labeled"]), int(row["to_cloud_passed"]))
+    to_device = _moved_part(int(row["to_device"]), int(row["to_device_labeled"]), int(row["to_device_passed"]))
+    total = _moved_part(
+        to_cloud["n"] + to_device["n"],
+        to_cloud["labeled"] + to_device["labeled"],
+        int(row["to_cloud_passed"]) + int(row["to_device_passed"]),
+    )
+    return {**total, "to_cloud": to_cloud, "to_device": to_device, "unknown": int(row.get("unknown") or 0)}
+
+
+def _differs(a, b) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    if isinstance(a, list) or isinstance(b, list):
+        return len(a) != len(b) or any(_differs(x, y) for x, y in zip(a, b))
+    return not math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def self_check(current: Mapping[str, Any], group: Mapping[str, Any]) -> list[str]:
+    """Where `current` differs from the metric set's group of the same events (§2, §3, §8): one line each.
+    The quality-only false fallbacks are compared with §3's `false_fallback_by_type.quality` when the group
+    carries it."""
+    pairs: list[tuple[str, Any, Any]] = [
+        ("requests", current["requests"], group["requests"]),
+        ("device_entered", current["device_entered"], group["device_entered"]),
+        ("fallback_rate", current["fallback_rate"], group["fallback_rate"]),
+        (
+            "quality_fallbacks",
+            stats.ratio(current["quality_fallbacks"], current["device_entered"]),
+            group["quality_fallback_rate"],
+        ),
+        ("missed_fallback_rate", current["missed_fallback_rate"], group["missed_fallback_rate"]),
+        ("missed_fallback_labeled", current["missed_fallback_labeled"], group["missed_fallback_labeled"]),
+        ("missed_fallback_ci", current["missed_fallback_ci"], group["missed_fallback_ci"]),
+        ("cost_usd", current["cost_usd"], group["cost_usd"]["total"]),
+    ]
+    quality = (group.get("false_fallback_by_type") or {}).get("quality")
+    if quality is not None:
+        pairs += [
+            ("false_fallback_rate", current["false_fallback_rate"], quality["rate"]),
+            ("false_fallback_labeled", current["false_fallback_labeled"], quality["labeled"]),
+            ("false_fallback_ci", current["false_fallback_ci"], quality["ci"]),
+        ]
+    return [f"{key}: what-if {a!r}, metrics {b!r}" for key, a, b in pairs if _differs(a, b)]
+
+
+def _warnings(task: dict[str, Any]) -> list[str]:
+    found = []
+    m = task["moved"]
+    if m["n"] and m["label_coverage"] < LOW_COVERAGE:
+        found.append(
+            f"the estimate rests on few labels: {m['labeled']} of the {m['n']} moved requests are labeled "
+            f"(coverage {m['label_coverage']:.0%} < {LOW_COVERAGE:.0%})"
+        )
+    if m.get("unknown"):
+        found.append(
+            f"{m['unknown']} requests were served by the L1 retry after their first answer was turned down; the "
+            "retry's confidence is not recorded, so under this stricter threshold their route is unknown: they are "
+            "left out of the candidate's device-served and missed-fallback figures"
+        )
+    low, high = task["recorded_threshold"]["min"], task["recorded_threshold"]["max"]
+    if low is not None and high is not None and low != high:
+        found.append(f"the window mixes recorded thresholds {low:g}–{high:g}: `current` is what they did together")
+    if task["self_check"]:
+        found.append("`current` does not equal the metrics of the same events: " + "; ".join(task["self_check"]))
+    return found
+
+
+def empty_task(threshold: float) -> dict[str, Any]:
+    """A task type without live events in the window: nothing to re-score."""
+    return {"threshold": threshold, "requests": 0, "warnings": ["no live events of this task type in the window"]}
+
+
+def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dict[str, Any]:
+    """§14 for each task type of `thresholds` (task type → candidate threshold) over `window`: one read of
+    those task types' events (joined to their chosen labels), one pass grouped by candidate, and the
+    metric set's own summary of the same events for the self-check."""
+    if not thresholds:
+        raise ValueError("no candidate threshold: name at least one task type")
+    for task_type, x in thresholds.items():
+        if not (isinstance(x, (int, float)) and math.isfinite(x) and 0 <= x <= 1):
+            raise ValueError(f"the candidate threshold of {task_type} must be a number in [0, 1], not {x!r}")
+    task_types = tuple(sorted(thresholds))
+    with decision_queries.materialized_window(client, window, task_types):
+        rows = whatif_queries.by_candidate(client, {t: [float(thresholds[t])] for t in task_types})
+        summary = decision_queries.window_summary(client)
+    out: dict[str, Any] = {
+        "window": {"start": iso(window.start), "end": iso(window.end)},
+        "caveat": CAVEAT,
+        "by_task_type": {},
+    }
+    for t in task_types:
+        x = float(thresholds[t])
+        per = rows.get(t)
+        if not per or not int(per[None]["requests"]):
+            out["by_task_type"][t] = empty_task(x)
+            continue
+        cur, cand = per[None], per[x]
+        mean_cloud_cost = stats.ratio(float(cur["cloud_cost_sum"] or 0), int(cur["cloud_cost_n"]))
+        current = block(cur, mean_cloud_cost)
+        task = {
+            "threshold": x,
+            "recorded_threshold": {"min": cur["threshold_min"], "max": cur["threshold_max"]},
+            "gated": int(cur["gated"]),
+            "mean_cloud_cost_usd": mean_cloud_cost,
+            "current": current,
+            "candidate": block(cand, mean_cloud_cost),
+            "moved": moved(cand),
+            "self_check": self_check(current, metric_group(summary.get(t))),
+        }
+        if not task["gated"]:
+            task["recorded_threshold"] = {"min": None, "max": None}
+        task["warnings"] = _warnings(task)
+        out["by_task_type"][t] = task
+    return out
+
+
+# -- the pre-push gate -------------------------------------------------------------------------------------
+_GATE = re.compile(r"^\s*(moved\.)?([a-z_]+)\s*(>=|<=|>|<)\s*([-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$")
+_OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def parse_gate(text: str) -> tuple[str, str, float]:
+    """`"missed_fallback_rate>0.05"` → (key, operator, limit); key is a candidate block key or
+    `moved.<key>`. ValueError naming what is wrong otherwise."""
+    m = _GATE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a condition such as missed_fallback_rate>0.05 (operators > >= < <=)")
+    moved_key, key, op, limit = m.group(1), m.group(2), m.group(3), float(m.group(4))
+    keys = MOVED_KEYS if moved_key else BLOCK_KEYS
+    if key not in keys:
+        where = "moved." if moved_key else ""
+        raise ValueError(f"{text!r}: {where}{key} is not one of {', '.join((moved_key or '') + k for k in keys)}")
+    return (moved_key or "") + key, op, limit
+
+
+def gate(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
+    """The conditions the candidate meets, per task type, as lines (`short_reply: missed_fallback_rate 0.08 >
+    0.05`). A null value (no labels) meets none: the text output shows it as unknown."""
+    hits = []
+    for t, task in result["by_task_type"].items():
+        if "candidate" not in task:
+            continue
+        for key, op, limit in conditions:
+            value = task["moved"][key.removeprefix("moved.")] if key.startswith("moved.") else task["candidate"][key]
+            if value is not None and _OPS[op](value, limit):
+                hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}")
+    return hits
+
+
+def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
+    """What the gate could not judge, as lines: a task type without live events in the window (a typo'd
+    name, an empty warehouse, a window without data), or a condition whose value is null for a candidate (no
+    labels behind it). A pre-push gate that judged nothing must not pass."""
+    lines = []
+    for t, task in result["by_task_type"].items():
+        if "candidate" not in task:
+            lines.append(f"{t}: no live events in the window")
+            continue
+        for key, _, _ in conditions:
+            value = task["moved"][key.removeprefix("moved.")] if key.startswith("moved.") else task["candidate"][key]
+            if value is None:
+                lines.append(f"{t}: {key} is unknown (nothing labeled behind it)")
+    return lines
+
+
+def recorded(threshold: dict[str, Any]) -> str:
+    """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
+    low, high = threshold["min"], threshold["max"]
+    return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
+
+
+# (label, the cell of one block): the rows of the side-by-side table (`routerscope whatif` and the tuning page)
+ROWS = (
+    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
+    (
+        "false fallbacks (quality)",
+        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
+    ),
+    (
+        "missed fallbacks",
+        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
+    ),
+    ("cloud calls", lambda b: str(b["cloud_calls"])),
+    ("cost", lambda b: _money(b["cost_usd"])),
+)
