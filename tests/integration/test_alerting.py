@@ -85,13 +85,6 @@ def receiver():
     r.close()
 
 
-@pytest.fixture
-def warehouse(home):
-    with open_warehouse(settings_for(home)) as client:
-        migrate(client)
-        yield client
-
-
 def window(client, i: int, fallback_rate: float | None, entered: int = 100, task_type: str = "intent_classify"):
     """Store 5-minute window number i with one task type's fallback rate."""
     group = empty_group()

@@ -56,13 +56,6 @@ def firing(evaluation) -> list[str]:
     return sorted(a.alert_key for a in evaluation.firing)
 
 
-@pytest.fixture
-def warehouse(home):
-    with open_warehouse(settings_for(home)) as client:
-        migrate(client)
-        yield client
-
-
 def test_an_outage_between_two_runs_alerts_live_late_and_over_history(warehouse):
     """The cloud breaker opened at 12:06 and closed at 12:08 (inside the 12:05 window), then opened again at
     12:21 and stayed open until 12:33 (the 12:20, 12:25 and 12:30 windows). A device breaker elsewhere
