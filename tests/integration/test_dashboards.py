@@ -301,6 +301,7 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     render(page)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # Streamlit and Chromium start, every page is screenshotted
 def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_path):
     """Streamlit renders over a websocket: drive Debian's chromium with playwright and wait for the
@@ -333,6 +334,7 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     assert all(shot.stat().st_size > 20_000 for shot in shots.values())  # rendered pages, not blank ones
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # Streamlit and Chromium start
 def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_change(populated, home, tmp_path):
     """The what-if slider in a real browser: it starts at 0.70 (the candidate column is the week's recorded
@@ -487,6 +489,7 @@ def test_explorer_counts_every_match_and_pages_through_them(populated):
     assert matched(app).startswith("8 decisions match; showing 1–8")
 
 
+@pytest.mark.slow
 def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
     """The what-if slider (docs/metrics.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
     and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),

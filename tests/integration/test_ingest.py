@@ -308,6 +308,7 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
     )
 
 
+@pytest.mark.slow
 def test_a_restarted_memory_broker_is_reported_not_skipped(stack, home):
     produce(stack, DECISIONS, valid_decisions(90))
     load(stack, **FAST)
@@ -325,6 +326,7 @@ def test_a_restarted_memory_broker_is_reported_not_skipped(stack, home):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_load_command_prints_the_documented_json(stack, home):
     produce(stack, DECISIONS, valid_decisions(12) + [b"x"])
     produce(stack, BREAKERS, [dumps(breaker())])
@@ -338,6 +340,7 @@ def test_load_command_prints_the_documented_json(stack, home):
     assert human.returncode == 0 and "decisions  loaded         0" in human.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # up to 24 loader processes killed mid-drain, then a full load
 def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
     n_valid, n_bad = 30_000, 300
@@ -401,6 +404,7 @@ def test_sigkill_at_random_moments_loses_and_doubles_nothing(stack, home):
     assert stored == {(p, o) for p, end in ends.items() for o in range(end)}
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=8))
 def test_arbitrary_bytes_never_crash_the_loader_and_are_quarantined(arbitrary_stack, payloads):
@@ -422,6 +426,7 @@ def arbitrary_stack(tmp_path_factory):
     broker.stop(settings_)
 
 
+@pytest.mark.slow
 def test_loaders_owning_disjoint_partition_sets_together_load_everything_once(stack, home):
     produce(stack, DECISIONS, valid_decisions(240) + [b"bad"])
     first = run_cli("load", "--json", "--partitions", "0", "--idle-timeout", "0.5", env=clean_env(home))

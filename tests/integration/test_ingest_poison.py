@@ -45,6 +45,7 @@ def _produce_keyed(settings, items: list[tuple[bytes, bytes | None]], timestamp_
     assert producer.flush(30) == 0
 
 
+@pytest.mark.slow
 def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack, home):
     """Issue: one message any Kafka writer can send stopped ingest for good. Each class, between
     good messages; `routerscope load` exits 0 on the first run and on every later one.
@@ -150,6 +151,7 @@ def test_a_refilled_broker_is_caught_by_the_position_fingerprint(stack):
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 300  # no new message silently skipped
 
 
+@pytest.mark.slow
 def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_warehouse(stack):
     """Issue item 5: the loader hung 12 minutes in consumer.close() holding the warehouse lock.
     100k messages (70 MB) on one partition: more than the consumer can hold (one 32 MB fetch plus its

@@ -247,6 +247,7 @@ def messages(draw, topic: str) -> bytes:
     breakers=st.lists(messages(BREAKERS), max_size=8),
     garbage=st.lists(st.binary(max_size=60), max_size=3),
 )
+@pytest.mark.slow
 @example(batch=KNOWN_POISON[:12], labels=[], breakers=[], garbage=[b"", b"null", b"[]", b'"x"', b"1e999", b"{}"])
 def test_sql_and_python_validators_agree_on_arbitrary_messages(client, batch, labels, breakers, garbage):
     """Property: on any message, the SQL parser either hands it to Python or names exactly the
@@ -285,6 +286,7 @@ def _snapshot(settings_) -> dict[str, list]:
         return rows
 
 
+@pytest.mark.slow
 def test_the_sql_parser_loads_exactly_what_the_python_parser_loads_and_replays_nothing(stack):
     """(~20 s: three loads; the warehouse plans its parse once per batch and topic.) `load --parser sql`
     against `--parser python` on the same messages (good ones, every malformed kind, a refused insert left

@@ -145,6 +145,7 @@ def _insert_both_ways(client, topic: str, raws: list[bytes], partition: int, fir
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_decisions(), min_size=1, max_size=12))
 def test_json_lines_store_exactly_what_native_columns_store(twin_warehouse, events):

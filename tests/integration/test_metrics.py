@@ -432,6 +432,7 @@ def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):
     assert calls == {"mean": pytest.approx(3.2), "p50": 2.0, "p95": pytest.approx(8.6)}
 
 
+@pytest.mark.slow
 def test_end_to_end_produce_load_and_metrics_json(home):
     """Produce the golden fixture to a real broker, `routerscope load`, `routerscope metrics --json`."""
     settings = settings_for(home)

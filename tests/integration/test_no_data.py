@@ -25,6 +25,7 @@ def empty(home):
     return settings
 
 
+@pytest.mark.slow
 def test_dq_on_an_empty_warehouse_says_skipped_and_exits_4(empty, home):
     done = run_cli("dq", env=clean_env(home), timeout=300)
     assert done.returncode == 4, done.stderr
@@ -53,6 +54,7 @@ def test_a_pipeline_that_never_received_an_event_goes_stale_after_the_freshness_
         assert "ingest_stale" in stale(601)
 
 
+@pytest.mark.slow
 def test_the_quality_page_warns_when_every_check_was_skipped(empty, home, monkeypatch):
     from streamlit.testing.v1 import AppTest
 

@@ -344,6 +344,7 @@ def failures(report) -> dict[str, int]:
     return {r.check: r.unexpected_count for r in report.results if not r.success}
 
 
+@pytest.mark.slow
 def test_a_clean_window_passes_every_check(warehouse, home):
     report = quality.run_suites(warehouse, WINDOW, home=home, now=NOW)
     assert failures(report) == {}
@@ -519,6 +520,7 @@ def test_a_clean_day_lets_the_metrics_through(home):
     }
 
 
+@pytest.mark.slow
 def test_dq_command_exit_code_and_json(home):
     settings = settings_for(home)
     with open_warehouse(settings) as client:

@@ -75,6 +75,7 @@ def _positions(settings) -> int:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("parser", ["python", "sql"])
 def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_loads_exactly_the_rest(
@@ -126,6 +127,7 @@ def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_lo
     assert json.loads(doctor.stdout)["rows"]["decisions"] >= 80_000
 
 
+@pytest.mark.slow
 def test_the_free_space_floor_stops_a_load_before_a_write_fails(disk_stack):
     """ROUTERSCOPE_WAREHOUSE_MIN_FREE (default: the smaller of 5 % of the disk and 1 GB; 2.4 MB here)."""
     settings, disk = disk_stack
@@ -165,6 +167,7 @@ def _holding(home: Path, process: subprocess.Popen) -> None:
     raise AssertionError("the first load never took the lock")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_two_loads_at_once_load_everything_once_and_the_second_waits_saying_so(stack, home):
     """Issue: two `routerscope load` on one home both loaded everything: 115,006 duplicate raw rows for
@@ -215,6 +218,7 @@ def test_disjoint_partition_sets_do_not_wait_for_each_other(stack, home):
     assert said == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_doctor_repairs_a_warehouse_broken_the_way_a_full_disk_broke_it(stack, home):
     """A 0-byte mutation file (a DELETE cut short by a full disk) made chDB refuse to attach
@@ -253,6 +257,7 @@ def test_doctor_repairs_a_warehouse_broken_the_way_a_full_disk_broke_it(stack, h
     assert stat.S_IMODE((home / "warehouse.lock").stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):  # noqa: F811
     """Issue: Ctrl-C during `load` printed a traceback (from the parse worker, which had the SIGINT too)."""
@@ -281,6 +286,7 @@ def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 300_000
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
     """Issue: with 5,000 partitions per topic and nothing new, the 1 s idle timeout ended the run before
