@@ -171,6 +171,7 @@ def test_an_undeliverable_alert_stays_pending_and_is_sent_later(warehouse, tmp_p
         receiver.close()
 
 
+@pytest.mark.slow
 def test_an_injected_device_outage_raises_exactly_its_alerts(home, receiver):
     """An hour of traffic whose last 15 minutes lose the device: through Kafka and the loader, the
     5-minute metrics, then the default rules."""
@@ -241,6 +242,7 @@ def test_an_injected_device_outage_raises_exactly_its_alerts(home, receiver):
         broker.stop(settings)
 
 
+@pytest.mark.slow
 def test_alerts_command_lists_firing_alerts(home, tmp_path):
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)

@@ -123,6 +123,7 @@ def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
     assert re.search(r"confidence \[0\.\d\d, [01]\.\d\d\) does worse than a lower bucket", warning), warning
 
 
+@pytest.mark.slow
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
     # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
     # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3; the tile is the quality ones
@@ -161,6 +162,7 @@ def test_quality_page_names_task_types_the_policy_does_not_know(populated):
     assert any("does not know: mystery_task (1 decisions" in w.value for w in app.warning)
 
 
+@pytest.mark.slow
 def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app = render("tuning.py")
     recommended = lambda: next(m.value for m in app.metric if m.label.startswith("Recommended"))  # noqa: E731
@@ -174,6 +176,7 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
 
 
+@pytest.mark.slow
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
     """docs/metrics.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
     from dashboards import data
@@ -206,6 +209,7 @@ def matched(app) -> str:
     return next(c.value for c in app.caption if "decisions match" in c.value)
 
 
+@pytest.mark.slow
 def test_explorer_filters_are_values_not_sql(populated):
     app = render("explorer.py")
     {box.label: box for box in app.selectbox}["Fallback type"].set_value("quality").run()
@@ -524,6 +528,7 @@ def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
     assert any("confidence gate only" in c.value for c in app.caption)
 
 
+@pytest.mark.slow
 def test_tuning_opens_on_every_task_type_at_a_glance(populated):
     """The fixture's week: intent_classify is the one task type with labeled attempts; its row comes first
     (grading, readiness and rollout verdicts as the reports give them) and every row says what it needs."""

@@ -196,6 +196,7 @@ def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_re
     assert result.loaded["decisions"] + final.loaded["decisions"] == 300 + written[0]
 
 
+@pytest.mark.slow
 def test_replaying_the_same_offset_range_three_times_adds_no_row(stack):
     produce(stack, DECISIONS, valid_decisions(200) + [b"garbage"])
     load(stack, **FAST)

@@ -274,6 +274,7 @@ def test_json_lines_carry_the_message_bytes_of_the_routers_own_events():
     assert month == 2026 * 12 + 11
 
 
+@pytest.mark.slow
 def test_a_row_the_warehouse_refuses_leaves_no_ledger_row_behind(stack, home):
     """The facts insert's two views run one after the other in no promised order (in a warehouse
     opened again, the ledger's first): a block the facts table refuses may already have its ledger

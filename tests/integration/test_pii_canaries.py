@@ -103,6 +103,7 @@ def _produce_file(path) -> None:
     path.with_suffix(".labels").write_text("\n".join(json.dumps(line) for line in labels) + "\n")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_canaries_in_every_free_text_field_reach_no_span_no_message_no_row_and_no_warehouse_file(stack, home, tmp_path):
     exporter = InMemorySpanExporter()

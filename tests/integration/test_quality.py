@@ -352,6 +352,7 @@ def test_a_clean_window_passes_every_check(warehouse, home):
     assert (home / "gx" / "data_docs" / "index.html").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check, breaking, unexpected", CASES, ids=[c[0] for c in CASES])
 def test_each_fixture_breaks_exactly_its_check(warehouse, check, breaking, unexpected):
     breaking(warehouse)
@@ -474,6 +475,7 @@ def test_sql_invariants_mirror_the_contract():
     assert list(quality.INVARIANT_SQL) == [inv.name for inv in DECISION_INVARIANTS]
 
 
+@pytest.mark.slow
 def test_a_blocking_failure_stops_the_days_metrics(home):
     settings = settings_for(home)
     with open_warehouse(settings) as client:

@@ -84,6 +84,7 @@ def traffic(tmp_path):
     return decisions, labels
 
 
+@pytest.mark.slow
 def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_naming_task_and_signals(home, tmp_path):
     decisions, labels = traffic(tmp_path)
     assert all(e.schema_version == 2 for e in decisions)

@@ -185,6 +185,7 @@ def test_two_loads_at_once_load_everything_once_and_the_second_waits_saying_so(s
     assert scalar(stack, "SELECT count() FROM routerscope.loaded_messages") == 40_000
 
 
+@pytest.mark.slow
 def test_a_second_load_with_no_wait_exits_75_in_one_line_and_partition_sets_that_overlap_exclude(stack, home):
     from warehouse.client import load_lock
 
@@ -202,6 +203,7 @@ def test_a_second_load_with_no_wait_exits_75_in_one_line_and_partition_sets_that
     assert done.returncode == 0 and json.loads(done.stdout)["loaded"]["decisions"] == 300
 
 
+@pytest.mark.slow
 def test_disjoint_partition_sets_do_not_wait_for_each_other(stack, home):
     from warehouse.client import load_lock
 

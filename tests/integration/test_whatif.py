@@ -341,6 +341,7 @@ def test_whatif_json_for_several_task_types_and_a_gate_that_refuses(cli_home):
     assert passed.returncode == 0 and "gate: passed" in passed.stdout
 
 
+@pytest.mark.slow
 def test_a_gate_that_could_not_judge_fails_closed_with_exit_4(cli_home):
     """A misspelt task type (no live events in the window) or a condition with nothing labeled behind it
     must not let a push through."""
