@@ -558,3 +558,19 @@ def test_the_incident_banner_goes_when_the_view_changes(populated):
     assert not app.exception
     assert not any("Decisions of the incident" in i.value for i in app.info)
     assert "incident" not in app.query_params and app.query_params["range"] == "7d"
+
+
+@pytest.mark.timeout(600)  # three runs of the tuning page
+def test_tuning_keeps_its_task_type_in_the_url_and_a_stranger_opens_on_the_busiest(populated):
+    """A reload or a shared link opens the same task type; a task type the range does not hold (or markdown)
+    opens on the busiest instead, and the URL then names the one shown."""
+    week = OPENS_ON["tuning.py"]
+    busiest = render("tuning.py").selectbox(key="url_task_type")
+    assert busiest.value == busiest.options[0]
+    other = next(o for o in busiest.options if o != busiest.value)
+    app = render("tuning.py", **week, task_type=other)
+    assert app.selectbox(key="url_task_type").value == other
+    assert app.query_params["task_type"] == other
+    app = render("tuning.py", **week, task_type="[x](https://evil.example)")
+    assert app.selectbox(key="url_task_type").value == busiest.options[0]
+    assert app.query_params["task_type"] == busiest.options[0]
