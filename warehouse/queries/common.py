@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,18 @@ def named(name: str, sql: str, fragments: dict[str, str] | None = None, **identi
             raise ValueError(f"{key}={value!r} is not an identifier")
     text = Template(sql.strip()).safe_substitute(fragments or {})
     return f"/* routerscope:{name} */\n{Template(text).safe_substitute(names.TABLES, **identifiers)}\n"
+
+
+def hashed_chain(label: str, table: str, ddl: list[tuple[str, str]], **identifiers: str) -> tuple[str, list[str]]:
+    """A Null input table and the views an insert into it runs through, named after a hash of their
+    SQL (`ddl`: (kind, statement) pairs spelling each other as `$<kind>`): a contract change makes a
+    new chain, created on first use, so no migration follows generated SQL, and a loader never drops
+    a view another loader may be inserting through. The kind `input` is `<table>_<hash>`, every other
+    `<table>_<hash>_<kind without _view>`. Returns the input table and the statements, in order."""
+    digest = hashlib.sha256("\n".join(sql for _, sql in ddl).encode()).hexdigest()[:12]
+    base = f"{names.DATABASE}.{table}_{digest}"
+    spelled = {kind: base if kind == "input" else f"{base}_{kind.removesuffix('_view')}" for kind, _ in ddl}
+    return base, [named(f"{label}_create_{kind}", sql, **spelled, **identifiers) for kind, sql in ddl]
 
 
 def utc_text(t: datetime) -> str:
