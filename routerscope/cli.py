@@ -105,18 +105,21 @@ def cmd_doctor(args, settings: Settings) -> int:
 
 
 def cmd_load(args, settings: Settings) -> int:
-    from pipelines.ingest import TABLE_ASSETS, ingest_topics
-    from pipelines.run import materializations, run_job
+    # The ingest job's unit of work, called directly: the Dagster job around it (pipelines/ingest.py,
+    # what the daemon's schedule runs) records its run in an instance a command would throw away, and
+    # importing Dagster and making that instance were most of what a load cost before its first event.
+    from warehouse.ingest import loader
 
-    config = {
-        "batch_size": args.batch_size,
-        "idle_timeout_s": args.idle_timeout,
-        "partitions": args.partitions,
-        **({"parser": args.parser} if args.parser else {}),
-        **({"wait": False} if args.no_wait else {}),
-    }
     try:
-        result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
+        result = loader.load(
+            settings,
+            batch_size=args.batch_size,
+            idle_timeout_s=args.idle_timeout,
+            partitions=args.partitions or None,
+            parser=args.parser,
+            progress=loader.progress_bar(),
+            wait=not args.no_wait,
+        )
     except KeyboardInterrupt:
         print(
             "\nrouterscope load: stopped (Ctrl-C); the batches written before are stored with their positions, "
@@ -124,16 +127,12 @@ def cmd_load(args, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 130
-    found = materializations(result)
-    summary = {
-        "loaded": {short: int(found[key.path[-1]]["loaded"]) for short, key in TABLE_ASSETS.items()},
-        "quarantined": {short: int(found[key.path[-1]]["quarantined"]) for short, key in TABLE_ASSETS.items()},
-    }
+    summary = result.as_dict()
     if args.json:
         _print_json(summary)
         return 0
-    seconds = found[TABLE_ASSETS["decisions"].path[-1]]["seconds"]
-    for short in TABLE_ASSETS:
+    seconds = result.seconds
+    for short in names.TOPICS:
         print(f"{short:<10} loaded {summary['loaded'][short]:>9}   quarantined {summary['quarantined'][short]:>7}")
     total_q = sum(summary["quarantined"].values())
     print(
@@ -593,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
+    p = sub.add_parser("load", help="drain the topics into the warehouse (the ingest job's unit of work, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
     from warehouse.ingest import loader as loader_defaults  # the ingest job's defaults, defined once
 
