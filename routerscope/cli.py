@@ -1,4 +1,4 @@
-"""The `routerscope` command line (DESIGN §6). Every command reads the same settings.
+"""The `routerscope` command line (docs/architecture.md §6). Every command reads the same settings.
 
 Errors the user can act on are printed as one line (`routerscope: error: ...`), never a traceback.
 """
@@ -174,7 +174,7 @@ def cmd_metrics(args, settings: Settings) -> int:
     if args.json:
         _print_json(result)
     else:
-        from routerscope.report import metrics_table
+        from routerscope.render import metrics_table
 
         print(metrics_table(result))
     return 0
@@ -184,6 +184,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import unit_of_work
+    from routerscope import render
     from routerscope import whatif as whatif_cli
     from warehouse.analytics import whatif
     from warehouse.analytics.review import review_window
@@ -209,7 +210,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     if args.json:
         _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
     else:
-        print(whatif_cli.render(result, hits))
+        print(render.whatif(result, hits))
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
@@ -313,13 +314,13 @@ def _evidence(signal: str, latest: dict) -> str:
 
 
 def cmd_report(args, settings: Settings) -> int:
-    from routerscope import review
+    from routerscope import render, review
 
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
     report = review.build(args.kind, settings, days=args.days, end=end)
-    _print_json(report) if args.json else print(review.render(args.kind, report))
+    _print_json(report) if args.json else print(render.review(args.kind, report))
     return 0
 
 
@@ -629,10 +630,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_load)
 
-    p = sub.add_parser("metrics", help="print the metrics of METRICS.md for a window [start, end)")
+    p = sub.add_parser("metrics", help="print the metrics of docs/metrics.md for a window [start, end)")
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
-    p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
+    p.add_argument("--json", action="store_true", help="the JSON of docs/metrics.md")
     from warehouse.analytics import metrics as metric_defaults  # the defaults of the metric assets, defined once
 
     p.add_argument(

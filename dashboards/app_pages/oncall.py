@@ -3,6 +3,8 @@ each one click from its decisions in the Explorer; the latest window's tiles wit
 below the alert rules' minimum sample); fallbacks by type and the canned-answer (L4) share with the
 incidents shaded behind them; one small chart per task type; breakers; ingest freshness and consumer lag."""
 
+from urllib.parse import urlencode
+
 import pandas as pd
 import streamlit as st
 
@@ -64,7 +66,12 @@ def incident_list(incidents: pd.DataFrame) -> None:
             right,
             EXPLORER,
             "Open in Explorer",
-            {**window.params(), **({"task_type": row.task_type} if row.task_type else {}), "incident": row.alert_key},
+            {
+                **window.params(),
+                **({"task_type": row.task_type} if row.task_type else {}),
+                "incident": row.alert_key,
+                "back": urlencode(rng.params()),  # the Explorer's way back to this range
+            },
             help=f"the decisions of {scope} in this episode's windows",
         )
 
@@ -178,8 +185,8 @@ def live():
 
 
 def false_by_type(pct) -> None:
-    """Seed 000: quality and timeout false fallbacks side by side, never mixed (METRICS.md §3), over the latest
-    daily window (labels arrive late: a 5-minute window rarely has any)."""
+    """docs/sources.md#seed-000: quality and timeout false fallbacks side by side, never mixed (docs/metrics.md §3),
+    over the latest daily window (labels arrive late: a 5-minute window rarely has any)."""
     day = data.daily_groups("", days=2)
     if day.empty:
         return

@@ -6,7 +6,7 @@ and scripted incidents on a timeline.
   slowed by load; during a **thermal episode** decode speed drops to a third and long answers time
   out. Whether an answer is acceptable depends on its confidence (calibrated), except that one task
   type's top confidence bucket is deliberately over-confident (`short_summary`).
-* Device ledger (seed 003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
+* Device ledger (docs/sources.md#seed-003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
   grows with the input (KV cache) plus runtime overhead, cold starts (the OS reclaimed the model; more
   often on the low tier, whose loads are slower), the decode rate actually used, and a thermal state that
   turns `serious`/`critical` during the thermal episode. The low tier also swaps now and then (its
@@ -20,7 +20,7 @@ and scripted incidents on a timeline.
 * A **bad threshold push**: mid-run the router's policy becomes one with a much stricter threshold for
   `short_reply` (a `Policy` derived from the simulated one, with its own policy_version); false fallbacks
   jump until it is rolled back.
-* The weekly replay's determinism groups (seed 004 §2), simulated: `simulated_reruns` re-runs a
+* The weekly replay's determinism groups (docs/sources.md#seed-004-2), simulated: `simulated_reruns` re-runs a
   sample of each task type's device-entered requests 3 times; a group agrees with the task type's
   `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
@@ -153,8 +153,8 @@ class Fleet:
         self.stats = {"requests": 0, "labels": 0}
 
     def draw_ledger(self, req: Request) -> dict:
-        """What the device will measure for this request (seed 003's ledger), drawn before routing: a
-        swapping low-tier device decodes at 15 % speed; a cold start must load the model first."""
+        """What the device will measure for this request (the ledger of docs/sources.md#seed-003), drawn before
+        routing: a swapping low-tier device decodes at 15 % speed; a cold start must load the model first."""
         rng = self.ledger_rng
         prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
         swap = SWAP_SLOWDOWN if rng.random() < swap_p else 1.0
@@ -211,7 +211,7 @@ class Fleet:
         return groups
 
     def _keep_divergence(self, d) -> None:
-        """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
+        """docs/sources.md#seed-004-5: disagreements are kept as samples beside the request texts (never in events)."""
         self.stats["divergences"] = self.stats.get("divergences", 0) + 1
         if self.texts is not None and hasattr(self.texts, "add_divergence"):
             self.texts.add_divergence(d, self.clock.now())

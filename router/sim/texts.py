@@ -48,7 +48,7 @@ TEXTS = {
     "long_summary": ("Summarise this long report: {}", ("(a long quarterly report)",)),
     "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
-# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
+# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, docs/sources.md#seed-004-2).
 DETERMINISM = {
     "intent_classify": 0.97,
     "slot_extract": 0.93,

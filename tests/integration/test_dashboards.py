@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -126,8 +126,8 @@ def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
     # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
     # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3; the tile is the quality ones
-    # (seed 000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it. Device-served
-    # a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
+    # (docs/sources.md#seed-000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it.
+    # Device-served a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
     # s1 1, s2 2, s3 2, z 1 → sorted [1, 1, 2, 2]: mean 1.5, p50 1.5, p95 at rank 2.85 → 2.
     app = render("tuning.py")
     metrics = {m.label: m.value for m in app.metric}
@@ -168,14 +168,14 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app.slider[0].set_value(0.5).run()
     assert not app.exception
     # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00),
-    # but METRICS.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
+    # but docs/metrics.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
     # calibrated pass rate at every cut is 2/3 < 0.85 and nothing qualifies whatever the target
     assert recommended() == "none qualifies"
     assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
 
 
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
-    """METRICS.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
+    """docs/metrics.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
     from dashboards import data
     from tests.events import decision, quality_fallback
     from tests.integration.test_metrics import at, eid
@@ -453,6 +453,9 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
     assert "`fallback_rate > 0.3`: 0.52 (n = 41)" in listed[0]
     link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "fallback_rate_high" in m.value)
     assert "range=custom&start=2026-11-29T01%3A00%3A00Z&end=2026-11-29T01%3A30%3A00Z&task_type=intent_classify" in link
+    # the link carries On-call's own range, the Explorer's way back to it
+    back = dict(parse_qsl(urlsplit(link.split("](", 1)[1].rstrip(")")).query))["back"]
+    assert dict(parse_qsl(back)) == {"range": "custom", "start": "2026-11-29T00:00:00Z", "end": "2026-11-30T00:00:00Z"}
     # the same range on the Explorer: the decisions of that task type in the episode's windows (a1 at 01:00)
     app = render(
         "explorer.py",
@@ -461,11 +464,14 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
         end="2026-11-29T01:30:00Z",
         task_type="intent_classify",
         incident="fallback_rate_high|intent_classify",
+        back=back,
     )
     assert {box.label: box.value for box in app.selectbox}["Task type"] == "intent_classify"
     assert matched(app).startswith("1 decisions")
     assert app.subheader[0].value.startswith("Attempts of a1")
-    assert any("Back to On-call" in m.value for m in app.markdown)
+    back_link = next(m.value for m in app.markdown if "Back to On-call" in m.value)
+    assert "oncall?range=custom&start=2026-11-29T00%3A00%3A00Z&end=2026-11-30T00%3A00%3A00Z" in back_link
+    assert app.query_params["back"] == back  # kept while the view is the incident's
 
 
 def test_explorer_counts_every_match_and_pages_through_them(populated):
@@ -488,7 +494,7 @@ def test_explorer_counts_every_match_and_pages_through_them(populated):
 
 
 def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
-    """The what-if slider (METRICS.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
+    """The what-if slider (docs/metrics.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
     and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),
     a4 (L0 error), a5 (capability), a6 (bypass). It starts at the calibration's current threshold, 0.70:
     nothing moves, and the candidate column is the week's recorded numbers: 4 of 8 device-entered fell back
@@ -558,3 +564,19 @@ def test_the_incident_banner_goes_when_the_view_changes(populated):
     assert not app.exception
     assert not any("Decisions of the incident" in i.value for i in app.info)
     assert "incident" not in app.query_params and app.query_params["range"] == "7d"
+
+
+@pytest.mark.timeout(600)  # three runs of the tuning page
+def test_tuning_keeps_its_task_type_in_the_url_and_a_stranger_opens_on_the_busiest(populated):
+    """A reload or a shared link opens the same task type; a task type the range does not hold (or markdown)
+    opens on the busiest instead, and the URL then names the one shown."""
+    week = OPENS_ON["tuning.py"]
+    busiest = render("tuning.py").selectbox(key="url_task_type")
+    assert busiest.value == busiest.options[0]
+    other = next(o for o in busiest.options if o != busiest.value)
+    app = render("tuning.py", **week, task_type=other)
+    assert app.selectbox(key="url_task_type").value == other
+    assert app.query_params["task_type"] == other
+    app = render("tuning.py", **week, task_type="[x](https://evil.example)")
+    assert app.selectbox(key="url_task_type").value == busiest.options[0]
+    assert app.query_params["task_type"] == busiest.options[0]

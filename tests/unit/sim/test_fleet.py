@@ -31,7 +31,7 @@ def test_simulated_fleet_events_carry_their_simulated_latency():
         attempts_ms = sum(a.latency_ms for a in e.attempts)
         if e.mode == "live" or e.degrade_level < 2:
             assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
-        else:  # seed 004 shadow: the user waited for the cloud's chain; the device's L0 ran beside it
+        else:  # docs/sources.md#seed-004 shadow: the user waited for the cloud's chain; the device's L0 ran beside it
             assert e.attempts[0].level >= 2 or e.entered_device
             assert e.latency_ms == pytest.approx(sum(a.latency_ms for a in e.attempts if a.level >= 2), abs=1e-6)
         assert e.latency_ms <= e.deadline_ms - e.elapsed_ms + L4_MS
