@@ -625,15 +625,14 @@ class _Gen:
 # The rows the loader inserts, per topic, into that topic's input table (Null engine: it keeps nothing).
 INPUT_COLUMNS = ("batch", "kafka_partition", "kafka_offset", "value", "landed")
 _INPUT_TYPES = ("String", "UInt32", "UInt64", "String", "Bool")
-VERDICTS_TABLE = names.TABLES[names.TABLE_LANDING_VERDICTS]
 _GEN = {topic: _Gen(contract) for topic, contract in CONTRACTS.items()}
 
 
 def _ddl(topic: str) -> list[tuple[str, str]]:
     """(kind, statement) of the chain one insert runs through: the input table, the parse view
     into a second Null table holding the parsed rows, and from there the facts view (valid rows
-    not landed before), the ledger view (valid rows) and the verdicts view (the rest, with their
-    rules)."""
+    not landed before), the ledger view (valid rows) and the verdicts view (the rest, by their
+    coordinates)."""
     gen = _GEN[topic]
     table, columns, _ = FACTS[topic]
     topic_sql = _q(topic)
@@ -675,7 +674,7 @@ CREATE = {topic: chain[1] for topic, chain in _CHAINS.items()}
 # Settings of the insert into an input table; its views run under them.
 INSERT_SETTINGS = {
     **PARSE_SETTINGS,
-    # the run-scoped token reaches the views' inserts (see warehouse/loader.py on tokens)
+    # the run-scoped token reaches the views' inserts (see warehouse/ingest/loader.py on tokens)
     "deduplicate_blocks_in_dependent_materialized_views": 1,
 }
 # The messages of one batch and topic the parse did not load: (partition, offset, landed, python).
@@ -684,7 +683,8 @@ VERDICTS = named(
     "SELECT DISTINCT kafka_partition, kafka_offset, landed, python FROM $landing_verdicts "
     "WHERE batch = {batch:String} AND kafka_topic = {topic:String}",
 )
-# The rules and verdicts as the SQL parser reaches them for any landed rows (tests: the two validators agree).
+# The rules and verdicts the SQL reaches for any messages put in `$landing` (migration 0014): the
+# statement the property test holds against the Python validator (tests/integration/test_ingest_sql.py).
 CHECK = {
     topic: named(
         f"landing_check_{names.TOPIC_TABLE[topic]}",
