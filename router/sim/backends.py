@@ -43,22 +43,22 @@ class StatDevice:
         self.rng, self.fleet = rng, fleet
 
     # The router's latency gate reads these estimates for the current request's device: the fixed time
-    # before prefill (plus the model's load on a cold start), the measured prefill rate (the router adds
-    # `input_tokens / prefill_tps`), the slow end of the decode rate (throttled and swapping included: a
-    # real device knows its thermal state and memory pressure).
+    # before prefill (plus the model's load on a cold start), the prefill rate it measured (the router adds
+    # `input_tokens / prefill_tps`), the slow end of the decode rate (swapping included: a device knows its
+    # memory pressure). Throttling is not foreseen: the rates are the cool SoC's, so a throttled call runs
+    # past its estimate (the thermal episode's timeouts).
     @property
     def ttft_ms(self) -> float:
         return TIERS[self.fleet.current.device_tier][0] + (self.fleet.pending["load_ms"] or 0.0)
 
     @property
     def prefill_tps(self) -> float:
-        return self.fleet.pending["prefill_tps"]
+        pending = self.fleet.pending
+        return pending["prefill_tps"] / (THROTTLE if pending.get("throttled") else 1.0)
 
     @property
     def tps(self) -> float:
-        pending = self.fleet.pending
-        throttle = THROTTLE if pending.get("throttled") else 1.0
-        return TIERS[self.fleet.current.device_tier][1] * ESTIMATE_SHARE * pending["swap"] * throttle
+        return TIERS[self.fleet.current.device_tier][1] * ESTIMATE_SHARE * self.fleet.pending["swap"]
 
     def generate(
         self,
@@ -141,7 +141,7 @@ class StatCloud:
         tokens_out = max(1, round(max_tokens * self.rng.uniform(0.6, 1.0)))
         input_tokens = req.input_tokens or max(1, len(prompt) // 4)
         base = RTT_MS.get(req.network, RTT_MS["cellular"]) + CLOUD_QUEUE_MS + input_tokens / CLOUD_PREFILL_TPS * 1000
-        latency = (base + tokens_out / CLOUD_DECODE_TPS[level] * 1000) * self.rng.lognormvariate(0, 0.2)
+        latency = (base + tokens_out / CLOUD_DECODE_TPS[level] * 1000) * self.rng.lognormvariate(0, 0.15)
         if self.fleet.cloud_down or self.rng.random() < 0.01:
             clock.sleep(min(latency, timeout_ms) / 1000)
             return CloudResult("", min(latency, timeout_ms), "error")

@@ -74,10 +74,10 @@ from router.sim.texts import (
     DEADLINES,
     DEFAULT_DEADLINES,
     DETERMINISM,
-    INPUT_TOKENS,
     SHADOW_TASKS,
     TASKS,
     acceptable,
+    input_tokens,
     request_text,
 )
 
@@ -96,9 +96,16 @@ BURST = 0.06  # share of requests that are an app's follow-up call on the same d
 PUSHED_THRESHOLD = ("short_reply", 0.93)  # the bad push: this task type's threshold (0.60 by default)
 
 
+CLOUD_USUAL_P90_MS = 2000.0  # the simulated cloud's usual p90 (seed 000's table: 1.2-2.8 s by output length)
+
+
 def simulated_policy() -> Policy:
-    """The fleet's policy: the default one with the simulated shadow task types in shadow mode."""
-    return default_policy().with_(shadow=frozenset(SHADOW_TASKS))
+    """The fleet's policy: the default one with the simulated shadow task types in shadow mode, and the cloud
+    breaker's p90 floor set to the simulated cloud's usual p90 (the shipped 800 ms floor would read seed
+    000's normal 1.2-2.8 s latencies as a spike before the router has learned its own baseline)."""
+    base = default_policy()
+    cloud = replace(base.breakers["cloud"], p90_baseline_ms=CLOUD_USUAL_P90_MS)
+    return base.with_(shadow=frozenset(SHADOW_TASKS), breakers={**base.breakers, "cloud": cloud})
 
 
 def pushed_policy(base: Policy) -> Policy:
@@ -406,7 +413,7 @@ class Fleet:
                 has_pii=self.rng.random() < 0.02,
                 network=network,
                 device_tier=tier,
-                input_tokens=self.rng.randint(*INPUT_TOKENS.get(task_type, (20, 480))),
+                input_tokens=input_tokens(self.rng, task_type),
                 expected_output_tokens=self.rng.randint(*TASKS[task_type][2]),
                 request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
                 app_id="sim-app",

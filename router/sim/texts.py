@@ -3,14 +3,15 @@ reviewers and the simulated replay report about answers (shadow agreement, accep
 
 from __future__ import annotations
 
+import math
 import random
 
 TASKS = {  # task type: (share of traffic, confidence shape (CONFIDENCE), expected output tokens (range))
-    "intent_classify": (0.30, "classify", (2, 8)),
+    "intent_classify": (0.35, "classify", (2, 8)),
     "short_reply": (0.25, "qa", (20, 80)),
     "short_summary": (0.15, "summary", (60, 200)),
     "slot_extract": (0.10, "classify", (15, 50)),
-    "long_summary": (0.10, "generate", (250, 800)),
+    "long_summary": (0.05, "generate", (200, 600)),
     "multi_step_tools": (0.05, "generate", (100, 400)),
     "tool_call": (0.05, "classify", (30, 100)),
     "code_snippet": (0.05, "generate", (20, 80)),  # in shadow mode: the cloud answers, the device is compared
@@ -34,11 +35,12 @@ CONFIDENCE = {
 SHIFT = {"slot_extract": 0.05, "tool_call": 0.10}
 # The deadline a gateway gives each task type (ms): long generations get longer ones.
 DEADLINES = {"long_summary": (8000, 15000, 20000), "multi_step_tools": (8000, 15000, 20000)}
-DEFAULT_DEADLINES = (3000, 5000, 8000)
+DEFAULT_DEADLINES = (6000, 8000, 8000, 12000)  # seed 000: a gateway SLA of "整体 8s"
 OVERCONFIDENT = {"summary": (0.85, 0.72)}  # shape: (from this confidence, the pass rate)
 L1_LIFT = (0.03, 0.05)  # a degraded retry's confidence: the first try's plus N(mean, sd) (the same answer, shorter)
 SHADOW_TASKS = ("code_snippet",)
 INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
+# (log-uniform within the range: most prompts are short, a few are long)
 # What the simulated users ask, per task type: kept in the request-text store (never in events) so
 # the offline replay can re-run a request through the real device model.
 TEXTS = {
@@ -87,6 +89,12 @@ def request_text(rng: random.Random, task_type: str) -> str:
 def shadow_agreement(input_tokens: int) -> float:
     """How often the device's shadow answer matches the cloud's: worse on longer inputs."""
     return 0.93 if input_tokens < 128 else 0.82 if input_tokens < 512 else 0.58
+
+
+def input_tokens(rng: random.Random, task_type: str) -> int:
+    """A request's input length: log-uniform over its task type's range (most prompts are short)."""
+    low, high = INPUT_TOKENS.get(task_type, (20, 480))
+    return int(round(math.exp(rng.uniform(math.log(low), math.log(high)))))
 
 
 def draw_confidence(rng: random.Random, task_type: str, pending: dict, degraded: bool) -> float:
