@@ -10,7 +10,7 @@ row with plain SQL in `tests/e2e/test_sim_calibration.py`):
 | fallbacks / device-entered | 20-40 % | seed 000 "回退率 30%" | `texts.CONFIDENCE` shares |
 | false fallbacks / labeled quality ones | 15-30 %, >= 100 labeled | seed 000 "通常 15%~30%" | pass curves, labels |
 | QA-like task (short_reply) by bucket | 18/27/34/21 %, pass 11/58/89/97 % | seed 000 calibration | `CONFIDENCE["qa"]` |
-| over-confident top bucket | short_summary: 72 % pass >= 0.85 | the calibration lesson | `texts.OVERCONFIDENT` |
+| over-confident top bucket | short_summary: 65 % pass >= 0.85 | the calibration lesson | `texts.OVERCONFIDENT` |
 | device TTFT | fixed + input / prefill_tps (+ load) | seed 003 (0.72 s/40, 5.05 s/300 tok) | `TIERS`, `TIER_LEDGER` |
 | decode | 90/60/35 tok/s by tier, a 5 % slow tail | seed 003 (ledger p5) | `TIERS`, `SLOW_TAIL` |
 | thermal | throttled: prefill and decode halve | seed 003 "二次调用延迟直接翻倍" | `THROTTLE`, heat budget |

@@ -21,10 +21,10 @@ BUCKETS = (0.0, 0.45, 0.65, 0.85, 1.0)
 # Per shape: the share of answers in each bucket (uniform within it), and the pass rate by confidence
 # (linear between the knots). "qa" is seed 000's QA task as published (18/27/34/21 %, passing
 # 11/58/89/97 %); classification is confident, generation is not; "summary" is the QA shape whose top
-# bucket is over-confident (72 % pass above 0.85: the calibration view flags it).
+# bucket is over-confident (65 % pass above 0.85: the calibration view flags it).
 CONFIDENCE = {
     "qa": ((0.18, 0.27, 0.34, 0.21), ((0.0, 0.02), (0.3, 0.12), (0.5, 0.45), (0.6, 0.75), (0.75, 0.9), (1.0, 0.98))),
-    "summary": ((0.18, 0.27, 0.34, 0.21), ((0.0, 0.02), (0.3, 0.1), (0.55, 0.4), (0.65, 0.8), (0.85, 0.93))),
+    "summary": ((0.18, 0.27, 0.34, 0.21), ((0.0, 0.02), (0.3, 0.1), (0.55, 0.4), (0.65, 0.85), (0.85, 0.95))),
     "classify": (
         (0.08, 0.10, 0.22, 0.60),
         ((0.0, 0.02), (0.45, 0.04), (0.6, 0.15), (0.7, 0.6), (0.8, 0.92), (1.0, 0.99)),
@@ -36,7 +36,7 @@ SHIFT = {"slot_extract": 0.05, "tool_call": 0.10}
 # The deadline a gateway gives each task type (ms): long generations get longer ones.
 DEADLINES = {"long_summary": (8000, 15000, 20000), "multi_step_tools": (8000, 15000, 20000)}
 DEFAULT_DEADLINES = (6000, 8000, 8000, 12000)  # seed 000: a gateway SLA of "整体 8s"
-OVERCONFIDENT = {"summary": (0.85, 0.72)}  # shape: (from this confidence, the pass rate)
+OVERCONFIDENT = {"summary": (0.85, 0.65)}  # shape: (from this confidence, the pass rate)
 L1_LIFT = (0.03, 0.05)  # a degraded retry's confidence: the first try's plus N(mean, sd) (the same answer, shorter)
 SHADOW_TASKS = ("code_snippet",)
 INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
