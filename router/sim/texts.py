@@ -39,8 +39,13 @@ DEFAULT_DEADLINES = (6000, 8000, 8000, 12000)  # seed 000: a gateway SLA of "整
 OVERCONFIDENT = {"summary": (0.85, 0.65)}  # shape: (from this confidence, the pass rate)
 L1_LIFT = (0.03, 0.05)  # a degraded retry's confidence: the first try's plus N(mean, sd) (the same answer, shorter)
 SHADOW_TASKS = ("code_snippet",)
-INPUT_TOKENS = {"long_summary": (9000, 9000), "code_snippet": (20, 1000)}  # others: 20-480
-# (log-uniform within the range: most prompts are short, a few are long)
+INPUT_TOKENS = {  # log-uniform within the range (most prompts are short, a few long); others: 20-480
+    "long_summary": (9000, 9000),
+    "code_snippet": (20, 1000),
+    "intent_classify": (20, 160),  # one message to classify: short and concentrated (no long tail)
+    "slot_extract": (20, 240),
+    "tool_call": (30, 300),
+}
 # What the simulated users ask, per task type: kept in the request-text store (never in events) so
 # the offline replay can re-run a request through the real device model.
 TEXTS = {
