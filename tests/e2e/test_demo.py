@@ -83,35 +83,35 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
+        # (the calibrated calm baseline already falls back on a third of short_reply: seed 000's 30 %)
         assert (
             push["by_task_type"]["short_reply"]["quality_fallback_rate"]
-            > 3 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
+            > 2 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
         )
         # the stricter pushed threshold sends acceptable answers to the cloud: false fallbacks jump
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
-        assert pushed["false_fallback_labeled"] > 5 * before_push["false_fallback_labeled"]
-        # (as counts: the calm window holds a handful of labeled short_reply fallbacks at most, too few for a rate)
+        assert pushed["false_fallback_labeled"] > 2 * before_push["false_fallback_labeled"]
+        # (as counts: the push multiplies the acceptable answers sent to the cloud, not only the labeled fallbacks)
         false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
         assert false_fallbacks(pushed) > 5 * false_fallbacks(before_push)
         # The what-if (METRICS §14) run on the calm window before the push predicts what the push then did.
-        # Measured (seed 11): the calm window's short_reply fallback rate 0.8 %, re-scored at 0.93 → 83 %; the push
-        # window then fell back 75 % (the what-if counts an L0 answer the stricter gate turns down as a fallback,
-        # while the router's L1 retry still served some on the device: it errs high). False fallbacks predicted
-        # 99 % of 140 labeled moved requests, measured 97 % of 125. Cost per request predicted ≈ 15× the calm
-        # window's, measured ≈ 10×. Only gated L0 answers move, all of them to the cloud; 23 % of them are
+        # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (seed 000's
+        # 30 %), re-scored at 0.93 → 84 %; the push window then fell back 86 %. False fallbacks predicted 62 %,
+        # measured 60 % (seed 000's QA curve: most answers in [.60, .93) pass). Cost per request predicted ≈ 0.9×
+        # the push window's. Only gated L0 answers move (332), all of them to the cloud; 24 % of them are
         # labeled, so the estimate warns that it rests on few labels.
         calm_short = calm["by_task_type"][task_type]
         assert predicted["self_check"] == [] and predicted["current"]["fallback_rate"] == calm_short["fallback_rate"]
-        assert predicted["current"]["fallback_rate"] < 0.05
-        assert predicted["candidate"]["fallback_rate"] > 10 * predicted["current"]["fallback_rate"]
-        assert abs(predicted["candidate"]["fallback_rate"] - pushed["fallback_rate"]) < 0.15  # 0.83 against 0.75
-        assert predicted["candidate"]["fallback_rate"] >= pushed["fallback_rate"] - 0.02  # errs high, never low
-        assert predicted["candidate"]["false_fallback_rate"] > 0.9 and pushed["false_fallback_rate"] > 0.9
+        assert 0.2 < predicted["current"]["fallback_rate"] < 0.5
+        assert predicted["candidate"]["fallback_rate"] > 2 * predicted["current"]["fallback_rate"]
+        assert abs(predicted["candidate"]["fallback_rate"] - pushed["fallback_rate"]) < 0.05  # 0.84 against 0.86
+        assert predicted["candidate"]["false_fallback_rate"] > 0.5 and pushed["false_fallback_rate"] > 0.5
+        assert abs(predicted["candidate"]["false_fallback_rate"] - pushed["false_fallback_rate"]) < 0.1  # 0.62, 0.60
         assert predicted["moved"]["to_device"]["n"] == 0 and predicted["moved"]["n"] > 300
         assert predicted["moved"]["label_coverage"] < 0.3 and any("few labels" in w for w in predicted["warnings"])
         predicted_cost = predicted["candidate"]["cost_usd"] / predicted["candidate"]["requests"]  # per request
-        assert 0.5 < predicted_cost / pushed["cost_usd"]["per_request"] < 2.0  # ≈ 1.4
+        assert 0.5 < predicted_cost / pushed["cost_usd"]["per_request"] < 2.0  # ≈ 0.9
         # the shadow task (code_snippet) agrees less on longer inputs; cost is reported
         shadow = out["summary"]["by_task_type"]["code_snippet"]["shadow_agreement_by_input_length"]
         assert shadow["0-128"] > shadow["512-2048"]
