@@ -95,8 +95,8 @@ def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart:
             y=alt.Y(
                 "lane:N",
                 title=None,
-                sort=alt.EncodingSortField("start", order="ascending"),
-                axis=alt.Axis(labelLimit=320),
+                sort=alt.EncodingSortField("start", op="min", order="ascending"),
+                axis=alt.Axis(labelLimit=320, labelOverlap=False),
             ),
             color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="severity"),
             opacity=alt.condition("datum.status == 'firing'", alt.value(1.0), alt.value(0.6)),

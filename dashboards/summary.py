@@ -28,16 +28,17 @@ def _ci(ci) -> str:
     return "" if not ci else f" [{_pct(ci[0])}, {_pct(ci[1])}]"
 
 
-def _false_fallbacks(group: dict) -> tuple[float | None, int, Any]:
-    """(rate, labeled, ci) of the quality fallbacks that were unnecessary (METRICS §3 by type), or of all
-    judged fallbacks where the by-type figure is not there."""
+def _false_fallbacks(group: dict) -> tuple[float | None, int, Any, str]:
+    """(rate, labeled, ci, note) of the quality fallbacks that were unnecessary (METRICS §3 by type), or of
+    all judged fallbacks where the by-type figure is not there (the note says so)."""
     by_type = (group.get("false_fallback_by_type") or {}).get("quality")
     if by_type is not None:
-        return by_type.get("rate"), int(by_type.get("labeled") or 0), by_type.get("ci")
+        return by_type.get("rate"), int(by_type.get("labeled") or 0), by_type.get("ci"), ""
     return (
         group.get("false_fallback_rate"),
         int(group.get("false_fallback_labeled") or 0),
         group.get("false_fallback_ci"),
+        " (all types)",
     )
 
 
@@ -102,7 +103,7 @@ def rows(metrics: dict, review: dict, rollback_alerts: dict[str, list[str]] | No
         group = by_task.get(task_type) or {}
         g, r, s = grading.get(task_type), readiness.get(task_type), rollout.get(task_type)
         current, move, to_move = _threshold((metrics.get("calibration") or {}).get(task_type))
-        rate, labeled, ci = _false_fallbacks(group)
+        rate, labeled, ci, note = _false_fallbacks(group)
         disagreement = reconcile(g, r, s)
         alerted = sorted(set(rollback_alerts.get(task_type, [])))
         if alerted:
@@ -126,7 +127,9 @@ def rows(metrics: dict, review: dict, rollback_alerts: dict[str, list[str]] | No
                 "needs": PRIORITIES[reasons.index(True)],
                 "threshold": current,
                 "recommended threshold": move,
-                "false fallbacks (quality)": f"{_pct(rate)}{_ci(ci)} of {labeled}" if labeled else "— (none labeled)",
+                "false fallbacks (quality)": f"{_pct(rate)}{_ci(ci)} of {labeled}{note}"
+                if labeled
+                else "— (none labeled)",
                 "grading": (g or {}).get("tier") or "—",
                 "readiness": (r or {}).get("verdict") or "—",
                 "stage": (s or {}).get("stage") or "—",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -29,8 +29,10 @@ PARAMS = ("range", "start", "end")  # the URL's keys for the range; other keys a
 
 
 def iso(t: datetime) -> str:
-    """UTC to the second, as the URL carries it."""
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """UTC as the URL carries it: to the second, or the millisecond when there is one (a four-digit year
+    always, so that it reads back)."""
+    spec = "milliseconds" if t.microsecond else "seconds"
+    return t.astimezone(UTC).isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)

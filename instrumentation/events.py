@@ -1,4 +1,4 @@
-"""The event contract: one frozen record type per event (`../shared/contracts/*.schema.json`).
+"""The event contract: one frozen record type per event (docs/contract.md).
 
 Decision events come in schema versions 1 and 2 on the same topic (v1 stays valid forever): v2 adds
 the optional `device_stats`, `all_cloud_cost_usd` and `rollout_stage`, the reasons `device_busy` and

@@ -50,7 +50,7 @@ import litellm  # noqa: E402
 from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 
 from instrumentation.events import NETWORKS  # noqa: E402
-from instrumentation.pii import keyed_hash  # noqa: E402
+from instrumentation.pii import hashed_id  # noqa: E402
 from instrumentation.sdk import InvalidDecision, Recorder  # noqa: E402
 
 log = logging.getLogger("routerscope.instrumentation.litellm")
@@ -412,7 +412,7 @@ class RouterscopeCallback(CustomLogger):
         if len(value) <= MAX_ID:
             return value
         self._count("hashed_ids")
-        return "hashed-" + keyed_hash(value)[:32]
+        return hashed_id(value)
 
     def _clamp(self, ms):
         """A duration within the contract's range (at most a day): a longer one is clamped and counted in

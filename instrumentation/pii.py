@@ -53,6 +53,8 @@ UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-
 # A number as people write one: digits, with at most one separator (or a parenthesised group) between them.
 NUMBER = re.compile(r"\+?\(?\d(?:(?:[ .\-]|\) ?|[ .\-]?\()?\d)*\)?")
 REDACTED = re.compile(r"redacted-[0-9a-f]{16}")
+# An id too long to keep, replaced by its keyed hash (`hashed_id`): already scrubbed, whatever its hex spells.
+HASHED = re.compile(r"hashed-[0-9a-f]{32}")
 # Visa, Mastercard (51–55, 2221–2720), Amex, Discover, UnionPay, JCB, Diners
 CARD_PREFIXES = re.compile(
     r"4|5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[47]|6(?:011|5|4[4-9]|2)|35"
@@ -242,13 +244,18 @@ def scrub_name(value: str | None) -> str | None:
     `cloud_model`): the same, except that dates in it are not taken for phone numbers."""
     if value is None or ("@" not in value and sum(map(str.isdigit, value)) < 8):
         return value
-    if REDACTED.fullmatch(value) or not looks_personal(DATE.sub("-", value)):
+    if REDACTED.fullmatch(value) or HASHED.fullmatch(value) or not looks_personal(DATE.sub("-", value)):
         return value
     return _hash(value)
 
 
 def _hash(value: str) -> str:
     return "redacted-" + hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()[:16]
+
+
+def hashed_id(value: str) -> str:
+    """An id too long to keep, as `hashed-<32 hex>` of its keyed hash (the same id, the same value)."""
+    return "hashed-" + keyed_hash(value)[:32]
 
 
 def keyed_hash(value: str) -> str:
@@ -264,7 +271,7 @@ def scrub(value: str | None) -> str | None:
     # fast paths: no '@' and fewer than 8 digits cannot match; nor can a canonical UUID
     if "@" not in value and (sum(map(str.isdigit, value)) < 8 or UUID.fullmatch(value)):
         return value
-    if REDACTED.fullmatch(value) or not looks_personal(value):
+    if REDACTED.fullmatch(value) or HASHED.fullmatch(value) or not looks_personal(value):
         return value
     return _hash(value)
 

@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+import typing
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -190,9 +191,46 @@ def _record(cls, raw, where: str, source: str, shape: str = "a mapping"):
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {where} must be {shape}")
     try:
-        return cls(**raw)
+        record = cls(**raw)
     except TypeError as exc:
         raise ConfigError(f"{source}: {where}: {exc}") from None
+    for name, hint in typing.get_type_hints(cls).items():
+        value = getattr(record, name)
+        wanted = _SCALARS.get(hint)
+        if wanted is not None and not (value is None and "None" in str(hint)) and not _is(value, wanted):
+            raise ConfigError(f"{source}: {where}.{name} must be {wanted[1]}, not {value!r}")
+    return record
+
+
+# The scalar field types the policy's records check (other annotations are checked where they are read).
+_SCALARS = {
+    bool: (bool, "true or false"),
+    int: (int, "an integer"),
+    float: (float, "a number"),
+    str: (str, "a string"),
+    bool | None: (bool, "true or false"),
+    int | None: (int, "an integer"),
+    float | None: (float, "a number"),
+    str | None: (str, "a string"),
+}
+
+
+def _is(value, wanted: tuple[type, str]) -> bool:
+    kind = wanted[0]
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _names(value, key: str, source: str) -> list[str]:
+    """A list of task type names (`shadow:`); ConfigError if it is not one."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{source}: {key} must be a list of task type names")
+    return list(value)
 
 
 def _mapping(doc: dict, key: str, source: str) -> dict:
@@ -298,7 +336,7 @@ def parse(text: str, source: str = "policy") -> Policy:
         l1_enabled=bool(doc.get("l1_enabled", True)),
         commit_tokens=int(doc.get("commit_tokens", 120)),
         device_concurrency=concurrency,
-        shadow=frozenset(doc.get("shadow") or ()),
+        shadow=frozenset(_names(doc.get("shadow") or (), "shadow", source)),
         cloud_prices={str(k): float(v) for k, v in prices.items()},
         breakers=breakers,
         rollout=rollout,

@@ -212,7 +212,20 @@ def cmd_whatif(args, settings: Settings) -> int:
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
-    return 1 if hits else 0
+    if hits:
+        return 1
+    missing = whatif.unjudged(result, conditions) if conditions else []
+    if missing:  # a gate that could not judge fails closed, with its own code
+        print(
+            f"routerscope: the gate could not judge {'; '.join(missing)}: check the task type names and the window, "
+            "or wait for labels",
+            file=sys.stderr,
+        )
+        return WHATIF_UNJUDGED
+    return 0
+
+
+WHATIF_UNJUDGED = 4  # `whatif --fail-if` exit code: something the gate asks about could not be judged
 
 
 DQ_NOTHING_CHECKED = 4  # `dq` exit code: the window held no rows, every check was skipped (not an all-clear)

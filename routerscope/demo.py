@@ -40,6 +40,7 @@ def simulate(
     corrupt: int = 0,
     show: bool = True,
     live_requests: int = 0,
+    start: datetime | None = None,
 ) -> dict:
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
     Request texts go to the request-text store (for the offline replay), never into events."""
@@ -52,7 +53,7 @@ def simulate(
         producer_config(settings), settings.home / "spool", block_when_full=True
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
-    start = default_start(span)
+    start = start or default_start(span)
     on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
     on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
@@ -198,6 +199,7 @@ def start_fresh(settings: Settings) -> None:
     broker.stop(settings)
     for path in (settings.warehouse.path, settings.home / "spool"):
         shutil.rmtree(path, ignore_errors=True)
+    (settings.home / SPAN_RECORD).unlink(missing_ok=True)
     remove_store(settings.home)
     print(
         f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker",
@@ -227,9 +229,9 @@ def run(
     if fresh:
         start_fresh(settings)
     out: dict = {"kafka": ensure_broker(settings, port)}
-    sim = out["simulated"] = simulate_span(
-        settings, requests, seed, timedelta(minutes=span_minutes), corrupt, live_requests
-    )
+    start, span = next_span(settings, timedelta(minutes=span_minutes))
+    sim = out["simulated"] = simulate_span(settings, requests, seed, span, corrupt, live_requests, start)
+    record_span(settings, sim["end"])
     resources = {"routerscope": RouterscopeResource.for_settings(settings)}
     instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
     out["loaded"] = load(resources, instance)
@@ -240,6 +242,51 @@ def run(
     out["quality"] = daily_quality_and_metrics(days, resources=resources, instance=instance)
     out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
     return out
+
+
+SPAN_RECORD = "demo-span.json"  # under the home: where the last completed demo's simulated span ended
+MIN_RERUN_SPAN = timedelta(minutes=10)  # a re-run's span at the least (two 5-minute windows)
+
+
+def _previous_end(settings: Settings) -> datetime | None:
+    import json
+
+    try:
+        return parse_utc(json.loads((settings.home / SPAN_RECORD).read_text())["end"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no earlier demo in this home (or a record that cannot be read: nothing to avoid)
+
+
+def record_span(settings: Settings, end: datetime) -> None:
+    """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
+    import json
+
+    (settings.home / SPAN_RECORD).write_text(json.dumps({"end": end.isoformat()}))
+
+
+def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:
+    """Where this run's simulated span goes: (start, length). It ends now; when the previous demo of this
+    home ended less than `span` ago, it starts where that one ended instead, so two runs never lie on top of
+    each other (two outages at once, sessions counted twice). A re-run sooner than MIN_RERUN_SPAN after the
+    previous span's end is refused with what to do."""
+    now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)
+    previous = _previous_end(settings)
+    if previous is None or previous <= now - span:
+        return now - span, span
+    if now - previous >= MIN_RERUN_SPAN:
+        shorter = now - previous
+        print(
+            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {previous:%H:%M} → "
+            f"{now:%H:%M} ({shorter.total_seconds() / 60:.0f} min) so the two do not overlap",
+            file=sys.stderr,
+        )
+        return previous, shorter
+    raise RouterscopeError(
+        f"the previous demo's simulated span ends at {previous:%Y-%m-%d %H:%M} UTC: a new span now would lie on "
+        "top of it (two outages at once, sessions counted twice). Run the demo again from "
+        f"{previous + MIN_RERUN_SPAN:%H:%M} UTC (it then covers the time since), or start over with "
+        "`routerscope demo --fresh`"
+    )
 
 
 def ensure_broker(settings: Settings, port: int) -> str:
@@ -268,9 +315,17 @@ def ensure_broker(settings: Settings, port: int) -> str:
     return bootstrap
 
 
-def simulate_span(settings: Settings, requests: int, seed: int, span: timedelta, corrupt: int, live_requests: int):
+def simulate_span(
+    settings: Settings,
+    requests: int,
+    seed: int,
+    span: timedelta,
+    corrupt: int,
+    live_requests: int,
+    start: datetime | None = None,
+):
     """`simulate`, with the demo's one-line account of it."""
-    sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests)
+    sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests, start=start)
     print(
         f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages",
         file=sys.stderr,

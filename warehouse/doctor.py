@@ -21,6 +21,7 @@ warehouse works again. Against a ClickHouse server it reports `system.detached_p
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from pathlib import Path
 from routerscope import names
 from routerscope.errors import RouterscopeError
 from routerscope.settings import Settings
+from warehouse.queries.common import named
 
 MUTATION_HEADER = b"format version: 1"
 
@@ -132,6 +134,9 @@ def _plain_name(name: str) -> str:
     return name
 
 
+_PART_NAME = re.compile(r"[A-Za-z0-9_]+")  # a part's name (all_1_1_0): the only text in ATTACH PART
+
+
 def _attach(client, finding: Finding, engines: dict[str, str]) -> None:
     if not engines.get(finding.table, "").startswith("Replacing"):
         finding.note = "its table does not fold duplicates: left detached, attach it by hand if you want it"
@@ -145,7 +150,12 @@ def _attach(client, finding: Finding, engines: dict[str, str]) -> None:
             return
         part.rename(target)
     try:
-        client.command(f"ALTER TABLE {names.DATABASE}.`{finding.table}` ATTACH PART '{plain}'")
+        if not _PART_NAME.fullmatch(plain):
+            raise ValueError(f"{plain!r} is not a part name")
+        qualified = f"{names.DATABASE}.{finding.table}"  # an identifier: named() checks it
+        # the part's name is checked against _PART_NAME above (digits first, so not an identifier)
+        attach = named("doctor_attach_part", "ALTER TABLE $table ATTACH PART '$part'", {"part": plain}, table=qualified)
+        client.command(attach)
     except Exception as exc:  # the engine still refuses it: put its name back and say why
         if target != part and target.exists():
             target.rename(part)
@@ -192,9 +202,8 @@ def run(settings: Settings, repair: bool = False) -> Report:
                         _attach(client, finding, engines)
             for table in sorted(engines):
                 if table in names.TABLES or table in {t.split(".")[-1] for t in names.TABLES.values()}:
-                    report.counts[table] = int(
-                        client.query(f"SELECT count() FROM {names.DATABASE}.`{table}`").result_rows[0][0]
-                    )
+                    count = named("doctor_count", "SELECT count() FROM $table", table=f"{names.DATABASE}.{table}")
+                    report.counts[table] = int(client.query(count).result_rows[0][0])
     except Exception as exc:
         report.opened = False
         report.open_error = (str(exc).splitlines() or [repr(exc)])[0][:300]

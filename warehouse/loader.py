@@ -796,8 +796,10 @@ class Loader:
                         unfetched and now - last_fetched < self.broker_timeout_s
                     ):
                         pass  # messages known to be there, or fetch responses still coming: wait
-                    elif _answers(consumer, self.topics[0]):
-                        break
+                    elif _answers(
+                        consumer, self.topics[0], 3.0 if idle < self.broker_timeout_s else self.broker_timeout_s
+                    ):
+                        break  # (a broker is declared gone only after a probe as long as the broker timeout)
                     elif idle >= self.broker_timeout_s:
                         self._collect(batch, keep=0)
                         self._flush(consumer, batch, states, result)
@@ -961,11 +963,12 @@ def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending:
     return {key for key in pending if not states[key].drained}
 
 
-def _answers(consumer, topic: str) -> bool:
+def _answers(consumer, topic: str, timeout_s: float = 3.0) -> bool:
     """Does the broker answer a metadata request (for one topic: thousands of partitions make the
-    whole cluster's answer slow) within a few seconds?"""
+    whole cluster's answer slow) within `timeout_s`? (A loaded machine can take seconds to answer for
+    thousands of partitions: a short probe that fails is not yet an outage.)"""
     try:
-        consumer.list_topics(topic=topic, timeout=3.0)
+        consumer.list_topics(topic=topic, timeout=timeout_s)
         return True
     except Exception:
         return False

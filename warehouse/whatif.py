@@ -98,7 +98,7 @@ def moved(row: Mapping[str, Any]) -> dict[str, Any]:
         to_cloud["labeled"] + to_device["labeled"],
         int(row["to_cloud_passed"]) + int(row["to_device_passed"]),
     )
-    return {**total, "to_cloud": to_cloud, "to_device": to_device}
+    return {**total, "to_cloud": to_cloud, "to_device": to_device, "unknown": int(row.get("unknown") or 0)}
 
 
 def _differs(a, b) -> bool:
@@ -144,6 +144,12 @@ def _warnings(task: dict[str, Any]) -> list[str]:
         found.append(
             f"the estimate rests on few labels: {m['labeled']} of the {m['n']} moved requests are labeled "
             f"(coverage {m['label_coverage']:.0%} < {LOW_COVERAGE:.0%})"
+        )
+    if m.get("unknown"):
+        found.append(
+            f"{m['unknown']} requests were served by the L1 retry after their first answer was turned down; the "
+            "retry's confidence is not recorded, so under this stricter threshold their route is unknown: they are "
+            "left out of the candidate's device-served and missed-fallback figures"
         )
     low, high = task["recorded_threshold"]["min"], task["recorded_threshold"]["max"]
     if low is not None and high is not None and low != high:
@@ -233,3 +239,19 @@ def gate(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) ->
             if value is not None and _OPS[op](value, limit):
                 hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}")
     return hits
+
+
+def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
+    """What the gate could not judge, as lines: a task type without live events in the window (a typo'd
+    name, an empty warehouse, a window without data), or a condition whose value is null for a candidate (no
+    labels behind it). A pre-push gate that judged nothing must not pass."""
+    lines = []
+    for t, task in result["by_task_type"].items():
+        if "candidate" not in task:
+            lines.append(f"{t}: no live events in the window")
+            continue
+        for key, _, _ in conditions:
+            value = task["moved"][key.removeprefix("moved.")] if key.startswith("moved.") else task["candidate"][key]
+            if value is None:
+                lines.append(f"{t}: {key} is unknown (nothing labeled behind it)")
+    return lines

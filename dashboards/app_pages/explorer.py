@@ -3,6 +3,8 @@ network, device tier, request id, session, policy version, app), counted in full
 of one request (select a row). Every filter lives in the URL, so an incident's link opens its decisions and a
 view can be shared."""
 
+import re
+
 import streamlit as st
 
 from dashboards import data, timerange
@@ -17,11 +19,12 @@ CHOICE_FILTERS = ("task_type", "fallback_type", "reason", "network", "device_tie
 params = st.query_params
 
 incident = params.get("incident", "")
-if incident:
-    left, right = st.columns([4, 1])
-    scope = params.get("task_type") or "every task type"
-    left.info(f"Decisions of the incident `{incident}`: {scope} over its windows ({rng.caption()}).")
-    timerange.link(right, "app_pages/oncall.py", "← Back to On-call", rng.params())
+banner = st.container()  # filled once the filters are read: an incident's view, while it is still that view
+
+
+def _code(text: str) -> str:
+    """`text` as inline code, whatever it holds (a URL's value is never markdown)."""
+    return "`" + " ".join(text.replace("`", "'").split()) + "`"
 
 
 def _choice(col, label: str, name: str, options: list[str]) -> str:
@@ -52,12 +55,26 @@ for col, name, label in zip(
 ):
     chosen[name] = col.text_input(label, key=timerange.url_key(name, params.get(name, ""))).strip()
 
+# The incident's banner holds while the view is the one its link opened (its range and task type); a change of
+# either makes it a view of its own, and the banner and the `incident` parameter go.
+if incident:
+    view = (tuple(sorted(rng.params().items())), chosen["task_type"])
+    origins = st.session_state.setdefault("explorer_incident_views", {})
+    if origins.setdefault(incident, view) != view:
+        del origins[incident]
+        incident = ""
+if incident:
+    left, right = banner.columns([4, 1])
+    scope = _code(chosen["task_type"]) if chosen["task_type"] else "every task type"
+    left.info(f"Decisions of the incident {_code(incident)}: {scope} over its windows ({rng.caption()}).")
+    timerange.link(right, "app_pages/oncall.py", "← Back to On-call", rng.params())
+
 where = ExplorerFilter(level=int(level_text) if level_text else -1, **chosen)
 first = data.explorer(rng.start, rng.end, where, PAGE_SIZE, 0)
 total = first[1]
 pages = max(1, -(-total // PAGE_SIZE))
 page_text = params.get("page", "1")
-page_now = min(max(int(page_text), 1), pages) if page_text.isdigit() else 1
+page_now = min(max(int(page_text), 1), pages) if re.fullmatch(r"[0-9]{1,9}", page_text) else 1
 page = st.number_input(f"Page (of {pages})", 1, pages, key=timerange.url_key("page", page_now)) if pages > 1 else 1
 page = min(max(int(page), 1), pages)
 df, total = first if page == 1 else data.explorer(rng.start, rng.end, where, PAGE_SIZE, (page - 1) * PAGE_SIZE)

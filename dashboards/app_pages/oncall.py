@@ -140,7 +140,8 @@ def live():
     overall = series[series["task_type"] == ""] if not series.empty else series
     if overall.empty:
         st.info(
-            "No metric windows in this range: pick a longer range above, or run `routerscope demo` "
+            f"No metric windows in this range (the newest data ends {data.newest_data_end():%Y-%m-%d %H:%M} UTC): "
+            "pick a range that covers it above, or run `routerscope demo` "
             "(or `routerscope load` and the metric jobs)."
         )
         ingest(data.freshness())

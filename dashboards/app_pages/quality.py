@@ -3,6 +3,7 @@ schema versions, freshness."""
 
 import json
 
+import pandas as pd
 import streamlit as st
 
 from dashboards import data, timerange
@@ -14,6 +15,11 @@ dq = data.dq_latest()
 if dq.empty:
     st.info("No data-quality run yet: `routerscope dq`.")
 else:
+    run_day = pd.Timestamp(dq["window_start"].iloc[0])
+    st.caption(
+        f"The latest data-quality run, over the day {run_day:%Y-%m-%d} (UTC): checks run per day, whatever the range "
+        "above; the quarantine below follows the range."
+    )
     failed = dq[~dq["success"]]
     blocking = failed[failed["blocking"]]
     skipped = dq[dq["observed"] == SKIPPED] if "observed" in dq.columns else dq.iloc[0:0]

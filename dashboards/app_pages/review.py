@@ -20,7 +20,7 @@ num = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
 st.header("Device ledger per tier")
 ledger = r["ledger"]
 if not ledger:
-    st.info("No decision carries device measurements yet (contract v2 `device_stats`).")
+    st.info("No decision in this range carries device measurements (contract v2 `device_stats`).")
 else:
     best_p5 = max((t["decode_tps"]["p5"] or 0) for t in ledger.values())
     rows, flagged = [], []

@@ -60,10 +60,10 @@ OPENS_ON = {
 }
 
 
-def render(page: str, **query_params: str) -> AppTest:
+def render(page_file: str, **query_params: str) -> AppTest:
     """Run one page; `query_params` are the URL's (the shared time range, a page's filters)."""
-    app = AppTest.from_file(str(PAGES / page), default_timeout=60)
-    app.query_params.update(query_params or OPENS_ON.get(page, FIXTURE_DAY))
+    app = AppTest.from_file(str(PAGES / page_file), default_timeout=60)
+    app.query_params.update(query_params or OPENS_ON.get(page_file, FIXTURE_DAY))
     app.run()
     assert not app.exception, app.exception
     return app
@@ -310,8 +310,9 @@ def test_a_person_sees_the_oncall_page_in_a_real_browser(populated, home, tmp_pa
     add_review_fixture(populated)  # the offload review needs v2 events
     with dashboard(home) as base, browser_page() as page:
         open_when_up(page, f"{base}/?{urlencode(FIXTURE_DAY)}")
-        page.get_by_text("Fallback rate (of device-entered)").wait_for(timeout=60_000)
-        page.get_by_text("Naive fallback rate (all requests)").wait_for(timeout=10_000)
+        # (exact: the chart legends say "fallback rate (of device-entered)" too)
+        page.get_by_text("Fallback rate (of device-entered)", exact=True).wait_for(timeout=60_000)
+        page.get_by_text("Naive fallback rate (all requests)", exact=True).wait_for(timeout=10_000)
         page.locator(".vega-embed").first.wait_for(timeout=60_000)  # the charts, not just the tiles
         page.wait_for_timeout(1500)
         shots = {}
@@ -358,7 +359,8 @@ def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_chang
         )
         assert slider.get_attribute("aria-valuetext") == "0.95"
         assert row.locator("td").all_inner_texts() == ["50.0% (4)", "100.0% (8)"]
-        assert page.get_by_text("rests on few labels").count() >= 1
+        # Streamlit draws a rerun top to bottom: the caption below the table may land a moment after it
+        page.get_by_text("rests on few labels").first.wait_for(timeout=30_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(tmp_path / "whatif.png"), full_page=True)
 
@@ -532,3 +534,27 @@ def test_tuning_opens_on_every_task_type_at_a_glance(populated):
     ranks = [order[n] for n in glance["needs"]]
     assert ranks == sorted(ranks)  # what needs action first
     assert set(glance.columns) >= {"threshold", "recommended threshold", "false fallbacks (quality)", "stage"}
+
+
+def test_explorer_reads_hostile_url_values_as_values(populated):
+    """A page number in another script ('²' is a digit to str.isdigit, not to int), and a task type that is
+    markdown: the page falls back to the first, and the banner shows the value as code, never as a link."""
+    day = dict(FIXTURE_DAY)
+    app = render("explorer.py", **day, page="²")
+    assert not app.exception and matched(app).startswith("8 decisions match; showing 1–8")
+    app = render("explorer.py", **day, incident="x", task_type="[ROLL BACK NOW](https://evil.example) **urgent**")
+    assert not app.exception
+    banner = next(i.value for i in app.info if "Decisions of the incident" in i.value)
+    assert "`[ROLL BACK NOW](https://evil.example) **urgent**`" in banner  # inline code: not a link, not bold
+
+
+def test_the_incident_banner_goes_when_the_view_changes(populated):
+    """Opened from an incident, the Explorer says so; once its range changes it is a view of its own."""
+    app = render(
+        "explorer.py", **FIXTURE_DAY, task_type="intent_classify", incident="fallback_rate_high|intent_classify"
+    )
+    assert any("Decisions of the incident" in i.value for i in app.info)
+    app.segmented_control[0].set_value("7d").run()
+    assert not app.exception
+    assert not any("Decisions of the incident" in i.value for i in app.info)
+    assert "incident" not in app.query_params and app.query_params["range"] == "7d"

@@ -279,23 +279,37 @@ def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 300_000
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
     """Issue: with 5,000 partitions per topic and nothing new, the 1 s idle timeout ended the run before
     each partition's probe was fetched, and the data-loss check then told the operator to remove the
-    warehouse (2 of 4 runs). A run now ends only once every partition has been fetched."""
+    warehouse (2 of 4 runs). A run now ends only once every partition has been fetched.
+
+    On a starved 2-core machine (the whole suite beside it) the broker can stop answering 15,000 partitions
+    for a minute: a run then ends with BrokerUnavailable, its position stored, and the next run resumes. That
+    is the honest outcome and is retried here; the false data-loss alarm must never come."""
+    from routerscope.errors import BrokerUnavailable
     from warehouse.loader import load
+
+    def load_through_stalls(**options):
+        loaded = skipped = 0
+        for _ in range(5):
+            try:
+                result = load(settings, idle_timeout_s=1.0, broker_timeout_s=60.0, **options)
+            except BrokerUnavailable:
+                continue  # (what arrived was stored: the next run resumes there)
+            return loaded + result.loaded["decisions"], skipped + result.skipped_already_loaded
+        raise AssertionError("the broker did not answer five runs in a row")
 
     settings = settings_for(home, ROUTERSCOPE_TOPIC_PARTITIONS="5000")
     broker.start(settings, port=free_port())
     try:
         produce(settings, DECISIONS, valid_decisions(20_000), keys=[b"key-%d" % i for i in range(20_000)])
-        first = load(settings, idle_timeout_s=1.0)
-        assert first.loaded["decisions"] == 20_000
+        load_through_stalls()
+        assert scalar(settings, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 20_000
         stored = scalar(settings, "SELECT uniqExact(kafka_partition) FROM routerscope.ingest_offsets")
         assert stored > 4_000  # keys spread the events over most of the 5,000 partitions
         for _ in range(3):  # nothing new: every run ends without an alarm and loads nothing
-            again = load(settings, idle_timeout_s=1.0)
-            assert again.loaded["decisions"] == 0 and again.skipped_already_loaded == 0
+            assert load_through_stalls() == (0, 0)
     finally:
         broker.stop(settings)

@@ -145,3 +145,16 @@ def test_versions_and_model_names_are_scrubbed_but_their_dates_are_not_phone_num
     pii.configure(tmp_path)
     assert (pii.scrub_name(value) == value) is kept
     assert pii.scrub_name(pii.scrub_name(value)) == pii.scrub_name(value)
+
+
+def test_a_hashed_long_id_is_never_scrubbed_again_whatever_its_hex_spells():
+    """A long id is replaced by `hashed-<32 hex>`; its hex can hold a digit run that reads as a phone or a card
+    number, and the id must keep the value its session groups by (it was a flaky 'redacted-' before)."""
+    from instrumentation.pii import HASHED, hashed_id, scrub, scrub_name
+
+    looks_like_a_card = "hashed-" + "4111111111111111" + "0" * 16
+    assert HASHED.fullmatch(looks_like_a_card) and scrub(looks_like_a_card) == looks_like_a_card
+    assert scrub_name(looks_like_a_card) == looks_like_a_card
+    for k in range(200):  # many keyed hashes: none is rewritten
+        value = hashed_id("r" * 200 + str(k))
+        assert scrub(value) == value

@@ -173,3 +173,25 @@ def test_thermal_state_is_unknown_without_readable_zones(tmp_path):
     (tmp_path / "thermal_zone1").mkdir()
     (tmp_path / "thermal_zone1" / "temp").write_text("garbage")
     assert thermal_state(tmp_path) == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("capabilities:\n  short_reply: {supported: true, threshold: null}\n", "threshold must be a number, not None"),
+        ("capabilities:\n  short_reply: {supported: true, threshold: abc}\n", "threshold must be a number, not 'abc'"),
+        ("capabilities:\n  short_reply: {supported: true, threshold: [0.5]}\n", "threshold must be a number"),
+        ("capabilities:\n  short_reply: {supported: true, threshold: true}\n", "threshold must be a number, not True"),
+        ("capabilities:\n  short_reply: {supported: 'yes'}\n", "supported must be true or false"),
+        ("capabilities: {}\nbreakers: {device: {failure_rate: x}}\n", "breakers.device.failure_rate must be a number"),
+        ("capabilities: {}\nshadow: 5\n", "shadow must be a list of task type names"),
+    ],
+)
+def test_a_policy_value_of_the_wrong_type_is_one_config_error_naming_it(yaml_text, message):
+    """A reload must keep the last good policy on a bad file: a wrong type is a ConfigError, never a TypeError
+    from deep in a comparison."""
+    from router.policy import parse
+    from routerscope.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse("version: 1\n" + yaml_text, "p.yaml")

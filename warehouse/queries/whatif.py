@@ -11,8 +11,13 @@ confidence, the first L0 attempt answered, `ok` or `low_confidence`, not a PII p
 * to the device: its L0 answer was turned down (`low_confidence`), the request then left the device
   (its recorded fallback is not `none`) and its confidence is at or above the candidate.
 
-A low-confidence L0 answer that the one L1 retry then served on the device is device-served either way,
-so it does not move. The SQL returns counts and sums; `warehouse/whatif.py` does the rates, the
+A low-confidence L0 answer that the one L1 retry then served on the device (*rescued*) does not move to
+the device under a looser candidate (it was device-served already). Under a stricter candidate than the
+recorded threshold its route is unknown: the router judges the retry's answer against the threshold too,
+and the event records only the first attempt's confidence. Such events count as `unknown` and are left out
+of the candidate's device-served and missed-fallback figures (never counted as served).
+
+The SQL returns counts and sums; `warehouse/whatif.py` does the rates, the
 intervals and the cost of the new fallbacks (their all-cloud cost, else the task type's mean cloud cost)."""
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ WITH j AS (
            entered_device AND fallback_type IN ('quality', 'timeout', 'error') AS fell_back,
            entered_device AND fallback_type = 'quality' AS quality_recorded,
            entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS served_recorded,
+           is_gated AND l0_outcome = 'low_confidence' AND fallback_type = 'none' AND degrade_level = 1 AS rescued,
            labeled = 1 AS has_label
     FROM $window_table
     WHERE mode = 'live'
@@ -47,7 +53,8 @@ m AS (
                AND confidence >= candidate AS moves_to_device,
            (fell_back AND NOT moves_to_device) OR moves_to_cloud AS fallback_x,
            (quality_recorded AND NOT moves_to_device) OR moves_to_cloud AS quality_fallback_x,
-           (served_recorded AND NOT moves_to_cloud) OR moves_to_device AS device_served_x
+           candidate >= 0 AND rescued AND candidate > threshold AS unknown_x,
+           ((served_recorded AND NOT moves_to_cloud) OR moves_to_device) AND NOT unknown_x AS device_served_x
     FROM j
     ARRAY JOIN arrayPushFront(arrayFilter((v, t) -> t = task_type, {values:Array(Float64)}, {tasks:Array(String)}),
                               {current:Float64}) AS candidate
@@ -75,6 +82,7 @@ SELECT
     sumIf(all_cloud_cost_usd, moves_to_cloud AND all_cloud_cost_usd IS NOT NULL) AS added_all_cloud,
     countIf(moves_to_cloud AND all_cloud_cost_usd IS NULL) AS added_unpriced,
     sumIf(ifNull(cost_usd, 0), moves_to_device) AS removed_cost,
+    countIf(unknown_x) AS unknown,
     countIf(moves_to_cloud) AS to_cloud,
     countIf(moves_to_cloud AND has_label) AS to_cloud_labeled,
     countIf(moves_to_cloud AND has_label AND acceptable) AS to_cloud_passed,
