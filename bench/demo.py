@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from routerscope import broker  # noqa: E402
-from routerscope.procs import free_port  # noqa: E402
-from routerscope.settings import Settings  # noqa: E402
+from routerscope.core.procs import free_port  # noqa: E402
+from routerscope.core.settings import Settings  # noqa: E402
 
 
 def log(message: str) -> None:
@@ -49,9 +49,8 @@ def main() -> None:
     from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
     from routerscope.demo import simulate, windows_and_alerts
+    from warehouse.analytics.metrics import compute
     from warehouse.client import open_warehouse
-    from warehouse.metrics import compute
-    from warehouse.migrate import migrate
 
     home = Path(tempfile.mkdtemp(prefix="routerscope-bench-demo-"))
     settings = Settings.from_env({"ROUTERSCOPE_HOME": str(home)})
@@ -59,8 +58,8 @@ def main() -> None:
     figures: dict = {"requests": args.requests, "span_minutes": args.span_minutes}
     stages: dict[str, float] = {}
     try:
-        with open_warehouse(settings) as client:
-            migrate(client)
+        with open_warehouse(settings, migrated=True):
+            pass  # the schema first, as the demo has it
         log(f"routing {args.requests} SIMULATED requests")
         t = time.perf_counter()
         sim = simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), show=False)

@@ -34,10 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from routerscope import broker, names  # noqa: E402
-from routerscope.procs import free_port  # noqa: E402
-from routerscope.settings import Settings  # noqa: E402
-from routerscope.timeutil import utc_iso  # noqa: E402
+from routerscope import broker  # noqa: E402
+from routerscope.core import names  # noqa: E402
+from routerscope.core.procs import free_port  # noqa: E402
+from routerscope.core.settings import Settings  # noqa: E402
+from routerscope.core.timeutil import utc_iso  # noqa: E402
 
 TOPIC = names.TOPIC_DECISIONS
 BASE = datetime(2026, 11, 1, tzinfo=UTC)
@@ -199,7 +200,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from warehouse.client import open_warehouse
-    from warehouse.loader import DEFAULT_PARSER, Loader
+    from warehouse.ingest.loader import DEFAULT_PARSER, Loader
     from warehouse.migrate import migrate
 
     parsers = [p.strip() for p in args.parsers.split(",") if p.strip()]

@@ -5,7 +5,7 @@
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
 INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
-(b) the full metric set of METRICS.md for the last day with its 7-day baseline (`warehouse.metrics.compute`),
+(b) the full metric set of METRICS.md for the last day with its 7-day baseline (`warehouse.analytics.metrics.compute`),
 and reports their ratio and the RSS.
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
@@ -24,11 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from routerscope.settings import Settings  # noqa: E402
-from warehouse import metrics  # noqa: E402
+from routerscope.core.settings import Settings  # noqa: E402
+from warehouse.analytics import metrics  # noqa: E402
+from warehouse.analytics.metrics import compute  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
-from warehouse.metrics import compute  # noqa: E402
-from warehouse.migrate import migrate  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import review as review_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
@@ -139,8 +138,7 @@ def main() -> int:
     start = END - timedelta(days=args.days)
     with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
         settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
-        with open_warehouse(settings, purpose="bench") as client:
-            migrate(client)
+        with open_warehouse(settings, purpose="bench", migrated=True) as client:
             params = {
                 "start": utc_text(start),
                 "span_ms": args.days * 86_400_000,

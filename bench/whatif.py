@@ -5,7 +5,7 @@
 Fills a fresh embedded warehouse the way `bench/metrics.py` does (generated decisions over `--days` days,
 five task types, labels for 2 %), then times, in turn for `--rounds` rounds: (a) `SELECT count() FROM
 decisions FINAL` over the what-if's window (the last `--window-days` days), all task types and one task
-type; (b) `warehouse.whatif.compute` for one task type (`short_reply` at 0.8) and for all five at once, each
+type; (b) `warehouse.analytics.whatif.compute` for one task type (`short_reply` at 0.8) and for all five at once, each
 with its self-check. Reports each figure's best and median, the median of the per-round ratios, and the
 RSS; with `--per-step`, also the best-of-3 seconds of each step of one task type's what-if.
 """
@@ -26,10 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.metrics import END, FILL_DECISIONS, FILL_LABELS, settle, timed  # noqa: E402 (the same warehouse)
-from routerscope.settings import Settings  # noqa: E402
-from warehouse import whatif  # noqa: E402
+from routerscope.core.settings import Settings  # noqa: E402
+from warehouse.analytics import whatif  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
-from warehouse.migrate import migrate  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import whatif as whatif_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
@@ -81,8 +80,7 @@ def main() -> int:
     window = QueryWindow(END - timedelta(days=args.window_days), END)
     with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
         settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
-        with open_warehouse(settings, purpose="bench") as client:
-            migrate(client)
+        with open_warehouse(settings, purpose="bench", migrated=True) as client:
             params = {"start": utc_text(start), "span_ms": args.days * 86_400_000, "rows": args.rows}
             print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
             t = time.perf_counter()

@@ -13,10 +13,9 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 import streamlit as st
 
-from routerscope.settings import Settings
-from routerscope.timeutil import utc
+from routerscope.core.settings import Settings
+from routerscope.core.timeutil import utc
 from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 from warehouse.queries import breaker_events, facts, ingest_offsets, metric_windows
 from warehouse.queries import decisions as decision_queries
 from warehouse.queries import quarantine as quarantine_queries
@@ -43,9 +42,8 @@ def _settings() -> Settings:
 def _warehouse():
     """One unit of work on the warehouse; migrations only where the dashboard may write (embedded)."""
     settings = _settings()
-    with open_warehouse(settings, purpose="dashboard") as client:
-        if settings.warehouse.embedded:
-            migrate(client)  # a read-only server user cannot migrate; `routerscope migrate` does it there
+    # a read-only server user cannot migrate; `routerscope migrate` does it there
+    with open_warehouse(settings, purpose="dashboard", migrated=settings.warehouse.embedded) as client:
         yield client
 
 
@@ -152,7 +150,7 @@ def incidents(start: datetime, end: datetime) -> pd.DataFrame:
 def sample_minimums() -> dict[str, tuple[int, str]]:
     """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile
     with fewer events shows its value greyed instead of a verdict the alert rules would not give."""
-    from warehouse.alerting.rules import load_rules
+    from warehouse.analytics.alerting.rules import load_rules
 
     out: dict[str, tuple[int, str]] = {}
     for rule in load_rules(_settings().alert_rules)[1]:  # the rules the alert job reads
@@ -189,7 +187,7 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def period_metrics(start: datetime, end: datetime) -> dict:
     """Every METRICS.md number over [start, end) (the weekly review's 7 days), computed now."""
-    from warehouse.metrics import compute
+    from warehouse.analytics.metrics import compute
 
     with _warehouse() as client:
         return compute(client, start, end)
@@ -224,7 +222,7 @@ def breaker_transitions() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def freshness() -> pd.DataFrame:
-    from warehouse.quality import FUTURE_ALLOWANCE  # events dated further ahead do not count as fresh
+    from warehouse.analytics.quality import FUTURE_ALLOWANCE  # events dated further ahead do not count as fresh
 
     fresh = _read(ingest_offsets.freshness, horizon=datetime.now(UTC) + FUTURE_ALLOWANCE)
     return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
@@ -235,7 +233,7 @@ def consumer_lag() -> pd.DataFrame:
     """Messages behind per (topic, partition): the broker's end offsets against the loader's stored
     positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
     the newest event's age alone)."""
-    from routerscope.kafka import end_offsets
+    from routerscope.core.kafka import end_offsets
 
     with _warehouse() as client:
         stored = ingest_offsets.positions(client)
@@ -254,7 +252,7 @@ def calibration(task_type: str) -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (METRICS.md §6)."""
-    from warehouse.metrics import calibration as compute_calibration
+    from warehouse.analytics.metrics import calibration as compute_calibration
 
     with _warehouse() as client:
         return compute_calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
@@ -263,8 +261,8 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
 @st.cache_data(ttl=TTL)
 def whatif(task_type: str, start: datetime, end: datetime, threshold: float) -> dict:
     """One task type's live traffic over [start, end) re-scored under a candidate threshold (the what-if
-    of `warehouse.whatif`): current and candidate blocks, the moved requests, warnings."""
-    from warehouse.whatif import compute
+    of `warehouse.analytics.whatif`): current and candidate blocks, the moved requests, warnings."""
+    from warehouse.analytics.whatif import compute
 
     with _warehouse() as client:
         return compute(client, QueryWindow(start, end), {task_type: threshold})["by_task_type"][task_type]
@@ -329,29 +327,12 @@ def review(start: datetime | None = None, end: datetime | None = None, days: flo
     `days` full days of data: the window, the device ledger and all-cloud saving, grading, readiness side by
     side, and rollout."""
     from router.policy import PolicyStore
-    from routerscope.review import divergence_counts
-    from warehouse import review as rv
-    from warehouse.metrics import iso
-    from warehouse.queries import review as review_queries
+    from warehouse.analytics import review as rv
 
     policy = PolicyStore().current()
     with _warehouse() as client:
         window = QueryWindow(start, end) if start and end else rv.review_window(client, days)
-        rows = review_queries.task_review(client, window)  # read once for both reports
-        grading = rv.grading_report(client, policy, window, rows)
-        ready = rv.readiness_report(client, policy, window, rows)
-        out = {
-            "window": {"start": iso(window.start), "end": iso(window.end)},
-            "ledger": review_queries.device_ledger(client, window),
-            "cost": review_queries.all_cloud_cost(client, window),
-            "grading": grading,
-            "readiness": ready,
-            "side_by_side": rv.side_by_side(grading, ready),
-            "rollout": rv.rollout_report(client, policy, window),
-            "tier_memory_mb": {t: v["memory_mb"] for t, v in policy.device_tiers.items()},
-        }
-    out["divergences"] = divergence_counts(_settings())
-    return out
+        return rv.weekly_review(client, policy, window, _settings().home)
 
 
 @st.cache_data(ttl=TTL)

@@ -1,7 +1,7 @@
 """The weekly review at a glance: one row per task type — its threshold now and the one recommended with the
 band the move would cross, its false fallbacks (quality) with their interval, the grading tier, the
 readiness verdict, the rollout stage and its recommendation — sorted by what needs action first, with the
-verdicts reconciled in words where they disagree. Pure: it reads the metric set (`warehouse.metrics.compute`)
+verdicts reconciled in words where they disagree. Pure: it reads the metric set (`warehouse.analytics.metrics.compute`)
 and the review (`dashboards.data.review`), and tests call it without Streamlit."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
 
 def rows(metrics: dict, review: dict, rollback_alerts: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
     """One row per task type with live traffic or a review entry, most urgent first. `review` holds the
-    grading, readiness and rollout reports (`warehouse.review`: each `{"task_types": {...}}`);
+    grading, readiness and rollout reports (`warehouse.analytics.review`: each `{"task_types": {...}}`);
     `rollback_alerts`: per task type, the rollback-recommendation alerts of the range (rule names)."""
     rollback_alerts = rollback_alerts or {}
     by_task = metrics.get("by_task_type") or {}

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
-from routerscope.timeutil import parse_utc
+from routerscope.core.timeutil import parse_utc
 
 PRESETS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),

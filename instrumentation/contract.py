@@ -48,7 +48,7 @@ from instrumentation.events import (
     DecisionEvent,
     LabelEvent,
 )
-from routerscope import names
+from routerscope.core import names
 
 _decoder_any = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder().encode

@@ -44,7 +44,7 @@ import stat
 import threading
 from pathlib import Path
 
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 log = logging.getLogger("routerscope.instrumentation.pii")
 
@@ -151,7 +151,7 @@ def configure(home: Path | None = None, key: bytes | None = None) -> None:
     global _key
     if key is None:
         if home is None:
-            from routerscope.settings import Settings
+            from routerscope.core.settings import Settings
 
             home = Settings.from_env().home
         key = load_key(home)

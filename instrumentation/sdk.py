@@ -49,8 +49,8 @@ from instrumentation.events import (
     LabelEvent,
 )
 from instrumentation.pii import UUID, scrub
-from routerscope import names
-from routerscope.timeutil import utc
+from routerscope.core import names
+from routerscope.core.timeutil import utc
 
 PROVIDER_DEVICE = "llama.cpp"
 PROVIDER_CLOUD = "openai"
@@ -143,7 +143,7 @@ class Recorder:
         (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
         from instrumentation.emitter import KafkaEmitter
         from instrumentation.telemetry import Telemetry, producer_config
-        from routerscope.settings import Settings
+        from routerscope.core.settings import Settings
 
         settings = Settings.from_env(env)
         if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line

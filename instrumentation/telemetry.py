@@ -28,7 +28,7 @@ from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
 from instrumentation.pii import scrub_event
 from instrumentation.sdk import PROVIDER_CLOUD, PROVIDER_DEVICE, Recorder, attempt_spans  # noqa: F401 (the providers: re-exported)
-from routerscope import names
+from routerscope.core import names
 
 
 def setup_providers(service_name: str = "routerscope-router"):

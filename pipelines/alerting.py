@@ -1,5 +1,5 @@
 """Alert evaluation after each metric window: a sensor on `metrics_5m` materializations runs the
-`alerts` job, which evaluates the rules (`warehouse.alerting`, via `pipelines.core.evaluate_alerts`,
+`alerts` job, which evaluates the rules (`warehouse.analytics.alerting`, via `pipelines.core.evaluate_alerts`,
 the same call as `routerscope alerts`) and delivers notifications through the `alert_webhook`
 resource (`pipelines.resources.AlertWebhookResource`)."""
 

@@ -6,34 +6,19 @@ No Dagster import here: the command line stays quick to start."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from routerscope.settings import Settings
-from warehouse import metrics as metric_core
+from routerscope.core.settings import Settings
+from warehouse.analytics import metrics as metric_core
 from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
-
-_migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this process that applied the migrations
 
 
-@contextmanager
-def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = None) -> Iterator[Any]:
-    """The warehouse, opened for one unit of work with its migrations applied. Units nested inside an
-    open one (the demo runs every window's jobs inside one) reuse its client and skip the migration check.
-    `timeout_s`: how long to wait for an embedded warehouse another process holds (None: the default)."""
-    key = settings.warehouse.raw
-    with open_warehouse(settings, purpose=purpose, timeout_s=timeout_s) as client:
-        if not _migrated.get(key):
-            migrate(client)
-        _migrated[key] = _migrated.get(key, 0) + 1
-        try:
-            yield client
-        finally:
-            _migrated[key] -= 1
+def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = None):
+    """The warehouse, opened for one unit of work with its migrations applied (`open_warehouse(...,
+    migrated=True)`). `timeout_s`: how long to wait for an embedded warehouse another process holds."""
+    return open_warehouse(settings, purpose=purpose, timeout_s=timeout_s, migrated=True)
 
 
 @dataclass(frozen=True)
@@ -67,10 +52,10 @@ def metrics_window(
 
 def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
     """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
-    `dq_results`, Data Docs under the home. Returns the `warehouse.quality.QualityReport`."""
+    `dq_results`, Data Docs under the home. Returns the `warehouse.analytics.quality.QualityReport`."""
     import great_expectations  # noqa: F401  (seconds to import: before taking the warehouse, not while holding it)
 
-    from warehouse import quality
+    from warehouse.analytics import quality
     from warehouse.queries.common import QueryWindow
 
     with unit_of_work(settings, purpose="data quality") as client:
@@ -82,9 +67,10 @@ def quality_window(settings: Settings, start: datetime | None = None, end: datet
 
 def evaluate_alerts(settings: Settings, now: datetime | None = None, notifier=None):
     """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
-    pending notifications through `notifier` (a `warehouse.alerting.Notifier`; the alerts job passes its
-    `AlertWebhookResource`; default: the webhook of `settings`). Returns the `warehouse.alerting.Evaluation`."""
-    from warehouse import alerting
+    pending notifications through `notifier` (a `warehouse.analytics.alerting.Notifier`; the alerts job passes
+    its `AlertWebhookResource`; default: the webhook of `settings`). Returns the
+    `warehouse.analytics.alerting.Evaluation`."""
+    from warehouse.analytics import alerting
 
     if notifier is None:
         notifier = alerting.WebhookNotifier(settings.alert_webhook)

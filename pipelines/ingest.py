@@ -1,4 +1,4 @@
-"""The `ingest` job: Kafka topics → warehouse tables (glue over `warehouse.loader`).
+"""The `ingest` job: Kafka topics → warehouse tables (glue over `warehouse.ingest.loader`).
 
 No `from __future__ import annotations` here: Dagster reads the config and resource annotations
 at definition time."""
@@ -10,8 +10,8 @@ import dagster as dg
 
 from pipelines import timing
 from pipelines.resources import RouterscopeResource
-from routerscope import names
-from warehouse import loader
+from routerscope.core import names
+from warehouse.ingest import loader
 
 # One asset per facts table; the metric assets depend on these keys.
 TABLE_ASSETS = {
@@ -27,7 +27,7 @@ class IngestConfig(dg.Config):
     flush_interval_s: float = loader.DEFAULT_FLUSH_INTERVAL_S
     # The Kafka partitions this run owns; empty means all of them.
     partitions: list[int] = []
-    # Who parses the messages: "sql" (the warehouse, from raw bytes) or "python" (warehouse.loader).
+    # Who parses the messages: "sql" (the warehouse, from raw bytes) or "python" (warehouse.ingest.loader).
     parser: str = loader.DEFAULT_PARSER
     # Another load holds the warehouse: wait for it (False: fail at once with LoadInProgress).
     wait: bool = True
@@ -54,7 +54,7 @@ class IngestConfig(dg.Config):
     can_subset=False,
 )
 def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, routerscope: RouterscopeResource):
-    """Drain the three topics until they are caught up; effectively once (see `warehouse.loader`)."""
+    """Drain the three topics until they are caught up; effectively once (see `warehouse.ingest.loader`)."""
     result = loader.load(
         routerscope.settings(),
         batch_size=config.batch_size,

@@ -16,7 +16,7 @@ from pipelines.ingest import TABLE_ASSETS
 from pipelines.partitions import DAILY, FIVE_MINUTES
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
-from routerscope.errors import WarehouseError
+from routerscope.core.errors import WarehouseError
 from warehouse.queries import metric_windows
 
 FACTS = [TABLE_ASSETS["decisions"], TABLE_ASSETS["labels"]]

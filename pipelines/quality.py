@@ -1,4 +1,4 @@
-"""Data-quality asset: the Great Expectations suites of `warehouse.quality` on each daily window.
+"""Data-quality asset: the Great Expectations suites of `warehouse.analytics.quality` on each daily window.
 
 Its blocking checks stop `metrics_daily` for the same window when they fail (the metric asset
 depends on this one, so a run that selects both skips the metrics). Non-blocking findings
@@ -12,12 +12,12 @@ from pipelines import core
 from pipelines.ingest import TABLE_ASSETS
 from pipelines.partitions import DAILY
 from pipelines.resources import RouterscopeResource
-from routerscope import names
-from warehouse.quality import Thresholds
+from routerscope.core import names
+from warehouse.analytics.quality import Thresholds
 
 ASSET = "data_quality"
 
-# Asset check → the warehouse.quality checks it summarises (by name prefix).
+# Asset check → the warehouse.analytics.quality checks it summarises (by name prefix).
 BLOCKING = {
     "decisions_contract": ("decisions.",),
     "labels_contract": ("labels.",),
@@ -37,7 +37,7 @@ _THRESHOLDS = Thresholds()
 
 
 class QualityConfig(dg.Config):
-    # Defaults are `warehouse.quality.Thresholds`' (the same as `routerscope dq`).
+    # Defaults are `warehouse.analytics.quality.Thresholds`' (the same as `routerscope dq`).
     freshness_lag_s: float = _THRESHOLDS.freshness_lag_s
     quarantine_share: float = _THRESHOLDS.quarantine_share
     volume_low: float = _THRESHOLDS.volume_low
@@ -54,7 +54,7 @@ class QualityConfig(dg.Config):
     + [dg.AssetCheckSpec(name, asset=ASSET, blocking=False) for name in WARNING],
 )
 def data_quality(context: dg.AssetExecutionContext, config: QualityConfig, routerscope: RouterscopeResource):
-    from warehouse import quality
+    from warehouse.analytics import quality
 
     window = context.partition_time_window
     report = core.quality_window(

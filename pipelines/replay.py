@@ -44,7 +44,7 @@ def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfi
     from router.policy import PolicyStore
     from router.replay import judge, label_for, rerun
     from router.request_store import RequestTextStore, store_path
-    from routerscope import names
+    from routerscope.core import names
     from warehouse.queries.common import QueryWindow
     from warehouse.queries.labels import replay_sample
     from warehouse.queries.review import determinism_sample, store_reruns

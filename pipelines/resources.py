@@ -9,8 +9,8 @@ from typing import Any
 
 import dagster as dg
 
-from routerscope.settings import Settings
-from warehouse.alerting.delivery import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WebhookNotifier
+from routerscope.core.settings import Settings
+from warehouse.analytics.alerting.delivery import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WebhookNotifier
 
 
 class RouterscopeResource(dg.ConfigurableResource):
@@ -50,7 +50,7 @@ class RouterscopeResource(dg.ConfigurableResource):
 
 
 class AlertDelivery(dg.ConfigurableResource, ABC):
-    """Where the alerts job delivers notifications (`warehouse.alerting.Notifier`): the webhook in a
+    """Where the alerts job delivers notifications (`warehouse.analytics.alerting.Notifier`): the webhook in a
     deployment, a recording fake in tests (`tests.fakes.FakeWebhook`)."""
 
     @abstractmethod
@@ -59,7 +59,7 @@ class AlertDelivery(dg.ConfigurableResource, ABC):
 
     @abstractmethod
     def deliver(self, alert) -> tuple[bool, list[list]]:
-        """Deliver one `warehouse.alerting.Alert`: (delivered?, one `alert_deliveries` row per attempt)."""
+        """Deliver one `warehouse.analytics.alerting.Alert`: (delivered?, one `alert_deliveries` row per attempt)."""
 
 
 class AlertWebhookResource(AlertDelivery):

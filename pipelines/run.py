@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from routerscope.errors import RouterscopeError
+from routerscope.core.errors import RouterscopeError
 
 
 def run_job(

@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta
 
-from routerscope.errors import ConfigError
-from routerscope.timeutil import utc
+from routerscope.core.errors import ConfigError
+from routerscope.core.timeutil import utc
 
 FIVE_MINUTES = timedelta(minutes=5)
 ONE_DAY = timedelta(days=1)

@@ -5,7 +5,7 @@ Why: a native crash in the model (a segfault in ggml, a build for the wrong CPU)
 In a process that also holds the embedded warehouse, chDB's own crash handler would catch the signal and
 freeze the whole process instead of letting it die; with the worker, the parent sees the pipe close,
 records the request's device attempt as an `error` (or raises `ModelCrashed` at start-up) and goes on.
-The worker dies with its parent (`routerscope.procs.spawn`), also when the parent is SIGKILLed.
+The worker dies with its parent (`routerscope.core.procs.spawn`), also when the parent is SIGKILLed.
 
 The protocol: one request line `{"op": "generate", "prompt": …, "kwargs": {…}}` → one reply line with the
 `DeviceResult` fields and the device's current `ttft_ms` / `tps` / `prefill_tps` estimates. The router
@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from router.backends import DeviceResult
-from routerscope.errors import RouterscopeError
+from routerscope.core.errors import RouterscopeError
 
 READY_TIMEOUT_S = 120.0
 GRACE_S = 30.0  # on top of a call's own timeout: a reply later than that means a hung model
@@ -47,7 +47,7 @@ class WorkerDevice:
         ready_timeout_s: float = READY_TIMEOUT_S,
         **options,
     ):
-        from routerscope import procs
+        from routerscope.core import procs
 
         self.model = options.get("model_name", "gemma-3-270m-q4_k_m")
         self.ttft_ms, self.tps = 150.0, 40.0
@@ -137,7 +137,7 @@ class WorkerDevice:
         self.process.stdin.flush()
 
     def _kill(self) -> None:
-        from routerscope import procs
+        from routerscope.core import procs
 
         procs.stop(self.process, timeout_s=2)
 

@@ -36,7 +36,7 @@ from typing import Protocol
 import yaml
 
 from instrumentation.events import ROLLOUT_STAGES
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 log = logging.getLogger("routerscope.router.policy")
 DEFAULT_POLICY = Path(__file__).with_name("default_policy.yaml")
@@ -114,7 +114,7 @@ class Rollout:
 
 @dataclass(frozen=True)
 class RolloutLimits:
-    """The stage tracker's exit conditions (seed 004 §7; `warehouse.review`)."""
+    """The stage tracker's exit conditions (seed 004 §7; `warehouse.analytics.review`)."""
 
     agreement: float = 0.9  # shadow → canary: agreement in every input-length bucket with enough sample
     min_n: int = 30  # the sample a bucket, a cohort or a rate needs to count

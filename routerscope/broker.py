@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope import kafka
-from routerscope.errors import BrokerUnavailable, RouterscopeError
-from routerscope.settings import Settings
+from routerscope.core import kafka
+from routerscope.core.errors import BrokerUnavailable, RouterscopeError
+from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
 HOST = "127.0.0.1"
@@ -116,7 +116,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
 
     `keep=True` (the command line, the demo) leaves it running after this process ends, on purpose:
     later commands find it through the record under the home. `keep=False` (test fixtures, embedding
-    programs) ties it to this process: it dies with it, also on SIGKILL (`routerscope.procs`)."""
+    programs) ties it to this process: it dies with it, also on SIGKILL (`routerscope.core.procs`)."""
     current = status(settings)
     if current.running:
         kafka.ensure_topics(settings, current.bootstrap, replication_factor=1)
@@ -146,7 +146,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         else:
-            from routerscope import procs
+            from routerscope.core import procs
 
             proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s

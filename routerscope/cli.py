@@ -10,9 +10,11 @@ import json
 import sys
 from pathlib import Path
 
-from routerscope import __version__, broker, names
-from routerscope.errors import ConfigError, RouterscopeError
-from routerscope.settings import Settings
+from routerscope import __version__, broker
+from routerscope.core import names
+from routerscope.core.errors import ConfigError, RouterscopeError
+from routerscope.core.settings import Settings
+from routerscope.core.text import pct
 
 
 def _print_json(obj) -> None:
@@ -144,7 +146,7 @@ def cmd_load(args, settings: Settings) -> int:
 def _parse_time(text: str, flag: str):
     """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
     from instrumentation.contract import EVENT_TIME_MAX, EVENT_TIME_MIN
-    from routerscope.timeutil import parse_utc
+    from routerscope.core.timeutil import parse_utc
 
     try:
         value = parse_utc(text)
@@ -184,9 +186,9 @@ def cmd_whatif(args, settings: Settings) -> int:
 
     from pipelines.core import unit_of_work
     from routerscope import whatif as whatif_cli
-    from warehouse import whatif
+    from warehouse.analytics import whatif
+    from warehouse.analytics.review import review_window
     from warehouse.queries.common import QueryWindow
-    from warehouse.review import review_window
 
     thresholds = whatif_cli.candidates(args.task_type, args.threshold, args.policy)
     try:
@@ -235,7 +237,7 @@ def cmd_dq(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import quality_window
-    from warehouse.quality.report import SKIPPED
+    from warehouse.analytics.quality.report import SKIPPED
 
     start = end = None
     if args.day:
@@ -361,7 +363,6 @@ def cmd_demo(args, settings: Settings) -> int:
         )
         return 130
     s = out["summary"]["overall"]
-    pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     print(f"  kafka:     {out['kafka']}")
     print(f"  loaded:    {out['loaded']}")
     live = out["simulated"].get("live") or {}
@@ -449,7 +450,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     signal.signal(signal.SIGTERM, stop_on_term)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    from routerscope import procs
+    from routerscope.core import procs
 
     process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
     url = f"http://127.0.0.1:{port}"
@@ -594,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    from warehouse import loader as loader_defaults  # the ingest job's defaults, defined once
+    from warehouse.ingest import loader as loader_defaults  # the ingest job's defaults, defined once
 
     p.add_argument(
         "--batch-size",
@@ -620,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("python", "sql"),
         default=None,
         help="who parses and validates the messages: the warehouse, from raw bytes (sql) or this process "
-        "(python); same rules, same tables (default: warehouse.loader.DEFAULT_PARSER)",
+        "(python); same rules, same tables (default: warehouse.ingest.loader.DEFAULT_PARSER)",
     )
     p.add_argument(
         "--no-wait",
@@ -633,7 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
     p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
-    from warehouse import metrics as metric_defaults  # the defaults of the metric assets, defined once
+    from warehouse.analytics import metrics as metric_defaults  # the defaults of the metric assets, defined once
 
     p.add_argument(
         "--baseline-days",

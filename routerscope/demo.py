@@ -15,10 +15,11 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from routerscope import broker, names
-from routerscope.errors import RouterscopeError
-from routerscope.settings import Settings
-from routerscope.timeutil import parse_utc
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.errors import RouterscopeError
+from routerscope.core.settings import Settings
+from routerscope.core.timeutil import parse_utc
 
 CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
 
@@ -90,11 +91,9 @@ def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
     """The SIMULATED fleet's determinism groups (what the weekly replay measures with the real model) go
     straight to the warehouse, so the grading report has a determinism to score."""
     from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
     from warehouse.queries.review import store_reruns
 
-    with open_warehouse(settings, purpose="simulated replay") as client:
-        migrate(client)
+    with open_warehouse(settings, purpose="simulated replay", migrated=True) as client:
         store_reruns(client, groups)
 
 
@@ -292,9 +291,8 @@ def next_span(settings: Settings, span: timedelta, now: datetime | None = None) 
 def ensure_broker(settings: Settings, port: int) -> str:
     """The broker the demo publishes to (a configured one, or the local one started on `port`); its
     bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
-    from routerscope import kafka
+    from routerscope.core import kafka
     from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
     from warehouse.queries import ingest_offsets
 
     if settings.kafka_bootstrap_env:
@@ -303,8 +301,7 @@ def ensure_broker(settings: Settings, port: int) -> str:
     restarted = not broker.status(settings).running
     bootstrap = broker.start(settings, port=port).bootstrap
     if restarted:
-        with open_warehouse(settings, purpose="demo") as client:
-            migrate(client)
+        with open_warehouse(settings, purpose="demo", migrated=True) as client:
             loaded_before = ingest_offsets.position_count(client)
         if loaded_before:
             raise RouterscopeError(

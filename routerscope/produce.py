@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
-from routerscope import kafka, names
-from routerscope.errors import BrokerUnavailable
-from routerscope.settings import Settings
+from routerscope.core import kafka, names
+from routerscope.core.errors import BrokerUnavailable
+from routerscope.core.settings import Settings
 
 _decode = msgspec.json.Decoder().decode
 

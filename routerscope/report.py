@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
+from routerscope.core.text import pct as _pct
 
 
 def _num(value: float | None, digits: int = 2) -> str:

@@ -9,57 +9,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from routerscope.settings import Settings
+from routerscope.core.settings import Settings
+from routerscope.core.text import num as _num
+from routerscope.core.text import pct as _pct
 
 KINDS = ("grading", "readiness", "rollout")
 
 
 def build(kind: str, settings: Settings, days: float = 7.0, end: datetime | None = None) -> dict[str, Any]:
     """The report of `kind` over the review window (`days` full days ending at `end`, by default at the
-    end of the newest live event's day)."""
+    end of the newest live event's day): one part of the weekly review the tuning page shows
+    (`warehouse.analytics.review.weekly_review`)."""
     from router.policy import PolicyStore
-    from warehouse import review
+    from warehouse.analytics import review
     from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
-    from warehouse.queries import review as review_queries
 
     policy = PolicyStore().current()
-    with open_warehouse(settings, purpose=f"report {kind}") as client:
-        migrate(client)
-        window = review.review_window(client, days, end)
-        if kind == "grading":
-            return review.grading_report(client, policy, window)
-        if kind == "readiness":
-            rows = review_queries.task_review(client, window)  # read once for both reports
-            ready = review.readiness_report(client, policy, window, rows)
-            ready["beside_grading"] = review.side_by_side(review.grading_report(client, policy, window, rows), ready)
-            return ready
-        report = review.rollout_report(client, policy, window)
-    report["divergence_samples"] = divergence_counts(settings)
-    return report
-
-
-def divergence_counts(settings: Settings) -> dict[str, dict[str, int]]:
-    """Divergence samples kept in the request-text store, per task type and stage ({} without a store)."""
-    from router.request_store import RequestTextStore, store_path
-
-    path = store_path(settings.home)
-    if not path.exists():
-        return {}
-    with RequestTextStore(path) as store:
-        counts = store.divergence_counts()
-    found: dict[str, dict[str, int]] = {}
-    for (task_type, stage), n in counts.items():
-        found.setdefault(task_type, {})[stage] = n
-    return found
-
-
-def _pct(v) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
-def _num(v, digits: int = 1) -> str:
-    return "—" if v is None else f"{v:,.{digits}f}"
+    with open_warehouse(settings, purpose=f"report {kind}", migrated=True) as client:
+        week = review.weekly_review(client, policy, review.review_window(client, days, end), settings.home)
+    if kind == "grading":
+        return week["grading"]
+    if kind == "readiness":
+        return {**week["readiness"], "beside_grading": week["side_by_side"]}
+    return {**week["rollout"], "divergence_samples": week["divergences"]}
 
 
 def render(kind: str, report: dict[str, Any]) -> str:
@@ -84,7 +56,7 @@ def render(kind: str, report: dict[str, Any]) -> str:
         for t, g in rows.items():
             lines.append(
                 f"  {t:<18} {_num(g['input_tokens']['p50'], 0):>6}/{_num(g['input_tokens']['p95'], 0):<7} "
-                f"{'yes' if g['long_tail'] else 'no':>4} {_num(g['daily_calls']):>10} {_pct(g['determinism']):>8} "
+                f"{'yes' if g['long_tail'] else 'no':>4} {_num(g['daily_calls'], 1):>10} {_pct(g['determinism']):>8} "
                 f"{g['error_cost']:>8.2f} {g['score']:>6.3f}  {g['tier']} ({g['reason']})"
             )
         lines.append("  the error-cost veto (error_cost > 0.7) is decided before any score (seed 004 §2)")

@@ -1,5 +1,5 @@
 """`routerscope whatif`: a candidate threshold (or a whole policy file) re-scored on a window's own live
-traffic before it is pushed (METRICS.md §14, `warehouse/whatif.py`), as a table or JSON, and optionally
+traffic before it is pushed (METRICS.md §14, `warehouse/analytics/whatif.py`), as a table or JSON, and optionally
 as a pre-push gate (`--fail-if`). Here: reading the candidates from the command line or a policy file,
 and the text rendering."""
 
@@ -10,7 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
+from routerscope.core.text import ci as _ci
+from routerscope.core.text import pct as _pct
+from warehouse.analytics.whatif import ROWS, recorded
 
 TASK_TYPE_HELP = "a task type (lower-case letters, digits, underscores)"
 _TASK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # the event contract's task_type pattern
@@ -86,40 +89,6 @@ def candidates(task_types: list[str], threshold: str | None, policy: str | None)
             raise ConfigError(f"no candidate threshold for {', '.join(missing)} (not in --threshold or the policy)")
         found = {t: found[t] for t in task_types}
     return found
-
-
-def _pct(v) -> str:
-    return "—" if v is None else f"{100 * v:.1f}%"
-
-
-def _ci(ci) -> str:
-    return "" if ci is None else f" [{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]"
-
-
-def _money(v) -> str:
-    return "—" if v is None else f"${v:,.4f}"
-
-
-def recorded(threshold: dict[str, Any]) -> str:
-    """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
-    low, high = threshold["min"], threshold["max"]
-    return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
-
-
-# (label, the cell of one block): the rows of the side-by-side table (here and on the tuning page)
-ROWS = (
-    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
-    (
-        "false fallbacks (quality)",
-        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
-    ),
-    (
-        "missed fallbacks",
-        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
-    ),
-    ("cloud calls", lambda b: str(b["cloud_calls"])),
-    ("cost", lambda b: _money(b["cost_usd"])),
-)
 
 
 def render(result: dict[str, Any], hits: list[str] | None = None) -> str:

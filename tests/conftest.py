@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from routerscope import broker
-from routerscope.procs import free_port
-from routerscope.settings import Settings
+from routerscope.core.procs import free_port
+from routerscope.core.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 ROUTERSCOPE = str(Path(sys.executable).parent / "routerscope")

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from pipelines.resources import AlertDelivery
 from router.backends import CloudResult, DeviceResult
-from warehouse.alerting import slack_body
+from warehouse.analytics.alerting import slack_body
 
 
 # -- router: clocks, devices and clouds for the decision engine's tests -----------------------------

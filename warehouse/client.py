@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope.errors import LoadInProgress, WarehouseError, WarehouseOutage
-from routerscope.settings import Settings, WarehouseDsn
+from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
+from routerscope.core.settings import Settings, WarehouseDsn
 
 LOCK_SUFFIX = ".lock"
 LOAD_LOCK_SUFFIX = ".load.lock"
@@ -101,12 +101,39 @@ def _connect(dsn: WarehouseDsn):
             ) from exc
 
 
+_migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this process that applied the migrations
+
+
 @contextmanager
-def open_warehouse(settings: Settings, purpose: str = "routerscope", timeout_s: float | None = None):
-    """Open the warehouse for one unit of work; yields a clickhouse-connect client.
+def open_warehouse(
+    settings: Settings, purpose: str = "routerscope", timeout_s: float | None = None, migrated: bool = False
+):
+    """Open the warehouse for one unit of work; yields a clickhouse-connect client. The one door every
+    command, job, page and bench goes through.
 
     Embedded: holds the per-directory lock for the duration (waiting, and saying so, if another
-    process has it). Server: a fresh client, closed at the end."""
+    process has it). Server: a fresh client, closed at the end. `migrated`: apply the pending migrations
+    first; a unit nested inside an open one that did reuses it and skips the check (the demo runs every
+    window's jobs inside one). A read-only server user cannot migrate: `routerscope migrate` does it there."""
+    with _opened(settings, purpose, timeout_s) as client:
+        if not migrated:
+            yield client
+            return
+        key = settings.warehouse.raw
+        if not _migrated.get(key):
+            from warehouse.migrate import migrate
+
+            migrate(client)
+        _migrated[key] = _migrated.get(key, 0) + 1
+        try:
+            yield client
+        finally:
+            _migrated[key] -= 1
+
+
+@contextmanager
+def _opened(settings: Settings, purpose: str, timeout_s: float | None):
+    """The warehouse's client for one unit of work, without migrations (see `open_warehouse`)."""
     dsn = settings.warehouse
     if not dsn.embedded:
         client = _connect(dsn)

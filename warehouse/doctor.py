@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from routerscope import names
-from routerscope.errors import RouterscopeError
-from routerscope.settings import Settings
+from routerscope.core import names
+from routerscope.core.errors import RouterscopeError
+from routerscope.core.settings import Settings
 from warehouse.queries.common import named
 
 MUTATION_HEADER = b"format version: 1"

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope.errors import WarehouseError
+from routerscope.core.errors import WarehouseError
 from warehouse.queries import schema_migrations as ledger
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"

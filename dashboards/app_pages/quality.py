@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import data, timerange
-from warehouse.quality.report import PIPELINE_SUITE, SKIPPED
+from warehouse.analytics.quality.report import PIPELINE_SUITE, SKIPPED
 
 st.title("Data quality")
 rng = timerange.pick("24h")

@@ -8,13 +8,12 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, timerange
+from routerscope.core.text import num, pct
 
 st.title("Offload review")
 rng = timerange.pick("7d")
 r = data.review(rng.start, rng.end)
 st.caption("Live events of the range; the policy in force.")
-pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-num = lambda v, d=0: "—" if v is None else f"{v:,.{d}f}"  # noqa: E731
 
 # -- device ledger per tier (METRICS.md §10) ----------------------------------------------------------
 st.header("Device ledger per tier")

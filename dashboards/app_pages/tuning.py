@@ -10,7 +10,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, summary, timerange
-from warehouse import metrics as metric_defaults
+from routerscope.core.text import pct
+from warehouse.analytics import metrics as metric_defaults
 
 st.title("Weekly tuning")
 rng = timerange.pick("7d")
@@ -39,7 +40,6 @@ busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
 )  # most live traffic first
 task_type = st.selectbox("Task type", busiest)
-pct = lambda v: "—" if v is None else f"{100 * v:.1f}%"  # noqa: E731
 
 # -- calibration and threshold over the range -------------------------------------------------------
 st.header("Calibration and threshold")
@@ -111,11 +111,10 @@ trial = data.whatif(task_type, start, end, candidate)
 if "candidate" not in trial:
     st.caption("No live requests of this task type in the week: nothing to re-score.")
 else:
-    from routerscope import whatif as whatif_text
-    from warehouse.whatif import CAVEAT
+    from warehouse.analytics.whatif import CAVEAT, ROWS, recorded
 
-    side_by_side = [("threshold", whatif_text.recorded(trial["recorded_threshold"]), f"{candidate:g}")]
-    side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in whatif_text.ROWS]
+    side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
+    side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
     st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
     moved = trial["moved"]
     st.markdown(

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from routerscope import procs
-from routerscope.errors import RouterscopeError
+from routerscope.core import procs
+from routerscope.core.errors import RouterscopeError
 
 
 class StandInCloud:

@@ -12,9 +12,9 @@ from router.sim.fleet import PUSHED_THRESHOLD
 from routerscope import broker
 from routerscope.demo import run
 from tests.conftest import clean_env, free_port, run_cli, settings_for
-from warehouse import whatif
+from warehouse.analytics import whatif
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration

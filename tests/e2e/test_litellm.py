@@ -25,9 +25,9 @@ import pytest
 
 from instrumentation.litellm import RouterscopeCallback
 from tests.conftest import settings_for
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.loader import load
-from warehouse.metrics import compute
+from warehouse.ingest.loader import load
 
 litellm = pytest.importorskip("litellm")
 

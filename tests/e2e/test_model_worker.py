@@ -114,7 +114,7 @@ def test_a_worker_that_answers_nonsense_is_a_device_error_not_an_exception(says)
     import sys
     import threading
 
-    from routerscope import procs
+    from routerscope.core import procs
 
     device = WorkerDevice.__new__(WorkerDevice)  # the protocol side only, with a stand-in worker process
     script = f"import sys, time; sys.stdin.readline(); print({says!r}, flush=True); time.sleep(30)"
@@ -136,7 +136,7 @@ def test_a_hung_worker_is_killed_after_the_calls_timeout_plus_the_grace_and_is_a
     import threading
 
     from router import model_worker
-    from routerscope import procs
+    from routerscope.core import procs
 
     monkeypatch.setattr(model_worker, "GRACE_S", 1.0)
     device = WorkerDevice.__new__(WorkerDevice)

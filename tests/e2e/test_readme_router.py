@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import REPO
 from tests.integration.test_instrumentation import consume_all
 

@@ -12,12 +12,13 @@ from instrumentation.telemetry import producer_config
 from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
 from router.request_store import RequestTextStore, store_path
-from routerscope import broker, names
+from routerscope import broker
+from routerscope.core import names
 from tests.conftest import free_port, settings_for
 from tests.events import dumps, label, quality_fallback
 from tests.integration.test_metrics import END, START, at, eid
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,12 @@ from instrumentation.emitter import KafkaEmitter
 from instrumentation.telemetry import Telemetry, producer_config
 from router.request_store import RequestTextStore, store_path
 from router.sim.fleet import Fleet
-from routerscope import names, review
+from routerscope import review
+from routerscope.core import names
 from tests.conftest import settings_for
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.loader import load
-from warehouse.metrics import compute
+from warehouse.ingest.loader import load
 
 pytestmark = pytest.mark.integration
 

@@ -85,7 +85,7 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
     migrated = run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     check = (
-        "import json; from routerscope.settings import Settings; from warehouse.client import open_warehouse\n"
+        "import json; from routerscope.core.settings import Settings; from warehouse.client import open_warehouse\n"
         "from warehouse.migrate import MIGRATIONS_DIR\n"
         "with open_warehouse(Settings.from_env(), purpose='test') as c:\n"
         "    n = c.query('SELECT count() FROM routerscope.schema_migrations').result_rows[0][0]\n"
@@ -110,7 +110,7 @@ def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rul
         "    assert not at.exception, (page, at.exception)\n"
         "from router.policy import DEFAULT_POLICY, parse\n"
         "print('policy', parse(DEFAULT_POLICY.read_text()).version)\n"
-        "from warehouse.alerting import load_rules\n"
+        "from warehouse.analytics.alerting import load_rules\n"
         "print('rules', len(load_rules()[1]))\n"
     )
     result = run(installed, str(installed / "bin" / "python"), "-c", script, home=tmp_path, timeout=240)

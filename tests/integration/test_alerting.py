@@ -14,10 +14,10 @@ from pipelines.resources import AlertWebhookResource
 from routerscope import broker
 from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import breaker, decision, dumps, iso
-from warehouse import alerting
+from warehouse.analytics import alerting
+from warehouse.analytics.metrics import compute, empty_group
 from warehouse.client import open_warehouse
-from warehouse.loader import load
-from warehouse.metrics import compute, empty_group
+from warehouse.ingest.loader import load
 from warehouse.migrate import migrate
 from warehouse.queries.metric_windows import write_window
 

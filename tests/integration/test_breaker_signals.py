@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.contract import BREAKERS
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import settings_for
 from tests.events import breaker, dumps, iso
-from warehouse import alerting
+from warehouse.analytics import alerting
 from warehouse.client import open_warehouse
+from warehouse.ingest.rows import FACTS
 from warehouse.migrate import migrate
-from warehouse.rows import FACTS
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from routerscope import broker, kafka, names
+from routerscope import broker
+from routerscope.core import kafka, names
 from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import decision, dumps, label
 

@@ -13,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import REPO, copy_warehouse, settings_for
 from tests.integration.test_metrics import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
-from warehouse import alerting, quality
+from warehouse.analytics import alerting, quality
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.metric_windows import write_window
@@ -89,9 +89,9 @@ def test_oncall_lists_the_firing_alerts(populated):
 
 def test_oncall_draws_breaker_states_over_the_window(populated):
     from instrumentation.contract import BREAKERS
-    from routerscope import names
+    from routerscope.core import names
     from tests.events import breaker, dumps
-    from warehouse.rows import FACTS
+    from warehouse.ingest.rows import FACTS
 
     t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
     events = [
@@ -367,9 +367,9 @@ def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_chang
 
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
-    from routerscope import names
-    from routerscope.kafka import end_offsets
-    from warehouse.loader import OFFSET_COLUMNS
+    from routerscope.core import names
+    from routerscope.core.kafka import end_offsets
+    from warehouse.ingest.loader import OFFSET_COLUMNS
 
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
         client.insert(

@@ -18,7 +18,7 @@ import pytest
 from instrumentation import emitter as emitter_module
 from instrumentation.emitter import KafkaEmitter, Message, Spool
 from instrumentation.telemetry import producer_config
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import REPO
 from tests.integration.test_instrumentation import consume_all, down_broker, start  # noqa: F401
 

@@ -15,12 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routerscope import broker, names
-from routerscope.errors import WarehouseError
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.errors import WarehouseError
 from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
 from tests.events import BASE_TIME, breaker, capability_miss, decision, dumps, iso, label, quality_fallback
 from warehouse.client import open_warehouse
-from warehouse.loader import BrokerDataLost, Loader, load
+from warehouse.ingest.loader import BrokerDataLost, Loader, load
 from warehouse.migrate import migrate
 
 pytestmark = pytest.mark.integration
@@ -341,7 +342,7 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     record batch is loaded and the run ends at once, for a partition read to its end and for one
     with nothing new. The broker, the consumer and the warehouse are real; only the consumer's
     option that asks for partition-EOF events is turned off."""
-    from warehouse import loader
+    from warehouse.ingest import loader
 
     monkeypatch.setitem(loader.CONSUMER_OPTIONS, "enable.partition.eof", False)
     _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
@@ -413,8 +414,8 @@ def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stac
     """The second line of defence: a retried insert of an identical batch (same offsets) adds nothing."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from routerscope.kafka import librdkafka_config
-    from warehouse.loader import LoadResult, PartitionState, _Batch
+    from routerscope.core.kafka import librdkafka_config
+    from warehouse.ingest.loader import LoadResult, PartitionState, _Batch
 
     produce(stack, DECISIONS, valid_decisions(60) + [b"broken"], keys=[b"k"] * 61)
     consumer = Consumer(librdkafka_config(stack, **{"group.id": "test", "enable.auto.commit": False}))

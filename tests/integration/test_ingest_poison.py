@@ -16,13 +16,14 @@ from datetime import UTC, datetime
 
 import pytest
 
-from routerscope import broker, names
-from routerscope.errors import BrokerUnavailable
+from routerscope import broker
+from routerscope.core import names
+from routerscope.core.errors import BrokerUnavailable
 from tests.conftest import clean_env, run_cli
 from tests.events import decision, dumps, iso, label
 from tests.integration.test_ingest import FAST, MALFORMED, produce, query, scalar, stack, valid_decisions  # noqa: F401
 from warehouse.client import open_warehouse
-from warehouse.loader import BrokerDataLost, Loader, load
+from warehouse.ingest.loader import BrokerDataLost, Loader, load
 
 pytestmark = pytest.mark.integration
 

@@ -13,15 +13,15 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from instrumentation.contract import CONTRACTS
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import settings_for
 from tests.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 from tests.integration.test_ingest import MALFORMED, stack  # noqa: F401 (fixture)
 from tests.integration.test_ingest_poison import POISON, good_messages
 from warehouse.client import open_warehouse
+from warehouse.ingest.rows import FACTS
 from warehouse.migrate import migrate
 from warehouse.queries import landing
-from warehouse.rows import FACTS
 
 pytestmark = pytest.mark.integration
 
@@ -292,7 +292,7 @@ def test_the_sql_parser_loads_exactly_what_the_python_parser_loads_and_replays_n
     aside): the same facts, ledger, quarantine (raw bytes, rules, error text) and positions. Then positions
     forgotten: the sql parser finds every landed row and adds none."""
     from tests.integration.test_ingest import produce, valid_decisions
-    from warehouse.loader import load
+    from warehouse.ingest.loader import load
 
     produce(stack, DECISIONS, valid_decisions(150) + [p for _, p, _ in MALFORMED] + valid_decisions(10))
     produce(stack, LABELS, [dumps(label(request_id=f"req-{i}")) for i in range(20)] + [b"nope", None])

@@ -24,12 +24,13 @@ from instrumentation.telemetry import InstrumentedRouter, Telemetry, producer_co
 from router.backends import CloudResult
 from router.engine import Request, Router
 from router.sim.backends import InstantCloud, InstantDevice
-from routerscope import broker, names
+from routerscope import broker
+from routerscope.core import names
 from tests.conftest import REPO, free_port, settings_for
 from tests.fakes import ScriptedCloud, ScriptedDevice
 from tests.unit.test_router import cloud, dev
 from warehouse.client import open_warehouse
-from warehouse.loader import load
+from warehouse.ingest.loader import load
 
 pytestmark = pytest.mark.integration
 

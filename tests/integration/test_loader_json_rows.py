@@ -1,5 +1,5 @@
 """How the Python parser's rows reach the warehouse: JSON lines through the input tables
-(warehouse/queries/json_rows.py), parsed in chunks by a worker process (warehouse/parsing.py).
+(warehouse/queries/json_rows.py), parsed in chunks by a worker process (warehouse/ingest/parsing.py).
 
 The JSON lines must store exactly what the column-by-column Native insert of the same decoded events
 stores (rows.py's builders through clickhouse-connect, the loader's previous way in), for values
@@ -22,17 +22,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instrumentation.contract import CONTRACTS
-from routerscope import broker, names
+from routerscope import broker
+from routerscope.core import names
 from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import breaker, decision, dumps, label
 from tests.integration.test_ingest import MALFORMED, produce, stack, valid_decisions  # noqa: F401 (fixture)
-from warehouse import loader as loader_module
 from warehouse.client import open_warehouse
-from warehouse.loader import Loader
+from warehouse.ingest import loader as loader_module
+from warehouse.ingest.loader import Loader
+from warehouse.ingest.parsing import ParseWorker, parse_chunk
+from warehouse.ingest.rows import FACTS
 from warehouse.migrate import migrate
-from warehouse.parsing import ParseWorker, parse_chunk
 from warehouse.queries import json_rows
-from warehouse.rows import FACTS
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +329,7 @@ def test_closing_a_stuck_worker_returns_at_once():
 
 def test_a_worker_that_cannot_start_leaves_the_parsing_to_the_loader(monkeypatch, capsys):
     """No interpreter to start (a locked-down host): one line on stderr, and the loader parses itself."""
-    monkeypatch.setattr("warehouse.parsing.sys.executable", "/nonexistent/python")
+    monkeypatch.setattr("warehouse.ingest.parsing.sys.executable", "/nonexistent/python")
     worker = ParseWorker()
     assert worker.submit(DECISIONS, [(0, 0, dumps(decision()), False)]) is None
     assert worker.failed is not None and "FileNotFoundError" in worker.failed

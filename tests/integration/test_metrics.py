@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.contract import DECISIONS, LABELS
-from routerscope import broker, names
+from routerscope import broker
+from routerscope.core import names
 from tests.conftest import clean_env, free_port, run_cli, settings_for
 from tests.events import capability_miss, decision, dumps, iso, label, quality_fallback
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 from warehouse.migrate import migrate
-from warehouse.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 pytestmark = pytest.mark.integration
 
@@ -549,7 +550,7 @@ def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
     }
 
     # Without the local floor the cumulative rule alone recommends 0.40 and moves a band that passed 26/36.
-    from warehouse.metrics import calibration
+    from warehouse.analytics.metrics import calibration
     from warehouse.queries.common import QueryWindow
 
     loose = calibration(warehouse, QueryWindow(START, END), 0.95, 30, local_floor=0.0)[C]

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from tests.conftest import clean_env, run_cli, settings_for
-from warehouse import alerting
+from warehouse.analytics import alerting
 from warehouse.client import open_warehouse
 from warehouse.migrate import migrate
 from warehouse.queries.schema_migrations import created_at

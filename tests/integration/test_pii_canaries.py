@@ -19,13 +19,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from instrumentation.emitter import KafkaEmitter
 from instrumentation.sdk import Recorder
 from instrumentation.telemetry import Telemetry, producer_config
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import clean_env, run_cli
 from tests.events import decision, label
 from tests.integration.test_ingest import stack  # noqa: F401
 from tests.integration.test_instrumentation import consume_all
 from warehouse.client import open_warehouse
-from warehouse.loader import load
+from warehouse.ingest.loader import load
 
 litellm = pytest.importorskip("litellm")
 from instrumentation.litellm import RouterscopeCallback  # noqa: E402

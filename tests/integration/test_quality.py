@@ -14,15 +14,15 @@ from instrumentation.contract import BREAKERS, DECISION_INVARIANTS, DECISIONS, L
 from pipelines.metrics import metrics_daily
 from pipelines.quality import data_quality
 from pipelines.resources import RouterscopeResource
-from routerscope import names
+from routerscope.core import names
 from tests.conftest import clean_env, copy_warehouse, run_cli, settings_for
 from tests.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
 from tests.integration.test_metrics import A1, A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
-from warehouse import quality
+from warehouse.analytics import quality
 from warehouse.client import open_warehouse
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 from warehouse.migrate import migrate
 from warehouse.queries.common import QueryWindow
-from warehouse.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 pytestmark = pytest.mark.integration
 
@@ -445,7 +445,7 @@ def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(ware
         )
     stale = quality.run_suites(warehouse, WINDOW, now=END + timedelta(hours=2))
     assert failures(stale) == {"pipeline.freshness": 1, "pipeline.future_events": 1}
-    from warehouse.alerting import pipeline_signal
+    from warehouse.analytics.alerting import pipeline_signal
 
     # the alert's view
     assert pipeline_signal(warehouse, "pipeline.freshness_lag_s", END + timedelta(hours=2)) == 2 * 3600

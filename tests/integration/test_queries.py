@@ -14,7 +14,7 @@ NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
 def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_asked(warehouse):  # noqa: F811
-    """warehouse.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
+    """warehouse.analytics.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
     the horizon is a device clock error and is not the newest decision."""
     assert decisions.newest_event(warehouse) is None  # an empty table: None, not the epoch
     assert ingest_offsets.freshness(warehouse, NOW) == {"newest_event": None, "last_load": None, "rows": 0}

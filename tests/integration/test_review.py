@@ -11,12 +11,12 @@ import pytest
 from router.policy import parse
 from tests.events import capability_miss, decision, iso, label, quality_fallback
 from tests.integration.test_metrics import insert
+from warehouse.analytics.metrics import compute
+from warehouse.analytics.review import grading_report, readiness_report, rollout_report, side_by_side
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
-from warehouse.review import grading_report, readiness_report, rollout_report, side_by_side
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ from router.replay import route_correct
 from tests.conftest import settings_for
 from tests.fakes import FakeClock, SteadyDevice, SwitchableCloud
 from tests.integration.test_metrics import insert
-from warehouse import alerting
+from warehouse.analytics import alerting
+from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute
 from warehouse.migrate import migrate
 from warehouse.queries.metric_windows import write_window
 

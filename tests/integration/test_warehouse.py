@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from routerscope import names
-from routerscope.errors import WarehouseError
+from routerscope.core import names
+from routerscope.core.errors import WarehouseError
 from tests.conftest import REPO, clean_env, run_cli, settings_for
 from warehouse.client import open_warehouse
 from warehouse.migrate import MIGRATIONS_DIR, discover, migrate
@@ -128,7 +128,7 @@ def test_replacing_tables_fold_a_reloaded_event(warehouse_settings):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from routerscope.settings import Settings
+    from routerscope.core.settings import Settings
     from warehouse.client import open_warehouse
     from warehouse.migrate import migrate
     with open_warehouse(Settings.from_env(), purpose=sys.argv[1]) as client:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from routerscope import broker, names
+from routerscope import broker
+from routerscope.core import names
 from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
 from tests.integration.test_ingest import produce, query, scalar, stack, valid_decisions  # noqa: F401
 
@@ -288,8 +289,8 @@ def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
     On a starved 2-core machine (the whole suite beside it) the broker can stop answering 15,000 partitions
     for a minute: a run then ends with BrokerUnavailable, its position stored, and the next run resumes. That
     is the honest outcome and is retried here; the false data-loss alarm must never come."""
-    from routerscope.errors import BrokerUnavailable
-    from warehouse.loader import load
+    from routerscope.core.errors import BrokerUnavailable
+    from warehouse.ingest.loader import load
 
     def load_through_stalls(**options):
         loaded = skipped = 0

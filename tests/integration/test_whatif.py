@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import clean_env, copy_warehouse, run_cli
 from tests.events import capability_miss, decision, iso, label, quality_fallback
 from tests.integration.test_metrics import END, START, at, attempts, eid, insert
-from warehouse import whatif
+from warehouse.analytics import whatif
+from warehouse.analytics.metrics import compute as compute_metrics
 from warehouse.client import open_warehouse
-from warehouse.metrics import compute as compute_metrics
 from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration

@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from routerscope.core.errors import RouterscopeError
+from routerscope.core.settings import Settings
 from routerscope.demo import SPAN_RECORD, next_span, record_span
-from routerscope.errors import RouterscopeError
-from routerscope.settings import Settings
 
 NOW = datetime(2026, 12, 1, 23, 1, 30, tzinfo=UTC)  # minute-aligned down to 23:01
 SPAN = timedelta(minutes=120)

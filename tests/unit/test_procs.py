@@ -1,4 +1,4 @@
-"""Child processes (`routerscope.procs`): waiting for a child to answer, and the one error line when it
+"""Child processes (`routerscope.core.procs`): waiting for a child to answer, and the one error line when it
 exits first or never answers (the stand-in cloud starts this way)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from routerscope import procs
-from routerscope.errors import RouterscopeError
+from routerscope.core import procs
+from routerscope.core.errors import RouterscopeError
 
 
 def test_a_free_port_can_be_bound():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from router.policy import ConfigError, RolloutLimits, in_canary, parse
-from warehouse.review import evaluate_stage, factors, gates, grade, readiness, token_screen
+from warehouse.analytics.review import evaluate_stage, factors, gates, grade, readiness, token_screen
 
 LIMITS = RolloutLimits(
     agreement=0.9,

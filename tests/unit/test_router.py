@@ -307,7 +307,7 @@ def test_hot_reload_uses_the_new_threshold_and_keeps_the_last_good_policy(tmp_pa
 
 
 def test_a_bad_policy_at_start_is_a_clear_error(tmp_path):
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     path = tmp_path / "policy.yaml"
     path.write_text("version: 1\ncapabilities:\n  x: {supported: true, threshold: 3}\n")
@@ -319,7 +319,7 @@ def test_a_policy_derived_in_code_is_stamped_from_its_content_and_a_too_long_ver
     """`Policy.with_`: the same changes give the same version, other changes another; the file version
     and a tag stay readable in front of the digest; policy_version holds 64 characters."""
     from router.policy import default_policy
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     base = default_policy()
     once, again = base.with_("canary", l1_enabled=False), base.with_("canary", l1_enabled=False)

@@ -191,7 +191,7 @@ def test_a_policy_value_of_the_wrong_type_is_one_config_error_naming_it(yaml_tex
     """A reload must keep the last good policy on a bad file: a wrong type is a ConfigError, never a TypeError
     from deep in a comparison."""
     from router.policy import parse
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse("version: 1\n" + yaml_text, "p.yaml")

@@ -567,7 +567,7 @@ def test_every_event_is_contract_v2_and_json_round_trips(tmp_path):
     ],
 )
 def test_hostile_concurrency_and_breaker_settings_are_one_clear_error(tmp_path, edit, message):
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     path = tmp_path / "policy.yaml"
     text = DEFAULT_POLICY.read_text()
@@ -672,7 +672,7 @@ def test_seed000_capability_matrix_tool_whitelist_and_single_file(tmp_path, task
     ],
 )
 def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, message):
-    from routerscope.errors import ConfigError
+    from routerscope.core.errors import ConfigError
 
     bad = {"tools: [lookup, weather, set_timer, set_alarm]": "tools: weather", "single_file: true": "single_file: 2"}
     with pytest.raises(ConfigError, match=message):

@@ -15,7 +15,7 @@ import pytest
 from pipelines import timing
 from pipelines.definitions import defs
 from pipelines.ingest import ingest_job, ingest_sensor
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 UTC = UTC
 REPOSITORY = defs.get_repository_def()

@@ -23,7 +23,7 @@ from instrumentation.telemetry import InstrumentedRouter, Telemetry
 from router.backends import CloudResult
 from router.engine import Request, Router
 from router.request_store import RequestTextStore
-from routerscope import names
+from routerscope.core import names
 from tests.fakes import ScriptedCloud, ScriptedDevice
 from tests.unit.test_router import dev
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from routerscope.errors import ConfigError
-from routerscope.settings import Settings, WarehouseDsn
+from routerscope.core.errors import ConfigError
+from routerscope.core.settings import Settings, WarehouseDsn
 
 
 def test_defaults_put_everything_under_the_home(tmp_path):
@@ -97,6 +97,6 @@ def test_sasl_settings_reach_both_kafka_clients(tmp_path):
     ],
 )
 def test_the_free_space_floor_reads_a_share_a_size_or_both(raw, parsed):
-    from routerscope.settings import parse_min_free
+    from routerscope.core.settings import parse_min_free
 
     assert parse_min_free(raw) == parsed

@@ -25,8 +25,8 @@ from instrumentation.sdk import Recorder
 from instrumentation.telemetry import InstrumentedRouter, Telemetry
 from router.backends import CloudResult
 from router.engine import Request, Router
-from routerscope import names
-from routerscope.procs import free_port
+from routerscope.core import names
+from routerscope.core.procs import free_port
 from tests.unit.test_router import ScriptedCloud, ScriptedDevice, dev
 from tests.unit.test_sdk import ListEmitter
 

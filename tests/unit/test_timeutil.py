@@ -1,4 +1,4 @@
-"""UTC instants as text (`routerscope.timeutil`): one writer, one reader."""
+"""UTC instants as text (`routerscope.core.timeutil`): one writer, one reader."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from routerscope.timeutil import parse_utc, utc, utc_iso
+from routerscope.core.timeutil import parse_utc, utc, utc_iso
 
 
 def test_utc_takes_naive_times_as_utc_and_converts_aware_ones():

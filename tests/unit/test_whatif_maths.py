@@ -1,11 +1,11 @@
-"""The what-if's arithmetic on counts (warehouse/whatif.py), without a warehouse: the cost of new
+"""The what-if's arithmetic on counts (warehouse/analytics/whatif.py), without a warehouse: the cost of new
 fallbacks and the moved requests' shares (METRICS.md §14)."""
 
 from __future__ import annotations
 
 import pytest
 
-from warehouse import whatif
+from warehouse.analytics import whatif
 
 ROW = {
     "requests": 4,

@@ -1,4 +1,4 @@
-"""Queries of the alert engine (`warehouse.alerting`): the metric windows a rule reads, the pipeline
+"""Queries of the alert engine (`warehouse.analytics.alerting`): the metric windows a rule reads, the pipeline
 signals (freshness, data quality, quarantine) read as of the evaluation time, the stored
 alert episodes and their delivery attempts; and the dashboard's list of alerts.
 
@@ -10,8 +10,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from routerscope import names
-from routerscope.timeutil import utc
+from routerscope.core import names
+from routerscope.core.timeutil import utc
 from warehouse.queries.common import named, utc_or_none, utc_text
 
 # The columns of one alert episode, in storage order (migration 0010).

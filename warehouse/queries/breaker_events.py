@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from routerscope.timeutil import utc
+from routerscope.core.timeutil import utc
 from warehouse.queries.common import dict_rows, named, utc_text
 
 TRANSITION_COLUMNS = ("event_time", "instance_id", "boundary", "seq", "from_state", "to_state", "trigger")

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from string import Template
 from typing import Any
 
-from routerscope import names
-from routerscope.timeutil import utc
+from routerscope.core import names
+from routerscope.core.timeutil import utc
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 

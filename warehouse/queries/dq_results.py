@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from routerscope import names
+from routerscope.core import names
 from warehouse.queries.common import named
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from routerscope import names
+from routerscope.core import names
 from warehouse.queries import decisions
 from warehouse.queries.common import named
 
@@ -23,7 +23,7 @@ ORDER BY kafka_topic, kafka_partition
 
 
 # The loader's resume point: per (topic, partition) the furthest next offset and the fingerprint of
-# the message before it (warehouse.loader: the broker must still hold that message).
+# the message before it (warehouse.ingest.loader: the broker must still hold that message).
 STORED_POSITIONS_SQL = named(
     "ingest_stored_positions",
     """

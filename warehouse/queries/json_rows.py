@@ -26,9 +26,9 @@ import hashlib
 import msgspec.inspect as mi
 
 from instrumentation.contract import CONTRACTS
-from routerscope import names
+from routerscope.core import names
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, RECORD_ID
 from warehouse.queries.common import named
-from warehouse.rows import FACTS, LEDGER_COLUMNS, RECORD_ID
 
 # Facts columns filled from a nested member of the event (the rest carry a field's own name).
 NESTED = {
@@ -60,7 +60,7 @@ INSERT_SETTINGS = {
     "date_time_input_format": "best_effort",
     "input_format_skip_unknown_fields": 0,
     "input_format_null_as_default": 1,
-    # the run-scoped token reaches the views' inserts (see warehouse/loader.py on tokens)
+    # the run-scoped token reaches the views' inserts (see warehouse/ingest/loader.py on tokens)
     "deduplicate_blocks_in_dependent_materialized_views": 1,
 }
 # Embedded, the warehouse parses in the loader's process: its parallel parsing threads only take the

@@ -157,7 +157,7 @@ def calibration(
 
 # METRICS.md §6 `local_pass_rate`: per task type, the labeled device attempts grouped by confidence (a
 # block per distinct value: its events and how many passed), ascending: the input of the
-# pool-adjacent-violators fit (`warehouse.stats.isotonic_blocks`). Read from the materialized window.
+# pool-adjacent-violators fit (`warehouse.analytics.stats.isotonic_blocks`). Read from the materialized window.
 _CONFIDENCE_BLOCKS_SELECT = """
 SELECT task_type, confidence, count() AS n, countIf(acceptable) AS passed
 FROM cal

@@ -42,9 +42,9 @@ from instrumentation.contract import (
     Contract,
 )
 from instrumentation.events import V2_ONLY_ATTEMPT_FIELDS, V2_ONLY_FIELDS, V2_ONLY_REASONS
-from routerscope import names
+from routerscope.core import names
+from warehouse.ingest.rows import FACTS
 from warehouse.queries.common import named
-from warehouse.rows import FACTS
 
 LANDING_TABLE = names.TABLES[names.TABLE_LANDING]
 LANDING_COLUMNS = (

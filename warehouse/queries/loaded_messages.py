@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 
-from routerscope import names
-from routerscope.timeutil import parse_utc
+from routerscope.core import names
+from routerscope.core.timeutil import parse_utc
+from warehouse.ingest.rows import LEDGER_COLUMNS, RECORD_ID
 from warehouse.queries.common import named
 from warehouse.queries.landing import LOADABLE, staging_table
-from warehouse.rows import LEDGER_COLUMNS, RECORD_ID
 
 # Constant pieces of the statements below (named() puts them in before it spells the tables).
 FRAGMENTS = {"ledger_columns": ", ".join(LEDGER_COLUMNS), "loadable": LOADABLE}

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from routerscope import names
+from routerscope.core import names
 from warehouse.queries.common import QueryWindow, dict_rows, named, utc_or_none, utc_text
 
 OVERALL_KEY = ""  # task_type of the overall row
@@ -71,7 +71,7 @@ def _metric_row(grain: str, task_type: str, start: datetime, end: datetime, g: d
 
 
 def write_window(client, grain: str, start: datetime, end: datetime, result: dict[str, Any]) -> int:
-    """Store one computed window (`warehouse.metrics.compute` output); returns the rows written."""
+    """Store one computed window (`warehouse.analytics.metrics.compute` output); returns the rows written."""
     rows = [_metric_row(grain, OVERALL_KEY, start, end, result["overall"])]
     rows += [_metric_row(grain, t, start, end, g) for t, g in result["by_task_type"].items()]
     client.insert(names.TABLES[names.TABLE_METRIC_WINDOWS], rows, column_names=list(METRIC_COLUMNS))

@@ -1,4 +1,4 @@
-"""The data frames the data-quality checks read (`warehouse.quality`), one window at a time.
+"""The data frames the data-quality checks read (`warehouse.analytics.quality`), one window at a time.
 
 Each frame is one row per event (or per Kafka partition, or one row of figures) carrying the
 columns the checks test; where a check needs a derived value, the frame computes it here as an
@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from routerscope import names
+from routerscope.core import names
+from warehouse.ingest.rows import DECISION_COLUMNS
 from warehouse.queries.breaker_events import CHAIN_ORDER
 from warehouse.queries.common import QueryWindow, named, utc_text
-from warehouse.rows import DECISION_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,7 +160,7 @@ ORDER BY kafka_partition
 """,
 )
 
-# One row of pipeline figures for the window (`warehouse.quality.frames.stats_frame` turns them into
+# One row of pipeline figures for the window (`warehouse.analytics.quality.frames.stats_frame` turns them into
 # the shares and ratios the checks read).
 STATS_SQL = named(
     "dq_window_stats",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from routerscope import names
+from routerscope.core import names
 from warehouse.queries.common import QueryWindow, dict_rows, named
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES, WINDOW_TABLE
 from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from routerscope import names
+from routerscope.core import names
 from warehouse.queries.common import named, utc_or_none
 
 BOOTSTRAP = (

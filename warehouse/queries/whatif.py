@@ -17,7 +17,7 @@ recorded threshold its route is unknown: the router judges the retry's answer ag
 and the event records only the first attempt's confidence. Such events count as `unknown` and are left out
 of the candidate's device-served and missed-fallback figures (never counted as served).
 
-The SQL returns counts and sums; `warehouse/whatif.py` does the rates, the
+The SQL returns counts and sums; `warehouse/analytics/whatif.py` does the rates, the
 intervals and the cost of the new fallbacks (their all-cloud cost, else the task type's mean cloud cost)."""
 
 from __future__ import annotations

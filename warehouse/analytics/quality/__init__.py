@@ -18,10 +18,10 @@ failed blocking asset check, which stops the window's metric asset. GX Data Docs
 `ROUTERSCOPE_HOME/gx/data_docs`.
 """
 
-from warehouse.quality.checks import CHECKS, FRAMES, SCHEMA_VERSIONS, Check, Limit, Thresholds
-from warehouse.quality.frames import FUTURE_ALLOWANCE, frames, latest_window
-from warehouse.quality.report import CheckResult, QualityReport
-from warehouse.quality.suites import run_suites, store
+from warehouse.analytics.quality.checks import CHECKS, FRAMES, SCHEMA_VERSIONS, Check, Limit, Thresholds
+from warehouse.analytics.quality.frames import FUTURE_ALLOWANCE, frames, latest_window
+from warehouse.analytics.quality.report import CheckResult, QualityReport
+from warehouse.analytics.quality.suites import run_suites, store
 from warehouse.queries.quality import INVARIANT_SQL
 
 __all__ = [

@@ -29,7 +29,7 @@ How a crash at any moment neither loses nor doubles rows:
 
 **Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
 validates each message in Python (instrumentation/contract.py; large chunks in a worker process beside
-this one, warehouse/parsing.py, results taken back in consumed order) and inserts the valid events'
+this one, warehouse/ingest/parsing.py, results taken back in consumed order) and inserts the valid events'
 canonical JSON lines through an input table whose views fill the facts table and the ledger in one
 insert (warehouse/queries/json_rows.py). `sql` lands the batch's raw messages in
 the warehouse in one insert and lets it parse and validate them (warehouse/queries/landing.py); its
@@ -90,15 +90,15 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from routerscope import names
-from routerscope.errors import BrokerUnavailable, RouterscopeError, WarehouseError
-from routerscope.kafka import check_reachable, fetched_end, librdkafka_config
-from routerscope.settings import Settings
+from routerscope.core import names
+from routerscope.core.errors import BrokerUnavailable, RouterscopeError, WarehouseError
+from routerscope.core.kafka import check_reachable, fetched_end, librdkafka_config
+from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
-from warehouse.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
+from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
 from warehouse.queries.landing import LANDING_COLUMNS
-from warehouse.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 
 # Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
 # from raw bytes landed in one insert; warehouse/queries/landing.py). Same rules, same tables.
@@ -256,7 +256,7 @@ class _Batch:
         return self.counts[(topic, partition)]
 
     def add_parsed(self, topic: str, partition: int, offset: int, message, parsed: tuple, landed: bool) -> None:
-        """Add one message with its `parse_chunk` result (warehouse/parsing.py)."""
+        """Add one message with its `parse_chunk` result (warehouse/ingest/parsing.py)."""
         counts = self._note(topic, partition, offset, message)
         if parsed[0] is not None:  # valid: its JSON line (the insert writes its facts and ledger rows)
             months, partitions, offsets, messages, lines = self.events[topic]
@@ -362,7 +362,7 @@ class Loader:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.parser = parser
         # python parser: large chunks are parsed by a worker process while this one consumes and
-        # inserts (warehouse/parsing.py); False parses everything here
+        # inserts (warehouse/ingest/parsing.py); False parses everything here
         self.parse_worker = parse_worker
         self._worker: ParseWorker | None = None
         self._pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
@@ -948,7 +948,7 @@ def _values(items: list) -> list[tuple]:
 
 def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> set:
     """The `pending` partitions not yet read to their end. A partition's end is noted once a fetch
-    response for it has arrived (routerscope.kafka.fetched_end) and kept: a producer writing during
+    response for it has arrived (routerscope.core.kafka.fetched_end) and kept: a producer writing during
     the run cannot keep it going. A value below the stored position is not an end (a broker that
     lost the messages: the check after draining says so); a partition whose fetch responses carry
     none ends by partition-EOF or the idle timeout."""

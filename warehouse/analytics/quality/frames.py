@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from warehouse.analytics.stats import ratio
 from warehouse.queries import decisions
 from warehouse.queries import quality as queries
 from warehouse.queries.common import QueryWindow, utc_or_none
-from warehouse.stats import ratio
 
 if TYPE_CHECKING:
     import pandas as pd

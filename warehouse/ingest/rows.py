@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from msgspec import UNSET
 
-from routerscope import names
+from routerscope.core import names
 
 _UTC = UTC
 

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from routerscope.timeutil import utc_iso
-from warehouse.quality.checks import FRAMES, Check
+from routerscope.core.timeutil import utc_iso
+from warehouse.analytics.quality.checks import FRAMES, Check
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 BROKER_RECORD = "broker.json"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -172,7 +172,7 @@ class Settings:
     kafka_security: KafkaSecurity
     topic_partitions: int
     alert_webhook: str | None
-    alert_rules: Path | None = None  # None: the defaults shipped in warehouse/alerting/alert_rules.yaml
+    alert_rules: Path | None = None  # None: the defaults shipped in warehouse/analytics/alerting/alert_rules.yaml
     # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
     warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from warehouse.quality.checks import Check, Thresholds
+from warehouse.analytics.quality.checks import Check, Thresholds
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from routerscope.errors import ConfigError
-from routerscope.timeutil import utc
-from warehouse.alerting.delivery import Notifier
-from warehouse.alerting.evaluate import (
+from routerscope.core.errors import ConfigError
+from routerscope.core.timeutil import utc
+from warehouse.analytics.alerting.delivery import Notifier
+from warehouse.analytics.alerting.evaluate import (
     RECENTLY,
     Alert,
     BreachStreak,
@@ -32,7 +32,7 @@ from warehouse.alerting.evaluate import (
     transitions,
     with_changes,
 )
-from warehouse.alerting.rules import GRAINS, WINDOW_SIGNALS, Rule, load_rules
+from warehouse.analytics.alerting.rules import GRAINS, WINDOW_SIGNALS, Rule, load_rules
 from warehouse.queries import alerts as store
 from warehouse.queries import breaker_events, decisions, schema_migrations
 
@@ -115,7 +115,7 @@ def breaker_verdict(client, rule: Rule, now: datetime) -> BreachStreak:
 def pipeline_signal(client, metric: str, now: datetime):
     """A pipeline signal's value as of `now`."""
     if metric == "pipeline.freshness_lag_s":
-        from warehouse.quality import FUTURE_ALLOWANCE
+        from warehouse.analytics.quality import FUTURE_ALLOWANCE
 
         # events dated past now + the allowance (clock errors) must not hide stale ingest
         newest = decisions.newest_event(client, now + FUTURE_ALLOWANCE)

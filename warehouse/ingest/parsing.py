@@ -6,7 +6,7 @@ So the loader hands large chunks of message values to one worker process (a new 
 fork: the loader's own process holds the warehouse engine's threads) and goes on consuming and
 inserting while the worker parses. The worker is a pure function of the bytes it is given: it
 writes nothing, keeps nothing, and every warehouse write, position and ledger row stays in the
-loader's process and in the loader's order, so the guarantees of warehouse/loader.py are unchanged.
+loader's process and in the loader's order, so the guarantees of warehouse/ingest/loader.py are unchanged.
 If the worker cannot be started or dies, the loader parses in its own process (and says so once).
 """
 
@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from instrumentation.contract import CONTRACTS
-from warehouse.rows import RECORD_ID
+from warehouse.ingest.rows import RECORD_ID
 
 # A chunk's result not back after this long (a stuck worker) is parsed in the loader's process.
 WORKER_TIMEOUT_S = 120.0
@@ -92,7 +92,8 @@ class ParseWorker:
         return future
 
     def _start(self) -> None:
-        code = f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; import warehouse.parsing as w; w.serve()"
+        path = [p for p in sys.path if p]
+        code = f"import sys; sys.path[:0] = {path!r}; import warehouse.ingest.parsing as w; w.serve()"
         # A session of its own: a terminal's Ctrl-C goes to the loader's process group, and the loader
         # (which prints one line) decides; the worker ends when its input does, however the loader ends.
         self._process = subprocess.Popen(

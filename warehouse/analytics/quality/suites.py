@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from warehouse.quality import gx
-from warehouse.quality.checks import CHECKS, Check, Thresholds
-from warehouse.quality.frames import frames
-from warehouse.quality.report import QualityReport, check_result, skipped
+from warehouse.analytics.quality import gx
+from warehouse.analytics.quality.checks import CHECKS, Check, Thresholds
+from warehouse.analytics.quality.frames import frames
+from warehouse.analytics.quality.report import QualityReport, check_result, skipped
 from warehouse.queries import dq_results
 from warehouse.queries.common import QueryWindow
 

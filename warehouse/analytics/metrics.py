@@ -1,7 +1,7 @@
 """The metrics of METRICS.md for one window, in the exact JSON shape `routerscope metrics --json` prints.
 
 The warehouse queries (`warehouse/queries/`) compute the counts and rates in SQL; this module puts
-them in the documented shape and applies the statistics of `warehouse/stats.py` (Wilson intervals,
+them in the documented shape and applies the statistics of `warehouse/analytics/stats.py` (Wilson intervals,
 two-proportion z, PSI) to those counts. `compute` reads the window once, into the temporary table of
 `decisions.materialized_window` that its window queries read.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from warehouse import stats
+from warehouse.analytics import stats
 from warehouse.queries import decisions as decision_queries
 from warehouse.queries import labels as label_queries
 from warehouse.queries import review as review_queries

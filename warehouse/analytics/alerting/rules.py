@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from routerscope.errors import ConfigError
+from routerscope.core.errors import ConfigError
 
 DEFAULT_RULES = Path(__file__).with_name("alert_rules.yaml")
 GRAINS = {"5m": timedelta(minutes=5), "1d": timedelta(days=1), "now": None}

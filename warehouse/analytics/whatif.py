@@ -14,8 +14,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from warehouse import stats
-from warehouse.metrics import iso, metric_group
+from routerscope.core.text import ci as _ci
+from routerscope.core.text import money as _money
+from routerscope.core.text import pct as _pct
+from warehouse.analytics import stats
+from warehouse.analytics.metrics import iso, metric_group
 from warehouse.queries import decisions as decision_queries
 from warehouse.queries import whatif as whatif_queries
 from warehouse.queries.common import QueryWindow
@@ -255,3 +258,25 @@ def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]
             if value is None:
                 lines.append(f"{t}: {key} is unknown (nothing labeled behind it)")
     return lines
+
+
+def recorded(threshold: dict[str, Any]) -> str:
+    """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
+    low, high = threshold["min"], threshold["max"]
+    return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
+
+
+# (label, the cell of one block): the rows of the side-by-side table (`routerscope whatif` and the tuning page)
+ROWS = (
+    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
+    (
+        "false fallbacks (quality)",
+        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
+    ),
+    (
+        "missed fallbacks",
+        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
+    ),
+    ("cloud calls", lambda b: str(b["cloud_calls"])),
+    ("cost", lambda b: _money(b["cost_usd"])),
+)

@@ -14,8 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from routerscope.timeutil import utc
-from warehouse.alerting.evaluate import Alert
+from routerscope.core.timeutil import utc
+from warehouse.analytics.alerting.evaluate import Alert
 
 DEFAULT_RETRIES = 3
 DEFAULT_BACKOFF_S = 0.5  # before the 2nd attempt; doubled before each further one

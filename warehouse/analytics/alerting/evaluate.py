@@ -1,6 +1,6 @@
 """The pure part of alerting: a rule over a series (the consecutive-window streak), and the episode
 lifecycle (fired → still firing → resolved) as functions over the stored episodes. No I/O here: the
-engine (`warehouse.alerting.engine`) reads the series and the episodes, calls these, and stores and
+engine (`warehouse.analytics.alerting.engine`) reads the series and the episodes, calls these, and stores and
 delivers what they return.
 
 A rule fires when its last `windows` consecutive windows all breach, each with at least `min_n`
@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from routerscope.timeutil import utc_iso
-from warehouse.alerting.rules import GRAINS, Rule
+from routerscope.core.timeutil import utc_iso
+from warehouse.analytics.alerting.rules import GRAINS, Rule
 from warehouse.queries.alerts import ALERT_COLUMNS
 
 # A resolved episode is listed (and re-read by the next evaluation) for this long.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import time
 
-from routerscope import names
-from routerscope.errors import BrokerUnavailable, ConfigError
-from routerscope.settings import Settings
+from routerscope.core import names
+from routerscope.core.errors import BrokerUnavailable, ConfigError
+from routerscope.core.settings import Settings
 
 # kafka-python logs every failed connection attempt; the command line reports one clear line instead.
 logging.getLogger("kafka").setLevel(logging.CRITICAL)

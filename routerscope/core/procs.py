@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from routerscope.errors import RouterscopeError
+from routerscope.core.errors import RouterscopeError
 
 PR_SET_PDEATHSIG = 1
 

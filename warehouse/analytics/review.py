@@ -12,12 +12,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from router.policy import Policy, RolloutLimits
-from warehouse.metrics import iso
+from warehouse.analytics.metrics import iso
+from warehouse.analytics.stats import ratio
 from warehouse.queries import decisions
 from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
-from warehouse.stats import ratio
 
 VETO_ERROR_COST = 0.7  # seed 004 §2: "错误代价是唯一否决项", decided before any score
 DEFAULT_ERROR_COST = 0.5
@@ -404,3 +404,39 @@ def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list
             verdict["percent"] = stage.percent
         out[task_type] = verdict
     return {"window": _window(window, days), "policy_version": policy.version, "task_types": out}
+
+
+def divergence_counts(home) -> dict[str, dict[str, int]]:
+    """Divergence samples kept in the request-text store under `home`, per task type and stage ({} without a
+    store)."""
+    from router.request_store import RequestTextStore, store_path
+
+    path = store_path(home)
+    if not path.exists():
+        return {}
+    with RequestTextStore(path) as store:
+        counts = store.divergence_counts()
+    found: dict[str, dict[str, int]] = {}
+    for (task_type, stage), n in counts.items():
+        found.setdefault(task_type, {})[stage] = n
+    return found
+
+
+def weekly_review(client, policy: Policy, window: QueryWindow, home) -> dict[str, Any]:
+    """The weekly review over `window`, the one builder behind `routerscope report` and the tuning page: the
+    device ledger and the all-cloud saving, grading, readiness and the two side by side, the rollout stage
+    tracker and the divergence samples kept under `home`. The task rows are read once for both reports."""
+    rows = review_queries.task_review(client, window)
+    grading = grading_report(client, policy, window, rows)
+    ready = readiness_report(client, policy, window, rows)
+    return {
+        "window": {"start": iso(window.start), "end": iso(window.end)},
+        "ledger": review_queries.device_ledger(client, window),
+        "cost": review_queries.all_cloud_cost(client, window),
+        "grading": grading,
+        "readiness": ready,
+        "side_by_side": side_by_side(grading, ready),
+        "rollout": rollout_report(client, policy, window),
+        "tier_memory_mb": {t: v["memory_mb"] for t, v in policy.device_tiers.items()},
+        "divergences": divergence_counts(home),
+    }

@@ -8,10 +8,10 @@
 Episodes are stored in `alerts` with the windows and values that tripped them and the rule file's
 version; every delivery attempt in `alert_deliveries`."""
 
-from warehouse.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
-from warehouse.alerting.engine import pipeline_signal, run
-from warehouse.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
-from warehouse.alerting.rules import DEFAULT_RULES, Rule, load_rules
+from warehouse.analytics.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
+from warehouse.analytics.alerting.engine import pipeline_signal, run
+from warehouse.analytics.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
+from warehouse.analytics.alerting.rules import DEFAULT_RULES, Rule, load_rules
 
 __all__ = [
     "DEFAULT_RULES",

@@ -1,0 +1,26 @@
+"""How numbers read, in the terminal and on the pages alike: one definition of a percentage, a plain
+number, an interval and a cost. An unknown value reads "—", never 0 or nan."""
+
+from __future__ import annotations
+
+DASH = "—"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    """0.1234 → "12.3%"."""
+    return DASH if value is None else f"{100 * value:.{digits}f}%"
+
+
+def num(value: float | None, digits: int = 2) -> str:
+    """1234.5 → "1,234.50"."""
+    return DASH if value is None else f"{value:,.{digits}f}"
+
+
+def ci(interval, digits: int = 1) -> str:
+    """A 95 % interval after its value: " [10.0%, 14.2%]"; nothing when it is unknown."""
+    return "" if interval is None else f" [{pct(interval[0], digits)}, {pct(interval[1], digits)}]"
+
+
+def money(value: float | None) -> str:
+    """US dollars to a hundredth of a cent: "$1,234.5678"."""
+    return DASH if value is None else f"${value:,.4f}"

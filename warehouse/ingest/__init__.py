@@ -1,0 +1,1 @@
+"""Kafka → warehouse: the loader (effectively once), its parse worker and the rows it inserts."""
