@@ -18,6 +18,21 @@ row with plain SQL in `tests/e2e/test_sim_calibration.py`):
 | time | monotone per router instance | - | `SimClock` |
 | concurrency | overlapping requests, `device_busy` | seed 004 §6 | `arrivals`, `FleetRouter` |
 
+The fleet's alert limits (`router/sim/alert_rules.yaml`, what the demo evaluates unless ROUTERSCOPE_ALERT_RULES
+names another file): the shipped rules with per task type `limits` set from the calm baseline above
+(`router.sim.baseline`, pooled over seeds 1-5 and 11), each the calm rate moved by a margin and rounded away
+from it to the next 0.05 (docs/metrics.md §3b: a confidence-gated task type falls back by design):
+
+| rule (calm rate, margin) | intent_classify | short_reply | short_summary | slot_extract | tool_call |
+|---|---|---|---|---|---|
+| fallback_rate_high (fallback rate, +0.15) | 0.20 → 0.40 | 0.35 → 0.50 | 0.44 → 0.60 | 0.25 → 0.45 | 0.33 → 0.50 |
+| rollback_degrade_trigger (interval low, +0.10) | 0.20 → 0.30 | 0.34 → 0.45 | 0.42 → 0.55 | 0.24 → 0.35 | 0.32 → 0.45 |
+| rollback_route_accuracy (interval high, −0.05) | 0.90 → 0.80 | 0.81 → 0.75 | 0.76 → 0.70 | 0.88 → 0.80 | 0.86 → 0.80 |
+| false_fallback_high (daily, +0.10) | 0.13 → 0.25 | 0.33 → 0.45 | 0.31 → 0.45 | 0.19 → 0.30 | 0.16 → 0.30 |
+
+With them the calm windows raise no rollback, and the push raises `short_reply`'s (degrade trigger 0.80
+against 0.45, route accuracy 0.49 against 0.75).
+
 * Device: per task type, confidence from its shape's buckets (`router.sim.texts.CONFIDENCE`); a degraded
   L1 retry scores near the first try. Whether an answer is acceptable follows the shape's pass curve, except
   that short_summary's top confidence bucket is deliberately over-confident.

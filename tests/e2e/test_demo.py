@@ -3,6 +3,7 @@ metric windows with alerts, the daily data-quality suites and metrics."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -33,8 +34,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert out["loaded"]["decisions"] == 20_003  # the 3 corrupted messages are quarantined, not loaded
         fired = " ".join(out["fired"])
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
-        # Rollback recommendations (METRICS §3b): the cloud outage (minutes 24-36) moves none of the signals;
-        # the push (minutes 90-108) recommends rolling short_reply back, on both of its signals.
+        # Rollback recommendations (docs/metrics.md §3b), judged by the simulated fleet's rules (the demo's default,
+        # router/sim/alert_rules.yaml: per task type limits above each calm baseline): calm windows raise none; the
+        # cloud outage (minutes 24-36) moves none of the signals; the thermal episode (54-78) stays under them; the
+        # push (minutes 90-108) recommends rolling short_reply back, on both of its signals, and is over by the end.
         start_minute = sim["start"].hour * 60 + sim["start"].minute
 
         def minute(entry: str) -> int:  # "rule|task at HH:MM" → minutes since the simulated start
@@ -45,10 +48,12 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # stamped with the window that first holds it, up to 5 minutes before the episode's first minute)
         rollbacks = [(e.split(" at ")[0], minute(e)) for e in out["fired"] if e.startswith("rollback_")]
         assert not [r for r in rollbacks if 24 - 5 <= r[1] < 36 + 5], rollbacks
+        assert rollbacks and all(90 - 5 <= m < 108 + 5 for _, m in rollbacks), rollbacks  # none in calm or thermal
         assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {
             "rollback_degrade_trigger|short_reply",
             "rollback_route_accuracy|short_reply",
         }, rollbacks
+        assert not [key for key in out["firing"] if key.startswith("rollback_")], out["firing"]  # resolved after
         # the cloud outage (minutes 24-36) raises cloud_breaker_open for its windows (read per window from
         # breaker_events, not the breaker's latest state) and it has resolved by the end
         breaker = [minute(e) for e in out["fired"] if e.split(" at ")[0].rstrip("|") == "cloud_breaker_open"]
@@ -58,6 +63,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         start = sim["start"]
         with open_warehouse(settings) as client:
             rows = client.query("SELECT rules FROM routerscope.quarantine").result_rows
+            pushed_episodes = client.query(
+                "SELECT rule, argMax(trip_values, last_seen) FROM routerscope.alerts WHERE task_type = 'short_reply' "
+                "GROUP BY rule"
+            ).result_rows
             live = client.query(
                 "SELECT entered_device, device_model, confidence_source, reason FROM routerscope.decisions "
                 "WHERE app_id = 'live-sample'"
@@ -69,6 +78,16 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
             calm_window = QueryWindow(start + timedelta(minutes=0.30 * 120), start + timedelta(minutes=0.45 * 120))
             task_type, pushed_threshold = PUSHED_THRESHOLD
             predicted = whatif.compute(client, calm_window, {task_type: pushed_threshold})["by_task_type"][task_type]
+        # each push episode names the limit that applied: short_reply's own, the shipped default beside it
+        limits = {
+            rule: (trip["limit"], trip.get("default_limit"))
+            for rule, trip in ((r, json.loads(t)) for r, t in pushed_episodes)
+        }
+        assert limits == {
+            "fallback_rate_high": (0.50, 0.30),
+            "rollback_degrade_trigger": (0.45, 0.05),
+            "rollback_route_accuracy": (0.75, 0.95),
+        }, limits
         assert len(rows) == 3  # the quarantine holds exactly what the simulator corrupted
         # real logprob confidence, marked by device_model (the latency gate may send a request straight
         # to the cloud once the device has measured itself slow: then it never entered the device)
