@@ -339,9 +339,9 @@ def review(start: datetime | None = None, end: datetime | None = None, days: flo
 def divergence_samples(limit: int = 20) -> pd.DataFrame:
     """The newest divergence samples from the request-text store, without their texts (those stay in the
     store, for the review and the replay): request id, task type, stage, input length, answer hashes."""
-    from router.request_store import RequestTextStore, store_path
+    from router.request_store import RequestTextStore
 
-    path = store_path(_settings().home)
+    path = _settings().request_texts_path
     if not path.exists():
         return pd.DataFrame()
     with RequestTextStore(path) as store:

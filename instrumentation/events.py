@@ -21,6 +21,7 @@ would accept it), patterns are anchored with `\\A…\\Z` (so a trailing newline 
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -166,6 +167,30 @@ class DecisionEvent(_Event, frozen=True):
     device_stats: DeviceStats | None = None
     all_cloud_cost_usd: NonNegFloat | UnsetType = UNSET
     rollout_stage: RolloutStage | UnsetType = UNSET
+
+
+# Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
+_ABSENT_WHEN_NONE = (
+    "confidence_source",
+    "network",
+    "has_pii",
+    "breaker",
+    "cost_usd",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+)
+
+
+def new_decision(**fields) -> DecisionEvent:
+    """A decision event of the newest schema version with a fresh `event_id`: the one builder behind the
+    router (`router.engine`) and the SDK for any other router (`instrumentation.sdk`). A None for a field
+    the contract leaves absent (`confidence_source`, `network`, …) leaves it absent."""
+    for name in _ABSENT_WHEN_NONE:
+        if fields.get(name, UNSET) is None:
+            fields[name] = UNSET
+    fields.setdefault("schema_version", DECISION_SCHEMA_VERSIONS[-1])
+    fields.setdefault("event_id", str(uuid.uuid4()))
+    return DecisionEvent(**fields)
 
 
 class LabelEvent(_Event, frozen=True):

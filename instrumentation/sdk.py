@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from msgspec import UNSET
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
@@ -39,7 +38,6 @@ from instrumentation import attributes as A
 from instrumentation import pii
 from instrumentation.contract import DECISION_INVARIANTS, DECISIONS, LABELS
 from instrumentation.events import (
-    DECISION_SCHEMA_VERSIONS,
     FALLBACK_TYPES,
     OUTCOMES,
     REASONS,
@@ -47,6 +45,7 @@ from instrumentation.events import (
     DecisionEvent,
     DeviceStats,
     LabelEvent,
+    new_decision,
 )
 from instrumentation.pii import UUID, scrub
 from routerscope.core import names
@@ -142,13 +141,14 @@ class Recorder:
         """A recorder that reads the same environment as the command line: `ROUTERSCOPE_KAFKA_BOOTSTRAP`
         (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
         from instrumentation.emitter import KafkaEmitter
-        from instrumentation.telemetry import Telemetry, producer_config
+        from instrumentation.telemetry import Telemetry
+        from routerscope.core.kafka import producer_config
         from routerscope.core.settings import Settings
 
         settings = Settings.from_env(env)
         if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line
             pii.configure(settings.home)
-        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool")
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path)
         return cls(Telemetry(emitter, tracer_provider, meter_provider), **options)
 
     @property
@@ -671,9 +671,7 @@ class Decision:
             elapsed = (time.perf_counter() - self._perf) * 1000
         else:  # recorded after the fact: the attempts' time
             elapsed = sum(a.latency_ms for a in self.attempts)
-        event = DecisionEvent(
-            schema_version=DECISION_SCHEMA_VERSIONS[-1],  # the newest: v2 adds optional fields only
-            event_id=str(uuid.uuid4()),
+        event = new_decision(  # the newest schema version: v2 adds optional fields only
             event_time=datetime.fromtimestamp(self._started_ns / 1e9, UTC),
             request_id=self.request_id,
             session_id=self.session_id,
@@ -695,17 +693,17 @@ class Decision:
             policy_version=self.policy_version,
             app_id=self.app_id,
             app_version=self.app_version,
-            confidence_source=self.confidence_source or ("none" if entered else UNSET),
+            confidence_source=self.confidence_source or ("none" if entered else None),
             ttft_ms=self.ttft_ms,
-            network=self.network or UNSET,
+            network=self.network or None,
             device_tier=self.device_tier,
             has_pii=self.has_pii,
             device_model=self.device_model if entered else None,
             cloud_model=self.cloud_model,
             shadow_agree=shadow_agree,
-            cost_usd=cost if cost is not None else UNSET,
-            all_cloud_cost_usd=all_cloud_cost_usd if all_cloud_cost_usd is not None else UNSET,
-            rollout_stage=rollout_stage if rollout_stage is not None else UNSET,
+            cost_usd=cost,
+            all_cloud_cost_usd=all_cloud_cost_usd,
+            rollout_stage=rollout_stage,
             device_stats=_device_stats(device_stats),
         )
         check(event)

@@ -7,7 +7,7 @@ No Dagster import here: the command line stays quick to start."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from routerscope.core.settings import Settings
@@ -76,3 +76,101 @@ def evaluate_alerts(settings: Settings, now: datetime | None = None, notifier=No
         notifier = alerting.WebhookNotifier(settings.alert_webhook)
     with unit_of_work(settings, purpose="alerts") as client:
         return alerting.run(client, rules_path=settings.alert_rules, notifier=notifier, now=now)
+
+
+def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str, Any]:
+    """The weekly replay's unit of work (`pipelines/replay.py` has the why): sample the window's unreplayed
+    fallbacks that have a stored text, re-run each through the device model in a worker process, judge it,
+    publish its `offline_replay` label to Kafka, and re-run a few requests of each task type for determinism.
+    `params`: the job's `pipelines.replay.ReplayConfig` (its fields are the knobs, defined there once).
+    Returns the run's figures (the asset's metadata); `log` takes its progress lines, `warn` (default `log`)
+    the labels a broker outage left spooled."""
+    from instrumentation.emitter import KafkaEmitter
+    from instrumentation.telemetry import Telemetry
+    from router.backends import OpenAICloud, gemma_path
+    from router.model_worker import WorkerDevice
+    from router.policy import PolicyStore
+    from router.replay import judge, label_for, rerun
+    from router.request_store import RequestTextStore
+    from routerscope.core import names
+    from routerscope.core.kafka import producer_config
+    from warehouse.queries.common import QueryWindow
+    from warehouse.queries.labels import replay_sample
+    from warehouse.queries.review import determinism_sample, store_reruns
+
+    end = datetime.fromisoformat(params.end) if params.end else datetime.now(UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    window = QueryWindow(end - timedelta(days=params.days), end)
+    with unit_of_work(settings, "replay sample") as client:
+        candidates = replay_sample(client, window, params.sample_size * 5, params.seed)  # over-fetch: some lack text
+        reruns = (
+            determinism_sample(client, window, params.determinism_per_task * 3, params.seed)
+            if params.determinism_per_task
+            else []
+        )
+    with RequestTextStore(settings.request_texts_path) as store:
+        texts = store.get([rid for rid, _, _ in candidates])
+        rerun_texts = store.get([rid for rid, _, _ in reruns])
+    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
+        : params.sample_size
+    ]
+    per_task: dict[str, int] = {}
+    to_rerun = []
+    for rid, task_type, event_time in reruns:  # the over-fetched sample, keeping those with text, per task type
+        if rid in rerun_texts and per_task.get(task_type, 0) < params.determinism_per_task:
+            per_task[task_type] = per_task.get(task_type, 0) + 1
+            to_rerun.append((rid, task_type, event_time))
+    log(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
+    policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
+    verdicts, delivered_labels, published, groups = [], 0, 0, []
+    cloud = OpenAICloud(params.cloud_url, {2: params.cloud_model}) if params.cloud_url else None
+    if chosen or to_rerun:
+        # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
+        device = WorkerDevice(
+            gemma_path(settings.home),
+            log_path=settings.model_worker_log_path,
+            n_ctx=512,
+            n_threads=1,
+            logprobs=False,
+        )  # the verdict needs no confidence
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)
+        tel = Telemetry(emitter)
+        try:
+            for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
+                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
+                verdicts.append(verdict)
+                label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
+                if label is not None:  # free text without a cloud answer: no verdict, no label
+                    tel.send(names.TOPIC_LABELS, rid, label)
+                    published += 1
+                if i % 10 == 0 or i == len(chosen):
+                    log(f"replayed {i}/{len(chosen)}")
+            for i, (rid, task_type, event_time) in enumerate(to_rerun, 1):
+                g = rerun(device, policy, rid, task_type, rerun_texts[rid][1], runs=params.reruns)
+                groups.append((rid, task_type, event_time, g.runs, g.agree, g.answer_hashes, device.model))
+                if i % 5 == 0 or i == len(to_rerun):
+                    log(f"determinism: re-ran {i}/{len(to_rerun)} requests {params.reruns} times")
+        finally:
+            device.close()
+            emitter.close(120)  # flushes; what cannot be sent stays in the spool for the next run
+        delivered_labels = emitter.counters()["delivered"]
+        if delivered_labels < published:
+            (warn or log)(f"labels still spooled (sent on the next run): {emitter.counters()}")
+    if groups:
+        with unit_of_work(settings, "replay determinism") as client:
+            store_reruns(client, groups)
+    acceptable = sum(bool(v.acceptable) for v in verdicts)
+    return {
+        "window_start": window.start.isoformat(),
+        "window_end": window.end.isoformat(),
+        "sampled": len(candidates),
+        "without_text": len(candidates) - len(texts),
+        "replayed": len(verdicts),
+        "acceptable": acceptable,
+        "published": delivered_labels,
+        "unjudged": sum(v.acceptable is None for v in verdicts),
+        "judged_by": {k: sum(v.judged_by == k for v in verdicts) for k in ("validator", "cloud_agreement", "none")},
+        "verdicts": {v.request_id: v.acceptable for v in verdicts},
+        "determinism_groups": len(groups),
+        "determinism_agreeing": sum(bool(g[4]) for g in groups),
+    }

@@ -14,8 +14,6 @@ live, device-entered requests of each task type (with stored text, not re-run be
 device `reruns` times each (`router.replay.rerun`); each group — agreed or not, and the answers'
 hashes, never the texts — is stored in `routerscope.replay_reruns` for the grading report."""
 
-from datetime import UTC, datetime, timedelta
-
 import dagster as dg
 
 from pipelines.resources import RouterscopeResource
@@ -37,99 +35,10 @@ class ReplayConfig(dg.Config):
     group_name="labels",
 )
 def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
-    from instrumentation.emitter import KafkaEmitter
-    from instrumentation.telemetry import Telemetry, producer_config
-    from router.backends import OpenAICloud, gemma_path
-    from router.model_worker import WorkerDevice
-    from router.policy import PolicyStore
-    from router.replay import judge, label_for, rerun
-    from router.request_store import RequestTextStore, store_path
-    from routerscope.core import names
-    from warehouse.queries.common import QueryWindow
-    from warehouse.queries.labels import replay_sample
-    from warehouse.queries.review import determinism_sample, store_reruns
+    from pipelines import core
 
-    settings = routerscope.settings()
-    end = datetime.fromisoformat(config.end) if config.end else datetime.now(UTC)
-    end = end if end.tzinfo else end.replace(tzinfo=UTC)
-    window = QueryWindow(end - timedelta(days=config.days), end)
-    with routerscope.warehouse("replay sample") as client:
-        candidates = replay_sample(client, window, config.sample_size * 5, config.seed)  # over-fetch: some lack text
-        reruns = (
-            determinism_sample(client, window, config.determinism_per_task * 3, config.seed)
-            if config.determinism_per_task
-            else []
-        )
-    with RequestTextStore(store_path(settings.home)) as store:
-        texts = store.get([rid for rid, _, _ in candidates])
-        rerun_texts = store.get([rid for rid, _, _ in reruns])
-    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
-        : config.sample_size
-    ]
-    per_task: dict[str, int] = {}
-    to_rerun = []
-    for rid, task_type, event_time in reruns:  # the over-fetched sample, keeping those with text, per task type
-        if rid in rerun_texts and per_task.get(task_type, 0) < config.determinism_per_task:
-            per_task[task_type] = per_task.get(task_type, 0) + 1
-            to_rerun.append((rid, task_type, event_time))
-    context.log.info(
-        f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}"
-    )
-    policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
-    verdicts, delivered_labels, published, groups = [], 0, 0, []
-    cloud = OpenAICloud(config.cloud_url, {2: config.cloud_model}) if config.cloud_url else None
-    if chosen or to_rerun:
-        # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
-        device = WorkerDevice(
-            gemma_path(settings.home),
-            log_path=settings.home / "model-worker.log",
-            n_ctx=512,
-            n_threads=1,
-            logprobs=False,
-        )  # the verdict needs no confidence
-        emitter = KafkaEmitter(producer_config(settings), settings.home / "spool", block_when_full=True)
-        tel = Telemetry(emitter)
-        try:
-            for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
-                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
-                verdicts.append(verdict)
-                label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
-                if label is not None:  # free text without a cloud answer: no verdict, no label
-                    tel.send(names.TOPIC_LABELS, rid, label)
-                    published += 1
-                if i % 10 == 0 or i == len(chosen):
-                    context.log.info(f"replayed {i}/{len(chosen)}")
-            for i, (rid, task_type, event_time) in enumerate(to_rerun, 1):
-                g = rerun(device, policy, rid, task_type, rerun_texts[rid][1], runs=config.reruns)
-                groups.append((rid, task_type, event_time, g.runs, g.agree, g.answer_hashes, device.model))
-                if i % 5 == 0 or i == len(to_rerun):
-                    context.log.info(f"determinism: re-ran {i}/{len(to_rerun)} requests {config.reruns} times")
-        finally:
-            device.close()
-            emitter.close(120)  # flushes; what cannot be sent stays in the spool for the next run
-        delivered_labels = emitter.counters()["delivered"]
-        if delivered_labels < published:
-            context.log.warning(f"labels still spooled (sent on the next run): {emitter.counters()}")
-    if groups:
-        with routerscope.warehouse("replay determinism") as client:
-            store_reruns(client, groups)
-    acceptable = sum(bool(v.acceptable) for v in verdicts)
-    return dg.MaterializeResult(
-        metadata={
-            "window_start": window.start.isoformat(),
-            "window_end": window.end.isoformat(),
-            "sampled": len(candidates),
-            "without_text": len(candidates) - len(texts),
-            "replayed": len(verdicts),
-            "acceptable": acceptable,
-            "published": delivered_labels,
-            "unjudged": sum(v.acceptable is None for v in verdicts),
-            "judged_by": {k: sum(v.judged_by == k for v in verdicts) for k in ("validator", "cloud_agreement", "none")},
-            "verdicts": {v.request_id: v.acceptable for v in verdicts},
-            "determinism_groups": len(groups),
-            "determinism_agreeing": sum(bool(g[4]) for g in groups),
-        }
-    )
+    figures = core.offline_replay(routerscope.settings(), config, context.log.info, context.log.warning)
+    return dg.MaterializeResult(metadata=figures)
 
 
 weekly_replay_job = dg.define_asset_job(

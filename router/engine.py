@@ -74,6 +74,7 @@ from instrumentation.events import (
     BreakerStates,
     DecisionEvent,
     DeviceStats,
+    new_decision,
 )
 from router.backends import (
     CloudBackend,
@@ -775,9 +776,8 @@ class Router:
             all_cloud = (
                 trace.prices.get(self.cloud.model_for(2), 0.0) * (trace.input_tokens + trace.output_tokens) / 1000
             )
-        return DecisionEvent(
+        return new_decision(
             schema_version=SCHEMA_VERSION,
-            event_id=str(uuid.uuid4()),
             event_time=self._now(),
             request_id=trace.request_id,
             session_id=req.session_id,

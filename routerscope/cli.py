@@ -176,7 +176,7 @@ def cmd_metrics(args, settings: Settings) -> int:
     if args.json:
         _print_json(result)
     else:
-        from routerscope.report import metrics_table
+        from routerscope.render import metrics_table
 
         print(metrics_table(result))
     return 0
@@ -186,6 +186,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     from datetime import timedelta
 
     from pipelines.core import unit_of_work
+    from routerscope import render
     from routerscope import whatif as whatif_cli
     from warehouse.analytics import whatif
     from warehouse.analytics.review import review_window
@@ -211,7 +212,7 @@ def cmd_whatif(args, settings: Settings) -> int:
     if args.json:
         _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
     else:
-        print(whatif_cli.render(result, hits))
+        print(render.whatif(result, hits))
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
@@ -315,13 +316,13 @@ def _evidence(signal: str, latest: dict) -> str:
 
 
 def cmd_report(args, settings: Settings) -> int:
-    from routerscope import review
+    from routerscope import render, review
 
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
     report = review.build(args.kind, settings, days=args.days, end=end)
-    _print_json(report) if args.json else print(review.render(args.kind, report))
+    _print_json(report) if args.json else print(render.review(args.kind, report))
     return 0
 
 
@@ -365,7 +366,7 @@ def cmd_demo(args, settings: Settings) -> int:
     except KeyboardInterrupt:
         print(
             "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
-            f"{settings.home / 'spool'}; loaded rows and the loader's positions are stored, so running "
+            f"{settings.spool_path}; loaded rows and the loader's positions are stored, so running "
             "`routerscope demo` again continues from here. The local broker keeps running (`routerscope broker stop`).",
             file=sys.stderr,
         )
@@ -421,7 +422,7 @@ def cmd_demo(args, settings: Settings) -> int:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
     return serve_dashboard(
-        args.dashboard_port, settings.home / "dashboard.log", open_browser=True, alert_rules=settings.alert_rules
+        args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
     )
 
 
@@ -494,7 +495,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
 
 
 def cmd_dashboard(args, settings: Settings) -> int:
-    return serve_dashboard(args.port, settings.home / "dashboard.log")
+    return serve_dashboard(args.port, settings.dashboard_log_path)
 
 
 # -- parser ---------------------------------------------------------------------------------------

@@ -47,12 +47,13 @@ def simulate(
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
     Request texts go to the request-text store (for the offline replay), never into events."""
     from instrumentation.emitter import KafkaEmitter, Message
-    from instrumentation.telemetry import Telemetry, producer_config
-    from router.request_store import RequestTextStore, store_path
+    from instrumentation.telemetry import Telemetry
+    from router.request_store import RequestTextStore
     from router.sim.fleet import Fleet, default_start
+    from routerscope.core.kafka import producer_config
 
     emitter = KafkaEmitter(
-        producer_config(settings), settings.home / "spool", block_when_full=True
+        producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     start = start or default_start(span)
@@ -60,7 +61,7 @@ def simulate(
     on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
     try:
-        with RequestTextStore(store_path(settings.home)) as texts:
+        with RequestTextStore(settings.request_texts_path) as texts:
             if live_requests:
                 live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
             fleet = Fleet(
@@ -119,7 +120,7 @@ def live_sample(
         file=sys.stderr,
     )
     model = gemma_path(settings.home)
-    cloud = StandInCloud(model, settings.home / "standin-cloud.log")
+    cloud = StandInCloud(model, settings.standin_cloud_log_path)
     device = None
     served: dict[str, int] = {}
     done = 0
@@ -127,7 +128,7 @@ def live_sample(
     try:
         # the model runs in a worker process: a native crash there cannot freeze this process (which holds
         # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
-        device = WorkerDevice(model, log_path=settings.home / "model-worker.log", n_ctx=512, n_threads=1)
+        device = WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1)
         cloud.wait_ready()
         t0 = time.monotonic()
         router = Router(
@@ -164,7 +165,7 @@ def live_sample(
             if bar:
                 bar.update(1)
             if device.crashed:
-                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.home / 'model-worker.log'}")
+                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.model_worker_log_path}")
         return {"requests": done, "served_by": served, "device_model": device.model}
     except Exception as exc:  # whatever failed, the live sample is optional: one line, and the fleet runs
         print(
@@ -197,9 +198,9 @@ def start_fresh(settings: Settings) -> None:
             "--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP"
         )
     broker.stop(settings)
-    for path in (settings.warehouse.path, settings.home / "spool"):
+    for path in (settings.warehouse.path, settings.spool_path):
         shutil.rmtree(path, ignore_errors=True)
-    (settings.home / SPAN_RECORD).unlink(missing_ok=True)
+    settings.demo_span_path.unlink(missing_ok=True)
     remove_store(settings.home)
     print(
         f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker",
@@ -259,7 +260,6 @@ def run(
     return out
 
 
-SPAN_RECORD = "demo-span.json"  # under the home: where the last completed demo's simulated span ended
 MIN_RERUN_SPAN = timedelta(minutes=10)  # a re-run's span at the least (two 5-minute windows)
 
 
@@ -267,7 +267,7 @@ def _previous_end(settings: Settings) -> datetime | None:
     import json
 
     try:
-        return parse_utc(json.loads((settings.home / SPAN_RECORD).read_text())["end"])
+        return parse_utc(json.loads(settings.demo_span_path.read_text())["end"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no earlier demo in this home (or a record that cannot be read: nothing to avoid)
 
@@ -276,7 +276,7 @@ def record_span(settings: Settings, end: datetime) -> None:
     """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
     import json
 
-    (settings.home / SPAN_RECORD).write_text(json.dumps({"end": end.isoformat()}))
+    settings.demo_span_path.write_text(json.dumps({"end": end.isoformat()}))
 
 
 def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:

@@ -1,5 +1,5 @@
 """`routerscope produce FILE`: a JSON-lines file to Kafka with kafka-python, through the router's own
-producer configuration (`instrumentation.telemetry.producer_config`).
+producer configuration (`routerscope.core.kafka.producer_config`).
 
 `produce` sends each line of a JSON-lines file as one message, exactly as it is — malformed lines
 included, for the loader to quarantine — keyed per DESIGN §2 when the line is a JSON object that
@@ -32,7 +32,7 @@ def make_producer(settings: Settings):
     """The router's idempotent kafka-python producer (`acks=all`), with the command's longer timeouts."""
     from kafka import KafkaProducer
 
-    from instrumentation.telemetry import producer_config
+    from routerscope.core.kafka import producer_config
 
     return KafkaProducer(**producer_config(settings, **PRODUCE_TIMEOUTS))
 

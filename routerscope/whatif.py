@@ -8,12 +8,8 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 from routerscope.core.errors import ConfigError
-from routerscope.core.text import ci as _ci
-from routerscope.core.text import pct as _pct
-from warehouse.analytics.whatif import ROWS, recorded
 
 TASK_TYPE_HELP = "a task type (lower-case letters, digits, underscores)"
 _TASK_TYPE = re.compile(r"[a-z][a-z0-9_]{0,63}")  # the event contract's task_type pattern
@@ -89,40 +85,3 @@ def candidates(task_types: list[str], threshold: str | None, policy: str | None)
             raise ConfigError(f"no candidate threshold for {', '.join(missing)} (not in --threshold or the policy)")
         found = {t: found[t] for t in task_types}
     return found
-
-
-def render(result: dict[str, Any], hits: list[str] | None = None) -> str:
-    """The what-if as a readable table per task type, its warnings, the caveat, and the gate's verdict."""
-    w = result["window"]
-    lines = [f"what-if over the live traffic of [{w['start']}, {w['end']})"]
-    for t, task in result["by_task_type"].items():
-        lines.append("")
-        if "candidate" not in task:
-            lines.append(f"{t}: threshold {task['threshold']:g}: no live events in the window")
-            continue
-        lines.append(
-            f"{t}: threshold {recorded(task['recorded_threshold'])} → {task['threshold']:g} "
-            f"({task['current']['requests']} live requests, {task['gated']} decided by the confidence gate)"
-        )
-        width = max(len(label) for label, _ in ROWS)
-        cur = [fmt(task["current"]) for _, fmt in ROWS]
-        col = max(len("current"), *(len(c) for c in cur))
-        lines.append(f"  {'':<{width}}  {'current':<{col}}  candidate")
-        for (label, fmt), c in zip(ROWS, cur):
-            lines.append(f"  {label:<{width}}  {c:<{col}}  {fmt(task['candidate'])}")
-        m = task["moved"]
-        lines.append(
-            f"  moved: {m['n']} ({m['to_cloud']['n']} to the cloud, {m['to_device']['n']} to the device); "
-            f"{m['labeled']} labeled (coverage {_pct(m['label_coverage'])}), "
-            f"their device answers passed {_pct(m['pass_rate'])}{_ci(m['ci'])}"
-        )
-        for warning in task["warnings"]:
-            lines.append(f"  warning: {warning}")
-    lines += ["", f"caveat: {result['caveat']}"]
-    if hits is not None:
-        lines.append(
-            "gate: REFUSED: " + "; ".join(hits)
-            if hits
-            else "gate: passed (no --fail-if condition met; unknown values shown as — meet none)"
-        )
-    return "\n".join(lines)

@@ -119,7 +119,7 @@ def scan(warehouse: Path) -> list[Finding]:
 
 
 def _aside(settings: Settings, path: Path, table: str) -> Path:
-    target = settings.home / "doctor" / time.strftime("%Y%m%dT%H%M%S") / table
+    target = settings.doctor_path / time.strftime("%Y%m%dT%H%M%S") / table
     target.mkdir(parents=True, exist_ok=True)
     moved = target / path.name
     shutil.move(str(path), moved)

@@ -68,3 +68,6 @@ TOPIC_TABLE: dict[str, str] = {
 
 # Consumer group of the loader (offsets are stored in the warehouse; the group is for lag tools).
 CONSUMER_GROUP_LOADER = "routerscope-loader"
+
+# The request-text store under a home (opt-in request texts for the replay, divergence samples).
+REQUEST_TEXTS = "request_texts.sqlite"

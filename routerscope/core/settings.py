@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from routerscope.core import names
 from routerscope.core.errors import ConfigError
 
 BROKER_RECORD = "broker.json"
@@ -206,9 +207,56 @@ class Settings:
             warehouse_min_free=parse_min_free(env.get("ROUTERSCOPE_WAREHOUSE_MIN_FREE") or DEFAULT_MIN_FREE),
         )
 
+    # -- every path under the home, named once -------------------------------------------------------
     @property
     def broker_record_path(self) -> Path:
+        """Where the local broker records its address (`routerscope broker start`)."""
         return self.home / BROKER_RECORD
+
+    @property
+    def broker_pid_path(self) -> Path:
+        return self.home / "broker.pid"
+
+    @property
+    def broker_log_path(self) -> Path:
+        return self.home / "broker.log"
+
+    @property
+    def broker_binary_path(self) -> Path:
+        """The copy of the Tansu binary the local broker runs."""
+        return self.home / "bin" / "tansu"
+
+    @property
+    def spool_path(self) -> Path:
+        """Where an emitter keeps the events a broker outage left undelivered (replayed on reconnect)."""
+        return self.home / "spool"
+
+    @property
+    def request_texts_path(self) -> Path:
+        """The request-text store (opt-in texts for the replay, divergence samples)."""
+        return self.home / names.REQUEST_TEXTS
+
+    @property
+    def dashboard_log_path(self) -> Path:
+        return self.home / "dashboard.log"
+
+    @property
+    def model_worker_log_path(self) -> Path:
+        return self.home / "model-worker.log"
+
+    @property
+    def standin_cloud_log_path(self) -> Path:
+        return self.home / "standin-cloud.log"
+
+    @property
+    def demo_span_path(self) -> Path:
+        """Where the last completed demo's simulated span ended (the next demo continues after it)."""
+        return self.home / "demo-span.json"
+
+    @property
+    def doctor_path(self) -> Path:
+        """Where `routerscope doctor --repair` moves the parts it sets aside."""
+        return self.home / "doctor"
 
     def recorded_bootstrap(self) -> str | None:
         """The address the local broker of this home recorded, if any."""

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import producer_config
 from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
 from router.request_store import RequestTextStore, store_path
 from routerscope import broker
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import free_port, settings_for
 from tests.events import dumps, label, quality_fallback
 from tests.integration.test_metrics import END, START, at, eid

@@ -11,11 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from instrumentation.emitter import KafkaEmitter
-from instrumentation.telemetry import Telemetry, producer_config
+from instrumentation.telemetry import Telemetry
 from router.request_store import RequestTextStore, store_path
 from router.sim.fleet import Fleet
-from routerscope import review
+from routerscope import render, review
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import settings_for
 from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
@@ -98,7 +99,7 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     ]
     assert code["stage"] == "shadow" and any(c["condition"].startswith("agreement") for c in code["conditions"])
     assert rollout["divergence_samples"]["code_snippet"]["shadow"] > 0  # disagreements kept beside the texts
-    text = review.render("rollout", rollout)
+    text = render.review("rollout", rollout)
     assert "slot_extract" in text and "canary 50% of sessions" in text
 
     # the command, in process: the documented JSON, and one-line errors for hostile input

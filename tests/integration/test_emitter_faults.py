@@ -17,8 +17,8 @@ import pytest
 
 from instrumentation import emitter as emitter_module
 from instrumentation.emitter import KafkaEmitter, Message, Spool
-from instrumentation.telemetry import producer_config
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import REPO
 from tests.integration.test_instrumentation import consume_all, down_broker, start  # noqa: F401
 

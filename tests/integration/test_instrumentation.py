@@ -20,12 +20,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from instrumentation import attributes as A
 from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import InstrumentedRouter, Telemetry, producer_config
+from instrumentation.telemetry import InstrumentedRouter, Telemetry
 from router.backends import CloudResult
 from router.engine import Request, Router
 from router.sim.backends import InstantCloud, InstantDevice
 from routerscope import broker
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import REPO, free_port, settings_for
 from tests.fakes import ScriptedCloud, ScriptedDevice
 from tests.unit.test_router import cloud, dev

@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from instrumentation.emitter import KafkaEmitter
 from instrumentation.sdk import Recorder
-from instrumentation.telemetry import Telemetry, producer_config
+from instrumentation.telemetry import Telemetry
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from tests.conftest import clean_env, run_cli
 from tests.events import decision, label
 from tests.integration.test_ingest import stack  # noqa: F401

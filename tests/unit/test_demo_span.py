@@ -6,7 +6,7 @@ import pytest
 
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
-from routerscope.demo import SPAN_RECORD, next_span, record_span
+from routerscope.demo import next_span, record_span
 
 NOW = datetime(2026, 12, 1, 23, 1, 30, tzinfo=UTC)  # minute-aligned down to 23:01
 SPAN = timedelta(minutes=120)
@@ -41,5 +41,5 @@ def test_a_rerun_too_soon_is_refused_with_what_to_do(settings, minutes_ago):
 
 
 def test_an_unreadable_record_is_no_earlier_run(settings):
-    (settings.home / SPAN_RECORD).write_text("{torn")
+    settings.demo_span_path.write_text("{torn")
     assert next_span(settings, SPAN, NOW)[1] == SPAN
