@@ -5,8 +5,8 @@
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
 INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
-(b) the full metric set of METRICS.md for the last day with its 7-day baseline (`warehouse.analytics.metrics.compute`),
-and reports their ratio and the RSS.
+(b) the full metric set of docs/metrics.md for the last day with its 7-day baseline
+(`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS.
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
 

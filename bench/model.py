@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/model.py [--runs 5] [--tokens 64] [--threads 2]
 
-Compares builds when run once per build on the same machine (the README's figures: the portable
+Compares builds when run once per build on the same machine (the figures of docs/benchmarks.md: the portable
 AVX2/FMA/F16C build the bootstrap makes, against a `ROUTERSCOPE_LLAMA_NATIVE=1` build). Decode tokens/s
 comes from llama.cpp's own timings (`llama_perf_context`), without logprobs (the router's confidence
 costs extra per token, the same for every build). Prints JSON with the library's system info.

@@ -97,7 +97,7 @@ def newest_data_end() -> datetime:
     )
 
 
-# The per-window figures the on-call page draws (METRICS.md keys; `l4_share` is degrade_share.L4).
+# The per-window figures the on-call page draws (docs/metrics.md keys; `l4_share` is degrade_share.L4).
 SERIES_KEYS = (
     "requests",
     "device_entered",
@@ -175,7 +175,7 @@ def latest_day_end() -> datetime | None:
 
 @st.cache_data(ttl=TTL)
 def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
-    """The daily metric windows of one task type ('' = overall) with their full METRICS.md group
+    """The daily metric windows of one task type ('' = overall) with their full docs/metrics.md group
     parsed (`group` column: a dict)."""
     end = latest_day_end()
     if end is None:
@@ -186,7 +186,7 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def period_metrics(start: datetime, end: datetime) -> dict:
-    """Every METRICS.md number over [start, end) (the weekly review's 7 days), computed now."""
+    """Every docs/metrics.md number over [start, end) (the weekly review's 7 days), computed now."""
     from warehouse.analytics.metrics import compute
 
     with _warehouse() as client:
@@ -195,7 +195,7 @@ def period_metrics(start: datetime, end: datetime) -> dict:
 
 @st.cache_data(ttl=TTL)
 def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
-    """Sessions by their number of cloud calls over [start, end) (METRICS.md §4 as a distribution)."""
+    """Sessions by their number of cloud calls over [start, end) (docs/metrics.md §4 as a distribution)."""
     rows = _read(decision_queries.cloud_calls_histogram, QueryWindow(start, end), task_type)
     return pd.DataFrame(rows, columns=["cloud_calls", "sessions"])
 
@@ -251,7 +251,7 @@ def calibration(task_type: str) -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
-    """Calibration of one task type over [start, end) for a chosen target pass rate (METRICS.md §6)."""
+    """Calibration of one task type over [start, end) for a chosen target pass rate (docs/metrics.md §6)."""
     from warehouse.analytics.metrics import calibration as compute_calibration
 
     with _warehouse() as client:
@@ -323,7 +323,7 @@ def schema_versions() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def review(start: datetime | None = None, end: datetime | None = None, days: float = 7.0) -> dict:
-    """The weekly review over [start, end) (METRICS.md §10–§13, the stage tracker), by default the last
+    """The weekly review over [start, end) (docs/metrics.md §10–§13, the stage tracker), by default the last
     `days` full days of data: the window, the device ledger and all-cloud saving, grading, readiness side by
     side, and rollout."""
     from router.policy import PolicyStore

@@ -17,7 +17,7 @@ def _login_configured() -> bool:
         return False
 
 
-# Optional OIDC login: configure [auth] in .streamlit/secrets.toml (see the README).
+# Optional OIDC login: configure [auth] in .streamlit/secrets.toml (docs/configuration.md).
 if _login_configured() and not st.user.is_logged_in:
     st.title("routerscope")
     st.button("Log in", on_click=st.login)

@@ -16,8 +16,8 @@ PRIORITIES = (
     "stage ready to advance",
     "no action",
 )
-CLOUD_TIERS = ("keep-cloud",)  # grading tiers that keep a task type in the cloud (METRICS §12)
-ON_DEVICE_STAGES = ("canary", "full")  # rollout stages that serve users from the device (seed 004 §7)
+CLOUD_TIERS = ("keep-cloud",)  # grading tiers that keep a task type in the cloud (docs/metrics.md §12)
+ON_DEVICE_STAGES = ("canary", "full")  # rollout stages that serve users from the device (docs/sources.md#seed-004-7)
 
 
 def _pct(value) -> str:
@@ -29,7 +29,7 @@ def _ci(ci) -> str:
 
 
 def _false_fallbacks(group: dict) -> tuple[float | None, int, Any, str]:
-    """(rate, labeled, ci, note) of the quality fallbacks that were unnecessary (METRICS §3 by type), or of
+    """(rate, labeled, ci, note) of the quality fallbacks that were unnecessary (docs/metrics.md §3 by type), or of
     all judged fallbacks where the by-type figure is not there (the note says so)."""
     by_type = (group.get("false_fallback_by_type") or {}).get("quality")
     if by_type is not None:

@@ -12,7 +12,7 @@ tracked by the garbage collector (`gc=False`: immutable, no reference cycles), s
 a hundred thousand of them does not make every collection scan them. The field
 annotations are the project's own definition of the JSON schemas: types, enums, ranges, lengths and
 patterns. `instrumentation.contract` derives the rule-by-rule validation from these same annotations
-and adds the cross-field invariants of DESIGN §2.
+and adds the cross-field invariants of docs/contract.md.
 
 Differences from a JSON-Schema validator, on purpose: an integer field rejects `1.0` (JSON Schema
 would accept it), patterns are anchored with `\\A…\\Z` (so a trailing newline does not match), and
@@ -58,7 +58,7 @@ Reason = Literal[
 Outcome = Literal["ok", "timeout", "low_confidence", "validator_failed", "error", "rejected"]
 Network = Literal["wifi", "cellular", "weak", "offline", "unknown"]
 ConfidenceSource = Literal["logprob", "sampling", "validator", "none"]
-# In METRICS.md §3 precedence order, highest first: the chosen label of a request is from the highest-ranked
+# In docs/metrics.md §3 precedence order, highest first: the chosen label of a request is from the highest-ranked
 # source (the warehouse ranks sources by their position in LABEL_SOURCES, bound into its SQL).
 LabelSource = Literal["human_review", "offline_replay", "validator", "shadow_compare"]
 ThermalState = Literal["nominal", "fair", "serious", "critical", "unknown"]
@@ -112,7 +112,7 @@ class BreakerStates(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class DeviceStats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False):
-    """What the device measured while serving one request (contract v2, seed 003)."""
+    """What the device measured while serving one request (contract v2, docs/sources.md#seed-003)."""
 
     peak_mem_mb: NonNegFloat | UnsetType = UNSET
     thermal_state: ThermalState | UnsetType = UNSET
@@ -120,7 +120,8 @@ class DeviceStats(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     prefill_tps: NonNegFloat | None = None
     cold_start: bool | UnsetType = UNSET
     load_ms: NonNegFloat | None = None
-    # The runtime's resident memory with the model loaded and idle (seed 003: at most 25 % of the tier's).
+    # The runtime's resident memory with the model loaded and idle
+    # (docs/sources.md#seed-003: at most 25 % of the tier's).
     resident_mem_mb: NonNegFloat | None = None
 
 

@@ -23,7 +23,7 @@ def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = Non
 
 @dataclass(frozen=True)
 class MetricParams:
-    """The tunable inputs of METRICS.md: the L2/L3 drift baseline, and the threshold recommender's
+    """The tunable inputs of docs/metrics.md: the L2/L3 drift baseline, and the threshold recommender's
     target pass rate and minimum sample."""
 
     baseline_days: float = metric_core.DEFAULT_BASELINE_DAYS
@@ -38,7 +38,7 @@ def metrics_window(
     params: MetricParams = MetricParams(),
     store_grain: str | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """Every metric of METRICS.md for [start, end); stored in `metric_windows` (and, for a day,
+    """Every metric of docs/metrics.md for [start, end); stored in `metric_windows` (and, for a day,
     `calibration_windows`) when `store_grain` is given. Returns the result and the rows stored."""
     from warehouse.queries import metric_windows
 

@@ -1,4 +1,4 @@
-"""Metric assets: METRICS.md per 5-minute window (on-call) and per day (tuning), materialized into
+"""Metric assets: docs/metrics.md per 5-minute window (on-call) and per day (tuning), materialized into
 `metric_windows` / `calibration_windows`; schedules compute each window once it has ended (plus a
 settle delay), and sensors recompute the windows that late data touches.
 
@@ -77,7 +77,7 @@ with warnings.catch_warnings():
         deps=FACTS,
         group_name="metrics",
         backfill_policy=dg.BackfillPolicy.single_run(),
-        description="METRICS.md per 5-minute window (on-call view, alerts).",
+        description="docs/metrics.md per 5-minute window (on-call view, alerts).",
     )(metrics_5m)
 
 
@@ -85,7 +85,7 @@ with warnings.catch_warnings():
     partitions_def=DAILY,
     deps=[*FACTS, data_quality],
     group_name="metrics",
-    description="METRICS.md per day, with calibration (weekly tuning view). Waits for the day's "
+    description="docs/metrics.md per day, with calibration (weekly tuning view). Waits for the day's "
     "blocking data-quality checks when both run together.",
 )
 def metrics_daily(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):

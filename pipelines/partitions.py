@@ -1,4 +1,4 @@
-"""The time partitions every windowed asset shares (METRICS.md windows are half-open, UTC).
+"""The time partitions every windowed asset shares (docs/metrics.md windows are half-open, UTC).
 
 `end_offset=1`: the window in progress is a partition too, so "today so far" can be computed (and
 recomputed as the day fills)."""

@@ -9,7 +9,7 @@ Request text comes from the request-text store (`router.request_store`, filled b
 the demo's live sample), never from the events; fallbacks without a stored text are counted and
 skipped.
 
-The same run measures **determinism** (seed 004 §2, METRICS.md §12): up to `determinism_per_task`
+The same run measures **determinism** (docs/sources.md#seed-004-2, docs/metrics.md §12): up to `determinism_per_task`
 live, device-entered requests of each task type (with stored text, not re-run before) go through the
 device `reruns` times each (`router.replay.rerun`); each group — agreed or not, and the answers'
 hashes, never the texts — is stored in `routerscope.replay_reruns` for the grading report."""

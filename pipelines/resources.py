@@ -15,7 +15,7 @@ from warehouse.analytics.alerting.delivery import DEFAULT_BACKOFF_S, DEFAULT_RET
 
 class RouterscopeResource(dg.ConfigurableResource):
     """Where the broker and the warehouse are. Unset fields fall back to the environment
-    (`ROUTERSCOPE_HOME`, `ROUTERSCOPE_KAFKA_BOOTSTRAP`, `ROUTERSCOPE_CLICKHOUSE_DSN`, … — DESIGN §6)."""
+    (`ROUTERSCOPE_HOME`, `ROUTERSCOPE_KAFKA_BOOTSTRAP`, `ROUTERSCOPE_CLICKHOUSE_DSN`, … — docs/architecture.md §6)."""
 
     home: str | None = None
     kafka_bootstrap: str | None = None

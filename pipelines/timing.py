@@ -1,6 +1,6 @@
 """When the deployed pipeline runs things: ingest cadence, settle delays, and which window a tick computes.
 
-Production defaults (DESIGN §4, README "Running under the Dagster daemon"):
+Production defaults (docs/architecture.md §4, docs/operations.md "Running under the Dagster daemon"):
 
 * ingest every minute (`INGEST_INTERVAL_S`), one run at a time;
 * a 5-minute window is computed `SETTLE_5M` (2 minutes) after it ends, so events that were still

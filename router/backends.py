@@ -258,7 +258,7 @@ class LlamaDevice:
             verbose=False,
         )
         self.load_ms = (time.perf_counter() - started) * 1000
-        self._cold = True  # the first call after loading is the cold start (seed 003: 冷启)
+        self._cold = True  # the first call after loading is the cold start (docs/sources.md#seed-003: 冷启)
         self._lock = threading.Lock()
         self.ttft_ms = 150.0
         self.tps = 40.0
@@ -301,9 +301,9 @@ class LlamaDevice:
         """Stream the answer: time to first token is measured, the level's timeout stops generation
         (also mid-prefill: between chunks), the commit point (`commit_tokens` tokens or a first full
         sentence) is tracked, and the router's decision point (`decide`) may stop it before the commit
-        point. Past the commit point the deadline moves to `commit_timeout_ms` (seed 000 "宁可让端侧跑完").
-        Waiting for the model (another call holds it) counts against the timeout. The router decodes
-        greedily (temperature 0); the replay's determinism re-runs sample (seed 004 §2)."""
+        point. Past the commit point the deadline moves to `commit_timeout_ms` (docs/sources.md#seed-000
+        "宁可让端侧跑完"). Waiting for the model (another call holds it) counts against the timeout. The router decodes
+        greedily (temperature 0); the replay's determinism re-runs sample (docs/sources.md#seed-004-2)."""
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = degrade_prompt(prompt)
             max_tokens = max(1, max_tokens // 2)
@@ -320,7 +320,8 @@ class LlamaDevice:
         try:
             self._set_deadline(deadline)
             hwm = _reset_peak_rss()
-            idle_kb = _status_kb("VmRSS")  # the model loaded, nothing running: the resident memory (seed 003)
+            # the model loaded, nothing running: the resident memory (docs/sources.md#seed-003)
+            idle_kb = _status_kb("VmRSS")
             rss_peak = idle_kb or 0.0
             perf = self._perf_reset()
             try:
@@ -469,7 +470,7 @@ class LlamaDevice:
 
 
 def committed(tokens: int, text: str, commit_tokens: int) -> bool:
-    """Past the commit point: `commit_tokens` tokens or a first full sentence (seed 000 "承诺点")."""
+    """Past the commit point: `commit_tokens` tokens or a first full sentence (docs/sources.md#seed-000 "承诺点")."""
     return tokens >= commit_tokens or bool(SENTENCE_END.search(text + " "))
 
 

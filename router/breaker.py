@@ -1,4 +1,4 @@
-"""Circuit breakers at the device and cloud boundaries (DESIGN §1).
+"""Circuit breakers at the device and cloud boundaries (docs/router.md).
 
 Closed: calls go through; outcomes are kept for a sliding window of `window_s`. When at least
 `min_calls` outcomes are in the window and the failure share reaches `failure_rate`, the breaker
@@ -129,7 +129,7 @@ class CircuitBreaker:
 
 
 class ConsecutiveWindows:
-    """Is a rate over its limit for `windows` consecutive fixed windows (seed 000: "回退率连续超标")?
+    """Is a rate over its limit for `windows` consecutive fixed windows (docs/sources.md#seed-000: "回退率连续超标")?
 
     Outcomes are counted into windows of `window_s` on the injected clock; when a window closes, it
     breaches if it holds at least `min_n` outcomes and its rate is over `limit`; a window that does not

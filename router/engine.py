@@ -1,11 +1,11 @@
-"""The decision engine (seed 000; the rules and their reasons: docs/router.md): a short-circuit decision,
-a finite degrade chain, breakers.
+"""The decision engine (docs/sources.md#seed-000; the rules and their reasons: docs/router.md): a short-circuit
+decision, a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
 concurrency cap → device attempt judged against the task type's calibrated threshold (or its
 output validator) → default. `fallback_type` and `reason` are set where the decision is taken.
 
-The budget only subtracts (seed 000: "路由层只做减法"): every level's timeout is its share of the budget
+The budget only subtracts (docs/sources.md#seed-000: "路由层只做减法"): every level's timeout is its share of the budget
 *remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
 cloud large 0.8 — and never more than what remains minus L4's 50 ms, so a request takes at most
 `deadline_ms - elapsed_ms + 50 ms` whatever the backends do: the router enforces it (a backend that
@@ -28,14 +28,14 @@ A PII-pinned request never reaches the cloud: its fallback is L4; over the devic
 cut to it and it runs at L1. An open cloud breaker keeps
 traffic on the device (its fallback is L4 too); an open device breaker sends traffic to the cloud
 with `reason = device_unavailable`; a device at its concurrency cap sends the excess to the cloud
-with `reason = device_busy`, never into a queue (seed 004 §6). The cloud breaker also opens on a
+with `reason = device_busy`, never into a queue (docs/sources.md#seed-004-6). The cloud breaker also opens on a
 p90 spike; the device breaker on a model load failure, out-of-memory, or a fallback rate over its
 limit for consecutive windows; the p90 is judged against the cloud's learned usual p90 (the configured
 baseline its floor), and a breaker that closes starts a fresh window. Breaker settings hot-reload with
 the policy. In shadow mode the cloud serves the user with the whole budget while the device runs beside
-it within the cap (seed 004 §5); a PII request of a shadow task type is a live, pinned event.
+it within the cap (docs/sources.md#seed-004-5); a PII request of a shadow task type is a live, pinned event.
 
-Rollout stages (seed 004 §7, `router.policy`): a task type in `shadow` runs as above; in `canary`
+Rollout stages (docs/sources.md#seed-004-7, `router.policy`): a task type in `shadow` runs as above; in `canary`
 only the sessions of its cohort (a stable hash of the session id) may enter the device, the others go
 to the cloud with `reason = policy_cloud`, as does every request of a `cloud_only` task; `full` is the
 chain above. The hard constraint and the capability matrix still come first, and the cloud remains the
@@ -44,7 +44,7 @@ outside a canary cohort), what the device measured (`device_stats`, from the bac
 request would have cost served by the cloud alone (`all_cloud_cost_usd`: input plus output tokens at
 the L2 model's price, when the policy has prices). Shadow disagreements, and canary requests whose
 device answer the cloud replaced with a different one, go to `on_divergence` as `Divergence` samples
-with both texts: the caller keeps them with the request texts (seed 004 §5), never in events.
+with both texts: the caller keeps them with the request texts (docs/sources.md#seed-004-5), never in events.
 
 `Router.route(request)` returns the response and the decision event (`instrumentation.events`);
 events also go to `on_event`, breaker transitions to `on_breaker_event`. No request or answer text
@@ -132,7 +132,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Divergence:
-    """A shadow or canary disagreement (seed 004 §5 "分歧样本"): for the review and the replay. The texts
+    """A shadow or canary disagreement (docs/sources.md#seed-004-5 "分歧样本"): for the review and the replay. The texts
     belong in the request-text store; only the hashes may travel further."""
 
     request_id: str
@@ -164,7 +164,7 @@ class Response:
 
 
 class SlidingP90:
-    """p90 of cloud latencies over the last `window_s` seconds (DESIGN §1)."""
+    """p90 of cloud latencies over the last `window_s` seconds (docs/router.md)."""
 
     def __init__(self, window_s: float = CLOUD_WINDOW_S, clock: Callable[[], float] = time.monotonic):
         self.window_s, self._clock = window_s, clock
@@ -258,14 +258,15 @@ def prefill_ms(input_tokens: int, prefill_tps: float | None) -> float:
 
 
 def tokens_that_fit(remaining_ms: float, ttft_ms: float, prefill: float, tps: float) -> int:
-    """Seed 000 "裁剪输出": the output cap that still fits 90 % of what remains at the device's rate (0: none)."""
+    """docs/sources.md#seed-000 "裁剪输出": the output cap that still fits
+    90 % of what remains at the device's rate (0: none)."""
     room_ms = GATE_SHARE * remaining_ms - ttft_ms - prefill
     return max(0, int(room_ms * max(tps, 0.0) / 1000))
 
 
 def level_timeout_ms(level: int, remaining_ms: float) -> float:
     """A level's timeout: its share of the budget remaining when it starts, never more than what
-    remains minus L4's 50 ms (seed 000: each level its own timeout, the router only subtracts)."""
+    remains minus L4's 50 ms (docs/sources.md#seed-000: each level its own timeout, the router only subtracts)."""
     return min(LEVEL_BUDGET[level] * remaining_ms, remaining_ms - L4_MS)
 
 
@@ -447,8 +448,8 @@ class Router:
         )
 
     def device_failed(self, kind: str) -> None:
-        """The device cannot serve (`load_failure`, `oom`): open its breaker at once (seed 000: "端侧不可用"
-        is a far more serious failure than a high fallback rate). For the app that loads the model."""
+        """The device cannot serve (`load_failure`, `oom`): open its breaker at once (docs/sources.md#seed-000:
+        "端侧不可用" is a far more serious failure than a high fallback rate). For the app that loads the model."""
         self.device_breaker.force_open(f"device_{kind}")
 
     # -- device admission: breaker, then the concurrency cap (a slot or the cloud, never a queue) -------
@@ -490,7 +491,8 @@ class Router:
             kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
         commit_limit = timeout
         if self._device_commits and level <= 1 and timeout_ms is None:
-            # seed 000 "宁可让端侧跑完": past the commit point, the whole remaining budget minus L4's 50 ms
+            # docs/sources.md#seed-000 "宁可让端侧跑完": past the commit
+            # point, the whole remaining budget minus L4's 50 ms
             commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
             kwargs["commit_timeout_ms"] = commit_limit
         text = req.text if prompt is None else prompt
@@ -610,8 +612,8 @@ class Router:
         return bp.p90_baseline_ms if learned is None else max(bp.p90_baseline_ms, learned)
 
     def _watch_cloud_p90(self) -> None:
-        """Seed 000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The window
-        is emptied when the breaker closes, so samples from before it closed never reopen it."""
+        """docs/sources.md#seed-000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The
+        window is emptied when the breaker closes, so samples from before it closed never reopen it."""
         bp = self.cloud_breaker.policy
         if bp.p90_spike_factor is None or self.cloud_latency.count() < bp.p90_min_samples:
             return
@@ -619,7 +621,8 @@ class Router:
             self.cloud_breaker.force_open("cloud_p90_spike")
 
     def _watch_device_fallbacks(self, fell_back: bool) -> None:
-        """Seed 000: the device breaker opens when its fallback rate is over the limit for consecutive windows."""
+        """docs/sources.md#seed-000: the device breaker opens when its
+        fallback rate is over the limit for consecutive windows."""
         bp = self.device_breaker.policy
         if bp.fallback_rate_limit is None:
             return
@@ -666,7 +669,8 @@ class Router:
         entered, fallback_type, reason = False, "none", "default"
         stage = policy.stage_for(req.task_type, req.session_id)
         pinned = req.has_pii and not policy.pii_to_cloud
-        # seed 004 / docs/router.md: a PII request of a shadow task type is pinned to the device, a live event
+        # docs/sources.md#seed-004 / docs/router.md: a PII request of a
+        # shadow task type is pinned to the device, a live event
         mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
         device_prefill_tps = getattr(self.device, "prefill_tps", None)
@@ -702,7 +706,7 @@ class Router:
             fallback_type, reason = "capability", "capability_miss"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         elif stage == "cloud_only":
-            # Rollout: rolled back, or a session outside the task's canary cohort (seed 004 §7).
+            # Rollout: rolled back, or a session outside the task's canary cohort (docs/sources.md#seed-004-7).
             reason = "policy_cloud"
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         elif no_time:
@@ -723,7 +727,7 @@ class Router:
             cloud_ok = self.cloud_breaker.state != OPEN
             fit = max_tokens
             if gate != "device" and not (gate == "cloud" and cloud_ok):
-                # neither fits (or the cloud's breaker is open): truncate first (seed 000 "裁剪输出")
+                # neither fits (or the cloud's breaker is open): truncate first (docs/sources.md#seed-000 "裁剪输出")
                 fit = min(max_tokens, tokens_that_fit(remaining, self.device.ttft_ms, prefill, self.device.tps))
             if gate == "cloud" and cloud_ok:
                 reason = "latency_pressure"
@@ -772,7 +776,8 @@ class Router:
         self, req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, shadow_agree, latency_ms
     ) -> DecisionEvent:
         all_cloud = UNSET
-        if trace.prices is not None:  # seed 003/004: what the request would have cost served by the cloud alone
+        # docs/sources.md#seed-003 and #seed-004: what the request would have cost served by the cloud alone
+        if trace.prices is not None:
             all_cloud = (
                 trace.prices.get(self.cloud.model_for(2), 0.0) * (trace.input_tokens + trace.output_tokens) / 1000
             )
@@ -868,7 +873,7 @@ class Router:
                 trace.add(level, result.outcome, latency_ms, abandoned)
                 if result.outcome == "timeout" and result.committed and not result.preempted:
                     # past the commit point: never taken over mid-stream; the partial answer is served, flagged
-                    # as truncated, its attempt logged as the timeout it was (seed 000 "宁可让端侧跑完")
+                    # as truncated, its attempt logged as the timeout it was (docs/sources.md#seed-000 "宁可让端侧跑完")
                     served, served_reason = Response(result.text, level, "device"), "truncated"
                     break
                 if result.preempted:
@@ -891,10 +896,10 @@ class Router:
     def _shadow(
         self, trace: _Trace, req: Request, policy, cap, budget: _Budget, max_tokens: int, stage: str, input_tokens: int
     ) -> tuple[Response, DecisionEvent | None]:
-        """Seed 004 §5 shadow traffic: the cloud serves the user with the whole budget, as if the task were
-        cloud-only; the device runs beside it (its own attempt, within the concurrency cap), off the user's
+        """docs/sources.md#seed-004-5 shadow traffic: the cloud serves the user with the whole budget, as if the task
+        were cloud-only; the device runs beside it (its own attempt, within the concurrency cap), off the user's
         path, its answer only compared after normalisation. With the cloud's breaker open the device serves
-        (seed 000: everything stays on the device). On a simulated clock the device runs first and the
+        (docs/sources.md#seed-000: everything stays on the device). On a simulated clock the device runs first and the
         cloud gets a fresh budget after it; the event's latency is the user's either way."""
         blocked = self._enter_device(policy)
         cloud_open = self.cloud_breaker.state == OPEN

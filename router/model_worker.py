@@ -127,7 +127,8 @@ class WorkerDevice:
                         self.crashed = f"sent a reply without a result ({sorted(reply)[:8]})"
                         self._kill()
         # the model runtime is gone for good: to the router that is a device that can no longer load its
-        # model, which opens the device breaker at once (seed 000: device unavailable is the serious failure)
+        # model, which opens the device breaker at once
+        # (docs/sources.md#seed-000: device unavailable is the serious failure)
         return DeviceResult(
             "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind="load_failure"
         )

@@ -1,11 +1,11 @@
 """The routing policy as a file: capability matrix, calibrated thresholds, rollout stages, breakers.
 
-Rollout stages (seed 004 §7): each task type is in `shadow` (the device runs, the cloud answers),
+Rollout stages (docs/sources.md#seed-004-7): each task type is in `shadow` (the device runs, the cloud answers),
 `canary` with a percentage of *sessions* (sticky: a session is in the cohort when a hash of its id
 falls under the percentage, never per request), `full`, or `cloud_only` (rolled back, or a task the
 capability matrix does not support); the cloud stays the permanent fallback channel in every stage.
 `shadow: [...]` is the short form of `rollout: {task: {stage: shadow}}`. Per task type the review
-inputs of seeds 003/004 live in the capability matrix too: `error_cost` (0–1, missing 0.5),
+inputs of docs/sources.md#seed-003 and #seed-004 live in the capability matrix too: `error_cost` (0–1, missing 0.5),
 `privacy` (strict | redactable | public), `iteration` (quarterly | monthly | weekly) and `streamable`
 (the answer can be streamed or the task run asynchronously; default true); per device
 tier `device_tiers.<tier>.memory_mb`; the stage tracker's limits in `rollout_limits`.
@@ -61,12 +61,14 @@ class Capability:
     threshold: float = 0.7
     validator: str | None = None
     pattern: str | None = None  # for validator: regex
-    error_cost: float | None = None  # seed 004: 0-1, what a wrong answer costs downstream (None: 0.5)
-    privacy: str = "public"  # seed 003: strict | redactable | public
-    iteration: str = "monthly"  # seed 003: how often the task's model must change: quarterly | monthly | weekly
-    tools: tuple[str, ...] | None = None  # seed 000 "仅限白名单内工具": the tools the device may call (None: any)
-    single_file: bool = False  # seed 000 "单文件片段可,跨文件上下文不可": a context of one file at most
-    streamable: bool = True  # seed 003: the answer can be streamed or the task run asynchronously
+    error_cost: float | None = None  # docs/sources.md#seed-004: 0-1, what a wrong answer costs downstream (None: 0.5)
+    privacy: str = "public"  # docs/sources.md#seed-003: strict | redactable | public
+    # docs/sources.md#seed-003: how often the task's model must change: quarterly | monthly | weekly
+    iteration: str = "monthly"
+    # docs/sources.md#seed-000 "仅限白名单内工具": the tools the device may call (None: any)
+    tools: tuple[str, ...] | None = None
+    single_file: bool = False  # docs/sources.md#seed-000 "单文件片段可,跨文件上下文不可": a context of one file at most
+    streamable: bool = True  # docs/sources.md#seed-003: the answer can be streamed or the task run asynchronously
 
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
@@ -85,11 +87,12 @@ class Capability:
 
 @dataclass(frozen=True)
 class BreakerPolicy:
-    """A boundary's breaker (seed 000: "云侧连续失败或 P90 突增时全量走端侧 … 端侧模型加载失败、内存不足或回退率
-    连续超标时全量上云"). Besides the sliding failure rate: the cloud breaker opens when the cloud's 5-minute p90
-    exceeds `p90_spike_factor` × `p90_baseline_ms` (over at least `p90_min_samples` calls); the device breaker
-    opens when its fallback rate exceeds `fallback_rate_limit` for `fallback_windows` consecutive windows of
-    `fallback_window_s` (each with at least `fallback_min_n` device-entered requests). None: that trigger is off."""
+    """A boundary's breaker (docs/sources.md#seed-000: "云侧连续失败或 P90 突增时全量走端侧 …
+    端侧模型加载失败、内存不足或回退率 连续超标时全量上云"). Besides the sliding failure rate: the cloud breaker opens
+    when the cloud's 5-minute p90 exceeds `p90_spike_factor` × `p90_baseline_ms` (over at least `p90_min_samples`
+    calls); the device breaker opens when its fallback rate exceeds `fallback_rate_limit` for `fallback_windows`
+    consecutive windows of `fallback_window_s` (each with at least
+    `fallback_min_n` device-entered requests). None: that trigger is off."""
 
     window_s: float = 60.0
     failure_rate: float = 0.5
@@ -106,7 +109,7 @@ class BreakerPolicy:
 
 @dataclass(frozen=True)
 class Rollout:
-    """A task type's migration stage (seed 004 §7); `percent` of sessions for a canary."""
+    """A task type's migration stage (docs/sources.md#seed-004-7); `percent` of sessions for a canary."""
 
     stage: str = "full"
     percent: float = 0.0
@@ -114,7 +117,7 @@ class Rollout:
 
 @dataclass(frozen=True)
 class RolloutLimits:
-    """The stage tracker's exit conditions (seed 004 §7; `warehouse.analytics.review`)."""
+    """The stage tracker's exit conditions (docs/sources.md#seed-004-7; `warehouse.analytics.review`)."""
 
     agreement: float = 0.9  # shadow → canary: agreement in every input-length bucket with enough sample
     min_n: int = 30  # the sample a bucket, a cohort or a rate needs to count
@@ -132,7 +135,8 @@ class Policy:
     pii_to_cloud: bool = False
     l1_enabled: bool = True
     commit_tokens: int = 120
-    device_concurrency: int = 1  # seed 004 §6: a hard cap on concurrent device requests; the excess goes to the cloud
+    # docs/sources.md#seed-004-6: a hard cap on concurrent device requests; the excess goes to the cloud
+    device_concurrency: int = 1
     shadow: frozenset[str] = frozenset()
     cloud_prices: dict[str, float] = field(default_factory=dict)  # cloud model -> USD per 1k tokens
     breakers: dict[str, BreakerPolicy] = field(

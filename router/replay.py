@@ -1,5 +1,5 @@
 """Offline replay: re-run sampled fallbacks through the current device model and judge each answer,
-producing `offline_replay` labels (METRICS.md §3 ranks them above validator and shadow labels).
+producing `offline_replay` labels (docs/metrics.md §3 ranks them above validator and shadow labels).
 
 The text of a request comes from the request-text store (`router.request_store`), never from the
 events. A replayed answer is judged, and the label's `labeler` says how:
@@ -12,8 +12,8 @@ events. A replayed answer is judged, and the label's `labeler` says how:
 Replay runs offline, so it is judged without the live deadline: the question is whether the device's
 answer would have done, not whether it was fast.
 
-Determinism (seed 004 §2 "同一输入重跑多次看结论是否落在同一枚举内"; METRICS.md §12): `rerun` sends one
-sampled request through the device `RERUNS` times, sampling (temperature `RERUN_TEMPERATURE`, where the
+Determinism (docs/sources.md#seed-004-2 "同一输入重跑多次看结论是否落在同一枚举内"; docs/metrics.md §12): `rerun` sends
+one sampled request through the device `RERUNS` times, sampling (temperature `RERUN_TEMPERATURE`, where the
 backend takes one) as a deployed model would, and the group agrees when every run answered and all the
 answers are equal after the shadow's normalisation. Only the answers' hashes leave this module."""
 

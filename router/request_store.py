@@ -10,7 +10,7 @@ Ids are keyed by their scrubbed form (`instrumentation.pii.scrub`), the same as 
 labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
 or by the id as the warehouse holds it finds the same row.
 
-The store also keeps the router's **divergence samples** (seed 004 §5: shadow and canary disagreements):
+The store also keeps the router's **divergence samples** (docs/sources.md#seed-004-5: shadow and canary disagreements):
 request id, task type, stage, input length, both answers' hashes and both texts, for the review and the
 replay. The texts stay here, beside the request texts; events and the warehouse never hold them.
 """

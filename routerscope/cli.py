@@ -1,4 +1,4 @@
-"""The `routerscope` command line (DESIGN §6). Every command reads the same settings.
+"""The `routerscope` command line (docs/architecture.md §6). Every command reads the same settings.
 
 Errors the user can act on are printed as one line (`routerscope: error: ...`), never a traceback.
 """
@@ -645,10 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_load)
 
-    p = sub.add_parser("metrics", help="print the metrics of METRICS.md for a window [start, end)")
+    p = sub.add_parser("metrics", help="print the metrics of docs/metrics.md for a window [start, end)")
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
-    p.add_argument("--json", action="store_true", help="the JSON of METRICS.md")
+    p.add_argument("--json", action="store_true", help="the JSON of docs/metrics.md")
     from warehouse.analytics import metrics as metric_defaults  # the defaults of the metric assets, defined once
 
     p.add_argument(

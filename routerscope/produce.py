@@ -2,7 +2,7 @@
 producer configuration (`routerscope.core.kafka.producer_config`).
 
 `produce` sends each line of a JSON-lines file as one message, exactly as it is — malformed lines
-included, for the loader to quarantine — keyed per DESIGN §2 when the line is a JSON object that
+included, for the loader to quarantine — keyed per docs/contract.md when the line is a JSON object that
 carries the key field. One exception: a valid event whose free-text fields hold an e-mail address, a
 phone or a card number is sent with those fields scrubbed (instrumentation.pii), as the router's own
 events are (the rest of the object as written); its key is the scrubbed one.
@@ -38,7 +38,7 @@ def make_producer(settings: Settings):
 
 
 def message_key(topic: str, line: bytes) -> bytes | None:
-    """The DESIGN §2 key of a message, or None when the line is not an object carrying it."""
+    """The docs/contract.md key of a message, or None when the line is not an object carrying it."""
     key_field = names.TOPIC_KEY_FIELD[topic]
     try:
         obj = _decode(line)

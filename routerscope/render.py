@@ -38,7 +38,7 @@ ROWS = (
         "false fallbacks",
         lambda g: f"{_pct(g['false_fallback_rate'])}{_ci(g['false_fallback_ci'])} of {g['false_fallback_labeled']}",
     ),
-    # seed 000: never mixed — quality (the threshold) and timeout (latency) apart
+    # docs/sources.md#seed-000: never mixed — quality (the threshold) and timeout (latency) apart
     *(
         (
             f"  {kind} (labeled)",
@@ -143,7 +143,9 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 f"{_num_grouped(g['daily_calls'], 1):>10} {_pct(g['determinism']):>8} "
                 f"{g['error_cost']:>8.2f} {g['score']:>6.3f}  {g['tier']} ({g['reason']})"
             )
-        lines.append("  the error-cost veto (error_cost > 0.7) is decided before any score (seed 004 §2)")
+        lines.append(
+            "  the error-cost veto (error_cost > 0.7) is decided before any score (docs/sources.md#seed-004-2)"
+        )
     elif kind == "readiness":
         beside = report.get("beside_grading") or {}
         lines.append(
@@ -169,9 +171,10 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
         lines.append(
-            "  seed 003: first the token screen (p50 input + output <= 400 tokens, else not scored); gates: peak "
-            "memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s and streamable or "
-            "asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 of 30"
+            "  docs/sources.md#seed-003: first the token screen (p50 input + output <= 400 tokens, else not "
+            "scored); gates: peak memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s "
+            "and streamable or asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 "
+            "of 30"
         )
     else:
         samples = report.get("divergence_samples") or {}

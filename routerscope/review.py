@@ -1,5 +1,5 @@
-"""`routerscope report grading|readiness|rollout`: the weekly review's reports (METRICS.md §12, §13 and
-the stage tracker of seed 004 §7), as JSON (the contract) or readable tables.
+"""`routerscope report grading|readiness|rollout`: the weekly review's reports (docs/metrics.md §12, §13 and
+the stage tracker of docs/sources.md#seed-004-7), as JSON (the contract) or readable tables.
 
 The routing policy read is the router's own (`ROUTERSCOPE_POLICY`, else the default policy): the review
 judges task types against the capability matrix, error costs, device tiers and stages actually in force."""

@@ -1,5 +1,5 @@
 """`routerscope whatif`: a candidate threshold (or a whole policy file) re-scored on a window's own live
-traffic before it is pushed (METRICS.md §14, `warehouse/analytics/whatif.py`), as a table or JSON, and optionally
+traffic before it is pushed (docs/metrics.md §14, `warehouse/analytics/whatif.py`), as a table or JSON, and optionally
 as a pre-push gate (`--fail-if`). Here: reading the candidates from the command line or a policy file,
 and the text rendering."""
 

@@ -1,6 +1,6 @@
 """The warehouse client: clickhouse-connect over embedded chDB (`chdb:///path`) or a server (`http(s)://`).
 
-chDB locks its data directory per process (DESIGN §3): two processes cannot open the same embedded
+chDB locks its data directory per process (docs/architecture.md §3): two processes cannot open the same embedded
 warehouse at once. Every user therefore opens it for one unit of work with `open_warehouse(...)`,
 under an advisory file lock beside the data directory, and closes it straight after; a process that
 has to wait says so on stderr. Within one process the context manager is re-entrant: a nested unit

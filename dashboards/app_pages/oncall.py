@@ -180,8 +180,8 @@ def live():
 
 
 def false_by_type(pct) -> None:
-    """Seed 000: quality and timeout false fallbacks side by side, never mixed (METRICS.md §3), over the latest
-    daily window (labels arrive late: a 5-minute window rarely has any)."""
+    """docs/sources.md#seed-000: quality and timeout false fallbacks side by side, never mixed (docs/metrics.md §3),
+    over the latest daily window (labels arrive late: a 5-minute window rarely has any)."""
     day = data.daily_groups("", days=2)
     if day.empty:
         return

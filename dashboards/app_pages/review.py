@@ -1,8 +1,8 @@
 """Offload review, over the shared time range (by default the last 7 days of data): the device ledger per
-tier (seed 003: a tier whose slow-tail decode rate collapses, or whose throttled share climbs, is flagged),
-the saving against an all-cloud bill per task type (seeds 003/004), the task grading of seed 004 beside the
-readiness of seed 003 (where the two rubrics disagree), and the rollout stage tracker with its exit
-conditions (seed 004 §7)."""
+tier (docs/sources.md#seed-003: a tier whose slow-tail decode rate collapses, or whose throttled share climbs, is
+flagged), the saving against an all-cloud bill per task type (docs/sources.md#seed-003 and #seed-004), the task grading
+of docs/sources.md#seed-004 beside the readiness of docs/sources.md#seed-003 (where the two rubrics disagree), and the
+rollout stage tracker with its exit conditions (docs/sources.md#seed-004-7)."""
 
 import pandas as pd
 import streamlit as st
@@ -15,7 +15,7 @@ rng = timerange.pick("7d")
 r = data.review(rng.start, rng.end)
 st.caption("Live events of the range; the policy in force.")
 
-# -- device ledger per tier (METRICS.md §10) ----------------------------------------------------------
+# -- device ledger per tier (docs/metrics.md §10) ----------------------------------------------------------
 st.header("Device ledger per tier")
 ledger = r["ledger"]
 if not ledger:
@@ -70,7 +70,7 @@ else:
     )
     st.altair_chart(charts.decode_by_tier(frame), width="stretch")
 
-# -- cost against all-cloud (METRICS.md §11) ------------------------------------------------------------
+# -- cost against all-cloud (docs/metrics.md §11) ------------------------------------------------------------
 st.header("Saving against an all-cloud bill")
 cost = r["cost"]
 overall = cost.get(None) or {}
@@ -108,7 +108,7 @@ else:
             "saving that fallbacks and re-tries gave back."
         )
 
-# -- grading (seed 004) beside readiness (seed 003) -------------------------------------------------------
+# -- grading (docs/sources.md#seed-004) beside readiness (docs/sources.md#seed-003) ------------------------------------
 st.header("Task grading beside offload readiness")
 grading, ready = r["grading"]["task_types"], r["readiness"]["task_types"]
 if not grading:
@@ -140,20 +140,20 @@ else:
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     observed = r["grading"]["window"].get("days_observed")
-    if observed is not None:  # METRICS.md §12: per-day figures over the span the data covers
+    if observed is not None:  # docs/metrics.md §12: per-day figures over the span the data covers
         st.caption(
             f"Per-day figures divide by {observed:.3g} days observed ({24 * observed:g} hours with live events), "
             "not by the window's nominal length. A task type over 400 tokens (p50 input + output) is stopped by "
-            "seed 003's token screen before any gate or score."
+            "the token screen of docs/sources.md#seed-003 before any gate or score."
         )
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:
-        st.caption(f"Vetoed by error cost before any score (seed 004 §2): {', '.join(vetoed)}")
+        st.caption(f"Vetoed by error cost before any score (docs/sources.md#seed-004-2): {', '.join(vetoed)}")
     disagree = [t for t, s in r["side_by_side"].items() if s["disagree"]]
     if disagree:
         st.caption(f"The two seeds' rubrics disagree on: {', '.join(disagree)} (grading tier vs readiness verdict)")
 
-# -- rollout stages (seed 004 §7) ------------------------------------------------------------------------
+# -- rollout stages (docs/sources.md#seed-004-7) -----------------------------------------------------------------------
 st.header("Rollout stages")
 stages = r["rollout"]["task_types"]
 samples = r["divergences"]

@@ -1,6 +1,6 @@
 """Weekly tuning, per task type, over the shared time range (by default the last 7 days of data): its calibration
 curve (non-monotonic buckets flagged) with the recommended threshold for a target chosen on the page next
-to the current one and the evidence floor; the latest policy push, before and after (METRICS.md §9);
+to the current one and the evidence floor; the latest policy push, before and after (docs/metrics.md §9);
 false and missed fallbacks with their 95 % intervals and label coverage; cloud calls per session as a
 distribution; shadow agreement by input length; cost."""
 
@@ -66,16 +66,16 @@ else:
         help=(
             f"The smallest threshold whose served requests pass at least {detail['target']} and whose requests "
             f"right at the cut pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} "
-            "(calibrated by pool-adjacent-violators, METRICS.md §6)"
+            "(calibrated by pool-adjacent-violators, docs/metrics.md §6)"
         ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
     c4.metric(
         "Evidence floor",
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
-        help="No threshold is recommended below the smallest labeled confidence (METRICS.md §6).",
+        help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
     )
-    if detail.get("threshold_change"):  # METRICS.md §6: the band the recommendation moves, and how it fared
+    if detail.get("threshold_change"):  # docs/metrics.md §6: the band the recommendation moves, and how it fared
         st.markdown(metric_defaults.threshold_change_text(detail["threshold_change"]).capitalize() + ".")
     st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
@@ -94,7 +94,7 @@ if group is None:
 if not group["requests"]:
     st.info("This task type had no live requests in the range (shadow traffic only): its live sections are empty.")
 
-# -- try a threshold: the week's own traffic re-scored before a push (METRICS.md §14) ----------------------
+# -- try a threshold: the week's own traffic re-scored before a push (docs/metrics.md §14) ----------------------
 st.header("Try a threshold")
 in_force = (detail or {}).get("current_threshold")
 candidate = st.slider(
@@ -127,11 +127,11 @@ else:
         st.warning(warning)
     st.caption(CAVEAT)
 
-# -- the latest policy push, before and after (METRICS.md §9) ------------------------------------------
+# -- the latest policy push, before and after (docs/metrics.md §9) ------------------------------------------
 st.header("Policy versions")
 versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])
 # the push against the version that served most of this task type's traffic in as long a span just before it
-# (METRICS.md §9); when no other version served it there, in the week before the push
+# (docs/metrics.md §9); when no other version served it there, in the week before the push
 after_v, after = versions[-1] if versions else (None, None)
 before_v = None
 if after:
@@ -198,8 +198,9 @@ FALLBACK_TILES = (
         "device-served",
     ),
 )
-# Seed 000: the threshold is judged on quality fallbacks alone (METRICS.md §3 false_fallback_by_type): a
-# timeout fallback whose device answer was fine is a latency problem, not a threshold set too high.
+# docs/sources.md#seed-000: the threshold is judged on quality fallbacks alone (docs/metrics.md §3
+# false_fallback_by_type): a timeout fallback whose device answer was
+# fine is a latency problem, not a threshold set too high.
 quality = group["false_fallback_by_type"]["quality"]
 shown = {
     "false_fallback": (quality["rate"], quality["ci"], quality["labeled"]),
@@ -283,7 +284,7 @@ else:
     m1.metric("Total in the range", f"${cost['total']:,.2f}" if cost["total"] >= 1 else f"${cost['total']:,.4f}")
     m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
     m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
-    if cost.get("all_cloud") is not None:  # METRICS.md §11: does this task type pay for the device path?
+    if cost.get("all_cloud") is not None:  # docs/metrics.md §11: does this task type pay for the device path?
         s1, s2 = st.columns(2)
         s1.metric(
             "Saved against all-cloud",

@@ -25,10 +25,11 @@ TIERS = {"high": (40.0, 90.0), "mid": (60.0, 60.0), "low": (100.0, 35.0)}  # fix
 # latency gate (a measured device knows its range), so an unloaded device is not admitted on hope.
 LOAD_RANGE = (0.7, 1.1)
 ESTIMATE_SHARE = 0.55  # the decode rate the device reports: its slow end (p10, the slow tail and jitter included)
-THROTTLE = 0.5  # a throttled SoC's share of its prefill and decode rates (seed 003: the second call's latency doubles)
+# a throttled SoC's share of its prefill and decode rates (docs/sources.md#seed-003: the second call's latency doubles)
+THROTTLE = 0.5
 SLOW_TAIL = (0.05, 0.45)  # 5 % of calls decode at 45 % of the tier's rate (another app busy): the p5 tail
-# The cloud (seed 000's table: ~1.2 / 1.6 / 2.8 s for <100 / 100-400 / >400 output tokens): the network's
-# round trip, the provider's queue, prefill at 2,000 tokens/s, then decode at each model's rate.
+# The cloud (the latency table of docs/sources.md#seed-000: ~1.2 / 1.6 / 2.8 s for <100 / 100-400 / >400 output
+# tokens): the network's round trip, the provider's queue, prefill at 2,000 tokens/s, then decode at each model's rate.
 RTT_MS = {"wifi": 300.0, "cellular": 500.0, "weak": 1000.0}
 CLOUD_QUEUE_MS, CLOUD_PREFILL_TPS = 450.0, 20000.0
 CLOUD_DECODE_TPS = {2: 350.0, 3: 220.0}  # cloud-small, cloud-large

@@ -3,20 +3,20 @@ behaviours driving the **real** router code, labels the way a review process wou
 and scripted incidents on a timeline.
 
 Calibration targets (what a seeded 20k demo reproduces, calm = outside the three incidents; checked row by
-row with plain SQL in `tests/e2e/test_sim_calibration.py`):
+row with plain SQL in `tests/e2e/test_sim_calibration.py`; source: the section of docs/sources.md):
 
 | figure (calm) | target | source | set by |
 |---|---|---|---|
-| fallbacks / device-entered | 20-40 % | seed 000 "回退率 30%" | `texts.CONFIDENCE` shares |
-| false fallbacks / labeled quality ones | 15-30 %, >= 100 labeled | seed 000 "通常 15%~30%" | pass curves, labels |
-| QA-like task (short_reply) by bucket | 18/27/34/21 %, pass 11/58/89/97 % | seed 000 calibration | `CONFIDENCE["qa"]` |
+| fallbacks / device-entered | 20-40 % | #seed-000 "回退率 30%" | `texts.CONFIDENCE` shares |
+| false fallbacks / labeled quality ones | 15-30 %, >= 100 labeled | #seed-000 "通常 15%~30%" | pass curves, labels |
+| QA-like task (short_reply) by bucket | 18/27/34/21 %, pass 11/58/89/97 % | #seed-000 | `CONFIDENCE["qa"]` |
 | over-confident top bucket | short_summary: 65 % pass >= 0.85 | the calibration lesson | `texts.OVERCONFIDENT` |
-| device TTFT | fixed + input / prefill_tps (+ load) | seed 003 (0.72 s/40, 5.05 s/300 tok) | `TIERS`, `TIER_LEDGER` |
-| decode | 90/60/35 tok/s by tier, a 5 % slow tail | seed 003 (ledger p5) | `TIERS`, `SLOW_TAIL` |
-| thermal | throttled: prefill and decode halve | seed 003 "二次调用延迟直接翻倍" | `THROTTLE`, heat budget |
-| cloud by output tokens | 1.2/1.6/2.8 s (<100/100-400/>400) +-25 % | seed 000's latency table | `RTT_MS`, `CLOUD_*` |
+| device TTFT | fixed + input / prefill_tps (+ load) | #seed-003 (0.72 s/40, 5.05 s/300 tok) | `TIERS`, `TIER_LEDGER` |
+| decode | 90/60/35 tok/s by tier, a 5 % slow tail | #seed-003 (ledger p5) | `TIERS`, `SLOW_TAIL` |
+| thermal | throttled: prefill and decode halve | #seed-003 "二次调用延迟直接翻倍" | `THROTTLE`, heat budget |
+| cloud by output tokens | 1.2/1.6/2.8 s (<100/100-400/>400) +-25 % | #seed-000's latency table | `RTT_MS`, `CLOUD_*` |
 | time | monotone per router instance | - | `SimClock` |
-| concurrency | overlapping requests, `device_busy` | seed 004 §6 | `arrivals`, `FleetRouter` |
+| concurrency | overlapping requests, `device_busy` | #seed-004-6 | `arrivals`, `FleetRouter` |
 
 The fleet's alert limits (`router/sim/alert_rules.yaml`, what the demo evaluates unless ROUTERSCOPE_ALERT_RULES
 names another file): the shipped rules with per task type `limits` set from the calm baseline above
@@ -42,7 +42,7 @@ against 0.45, route accuracy 0.49 against 0.75).
 * Heat: each device keeps a heat budget (busy seconds, dissipating over a minute); past it, or during the
   **thermal episode** (a hot afternoon: every device), the SoC throttles: prefill and decode halve and the
   thermal state reads `serious`/`critical`.
-* Device ledger (seed 003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
+* Device ledger (docs/sources.md#seed-003; contract v2 `device_stats`): per tier a prefill rate, a peak memory that
   grows with the input (KV cache) plus runtime overhead, cold starts (the OS reclaimed the model; more
   often on the low tier, whose loads are slower), the decode rate actually used, and the thermal state. The
   low tier also swaps now and then (its decode rate drops to 15 % on ~10 % of requests): its p5 decode rate
@@ -58,7 +58,7 @@ against 0.45, route accuracy 0.49 against 0.75).
 * A **bad threshold push**: while the push window is open on the clock the router's policy is one with a
   much stricter threshold for `short_reply` (a `Policy` derived from the simulated one, with its own
   policy_version); false fallbacks jump until it is rolled back.
-* The weekly replay's determinism groups (seed 004 §2), simulated: `simulated_reruns` re-runs a
+* The weekly replay's determinism groups (docs/sources.md#seed-004-2), simulated: `simulated_reruns` re-runs a
   sample of each task type's device-entered requests 3 times; a group agrees with the task type's
   `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
@@ -111,7 +111,9 @@ BURST = 0.06  # share of requests that are an app's follow-up call on the same d
 PUSHED_THRESHOLD = ("short_reply", 0.93)  # the bad push: this task type's threshold (0.60 by default)
 
 
-CLOUD_USUAL_P90_MS = 2000.0  # the simulated cloud's usual p90 (seed 000's table: 1.2-2.8 s by output length)
+CLOUD_USUAL_P90_MS = (
+    2000.0  # the simulated cloud's usual p90 (docs/sources.md#seed-000's table: 1.2-2.8 s by output length)
+)
 
 
 def simulated_policy() -> Policy:
@@ -211,7 +213,7 @@ class SimClock:
 class FleetRouter(Router):
     """The real router, with the device concurrency cap counted per simulated device (SIMULATED: one router
     instance stands in for the fleet's, so its breakers and cloud latency window are shared, but each phone
-    has its own device and its own cap, seed 004 §6)."""
+    has its own device and its own cap, docs/sources.md#seed-004-6)."""
 
     def __init__(self, fleet: Fleet, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -309,7 +311,7 @@ class Fleet:
         """The thermal episode (a hot afternoon): every device runs throttled."""
         return Incidents.active(self.incidents.thermal, self._progress())
 
-    # -- heat: a budget per device (seed 003: the SoC throttles after sustained load) ---------------------
+    # -- heat: a budget per device (docs/sources.md#seed-003: the SoC throttles after sustained load) -------
     def _heat_now(self, device: str) -> float:
         heat, since = self.heat.get(device, (0.0, self.clock.t))
         return heat * math.exp(-(self.clock.t - since) / HEAT_DECAY_S)
@@ -321,9 +323,9 @@ class Fleet:
         self.heat[device] = (self._heat_now(device) + busy_s, self.clock.t)
 
     def draw_ledger(self, req: Request) -> dict:
-        """What the device will measure for this request (seed 003's ledger), drawn before routing: a
-        swapping low-tier device decodes at 15 % speed; a cold start must load the model first; a throttled
-        SoC prefills and decodes at half speed (the second call's latency doubles)."""
+        """What the device will measure for this request (the ledger of docs/sources.md#seed-003), drawn before
+        routing: a swapping low-tier device decodes at 15 % speed; a cold start must load the model first; a
+        throttled SoC prefills and decodes at half speed (the second call's latency doubles)."""
         rng = self.ledger_rng
         prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
         swap = SWAP_SLOWDOWN if rng.random() < swap_p else 1.0
@@ -382,7 +384,7 @@ class Fleet:
         return groups
 
     def _keep_divergence(self, d) -> None:
-        """Seed 004 §5: disagreements are kept as samples beside the request texts (never in events)."""
+        """docs/sources.md#seed-004-5: disagreements are kept as samples beside the request texts (never in events)."""
         self.stats["divergences"] = self.stats.get("divergences", 0) + 1
         if self.texts is not None and hasattr(self.texts, "add_divergence"):
             self.texts.add_divergence(d, self.clock.now())

@@ -19,7 +19,7 @@ TASKS = {  # task type: (share of traffic, confidence shape (CONFIDENCE), expect
 # Seed 000's calibration buckets of confidence: [0, .45) [.45, .65) [.65, .85) [.85, 1].
 BUCKETS = (0.0, 0.45, 0.65, 0.85, 1.0)
 # Per shape: the share of answers in each bucket (uniform within it), and the pass rate by confidence
-# (linear between the knots). "qa" is seed 000's QA task as published (18/27/34/21 %, passing
+# (linear between the knots). "qa" is docs/sources.md#seed-000's QA task as published (18/27/34/21 %, passing
 # 11/58/89/97 %); classification is confident, generation is not; "summary" is the QA shape whose top
 # bucket is over-confident (65 % pass above 0.85: the calibration view flags it).
 CONFIDENCE = {
@@ -35,7 +35,7 @@ CONFIDENCE = {
 SHIFT = {"slot_extract": 0.05, "tool_call": 0.10}
 # The deadline a gateway gives each task type (ms): long generations get longer ones.
 DEADLINES = {"long_summary": (8000, 15000, 20000), "multi_step_tools": (8000, 15000, 20000)}
-DEFAULT_DEADLINES = (6000, 8000, 8000, 12000)  # seed 000: a gateway SLA of "整体 8s"
+DEFAULT_DEADLINES = (6000, 8000, 8000, 12000)  # docs/sources.md#seed-000: a gateway SLA of "整体 8s"
 OVERCONFIDENT = {"summary": (0.85, 0.65)}  # shape: (from this confidence, the pass rate)
 L1_LIFT = (0.03, 0.05)  # a degraded retry's confidence: the first try's plus N(mean, sd) (the same answer, shorter)
 SHADOW_TASKS = ("code_snippet",)
@@ -73,7 +73,7 @@ TEXTS = {
     "long_summary": ("Summarise this long report: {}", ("(a long quarterly report)",)),
     "multi_step_tools": ("Plan the tools and steps to {}.", ("book a trip and tell my team",)),
 }
-# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, seed 004 §2).
+# The chance that 3 sampled re-runs of one request agree (SIMULATED determinism, docs/sources.md#seed-004-2).
 DETERMINISM = {
     "intent_classify": 0.97,
     "slot_extract": 0.93,

@@ -77,7 +77,7 @@ def check_reachable(settings: Settings, bootstrap: str | None = None, timeout_s:
 
 
 def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_factor: int = -1) -> list[str]:
-    """Create the project's topics if missing (DESIGN §2: topics are created explicitly at start-up).
+    """Create the project's topics if missing (docs/contract.md: topics are created explicitly at start-up).
 
     Returns the topics created. `replication_factor=-1` takes the cluster's default."""
     from confluent_kafka import KafkaError

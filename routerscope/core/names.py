@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Kafka topics (DESIGN §2). The short names are what the command line accepts.
+# Kafka topics (docs/contract.md). The short names are what the command line accepts.
 TOPIC_DECISIONS = "router.decisions.v1"
 TOPIC_LABELS = "router.labels.v1"
 TOPIC_BREAKERS = "router.breakers.v1"
@@ -13,14 +13,14 @@ TOPICS: dict[str, str] = {
     "breakers": TOPIC_BREAKERS,
 }
 
-# The JSON field whose value is the message key of each topic (DESIGN §2).
+# The JSON field whose value is the message key of each topic (docs/contract.md).
 TOPIC_KEY_FIELD: dict[str, str] = {
     TOPIC_DECISIONS: "session_id",
     TOPIC_LABELS: "request_id",
     TOPIC_BREAKERS: "instance_id",
 }
 
-# Warehouse (DESIGN §6).
+# Warehouse (docs/architecture.md §6).
 DATABASE = "routerscope"
 TABLE_DECISIONS = "decisions"
 TABLE_LABELS = "labels"

@@ -1,4 +1,4 @@
-"""Settings, read in one place from the environment (DESIGN §6), the same way by every command.
+"""Settings, read in one place from the environment (docs/architecture.md §6), the same way by every command.
 
 | variable | default |
 |---|---|

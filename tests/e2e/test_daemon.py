@@ -1,4 +1,4 @@
-"""The deployed path, for real (DESIGN §4: "deployed as users deploy it, everything runs by itself").
+"""The deployed path, for real (docs/architecture.md §4: "deployed as users deploy it, everything runs by itself").
 
 `dagster-daemon run -w workspace.yaml` (it starts the code server the workspace names) with a
 temporary DAGSTER_HOME, a real broker and the embedded warehouse. The test produces decision events

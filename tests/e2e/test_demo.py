@@ -95,14 +95,14 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert all(
             (model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered
         ), live
-        # (or a session outside slot_extract's canary cohort: policy_cloud, seed 004 §7)
+        # (or a session outside slot_extract's canary cohort: policy_cloud, docs/sources.md#seed-004-7)
         assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), (
             live
         )
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
-        # (the calibrated calm baseline already falls back on a third of short_reply: seed 000's 30 %)
+        # (the calibrated calm baseline already falls back on a third of short_reply: docs/sources.md#seed-000's 30 %)
         assert (
             push["by_task_type"]["short_reply"]["quality_fallback_rate"]
             > 2 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
@@ -114,12 +114,12 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # (as counts: the push multiplies the acceptable answers sent to the cloud, not only the labeled fallbacks)
         false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
         assert false_fallbacks(pushed) > 5 * false_fallbacks(before_push)
-        # The what-if (METRICS §14) run on the calm window before the push predicts what the push then did.
-        # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (seed 000's
-        # 30 %), re-scored at 0.93 → 84 %; the push window then fell back 86 %. False fallbacks predicted 62 %,
-        # measured 60 % (seed 000's QA curve: most answers in [.60, .93) pass). Cost per request predicted ≈ 0.9×
-        # the push window's. Only gated L0 answers move (332), all of them to the cloud; 24 % of them are
-        # labeled, so the estimate warns that it rests on few labels.
+        # The what-if (docs/metrics.md §14) run on the calm window before the push predicts what the push then did.
+        # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (the 30 % of
+        # docs/sources.md#seed-000), re-scored at 0.93 → 84 %; the push window then fell back 86 %. False fallbacks
+        # predicted 62 %, measured 60 % (the QA curve of docs/sources.md#seed-000: most answers in [.60, .93) pass).
+        # Cost per request predicted ≈ 0.9× the push window's. Only gated L0 answers move (332), all of them to the
+        # cloud; 24 % of them are labeled, so the estimate warns that it rests on few labels.
         calm_short = calm["by_task_type"][task_type]
         assert predicted["self_check"] == [] and predicted["current"]["fallback_rate"] == calm_short["fallback_rate"]
         assert 0.2 < predicted["current"]["fallback_rate"] < 0.5
@@ -137,9 +137,9 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert out["summary"]["overall"]["cost_usd"]["total"] > 0
         summary = out["summary"]["overall"]
         assert summary["fallback_rate"] < summary["naive_fallback_rate"]
-        # the seeds' ledgers and reports (METRICS §10–§13, seed 004 §7): the low tier's p5 decode rate collapses,
-        # the device path saves part of the all-cloud bill, slot_extract is a canary and code_snippet in shadow,
-        # and the grading vetoes tool_call by its error cost
+        # the seeds' ledgers and reports (docs/metrics.md §10–§13, docs/sources.md#seed-004-7): the low tier's p5 decode
+        # rate collapses, the device path saves part of the all-cloud bill, slot_extract is a canary and code_snippet in
+        # shadow, and the grading vetoes tool_call by its error cost
         from routerscope import review
 
         ledger = out["summary"]["device_ledger"]

@@ -2,7 +2,7 @@
 
 Offline: deployments answer with LiteLLM's own `mock_response`; the device group's failures are
 LiteLLM's `mock_timeout` (a `litellm.Timeout`) and `mock_testing_fallbacks` (an `InternalServerError`),
-so the Router runs its real fallback code. Golden numbers by hand from METRICS.md:
+so the Router runs its real fallback code. Golden numbers by hand from docs/metrics.md:
 
 * 20 requests to the device group: 10 served there, 6 device timeouts and 4 device errors that fell
   back to `cloud-small`; plus 5 requests LiteLLM sends straight to the cloud (one without metadata).

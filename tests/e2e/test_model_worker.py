@@ -47,8 +47,8 @@ def test_the_worker_answers_like_the_in_process_model_with_logprob_confidence(mo
 
 
 def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(model, tmp_path):
-    """Seed 000's decision point: the router's `decide` callback lives in this process; the worker asks it
-    at the first token past `decision_at_ms` and stops generating on a no (a preempted timeout)."""
+    """The decision point of docs/sources.md#seed-000: the router's `decide` callback lives in this process; the
+    worker asks it at the first token past `decision_at_ms` and stops generating on a no (a preempted timeout)."""
     questions = []
 
     def decide(elapsed_ms, tokens, ttft_ms):

@@ -1,5 +1,5 @@
-"""README's "Use it with your router" section runs as written: its code blocks are executed in order,
-against the real broker, and what they record arrives."""
+"""The "Use it with your router" section (docs/sdk.md, linked from the README) runs as written: its code
+blocks are executed in order, against the real broker, and what they record arrives."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def section_blocks() -> list[str]:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "sdk.md").read_text()
     section = readme.split("## Use it with your router", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
@@ -33,7 +33,7 @@ def test_the_use_it_with_your_router_snippets_run_as_written(broker_settings, ho
     namespace: dict = {}
     try:
         for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 (the documentation is the test)
+            exec(compile(block, "docs/sdk.md", "exec"), namespace)  # noqa: S102 (the documentation is the test)
     finally:
         if "callback" in namespace:
             namespace["callback"].close()

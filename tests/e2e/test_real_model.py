@@ -48,8 +48,9 @@ def test_real_requests_carry_logprob_confidence(device, standin, tmp_path):
         assert event.entered_device and event.device_model == "gemma-3-270m-q4_k_m"
         assert event.confidence_source == "logprob" and 0.0 <= event.confidence <= 1.0
         assert response.text
-        # seed 003's ledger, measured for real: the first call after loading is the cold start, with its load time;
-        # the rates are llama.cpp's own timings; the thermal state is the OS's (`unknown` without thermal zones)
+        # the ledger of docs/sources.md#seed-003, measured for real: the first call after loading is the cold
+        # start, with its load time; the rates are llama.cpp's own timings; the thermal state is the OS's
+        # (`unknown` without thermal zones)
         stats = event.device_stats
         assert stats.cold_start is (i == 0) and (stats.load_ms > 0 if i == 0 else stats.load_ms is None)
         assert stats.peak_mem_mb > 100 and stats.decode_tps > 0 and stats.prefill_tps > 0

@@ -94,8 +94,8 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         # free text (f0 f2 f4, no validator) is judged by agreement with the cloud's answer, never by being non-empty
         assert replay["judged_by"] == {"validator": 2, "cloud_agreement": 3, "none": 0}
         assert all(v is not None for v in verdicts.values())
-        # determinism (seed 004 §2): the five live device-entered requests with text, each re-run 3 times; the groups
-        # are stored for the grading report, which now has a determinism for their task types
+        # determinism (docs/sources.md#seed-004-2): the five live device-entered requests with text, each re-run 3
+        # times; the groups are stored for the grading report, which now has a determinism for their task types
         assert replay["determinism_groups"] == 5
         with open_warehouse(settings) as client:
             reruns = client.query(

@@ -1,4 +1,4 @@
-"""Breaker alerts as of each window (DESIGN "Pipeline signals per window"), from `breaker_events` in the real
+"""Breaker alerts as of each window (docs/metrics.md "Pipeline signals per window"), from `breaker_events` in the real
 warehouse: a history replay and a late alert run see the same outage as a live one; the demo's simulated
 cloud outage raises `cloud_breaker_open` for its windows and resolves after. The signal used to read each
 breaker's latest state, so the demo's 12-minute outage raised nothing."""

@@ -126,8 +126,8 @@ def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
 def test_tuning_shows_the_week_with_intervals_coverage_and_session_calls(populated):
     # The week is [END − 7 d, END): A's a1..a6 plus the four baseline events z0..z3 (session z).
     # Judged fallbacks a2 a3 z3, two labeled (both acceptable) → 2/2, coverage 2/3; the tile is the quality ones
-    # (seed 000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it. Device-served
-    # a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
+    # (docs/sources.md#seed-000: never mixed): a2 (quality) 1/1, Wilson [20.7 %, 100 %]; a3 (timeout) 1/1 beside it.
+    # Device-served a1 z0 z1 z2, a1 labeled not acceptable → 1/1, coverage 1/4. Cloud calls per session:
     # s1 1, s2 2, s3 2, z 1 → sorted [1, 1, 2, 2]: mean 1.5, p50 1.5, p95 at rank 2.85 → 2.
     app = render("tuning.py")
     metrics = {m.label: m.value for m in app.metric}
@@ -168,14 +168,14 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
     app.slider[0].set_value(0.5).run()
     assert not app.exception
     # the week's labeled confidences start at 0.4 (a2): c = 0.40 holds a2 a4 a1, 2/3 = 0.667 ≥ 0.5 (never 0.00),
-    # but METRICS.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
+    # but docs/metrics.md §6's local floor holds: a1's bad answer at 0.9 pools with the two good ones below it, so the
     # calibrated pass rate at every cut is 2/3 < 0.85 and nothing qualifies whatever the target
     assert recommended() == "none qualifies"
     assert next(m.value for m in app.metric if m.label == "Evidence floor") == "0.40"
 
 
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
-    """METRICS.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
+    """docs/metrics.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
     from dashboards import data
     from tests.events import decision, quality_fallback
     from tests.integration.test_metrics import at, eid
@@ -488,7 +488,7 @@ def test_explorer_counts_every_match_and_pages_through_them(populated):
 
 
 def test_tuning_tries_a_threshold_on_the_weeks_own_traffic(populated):
-    """The what-if slider (METRICS.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
+    """The what-if slider (docs/metrics.md §14) on the week [END − 7 d, END) of intent_classify. Gated: a1 (0.90)
     and z0 z1 z2 (0.91) passed at L0; a2 and z3 (0.40) were turned down and fell back. Not gated: a3 (timeout),
     a4 (L0 error), a5 (capability), a6 (bypass). It starts at the calibration's current threshold, 0.70:
     nothing moves, and the candidate column is the week's recorded numbers: 4 of 8 device-entered fell back

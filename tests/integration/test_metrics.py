@@ -1,4 +1,4 @@
-"""Golden metrics: small fixtures whose every number is computed by hand from METRICS.md (the
+"""Golden metrics: small fixtures whose every number is computed by hand from docs/metrics.md (the
 arithmetic is in the comments), loaded into a real embedded warehouse, computed by the SQL."""
 
 from __future__ import annotations
@@ -322,9 +322,9 @@ def test_golden_window_overall_and_per_task_type(warehouse):
 
 
 def test_seed000_false_fallbacks_by_type_never_mix_quality_and_timeout(warehouse):
-    """Seed 000: the three fallback types are never mixed. Four labeled quality fallbacks, one acceptable (a
-    threshold that is mostly right); three labeled timeout fallbacks, all acceptable (a latency problem). The
-    combined rate, 4/7 = 0.571, would read as thresholds set far too high."""
+    """docs/sources.md#seed-000: the three fallback types are never mixed. Four labeled quality fallbacks, one
+    acceptable (a threshold that is mostly right); three labeled timeout fallbacks, all acceptable (a latency problem).
+    The combined rate, 4/7 = 0.571, would read as thresholds set far too high."""
     quality = [
         quality_fallback(event_id=eid(700 + i), request_id=f"q{i}", task_type=C, event_time=at(1)) for i in range(4)
     ]
@@ -488,7 +488,7 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
 
 
 def test_golden_evidence_floor_no_recommendation_below_the_labeled_confidences(warehouse):
-    """METRICS.md §6: with labels only at 0.66 and above (all acceptable), the smallest candidate is 0.65;
+    """docs/metrics.md §6: with labels only at 0.66 and above (all acceptable), the smallest candidate is 0.65;
     before the floor, every bucket passing recommended 0.00 (the demo's intent_classify)."""
     decisions, labels = [], []
     for i, confidence in enumerate((0.66, 0.7, 0.8, 0.9)):
@@ -529,7 +529,8 @@ def local_floor_events():
 
 
 def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
-    """METRICS.md §6 (seed 000: a 58 % band goes to "device + post-check", never to direct output). The high-
+    """docs/metrics.md §6 (docs/sources.md#seed-000: a 58 % band goes to
+    "device + post-check", never to direct output). The high-
     confidence mass (200 passing at 0.90) carries the cumulative pass rate over 0.95 from c = 0.40 down:
     c = 0.40: 226/236 = 0.9576; 0.45–0.55: 226/232 = 0.9741; 0.60: 224/226; 0.65: 221/223; 0.70: 220/220.
     Pool-adjacent-violators over the blocks 0/4, 2/6, 3/3, 1/3, 20/20, 200/200: 1/3 < 3/3 pools to 4/6, so
@@ -566,7 +567,7 @@ def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
 
 
 def test_golden_threshold_change_is_null_without_a_move(warehouse):
-    """METRICS.md §6: null when the recommendation is null or equals the current threshold."""
+    """docs/metrics.md §6: null when the recommendation is null or equals the current threshold."""
     decisions, labels = calibration_events()
     insert(warehouse, decisions, labels)
     strict = compute(warehouse, START, END, target=0.99, min_n=30)["calibration"][C]
@@ -578,7 +579,7 @@ def test_golden_threshold_change_is_null_without_a_move(warehouse):
 
 
 def test_golden_by_policy_version_attributes_a_threshold_push(warehouse):
-    """METRICS.md §9: the same task type before and after a push, each version with its own numbers.
+    """docs/metrics.md §9: the same task type before and after a push, each version with its own numbers.
     p1 (hours 1-2): 3 served at L0, 1 quality fallback; labels: served a/a/bad, the fallback bad.
     p2 (hours 3-4): 1 served, 3 quality fallbacks; labels: the served ok, two fallbacks acceptable, one bad."""
     p1 = [

@@ -36,7 +36,7 @@ def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_as
 
 
 def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(warehouse):  # noqa: F811
-    """METRICS.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
+    """docs/metrics.md §3 label sources: only an `offline_replay` label takes a judged fallback out of the weekly
     replay's sample; a human or validator label does not."""
     fallbacks = [
         quality_fallback(event_id=eid(10 + i), request_id=f"f{i}", event_time=iso(NOW - timedelta(minutes=i + 1)))

@@ -1,4 +1,4 @@
-"""Golden numbers for METRICS.md §10–§13 (device ledger, all-cloud counterfactual, task grading, offload
+"""Golden numbers for docs/metrics.md §10–§13 (device ledger, all-cloud counterfactual, task grading, offload
 readiness) and the stage tracker's cohort numbers: a small fixture loaded into a real embedded warehouse,
 every expected number computed by hand in the comments."""
 
@@ -291,7 +291,8 @@ def test_all_cloud_counterfactual_seed003_seed004_golden(loaded):
 
 
 def test_task_grading_seed004_golden_with_the_error_cost_veto(loaded):
-    """§12 (seed 004 §2): the error-cost veto decides before any score; scores renormalised 0.4/0.4/0.2."""
+    """§12 (docs/sources.md#seed-004-2): the error-cost veto decides
+    before any score; scores renormalised 0.4/0.4/0.2."""
     report = grading_report(loaded, POLICY, QueryWindow(START, END))
     # §12 days_observed: live events at 11-23 00h (h1), 11-23 12h (u1), 11-24 00h (h2), 11-25 00h (h3),
     # 11-26 00h (v1), 11-27 00h (c1): 6 distinct UTC hours → 6 / 24 = 0.25 days, not the window's 7

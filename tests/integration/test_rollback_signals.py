@@ -1,10 +1,10 @@
-"""Rollback signals end to end (seed 004 §7, METRICS.md §3b): an hour of traffic through the real router on a
-fake clock — a cloud outage, then a bad threshold push for short_reply — into the real warehouse, the
+"""Rollback signals end to end (docs/sources.md#seed-004-7, docs/metrics.md §3b): an hour of traffic through the real
+router on a fake clock — a cloud outage, then a bad threshold push for short_reply — into the real warehouse, the
 5-minute metrics, then the default alert rules. The outage recommends no rollback; the push recommends
 rolling short_reply back, naming its signals.
 
-Seed 004 §7: "路由判定准确率 … 下放路径失败率:端侧结果未通过校验或异常的比例 … 降级触发率:端侧失败后转云端的请求占比",
-"连续 window 个观测窗口越界才回退,避免被单点抖动触发"."""
+docs/sources.md#seed-004-7: "路由判定准确率 … 下放路径失败率:端侧结果未通过校验或异常的比例 …
+降级触发率:端侧失败后转云端的请求占比", "连续 window 个观测窗口越界才回退,避免被单点抖动触发"."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def _dict(event) -> dict:
 
 
 def test_seed004_calm_windows_over_the_point_limit_recommend_no_rollback(home):
-    """METRICS.md §3b through the stored windows and the default rules: tool_call sends 2 of 32, 2 of 34 and
+    """docs/metrics.md §3b through the stored windows and the default rules: tool_call sends 2 of 32, 2 of 34 and
     2 of 37 device-entered requests on to the cloud (0.062, 0.059, 0.054 against the 0.05 limit, n >= 30 each),
     as it did on calm demo windows. Each Wilson interval holds the limit (lows 0.017, 0.016, 0.015): no
     recommendation. Three windows of 12 in 35 (0.343, low 0.208) do recommend it."""

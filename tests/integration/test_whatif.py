@@ -1,4 +1,4 @@
-"""The what-if of a candidate threshold (METRICS.md §14) over a small fixture whose every number is
+"""The what-if of a candidate threshold (docs/metrics.md §14) over a small fixture whose every number is
 computed by hand below, in a real embedded warehouse; and `routerscope whatif` as a user runs it."""
 
 from __future__ import annotations

@@ -102,8 +102,8 @@ def test_default_rules_load_and_cover_design_section_4():
 
 
 def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_denominators():
-    """Seed 004 §7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows; METRICS.md §3b:
-    the minimum sample applies to each signal's own denominator."""
+    """docs/sources.md#seed-004-7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows;
+    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator."""
     _, rules = load_rules()
     rollback = {r.name: (r.metric, r.scope, r.op, r.limit, r.denominator) for r in rules if r.action == "rollback"}
     assert rollback == {
@@ -133,7 +133,7 @@ def _windows(*counts):
 
 
 def test_seed004_calm_windows_over_the_point_limit_do_not_recommend_a_rollback():
-    """METRICS.md §3b: tool_call's degrade trigger 2/32 = 0.062, 2/34 = 0.059, 2/37 = 0.054 sits over the 0.05
+    """docs/metrics.md §3b: tool_call's degrade trigger 2/32 = 0.062, 2/34 = 0.059, 2/37 = 0.054 sits over the 0.05
     limit three windows running, but each Wilson interval contains the limit (lows 0.0173, 0.0163, 0.0150:
     (2, 32): centre (0.0625 + 3.841459/64)/1.120046 = 0.109391, half 0.092080 → 0.017311): no evidence, no page."""
     rule = _rollback_rule("rollback_degrade_trigger")
@@ -425,7 +425,7 @@ def test_a_signal_reading_breaches_as_of_the_evaluation_time():
     assert not evaluate_signal(breaker, None, NOW).breaching
 
 
-# -- the breaker signals, as of each window (DESIGN "Pipeline signals per window") --------------------
+# -- the breaker signals, as of each window (docs/metrics.md "Pipeline signals per window") --------------------
 def _t(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 

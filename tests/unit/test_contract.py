@@ -1,5 +1,5 @@
 """The event contract: a table of valid and invalid events, each invalid one with exactly the rules
-it breaks. Every cross-field invariant of DESIGN §2 has a case."""
+it breaks. Every cross-field invariant of docs/contract.md has a case."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ INVALID_DECISIONS = {
         decision(mode="canary", cloud_calls=-1, deadline_ms=0),
         ["schema.invalid.mode", "schema.invalid.cloud_calls", "schema.invalid.deadline_ms"],
     ),
-    # -- invariants (DESIGN §2) -----------------------------------------------------------------
+    # -- invariants (docs/contract.md) -----------------------------------------------------------------
     "capability without capability_miss": (
         capability_miss(reason="default"),
         ["invariant.capability_iff_capability_miss"],

@@ -52,7 +52,7 @@ def test_the_key_is_created_once_readable_by_its_owner_only(tmp_path):
 def test_rotation_changes_every_hash(tmp_path):
     pii.configure(tmp_path)
     before = pii.scrub("4111 1111 1111 1111")
-    (tmp_path / pii.KEY_FILE).unlink()  # rotation: replace the key (README)
+    (tmp_path / pii.KEY_FILE).unlink()  # rotation: replace the key (docs/operations.md)
     pii.configure(tmp_path)
     assert pii.scrub("4111 1111 1111 1111") != before
 

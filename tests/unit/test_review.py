@@ -1,6 +1,6 @@
-"""The review rules as tables: the stage tracker's exit conditions (seed 004 §7) each met and not met by
-one unit, the grading tiers and the error-cost veto (seed 004 §2), seed 003's gates and factor bands,
-and the router's sticky canary cohort."""
+"""The review rules as tables: the stage tracker's exit conditions (docs/sources.md#seed-004-7) each met and not met by
+one unit, the grading tiers and the error-cost veto (docs/sources.md#seed-004-2), the gates and factor bands
+of docs/sources.md#seed-003, and the router's sticky canary cohort."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_full_and_cloud_only_move_only_back(stage, rollback, expected):
     [
         # input 256 → (2048 − 256)/1792 = 1; determinism 1; 100000 calls/day → log10 5 / 5 = 1 → score 1.0
         (100, 256, 100_000, 1.0, 0.2, "offload", "score >= 0.75"),
-        # the same task with error cost 0.71: vetoed before any score (seed 004: 错误代价单独前置)
+        # the same task with error cost 0.71: vetoed before any score (docs/sources.md#seed-004: 错误代价单独前置)
         (100, 256, 100_000, 1.0, 0.71, "keep-cloud", "error_cost_veto"),
         (100, 256, 100_000, 1.0, 0.70, "offload", "score >= 0.75"),  # 0.70 is not > 0.7
         # long tail (p95 > 4·p50) halves the input score: 0.4·0.5 + 0.4·1 + 0.2·1 = 0.8
@@ -249,7 +249,7 @@ def test_seed003_gates_and_the_ready_score_of_12():
 @pytest.mark.parametrize(
     "name, memory, status",
     [
-        # seed 003 "常驻 ≤ 25%、峰值 ≤ 40%", low tier 4096 MB: limits 1024 resident, 1638.4 peak
+        # docs/sources.md#seed-003 "常驻 ≤ 25%、峰值 ≤ 40%", low tier 4096 MB: limits 1024 resident, 1638.4 peak
         ("resident over 25 % fails though the peak passes", {"peak": 1200.0, "resident": 1024.1}, "fail"),
         ("the peak is the max, not a p95: one request over fails", {"peak": 1700.0, "resident": 500.0}, "fail"),
         ("no resident figure: unknown, which blocks readiness", {"peak": 1200.0, "resident": None}, "unknown"),
@@ -270,7 +270,8 @@ def test_seed003_memory_gate_reads_peak_and_resident_memory(name, memory, status
 
 
 def test_seed003_duration_gate_needs_a_streamable_or_asynchronous_task():
-    """Seed 003: "单次推理 ≤ 10s,且可流式或可异步": fast is not enough when the user must wait for the whole answer."""
+    """docs/sources.md#seed-003: "单次推理 ≤ 10s,且可流式或可异步": fast is
+    not enough when the user must wait for the whole answer."""
     base = dict(
         memory_by_tier={},
         tier_memory_mb={},
@@ -283,8 +284,8 @@ def test_seed003_duration_gate_needs_a_streamable_or_asynchronous_task():
 
 
 def test_seed003_token_screen_stops_a_long_budget_task_before_any_gate_or_score():
-    """Seed 003 "落地建议" 1: p50 input + output over 400 tokens is out before scoring: a 900-token task with a
-    perfect score and passing gates is not_ready, and is not scored."""
+    """docs/sources.md#seed-003 "落地建议" 1: p50 input + output over 400 tokens is out before scoring: a 900-token task
+    with a perfect score and passing gates is not_ready, and is not scored."""
     passing = {
         "gate_memory": {"status": "pass"},
         "gate_duration": {"status": "pass"},

@@ -92,7 +92,9 @@ def test_routing_properties(
     parsed, rules = DECISIONS.parse(event.to_json())
     assert rules == [], f"the event breaks the contract: {rules}"
     assert b"PRIVATE-MARKER" not in event.to_json(), "request text never enters an event"
-    assert event.attempts[-1].level != 4 or event.attempts[-1].latency_ms <= 50, "L4 is bounded by 50 ms (seed 000)"
+    assert event.attempts[-1].level != 4 or event.attempts[-1].latency_ms <= 50, (
+        "L4 is bounded by 50 ms (docs/sources.md#seed-000)"
+    )
     assert event.latency_ms <= max(0, req.deadline_ms - req.elapsed_ms) + 50 + 100, "the budget only subtracts"
 
 
@@ -246,7 +248,7 @@ def test_half_open_lets_one_trial_through_at_a_time():
     assert breaker.allow() and not breaker.allow()
 
 
-# -- latency gate: the seed's worked cases (seed 000, "TTFT 和总时长要分开看") -------------------------
+# -- latency gate: the seed's worked cases (docs/sources.md#seed-000, "TTFT 和总时长要分开看") -------------------------
 @pytest.mark.parametrize(
     "case, remaining_ms, device_eta_ms, cloud_p90_ms, expected",
     [

@@ -1,6 +1,6 @@
 """The router enforces the budget itself (docs/router.md): hostile backends on the real clock.
 
-Seed 000 "路由层只做减法" and its degrade chain (每级有独立超时): whatever a backend does — ignore its
+docs/sources.md#seed-000 "路由层只做减法" and its degrade chain (每级有独立超时): whatever a backend does — ignore its
 timeout, sleep forever, raise, answer after the deadline, trickle its HTTP answer a byte at a time —
 `route()` returns within `deadline_ms - elapsed_ms + 50 ms` (plus scheduling slack on a shared machine),
 the event's `latency_ms` is that wall time, and a late answer is never served. A backend that cannot
@@ -219,7 +219,7 @@ def test_a_cloud_that_trickles_bytes_over_real_http_is_cut_at_the_total_deadline
     assert response.served_by == "fallback"
 
 
-# -- shadow mode: the device off the user's path (seed 004 §5 "端侧失败不影响主路径") -------------------
+# -- shadow mode: the device off the user's path (docs/sources.md#seed-004-5 "端侧失败不影响主路径") -------------------
 class SlowCloud(QuickCloud):
     """Answers after `need_s` (well within its timeout)."""
 

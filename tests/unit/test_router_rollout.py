@@ -1,5 +1,5 @@
-"""The router's side of seeds 003/004: rollout stages honoured per session, the all-cloud counterfactual
-and the device ledger on each event, divergence samples kept out of events, the thermal reader."""
+"""The router's side of docs/sources.md#seed-003 and #seed-004: rollout stages honoured per session, the all-cloud
+counterfactual and the device ledger on each event, divergence samples kept out of events, the thermal reader."""
 
 from __future__ import annotations
 

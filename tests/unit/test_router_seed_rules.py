@@ -1,14 +1,15 @@
-"""The router's rules as seed 000 states them (DESIGN §1), one table per rule, on a fake clock; and the
-budget and decision point again on slow real-time backends (a device that sleeps, a real HTTP cloud).
+"""The router's rules as docs/sources.md#seed-000 states them (docs/router.md), one table per rule, on a fake clock; and
+the budget and decision point again on slow real-time backends (a device that sleeps, a real HTTP cloud).
 
-Seed 000 lines cited by the tests:
+docs/sources.md#seed-000 lines cited by the tests:
 * "路由层只做减法" and the degrade-chain table (L0 预算×0.7 → L1 ×0.3 → L2 ×0.5 → L3 ×0.8 → L4 50ms): each
   level's timeout is its share of the budget remaining when it starts, never past what remains minus 50 ms.
 * "在消耗掉 30% 预算时做一次判定,把剩下的 70% 留给回退路径本身": the decision point.
 * "过了承诺点就不再接管,宁可让端侧跑完": the commit point.
 * "必须按 task_type 分开校准": calibration stands on one confidence per request (L0's).
 * "云侧连续失败或 P90 突增时全量走端侧 … 端侧模型加载失败、内存不足或回退率连续超标时全量上云": the breakers.
-Seed 004 §6 "给端侧设一个硬并发上限,超出的部分直接走云端——宁可多花钱也不要让请求排队": the concurrency cap.
+docs/sources.md#seed-004-6
+"给端侧设一个硬并发上限,超出的部分直接走云端——宁可多花钱也不要让请求排队": the concurrency cap.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def valid(event):
     ],
 )
 def test_seed000_budget_only_subtracts_each_level_a_share_of_what_remains(tmp_path, deadline_ms, elapsed_ms, expected):
-    """Seed 000 "路由层只做减法" + the degrade-chain table: backends that use every millisecond they are
+    """docs/sources.md#seed-000 "路由层只做减法" + the degrade-chain table: backends that use every millisecond they are
     given; the request ends within deadline - elapsed + 50 ms and its latency_ms is the time it took."""
     clock = FakeClock()
     router = Router(GreedyDevice(clock), GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
@@ -143,7 +144,7 @@ def test_seed000_l1_retry_gets_its_share_of_what_l0_left(tmp_path):
 def test_seed000_decision_point_at_30_percent(
     tmp_path, case, deadline_ms, elapsed_ms, tokens, per_token_ms, decided, expected, reason
 ):
-    """Seed 000 "在消耗掉 30% 预算时做一次判定": re-estimate from the observed TTFT and token rate."""
+    """docs/sources.md#seed-000 "在消耗掉 30% 预算时做一次判定": re-estimate from the observed TTFT and token rate."""
     clock = FakeClock()
     device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms)
     router = Router(device, GreedyCloud(clock, need_ms=500), policy=policy_file(tmp_path), clock=clock)
@@ -184,13 +185,14 @@ def test_device_fits_table():
         # point (at 1221 ms) came first: it runs on, within 8000 - 50 = 7950, and finishes in full
         (19.0, [(0, "ok", 5781.0)], "a full answer", "default"),
         # 300 tokens at 30 ms: 9070 ms; committed at 1870 ms (before the 30 % decision point); cut at 7950 ms,
-        # the partial answer served, flagged as truncated (seed 000: "返回部分结果"), its attempt a timeout
+        # the partial answer served, flagged as truncated
+        # (docs/sources.md#seed-000: "返回部分结果"), its attempt a timeout
         (30.0, [(0, "timeout", 7950.0)], "part", "truncated"),
     ],
 )
 def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, per_token_ms, expected, served, reason):
-    """Seed 000 "过了承诺点就不再接管,宁可让端侧跑完": past the commit point the device may use the whole
-    remaining budget minus L4's 50 ms, not only L0's 70 % share."""
+    """docs/sources.md#seed-000 "过了承诺点就不再接管,宁可让端侧跑完": past the commit point the device may use the
+    whole remaining budget minus L4's 50 ms, not only L0's 70 % share."""
     clock = FakeClock()
     device = StreamingDevice(clock, ttft_ms=100.0, per_token_ms=per_token_ms, tps_estimate=1000.0)
     store = policy_file(tmp_path, **{"commit_tokens: 120": "commit_tokens: 60"})
@@ -204,7 +206,7 @@ def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, 
     assert event.latency_ms <= 8000 + L4_MS
 
 
-# -- neither fits: truncate first (seed 000 "都赶不上,裁剪输出或返回部分结果") ---------------------------
+# -- neither fits: truncate first (docs/sources.md#seed-000 "都赶不上,裁剪输出或返回部分结果") -------------------------
 @pytest.mark.parametrize(
     "case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected",
     [
@@ -302,7 +304,8 @@ def test_event_latency_is_the_simulated_time_not_the_wall_time(tmp_path):
 def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(
     tmp_path, l0, l1, confidence, fallback_type, reason
 ):
-    """Seed 000 "必须按 task_type 分开校准": calibration judges the confidence the threshold judged first."""
+    """docs/sources.md#seed-000 "必须按 task_type 分开校准": calibration
+    judges the confidence the threshold judged first."""
     task = "slot_extract" if "text" in l0 else "short_reply"
     results = [
         DeviceResult(x.get("text", "positive"), x["confidence"], "logprob", 5, 1.0, 10.0, "ok") for x in (l0, l1)
@@ -328,7 +331,7 @@ def test_seed000_event_confidence_is_l0s_and_the_first_miss_names_the_fallback(
 # -- the device concurrency cap: the excess to the cloud, never a queue ------------------------------
 @pytest.mark.parametrize("cap, second", [(1, "device_busy"), (2, "default")])
 def test_seed004_device_concurrency_cap_sends_the_excess_to_the_cloud(tmp_path, cap, second):
-    """Seed 004 §6 "硬并发上限,超出的部分直接走云端": the second request does not wait for the first."""
+    """docs/sources.md#seed-004-6 "硬并发上限,超出的部分直接走云端": the second request does not wait for the first."""
     device = BlockingDevice()
     cloud = GreedyCloud(FakeClock(), need_ms=0)
     router = Router(
@@ -447,7 +450,8 @@ def test_seed000_real_time_decision_point_moves_a_slow_stream_to_the_cloud(http_
 
 # -- breakers as the seed says -------------------------------------------------------------------
 def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
-    """Seed 000 "云侧 … P90 突增时全量走端侧": 20 successful calls at 3 s against a baseline of 800 ms × 3."""
+    """docs/sources.md#seed-000 "云侧 … P90 突增时全量走端侧": 20
+    successful calls at 3 s against a baseline of 800 ms × 3."""
     clock = FakeClock()
     seen = []
     router = Router(
@@ -468,7 +472,8 @@ def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
 
 @pytest.mark.parametrize("error_kind, opens", [("oom", True), ("load_failure", True), (None, False)])
 def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, error_kind, opens):
-    """Seed 000 "端侧模型加载失败、内存不足 … 全量上云": one such error opens it; one plain error does not."""
+    """docs/sources.md#seed-000 "端侧模型加载失败、内存不足 … 全量上云":
+    one such error opens it; one plain error does not."""
     clock = FakeClock()
 
     class Failing(GreedyDevice):
@@ -495,7 +500,8 @@ def test_seed000_device_breaker_opens_at_once_on_load_failure_or_oom(tmp_path, e
 def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutive_windows(
     tmp_path, window_rates, opens
 ):
-    """Seed 000 "回退率连续超标时全量上云": policy limit 0.5, 3 windows of 60 s, at least 20 requests each."""
+    """docs/sources.md#seed-000 "回退率连续超标时全量上云": policy limit
+    0.5, 3 windows of 60 s, at least 20 requests each."""
     clock = FakeClock()
     device = GreedyDevice(clock, need_ms=1)
     no_failure_rate = {
@@ -595,7 +601,7 @@ def test_device_failed_opens_the_device_breaker_for_the_app_that_loads_the_model
     assert (event.entered_device, event.reason) == (False, "device_unavailable")
 
 
-# -- the p90 spike breaker settles (seed 000 "P90 突增时全量走端侧") --------------------------------------
+# -- the p90 spike breaker settles (docs/sources.md#seed-000 "P90 突增时全量走端侧") -----------------------------------
 def replay_cloud(tmp_path, phases):
     """Replays cloud traffic on the fake clock, one cloud-only request every 5 s: `phases` are (seconds, the
     cloud's latency in ms, or "down" for errors). Returns the router and its cloud breaker's events."""
@@ -643,7 +649,7 @@ def test_seed000_p90_spike_is_judged_against_the_learned_baseline_not_only_the_c
     assert [(e.to_state, e.trigger) for e in events][:1] == [("open", "cloud_p90_spike")]
 
 
-# -- the capability matrix's conditions (seed 000 判据三) --------------------------------------------
+# -- the capability matrix's conditions (docs/sources.md#seed-000 判据三) --------------------------------------------
 @pytest.mark.parametrize(
     "task_type, extra, admitted",
     [
@@ -682,8 +688,8 @@ def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, messa
 # -- PII over the device's context: the input cut to its window, never the cloud ----------------------
 def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path):
     """Measured before: a 9,000-token PII request entered the device whole. short_reply's window is 2048
-    tokens: the prompt is cut to 2048/9000 of its text and runs as L1 (context cut, seed 000's L1); the
-    event says so (degrade level 1, pii_pin)."""
+    tokens: the prompt is cut to 2048/9000 of its text and runs as L1 (context cut, the seed's
+    (docs/sources.md#seed-000) L1); the event says so (degrade level 1, pii_pin)."""
     clock = FakeClock()
     prompts = []
 

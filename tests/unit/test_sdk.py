@@ -1,6 +1,6 @@
 """The recording SDK for any router: the same span tree and event as our own router, impossible
-records refused at the call, and id scrubbing that keeps joins working (DESIGN §2: no personal
-data in telemetry; METRICS.md §3: labels join decisions by request_id)."""
+records refused at the call, and id scrubbing that keeps joins working (docs/contract.md: no personal
+data in telemetry; docs/metrics.md §3: labels join decisions by request_id)."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_a_device_ledger_with_an_unknown_field_is_refused_at_the_call():
 
 
 def test_personal_data_to_the_cloud_is_refused_unless_policy_allows_it():
-    """DESIGN §1 hard constraint: a request with personal data stays on the device."""
+    """docs/router.md hard constraint: a request with personal data stays on the device."""
     telemetry, _, emitter = stack()
     with pytest.raises(InvalidDecision, match="personal data"):
         with decision(Recorder(telemetry), has_pii=True) as d:
@@ -350,7 +350,7 @@ CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 111
     suffix=st.text("abcxyz-_:/ ", max_size=6) | st.from_regex(r"\A-[0-9]{1,3}\Z"),
 )
 def test_a_canary_inside_any_id_is_always_redacted_the_same_way(canary, prefix, suffix):
-    """DESIGN §2: no personal data in telemetry, whatever the id wraps around it."""
+    """docs/contract.md: no personal data in telemetry, whatever the id wraps around it."""
     value = prefix + canary + suffix
     assert scrub(value).startswith("redacted-") and scrub(value) == scrub(value) and scrub(scrub(value)) == scrub(value)
 

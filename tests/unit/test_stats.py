@@ -1,4 +1,4 @@
-"""The statistics of METRICS.md against values computed by hand."""
+"""The statistics of docs/metrics.md against values computed by hand."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_ratio_is_null_for_an_empty_denominator():
     ],
 )
 def test_pool_adjacent_violators_by_hand(name, blocks, fitted):
-    """METRICS.md §6 local_pass_rate: while a block's value is below its left neighbour's, merge the two."""
+    """docs/metrics.md §6 local_pass_rate: while a block's value is below its left neighbour's, merge the two."""
     assert stats.isotonic_blocks(blocks) == pytest.approx(fitted), name
 
 
@@ -115,14 +115,14 @@ def test_pool_adjacent_violators_by_hand(name, blocks, fitted):
     ],
 )
 def test_threshold_change_reads_as_one_sentence(change, text):
-    """METRICS.md §6: the tuning page shows the band a recommendation moves next to it."""
+    """docs/metrics.md §6: the tuning page shows the band a recommendation moves next to it."""
     from warehouse.analytics.metrics import threshold_change_text
 
     assert threshold_change_text(change) == text
 
 
 def test_a_push_is_compared_with_the_version_that_served_the_traffic_before_it():
-    """METRICS.md §9: the live sample's one request under its own version, first seen later than the real
+    """docs/metrics.md §9: the live sample's one request under its own version, first seen later than the real
     baseline's 4,050, is not the baseline of the push."""
     from warehouse.analytics.metrics import comparable_span, push_baseline
 

@@ -66,7 +66,7 @@ def test_rows_are_sorted_by_what_needs_action_first():
     # no by-type figure: the combined false-fallback rate with its interval stands in
     assert short_reply["false fallbacks (quality)"] == "90.0% [60.0%, 98.0%] of 10 (all types)"
     assert short_reply["recommended threshold"] == "keep 0.60"
-    # the quality fallbacks alone (METRICS §3 by type), and the band the recommended move crosses
+    # the quality fallbacks alone (docs/metrics.md §3 by type), and the band the recommended move crosses
     assert intent["false fallbacks (quality)"] == "25.0% [14.0%, 40.0%] of 40"
     assert intent["recommended threshold"] == "0.70 → 0.80 (band [0.70, 0.80): n = 55, pass 33.0%)"
     assert tool_call["recommended threshold"].startswith("none qualifies")

@@ -2,7 +2,7 @@
 parent and child, times, status, every attribute), the decision event's bytes and trace headers, and
 the metric points. The goldens are written out by hand here, not produced by the code under test, so
 any change to the request path that would alter what a tracing backend, Kafka or a metric reader
-sees fails here (DESIGN §2: the event is the contract; the span mirrors it)."""
+sees fails here (docs/contract.md: the event is the contract; the span mirrors it)."""
 
 from __future__ import annotations
 
@@ -268,7 +268,7 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
 
 
 def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remembered():
-    """DESIGN §2 (no personal data in telemetry): the recorder remembers ids that `scrub` keeps, never
+    """docs/contract.md (no personal data in telemetry): the recorder remembers ids that `scrub` keeps, never
     one it redacts, so a phone number or e-mail is redacted on every decision, also past the memory's
     bound; a canonical UUID request id is kept, an e-mail as request id is not."""
     tel, _, out, _ = stack()

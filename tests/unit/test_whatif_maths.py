@@ -1,5 +1,5 @@
 """The what-if's arithmetic on counts (warehouse/analytics/whatif.py), without a warehouse: the cost of new
-fallbacks and the moved requests' shares (METRICS.md §14)."""
+fallbacks and the moved requests' shares (docs/metrics.md §14)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The metrics of METRICS.md for one window, in the exact JSON shape `routerscope metrics --json` prints.
+"""The metrics of docs/metrics.md for one window, in the exact JSON shape `routerscope metrics --json` prints.
 
 The warehouse queries (`warehouse/queries/`) compute the counts and rates in SQL; this module puts
 them in the documented shape and applies the statistics of `warehouse/analytics/stats.py` (Wilson intervals,
 two-proportion z, PSI) to those counts. `compute` reads the window once, into the temporary table of
 `decisions.materialized_window` that its window queries read.
 
-Beyond the documented keys (METRICS.md allows additions): `shadow_agreement_by_input_length`,
+Beyond the documented keys (docs/metrics.md allows additions): `shadow_agreement_by_input_length`,
 `cost_usd` (total, per request, per session) per group, `device_attempts` (the denominator of
 `offload_failure_rate`, §3b), `first_event`/`last_event` per policy version (§9), and a top-level
 `latency_ms` by served side × network (§8). §10's `device_ledger` is top-level (overall only); §11's
@@ -101,7 +101,7 @@ def empty_group() -> dict[str, Any]:
 
 
 def _version(row: dict[str, Any]) -> dict[str, Any]:
-    """METRICS.md §9: one policy version's numbers."""
+    """docs/metrics.md §9: one policy version's numbers."""
     return {
         "requests": int(row["requests"]),
         "device_entered": int(row["device_entered"]),
@@ -199,7 +199,7 @@ def metric_group(row: dict[str, Any] | None) -> dict[str, Any]:
 def drift(
     current: decision_queries.LevelCounts | None, baseline: decision_queries.LevelCounts | None
 ) -> dict[str, Any]:
-    """METRICS.md §5: L2/L3 share of the current window against the baseline window."""
+    """docs/metrics.md §5: L2/L3 share of the current window against the baseline window."""
     if not current or not baseline or not current.requests or not baseline.requests:
         return {"delta_pp": None, "z": None, "psi": None, "drifting": False}
     x1, n1 = current.levels[2] + current.levels[3], current.requests
@@ -211,7 +211,7 @@ def drift(
 
 
 def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | None:
-    """METRICS.md §6: the largest grid value <= the smallest labeled confidence (null without labels), so
+    """docs/metrics.md §6: the largest grid value <= the smallest labeled confidence (null without labels), so
     that no threshold is recommended where there is no evidence (labels only above 0.66 → 0.65, never 0.00)."""
     if min_confidence is None:
         return None
@@ -220,7 +220,7 @@ def evidence_floor(min_confidence: float | None, grid: list[float]) -> float | N
 
 
 def local_pass_rate(blocks: list[tuple[float, int, int]], fitted: list[float], c: float | None) -> float | None:
-    """METRICS.md §6: the calibrated pass rate *at* confidence `c`: the fitted value (pool-adjacent-violators,
+    """docs/metrics.md §6: the calibrated pass rate *at* confidence `c`: the fitted value (pool-adjacent-violators,
     `stats.isotonic_blocks`) of the block with the smallest confidence >= c; null without one (or for c null)."""
     if c is None:
         return None
@@ -230,7 +230,7 @@ def local_pass_rate(blocks: list[tuple[float, int, int]], fitted: list[float], c
 def threshold_change(
     blocks: list[tuple[float, int, int]], current: float | None, recommended: float | None
 ) -> dict[str, Any] | None:
-    """METRICS.md §6: the labeled events the move from the current to the recommended threshold would move
+    """docs/metrics.md §6: the labeled events the move from the current to the recommended threshold would move
     between device and cloud (confidence in [low, high)), and how they fared; null when there is no move."""
     if current is None or recommended is None or current == recommended:
         return None
@@ -243,7 +243,7 @@ def threshold_change(
 
 def comparable_span(push: dict[str, Any], at_least: timedelta = timedelta(hours=1)) -> tuple[datetime, datetime]:
     """The span just before a policy push, as long as the push's own (first to last event; at least
-    `at_least`): where its baseline is looked for (METRICS.md §9)."""
+    `at_least`): where its baseline is looked for (docs/metrics.md §9)."""
     first = datetime.fromisoformat(push["first_event"].replace("Z", "+00:00"))
     last = datetime.fromisoformat(push["last_event"].replace("Z", "+00:00"))
     length = max(last - first, at_least)
@@ -285,7 +285,7 @@ def calibration(
     window_table: str | None = None,
     local_floor: float = DEFAULT_LOCAL_FLOOR,
 ) -> dict[str, Any]:
-    """METRICS.md §6, per task type that has labeled device attempts with a confidence (read from
+    """docs/metrics.md §6, per task type that has labeled device attempts with a confidence (read from
     `window_table`, the metric set's materialized window; without one, the window is materialized here)."""
     if window_table is None:
         with decision_queries.materialized_window(client, window):
@@ -357,7 +357,7 @@ def compute(
     min_n: int = DEFAULT_MIN_N,
     local_floor: float = DEFAULT_LOCAL_FLOOR,
 ) -> dict[str, Any]:
-    """Every metric of METRICS.md for [start, end), overall and per task type."""
+    """Every metric of docs/metrics.md for [start, end), overall and per task type."""
     window = QueryWindow(start, end)
     baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)
     with decision_queries.materialized_window(client, window):

@@ -1,5 +1,5 @@
-"""The weekly review's reports: task grading (seed 004 §2, METRICS.md §12), offload readiness (seed 003,
-§13) and the rollout stage tracker (seed 004 §7).
+"""The weekly review's reports: task grading (docs/sources.md#seed-004-2, docs/metrics.md §12), offload readiness
+(docs/sources.md#seed-003, §13) and the rollout stage tracker (docs/sources.md#seed-004-7).
 
 Pure rules first (`grade`, `readiness`, `evaluate_stage`: numbers in, verdicts out, tested as tables),
 then the reports that feed them from the warehouse (`warehouse.queries.review`) and the policy. The
@@ -19,15 +19,16 @@ from warehouse.queries import review as review_queries
 from warehouse.queries.common import QueryWindow
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS
 
-VETO_ERROR_COST = 0.7  # seed 004 §2: "错误代价是唯一否决项", decided before any score
+VETO_ERROR_COST = 0.7  # docs/sources.md#seed-004-2: "错误代价是唯一否决项", decided before any score
 DEFAULT_ERROR_COST = 0.5
 OFFLOAD_SCORE, SHADOW_SCORE = 0.75, 0.5
-MEMORY_SHARE = 0.4  # seed 003: peak <= 40 % of the smallest tier's memory
-RESIDENT_SHARE = 0.25  # seed 003: resident (model loaded, idle) <= 25 % of it
-TOKEN_SCREEN = 400  # seed 003: p50 of input + output tokens over 400 is screened out before any gate
-DURATION_MS = 10_000  # seed 003: one inference <= 10 s
-MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9  # seed 003: loss <= 3 %, >= 90 % of failures caught automatically
-READY_SCORE = 12  # seed 003: weighted score >= 12 of 30
+MEMORY_SHARE = 0.4  # docs/sources.md#seed-003: peak <= 40 % of the smallest tier's memory
+RESIDENT_SHARE = 0.25  # docs/sources.md#seed-003: resident (model loaded, idle) <= 25 % of it
+TOKEN_SCREEN = 400  # docs/sources.md#seed-003: p50 of input + output tokens over 400 is screened out before any gate
+DURATION_MS = 10_000  # docs/sources.md#seed-003: one inference <= 10 s
+# docs/sources.md#seed-003: loss <= 3 %, >= 90 % of failures caught automatically
+MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9
+READY_SCORE = 12  # docs/sources.md#seed-003: weighted score >= 12 of 30
 
 
 def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
@@ -42,7 +43,7 @@ def grade(
     determinism: float | None,
     error_cost: float | None,
 ) -> dict[str, Any]:
-    """METRICS.md §12 for one task type: the error-cost veto first, then the renormalised weighted score."""
+    """docs/metrics.md §12 for one task type: the error-cost veto first, then the renormalised weighted score."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     long_tail = input_p50 is not None and input_p95 is not None and input_p95 > 4 * input_p50
     input_score = 0.0 if input_p95 is None else _clip((2048 - input_p95) / 1792) * (0.5 if long_tail else 1.0)
@@ -82,7 +83,8 @@ def factors(
     weak_network_share: float | None,
     iteration: str,
 ) -> dict[str, dict]:
-    """Seed 003's six factors: each 0, 1 or 3 points with its weight (METRICS.md §13's table)."""
+    """The six factors of docs/sources.md#seed-003: each 0, 1 or 3 points with its weight (docs/metrics.md
+    §13's table)."""
     error_cost = DEFAULT_ERROR_COST if error_cost is None else error_cost
     c, t, n = calls_per_session_day, token_budget_p50, weak_network_share
     return {
@@ -120,7 +122,8 @@ def gates(
     missed_fallback_rate: float | None,
     auto_detected: float | None,
 ) -> dict[str, dict]:
-    """Seed 003's three hard gates, each `pass` / `fail` / `unknown` (no data) with its values and limits.
+    """The three hard gates of docs/sources.md#seed-003, each `pass` / `fail` / `unknown` (no data) with its
+    values and limits.
 
     `memory_by_tier`: tier → {"peak": the max of the per-request peaks, "resident": the max resident memory
     with the model loaded and idle}; the gate reads the tier with the smallest memory that has data: peak
@@ -184,8 +187,8 @@ def _status(parts: list[bool | None]) -> str:
 
 
 def token_screen(token_budget_p50: float | None) -> dict[str, Any]:
-    """Seed 003's coarse screen ("落地建议" 1): a p50 of input + output tokens over 400 is `not_ready` before
-    any gate or score is considered; without data the screen does not apply."""
+    """The coarse screen of docs/sources.md#seed-003 ("落地建议" 1): a p50 of input + output tokens over 400 is
+    `not_ready` before any gate or score is considered; without data the screen does not apply."""
     status = "unknown" if token_budget_p50 is None else "pass" if token_budget_p50 <= TOKEN_SCREEN else "fail"
     return {"status": status, "value": token_budget_p50, "limit": TOKEN_SCREEN}
 
@@ -219,7 +222,7 @@ def readiness(
     }
 
 
-# -- seed 004 §7: the stage tracker --------------------------------------------------------------------
+# -- docs/sources.md#seed-004-7: the stage tracker --------------------------------------------------------------------
 def _cond(name: str, value, limit, met: bool | None, n: int | None = None, note: str = "") -> dict[str, Any]:
     return {"condition": name, "value": value, "limit": limit, "met": met, "n": n, **({"note": note} if note else {})}
 
@@ -233,7 +236,7 @@ def _at_most(name: str, value: float | None, limit: float, n: int, min_n: int) -
 
 def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -> dict[str, Any]:
     """The exit condition of `stage` with its numbers, and the recommendation: `rollback` (a rollback signal
-    of METRICS §3b fires: back to the cloud, any stage), `advance` (every condition met), or `hold`.
+    of docs/metrics.md §3b fires: back to the cloud, any stage), `advance` (every condition met), or `hold`.
 
     shadow → canary: agreement >= `limits.agreement` in every input-length bucket that has traffic, each
     with >= `min_n` compared; the device's error rate in the second half of the task's shadow traffic at
@@ -313,7 +316,7 @@ def _window(window: QueryWindow, days: float, observed: float | None = None) -> 
 
 
 def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
-    """METRICS.md §12 per task type with live events in the window. `rows`: `task_review`'s, when the
+    """docs/metrics.md §12 per task type with live events in the window. `rows`: `task_review`'s, when the
     caller already read them (grading and readiness side by side read them once)."""
     days = (window.end - window.start).total_seconds() / 86400
     observed = review_queries.days_observed(client, window)
@@ -338,7 +341,7 @@ def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | Non
 
 
 def readiness_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
-    """METRICS.md §13 per task type with live events in the window (`rows`: as in `grading_report`)."""
+    """docs/metrics.md §13 per task type with live events in the window (`rows`: as in `grading_report`)."""
     days = (window.end - window.start).total_seconds() / 86400
     observed = review_queries.days_observed(client, window)
     rows = review_queries.task_review(client, window) if rows is None else rows

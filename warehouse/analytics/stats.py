@@ -1,15 +1,15 @@
-"""The statistics of METRICS.md, defined once: Wilson interval, two-proportion z, PSI, quantiles.
+"""The statistics of docs/metrics.md, defined once: Wilson interval, two-proportion z, PSI, quantiles.
 
 Pure functions of counts; the warehouse queries produce the counts. Each returns None where
-METRICS.md says the value is null (an empty denominator, a degenerate pooled share)."""
+docs/metrics.md says the value is null (an empty denominator, a degenerate pooled share)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-Z95 = 1.959964  # METRICS.md §3: Wilson score interval at 95 %
-PSI_FLOOR = 1e-4  # METRICS.md §5: each share floored before the logarithm
+Z95 = 1.959964  # docs/metrics.md §3: Wilson score interval at 95 %
+PSI_FLOOR = 1e-4  # docs/metrics.md §5: each share floored before the logarithm
 DRIFT_Z = 3.0
 DRIFT_PSI = 0.1
 
@@ -64,14 +64,14 @@ def quantile(sorted_values: Sequence[float], q: float) -> float | None:
 
 
 def drifting(delta_pp: float | None, z: float | None, psi_value: float | None) -> bool:
-    """METRICS.md §5: (z >= 3 or psi >= 0.1) and the L2/L3 share went up."""
+    """docs/metrics.md §5: (z >= 3 or psi >= 0.1) and the L2/L3 share went up."""
     if delta_pp is None or delta_pp <= 0:
         return False
     return (z is not None and z >= DRIFT_Z) or (psi_value is not None and psi_value >= DRIFT_PSI)
 
 
 def isotonic_blocks(blocks: Sequence[tuple[float, int, int]]) -> list[float]:
-    """METRICS.md §6: the non-decreasing step function fitted to pass rates by pool-adjacent-violators.
+    """docs/metrics.md §6: the non-decreasing step function fitted to pass rates by pool-adjacent-violators.
 
     `blocks`: (confidence, n, passed), confidence ascending, one block per distinct confidence. While a
     block's pass rate is below its left neighbour's, the two merge into one block with the weighted mean

@@ -1,4 +1,4 @@
-"""METRICS.md §14: what the window's own live traffic would have looked like under a candidate threshold,
+"""docs/metrics.md §14: what the window's own live traffic would have looked like under a candidate threshold,
 per task type, before anyone pushes it (`routerscope whatif`, the tuning page's "try a threshold").
 
 The warehouse does the one pass (`warehouse/queries/whatif.py`: counts and sums per task type and

@@ -35,7 +35,7 @@ def transitions(client, limit: int = 200) -> list[dict[str, Any]]:
 # clock may step back between two transitions.
 CHAIN_ORDER = "ifNull(seq, 0), event_time, event_id"
 
-# Pipeline signal `pipeline.breaker_open.<boundary>` as of each window (DESIGN "Pipeline signals per
+# Pipeline signal `pipeline.breaker_open.<boundary>` as of each window (docs/metrics.md "Pipeline signals per
 # window"): the transitions of one boundary up to `until`, from `since` on, plus each instance's last
 # transition before `since` (the state it carried into the first window).
 SIGNAL_TRANSITIONS_SQL = named(

@@ -1,4 +1,4 @@
-"""What every query module shares: the window of METRICS.md and the de-duplicated events in it."""
+"""What every query module shares: the window of docs/metrics.md and the de-duplicated events in it."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def utc_text(t: datetime) -> str:
 
 @dataclass(frozen=True)
 class QueryWindow:
-    """A half-open interval [start, end) over event_time (METRICS.md notation)."""
+    """A half-open interval [start, end) over event_time (docs/metrics.md notation)."""
 
     start: datetime
     end: datetime

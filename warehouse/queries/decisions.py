@@ -1,4 +1,4 @@
-"""Queries over `decisions` for one window (METRICS.md §1–§5, §7, §8), overall and per task type.
+"""Queries over `decisions` for one window (docs/metrics.md §1–§5, §7, §8), overall and per task type.
 
 Each query groups by task_type `WITH ROLLUP` (or by grouping sets) with `group_by_use_nulls`, so the row
 whose task_type is NULL is the overall one. ROLLUP computes the overall row by merging the per-task-type
@@ -18,7 +18,7 @@ from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, 
 from warehouse.queries.labels import chosen_labels_of, label_source_parameters
 
 OVERALL = None  # the task_type key of the overall row
-INPUT_LENGTH_EDGES = (128, 512, 2048)  # METRICS.md §7: [0,128), [128,512), [512,2048), [2048,∞)
+INPUT_LENGTH_EDGES = (128, 512, 2048)  # docs/metrics.md §7: [0,128), [128,512), [512,2048), [2048,∞)
 INPUT_LENGTH_BUCKETS = ("0-128", "128-512", "512-2048", "2048+")
 
 # The metric set reads one window many times (summary, §4, §6–§11). Rather than have every query read
@@ -61,7 +61,7 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
 MATERIALIZE_EVENTS_SQL = named(
     "materialize_metric_window_events", _MATERIALIZE_EVENTS, {**FRAGMENTS, "task_filter": ""}
 )
-# The same window restricted to some task types (the what-if of METRICS.md §14 reads only those): the
+# The same window restricted to some task types (the what-if of docs/metrics.md §14 reads only those): the
 # sorting key starts with task_type, so the other task types' rows are not read at all.
 MATERIALIZE_TASK_EVENTS_SQL = named(
     "materialize_metric_window_task_events",

@@ -1,4 +1,4 @@
-"""Queries over `labels`: the one chosen label per request, and calibration (METRICS.md §3, §6).
+"""Queries over `labels`: the one chosen label per request, and calibration (docs/metrics.md §3, §6).
 
 Every value is a bound `{name:Type}` parameter; the SQL text is constant."""
 
@@ -12,7 +12,7 @@ from warehouse.queries.common import WINDOW_CTE, QueryWindow, named
 # One label per request: the highest-ranked source, the latest event_time within it; labels with a
 # null device_acceptable are never chosen. Duplicated label events count once (label_id).
 # argMax over a tuple keeps a null route_correct of the chosen label (a bare argMax would skip it).
-# A source's rank comes from its position in the bound `label_sources` (LABEL_SOURCES, METRICS.md §3
+# A source's rank comes from its position in the bound `label_sources` (LABEL_SOURCES, docs/metrics.md §3
 # precedence, highest first): the first ranks highest, an unknown source 0. Queries with this CTE take
 # their parameters from `chosen_parameters`.
 # Only labels of requests in the window are read: the filter compares 64-bit hashes of request_id,
@@ -123,13 +123,13 @@ class Calibration:
     bucket_passed: list[int]
     grid: list[tuple[float, int, int]]  # (c, events with confidence >= c, of which acceptable)
     current_threshold: float | None
-    min_confidence: float | None = None  # the smallest labeled confidence (METRICS.md §6 evidence floor)
+    min_confidence: float | None = None  # the smallest labeled confidence (docs/metrics.md §6 evidence floor)
 
 
 def calibration(
     client, window: QueryWindow, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID, window_table: str | None = None
 ) -> list[Calibration]:
-    """Per task type with labeled device attempts: the counts behind METRICS.md §6. With `window_table`,
+    """Per task type with labeled device attempts: the counts behind docs/metrics.md §6. With `window_table`,
     read from that materialized window (decisions.materialized_window) instead of `decisions`."""
     sql = CALIBRATION_SQL if window_table is None else calibration_from_window_sql(window_table)
     parameters = {
@@ -155,7 +155,7 @@ def calibration(
     return found
 
 
-# METRICS.md §6 `local_pass_rate`: per task type, the labeled device attempts grouped by confidence (a
+# docs/metrics.md §6 `local_pass_rate`: per task type, the labeled device attempts grouped by confidence (a
 # block per distinct value: its events and how many passed), ascending: the input of the
 # pool-adjacent-violators fit (`warehouse.analytics.stats.isotonic_blocks`). Read from the materialized window.
 _CONFIDENCE_BLOCKS_SELECT = """
@@ -176,7 +176,7 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
     return found
 
 
-# The offline replay's sample: judged fallbacks (METRICS.md §3: live, entered the device, quality or
+# The offline replay's sample: judged fallbacks (docs/metrics.md §3: live, entered the device, quality or
 # timeout) in the window that no offline replay has labeled yet, in a seeded pseudo-random order
 # (the same seed gives the same sample).
 REPLAY_SAMPLE_SQL = named(

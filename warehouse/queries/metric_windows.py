@@ -253,7 +253,7 @@ ORDER BY window_start
 
 
 def groups(client, grain: str, task_type: str, start: datetime) -> list[tuple[datetime, dict[str, Any]]]:
-    """(window_start, the window's full METRICS.md group) of the windows of `grain` starting at or after
+    """(window_start, the window's full docs/metrics.md group) of the windows of `grain` starting at or after
     `start`, of one task type ('' = overall), oldest first."""
     rows = client.query(GROUPS_SQL, parameters={"grain": grain, "task": task_type, "start": utc_text(start)})
     return [(start_, json.loads(metrics)) for start_, metrics in rows.result_rows]
@@ -302,7 +302,7 @@ ORDER BY task_type, window_start
 
 
 def groups_in_range(client, grain: str, start: datetime, end: datetime) -> list[tuple[str, datetime, dict[str, Any]]]:
-    """(task_type ('' = overall), window_start, the window's full METRICS.md group) of every window of
+    """(task_type ('' = overall), window_start, the window's full docs/metrics.md group) of every window of
     `grain` starting in [start, end), all task types in one read."""
     rows = client.query(
         GROUPS_IN_RANGE_SQL, parameters={"grain": grain, "start": utc_text(start), "end": utc_text(end)}

@@ -18,7 +18,7 @@ from warehouse.queries.common import QueryWindow, named, utc_text
 if TYPE_CHECKING:
     import pandas as pd
 
-# The invariants of DESIGN §2 as SQL over a `decisions` row: TRUE when the row respects it. Written
+# The invariants of docs/contract.md as SQL over a `decisions` row: TRUE when the row respects it. Written
 # again here on purpose (a second line against a loader bug); names match
 # `instrumentation.contract.DECISION_INVARIANTS` (a test keeps the two lists equal).
 INVARIANT_SQL: dict[str, str] = {
@@ -195,7 +195,7 @@ SELECT
 
 
 def decisions_frame(client, window: QueryWindow) -> pd.DataFrame:
-    """The window's decisions, de-duplicated, with one `ok_<invariant>` column per DESIGN §2 rule and
+    """The window's decisions, de-duplicated, with one `ok_<invariant>` column per docs/contract.md rule and
     `ok_one_content` (FALSE when another event with different contents shares the row's key)."""
     return client.query_df(DECISIONS_FRAME_SQL, parameters=window.parameters())
 

@@ -1,4 +1,4 @@
-"""Queries behind the seeds' ledgers and reports (METRICS.md §10–§13) and the rollout stage tracker.
+"""Queries behind the seeds' ledgers and reports (docs/metrics.md §10–§13) and the rollout stage tracker.
 
 * §10 the device ledger per tier, from v2 events that carry `device_stats` (flattened into the
   `device_*` columns by migration 0011);
@@ -157,7 +157,7 @@ WHERE mode = 'live' AND event_time >= {start:DateTime64(3, 'UTC')} AND event_tim
 
 
 def days_observed(client, window: QueryWindow) -> float:
-    """METRICS.md §12: distinct UTC hours of the window with at least one live event, / 24."""
+    """docs/metrics.md §12: distinct UTC hours of the window with at least one live event, / 24."""
     return int(client.query(HOURS_OBSERVED_SQL, parameters=window.parameters()).result_rows[0][0]) / 24
 
 
@@ -259,7 +259,7 @@ def _num(value) -> float | None:
 
 
 def device_ledger(client, window: QueryWindow, from_window: bool = False) -> dict[str, dict[str, Any]]:
-    """METRICS.md §10: tier → its ledger (`from_window`: over the metric set's materialized window)."""
+    """docs/metrics.md §10: tier → its ledger (`from_window`: over the metric set's materialized window)."""
     ledger = {}
     sql = DEVICE_LEDGER_FROM_WINDOW_SQL if from_window else DEVICE_LEDGER_SQL
     for r in dict_rows(client, sql, window.parameters()):
@@ -286,7 +286,7 @@ def device_ledger(client, window: QueryWindow, from_window: bool = False) -> dic
 
 
 def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> dict[str | None, dict[str, float | None]]:
-    """METRICS.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
+    """docs/metrics.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
     (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
     the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
     found = {}

@@ -1,4 +1,4 @@
-"""The what-if of METRICS.md §14: a window's own live traffic re-scored under candidate thresholds, in
+"""The what-if of docs/metrics.md §14: a window's own live traffic re-scored under candidate thresholds, in
 one pass over the metric set's materialized window (`decisions.WINDOW_TABLE`, restricted to the task
 types asked about), grouped by task type and candidate.
 

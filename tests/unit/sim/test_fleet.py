@@ -31,8 +31,8 @@ def test_simulated_fleet_events_carry_their_simulated_latency():
         attempts_ms = sum(a.latency_ms for a in e.attempts)
         if e.mode == "live" or e.degrade_level < 2:
             assert e.latency_ms == pytest.approx(attempts_ms, abs=1e-6)
-        else:  # seed 004 shadow: the user waited for the cloud's chain (the device's L0 ran beside it), or, the
-            # cloud's breaker open when the request came, for the device on the user's path
+        else:  # docs/sources.md#seed-004 shadow: the user waited for the cloud's chain (the device's L0 ran beside
+            # it), or, the cloud's breaker open when the request came, for the device on the user's path
             assert e.attempts[0].level >= 2 or e.entered_device
             cloud_ms = sum(a.latency_ms for a in e.attempts if a.level >= 2)
             assert min(abs(e.latency_ms - cloud_ms), abs(e.latency_ms - attempts_ms)) < 1e-6
@@ -146,7 +146,7 @@ def test_simulated_time_never_runs_backwards_and_requests_overlap_into_device_bu
     """Issue 27: measured before, the event clock ran backwards on 21 % of consecutive events and the fleet
     was sequential (0 `device_busy`). Now every decision and breaker event, in the order emitted, carries a
     time no earlier than the one before, and an app's follow-up call on a busy device goes to the cloud
-    (seed 004 §6: a hard cap, never a queue)."""
+    (docs/sources.md#seed-004-6: a hard cap, never a queue)."""
     events, breakers = [], []
     fleet = Fleet(
         seed=8,

@@ -4,7 +4,7 @@ engine (`warehouse.analytics.alerting.engine`) reads the series and the episodes
 delivers what they return.
 
 A rule fires when its last `windows` consecutive windows all breach, each with at least `min_n`
-events behind the number (act on consecutive breaches, not on one noisy point — seed 003 §7); it
+events behind the number (act on consecutive breaches, not on one noisy point — docs/sources.md#seed-004-7); it
 stays firing without repeat notifications while that holds, and resolves when the latest window no
 longer breaches."""
 
@@ -73,7 +73,7 @@ def evaluate_signal(rule: Rule, value, now: datetime) -> BreachStreak:
 
 
 def breaker_open_series(transitions: list[dict], starts: list[datetime], step: timedelta) -> list[Point]:
-    """`pipeline.breaker_open.<boundary>` per window (DESIGN "Pipeline signals per window"): for each window
+    """`pipeline.breaker_open.<boundary>` per window (docs/metrics.md "Pipeline signals per window"): for each window
     [start, start + step), the number of instances whose breaker was open at any moment in it.
 
     `transitions`: one boundary's transitions per instance in the breaker's own order (`seq`), with the last
@@ -257,7 +257,8 @@ class Evaluation:
     delivery_failures: int = 0
 
     def rollback_recommended(self) -> dict[str, list[str]]:
-        """Task type → the rollback signals firing for it (seed 004 §7: name the task type and the signals)."""
+        """Task type → the rollback signals firing for it
+        (docs/sources.md#seed-004-7: name the task type and the signals)."""
         found: dict[str, list[str]] = {}
         for a in self.firing:
             if a.action == "rollback":
@@ -266,7 +267,7 @@ class Evaluation:
 
     def rollback_evidence(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Task type → breached signal → its latest window's value, interval and sample, and the limit that
-        applied to the task type (METRICS.md §3b: the recommendation names the values and their intervals)."""
+        applied to the task type (docs/metrics.md §3b: the recommendation names the values and their intervals)."""
         found: dict[str, dict[str, dict[str, Any]]] = {}
         for a in self.firing:
             if a.action == "rollback":

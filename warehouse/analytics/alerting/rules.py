@@ -20,7 +20,7 @@ GRAINS = {"5m": timedelta(minutes=5), "1d": timedelta(days=1), "now": None}
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
 SEVERITIES = ("page", "ticket", "info")
 SCOPES = ("overall", "per_task_type")
-# Pipeline signals read per window (from breaker_events, as of each window: DESIGN "Pipeline signals per
+# Pipeline signals read per window (from breaker_events, as of each window: docs/metrics.md "Pipeline signals per
 # window"); every other pipeline signal is one reading as of the evaluation time (grain `now`).
 WINDOW_SIGNALS = ("pipeline.breaker_open.device", "pipeline.breaker_open.cloud")
 TASK_TYPE = re.compile(r"\A[a-z][a-z0-9_]{0,63}\Z")  # the event contract's task_type (docs/contract.md)
@@ -41,7 +41,7 @@ class Rule:
     denominator: str | None = None
     action: str = ""
     # The metric's confidence interval ([low, high], e.g. `degrade_trigger_ci`): with one, a window breaches
-    # only when the whole interval lies beyond the limit (the evidence to say so, METRICS.md §3b), not when
+    # only when the whole interval lies beyond the limit (the evidence to say so, docs/metrics.md §3b), not when
     # the point estimate alone does: 2 failures in 35 cannot tell a 5 % limit from noise.
     interval: str | None = None
     # Per task type limits beside `limit` (a per_task_type rule only): {task_type: limit}; a task type not

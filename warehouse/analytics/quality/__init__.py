@@ -2,7 +2,7 @@
 
 The owner of the decision logs needs to know, before anyone tunes on them, that the events are
 well-formed (contract domains and ranges, required fields), consistent (the cross-field invariants
-of DESIGN §2, written again in SQL on purpose: a second line against a loader bug), complete
+of docs/contract.md, written again in SQL on purpose: a second line against a loader bug), complete
 (unique event ids, no Kafka offset gaps among loaded and quarantined rows), fresh, of a plausible
 volume, rarely quarantined, and labeled.
 

@@ -34,7 +34,7 @@ class Thresholds:
     """The configurable limits of the non-contract checks: the defaults of `routerscope dq` and of the
     `data_quality` asset's config."""
 
-    freshness_lag_s: float = 600.0  # newest event at most 10 minutes old (DESIGN §4)
+    freshness_lag_s: float = 600.0  # newest event at most 10 minutes old (docs/architecture.md §4)
     quarantine_share: float = 0.01  # at most 1 % of the window's messages quarantined
     volume_low: float = 0.5  # requests within [0.5, 2] × the same window a week earlier
     volume_high: float = 2.0
@@ -153,7 +153,7 @@ CHECKS: tuple[Check, ...] = (
     _range("decisions", "threshold", 0, 1),
     _range("decisions", "latency_ms", 0, None),
     _range("decisions", "deadline_ms", 1, None),
-    # contract v2 (seeds 003/004): the device ledger and the all-cloud counterfactual
+    # contract v2 (docs/sources.md#seed-003 and #seed-004): the device ledger and the all-cloud counterfactual
     _range("decisions", "device_peak_mem_mb", 0, None),
     _range("decisions", "device_decode_tps", 0, None),
     _range("decisions", "device_prefill_tps", 0, None),
@@ -192,7 +192,7 @@ CHECKS: tuple[Check, ...] = (
         {"column": "schema_version", "value_set": list(DECISION_SCHEMA_VERSIONS)},
         "only schema versions this release understands",
     ),
-    *(_invariant("decisions", name, f"DESIGN §2 invariant {name}") for name in INVARIANT_SQL),
+    *(_invariant("decisions", name, f"docs/contract.md invariant {name}") for name in INVARIANT_SQL),
     _required("labels", "request_id", "request_id present"),
     Check(
         "labels.domain.source",
