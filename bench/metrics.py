@@ -18,6 +18,7 @@ import resource
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -68,6 +69,7 @@ SELECT
     NULL AS trace_id, NULL AS span_id,
     NULL AS device_peak_mem_mb, NULL AS device_thermal_state, NULL AS device_decode_tps, NULL AS device_prefill_tps,
     NULL AS device_cold_start, NULL AS device_load_ms, NULL AS all_cloud_cost_usd, NULL AS rollout_stage,
+    NULL AS device_resident_mem_mb,
     'router.decisions.v1' AS kafka_topic, toUInt32(number % 3) AS kafka_partition, number AS kafka_offset,
     now64(3) AS ingested_at
 FROM numbers({rows:UInt64})
@@ -129,40 +131,43 @@ def per_query_seconds(client, timed) -> dict[str, float]:
         decision_queries.drop_window(client)
 
 
+@contextmanager
+def filled_warehouse(rows: int, days: int):
+    """A fresh embedded warehouse holding `rows` generated decisions over the `days` days before END and labels
+    for 2 % of them, settled; yields (client, seconds the fill took). `bench/whatif.py` measures on the same."""
+    start = END - timedelta(days=days)
+    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
+        settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
+        with open_warehouse(settings, purpose="bench", migrated=True) as client:
+            params = {"start": utc_text(start), "span_ms": days * 86_400_000, "rows": rows}
+            print(f"bench: inserting {rows} decisions over {days} days ...", file=sys.stderr, flush=True)
+            t = time.perf_counter()
+            client.command(FILL_DECISIONS, parameters=params)
+            client.command(FILL_LABELS, parameters=params)
+            fill_s = time.perf_counter() - t
+            settle(client)
+            yield client, fill_s
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--days", type=int, default=8)
     parser.add_argument("--per-query", action="store_true", help="also time each step of the metric set")
     args = parser.parse_args()
-    start = END - timedelta(days=args.days)
-    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
-        settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
-        with open_warehouse(settings, purpose="bench", migrated=True) as client:
-            params = {
-                "start": utc_text(start),
-                "span_ms": args.days * 86_400_000,
-                "rows": args.rows,
-            }
-            print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
-            t = time.perf_counter()
-            client.command(FILL_DECISIONS, parameters=params)
-            client.command(FILL_LABELS, parameters=params)
-            fill_s = time.perf_counter() - t
-            settle(client)
-
-            # The same rows the metric set reads: the day and its 7-day baseline.
-            span = {
-                "lo": utc_text(END - timedelta(days=8)),
-                "hi": utc_text(END),
-            }
-            count_sql = (
-                "SELECT count() FROM routerscope.decisions FINAL "
-                "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')}"
-            )
-            count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
-            metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
-            steps = per_query_seconds(client, timed) if args.per_query else None
+    with filled_warehouse(args.rows, args.days) as (client, fill_s):
+        # The same rows the metric set reads: the day and its 7-day baseline.
+        span = {
+            "lo": utc_text(END - timedelta(days=8)),
+            "hi": utc_text(END),
+        }
+        count_sql = (
+            "SELECT count() FROM routerscope.decisions FINAL "
+            "WHERE event_time >= {lo:DateTime64(3, 'UTC')} AND event_time < {hi:DateTime64(3, 'UTC')}"
+        )
+        count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
+        metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
+        steps = per_query_seconds(client, timed) if args.per_query else None
     figures = {
         "rows": args.rows,
         "days": args.days,

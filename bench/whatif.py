@@ -17,18 +17,14 @@ import json
 import resource
 import statistics
 import sys
-import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.metrics import END, FILL_DECISIONS, FILL_LABELS, settle, timed  # noqa: E402 (the same warehouse)
-from routerscope.core.settings import Settings  # noqa: E402
+from bench.metrics import END, filled_warehouse, timed  # noqa: E402 (the same warehouse)
 from warehouse.analytics import whatif  # noqa: E402
-from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import whatif as whatif_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
@@ -76,38 +72,28 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="measurements in turn (default 5)")
     parser.add_argument("--per-step", action="store_true", help="also time each step of one task type's what-if")
     args = parser.parse_args()
-    start = END - timedelta(days=args.days)
     window = QueryWindow(END - timedelta(days=args.window_days), END)
-    with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
-        settings = Settings.from_env({"ROUTERSCOPE_HOME": tmp})
-        with open_warehouse(settings, purpose="bench", migrated=True) as client:
-            params = {"start": utc_text(start), "span_ms": args.days * 86_400_000, "rows": args.rows}
-            print(f"bench: inserting {args.rows} decisions over {args.days} days ...", file=sys.stderr, flush=True)
-            t = time.perf_counter()
-            client.command(FILL_DECISIONS, parameters=params)
-            client.command(FILL_LABELS, parameters=params)
-            fill_s = time.perf_counter() - t
-            settle(client)
-            span = {"lo": utc_text(window.start), "hi": utc_text(window.end)}
+    with filled_warehouse(args.rows, args.days) as (client, fill_s):
+        span = {"lo": utc_text(window.start), "hi": utc_text(window.end)}
 
-            def count(task: str = "") -> int:
-                return client.query(COUNT_SQL, parameters={**span, "task": task}).result_rows[0][0]
+        def count(task: str = "") -> int:
+            return client.query(COUNT_SQL, parameters={**span, "task": task}).result_rows[0][0]
 
-            # The four measurements in turn, `--rounds` times: a busy spell of the shared machine falls on all
-            # of them; each figure is reported as its best and median, the ratios per round (median).
-            runs = {
-                "count_final": count,
-                "count_final_one_task_type": lambda: count("short_reply"),
-                "whatif_one_task_type": lambda: whatif.compute(client, window, {"short_reply": 0.8}),
-                "whatif_five_task_types": lambda: whatif.compute(client, window, {t: 0.8 for t in TASK_TYPES}),
-            }
-            seconds: dict[str, list[float]] = {name: [] for name in runs}
-            values = {}
-            for _ in range(args.rounds):
-                for name, run in runs.items():
-                    elapsed, values[name] = timed(run, repeat=1)
-                    seconds[name].append(elapsed)
-            steps = per_step_seconds(client, window) if args.per_step else None
+        # The four measurements in turn, `--rounds` times: a busy spell of the shared machine falls on all
+        # of them; each figure is reported as its best and median, the ratios per round (median).
+        runs = {
+            "count_final": count,
+            "count_final_one_task_type": lambda: count("short_reply"),
+            "whatif_one_task_type": lambda: whatif.compute(client, window, {"short_reply": 0.8}),
+            "whatif_five_task_types": lambda: whatif.compute(client, window, {t: 0.8 for t in TASK_TYPES}),
+        }
+        seconds: dict[str, list[float]] = {name: [] for name in runs}
+        values = {}
+        for _ in range(args.rounds):
+            for name, run in runs.items():
+                elapsed, values[name] = timed(run, repeat=1)
+                seconds[name].append(elapsed)
+        steps = per_step_seconds(client, window) if args.per_step else None
     task = values["whatif_one_task_type"]["by_task_type"]["short_reply"]
 
     def ratio(name: str, to: str) -> float:
