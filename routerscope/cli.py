@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -339,11 +340,18 @@ def cmd_simulate(args, settings: Settings) -> int:
 
 
 def cmd_demo(args, settings: Settings) -> int:
-    from routerscope.demo import run
+    from routerscope.demo import fleet_settings, run
 
+    own_rules = settings.alert_rules is not None
+    settings = fleet_settings(settings)
     print("routerscope demo — a SIMULATED fleet through the real router, end to end")
     print(f"  home:      {settings.home}")
-    print(f"  warehouse: {settings.warehouse.redacted()}", flush=True)
+    print(f"  warehouse: {settings.warehouse.redacted()}")
+    print(
+        f"  alert rules: {settings.alert_rules}"
+        + ("" if own_rules else " (the simulated fleet's per task type limits; ROUTERSCOPE_ALERT_RULES picks others)"),
+        flush=True,
+    )
     try:
         out = run(
             settings,
@@ -407,10 +415,14 @@ def cmd_demo(args, settings: Settings) -> int:
         "Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
         "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
     )
+    if not own_rules:
+        print(f"  (with ROUTERSCOPE_ALERT_RULES={settings.alert_rules} they judge alerts as the demo did)")
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
-    return serve_dashboard(args.dashboard_port, settings.dashboard_log_path, open_browser=True)
+    return serve_dashboard(
+        args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
+    )
 
 
 def dashboard_command(port: int) -> list[str]:
@@ -434,8 +446,9 @@ def dashboard_command(port: int) -> list[str]:
     ]
 
 
-def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> int:
-    """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers."""
+def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert_rules: Path | None = None) -> int:
+    """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers.
+    `alert_rules`: the rules file the dashboard reads (as ROUTERSCOPE_ALERT_RULES; None: the environment's)."""
     import signal
     import socket
     import subprocess
@@ -452,7 +465,8 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     log = open(log_path, "ab")
     from routerscope.core import procs
 
-    process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
+    env = {**os.environ, **({"ROUTERSCOPE_ALERT_RULES": str(alert_rules)} if alert_rules else {})}
+    process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT, env=env)  # dies with us
     url = f"http://127.0.0.1:{port}"
     try:
         procs.wait_ready(
