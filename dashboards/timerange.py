@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from routerscope.core.timeutil import parse_utc
 
@@ -77,6 +77,17 @@ def resolve(params: Mapping[str, str], anchor: datetime, default: str = "6h") ->
     if end <= start:
         return _with_problem(fallback, f"custom range ends ({iso(end)}) before it starts ({iso(start)})")
     return TimeRange("custom", start, end)
+
+
+def back_params(text: str) -> dict[str, str] | None:
+    """The range a `back` URL value names (the On-call range an incident's link was opened from, URL-encoded),
+    or None when it does not read as a range: the way back to where the person was, not to the incident's own
+    windows."""
+    values = {k: v for k, v in parse_qsl(text or "") if k in PARAMS}
+    if not values:
+        return None
+    rng = resolve(values, datetime.now(UTC))
+    return None if rng.problem else rng.params()
 
 
 def _with_problem(rng: TimeRange, problem: str) -> TimeRange:

@@ -67,7 +67,8 @@ if incident:
     left, right = banner.columns([4, 1])
     scope = _code(chosen["task_type"]) if chosen["task_type"] else "every task type"
     left.info(f"Decisions of the incident {_code(incident)}: {scope} over its windows ({rng.caption()}).")
-    timerange.link(right, "app_pages/oncall.py", "← Back to On-call", rng.params())
+    back = timerange.back_params(params.get("back", ""))  # On-call's range when it opened the incident
+    timerange.link(right, "app_pages/oncall.py", "← Back to On-call", back or rng.params())
 
 where = ExplorerFilter(level=int(level_text) if level_text else -1, **chosen)
 first = data.explorer(rng.start, rng.end, where, PAGE_SIZE, 0)
@@ -81,7 +82,13 @@ df, total = first if page == 1 else data.explorer(rng.start, rng.end, where, PAG
 
 # The filters back into the URL (the range is already there): a reload or a shared link shows this view.
 timerange.write_url(
-    {**chosen, "level": level_text, "page": str(page) if page > 1 else "", "incident": incident},
+    {
+        **chosen,
+        "level": level_text,
+        "page": str(page) if page > 1 else "",
+        "incident": incident,
+        "back": params.get("back", "") if incident else "",
+    },
     keep=timerange.PARAMS,
 )
 

@@ -3,6 +3,8 @@ each one click from its decisions in the Explorer; the latest window's tiles wit
 below the alert rules' minimum sample); fallbacks by type and the canned-answer (L4) share with the
 incidents shaded behind them; one small chart per task type; breakers; ingest freshness and consumer lag."""
 
+from urllib.parse import urlencode
+
 import pandas as pd
 import streamlit as st
 
@@ -64,7 +66,12 @@ def incident_list(incidents: pd.DataFrame) -> None:
             right,
             EXPLORER,
             "Open in Explorer",
-            {**window.params(), **({"task_type": row.task_type} if row.task_type else {}), "incident": row.alert_key},
+            {
+                **window.params(),
+                **({"task_type": row.task_type} if row.task_type else {}),
+                "incident": row.alert_key,
+                "back": urlencode(rng.params()),  # the Explorer's way back to this range
+            },
             help=f"the decisions of {scope} in this episode's windows",
         )
 

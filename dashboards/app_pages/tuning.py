@@ -39,7 +39,14 @@ st.caption(
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
 )  # most live traffic first
-task_type = st.selectbox("Task type", busiest)
+# The task type lives in the URL beside the range: a reload or a shared link opens the same task type.
+asked = st.query_params.get("task_type", "")
+# Nothing asked for, or a task type the range does not hold: the busiest.
+seed = asked if asked in busiest else busiest[0]
+task_type = st.selectbox("Task type", busiest, key=timerange.url_key("task_type", seed))
+if task_type not in busiest:  # a stale choice from another range
+    task_type = seed
+timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
 
 # -- calibration and threshold over the range -------------------------------------------------------
 st.header("Calibration and threshold")

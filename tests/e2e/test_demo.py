@@ -74,8 +74,13 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # real logprob confidence, marked by device_model (the latency gate may send a request straight
         # to the cloud once the device has measured itself slow: then it never entered the device)
         assert len(live) == 3 and any(entered for entered, *_ in live), live
+        # (a busy machine may time one out on the device: no answer, no confidence, reason device_timeout)
+        served = [(model, source) for entered, model, source, reason in live if entered and reason != "device_timeout"]
+        assert served and all(pair == ("gemma-3-270m-q4_k_m", "logprob") for pair in served), live
         assert all(
-            (model, source) == ("gemma-3-270m-q4_k_m", "logprob") for entered, model, source, _ in live if entered
+            (model, source) == ("gemma-3-270m-q4_k_m", "none")
+            for entered, model, source, reason in live
+            if entered and reason == "device_timeout"
         ), live
         # (or a session outside slot_extract's canary cohort: policy_cloud, docs/sources.md#seed-004-7)
         assert all(reason in ("latency_pressure", "policy_cloud") for entered, _, _, reason in live if not entered), (

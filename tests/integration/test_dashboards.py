@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -453,6 +453,9 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
     assert "`fallback_rate > 0.3`: 0.52 (n = 41)" in listed[0]
     link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "fallback_rate_high" in m.value)
     assert "range=custom&start=2026-11-29T01%3A00%3A00Z&end=2026-11-29T01%3A30%3A00Z&task_type=intent_classify" in link
+    # the link carries On-call's own range, the Explorer's way back to it
+    back = dict(parse_qsl(urlsplit(link.split("](", 1)[1].rstrip(")")).query))["back"]
+    assert dict(parse_qsl(back)) == {"range": "custom", "start": "2026-11-29T00:00:00Z", "end": "2026-11-30T00:00:00Z"}
     # the same range on the Explorer: the decisions of that task type in the episode's windows (a1 at 01:00)
     app = render(
         "explorer.py",
@@ -461,11 +464,14 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
         end="2026-11-29T01:30:00Z",
         task_type="intent_classify",
         incident="fallback_rate_high|intent_classify",
+        back=back,
     )
     assert {box.label: box.value for box in app.selectbox}["Task type"] == "intent_classify"
     assert matched(app).startswith("1 decisions")
     assert app.subheader[0].value.startswith("Attempts of a1")
-    assert any("Back to On-call" in m.value for m in app.markdown)
+    back_link = next(m.value for m in app.markdown if "Back to On-call" in m.value)
+    assert "oncall?range=custom&start=2026-11-29T00%3A00%3A00Z&end=2026-11-30T00%3A00%3A00Z" in back_link
+    assert app.query_params["back"] == back  # kept while the view is the incident's
 
 
 def test_explorer_counts_every_match_and_pages_through_them(populated):
@@ -558,3 +564,19 @@ def test_the_incident_banner_goes_when_the_view_changes(populated):
     assert not app.exception
     assert not any("Decisions of the incident" in i.value for i in app.info)
     assert "incident" not in app.query_params and app.query_params["range"] == "7d"
+
+
+@pytest.mark.timeout(600)  # three runs of the tuning page
+def test_tuning_keeps_its_task_type_in_the_url_and_a_stranger_opens_on_the_busiest(populated):
+    """A reload or a shared link opens the same task type; a task type the range does not hold (or markdown)
+    opens on the busiest instead, and the URL then names the one shown."""
+    week = OPENS_ON["tuning.py"]
+    busiest = render("tuning.py").selectbox(key="url_task_type")
+    assert busiest.value == busiest.options[0]
+    other = next(o for o in busiest.options if o != busiest.value)
+    app = render("tuning.py", **week, task_type=other)
+    assert app.selectbox(key="url_task_type").value == other
+    assert app.query_params["task_type"] == other
+    app = render("tuning.py", **week, task_type="[x](https://evil.example)")
+    assert app.selectbox(key="url_task_type").value == busiest.options[0]
+    assert app.query_params["task_type"] == busiest.options[0]
