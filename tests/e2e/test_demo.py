@@ -13,6 +13,7 @@ from router.sim.fleet import PUSHED_THRESHOLD
 from routerscope import broker
 from routerscope.demo import run
 from tests.conftest import clean_env, free_port, run_cli, settings_for
+from tests.support.signals import as_foreground_job
 from warehouse.analytics import whatif
 from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
@@ -205,7 +206,7 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
     port = free_port()
     try:
         demo = subprocess.Popen(
-            [ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"],
+            as_foreground_job([ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"]),  # Ctrl-C as a user has it
             env=clean_env(home),
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -251,7 +252,7 @@ def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
     port, web = free_port(), free_port()
     try:
         demo = subprocess.Popen(
-            [ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)],
+            as_foreground_job([ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)]),
             env=clean_env(home),
             cwd=REPO,
             stdout=subprocess.PIPE,

@@ -23,6 +23,7 @@ from routerscope import broker
 from routerscope.core import names
 from tests.conftest import REPO, ROUTERSCOPE, clean_env, free_port, run_cli, settings_for
 from tests.integration.test_ingest import produce, query, scalar, stack, valid_decisions  # noqa: F401
+from tests.support.signals import as_foreground_job
 
 pytestmark = pytest.mark.integration
 
@@ -257,7 +258,7 @@ def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):
     """Issue: Ctrl-C during `load` printed a traceback (from the parse worker, which had the SIGINT too)."""
     produce(stack, DECISIONS, valid_decisions(300_000))
     load = subprocess.Popen(
-        [ROUTERSCOPE, "load", "--batch-size", "5000", "--idle-timeout", "0.5"],
+        as_foreground_job([ROUTERSCOPE, "load", "--batch-size", "5000", "--idle-timeout", "0.5"]),
         env=clean_env(home),
         cwd=REPO,
         stdout=subprocess.PIPE,
