@@ -48,12 +48,12 @@ def main() -> None:
     from pipelines.ingest import ingest_topics
     from pipelines.resources import RouterscopeResource
     from pipelines.run import materializations, run_job
-    from routerscope.demo import simulate, windows_and_alerts
+    from routerscope.demo import fleet_settings, simulate, windows_and_alerts
     from warehouse.analytics.metrics import compute
     from warehouse.client import open_warehouse
 
     home = Path(tempfile.mkdtemp(prefix="routerscope-bench-demo-"))
-    settings = Settings.from_env({"ROUTERSCOPE_HOME": str(home)})
+    settings = fleet_settings(Settings.from_env({"ROUTERSCOPE_HOME": str(home)}))  # the demo's alert rules
     broker.start(settings, port=free_port())
     figures: dict = {"requests": args.requests, "span_minutes": args.span_minutes}
     stages: dict[str, float] = {}

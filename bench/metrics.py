@@ -6,7 +6,8 @@ Fills a fresh embedded warehouse with generated decisions spread over `--days` d
 INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
 (b) the full metric set of docs/metrics.md for the last day with its 7-day baseline
-(`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS.
+(`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS; also the metric set of one
+5-minute window (what the pipeline computes every 5 minutes) against the same count.
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
 
@@ -31,7 +32,7 @@ from warehouse.analytics.metrics import compute  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import review as review_queries  # noqa: E402
-from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
+from warehouse.queries.common import QueryWindow, named, utc_text  # noqa: E402
 
 END = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -105,14 +106,37 @@ def settle(client, timeout_s: float = 120) -> None:
         time.sleep(0.5)
 
 
+def without_lookback(fn):
+    """`fn()` with the metric window read as it was before the look-back (FINAL alone)."""
+    saved = decision_queries.MATERIALIZE_EVENTS_SQL
+    decision_queries.MATERIALIZE_EVENTS_SQL = named(
+        "materialize_metric_window_events_without_lookback",
+        decision_queries._MATERIALIZE_EVENTS,
+        {**decision_queries.FRAGMENTS, "task_filter": "", "first_copy": "1"},
+    )
+    try:
+        return fn()
+    finally:
+        decision_queries.MATERIALIZE_EVENTS_SQL = saved
+
+
 def per_query_seconds(client, timed) -> dict[str, float]:
     """Each step of `compute` on its own (best of 3): the materialized window, the queries over it and
     the baseline scan."""
     window = QueryWindow(END - timedelta(days=1), END)
     baseline = QueryWindow(END - timedelta(days=8), END - timedelta(days=1))
+    five_minutes = QueryWindow(END - timedelta(minutes=5), END)
 
     steps = {
         "materialize_window": lambda: decision_queries.materialize_window(client, window),
+        # the same read without the look-back of docs/metrics.md (its cost, in the same run)
+        "materialize_window_without_lookback": lambda: without_lookback(
+            lambda: decision_queries.materialize_window(client, window)
+        ),
+        "materialize_5m_window": lambda: decision_queries.materialize_window(client, five_minutes),
+        "materialize_5m_window_without_lookback": lambda: without_lookback(
+            lambda: decision_queries.materialize_window(client, five_minutes)
+        ),
         "summary": lambda: decision_queries.window_summary(client),
         "by_policy_version": lambda: decision_queries.by_policy_version(client),
         "cloud_calls_per_session": lambda: decision_queries.cloud_calls_per_session(client),
@@ -167,6 +191,8 @@ def main() -> int:
         )
         count_s, count = timed(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
         metrics_s, result = timed(lambda: compute(client, END - timedelta(days=1), END))
+        # the window the pipeline computes every 5 minutes (its look-back reads the same 7 days)
+        five_s, _ = timed(lambda: compute(client, END - timedelta(minutes=5), END))
         steps = per_query_seconds(client, timed) if args.per_query else None
     figures = {
         "rows": args.rows,
@@ -175,6 +201,8 @@ def main() -> int:
         "count_final_seconds": round(count_s, 3),
         "metrics_1d_with_7d_baseline_seconds": round(metrics_s, 3),
         "ratio_metrics_to_count": round(metrics_s / count_s, 2),
+        "metrics_5m_seconds": round(five_s, 3),
+        "ratio_metrics_5m_to_count": round(five_s / count_s, 2),
         "counted_rows": count,
         "window_requests": result["overall"]["requests"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

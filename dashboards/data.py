@@ -153,7 +153,7 @@ def sample_minimums() -> dict[str, tuple[int, str]]:
     from warehouse.analytics.alerting.rules import load_rules
 
     out: dict[str, tuple[int, str]] = {}
-    for rule in load_rules()[1]:
+    for rule in load_rules(_settings().alert_rules)[1]:  # the rules the alert job reads
         if rule.grain != "5m" or not rule.min_n:
             continue
         metric = rule.metric.split(".")[0]

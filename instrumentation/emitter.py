@@ -4,7 +4,8 @@
   in-memory queue (microseconds). If the queue is full — the sender is stuck — the message is
   dropped and counted. Batch producers that may wait (the simulator, the replay job) pass
   `block_when_full=True` instead: `emit()` then waits for room, so a fast producer is paced by the
-  sender (which always drains the queue, to Kafka or to the spool) and nothing is dropped.
+  sender (which always drains the queue, to Kafka or to the spool) and nothing is dropped. A Ctrl-C
+  while `emit()` waits for room counts nothing: that message was never queued, and the books balance.
 * A background sender drains the queue into an idempotent kafka-python producer (`acks=all`,
   batching, compression). When the broker is unreachable or slow (sends time out), messages go to a
   **disk spool** under `ROUTERSCOPE_HOME/spool`; while the spool holds anything, new messages are
@@ -434,15 +435,19 @@ class KafkaEmitter:
 
     # -- the request path ----------------------------------------------------------------------------
     def emit(self, message: Message) -> None:
-        self.emitted += 1
-        if self.queue.qsize() < self.queue_size:
-            self.queue.put(message)
-        elif self.block_when_full:
+        # A Ctrl-C (KeyboardInterrupt) can land at any call in here: the message is counted only next to
+        # the put that queues it, with no call in between, so an interrupted emit counts nothing. Counted
+        # before waiting, an interrupt during the wait would leave an `emitted` message that never enters
+        # the queue: `in_flight` could never reach 0 and `flush()` would wait out its whole timeout.
+        if self.queue.qsize() >= self.queue_size:
+            if not self.block_when_full:
+                self.emitted += 1
+                self.queue_dropped += 1
+                return
             while self.queue.qsize() >= self.queue_size:  # the sender always drains (to Kafka or the spool)
                 time.sleep(0.001)
-            self.queue.put(message)
-        else:
-            self.queue_dropped += 1
+        self.emitted += 1
+        self.queue.put(message)
 
     def call_on_sender(self, work) -> None:
         """Have `work()` called on the sender thread between batches (at least every 50 ms while the

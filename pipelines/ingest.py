@@ -62,7 +62,7 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         flush_interval_s=config.flush_interval_s,
         partitions=config.partitions or None,
         parser=config.parser,
-        progress=_progress_reporter(),
+        progress=loader.progress_bar(),
         wait=config.wait,
     )
     context.log.info(
@@ -80,14 +80,6 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
                 "seconds": round(result.seconds, 3),
             },
         )
-
-
-def _progress_reporter():
-    """Counts on stderr while a long drain runs (a progress bar on a terminal, nothing otherwise)."""
-    from tqdm import tqdm
-
-    bar = tqdm(desc="loading", unit=" events", disable=None, leave=False, mininterval=0.5)
-    return bar.update
 
 
 ingest_job = dg.define_asset_job(

@@ -20,12 +20,16 @@ class RouterscopeResource(dg.ConfigurableResource):
     home: str | None = None
     kafka_bootstrap: str | None = None
     clickhouse_dsn: str | None = None
+    alert_rules: str | None = None  # a rules file (ROUTERSCOPE_ALERT_RULES); None: the environment's, or the defaults
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "RouterscopeResource":
         """The resource that points where `settings` points (for runs launched from Python)."""
         return cls(
-            home=str(settings.home), kafka_bootstrap=settings.kafka_bootstrap(), clickhouse_dsn=settings.warehouse.raw
+            home=str(settings.home),
+            kafka_bootstrap=settings.kafka_bootstrap(),
+            clickhouse_dsn=settings.warehouse.raw,
+            alert_rules=str(settings.alert_rules) if settings.alert_rules else None,
         )
 
     def settings(self) -> Settings:
@@ -34,6 +38,7 @@ class RouterscopeResource(dg.ConfigurableResource):
             ("ROUTERSCOPE_HOME", self.home),
             ("ROUTERSCOPE_KAFKA_BOOTSTRAP", self.kafka_bootstrap),
             ("ROUTERSCOPE_CLICKHOUSE_DSN", self.clickhouse_dsn),
+            ("ROUTERSCOPE_ALERT_RULES", self.alert_rules),
         ):
             if value:
                 env[name] = value

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -105,18 +106,21 @@ def cmd_doctor(args, settings: Settings) -> int:
 
 
 def cmd_load(args, settings: Settings) -> int:
-    from pipelines.ingest import TABLE_ASSETS, ingest_topics
-    from pipelines.run import materializations, run_job
+    # The ingest job's unit of work, called directly: the Dagster job around it (pipelines/ingest.py,
+    # what the daemon's schedule runs) records its run in an instance a command would throw away, and
+    # importing Dagster and making that instance were most of what a load cost before its first event.
+    from warehouse.ingest import loader
 
-    config = {
-        "batch_size": args.batch_size,
-        "idle_timeout_s": args.idle_timeout,
-        "partitions": args.partitions,
-        **({"parser": args.parser} if args.parser else {}),
-        **({"wait": False} if args.no_wait else {}),
-    }
     try:
-        result = run_job("ingest", ops_config={ingest_topics.op.name: {"config": config}})
+        result = loader.load(
+            settings,
+            batch_size=args.batch_size,
+            idle_timeout_s=args.idle_timeout,
+            partitions=args.partitions or None,
+            parser=args.parser,
+            progress=loader.progress_bar(),
+            wait=not args.no_wait,
+        )
     except KeyboardInterrupt:
         print(
             "\nrouterscope load: stopped (Ctrl-C); the batches written before are stored with their positions, "
@@ -124,16 +128,12 @@ def cmd_load(args, settings: Settings) -> int:
             file=sys.stderr,
         )
         return 130
-    found = materializations(result)
-    summary = {
-        "loaded": {short: int(found[key.path[-1]]["loaded"]) for short, key in TABLE_ASSETS.items()},
-        "quarantined": {short: int(found[key.path[-1]]["quarantined"]) for short, key in TABLE_ASSETS.items()},
-    }
+    summary = result.as_dict()
     if args.json:
         _print_json(summary)
         return 0
-    seconds = found[TABLE_ASSETS["decisions"].path[-1]]["seconds"]
-    for short in TABLE_ASSETS:
+    seconds = result.seconds
+    for short in names.TOPICS:
         print(f"{short:<10} loaded {summary['loaded'][short]:>9}   quarantined {summary['quarantined'][short]:>7}")
     total_q = sum(summary["quarantined"].values())
     print(
@@ -340,11 +340,18 @@ def cmd_simulate(args, settings: Settings) -> int:
 
 
 def cmd_demo(args, settings: Settings) -> int:
-    from routerscope.demo import run
+    from routerscope.demo import fleet_settings, run
 
+    own_rules = settings.alert_rules is not None
+    settings = fleet_settings(settings)
     print("routerscope demo — a SIMULATED fleet through the real router, end to end")
     print(f"  home:      {settings.home}")
-    print(f"  warehouse: {settings.warehouse.redacted()}", flush=True)
+    print(f"  warehouse: {settings.warehouse.redacted()}")
+    print(
+        f"  alert rules: {settings.alert_rules}"
+        + ("" if own_rules else " (the simulated fleet's per task type limits; ROUTERSCOPE_ALERT_RULES picks others)"),
+        flush=True,
+    )
     try:
         out = run(
             settings,
@@ -408,10 +415,14 @@ def cmd_demo(args, settings: Settings) -> int:
         "Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
         "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
     )
+    if not own_rules:
+        print(f"  (with ROUTERSCOPE_ALERT_RULES={settings.alert_rules} they judge alerts as the demo did)")
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
-    return serve_dashboard(args.dashboard_port, settings.dashboard_log_path, open_browser=True)
+    return serve_dashboard(
+        args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
+    )
 
 
 def dashboard_command(port: int) -> list[str]:
@@ -435,8 +446,9 @@ def dashboard_command(port: int) -> list[str]:
     ]
 
 
-def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> int:
-    """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers."""
+def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert_rules: Path | None = None) -> int:
+    """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers.
+    `alert_rules`: the rules file the dashboard reads (as ROUTERSCOPE_ALERT_RULES; None: the environment's)."""
     import signal
     import socket
     import subprocess
@@ -453,7 +465,8 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False) -> in
     log = open(log_path, "ab")
     from routerscope.core import procs
 
-    process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT)  # dies with this process
+    env = {**os.environ, **({"ROUTERSCOPE_ALERT_RULES": str(alert_rules)} if alert_rules else {})}
+    process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT, env=env)  # dies with us
     url = f"http://127.0.0.1:{port}"
     try:
         procs.wait_ready(
@@ -594,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("load", help="drain the topics into the warehouse (the Dagster ingest job, once)")
+    p = sub.add_parser("load", help="drain the topics into the warehouse (the ingest job's unit of work, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
     from warehouse.ingest import loader as loader_defaults  # the ingest job's defaults, defined once
 

@@ -9,6 +9,7 @@ incidents raised. Re-running adds another simulated span and continues from the 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 import time
@@ -207,6 +208,18 @@ def start_fresh(settings: Settings) -> None:
     )
 
 
+def fleet_settings(settings: Settings) -> Settings:
+    """The settings the demo runs with: unless ROUTERSCOPE_ALERT_RULES names a rules file, the SIMULATED
+    fleet's (`router/sim/alert_rules.yaml`: the shipped defaults with per task type limits tuned to the
+    simulated fleet's calm baseline, docs/metrics.md §3b), through the same Settings field every alert
+    evaluation reads (the alerts job here and in the daemon, `routerscope alerts`, the dashboard)."""
+    if settings.alert_rules is not None:
+        return settings
+    from router.sim.baseline import SIM_RULES
+
+    return dataclasses.replace(settings, alert_rules=SIM_RULES)
+
+
 def run(
     settings: Settings,
     *,
@@ -225,7 +238,10 @@ def run(
     import dagster as dg
 
     from pipelines.resources import RouterscopeResource
+    from warehouse.analytics.alerting.rules import load_rules
 
+    settings = fleet_settings(settings)
+    load_rules(settings.alert_rules)  # a bad rules file stops the demo here, in one line, before it simulates
     if fresh:
         start_fresh(settings)
     out: dict = {"kafka": ensure_broker(settings, port)}

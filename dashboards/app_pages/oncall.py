@@ -25,7 +25,8 @@ def _duration(start, end) -> str:
 
 
 def _tripped(trip: dict) -> str:
-    """'fallback_rate > 0.3: 0.412 (n = 42) · …' — the condition and the last windows that tripped it."""
+    """'fallback_rate > 0.3: 0.412 (n = 42) · …' — the condition (with the limit that applied to the task type,
+    and the rule's default beside a task type's own) and the last windows that tripped it."""
     if not trip:
         return ""
     shown = []
@@ -33,7 +34,8 @@ def _tripped(trip: dict) -> str:
         value = w.get("value")
         text = f"{value:.3g}" if isinstance(value, float) else str(value)
         shown.append(text + (f" (n = {w['n']})" if w.get("n") is not None else ""))
-    return f"`{trip.get('metric')} {trip.get('op')} {trip.get('limit')}`: " + " · ".join(shown)
+    own = f" (this task type's limit; default {trip['default_limit']})" if "default_limit" in trip else ""
+    return f"`{trip.get('metric')} {trip.get('op')} {trip.get('limit')}`{own}: " + " · ".join(shown)
 
 
 def incident_list(incidents: pd.DataFrame) -> None:

@@ -35,7 +35,8 @@ TABLE_LOADED_MESSAGES = "loaded_messages"
 TABLE_ALERTS = "alerts"
 TABLE_ALERT_DELIVERIES = "alert_deliveries"
 TABLE_REPLAY_RERUNS = "replay_reruns"
-TABLE_LANDING = "landing"  # raw messages, parsed by the warehouse (the loader's sql parser)
+TABLE_LANDING = "landing"  # raw messages for the sql parser's rules statement (landing.CHECK)
+TABLE_LANDING_VERDICTS = "landing_verdicts"  # the messages the sql parser did not load, by their coordinates
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
 # (warehouse.queries.common.named substitutes them).
@@ -56,6 +57,7 @@ TABLES: dict[str, str] = {
         TABLE_ALERT_DELIVERIES,
         TABLE_REPLAY_RERUNS,
         TABLE_LANDING,
+        TABLE_LANDING_VERDICTS,
     )
 }
 

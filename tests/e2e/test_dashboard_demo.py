@@ -65,6 +65,10 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
             text = incident_row(page, rule, scope).inner_text()
             assert f"{episode['first_seen']:%Y-%m-%d %H:%M} – {episode['last_seen']:%Y-%m-%d %H:%M} UTC" in text, text
             assert f"resolved {episode['resolved_at']:%Y-%m-%d %H:%M}" in text, text
+        # the push's row names the limit that applied to short_reply (the demo's fleet rules) beside the default
+        push_row = incident_row(page, "fallback_rate_high", "short_reply").inner_text()
+        assert "fallback_rate > 0.5 (this task type's limit; default 0.3)" in push_row, push_row
+        assert "over its limit (0.5)" in push_row, push_row
 
         # the outage's link: the Explorer on the outage's windows, every decision of them counted
         incident_row(page, "cloud_breaker_open", "overall").get_by_role("link", name="Open in Explorer").click()

@@ -3,6 +3,7 @@ metric windows with alerts, the daily data-quality suites and metrics."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ from routerscope import broker
 from routerscope.core.procs import free_port
 from routerscope.demo import run
 from tests.support.home import clean_env, run_cli, settings_for
+from tests.support.signals import as_foreground_job
 from warehouse.analytics import whatif
 from warehouse.analytics.metrics import compute
 from warehouse.client import open_warehouse
@@ -34,8 +36,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert out["loaded"]["decisions"] == 20_003  # the 3 corrupted messages are quarantined, not loaded
         fired = " ".join(out["fired"])
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
-        # Rollback recommendations (docs/metrics.md §3b): the cloud outage (minutes 24-36) moves none of the signals;
-        # the push (minutes 90-108) recommends rolling short_reply back, on both of its signals.
+        # Rollback recommendations (docs/metrics.md §3b), judged by the simulated fleet's rules (the demo's default,
+        # router/sim/alert_rules.yaml: per task type limits above each calm baseline): calm windows raise none; the
+        # cloud outage (minutes 24-36) moves none of the signals; the thermal episode (54-78) stays under them; the
+        # push (minutes 90-108) recommends rolling short_reply back, on both of its signals, and is over by the end.
         start_minute = sim["start"].hour * 60 + sim["start"].minute
 
         def minute(entry: str) -> int:  # "rule|task at HH:MM" → minutes since the simulated start
@@ -46,10 +50,12 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # stamped with the window that first holds it, up to 5 minutes before the episode's first minute)
         rollbacks = [(e.split(" at ")[0], minute(e)) for e in out["fired"] if e.startswith("rollback_")]
         assert not [r for r in rollbacks if 24 - 5 <= r[1] < 36 + 5], rollbacks
+        assert rollbacks and all(90 - 5 <= m < 108 + 5 for _, m in rollbacks), rollbacks  # none in calm or thermal
         assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {
             "rollback_degrade_trigger|short_reply",
             "rollback_route_accuracy|short_reply",
         }, rollbacks
+        assert not [key for key in out["firing"] if key.startswith("rollback_")], out["firing"]  # resolved after
         # the cloud outage (minutes 24-36) raises cloud_breaker_open for its windows (read per window from
         # breaker_events, not the breaker's latest state) and it has resolved by the end
         breaker = [minute(e) for e in out["fired"] if e.split(" at ")[0].rstrip("|") == "cloud_breaker_open"]
@@ -59,6 +65,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         start = sim["start"]
         with open_warehouse(settings) as client:
             rows = client.query("SELECT rules FROM routerscope.quarantine").result_rows
+            pushed_episodes = client.query(
+                "SELECT rule, argMax(trip_values, last_seen) FROM routerscope.alerts WHERE task_type = 'short_reply' "
+                "GROUP BY rule"
+            ).result_rows
             live = client.query(
                 "SELECT entered_device, device_model, confidence_source, reason FROM routerscope.decisions "
                 "WHERE app_id = 'live-sample'"
@@ -70,6 +80,16 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
             calm_window = QueryWindow(start + timedelta(minutes=0.30 * 120), start + timedelta(minutes=0.45 * 120))
             task_type, pushed_threshold = PUSHED_THRESHOLD
             predicted = whatif.compute(client, calm_window, {task_type: pushed_threshold})["by_task_type"][task_type]
+        # each push episode names the limit that applied: short_reply's own, the shipped default beside it
+        limits = {
+            rule: (trip["limit"], trip.get("default_limit"))
+            for rule, trip in ((r, json.loads(t)) for r, t in pushed_episodes)
+        }
+        assert limits == {
+            "fallback_rate_high": (0.50, 0.30),
+            "rollback_degrade_trigger": (0.45, 0.05),
+            "rollback_route_accuracy": (0.75, 0.95),
+        }, limits
         assert len(rows) == 3  # the quarantine holds exactly what the simulator corrupted
         # real logprob confidence, marked by device_model (the latency gate may send a request straight
         # to the cloud once the device has measured itself slow: then it never entered the device)
@@ -89,35 +109,35 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the thermal episode shows as timeout fallbacks; the threshold push as quality fallbacks
         assert thermal["overall"]["timeout_fallback_rate"] > calm["overall"]["timeout_fallback_rate"]
         assert thermal["overall"]["l2_l3_drift"]["drifting"] and thermal["overall"]["l2_l3_drift"]["delta_pp"] > 0
+        # (the calibrated calm baseline already falls back on a third of short_reply: docs/sources.md#seed-000's 30 %)
         assert (
             push["by_task_type"]["short_reply"]["quality_fallback_rate"]
-            > 3 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
+            > 2 * calm["by_task_type"]["short_reply"]["quality_fallback_rate"]
         )
         # the stricter pushed threshold sends acceptable answers to the cloud: false fallbacks jump
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
-        assert pushed["false_fallback_labeled"] > 5 * before_push["false_fallback_labeled"]
-        # (as counts: the calm window holds a handful of labeled short_reply fallbacks at most, too few for a rate)
+        assert pushed["false_fallback_labeled"] > 2 * before_push["false_fallback_labeled"]
+        # (as counts: the push multiplies the acceptable answers sent to the cloud, not only the labeled fallbacks)
         false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
         assert false_fallbacks(pushed) > 5 * false_fallbacks(before_push)
         # The what-if (docs/metrics.md §14) run on the calm window before the push predicts what the push then did.
-        # Measured (seed 11): the calm window's short_reply fallback rate 0.8 %, re-scored at 0.93 → 83 %; the push
-        # window then fell back 75 % (the what-if counts an L0 answer the stricter gate turns down as a fallback,
-        # while the router's L1 retry still served some on the device: it errs high). False fallbacks predicted
-        # 99 % of 140 labeled moved requests, measured 97 % of 125. Cost per request predicted ≈ 15× the calm
-        # window's, measured ≈ 10×. Only gated L0 answers move, all of them to the cloud; 23 % of them are
-        # labeled, so the estimate warns that it rests on few labels.
+        # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (the 30 % of
+        # docs/sources.md#seed-000), re-scored at 0.93 → 84 %; the push window then fell back 86 %. False fallbacks
+        # predicted 62 %, measured 60 % (the QA curve of docs/sources.md#seed-000: most answers in [.60, .93) pass).
+        # Cost per request predicted ≈ 0.9× the push window's. Only gated L0 answers move (332), all of them to the
+        # cloud; 24 % of them are labeled, so the estimate warns that it rests on few labels.
         calm_short = calm["by_task_type"][task_type]
         assert predicted["self_check"] == [] and predicted["current"]["fallback_rate"] == calm_short["fallback_rate"]
-        assert predicted["current"]["fallback_rate"] < 0.05
-        assert predicted["candidate"]["fallback_rate"] > 10 * predicted["current"]["fallback_rate"]
-        assert abs(predicted["candidate"]["fallback_rate"] - pushed["fallback_rate"]) < 0.15  # 0.83 against 0.75
-        assert predicted["candidate"]["fallback_rate"] >= pushed["fallback_rate"] - 0.02  # errs high, never low
-        assert predicted["candidate"]["false_fallback_rate"] > 0.9 and pushed["false_fallback_rate"] > 0.9
+        assert 0.2 < predicted["current"]["fallback_rate"] < 0.5
+        assert predicted["candidate"]["fallback_rate"] > 2 * predicted["current"]["fallback_rate"]
+        assert abs(predicted["candidate"]["fallback_rate"] - pushed["fallback_rate"]) < 0.05  # 0.84 against 0.86
+        assert predicted["candidate"]["false_fallback_rate"] > 0.5 and pushed["false_fallback_rate"] > 0.5
+        assert abs(predicted["candidate"]["false_fallback_rate"] - pushed["false_fallback_rate"]) < 0.1  # 0.62, 0.60
         assert predicted["moved"]["to_device"]["n"] == 0 and predicted["moved"]["n"] > 300
         assert predicted["moved"]["label_coverage"] < 0.3 and any("few labels" in w for w in predicted["warnings"])
         predicted_cost = predicted["candidate"]["cost_usd"] / predicted["candidate"]["requests"]  # per request
-        assert 0.5 < predicted_cost / pushed["cost_usd"]["per_request"] < 2.0  # ≈ 1.4
+        assert 0.5 < predicted_cost / pushed["cost_usd"]["per_request"] < 2.0  # ≈ 0.9
         # the shadow task (code_snippet) agrees less on longer inputs; cost is reported
         shadow = out["summary"]["by_task_type"]["code_snippet"]["shadow_agreement_by_input_length"]
         assert shadow["0-128"] > shadow["512-2048"]
@@ -177,6 +197,7 @@ def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home
 
 @pytest.mark.timeout(480)  # an interrupted demo and a full rerun
 def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home):
+    import re
     import signal
     import subprocess
     import time
@@ -186,18 +207,22 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
     port = free_port()
     try:
         demo = subprocess.Popen(
-            [ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"],
+            as_foreground_job([ROUTERSCOPE, *demo_args(port, 400_000), "--no-dashboard"]),  # Ctrl-C as a user has it
             env=clean_env(home),
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 120
-        seen = ""
-        while "simulating" not in seen and time.monotonic() < deadline:  # the progress bar is on stderr
+        # Interrupt once the progress bar (stderr, refreshed every 5 s off a terminal) counts some thousands of
+        # requests routed: a count, not a sleep, so a starved machine cannot interrupt it too early.
+        deadline = time.monotonic() + 240
+        seen, routed = "", 0
+        while routed < 2000 and time.monotonic() < deadline and demo.poll() is None:
             seen += demo.stderr.read(1) or ""
-        time.sleep(3)  # some thousands of requests routed
+            if seen.endswith("/400000"):
+                routed = int(re.findall(r"(\d+)/400000$", seen)[0])
+        assert routed >= 2000, seen[-500:]
         demo.send_signal(signal.SIGINT)
         _, err = demo.communicate(timeout=180)
         assert demo.returncode == 130, err
@@ -228,7 +253,7 @@ def test_the_demo_opens_the_dashboard_and_ctrl_c_stops_it(home):
     port, web = free_port(), free_port()
     try:
         demo = subprocess.Popen(
-            [ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)],
+            as_foreground_job([ROUTERSCOPE, *demo_args(port, 300), "--dashboard-port", str(web)]),
             env=clean_env(home),
             cwd=REPO,
             stdout=subprocess.PIPE,

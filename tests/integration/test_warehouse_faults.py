@@ -24,6 +24,7 @@ from routerscope.core import names
 from routerscope.core.procs import free_port
 from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
 from tests.support.ingest import produce, query, scalar, valid_decisions
+from tests.support.signals import as_foreground_job
 
 pytestmark = pytest.mark.integration
 
@@ -261,11 +262,11 @@ def test_doctor_repairs_a_warehouse_broken_the_way_a_full_disk_broke_it(stack, h
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):  # noqa: F811
+def test_ctrl_c_during_a_load_is_one_line_and_the_next_run_resumes(stack, home):
     """Issue: Ctrl-C during `load` printed a traceback (from the parse worker, which had the SIGINT too)."""
     produce(stack, DECISIONS, valid_decisions(300_000))
     load = subprocess.Popen(
-        [ROUTERSCOPE, "load", "--batch-size", "5000", "--idle-timeout", "0.5"],
+        as_foreground_job([ROUTERSCOPE, "load", "--batch-size", "5000", "--idle-timeout", "0.5"]),
         env=clean_env(home),
         cwd=REPO,
         stdout=subprocess.PIPE,

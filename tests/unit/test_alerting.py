@@ -178,6 +178,121 @@ def test_seed004_route_accuracy_breaches_on_the_interval_high_end(name, accuracy
     assert not rule.breaches(k / n, n, None)  # no interval, no evidence
 
 
+# -- per task type limits (docs/metrics.md §3b: a confidence-gated task type's limit sits above its baseline) --
+PER_TASK = replace(
+    RULE, summary="fallback over its limit ({limit})", limits={"short_reply": 0.45, "slot_extract": 0.15}
+)
+
+
+@pytest.mark.parametrize(
+    "name, scope, value, breaches",
+    [
+        # a task type not named gets the default 0.30
+        ("0.20 against the 0.30 default: clear", "intent_classify", 0.20, False),
+        ("0.35 against the 0.30 default: over", "intent_classify", 0.35, True),
+        # slot_extract's own 0.15 is stricter than the default
+        ("0.20 against slot_extract's 0.15: over, though under the default", "slot_extract", 0.20, True),
+        # short_reply's own 0.45 sits above its designed ~0.35 baseline
+        ("0.35 against short_reply's 0.45: clear, though over the default", "short_reply", 0.35, False),
+        ("0.45 against short_reply's 0.45: at the limit is not over it", "short_reply", 0.45, False),
+        ("0.46 against short_reply's 0.45: over", "short_reply", 0.46, True),
+        ("the overall scope has the default", "", 0.35, True),
+    ],
+)
+def test_a_task_types_own_limit_replaces_the_default(name, scope, value, breaches):
+    verdict = evaluate(PER_TASK, series(value, value, value), T0 + 2 * STEP, scope)
+    assert verdict.breaching is breaches, name
+    assert PER_TASK.limit_for(scope) == {"short_reply": 0.45, "slot_extract": 0.15}.get(scope, 0.3)
+
+
+def test_an_interval_rule_judges_each_task_type_against_its_own_limit():
+    """Degrade trigger with an interval (docs/metrics.md §3b), short_reply's limit 0.45, the default 0.05.
+    Calm: 60/170 = 0.353, Wilson low (0.352941 + 3.841459/340)/(1 + 3.841459/170) − 1.959964·√(0.352941·0.647059/170
+    + 3.841459/115600)/1.022597 = 0.356193 − 0.071114 = 0.285078: over 0.05, not over 0.45. The push: 140/175 =
+    0.8, low 0.734579 > 0.45. tool_call (no limit of its own) at 13/40 = 0.325, low 0.200845 > 0.05."""
+    from warehouse.analytics import stats
+
+    rule = replace(_rollback_rule("rollback_degrade_trigger"), limits={"short_reply": 0.45})
+
+    def trio(task_type, k, n):
+        rate = {"degrade_trigger_rate": k / n, "degrade_trigger_ci": stats.wilson(k, n), "device_entered": n}
+        return [(task_type, T0 + i * STEP, rate) for i in range(3)]
+
+    by_scope = series_by_scope(rule, trio("short_reply", 60, 170))
+    assert round(by_scope["short_reply"][0].interval[0], 6) == 0.285078
+    assert not evaluate(rule, by_scope["short_reply"], T0 + 2 * STEP, "short_reply").breaching
+    assert evaluate(rule, by_scope["short_reply"], T0 + 2 * STEP, "tool_call").breaching  # the default 0.05 would page
+    pushed = series_by_scope(rule, trio("short_reply", 140, 175))["short_reply"]
+    assert round(pushed[0].interval[0], 6) == 0.734579
+    assert evaluate(rule, pushed, T0 + 2 * STEP, "short_reply").breaching
+    other = series_by_scope(rule, trio("tool_call", 13, 40))["tool_call"]
+    assert round(other[0].interval[0], 6) == 0.200845
+    assert evaluate(rule, other, T0 + 2 * STEP, "tool_call").breaching
+
+
+def test_the_alert_names_the_limit_that_applied_to_its_task_type():
+    """The stored episode (trip values, summary), the webhook message and the rollback evidence carry the task
+    type's own limit, and the default beside it."""
+    from warehouse.analytics.alerting import slack_body
+    from warehouse.analytics.alerting.evaluate import summarize
+
+    own = transition(PER_TASK, "short_reply", streak(0.5, 0.5, 0.5), None, "v1", NOW)[1]
+    trip = json.loads(own.trip_values)
+    assert (trip["limit"], trip["default_limit"]) == (0.45, 0.3)
+    assert own.summary == "fallback over its limit (0.45)"
+    assert "fallback_rate > 0.45" in json.dumps(slack_body(own))
+    default = transition(PER_TASK, "intent_classify", streak(0.5, 0.5, 0.5), None, "v1", NOW)[1]
+    trip = json.loads(default.trip_values)
+    assert trip["limit"] == 0.3 and "default_limit" not in trip
+    assert default.summary == "fallback over its limit (0.3)"
+    rollback = replace(PER_TASK, action="rollback")
+    fired = transition(rollback, "short_reply", streak(0.5, 0.5, 0.5), None, "v1", NOW)[1]
+    evidence = summarize(NOW, "v1", transitions([], {}, "v1", NOW), {(fired.alert_key, fired.first_seen): fired})
+    assert evidence.rollback_evidence()["short_reply"]["fallback_rate"]["limit"] == 0.45
+
+
+LIMITS_RULE = (
+    "  - {name: x, summary: s, metric: m, scope: per_task_type, grain: 5m, op: '>', windows: 1, severity: page, "
+)
+
+
+@pytest.mark.parametrize(
+    "rule, message",
+    [
+        ("limit: 0.3, limits: [0.4]}", r"rule 1 \(x\): limits must be a non-empty mapping"),
+        ("limit: 0.3, limits: {}}", "limits must be a non-empty mapping"),
+        ("limit: 0.3, limits: {Short-Reply: 0.4}}", "'Short-Reply' is not a task type name"),
+        ("limit: 0.3, limits: {short_reply: '0.4'}}", r"limits.short_reply must be a finite number, not '0.4'"),
+        ("limit: 0.3, limits: {short_reply: .nan}}", "limits.short_reply must be a finite number"),
+        ("limit: 0.3, limits: {short_reply: true}}", "limits.short_reply must be of the same kind as limit"),
+        ("limit: '0.3'}", "limit must be a finite number, not '0.3'"),
+        ("limit: true}", "limit must be a number, not True"),
+    ],
+)
+def test_a_bad_limit_or_limits_map_is_one_clear_error(tmp_path, rule, message):
+    path = tmp_path / "rules.yaml"
+    path.write_text("version: 1\nrules:\n" + LIMITS_RULE + rule)
+    with pytest.raises(ConfigError, match=message) as error:
+        load_rules(path)
+    assert "\n" not in str(error.value)
+
+
+def test_limits_on_an_overall_rule_are_refused(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "version: 1\nrules:\n  - {name: x, summary: s, metric: m, scope: overall, grain: 5m, op: '>', limit: 0.3, "
+        "limits: {short_reply: 0.4}, windows: 1, severity: page}"
+    )
+    with pytest.raises(ConfigError, match=r"rule 1 \(x\): limits \(per task type\) needs scope per_task_type"):
+        load_rules(path)
+
+
+def test_the_shipped_defaults_have_no_per_task_limits():
+    """The shipped rules are the documented limits for every task type (docs/metrics.md §3b); a fleet sets its
+    own per task type in its rules file."""
+    assert all(rule.limits is None for rule in load_rules()[1])
+
+
 @pytest.mark.parametrize(
     "body, message",
     [

@@ -31,12 +31,12 @@ How a crash at any moment neither loses nor doubles rows:
 validates each message in Python (instrumentation/contract.py; large chunks in a worker process beside
 this one, warehouse/ingest/parsing.py, results taken back in consumed order) and inserts the valid events'
 canonical JSON lines through an input table whose views fill the facts table and the ledger in one
-insert (warehouse/queries/json_rows.py). `sql` lands the batch's raw messages in
-the warehouse in one insert and lets it parse and validate them (warehouse/queries/landing.py); its
-facts and ledger `INSERT … SELECT`s carry the same run-scoped tokens, the positions are still
-written last, the landed-offsets lookup and the fingerprint probe are unchanged, and a message the
-SQL cannot judge exactly, or that it quarantines, goes through the Python writer (its tokens tagged
-`py;` so they never collide with the SQL inserts' over the same offsets).
+insert (warehouse/queries/json_rows.py). `sql` inserts each topic's raw messages of the batch into
+the warehouse in one insert whose views parse and validate them, once each, and fill the facts table
+and the ledger (warehouse/queries/landing.py); that insert carries the same run-scoped token, the
+positions are still written last, the landed-offsets lookup and the fingerprint probe are unchanged,
+and a message the SQL cannot judge exactly, or that it quarantines, goes through the Python writer
+(its tokens tagged `py;` so they never collide with the SQL insert's over the same offsets).
 
 **No message can stop ingest.** Malformed messages (not JSON, too large or too deep, wrong schema,
 values past their column's range, broken invariants) go to `quarantine` with the raw bytes and
@@ -97,8 +97,7 @@ from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
-from warehouse.queries import ingest_offsets, json_rows, landing, loaded_messages
-from warehouse.queries.landing import LANDING_COLUMNS
+from warehouse.queries import ingest_offsets, json_rows, loaded_messages
 
 # Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
 # from raw bytes landed in one insert; warehouse/queries/landing.py). Same rules, same tables.
@@ -307,21 +306,16 @@ class _Batch:
             counts[1] += 1
             self.quarantine_message(topic, partition, offset, message, [INSERT_REJECTED], f"{INSERT_REJECTED}: {error}")
 
-    def landing_columns(self, batch_id: str) -> list[list]:
-        """The raw rows of an `sql` batch, column by column (landing.LANDING_COLUMNS)."""
-        columns: list[list] = [[] for _ in LANDING_COLUMNS]
-        _, topics, partitions, offsets, keys, timestamps, values, landed = columns
-        for topic, rows in self.raw.items():
-            for partition, offset, message, was_landed in rows:
-                topics.append(topic)
-                partitions.append(partition)
-                offsets.append(offset)
-                keys.append(message.key())
-                timestamps.append(kafka_time(message.timestamp()))
-                values.append(message.value() or b"")
-                landed.append(was_landed)
-        columns[0] = [batch_id] * len(offsets)
-        return columns
+    def input_columns(self, batch_id: str, topic: str) -> list[list]:
+        """The raw rows of one topic of an `sql` batch, column by column (landing.INPUT_COLUMNS)."""
+        rows = self.raw[topic]
+        return [
+            [batch_id] * len(rows),
+            [partition for partition, _, _, _ in rows],
+            [offset for _, offset, _, _ in rows],
+            [message.value() or b"" for _, _, message, _ in rows],
+            [landed for _, _, _, landed in rows],
+        ]
 
     def token(self, topics: Iterable[str] | None = None) -> str:
         """The insert deduplication token: the offset ranges this batch covers."""
@@ -367,7 +361,7 @@ class Loader:
         self._worker: ParseWorker | None = None
         self._pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
         self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
-        self._staging_ready = False  # sql parser: its staging tables exist (created on the first batch)
+        self._staging_ready = False  # sql parser: its input tables and views exist (created on the first batch)
         self._json_rows_ready = False  # the facts' input tables and views exist (created on the first batch)
         self.settings = settings
         self.batch_size = batch_size
@@ -482,76 +476,76 @@ class Loader:
         result.batches += 1
 
     def _write_sql(self, client, batch: _Batch, states, result: LoadResult) -> None:
-        """An `sql` batch: its raw messages land in one insert; the warehouse parses them into a
-        staging table per topic and the facts and ledger are filled from there, each `INSERT …
-        SELECT` with its token. The messages the SQL cannot judge exactly, and every quarantined
-        one (with the rules the warehouse named), go through the Python writer, as do all of a
-        topic's rows when an insert of them is refused (it finds the refused rows by halves)."""
+        """An `sql` batch: per topic, its raw messages in one insert into the topic's input table,
+        whose views parse each message once and write the valid ones to the facts table and the
+        ledger under the insert's token, and list the rest (warehouse/queries/landing.py). Those go
+        through the Python writer: the ones the SQL cannot judge exactly, and the invalid ones (the
+        Python validator names their rules, the rules the SQL finds), as do all of a topic's rows when
+        the insert is refused (the writer finds the refused rows by halves)."""
         batch_id = f"{self.run_id}-{self._batches}"
         self._batches += 1
-        parameters = {"batch": batch_id}
-        topics = [t for t, rows in batch.raw.items() if rows]
-        if not self._staging_ready:
-            for topic in FACTS:
-                client.command(landing.CREATE_STAGING[topic])
-            self._staging_ready = True
-        client.insert(
-            landing.LANDING_TABLE,
-            batch.landing_columns(batch_id),
-            column_names=list(LANDING_COLUMNS),
-            column_oriented=True,
-            settings=INSERT_SETTINGS,
-        )
+        self._ensure_landing(client)
         py = _Batch("python", tag="py;")
         py.token_ranges = batch.ranges  # one Python share per batch: its tokens name the batch
         counts: dict[tuple[str, int], list[int]] = {}
-        try:
-            for topic in topics:
-                self._write_sql_topic(client, batch, topic, parameters, py, counts)
-            if py.ledger[0] or py.quarantine[0] or any(e[0] for e in py.events.values()):
-                self._write_parsed(client, py)
-            for key, (loaded, quarantined) in py.counts.items():
-                total = counts.setdefault(key, [0, 0])
-                total[0] += loaded
-                total[1] += quarantined
-            self._store_positions(client, batch, counts, states, result)
-        finally:
-            for sql in (landing.DROP_LANDED, *(landing.DROP_STAGED[t] for t in topics)):
-                try:
-                    client.command(sql, parameters=parameters)
-                except Exception:  # what stays is removed by the tables' TTL
-                    pass
+        for topic, rows in batch.raw.items():
+            if rows:
+                self._write_sql_topic(client, batch, batch_id, topic, py, counts)
+        if py.ledger[0] or py.quarantine[0] or any(e[0] for e in py.events.values()):
+            self._write_parsed(client, py)
+        for key, (loaded, quarantined) in py.counts.items():
+            total = counts.setdefault(key, [0, 0])
+            total[0] += loaded
+            total[1] += quarantined
+        self._store_positions(client, batch, counts, states, result)
 
-    def _write_sql_topic(self, client, batch: _Batch, topic: str, parameters, py: _Batch, counts) -> None:
-        client.command(landing.PARSE[topic], parameters=parameters)
-        summary = client.query(landing.SUMMARY[topic], parameters=parameters).result_rows
-        messages = {(p, o): (m, was_landed) for p, o, m, was_landed in batch.raw[topic]}
-        months: set[int] = set()
-        routed: set[tuple[int, int]] = set()  # (partition, offset) given to the Python writer
-        for partition, loaded, _quarantined, to_python, spanned in summary:
-            counts[(topic, int(partition))] = [int(loaded), 0]
-            months.update(spanned)
-            for offset in to_python:
-                message, was_landed = messages[(int(partition), int(offset))]
-                py.add(topic, int(partition), int(offset), message, landed=bool(was_landed))
-                routed.add((int(partition), int(offset)))
-        if len(months) > MAX_MONTHS_PER_INSERT:  # the Python writer inserts them in groups of months
-            return self._to_python(batch, topic, py, counts, routed)
-        if any(loaded for _, loaded, *_ in summary):
-            try:
-                self._command(client, landing.FACTS_INSERT[topic], parameters, "facts;" + batch.token([topic]))
-            except Exception as exc:
-                if outage(exc):
-                    raise
-                check_free_space(self.settings)
-                return self._to_python(batch, topic, py, counts, routed)
-        self._command(client, loaded_messages.FROM_STAGING[topic], parameters, "ledger;" + batch.token([topic]))
-        if any(quarantined for _, _, quarantined, *_ in summary):
-            found = client.query(landing.QUARANTINE_RULES[topic], parameters=parameters).result_rows
-            for partition, offset, rules in found:
-                message, _ = messages[(int(partition), int(offset))]
-                py.counts.setdefault((topic, int(partition)), [0, 0])[1] += 1
-                py.quarantine_message(topic, int(partition), int(offset), message, list(rules), _describe(rules))
+    def _ensure_landing(self, client):
+        """The sql parser's input tables and views, once per run (they persist: an insert is the
+        whole cost of a batch); returns its statements' module (imported here: generating them takes
+        a Python-parser run time for nothing)."""
+        from warehouse.queries import landing
+
+        if not self._staging_ready:
+            for statements in landing.CREATE.values():
+                for sql in statements:
+                    client.command(sql)
+            self._staging_ready = True
+        return landing
+
+    def _write_sql_topic(self, client, batch: _Batch, batch_id: str, topic: str, py: _Batch, counts) -> None:
+        landing = self._ensure_landing(client)
+        rows = batch.raw[topic]
+        token = "facts;" + batch.token([topic])
+        try:
+            client.insert(
+                landing.INPUT_TABLE[topic],
+                batch.input_columns(batch_id, topic),
+                column_names=list(landing.INPUT_COLUMNS),
+                column_oriented=True,
+                settings={
+                    "insert_deduplication_token": f"{self.run_id};{token}",
+                    **INSERT_SETTINGS,
+                    **landing.INSERT_SETTINGS,
+                },
+            )
+        except Exception as exc:
+            if outage(exc):
+                raise
+            check_free_space(self.settings)
+            return self._to_python(batch, topic, py, counts, set())
+        verdicts = client.query(landing.VERDICTS, parameters={"batch": batch_id, "topic": topic}).result_rows
+        messages = {(p, o): (m, was_landed) for p, o, m, was_landed in rows}
+        for partition, _offset, _message, was_landed in rows:
+            if not was_landed:
+                counts.setdefault((topic, partition), [0, 0])[0] += 1
+        # Left to the Python writer: what the SQL cannot judge exactly, and what it found invalid (the
+        # Python validator names its rules, the same as the SQL's: tests/integration/test_ingest_sql.py).
+        for partition, offset, was_landed, _python in verdicts:
+            partition, offset = int(partition), int(offset)
+            message, _ = messages[(partition, offset)]
+            if not was_landed:
+                counts[(topic, partition)][0] -= 1  # not loaded by the views
+            py.add(topic, partition, offset, message, landed=bool(was_landed))
 
     def _to_python(self, batch: _Batch, topic: str, py: _Batch, counts, routed: set) -> None:
         """Every message of `topic` in this batch through the Python writer instead."""
@@ -560,14 +554,6 @@ class Loader:
         for partition, offset, message, was_landed in batch.raw[topic]:
             if (partition, offset) not in routed:
                 py.add(topic, partition, offset, message, landed=was_landed)
-
-    def _command(self, client, sql: str, parameters: dict, token: str) -> None:
-        """One `INSERT … SELECT`, deduplicated by this run and `token` if it arrives twice."""
-        client.command(
-            sql,
-            parameters=parameters,
-            settings={"insert_deduplication_token": f"{self.run_id};{token}", **INSERT_SETTINGS},
-        )
 
     def _insert_facts(self, client, batch: _Batch, topic: str, months, partitions, offsets, messages, lines) -> None:
         """The facts and ledger rows of one topic: the events' JSON lines in one insert through the
@@ -1016,6 +1002,14 @@ def _lost_hint(settings: Settings) -> str:
         "the local broker keeps its data in memory and was probably restarted. Nothing more was loaded. "
         f"To start over, remove the warehouse ({settings.warehouse.redacted()}) and load again"
     )
+
+
+def progress_bar() -> Callable[[int], None]:
+    """Counts on stderr while a long drain runs (a progress bar on a terminal, nothing otherwise)."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc="loading", unit=" events", disable=None, leave=False, mininterval=0.5)
+    return bar.update
 
 
 def load(settings: Settings, **options) -> LoadResult:

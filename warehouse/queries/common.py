@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +29,18 @@ def named(name: str, sql: str, fragments: dict[str, str] | None = None, **identi
     return f"/* routerscope:{name} */\n{Template(text).safe_substitute(names.TABLES, **identifiers)}\n"
 
 
+def hashed_chain(label: str, table: str, ddl: list[tuple[str, str]], **identifiers: str) -> tuple[str, list[str]]:
+    """A Null input table and the views an insert into it runs through, named after a hash of their
+    SQL (`ddl`: (kind, statement) pairs spelling each other as `$<kind>`): a contract change makes a
+    new chain, created on first use, so no migration follows generated SQL, and a loader never drops
+    a view another loader may be inserting through. The kind `input` is `<table>_<hash>`, every other
+    `<table>_<hash>_<kind without _view>`. Returns the input table and the statements, in order."""
+    digest = hashlib.sha256("\n".join(sql for _, sql in ddl).encode()).hexdigest()[:12]
+    base = f"{names.DATABASE}.{table}_{digest}"
+    spelled = {kind: base if kind == "input" else f"{base}_{kind.removesuffix('_view')}" for kind, _ in ddl}
+    return base, [named(f"{label}_create_{kind}", sql, **spelled, **identifiers) for kind, sql in ddl]
+
+
 def utc_text(t: datetime) -> str:
     if t.tzinfo is None:
         raise ValueError(f"{t!r} has no timezone; windows are in UTC")
@@ -49,19 +62,39 @@ class QueryWindow:
         return {"start": utc_text(self.start), "end": utc_text(self.end)}
 
 
+# The look-back of docs/metrics.md ("each event_id counts once"): of the copies of one event_id, only the
+# first (the earliest event_time) is counted, and only in the window that holds it, so long as the copies
+# lie within DEDUP_HORIZON_DAYS of each other. A copy whose first copy lies in the days before the window is
+# left out, and so is a later copy inside the window itself; the data-quality suite flags such an id over
+# the same horizon. Only the window's own ids are looked up: the sets built are the window's size, and the
+# look-back reads just the event_id and event_time columns of those days.
+DEDUP_HORIZON_DAYS = 7
+FIRST_COPY = f"""(event_id, event_time) IN (
+        SELECT event_id, min(event_time) FROM $decisions
+        WHERE event_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
+          AND event_time < {{end:DateTime64(3, 'UTC')}}
+          AND event_id IN (
+              SELECT event_id FROM $decisions
+              WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}})
+        GROUP BY event_id)"""
+
 # Decision events in the window, every mode, each event once. FINAL folds rows with the same
 # sorting key, which ends in event_id: a re-delivered event is an exact copy (same task_type and
 # event_time), so its copies fold into one. Measured on 10M rows, FINAL is ~10x faster than
 # `LIMIT 1 BY event_id`; the one case it would not fold, two *different* events sharing an
-# event_id, is a contract breach the data-quality suite reports. Only the columns the metrics read.
-WINDOW_CTE = """
-w AS (
+# event_id, is a contract breach the data-quality suite reports. Copies under different event_times
+# (a re-send dated another day) do not fold: FIRST_COPY keeps the first. Only the columns the metrics read.
+_WINDOW_EVENTS = """
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device,
            fallback_type, reason, degrade_level, cloud_calls, confidence, threshold, shadow_agree,
            input_tokens, latency_ms, network, cost_usd, attempt_levels, attempt_outcomes, policy_version
     FROM $decisions FINAL
-    WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
-)"""
+    WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}"""
+WINDOW_CTE = "\nw AS (" + _WINDOW_EVENTS + "\n      AND " + FIRST_COPY + "\n)"
+# The same without the look-back, for the 7-day baseline of the L2/L3 drift (docs/metrics.md §5) only: a
+# share over a week, which a re-sent copy moves by one in its count, and the look-back over a week of ids
+# costs several times the read itself (docs/benchmarks.md).
+BASELINE_CTE = "\nw AS (" + _WINDOW_EVENTS + "\n)"
 
 
 def dict_rows(client, sql: str, parameters: dict | None = None) -> list[dict[str, Any]]:

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, utc_or_none, utc_text
+from warehouse.queries.common import (
+    BASELINE_CTE,
+    FIRST_COPY,
+    WINDOW_CTE,
+    QueryWindow,
+    dict_rows,
+    named,
+    utc_or_none,
+    utc_text,
+)
 from warehouse.queries.labels import chosen_labels_of, label_source_parameters
 
 OVERALL = None  # the task_type key of the overall row
@@ -41,6 +50,8 @@ EXPLORER_COLUMNS = tuple(
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
 FRAGMENTS = {
     "window_cte": WINDOW_CTE,
+    "baseline_cte": BASELINE_CTE,
+    "first_copy": FIRST_COPY,
     "window_table": WINDOW_TABLE,
     "events_table": _EVENTS_TABLE,
     "labels_table": _LABELS_TABLE,
@@ -57,6 +68,7 @@ SELECT event_time, task_type, mode, session_id, request_id, entered_device, fall
        device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
 FROM $decisions FINAL
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} $task_filter
+  AND $first_copy
 """
 MATERIALIZE_EVENTS_SQL = named(
     "materialize_metric_window_events", _MATERIALIZE_EVENTS, {**FRAGMENTS, "task_filter": ""}
@@ -263,11 +275,11 @@ ORDER BY side, net
     FRAGMENTS,
 )
 
-# §5 baseline: level counts only.
+# §5 baseline: level counts only (of the events FINAL folds: BASELINE_CTE has no look-back).
 LEVELS_SQL = named(
     "degrade_level_counts",
     """
-WITH $window_cte
+WITH $baseline_cte
 SELECT task_type, count() AS requests,
        countIf(degrade_level = 0) AS l0, countIf(degrade_level = 1) AS l1, countIf(degrade_level = 2) AS l2,
        countIf(degrade_level = 3) AS l3, countIf(degrade_level = 4) AS l4

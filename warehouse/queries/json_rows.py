@@ -14,21 +14,19 @@ misread: numbers as msgspec wrote them, parsed exactly (`precise_float_parsing`)
 RFC 3339 text (`best_effort`: any offset), floored to the millisecond as clickhouse-connect does for
 a Python datetime (`tests/integration/test_loader_json_rows.py` compares both ways row for row).
 
-The input table and its views are named after a hash of their SQL (like the SQL parser's staging
+The input table and its views are named after a hash of their SQL (like the SQL parser's input
 tables): a contract change creates new ones on the loader's first batch, no migration follows the
 generated SQL, and a loader never drops a view another loader may be inserting through.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import msgspec.inspect as mi
 
 from instrumentation.contract import CONTRACTS
 from routerscope.core import names
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, RECORD_ID
-from warehouse.queries.common import named
+from warehouse.queries.common import hashed_chain
 
 # Facts columns filled from a nested member of the event (the rest carry a field's own name).
 NESTED = {
@@ -131,23 +129,12 @@ def _ddl(topic: str) -> tuple[str, str, str]:
     return create, facts, ledger
 
 
-def _names(topic: str) -> dict[str, str]:
+def _chain(topic: str) -> tuple[str, list[str]]:
     table = FACTS[topic][0]
-    digest = hashlib.sha256("\n".join(_ddl(topic)).encode()).hexdigest()[:12]
-    base = f"{names.DATABASE}.{table}_json_{digest}"
-    return {
-        "input": base,
-        "facts_view": base + "_facts",
-        "ledger_view": base + "_ledger",
-        "facts": names.TABLES[table],
-    }
+    ddl = list(zip(("input", "facts_view", "ledger_view"), _ddl(topic)))
+    return hashed_chain(f"json_rows_{table}", f"{table}_json", ddl, facts=names.TABLES[table])
 
 
-INPUT_TABLE = {topic: _names(topic)["input"] for topic in CONTRACTS}
-CREATE = {
-    topic: [
-        named(f"json_rows_create_{kind}_{names.TOPIC_TABLE[topic]}", sql, **_names(topic))
-        for kind, sql in zip(("input", "facts_view", "ledger_view"), _ddl(topic))
-    ]
-    for topic in CONTRACTS
-}
+_CHAINS = {topic: _chain(topic) for topic in CONTRACTS}
+INPUT_TABLE = {topic: chain[0] for topic, chain in _CHAINS.items()}
+CREATE = {topic: chain[1] for topic, chain in _CHAINS.items()}

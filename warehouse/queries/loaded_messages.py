@@ -1,42 +1,18 @@
 """The loader's ledger (`loaded_messages`): one row per Kafka message loaded into a facts table.
 
 The Python parser's facts insert writes the ledger rows of its events through a view
-(warehouse/queries/json_rows.py), and the rows of re-read landed messages itself; the SQL parser fills the
-ledger from its staging tables (warehouse/queries/landing.py), one `INSERT … SELECT` per topic and
-batch, landed rows included (their facts are already in place; their ledger row is written again,
-harmlessly: the ledger folds rows with the same Kafka coordinates).
+(warehouse/queries/json_rows.py), and the rows of re-read landed messages itself; the SQL parser's
+insert writes them through its ledger view (warehouse/queries/landing.py), landed rows included (their
+facts are already in place; their ledger row is written again, harmlessly: the ledger folds rows with
+the same Kafka coordinates).
 """
 
 from __future__ import annotations
 
 import json
 
-from routerscope.core import names
 from routerscope.core.timeutil import parse_utc
 from warehouse.ingest.rows import LEDGER_COLUMNS, RECORD_ID
-from warehouse.queries.common import named
-from warehouse.queries.landing import LOADABLE, staging_table
-
-# Constant pieces of the statements below (named() puts them in before it spells the tables).
-FRAGMENTS = {"ledger_columns": ", ".join(LEDGER_COLUMNS), "loadable": LOADABLE}
-
-# Per topic: its record id column and its staging table, as identifiers.
-FROM_STAGING = {
-    topic: named(
-        f"loaded_messages_from_staging_{names.TOPIC_TABLE[topic]}",
-        """
-INSERT INTO $loaded_messages ($ledger_columns)
-SELECT kafka_topic, kafka_partition, kafka_offset, $record_id, event_time
-FROM $staging
-WHERE $loadable
-""",
-        FRAGMENTS,
-        record_id=RECORD_ID[topic],
-        staging=staging_table(topic),
-    )
-    for topic in RECORD_ID
-}
-
 
 # A message the warehouse refused to store as facts (quarantined as `insert.rejected`): the insert's views
 # run one after the other, in no promised order, so the ledger view may have written its row before the

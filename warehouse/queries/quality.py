@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from routerscope.core import names
 from warehouse.ingest.rows import DECISION_COLUMNS
 from warehouse.queries.breaker_events import CHAIN_ORDER
-from warehouse.queries.common import QueryWindow, named, utc_text
+from warehouse.queries.common import DEDUP_HORIZON_DAYS, QueryWindow, named, utc_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,10 +47,8 @@ _INVARIANT_COLUMNS = ",\n       ".join("toBool(" + sql + ") AS ok_" + name for n
 _CONTENT = "tuple(" + ", ".join(c for c in DECISION_COLUMNS if not c.startswith("kafka_")) + ")"
 
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
-# How far back a window's event ids are looked for: the horizon within which a re-delivered event is
-# expected (the emitter's spool, a replayed topic); an id seen again within it under another time is
-# two events or one counted twice.
-DEDUP_HORIZON_DAYS = 7
+# How far back a window's event ids are looked for (common.DEDUP_HORIZON_DAYS, the metrics' look-back
+# too): an id seen again within it under another time is two events or one counted twice.
 FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT, "horizon_days": str(DEDUP_HORIZON_DAYS)}
 
 DECISIONS_FRAME_SQL = named(

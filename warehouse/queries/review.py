@@ -17,12 +17,13 @@ import math
 from typing import Any
 
 from routerscope.core import names
-from warehouse.queries.common import QueryWindow, dict_rows, named
+from warehouse.queries.common import FIRST_COPY, QueryWindow, dict_rows, named
 from warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES, WINDOW_TABLE
 from warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
 
 # The de-duplicated events of the window with the columns these queries read (the v2 ones included).
-REVIEW_CTE = """
+REVIEW_CTE = (
+    """
 w AS (
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason,
            degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
@@ -31,7 +32,11 @@ w AS (
            all_cloud_cost_usd, rollout_stage, device_resident_mem_mb
     FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+      AND """
+    + FIRST_COPY
+    + """
 )"""
+)
 
 # §10: "carries device_stats" = a v2 event with at least one measured device_* value.
 HAS_DEVICE_STATS = (

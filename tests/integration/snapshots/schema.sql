@@ -25,6 +25,9 @@ CREATE TABLE routerscope.labels (`label_id` UUID, `event_time` DateTime64(3, 'UT
 -- landing
 CREATE TABLE routerscope.landing (`batch` String, `kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `kafka_key` Nullable(String), `kafka_timestamp` Nullable(DateTime64(3, 'UTC')), `value` String, `landed` Bool, `landed_at` DateTime DEFAULT now()) ENGINE = MergeTree PARTITION BY batch ORDER BY (kafka_topic, kafka_partition, kafka_offset) TTL landed_at + toIntervalDay(1) SETTINGS index_granularity = 8192;
 
+-- landing_verdicts
+CREATE TABLE routerscope.landing_verdicts (`batch` String, `kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `landed` Bool, `python` Bool, `staged_at` DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (batch, kafka_topic, kafka_partition, kafka_offset) TTL staged_at + toIntervalDay(1) SETTINGS index_granularity = 8192;
+
 -- loaded_messages
 CREATE TABLE routerscope.loaded_messages (`kafka_topic` LowCardinality(String), `kafka_partition` UInt32, `kafka_offset` UInt64, `record_id` UUID, `event_time` DateTime64(3, 'UTC'), `loaded_at` DateTime64(3, 'UTC') DEFAULT now64(3), `rejected` UInt8 DEFAULT 0) ENGINE = ReplacingMergeTree ORDER BY (kafka_topic, kafka_partition, kafka_offset) SETTINGS non_replicated_deduplication_window = 10000, index_granularity = 8192;
 

@@ -80,7 +80,10 @@ def verdicts(
         if latest is None:
             continue
         series = series_by_scope(rule, rows)
-        out += [(rule, scope, evaluate(rule, series.get(scope, []), latest)) for scope in scopes(rule, series, firing)]
+        out += [
+            (rule, scope, evaluate(rule, series.get(scope, []), latest, scope))
+            for scope in scopes(rule, series, firing)
+        ]
     return out
 
 

@@ -48,8 +48,9 @@ class BreachStreak:
     points: tuple[Point, ...] = ()
 
 
-def evaluate(rule: Rule, series: list[Point], latest: datetime) -> BreachStreak:
-    """Does `rule` breach as of the window starting at `latest`? `series`: the scope's windows.
+def evaluate(rule: Rule, series: list[Point], latest: datetime, scope: str = "") -> BreachStreak:
+    """Does `rule` breach as of the window starting at `latest`? `series`: the windows of `scope` (a task
+    type, '' = overall), judged against the limit that applies to it (`Rule.limit_for`).
 
     The last `rule.windows` windows must all be present (a gap breaks the streak) and breach. The
     streak is then extended back as far as it goes, so first_seen is where the episode began."""
@@ -57,7 +58,7 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime) -> BreachStreak:
     by_start = {p.start: p for p in series}
     streak: list[Point] = []
     t = latest
-    while t in by_start and rule.breaches(by_start[t].value, by_start[t].n, by_start[t].interval):
+    while t in by_start and rule.breaches(by_start[t].value, by_start[t].n, by_start[t].interval, scope):
         streak.append(by_start[t])
         t -= step
     if len(streak) < rule.windows:
@@ -168,13 +169,16 @@ def scopes(rule: Rule, series: dict[str, list[Point]], firing: dict[str, Alert])
     return set(series) | {a.task_type for a in firing.values() if a.rule == rule.name}
 
 
-def trip_values(rule: Rule, streak: BreachStreak) -> str:
-    """JSON of the condition and the windows that tripped it (stored with the episode)."""
+def trip_values(rule: Rule, streak: BreachStreak, scope: str = "") -> str:
+    """JSON of the condition and the windows that tripped it (stored with the episode). `limit` is the one
+    that applied to `scope`; when that is a task type's own limit, `default_limit` is the rule's `limit`."""
     windows = [
         {"start": iso_z(p.start), "value": p.value, "n": p.n, **({"interval": p.interval} if rule.interval else {})}
         for p in streak.points
     ]
-    return json.dumps({"metric": rule.metric, "op": rule.op, "limit": rule.limit, "windows": windows}, default=str)
+    limit = rule.limit_for(scope)
+    own = {"default_limit": rule.limit} if scope in (rule.limits or {}) else {}
+    return json.dumps({"metric": rule.metric, "op": rule.op, "limit": limit, **own, "windows": windows}, default=str)
 
 
 def transition(
@@ -190,11 +194,11 @@ def transition(
             scope,
             rule.severity,
             rule.action,
-            rule.summary,
+            rule.summary_for(scope),
             "firing",
             streak.last_seen,
             None,
-            trip_values(rule, streak),
+            trip_values(rule, streak, scope),
             version,
             "pending",
         )
@@ -202,7 +206,7 @@ def transition(
     if streak.breaching:
         if current.last_seen == streak.last_seen:
             return None
-        return "extended", replace(current, last_seen=streak.last_seen, trip_values=trip_values(rule, streak))
+        return "extended", replace(current, last_seen=streak.last_seen, trip_values=trip_values(rule, streak, scope))
     if current is not None:
         return "resolved", replace(current, status="resolved", resolved_at=now, notify_state="pending")
     return None
@@ -262,8 +266,8 @@ class Evaluation:
         return {task: sorted(signals) for task, signals in sorted(found.items())}
 
     def rollback_evidence(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """Task type → breached signal → its latest window's value, interval and sample (docs/metrics.md §3b: the
-        recommendation names the values and their intervals)."""
+        """Task type → breached signal → its latest window's value, interval and sample, and the limit that
+        applied to the task type (docs/metrics.md §3b: the recommendation names the values and their intervals)."""
         found: dict[str, dict[str, dict[str, Any]]] = {}
         for a in self.firing:
             if a.action == "rollback":
@@ -273,6 +277,7 @@ class Evaluation:
                     "value": latest.get("value"),
                     "interval": latest.get("interval"),
                     "n": latest.get("n"),
+                    "limit": trip.get("limit"),
                     "windows": len(trip.get("windows", [])),
                 }
         return dict(sorted(found.items()))
