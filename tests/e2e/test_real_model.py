@@ -125,9 +125,10 @@ def test_the_real_device_is_cut_mid_prefill_at_its_timeout(long_device, tmp_path
     wall_ms = (time.monotonic() - started) * 1000
     assert DECISIONS.parse(event.to_json())[1] == []
     # budget + L4's 50 ms + scheduling slack; the slack is wider than the hostile-backend tests' 40 ms because
-    # llama.cpp's abort lands between compute-graph nodes, which on two cores shared with the whole suite took
-    # up to ~80 ms more (732 ms seen; the prefill alone would take 16 s)
-    assert wall_ms <= 600 + 50 + 150
+    # llama.cpp's abort lands between compute-graph nodes, which on two cores shared with other work took up to
+    # ~250 ms more (732 ms with the suite alone, 846 ms under a load average of 10; the prefill alone would take
+    # 16 s). The tight figure on a quiet machine is bench/router_budget.py's.
+    assert wall_ms <= 600 + 50 + 350
     assert event.latency_ms == pytest.approx(wall_ms, abs=15)
     assert event.entered_device and event.attempts[0].outcome == "timeout"
     # stopped at its 420 ms (later on a loaded machine: the abort lands between graph nodes; 628 ms was seen
