@@ -16,7 +16,7 @@ TASKS = {  # task type: (share of traffic, confidence shape (CONFIDENCE), expect
     "tool_call": (0.05, "classify", (30, 100)),
     "code_snippet": (0.05, "generate", (20, 80)),  # in shadow mode: the cloud answers, the device is compared
 }
-# Seed 000's calibration buckets of confidence: [0, .45) [.45, .65) [.65, .85) [.85, 1].
+# The seed's (docs/sources.md#seed-000) calibration buckets of confidence: [0, .45) [.45, .65) [.65, .85) [.85, 1].
 BUCKETS = (0.0, 0.45, 0.65, 0.85, 1.0)
 # Per shape: the share of answers in each bucket (uniform within it), and the pass rate by confidence
 # (linear between the knots). "qa" is docs/sources.md#seed-000's QA task as published (18/27/34/21 %, passing

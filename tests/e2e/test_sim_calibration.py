@@ -48,7 +48,8 @@ def demo(tmp_path_factory):
 
 
 def test_calm_fallback_rate_over_device_entered_is_seed000s_30_percent(demo):
-    """Seed 000: "回退率 30%" — the denominator is the device-entered requests (capability misses excluded)."""
+    """docs/sources.md#seed-000: "回退率 30%" — the denominator is the
+    device-entered requests (capability misses excluded)."""
     [(entered, fell_back)] = demo(
         f"""SELECT count(), countIf(fallback_type != 'none') FROM {DECISIONS}
         WHERE mode = 'live' AND entered_device AND {CALM}"""
@@ -58,7 +59,8 @@ def test_calm_fallback_rate_over_device_entered_is_seed000s_30_percent(demo):
 
 
 def test_calm_false_fallback_rate_of_labeled_quality_fallbacks_is_seed000s_15_to_30_percent(demo):
-    """Seed 000: 误回退率 "通常 15%~30%", from at least 100 labeled quality fallbacks (a usable interval)."""
+    """docs/sources.md#seed-000: 误回退率 "通常 15%~30%", from at least
+    100 labeled quality fallbacks (a usable interval)."""
     [(labeled, acceptable)] = demo(
         f"""SELECT count(), countIf(l.device_acceptable)
         FROM {DECISIONS} AS d INNER JOIN (SELECT * FROM routerscope.labels FINAL LIMIT 1 BY request_id) AS l
@@ -70,8 +72,8 @@ def test_calm_false_fallback_rate_of_labeled_quality_fallbacks_is_seed000s_15_to
 
 
 def test_the_qa_like_task_has_seed000s_confidence_buckets_and_pass_rates(demo):
-    """Seed 000's calibration table: 18 / 27 / 34 / 21 % of a QA task's answers in [0,.45) [.45,.65) [.65,.85)
-    [.85,1], passing 11 / 58 / 89 / 97 %. short_reply is the demo's QA-like task."""
+    """The seed's (docs/sources.md#seed-000) calibration table: 18 / 27 / 34 / 21 % of a QA task's answers in [0,.45)
+    [.45,.65) [.65,.85) [.85,1], passing 11 / 58 / 89 / 97 %. short_reply is the demo's QA-like task."""
     rows = demo(
         f"""SELECT {BUCKET} AS bucket, count() AS n FROM {DECISIONS}
         WHERE task_type = 'short_reply' AND mode = 'live' AND entered_device AND confidence IS NOT NULL AND {CALM}
@@ -110,8 +112,8 @@ def test_one_task_types_top_confidence_bucket_is_over_confident(demo):
 
 
 def test_device_ttft_grows_with_the_input_at_the_tiers_prefill_rate(demo):
-    """Seed 003: TTFT = fixed + input / prefill_tps; a low-tier phone takes 0.72-5.05 s for 128-512 tokens.
-    Before: constant per tier, correlation with the input -0.01."""
+    """docs/sources.md#seed-003: TTFT = fixed + input / prefill_tps; a low-tier phone takes 0.72-5.05 s for 128-512
+    tokens. Before: constant per tier, correlation with the input -0.01."""
     rows = demo(
         f"""SELECT device_tier, corr(toFloat64(input_tokens), ttft_ms),
                quantileExactIf(0.5)(ttft_ms, input_tokens BETWEEN 128 AND 512)
@@ -127,8 +129,8 @@ def test_device_ttft_grows_with_the_input_at_the_tiers_prefill_rate(demo):
 
 
 def test_cloud_latency_by_output_length_is_seed000s_table_within_25_percent(demo):
-    """Seed 000: the cloud takes ~1.2 / 1.6 / 2.8 s for < 100 / 100-400 / > 400 output tokens. Requests the
-    cloud served at L2 on its first try (no device attempt before it). Before: ~600 ms whatever the length."""
+    """docs/sources.md#seed-000: the cloud takes ~1.2 / 1.6 / 2.8 s for < 100 / 100-400 / > 400 output tokens. Requests
+    the cloud served at L2 on its first try (no device attempt before it). Before: ~600 ms whatever the length."""
     rows = demo(
         f"""SELECT multiIf(output_tokens < 100, 0, output_tokens <= 400, 1, 2) AS size, count(), median(latency_ms)
         FROM {DECISIONS}
@@ -164,7 +166,7 @@ def test_time_never_runs_backwards_for_the_router_instance(demo):
 
 
 def test_requests_overlap_and_a_busy_device_sends_the_excess_to_the_cloud(demo):
-    """Seed 004 §6: a hard device cap, the excess to the cloud (never a queue). Before: 0 device_busy."""
+    """docs/sources.md#seed-004-6: a hard device cap, the excess to the cloud (never a queue). Before: 0 device_busy."""
     [(busy, busy_entered, busy_cloud)] = demo(
         f"""SELECT count(), countIf(entered_device), countIf(attempt_levels[1] IN (2, 3)) FROM {DECISIONS}
         WHERE reason = 'device_busy' AND {CALM}"""
@@ -173,8 +175,8 @@ def test_requests_overlap_and_a_busy_device_sends_the_excess_to_the_cloud(demo):
 
 
 def test_a_throttled_soc_doubles_the_calls_latency_and_the_thermal_episode_raises_timeouts(demo):
-    """Seed 003: "二次调用延迟直接翻倍" — a throttled device prefills and decodes at half speed (before: decode
-    halved, TTFT unchanged); the thermal episode's timeout fallbacks stand out against the calm baseline."""
+    """docs/sources.md#seed-003: "二次调用延迟直接翻倍" — a throttled device prefills and decodes at half speed (before:
+    decode halved, TTFT unchanged); the thermal episode's timeout fallbacks stand out against the calm baseline."""
     [(cool, hot, cool_tps, hot_tps)] = demo(
         f"""SELECT medianIf(ttft_ms / input_tokens, device_thermal_state IN ('nominal', 'fair')),
                medianIf(ttft_ms / input_tokens, device_thermal_state IN ('serious', 'critical')),

@@ -164,8 +164,8 @@ def test_simulated_time_never_runs_backwards_and_requests_overlap_into_device_bu
 
 
 def test_device_ttft_is_load_plus_prefill_and_a_throttled_device_is_twice_as_slow():
-    """Seed 003: TTFT = fixed + input / prefill_tps (the model's load first on a cold start); a throttled SoC
-    (the thermal episode) halves prefill and decode, so the same call takes about twice as long."""
+    """docs/sources.md#seed-003: TTFT = fixed + input / prefill_tps (the model's load first on a cold start); a
+    throttled SoC (the thermal episode) halves prefill and decode, so the same call takes about twice as long."""
     events = []
     fleet = Fleet(
         seed=9,
