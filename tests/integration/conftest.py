@@ -9,7 +9,6 @@ from routerscope import broker
 from routerscope.core.procs import free_port
 from tests.support.home import settings_for
 from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 
 
 @pytest.fixture
@@ -25,8 +24,7 @@ def stack(home):
 def warehouse(home):
     """A client of an empty, migrated embedded warehouse in this test's home."""
     settings = settings_for(home)
-    with open_warehouse(settings) as client:
-        migrate(client)
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
         yield client
 
 

@@ -11,7 +11,6 @@ import pytest
 from tests.support.home import clean_env, run_cli, settings_for
 from warehouse.analytics import alerting
 from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 from warehouse.queries.schema_migrations import created_at
 
 pytestmark = pytest.mark.integration
@@ -19,10 +18,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def empty(home):
-    settings = settings_for(home)
-    with open_warehouse(settings) as client:
-        migrate(client)
-    return settings
+    """Settings of a migrated warehouse that holds no data."""
+    with open_warehouse(settings_for(home), purpose="test", migrated=True):
+        return settings_for(home)
 
 
 @pytest.mark.slow
