@@ -13,6 +13,15 @@ from routerscope.core import names
 from routerscope.core.timeutil import utc
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+_PLACEHOLDER = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
+
+
+def identifier(value: str, what: str = "table", placeholder: bool = False) -> str:
+    """`value` when it is a plain (optionally database-qualified) identifier, or with `placeholder` a
+    `$name` that `named` spells later; otherwise ValueError. The one check before a name goes into SQL."""
+    if not (_IDENTIFIER.fullmatch(value) or (placeholder and _PLACEHOLDER.fullmatch(value))):
+        raise ValueError(f"{what}={value!r} is not an identifier")
+    return value
 
 
 def named(name: str, sql: str, fragments: dict[str, str] | None = None, **identifiers: str) -> str:
@@ -23,8 +32,7 @@ def named(name: str, sql: str, fragments: dict[str, str] | None = None, **identi
     `fragments` are constant SQL pieces of the query modules (a CTE, a condition), spelled `$name` in
     `sql` and put in first, so the tables they name are spelled too; never data."""
     for key, value in identifiers.items():
-        if not _IDENTIFIER.fullmatch(value):
-            raise ValueError(f"{key}={value!r} is not an identifier")
+        identifier(value, key)
     text = Template(sql.strip()).safe_substitute(fragments or {})
     return f"/* routerscope:{name} */\n{Template(text).safe_substitute(names.TABLES, **identifiers)}\n"
 

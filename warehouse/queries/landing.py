@@ -55,7 +55,7 @@ from instrumentation.contract import (
 from instrumentation.events import V2_ONLY_ATTEMPT_FIELDS, V2_ONLY_FIELDS, V2_ONLY_REASONS
 from routerscope.core import names
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, RECORD_ID
-from warehouse.queries.common import hashed_chain, named
+from warehouse.queries.common import hashed_chain, identifier, named
 
 LANDING_TABLE = names.TABLES[names.TABLE_LANDING]
 LANDING_COLUMNS = (
@@ -557,13 +557,13 @@ class _Gen:
         return out
 
     def _select(self, lets: list[str], cols: list[str], source: str) -> str:
-        """`cols` over the rows of `source` (a table, or a subquery in parentheses, with the columns
-        INPUT_COLUMNS), the `lets` (`expr AS name`) computed in nested subqueries, one per level of
-        dependency. The warehouse's analyzer copies an alias's expression into every place that names
-        it, so aliases of aliases in one SELECT grow the query tree multiplicatively (measured: 9 MB
-        of tree from 23 KB of SQL, 0.6 s to plan); a column of the subquery below is read, not copied.
-        Each level passes on only what a level above it reads: carrying every column through every
-        level (`SELECT *`) took the analyzer seconds for the decisions' dozen levels."""
+        """`cols` over the rows of `source` (a table, or a `$name` that `named` spells: a table or a constant subquery
+        among its fragments, with the columns INPUT_COLUMNS), the `lets` (`expr AS name`) computed in nested
+        subqueries, one per level of dependency. The warehouse's analyzer copies an alias's expression into every
+        place that names it, so aliases of aliases in one SELECT grow the query tree multiplicatively (measured: 9
+        MB of tree from 23 KB of SQL, 0.6 s to plan); a column of the subquery below is read, not copied. Each level
+        passes on only what a level above it reads: carrying every column through every level (`SELECT *`) took the
+        analyzer seconds for the decisions' dozen levels."""
         level: dict[str, int] = {}
         by_level: list[list[tuple[str, str]]] = []
         uses: dict[str, set[str]] = {}
@@ -584,7 +584,7 @@ class _Gen:
             for _, name in by_level[k]:
                 above |= uses[name]
             needed[k] = set(above)
-        sql = f"SELECT * FROM {source}"
+        sql = "SELECT * FROM " + identifier(source, "source", placeholder=True)
         available = list(INPUT_COLUMNS)
         for k, group in enumerate(by_level):
             later = needed[k + 1] if k + 1 < len(by_level) else final
@@ -689,13 +689,10 @@ CHECK = {
     topic: named(
         f"landing_check_{names.TOPIC_TABLE[topic]}",
         "SELECT kafka_offset, python, valid, rules FROM ("
-        + gen.rules_select(
-            "(SELECT * FROM $landing WHERE batch = {batch:String} AND kafka_topic = " + _q(topic) + ")",
-            extra=tuple(gen.ok_lets()),
-            extra_cols=("valid",),
-        )
+        + gen.rules_select("$batch_rows", extra=tuple(gen.ok_lets()), extra_cols=("valid",))
         + ") ORDER BY kafka_offset"
         + _SETTINGS,
+        {"batch_rows": "(SELECT * FROM $landing WHERE batch = {batch:String} AND kafka_topic = " + _q(topic) + ")"},
     )
     for topic, gen in _GEN.items()
 }
