@@ -66,7 +66,8 @@ if incident:
 if incident:
     left, right = banner.columns([4, 1])
     scope = _code(chosen["task_type"]) if chosen["task_type"] else "every task type"
-    left.info(f"Decisions of the incident {_code(incident)}: {scope} over its windows ({rng.caption()}).")
+    rule = incident.split("|", 1)[0]  # the alert key is `rule|task type`; the scope is said next
+    left.info(f"Decisions of the incident {_code(rule)}: {scope} over its windows ({rng.caption()}).")
     back = timerange.back_params(params.get("back", ""))  # On-call's range when it opened the incident
     timerange.link(right, "app_pages/oncall.py", "← Back to On-call", back or rng.params())
 

@@ -567,7 +567,8 @@ def test_the_incident_banner_goes_when_the_view_changes(populated):
     app = render(
         "explorer.py", **FIXTURE_DAY, task_type="intent_classify", incident="fallback_rate_high|intent_classify"
     )
-    assert any("Decisions of the incident" in i.value for i in app.info)
+    banner = next(i.value for i in app.info if "Decisions of the incident" in i.value)
+    assert banner.startswith("Decisions of the incident `fallback_rate_high`: `intent_classify` over its windows")
     app.segmented_control[0].set_value("7d").run()
     assert not app.exception
     assert not any("Decisions of the incident" in i.value for i in app.info)
