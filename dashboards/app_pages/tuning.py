@@ -41,8 +41,10 @@ busiest = sorted(
 )  # most live traffic first
 # The task type lives in the URL beside the range: a reload or a shared link opens the same task type.
 asked = st.query_params.get("task_type", "")
-# Nothing asked for, or a task type the range does not hold: the busiest.
-seed = asked if asked in busiest else busiest[0]
+# Nothing asked for, or a task type the range does not hold: the one the table above puts first (what needs
+# action first), else the busiest.
+first_need = next((t for t in glance["task type"] if t in busiest), busiest[0]) if not glance.empty else busiest[0]
+seed = asked if asked in busiest else first_need
 task_type = st.selectbox("Task type", busiest, key=timerange.url_key("task_type", seed))
 if task_type not in busiest:  # a stale choice from another range
     task_type = seed
