@@ -7,7 +7,8 @@
     (a sample: it is ~30x slower);
 (b) the loader's core in this process (parse, validate, quarantine, insert, offsets) into a fresh
     embedded warehouse, once per parser (`sql`: raw landing, parsed by the warehouse; `python`: msgspec,
-    and once more without its parse worker, `_python_no_worker`);
+    and once more with its parse worker, `_python_worker`, which by default runs only beside a warehouse
+    server);
 (c) the whole `routerscope load` command as a user runs it (process start, migrations, drain) into
     another fresh warehouse, with the peak RSS of its process tree (sampled every 20 ms), once per
     parser; then the same command with nothing new to load (`load_command_fixed_seconds`: what every
@@ -252,11 +253,11 @@ def main() -> int:
             core: dict[str, tuple] = {}
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
-            variants = [(name, True) for name in parsers]
+            variants = [(name, None) for name in parsers]
             if "python" in parsers:
-                variants.append(("python", False))  # the Python parser without its parse worker
+                variants.append(("python", True))  # the Python parser with its parse worker (off by default here)
             for name, worker in variants:
-                key = name if worker else f"{name}_no_worker"
+                key = name if worker is None else f"{name}_worker"
                 log(f"(b) loader core in process, parser {key} ...")
                 core_settings = Settings.from_env(
                     {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / f'core-warehouse-{key}'}"}
@@ -325,10 +326,10 @@ def main() -> int:
                 f"load_command_peak_rss_mb_{name}": round(rss, 1),
             }
         )
-    if "python_no_worker" in core:
-        core_s, _, _ = core["python_no_worker"]
-        figures["loader_core_events_per_s_python_no_worker"] = rate(n, core_s)
-        figures["ratio_loader_core_to_confluent_python_no_worker"] = round(n / core_s / confluent_rate, 3)
+    if "python_worker" in core:
+        core_s, _, _ = core["python_worker"]
+        figures["loader_core_events_per_s_python_worker"] = rate(n, core_s)
+        figures["ratio_loader_core_to_confluent_python_worker"] = round(n / core_s / confluent_rate, 3)
     main_parser = DEFAULT_PARSER if DEFAULT_PARSER in parsers else parsers[0]
     for key in (
         "loader_core_events_per_s",
@@ -342,8 +343,8 @@ def main() -> int:
     ):
         figures[key] = figures[f"{key}_{main_parser}"]
     counts = {name: (core[name][1], command[name][1], core[name][2]) for name in parsers}
-    if "python_no_worker" in core:
-        counts["python_no_worker"] = (core["python_no_worker"][1], command["python"][1], core["python_no_worker"][2])
+    if "python_worker" in core:
+        counts["python_worker"] = (core["python_worker"][1], command["python"][1], core["python_worker"][2])
     figures["same_counts"] = len({json.dumps(c, sort_keys=True) for c in counts.values()}) == 1
     figures["loaded"] = {
         name: {"core": core_counts, "command": command_counts, "core_rows": rows}

@@ -7,6 +7,7 @@ import json
 import random
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -307,6 +308,81 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
         )
         == 402
     )
+
+
+class HeldClient:
+    """The real client, except that the first facts insert waits (up to 20 s) until the run has consumed
+    more messages than that insert holds (all valid: one line each); `overlapped` says whether it did."""
+
+    def __init__(self, client):
+        self._client = client
+        self.consumed, self.first_batch, self.more = 0, None, threading.Event()
+        self.overlapped: bool | None = None
+
+    def progress(self, n: int) -> None:
+        self.consumed += n
+        self._check()
+
+    def _check(self) -> None:
+        if self.first_batch is not None and self.consumed > self.first_batch:
+            self.more.set()
+
+    def raw_insert(self, table, columns, body, *args, **kwargs):
+        if self.overlapped is None:
+            self.first_batch = body.count(b"\n") + 1
+            self._check()
+            self.overlapped = self.more.wait(20)
+        return self._client.raw_insert(table, columns, body, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_the_next_batch_is_consumed_while_a_batch_is_written_and_positions_follow_their_rows(stack):
+    """Writes run beside the drain (the embedded warehouse inserts without the GIL): while the first batch's
+    insert is held, the run consumes the next batch. One batch is written at a time, in order, so every
+    position still follows its rows: the run loads everything once and stores the end of every partition."""
+    produce(stack, DECISIONS, valid_decisions(300), keys=[b"k"] * 300)
+    with open_warehouse(stack) as client:
+        migrate(client)
+        held = HeldClient(client)
+        result = Loader(stack, batch_size=100, progress=held.progress, **FAST).run(held)
+        rows = client.query("SELECT count(), uniqExact(kafka_offset) FROM routerscope.decisions").result_rows[0]
+        stored = client.query("SELECT max(next_offset) FROM routerscope.ingest_offsets").result_rows[0][0]
+    assert held.overlapped is True
+    assert result.loaded["decisions"] == 300 and result.batches >= 2
+    assert rows == (300, 300) and stored == 300
+
+
+def test_a_failed_write_of_a_later_batch_keeps_the_earlier_batches_positions(stack):
+    """The second batch's write fails in the writing thread: the run raises it as a warehouse error and the
+    first batch, written before it, keeps its rows and its position; the next run loads exactly the rest."""
+
+    class SecondFails:
+        def __init__(self, client):
+            self._client, self.calls = client, 0
+
+        def raw_insert(self, *args, **kwargs):
+            self.calls += 1
+            if self.calls >= 2:  # the warehouse refuses every insert from the second on
+                raise ConnectionError("connection to the warehouse lost while inserting")
+            return self._client.raw_insert(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+    produce(stack, DECISIONS, valid_decisions(300), keys=[b"k"] * 300)
+    with open_warehouse(stack) as client:
+        migrate(client)
+        with pytest.raises(WarehouseError, match="resumes there"):
+            Loader(stack, batch_size=100, **FAST).run(SecondFails(client))
+        stored = client.query("SELECT max(next_offset) FROM routerscope.ingest_offsets").result_rows[0][0]
+        below = client.query(f"SELECT uniqExact(kafka_offset) FROM routerscope.decisions WHERE kafka_offset < {stored}")
+    # (a batch closes at the first consume that takes it to 100 messages or more: its end is not exactly 100)
+    assert 100 <= stored < 300 and below.result_rows[0][0] == stored
+    result = load(stack, **FAST)
+    assert result.loaded["decisions"] == 300 - stored
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 300
 
 
 @pytest.mark.slow

@@ -232,7 +232,7 @@ def test_a_load_parsed_by_the_worker_is_the_load_parsed_in_process(mixed_topics,
     home, settings, n = mixed_topics
     _, inline, inline_tables = _load(home, settings, "inline", parse_worker=False)
     monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
-    loader, worked, worked_tables = _load(home, settings, "worker")
+    loader, worked, worked_tables = _load(home, settings, "worker", parse_worker=True)
     assert loader._worker.submitted > 0 and loader._worker.failed is None  # the worker did the parsing
     assert inline.as_dict() == worked.as_dict()
     assert inline.loaded["decisions"] + inline.quarantined["decisions"] == n
@@ -259,7 +259,7 @@ def test_a_worker_killed_mid_load_loses_and_doubles_nothing(mixed_topics, monkey
         return future
 
     monkeypatch.setattr(loader_module.ParseWorker, "submit", submit_then_kill)
-    loader, worked, worked_tables = _load(home, settings, "killed")
+    loader, worked, worked_tables = _load(home, settings, "killed", parse_worker=True)
     assert loader._worker.failed is not None
     assert inline.as_dict() == worked.as_dict()
     assert inline_tables == worked_tables

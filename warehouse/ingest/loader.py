@@ -28,8 +28,8 @@ How a crash at any moment neither loses nor doubles rows:
   someone else's offsets.
 
 **Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
-validates each message in Python (instrumentation/contract.py; large chunks in a worker process beside
-this one, warehouse/ingest/parsing.py, results taken back in consumed order) and inserts the valid events'
+validates each message in Python (instrumentation/contract.py; beside a warehouse server, large chunks
+in a worker process, warehouse/ingest/parsing.py, results taken back in consumed order) and inserts the valid events'
 canonical JSON lines through an input table whose views fill the facts table and the ledger in one
 insert (warehouse/queries/json_rows.py). `sql` inserts each topic's raw messages of the batch into
 the warehouse in one insert whose views parse and validate them, once each, and fill the facts table
@@ -58,10 +58,17 @@ rest. Before each batch the free space of an embedded warehouse's disk is checke
 from before it reads its positions until it ends: a second load waits, or with `wait=False` stops
 with LoadInProgress. Loaders owning disjoint partition sets lock only their partitions.
 
-**Bounded waits.** The warehouse is opened for each unit of work (positions, each batch) and closed
-straight after, so its lock is never held while waiting on the broker; every blocking consumer call
-has a timeout (closing the consumer included), and a broker that stops answering mid-load ends the
-run with an error once what was fetched has been stored.
+**Writes beside the drain.** A batch is written in a thread of its own while the run consumes and
+parses the next one (the embedded warehouse runs an insert without holding the GIL; a server runs it
+on its own cores). One batch is written at a time and in order: before the next is handed over, the
+previous write is settled (its positions applied to the run, or its error raised in the run's thread),
+so the order rows → position holds across batches as within one.
+
+**Bounded waits.** The warehouse is opened for the positions, then held while batches keep coming and
+let go once nothing has arrived for HELD_WAIT_S (after the write in flight is settled), so its lock is
+never held for long while waiting on the broker; every blocking consumer call has a timeout (closing
+the consumer included), and a broker that stops answering mid-load ends the run with an error once what
+was fetched has been stored.
 
 Draining: a run ends when every partition has been read up to its end as of an early fetch from it
 (the high watermark in the first fetch response the run sees for it), or reached its end (librdkafka's partition-EOF
@@ -108,6 +115,8 @@ DEFAULT_IDLE_TIMEOUT_S = 1.0
 DEFAULT_FLUSH_INTERVAL_S = 5.0
 # A broker that answers nothing for this long during a load ends the run (after storing what arrived).
 DEFAULT_BROKER_TIMEOUT_S = 10.0
+# With the warehouse held for writing, the drain waits at most this long for messages before letting go of it.
+HELD_WAIT_S = 0.5
 # Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker).
 CLOSE_TIMEOUT_S = 5.0
 # ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
@@ -122,11 +131,13 @@ CONSUMER_OPTIONS = {
     "enable.auto.offset.store": False,
     "auto.offset.reset": "error",  # a position past the log end is an error, not a reset
     "enable.partition.eof": True,
-    # Prefetch bounds (per partition): enough to keep the parser busy, small
-    # enough that memory stays a few hundred MB whatever the backlog.
+    # Prefetch bounds: enough to keep the parser busy, small enough that memory stays bounded whatever
+    # the backlog. The queue is librdkafka's default, 64 MB (about three batches of router events): at
+    # 16 MB the drain waited on the broker after every batch, a fetch round trip on cores shared with
+    # the parse worker and the warehouse (a 500k load took 10.6-11.0 s against 8.3 s; docs/loader.md).
     "fetch.max.bytes": 32 * 1024 * 1024,
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
-    "queued.max.messages.kbytes": 16 * 1024,
+    "queued.max.messages.kbytes": 64 * 1024,
 }
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 # The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
@@ -346,7 +357,7 @@ class Loader:
         progress: Callable[[int], None] | None = None,
         broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
         parser: str | None = None,
-        parse_worker: bool = True,
+        parse_worker: bool | None = None,
         wait: bool = True,
     ):
         if batch_size < 1:
@@ -356,8 +367,10 @@ class Loader:
             raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
         self.parser = parser
         # python parser: large chunks are parsed by a worker process while this one consumes and
-        # inserts (warehouse/ingest/parsing.py); False parses everything here
-        self.parse_worker = parse_worker
+        # inserts (warehouse/ingest/parsing.py); False parses everything here. By default only for a
+        # warehouse server: embedded, the warehouse's insert thread already takes the second core, and
+        # the worker made the load slower and ~150 MB larger (docs/loader.md).
+        self.parse_worker = (not settings.warehouse.embedded) if parse_worker is None else parse_worker
         self._worker: ParseWorker | None = None
         self._pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
         self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
@@ -376,6 +389,7 @@ class Loader:
         self.broker_timeout_s = broker_timeout_s
         self._client = None  # a client to use throughout, when the caller gives one
         self._held = None  # (context manager, client): the warehouse kept open while messages flow
+        self._writing: _Writing | None = None  # the batch being written beside the drain (`_flush`)
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
         self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
         self.wait = wait  # another load holds the warehouse: wait for it (else LoadInProgress)
@@ -404,7 +418,14 @@ class Loader:
             self._held = (manager, manager.__enter__())
         return self._held[1]
 
-    def _release(self) -> None:
+    def _release(self, settle: bool = True) -> None:
+        """Close the warehouse held for flushes, once the batch being written is settled (`settle`
+        False: only waited for, its outcome dropped, on the way out of a failed run)."""
+        if settle:
+            self._settle()
+        elif self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.thread.join()
         held, self._held = self._held, None
         if held is not None:
             held[0].__exit__(None, None, None)
@@ -432,14 +453,18 @@ class Loader:
         """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
         positions that cover them (in that order: a crash leaves rows without a position, never a
         position without its rows)."""
-        if batch.parser == "sql":
-            self._write_sql(client, batch, states, result)
-            return
-        self._write_parsed(client, batch)
-        self._store_positions(client, batch, batch.counts, states, result)
+        self._apply(batch, *self._write_rows(client, batch), states, result)
 
-    def _write_parsed(self, client, batch: _Batch) -> None:
-        """The rows of a batch parsed in Python: facts, ledger, quarantine."""
+    def _write_rows(self, client, batch: _Batch) -> tuple[dict, list[tuple]]:
+        """`write`'s inserts, the positions last; returns the counts per (topic, partition) and the
+        position rows, for `_apply`. Touches nothing but the warehouse and `batch`: it runs beside the
+        drain (`_flush`)."""
+        counts = self._write_sql(client, batch) if batch.parser == "sql" else self._write_parsed(client, batch)
+        return counts, self._insert_positions(client, batch, counts)
+
+    def _write_parsed(self, client, batch: _Batch) -> dict:
+        """The rows of a batch parsed in Python: facts, ledger, quarantine. Returns the batch's counts
+        per (topic, partition): [loaded, quarantined]."""
         for topic, (months, partitions, offsets, messages, lines) in batch.events.items():
             if lines:
                 self._insert_facts(client, batch, topic, months, partitions, offsets, messages, lines)
@@ -447,8 +472,9 @@ class Loader:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
             self._insert_quarantine(client, batch)
+        return batch.counts
 
-    def _store_positions(self, client, batch: _Batch, counts, states, result: LoadResult) -> None:
+    def _insert_positions(self, client, batch: _Batch, counts) -> list[tuple]:
         """The positions covering a written batch; `counts`: (topic, partition) -> [loaded, quarantined]."""
         token = batch.token()
         rows = []
@@ -466,6 +492,11 @@ class Loader:
                 )
             )
         client.insert(f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS))
+        return rows
+
+    @staticmethod
+    def _apply(batch: _Batch, counts, rows: list[tuple], states, result: LoadResult) -> None:
+        """A written batch's positions and counts, into the run's states and result."""
         for (t, _p), (loaded, quarantined) in counts.items():
             result.loaded[SHORT_NAME[t]] += loaded
             result.quarantined[SHORT_NAME[t]] += quarantined
@@ -475,7 +506,7 @@ class Loader:
             states[(row[1], row[2])].fingerprint = row[-1]
         result.batches += 1
 
-    def _write_sql(self, client, batch: _Batch, states, result: LoadResult) -> None:
+    def _write_sql(self, client, batch: _Batch) -> dict:
         """An `sql` batch: per topic, its raw messages in one insert into the topic's input table,
         whose views parse each message once and write the valid ones to the facts table and the
         ledger under the insert's token, and list the rest (warehouse/queries/landing.py). Those go
@@ -497,7 +528,7 @@ class Loader:
             total = counts.setdefault(key, [0, 0])
             total[0] += loaded
             total[1] += quarantined
-        self._store_positions(client, batch, counts, states, result)
+        return counts
 
     def _ensure_landing(self, client):
         """The sql parser's input tables and views, once per run (they persist: an insert is the
@@ -732,7 +763,7 @@ class Loader:
             if self._worker is not None:
                 self._worker.close()
             self._pending = []
-            self._release()
+            self._release(settle=False)  # a write still running is waited for: the warehouse closes after it
             _close_within(consumer, CLOSE_TIMEOUT_S)
             gc.set_threshold(*thresholds)
             gc.unfreeze()
@@ -754,10 +785,14 @@ class Loader:
         pending = set(states)  # partitions not yet known to be at their end
         fetched = 0  # partitions with a fetch response so far
         while pending:
-            messages = consumer.consume(num_messages=min(self.batch_size, 50_000), timeout=0 if self._held else 0.2)
+            # Holding the warehouse (a batch written or being written), wait briefly: the consumer's queue
+            # runs dry between fetches, and letting go of the warehouse and opening it again costs more.
+            messages = consumer.consume(
+                num_messages=min(self.batch_size, 50_000), timeout=HELD_WAIT_S if self._held else 0.2
+            )
             now = time.monotonic()
             if not messages:
-                if self._held is not None:  # nothing queued: let go of the warehouse before waiting
+                if self._held is not None:  # nothing arrived: let go of the warehouse before waiting longer
                     self._release()
                     last_message = max(last_message, time.monotonic())  # idle counts waiting, not work
                     continue
@@ -789,6 +824,7 @@ class Loader:
                     elif idle >= self.broker_timeout_s:
                         self._collect(batch, keep=0)
                         self._flush(consumer, batch, states, result)
+                        self._settle()
                         raise BrokerUnavailable(
                             f"the broker at {self._bootstrap} stopped answering during the load "
                             f"({self._broker_error or 'no answer to a metadata request'}); "
@@ -864,6 +900,7 @@ class Loader:
         self._collect(batch, keep=0)
         if batch.ranges:
             self._flush(consumer, batch, states, result)
+        self._settle()
         lost = [st for st in states.values() if st.lost]  # never a partition not fetched yet
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
@@ -900,31 +937,77 @@ class Loader:
             for (partition, offset, message, landed), one in zip(items, parsed):
                 batch.add_parsed(topic, partition, offset, message, one, landed)
 
+    # -- writing beside the drain ------------------------------------------------------------------
     def _flush(self, consumer, batch, states, result) -> None:
+        """Hand `batch` to the warehouse. It is written in a thread beside the drain: the embedded
+        warehouse runs its inserts without holding the GIL, so consuming and parsing the next batch go
+        on meanwhile. One batch is written at a time, in order: the previous one's write is settled
+        first (its positions applied, or its error raised here)."""
         if not batch.ranges:
             return
+        self._settle()
         try:
             check_free_space(self.settings)  # stop cleanly before a write can fail half way
-            self.write(self._acquire(), batch, states, result)
-        except RouterscopeError:
-            self._release()
-            raise
-        except Exception as exc:
-            self._release()  # clickhouse-connect / chDB raise several unrelated types
-            if outage(exc):
-                raise outage_error(self.settings, exc, "writing a batch to the warehouse") from exc
-            raise WarehouseError(
-                f"writing a batch to the warehouse failed ({_first_line(exc)}); nothing past the last stored "
-                "position was recorded as loaded, so the next `routerscope load` resumes there"
-            ) from exc
+            client = self._acquire()
+        except BaseException as exc:
+            raise self._failed(exc) from exc
+        writing = _Writing(batch, consumer, states, result)
+        writing.thread = threading.Thread(
+            target=self._write_beside, args=(client, writing), name="routerscope-load-write", daemon=True
+        )
+        self._writing = writing
+        writing.thread.start()
+
+    def _write_beside(self, client, writing: _Writing) -> None:
+        try:
+            writing.written = self._write_rows(client, writing.batch)
+        except BaseException as exc:  # raised in the drain's thread when it settles this write
+            writing.error = exc
+
+    def _settle(self) -> None:
+        """Wait for the batch being written: apply its positions and counts, or raise its error."""
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return
+        writing.thread.join()
+        if writing.error is not None:
+            raise self._failed(writing.error) from writing.error
+        self._apply(writing.batch, *writing.written, writing.states, writing.result)
         # Best effort: the group's committed offsets are for lag tools, never read back here.
         try:
-            consumer.commit(
-                offsets=[TopicPartition(t, p, last + 1) for (t, p), (first, last) in batch.ranges.items()],
+            writing.consumer.commit(
+                offsets=[TopicPartition(t, p, last + 1) for (t, p), (first, last) in writing.batch.ranges.items()],
                 asynchronous=True,
             )
         except Exception:
             pass
+
+    def _failed(self, exc: BaseException) -> BaseException:
+        """What a failed write raises, the warehouse released first: the project's own errors and an
+        interrupt as they are, a warehouse outage as one line naming it, anything else as a
+        WarehouseError (clickhouse-connect and chDB raise several unrelated types)."""
+        self._release(settle=False)
+        if isinstance(exc, RouterscopeError) or not isinstance(exc, Exception):
+            return exc
+        if outage(exc):
+            return outage_error(self.settings, exc, "writing a batch to the warehouse")
+        return WarehouseError(
+            f"writing a batch to the warehouse failed ({_first_line(exc)}); nothing past the last stored "
+            "position was recorded as loaded, so the next `routerscope load` resumes there"
+        )
+
+
+@dataclass
+class _Writing:
+    """A batch being written beside the drain (Loader._flush), and where its outcome goes."""
+
+    batch: _Batch
+    consumer: object
+    states: dict
+    result: LoadResult
+    thread: threading.Thread | None = None
+    written: tuple | None = None  # Loader._write_rows's (counts, position rows)
+    error: BaseException | None = None
 
 
 def _values(items: list) -> list[tuple]:

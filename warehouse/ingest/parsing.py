@@ -2,9 +2,11 @@
 
 Validating a message in Python (instrumentation/contract.py) costs several times what consuming it
 does, and the loader's process spends most of its time there while the machine's other cores wait.
-So the loader hands large chunks of message values to one worker process (a new interpreter, not a
-fork: the loader's own process holds the warehouse engine's threads) and goes on consuming and
-inserting while the worker parses. The worker is a pure function of the bytes it is given: it
+Beside a warehouse server, whose inserts run on the server's cores, the loader hands large chunks
+of message values to one worker process (a new interpreter, not a fork: the loader's own process
+holds the warehouse engine's threads) and goes on consuming and inserting while the worker parses.
+With the embedded warehouse it does not by default: the warehouse's insert, written in a thread beside
+the drain, already takes the second core (docs/loader.md). The worker is a pure function of the bytes it is given: it
 writes nothing, keeps nothing, and every warehouse write, position and ledger row stays in the
 loader's process and in the loader's order, so the guarantees of warehouse/ingest/loader.py are unchanged.
 If the worker cannot be started or dies, the loader parses in its own process (and says so once).
@@ -167,9 +169,14 @@ def serve() -> None:
     """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends.
     Ctrl-C on a terminal reaches the whole process group: the loader handles it (one line) and
     kills this process, which must not print a traceback of its own meanwhile."""
+    import gc
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A chunk's results are tens of thousands of new objects: with the default thresholds the collector
+    # walks them again and again (the loader's own drain does the same, warehouse/ingest/loader.py).
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1_000)
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
