@@ -34,3 +34,12 @@ def test_the_whatif_bench_reads_the_last_seven_of_eight_days_and_one_task_type_i
     assert figures["counted_rows"] == 20_000 * 7 // 8
     assert figures["counted_rows_one_task_type"] == 20_000 * 7 // 8 // 5
     assert figures["self_check"] == []
+
+
+def test_the_python_parser_bench_loads_every_valid_event_and_times_each_part():
+    """bench/loader.py's events, 0.1 % of them cut in half: the parts are timed and every valid one is loaded."""
+    figures = run_bench("bench/loader_python.py", "--events", "3000", "--batch-size", "1000")
+    assert 3000 * 0.99 <= figures["valid_events"] < 3000
+    assert figures["rows_loaded"] == figures["valid_events"]
+    for key in ("decode", "invariants_and_ranges", "canonical_encode", "parse_chunk", "insert", "json_parse_only"):
+        assert figures[f"{key}_us_per_event"] > 0, key
