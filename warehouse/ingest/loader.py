@@ -425,8 +425,8 @@ class Loader:
         if settle:
             self._settle()
         elif self._writing is not None:
-            writing, self._writing = self._writing, None
-            writing.thread.join()
+            self._writing.thread.join()
+            self._writing = None
         held, self._held = self._held, None
         if held is not None:
             held[0].__exit__(None, None, None)
@@ -968,10 +968,11 @@ class Loader:
 
     def _settle(self) -> None:
         """Wait for the batch being written: apply its positions and counts, or raise its error."""
-        writing, self._writing = self._writing, None
+        writing = self._writing
         if writing is None:
             return
         writing.thread.join()
+        self._writing = None  # only now: a Ctrl-C during the wait leaves it for the run's end to wait for
         if writing.error is not None:
             raise self._failed(writing.error) from writing.error
         self._apply(writing.batch, *writing.written, writing.states, writing.result)
