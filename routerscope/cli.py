@@ -339,6 +339,21 @@ def cmd_simulate(args, settings: Settings) -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be (`stop_on_term`)."""
+
+
+def stop_on_term() -> None:
+    """SIGTERM (a service manager, `kill`, a test) stops the command the way Ctrl-C does, through its
+    KeyboardInterrupt path: what was routed is flushed or spooled, and the command says where things stand."""
+    import signal
+
+    def stop(signum, frame):
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def cmd_demo(args, settings: Settings) -> int:
     from routerscope.demo import fleet_settings, run
 
@@ -352,6 +367,7 @@ def cmd_demo(args, settings: Settings) -> int:
         + ("" if own_rules else " (the simulated fleet's per task type limits; ROUTERSCOPE_ALERT_RULES picks others)"),
         flush=True,
     )
+    stop_on_term()
     try:
         out = run(
             settings,
@@ -362,9 +378,10 @@ def cmd_demo(args, settings: Settings) -> int:
             live_requests=args.live_sample,
             fresh=args.fresh,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        how = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
         print(
-            "\nrouterscope demo: stopped (Ctrl-C). Events already routed were sent to Kafka or spooled under "
+            f"\nrouterscope demo: stopped ({how}). Events already routed were sent to Kafka or spooled under "
             f"{settings.spool_path}; loaded rows and the loader's positions are stored, so running "
             "`routerscope demo` again continues from here. The local broker keeps running (`routerscope broker stop`).",
             file=sys.stderr,
@@ -449,7 +466,6 @@ def dashboard_command(port: int) -> list[str]:
 def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert_rules: Path | None = None) -> int:
     """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers.
     `alert_rules`: the rules file the dashboard reads (as ROUTERSCOPE_ALERT_RULES; None: the environment's)."""
-    import signal
     import socket
     import subprocess
 
@@ -457,10 +473,7 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
         if probe.connect_ex(("127.0.0.1", port)) == 0:
             raise RouterscopeError(f"port {port} is already in use; choose another with --dashboard-port / --port")
 
-    def stop_on_term(signum, frame):  # SIGTERM (a service manager, a test) stops it like Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_on_term)
+    stop_on_term()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     from routerscope.core import procs

@@ -83,6 +83,13 @@ def simulate(
         for i in range(corrupt):
             emitter.emit(Message(names.TOPIC_DECISIONS, b"corrupt", CORRUPT[i % len(CORRUPT)]))
     finally:  # Ctrl-C included: what was routed is sent, or spooled to disk for the next run
+        pending = emitter.counters()["in_flight"]
+        if sys.exc_info()[0] is not None and pending:
+            print(
+                f"\nrouterscope demo: sending the {pending} events routed before the stop ...",
+                file=sys.stderr,
+                flush=True,
+            )
         if not emitter.flush(120):
             print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
         emitter.close()

@@ -196,7 +196,10 @@ def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home
 
 
 @pytest.mark.timeout(480)  # an interrupted demo and a full rerun
-def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home, stop):
+    """Ctrl-C, or SIGTERM from a service manager or `kill`, during the simulation: the events routed before it
+    are sent (or spooled), none lost, and a rerun adds its own once each."""
     import re
     import signal
     import subprocess
@@ -223,10 +226,10 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
             if seen.endswith("/400000"):
                 routed = int(re.findall(r"(\d+)/400000$", seen)[0])
         assert routed >= 2000, seen[-500:]
-        demo.send_signal(signal.SIGINT)
+        demo.send_signal(getattr(signal, stop))
         _, err = demo.communicate(timeout=180)
         assert demo.returncode == 130, err
-        assert "stopped (Ctrl-C)" in err and "continues from here" in err
+        assert f"stopped ({'Ctrl-C' if stop == 'SIGINT' else 'SIGTERM'})" in err and "continues from here" in err
         assert "Traceback" not in err
 
         rerun = run_cli(*demo_args(port, 500), "--no-dashboard", env=clean_env(home), timeout=600)
@@ -236,7 +239,8 @@ def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(hom
             total, distinct = client.query(
                 "SELECT count(), uniqExact(event_id) FROM routerscope.decisions FINAL"
             ).result_rows[0]
-        assert total == distinct and total > 500 + 1000  # the interrupted run's events arrived too, once each
+        # the interrupted run's events arrived too, once each: at least as many as its progress bar had counted
+        assert total == distinct and total >= 500 + routed
     finally:
         run_cli("broker", "stop", env=clean_env(home))
 
