@@ -23,7 +23,7 @@ def clean_env(home: Path, **extra: str) -> dict:
     return env
 
 
-def run_cli(*args: str, env: dict, timeout: float = 120, input: bytes | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run `routerscope ARGS` as its own process, as a user would."""
     return subprocess.run([ROUTERSCOPE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
