@@ -271,19 +271,27 @@ def test_a_token_left_by_a_killed_run_whose_rows_never_landed_does_not_swallow_t
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 30
 
 
-class FailingClient:
+class ClientWrapper:
+    """The real client; subclasses change one call."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+class FailingClient(ClientWrapper):
     """The real client, except that inserts into one table fail (the warehouse going away mid-batch)."""
 
     def __init__(self, client, table: str):
-        self._client, self._table = client, table
+        super().__init__(client)
+        self._table = table
 
     def insert(self, table, *args, **kwargs):
         if table.endswith("." + self._table):
             raise ConnectionError(f"connection to the warehouse lost while inserting into {table}")
         return self._client.insert(table, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
 
 
 @pytest.mark.parametrize("failing_table", ["quarantine", "ingest_offsets"])
@@ -310,12 +318,12 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
     )
 
 
-class HeldClient:
+class HeldClient(ClientWrapper):
     """The real client, except that the first facts insert waits (up to 20 s) until the run has consumed
     more messages than that insert holds (all valid: one line each); `overlapped` says whether it did."""
 
     def __init__(self, client):
-        self._client = client
+        super().__init__(client)
         self.consumed, self.first_batch, self.more = 0, None, threading.Event()
         self.overlapped: bool | None = None
 
@@ -333,9 +341,6 @@ class HeldClient:
             self._check()
             self.overlapped = self.more.wait(20)
         return self._client.raw_insert(table, columns, body, *args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
 
 
 def test_the_next_batch_is_consumed_while_a_batch_is_written_and_positions_follow_their_rows(stack):
@@ -358,18 +363,14 @@ def test_a_failed_write_of_a_later_batch_keeps_the_earlier_batches_positions(sta
     """The second batch's write fails in the writing thread: the run raises it as a warehouse error and the
     first batch, written before it, keeps its rows and its position; the next run loads exactly the rest."""
 
-    class SecondFails:
-        def __init__(self, client):
-            self._client, self.calls = client, 0
+    class SecondFails(ClientWrapper):
+        calls = 0
 
         def raw_insert(self, *args, **kwargs):
             self.calls += 1
             if self.calls >= 2:  # the warehouse refuses every insert from the second on
                 raise ConnectionError("connection to the warehouse lost while inserting")
             return self._client.raw_insert(*args, **kwargs)
-
-        def __getattr__(self, name):
-            return getattr(self._client, name)
 
     produce(stack, DECISIONS, valid_decisions(300), keys=[b"k"] * 300)
     with open_warehouse(stack) as client:

@@ -134,8 +134,8 @@ CONSUMER_OPTIONS = {
     "enable.partition.eof": True,
     # Prefetch bounds: enough to keep the parser busy, small enough that memory stays bounded whatever
     # the backlog. The queue is librdkafka's default, 64 MB (about three batches of router events): at
-    # 16 MB the drain waited on the broker after every batch, a fetch round trip on cores shared with
-    # the parse worker and the warehouse (a 500k load took 10.6-11.0 s against 8.3 s; docs/loader.md).
+    # 16 MB the drain waited on the broker after every batch, a fetch round trip on cores the broker
+    # shares with the loader and the warehouse (a 500k load took 10.6-11.0 s against 7.3-8.3 s; docs/loader.md).
     "fetch.max.bytes": 32 * 1024 * 1024,
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
     "queued.max.messages.kbytes": 64 * 1024,
