@@ -13,6 +13,9 @@
     another fresh warehouse, with the peak RSS of its process tree (sampled every 20 ms), once per
     parser; then the same command with nothing new to load (`load_command_fixed_seconds`: what every
     run costs before its first event), and the ratio of the events/s past that fixed cost.
+(a) and (b) also report CPU time per event: the process's (every thread, and a parse worker once closed)
+and the broker's (from /proc), and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every
+core ran nothing but the load and its broker, which says whether a ratio target is within the work's reach.
 Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
 unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
 whether every parser loaded and quarantined the same counts.
@@ -207,6 +210,23 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process, every thread of it (librdkafka's, the warehouse's, the write thread),
+    and of its children waited for (a parse worker, once closed)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def pid_cpu_seconds(pid: int | None) -> float:
+    """CPU time of another process (the broker), from /proc; 0 where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
+
+
 def wait_with_peak_rss(process) -> tuple[int, float]:
     """(wait status, peak MB of the command's process tree), sampled every 20 ms. Not `wait4`'s
     ru_maxrss: a child forked from this process starts with this process's peak (the in-process runs
@@ -246,11 +266,14 @@ def main() -> int:
             partitions = list(range(settings.topic_partitions))
 
             log("(a) raw consumption ...")
+            cpu_before, broker_before = cpu_seconds(), pid_cpu_seconds(st.pid)
             confluent_s = raw_confluent(bootstrap, partitions, args.events)
+            confluent_cpu = (cpu_seconds() - cpu_before, pid_cpu_seconds(st.pid) - broker_before)
             sample = min(args.kafka_python_sample, args.events)
             kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
 
             core: dict[str, tuple] = {}
+            core_cpu: dict[str, tuple[float, float]] = {}  # (the loader's CPU seconds, the broker's)
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
             variants = [(name, None) for name in parsers]
@@ -265,10 +288,12 @@ def main() -> int:
                 with open_warehouse(core_settings, purpose="bench") as client:
                     migrate(client)
                     started = time.perf_counter()
+                    cpu_before, broker_before = cpu_seconds(), pid_cpu_seconds(st.pid)
                     result = Loader(
                         core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
                     ).run(client)
                     core_s = time.perf_counter() - started
+                    core_cpu[key] = (cpu_seconds() - cpu_before, pid_cpu_seconds(st.pid) - broker_before)
                     core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
                 core[key] = (core_s, result.as_dict(), core_rows)
 
@@ -308,7 +333,22 @@ def main() -> int:
         "raw_confluent_kafka_events_per_s": rate(n, confluent_s),
         "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
         "ratio_kafka_python_to_confluent": round(sample / kafka_python_s / confluent_rate, 3),
+        "cores": os.cpu_count(),
+        "raw_confluent_kafka_cpu_us_per_event": round(confluent_cpu[0] / n * 1e6, 2),
+        "broker_cpu_us_per_event_raw": round(confluent_cpu[1] / n * 1e6, 2),
     }
+    us = lambda seconds: round(seconds / n * 1e6, 2)  # noqa: E731
+    for key, (loader_cpu, broker_cpu) in core_cpu.items():
+        # What the work allows: every core busy with nothing but this load and its broker, the ratio
+        # to the raw consumer could not pass this (the loader's own CPU per event sets the wall).
+        ceiling = (os.cpu_count() or 1) / ((loader_cpu + broker_cpu) / n) / confluent_rate
+        figures.update(
+            {
+                f"loader_core_cpu_us_per_event_{key}": us(loader_cpu),
+                f"broker_cpu_us_per_event_{key}": us(broker_cpu),
+                f"ratio_loader_core_ceiling_all_cores_{key}": round(ceiling, 3),
+            }
+        )
     for name in parsers:
         core_s, _, _ = core[name]
         command_s, _, rss = command[name]
@@ -340,6 +380,9 @@ def main() -> int:
         "load_command_peak_rss_mb",
         "load_command_fixed_seconds",
         "ratio_load_command_past_fixed_cost_to_confluent",
+        "loader_core_cpu_us_per_event",
+        "broker_cpu_us_per_event",
+        "ratio_loader_core_ceiling_all_cores",
     ):
         figures[key] = figures[f"{key}_{main_parser}"]
     counts = {name: (core[name][1], command[name][1], core[name][2]) for name in parsers}

@@ -43,3 +43,32 @@ def test_the_python_parser_bench_loads_every_valid_event_and_times_each_part():
     assert figures["rows_loaded"] == figures["valid_events"]
     for key in ("decode", "invariants_and_ranges", "canonical_encode", "parse_chunk", "insert", "json_parse_only"):
         assert figures[f"{key}_us_per_event"] > 0, key
+
+
+@pytest.mark.timeout(900)
+def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cpu_per_event():
+    """A small run of the whole loader bench (the core, with and without the parse worker, and the command):
+    every parser variant loads and quarantines the same, and the CPU figures that bound its ratios are there."""
+    figures = run_bench(
+        "bench/loader.py",
+        "--events",
+        "3000",
+        "--batch-size",
+        "1000",
+        "--parsers",
+        "python",
+        "--kafka-python-sample",
+        "300",
+    )
+    assert figures["same_counts"] is True
+    core = figures["loaded"]["python"]["core"]
+    loaded, quarantined = core["loaded"]["decisions"], core["quarantined"]["decisions"]
+    assert loaded + quarantined == 3000  # every message ends somewhere
+    assert 3000 * 0.99 <= loaded < 3000  # 0.1 % are cut in half
+    assert figures["loaded"]["python"]["core_rows"] == loaded
+    for key in ("raw_confluent_kafka_cpu_us_per_event", "loader_core_cpu_us_per_event", "load_command_peak_rss_mb"):
+        assert figures[key] > 0, key
+    # the ceiling is what every core could do on the loader's measured CPU: the measured ratio stays under it
+    assert (
+        0 < figures["ratio_loader_core_to_confluent"] <= figures["ratio_loader_core_ceiling_all_cores"] * 1.1
+    )  # CPU clock ticks
