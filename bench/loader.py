@@ -227,6 +227,25 @@ def pid_cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
+def cpu_now(broker_pid: int | None) -> tuple[float, float]:
+    """(this process's CPU seconds, the broker's): take one before a step, give it to `cpu_spent` after."""
+    return cpu_seconds(), pid_cpu_seconds(broker_pid)
+
+
+def cpu_spent(before: tuple[float, float], broker_pid: int | None) -> tuple[float, float]:
+    """The CPU seconds this process and the broker spent since `before` (`cpu_now`)."""
+    now = cpu_now(broker_pid)
+    return now[0] - before[0], now[1] - before[1]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, which a container narrows), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def wait_with_peak_rss(process) -> tuple[int, float]:
     """(wait status, peak MB of the command's process tree), sampled every 20 ms. Not `wait4`'s
     ru_maxrss: a child forked from this process starts with this process's peak (the in-process runs
@@ -266,9 +285,9 @@ def main() -> int:
             partitions = list(range(settings.topic_partitions))
 
             log("(a) raw consumption ...")
-            cpu_before, broker_before = cpu_seconds(), pid_cpu_seconds(st.pid)
+            before = cpu_now(st.pid)
             confluent_s = raw_confluent(bootstrap, partitions, args.events)
-            confluent_cpu = (cpu_seconds() - cpu_before, pid_cpu_seconds(st.pid) - broker_before)
+            confluent_cpu = cpu_spent(before, st.pid)
             sample = min(args.kafka_python_sample, args.events)
             kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
 
@@ -288,12 +307,12 @@ def main() -> int:
                 with open_warehouse(core_settings, purpose="bench") as client:
                     migrate(client)
                     started = time.perf_counter()
-                    cpu_before, broker_before = cpu_seconds(), pid_cpu_seconds(st.pid)
+                    before = cpu_now(st.pid)
                     result = Loader(
                         core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
                     ).run(client)
                     core_s = time.perf_counter() - started
-                    core_cpu[key] = (cpu_seconds() - cpu_before, pid_cpu_seconds(st.pid) - broker_before)
+                    core_cpu[key] = cpu_spent(before, st.pid)
                     core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
                 core[key] = (core_s, result.as_dict(), core_rows)
 
@@ -325,6 +344,8 @@ def main() -> int:
     n = args.events
     rate = lambda count, seconds: round(count / seconds)  # noqa: E731
     confluent_rate = n / confluent_s
+    us = lambda seconds: round(seconds / n * 1e6, 2)  # noqa: E731  (CPU seconds as µs an event)
+    cores = usable_cores()
     figures = {
         "events": n,
         "batch_size": args.batch_size,
@@ -333,20 +354,21 @@ def main() -> int:
         "raw_confluent_kafka_events_per_s": rate(n, confluent_s),
         "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
         "ratio_kafka_python_to_confluent": round(sample / kafka_python_s / confluent_rate, 3),
-        "cores": os.cpu_count(),
-        "raw_confluent_kafka_cpu_us_per_event": round(confluent_cpu[0] / n * 1e6, 2),
-        "broker_cpu_us_per_event_raw": round(confluent_cpu[1] / n * 1e6, 2),
+        "cores": cores,
+        "raw_confluent_kafka_cpu_us_per_event": us(confluent_cpu[0]),
+        "broker_cpu_us_per_event_raw": us(confluent_cpu[1]),
     }
-    us = lambda seconds: round(seconds / n * 1e6, 2)  # noqa: E731
     for key, (loader_cpu, broker_cpu) in core_cpu.items():
         # What the work allows: every core busy with nothing but this load and its broker, the ratio
         # to the raw consumer could not pass this (the loader's own CPU per event sets the wall).
-        ceiling = (os.cpu_count() or 1) / ((loader_cpu + broker_cpu) / n) / confluent_rate
+        # None when a run too short for the CPU clock's ticks measured no CPU at all.
+        spent = loader_cpu + broker_cpu
+        ceiling = round(cores * n / spent / confluent_rate, 3) if spent > 0 else None
         figures.update(
             {
                 f"loader_core_cpu_us_per_event_{key}": us(loader_cpu),
                 f"broker_cpu_us_per_event_{key}": us(broker_cpu),
-                f"ratio_loader_core_ceiling_all_cores_{key}": round(ceiling, 3),
+                f"ratio_loader_core_ceiling_all_cores_{key}": ceiling,
             }
         )
     for name in parsers:
