@@ -34,6 +34,64 @@ from pathlib import Path
 from typing import Protocol
 
 SENTENCE_END = re.compile(r"[.!?。！？]\s")
+LAST_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]")
+OOM_MESSAGES = (  # how llama.cpp and its bindings say the device ran out of memory
+    "out of memory",
+    "llama_decode returned 1",  # no KV-cache slot for the batch: the context's memory is full
+    "failed to find kv cache slot",
+    "failed to allocate",
+    "cannot allocate memory",
+)
+
+
+def error_kind(exc: BaseException) -> str | None:
+    """What a device's exception means for the breaker: `oom` for running out of memory (by type, and by the
+    messages llama.cpp gives, e.g. `llama_decode returned 1`), else None (a generic device error)."""
+    if isinstance(exc, MemoryError):
+        return "oom"
+    text = str(exc).lower()
+    return "oom" if any(m in text for m in OOM_MESSAGES) else None
+
+
+def complete_sentences(text: str) -> str:
+    """`text` up to its last complete sentence (its end mark included), "" when it has none: the only partial
+    free-text answer the router may serve (docs/router.md, "Nothing unvalidated reaches a user")."""
+    ends = list(LAST_SENTENCE_END.finditer(text))
+    return text[: ends[-1].end()].strip() if ends else ""
+
+
+class Cancel:
+    """Asks a device call to stop early: a shadow run yields the moment a live request wants the device
+    (docs/router.md, "Shadow mode"). A backend that takes the keyword `cancel` checks `is_set()` between
+    tokens; `on_set(fn)` also runs `fn` when it is set (the real device stops llama.cpp mid-chunk with it)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._set = False
+        self._callbacks: dict[int, object] = {}
+        self._next = 0
+
+    def set(self) -> None:
+        with self._lock:
+            if self._set:
+                return
+            self._set = True
+            callbacks = list(self._callbacks.values())
+        for fn in callbacks:
+            fn()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def on_set(self, fn):
+        """Run `fn` when (or, if it already is, now that) this is set; returns a function that unregisters it."""
+        with self._lock:
+            if not self._set:
+                key, self._next = self._next, self._next + 1
+                self._callbacks[key] = fn
+                return lambda: self._callbacks.pop(key, None)
+        fn()
+        return lambda: None
 
 
 @dataclass(frozen=True)
@@ -264,6 +322,8 @@ class LlamaDevice:
         self.tps = 40.0
         self.prefill_tps = self.PREFILL_TPS_PRIOR  # measured per call (llama.cpp's prompt timings), like tps
         self.context_tokens = n_ctx
+        self._measured: set[str] = set()  # the estimates measured at least once (the first replaces the prior)
+        self._call = 0  # calls started, under the model's lock: a late cancel never stops the next one
         self._abort_at: float | None = None  # perf_counter time past which evaluation stops
         self._chunk = max(1, int(prefill_chunk))
         evaluate = self._llm.eval
@@ -297,13 +357,18 @@ class LlamaDevice:
         decision_at_ms: float = 0.0,
         temperature: float = 0.0,
         commit_timeout_ms: float | None = None,
+        commit_on_sentence: bool = True,
+        cancel: Cancel | None = None,
     ) -> DeviceResult:
         """Stream the answer: time to first token is measured, the level's timeout stops generation
         (also mid-prefill: between chunks), the commit point (`commit_tokens` tokens or a first full
         sentence) is tracked, and the router's decision point (`decide`) may stop it before the commit
         point. Past the commit point the deadline moves to `commit_timeout_ms` (docs/sources.md#seed-000
-        "宁可让端侧跑完"). Waiting for the model (another call holds it) counts against the timeout. The router decodes
-        greedily (temperature 0); the replay's determinism re-runs sample (docs/sources.md#seed-004-2)."""
+        "宁可让端侧跑完"); `commit_on_sentence=False` for a structured answer (no sentence commits it). Waiting for the
+        model (another call holds it) counts against the timeout. `cancel` stops the call at once, mid-chunk too
+        (a shadow run yielding to live traffic). The router decodes greedily (temperature 0); the replay's
+        determinism re-runs sample (docs/sources.md#seed-004-2)."""
+        is_committed = lambda n, t: committed(n, t, commit_tokens, commit_on_sentence)  # noqa: E731
         if degraded:  # L1: context cut to 70 %, output cap halved
             prompt = degrade_prompt(prompt)
             max_tokens = max(1, max_tokens // 2)
@@ -317,8 +382,13 @@ class LlamaDevice:
         if not self._lock.acquire(timeout=max(0.0, deadline - started)):
             waited = (time.perf_counter() - started) * 1000
             return DeviceResult("", None, "none", 0, waited, waited, "timeout")
+        unregister = lambda: None  # noqa: E731
         try:
+            self._call += 1
             self._set_deadline(deadline)
+            if cancel is not None:
+                call = self._call
+                unregister = cancel.on_set(lambda: self._abort_call(call))
             hwm = _reset_peak_rss()
             # the model loaded, nothing running: the resident memory (docs/sources.md#seed-003)
             idle_kb = _status_kb("VmRSS")
@@ -351,14 +421,14 @@ class LlamaDevice:
                         and content
                         and now_ms >= decision_at_ms
                         and choice.get("finish_reason") is None
-                        and not committed(len(parts), "".join(parts), commit_tokens)
+                        and not is_committed(len(parts), "".join(parts))
                     ):
                         fits = decide(now_ms, len(parts), ttft_ms)
                         decide = None  # judged once
                         if not fits:
                             timed_out = preempted = True
                             break
-                    if self._abort_at == deadline and committed(len(parts), "".join(parts), commit_tokens):
+                    if self._abort_at == deadline and is_committed(len(parts), "".join(parts)):
                         self._set_deadline(extended)  # past the commit point: it may run to the end of the budget
                     if time.perf_counter() > self._abort_at and choice.get("finish_reason") is None:
                         timed_out = True
@@ -369,25 +439,28 @@ class LlamaDevice:
             except _Cancelled:  # the deadline passed mid-prefill or before a token
                 timed_out = True
             except Exception as exc:  # a native failure of the model is a device error, not a crash
-                kind = "oom" if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower() else None
                 return DeviceResult(
-                    "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind=kind
+                    "",
+                    None,
+                    "none",
+                    0,
+                    0.0,
+                    (time.perf_counter() - started) * 1000,
+                    "error",
+                    error_kind=error_kind(exc),
                 )
             stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak, idle_kb)
+            prefill_ms = self._prefill_ms(perf)
         finally:
+            unregister()
             self._set_deadline(None)
             self._lock.release()
         latency_ms = (time.perf_counter() - started) * 1000
-        if stats.get("prefill_tps"):
-            self.prefill_tps = 0.8 * self.prefill_tps + 0.2 * stats["prefill_tps"]
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
         confidence = math.exp(sum(logprobs) / len(logprobs)) if logprobs else None
-        if ttft_ms is not None:
-            self.ttft_ms = 0.8 * self.ttft_ms + 0.2 * ttft_ms
-        if n_out and latency_ms > (ttft_ms or 0):
-            self.tps = 0.8 * self.tps + 0.2 * (n_out / max((latency_ms - (ttft_ms or 0)) / 1000, 1e-3))
-        past_commit = not preempted and committed(n_out, text, commit_tokens)
+        self._learn(prompt, stats, ttft_ms, prefill_ms, n_out, latency_ms, timed_out)
+        past_commit = not preempted and is_committed(n_out, text)
         return DeviceResult(
             text=text,
             confidence=None if confidence is None else min(1.0, max(0.0, confidence)),
@@ -423,6 +496,78 @@ class LlamaDevice:
             self._abort_at = at
             self._stop.value = b"x" if at is not None and time.perf_counter() >= at else b""
             self._deadline_changed.notify()
+
+    def _abort_call(self, call: int) -> None:
+        """Stop call number `call` now, if it is still the one running (a cancel that lands late never stops
+        the next call)."""
+        with self._deadline_changed:
+            if self._call == call and self._abort_at is not None:
+                self._abort_at = time.perf_counter()
+                self._stop.value = b"x"
+                self._deadline_changed.notify()
+
+    def count_tokens(self, prompt: str) -> int:
+        """The prompt's length in this model's own tokens, plus the chat template's turn markers (about 8 tokens a
+        message): what must fit the context window (docs/router.md, "Personal data fits the device")."""
+        messages = chat_messages(prompt)
+        content = sum(len(self._llm.tokenize(m["content"].encode("utf-8"), add_bos=False)) for m in messages)
+        return content + 8 * len(messages) + 2
+
+    def _prefill_ms(self, perf: bool) -> float | None:
+        """llama.cpp's own time spent evaluating the prompt in the last call; None where it is not reported."""
+        if not perf:
+            return None
+        try:
+            import llama_cpp
+
+            t = llama_cpp.llama_perf_context(self._llm._ctx.ctx)
+            return float(t.t_p_eval_ms) if t.n_p_eval > 0 else None
+        except Exception:
+            return None
+
+    def _learn(
+        self,
+        prompt: str,
+        stats: dict,
+        ttft_ms: float | None,
+        prefill_ms: float | None,
+        n_out: int,
+        latency_ms: float,
+        timed_out: bool,
+    ) -> None:
+        """Update the estimates the latency gate reads from what this call measured (docs/router.md, "The ETA
+        learns"): the first measurement replaces the prior, later ones are averaged in (weight 0.3). `ttft_ms`
+        is the fixed cost before the first token *without* the prompt's prefill, which the ETA adds from
+        `prefill_tps`, so prefill is counted once. A call cut off before its first token is a censored
+        observation: the prompt did not finish prefilling in `latency_ms`, so the prefill rate is at most its
+        tokens over that time."""
+
+        def blend(name: str, value: float) -> None:
+            if value is None or not math.isfinite(value) or value <= 0:
+                return
+            first = name not in self._measured
+            self._measured.add(name)
+            setattr(self, name, value if first else 0.7 * getattr(self, name) + 0.3 * value)
+
+        if stats.get("prefill_tps"):
+            blend("prefill_tps", stats["prefill_tps"])
+        if ttft_ms is not None:
+            spent_prefill = prefill_ms if prefill_ms is not None else 0.0
+            blend("ttft_ms", max(1.0, ttft_ms - spent_prefill))
+            if stats.get("decode_tps"):
+                blend("tps", stats["decode_tps"])
+            elif n_out > 1 and latency_ms > ttft_ms:
+                blend("tps", (n_out - 1) / ((latency_ms - ttft_ms) / 1000))
+        elif timed_out and latency_ms > 0:
+            try:
+                tokens = self.count_tokens(prompt)
+            except Exception:
+                tokens = None
+            if tokens:
+                bound = tokens / (latency_ms / 1000)
+                if bound < self.prefill_tps:
+                    self.prefill_tps = bound
+                    self._measured.add("prefill_tps")
 
     def _stop_at_deadlines(self) -> None:
         with self._deadline_changed:
@@ -469,9 +614,11 @@ class LlamaDevice:
         }
 
 
-def committed(tokens: int, text: str, commit_tokens: int) -> bool:
-    """Past the commit point: `commit_tokens` tokens or a first full sentence (docs/sources.md#seed-000 "承诺点")."""
-    return tokens >= commit_tokens or bool(SENTENCE_END.search(text + " "))
+def committed(tokens: int, text: str, commit_tokens: int, sentence: bool = True) -> bool:
+    """Past the commit point: `commit_tokens` tokens or a first full sentence (docs/sources.md#seed-000 "承诺点").
+    `sentence=False` for a structured answer (JSON, a label, a tool call), which is whole or nothing: its
+    sentence marks (`"St. Louis"`) are no commit point."""
+    return tokens >= commit_tokens or (sentence and bool(SENTENCE_END.search(text + " ")))
 
 
 # -- the real cloud --------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ import bisect
 import hashlib
 import inspect
 import logging
+import random
 import threading
 import time
 import uuid
@@ -77,16 +78,19 @@ from instrumentation.events import (
     new_decision,
 )
 from router.backends import (
+    Cancel,
     CloudBackend,
     CloudResult,
     DeviceBackend,
     DeviceResult,
     committed,
+    complete_sentences,
     degrade_prompt,
+    error_kind,
     validate,
 )
 from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveWindows, Transition
-from router.guard import ABANDONED, DONE, Guard, honours_deadline
+from router.guard import ABANDONED, DONE, RAISED, Guard, honours_deadline
 from router.policy import PolicySource, PolicyStore
 
 log = logging.getLogger("routerscope.router")
@@ -98,6 +102,8 @@ CANNED = "Sorry, I can't answer that right now."
 GATE_SHARE = 0.9  # stay on device if its ETA fits in 90 % of the remaining budget
 CLOUD_WINDOW_S = 300.0
 BASELINE_WINDOW_S = 1800.0  # the p90 spike's learned baseline: the cloud's p90 over the 30 minutes before the window
+LONG_BASELINE_S = 86400.0  # ... and over the day before the last hour, which a slow ramp cannot drag along
+LONG_BASELINE_LAG_S = 3600.0
 DEFAULT_CLOUD_P90_MS = 800.0
 SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: device_busy, truncated, abandoned)
 LATE_MS = 10.0  # a backend's answer later than its timeout by more than this is dropped, never served
@@ -161,6 +167,7 @@ class Response:
     text: str
     level: int
     served_by: str  # device | cloud | fallback
+    partial: bool = False  # a device answer cut to its last complete sentence (reason = truncated)
 
 
 class SlidingP90:
@@ -204,35 +211,91 @@ class SlidingP90:
 
 
 class BaselineP90:
-    """The cloud's usual p90 (docs/router.md, "p90 spike"): over the `window_s` before the last `lag_s` (the
-    spike window itself never raises its own baseline), fed only while the cloud's breaker is closed (open
-    periods and trials are not the usual). None until `min_samples` samples are in it."""
+    """The cloud's usual p90 (docs/router.md, "p90 spike"), fed only while the cloud's breaker is closed (open
+    periods and trials are not the usual). Two horizons, and the lower one counts:
+
+    * short: the `window_s` before the last `lag_s` (the spike window itself never raises its own baseline);
+    * long: the `long_s` before the last `long_lag_s` (by default the day before the last hour), kept as a
+      bounded sample per hour, so a slow ramp (900 ms → 6 s over 30 minutes) that the short horizon follows is
+      still judged against what the cloud did before it began.
+
+    None until the short horizon holds `min_samples`; the long one counts once it holds them. After the
+    breaker settles on a new level (`settle`), that level is the baseline until both horizons refill."""
+
+    HOURLY_SAMPLE = 512  # samples kept per hour of the long horizon (a uniform reservoir)
 
     def __init__(
         self,
         window_s: float = BASELINE_WINDOW_S,
         lag_s: float = CLOUD_WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
+        long_s: float = LONG_BASELINE_S,
+        long_lag_s: float = LONG_BASELINE_LAG_S,
     ):
         self.window_s, self.lag_s, self._clock = window_s, lag_s, clock
+        self.long_s, self.long_lag_s = long_s, long_lag_s
         self._recent: deque[tuple[float, float]] = deque()  # still inside the spike window
         self._window = SlidingP90(window_s + lag_s, clock)  # trimmed at now - lag - window
+        self._hours: dict[int, list] = {}  # hour index -> [count, reservoir]
+        self._rng = random.Random(0)
+        self._pinned: float | None = None  # the level a settled breaker moved to
         self._lock = threading.Lock()
 
     def add(self, ms: float) -> None:
         with self._lock:
-            self._recent.append((self._clock(), ms))
+            now = self._clock()
+            self._recent.append((now, ms))
+            hour = self._hours.setdefault(int(now // 3600), [0, []])
+            hour[0] += 1
+            if len(hour[1]) < self.HOURLY_SAMPLE:
+                hour[1].append(ms)
+            else:
+                j = self._rng.randrange(hour[0])
+                if j < self.HOURLY_SAMPLE:
+                    hour[1][j] = ms
+
+    def settle(self, level_ms: float) -> None:
+        """The cloud has moved to `level_ms` for good: forget both horizons and take it as the baseline."""
+        with self._lock:
+            self._recent.clear()
+            self._window.clear()
+            self._hours.clear()
+            self._pinned = level_ms
+
+    def _long_p90(self, now: float, min_samples: int) -> float | None:
+        first, last = (now - self.long_lag_s - self.long_s) // 3600, (now - self.long_lag_s) // 3600
+        for h in [h for h in self._hours if h < first]:
+            del self._hours[h]
+        weighted = []
+        total = 0
+        for h, (count, sample) in self._hours.items():
+            if first <= h < last and sample:
+                total += count
+                weighted.extend((ms, count / len(sample)) for ms in sample)
+        if total < min_samples:
+            return None
+        weighted.sort()
+        target, run = 0.9 * total, 0.0
+        for ms, w in weighted:
+            run += w
+            if run > target:
+                return ms
+        return weighted[-1][0]
 
     def p90(self, min_samples: int) -> float | None:
         with self._lock:
-            horizon = self._clock() - self.lag_s
+            now = self._clock()
+            horizon = now - self.lag_s
             while self._recent and self._recent[0][0] <= horizon:
                 at, ms = self._recent.popleft()
                 if at > horizon - self.window_s:
                     self._window.add(ms, at)
+            long = self._long_p90(now, min_samples)
             if self._window.count() < min_samples:
-                return None
-            return self._window.p90()
+                return self._pinned
+            self._pinned = None
+            short = self._window.p90()
+            return short if long is None else min(short, long)
 
 
 def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float) -> str:
@@ -258,9 +321,10 @@ def prefill_ms(input_tokens: int, prefill_tps: float | None) -> float:
 
 
 def tokens_that_fit(remaining_ms: float, ttft_ms: float, prefill: float, tps: float) -> int:
-    """docs/sources.md#seed-000 "裁剪输出": the output cap that still fits
-    90 % of what remains at the device's rate (0: none)."""
-    room_ms = GATE_SHARE * remaining_ms - ttft_ms - prefill
+    """docs/sources.md#seed-000 "裁剪输出": the output cap that still fits 90 % of what the device is *given* (L0's
+    share of what remains, `level_timeout_ms(0, …)`) after its first token and prefill, at the device's rate
+    (0: none), so a truncated answer finishes inside its own timeout."""
+    room_ms = GATE_SHARE * level_timeout_ms(0, remaining_ms) - ttft_ms - prefill
     return max(0, int(room_ms * max(tps, 0.0) / 1000))
 
 
@@ -403,8 +467,16 @@ class Router:
         self.cloud_usual = BaselineP90(clock=clock)
         self._fallback_windows = ConsecutiveWindows()
         self._fallback_lock = threading.Lock()
-        self._slots = threading.Lock()  # guards the in-flight count only: nothing ever waits on the device
-        self.device_in_flight = 0
+        self._slots = threading.Lock()  # guards the in-flight counts only: nothing ever waits on the device
+        self.device_in_flight = 0  # live device calls running, an abandoned one until it really ends
+        self.shadow_in_flight = 0  # shadow runs: only on a device no live request wants (docs/router.md)
+        self._shadow_cancels: set[Cancel] = set()
+        self._device_cancels = accepts_keyword(device.generate, "cancel")
+        self._device_whole = accepts_keyword(device.generate, "commit_on_sentence")
+        self._counts_tokens = callable(getattr(device, "count_tokens", None))
+        self._slow_trials: list[float] = []  # half-open cloud trials that answered, but at spike latency
+        self._cloud_open_for_latency = False  # the cloud breaker is open for a p90 spike, not for failures
+        self._trial_slow = False  # the last half-open cloud trial failed for its latency alone
         self._device_decides = accepts_keyword(
             device.generate, "decide"
         )  # a device without the decision point still works
@@ -431,6 +503,11 @@ class Router:
     def _transition(self, t: Transition) -> None:
         if t.boundary == "cloud" and t.to_state == CLOSED:
             self.cloud_latency.clear()  # a closed breaker starts a fresh window: no reopening from older samples
+        if t.boundary == "cloud" and t.to_state == OPEN:
+            # slowness, not failures: requests with no device to go to may still use the cloud while it fits
+            self._cloud_open_for_latency = t.trigger == "cloud_p90_spike" or (
+                t.from_state == HALF_OPEN and self._trial_slow and t.trigger == "trial_failed"
+            )
         self.on_breaker_event(
             BreakerEvent(
                 schema_version=1,
@@ -454,21 +531,89 @@ class Router:
 
     # -- device admission: breaker, then the concurrency cap (a slot or the cloud, never a queue) -------
     def _enter_device(self, policy) -> str | None:
-        """None when the device may run this request (a slot is taken: release it); else the reason."""
+        """None when the device may run this live request (a slot is taken: release it); else the reason. The
+        cap counts live calls only, an abandoned one until it really ends; a shadow run on the device is asked
+        to yield at once (docs/sources.md#seed-004-5: shadow never touches the main path)."""
         if self.device_breaker.state == OPEN:
             return "device_unavailable"
         with self._slots:
             if self.device_in_flight >= policy.device_concurrency:
                 return "device_busy"
             self.device_in_flight += 1
+            yielding = list(self._shadow_cancels)
         if not self.device_breaker.allow():  # half-open with its one trial already out
             self._release_device()
             return "device_unavailable"
+        for cancel in yielding:
+            cancel.set()
         return None
 
     def _release_device(self) -> None:
         with self._slots:
             self.device_in_flight -= 1
+
+    def _enter_shadow(self) -> Cancel | str:
+        """A shadow run's slot: only while no live request is on the device and no other shadow runs (capacity
+        live traffic does not need); the Cancel a live request sets to take the device back. Else the reason."""
+        if self.device_breaker.state == OPEN:
+            return "device_unavailable"
+        cancel = Cancel()
+        with self._slots:
+            if self.device_in_flight > 0 or self.shadow_in_flight >= 1:
+                return "device_busy"
+            self.shadow_in_flight += 1
+            self._shadow_cancels.add(cancel)
+        if not self.device_breaker.allow():
+            self._release_shadow(cancel)
+            return "device_unavailable"
+        return cancel
+
+    def _release_shadow(self, cancel: Cancel) -> None:
+        with self._slots:
+            self.shadow_in_flight -= 1
+            self._shadow_cancels.discard(cancel)
+
+    def _count_tokens(self, text: str) -> int | None:
+        """The input in the device model's own tokens, when the device has a tokenizer (None otherwise)."""
+        if not self._counts_tokens:
+            return None
+        try:
+            return max(1, int(self.device.count_tokens(text)))
+        except Exception:  # a tokenizer that fails is as good as none
+            log.warning("the device could not count the input's tokens; a conservative bound is used")
+            return None
+
+    def _device_tokens(self, text: str, counted: int | None, input_tokens: int) -> int:
+        """What the input takes of the device's window: its own tokenizer's count, else a conservative bound
+        (UTF-8 bytes / 2: a token is rarely shorter than two bytes, in any script), never less than the
+        gateway's count."""
+        if counted is not None:
+            return counted
+        return max(input_tokens, (len(str(text).encode("utf-8")) + 1) // 2)
+
+    def _device_room(self, cap, max_tokens: int) -> int | None:
+        """The input the device can take: the capability's `max_input_tokens` for a task it supports, and the
+        model's context (`context_tokens`) less the output budget; None when neither is known."""
+        sizes = []
+        context = getattr(self.device, "context_tokens", None)
+        if context:
+            sizes.append(int(context) - max_tokens)
+        if cap.supported and cap.max_input_tokens:
+            sizes.append(int(cap.max_input_tokens))
+        return max(1, min(sizes)) if sizes else None
+
+    def _cut_to(self, text: str, room: int, tokens: int) -> tuple[str, int]:
+        """`text` cut (oldest history first, `degrade_prompt`) until it takes at most `room` of the window,
+        re-counted after each cut; the cut text and its size."""
+        share = room / max(tokens, 1)
+        prompt, size = text, tokens
+        for _ in range(6):
+            prompt = degrade_prompt(text, share)
+            size = self._device_tokens(prompt, self._count_tokens(prompt), 0)
+            if size <= room:
+                break
+            share *= 0.97 * room / size
+        return prompt, size
 
     # -- the chain pieces --------------------------------------------------------------------------
     def _device(
@@ -482,15 +627,32 @@ class Router:
         decide: Callable[[float, int, float], bool] | None = None,
         prompt: str | None = None,
         timeout_ms: float | None = None,
+        *,
+        whole: bool = False,
+        share_level: int | None = None,
+        cancel: Cancel | None = None,
+        on_late_end: Callable[[], None] | None = None,
     ) -> tuple[DeviceResult, float, bool]:
-        """One device call under its level's timeout (docs/router.md). Returns the result, its latency on the
-        router's clock and whether the router abandoned it."""
-        timeout = max(0.0, budget.timeout_ms(level) if timeout_ms is None else timeout_ms)
+        """One device call under its level's timeout (docs/router.md): `share_level`'s share of what remains when
+        given (a context cut that runs with L0's share), else the level's own. `whole`: a structured answer,
+        never committed early (no sentence commits it, no extension past the commit point). `on_late_end` runs
+        when an abandoned call really ends (its slot is held until then). Returns the result, its latency on
+        the router's clock and whether the router abandoned it."""
+        share = level if share_level is None else share_level
+        timeout = max(0.0, budget.timeout_ms(share) if timeout_ms is None else timeout_ms)
+        if whole:
+            commit_tokens = max_tokens + 1  # a structured answer is whole or nothing: no commit point
         kwargs = dict(max_tokens=max_tokens, timeout_ms=timeout, degraded=level == 1, commit_tokens=commit_tokens)
+        if prompt is not None:
+            kwargs["degraded"] = False  # the router already cut the input to the device's window
+        if whole and self._device_whole:
+            kwargs["commit_on_sentence"] = False
+        if cancel is not None and self._device_cancels:
+            kwargs["cancel"] = cancel
         if decide is not None and self._device_decides:
             kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
         commit_limit = timeout
-        if self._device_commits and level <= 1 and timeout_ms is None:
+        if self._device_commits and level <= 1 and timeout_ms is None and not whole:
             # docs/sources.md#seed-000 "宁可让端侧跑完": past the commit
             # point, the whole remaining budget minus L4's 50 ms
             commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
@@ -499,23 +661,28 @@ class Router:
         started = self._clock()
         abandoned = False
         if self._device_guarded:
-            state, value = self.device_guard.run(lambda: self.device.generate(text, **kwargs), timeout / 1000)
+            state, value = self.device_guard.run(
+                lambda: self.device.generate(text, **kwargs), timeout / 1000, on_late_end=on_late_end
+            )
             if state == DONE and isinstance(value, DeviceResult):
                 result = value
             elif state == ABANDONED:
                 abandoned = True
                 spent = (self._clock() - started) * 1000
                 result = DeviceResult("", None, "none", 0, spent, spent, "timeout")
+            elif state == RAISED and isinstance(value, BaseException) and error_kind(value):
+                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(value))
             else:  # raised, not a result, or the guard full of late calls: a device error
                 result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
         else:
             try:
                 result = self.device.generate(text, **kwargs)
-            except Exception:  # a device backend's failure is a device error, never an exception out of route()
-                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+            except Exception as exc:  # a device backend's failure is a device error, never an exception out of route()
+                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(exc))
         latency_ms = (self._clock() - started) * 1000
         if result.outcome == "ok":
-            limit = commit_limit if committed(result.tokens_out, result.text, commit_tokens) else timeout
+            past = not whole and committed(result.tokens_out, result.text, commit_tokens)
+            limit = commit_limit if past else timeout
             if latency_ms > limit + LATE_MS:  # answered after its timeout: dropped, never served
                 result = DeviceResult(
                     "",
@@ -531,6 +698,10 @@ class Router:
         self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
         if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
             self.device_failed(result.error_kind)
+        late_bound = min(self.device_guard.max_late, self.policy.current().device_concurrency)
+        if abandoned and self.device_guard.late >= late_bound:
+            # every slot the cap allows is held by a call the device never finished: it is not answering
+            self.device_breaker.force_open("device_not_answering")
         if trace.ttft_ms is None:
             trace.ttft_ms = result.ttft_ms
         if not trace.device_judged:  # the event's confidence is the first device attempt's
@@ -545,9 +716,16 @@ class Router:
         """L2 then L3; None when both failed or no time is left (the caller goes to L4)."""
         for level in levels:
             timeout_ms = budget.timeout_ms(level)
-            if timeout_ms < MIN_LEVEL_MS or not self.cloud_breaker.allow():
+            if timeout_ms < MIN_LEVEL_MS:
                 return None
-            result, latency_ms, abandoned = self._cloud_call(trace, req, level, timeout_ms, max_tokens)
+            bypass = False
+            if not self.cloud_breaker.allow():
+                # open for slowness, not failures: a request with nowhere else to go than the canned answer
+                # still gets the cloud when its recent p90 fits this level's timeout (docs/router.md)
+                if not (self._cloud_open_for_latency and self.cloud_latency.p90() <= timeout_ms):
+                    return None
+                bypass = True
+            result, latency_ms, abandoned = self._cloud_call(trace, req, level, timeout_ms, max_tokens, bypass)
             trace.add(level, result.outcome, latency_ms, abandoned)
             if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
@@ -557,10 +735,11 @@ class Router:
         return None
 
     def _cloud_call(
-        self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int
+        self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int, bypass: bool = False
     ) -> tuple[CloudResult, float, bool]:
         """One cloud call under its level's timeout: the result, its latency on the router's clock, and
-        whether the router abandoned it (docs/router.md)."""
+        whether the router abandoned it (docs/router.md). `bypass`: a call past a breaker open for slowness
+        (its latency is kept; it is no trial)."""
         trace.cloud_calls += 1
         started = self._clock()
         abandoned = False
@@ -588,14 +767,27 @@ class Router:
         failed = result.outcome != "ok"
         trigger = "cloud_" + result.outcome if failed else ""
         bp = self.cloud_breaker.policy
-        if (
-            not failed
-            and bp.p90_spike_factor is not None
-            and self.cloud_breaker.state == HALF_OPEN
-            and latency_ms > bp.p90_spike_factor * self.cloud_baseline_ms()
-        ):  # a trial that answers as slowly as the spike is no recovery
-            failed, trigger = True, "cloud_p90_spike"
+        if bypass:
+            if result.outcome == "ok":
+                self.cloud_latency.add(latency_ms)
+            return result, latency_ms, abandoned
+        half_open = self.cloud_breaker.state == HALF_OPEN
+        if half_open and (failed or latency_ms <= self.spike_threshold_ms()):
+            self._slow_trials.clear()
+        if not failed and half_open and bp.p90_spike_factor is not None and latency_ms > self.spike_threshold_ms():
+            # a trial that answers as slowly as the spike is no recovery, unless the cloud has moved to a new level
+            # for good: after `p90_settle_trials` such trials in a row the baseline moves to it and the breaker
+            # closes (a permanent shift settles instead of blocking the cloud for good)
+            self._slow_trials.append(latency_ms)
+            if len(self._slow_trials) >= bp.p90_settle_trials:
+                level_ms = sorted(self._slow_trials)[len(self._slow_trials) // 2]
+                self._slow_trials.clear()
+                self.cloud_usual.settle(level_ms)
+                log.warning("the cloud's latency settled at %.0f ms: the p90 spike baseline moves to it", level_ms)
+            else:
+                failed, trigger = True, "cloud_p90_spike"
         closed = self.cloud_breaker.state == CLOSED
+        self._trial_slow = trigger == "cloud_p90_spike"
         self.cloud_breaker.record(failed, trigger=trigger)
         if result.outcome == "ok":
             self.cloud_latency.add(latency_ms)
@@ -605,11 +797,16 @@ class Router:
         return result, latency_ms, abandoned
 
     def cloud_baseline_ms(self) -> float:
-        """What a p90 spike is measured against: the cloud's learned usual p90, never below the configured
-        `p90_baseline_ms` (docs/router.md, "p90 spike")."""
+        """What a p90 spike is measured against: the cloud's learned usual p90 (the lower of its short and long
+        horizons), never below the configured `p90_baseline_ms` (docs/router.md, "p90 spike")."""
         bp = self.cloud_breaker.policy
         learned = self.cloud_usual.p90(bp.p90_min_samples)
         return bp.p90_baseline_ms if learned is None else max(bp.p90_baseline_ms, learned)
+
+    def spike_threshold_ms(self) -> float:
+        """The cloud p90 above which it is spiking: `p90_spike_factor` × the baseline (inf when that trigger is off)."""
+        bp = self.cloud_breaker.policy
+        return float("inf") if bp.p90_spike_factor is None else bp.p90_spike_factor * self.cloud_baseline_ms()
 
     def _watch_cloud_p90(self) -> None:
         """docs/sources.md#seed-000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The
@@ -617,7 +814,7 @@ class Router:
         bp = self.cloud_breaker.policy
         if bp.p90_spike_factor is None or self.cloud_latency.count() < bp.p90_min_samples:
             return
-        if self.cloud_latency.p90() > bp.p90_spike_factor * self.cloud_baseline_ms():
+        if self.cloud_latency.p90() > self.spike_threshold_ms():
             self.cloud_breaker.force_open("cloud_p90_spike")
 
     def _watch_device_fallbacks(self, fell_back: bool) -> None:
@@ -656,7 +853,11 @@ class Router:
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
         self.cloud_breaker.set_policy(policy.breakers["cloud"])
         cap = policy.capability(req.task_type)
-        input_tokens = req.input_tokens if req.input_tokens is not None else max(1, len(req.text) // 4)
+        counted = self._count_tokens(req.text) if req.input_tokens is None or req.has_pii else None
+        if req.input_tokens is not None:
+            input_tokens = req.input_tokens
+        else:  # the device model's own count where it has a tokenizer, else the usual 4-characters estimate
+            input_tokens = counted if counted is not None else max(1, len(req.text) // 4)
         expected_out = req.expected_output_tokens if req.expected_output_tokens is not None else cap.max_output_tokens
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
@@ -678,13 +879,13 @@ class Router:
         if pinned:
             # 1. Hard constraint: the device or a conservative answer, never the cloud.
             reason = "pii_pin"
-            window = self._device_window(cap)
+            room = self._device_room(cap, max_tokens)
             prompt = None
-            device_input = input_tokens
-            if window is not None and input_tokens > window:
-                # over the device's context: the input cut to its window (L1, never the cloud)
-                prompt = degrade_prompt(req.text, window / input_tokens)
-                device_input = window
+            device_input = self._device_tokens(req.text, counted, input_tokens)
+            if room is not None and device_input > room:
+                # over the device's window (its context less the output budget): the input cut to fit, counted
+                # in the model's own tokens where it can, run as L1 with L0's share of the budget, never the cloud
+                prompt, device_input = self._cut_to(req.text, room, device_input)
             fit = min(
                 max_tokens,
                 tokens_that_fit(
@@ -699,7 +900,15 @@ class Router:
             else:
                 entered = True
                 response, fallback_type, _ = self._device_path(
-                    trace, req, policy, cap, budget, fit, allow_cloud=False, prompt=prompt
+                    trace,
+                    req,
+                    policy,
+                    cap,
+                    budget,
+                    fit,
+                    allow_cloud=False,
+                    prompt=prompt,
+                    cut_at=fit if fit < max_tokens else None,
                 )
         elif not cap.admits(input_tokens, expected_out, req.tools, req.files):
             # 2. Capability admission: never enters the device.
@@ -742,9 +951,18 @@ class Router:
                 entered = True
                 truncated = fit < max_tokens
                 response, fallback_type, miss = self._device_path(
-                    trace, req, policy, cap, budget, fit, allow_cloud=cloud_ok, judge_midway=not truncated
+                    trace,
+                    req,
+                    policy,
+                    cap,
+                    budget,
+                    fit,
+                    allow_cloud=cloud_ok,
+                    judge_midway=not truncated,
+                    cut_at=fit if truncated else None,
                 )
-                reason = miss or ("truncated" if truncated else "default")
+                # a truncated request is recorded as such whichever way it ends (docs/router.md)
+                reason = "truncated" if truncated else (miss or "default")
 
         level = trace.attempts[-1].level
         if (
@@ -762,15 +980,6 @@ class Router:
         )
         self.on_event(event)
         return response, event
-
-    def _device_window(self, cap) -> int | None:
-        """The input the device can take: the capability's `max_input_tokens` for a task it supports, the
-        model's own context (`context_tokens`, when the backend tells) otherwise; None when unknown."""
-        sizes = [getattr(self.device, "context_tokens", None)]
-        if cap.supported and cap.max_input_tokens:
-            sizes.append(cap.max_input_tokens)
-        sizes = [int(x) for x in sizes if x]
-        return min(sizes) if sizes else None
 
     def _event(
         self, req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, shadow_agree, latency_ms
@@ -829,22 +1038,30 @@ class Router:
         allow_cloud: bool,
         judge_midway: bool = True,
         prompt: str | None = None,
+        cut_at: int | None = None,
     ) -> tuple[Response, str, str | None]:
         """L0, judged; L1 once on a quality miss; then the cloud chain (or L4 when the cloud is not allowed).
-        `prompt`: the input already cut to the device's window, which starts at L1 (a context cut). The
-        caller holds a device slot; it is released when the device's turn ends. Returns the response, the
-        fallback type and the reason: the first device miss's, `truncated` for a partial answer served past
-        the commit point, None when the device served in full."""
+        `prompt`: the input already cut to the device's window, which starts at L1 (a context cut) with L0's
+        share of the budget. `cut_at`: the lowered output cap of a truncated request (an answer that reaches it
+        is partial). The caller holds a device slot; it is released when the device's turn ends, or, for a call
+        the router abandoned, when that call really ends. Nothing reaches the user unvalidated: a structured
+        answer is served whole and valid or not at all; a partial free-text answer only up to its last complete
+        sentence (docs/router.md, "Nothing unvalidated reaches a user"). Returns the response, the fallback type
+        and the reason: the first device miss's, `truncated` for a partial answer served, None when the device
+        served in full."""
         if prompt is not None:
             levels = [1]
         else:
             levels = [0, 1] if policy.l1_enabled else [0]
+        whole = cap.structured
         miss: tuple[str, str] | None = None  # (fallback_type, reason) of the first device miss
         served: Response | None = None
         served_reason = None
+        handed_off = False  # an abandoned call holds the slot until it really ends
         try:
             for level in levels:
-                if budget.timeout_ms(level) < MIN_LEVEL_MS:  # no time left for another device try
+                share_level = 0 if prompt is not None else level
+                if budget.timeout_ms(share_level) < MIN_LEVEL_MS:  # no time left for another device try
                     break
                 decide = None
                 if level == 0 and allow_cloud and judge_midway:  # the decision point: only with a cloud to move to
@@ -855,11 +1072,30 @@ class Router:
                         )
 
                 result, latency_ms, abandoned = self._device(
-                    trace, req, level, budget, max_tokens, policy.commit_tokens, decide, prompt
+                    trace,
+                    req,
+                    level,
+                    budget,
+                    max_tokens,
+                    policy.commit_tokens,
+                    decide,
+                    prompt,
+                    whole=whole,
+                    share_level=share_level,
+                    on_late_end=self._release_device,
                 )
+                handed_off = abandoned
                 if result.outcome == "ok":
-                    trace.device_text = trace.device_text or result.text
-                    if not validate(cap.validator, result.text, cap.pattern):
+                    text = result.text
+                    cap_out = cut_at if level == 0 or prompt is not None or cut_at is None else max(1, cut_at // 2)
+                    if cut_at is not None and not whole and result.tokens_out >= cap_out:
+                        text = complete_sentences(text)  # stopped at the lowered cap: only whole sentences
+                        if not text:
+                            trace.add(level, "timeout", latency_ms)
+                            miss = miss or ("timeout", "device_timeout")
+                            break
+                    trace.device_text = trace.device_text or text
+                    if not validate(cap.validator, text, cap.pattern):
                         trace.add(level, "validator_failed", latency_ms)
                         miss = miss or ("quality", "validator_failed")
                         continue  # a quality miss: L1 once may fix it
@@ -868,14 +1104,19 @@ class Router:
                         miss = miss or ("quality", "low_confidence")
                         continue
                     trace.add(level, "ok", latency_ms)
-                    served = Response(result.text, level, "device")
+                    cut = text != result.text.strip()
+                    served = Response(text, level, "device", partial=cut)
+                    served_reason = "truncated" if cut else None
                     break
                 trace.add(level, result.outcome, latency_ms, abandoned)
-                if result.outcome == "timeout" and result.committed and not result.preempted:
-                    # past the commit point: never taken over mid-stream; the partial answer is served, flagged
-                    # as truncated, its attempt logged as the timeout it was (docs/sources.md#seed-000 "宁可让端侧跑完")
-                    served, served_reason = Response(result.text, level, "device"), "truncated"
-                    break
+                if result.outcome == "timeout" and result.committed and not result.preempted and not whole:
+                    # past the commit point: never taken over mid-stream; the partial answer is served up to its
+                    # last complete sentence, flagged as truncated, its attempt logged as the timeout it was
+                    # (docs/sources.md#seed-000 "宁可让端侧跑完"); with no complete sentence it falls back
+                    partial = complete_sentences(result.text)
+                    if partial and validate(cap.validator, partial, cap.pattern):
+                        served, served_reason = Response(partial, level, "device", partial=True), "truncated"
+                        break
                 if result.preempted:
                     miss = miss or ("timeout", "latency_pressure")
                 else:
@@ -884,7 +1125,8 @@ class Router:
                     )
                 break  # timeouts and errors go straight to the cloud (L0 → L2)
         finally:
-            self._release_device()
+            if not handed_off:
+                self._release_device()
             if req.task_type not in policy.shadow:
                 self._watch_device_fallbacks(served is None)
         if served is not None:
@@ -901,22 +1143,35 @@ class Router:
         path, its answer only compared after normalisation. With the cloud's breaker open the device serves
         (docs/sources.md#seed-000: everything stays on the device). On a simulated clock the device runs first and the
         cloud gets a fresh budget after it; the event's latency is the user's either way."""
-        blocked = self._enter_device(policy)
+        slot = self._enter_shadow()
+        blocked = slot if isinstance(slot, str) else None
         cloud_open = self.cloud_breaker.state == OPEN
         dev = _Trace(input_tokens=input_tokens, request_id=trace.request_id)
         box: dict = {}
         device_timeout = level_timeout_ms(0, budget.remaining_ms())
 
         def run_device() -> None:
+            handed_off = False
             try:
                 box["result"], box["latency_ms"], box["abandoned"] = self._device(
-                    dev, req, 0, budget, max_tokens, policy.commit_tokens, timeout_ms=device_timeout
+                    dev,
+                    req,
+                    0,
+                    budget,
+                    max_tokens,
+                    policy.commit_tokens,
+                    timeout_ms=device_timeout,
+                    whole=cap.structured,
+                    cancel=slot,
+                    on_late_end=lambda: self._release_shadow(slot),
                 )
+                handed_off = box["abandoned"]
             except Exception:  # nothing the device does may reach the user's path
                 box["result"] = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
                 box["latency_ms"], box["abandoned"] = 0.0, False
             finally:
-                self._release_device()
+                if not handed_off:
+                    self._release_shadow(slot)
 
         def finish(response: Response, latency_ms: float) -> DecisionEvent:
             entered = blocked is None
@@ -956,7 +1211,9 @@ class Router:
             run_device()  # on the user's path only when there is no cloud; else a simulated clock's turn
         if cloud_open:
             result = box.get("result")
-            ok = result is not None and result.outcome == "ok"
+            ok = (
+                result is not None and result.outcome == "ok" and validate(cap.validator, result.text, cap.pattern)
+            )  # served to the user: validated like any device answer
             response = Response(result.text, 0, "device") if ok else self._l4(trace)
             event = finish(response, budget.spent_ms())
             self.on_event(event)

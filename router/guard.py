@@ -31,12 +31,13 @@ def honours_deadline(backend) -> bool:
 
 
 class _Call:
-    __slots__ = ("fn", "done", "result", "error", "abandoned")
+    __slots__ = ("fn", "done", "result", "error", "abandoned", "on_late_end")
 
-    def __init__(self, fn: Callable[[], Any]):
+    def __init__(self, fn: Callable[[], Any], on_late_end: Callable[[], None] | None = None):
         self.fn, self.done = fn, threading.Event()
         self.result = self.error = None
         self.abandoned = False
+        self.on_late_end = on_late_end
 
 
 class Guard:
@@ -52,10 +53,13 @@ class Guard:
         self.late = 0  # abandoned calls still running
         self.abandoned_total = 0
 
-    def run(self, fn: Callable[[], Any], timeout_s: float) -> tuple[str, Any]:
+    def run(
+        self, fn: Callable[[], Any], timeout_s: float, on_late_end: Callable[[], None] | None = None
+    ) -> tuple[str, Any]:
         """`fn()` on the pool, waited for at most `timeout_s`: (done, result), (raised, exception),
-        (abandoned, None) past the timeout, or (full, None) when the pool has no room."""
-        call = _Call(fn)
+        (abandoned, None) past the timeout, or (full, None) when the pool has no room. `on_late_end` runs on the
+        pool thread when an abandoned call really ends (the router holds the device's slot until then)."""
+        call = _Call(fn, on_late_end)
         with self._lock:
             if self.in_flight >= self.workers or self.late >= self.max_late:
                 return FULL, None
@@ -97,5 +101,11 @@ class Guard:
                 call.done.set()
                 self.in_flight -= 1
                 self._idle += 1
-                if call.abandoned:
+                late_end = call.abandoned
+                if late_end:
                     self.late -= 1
+            if late_end and call.on_late_end is not None:
+                try:
+                    call.on_late_end()
+                except Exception:  # noqa: BLE001 (a pool thread has no one to raise to)
+                    pass

@@ -25,7 +25,9 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
+import stat
 import threading
 import time
 import typing
@@ -70,19 +72,29 @@ class Capability:
     single_file: bool = False  # docs/sources.md#seed-000 "单文件片段可,跨文件上下文不可": a context of one file at most
     streamable: bool = True  # docs/sources.md#seed-003: the answer can be streamed or the task run asynchronously
 
+    @property
+    def structured(self) -> bool:
+        """The answer is checked whole (JSON, a label, a pattern, a tool call): it never commits on a sentence
+        end and is never served cut (docs/router.md, "Nothing unvalidated reaches a user")."""
+        return self.validator is not None or self.tools is not None
+
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
     ) -> bool:
-        """The capability matrix's verdict: supported, within the input and output limits, every tool the
-        request calls on the whitelist, and no more than one file of context where that is the condition
-        (a request that does not say which tools or how many files is judged by the rest)."""
-        return (
-            self.supported
-            and input_tokens <= self.max_input_tokens
-            and output_tokens <= self.max_output_tokens
-            and (self.tools is None or not tools or set(tools) <= set(self.tools))
-            and not (self.single_file and files is not None and files > 1)
-        )
+        """The capability matrix's verdict (docs/sources.md#seed-000): supported, within the input and output
+        limits; where the task type has a tool whitelist, the request declares exactly one tool and it is on
+        the list (single-step calls only: no tools declared, or several, is not admitted); where it is
+        `single_file`, the request declares how many files its context spans, and that is at most one."""
+        if not (self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens):
+            return False
+        if self.tools is not None:
+            if tools is None or isinstance(tools, str) or len(tuple(tools)) != 1:
+                return False
+            if not set(tools) <= set(self.tools):
+                return False
+        if self.single_file and (files is None or isinstance(files, bool) or not 0 <= files <= 1):
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ class BreakerPolicy:
     p90_spike_factor: float | None = None
     p90_baseline_ms: float = 800.0
     p90_min_samples: int = 20
+    p90_settle_trials: int = 3  # half-open trials in a row that answer at the new level: the baseline moves to it
     fallback_rate_limit: float | None = None
     fallback_windows: int = 3
     fallback_window_s: float = 60.0
@@ -245,14 +258,124 @@ def _mapping(doc: dict, key: str, source: str) -> dict:
     return value
 
 
+MAX_POLICY_BYTES = 1 << 20  # a policy file is a few kB; anything past 1 MiB is not one
+MAX_DEPTH = 16  # the deepest section the policy has is 4 levels
+MAX_ALIASES = 64  # YAML aliases a file may use (an alias bomb needs many)
+MAX_NODES = 100_000  # values after aliases are expanded
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with bounds checked while the document is composed: nesting depth, alias uses and
+    the number of nodes (an alias counted each time it is used), so a hostile file is refused before it costs
+    memory or time."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = self._aliases = self._nodes = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _TooBig(f"more than {MAX_ALIASES} YAML aliases")
+            anchor = self.peek_event().anchor
+            if anchor in self.anchors:
+                self._nodes += _size(self.anchors[anchor])
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _TooBig(f"more than {MAX_NODES:,} values (aliases expanded)")
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise _TooBig(f"nested more than {MAX_DEPTH} levels deep")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _size(node) -> int:
+    """The number of nodes under a composed YAML node (aliases inside it counted again)."""
+    seen, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            return seen
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                stack.extend((k, v))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    return seen
+
+
+def read_policy_file(path: Path | str, source: str | None = None) -> str:
+    """The text of a policy file: a regular file of at most `MAX_POLICY_BYTES` in UTF-8; ConfigError otherwise
+    (a FIFO or a device such as /dev/zero is refused before anything is read from it)."""
+    path = Path(path)
+    source = source or str(path)
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{source}: not a regular file (give the path of a YAML policy file)")
+        if st.st_size > MAX_POLICY_BYTES:
+            raise ConfigError(f"{source}: {st.st_size:,} bytes; a policy file holds at most {MAX_POLICY_BYTES:,}")
+        with path.open("rb") as f:
+            data = f.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise ConfigError(f"{source}: more than {MAX_POLICY_BYTES:,} bytes; a policy file holds at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: not a UTF-8 text file") from None
+
+
+def load_yaml(text: str, source: str = "policy"):
+    """A YAML document within the bounds above; ConfigError naming the source when it is not one."""
+    if len(text) > MAX_POLICY_BYTES:
+        raise ConfigError(f"{source}: more than {MAX_POLICY_BYTES:,} characters; a policy holds at most that")
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 (a SafeLoader with bounds)
+    except _TooBig as exc:
+        raise ConfigError(f"{source}: refused, {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: refused, nested too deep") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML ({_first_line(exc)})") from None
+
+
+def _first_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def _top(doc: dict, key: str, kind: tuple[type, str], default, source: str, at_least: int | None = None):
+    """A top-level scalar setting of the policy, checked by type (and lower bound); ConfigError naming the key."""
+    value = doc.get(key, default)
+    if value is None:
+        value = default
+    if not _is(value, kind) or (kind[0] is float and isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigError(f"{source}: {key} must be {kind[1]}, not {value!r}"[:300])
+    if at_least is not None and value < at_least:
+        raise ConfigError(f"{source}: {key} must be at least {at_least}, not {value!r}")
+    return value
+
+
 def parse(text: str, source: str = "policy") -> Policy:
     """Parse and validate a policy file; ConfigError says what is wrong and where."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({exc})") from None
+    doc = load_yaml(text, source)
     if not isinstance(doc, dict) or "version" not in doc or not isinstance(doc.get("capabilities"), dict):
         raise ConfigError(f"{source}: expected a mapping with `version` and a `capabilities` mapping")
+    if not isinstance(doc["version"], (str, int, float)) or isinstance(doc["version"], bool):
+        raise ConfigError(f"{source}: version must be a string or a number")
+    pii_to_cloud = _top(doc, "pii_to_cloud", _SCALARS[bool], False, source)
+    l1_enabled = _top(doc, "l1_enabled", _SCALARS[bool], True, source)
+    commit_tokens = _top(doc, "commit_tokens", _SCALARS[int], 120, source, at_least=1)
     caps = {}
     for task_type, raw in doc["capabilities"].items():
         cap = _record(Capability, raw, f"capabilities.{task_type}", source)
@@ -289,6 +412,9 @@ def parse(text: str, source: str = "policy") -> Policy:
             and b.window_s > 0
             and b.cooldown_s >= 0
             and b.min_calls >= 1
+            and b.p90_settle_trials >= 1
+            and b.p90_baseline_ms >= 0
+            and b.p90_min_samples >= 1
             and (b.p90_spike_factor is None or b.p90_spike_factor > 0)
             and (b.fallback_rate_limit is None or 0 <= b.fallback_rate_limit <= 1)
             and b.fallback_windows >= 1
@@ -336,9 +462,9 @@ def parse(text: str, source: str = "policy") -> Policy:
     return Policy(
         version=version,
         capabilities=caps,
-        pii_to_cloud=bool(doc.get("pii_to_cloud", False)),
-        l1_enabled=bool(doc.get("l1_enabled", True)),
-        commit_tokens=int(doc.get("commit_tokens", 120)),
+        pii_to_cloud=pii_to_cloud,
+        l1_enabled=l1_enabled,
+        commit_tokens=commit_tokens,
         device_concurrency=concurrency,
         shadow=frozenset(_names(doc.get("shadow") or (), "shadow", source)),
         cloud_prices={str(k): float(v) for k, v in prices.items()},
@@ -349,31 +475,43 @@ def parse(text: str, source: str = "policy") -> Policy:
     )
 
 
-class PolicyStore:
-    """The current policy of a file, reloaded when the file changes; the last good one on error."""
+SETTLE_S = 1.0  # a changed file is read once it has stayed the same this long (a writer that pauses mid-file)
 
-    def __init__(self, path: Path | str | None = None, check_every_s: float = 1.0, clock=time.monotonic):
+
+class PolicyStore:
+    """The current policy of a file, reloaded when the file changes; the last good one on error.
+
+    A reload is whole or not at all (docs/router.md, "Policy reloads"): a change is read only once the file has
+    stayed unchanged (size and modification time) for `settle_s` on the store's clock, and is read again if it
+    changed while being read; the new document must hold every top-level section the last good one held (a
+    section removed on purpose is written empty, `rollout: {}`) and both breakers; anything else keeps the
+    last good policy, with a warning naming why (`last_error`). Writers replace the file by rename."""
+
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        check_every_s: float = 1.0,
+        clock=time.monotonic,
+        settle_s: float = SETTLE_S,
+    ):
         self.path = Path(path or os.environ.get("ROUTERSCOPE_POLICY") or DEFAULT_POLICY)
         self.check_every_s = check_every_s
+        self.settle_s = max(0.0, float(settle_s))
         self._clock = clock
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self._seen: tuple[tuple[int, int, int] | None, float] | None = None  # a change waiting to settle
         self._next_check = 0.0
         self.last_error: str | None = None
-        text = self._read()
-        self._policy = parse(text, str(self.path))  # the first load must succeed: no last good yet
         self._stamp = self._file_stamp()
+        text = read_policy_file(self.path)
+        self._policy = parse(text, str(self.path))  # the first load must succeed: no last good yet
+        self._sections = _sections(text)
 
-    def _read(self) -> str:
-        try:
-            return self.path.read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the routing policy {self.path}: {exc.strerror}") from None
-
-    def _file_stamp(self) -> tuple[int, int] | None:
+    def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = self.path.stat()
-            return (st.st_mtime_ns, st.st_size)
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             return None
 
@@ -385,13 +523,63 @@ class PolicyStore:
             self._next_check = now + self.check_every_s
             stamp = self._file_stamp()
             if stamp is None or stamp == self._stamp:
+                self._seen = None
                 return self._policy
-            self._stamp = stamp
-            try:
-                self._policy = parse(self._read(), str(self.path))
-                self.last_error = None
-                log.info("routing policy reloaded: %s", self._policy.version)
-            except ConfigError as exc:
-                self.last_error = str(exc)
-                log.error("routing policy not reloaded, keeping %s: %s", self._policy.version, exc)
+            if self._seen is None or self._seen[0] != stamp:
+                self._seen = (stamp, now)  # changed: wait until it has stayed so for the settle interval
+                if self.settle_s > 0:
+                    return self._policy
+            if now - self._seen[1] < self.settle_s:
+                return self._policy
+            self._reload(stamp)
             return self._policy
+
+    def _reload(self, stamp) -> None:
+        try:
+            text = read_policy_file(self.path)
+            if self._file_stamp() != stamp:  # written to while being read: try again once it settles
+                self._seen = None
+                return
+            self._stamp, self._seen = stamp, None
+            missing = sorted(self._sections - _sections(text))
+            if missing:
+                raise ConfigError(
+                    f"{self.path}: incomplete, without {', '.join(missing)} (a file still being written? write it "
+                    "whole and replace the old one by rename; to drop a section on purpose, leave it empty)"
+                )
+            policy = parse(text, str(self.path))
+        except Exception as exc:  # noqa: BLE001 (whatever the file holds, a decision never fails on it)
+            self._stamp, self._seen = stamp, None
+            if not isinstance(exc, ConfigError):
+                exc = ConfigError(f"{self.path}: {type(exc).__name__}: {_first_line(exc)}")
+            if self.last_error != str(exc):
+                log.error("routing policy not reloaded, keeping %s: %s", self._policy.version, exc)
+            self.last_error = str(exc)
+            return
+        self._policy, self._sections, self.last_error = policy, _sections(text), None
+        log.info("routing policy reloaded: %s", policy.version)
+
+
+def _sections(text: str) -> frozenset[str]:
+    """The top-level keys of a policy text, and `breakers.device` / `breakers.cloud` where present; empty when it
+    does not parse (the full parse says why)."""
+    try:
+        doc = load_yaml(text)
+    except ConfigError:
+        return frozenset()
+    if not isinstance(doc, dict):
+        return frozenset()
+    keys = {str(k) for k in doc}
+    breakers = doc.get("breakers")
+    if isinstance(breakers, dict):
+        keys |= {f"breakers.{b}" for b in ("device", "cloud") if b in breakers}
+    return frozenset(keys)
+
+
+def write_policy(path: Path | str, text: str) -> None:
+    """Replace a policy file whole: write a temporary file beside it, then rename it over the old one, so a
+    router reloading it never reads half of it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 from routerscope.core.errors import ConfigError
 
@@ -57,15 +56,9 @@ def parse_thresholds(text: str, task_types: list[str]) -> dict[str, float]:
 def thresholds_from_policy(path: str) -> dict[str, float]:
     """The thresholds of a routing policy file (the format the router hot-reloads, validated the same
     way), for the task types the device may try (`supported: true`)."""
-    from router.policy import parse
+    from router.policy import parse, read_policy_file
 
-    file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise ConfigError(f"--policy {path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--policy {path}: not a text file") from None
+    text = read_policy_file(path, f"--policy {path}")
     policy = parse(text, f"--policy {path}")
     return {t: float(cap.threshold) for t, cap in sorted(policy.capabilities.items()) if cap.supported}
 

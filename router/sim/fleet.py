@@ -70,6 +70,7 @@ The statistical backends are in `router.sim.backends`, the requests and their gr
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 import random
@@ -130,6 +131,21 @@ def pushed_policy(base: Policy) -> Policy:
     task_type, threshold = PUSHED_THRESHOLD
     capabilities = {**base.capabilities, task_type: replace(base.capabilities[task_type], threshold=threshold)}
     return base.with_("pushed", capabilities=capabilities)
+
+
+SIM_TOOLS = ("lookup", "weather", "set_timer", "set_alarm")  # the default policy's tool whitelist
+
+
+def declared(req: Request) -> Request:
+    """What an app declares with a request the capability matrix asks about (docs/router.md): a tool call names
+    its one tool, a code request its one file of context. Drawn from the request id (no extra random draw, so
+    a seed's traffic stays the traffic it was)."""
+    if req.task_type == "tool_call":
+        pick = int(hashlib.sha256(str(req.request_id).encode()).hexdigest()[:8], 16) % len(SIM_TOOLS)
+        return replace(req, tools=(SIM_TOOLS[pick],))
+    if req.task_type == "code_snippet":
+        return replace(req, files=1)
+    return req
 
 
 class SimPolicy:
@@ -217,7 +233,7 @@ class FleetRouter(Router):
 
     def __init__(self, fleet: Fleet, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._fleet, self._per_device_in_flight = fleet, {}
+        self._fleet, self._per_device_in_flight, self._per_device_shadow = fleet, {}, {}
 
     def _enter_device(self, policy) -> str | None:
         device = self._fleet.current.session_id
@@ -231,6 +247,20 @@ class FleetRouter(Router):
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         super()._release_device()
         self._per_device_in_flight[device] = self.device_in_flight
+
+    def _enter_shadow(self):
+        device = self._fleet.current.session_id
+        self.device_in_flight = self._per_device_in_flight.get(device, 0)
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        slot = super()._enter_shadow()
+        self._per_device_shadow[device] = self.shadow_in_flight
+        return slot
+
+    def _release_shadow(self, cancel) -> None:
+        device = self._fleet.current.session_id
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        super()._release_shadow(cancel)
+        self._per_device_shadow[device] = self.shadow_in_flight
 
 
 class Fleet:
@@ -435,6 +465,7 @@ class Fleet:
                 request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
                 app_id="sim-app",
             )
+            req = declared(req)
             self.current = req
             self.pending = self.draw_ledger(req)
             if self.texts is not None:

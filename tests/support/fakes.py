@@ -96,7 +96,8 @@ class GreedyDevice:
 
 class StreamingDevice:
     """Streams `tokens` tokens on the fake clock: first after `ttft_ms`, then one per `per_token_ms`;
-    honours the decision point, the commit point (`commit_tokens` tokens) and the timeout."""
+    honours the decision point, the commit point (`commit_tokens` tokens) and the timeout. Cut at its timeout,
+    its partial answer holds one complete sentence ("A part.")."""
 
     model = "streaming-device"
 
@@ -124,10 +125,17 @@ class StreamingDevice:
             self.clock.t = started + timeout_ms / 1000
             so_far = 1 + int((timeout_ms - self.first) // self.per_token)
             return DeviceResult(
-                "part", 0.9, "logprob", so_far, self.first, timeout_ms, "timeout", so_far >= commit_tokens
+                "A part. And the rest of it",
+                0.9,
+                "logprob",
+                so_far,
+                self.first,
+                timeout_ms,
+                "timeout",
+                so_far >= commit_tokens,
             )
         self.clock.t = started + total_ms / 1000
-        return DeviceResult("a full answer", 0.9, "logprob", max_tokens, self.first, total_ms, "ok")
+        return DeviceResult("A full answer.", 0.9, "logprob", max_tokens, self.first, total_ms, "ok")
 
 
 class GreedyCloud:

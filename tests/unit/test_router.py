@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from instrumentation.contract import DECISIONS
 from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from router.engine import Request, Router, latency_gate
-from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore
+from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore, write_policy
 from tests.support.fakes import FakeClock, ScriptedCloud, ScriptedDevice, cloud, dev
 
 device_results = st.builds(
@@ -126,9 +126,20 @@ def test_cost_is_the_completed_cloud_calls_tokens_at_the_policys_prices(tmp_path
 
 
 def test_past_the_commit_point_the_device_is_not_taken_over():
-    router = Router(ScriptedDevice([dev(outcome="timeout", committed=True)]), ScriptedCloud([cloud()]))
+    """Served up to its last complete sentence, flagged truncated (docs/router.md)."""
+    partial = dev(outcome="timeout", committed=True, text="It rains today. Bring an umbr")
+    router = Router(ScriptedDevice([partial]), ScriptedCloud([cloud()]))
     response, event = router.route(Request(task_type="short_reply", text="hello", session_id="s"))
     assert response.served_by == "device" and event.fallback_type == "none" and event.cloud_calls == 0
+    assert (response.text, response.partial, event.reason) == ("It rains today.", True, "truncated")
+
+
+def test_a_partial_answer_without_a_complete_sentence_is_never_served():
+    router = Router(
+        ScriptedDevice([dev(outcome="timeout", committed=True, text="It rains tod")]), ScriptedCloud([cloud()])
+    )
+    response, event = router.route(Request(task_type="short_reply", text="hello", session_id="s"))
+    assert (response.served_by, event.fallback_type, event.reason) == ("cloud", "timeout", "device_timeout")
 
 
 def test_pii_falls_back_to_a_conservative_answer_never_the_cloud():
@@ -280,17 +291,23 @@ def test_hot_reload_uses_the_new_threshold_and_keeps_the_last_good_policy(tmp_pa
     _, before = router.route(Request(task_type="short_reply", text="x", session_id="s"))
     assert before.fallback_type == "none" and before.threshold == 0.60
 
-    path.write_text(
+    write_policy(
+        path,
         DEFAULT_POLICY.read_text()
         .replace("threshold: 0.60", "threshold: 0.65")
-        .replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"')
+        .replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"'),
     )
+    clock.t += 1.5
+    _, seen = router.route(Request(task_type="short_reply", text="x", session_id="s"))
+    assert seen.threshold == 0.60  # changed: read once it has stayed so for the settle interval (1 s)
     clock.t += 1.5
     _, after = router.route(Request(task_type="short_reply", text="x", session_id="s"))
     assert after.threshold == 0.65 and after.reason == "low_confidence"
     assert after.policy_version.startswith("2026-11-30.2+") and after.policy_version != before.policy_version
 
-    path.write_text("version: broken\ncapabilities: [not, a, mapping]\n")
+    write_policy(path, "version: broken\ncapabilities: [not, a, mapping]\n")
+    clock.t += 1.5
+    router.route(Request(task_type="short_reply", text="x", session_id="s"))
     clock.t += 1.5
     with caplog.at_level("ERROR", logger="routerscope.router.policy"):
         _, kept = router.route(Request(task_type="short_reply", text="x", session_id="s"))

@@ -177,26 +177,70 @@ def test_both_sides_ignoring_their_timeouts_still_end_within_the_budget(tmp_path
     assert event.latency_ms == pytest.approx(wall_ms, abs=10)
 
 
-def test_abandoned_calls_are_bounded_and_past_the_bound_fail_at_once(tmp_path):
-    """At most `max_late` abandoned calls run late at once: the next call to that backend is an error at
-    once (the breaker counts it), never a thread more, never a queue behind the hung ones."""
+def test_abandoned_calls_are_bounded_and_past_the_bound_open_the_device_breaker(tmp_path):
+    """At most `max_late` abandoned calls run late at once: past that bound the device is not answering, so its
+    breaker opens and the next request goes to the cloud at once (`device_unavailable`), never a thread more,
+    never a queue behind the hung ones."""
     device = UserDevice(None)
-    router = Router(device, QuickCloud(), policy=policy(tmp_path), max_late=2, guard_workers=4)
+    router = Router(
+        device,
+        QuickCloud(),
+        policy=policy(tmp_path, **{"device_concurrency: 1 ": "device_concurrency: 4 "}),
+        max_late=2,
+        guard_workers=4,
+    )
     try:
         for _ in range(2):
             _, event, _ = timed(router, req(deadline_ms=300))
             assert event.attempts[0].outcome == "timeout" and event.attempts[0].abandoned is True
         assert (router.abandoned_running, router.abandoned_total) == (2, 2)
+        assert router.device_breaker.state == "open"
         response, event, wall_ms = timed(router, req(deadline_ms=300))
-        assert (event.attempts[0].outcome, event.attempts[0].abandoned) == ("error", UNSET)
-        assert event.attempts[0].latency_ms < 20 and response.text == "cloud answer"
-        assert router.device_guard.in_flight == 2  # no third thread went to the hung backend
+        assert (event.entered_device, event.reason, response.text) == (False, "device_unavailable", "cloud answer")
+        assert wall_ms < 100 and router.device_guard.in_flight == 2  # no third thread went to the hung backend
     finally:
         device.release.set()
     deadline = time.monotonic() + 2
     while router.abandoned_running and time.monotonic() < deadline:
         time.sleep(0.01)
     assert router.abandoned_running == 0 and router.abandoned_total == 2
+    assert router.device_in_flight == 0  # each abandoned call gave its slot back when it really ended
+
+
+def test_seed004_an_abandoned_call_keeps_its_slot_until_it_really_ends(tmp_path):
+    """docs/sources.md#seed-004-6: a hard cap on concurrent device calls. A call the router abandoned still runs,
+    so it still counts: with `device_concurrency: 1` no second call ever runs inside the device beside it (was: up
+    to 4 at once), and the device breaker opens (every slot is held by a call the device never finished)."""
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    class Counting(UserDevice):
+        def generate(self, prompt, **kw):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            try:
+                return super().generate(prompt, **kw)
+            finally:
+                with lock:
+                    running[0] -= 1
+
+    device = Counting(None)
+    router = Router(device, QuickCloud(), policy=policy(tmp_path))
+    try:
+        _, first, _ = timed(router, req(deadline_ms=300))
+        assert first.attempts[0].abandoned is True
+        assert router.device_in_flight == 1 and router.device_breaker.state == "open"
+        for _ in range(4):
+            response, event, _ = timed(router, req(deadline_ms=300))
+            assert not event.entered_device and response.text == "cloud answer"
+        assert peak[0] == 1
+    finally:
+        device.release.set()
+    deadline = time.monotonic() + 2
+    while router.device_in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert router.device_in_flight == 0 and peak[0] == 1
 
 
 # -- a real HTTP cloud on loopback that trickles its answer --------------------------------------------

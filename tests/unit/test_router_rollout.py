@@ -4,6 +4,7 @@ counterfactual and the device ledger on each event, divergence samples kept out 
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -52,7 +53,13 @@ def route(r: Router, **kw):
             **kw,
         }
     )
+    late = threading.Event()
+    box = []
+    r.on_shadow_event = lambda e: (box.append(e), late.set())
     response, event = r.route(req)
+    if event is None:  # a shadow device still running when the cloud served: its event follows
+        assert late.wait(5)
+        event = box[0]
     assert DECISIONS.parse(event.to_json())[1] == [], event
     return response, event
 
@@ -87,7 +94,7 @@ def test_stages_of_the_default_policy(tmp_path):
     assert route(r)[1].rollout_stage == "full"
     assert route(r, task_type="long_summary")[1].rollout_stage == "cloud_only"  # unsupported: capability_miss first
     assert route(r, task_type="long_summary")[1].reason == "capability_miss"
-    _, shadow = route(r, task_type="code_snippet")
+    _, shadow = route(r, task_type="code_snippet", files=1)
     assert (shadow.rollout_stage, shadow.mode) == ("shadow", "shadow")
 
 
@@ -141,7 +148,7 @@ def test_seed004_shadow_and_canary_disagreements_are_samples_never_event_content
         rollout="intent_classify: {stage: canary, percent: 100}",
         on_divergence=kept.append,
     )
-    _, shadow = route(r, task_type="code_snippet", request_id="r-shadow")
+    _, shadow = route(r, task_type="code_snippet", files=1, request_id="r-shadow")
     _, canary = route(r, request_id="r-canary")  # below threshold → the cloud's different answer replaces it
     assert shadow.shadow_agree is False and canary.fallback_type == "quality"
     assert [(d.request_id, d.stage) for d in kept] == [("r-shadow", "shadow"), ("r-canary", "canary")]

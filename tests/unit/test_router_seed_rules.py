@@ -24,7 +24,7 @@ import pytest
 from instrumentation.contract import DECISIONS
 from router.backends import DeviceResult, OpenAICloud
 from router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
-from router.policy import DEFAULT_POLICY, PolicyStore
+from router.policy import DEFAULT_POLICY, PolicyStore, write_policy
 from tests.support.fakes import BlockingDevice, FakeClock, GreedyCloud, GreedyDevice, SleepingDevice, StreamingDevice
 
 
@@ -183,11 +183,11 @@ def test_device_fits_table():
     [
         # commit point 60 tokens. 300 tokens at 19 ms: 100 + 299 × 19 = 5781 ms > L0's 5600, but the commit
         # point (at 1221 ms) came first: it runs on, within 8000 - 50 = 7950, and finishes in full
-        (19.0, [(0, "ok", 5781.0)], "a full answer", "default"),
+        (19.0, [(0, "ok", 5781.0)], "A full answer.", "default"),
         # 300 tokens at 30 ms: 9070 ms; committed at 1870 ms (before the 30 % decision point); cut at 7950 ms,
-        # the partial answer served, flagged as truncated
+        # the partial answer served up to its last complete sentence, flagged as truncated
         # (docs/sources.md#seed-000: "返回部分结果"), its attempt a timeout
-        (30.0, [(0, "timeout", 7950.0)], "part", "truncated"),
+        (30.0, [(0, "timeout", 7950.0)], "A part.", "truncated"),
     ],
 )
 def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, per_token_ms, expected, served, reason):
@@ -211,10 +211,11 @@ def test_seed000_commit_point_runs_to_the_end_of_the_remaining_budget(tmp_path, 
     "case, remaining_ms, prefill_tps, input_tokens, expected_cap, expected",
     [
         # the seed's long-output row with 2 s left: device 150 + 300 × 10 = 3150 ms, cloud p90 2800 ms (primed);
-        # 0.9 × 2000 - 150 = 1650 ms of decoding at 100 tokens/s: the cap becomes 165, served at L0
-        ("truncated to what fits", 2000, None, 100, 165, "truncated"),
-        # prefill counts: 300 tokens at 1000 tokens/s = 300 ms more, (1800 - 150 - 300) × 0.1 = 135 tokens
-        ("the prefill is part of the ETA", 2000, 1000.0, 300, 135, "truncated"),
+        # the device is given L0's share, 0.7 × 2000 = 1400 ms; 0.9 × 1400 - 150 = 1110 ms of decoding at 100
+        # tokens/s: the cap becomes 111, served at L0
+        ("truncated to what fits", 2000, None, 100, 111, "truncated"),
+        # prefill counts: 300 tokens at 1000 tokens/s = 300 ms more, (1260 - 150 - 300) × 0.1 = 81 tokens
+        ("the prefill is part of the ETA", 2000, 1000.0, 300, 81, "truncated"),
         # not even one token fits (a 2000-token prompt at 1000 tokens/s: 2 s of prefill): never enters the
         # device, the cloud is tried with what remains, then L4
         ("prefill alone does not fit", 2000, 1000.0, 2000, None, "latency_pressure"),
@@ -249,6 +250,37 @@ def test_seed000_neither_fits_truncates_before_l4(
     else:
         assert caps == [expected_cap], case
         assert (response.served_by, event.degrade_level, event.fallback_type) == ("device", 0, "none"), case
+
+
+def test_seed000_a_truncated_answer_is_sized_to_l0s_share_and_finishes(tmp_path):
+    """docs/sources.md#seed-000 "裁剪输出": with the device's speed estimated exactly (150 ms to the first token,
+    10 ms a token) and the cloud's breaker open, 2 s left: L0 is given 0.7 × 2000 = 1400 ms, so the cap is
+    (0.9 × 1400 - 150) / 10 = 111 tokens, which stream in 150 + 110 × 10 = 1250 ms: served whole by the device,
+    `truncated` (was: sized for 90 % of the 2 s, cut at 1400 ms, the canned answer, `device_timeout`)."""
+    clock = FakeClock()
+    device = StreamingDevice(clock, ttft_ms=150.0, per_token_ms=10.0, tps_estimate=100.0)
+    device.ttft_ms = 150.0
+    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    router.cloud_breaker.force_open("test")
+    response, event = router.route(req(task_type="short_reply", deadline_ms=2000, expected_output_tokens=300))
+    valid(event)
+    assert (response.served_by, response.text) == ("device", "A full answer.")
+    assert (event.reason, event.fallback_type, event.degrade_level) == ("truncated", "none", 0)
+    assert shape(event) == [(0, "ok", 1250.0)]
+
+
+def test_seed000_a_truncated_request_is_recorded_as_truncated_whichever_way_it_ends(tmp_path):
+    """The device slower than its estimate: the truncated run times out before its commit point and the canned
+    answer serves (the cloud's breaker is open); the event still says `truncated`, with the timeout attempt."""
+    clock = FakeClock()
+    device = StreamingDevice(clock, ttft_ms=150.0, per_token_ms=30.0, tps_estimate=100.0)
+    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    router.cloud_breaker.force_open("test")
+    response, event = router.route(req(task_type="short_reply", deadline_ms=2000, expected_output_tokens=300))
+    valid(event)
+    assert response.served_by == "fallback"
+    assert (event.reason, event.fallback_type) == ("truncated", "timeout")
+    assert [(a.level, a.outcome) for a in event.attempts] == [(0, "timeout"), (4, "ok")]
 
 
 def test_seed000_truncated_reason_and_abandoned_attempts_are_v2_only():
@@ -451,12 +483,12 @@ def test_seed000_real_time_decision_point_moves_a_slow_stream_to_the_cloud(http_
 # -- breakers as the seed says -------------------------------------------------------------------
 def test_seed000_cloud_breaker_opens_on_a_p90_spike(tmp_path):
     """docs/sources.md#seed-000 "云侧 … P90 突增时全量走端侧": 20
-    successful calls at 3 s against a baseline of 800 ms × 3."""
+    successful calls at 3.5 s against the shipped floor of 1000 ms × 3."""
     clock = FakeClock()
     seen = []
     router = Router(
         GreedyDevice(clock, need_ms=10),
-        GreedyCloud(clock, need_ms=3000),
+        GreedyCloud(clock, need_ms=3500),
         policy=policy_file(tmp_path),
         clock=clock,
         on_breaker_event=seen.append,
@@ -523,15 +555,18 @@ def test_seed000_device_breaker_opens_on_fallback_rate_over_limit_for_consecutiv
 
 
 def test_breaker_settings_hot_reload_with_the_policy(tmp_path):
-    store = policy_file(tmp_path)
     clock = FakeClock()
+    store = PolicyStore(policy_file(tmp_path).path, check_every_s=0.0, clock=clock)
     router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=store, clock=clock)
     assert router.device_breaker.policy.min_calls == 10
-    store.path.write_text(
+    write_policy(
+        store.path,
         store.path.read_text().replace(
             "min_calls: 10, cooldown_s: 30,\n           fallback", "min_calls: 3, cooldown_s: 30,\n           fallback"
-        )
+        ),
     )
+    router.route(req(expected_output_tokens=10))  # the change is seen, and read once it has settled (1 s)
+    clock.t += 1.0
     router.route(req(expected_output_tokens=10))
     assert router.device_breaker.policy.min_calls == 3
 
@@ -655,9 +690,15 @@ def test_seed000_p90_spike_is_judged_against_the_learned_baseline_not_only_the_c
     [
         ("tool_call", dict(tools=("weather",)), True),  # "单步工具调用: 仅限白名单内工具"
         ("tool_call", dict(tools=("weather", "transfer_money")), False),
-        ("tool_call", dict(), True),  # the request does not say: judged by the rest
+        # undeclared is not admitted: the matrix cannot vouch for what it was not told (was: admitted)
+        ("tool_call", dict(), False),
+        ("tool_call", dict(tools=()), False),
+        ("tool_call", dict(tools=("weather", "lookup", "set_timer")), False),  # "单步": one tool per call
+        ("tool_call", dict(tools=("delete_all_files",)), False),
         ("code_snippet", dict(files=1), True),  # "代码生成: 单文件片段可,跨文件上下文不可"
+        ("code_snippet", dict(files=0), True),
         ("code_snippet", dict(files=3), False),
+        ("code_snippet", dict(), False),  # the file count undeclared
     ],
 )
 def test_seed000_capability_matrix_tool_whitelist_and_single_file(tmp_path, task_type, extra, admitted):
@@ -688,8 +729,10 @@ def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, messa
 # -- PII over the device's context: the input cut to its window, never the cloud ----------------------
 def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path):
     """Measured before: a 9,000-token PII request entered the device whole. short_reply's window is 2048
-    tokens: the prompt is cut to 2048/9000 of its text and runs as L1 (context cut, the seed's
-    (docs/sources.md#seed-000) L1); the event says so (degrade level 1, pii_pin)."""
+    tokens; a device without a tokenizer is judged by the conservative bound, UTF-8 bytes / 2 = 18,000 tokens for
+    36,000 bytes (more than the gateway's 9,000): the prompt is cut to 2048/18000 of its text (4,096 characters),
+    not cut again by the degraded level, and runs as L1 (context cut, the seed's (docs/sources.md#seed-000) L1);
+    the event says so (degrade level 1, pii_pin)."""
     clock = FakeClock()
     prompts = []
 
@@ -705,6 +748,6 @@ def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path
     text = "x" * 36_000
     response, event = router.route(req(text=text, input_tokens=9000, has_pii=True, expected_output_tokens=50))
     valid(event)
-    assert prompts == [(int(36_000 * 2048 / 9000), True)]
+    assert prompts == [(int(36_000 * 2048 / 18_000), False)]
     assert (response.served_by, event.degrade_level, event.reason, event.cloud_calls) == ("device", 1, "pii_pin", 0)
     assert cloud.timeouts == []

@@ -535,7 +535,9 @@ def test_abandoned_calls_are_counted_and_a_late_shadow_event_leaves_through_the_
             return dev()
 
     path = tmp_path / "policy.yaml"
-    path.write_text(DEFAULT_POLICY.read_text().replace("shadow: []", "shadow: [short_reply]"))
+    text = DEFAULT_POLICY.read_text().replace("shadow: []", "shadow: [short_reply]")
+    # room for two calls the device never finishes (an abandoned call keeps its slot until it really ends)
+    path.write_text(text.replace("device_concurrency: 1 ", "device_concurrency: 4 "))
     tel, _, out, reader = stack()
     device = Hanging()
     instrumented = InstrumentedRouter(Router(device, QuickCloud(), policy=PolicyStore(path)), tel)
@@ -543,9 +545,9 @@ def test_abandoned_calls_are_counted_and_a_late_shadow_event_leaves_through_the_
     instrumented.router.on_shadow_event = (lambda send: lambda e: (send(e), sent.set()))(
         instrumented.router.on_shadow_event
     )
-    try:
-        _, live = instrumented.route(Request(task_type="intent_classify", text="x", session_id="s", deadline_ms=200))
+    try:  # the shadow first: a shadow run only takes a device no live request holds
         _, shadow = instrumented.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=200))
+        _, live = instrumented.route(Request(task_type="intent_classify", text="x", session_id="s", deadline_ms=200))
         assert shadow is None and sent.wait(5)
     finally:
         device.release.set()

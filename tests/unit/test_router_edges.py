@@ -1,0 +1,433 @@
+"""The router's edge paths (docs/router.md): every answer it serves is one it may serve. Each test plays one
+probe of the seeds' own edge cases and asserts what the user receives and what the event records."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from router.backends import CloudResult, DeviceResult, committed, complete_sentences, error_kind
+from router.engine import Request, Router
+from router.policy import DEFAULT_POLICY, PolicyStore, write_policy
+from router.sim.backends import InstantDevice
+from tests.support.fakes import FakeClock, GreedyCloud, GreedyDevice, QuickCloud
+
+
+def policy_file(tmp_path, **edits: str) -> PolicyStore:
+    text = DEFAULT_POLICY.read_text()
+    for old, new in edits.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "policy.yaml"
+    write_policy(path, text)
+    return PolicyStore(path, check_every_s=0.0)
+
+
+def valid(event) -> None:
+    assert DECISIONS.parse(event.to_json())[1] == []
+
+
+class TokenStream:
+    """Streams `tokens` on the fake clock, `per_token_ms` apart after `ttft_ms`, honouring the timeout, the commit
+    point as the router asks for it (`commit_tokens`, `commit_on_sentence`) and its extension past it."""
+
+    model, tps = "token-stream", 1000.0
+
+    def __init__(self, clock: FakeClock, tokens: list[str], per_token_ms: float, ttft_ms: float = 10.0):
+        self.clock, self.tokens, self.per_token, self.ttft_ms = clock, tokens, per_token_ms, ttft_ms
+        self.asked: dict = {}
+
+    def generate(
+        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, commit_on_sentence=True, **kw
+    ) -> DeviceResult:
+        self.asked = dict(commit_tokens=commit_tokens, commit_on_sentence=commit_on_sentence, **kw)
+        limit, extended = timeout_ms, kw.get("commit_timeout_ms") or timeout_ms
+        started, out = self.clock.t, []
+        for n, token in enumerate(self.tokens[:max_tokens], start=1):
+            at = self.ttft_ms + (n - 1) * self.per_token
+            if at > limit:
+                self.clock.t = started + limit / 1000
+                past = committed(len(out), "".join(out), commit_tokens, commit_on_sentence)
+                return DeviceResult("".join(out), 0.95, "logprob", len(out), self.ttft_ms, limit, "timeout", past)
+            out.append(token)
+            if committed(n, "".join(out), commit_tokens, commit_on_sentence):
+                limit = max(limit, extended)
+        self.clock.t = started + (self.ttft_ms + (len(out) - 1) * self.per_token) / 1000
+        return DeviceResult("".join(out), 0.95, "logprob", len(out), self.ttft_ms, 0.0, "ok")
+
+
+# -- nothing unvalidated reaches a user ------------------------------------------------------------------------
+SLOTS = ['{"city":', ' "St', ".", " Louis", '",', ' "day":', ' "Fri', "day", '"}']
+
+
+def test_seed000_a_structured_answer_never_commits_on_a_sentence_end_and_is_never_served_cut(tmp_path):
+    """docs/sources.md#seed-000: structured extraction must pass its schema check; a failure falls back. The
+    device streams `{"city": "St. Louis", "day": "Fri` and slows down: the "." of "St." was a commit point, so the
+    cut `{"city": "St. Louis", "day": "Fri…` was served as `truncated` with `fallback_type = none`. Now a structured
+    task type has no commit point: past L0's share it falls back to the cloud."""
+    clock = FakeClock()
+    device = TokenStream(clock, SLOTS, per_token_ms=100.0)
+    device.tokens = SLOTS[:7] + ["day"] * 40  # slows to a crawl after "Fri"
+    store = policy_file(tmp_path, **{"slot_extract: {stage: canary, percent: 50}": "slot_extract: {stage: full}"})
+    router = Router(device, GreedyCloud(clock, need_ms=300), policy=store, clock=clock)
+    response, event = router.route(
+        Request(task_type="slot_extract", text="Book St. Louis on Friday", session_id="s", deadline_ms=3000)
+    )
+    valid(event)
+    assert device.asked["commit_on_sentence"] is False and device.asked["commit_tokens"] > 64
+    assert "commit_timeout_ms" not in device.asked  # no run past L0's share for a structured answer
+    assert (response.served_by, response.text) == ("cloud", "cloud answer")
+    assert (event.fallback_type, event.reason) == ("timeout", "device_timeout")
+
+
+def test_seed000_a_free_text_partial_answer_is_served_only_up_to_its_last_complete_sentence(tmp_path):
+    clock = FakeClock()
+    words = ["It", " rains", " today.", " Take", " an", " umbrella", " and", " boots"] + [" more"] * 200
+    device = TokenStream(clock, words, per_token_ms=30.0)
+    store = policy_file(tmp_path)
+    router = Router(device, GreedyCloud(clock, need_ms=300), policy=store, clock=clock)
+    response, event = router.route(Request(task_type="short_reply", text="Weather?", session_id="s", deadline_ms=3000))
+    valid(event)
+    assert (response.served_by, response.text, response.partial) == ("device", "It rains today.", True)
+    assert (event.fallback_type, event.reason, event.degrade_level) == ("none", "truncated", 0)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("It rains. Take an umb", "It rains."), ("No end at all", ""), ("Done!", "Done!"), ("好的。然后", "好的。")],
+)
+def test_complete_sentences(text, expected):
+    assert complete_sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    "answer, served_by", [('{"city": "Paris"}', "device"), ('{"city": "Par', "fallback"), ("banana", "fallback")]
+)
+def test_seed000_a_shadow_answer_served_while_the_cloud_is_open_passes_the_validator(tmp_path, answer, served_by):
+    """A shadow task type with the cloud's breaker open is served by the device (docs/sources.md#seed-000: everything
+    stays on the device): only a valid answer; an invalid one is the canned answer (was: served as it came)."""
+    store = policy_file(tmp_path, **{"slot_extract: {stage: canary, percent: 50}": "slot_extract: {stage: shadow}"})
+    device = InstantDevice(DeviceResult(answer, 0.99, "logprob", 5, 1.0, 2.0, "ok"))
+    router = Router(device, QuickCloud(), policy=store)
+    router.cloud_breaker.force_open("test")
+    response, event = router.route(Request(task_type="slot_extract", text="to Paris", session_id="s"))
+    valid(event)
+    assert response.served_by == served_by and event.mode == "shadow"
+
+
+# -- shadow never takes a live slot ------------------------------------------------------------------------------
+class Yielding:
+    """Real time: works `need_s` unless its `cancel` is set, then stops at once (as the real device does)."""
+
+    model, ttft_ms, tps = "yielding-device", 1.0, 1e6
+    honours_deadline = True
+
+    def __init__(self, need_s: float):
+        self.need_s, self.started, self.calls, self.cancelled = need_s, threading.Event(), [], 0
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, cancel=None, **kw):
+        self.calls.append(str(prompt))
+        self.started.set()
+        began = time.monotonic()
+        limit = min(self.need_s, timeout_ms / 1000)
+        while time.monotonic() - began < limit:
+            if cancel is not None and cancel.is_set():
+                self.cancelled += 1
+                spent = (time.monotonic() - began) * 1000
+                return DeviceResult("", None, "none", 0, spent, spent, "timeout")
+            time.sleep(0.002)
+        spent = (time.monotonic() - began) * 1000
+        return DeviceResult("sure thing.", 0.95, "logprob", 3, 1.0, spent, "ok")
+
+
+@pytest.mark.parametrize("pii", [True, False], ids=["pii request", "live request"])
+def test_seed004_shadow_yields_the_device_to_a_live_request_at_once(tmp_path, pii):
+    """docs/sources.md#seed-004-5 "端侧失败不影响主路径": `code_snippet` in shadow has its 2 s device run in flight
+    (cap 1). Before, the next live request went to the cloud as `device_busy`, and a PII request got the canned
+    answer (`pii_pin`, never entered). Now the shadow run yields: the live request enters the device at once and
+    is served by it; the shadow's event records its device attempt cut short and no agreement."""
+    device = Yielding(need_s=2.0)
+    shadow_events = []
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    router.on_shadow_event = shadow_events.append
+    shadow_done = threading.Event()
+    threading.Thread(
+        target=lambda: (
+            router.route(Request(task_type="code_snippet", text="def f(): pass", session_id="s1", files=1)),
+            shadow_done.set(),
+        ),
+        daemon=True,
+    ).start()
+    assert device.started.wait(5)
+    device.need_s = 0.01  # the live request's own run is quick
+    started = time.monotonic()
+    response, event = router.route(Request(task_type="short_reply", text="hi", session_id="s2", has_pii=pii))
+    waited = time.monotonic() - started
+    valid(event)
+    assert (response.served_by, event.entered_device) == ("device", True)
+    assert event.reason == ("pii_pin" if pii else "default") and waited < 0.5
+    assert device.cancelled == 1
+    deadline = time.monotonic() + 5
+    while not shadow_events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (shadow,) = shadow_events
+    valid(shadow)
+    assert shadow.mode == "shadow" and shadow.attempts[0].outcome == "timeout" and shadow.shadow_agree is None
+    assert router.device_in_flight == 0 and router.shadow_in_flight == 0
+
+
+def test_seed004_a_shadow_run_waits_for_a_device_live_traffic_does_not_use(tmp_path):
+    """While a live request holds the device, a shadow request does not run its device at all (`device_busy`)."""
+    device = Yielding(need_s=1.0)
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    live = threading.Thread(
+        target=lambda: router.route(Request(task_type="short_reply", text="hi", session_id="s2")), daemon=True
+    )
+    live.start()
+    assert device.started.wait(5)
+    response, event = router.route(Request(task_type="code_snippet", text="x", session_id="s1", files=1))
+    valid(event)
+    assert (response.served_by, event.entered_device, event.reason) == ("cloud", False, "device_busy")
+    live.join(5)
+    assert device.cancelled == 0
+
+
+# -- policy reloads are whole or not at all -----------------------------------------------------------------------
+def test_seed000_a_policy_written_in_slow_chunks_is_never_loaded_half(tmp_path):
+    """docs/sources.md#seed-000: thresholds hot-reload. A writer (an editor, `kubectl cp`, a slow disk) rewrites
+    the policy in 300-byte chunks 250 ms apart while traffic flows: before, a prefix that parsed was loaded and
+    served `slot_extract` outside its 50 % canary and shadow `code_snippet` live from the device. Now every decision
+    runs on the old policy or the whole new one."""
+    path = tmp_path / "policy.yaml"
+    old = DEFAULT_POLICY.read_text()
+    write_policy(path, old)
+    new = old.replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"').replace(
+        "threshold: 0.60", "threshold: 0.61"
+    )
+    store = PolicyStore(path, check_every_s=0.05, settle_s=1.0)
+    device = InstantDevice(DeviceResult('{"city": "Paris"}', 0.99, "logprob", 5, 1.0, 2.0, "ok"))
+    router = Router(device, QuickCloud(), policy=store)
+    done = threading.Event()
+
+    def writer() -> None:
+        with open(path, "w") as f:
+            for i in range(0, len(new), 300):
+                f.write(new[i : i + 300])
+                f.flush()
+                time.sleep(0.25)
+        done.set()
+
+    threading.Thread(target=writer, daemon=True).start()
+    events = []
+    n, until = 0, None
+    while until is None or time.monotonic() < until:
+        if until is None and done.is_set():
+            until = time.monotonic() + 1.5  # past the settle interval: the whole new file is read
+        n += 1
+        for task_type, kw in (("slot_extract", {}), ("code_snippet", {"files": 1})):
+            _, event = router.route(Request(task_type=task_type, text="x", session_id=f"s{n}", **kw))
+            if event is not None:
+                events.append(event)
+        time.sleep(0.02)
+    versions = {e.policy_version.partition("+")[0] for e in events}
+    assert versions == {"2026-11-30.1", "2026-11-30.2"}
+    assert events[-1].policy_version.startswith("2026-11-30.2+")
+    assert not [e for e in events if e.task_type == "code_snippet" and e.mode == "live"]
+    assert not [e for e in events if e.task_type == "slot_extract" and e.rollout_stage != "canary" and e.entered_device]
+
+
+def test_a_policy_without_a_section_the_last_one_had_is_not_loaded(tmp_path, caplog):
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    write_policy(path, DEFAULT_POLICY.read_text())
+    store = PolicyStore(path, check_every_s=0.0, clock=clock, settle_s=0.0)
+    before = store.current().version
+    write_policy(path, DEFAULT_POLICY.read_text().split("rollout:")[0])  # parses, but the rest is missing
+    with caplog.at_level("ERROR", logger="routerscope.router.policy"):
+        assert store.current().version == before
+    assert "incomplete, without breakers, breakers.cloud, breakers.device" in store.last_error
+    assert "cloud_prices_usd_per_1k_tokens" in store.last_error and "keeping" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ("commit_tokens: abc", "commit_tokens must be an integer, not 'abc'"),
+        ("commit_tokens: [1, 2]", "commit_tokens must be an integer"),
+        ("commit_tokens: .inf", "commit_tokens must be an integer, not inf"),
+        ("commit_tokens: 0", "commit_tokens must be at least 1"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_key_and_a_running_router_keeps_the_last_good(tmp_path, edit, message):
+    clock = FakeClock()
+    store = PolicyStore(policy_file(tmp_path).path, check_every_s=0.0, clock=clock, settle_s=0.0)
+    router = Router(GreedyDevice(clock, need_ms=1), GreedyCloud(clock, need_ms=1), policy=store, clock=clock)
+    good = store.current().version
+    write_policy(store.path, store.path.read_text().replace("commit_tokens: 120", edit))
+    _, event = router.route(Request(task_type="short_reply", text="x", session_id="s"))  # never fails a request
+    assert event.policy_version == good and message in store.last_error and "\n" not in store.last_error
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+            + "".join(f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(7))
+            + "version: *h\ncapabilities: {}\n",
+            "aliases expanded",
+        ),
+        ("version: 1\ncapabilities: {}\nx: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 16 levels deep"),
+    ],
+    ids=["alias bomb", "deep nesting"],
+)
+def test_hostile_yaml_is_refused_before_it_costs_memory(tmp_path, text, message):
+    from router.policy import parse
+    from routerscope.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse(text, "p.yaml")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory", "huge"])
+def test_a_policy_path_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path, kind):
+    import os
+
+    from router.policy import read_policy_file
+    from routerscope.core.errors import ConfigError
+
+    path = tmp_path / "p.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path = "/dev/zero"
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text("x" * (2 << 20))
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="not a regular file|a policy file holds at most"):
+        read_policy_file(path)
+    assert time.monotonic() - started < 1
+
+
+# -- out of memory opens the device breaker -----------------------------------------------------------------------
+class Raising:
+    model, ttft_ms, tps = "raising-device", 1.0, 1e6
+
+    def __init__(self, exc: BaseException, honours: bool):
+        self.exc = exc
+        self.honours_deadline = honours
+
+    def generate(self, prompt, **kw):
+        raise self.exc
+
+
+@pytest.mark.parametrize("honours", [True, False], ids=["cooperating", "guarded"])
+@pytest.mark.parametrize(
+    "exc, opens",
+    [
+        (MemoryError(), True),
+        (RuntimeError("llama_decode returned 1"), True),
+        (RuntimeError("the model exploded"), False),
+    ],
+    ids=["MemoryError", "llama_decode returned 1", "other"],
+)
+def test_seed000_out_of_memory_is_recognised_and_opens_the_device_breaker(tmp_path, exc, opens, honours):
+    """docs/sources.md#seed-000 "端侧 … 内存不足 … 时全量上云": a device raising MemoryError mid-stream, or llama.cpp's
+    `llama_decode returned 1` (no KV-cache slot: its memory is full), was a generic `device_error` and the device
+    breaker stayed closed."""
+    router = Router(Raising(exc, honours), QuickCloud(), policy=policy_file(tmp_path))
+    response, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=2000))
+    valid(event)
+    assert (response.served_by, event.fallback_type, event.reason) == ("cloud", "error", "device_error")
+    assert (router.device_breaker.state == "open") is opens
+    assert error_kind(exc) == ("oom" if opens else None)
+
+
+# -- p90 breaker on real latency shapes ---------------------------------------------------------------------------
+class ShapedCloud:
+    """Answers after `latency(t)` ms on the fake clock (t: seconds since the start)."""
+
+    def __init__(self, clock: FakeClock, latency):
+        self.clock, self.latency, self.t0 = clock, latency, clock.t
+
+    def model_for(self, level):
+        return {2: "cloud-small", 3: "cloud-large"}[level]
+
+    def complete(self, prompt, *, level, max_tokens, timeout_ms):
+        ms = self.latency(self.clock.t - self.t0)
+        took = min(ms, timeout_ms)
+        self.clock.t += took / 1000
+        return CloudResult("cloud answer", took, "ok", 5) if ms <= timeout_ms else CloudResult("", took, "timeout")
+
+
+def drive(tmp_path, latency, minutes: float, every_s: float = 5.0, task_type: str = "long_summary"):
+    """Cloud-only requests (60 s budgets) every `every_s` seconds for `minutes`: the transitions and the events."""
+    clock = FakeClock()
+    seen = []
+    router = Router(
+        GreedyDevice(clock, need_ms=10),
+        ShapedCloud(clock, latency),
+        policy=policy_file(tmp_path),
+        clock=clock,
+        on_breaker_event=seen.append,
+    )
+    events = []
+    end = clock.t + minutes * 60
+    while clock.t < end:
+        t = clock.t
+        _, event = router.route(Request(task_type=task_type, text="x", session_id="s", deadline_ms=60_000))
+        events.append((t - (end - minutes * 60), event))
+        clock.t = max(clock.t, t + every_s)
+    return router, [(e.to_state, e.trigger) for e in seen], events
+
+
+def test_seed000_a_slow_ramp_is_caught_against_the_baseline_from_before_it(tmp_path):
+    """docs/sources.md#seed-000 "P90 突增时全量走端侧": after two calm hours at 900 ms, a 30-minute ramp to 6 s. The
+    30-minute baseline followed the ramp and never opened; the day's baseline (before the last hour) stays at
+    900 ms, so the breaker opens once the 5-minute p90 passes 3 × 1000 ms (the floor)."""
+
+    def ramp(t):
+        return 900.0 if t < 7200 else min(6000.0, 900.0 + (t - 7200) / 1800 * 5100)
+
+    router, transitions, events = drive(tmp_path, ramp, minutes=150)
+    assert ("open", "cloud_p90_spike") in transitions
+    opened = next(t for t, e in events if e.breaker.cloud == "open")
+    assert 7200 < opened < 7200 + 1800
+
+
+def test_seed000_a_permanent_shift_settles_and_cloud_only_traffic_keeps_the_cloud(tmp_path):
+    """A permanent step 900 → 4000 ms: the breaker opens on the spike, then three half-open trials answer at the
+    new level and the baseline moves to it: closed again within minutes (was: blocked 37 minutes). Meanwhile no
+    cloud-only request gets the canned answer: the cloud answers in 4 s of their 60 s (was: 25 % canned)."""
+
+    def step(t):
+        return 900.0 if t < 3600 else 4000.0
+
+    router, transitions, events = drive(tmp_path, step, minutes=120)
+    assert transitions[0] == ("open", "cloud_p90_spike")
+    assert ("closed", "trial_succeeded") in transitions
+    after = [e for t, e in events if t > 3600]
+    assert not [e for e in after if e.degrade_level == 4]
+    closed_at = next(t for t, e in events if t > 3600 and e.breaker.cloud == "closed" and t > 3700)
+    assert closed_at - 3600 < 15 * 60
+    assert transitions.count(("open", "cloud_p90_spike")) == 1  # settled for good: no reopening at 4 s
+    assert router.cloud_baseline_ms() == pytest.approx(4000.0)
+
+
+def test_seed000_normal_cloud_latencies_never_open_a_fresh_routers_breaker(tmp_path):
+    """Seed 000's normal cloud latencies (1.2 / 1.6 / 2.8 s by output length) with the shipped floor: a fresh router
+    that has not learned its cloud yet read them as a spike (3 openings in its first hour at the old 800 ms)."""
+    cycle = (1200.0, 1600.0, 2800.0)
+    calls = [0]
+
+    def seed_latencies(t):
+        calls[0] += 1
+        return cycle[calls[0] % 3]
+
+    _, transitions, events = drive(tmp_path, seed_latencies, minutes=60, every_s=2.0)
+    assert transitions == [] and not [e for _, e in events if e.degrade_level == 4]
