@@ -554,10 +554,8 @@ class LlamaDevice:
         if ttft_ms is not None:
             spent_prefill = prefill_ms if prefill_ms is not None else 0.0
             blend("ttft_ms", max(1.0, ttft_ms - spent_prefill))
-            if stats.get("decode_tps"):
-                blend("tps", stats["decode_tps"])
-            elif n_out > 1 and latency_ms > ttft_ms:
-                blend("tps", (n_out - 1) / ((latency_ms - ttft_ms) / 1000))
+            if n_out > 1 and latency_ms > ttft_ms:  # the rate the stream delivered (logprobs cost time llama.cpp's
+                blend("tps", (n_out - 1) / ((latency_ms - ttft_ms) / 1000))  # own decode timing does not see)
         elif timed_out and latency_ms > 0:
             try:
                 tokens = self.count_tokens(prompt)

@@ -57,7 +57,6 @@ import bisect
 import hashlib
 import inspect
 import logging
-import random
 import threading
 import time
 import uuid
@@ -222,7 +221,7 @@ class BaselineP90:
     None until the short horizon holds `min_samples`; the long one counts once it holds them. After the
     breaker settles on a new level (`settle`), that level is the baseline until both horizons refill."""
 
-    HOURLY_SAMPLE = 512  # samples kept per hour of the long horizon (a uniform reservoir)
+    HOURLY_SAMPLE = 1024  # samples kept per hour of the long horizon at most (thinned evenly past that)
 
     def __init__(
         self,
@@ -237,22 +236,25 @@ class BaselineP90:
         self._recent: deque[tuple[float, float]] = deque()  # still inside the spike window
         self._window = SlidingP90(window_s + lag_s, clock)  # trimmed at now - lag - window
         self._hours: dict[int, list] = {}  # hour index -> [count, reservoir]
-        self._rng = random.Random(0)
         self._pinned: float | None = None  # the level a settled breaker moved to
+        self._long_cache: tuple | None = None
         self._lock = threading.Lock()
 
     def add(self, ms: float) -> None:
         with self._lock:
             now = self._clock()
             self._recent.append((now, ms))
-            hour = self._hours.setdefault(int(now // 3600), [0, []])
+            key = int(now // 3600)
+            hour = self._hours.get(key)
+            if hour is None:
+                hour = self._hours[key] = [0, [], 1]  # count, sample, stride
             hour[0] += 1
-            if len(hour[1]) < self.HOURLY_SAMPLE:
-                hour[1].append(ms)
-            else:
-                j = self._rng.randrange(hour[0])
-                if j < self.HOURLY_SAMPLE:
-                    hour[1][j] = ms
+            if hour[0] % hour[2] == 0:  # every stride-th sample; the stride doubles when the sample is full
+                sample = hour[1]
+                sample.append(ms)
+                if len(sample) >= self.HOURLY_SAMPLE:
+                    del sample[::2]
+                    hour[2] *= 2
 
     def settle(self, level_ms: float) -> None:
         """The cloud has moved to `level_ms` for good: forget both horizons and take it as the baseline."""
@@ -260,15 +262,26 @@ class BaselineP90:
             self._recent.clear()
             self._window.clear()
             self._hours.clear()
+            self._long_cache = None
             self._pinned = level_ms
 
     def _long_p90(self, now: float, min_samples: int) -> float | None:
+        """The long horizon's p90 over whole past hours; those never change once past, so it is computed once
+        per hour (cached by the hours it spans)."""
         first, last = (now - self.long_lag_s - self.long_s) // 3600, (now - self.long_lag_s) // 3600
+        key = (first, last, min_samples)
+        if self._long_cache is not None and self._long_cache[0] == key:
+            return self._long_cache[1]
         for h in [h for h in self._hours if h < first]:
             del self._hours[h]
+        value = self._weighted_p90(first, last, min_samples)
+        self._long_cache = (key, value)
+        return value
+
+    def _weighted_p90(self, first: float, last: float, min_samples: int) -> float | None:
         weighted = []
         total = 0
-        for h, (count, sample) in self._hours.items():
+        for h, (count, sample, _) in self._hours.items():
             if first <= h < last and sample:
                 total += count
                 weighted.extend((ms, count / len(sample)) for ms in sample)
@@ -540,7 +553,7 @@ class Router:
             if self.device_in_flight >= policy.device_concurrency:
                 return "device_busy"
             self.device_in_flight += 1
-            yielding = list(self._shadow_cancels)
+            yielding = list(self._shadow_cancels) if self._shadow_cancels else ()
         if not self.device_breaker.allow():  # half-open with its one trial already out
             self._release_device()
             return "device_unavailable"
@@ -698,8 +711,9 @@ class Router:
         self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
         if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
             self.device_failed(result.error_kind)
-        late_bound = min(self.device_guard.max_late, self.policy.current().device_concurrency)
-        if abandoned and self.device_guard.late >= late_bound:
+        if abandoned and self.device_guard.late >= min(
+            self.device_guard.max_late, self.policy.current().device_concurrency
+        ):
             # every slot the cap allows is held by a call the device never finished: it is not answering
             self.device_breaker.force_open("device_not_answering")
         if trace.ttft_ms is None:
@@ -771,7 +785,8 @@ class Router:
             if result.outcome == "ok":
                 self.cloud_latency.add(latency_ms)
             return result, latency_ms, abandoned
-        half_open = self.cloud_breaker.state == HALF_OPEN
+        state = self.cloud_breaker.state
+        half_open = state == HALF_OPEN
         if half_open and (failed or latency_ms <= self.spike_threshold_ms()):
             self._slow_trials.clear()
         if not failed and half_open and bp.p90_spike_factor is not None and latency_ms > self.spike_threshold_ms():
@@ -786,7 +801,7 @@ class Router:
                 log.warning("the cloud's latency settled at %.0f ms: the p90 spike baseline moves to it", level_ms)
             else:
                 failed, trigger = True, "cloud_p90_spike"
-        closed = self.cloud_breaker.state == CLOSED
+        closed = state == CLOSED
         self._trial_slow = trigger == "cloud_p90_spike"
         self.cloud_breaker.record(failed, trigger=trigger)
         if result.outcome == "ok":
@@ -1086,14 +1101,16 @@ class Router:
                 )
                 handed_off = abandoned
                 if result.outcome == "ok":
-                    text = result.text
-                    cap_out = cut_at if level == 0 or prompt is not None or cut_at is None else max(1, cut_at // 2)
-                    if cut_at is not None and not whole and result.tokens_out >= cap_out:
-                        text = complete_sentences(text)  # stopped at the lowered cap: only whole sentences
-                        if not text:
-                            trace.add(level, "timeout", latency_ms)
-                            miss = miss or ("timeout", "device_timeout")
-                            break
+                    text, cut = result.text, False
+                    if cut_at is not None and not whole:
+                        cap_out = cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
+                        if result.tokens_out >= cap_out:  # stopped at the lowered cap: only whole sentences
+                            text = complete_sentences(text)
+                            cut = text != result.text.strip()
+                            if not text:
+                                trace.add(level, "timeout", latency_ms)
+                                miss = miss or ("timeout", "device_timeout")
+                                break
                     trace.device_text = trace.device_text or text
                     if not validate(cap.validator, text, cap.pattern):
                         trace.add(level, "validator_failed", latency_ms)
@@ -1104,7 +1121,6 @@ class Router:
                         miss = miss or ("quality", "low_confidence")
                         continue
                     trace.add(level, "ok", latency_ms)
-                    cut = text != result.text.strip()
                     served = Response(text, level, "device", partial=cut)
                     served_reason = "truncated" if cut else None
                     break
