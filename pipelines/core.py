@@ -6,6 +6,7 @@ No Dagster import here: the command line stays quick to start."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -110,6 +111,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         )
     with RequestTextStore(settings.request_texts_path) as store:
         texts = store.get([rid for rid, _, _ in candidates])
+        first_answers = store.answers([rid for rid, _, _ in candidates])  # the answers the threshold judged
         rerun_texts = store.get([rid for rid, _, _ in reruns])
     chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
         : params.sample_size
@@ -137,7 +139,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
-                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
+                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud, first_answers.get(rid))
                 verdicts.append(verdict)
                 label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
                 if label is not None:  # free text without a cloud answer: no verdict, no label
@@ -169,7 +171,9 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         "acceptable": acceptable,
         "published": delivered_labels,
         "unjudged": sum(v.acceptable is None for v in verdicts),
-        "judged_by": {k: sum(v.judged_by == k for v in verdicts) for k in ("validator", "cloud_agreement", "none")},
+        "judged_kept_answer": sum(v.kept for v in verdicts),  # the device's first answer, not a re-generation
+        # router.judge's methods (labels, fields, tools, language, cloud_agreement, validator, device, none)
+        "judged_by": dict(sorted(Counter(v.judged_by for v in verdicts).items())),
         "verdicts": {v.request_id: v.acceptable for v in verdicts},
         "determinism_groups": len(groups),
         "determinism_agreeing": sum(bool(g[4]) for g in groups),

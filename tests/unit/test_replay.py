@@ -55,27 +55,32 @@ def cloud_says(text, outcome="ok"):
 @pytest.mark.parametrize(
     "task_type, device, cloud, acceptable, judged_by",
     [
-        # a validator where the task has one, whatever the cloud says
-        ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), True, "validator"),
-        ("slot_extract", device_says("Paris"), None, False, "validator"),
-        ("intent_classify", device_says("play_music"), None, True, "validator"),
-        ("intent_classify", device_says("", "timeout"), None, False, "validator"),
-        # free text: a non-empty answer proves nothing; agreement with the cloud's answer, normalised as the shadow does
+        # what the policy declares for the task type decides, not the validator's form check
+        ("slot_extract", device_says('{"city": "Paris", "day": "Friday"}'), None, True, "fields"),
+        ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), False, "fields"),  # no day
+        ("slot_extract", device_says("Paris"), None, False, "fields"),
+        ("intent_classify", device_says("play_music"), None, True, "labels"),
+        ("intent_classify", device_says("play_music"), cloud_says("weather"), False, "labels"),  # the cloud disagrees
+        ("intent_classify", device_says("", "timeout"), None, False, "device"),
+        # free text: a non-empty answer proves nothing; agreement with the cloud's answer by token F1
         ("short_reply", device_says("Good morning!"), cloud_says("  good   MORNING "), True, "cloud_agreement"),
         ("short_reply", device_says("Good morning!"), cloud_says("Hello there."), False, "cloud_agreement"),
-        ("short_reply", device_says("", "timeout"), cloud_says("Hello."), False, "cloud_agreement"),
+        ("short_reply", device_says("", "timeout"), cloud_says("Hello."), False, "device"),
         ("short_reply", device_says("Good morning!"), None, None, "none"),  # no cloud: no verdict
         ("short_reply", device_says("Good morning!"), cloud_says("", "error"), None, "none"),  # the cloud failed
     ],
 )
-def test_replay_judge_validator_or_cloud_agreement(task_type, device, cloud, acceptable, judged_by):
-    verdict = judge(device, POLICY, "r1", task_type, "text", cloud)
+def test_replay_judge_checks_meaning_or_agreement(task_type, device, cloud, acceptable, judged_by):
+    text = "Reply: a table in Paris on Friday"
+    verdict = judge(device, POLICY, "r1", task_type, text, cloud)
     assert (verdict.acceptable, verdict.judged_by) == (acceptable, judged_by)
     label = label_for(verdict, "quality", NOW, "gemma")
     if acceptable is None:
         assert label is None  # no verdict, no label
     else:
-        assert label.labeler == f"offline-replay:{judged_by}:gemma" and label.device_acceptable is acceptable
+        assert label.labeler.startswith(f"offline-replay:{judged_by}:judge-1:rerun:gemma")
+        assert label.device_acceptable is acceptable
+        assert (label.labeler.count(":") > 4) is (not acceptable)  # a reason when not acceptable
 
 
 @pytest.mark.parametrize(
