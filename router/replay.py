@@ -19,6 +19,7 @@ answers are equal after the shadow's normalisation. Only the answers' hashes lea
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -161,3 +162,63 @@ def label_for(verdict: Verdict, fallback_type: str, now: datetime, device_model:
         route_correct=route_correct(fallback_type, verdict.acceptable),
         labeler=labeler(verdict, device_model),
     )
+
+
+BUCKET_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)  # docs/metrics.md §6 (the strata of §3c); bucket -1: no confidence
+
+
+def stratum_name(task_type: str, bucket: int, edges: tuple[float, ...] = BUCKET_EDGES) -> str:
+    """`intent_classify [0.45, 0.65)`; `… no confidence` for bucket -1; the last bucket is closed."""
+    if bucket < 0:
+        return f"{task_type} no confidence"
+    close = "]" if bucket == len(edges) - 2 else ")"
+    return f"{task_type} [{edges[bucket]:.2f}, {edges[bucket + 1]:.2f}{close}"
+
+
+def allocate(candidates: list[tuple], size: int) -> list[tuple]:
+    """The replay's sample over strata: `candidates` are (request_id, task_type, fallback_type, bucket, ...) in
+    each stratum's sampling order; one from each stratum in turn (task type, then bucket) until `size` are taken
+    or every stratum is used up. Equal allocation: a small stratum gets its labels however few fallbacks it holds,
+    and §3c's estimates weight each stratum by its own size afterwards."""
+    strata: dict[tuple[str, int], list[tuple]] = {}
+    for c in candidates:
+        strata.setdefault((c[1], c[3]), []).append(c)
+    queues = [list(reversed(v)) for _, v in sorted(strata.items())]
+    chosen: list[tuple] = []
+    while len(chosen) < size and any(queues):
+        for q in queues:
+            if q and len(chosen) < size:
+                chosen.append(q.pop())
+    return chosen
+
+
+class FirstAnswers:
+    """A device backend that passes every call through and keeps the first answer of the current request — the
+    one the router's threshold judged — for the request-text store (`RequestTextStore.add_answer`), so the replay
+    judges that answer rather than a re-generation. Sequential use only: `take()` after each request returns its
+    first answer (None when the first call gave none) and starts the next request."""
+
+    def __init__(self, device: DeviceBackend):
+        self.device = device
+        self._request, self._called, self._first = 0, False, None
+        inner = device.generate
+
+        @functools.wraps(inner)  # the router offers optional keywords by the backend's own signature
+        def generate(text, **kwargs):
+            request, first = self._request, not self._called
+            self._called = True
+            result = inner(text, **kwargs)
+            # (a call the router abandoned at its deadline may return after its request: it is not the next one's)
+            if first and request == self._request:
+                self._first = result.text if result.outcome == "ok" and result.text.strip() else None
+            return result
+
+        self.generate = generate
+
+    def __getattr__(self, name):
+        return getattr(self.device, name)
+
+    def take(self) -> str | None:
+        first = self._first
+        self._request, self._called, self._first = self._request + 1, False, None
+        return first

@@ -94,6 +94,15 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
         assert (replay["sampled"], replay["without_text"], replay["replayed"]) == (6, 1, 5)
         assert replay["published"] == len(judged) and replay["unjudged"] == 5 - len(judged)
         assert set(verdicts) == set(TEXTS)
+        # the sampling design's run log: per task type × confidence bucket (all at 0.4 here), the unreplayed
+        # fallbacks, those sampled with a stored text (f5 has none) and those replayed
+        one = {"unreplayed": 1, "fetched": 1, "with_text": 1, "replayed": 1}
+        assert replay["strata"] == {
+            "intent_classify [0.00, 0.45)": one,
+            "short_reply [0.00, 0.45)": {"unreplayed": 3, "fetched": 3, "with_text": 2, "replayed": 2},
+            "short_summary [0.00, 0.45)": one,
+            "slot_extract [0.00, 0.45)": one,
+        }
         # the declared meaning decides f1 (a label) and f3 (grounded fields): always a verdict. Free text (f0 f2
         # f4) is judged by token-F1 agreement with the cloud's answer, or gets no verdict when that is unclear;
         # never by being non-empty

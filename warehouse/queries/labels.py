@@ -178,25 +178,33 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
 
 
 # The offline replay's sample: judged fallbacks (docs/metrics.md §3: live, entered the device, quality or
-# timeout) in the window that no offline replay has labeled yet, in a seeded pseudo-random order
-# (the same seed gives the same sample).
+# timeout) in the window that no offline replay has labeled yet, **per stratum** — task type × confidence
+# bucket (§6's edges, -1 for a null confidence), the strata §3c post-stratifies on — up to `limit` of each, in
+# a seeded pseudo-random order within the stratum (the same seed gives the same sample), with the stratum's size
+# among the unreplayed fallbacks. Sampling every stratum, rather than the fallbacks at large, is what lets each
+# stratum's labels stand for it (`router.replay.allocate` spreads the run's sample over them).
 REPLAY_SAMPLE_SQL = named(
     "replay_sample",
     """
 WITH $window_cte
-SELECT request_id, task_type, fallback_type
+SELECT request_id, task_type, fallback_type,
+       if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
+       count() OVER (PARTITION BY task_type, bucket) AS stratum_size
 FROM w
 WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
   AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {replay_source:String})
-ORDER BY cityHash64(request_id, {seed:UInt64})
-LIMIT {limit:UInt32}
+ORDER BY task_type, bucket, cityHash64(request_id, {seed:UInt64})
+LIMIT {limit:UInt32} BY task_type, bucket
 """,
     FRAGMENTS,
 )
 
 
-def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> list[tuple[str, str, str]]:
-    """Up to `limit` (request_id, task_type, fallback_type) of unreplayed judged fallbacks."""
+def replay_sample(
+    client, window: QueryWindow, limit: int, seed: int = 0, edges: tuple[float, ...] = DEFAULT_EDGES
+) -> list[tuple[str, str, str, int, int]]:
+    """Up to `limit` per stratum of unreplayed judged fallbacks: (request_id, task_type, fallback_type, bucket,
+    the stratum's unreplayed fallbacks), strata in order (task type, then bucket; -1 a null confidence)."""
     result = client.query(
         REPLAY_SAMPLE_SQL,
         parameters={
@@ -204,9 +212,10 @@ def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> lis
             "limit": limit,
             "seed": seed,
             "replay_source": LABEL_SOURCE_OFFLINE_REPLAY,
+            "inner_edges": list(edges[1:-1]),
         },
     )
-    return [tuple(row) for row in result.result_rows]
+    return [(rid, task, fb, int(bucket), int(size)) for rid, task, fb, bucket, size in result.result_rows]
 
 
 # Labels as of their arrival (docs/metrics.md "Labels as of their arrival"): the label-dependent numbers of
