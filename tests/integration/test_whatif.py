@@ -471,3 +471,43 @@ def test_the_default_window_is_the_last_seven_days_of_live_traffic(cli_home):
     result = json.loads(run.stdout)
     assert result["window"] == {"start": "2026-11-24T00:00:00Z", "end": "2026-12-01T00:00:00Z"}
     assert result["by_task_type"][S]["current"]["requests"] == 11  # S_AT_END is inside this window
+
+
+@pytest.mark.parametrize(
+    "mid_labeled, mid_bad, share, n_eff",
+    [
+        # 100 tool_call answers served at 0.55 ([0.45, 0.65)) and 100 at 0.90 ([0.85, 1]), all kept under the
+        # candidate 0.5. Evenly labeled, 10 each: 4 bad at 0.55, 1 at 0.90 → labeled share 5/20 = 0.25; estimate
+        # ½·0.4 + ½·0.1 = 0.25; V = ¼·0.24/10·0.9 + ¼·0.09/10·0.9 = 0.0054 + 0.002025 = 0.007425 →
+        # n_eff = 0.25·0.75/0.007425 = 25.252525
+        (10, 4, 0.25, 25.252525),
+        # Issue finding 2: the 0.55 band labeled densely (50, the same 40 % bad) → labeled share 21/60 = 0.35,
+        # the estimate still ½·0.4 + ½·0.1 = 0.25; V = ¼·0.24/50·0.5 + 0.002025 = 0.002625 → n_eff = 71.428571
+        (50, 20, 0.35, 71.428571),
+    ],
+)
+def test_finding2_in_the_whatif_dense_labels_move_the_candidates_labeled_share_not_its_estimate(
+    warehouse, mid_labeled, mid_bad, share, n_eff
+):
+    events, labels = [], []
+    for band, confidence, labeled, bad in (("mid", 0.55, mid_labeled, mid_bad), ("top", 0.90, 10, 1)):
+        for i in range(100):
+            rid = f"tc-{band}-{i}"
+            events.append(
+                decision(
+                    event_id=eid(3000 + (0 if band == "mid" else 100) + i),
+                    request_id=rid,
+                    task_type="tool_call",
+                    event_time=at(3),
+                    confidence=confidence,
+                    threshold=0.4,
+                )
+            )
+            if i < labeled:
+                labels.append(label(request_id=rid, source="offline_replay", device_acceptable=i >= bad))
+    insert(warehouse, events, labels)
+    candidate = whatif.compute(warehouse, WINDOW, {"tool_call": 0.5})["by_task_type"]["tool_call"]["candidate"]
+    assert candidate["missed_fallback_rate"] == pytest.approx(share)
+    est = candidate["missed_fallback_est"]
+    assert (est["rate"], est["coverage"]) == (pytest.approx(0.25), 1.0)
+    assert est["n_eff"] == pytest.approx(n_eff, abs=1e-5)
