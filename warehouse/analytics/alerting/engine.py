@@ -92,7 +92,8 @@ def verdicts(
         if uses_labels(rule):  # labels as of their arrival: never one dated after `now`
             key = f"{rule.grain}|labels"
             if key not in windows:
-                windows[key] = (latest, labels_as_of(client, rule.grain, rows, latest, now))
+                most = max(r.windows for r in rules if r.grain == rule.grain and uses_labels(r))
+                windows[key] = (latest, labels_as_of(client, rule.grain, rows, latest, now, most))
             rows = windows[key][1]
         series = series_by_scope(rule, rows)
         for scope in scopes(rule, series, firing):
@@ -159,14 +160,26 @@ def as_of_arrival(metrics: dict, counts: dict[str, int] | None) -> dict:
     return out
 
 
-def labels_as_of(client, grain: str, rows: list, latest: datetime, now: datetime) -> list:
-    """`rows` (task_type, start, metrics) with their label keys as of `now` (see `as_of_arrival`)."""
+# How far back from the latest window the label keys are recomputed as of the evaluation (the simulated
+# reviewers' longest delay is 30 h; a label later than this after its window is taken as the stored window has
+# it). It bounds the read: every evaluation would otherwise read the whole look-back of decisions, 400 days for
+# a daily rule. At least the rule's own streak is recomputed.
+LATE_LABEL_HORIZON = timedelta(days=2)
+
+
+def labels_as_of(client, grain: str, rows: list, latest: datetime, now: datetime, windows: int = 1) -> list:
+    """`rows` (task_type, start, metrics) with their label keys as of `now` (see `as_of_arrival`), for the
+    windows within LATE_LABEL_HORIZON (or `windows` windows) of `latest`; older ones as stored."""
     if not rows:
         return rows
     step = GRAINS[grain]
-    since = min(start for _, start, _ in rows)
+    horizon = max(LATE_LABEL_HORIZON, step * windows)
+    since = max(min(start for _, start, _ in rows), latest - horizon)
     counts = label_queries.labels_as_of(client, int(step.total_seconds()), since, latest + step, now)
-    return [(task_type, start, as_of_arrival(m, counts.get((task_type, start)))) for task_type, start, m in rows]
+    return [
+        (task_type, start, as_of_arrival(m, counts.get((task_type, start))) if start >= since else m)
+        for task_type, start, m in rows
+    ]
 
 
 def last_ended_window(now: datetime, step: timedelta) -> datetime:
