@@ -6,6 +6,7 @@ No Dagster import here: the command line stays quick to start."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -90,7 +91,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
     from router.backends import OpenAICloud, gemma_path
     from router.model_worker import WorkerDevice
     from router.policy import PolicyStore
-    from router.replay import judge, label_for, rerun
+    from router.replay import allocate, judge, label_for, rerun, stratum_name
     from router.request_store import RequestTextStore
     from routerscope.core import names
     from routerscope.core.kafka import producer_config
@@ -102,18 +103,33 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
     end = end if end.tzinfo else end.replace(tzinfo=UTC)
     window = QueryWindow(end - timedelta(days=params.days), end)
     with unit_of_work(settings, "replay sample") as client:
-        candidates = replay_sample(client, window, params.sample_size * 5, params.seed)  # over-fetch: some lack text
+        # per stratum (task type × confidence bucket), over-fetched: some lack a stored text
+        candidates = replay_sample(client, window, params.sample_size * 2, params.seed)
         reruns = (
             determinism_sample(client, window, params.determinism_per_task * 3, params.seed)
             if params.determinism_per_task
             else []
         )
     with RequestTextStore(settings.request_texts_path) as store:
-        texts = store.get([rid for rid, _, _ in candidates])
+        texts = store.get([c[0] for c in candidates])
+        first_answers = store.answers([c[0] for c in candidates])  # the answers the threshold judged
         rerun_texts = store.get([rid for rid, _, _ in reruns])
-    chosen = [(rid, task, fallback_type) for rid, task, fallback_type in candidates if rid in texts][
-        : params.sample_size
-    ]
+    # the sampling design: every stratum in turn, so each gets labels (its size is in the run log)
+    picked = allocate([c for c in candidates if c[0] in texts], params.sample_size)
+    chosen = [(rid, task, fallback_type) for rid, task, fallback_type, _, _ in picked]
+    strata: dict[str, dict[str, int]] = {}
+    for rid, task, _, bucket, size in candidates:
+        s = strata.setdefault(stratum_name(task, bucket), {"unreplayed": size, "fetched": 0, "with_text": 0})
+        s["fetched"] += 1
+        s["with_text"] += rid in texts
+    for _, task, _, bucket, _ in picked:
+        s = strata[stratum_name(task, bucket)]
+        s["replayed"] = s.get("replayed", 0) + 1
+    for name, s in strata.items():
+        log(
+            f"stratum {name}: {s['unreplayed']} unreplayed fallbacks, {s['with_text']} sampled with text, "
+            f"replaying {s.get('replayed', 0)}"
+        )
     per_task: dict[str, int] = {}
     to_rerun = []
     for rid, task_type, event_time in reruns:  # the over-fetched sample, keeping those with text, per task type
@@ -137,7 +153,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
-                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud)
+                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud, first_answers.get(rid))
                 verdicts.append(verdict)
                 label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
                 if label is not None:  # free text without a cloud answer: no verdict, no label
@@ -169,7 +185,12 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         "acceptable": acceptable,
         "published": delivered_labels,
         "unjudged": sum(v.acceptable is None for v in verdicts),
-        "judged_by": {k: sum(v.judged_by == k for v in verdicts) for k in ("validator", "cloud_agreement", "none")},
+        "judged_kept_answer": sum(v.kept for v in verdicts),  # the device's first answer, not a re-generation
+        # the sampling design (task type × confidence bucket): per stratum, its unreplayed fallbacks, those sampled
+        # with a stored text, and those replayed
+        "strata": {name: {"replayed": 0, **s} for name, s in sorted(strata.items())},
+        # router.judge's methods (labels, fields, tools, language, cloud_agreement, validator, device, none)
+        "judged_by": dict(sorted(Counter(v.judged_by for v in verdicts).items())),
         "verdicts": {v.request_id: v.acceptable for v in verdicts},
         "determinism_groups": len(groups),
         "determinism_agreeing": sum(bool(g[4]) for g in groups),

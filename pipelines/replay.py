@@ -1,9 +1,10 @@
-"""Weekly offline replay (Dagster): re-run a sample of recent fallbacks through the current device
-model (Gemma 3 270M via llama-cpp-python), judge each answer (`router.replay.judge`: the task's
-validator; for free text, agreement with the cloud's answer from `cloud_url`), and publish
-`offline_replay` labels to the labels topic. Free-text fallbacks get no label when no cloud is
-configured: a non-empty answer alone is no evidence. The ingest job loads them like any label, and the
-`late_labels_sensor` recomputes the days they touch; false-fallback estimates move accordingly.
+"""Weekly offline replay (Dagster): sample recent fallbacks per task type × confidence bucket, judge the
+device's kept first answer or, without one, a re-run through the current device model (Gemma 3 270M via
+llama-cpp-python) (`router.replay.judge`: meaning as the policy declares it; for free text, agreement with
+the cloud's answer from `cloud_url`), and publish `offline_replay` labels to the labels topic. Free-text
+fallbacks get no label when no cloud is configured: a non-empty answer alone is no evidence. The ingest job
+loads them like any label, and the `late_labels_sensor` recomputes the days they touch; false-fallback
+estimates move accordingly.
 
 Request text comes from the request-text store (`router.request_store`, filled by the simulator and
 the demo's live sample), never from the events; fallbacks without a stored text are counted and
@@ -20,7 +21,7 @@ from pipelines.resources import RouterscopeResource
 
 
 class ReplayConfig(dg.Config):
-    sample_size: int = 50  # fallbacks replayed per run
+    sample_size: int = 50  # fallbacks replayed per run, spread over task type × confidence bucket strata
     days: float = 7.0  # how far back to sample, ending now
     seed: int = 0  # the sample order (same seed, same sample among the unreplayed)
     end: str = ""  # ISO end of the sampled window; empty: now

@@ -71,6 +71,9 @@ class Capability:
     tools: tuple[str, ...] | None = None
     single_file: bool = False  # docs/sources.md#seed-000 "单文件片段可,跨文件上下文不可": a context of one file at most
     streamable: bool = True  # docs/sources.md#seed-003: the answer can be streamed or the task run asynchronously
+    # what a correct answer means, for the replay's judge (`router.judge`; docs/router.md#the-judge): labels, fields,
+    # tool argument schemas or a language; None: judged by agreement with the cloud's answer, or not at all
+    answer: dict | None = None
 
     @property
     def structured(self) -> bool:
@@ -397,6 +400,8 @@ def parse(text: str, source: str = "policy") -> Policy:
             raise ConfigError(f"{source}: capabilities.{task_type}.single_file must be true or false")
         if not isinstance(cap.streamable, bool):
             raise ConfigError(f"{source}: capabilities.{task_type}.streamable must be true or false")
+        if cap.answer is not None and not isinstance(cap.answer, dict):  # its keys are checked by router.judge
+            raise ConfigError(f"{source}: capabilities.{task_type}.answer must be a mapping")
         if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
             raise ConfigError(
                 f"{source}: capabilities.{task_type}: privacy must be one of {', '.join(PRIVACY)}, "

@@ -10,6 +10,9 @@ Ids are keyed by their scrubbed form (`instrumentation.pii.scrub`), the same as 
 labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
 or by the id as the warehouse holds it finds the same row.
 
+The store also keeps the device's **first answer** to a request where its router side kept it
+(`add_answer`): the answer the threshold turned down, which the replay judges (router/replay.py).
+
 The store also keeps the router's **divergence samples** (docs/sources.md#seed-004-5: shadow and canary disagreements):
 request id, task type, stage, input length, both answers' hashes and both texts, for the review and the
 replay. The texts stay here, beside the request texts; events and the warehouse never hold them.
@@ -35,6 +38,10 @@ DIVERGENCE_SCHEMA = (
     "device_text TEXT NOT NULL, "
     "cloud_text TEXT NOT NULL, seen_at TEXT NOT NULL)"
 )
+# The device's first answer to a request, the one the threshold judged: what the replay judges (router.replay).
+ANSWER_SCHEMA = "CREATE TABLE IF NOT EXISTS first_answers (request_id TEXT PRIMARY KEY, answer TEXT NOT NULL)"
+ANSWER_INSERT_SQL = "INSERT OR REPLACE INTO first_answers VALUES (?, ?)"
+ANSWER_GET_SQL = "SELECT request_id, answer FROM first_answers WHERE request_id IN (SELECT value FROM json_each(?))"
 DIVERGENCE_INSERT_SQL = "INSERT OR REPLACE INTO divergences VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 DIVERGENCE_SQL = (
     "SELECT request_id, task_type, stage, input_tokens, device_hash, cloud_hash, device_text, cloud_text, seen_at "
@@ -73,7 +80,9 @@ class RequestTextStore:
                 pass
         self._db.execute(SCHEMA)
         self._db.execute(DIVERGENCE_SCHEMA)
+        self._db.execute(ANSWER_SCHEMA)
         self._pending: list[tuple[str, str, str]] = []
+        self._pending_answers: list[tuple[str, str]] = []
         self._pending_divergences: list[tuple] = []
         self._batch = batch
 
@@ -81,6 +90,22 @@ class RequestTextStore:
         self._pending.append((scrub(request_id), task_type, text))
         if len(self._pending) >= self._batch:
             self.flush()
+
+    def add_answer(self, request_id: str, answer: str) -> None:
+        """Keep the device's first answer to `request_id` (the one its confidence was judged on), beside the
+        request's text and under the same retention: the replay judges this answer, not a re-generation."""
+        self._pending_answers.append((scrub(request_id), answer))
+        if len(self._pending_answers) >= self._batch:
+            self.flush()
+
+    def answers(self, request_ids: list[str]) -> dict[str, str]:
+        """request_id → the kept first answer, for the ids that have one, keyed by the ids as asked."""
+        self.flush()
+        asked: dict[str, list[str]] = {}
+        for rid in request_ids:
+            asked.setdefault(scrub(rid), []).append(rid)
+        rows = self._db.execute(ANSWER_GET_SQL, (json.dumps(list(asked)),))
+        return {rid: answer for key, answer in rows for rid in asked[key]}
 
     def add_divergence(self, d, seen_at) -> None:
         """Keep one `router.engine.Divergence` (both texts, both hashes), seen at `seen_at` (a datetime)."""
@@ -101,12 +126,14 @@ class RequestTextStore:
             self.flush()
 
     def flush(self) -> None:
-        if self._pending or self._pending_divergences:
+        if self._pending or self._pending_divergences or self._pending_answers:
             with self._db:
                 self._db.executemany(INSERT_SQL, self._pending)
                 self._db.executemany(DIVERGENCE_INSERT_SQL, self._pending_divergences)
+                self._db.executemany(ANSWER_INSERT_SQL, self._pending_answers)
             self._pending.clear()
             self._pending_divergences.clear()
+            self._pending_answers.clear()
 
     def divergences(self, task_type: str = "", limit: int = 50) -> list[dict]:
         """The newest divergence samples (of one task type, or '' all), texts included."""

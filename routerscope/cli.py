@@ -715,7 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="COND",
-        help='pre-push gate, e.g. "missed_fallback_rate>0.05": exit 1 when a candidate meets it (repeatable)',
+        help='pre-push gate, e.g. "missed_fallback_est.high>0.05" (docs/whatif.md): exit 1 when a candidate meets '
+        "it (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="the what-if as JSON (docs/whatif.md)")
     p.set_defaults(func=cmd_whatif)

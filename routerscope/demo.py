@@ -119,6 +119,7 @@ def live_sample(
     from router.engine import Request, Router
     from router.model_worker import ModelCrashed, WorkerDevice
     from router.policy import PolicyStore
+    from router.replay import FirstAnswers
     from router.sim.standin_cloud import StandInCloud
     from router.sim.texts import request_text
 
@@ -135,7 +136,8 @@ def live_sample(
     try:
         # the model runs in a worker process: a native crash there cannot freeze this process (which holds
         # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
-        device = WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1)
+        # the device's first answer to each request is kept beside its text: the replay judges that answer
+        device = FirstAnswers(WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1))
         cloud.wait_ready()
         t0 = time.monotonic()
         router = Router(
@@ -167,6 +169,9 @@ def live_sample(
                     app_id="live-sample",
                 )
             )
+            first = device.take()
+            if first is not None:
+                texts.add_answer(request_id, first)
             served[response.served_by] = served.get(response.served_by, 0) + 1
             done += 1
             if bar:

@@ -20,6 +20,16 @@ def _ci(ci: list[float] | None) -> str:
     return "" if ci is None else f" [{100 * ci[0]:.0f}–{100 * ci[1]:.0f}%]"
 
 
+def _estimate(g: dict[str, Any], key: str) -> str:
+    """A §3c estimate: `31.5% [29.4%, 33.7%] n_eff 1,204, coverage 100%` (the quality one sits in
+    `false_fallback_by_type`); `(low)` after a coverage under 0.8."""
+    est = g["false_fallback_by_type"].get(key) if key == "quality_est" else g.get(key)
+    if not est or est["rate"] is None:
+        return _pct(None)
+    low = " (low)" if est["coverage"] < _whatif.LOW_ESTIMATE_COVERAGE else ""
+    return f"{_pct(est['rate'])}{_ci(est['ci'])} n_eff {_num(est['n_eff'], 0)}, coverage {_pct(est['coverage'])}{low}"
+
+
 ROWS = (
     ("requests", lambda g: str(g["requests"])),
     ("entered device", lambda g: str(g["device_entered"])),
@@ -52,6 +62,15 @@ ROWS = (
     (
         "missed fallbacks",
         lambda g: f"{_pct(g['missed_fallback_rate'])}{_ci(g['missed_fallback_ci'])} of {g['missed_fallback_labeled']}",
+    ),
+    # docs/metrics.md §3c: what holds for the whole population, post-stratified, with how much of it the labels cover
+    *(
+        (f"{name}, population est.", lambda g, key=key: _estimate(g, key))
+        for name, key in (
+            ("false fallbacks", "false_fallback_est"),
+            ("  quality", "quality_est"),
+            ("missed fallbacks", "missed_fallback_est"),
+        )
     ),
     (
         "route accuracy",

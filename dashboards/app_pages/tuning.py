@@ -219,6 +219,20 @@ for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALL
     rate, ci, labeled = shown[kind]
     column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
     column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
+    # docs/metrics.md §3c: labels are never a random sample; the post-stratified estimate for all of them
+    est = (group["false_fallback_by_type"] if kind == "false_fallback" else group).get(
+        "quality_est" if kind == "false_fallback" else "missed_fallback_est"
+    )
+    if est and est.get("rate") is not None:
+        column.caption(
+            f"Population estimate: {pct(est['rate'])} {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · "
+            f"strata covered {pct(est['coverage'])} of {what}"
+        )
+        if est["coverage"] < 0.8:
+            column.warning(
+                f"The labels cover strata holding {pct(est['coverage'])} of the {what}: "
+                "the estimate leaves the rest out."
+            )
 timeout = group["false_fallback_by_type"]["timeout"]
 if timeout["labeled"]:
     st.caption(

@@ -51,10 +51,11 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         rollbacks = [(e.split(" at ")[0], minute(e)) for e in out["fired"] if e.startswith("rollback_")]
         assert not [r for r in rollbacks if 24 - 5 <= r[1] < 36 + 5], rollbacks
         assert rollbacks and all(90 - 5 <= m < 108 + 5 for _, m in rollbacks), rollbacks  # none in calm or thermal
-        assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {
-            "rollback_degrade_trigger|short_reply",
-            "rollback_route_accuracy|short_reply",
-        }, rollbacks
+        assert {name for name, m in rollbacks if 90 - 5 <= m < 108 + 5} >= {"rollback_degrade_trigger|short_reply"}
+        # route accuracy rests on labels the simulated reviewers file 1, 6 or 30 h after each request: as of the run's
+        # end (the span ends now) none of the push's had arrived, so alerts, which use a label only once its own
+        # event_time has come (docs/metrics.md "Labels as of their arrival"), cannot raise it yet
+        assert not [name for name, _ in rollbacks if name.startswith("rollback_route_accuracy")], rollbacks
         assert not [key for key in out["firing"] if key.startswith("rollback_")], out["firing"]  # resolved after
         # the cloud outage (minutes 24-36) raises cloud_breaker_open for its windows (read per window from
         # breaker_events, not the breaker's latest state) and it has resolved by the end
@@ -88,7 +89,6 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert limits == {
             "fallback_rate_high": (0.50, 0.30),
             "rollback_degrade_trigger": (0.45, 0.05),
-            "rollback_route_accuracy": (0.75, 0.95),
         }, limits
         assert len(rows) == 3  # the quarantine holds exactly what the simulator corrupted
         # real logprob confidence, marked by device_model (the latency gate may send a request straight

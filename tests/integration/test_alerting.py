@@ -311,3 +311,121 @@ def test_the_alerts_job_delivers_through_its_webhook_resource(home, tmp_path, mo
         stored = client.query("SELECT event, status_code FROM routerscope.alert_deliveries ORDER BY event").result_rows
         state = client.query("SELECT status, notify_state FROM routerscope.alerts FINAL").result_rows
     assert stored == [("firing", 200), ("resolved", 200)] and state == [("resolved", "sent")]
+
+
+ROUTE_RULES = """
+version: "test-late"
+rules:
+  - name: rollback_route_accuracy
+    summary: Rollback recommended
+    metric: route_accuracy
+    interval: route_accuracy_ci
+    scope: per_task_type
+    grain: 5m
+    op: "<"
+    limit: 0.95
+    windows: 3
+    min_n: 30
+    denominator: route_labeled
+    severity: page
+    action: rollback
+"""
+
+
+def test_an_incident_replayed_with_late_labels_fires_no_earlier_than_the_labels_arrived(warehouse, tmp_path):
+    """docs/metrics.md "Labels as of their arrival": three windows of 40 short_reply requests each, half judged
+    wrong (route accuracy 0.5, Wilson high ≈ 0.65 < 0.95, 40 ≥ 30 labeled), whose labels are dated an hour after
+    the third window ended. The stored windows were recomputed once the labels came (as the late-labels sensor
+    does), so they hold the labels; an evaluation replayed as of a time before the labels' own event_time must
+    not see them, and the alert fires only at the first evaluation after they arrived."""
+    from tests.support.events import label
+    from tests.support.golden_day import insert
+
+    arrived = T0 + 3 * STEP + timedelta(hours=1)
+    events, labels = [], []
+    for w in range(3):
+        for i in range(40):
+            rid = f"late-{w}-{i}"
+            at = T0 + w * STEP + i * STEP / 40
+            events.append(
+                decision(
+                    event_id=f"00000000-0000-4000-8000-{w * 100 + i:012d}",
+                    request_id=rid,
+                    task_type="short_reply",
+                    event_time=iso(at),
+                )
+            )
+            labels.append(
+                label(
+                    request_id=rid,
+                    source="human_review",
+                    device_acceptable=i % 2 == 0,
+                    route_correct=i % 2 == 0,
+                    event_time=iso(arrived),
+                )
+            )
+    insert(warehouse, events, labels)
+    for w in range(3):  # computed after the labels arrived: the stored windows hold them
+        start = T0 + w * STEP
+        stored = compute(warehouse, start, start + STEP)
+        assert stored["by_task_type"]["short_reply"]["route_labeled"] == 40
+        write_window(warehouse, "5m", start, start + STEP, stored)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(ROUTE_RULES)
+
+    def fired_as_of(now):
+        return [a.alert_key for a in alerting.run(warehouse, rules_path=rules, now=now).fired]
+
+    assert fired_as_of(T0 + 3 * STEP + timedelta(minutes=1)) == []  # the incident's end: no label yet
+    assert fired_as_of(arrived - timedelta(seconds=1)) == []  # a second before they arrived
+    assert fired_as_of(arrived) == ["rollback_route_accuracy|short_reply"]  # at their arrival, not before
+
+
+def test_late_labels_on_an_incident_already_over_fire_once_when_they_arrive_and_then_resolve(warehouse, tmp_path):
+    """The same incident (windows 0-2, labels an hour late), followed by three calm windows whose labels came at
+    once: the latest window never breaches, so only the late labels can reveal the incident. It fires at their
+    arrival — its episode begins at window 0, marked late — resolves at the next evaluation, and is not raised
+    again."""
+    from tests.support.events import label
+    from tests.support.golden_day import insert
+
+    arrived = T0 + 6 * STEP + timedelta(hours=1)
+    events, labels = [], []
+    for w in range(6):
+        for i in range(40):
+            rid = f"inc-{w}-{i}"
+            at = T0 + w * STEP + i * STEP / 40
+            good = w >= 3 or i % 2 == 0
+            events.append(
+                decision(
+                    event_id=f"00000000-0000-4000-8000-{w * 100 + i:012d}",
+                    request_id=rid,
+                    task_type="short_reply",
+                    event_time=iso(at),
+                )
+            )
+            labels.append(
+                label(
+                    request_id=rid,
+                    source="human_review",
+                    device_acceptable=good,
+                    route_correct=good,
+                    event_time=iso(arrived if w < 3 else at),
+                )
+            )
+    insert(warehouse, events, labels)
+    for w in range(6):
+        start = T0 + w * STEP
+        write_window(warehouse, "5m", start, start + STEP, compute(warehouse, start, start + STEP))
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(ROUTE_RULES)
+    for w in range(6):  # as the sensor evaluated after each window: no label of the incident yet
+        assert alerting.run(warehouse, rules_path=rules, now=T0 + (w + 1) * STEP + timedelta(minutes=1)).fired == []
+    at_arrival = alerting.run(warehouse, rules_path=rules, now=arrived)
+    assert [a.alert_key for a in at_arrival.fired] == ["rollback_route_accuracy|short_reply"]
+    episode = at_arrival.fired[0]
+    trip = json.loads(episode.trip_values)
+    assert (episode.first_seen, episode.last_seen, trip["late"], len(trip["windows"])) == (T0, T0 + 3 * STEP, True, 3)
+    after = alerting.run(warehouse, rules_path=rules, now=arrived + STEP)
+    assert [a.alert_key for a in after.resolved] == ["rollback_route_accuracy|short_reply"]
+    assert alerting.run(warehouse, rules_path=rules, now=arrived + 2 * STEP).fired == []  # once only

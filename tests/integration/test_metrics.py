@@ -93,6 +93,7 @@ def test_golden_window_overall_and_per_task_type(warehouse):
     assert b["false_fallback_by_type"] == {
         "quality": {"rate": None, "labeled": 0, "ci": None},
         "timeout": {"rate": None, "labeled": 0, "ci": None},
+        "quality_est": {"rate": None, "ci": None, "n_eff": None, "coverage": None},  # §3c: nothing labeled
     }
     assert (b["route_labeled"], b["device_attempts"], b["by_policy_version"]) == (0, 0, {})
     assert b["degrade_share"] == {"L0": None, "L1": None, "L2": None, "L3": None, "L4": None}

@@ -52,3 +52,23 @@ def test_the_replay_sample_skips_fallbacks_an_offline_replay_already_labeled(war
     )
     window = QueryWindow(NOW - timedelta(hours=1), NOW)
     assert sorted(r[0] for r in labels.replay_sample(warehouse, window, limit=10)) == ["f1", "f2"]
+
+
+def test_the_replay_sample_is_drawn_per_task_type_and_confidence_bucket_with_each_strata_size(warehouse):
+    """The sampling design: up to `limit` of each task type × confidence bucket (§6's edges, and no confidence),
+    with the stratum's size among the unreplayed fallbacks."""
+    confidences = [0.1, 0.2, 0.3, 0.5, 0.9, None]
+    fallbacks = [
+        quality_fallback(
+            event_id=eid(40 + i),
+            request_id=f"g{i}",
+            event_time=iso(NOW - timedelta(minutes=i + 1)),
+            confidence=c,
+            threshold=1.0,
+            **({} if c is not None else {"fallback_type": "timeout", "reason": "device_timeout"}),
+        )
+        for i, c in enumerate(confidences)
+    ]
+    insert(warehouse, fallbacks, [])
+    sample = labels.replay_sample(warehouse, QueryWindow(NOW - timedelta(hours=1), NOW), limit=1)
+    assert sorted((r[3], r[4]) for r in sample) == [(-1, 1), (0, 3), (1, 1), (3, 1)]

@@ -282,6 +282,43 @@ def test_the_self_check_names_every_key_where_current_and_the_metrics_differ():
     ]
 
 
+def test_the_blocks_carry_post_stratified_estimates_and_the_gate_reads_their_interval(warehouse):
+    """docs/metrics.md §3c in the what-if, by hand over `current` (candidate 0.6 = the recorded threshold).
+    Quality fallbacks: s4 (0.40, bucket [0, 0.45), acceptable) and s5 (0.55, [0.45, 0.65), not) → rate
+    ½·1 + ½·0 = 0.5; every p_h is 0 or 1 → V = 0 → n_eff = Σ n_h = 2; Wilson(0.5 at 2): centre 0.5, half
+    (1.959964/2.920730)·√(0.125 + 0.240091) = 0.405469 → [0.094531, 0.905469].
+    Device-served: s9 (0.50, [0.45, 0.65), ok); s2 s3 s8 (0.70 0.80 0.65, [0.65, 0.85): s2 bad, s8 bad, s3
+    unlabeled); s1 (0.95, [0.85, 1], ok) → rate ⅕·0 + ⅗·1 + ⅕·0 = 0.6 (the labeled share says 2/4 = 0.5: the
+    unlabeled s3 sits in the all-bad band); V = 0 → n_eff = 4; Wilson(0.6 at 4): centre 1.080182/1.960365 =
+    0.551011, half 0.999795·√(0.06 + 0.060023) = 0.346372 → [0.204639, 0.897383]."""
+    result = whatif.compute(warehouse, WINDOW, {S: 0.6})
+    for name in ("current", "candidate"):
+        b = result["by_task_type"][S][name]
+        assert b["false_fallback_est"] == {
+            "rate": pytest.approx(0.5),
+            "ci": [pytest.approx(0.094531, abs=1e-6), pytest.approx(0.905469, abs=1e-6)],
+            "n_eff": 2.0,
+            "coverage": 1.0,
+        }
+        assert b["missed_fallback_est"] == {
+            "rate": pytest.approx(0.6),
+            "ci": [pytest.approx(0.204639, abs=1e-6), pytest.approx(0.897383, abs=1e-6)],
+            "n_eff": 4.0,
+            "coverage": 1.0,
+        }
+    conditions = [whatif.parse_gate("missed_fallback_est.high>0.05"), whatif.parse_gate("missed_fallback_est.low>0.5")]
+    assert whatif.gate(result, conditions) == ["short_reply: missed_fallback_est.high 0.897383 > 0.05"]
+    # intent_classify: four served, only i0 labeled (0.75, ok) → its band [0.65, 0.85) holds i0 i1 (N 2), the top
+    # band i2 i3 none: coverage 2/4 = 0.5, the rate the covered band's 0; the gate on `.high` can judge, and the
+    # warning says the estimate leaves half the population out
+    ic = whatif.compute(warehouse, WINDOW, {IC: 0.7})["by_task_type"][IC]
+    assert (ic["candidate"]["missed_fallback_est"]["rate"], ic["candidate"]["missed_fallback_est"]["coverage"]) == (
+        0.0,
+        0.5,
+    )
+    assert any("missed_fallback_est covers 50%" in w for w in ic["warnings"])
+
+
 @pytest.mark.parametrize(
     ("text", "parsed"),
     [
@@ -289,6 +326,8 @@ def test_the_self_check_names_every_key_where_current_and_the_metrics_differ():
         (" fallback_rate >= .3 ", ("fallback_rate", ">=", 0.3)),
         ("moved.label_coverage<0.3", ("moved.label_coverage", "<", 0.3)),
         ("cost_usd<=1e2", ("cost_usd", "<=", 100.0)),
+        ("missed_fallback_est.high>0.05", ("missed_fallback_est.high", ">", 0.05)),  # §3c: an interval's end
+        ("false_fallback_est.coverage<0.8", ("false_fallback_est.coverage", "<", 0.8)),
     ],
 )
 def test_gate_conditions_parse(text, parsed):
@@ -297,7 +336,17 @@ def test_gate_conditions_parse(text, parsed):
 
 @pytest.mark.parametrize(
     "text",
-    ["missed_fallback_rate", "missed_fallback_rate=0.05", "bogus>1", "moved.cloud_calls>1", "fallback_rate>nan", ""],
+    [
+        "missed_fallback_rate",
+        "missed_fallback_rate=0.05",
+        "bogus>1",
+        "moved.cloud_calls>1",
+        "fallback_rate>nan",
+        "",
+        "missed_fallback_est.hgh>0.05",
+        "missed_fallback_rate.high>0.05",
+        "moved.missed_fallback_est.high>0.05",
+    ],
 )
 def test_a_gate_condition_that_is_not_one_is_refused(text):
     with pytest.raises(ValueError):
@@ -422,3 +471,43 @@ def test_the_default_window_is_the_last_seven_days_of_live_traffic(cli_home):
     result = json.loads(run.stdout)
     assert result["window"] == {"start": "2026-11-24T00:00:00Z", "end": "2026-12-01T00:00:00Z"}
     assert result["by_task_type"][S]["current"]["requests"] == 11  # S_AT_END is inside this window
+
+
+@pytest.mark.parametrize(
+    "mid_labeled, mid_bad, share, n_eff",
+    [
+        # 100 tool_call answers served at 0.55 ([0.45, 0.65)) and 100 at 0.90 ([0.85, 1]), all kept under the
+        # candidate 0.5. Evenly labeled, 10 each: 4 bad at 0.55, 1 at 0.90 → labeled share 5/20 = 0.25; estimate
+        # ½·0.4 + ½·0.1 = 0.25; V = ¼·0.24/10·0.9 + ¼·0.09/10·0.9 = 0.0054 + 0.002025 = 0.007425 →
+        # n_eff = 0.25·0.75/0.007425 = 25.252525
+        (10, 4, 0.25, 25.252525),
+        # Issue finding 2: the 0.55 band labeled densely (50, the same 40 % bad) → labeled share 21/60 = 0.35,
+        # the estimate still ½·0.4 + ½·0.1 = 0.25; V = ¼·0.24/50·0.5 + 0.002025 = 0.002625 → n_eff = 71.428571
+        (50, 20, 0.35, 71.428571),
+    ],
+)
+def test_finding2_in_the_whatif_dense_labels_move_the_candidates_labeled_share_not_its_estimate(
+    warehouse, mid_labeled, mid_bad, share, n_eff
+):
+    events, labels = [], []
+    for band, confidence, labeled, bad in (("mid", 0.55, mid_labeled, mid_bad), ("top", 0.90, 10, 1)):
+        for i in range(100):
+            rid = f"tc-{band}-{i}"
+            events.append(
+                decision(
+                    event_id=eid(3000 + (0 if band == "mid" else 100) + i),
+                    request_id=rid,
+                    task_type="tool_call",
+                    event_time=at(3),
+                    confidence=confidence,
+                    threshold=0.4,
+                )
+            )
+            if i < labeled:
+                labels.append(label(request_id=rid, source="offline_replay", device_acceptable=i >= bad))
+    insert(warehouse, events, labels)
+    candidate = whatif.compute(warehouse, WINDOW, {"tool_call": 0.5})["by_task_type"]["tool_call"]["candidate"]
+    assert candidate["missed_fallback_rate"] == pytest.approx(share)
+    est = candidate["missed_fallback_est"]
+    assert (est["rate"], est["coverage"]) == (pytest.approx(0.25), 1.0)
+    assert est["n_eff"] == pytest.approx(n_eff, abs=1e-5)

@@ -222,6 +222,27 @@ def expected_overall_a() -> dict:
         "false_fallback_by_type": {
             "quality": {"rate": 1.0, "labeled": 1, "ci": [pytest.approx(0.206549, abs=1e-6), 1.0]},
             "timeout": {"rate": 1.0, "labeled": 1, "ci": [pytest.approx(0.206549, abs=1e-6), 1.0]},
+            # §3c over the quality fallbacks: a2 alone (bucket [0, 0.45), N 1, n 1, k 1): rate 1, V 0 → n_eff = 1
+            "quality_est": {
+                "rate": 1.0,
+                "ci": [pytest.approx(0.206549, abs=1e-6), 1.0],
+                "n_eff": 1.0,
+                "coverage": 1.0,
+            },
+        },
+        # §3c: judged fallbacks a2 (bucket [0, 0.45)) and a3 (null confidence), each N 1 n 1 k 1 → rate
+        # ½·1 + ½·1 = 1, V = 0 (p(1−p) = 0) → n_eff = Σ n_h = 2, Wilson(2, 2); a1 alone in [0.85, 1] → n_eff 1
+        "false_fallback_est": {
+            "rate": 1.0,
+            "ci": [pytest.approx(0.342380, abs=1e-6), 1.0],
+            "n_eff": 2.0,
+            "coverage": 1.0,
+        },
+        "missed_fallback_est": {
+            "rate": 1.0,
+            "ci": [pytest.approx(0.206549, abs=1e-6), 1.0],
+            "n_eff": 1.0,
+            "coverage": 1.0,
         },
         # §9: every A event carries policy 2026-11-29.1 → the version's numbers are A's
         "by_policy_version": {

@@ -55,27 +55,32 @@ def cloud_says(text, outcome="ok"):
 @pytest.mark.parametrize(
     "task_type, device, cloud, acceptable, judged_by",
     [
-        # a validator where the task has one, whatever the cloud says
-        ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), True, "validator"),
-        ("slot_extract", device_says("Paris"), None, False, "validator"),
-        ("intent_classify", device_says("play_music"), None, True, "validator"),
-        ("intent_classify", device_says("", "timeout"), None, False, "validator"),
-        # free text: a non-empty answer proves nothing; agreement with the cloud's answer, normalised as the shadow does
+        # what the policy declares for the task type decides, not the validator's form check
+        ("slot_extract", device_says('{"city": "Paris", "day": "Friday"}'), None, True, "fields"),
+        ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), False, "fields"),  # no day
+        ("slot_extract", device_says("Paris"), None, False, "fields"),
+        ("intent_classify", device_says("play_music"), None, True, "labels"),
+        ("intent_classify", device_says("play_music"), cloud_says("weather"), False, "labels"),  # the cloud disagrees
+        ("intent_classify", device_says("", "timeout"), None, False, "device"),
+        # free text: a non-empty answer proves nothing; agreement with the cloud's answer by token F1
         ("short_reply", device_says("Good morning!"), cloud_says("  good   MORNING "), True, "cloud_agreement"),
         ("short_reply", device_says("Good morning!"), cloud_says("Hello there."), False, "cloud_agreement"),
-        ("short_reply", device_says("", "timeout"), cloud_says("Hello."), False, "cloud_agreement"),
+        ("short_reply", device_says("", "timeout"), cloud_says("Hello."), False, "device"),
         ("short_reply", device_says("Good morning!"), None, None, "none"),  # no cloud: no verdict
         ("short_reply", device_says("Good morning!"), cloud_says("", "error"), None, "none"),  # the cloud failed
     ],
 )
-def test_replay_judge_validator_or_cloud_agreement(task_type, device, cloud, acceptable, judged_by):
-    verdict = judge(device, POLICY, "r1", task_type, "text", cloud)
+def test_replay_judge_checks_meaning_or_agreement(task_type, device, cloud, acceptable, judged_by):
+    text = "Reply: a table in Paris on Friday"
+    verdict = judge(device, POLICY, "r1", task_type, text, cloud)
     assert (verdict.acceptable, verdict.judged_by) == (acceptable, judged_by)
     label = label_for(verdict, "quality", NOW, "gemma")
     if acceptable is None:
         assert label is None  # no verdict, no label
     else:
-        assert label.labeler == f"offline-replay:{judged_by}:gemma" and label.device_acceptable is acceptable
+        assert label.labeler.startswith(f"offline-replay:{judged_by}:judge-1:rerun:gemma")
+        assert label.device_acceptable is acceptable
+        assert (label.labeler.count(":") > 4) is (not acceptable)  # a reason when not acceptable
 
 
 @pytest.mark.parametrize(
@@ -95,3 +100,40 @@ def test_seed004_determinism_group_of_three_reruns(answers, agree):
     assert (group.runs, group.agree) == (3, agree)
     assert device.temperatures == [RERUN_TEMPERATURE] * 3  # sampled, as deployed: greedy decoding would always agree
     assert len(group.answer_hashes) == 3 and "play_music" not in "".join(group.answer_hashes)  # hashes, never texts
+
+
+def test_the_sample_takes_every_stratum_in_turn():
+    """The sampling design: task type × confidence bucket, one from each stratum in turn. Six low-confidence
+    intent_classify fallbacks and one of each other stratum: a sample of 4 holds every stratum, not four of the
+    crowded one (a seeded sample of the fallbacks at large would be mostly the crowded stratum)."""
+    from router.replay import allocate, stratum_name
+
+    crowded = [(f"i{k}", "intent_classify", "quality", 0, 6) for k in range(6)]
+    others = [("i-mid", "intent_classify", "quality", 1, 1), ("s-none", "short_reply", "timeout", -1, 1)]
+    others += [("s-top", "short_reply", "quality", 3, 1)]
+    picked = allocate(crowded + others, 4)
+    assert sorted(r[0] for r in picked) == ["i-mid", "i0", "s-none", "s-top"]
+    assert len(allocate(crowded + others, 100)) == 9  # every candidate when the sample is larger
+    assert stratum_name("intent_classify", 0) == "intent_classify [0.00, 0.45)"
+    assert stratum_name("intent_classify", 3) == "intent_classify [0.85, 1.00]"
+    assert stratum_name("short_reply", -1) == "short_reply no confidence"
+
+
+def test_first_answers_keeps_the_answer_the_threshold_judged_not_the_retry():
+    from router.replay import FirstAnswers
+    from tests.support.fakes import SamplingScriptedDevice
+
+    device = FirstAnswers(SamplingScriptedDevice(("banana", "ok"), ("play_music", "ok"), ("", "timeout")))
+    assert accepts_temperature(device)  # the wrapped backend's own keywords still reach it
+    call = dict(max_tokens=16, timeout_ms=1000, degraded=False, commit_tokens=100)
+    device.generate("play some jazz", **call)  # L0: the answer the threshold turned down
+    device.generate("play some jazz", **{**call, "degraded": True})  # L1: the degraded retry
+    assert device.take() == "banana"  # not the L1 retry's play_music
+    device.generate("wake me at 7", **call)  # a first call without an answer
+    assert device.take() is None
+
+
+def accepts_temperature(device) -> bool:
+    from router.engine import accepts_keyword
+
+    return accepts_keyword(device.generate, "temperature")

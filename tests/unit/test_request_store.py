@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC
 
 from router.request_store import RequestTextStore, remove_store, store_path
@@ -50,3 +51,13 @@ def test_the_request_texts_are_readable_by_their_owner_only(tmp_path):
         store.add("r1", "short_reply", "my card is 4111 1111 1111 1111")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_the_first_answer_is_kept_beside_the_text_under_the_scrubbed_id(tmp_path):
+    rid = "ada@example.com"  # an id that looks like personal data is never written in clear
+    with RequestTextStore(tmp_path / "texts.sqlite") as store:
+        store.add(rid, "intent_classify", "play some jazz")
+        store.add_answer(rid, "banana")
+        assert store.answers([rid, "r2"]) == {rid: "banana"}
+    raw = sqlite3.connect(tmp_path / "texts.sqlite").execute("SELECT request_id FROM first_answers").fetchall()
+    assert len(raw) == 1 and raw[0][0].startswith("redacted-")

@@ -71,7 +71,12 @@ def empty_group() -> dict[str, Any]:
         "missed_fallback_labeled": 0,
         "missed_fallback_ci": None,
         "route_accuracy": None,
-        "false_fallback_by_type": {t: by_type(0, 0) for t in JUDGED_FALLBACK_TYPES},
+        "false_fallback_by_type": {
+            **{t: by_type(0, 0) for t in JUDGED_FALLBACK_TYPES},
+            "quality_est": dict(stats.EMPTY_ESTIMATE),
+        },
+        "false_fallback_est": dict(stats.EMPTY_ESTIMATE),
+        "missed_fallback_est": dict(stats.EMPTY_ESTIMATE),
         "route_labeled": 0,
         "route_accuracy_ci": None,
         "device_attempts": 0,
@@ -160,10 +165,12 @@ def _group(
         g["false_fallback_ci"] = stats.wilson(int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
         g["missed_fallback_rate"] = stats.ratio(row["missed_fallbacks"], row["missed_fallback_labeled"])
         g["missed_fallback_ci"] = stats.wilson(int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
-        g["false_fallback_by_type"] = {
-            t: by_type(int(row[f"{t}_false_fallbacks"]), int(row[f"{t}_false_fallback_labeled"]))
-            for t in JUDGED_FALLBACK_TYPES
-        }
+        g["false_fallback_by_type"].update(
+            {
+                t: by_type(int(row[f"{t}_false_fallbacks"]), int(row[f"{t}_false_fallback_labeled"]))
+                for t in JUDGED_FALLBACK_TYPES
+            }
+        )
         g["label_coverage"] = {
             "fallbacks": stats.ratio(row["false_fallback_labeled"], row["judged_fallbacks"]),
             "device_served": stats.ratio(row["missed_fallback_labeled"], row["device_served_count"]),
@@ -188,6 +195,21 @@ def _group(
         g["shadow_agreement_by_input_length"].update(shadow)
     g["l2_l3_drift"] = drift(current, baseline)
     return g
+
+
+def estimates(group: dict[str, Any], strata: dict[str, list[tuple[int, int, int]]] | None) -> None:
+    """§3c: put the post-stratified population estimates of `strata` (decisions.label_strata's measures of the
+    group: every task type × bucket stratum of it) into `group`."""
+    if not strata:
+        return
+    group["false_fallback_est"] = stats.post_stratified(strata["ff"])
+    group["missed_fallback_est"] = stats.post_stratified(strata["mf"])
+    group["false_fallback_by_type"]["quality_est"] = stats.post_stratified(strata["qf"])
+
+
+def merged_strata(by_task: dict[str, dict[str, list]]) -> dict[str, list]:
+    """The overall strata: every task type's (task type × bucket), side by side (§3c)."""
+    return {m: [s for per in by_task.values() for s in per[m]] for m in decision_queries.STRATA_MEASURES}
 
 
 def metric_group(row: dict[str, Any] | None) -> dict[str, Any]:
@@ -371,6 +393,7 @@ def compute(
         calibrated = calibration(
             client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE, local_floor=local_floor
         )
+        strata = decision_queries.label_strata(client, label_queries.DEFAULT_EDGES[1:-1])  # §3c
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
         ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {
@@ -389,6 +412,7 @@ def compute(
             versions.get(key),
         )
         g["cost_usd"].update(all_cloud.get(key) or {})  # §11
+        estimates(g, merged_strata(strata) if key is None else strata.get(key))  # §3c
         return g
 
     return {

@@ -23,7 +23,14 @@ def wilson(successes: int, n: int, z: float = Z95) -> list[float] | None:
     """Wilson score interval [low, high] for successes out of n; None when n = 0."""
     if n <= 0:
         return None
-    p = successes / n
+    return wilson_rate(successes / n, n, z)
+
+
+def wilson_rate(p: float, n: float, z: float = Z95) -> list[float] | None:
+    """The Wilson interval of a share `p` at a sample size `n` that need not be whole (an effective n,
+    docs/metrics.md §3c); None when n <= 0."""
+    if n <= 0:
+        return None
     z2 = z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = (z / (1 + z2 / n)) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
@@ -87,3 +94,25 @@ def isotonic_blocks(blocks: Sequence[tuple[float, int, int]]) -> list[float]:
     for passed, n, merged in pooled:
         fitted += [passed / n] * merged
     return fitted
+
+
+EMPTY_ESTIMATE = {"rate": None, "ci": None, "n_eff": None, "coverage": None}
+
+
+def post_stratified(strata: Sequence[tuple[int, int, int]]) -> dict:
+    """docs/metrics.md §3c: the population estimate of a share from labeled samples, post-stratified.
+
+    `strata`: (N_h, n_h, k_h) per stratum — the population's events in it, how many have a chosen label,
+    how many of those are hits. Covered strata (n_h >= 1) are weighted by N_h / N_cov; `coverage` = N_cov / N;
+    V = Σ (N_h/N_cov)² p_h(1−p_h)/n_h (1 − n_h/N_h); n_eff = rate(1−rate)/V when V > 0, else Σ n_h; `ci` the
+    Wilson interval of `rate` at n_eff. All null when nothing is labeled."""
+    population = sum(big for big, _, _ in strata)
+    covered = [(big, n, k) for big, n, k in strata if n >= 1]
+    if not covered or not population:
+        return dict(EMPTY_ESTIMATE)
+    n_cov = sum(big for big, _, _ in covered)
+    rate = sum(big / n_cov * (k / n) for big, n, k in covered)
+    variance = sum((big / n_cov) ** 2 * (k / n) * (1 - k / n) / n * (1 - n / big) for big, n, k in covered if big > 0)
+    rate = min(1.0, max(0.0, rate))
+    n_eff = rate * (1 - rate) / variance if variance > 0 else float(sum(n for _, n, _ in covered))
+    return {"rate": rate, "ci": wilson_rate(rate, n_eff), "n_eff": n_eff, "coverage": n_cov / population}

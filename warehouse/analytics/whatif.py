@@ -22,6 +22,7 @@ from warehouse.analytics.metrics import iso, metric_group
 from warehouse.queries import decisions as decision_queries
 from warehouse.queries import whatif as whatif_queries
 from warehouse.queries.common import QueryWindow
+from warehouse.queries.labels import DEFAULT_EDGES
 
 LOW_COVERAGE = 0.3  # below this share of labeled moved requests the estimate rests on few labels
 CAVEAT = (
@@ -44,6 +45,10 @@ BLOCK_KEYS = (
     "cost_usd",
 )
 MOVED_KEYS = ("n", "labeled", "pass_rate", "label_coverage")
+# docs/metrics.md §3c in the blocks: the candidate's own routes, post-stratified; a gate names one of their parts
+# (`missed_fallback_est.high>0.05`): rate, the interval's low or high end, n_eff or coverage.
+ESTIMATE_KEYS = ("false_fallback_est", "missed_fallback_est")
+ESTIMATE_PARTS = ("rate", "low", "high", "n_eff", "coverage")
 
 
 def _rate(part: dict, prefix: str, hits: int, labeled: int) -> None:
@@ -52,7 +57,9 @@ def _rate(part: dict, prefix: str, hits: int, labeled: int) -> None:
     part[f"{prefix}_ci"] = stats.wilson(hits, labeled)
 
 
-def block(row: Mapping[str, Any], mean_cloud_cost: float | None) -> dict[str, Any]:
+def block(
+    row: Mapping[str, Any], mean_cloud_cost: float | None, strata: Mapping[str, list] | None = None
+) -> dict[str, Any]:
     """One `current` or `candidate` block from a row of `by_candidate`. `cost_usd` is the recorded spend
     plus each new fallback's all-cloud cost (else `mean_cloud_cost`) minus each newly served request's
     recorded cost; null when no event reports a cost (as §8), or when a new fallback has no price at all."""
@@ -67,6 +74,9 @@ def block(row: Mapping[str, Any], mean_cloud_cost: float | None) -> dict[str, An
     }
     _rate(out, "false_fallback", int(row["false_fallbacks"]), int(row["false_fallback_labeled"]))
     _rate(out, "missed_fallback", int(row["missed_fallbacks"]), int(row["missed_fallback_labeled"]))
+    # §3c: over the block's own quality fallbacks and device-served events, task type × confidence bucket
+    out["false_fallback_est"] = stats.post_stratified((strata or {}).get("qf", []))
+    out["missed_fallback_est"] = stats.post_stratified((strata or {}).get("mf", []))
     out["cloud_calls"] = int(row["calls"])
     unpriced = int(row["added_unpriced"])
     cost = None
@@ -142,6 +152,18 @@ def self_check(current: Mapping[str, Any], group: Mapping[str, Any]) -> list[str
 
 def _warnings(task: dict[str, Any]) -> list[str]:
     found = []
+    for key, share in (("false_fallback_est", "false_fallback_rate"), ("missed_fallback_est", "missed_fallback_rate")):
+        est, labeled = task["candidate"][key], task["candidate"][share]
+        if est["coverage"] is not None and est["coverage"] < LOW_ESTIMATE_COVERAGE:
+            found.append(
+                f"{key} covers {est['coverage']:.0%} of the candidate's population (< {LOW_ESTIMATE_COVERAGE:.0%}): "
+                "strata without a label are left out"
+            )
+        if est["ci"] is not None and labeled is not None and not est["ci"][0] <= labeled <= est["ci"][1]:
+            found.append(
+                f"the labels are not spread evenly: the labeled {share} {labeled:.3f} lies outside the population "
+                f"estimate's interval [{est['ci'][0]:.3f}, {est['ci'][1]:.3f}] (§3c); read the estimate"
+            )
     m = task["moved"]
     if m["n"] and m["label_coverage"] < LOW_COVERAGE:
         found.append(
@@ -178,7 +200,9 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
             raise ValueError(f"the candidate threshold of {task_type} must be a number in [0, 1], not {x!r}")
     task_types = tuple(sorted(thresholds))
     with decision_queries.materialized_window(client, window, task_types):
-        rows = whatif_queries.by_candidate(client, {t: [float(thresholds[t])] for t in task_types})
+        candidates = {t: [float(thresholds[t])] for t in task_types}
+        rows = whatif_queries.by_candidate(client, candidates)
+        strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1])
         summary = decision_queries.window_summary(client)
     out: dict[str, Any] = {
         "window": {"start": iso(window.start), "end": iso(window.end)},
@@ -193,14 +217,14 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
             continue
         cur, cand = per[None], per[x]
         mean_cloud_cost = stats.ratio(float(cur["cloud_cost_sum"] or 0), int(cur["cloud_cost_n"]))
-        current = block(cur, mean_cloud_cost)
+        current = block(cur, mean_cloud_cost, strata.get(t, {}).get(None))
         task = {
             "threshold": x,
             "recorded_threshold": {"min": cur["threshold_min"], "max": cur["threshold_max"]},
             "gated": int(cur["gated"]),
             "mean_cloud_cost_usd": mean_cloud_cost,
             "current": current,
-            "candidate": block(cand, mean_cloud_cost),
+            "candidate": block(cand, mean_cloud_cost, strata.get(t, {}).get(x)),
             "moved": moved(cand),
             "self_check": self_check(current, metric_group(summary.get(t))),
         }
@@ -212,22 +236,42 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
 
 
 # -- the pre-push gate -------------------------------------------------------------------------------------
-_GATE = re.compile(r"^\s*(moved\.)?([a-z_]+)\s*(>=|<=|>|<)\s*([-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$")
+_GATE = re.compile(r"^\s*(moved\.)?([a-z_]+)(\.[a-z_]+)?\s*(>=|<=|>|<)\s*([-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?)\s*$")
 _OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
 
 
 def parse_gate(text: str) -> tuple[str, str, float]:
-    """`"missed_fallback_rate>0.05"` → (key, operator, limit); key is a candidate block key or
-    `moved.<key>`. ValueError naming what is wrong otherwise."""
+    """`"missed_fallback_rate>0.05"` → (key, operator, limit); key is a candidate block key, an estimate's part
+    (`missed_fallback_est.high`, §3c) or `moved.<key>`. ValueError naming what is wrong otherwise."""
     m = _GATE.match(text)
     if not m:
         raise ValueError(f"{text!r} is not a condition such as missed_fallback_rate>0.05 (operators > >= < <=)")
-    moved_key, key, op, limit = m.group(1), m.group(2), m.group(3), float(m.group(4))
+    moved_key, key, part, op, limit = m.group(1), m.group(2), m.group(3), m.group(4), float(m.group(5))
+    if part:
+        if moved_key or key not in ESTIMATE_KEYS or part[1:] not in ESTIMATE_PARTS:
+            raise ValueError(
+                f"{text!r}: {(moved_key or '') + key + part} is not one of "
+                + ", ".join(f"{k}.{p}" for k in ESTIMATE_KEYS for p in ESTIMATE_PARTS)
+            )
+        return key + part, op, limit
     keys = MOVED_KEYS if moved_key else BLOCK_KEYS
     if key not in keys:
         where = "moved." if moved_key else ""
         raise ValueError(f"{text!r}: {where}{key} is not one of {', '.join((moved_key or '') + k for k in keys)}")
     return (moved_key or "") + key, op, limit
+
+
+def _value(task: Mapping[str, Any], key: str):
+    """The value a gate condition names in a task type's result (None: unknown)."""
+    if key.startswith("moved."):
+        return task["moved"][key.removeprefix("moved.")]
+    name, _, part = key.partition(".")
+    if not part:
+        return task["candidate"][key]
+    est = task["candidate"][name]
+    if part in ("low", "high"):
+        return None if est["ci"] is None else est["ci"][0 if part == "low" else 1]
+    return est[part]
 
 
 def gate(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
@@ -238,7 +282,7 @@ def gate(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) ->
         if "candidate" not in task:
             continue
         for key, op, limit in conditions:
-            value = task["moved"][key.removeprefix("moved.")] if key.startswith("moved.") else task["candidate"][key]
+            value = _value(task, key)
             if value is not None and _OPS[op](value, limit):
                 hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}")
     return hits
@@ -254,7 +298,7 @@ def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]
             lines.append(f"{t}: no live events in the window")
             continue
         for key, _, _ in conditions:
-            value = task["moved"][key.removeprefix("moved.")] if key.startswith("moved.") else task["candidate"][key]
+            value = _value(task, key)
             if value is None:
                 lines.append(f"{t}: {key} is unknown (nothing labeled behind it)")
     return lines
@@ -264,6 +308,17 @@ def recorded(threshold: dict[str, Any]) -> str:
     """The recorded threshold(s) of the gated events: `0.6`, a range when a push falls in the window, — without."""
     low, high = threshold["min"], threshold["max"]
     return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
+
+
+LOW_ESTIMATE_COVERAGE = 0.8  # docs/metrics.md §3c: below this share of the population covered, the pages warn
+
+
+def _coverage(est: Mapping[str, Any]) -> str:
+    """`, coverage 64 % (low)` beside an estimate; empty without one."""
+    if est["coverage"] is None:
+        return ""
+    low = " (low)" if est["coverage"] < LOW_ESTIMATE_COVERAGE else ""
+    return f", coverage {_pct(est['coverage'])}{low}"
 
 
 # (label, the cell of one block): the rows of the side-by-side table (`routerscope whatif` and the tuning page)
@@ -276,6 +331,20 @@ ROWS = (
     (
         "missed fallbacks",
         lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
+    ),
+    (
+        "false fallbacks, estimate (§3c)",
+        lambda b: (
+            f"{_pct(b['false_fallback_est']['rate'])}{_ci(b['false_fallback_est']['ci'])}"
+            f"{_coverage(b['false_fallback_est'])}"
+        ),
+    ),
+    (
+        "missed fallbacks, estimate (§3c)",
+        lambda b: (
+            f"{_pct(b['missed_fallback_est']['rate'])}{_ci(b['missed_fallback_est']['ci'])}"
+            f"{_coverage(b['missed_fallback_est'])}"
+        ),
     ),
     ("cloud calls", lambda b: str(b["cloud_calls"])),
     ("cost", lambda b: _money(b["cost_usd"])),

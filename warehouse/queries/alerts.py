@@ -61,6 +61,12 @@ FROM $alerts FINAL
 WHERE status = 'firing' OR notify_state = 'pending' OR resolved_at >= {since:DateTime64(3, 'UTC')}
 """,
 )
+EPISODE_EXISTS_SQL = named(
+    "alerts_episode_exists",
+    """
+SELECT count() FROM $alerts WHERE alert_key = {alert_key:String} AND first_seen = {first_seen:DateTime64(3, 'UTC')}
+""",
+)
 DQ_BLOCKING_SQL = named(
     "alerts_signal_dq_blocking",
     """
@@ -113,6 +119,11 @@ def open_or_recent(client, since: datetime) -> list[dict[str, Any]]:
             episode[k] = utc(episode[k])
         out.append(episode)
     return out
+
+
+def episode_exists(client, alert_key: str, first_seen: datetime) -> bool:
+    """Whether an episode of `alert_key` beginning at `first_seen` was ever stored (firing or resolved)."""
+    return bool(_scalar(client, EPISODE_EXISTS_SQL, {"alert_key": alert_key, "first_seen": utc_text(first_seen)}))
 
 
 def blocking_dq_failures(client) -> int:

@@ -329,6 +329,51 @@ def materialized_window(client, window: QueryWindow, task_types: tuple[str, ...]
         drop_window(client)
 
 
+# §3c: the strata the population estimates are post-stratified on — task type × confidence bucket (§6's edges,
+# bucket -1 for a null confidence) — with, per measure, the population's events in the stratum (N), those with
+# a chosen label (n) and the hits among them (k): `ff` the judged fallbacks (hit: acceptable), `qf` the quality
+# fallbacks alone, `mf` the device-served (hit: not acceptable). Over the materialized window.
+STRATA_SQL = named(
+    "label_strata",
+    """
+WITH j AS (
+    SELECT task_type, fallback_type, labeled, acceptable,
+           if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
+           entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
+    FROM $window_table
+    WHERE mode = 'live'
+)
+SELECT task_type, bucket,
+       countIf(judged_fallback) AS ff_N,
+       countIf(judged_fallback AND labeled = 1) AS ff_n,
+       countIf(judged_fallback AND labeled = 1 AND acceptable) AS ff_k,
+       countIf(judged_fallback AND fallback_type = 'quality') AS qf_N,
+       countIf(judged_fallback AND fallback_type = 'quality' AND labeled = 1) AS qf_n,
+       countIf(judged_fallback AND fallback_type = 'quality' AND labeled = 1 AND acceptable) AS qf_k,
+       countIf(device_served) AS mf_N,
+       countIf(device_served AND labeled = 1) AS mf_n,
+       countIf(device_served AND labeled = 1 AND NOT acceptable) AS mf_k
+FROM j
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
+""",
+    FRAGMENTS,
+)
+STRATA_MEASURES = ("ff", "qf", "mf")
+
+
+def label_strata(client, inner_edges: tuple[float, ...]) -> dict[str, dict[str, list[tuple[int, int, int]]]]:
+    """§3c (materialized window): task_type → measure (`ff`, `qf`, `mf`) → [(N_h, n_h, k_h)] per confidence
+    bucket of `inner_edges` (§6's edges without 0 and 1), null confidence its own stratum."""
+    found: dict[str, dict[str, list[tuple[int, int, int]]]] = {}
+    for row in dict_rows(client, STRATA_SQL, {"inner_edges": list(inner_edges)}):
+        per = found.setdefault(row["task_type"], {m: [] for m in STRATA_MEASURES})
+        for m in STRATA_MEASURES:
+            per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
+    return found
+
+
 def window_summary(client) -> dict[str | None, dict[str, Any]]:
     """task_type (None: overall) → the §1/§2/§3/§5/§7/§8 columns of SUMMARY_SQL (materialized window);
     §1's `sessions` comes with `cloud_calls_per_session`."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from instrumentation.events import LABEL_SOURCE_OFFLINE_REPLAY, LABEL_SOURCES
-from warehouse.queries.common import WINDOW_CTE, QueryWindow, named
+from routerscope.core.timeutil import utc
+from warehouse.queries.common import WINDOW_CTE, QueryWindow, dict_rows, named, utc_text
 
 # One label per request: the highest-ranked source, the latest event_time within it; labels with a
 # null device_acceptable are never chosen. Duplicated label events count once (label_id).
@@ -177,25 +178,33 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
 
 
 # The offline replay's sample: judged fallbacks (docs/metrics.md §3: live, entered the device, quality or
-# timeout) in the window that no offline replay has labeled yet, in a seeded pseudo-random order
-# (the same seed gives the same sample).
+# timeout) in the window that no offline replay has labeled yet, **per stratum** — task type × confidence
+# bucket (§6's edges, -1 for a null confidence), the strata §3c post-stratifies on — up to `limit` of each, in
+# a seeded pseudo-random order within the stratum (the same seed gives the same sample), with the stratum's size
+# among the unreplayed fallbacks. Sampling every stratum, rather than the fallbacks at large, is what lets each
+# stratum's labels stand for it (`router.replay.allocate` spreads the run's sample over them).
 REPLAY_SAMPLE_SQL = named(
     "replay_sample",
     """
 WITH $window_cte
-SELECT request_id, task_type, fallback_type
+SELECT request_id, task_type, fallback_type,
+       if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
+       count() OVER (PARTITION BY task_type, bucket) AS stratum_size
 FROM w
 WHERE mode = 'live' AND entered_device AND fallback_type IN ('quality', 'timeout')
   AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {replay_source:String})
-ORDER BY cityHash64(request_id, {seed:UInt64})
-LIMIT {limit:UInt32}
+ORDER BY task_type, bucket, cityHash64(request_id, {seed:UInt64})
+LIMIT {limit:UInt32} BY task_type, bucket
 """,
     FRAGMENTS,
 )
 
 
-def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> list[tuple[str, str, str]]:
-    """Up to `limit` (request_id, task_type, fallback_type) of unreplayed judged fallbacks."""
+def replay_sample(
+    client, window: QueryWindow, limit: int, seed: int = 0, edges: tuple[float, ...] = DEFAULT_EDGES
+) -> list[tuple[str, str, str, int, int]]:
+    """Up to `limit` per stratum of unreplayed judged fallbacks: (request_id, task_type, fallback_type, bucket,
+    the stratum's unreplayed fallbacks), strata in order (task type, then bucket; -1 a null confidence)."""
     result = client.query(
         REPLAY_SAMPLE_SQL,
         parameters={
@@ -203,6 +212,65 @@ def replay_sample(client, window: QueryWindow, limit: int, seed: int = 0) -> lis
             "limit": limit,
             "seed": seed,
             "replay_source": LABEL_SOURCE_OFFLINE_REPLAY,
+            "inner_edges": list(edges[1:-1]),
         },
     )
-    return [tuple(row) for row in result.result_rows]
+    return [(rid, task, fb, int(bucket), int(size)) for rid, task, fb, bucket, size in result.result_rows]
+
+
+# Labels as of their arrival (docs/metrics.md "Labels as of their arrival"): the label-dependent numbers of
+# each window of a grain, counting only the labels whose own event_time is at or before `as_of` (the alert
+# evaluation's time), the chosen label (§3) picked among those. One pass over the windows an alert rule reads,
+# per task type and overall (task_type NULL). Decisions are folded by FINAL (an exact re-delivery counts once).
+_ARRIVED_LABELS = _CHOSEN_LABELS.replace(
+    "WHERE device_acceptable IS NOT NULL AND",
+    "WHERE device_acceptable IS NOT NULL AND event_time <= {as_of:DateTime64(3, 'UTC')} AND",
+).replace("@ids", "w")
+assert _ARRIVED_LABELS != _CHOSEN_LABELS.replace("@ids", "w")  # the cut-off is in
+LABELS_AS_OF_SQL = named(
+    "labels_as_of",
+    """
+WITH w AS (
+    SELECT task_type, request_id, entered_device, fallback_type, degrade_level,
+           toStartOfInterval(event_time, toIntervalSecond({step:UInt32})) AS start
+    FROM $decisions FINAL
+    WHERE event_time >= {since:DateTime64(3, 'UTC')} AND event_time < {until:DateTime64(3, 'UTC')}
+      AND mode = 'live'
+),
+"""
+    + _ARRIVED_LABELS
+    + """
+SELECT
+    w.task_type AS task_type, w.start AS start,
+    countIf(c.route_ok IS NOT NULL) AS route_labeled,
+    countIf(c.route_ok) AS route_correct,
+    countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND c.labeled = 1) AS false_fallback_labeled,
+    countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND c.labeled = 1 AND c.acceptable)
+        AS false_fallbacks,
+    countIf(entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AND c.labeled = 1)
+        AS missed_fallback_labeled,
+    countIf(entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AND c.labeled = 1
+            AND NOT c.acceptable) AS missed_fallbacks
+FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+GROUP BY GROUPING SETS ((w.task_type, w.start), (w.start))
+ORDER BY task_type, start
+SETTINGS group_by_use_nulls = 1
+""",
+)
+
+
+def labels_as_of(client, step_s: int, since, until, as_of) -> dict[tuple[str, object], dict[str, int]]:
+    """(task_type, window start) → the label counts of each window of `step_s` seconds starting in
+    [since, until), counting only labels that had arrived by `as_of`; the overall rows under task type ''."""
+
+    parameters = {
+        "step": int(step_s),
+        "since": utc_text(since),
+        "until": utc_text(until),
+        "as_of": utc_text(as_of),
+        **label_source_parameters(),
+    }
+    return {
+        (row.pop("task_type") or "", utc(row.pop("start"))): {k: int(v) for k, v in row.items()}
+        for row in dict_rows(client, LABELS_AS_OF_SQL, parameters)
+    }

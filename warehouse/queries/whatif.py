@@ -29,9 +29,8 @@ from warehouse.queries.decisions import WINDOW_TABLE
 
 CURRENT = -1.0  # the candidate value that stands for the recorded outcomes (no event moves)
 
-WHATIF_SQL = named(
-    "whatif_by_candidate",
-    """
+# The events of the asked task types, each repeated per candidate, with where each one goes under it.
+_WHATIF_CTE = """
 WITH j AS (
     SELECT *,
            if(has(attempt_levels, 0), attempt_outcomes[indexOf(attempt_levels, 0)], '') AS l0_outcome,
@@ -59,6 +58,12 @@ m AS (
     ARRAY JOIN arrayPushFront(arrayFilter((v, t) -> t = task_type, {values:Array(Float64)}, {tasks:Array(String)}),
                               {current:Float64}) AS candidate
 )
+"""
+
+WHATIF_SQL = named(
+    "whatif_by_candidate",
+    _WHATIF_CTE
+    + """
 SELECT
     task_type,
     candidate,
@@ -96,6 +101,30 @@ ORDER BY task_type, candidate
     window_table=WINDOW_TABLE,
 )
 
+# docs/metrics.md §3c for the candidate's own routes: per task type, candidate and confidence bucket (§6's edges,
+# -1 for a null confidence), its quality fallbacks (`qf`: hit = acceptable) and device-served events (`mf`: hit =
+# not acceptable) — N, labeled n, hits k — for the post-stratified estimates of the blocks.
+WHATIF_STRATA_SQL = named(
+    "whatif_strata",
+    _WHATIF_CTE
+    + """
+SELECT
+    task_type,
+    candidate,
+    if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
+    countIf(quality_fallback_x) AS qf_N,
+    countIf(quality_fallback_x AND has_label) AS qf_n,
+    countIf(quality_fallback_x AND has_label AND acceptable) AS qf_k,
+    countIf(device_served_x) AS mf_N,
+    countIf(device_served_x AND has_label) AS mf_n,
+    countIf(device_served_x AND has_label AND NOT acceptable) AS mf_k
+FROM m
+GROUP BY task_type, candidate, bucket
+ORDER BY task_type, candidate, bucket
+""",
+    window_table=WINDOW_TABLE,
+)
+
 
 def by_candidate(client, candidates: dict[str, list[float]]) -> dict[str, dict[float | None, dict[str, Any]]]:
     """task_type → candidate (None: the recorded outcomes, `current`) → the counts and sums of WHATIF_SQL,
@@ -106,4 +135,23 @@ def by_candidate(client, candidates: dict[str, list[float]]) -> dict[str, dict[f
     for row in dict_rows(client, WHATIF_SQL, {"tasks": tasks, "values": values, "current": CURRENT}):
         candidate = float(row.pop("candidate"))
         found.setdefault(row.pop("task_type"), {})[None if candidate == CURRENT else candidate] = row
+    return found
+
+
+def strata(
+    client, candidates: dict[str, list[float]], inner_edges: tuple[float, ...]
+) -> dict[str, dict[float | None, dict[str, list[tuple[int, int, int]]]]]:
+    """task_type → candidate (None: `current`) → measure (`qf`, `mf`) → [(N_h, n_h, k_h)] per confidence bucket:
+    the strata of §3c over each candidate's own routes (materialized window, as `by_candidate`)."""
+    tasks = [t for t, values in candidates.items() for _ in values]
+    values = [float(v) for vs in candidates.values() for v in vs]
+    parameters = {"tasks": tasks, "values": values, "current": CURRENT, "inner_edges": list(inner_edges)}
+    found: dict[str, dict[float | None, dict[str, list[tuple[int, int, int]]]]] = {}
+    for row in dict_rows(client, WHATIF_STRATA_SQL, parameters):
+        candidate = float(row["candidate"])
+        per = found.setdefault(row["task_type"], {}).setdefault(
+            None if candidate == CURRENT else candidate, {"qf": [], "mf": []}
+        )
+        for m in ("qf", "mf"):
+            per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
     return found

@@ -5,7 +5,14 @@ transitions (pure) → store the new episode versions → deliver what is pendin
 evaluation time, so an evaluation over replayed or simulated history (`now` in the past) behaves as
 it would have live, even when later windows are already stored; the breaker signals are read per window
 from `breaker_events` in the same way (the latest window that had ended by the evaluation time); the
-other pipeline signals (freshness, data quality, quarantine) as of the evaluation time."""
+other pipeline signals (freshness, data quality, quarantine) as of the evaluation time.
+
+Labels arrive late (hours, days). A rule over a label-based number (route accuracy, false and missed
+fallbacks) reads its windows with those numbers recomputed from the labels whose own `event_time` is at or
+before the evaluation time (`labels_as_of`): a stored window may have been recomputed since with later labels,
+and an evaluation as of a past time must not see them, so a late label never moves an alert into the past.
+What late labels reveal about windows before the latest fires when they arrive (`late_streak`), once, marked
+`late` in its trip values; its episode still begins at its first window."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from pathlib import Path
 
 from routerscope.core.errors import ConfigError
 from routerscope.core.timeutil import utc
+from warehouse.analytics import stats
 from warehouse.analytics.alerting.delivery import Notifier
 from warehouse.analytics.alerting.evaluate import (
     RECENTLY,
@@ -24,6 +32,7 @@ from warehouse.analytics.alerting.evaluate import (
     breaker_open_series,
     evaluate,
     evaluate_signal,
+    latest_streak,
     open_by_key,
     pending,
     scopes,
@@ -35,6 +44,7 @@ from warehouse.analytics.alerting.evaluate import (
 from warehouse.analytics.alerting.rules import GRAINS, WINDOW_SIGNALS, Rule, load_rules
 from warehouse.queries import alerts as store
 from warehouse.queries import breaker_events, decisions, schema_migrations
+from warehouse.queries import labels as label_queries
 
 # How far back a window rule reads: far enough to see where a streak began.
 LOOKBACK_WINDOWS = 400
@@ -79,12 +89,32 @@ def verdicts(
         latest, rows = windows[rule.grain]
         if latest is None:
             continue
+        if uses_labels(rule):  # labels as of their arrival: never one dated after `now`
+            key = f"{rule.grain}|labels"
+            if key not in windows:
+                most = max(r.windows for r in rules if r.grain == rule.grain and uses_labels(r))
+                windows[key] = (latest, labels_as_of(client, rule.grain, rows, latest, now, most))
+            rows = windows[key][1]
         series = series_by_scope(rule, rows)
-        out += [
-            (rule, scope, evaluate(rule, series.get(scope, []), latest, scope))
-            for scope in scopes(rule, series, firing)
-        ]
+        for scope in scopes(rule, series, firing):
+            streak = evaluate(rule, series.get(scope, []), latest, scope)
+            if not streak.breaching and uses_labels(rule):
+                streak = late_streak(client, rule, series.get(scope, []), latest, scope, firing)
+            out.append((rule, scope, streak))
     return out
+
+
+def late_streak(client, rule: Rule, series: list, latest: datetime, scope: str, firing: dict) -> BreachStreak:
+    """A label-based rule whose latest window does not breach may still have breached earlier, on labels that
+    arrived since: the most recent such streak fires now, once (an episode beginning at its first window is
+    never raised twice), and resolves at the next evaluation. While an episode of the rule is firing on
+    `scope`, nothing late is looked for: that episode resolves first."""
+    if f"{rule.name}|{scope}" in firing:
+        return BreachStreak(False)
+    streak = latest_streak(rule, series, latest, scope)
+    if streak.breaching and store.episode_exists(client, f"{rule.name}|{scope}", streak.first_seen):
+        return BreachStreak(False)
+    return streak
 
 
 def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
@@ -92,6 +122,64 @@ def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
     if latest is None:
         return None, []
     return latest, store.window_series(client, grain, latest - GRAINS[grain] * LOOKBACK_WINDOWS, latest)
+
+
+# The window keys that rest on labels (docs/metrics.md §3, §3b): an alert evaluated as of `now` recomputes them
+# from the labels that had arrived by `now` (their own event_time), whatever the stored window holds.
+LABEL_KEYS = (
+    "route_accuracy",
+    "route_accuracy_ci",
+    "route_labeled",
+    "false_fallback_rate",
+    "false_fallback_ci",
+    "false_fallback_labeled",
+    "missed_fallback_rate",
+    "missed_fallback_ci",
+    "missed_fallback_labeled",
+)
+
+
+def uses_labels(rule: Rule) -> bool:
+    return any(k in LABEL_KEYS for k in (rule.metric, rule.denominator, rule.interval) if k)
+
+
+def as_of_arrival(metrics: dict, counts: dict[str, int] | None) -> dict:
+    """A stored window's metrics with its label keys recomputed from `counts` (`labels.labels_as_of`: only the
+    labels that had arrived); no counts (no live event in the window) → nothing labeled."""
+    counts = counts or {}
+    out = dict(metrics)
+    for key, hits, n in (
+        ("route_accuracy", "route_correct", "route_labeled"),
+        ("false_fallback", "false_fallbacks", "false_fallback_labeled"),
+        ("missed_fallback", "missed_fallbacks", "missed_fallback_labeled"),
+    ):
+        k, labeled = counts.get(hits, 0), counts.get(n, 0)
+        out[key if key == "route_accuracy" else f"{key}_rate"] = stats.ratio(k, labeled)
+        out[f"{key}_ci"] = stats.wilson(k, labeled)
+        out[n] = labeled
+    return out
+
+
+# How far back from the latest window the label keys are recomputed as of the evaluation (the simulated
+# reviewers' longest delay is 30 h; a label later than this after its window is taken as the stored window has
+# it). It bounds the read: every evaluation would otherwise read the whole look-back of decisions, 400 days for
+# a daily rule. At least the rule's own streak is recomputed.
+LATE_LABEL_HORIZON = timedelta(days=2)
+
+
+def labels_as_of(client, grain: str, rows: list, latest: datetime, now: datetime, windows: int = 1) -> list:
+    """`rows` (task_type, start, metrics) with their label keys as of `now` (see `as_of_arrival`), for the
+    windows within LATE_LABEL_HORIZON (or `windows` windows) of `latest`; older ones as stored."""
+    if not rows:
+        return rows
+    step = GRAINS[grain]
+    horizon = max(LATE_LABEL_HORIZON, step * windows)
+    since = max(min(start for _, start, _ in rows), latest - horizon)
+    counts = label_queries.labels_as_of(client, int(step.total_seconds()), since, latest + step, now)
+    return [
+        (task_type, start, as_of_arrival(m, counts.get((task_type, start))) if start >= since else m)
+        for task_type, start, m in rows
+    ]
 
 
 def last_ended_window(now: datetime, step: timedelta) -> datetime:

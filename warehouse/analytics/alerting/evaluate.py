@@ -46,6 +46,7 @@ class BreachStreak:
     first_seen: datetime | None = None  # start of the earliest window of the breaching streak
     last_seen: datetime | None = None  # end of the latest breaching window
     points: tuple[Point, ...] = ()
+    late: bool = False  # a streak before the latest window, known only once its labels arrived (`latest_streak`)
 
 
 def evaluate(rule: Rule, series: list[Point], latest: datetime, scope: str = "") -> BreachStreak:
@@ -65,6 +66,17 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime, scope: str = "")
         return BreachStreak(False)
     streak.reverse()
     return BreachStreak(True, streak[0].start, streak[-1].start + step, tuple(streak))
+
+
+def latest_streak(rule: Rule, series: list[Point], latest: datetime, scope: str = "") -> BreachStreak:
+    """The most recent breaching streak that ended before the window starting at `latest` (that window itself
+    does not breach), marked `late`: for a label-based rule, windows whose labels arrived after they had been
+    evaluated. BreachStreak(False) when there is none in `series`."""
+    for start in sorted((p.start for p in series if p.start < latest), reverse=True):
+        streak = evaluate(rule, series, start, scope)
+        if streak.breaching:
+            return replace(streak, late=True)
+    return BreachStreak(False)
 
 
 def evaluate_signal(rule: Rule, value, now: datetime) -> BreachStreak:
@@ -178,7 +190,10 @@ def trip_values(rule: Rule, streak: BreachStreak, scope: str = "") -> str:
     ]
     limit = rule.limit_for(scope)
     own = {"default_limit": rule.limit} if scope in (rule.limits or {}) else {}
-    return json.dumps({"metric": rule.metric, "op": rule.op, "limit": limit, **own, "windows": windows}, default=str)
+    late = {"late": True} if streak.late else {}  # raised when its labels arrived, after the windows it names
+    return json.dumps(
+        {"metric": rule.metric, "op": rule.op, "limit": limit, **own, **late, "windows": windows}, default=str
+    )
 
 
 def transition(

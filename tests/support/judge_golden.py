@@ -1,0 +1,225 @@
+"""The judge's golden set: per task type, device answers with a verdict given by hand (would this answer have
+done for the user?), written before the judge was run on them. Requests are the simulator's
+(`router.sim.texts.TEXTS`); `reference` is a cloud answer to the same request (None: no cloud answer).
+
+Hand verdicts are about the answer, not about what the judge can see: a well-formed but wrong answer the
+judge cannot catch (a valid label the cloud did not contradict, code that parses but computes the wrong
+thing, a correct reply worded unlike the cloud's) is kept with its true verdict, so `bench/judge.py`
+reports the disagreement rather than hiding it."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from router.sim.texts import TEXTS
+
+
+class Case(NamedTuple):
+    task_type: str
+    subject: str  # what the user asked, put into the task type's prompt template
+    answer: str  # the device's answer
+    reference: str | None  # the cloud's answer to the same request
+    acceptable: bool  # the hand verdict
+    note: str = ""
+
+    @property
+    def text(self) -> str:
+        return TEXTS[self.task_type][0].format(self.subject)
+
+
+JAZZ, ALARM, RAIN, SISTER, UP = TEXTS["intent_classify"][1]
+PARIS, TOKYO, OSLO = TEXTS["slot_extract"][1]
+MUSEUM, EURO, TRAIN = TEXTS["tool_call"][1]
+REVERSE, SUM = TEXTS["code_snippet"][1]
+MORNING, THANKS, FREE = ("good morning", "thanks for the help!", "are you free later?")
+MEETING, PACKAGE = TEXTS["short_summary"][1]
+
+GOLDEN: list[Case] = [
+    # intent_classify: the declared labels are play_music, set_alarm, weather, call, other
+    Case("intent_classify", JAZZ, "play_music", "play_music", True),
+    Case("intent_classify", ALARM, "set_alarm", None, True),
+    Case("intent_classify", RAIN, "Weather.", "weather", True, "case and a full stop"),
+    Case("intent_classify", SISTER, "call", "call", True),
+    Case("intent_classify", UP, "other", None, True),
+    Case("intent_classify", ALARM, "set alarm", "set_alarm", True, "the label with a space"),
+    Case("intent_classify", JAZZ, "banana", "play_music", False, "well-formed, not a label"),
+    Case("intent_classify", RAIN, "The intent is weather", None, False, "a sentence, not one word"),
+    Case("intent_classify", SISTER, "phone_call", "call", False, "a label of its own"),
+    Case("intent_classify", JAZZ, "play_music, weather", None, False, "two labels"),
+    Case("intent_classify", UP, "", None, False, "empty"),
+    Case("intent_classify", RAIN, "play_music", "weather", False, "a valid label, the wrong one"),
+    Case("intent_classify", SISTER, "play_music", None, False, "a valid wrong label, no cloud: not caught"),
+    # slot_extract: {"city": string, "day": string}, values from the request
+    Case("slot_extract", PARIS, '{"city": "Paris", "day": "Friday"}', None, True),
+    Case("slot_extract", TOKYO, '{"city": "Tokyo", "day": "next Monday"}', None, True),
+    Case("slot_extract", OSLO, '```json\n{"city": "Oslo", "day": "today"}\n```', None, True, "fenced"),
+    Case("slot_extract", PARIS, '{"city": "paris", "day": "friday"}', None, True, "lower case"),
+    Case("slot_extract", TOKYO, '{"city": "Tokyo", "day": "Monday"}', None, True),
+    Case("slot_extract", PARIS, "[]", None, False, "valid JSON, no slots"),
+    Case("slot_extract", PARIS, '{"city": "London", "day": "Friday"}', None, False, "a city never mentioned"),
+    Case("slot_extract", TOKYO, '{"city": "Tokyo"}', None, False, "the day is missing"),
+    Case("slot_extract", OSLO, '{"slot": "value"}', None, False, "the placeholder shape"),
+    Case("slot_extract", OSLO, "Oslo, today", None, False, "not JSON"),
+    Case("slot_extract", OSLO, '{"city": "Oslo", "day": 1}', None, False, "a number for the day"),
+    Case("slot_extract", PARIS, '{"city": "Paris", "day": "Saturday"}', None, False, "a day never mentioned"),
+    Case("slot_extract", TOKYO, '{"city": "Tokyo", "day": "next Monday", "airline": "JAL"}', None, False, "made up"),
+    Case("slot_extract", PARIS, '{"city": "city", "day": "day"}', None, False, "the keys echoed"),
+    # tool_call: lookup{query} weather{city} set_timer{minutes} set_alarm{time}, whitelisted
+    Case("tool_call", MUSEUM, '{"tool": "lookup", "query": "opening hours of the museum"}', None, True),
+    Case("tool_call", EURO, '{"tool": "lookup", "query": "euro exchange rate"}', None, True),
+    Case("tool_call", TRAIN, '[{"tool": "lookup", "query": "first train tomorrow"}]', None, True, "a list of one"),
+    Case("tool_call", MUSEUM, '{"name": "lookup", "arguments": {"query": "museum opening hours"}}', None, True),
+    Case("tool_call", MUSEUM, '```json\n{"tool": "lookup", "query": "museum hours"}\n```', None, True, "fenced"),
+    Case(
+        "tool_call",
+        EURO,
+        '{"tool": "lookup", "query": "EUR rate"}',
+        '{"tool": "lookup", "query": "euro exchange rate"}',
+        True,
+        "the cloud agrees on the tool",
+    ),
+    Case("tool_call", MUSEUM, '{"tool":"delete_all_files"}', None, False, "not on the whitelist"),
+    Case("tool_call", MUSEUM, '{"tool": "lookup"}', None, False, "no query"),
+    Case("tool_call", EURO, '{"tool": "lookup", "query": 42}', None, False, "a number for the query"),
+    Case("tool_call", TRAIN, '{"tool": "lookup", "query": "train", "force": true}', None, False, "an undeclared arg"),
+    Case(
+        "tool_call",
+        TRAIN,
+        '[{"tool": "lookup", "query": "train"}, {"tool": "weather", "city": "Oslo"}]',
+        None,
+        False,
+        "two calls",
+    ),
+    Case("tool_call", MUSEUM, 'lookup("museum hours")', None, False, "not JSON"),
+    Case("tool_call", EURO, '{"tool": "send_email", "query": "rate"}', None, False, "not declared"),
+    Case(
+        "tool_call",
+        MUSEUM,
+        '{"tool": "weather", "city": "Paris"}',
+        '{"tool": "lookup", "query": "museum opening hours"}',
+        False,
+        "a valid call of the wrong tool",
+    ),
+    Case("tool_call", TRAIN, '{"tool": "set_timer", "minutes": "ten"}', None, False, "a string for minutes"),
+    # code_snippet: python
+    Case("code_snippet", REVERSE, "xs[::-1]", None, True),
+    Case("code_snippet", REVERSE, "xs.reverse()", None, True),
+    Case("code_snippet", REVERSE, "xs = xs[::-1]", None, True),
+    Case("code_snippet", REVERSE, "list(reversed(xs))", None, True),
+    Case("code_snippet", SUM, "```python\nprint(sum(range(1, 11)))\n```", None, True, "fenced"),
+    Case("code_snippet", SUM, "sum(range(1, 11))", None, True),
+    Case("code_snippet", SUM, "print(sum(range(11)))", None, True),
+    Case("code_snippet", REVERSE, "reverse xs", None, False, "English"),
+    Case("code_snippet", REVERSE, "Here is the code: xs[::-1]", None, False, "prose around the code"),
+    Case("code_snippet", SUM, "def f(:", None, False, "a syntax error"),
+    Case("code_snippet", REVERSE, "xs", None, False, "a bare name"),
+    Case("code_snippet", SUM, " ", None, False, "blank"),
+    Case("code_snippet", REVERSE, "xs.reverse(", None, False, "unclosed"),
+    Case("code_snippet", SUM, "sum(range(1, 10))", None, False, "parses, sums 1 to 9: not caught"),
+    # short_reply: free text, judged by agreement with the cloud's reply
+    Case("short_reply", MORNING, "Good morning! How can I help you today?", "Good morning! How can I help you?", True),
+    Case("short_reply", THANKS, "You're welcome!", "You're welcome, happy to help!", True),
+    Case("short_reply", FREE, "Yes, I am free later today.", "Yes, I'm free later this afternoon.", True),
+    Case("short_reply", MORNING, "Good morning!", "Good morning! Hope you slept well.", True),
+    Case("short_reply", FREE, "Sure, I'm free after 5 pm.", "Yes, I'm free after five.", True),
+    Case("short_reply", MORNING, "Good morning, have a great day!", "Good morning! Have a wonderful day.", True),
+    Case("short_reply", THANKS, "You are welcome.", "You're welcome!", True),
+    Case("short_reply", THANKS, "No problem at all!", "You're welcome!", True, "same meaning, no word shared"),
+    Case("short_reply", MORNING, "Good morning!", None, True, "no cloud answer"),
+    Case("short_reply", MORNING, "The capital of France is Paris.", "Good morning to you too!", False),
+    Case(
+        "short_reply",
+        THANKS,
+        "Please provide the text you want me to reply to.",
+        "You're welcome, glad I could help!",
+        False,
+    ),
+    Case(
+        "short_reply",
+        FREE,
+        "I am a large language model and do not have a schedule.",
+        "Yes, I should be free after five.",
+        False,
+    ),
+    Case("short_reply", MORNING, "Good night.", "Good morning, have a great day!", False),
+    Case("short_reply", FREE, "asdf qwerty", "Yes, I'm free later.", False),
+    # short_summary: free text, judged by agreement with the cloud's summary
+    Case(
+        "short_summary",
+        MEETING,
+        "The meeting moved to Thursday; bring the budget draft.",
+        "The meeting is now on Thursday since the room was booked, and you should bring the budget draft.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "The package shipped this morning and arrives in two days.",
+        "The package left the warehouse this morning and will arrive in two days.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        MEETING,
+        "Bring the budget draft on Thursday; the meeting moved because the room was booked.",
+        "The meeting moved to Thursday as the room was booked; bring the budget draft.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        MEETING,
+        "The meeting moved to Thursday.",
+        "The meeting moves to Thursday because the room is booked; bring the budget draft.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "The package arrives in two days.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "Your order is on its way and arrives in two days.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        True,
+    ),
+    Case(
+        "short_summary",
+        MEETING,
+        "The meeting was cancelled.",
+        "The meeting moved to Thursday because the room was booked; bring the budget draft.",
+        False,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "The package was lost in the warehouse.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        False,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "I cannot summarise this text.",
+        "The package should arrive in two days after leaving the warehouse this morning.",
+        False,
+    ),
+    Case("short_summary", MEETING, "", "The meeting moved to Thursday.", False, "empty"),
+    Case(
+        "short_summary",
+        MEETING,
+        "Meeting on Friday in the big room.",
+        "The meeting moved to Thursday because the room was booked; bring the budget draft.",
+        False,
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "The weather is nice today.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        False,
+    ),
+]

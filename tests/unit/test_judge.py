@@ -1,0 +1,121 @@
+"""The replay's judge checks meaning, not form (issue: `banana`, `[]` and `{"tool":"delete_all_files"}` were
+all judged acceptable by the validators), agrees with hand verdicts, and never says "acceptable" by default."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pytest
+
+from router.backends import CloudResult, DeviceResult, validate
+from router.judge import declaration_problems, judge_answer, token_f1
+from router.policy import Capability, default_policy, parse
+from router.replay import judge, label_for
+from router.sim.backends import InstantCloud, InstantDevice
+from routerscope.core.errors import ConfigError
+from tests.support.judge_golden import GOLDEN
+
+POLICY = default_policy()
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "task_type, text, answer, reason",
+    [
+        (
+            "intent_classify",
+            "Classify the intent (play_music, weather, other): play some jazz",
+            "banana",
+            "not_a_declared",
+        ),
+        ("slot_extract", "Extract the city and day as JSON: a table in Paris on Friday", "[]", "not_an_object"),
+        ("tool_call", "Output a JSON tool call to look up: museum hours", '{"tool":"delete_all_files"}', "tool_not"),
+    ],
+)
+def test_wrong_but_well_formed_answers_are_not_acceptable(task_type, text, answer, reason):
+    cap = POLICY.capability(task_type)
+    assert validate(cap.validator, answer)  # the old judge: the validator alone accepted each of them
+    device = InstantDevice(DeviceResult(answer, None, "none", 3, 1.0, 2.0, "ok"))
+    verdict = judge(device, POLICY, "r1", task_type, text)
+    assert verdict.acceptable is False and verdict.reason.startswith(reason)
+    label = label_for(verdict, "quality", NOW, "gemma-3-270m")
+    assert label.device_acceptable is False and label.route_correct is True
+    assert label.labeler.endswith(":" + verdict.reason) and len(label.labeler) <= 128
+    assert answer not in label.labeler  # the answer itself is never published
+
+
+def test_golden_set_agrees_with_hand_verdicts_per_task_type():
+    """bench/judge.py's figure as a floor: on every task type, the decided cases agree with the hand at >= 0.9,
+    and a free-text case the judge cannot settle gets no verdict rather than a default."""
+    rows = defaultdict(list)
+    for case in GOLDEN:
+        j = judge_answer(POLICY.capability(case.task_type), case.text, case.answer, case.reference, validate)
+        rows[case.task_type].append((case, j))
+    assert set(rows) == {"intent_classify", "slot_extract", "tool_call", "code_snippet", "short_reply", "short_summary"}
+    for task_type, pairs in rows.items():
+        decided = [(c, j) for c, j in pairs if j.acceptable is not None]
+        assert len(pairs) >= 10 and decided, task_type
+        agreement = sum(c.acceptable == j.acceptable for c, j in decided) / len(decided)
+        assert agreement >= 0.9, (task_type, [(c.answer, j) for c, j in decided if c.acceptable != j.acceptable])
+        if POLICY.capability(task_type).answer:  # declared meaning: always a verdict
+            assert len(decided) == len(pairs), task_type
+
+
+@pytest.mark.parametrize("task_type", ["short_reply", "short_summary"])
+def test_free_text_without_a_cloud_answer_gets_no_verdict(task_type):
+    j = judge_answer(POLICY.capability(task_type), "Reply: good morning", "Good morning!", None, validate)
+    assert (j.acceptable, j.method) == (None, "none")
+
+
+def test_a_task_with_only_a_validator_can_fail_on_form_but_never_passes_on_it():
+    cap = Capability(supported=True, validator="json")
+    assert judge_answer(cap, "t", "not json", None, validate).reason == "invalid_form"
+    assert judge_answer(cap, "t", '{"a": 1}', None, validate).acceptable is None  # form alone: no verdict
+    assert judge_answer(cap, "t", '{"a": 1}', '{"a": 1}', validate).acceptable is True  # the cloud agrees
+
+
+def test_token_f1_is_squads_measure():
+    # "good morning" vs "good morning to you": 2 common, precision 2/2, recall 2/4 → F1 = 2·1·0.5/1.5 = 2/3
+    assert token_f1("Good morning!", "good morning, to you?") == pytest.approx(2 / 3)
+    assert token_f1("the", "a") == 0.0  # articles only: no tokens
+
+
+def test_the_kept_first_answer_is_judged_not_a_regeneration():
+    device = InstantDevice(DeviceResult("weather", None, "none", 3, 1.0, 2.0, "ok"))  # what a re-run would say
+    verdict = judge(device, POLICY, "r1", "intent_classify", "Classify: play some jazz", first_answer="banana")
+    assert (verdict.acceptable, verdict.kept, verdict.answer) == (False, True, "banana")
+    assert ":judge-1:kept:" in label_for(verdict, "quality", NOW, "gemma").labeler
+
+
+def test_the_cloud_is_asked_only_where_its_answer_helps():
+    class CountingCloud(InstantCloud):
+        calls = 0
+
+        def complete(self, *args, **kwargs):
+            CountingCloud.calls += 1
+            return super().complete(*args, **kwargs)
+
+    cloud = CountingCloud(CloudResult('{"city": "Paris", "day": "Friday"}', 5.0, "ok", 3))
+    device = InstantDevice(DeviceResult('{"city": "Paris", "day": "Friday"}', None, "none", 3, 1.0, 2.0, "ok"))
+    assert judge(device, POLICY, "r1", "slot_extract", "a table in Paris on Friday", cloud).acceptable is True
+    assert CountingCloud.calls == 0  # grounding decides extraction; the cloud's JSON is not needed
+
+
+def test_the_default_policy_declares_meaning_for_its_structured_task_types():
+    for task_type, cap in POLICY.capabilities.items():
+        assert declaration_problems(cap.answer) == [], task_type
+    declared = {t for t, cap in POLICY.capabilities.items() if cap.answer}
+    assert declared == {"intent_classify", "slot_extract", "tool_call", "code_snippet"}
+    assert declaration_problems({"labels": "a", "colour": 1}) == [
+        "unknown key 'colour'",
+        "labels must be a non-empty list of names",
+    ]
+
+
+def test_the_answer_declaration_is_optional_and_must_be_a_mapping():
+    base = "version: v\ncapabilities:\n  t: {supported: true, max_input_tokens: 1, max_output_tokens: 1"
+    assert parse(base + "}\n").capability("t").answer is None
+    assert parse(base + ", answer: {labels: [a, b]}}\n").capability("t").answer == {"labels": ["a", "b"]}
+    with pytest.raises(ConfigError, match="answer must be a mapping"):
+        parse(base + ", answer: [a]}\n")
