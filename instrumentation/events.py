@@ -77,7 +77,7 @@ THERMAL_STATES: tuple[str, ...] = ThermalState.__args__
 ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
-V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage")
+V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage", "gateway_deadline_ms")
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
@@ -168,6 +168,8 @@ class DecisionEvent(_Event, frozen=True):
     device_stats: DeviceStats | None = None
     all_cloud_cost_usd: NonNegFloat | UnsetType = UNSET
     rollout_stage: RolloutStage | UnsetType = UNSET
+    # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
+    gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
@@ -179,6 +181,7 @@ _ABSENT_WHEN_NONE = (
     "cost_usd",
     "all_cloud_cost_usd",
     "rollout_stage",
+    "gateway_deadline_ms",
 )
 
 

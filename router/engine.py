@@ -1021,6 +1021,8 @@ class Router:
             confidence=trace.confidence,
             threshold=cap.threshold if entered else None,
             deadline_ms=max(1, int(req.deadline_ms)),
+            # what the gateway sent, when `deadline_ms` (at least 1) cannot hold it
+            gateway_deadline_ms=max(-86_400_000, int(req.deadline_ms)) if req.deadline_ms < 1 else None,
             elapsed_ms=max(0, int(req.elapsed_ms)),
             latency_ms=max(0.0, latency_ms),
             input_tokens=trace.input_tokens,

@@ -430,3 +430,30 @@ def test_seed000_normal_cloud_latencies_never_open_a_fresh_routers_breaker(tmp_p
 
     _, transitions, events = drive(tmp_path, seed_latencies, minutes=60, every_s=2.0)
     assert transitions == [] and not [e for _, e in events if e.degrade_level == 4]
+
+
+# -- the event keeps the deadline the gateway sent --------------------------------------------------------------
+@pytest.mark.parametrize("sent", [0, -500])
+def test_a_budget_already_gone_is_served_canned_and_the_event_keeps_what_the_gateway_sent(tmp_path, sent):
+    """Served right (the canned answer at once), but the event read `deadline_ms = 1`, not what the gateway sent:
+    contract v2's optional `gateway_deadline_ms` keeps it (docs/contract.md); `deadline_ms` stays a valid 1."""
+    router = Router(GreedyDevice(FakeClock(), need_ms=1), QuickCloud(), policy=policy_file(tmp_path))
+    response, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=sent))
+    valid(event)
+    assert response.served_by == "fallback" and [a.level for a in event.attempts] == [4]
+    assert (event.deadline_ms, event.gateway_deadline_ms) == (1, sent)
+    _, normal = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=8000))
+    assert b"gateway_deadline_ms" not in normal.to_json()
+
+
+def test_gateway_deadline_is_v2_only_and_bounded():
+    import json
+
+    from tests.support.events import decision
+
+    v2 = decision(schema_version=2)
+    assert DECISIONS.parse(json.dumps(v2 | {"gateway_deadline_ms": -500}).encode())[1] == []
+    v1 = decision() | {"gateway_deadline_ms": -500}
+    assert "schema.unknown.gateway_deadline_ms" in DECISIONS.parse(json.dumps(v1).encode())[1]
+    positive = v2 | {"gateway_deadline_ms": 5}  # a positive deadline belongs in deadline_ms
+    assert DECISIONS.parse(json.dumps(positive).encode())[1] == ["schema.invalid.gateway_deadline_ms"]
