@@ -22,7 +22,12 @@
 * **The sender cannot die.** A spool record that does not decode (a torn last line after a power
   cut or a full disk, a damaged file) is counted as `corrupt` and skipped; a torn tail is closed
   off at start-up so nothing is appended onto it; a segment that cannot be read at all is moved
-  aside (`*.unreadable`) and its events counted as corrupt. An `OSError` while spooling (`ENOSPC`, a
+  aside (`*.unreadable`) and its events counted as corrupt. **The spool never wedges**: a segment
+  with nothing left to read at the cursor (left empty by a write on a full disk, cut short) is
+  stepped over; records the books expected that no file holds any more are counted as corrupt;
+  the bytes of records that do not decode are kept in `<segment>.corrupt`; a segment that fails part
+  way is read up to the failure; a replayer with nothing it can read waits instead of spinning. An
+  `OSError` while spooling (`ENOSPC`, a
   read-only or vanished directory) counts that batch as dropped (`spool_failed`) and the sender
   keeps going; a cursor that cannot be saved is kept in memory. The sender thread is supervised:
   if it ever raises, the batch it held is counted as dropped and it starts again (`restarts`).
@@ -304,30 +309,97 @@ class Spool:
 
     def peek(self, limit: int) -> tuple[list[Message], int]:
         """Up to `limit` records from the cursor, in order (within the oldest segment): the messages
-        that decode, and how many records were read in all (corrupt ones included)."""
-        name, line = self._cursor()
-        if name is None:
-            return [], 0
-        out, read, corrupt = [], 0, 0
+        that decode, and how many records were read in all (corrupt ones included).
+
+        Never wedges: a cursor segment with nothing left to read (empty, cut short under the cursor)
+        is stepped over while later segments wait, and records the books expected but no file holds
+        any more are counted as corrupt; records that do not decode are counted and their bytes moved
+        aside to `<segment>.corrupt`; a segment that fails part way is read up to the failure, and
+        moved aside (`*.unreadable`) at the next read."""
+        for _ in range(len(self._segments()) + 2):
+            name, line = self._cursor()
+            if name is None:
+                self._reconcile(None, 0)
+                return [], 0
+            out, read, bad = [], 0, []
+            try:
+                with open(self.dir / name, "rb") as f:
+                    for i, raw in enumerate(f):
+                        if i < line:
+                            continue
+                        if read >= limit:
+                            break
+                        read += 1
+                        try:
+                            out.append(Message.from_line(raw))
+                        except ValueError:
+                            bad.append(raw)
+                            log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
+            except OSError as exc:  # the segment cannot be read (any more): never stall on it
+                if not read:
+                    self._abandon(name, exc)
+                    continue
+                log.warning("event spool: segment %s fails past line %d (%s)", name, line + read, exc)
+            if bad:
+                self._set_aside(name, bad)
+            if read:
+                return out, read
+            if not self._step_over(name, line):
+                return [], 0
+        return [], 0
+
+    def _set_aside(self, name: str, lines: list[bytes]) -> None:
+        """Count records that did not decode, and keep their bytes in `<segment>.corrupt` (best effort)."""
+        self.corrupt += len(lines)
+        self._count -= len(lines)
         try:
-            with open(self.dir / name, "rb") as f:
-                for i, raw in enumerate(f):
-                    if i < line:
-                        continue
-                    if read >= limit:
-                        break
-                    read += 1
-                    try:
-                        out.append(Message.from_line(raw))
-                    except ValueError:
-                        corrupt += 1
-                        log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
-        except OSError as exc:  # the segment cannot be read at all: set it aside, never stall on it
-            self._abandon(name, exc)
-            return [], 0
-        self.corrupt += corrupt
-        self._count -= corrupt
-        return out, read
+            fd = os.open(self.dir / f"{name}.corrupt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                _write_all(fd, b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for raw in lines))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("event spool: cannot keep %d corrupt record(s) of %s aside (%s)", len(lines), name, exc)
+
+    def _step_over(self, name: str, line: int) -> bool:
+        """Nothing is left to read at the cursor (`name`, `line`). When later segments wait, this one
+        is finished: delete it and move on (True: read again). Either way, records the books still
+        expect that no segment holds are counted as corrupt."""
+        path = self.dir / name
+        later = [s for s in self._segments() if s.name > name]
+        if later:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("event spool: cannot delete the finished segment %s (%s)", name, exc)
+                self._skipped.add(name)
+            self._set_cursor(later[0].name, 0)
+            self._reconcile(later[0].name, 0)
+            return True
+        try:
+            held = self._lines(path)
+        except OSError:
+            held = 0
+        if held < line:  # cut short under the cursor: what is appended next starts at its new end
+            self._set_cursor(name, held)
+        self._reconcile(name, min(line, held))
+        return False
+
+    def _reconcile(self, name: str | None, line: int) -> None:
+        """Hold the count of waiting records to what the segments from (`name`, `line`) on still hold."""
+        remaining = 0
+        for segment in self._segments():
+            if name is None or segment.name < name:
+                continue
+            try:
+                remaining += self._lines(segment) - (line if segment.name == name else 0)
+            except OSError:
+                continue
+        lost = self._count - max(remaining, 0)
+        if lost > 0:
+            self.corrupt += lost
+            self._count -= lost
+            log.error("event spool: %d spooled event(s) are no longer in any segment; counted as corrupt", lost)
 
     def _abandon(self, name: str, exc: OSError) -> None:
         """Move an unreadable segment out of the spool; what it still held counts as corrupt."""
@@ -628,9 +700,12 @@ class KafkaEmitter:
                 self._stop.wait(0.02)
                 continue
             with self._lock:  # peek counts corrupt records: keep the books consistent for readers
-                position = self.spool._cursor()  # where this batch starts (the cap may move it meanwhile)
-                batch, read = self.spool.peek(500)
-            if read and not batch:  # only corrupt records (already counted): step over them
+                batch, read = self.spool.peek(500)  # (it may step over what it cannot read first)
+                position = self.spool._position  # where this batch starts (the cap may move it meanwhile)
+            if not read:  # nothing readable at all (what was not there is counted): wait, never spin
+                self._stop.wait(0.05)
+                continue
+            if not batch:  # only corrupt records (already counted): step over them
                 with self._lock:
                     self.spool.advance(read, delivered=0)
                 continue
