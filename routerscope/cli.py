@@ -769,8 +769,11 @@ def main(argv: list[str] | None = None) -> int:
         print("routerscope: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a fault of the warehouse (its disk full, out of memory, gone): one line
-        from warehouse.client import outage, outage_error
+        from warehouse.client import damage_error, damaged, outage, outage_error
 
+        if settings is not None and damaged(exc):  # a checksum that fails at query time: one line naming doctor
+            print(f"routerscope: error: {damage_error(exc)}", file=sys.stderr)
+            return 1
         if settings is None or not outage(exc):
             raise
         print(f"routerscope: error: {outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
