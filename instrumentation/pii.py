@@ -77,19 +77,42 @@ _key_lock = threading.Lock()
 
 
 class PiiKeyError(ConfigError):
-    """`pii.key` cannot be used (too short, not hex, readable by others); the message says how to fix it."""
+    """`pii.key` cannot be used (too short, not hex, readable by others, not a file); the message says
+    how to fix it."""
+
+
+class PiiKeyUnwritable(PiiKeyError):
+    """A new `pii.key` cannot be written (a full disk, a read-only home): a fault of the disk, not a setting."""
+
+    exit_code = 1
 
 
 def _read_key(path: Path) -> bytes | None:
     """The key in `path` (None when there is no such file), refused unless it is owner-only and
     at least MIN_KEY_BYTES long."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place must not hang the caller
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise PiiKeyError(
+                f"the PII key {path} is a symbolic link to {os.readlink(path)}, which does not exist: restore "
+                "the deployment's key there, or remove the link for a new key"
+            ) from None
         return None
+    except OSError as exc:
+        raise PiiKeyError(f"the PII key {path} cannot be opened ({exc.strerror}): check it and its directory") from None
     try:
         mode = os.fstat(fd).st_mode
-        text = os.read(fd, 4096).decode("ascii", "replace").strip()
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise PiiKeyError(
+                f"the PII key {path} is {kind}: move it away (a new key is then created), or put the "
+                "deployment's key file there"
+            )
+        try:
+            text = os.read(fd, 4096).decode("ascii", "replace").strip()
+        except OSError as exc:
+            raise PiiKeyError(f"the PII key {path} cannot be read ({exc.strerror}): check the file") from None
     finally:
         os.close(fd)
     if mode & 0o077:
@@ -110,33 +133,44 @@ def _read_key(path: Path) -> bytes | None:
     return key
 
 
-def load_key(home: Path) -> bytes:
+def load_key(home: Path, _attempts: int = 3) -> bytes:
     """The deployment's secret under `home`, created if it does not exist yet: written to a file of
     its own, synced, then linked into place, so a process starting at the same moment sees either no
-    key or the whole key, never an empty or partial one (the first link wins; the others use it)."""
+    key or the whole key, never an empty or partial one (the first link wins; the others use it).
+    A key that cannot be written (a full disk, a read-only home) is one line (`PiiKeyUnwritable`)."""
     path = Path(home) / KEY_FILE
     key = _read_key(path)
     if key is not None:
         return key
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, (secrets.token_bytes(MIN_KEY_BYTES).hex() + "\n").encode())
-            os.fsync(fd)
+            try:
+                data = (secrets.token_bytes(MIN_KEY_BYTES).hex() + "\n").encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(28, "No space left on device")  # a short write: the disk filled up
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another process linked its key first: use theirs
+                pass
+            _sync_directory(path.parent)
         finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:  # another process linked its key first: use theirs
-            pass
-        _sync_directory(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise PiiKeyUnwritable(
+            f"cannot create the PII key {path} ({exc.strerror or exc}): free space on the disk under "
+            f"{path.parent} (or make it writable), or put the deployment's key there"
+        ) from None
     key = _read_key(path)
     if key is None:  # removed between our link and this read (a rotation under us): once more
-        return load_key(home)
+        if _attempts <= 1:
+            raise PiiKeyError(f"the PII key {path} keeps vanishing as it is created: check what removes it")
+        return load_key(home, _attempts - 1)
     return key
 
 

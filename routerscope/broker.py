@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routerscope.core import kafka
-from routerscope.core.errors import BrokerUnavailable, RouterscopeError
+from routerscope.core.errors import BrokerUnavailable, RouterscopeError, disk_note, is_full_disk
 from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
@@ -114,6 +114,13 @@ def _is_ours(record: dict) -> bool:
     return bool(argv) and "tansu" in Path(argv[0]).name and f"tcp://{record.get('bootstrap')}" in argv
 
 
+def _disk_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path).free < 64 * 1024
+    except OSError:
+        return False
+
+
 def _port_open(port: int, timeout_s: float = 0.3) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=timeout_s):
@@ -187,19 +194,32 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
     deadline = time.monotonic() + timeout_s
     while not _port_open(port):
         if proc.poll() is not None:
-            raise BrokerUnavailable(
-                f"the broker exited at start-up (code {proc.returncode}): {_log_tail(log_path)}; log: {log_path}"
-            )
+            tail = _log_tail(log_path)
+            if is_full_disk(OSError(tail)) or _disk_full(settings.home):
+                raise BrokerUnavailable(
+                    f"the broker exited at start-up (code {proc.returncode}): {disk_note(settings.home)}; "
+                    f"free space there and start it again (log: {log_path})"
+                )
+            raise BrokerUnavailable(f"the broker exited at start-up (code {proc.returncode}): {tail}; log: {log_path}")
         if time.monotonic() > deadline:
             proc.kill()
             raise BrokerUnavailable(f"the broker did not accept connections within {timeout_s:.0f} s; log: {log_path}")
         time.sleep(0.05)
     record = {"bootstrap": bootstrap, "pid": proc.pid, "port": port, "started_at": time.time()}
     record.update(_identity(proc.pid) or {})  # what `stop` checks before it sends any signal
-    settings.broker_pid_path.write_text(str(proc.pid))
-    tmp = settings.broker_record_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, settings.broker_record_path)
+    try:
+        settings.broker_pid_path.write_text(str(proc.pid))
+        tmp = settings.broker_record_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, settings.broker_record_path)
+    except OSError as exc:  # later commands could not find it: stop it rather than leave it running unknown
+        proc.kill()
+        if is_full_disk(exc):
+            raise BrokerUnavailable(
+                f"the broker started but its address could not be recorded: {disk_note(settings.home)}; "
+                "free space there and start it again"
+            ) from None
+        raise
     kafka.ensure_topics(settings, bootstrap, replication_factor=1)
     return BrokerStatus(True, bootstrap, proc.pid, log_path)
 

@@ -263,3 +263,26 @@ def test_a_task_type_holding_a_phone_number_is_hashed_within_the_contract_patter
     (event,) = emitter.decisions()
     assert event["task_type"] == hashed
     assert all("01511234567" not in s.name for s in exporter.get_finished_spans())
+
+
+@pytest.mark.parametrize("shape", ["dangling_symlink", "directory", "fifo"])
+def test_a_key_path_that_is_not_a_key_file_is_one_line(tmp_path, shape):
+    """Issue 40: a dangling symlink as the key recursed until `RecursionError`, a directory raised a raw
+    `IsADirectoryError`; a FIFO would have hung the application at start-up."""
+    path = tmp_path / pii.KEY_FILE
+    if shape == "dangling_symlink":
+        path.symlink_to(tmp_path / "gone" / "pii.key")
+        says = "is a symbolic link to"
+    elif shape == "directory":
+        path.mkdir()
+        says = "is a directory: move it away"
+    else:
+        os.mkfifo(path)
+        says = "is not a regular file"
+    with pytest.raises(pii.PiiKeyError) as raised:
+        pii.load_key(tmp_path)
+    message = str(raised.value)
+    assert says in message and str(path) in message and "\n" not in message
+    pii._key = None  # an application starting: the key is read at start-up (restored after the test)
+    with pytest.raises(pii.PiiKeyError):
+        Recorder.from_env({"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
