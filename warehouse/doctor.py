@@ -296,20 +296,19 @@ def _low_watermarks(settings: Settings, keys: list[tuple[str, int]]) -> dict[tup
 
 
 def reconcile(settings: Settings, client, repair: bool, skip: set[str] = frozenset()) -> list[Finding]:
-    """Compare the stored positions with the facts actually stored: every offset below a partition's
-    position must be in its facts table, the quarantine or the ledger. Missing ones were loaded and
-    then lost (a damaged part set aside): the next load reads them again from the broker, which this
-    checks still holds them."""
-    from warehouse.ingest.rows import FACTS, RECORD_ID
+    """Compare the ledger of loaded messages below each stored position with the facts actually stored:
+    a record that is gone was loaded and then lost (a damaged part set aside). The next load reads them
+    again from the broker, which this checks still holds them."""
+    from warehouse.ingest.rows import FACTS
     from warehouse.queries import ingest_offsets
 
     stored = ingest_offsets.stored_positions(client, names.CONSUMER_GROUP_LOADER)
     gaps: list[tuple[str, str, int, list[tuple[int, int]]]] = []
     for topic, (table, *_rest) in FACTS.items():
-        if table in skip or names.TABLE_QUARANTINE in skip:  # a damaged part would fail the read: repair first
+        if table in skip or names.TABLE_LOADED_MESSAGES in skip:  # a damaged part fails the read: repair first
             continue
         nexts = {p: o for (t, p), (o, _) in stored.items() if t == topic}
-        for partition, ranges in sorted(ingest_offsets.missing(client, topic, table, RECORD_ID[topic], nexts).items()):
+        for partition, ranges in sorted(ingest_offsets.missing(client, topic, table, nexts).items()):
             gaps.append((table, topic, partition, ranges))
     if not gaps:
         return []

@@ -105,7 +105,7 @@ from routerscope.core.kafka import check_reachable, fetched_end, librdkafka_conf
 from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
-from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, RECORD_ID, kafka_time
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 from warehouse.queries import ingest_offsets, json_rows, loaded_messages
 
 log = logging.getLogger("routerscope.ingest")
@@ -450,9 +450,7 @@ class Loader:
                 for (t, p), (o, _) in stored.items()
                 if t == topic and (self.partitions is None or p in self.partitions)
             }
-            for partition, ranges in ingest_offsets.missing(
-                client, topic, FACTS[topic][0], RECORD_ID[topic], nexts
-            ).items():
+            for partition, ranges in ingest_offsets.missing(client, topic, FACTS[topic][0], nexts).items():
                 count = sum(last - first + 1 for first, last in ranges)
                 result.refetched[f"{topic}[{partition}]"] = count
                 log.warning(

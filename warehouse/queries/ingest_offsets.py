@@ -115,65 +115,45 @@ def freshness(client, horizon: datetime) -> dict:
     return {"newest_event": decisions.newest_event(client, horizon), "last_load": last_load, "rows": rows}
 
 
-# What the warehouse still holds of each partition below its stored position: offsets in the facts table,
-# in the quarantine, or in the ledger whose record the facts table still holds (a duplicate delivery folded
-# into an earlier copy keeps only its ledger row). A part the engine set aside takes its rows out of the
-# facts table, while the stored position still says they were loaded: those offsets are missing here.
-_PRESENT = """
-SELECT kafka_partition, kafka_offset, 1 AS held FROM $facts WHERE kafka_topic = {topic:String}
-UNION ALL
-SELECT kafka_partition, kafka_offset, 1 AS held FROM $quarantine WHERE kafka_topic = {topic:String}
-UNION ALL
-SELECT kafka_partition, kafka_offset, record_id IN (SELECT $id FROM $facts) AS held FROM $loaded_messages FINAL
-WHERE kafka_topic = {topic:String} AND NOT rejected
-"""
-_BELOW = "kafka_offset < arrayElement({nexts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))"
-
-
-def _present_sql(label: str, facts: str, id_column: str, select: str, tail: str) -> str:
-    return named(
-        f"ingest_present_{label}_{facts}",
-        f"SELECT {select} FROM ($present) WHERE has({{partitions:Array(UInt32)}}, kafka_partition) AND {_BELOW} {tail}",
-        {"present": _PRESENT},
-        facts=names.TABLES[facts],
+# Messages loaded and since lost: the ledger keeps one row per loaded message with the id of the record it
+# became, below each partition's stored position; a record its facts table no longer holds (a part the
+# engine set aside took it) is missing. A duplicate delivery folded into an earlier copy keeps its ledger
+# row and its record, so it is not missing. Offsets no table ever held (a transaction marker on a real
+# cluster) are not missing either: only what was loaded counts.
+MISSING_SQL = {
+    table: named(
+        f"ingest_missing_{table}",
+        """
+SELECT kafka_partition, kafka_offset
+FROM $loaded_messages FINAL
+WHERE kafka_topic = {topic:String} AND NOT rejected AND has({partitions:Array(UInt32)}, kafka_partition)
+  AND kafka_offset < arrayElement({nexts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))
+  AND record_id NOT IN (SELECT $id FROM $facts)
+ORDER BY kafka_partition, kafka_offset
+""",
+        facts=names.TABLES[table],
         id=id_column,
     )
+    for table, id_column in (
+        (names.TABLE_DECISIONS, "event_id"),
+        (names.TABLE_LABELS, "label_id"),
+        (names.TABLE_BREAKER_EVENTS, "event_id"),
+    )
+}
 
 
-def missing(client, topic: str, facts: str, id_column: str, nexts: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
-    """Per partition of `topic`, the offset ranges [first, last] below its stored next offset (`nexts`) that
-    the warehouse no longer holds, from the lowest offset it (or its ledger) knows. Cheap when nothing is missing: one
-    aggregate over the partitions' offsets; only a partition whose count falls short is read in full."""
+def missing(client, topic: str, facts: str, nexts: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition of `topic`, the offset ranges [first, last] below its stored next offset (`nexts`)
+    that were loaded into `facts` and whose records it no longer holds (see MISSING_SQL)."""
     if not nexts:
         return {}
     partitions = sorted(nexts)
     parameters = {"topic": topic, "partitions": partitions, "nexts": [nexts[p] for p in partitions]}
-    counts = client.query(
-        _present_sql(
-            "counts",
-            facts,
-            id_column,
-            "kafka_partition, min(kafka_offset), uniqExactIf(kafka_offset, held)",
-            "GROUP BY 1",
-        ),
-        parameters=parameters,
-    ).result_rows
     out: dict[int, list[tuple[int, int]]] = {}
-    for partition, low, held in counts:
-        partition, low, held = int(partition), int(low), int(held)
-        if held >= nexts[partition] - low:
-            continue
-        rows = client.query(
-            _present_sql("offsets", facts, id_column, "DISTINCT kafka_offset", "AND held ORDER BY kafka_offset"),
-            parameters={**parameters, "partitions": [partition], "nexts": [nexts[partition]]},
-        ).result_rows
-        ranges, expect = [], low
-        for (offset,) in rows:
-            if int(offset) > expect:
-                ranges.append((expect, int(offset) - 1))
-            expect = int(offset) + 1
-        if expect < nexts[partition]:
-            ranges.append((expect, nexts[partition] - 1))
-        if ranges:
-            out[partition] = ranges
+    for partition, offset in client.query(MISSING_SQL[facts], parameters=parameters).result_rows:
+        ranges = out.setdefault(int(partition), [])
+        if ranges and ranges[-1][1] == int(offset) - 1:
+            ranges[-1] = (ranges[-1][0], int(offset))
+        else:
+            ranges.append((int(offset), int(offset)))
     return out
