@@ -39,8 +39,14 @@
   cause and counts sender restarts.
 * Flush policy (what a crash can lose): spool writes go straight to the operating system (no
   buffering in the process), so SIGKILL loses at most what was still in the queue or in flight —
-  at most `queue_size` messages, usually the last few milliseconds. A power cut can also lose
+  at most `queue_size` messages: the sender's next batch and the producer's buffer, measured at
+  0.4–0.9 s of traffic for an app recording faster than the sender sends. A power cut can also lose
   what the OS had not written yet.
+* **Write-ahead** (`write_ahead=True`): `emit` appends the event to the spool file itself, under the
+  emitter's lock, before it returns (≈ 10 µs instead of ≈ 0.3 µs), and the replayer sends it from
+  there. A SIGKILL then loses nothing `emit` returned for (the kernel has it); a power cut still
+  loses what the OS had not written. If the spool cannot take the event (a full disk), it goes to the
+  queue as without write-ahead.
 """
 
 from __future__ import annotations
@@ -119,6 +125,8 @@ class Spool:
         self.corrupt = 0  # records that did not decode, skipped
         self.failed = 0  # messages that could not be written (OSError)
         self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
+        self._tail: tuple[Path, int] | None = None  # (last segment, its size) after the last append
+        self._bytes = 2**62  # bytes in the segments, an estimate from above (checked against the cap)
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = self._readable_lines() - self._position[1]
@@ -215,9 +223,12 @@ class Spool:
         caller then accounts for them), and a partly written chunk is cut back so no torn record is
         left behind."""
         try:
-            segments = self._segments()
-            last = segments[-1] if segments else None
-            size = last.stat().st_size if last else 0
+            if self._tail is not None:  # the last segment and its size, as the previous append left them
+                last, size = self._tail
+            else:
+                segments = self._segments()
+                last = segments[-1] if segments else None
+                size = last.stat().st_size if last else 0
         except OSError as exc:
             if count_failed:
                 self._fail(len(messages), exc)
@@ -238,18 +249,23 @@ class Spool:
             chunks.append((last, chunk))
         unwritten: list[Message] = []
         for path, items in chunks:
+            data = [line for _, line in items]
             try:
-                self._write(path, [line for _, line in items])
+                self._write(path, data)
             except OSError as exc:
                 if count_failed:
                     self._fail(len(items), exc)
                 unwritten.extend(m for m, _ in items)
                 continue
             self._count += len(items)
-        try:
-            self._enforce_cap()
-        except OSError as exc:
-            log.warning("event spool: cannot enforce its cap (%s)", exc)
+            self._bytes += sum(map(len, data))
+        # the last segment and its size for the next append; after a failure, read from the files again
+        self._tail = (last, size) if chunks and not unwritten else None
+        if self._bytes > self.cap_bytes:  # an estimate from above (the replayer deletes behind it): check
+            try:
+                self._enforce_cap()
+            except OSError as exc:
+                log.warning("event spool: cannot enforce its cap (%s)", exc)
         return unwritten
 
     def _fail(self, n: int, exc: OSError) -> None:
@@ -277,8 +293,10 @@ class Spool:
         to its end is deleted) until the records waiting fit in it again."""
         segments = self._segments()
         total = sum(p.stat().st_size for p in segments)
+        self._bytes = total
         if total <= self.cap_bytes:
             return
+        self._tail = None  # segments are deleted below
         name, line = self._cursor()
         lost = 0
         while segments and name is not None:
@@ -300,6 +318,7 @@ class Spool:
             oldest.unlink()  # read (or dropped) to its end
             segments.pop(0)
             name, line = segments[0].name, 0
+        self._bytes = total
         if lost:
             self._count -= lost
             self.dropped += lost
@@ -367,6 +386,7 @@ class Spool:
         expect that no segment holds are counted as corrupt."""
         path = self.dir / name
         later = [s for s in self._segments() if s.name > name]
+        self._tail = None
         if later:
             try:
                 path.unlink(missing_ok=True)
@@ -403,6 +423,7 @@ class Spool:
 
     def _abandon(self, name: str, exc: OSError) -> None:
         """Move an unreadable segment out of the spool; what it still held counts as corrupt."""
+        self._tail = None
         path = self.dir / name
         try:
             if path.exists():
@@ -437,6 +458,7 @@ class Spool:
             finished = line >= self._lines(path)
             if finished:
                 path.unlink()
+                self._tail = None
         except OSError as exc:
             log.warning("event spool: cannot finish segment %s (%s)", name, exc)
             finished = False
@@ -477,9 +499,11 @@ class KafkaEmitter:
         send_timeout_s: float = 2.0,
         retry_every_s: float = 1.0,
         block_when_full: bool = False,
+        write_ahead: bool = False,
     ):
         self.producer_config = producer_config
         self.block_when_full = block_when_full
+        self.write_ahead = write_ahead  # each event reaches the spool file before `emit` returns
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
         # A C queue with no lock of its own to take: `emit` checks the bound itself (a few threads racing
         # at the very edge may each add one more; what a full queue means, dropping, is unchanged).
@@ -507,6 +531,14 @@ class KafkaEmitter:
 
     # -- the request path ----------------------------------------------------------------------------
     def emit(self, message: Message) -> None:
+        if self.write_ahead:
+            # Write-ahead: the event is in the spool file (the kernel's, so a SIGKILL of this process loses
+            # nothing) before `emit` returns; the replayer sends it. A spool that cannot take it (a full
+            # disk) falls back to the queue, as without write-ahead.
+            with self._lock:
+                if not self.spool.append([message], count_failed=False):
+                    self.emitted += 1
+                    return
         # A Ctrl-C (KeyboardInterrupt) can land at any call in here: the message is counted only next to
         # the put that queues it, with no call in between, so an interrupted emit counts nothing. Counted
         # before waiting, an interrupt during the wait would leave an `emitted` message that never enters

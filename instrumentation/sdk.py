@@ -145,9 +145,13 @@ class Recorder:
         self._clean_tasks: set[str] = set()  # the same for task types (pii.scrub_task_type)
 
     @classmethod
-    def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
+    def from_env(
+        cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, write_ahead: bool = False, **options
+    ) -> Recorder:
         """A recorder that reads the same environment as the command line: `ROUTERSCOPE_KAFKA_BOOTSTRAP`
-        (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
+        (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home.
+        `write_ahead=True`: each event is in the spool file before the call that records it returns, so a
+        SIGKILL of the application loses none (docs/instrumentation.md, the loss bound of each mode)."""
         from instrumentation.emitter import KafkaEmitter
         from instrumentation.telemetry import Telemetry
         from routerscope.core.kafka import producer_config
@@ -156,7 +160,7 @@ class Recorder:
         settings = Settings.from_env(env)
         if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line
             pii.configure(settings.home)
-        emitter = KafkaEmitter(producer_config(settings), settings.spool_path)
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, write_ahead=write_ahead)
         return cls(Telemetry(emitter, tracer_provider, meter_provider), **options)
 
     @property
