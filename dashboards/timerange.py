@@ -8,6 +8,7 @@ on a live pipeline the two are minutes apart. `resolve` is the pure part (tested
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -69,11 +70,16 @@ def resolve(params: Mapping[str, str], anchor: datetime, default: str = "6h") ->
         return TimeRange(preset, anchor - PRESETS[preset], anchor)
     fallback = TimeRange(default, anchor - PRESETS[default], anchor)
     if preset != "custom":
-        return _with_problem(fallback, f"unknown range {preset!r} (use one of {', '.join(CHOICES)})")
+        return _with_problem(fallback, f"unknown range {_shown(preset)} (use one of {', '.join(CHOICES)})")
     try:
         start, end = parse_utc(params.get("start", "")), parse_utc(params.get("end", ""))
-    except ValueError as exc:
-        return _with_problem(fallback, f"custom range not understood ({exc}); use ISO times, e.g. {iso(anchor)}")
+    except (ValueError, OverflowError) as exc:  # OverflowError: year 1 or 9999 shifted past the calendar by its offset
+        why = _shown(str(exc))
+        return _with_problem(fallback, f"custom range not understood ({why}); use ISO times, e.g. {iso(anchor)}")
+    if not (YEARS[0] <= start.year and end.year <= YEARS[1]):
+        return _with_problem(
+            fallback, f"custom range outside the times the warehouse stores (years {YEARS[0]} to {YEARS[1]})"
+        )
     if end <= start:
         return _with_problem(fallback, f"custom range ends ({iso(end)}) before it starts ({iso(start)})")
     return TimeRange("custom", start, end)
@@ -88,6 +94,23 @@ def back_params(text: str) -> dict[str, str] | None:
         return None
     rng = resolve(values, datetime.now(UTC))
     return None if rng.problem else rng.params()
+
+
+YEARS = (1900, 2299)  # the times the warehouse's DateTime64 columns store (as the command line checks)
+# Every ASCII punctuation mark Markdown (and Streamlit's `:color[…]`, `:emoji:`) could read as syntax.
+_MARKDOWN = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    """A value from the URL as a message quotes it: cut to `limit` characters, on one line."""
+    value = " ".join(str(value).split())
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def as_text(message: str) -> str:
+    """`message` for `st.warning` & co., which render Markdown: every punctuation mark escaped, so a value
+    from the URL shows as the characters it is (never a link, an image or a colour), on one line."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(message.split()))
 
 
 def _with_problem(rng: TimeRange, problem: str) -> TimeRange:
@@ -135,7 +158,7 @@ def pick(default: str = "6h") -> TimeRange:
     anchor = data.newest_data_end()
     rng = resolve(params, anchor, default)
     if rng.problem:
-        st.warning(f"The link's time range was not used: {rng.problem}. Showing {LABELS[rng.preset]}.")
+        st.warning(as_text(f"The link's time range was not used: {rng.problem}. Showing {LABELS[rng.preset]}."))
     cols = st.columns([3, 2, 2])
     choice = cols[0].segmented_control(
         "Time range",
@@ -152,7 +175,7 @@ def pick(default: str = "6h") -> TimeRange:
         }
         picked = resolve({"range": "custom", **custom}, anchor, default)
         if picked.problem:
-            st.warning(f"{picked.problem}; showing {LABELS[picked.preset]}.")
+            st.warning(as_text(f"{picked.problem}; showing {LABELS[picked.preset]}."))
     else:
         picked = resolve({"range": choice}, anchor, default)
     others = tuple(k for k in st.query_params if k not in PARAMS)

@@ -22,7 +22,12 @@
 * **The sender cannot die.** A spool record that does not decode (a torn last line after a power
   cut or a full disk, a damaged file) is counted as `corrupt` and skipped; a torn tail is closed
   off at start-up so nothing is appended onto it; a segment that cannot be read at all is moved
-  aside (`*.unreadable`) and its events counted as corrupt. An `OSError` while spooling (`ENOSPC`, a
+  aside (`*.unreadable`) and its events counted as corrupt. **The spool never wedges**: a segment
+  with nothing left to read at the cursor (left empty by a write on a full disk, cut short) is
+  stepped over; records the books expected that no file holds any more are counted as corrupt;
+  the bytes of records that do not decode are kept in `<segment>.corrupt`; a segment that fails part
+  way is read up to the failure; a replayer with nothing it can read waits instead of spinning. An
+  `OSError` while spooling (`ENOSPC`, a
   read-only or vanished directory) counts that batch as dropped (`spool_failed`) and the sender
   keeps going; a cursor that cannot be saved is kept in memory. The sender thread is supervised:
   if it ever raises, the batch it held is counted as dropped and it starts again (`restarts`).
@@ -34,8 +39,14 @@
   cause and counts sender restarts.
 * Flush policy (what a crash can lose): spool writes go straight to the operating system (no
   buffering in the process), so SIGKILL loses at most what was still in the queue or in flight —
-  at most `queue_size` messages, usually the last few milliseconds. A power cut can also lose
+  at most `queue_size` messages: the sender's next batch and the producer's buffer, measured at
+  0.4–0.9 s of traffic for an app recording faster than the sender sends. A power cut can also lose
   what the OS had not written yet.
+* **Write-ahead** (`write_ahead=True`): `emit` appends the event to the spool file itself, under the
+  emitter's lock, before it returns (≈ 10 µs instead of ≈ 0.3 µs), and the replayer sends it from
+  there. A SIGKILL then loses nothing `emit` returned for (the kernel has it); a power cut still
+  loses what the OS had not written. If the spool cannot take the event (a full disk), it goes to the
+  queue as without write-ahead.
 """
 
 from __future__ import annotations
@@ -114,6 +125,8 @@ class Spool:
         self.corrupt = 0  # records that did not decode, skipped
         self.failed = 0  # messages that could not be written (OSError)
         self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
+        self._tail: tuple[Path, int] | None = None  # (last segment, its size) after the last append
+        self._bytes = 2**62  # bytes in the segments, an estimate from above (checked against the cap)
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = self._readable_lines() - self._position[1]
@@ -210,9 +223,12 @@ class Spool:
         caller then accounts for them), and a partly written chunk is cut back so no torn record is
         left behind."""
         try:
-            segments = self._segments()
-            last = segments[-1] if segments else None
-            size = last.stat().st_size if last else 0
+            if self._tail is not None:  # the last segment and its size, as the previous append left them
+                last, size = self._tail
+            else:
+                segments = self._segments()
+                last = segments[-1] if segments else None
+                size = last.stat().st_size if last else 0
         except OSError as exc:
             if count_failed:
                 self._fail(len(messages), exc)
@@ -233,18 +249,23 @@ class Spool:
             chunks.append((last, chunk))
         unwritten: list[Message] = []
         for path, items in chunks:
+            data = [line for _, line in items]
             try:
-                self._write(path, [line for _, line in items])
+                self._write(path, data)
             except OSError as exc:
                 if count_failed:
                     self._fail(len(items), exc)
                 unwritten.extend(m for m, _ in items)
                 continue
             self._count += len(items)
-        try:
-            self._enforce_cap()
-        except OSError as exc:
-            log.warning("event spool: cannot enforce its cap (%s)", exc)
+            self._bytes += sum(map(len, data))
+        # the last segment and its size for the next append; after a failure, read from the files again
+        self._tail = (last, size) if chunks and not unwritten else None
+        if self._bytes > self.cap_bytes:  # an estimate from above (the replayer deletes behind it): check
+            try:
+                self._enforce_cap()
+            except OSError as exc:
+                log.warning("event spool: cannot enforce its cap (%s)", exc)
         return unwritten
 
     def _fail(self, n: int, exc: OSError) -> None:
@@ -272,8 +293,10 @@ class Spool:
         to its end is deleted) until the records waiting fit in it again."""
         segments = self._segments()
         total = sum(p.stat().st_size for p in segments)
+        self._bytes = total
         if total <= self.cap_bytes:
             return
+        self._tail = None  # segments are deleted below
         name, line = self._cursor()
         lost = 0
         while segments and name is not None:
@@ -295,6 +318,7 @@ class Spool:
             oldest.unlink()  # read (or dropped) to its end
             segments.pop(0)
             name, line = segments[0].name, 0
+        self._bytes = total
         if lost:
             self._count -= lost
             self.dropped += lost
@@ -304,33 +328,102 @@ class Spool:
 
     def peek(self, limit: int) -> tuple[list[Message], int]:
         """Up to `limit` records from the cursor, in order (within the oldest segment): the messages
-        that decode, and how many records were read in all (corrupt ones included)."""
-        name, line = self._cursor()
-        if name is None:
-            return [], 0
-        out, read, corrupt = [], 0, 0
+        that decode, and how many records were read in all (corrupt ones included).
+
+        Never wedges: a cursor segment with nothing left to read (empty, cut short under the cursor)
+        is stepped over while later segments wait, and records the books expected but no file holds
+        any more are counted as corrupt; records that do not decode are counted and their bytes moved
+        aside to `<segment>.corrupt`; a segment that fails part way is read up to the failure, and
+        moved aside (`*.unreadable`) at the next read."""
+        for _ in range(len(self._segments()) + 2):
+            name, line = self._cursor()
+            if name is None:
+                self._reconcile(None, 0)
+                return [], 0
+            out, read, bad = [], 0, []
+            try:
+                with open(self.dir / name, "rb") as f:
+                    for i, raw in enumerate(f):
+                        if i < line:
+                            continue
+                        if read >= limit:
+                            break
+                        read += 1
+                        try:
+                            out.append(Message.from_line(raw))
+                        except ValueError:
+                            bad.append(raw)
+                            log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
+            except OSError as exc:  # the segment cannot be read (any more): never stall on it
+                if not read:
+                    self._abandon(name, exc)
+                    continue
+                log.warning("event spool: segment %s fails past line %d (%s)", name, line + read, exc)
+            if bad:
+                self._set_aside(name, bad)
+            if read:
+                return out, read
+            if not self._step_over(name, line):
+                return [], 0
+        return [], 0
+
+    def _set_aside(self, name: str, lines: list[bytes]) -> None:
+        """Count records that did not decode, and keep their bytes in `<segment>.corrupt` (best effort)."""
+        self.corrupt += len(lines)
+        self._count -= len(lines)
         try:
-            with open(self.dir / name, "rb") as f:
-                for i, raw in enumerate(f):
-                    if i < line:
-                        continue
-                    if read >= limit:
-                        break
-                    read += 1
-                    try:
-                        out.append(Message.from_line(raw))
-                    except ValueError:
-                        corrupt += 1
-                        log.warning("event spool: skipped a corrupt record (%s line %d)", name, i + 1)
-        except OSError as exc:  # the segment cannot be read at all: set it aside, never stall on it
-            self._abandon(name, exc)
-            return [], 0
-        self.corrupt += corrupt
-        self._count -= corrupt
-        return out, read
+            fd = os.open(self.dir / f"{name}.corrupt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                _write_all(fd, b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for raw in lines))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            log.warning("event spool: cannot keep %d corrupt record(s) of %s aside (%s)", len(lines), name, exc)
+
+    def _step_over(self, name: str, line: int) -> bool:
+        """Nothing is left to read at the cursor (`name`, `line`). When later segments wait, this one
+        is finished: delete it and move on (True: read again). Either way, records the books still
+        expect that no segment holds are counted as corrupt."""
+        path = self.dir / name
+        later = [s for s in self._segments() if s.name > name]
+        self._tail = None
+        if later:
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("event spool: cannot delete the finished segment %s (%s)", name, exc)
+                self._skipped.add(name)
+            self._set_cursor(later[0].name, 0)
+            self._reconcile(later[0].name, 0)
+            return True
+        try:
+            held = self._lines(path)
+        except OSError:
+            held = 0
+        if held < line:  # cut short under the cursor: what is appended next starts at its new end
+            self._set_cursor(name, held)
+        self._reconcile(name, min(line, held))
+        return False
+
+    def _reconcile(self, name: str | None, line: int) -> None:
+        """Hold the count of waiting records to what the segments from (`name`, `line`) on still hold."""
+        remaining = 0
+        for segment in self._segments():
+            if name is None or segment.name < name:
+                continue
+            try:
+                remaining += self._lines(segment) - (line if segment.name == name else 0)
+            except OSError:
+                continue
+        lost = self._count - max(remaining, 0)
+        if lost > 0:
+            self.corrupt += lost
+            self._count -= lost
+            log.error("event spool: %d spooled event(s) are no longer in any segment; counted as corrupt", lost)
 
     def _abandon(self, name: str, exc: OSError) -> None:
         """Move an unreadable segment out of the spool; what it still held counts as corrupt."""
+        self._tail = None
         path = self.dir / name
         try:
             if path.exists():
@@ -365,6 +458,7 @@ class Spool:
             finished = line >= self._lines(path)
             if finished:
                 path.unlink()
+                self._tail = None
         except OSError as exc:
             log.warning("event spool: cannot finish segment %s (%s)", name, exc)
             finished = False
@@ -405,9 +499,11 @@ class KafkaEmitter:
         send_timeout_s: float = 2.0,
         retry_every_s: float = 1.0,
         block_when_full: bool = False,
+        write_ahead: bool = False,
     ):
         self.producer_config = producer_config
         self.block_when_full = block_when_full
+        self.write_ahead = write_ahead  # each event reaches the spool file before `emit` returns
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
         # A C queue with no lock of its own to take: `emit` checks the bound itself (a few threads racing
         # at the very edge may each add one more; what a full queue means, dropping, is unchanged).
@@ -435,6 +531,14 @@ class KafkaEmitter:
 
     # -- the request path ----------------------------------------------------------------------------
     def emit(self, message: Message) -> None:
+        if self.write_ahead:
+            # Write-ahead: the event is in the spool file (the kernel's, so a SIGKILL of this process loses
+            # nothing) before `emit` returns; the replayer sends it. A spool that cannot take it (a full
+            # disk) falls back to the queue, as without write-ahead.
+            with self._lock:
+                if not self.spool.append([message], count_failed=False):
+                    self.emitted += 1
+                    return
         # A Ctrl-C (KeyboardInterrupt) can land at any call in here: the message is counted only next to
         # the put that queues it, with no call in between, so an interrupted emit counts nothing. Counted
         # before waiting, an interrupt during the wait would leave an `emitted` message that never enters
@@ -628,9 +732,12 @@ class KafkaEmitter:
                 self._stop.wait(0.02)
                 continue
             with self._lock:  # peek counts corrupt records: keep the books consistent for readers
-                position = self.spool._cursor()  # where this batch starts (the cap may move it meanwhile)
-                batch, read = self.spool.peek(500)
-            if read and not batch:  # only corrupt records (already counted): step over them
+                batch, read = self.spool.peek(500)  # (it may step over what it cannot read first)
+                position = self.spool._position  # where this batch starts (the cap may move it meanwhile)
+            if not read:  # nothing readable at all (what was not there is counted): wait, never spin
+                self._stop.wait(0.05)
+                continue
+            if not batch:  # only corrupt records (already counted): step over them
                 with self._lock:
                     self.spool.advance(read, delivered=0)
                 continue

@@ -8,13 +8,19 @@ applied (decision events, labels, the request-text store), and scrubbing a scrub
 nothing. It is also narrow on purpose, so that ids which are not personal data keep their value:
 
 * e-mail: `local@domain.tld` anywhere in the value;
-* card: 14–19 digits (single spaces or hyphens between groups allowed, other groups around them
+* card: 14–19 digits (a single separator between groups allowed, other groups around them
   ignored) that pass the Luhn check and start like a card number (Visa, Mastercard, Amex, Discover,
   JCB, Diners, UnionPay);
   13-digit Visa numbers are no longer issued, so a 13-digit id (a millisecond timestamp) is not a card;
 * phone: `+` (or `00`) followed by 8–15 digits (E.164, separators allowed); or 9–12 digits written in phone
   groups (spaces, dots, hyphens or parentheses between groups of at most 5 digits, e.g.
-  `020 7946 0958`, `(555) 123-4567`); or a bare run of exactly 10 or 11 digits (a national number).
+  `020 7946 0958`, `(555) 123-4567`), or an area code after a trunk `0` and the number (`030/12345678`);
+  or a bare run of exactly 10 or 11 digits (a national number), 12 after a trunk `0`.
+
+Everything is read after NFKC (fullwidth digits, `＠`, no-break spaces), with the digits of any script
+as digits and any whitespace, `_` or `/` between groups as a separator (`normalize`); e-mail domains
+may be in any script or punycode; `task_type` is hashed as `redacted_<hash>` (`scrub_task_type`), which
+keeps its contract pattern.
 
 So `req-20261130-123456789` (two groups of 8 and 9 digits), a 13-digit numeric id, a UUID and a date
 are kept as they are. Canonical UUIDs anywhere in the value are ignored before looking.
@@ -42,13 +48,15 @@ import re
 import secrets
 import stat
 import threading
+import unicodedata
 from pathlib import Path
 
 from routerscope.core.errors import ConfigError
 
 log = logging.getLogger("routerscope.instrumentation.pii")
 
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+# Local part and domain in any script (`müller@bücher.de`, `用户@例子.广告`) or punycode; read after NFKC.
+EMAIL = re.compile(r"[\w.%+-]+@[\w-]+(?:\.[\w-]+)*\.(?:[^\W\d_]{2,}|xn--[a-z0-9-]+)", re.IGNORECASE)
 UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # A number as people write one: digits, with at most one separator (or a parenthesised group) between them.
 NUMBER = re.compile(r"\+?\(?\d(?:(?:[ .\-]|\) ?|[ .\-]?\()?\d)*\)?")
@@ -69,19 +77,42 @@ _key_lock = threading.Lock()
 
 
 class PiiKeyError(ConfigError):
-    """`pii.key` cannot be used (too short, not hex, readable by others); the message says how to fix it."""
+    """`pii.key` cannot be used (too short, not hex, readable by others, not a file); the message says
+    how to fix it."""
+
+
+class PiiKeyUnwritable(PiiKeyError):
+    """A new `pii.key` cannot be written (a full disk, a read-only home): a fault of the disk, not a setting."""
+
+    exit_code = 1
 
 
 def _read_key(path: Path) -> bytes | None:
     """The key in `path` (None when there is no such file), refused unless it is owner-only and
     at least MIN_KEY_BYTES long."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place must not hang the caller
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise PiiKeyError(
+                f"the PII key {path} is a symbolic link to {os.readlink(path)}, which does not exist: restore "
+                "the deployment's key there, or remove the link for a new key"
+            ) from None
         return None
+    except OSError as exc:
+        raise PiiKeyError(f"the PII key {path} cannot be opened ({exc.strerror}): check it and its directory") from None
     try:
         mode = os.fstat(fd).st_mode
-        text = os.read(fd, 4096).decode("ascii", "replace").strip()
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise PiiKeyError(
+                f"the PII key {path} is {kind}: move it away (a new key is then created), or put the "
+                "deployment's key file there"
+            )
+        try:
+            text = os.read(fd, 4096).decode("ascii", "replace").strip()
+        except OSError as exc:
+            raise PiiKeyError(f"the PII key {path} cannot be read ({exc.strerror}): check the file") from None
     finally:
         os.close(fd)
     if mode & 0o077:
@@ -102,33 +133,44 @@ def _read_key(path: Path) -> bytes | None:
     return key
 
 
-def load_key(home: Path) -> bytes:
+def load_key(home: Path, _attempts: int = 3) -> bytes:
     """The deployment's secret under `home`, created if it does not exist yet: written to a file of
     its own, synced, then linked into place, so a process starting at the same moment sees either no
-    key or the whole key, never an empty or partial one (the first link wins; the others use it)."""
+    key or the whole key, never an empty or partial one (the first link wins; the others use it).
+    A key that cannot be written (a full disk, a read-only home) is one line (`PiiKeyUnwritable`)."""
     path = Path(home) / KEY_FILE
     key = _read_key(path)
     if key is not None:
         return key
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            os.write(fd, (secrets.token_bytes(MIN_KEY_BYTES).hex() + "\n").encode())
-            os.fsync(fd)
+            try:
+                data = (secrets.token_bytes(MIN_KEY_BYTES).hex() + "\n").encode()
+                if os.write(fd, data) != len(data):
+                    raise OSError(28, "No space left on device")  # a short write: the disk filled up
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another process linked its key first: use theirs
+                pass
+            _sync_directory(path.parent)
         finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:  # another process linked its key first: use theirs
-            pass
-        _sync_directory(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise PiiKeyUnwritable(
+            f"cannot create the PII key {path} ({exc.strerror or exc}): free space on the disk under "
+            f"{path.parent} (or make it writable), or put the deployment's key there"
+        ) from None
     key = _read_key(path)
     if key is None:  # removed between our link and this read (a rotation under us): once more
-        return load_key(home)
+        if _attempts <= 1:
+            raise PiiKeyError(f"the PII key {path} keeps vanishing as it is created: check what removes it")
+        return load_key(home, _attempts - 1)
     return key
 
 
@@ -184,7 +226,7 @@ def _luhn(digits: str) -> bool:
 
 def _is_card(run: str, digits: str) -> bool:
     """Any consecutive groups of the run (`4111 1111 1111 1111-2` holds a card) make a card number."""
-    if len(digits) < 14 or any(c in run for c in "+()."):
+    if len(digits) < 14 or any(c in run for c in "+()"):
         return False
     groups = re.findall(r"\d+", run)
     for i in range(len(groups)):
@@ -209,8 +251,11 @@ def _is_phone(run: str, digits: str) -> bool:
             if 8 <= n - skip <= 15:
                 return True
         return False
-    if len(groups) == 1:
-        return len(digits) in (10, 11)
+    if len(groups) == 1:  # a national number: 10 or 11 digits, 12 after a trunk prefix (`015112345678`)
+        return len(digits) in (10, 11) or (len(digits) == 12 and digits.startswith("0"))
+    # a national number with its area code written apart: `030/12345678`, `0151 12345678`
+    if groups[0].startswith("0") and 2 <= len(groups[0]) <= 5 and 9 <= len(groups[0]) + len(groups[1]) <= 12:
+        return True
     for i in range(len(groups)):
         n = 0
         for j, group in enumerate(groups[i:]):
@@ -222,10 +267,29 @@ def _is_phone(run: str, digits: str) -> bool:
     return False
 
 
+# Separators people put between digit groups beyond the ones NUMBER reads: any whitespace (the no-break and
+# thin spaces NFKC leaves as spaces, tabs), `_` and `/` (`030/12345678`); read as a space.
+_SEPARATORS = re.compile(r"[\s_/]")
+
+
+def normalize(value: str) -> str:
+    """The value as the patterns read it: NFKC first (fullwidth digits and `＠`, no-break spaces), then
+    every decimal digit of any script as its ASCII digit, and every separator of `_SEPARATORS` as a space."""
+    value = unicodedata.normalize("NFKC", value)
+    if not value.isascii():
+        value = "".join(str(unicodedata.decimal(ch)) if ch.isdecimal() and not ch.isascii() else ch for ch in value)
+    return value
+
+
+def _digits(value: str) -> int:
+    return sum(map(str.isdigit, value))
+
+
 def looks_personal(value: str) -> bool:
+    value = normalize(value)
     if EMAIL.search(value):
         return True
-    value = UUID.sub("-", value)
+    value = _SEPARATORS.sub(" ", UUID.sub("-", value))
     for match in NUMBER.finditer(value):
         run = match.group().rstrip(")")
         digits = "".join(ch for ch in run if ch.isdigit())
@@ -242,9 +306,9 @@ DATE = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?!\d
 def scrub_name(value: str | None) -> str | None:
     """`scrub` for a version or a model name (`app_version`, `policy_version`, `device_model`,
     `cloud_model`): the same, except that dates in it are not taken for phone numbers."""
-    if value is None or ("@" not in value and sum(map(str.isdigit, value)) < 8):
+    if value is None or (value.isascii() and "@" not in value and _digits(value) < 8):
         return value
-    if REDACTED.fullmatch(value) or HASHED.fullmatch(value) or not looks_personal(DATE.sub("-", value)):
+    if REDACTED.fullmatch(value) or HASHED.fullmatch(value) or not looks_personal(DATE.sub("-", normalize(value))):
         return value
     return _hash(value)
 
@@ -269,11 +333,22 @@ def scrub(value: str | None) -> str | None:
     if value is None:
         return value
     # fast paths: no '@' and fewer than 8 digits cannot match; nor can a canonical UUID
-    if "@" not in value and (sum(map(str.isdigit, value)) < 8 or UUID.fullmatch(value)):
+    if value.isascii() and "@" not in value and (_digits(value) < 8 or UUID.fullmatch(value)):
         return value
     if REDACTED.fullmatch(value) or HASHED.fullmatch(value) or not looks_personal(value):
         return value
     return _hash(value)
+
+
+TASK_TYPE_REDACTED = re.compile(r"redacted_[0-9a-f]{16}")
+
+
+def scrub_task_type(value: str | None) -> str | None:
+    """`scrub` for `task_type`, whose contract pattern (`[a-z][a-z0-9_]*`) still holds digits enough for a
+    phone number (`callback_0301234567`): such a value becomes `redacted_<hash>`, which fits the pattern."""
+    if value is None or TASK_TYPE_REDACTED.fullmatch(value) or scrub(value) == value:
+        return value
+    return "redacted_" + _hash(value).removeprefix("redacted-")
 
 
 # Versions and model names: scrubbed with `scrub_name` (dates in them are not phone numbers).
@@ -284,6 +359,7 @@ NAME_FIELDS = frozenset({"app_version", "policy_version", "device_model", "cloud
 # by the SDK).
 FREE_TEXT = {
     "DecisionEvent": (
+        "task_type",
         "request_id",
         "session_id",
         "app_id",
@@ -308,7 +384,10 @@ def scrub_event(event, scrub_one=None):
     for name in FREE_TEXT.get(type(event).__name__, ()):
         value = getattr(event, name, None)
         if isinstance(value, str):
-            scrubbed = scrub_name(value) if name in NAME_FIELDS else scrub_one(value)
+            if name == "task_type":
+                scrubbed = scrub_task_type(value)
+            else:
+                scrubbed = scrub_name(value) if name in NAME_FIELDS else scrub_one(value)
             if scrubbed is not value and scrubbed != value:
                 changes[name] = scrubbed
     return msgspec.structs.replace(event, **changes) if changes else event

@@ -98,7 +98,14 @@ _CLEAN_IDS_MAX = 4096
 
 # Free-text fields of a decision scrubbed besides the ids above (instrumentation.pii.FREE_TEXT).
 _MORE_FREE_TEXT = ("app_version", "policy_version", "device_model", "cloud_model")
-assert set(pii.FREE_TEXT["DecisionEvent"]) == {"request_id", "session_id", "app_id", "device_tier", *_MORE_FREE_TEXT}
+assert set(pii.FREE_TEXT["DecisionEvent"]) == {
+    "task_type",
+    "request_id",
+    "session_id",
+    "app_id",
+    "device_tier",
+    *_MORE_FREE_TEXT,
+}
 assert set(_MORE_FREE_TEXT) == pii.NAME_FIELDS
 
 
@@ -135,11 +142,16 @@ class Recorder:
         # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
         self._clean_ids: set[str] = set()
         self._clean_names: set[str] = set()  # the same for versions and model names (pii.scrub_name)
+        self._clean_tasks: set[str] = set()  # the same for task types (pii.scrub_task_type)
 
     @classmethod
-    def from_env(cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, **options) -> Recorder:
+    def from_env(
+        cls, env: dict | None = None, *, tracer_provider=None, meter_provider=None, write_ahead: bool = False, **options
+    ) -> Recorder:
         """A recorder that reads the same environment as the command line: `ROUTERSCOPE_KAFKA_BOOTSTRAP`
-        (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home."""
+        (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home.
+        `write_ahead=True`: each event is in the spool file before the call that records it returns, so a
+        SIGKILL of the application loses none (docs/instrumentation.md, the loss bound of each mode)."""
         from instrumentation.emitter import KafkaEmitter
         from instrumentation.telemetry import Telemetry
         from routerscope.core.kafka import producer_config
@@ -148,7 +160,7 @@ class Recorder:
         settings = Settings.from_env(env)
         if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line
             pii.configure(settings.home)
-        emitter = KafkaEmitter(producer_config(settings), settings.spool_path)
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, write_ahead=write_ahead)
         return cls(Telemetry(emitter, tracer_provider, meter_provider), **options)
 
     @property
@@ -205,7 +217,7 @@ class Recorder:
         started = time.time_ns()
         parent = otel_context.get_current()
         span = self.telemetry.tracer.start_span(
-            f"route {task_type}", parent, kind=SpanKind.INTERNAL, start_time=started
+            f"route {self._scrub_task(task_type)}", parent, kind=SpanKind.INTERNAL, start_time=started
         )
         current = set_span_in_context(span, parent)
         token = otel_context.attach(current)
@@ -305,6 +317,8 @@ class Recorder:
             changes["app_id"] = app_id
         if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
             changes["device_tier"] = tier
+        if (task_type := self._scrub_task(event.task_type)) is not event.task_type:
+            changes["task_type"] = task_type  # the contract's pattern still holds digits enough for a phone
         for name in _MORE_FREE_TEXT:  # versions and model names (pii.NAME_FIELDS); values recur: cached
             value = getattr(event, name)
             if value is not None and (scrubbed := self._scrub_name(value)) is not value:
@@ -349,6 +363,17 @@ class Recorder:
             children_end, attempts = attempt_spans(tel.tracer, event, started_ns, session, details, current), None
         tel.decided(event, ctx, parent, attempts)  # counted, timed (the exemplar: the decision span)
         return event, children_end
+
+    def _scrub_task(self, value):
+        if not isinstance(value, str) or value in self._clean_tasks:
+            return value
+        scrubbed = pii.scrub_task_type(value)
+        if scrubbed == value:
+            if len(self._clean_tasks) >= _CLEAN_IDS_MAX:
+                self._clean_tasks.clear()
+            self._clean_tasks.add(value)
+            return value
+        return scrubbed
 
     def _scrub_name(self, value: str) -> str:
         if value in self._clean_names:
@@ -500,7 +525,9 @@ class Decision:
         self._started_ns = self.start_ns if self.start_ns is not None else time.time_ns()
         self._perf = time.perf_counter()
         tracer = self.recorder.telemetry.tracer
-        self._span = tracer.start_span(f"route {self.task_type}", kind=SpanKind.INTERNAL, start_time=self._started_ns)
+        self._span = tracer.start_span(
+            f"route {self.recorder._scrub_task(self.task_type)}", kind=SpanKind.INTERNAL, start_time=self._started_ns
+        )
         self._parent = otel_context.get_current()
         self._current = set_span_in_context(self._span, self._parent)
         self._token = otel_context.attach(self._current)  # current while the block runs

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routerscope.core import kafka
-from routerscope.core.errors import BrokerUnavailable, RouterscopeError
+from routerscope.core.errors import BrokerUnavailable, RouterscopeError, disk_note, is_full_disk
 from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
@@ -77,6 +77,50 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _identity(pid: int) -> dict | None:
+    """What tells process `pid` apart from a later one given the same pid: its executable and its
+    start time (clock ticks after boot, from /proc). None when it does not exist or cannot be read."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, `starttime`
+    except (OSError, ValueError, IndexError):
+        return None
+    return {"exe": exe, "start_ticks": start_ticks}
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _is_ours(record: dict) -> bool:
+    """Whether the process holding the recorded pid is still the broker this home started: the same
+    executable started at the same moment (recorded at start), or, for a record written before those
+    were recorded, a Tansu broker listening on the recorded address. A pid the kernel has since given
+    to another process is never ours."""
+    pid = record.get("pid")
+    if not isinstance(pid, int) or pid <= 0 or not _pid_alive(pid):
+        return False
+    now = _identity(pid)
+    if now is None:
+        return False
+    if "exe" in record or "start_ticks" in record:
+        return now == {"exe": record.get("exe"), "start_ticks": record.get("start_ticks")}
+    argv = _cmdline(pid)
+    return bool(argv) and "tansu" in Path(argv[0]).name and f"tcp://{record.get('bootstrap')}" in argv
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path).free < 64 * 1024
+    except OSError:
+        return False
+
+
 def _port_open(port: int, timeout_s: float = 0.3) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=timeout_s):
@@ -98,7 +142,7 @@ def status(settings: Settings) -> BrokerStatus:
     if not record:
         return BrokerStatus(False, None, None, log)
     pid, port = record.get("pid"), record.get("port")
-    running = bool(pid and _pid_alive(pid) and port and _port_open(port))
+    running = bool(_is_ours(record) and port and _port_open(port))
     return BrokerStatus(running, record.get("bootstrap"), pid, log)
 
 
@@ -150,38 +194,73 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
     deadline = time.monotonic() + timeout_s
     while not _port_open(port):
         if proc.poll() is not None:
-            raise BrokerUnavailable(
-                f"the broker exited at start-up (code {proc.returncode}): {_log_tail(log_path)}; log: {log_path}"
-            )
+            tail = _log_tail(log_path)
+            if is_full_disk(OSError(tail)) or _disk_full(settings.home):
+                raise BrokerUnavailable(
+                    f"the broker exited at start-up (code {proc.returncode}): {disk_note(settings.home)}; "
+                    f"free space there and start it again (log: {log_path})"
+                )
+            raise BrokerUnavailable(f"the broker exited at start-up (code {proc.returncode}): {tail}; log: {log_path}")
         if time.monotonic() > deadline:
             proc.kill()
             raise BrokerUnavailable(f"the broker did not accept connections within {timeout_s:.0f} s; log: {log_path}")
         time.sleep(0.05)
     record = {"bootstrap": bootstrap, "pid": proc.pid, "port": port, "started_at": time.time()}
-    settings.broker_pid_path.write_text(str(proc.pid))
-    tmp = settings.broker_record_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, settings.broker_record_path)
+    record.update(_identity(proc.pid) or {})  # what `stop` checks before it sends any signal
+    try:
+        settings.broker_pid_path.write_text(str(proc.pid))
+        tmp = settings.broker_record_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, settings.broker_record_path)
+    except OSError as exc:  # later commands could not find it: stop it rather than leave it running unknown
+        proc.kill()
+        if is_full_disk(exc):
+            raise BrokerUnavailable(
+                f"the broker started but its address could not be recorded: {disk_note(settings.home)}; "
+                "free space there and start it again"
+            ) from None
+        raise
     kafka.ensure_topics(settings, bootstrap, replication_factor=1)
     return BrokerStatus(True, bootstrap, proc.pid, log_path)
 
 
 def stop(settings: Settings, timeout_s: float = 10.0) -> bool:
-    """Stop this home's broker. Returns False when none was running."""
+    """Stop this home's broker. Returns False when none was running.
+
+    Only the broker this home started is signalled: the recorded pid must still be that process (its
+    executable and start time, `_is_ours`); a stale record whose pid now belongs to another process is
+    removed and that process left alone. The signals go through a pidfd, so they cannot reach a
+    process that took the pid between the check and the signal."""
     record = _read_record(settings)
     stopped = False
-    if record and record.get("pid") and _pid_alive(record["pid"]):
+    if record and _is_ours(record):
         pid = record["pid"]
         try:
-            os.kill(pid, signal.SIGTERM)
+            handle = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            handle = None
+        try:
+            if handle is not None and not _is_ours(record):  # the pid changed hands before the pidfd
+                raise ProcessLookupError
+            _signal(pid, handle, signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
             while _pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+            if _pid_alive(pid) and (handle is not None or _is_ours(record)):
+                _signal(pid, handle, signal.SIGKILL)
+            stopped = True
         except ProcessLookupError:
-            pass
-        stopped = True
+            stopped = True  # it ended by itself meanwhile
+        finally:
+            if handle is not None:
+                os.close(handle)
     for name in (settings.broker_record_path, settings.broker_pid_path):
         name.unlink(missing_ok=True)
     return stopped
+
+
+def _signal(pid: int, handle: int | None, sig: int) -> None:
+    if handle is not None:
+        signal.pidfd_send_signal(handle, sig)
+    else:
+        os.kill(pid, sig)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from routerscope import __version__, broker
 from routerscope.core import names
-from routerscope.core.errors import ConfigError, RouterscopeError
+from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.settings import Settings
 from routerscope.core.text import pct
 
@@ -518,7 +518,13 @@ def _partition_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: give partition numbers separated by commas, e.g. 0,2") from None
     if not values or values[0] < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give partition numbers separated by commas, e.g. 0,2")
+    if values[-1] > MAX_PARTITION:
+        raise argparse.ArgumentTypeError(f"partition {values[-1]} is past Kafka's largest, {MAX_PARTITION}")
     return values
+
+
+MAX_PARTITION = 2**31 - 2  # Kafka numbers partitions with a signed 32-bit int
+MAX_CORRUPT = 1_000_000  # malformed messages `simulate --corrupt` produces at most
 
 
 def _int_at_least(minimum: int, maximum: int | None = None):
@@ -537,6 +543,20 @@ def _int_at_least(minimum: int, maximum: int | None = None):
 
 
 _port = _int_at_least(1, 65535)  # a TCP port
+
+
+def _window_days(text: str) -> float:
+    """A window length in days: finite, from one minute (a shorter one holds no whole millisecond of
+    traffic, `1e-300` made an empty window) to ten years."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or not 1 / 1440 <= value <= 3650:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from one minute (0.0007) to ten years (3650) of days")
+    return value
 
 
 _positive_int = _int_at_least(1)
@@ -593,7 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(
-        "--corrupt", type=_int_at_least(0), default=0, help="malformed messages to produce as well (for the quarantine)"
+        "--corrupt",
+        type=_int_at_least(0, MAX_CORRUPT),
+        default=0,
+        help="malformed messages to produce as well (for the quarantine)",
     )
     p.set_defaults(func=cmd_simulate)
 
@@ -706,9 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--end", help="window end (exclusive), ISO 8601 (default: the end of the newest live event's day)")
     p.add_argument(
         "--days",
-        type=_float_at_least(0, strictly=True),
+        type=_window_days,
         default=7.0,
-        help="window length when --start or --end is missing (default 7)",
+        help="window length when --start or --end is missing (default 7; one minute to ten years)",
     )
     p.add_argument(
         "--fail-if",
@@ -749,6 +772,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _doing(args) -> str:
+    return (
+        "`routerscope " + " ".join(filter(None, (getattr(args, "command", None), getattr(args, "action", None)))) + "`"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -760,6 +789,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"routerscope: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # an unreadable home, a full disk, a file that vanished: say which
+        if is_full_disk(exc) and settings is not None:
+            print(f"routerscope: error: {full_disk_error(settings.home, exc, _doing(args))}", file=sys.stderr)
+            return 1
         where = f": {exc.filename}" if exc.filename else ""
         print(
             f"routerscope: error: {exc.strerror or exc}{where} (check ROUTERSCOPE_HOME and its permissions)",
@@ -770,8 +802,14 @@ def main(argv: list[str] | None = None) -> int:
         print("routerscope: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a fault of the warehouse (its disk full, out of memory, gone): one line
-        from warehouse.client import outage, outage_error
+        from warehouse.client import damage_error, damaged, outage, outage_error
 
+        if settings is not None and is_full_disk(exc):  # SQLite's "database or disk is full", and the like
+            print(f"routerscope: error: {full_disk_error(settings.home, exc, _doing(args))}", file=sys.stderr)
+            return 1
+        if settings is not None and damaged(exc):  # a checksum that fails at query time: one line naming doctor
+            print(f"routerscope: error: {damage_error(exc)}", file=sys.stderr)
+            return 1
         if settings is None or not outage(exc):
             raise
         print(f"routerscope: error: {outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)

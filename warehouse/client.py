@@ -233,6 +233,31 @@ def outage(exc: BaseException) -> bool:
     return bool(_OUTAGE_TEXT.search(text))
 
 
+# ClickHouse's codes for data that does not read back as written: CHECKSUM_DOESNT_MATCH (40),
+# CANNOT_READ_ALL_DATA (33), CORRUPTED_DATA (246), CANNOT_DECOMPRESS (271).
+DAMAGE_CODES = frozenset({33, 40, 246, 271})
+
+
+def damaged(exc: BaseException) -> bool:
+    """True when a query failed because a part of the warehouse does not read back as written (a flipped
+    byte, a file cut short): `routerscope doctor --repair` sets such a part aside."""
+    text = str(exc)
+    return any(int(code) in DAMAGE_CODES for code in _CODE.findall(text)) or "Checksum doesn't match" in text
+
+
+def damage_error(exc: BaseException) -> WarehouseError:
+    """One line for a query that met a damaged part, naming `doctor`."""
+    text = str(exc)
+    part = re.search(r"while reading from part (\S+?)/? in table (\S+)", text)
+    where = f" (part {Path(part.group(1)).name} of {part.group(2)})" if part else ""
+    first = (text.splitlines() or [repr(exc)])[0]
+    first = re.split(r"\. Reference:|: [Ww]hile reading", first)[0][:160]
+    return WarehouseError(
+        f"the warehouse holds a damaged part{where}: {first}; run `routerscope doctor --repair` to set it aside, "
+        "then `routerscope load` to load its rows again from the broker"
+    )
+
+
 # -- free space on an embedded warehouse's disk ---------------------------------------------------
 @dataclass(frozen=True)
 class DiskSpace:

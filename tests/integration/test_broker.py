@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -139,6 +142,48 @@ def test_produce_without_any_broker_says_how_to_start_one(tmp_path, home):
 def test_stop_when_nothing_runs_is_harmless(home):
     settings = settings_for(home)
     assert broker.stop(settings) is False
+    assert broker.status(settings).running is False
+
+
+def _start_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[19])
+
+
+@pytest.mark.parametrize("shape", ["record_before_identities", "same_program_started_later"])
+def test_stop_with_a_stale_record_leaves_the_process_now_holding_that_pid_alone(home, shape):
+    """Issue 40: with a stale pid in `broker.json`, `status` said not running, yet `stop` sent SIGTERM
+    (then SIGKILL) to whatever process held that pid now. Here a bystander holds the recorded pid: a
+    record as written before executables and start times were recorded, and a record naming the
+    bystander's own executable with another start time (the pid reused by the same program)."""
+    settings = settings_for(home)
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        record = {"bootstrap": "127.0.0.1:9", "pid": bystander.pid, "port": free_port(), "started_at": 1.0}
+        if shape == "same_program_started_later":
+            record["exe"] = str(Path(f"/proc/{bystander.pid}/exe").readlink())
+            record["start_ticks"] = _start_ticks(bystander.pid) - 1
+        home.mkdir(parents=True, exist_ok=True)
+        settings.broker_record_path.write_text(json.dumps(record))
+        stopped = run_cli("broker", "stop", env=clean_env(home))
+        assert stopped.returncode == 0 and "no broker was running" in stopped.stdout, stopped
+        time.sleep(0.3)
+        assert bystander.poll() is None, "stop signalled a process that is not our broker"
+        assert not settings.broker_record_path.exists()
+        assert run_cli("broker", "status", env=clean_env(home)).returncode == 3
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_started_broker_records_what_stop_checks_and_stop_stops_it(home):
+    """The record names the broker's executable and start time; `stop` checks them and stops it."""
+    settings = settings_for(home)
+    started = broker.start(settings, port=free_port(), keep=False)
+    record = json.loads(settings.broker_record_path.read_text())
+    assert record["pid"] == started.pid and "tansu" in Path(record["exe"]).name
+    assert record["start_ticks"] == _start_ticks(started.pid)
+    assert broker.stop(settings) is True
     assert broker.status(settings).running is False
 
 

@@ -592,3 +592,28 @@ def test_tuning_keeps_its_task_type_in_the_url_and_a_stranger_opens_on_the_busie
     app = render("tuning.py", **week, task_type="[x](https://evil.example)")
     assert app.selectbox(key="url_task_type").value == first
     assert app.query_params["task_type"] == first
+
+
+HOSTILE_RANGES = {
+    "markdown_link": {"range": "[click here](https://evil.example/x) ![x](https://evil.example/i.png) :red[BIG]"},
+    "year_one_shifted": {"range": "custom", "start": "0001-01-01T00:00:00+01:00", "end": "2026-11-30T00:00:00Z"},
+    "year_9999_shifted": {"range": "custom", "start": "2026-11-29T00:00:00Z", "end": "9999-12-31T23:59:59-01:00"},
+    "before_1900": {"range": "custom", "start": "1066-10-14T00:00:00Z", "end": "2026-11-30T00:00:00Z"},
+    "markdown_in_a_time": {"range": "custom", "start": "[x](https://evil.example)", "end": "2026-11-30T00:00:00Z"},
+}
+
+
+@pytest.mark.parametrize("page", ["oncall.py", "explorer.py"])
+def test_a_hostile_range_in_a_shared_link_is_one_line_of_plain_text(populated, page):
+    """Issue 40: `?range=` rendered Markdown inside the warning (a live link, an external image), and some
+    date ranges crashed the page with a traceback showing file paths. Each is one warning now, whose
+    every Markdown character is escaped, and the page shows its default range."""
+    for name, params in HOSTILE_RANGES.items():
+        app = AppTest.from_file(str(PAGES / page), default_timeout=60)
+        app.query_params.update(params)
+        app.run()
+        assert not app.exception, (name, app.exception)
+        (warning,) = [w.value for w in app.warning if "time range was not used" in w.value]
+        assert "\n" not in warning, name
+        # nothing Markdown could read as syntax: every bracket, parenthesis, `!` and `:` is escaped
+        assert not re.search(r"(?<!\\)[\[\]()!:]", warning), (name, warning)

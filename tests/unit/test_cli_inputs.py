@@ -39,6 +39,20 @@ def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str
         (["demo", "--dashboard-port", "99999"], "'99999' must be at most 65535"),
         (["simulate", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
         (["demo", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
+        # issue 40: bounds that were missing (a traceback, or no bound at all)
+        (["simulate", "--corrupt", "1000000000"], "'1000000000' must be at most 1000000"),
+        (
+            ["load", "--partitions", "9223372036854775808"],
+            "partition 9223372036854775808 is past Kafka's largest, 2147483646",
+        ),
+        (
+            ["whatif", "--task-type", "t", "--threshold", "0.5", "--days", "1e-300"],
+            "'1e-300' must be from one minute (0.0007) to ten years (3650) of days",
+        ),
+        (
+            ["whatif", "--task-type", "t", "--threshold", "0.5", "--days", "1e9"],
+            "'1e9' must be from one minute (0.0007) to ten years (3650) of days",
+        ),
     ],
 )
 def test_numbers_that_are_not_numbers_are_refused(monkeypatch, capsys, tmp_path, argv, message):

@@ -13,8 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from instrumentation import pii
+from instrumentation.sdk import Recorder
+from tests.support.telemetry import stack
 
 
 @pytest.fixture(autouse=True)
@@ -158,3 +162,127 @@ def test_a_hashed_long_id_is_never_scrubbed_again_whatever_its_hex_spells():
     for k in range(200):  # many keyed hashes: none is rewritten
         value = hashed_id("r" * 200 + str(k))
         assert scrub(value) == value
+
+
+# -- issue 40: the formats people write ---------------------------------------------------------------
+# Each canary is a real identifier (Luhn-valid test cards, phone numbers, e-mail addresses) written the way
+# people write it: any separator between its digit groups, digits of another script or fullwidth, an
+# e-mail domain in any script, a fullwidth `＠`. 7 of 29 such forms leaked verbatim before.
+SEPARATORS = (" ", "\u00a0", "\u202f", "\u2009", "\t", "_", "/", ".", "-", "")
+DIGITS = {
+    "ascii": "0123456789",
+    "fullwidth": "０１２３４５６７８９",
+    "arabic_indic": "٠١٢٣٤٥٦٧٨٩",
+    "devanagari": "०१२३४५६७८९",
+}
+CARDS = (("4111", "1111", "1111", "1111"), ("5555", "5555", "5555", "4444"), ("3782", "822463", "10005"))
+PHONES = (("+44", "20", "7946", "0958"), ("030", "12345678"), ("0151", "1234", "5678"), ("+49", "151", "12345678"))
+EMAILS = (
+    "canary.person@example.com",
+    "müller@bücher.de",
+    "用户@例子.广告",
+    "иван@пример.рф",
+    "canary@xn--bcher-kva.de",
+    "canary＠example.com",
+)
+
+
+def _written(groups: tuple[str, ...], separator: str, script: str) -> str:
+    digits = DIGITS[script]
+    return separator.join("".join(digits[int(c)] if c.isdigit() else c for c in g) for g in groups)
+
+
+canaries = st.one_of(
+    st.builds(_written, st.sampled_from(CARDS + PHONES), st.sampled_from(SEPARATORS), st.sampled_from(list(DIGITS))),
+    st.sampled_from(EMAILS),
+)
+surroundings = st.sampled_from(["", "user ", "id=", "session:", "sess-"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(canary=canaries, before=surroundings, after=st.sampled_from(["", " x", "-end"]))
+def test_every_written_form_of_a_canary_is_scrubbed(canary, before, after):
+    pii.configure(key=b"k" * 32)
+    value = before + canary + after
+    assert pii.scrub(value).startswith("redacted-"), value
+    assert pii.scrub_name(value).startswith("redacted-"), value
+
+
+@settings(max_examples=60, deadline=None)
+@given(canary=canaries)
+def test_every_written_form_of_a_canary_is_scrubbed_through_the_sdk(canary):
+    """Through the SDK: the event and the span carry the keyed hash, never the canary or its digits."""
+    pii.configure(key=b"k" * 32)
+    tel, exporter, emitter = stack()
+    recorder = Recorder(tel)
+    with recorder.decision(
+        task_type="short_reply", session_id=canary, deadline_ms=2000, app_id=canary, device_tier=canary
+    ) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5, model=canary)
+        d.served(fallback_type="none", reason="default")
+    recorder.flush(5)
+    (event,) = emitter.decisions()
+    assert event["session_id"] == event["app_id"] == pii.scrub(canary) != canary
+    sent = b"".join(m.value + (m.key or b"") for m in emitter.messages).decode()
+    shown = repr([(s.name, dict(s.attributes)) for s in exporter.get_finished_spans()])
+    plain = pii.normalize(canary)
+    for text in (sent, shown):
+        assert canary not in text and plain not in text
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sess-42",
+        "req-20261130-123456789",
+        "req_20261130_123456789",
+        "tool_call_multi",
+        "1733270400123",
+        "a1b2c3d4-0000-4000-8000-000000000000",
+        "v1.2.3",
+        "app/ios/17.4",
+        "build_2026_11_30",
+    ],
+)
+def test_ids_that_are_not_personal_still_pass_with_any_separator(value):
+    pii.configure(key=b"k" * 32)
+    assert pii.scrub(value) == value
+
+
+def test_a_task_type_holding_a_phone_number_is_hashed_within_the_contract_pattern():
+    """`task_type`'s pattern (`[a-z][a-z0-9_]*`) holds a phone number: it is hashed like the free-text
+    fields, as `redacted_<hash>`, which still fits the pattern (docs/operations.md said it could not)."""
+    pii.configure(key=b"k" * 32)
+    hashed = pii.scrub_task_type("callback_01511234567")
+    assert re.fullmatch(r"[a-z][a-z0-9_]{0,63}", hashed) and hashed.startswith("redacted_")
+    assert pii.scrub_task_type(hashed) == hashed and pii.scrub_task_type("short_reply") == "short_reply"
+    tel, exporter, emitter = stack()
+    with Recorder(tel).decision(task_type="callback_01511234567", session_id="s", deadline_ms=2000) as d:
+        d.device_attempt(level=0, outcome="ok", latency_ms=5)
+        d.served(fallback_type="none", reason="default")
+    (event,) = emitter.decisions()
+    assert event["task_type"] == hashed
+    assert all("01511234567" not in s.name for s in exporter.get_finished_spans())
+
+
+@pytest.mark.parametrize("shape", ["dangling_symlink", "directory", "fifo"])
+def test_a_key_path_that_is_not_a_key_file_is_one_line(tmp_path, shape):
+    """Issue 40: a dangling symlink as the key recursed until `RecursionError`, a directory raised a raw
+    `IsADirectoryError`; a FIFO would have hung the application at start-up."""
+    path = tmp_path / pii.KEY_FILE
+    if shape == "dangling_symlink":
+        path.symlink_to(tmp_path / "gone" / "pii.key")
+        says = "is a symbolic link to"
+    elif shape == "directory":
+        path.mkdir()
+        says = "is a directory: move it away"
+    else:
+        os.mkfifo(path)
+        says = "is not a regular file"
+    with pytest.raises(pii.PiiKeyError) as raised:
+        pii.load_key(tmp_path)
+    message = str(raised.value)
+    assert says in message and str(path) in message and "\n" not in message
+    pii._key = None  # an application starting: the key is read at start-up (restored after the test)
+    with pytest.raises(pii.PiiKeyError):
+        Recorder.from_env({"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_KAFKA_BOOTSTRAP": "127.0.0.1:9"})

@@ -48,3 +48,28 @@ def test_a_range_spelled_wrongly_falls_back_to_the_default_and_says_why(params, 
     rng = resolve(params, ANCHOR, "6h")
     assert (rng.preset, rng.start, rng.end) == ("6h", ANCHOR - timedelta(hours=6), ANCHOR)
     assert why in rng.problem
+
+
+@pytest.mark.parametrize(
+    ("params", "why"),
+    [
+        ({"range": "custom", "start": "0001-01-01T00:00:00+01:00", "end": "2026-11-29T02:00:00Z"}, "not understood"),
+        ({"range": "custom", "start": "2026-11-29T02:00:00Z", "end": "9999-12-31T23:59:59-01:00"}, "not understood"),
+        ({"range": "custom", "start": "1066-10-14T00:00:00Z", "end": "2026-11-29T02:00:00Z"}, "years 1900 to 2299"),
+        ({"range": "x" * 10_000}, "x…' (use one of"),
+    ],
+)
+def test_a_range_past_the_calendar_or_the_warehouse_falls_back_and_says_why_briefly(params, why):
+    """Issue 40: a year-1 time with an offset raised OverflowError, a traceback on the page."""
+    rng = resolve(params, ANCHOR, "6h")
+    assert rng.preset == "6h" and why in rng.problem and len(rng.problem) < 200
+
+
+def test_a_message_shown_as_text_escapes_every_markdown_mark():
+    from dashboards.timerange import as_text
+
+    shown = as_text("range '[a](https://x.example) ![i](https://x.example/i.png) :red[big] <b>'\nnext")
+    assert shown == (
+        "range \\'\\[a\\]\\(https\\:\\/\\/x\\.example\\) \\!\\[i\\]\\(https\\:\\/\\/x\\.example\\/i\\.png\\) "
+        "\\:red\\[big\\] \\<b\\>\\' next"
+    )

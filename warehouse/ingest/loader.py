@@ -89,6 +89,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import hashlib
+import logging
 import threading
 import time
 import uuid
@@ -106,6 +107,8 @@ from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 from warehouse.queries import ingest_offsets, json_rows, loaded_messages
+
+log = logging.getLogger("routerscope.ingest")
 
 # Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
 # from raw bytes landed in one insert; warehouse/queries/landing.py). Same rules, same tables.
@@ -217,6 +220,7 @@ class LoadResult:
     loaded: dict[str, int] = field(default_factory=lambda: {s: 0 for s in names.TOPICS})
     quarantined: dict[str, int] = field(default_factory=lambda: {s: 0 for s in names.TOPICS})
     skipped_already_loaded: int = 0
+    refetched: dict[str, int] = field(default_factory=dict)  # topic[partition] -> messages loaded again
     batches: int = 0
     seconds: float = 0.0
 
@@ -435,6 +439,30 @@ class Loader:
     def stored_positions(self, client) -> dict[tuple[str, int], tuple[int, str]]:
         """(next offset, fingerprint of the message before it) per (topic, partition)."""
         return ingest_offsets.stored_positions(client, self.consumer_name)
+
+    def _rewind_missing(self, client, stored: dict[tuple[str, int], tuple[int, str]], result: LoadResult) -> None:
+        """Reconcile the stored positions with the facts actually stored: a partition whose rows below its
+        position are gone (a damaged part the engine set aside) is read again from its first missing
+        offset; what is still stored is skipped as landed, so only the missing rows are loaded again."""
+        for topic in self.topics:
+            nexts = {
+                p: o
+                for (t, p), (o, _) in stored.items()
+                if t == topic and (self.partitions is None or p in self.partitions)
+            }
+            for partition, ranges in ingest_offsets.missing(client, topic, FACTS[topic][0], nexts).items():
+                count = sum(last - first + 1 for first, last in ranges)
+                result.refetched[f"{topic}[{partition}]"] = count
+                log.warning(
+                    "routerscope: warning: %s[%d] was loaded to offset %d but the warehouse no longer holds %d "
+                    "of its messages (from offset %d): loading them again from the broker",
+                    topic,
+                    partition,
+                    nexts[partition],
+                    count,
+                    ranges[0][0],
+                )
+                stored[(topic, partition)] = (ranges[0][0], "")
 
     def landed_offsets(self, client, topic: str, starts: dict[int, int]) -> dict[int, set[int]]:
         """Offsets at or past each partition's stored position already present in the warehouse."""
@@ -722,6 +750,7 @@ class Loader:
 
             migrate(wh)  # pending migrations first, in the same unit of work as reading the positions
             stored = self.stored_positions(wh)
+            self._rewind_missing(wh, stored, result)
             for topic in self.topics:
                 if topic not in metadata.topics:
                     raise BrokerUnavailable(

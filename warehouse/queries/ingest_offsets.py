@@ -113,3 +113,47 @@ def freshness(client, horizon: datetime) -> dict:
     `rows`: the decision rows stored."""
     last_load, rows = decisions.load_summary(client)
     return {"newest_event": decisions.newest_event(client, horizon), "last_load": last_load, "rows": rows}
+
+
+# Messages loaded and since lost: the ledger keeps one row per loaded message with the id of the record it
+# became, below each partition's stored position; a record its facts table no longer holds (a part the
+# engine set aside took it) is missing. A duplicate delivery folded into an earlier copy keeps its ledger
+# row and its record, so it is not missing. Offsets no table ever held (a transaction marker on a real
+# cluster) are not missing either: only what was loaded counts.
+MISSING_SQL = {
+    table: named(
+        f"ingest_missing_{table}",
+        """
+SELECT kafka_partition, kafka_offset
+FROM $loaded_messages FINAL
+WHERE kafka_topic = {topic:String} AND NOT rejected AND has({partitions:Array(UInt32)}, kafka_partition)
+  AND kafka_offset < arrayElement({nexts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))
+  AND record_id NOT IN (SELECT $id FROM $facts)
+ORDER BY kafka_partition, kafka_offset
+""",
+        facts=names.TABLES[table],
+        id=id_column,
+    )
+    for table, id_column in (
+        (names.TABLE_DECISIONS, "event_id"),
+        (names.TABLE_LABELS, "label_id"),
+        (names.TABLE_BREAKER_EVENTS, "event_id"),
+    )
+}
+
+
+def missing(client, topic: str, facts: str, nexts: dict[int, int]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition of `topic`, the offset ranges [first, last] below its stored next offset (`nexts`)
+    that were loaded into `facts` and whose records it no longer holds (see MISSING_SQL)."""
+    if not nexts:
+        return {}
+    partitions = sorted(nexts)
+    parameters = {"topic": topic, "partitions": partitions, "nexts": [nexts[p] for p in partitions]}
+    out: dict[int, list[tuple[int, int]]] = {}
+    for partition, offset in client.query(MISSING_SQL[facts], parameters=parameters).result_rows:
+        ranges = out.setdefault(int(partition), [])
+        if ranges and ranges[-1][1] == int(offset) - 1:
+            ranges[-1] = (ranges[-1][0], int(offset))
+        else:
+            ranges.append((int(offset), int(offset)))
+    return out
