@@ -53,11 +53,28 @@ def error_kind(exc: BaseException) -> str | None:
     return "oom" if any(m in text for m in OOM_MESSAGES) else None
 
 
+ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st sr jr inc ltd co corp vs etc eg ie fig approx dept vol pp ca cf al".split()
+)
+
+
 def complete_sentences(text: str) -> str:
     """`text` up to its last complete sentence (its end mark included), "" when it has none: the only partial
-    free-text answer the router may serve (docs/router.md, "Nothing unvalidated reaches a user")."""
-    ends = list(LAST_SENTENCE_END.finditer(text))
-    return text[: ends[-1].end()].strip() if ends else ""
+    free-text answer the router may serve (docs/router.md, "Nothing unvalidated reaches a user"). A period after
+    an abbreviation ("Dr.", "e.g."), an initial or initialism ("U.S.") or a list number ("1.") ends no sentence."""
+    for end in reversed(list(LAST_SENTENCE_END.finditer(text))):
+        if text[end.start()] == "." and _abbreviation(text[: end.start()]):
+            continue
+        return text[: end.end()].strip()
+    return ""
+
+
+def _abbreviation(before: str) -> bool:
+    """Whether the word before a period makes it an abbreviation's rather than a sentence's."""
+    word = before.rsplit(None, 1)[-1] if before.strip() else ""
+    word = word.lstrip("(\"'[")
+    bare = word.replace(".", "").lower()
+    return not bare or bare in ABBREVIATIONS or len(bare) == 1 or bare.isdigit() or "." in word
 
 
 class Cancel:
@@ -171,23 +188,41 @@ def chat_messages(prompt: str) -> list[dict]:
     return [dict(m) for m in messages] if messages else [{"role": "user", "content": str(prompt)}]
 
 
+CUT_MARK = "\n…\n"
+
+
 def degrade_prompt(prompt: str, share: float = 0.7) -> str:
-    """L1's context cut: the text cut to `share` of its length; for messages, the system prompt and the
-    last turn are kept and the oldest history dropped first, then the last turn cut if still too long."""
+    """L1's context cut: the text cut to `share` of its length. A plain text loses its middle (a third of what is
+    kept from the head, where an instruction usually is, the rest from the end, where the question usually is;
+    `CUT_MARK` between); for messages, the system prompt and the last turn are kept and the oldest history
+    dropped first, then the last turn loses its middle if still too long. Linear in the number of messages."""
     budget = max(1, int(len(prompt) * share))
     messages = getattr(prompt, "messages", None)
     if not messages:
-        return prompt[:budget]
+        return _cut_middle(str(prompt), budget)
     system = [m for m in messages[:-1] if m["role"] == "system"]
     history = [m for m in messages[:-1] if m["role"] != "system"]
-    size = lambda ms: sum(len(m["content"]) + 1 for m in ms) - 1  # noqa: E731 (the joined text's length)
-    while history and size(system + history + [messages[-1]]) > budget:
-        history.pop(0)
+    sizes = [len(m["content"]) + 1 for m in history]
+    fixed = sum(len(m["content"]) + 1 for m in system) + len(messages[-1]["content"])
+    total, first = fixed + sum(sizes), 0
+    while first < len(history) and total > budget:  # the oldest history first
+        total -= sizes[first]
+        first += 1
     last = dict(messages[-1])
-    over = size(system + history + [last]) - budget
+    over = total - budget
     if over > 0:
-        last["content"] = last["content"][: max(1, len(last["content"]) - over)]
-    return Prompt(system + history + [last])
+        last["content"] = _cut_middle(last["content"], max(1, len(last["content"]) - over))
+    return Prompt(system + history[first:] + [last])
+
+
+def _cut_middle(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    if budget <= len(CUT_MARK) + 2:
+        return text[-budget:]
+    keep = budget - len(CUT_MARK)
+    head = keep // 3
+    return text[:head] + CUT_MARK + text[len(text) - (keep - head) :]
 
 
 # -- validators ------------------------------------------------------------------------------------

@@ -57,18 +57,22 @@ import bisect
 import hashlib
 import inspect
 import logging
+import math
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from msgspec import UNSET
 
+from instrumentation.contract import DEVICE_STATS_MAXIMA
 from instrumentation.events import (
     DECISION_SCHEMA_VERSIONS,
+    OUTCOMES,
+    THERMAL_STATES,
     Attempt,
     BreakerEvent,
     BreakerStates,
@@ -95,6 +99,8 @@ from router.policy import PolicySource, PolicyStore
 log = logging.getLogger("routerscope.router")
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
 L4_MS = 50.0  # L4's bound, reserved out of every other level's timeout
+DAY_MS, MAX_TOKENS = 86_400_000, 10_000_000  # the contract's ranges of milliseconds and tokens
+MAX_COUNTED_CHARS = 200_000  # longer inputs are not tokenized on the request's thread (≈ 100 ms on Gemma's)
 MIN_LEVEL_MS = 1.0  # a level given less than this is skipped (no backend answers in under a millisecond)
 DECISION_POINT = 0.3  # share of the deadline spent when the router re-judges a streaming L0
 CANNED = "Sorry, I can't answer that right now."
@@ -304,8 +310,8 @@ class BaselineP90:
                 if at > horizon - self.window_s:
                     self._window.add(ms, at)
             long = self._long_p90(now, min_samples)
-            if self._window.count() < min_samples:
-                return self._pinned
+            if self._window.count() < min_samples:  # quiet lately: the day's baseline, else a settled level
+                return long if long is not None and self._pinned is None else self._pinned
             self._pinned = None
             short = self._window.p90()
             return short if long is None else min(short, long)
@@ -413,7 +419,11 @@ class _Trace:
                 continue
             merged[key] = value
         if self.device_stats:
-            peaks = [v for v in (self.device_stats.get("peak_mem_mb"), stats.get("peak_mem_mb")) if v is not None]
+            peaks = [
+                v
+                for v in (finite(self.device_stats.get("peak_mem_mb"), -1.0), finite(stats.get("peak_mem_mb"), -1.0))
+                if v >= 0
+            ]
             merged["peak_mem_mb"] = max(peaks) if peaks else None
             if self.device_stats.get("cold_start"):
                 merged["cold_start"], merged["load_ms"] = True, self.device_stats.get("load_ms")
@@ -432,13 +442,51 @@ class _Trace:
             self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency))
 
 
-def accepts_keyword(fn, name: str) -> bool:
-    """Whether `fn` takes the keyword `name` (or any keyword): optional backend features are offered only then."""
+def accepts_keyword(fn, name: str, explicit: bool = False) -> bool:
+    """Whether `fn` takes the keyword `name` (or any keyword): optional backend features are offered only then.
+    `explicit`: only a parameter of that name counts (an object such as a `Cancel` is never handed to a
+    `**kwargs` that may forward it over a pipe as JSON, as the model worker does)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if name in params:
+        return True
+    return not explicit and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def finite(value, default: float) -> float:
+    """`value` as a float when it is a finite number (not a bool), else `default`: what a backend or a gateway
+    hands the router is never trusted to be a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    value = float(value)
+    return value if math.isfinite(value) else default
+
+
+def sane_device_result(result) -> DeviceResult:
+    """A backend's result with every field the router reads within its type and range; anything else is a
+    device error (a text that is not text, an unknown outcome). A confidence that is not a finite number in
+    [0, 1] reads 0: it can never pass a threshold."""
+    if not isinstance(result, DeviceResult) or not isinstance(result.text, str) or result.outcome not in OUTCOMES:
+        return DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+    confidence = result.confidence
+    if confidence is not None:
+        confidence = finite(confidence, 0.0)
+        confidence = confidence if 0.0 <= confidence <= 1.0 else 0.0
+    tokens = result.tokens_out if isinstance(result.tokens_out, int) and not isinstance(result.tokens_out, bool) else 0
+    ttft, latency = finite(result.ttft_ms, 0.0), finite(result.latency_ms, 0.0)
+    clean = (confidence, max(0, tokens), max(0.0, ttft), max(0.0, latency))
+    if clean == (result.confidence, result.tokens_out, result.ttft_ms, result.latency_ms):
+        return result
+    return replace(result, confidence=clean[0], tokens_out=clean[1], ttft_ms=clean[2], latency_ms=clean[3])
+
+
+def sane_cloud_result(result) -> CloudResult:
+    if not isinstance(result, CloudResult) or not isinstance(result.text, str) or result.outcome not in OUTCOMES:
+        return CloudResult("", 0.0, "error")
+    tokens = result.tokens_out if isinstance(result.tokens_out, int) and not isinstance(result.tokens_out, bool) else 0
+    return replace(result, tokens_out=max(0, tokens), latency_ms=max(0.0, finite(result.latency_ms, 0.0)))
 
 
 class Router:
@@ -484,7 +532,7 @@ class Router:
         self.device_in_flight = 0  # live device calls running, an abandoned one until it really ends
         self.shadow_in_flight = 0  # shadow runs: only on a device no live request wants (docs/router.md)
         self._shadow_cancels: set[Cancel] = set()
-        self._device_cancels = accepts_keyword(device.generate, "cancel")
+        self._device_cancels = accepts_keyword(device.generate, "cancel", explicit=True)
         self._device_whole = accepts_keyword(device.generate, "commit_on_sentence")
         self._counts_tokens = callable(getattr(device, "count_tokens", None))
         self._slow_trials: list[float] = []  # half-open cloud trials that answered, but at spike latency
@@ -521,7 +569,8 @@ class Router:
             self._cloud_open_for_latency = t.trigger == "cloud_p90_spike" or (
                 t.from_state == HALF_OPEN and self._trial_slow and t.trigger == "trial_failed"
             )
-        self.on_breaker_event(
+        self._send(
+            self.on_breaker_event,
             BreakerEvent(
                 schema_version=1,
                 event_id=str(uuid.uuid4()),
@@ -534,8 +583,17 @@ class Router:
                 window_s=t.window_s,
                 trigger=t.trigger[:64],
                 seq=t.seq,
-            )
+            ),
         )
+
+    @staticmethod
+    def _send(sink, event) -> None:
+        """Hand an event to a sink the caller gave; a sink that raises is logged, never a failed request (nor a
+        slot released twice on the way out)."""
+        try:
+            sink(event)
+        except Exception:
+            log.exception("an event sink failed; routing goes on")
 
     def device_failed(self, kind: str) -> None:
         """The device cannot serve (`load_failure`, `oom`): open its breaker at once (docs/sources.md#seed-000:
@@ -545,12 +603,14 @@ class Router:
     # -- device admission: breaker, then the concurrency cap (a slot or the cloud, never a queue) -------
     def _enter_device(self, policy) -> str | None:
         """None when the device may run this live request (a slot is taken: release it); else the reason. The
-        cap counts live calls only, an abandoned one until it really ends; a shadow run on the device is asked
-        to yield at once (docs/sources.md#seed-004-5: shadow never touches the main path)."""
+        cap counts live calls, an abandoned one until it really ends, and the shadow runs of a device that cannot
+        yield; a shadow run on a device that can is asked to yield at once (docs/sources.md#seed-004-5: shadow
+        never touches the main path)."""
         if self.device_breaker.state == OPEN:
             return "device_unavailable"
         with self._slots:
-            if self.device_in_flight >= policy.device_concurrency:
+            held = self.device_in_flight + (0 if self._device_cancels else self.shadow_in_flight)
+            if held >= policy.device_concurrency:
                 return "device_busy"
             self.device_in_flight += 1
             yielding = list(self._shadow_cancels) if self._shadow_cancels else ()
@@ -565,14 +625,21 @@ class Router:
         with self._slots:
             self.device_in_flight -= 1
 
-    def _enter_shadow(self) -> Cancel | str:
-        """A shadow run's slot: only while no live request is on the device and no other shadow runs (capacity
-        live traffic does not need); the Cancel a live request sets to take the device back. Else the reason."""
+    def _enter_shadow(self, policy) -> Cancel | str:
+        """A shadow run's slot, on capacity live traffic does not need; the Cancel a live request sets to take the
+        device back. A device that can yield (`cancel`) runs one shadow while no live request is on it; one that
+        cannot only in a slot the cap leaves spare beyond one kept for live traffic (with `device_concurrency: 1`,
+        never). Else the reason."""
         if self.device_breaker.state == OPEN:
             return "device_unavailable"
         cancel = Cancel()
         with self._slots:
-            if self.device_in_flight > 0 or self.shadow_in_flight >= 1:
+            if self._device_cancels:
+                busy = self.device_in_flight > 0 or self.shadow_in_flight >= 1
+            else:
+                held = self.device_in_flight + self.shadow_in_flight
+                busy = self.shadow_in_flight >= 1 or held + 1 >= policy.device_concurrency
+            if busy:
                 return "device_busy"
             self.shadow_in_flight += 1
             self._shadow_cancels.add(cancel)
@@ -586,15 +653,35 @@ class Router:
             self.shadow_in_flight -= 1
             self._shadow_cancels.discard(cancel)
 
+    def _estimates(self) -> tuple[float, float, float | None]:
+        """The device's time to first token, decode and prefill rates as the gate reads them: an estimate that is
+        not a finite non-negative number reads as a slow device (1 s, 1 token/s; no prefill rate), never as a
+        reason to crash or to admit on hope."""
+        ttft = finite(getattr(self.device, "ttft_ms", None), -1.0)
+        tps = finite(getattr(self.device, "tps", None), -1.0)
+        prefill = getattr(self.device, "prefill_tps", None)
+        prefill = None if prefill is None else finite(prefill, -1.0)
+        return (
+            ttft if ttft >= 0 else 1000.0,
+            tps if tps > 0 else 1.0,
+            prefill if prefill is None or prefill > 0 else None,
+        )
+
     def _count_tokens(self, text: str) -> int | None:
         """The input in the device model's own tokens, when the device has a tokenizer (None otherwise)."""
         if not self._counts_tokens:
             return None
+        if len(text) > MAX_COUNTED_CHARS:  # tokenizing megabytes takes longer than a budget; the bound decides
+            return None
         try:
-            return max(1, int(self.device.count_tokens(text)))
+            counted = self.device.count_tokens(text)
         except Exception:  # a tokenizer that fails is as good as none
             log.warning("the device could not count the input's tokens; a conservative bound is used")
             return None
+        if isinstance(counted, bool) or not isinstance(counted, int) or counted < 0:
+            log.warning("the device counted %r tokens; a conservative bound is used", counted)
+            return None
+        return max(1, counted)
 
     def _device_tokens(self, text: str, counted: int | None, input_tokens: int) -> int:
         """What the input takes of the device's window: its own tokenizer's count, else a conservative bound
@@ -620,6 +707,9 @@ class Router:
         re-counted after each cut; the cut text and its size."""
         share = room / max(tokens, 1)
         prompt, size = text, tokens
+        if len(text) > MAX_COUNTED_CHARS:  # a few tokens per character at most: cut the rest before counting
+            prompt = degrade_prompt(text, min(1.0, 4 * room / len(text)))
+            text, share = prompt, room / max(1, self._device_tokens(prompt, self._count_tokens(prompt), 0))
         for _ in range(6):
             prompt = degrade_prompt(text, share)
             size = self._device_tokens(prompt, self._count_tokens(prompt), 0)
@@ -645,12 +735,14 @@ class Router:
         share_level: int | None = None,
         cancel: Cancel | None = None,
         on_late_end: Callable[[], None] | None = None,
+        shadow: bool = False,
     ) -> tuple[DeviceResult, float, bool]:
         """One device call under its level's timeout (docs/router.md): `share_level`'s share of what remains when
         given (a context cut that runs with L0's share), else the level's own. `whole`: a structured answer,
         never committed early (no sentence commits it, no extension past the commit point). `on_late_end` runs
         when an abandoned call really ends (its slot is held until then). Returns the result, its latency on
-        the router's clock and whether the router abandoned it."""
+        the router's clock and whether the router abandoned it. A `shadow` run's outcome never reaches the
+        device breaker (docs/sources.md#seed-004-5: shadow never touches the main path)."""
         share = level if share_level is None else share_level
         timeout = max(0.0, budget.timeout_ms(share) if timeout_ms is None else timeout_ms)
         if whole:
@@ -692,6 +784,7 @@ class Router:
                 result = self.device.generate(text, **kwargs)
             except Exception as exc:  # a device backend's failure is a device error, never an exception out of route()
                 result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(exc))
+        result = sane_device_result(result)
         latency_ms = (self._clock() - started) * 1000
         if result.outcome == "ok":
             past = not whole and committed(result.tokens_out, result.text, commit_tokens)
@@ -707,15 +800,16 @@ class Router:
                     "timeout",
                     stats=result.stats,
                 )
-        trace.measure(result.stats)
-        self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
-        if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
-            self.device_failed(result.error_kind)
-        if abandoned and self.device_guard.late >= min(
-            self.device_guard.max_late, self.policy.current().device_concurrency
-        ):
-            # every slot the cap allows is held by a call the device never finished: it is not answering
-            self.device_breaker.force_open("device_not_answering")
+        trace.measure(result.stats if isinstance(result.stats, dict) else None)
+        if not shadow:
+            self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
+            if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
+                self.device_failed(result.error_kind)
+            if abandoned and self.device_guard.late >= min(
+                self.device_guard.max_late, self.policy.current().device_concurrency
+            ):
+                # every slot the cap allows is held by a call the device never finished: it is not answering
+                self.device_breaker.force_open("device_not_answering")
         if trace.ttft_ms is None:
             trace.ttft_ms = result.ttft_ms
         if not trace.device_judged:  # the event's confidence is the first device attempt's
@@ -735,9 +829,11 @@ class Router:
             bypass = False
             if not self.cloud_breaker.allow():
                 # open for slowness, not failures: a request with nowhere else to go than the canned answer
-                # still gets the cloud when its recent p90 fits this level's timeout (docs/router.md)
-                if not (self._cloud_open_for_latency and self.cloud_latency.p90() <= timeout_ms):
+                # still gets the cloud when its recent p90 fits a level's timeout (docs/router.md)
+                if not self._cloud_open_for_latency:
                     return None
+                if self.cloud_latency.p90() > timeout_ms:
+                    continue  # L3's larger share may hold it
                 bypass = True
             result, latency_ms, abandoned = self._cloud_call(trace, req, level, timeout_ms, max_tokens, bypass)
             trace.add(level, result.outcome, latency_ms, abandoned)
@@ -775,6 +871,7 @@ class Router:
                 result = call()
             except Exception:  # a cloud backend's failure is an error attempt, never an exception out of route()
                 result = CloudResult("", 0.0, "error")
+        result = sane_cloud_result(result)
         latency_ms = (self._clock() - started) * 1000
         if result.outcome == "ok" and latency_ms > timeout_ms + LATE_MS:  # too late: dropped, never served
             result = CloudResult("", latency_ms, "timeout")
@@ -784,6 +881,8 @@ class Router:
         if bypass:
             if result.outcome == "ok":
                 self.cloud_latency.add(latency_ms)
+            elif result.outcome == "error":  # failing, not merely slow: no more calls past the breaker
+                self._cloud_open_for_latency = False
             return result, latency_ms, abandoned
         state = self.cloud_breaker.state
         half_open = state == HALF_OPEN
@@ -863,6 +962,7 @@ class Router:
         A shadow request whose device is still running when the cloud has served returns None for the
         event: the device runs on, off the user's path, and its event goes to `on_event` and
         `on_shadow_event` when it ends (docs/router.md, "Shadow mode")."""
+        req = _sane_request(req)
         budget = _Budget(self._clock, req.deadline_ms, req.elapsed_ms)  # the router's own time counts too
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
@@ -889,7 +989,7 @@ class Router:
         # shadow task type is pinned to the device, a live event
         mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
-        device_prefill_tps = getattr(self.device, "prefill_tps", None)
+        device_ttft, device_tps, device_prefill_tps = self._estimates()
 
         if pinned:
             # 1. Hard constraint: the device or a conservative answer, never the cloud.
@@ -901,16 +1001,17 @@ class Router:
                 # over the device's window (its context less the output budget): the input cut to fit, counted
                 # in the model's own tokens where it can, run as L1 with L0's share of the budget, never the cloud
                 prompt, device_input = self._cut_to(req.text, room, device_input)
+            too_big = room is not None and device_input > room  # not even cut does it fit (a huge system prompt)
             fit = min(
                 max_tokens,
                 tokens_that_fit(
                     budget.remaining_ms(),
-                    self.device.ttft_ms,
+                    device_ttft,
                     prefill_ms(device_input, device_prefill_tps),
-                    self.device.tps,
+                    device_tps,
                 ),
             )
-            if no_time or fit < 1 or self._enter_device(policy) is not None:
+            if no_time or too_big or fit < 1 or self._enter_device(policy) is not None:
                 response = self._l4(trace)  # nothing fits even truncated, or the device cannot take it
             else:
                 entered = True
@@ -946,13 +1047,13 @@ class Router:
             # 3. Latency gate, judged before the device starts; the device's ETA includes its prefill.
             remaining = budget.remaining_ms()
             prefill = prefill_ms(input_tokens, device_prefill_tps)
-            eta = device_eta_ms(self.device.ttft_ms, expected_out, self.device.tps, prefill)
+            eta = device_eta_ms(device_ttft, expected_out, device_tps, prefill)
             gate = latency_gate(remaining, eta, self.cloud_latency.p90())
             cloud_ok = self.cloud_breaker.state != OPEN
             fit = max_tokens
             if gate != "device" and not (gate == "cloud" and cloud_ok):
                 # neither fits (or the cloud's breaker is open): truncate first (docs/sources.md#seed-000 "裁剪输出")
-                fit = min(max_tokens, tokens_that_fit(remaining, self.device.ttft_ms, prefill, self.device.tps))
+                fit = min(max_tokens, tokens_that_fit(remaining, device_ttft, prefill, device_tps))
             if gate == "cloud" and cloud_ok:
                 reason = "latency_pressure"
                 response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
@@ -993,7 +1094,7 @@ class Router:
         event = self._event(
             req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, None, budget.spent_ms()
         )
-        self.on_event(event)
+        self._send(self.on_event, event)
         return response, event
 
     def _event(
@@ -1020,17 +1121,17 @@ class Router:
             cloud_calls=trace.cloud_calls,
             confidence=trace.confidence,
             threshold=cap.threshold if entered else None,
-            deadline_ms=max(1, int(req.deadline_ms)),
-            # what the gateway sent, when `deadline_ms` (at least 1) cannot hold it
-            gateway_deadline_ms=max(-86_400_000, int(req.deadline_ms)) if req.deadline_ms < 1 else None,
-            elapsed_ms=max(0, int(req.elapsed_ms)),
-            latency_ms=max(0.0, latency_ms),
-            input_tokens=trace.input_tokens,
-            output_tokens=trace.output_tokens,
+            deadline_ms=min(DAY_MS, max(1, int(req.deadline_ms))),
+            # what the gateway sent, when `deadline_ms` (at least 1) cannot hold it (the contract's range: a day)
+            gateway_deadline_ms=max(-DAY_MS, int(req.deadline_ms)) if req.deadline_ms < 1 else None,
+            elapsed_ms=min(DAY_MS, max(0, int(req.elapsed_ms))),
+            latency_ms=min(float(DAY_MS), max(0.0, latency_ms)),
+            input_tokens=min(MAX_TOKENS, max(0, trace.input_tokens)),
+            output_tokens=min(MAX_TOKENS, max(0, trace.output_tokens)),
             policy_version=policy.version,
             app_id=req.app_id,
             confidence_source=trace.confidence_source,
-            ttft_ms=trace.ttft_ms,
+            ttft_ms=None if trace.ttft_ms is None else min(float(DAY_MS), max(0.0, finite(trace.ttft_ms, 0.0))),
             network=req.network,
             device_tier=req.device_tier,
             has_pii=req.has_pii,
@@ -1085,7 +1186,7 @@ class Router:
 
                     def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
                         return device_fits(
-                            budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self.device.tps
+                            budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self._estimates()[1]
                         )
 
                 result, latency_ms, abandoned = self._device(
@@ -1104,10 +1205,11 @@ class Router:
                 handed_off = abandoned
                 if result.outcome == "ok":
                     text, cut = result.text, False
-                    if cut_at is not None and not whole:
+                    if cut_at is not None:
                         cap_out = cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
-                        if result.tokens_out >= cap_out:  # stopped at the lowered cap: only whole sentences
-                            text = complete_sentences(text)
+                        if result.tokens_out >= cap_out:  # stopped at the lowered cap: the answer may be cut
+                            # structured: whole or nothing, so never served; free text: only whole sentences
+                            text = "" if whole else complete_sentences(text)
                             cut = text != result.text.strip()
                             if not text:
                                 trace.add(level, "timeout", latency_ms)
@@ -1161,7 +1263,7 @@ class Router:
         path, its answer only compared after normalisation. With the cloud's breaker open the device serves
         (docs/sources.md#seed-000: everything stays on the device). On a simulated clock the device runs first and the
         cloud gets a fresh budget after it; the event's latency is the user's either way."""
-        slot = self._enter_shadow()
+        slot = self._enter_shadow(policy)
         blocked = slot if isinstance(slot, str) else None
         cloud_open = self.cloud_breaker.state == OPEN
         dev = _Trace(input_tokens=input_tokens, request_id=trace.request_id)
@@ -1182,6 +1284,7 @@ class Router:
                     whole=cap.structured,
                     cancel=slot,
                     on_late_end=lambda: self._release_shadow(slot),
+                    shadow=True,
                 )
                 handed_off = box["abandoned"]
             except Exception:  # nothing the device does may reach the user's path
@@ -1234,7 +1337,7 @@ class Router:
             )  # served to the user: validated like any device answer
             response = Response(result.text, 0, "device") if ok else self._l4(trace)
             event = finish(response, budget.spent_ms())
-            self.on_event(event)
+            self._send(self.on_event, event)
             return response, event
         user = budget if self.enforce else _Budget(self._clock, req.deadline_ms, req.elapsed_ms)
         done = threading.Event()
@@ -1253,7 +1356,7 @@ class Router:
         latency_ms = user.spent_ms()
         if done.is_set():
             event = finish(response, latency_ms)
-            self.on_event(event)
+            self._send(self.on_event, event)
             return response, event
 
         returned: dict = {}
@@ -1276,6 +1379,37 @@ class Router:
         return response, None
 
 
+INVALID = ("\x00undeclared",)  # a declaration of another type than the contract's: no whitelist holds it
+
+
+def _sane_request(req: Request) -> Request:
+    """The request with every number finite and every declaration of its type: a NaN or infinite budget is no
+    budget (0), a negative elapsed time none; `tools` that are not a list of names and a file count that is not
+    an integer are kept as declarations the capability matrix never admits (docs/router.md)."""
+    changes = {}
+    deadline, elapsed = finite(req.deadline_ms, 0.0), max(0.0, finite(req.elapsed_ms, 0.0))
+    if deadline != req.deadline_ms:
+        changes["deadline_ms"] = max(-DAY_MS, min(DAY_MS, deadline))
+    if elapsed != req.elapsed_ms:
+        changes["elapsed_ms"] = min(DAY_MS, elapsed)
+    for name in ("input_tokens", "expected_output_tokens"):
+        value = getattr(req, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            changes[name] = None
+    tools = req.tools
+    if tools is not None:
+        listed = tuple(tools) if isinstance(tools, (list, tuple)) else None
+        if listed is None or not all(isinstance(t, str) for t in listed):
+            changes["tools"] = INVALID
+        elif listed is not tools:
+            changes["tools"] = listed
+    if req.files is not None and (isinstance(req.files, bool) or not isinstance(req.files, int)):
+        changes["files"] = -1
+    if not changes:
+        return req
+    return replace(req, **changes)
+
+
 def _device_attempt(box: dict) -> Attempt:
     """The shadow device's own attempt (level 0), as it ended."""
     result = box.get("result")
@@ -1293,14 +1427,26 @@ def normalise(text: str) -> str:
 
 
 def _device_stats(stats: dict | None) -> DeviceStats | None:
-    """The contract's `device_stats` from a backend's measurements (None: the backend measured nothing)."""
-    if not stats:
+    """The contract's `device_stats` from a backend's measurements (None: the backend measured nothing); a value
+    out of the contract's type or range is left out (unknown), never an event the loader must refuse."""
+    if not stats or not isinstance(stats, dict):
         return None
-    optional = {k: stats[k] for k in ("peak_mem_mb", "thermal_state", "cold_start") if stats.get(k) is not None}
+
+    def number(key: str):
+        value = finite(stats.get(key), -1.0)
+        return value if 0.0 <= value <= DEVICE_STATS_MAXIMA[key] else None
+
+    optional = {}
+    if number("peak_mem_mb") is not None:
+        optional["peak_mem_mb"] = number("peak_mem_mb")
+    if stats.get("thermal_state") in THERMAL_STATES:
+        optional["thermal_state"] = stats["thermal_state"]
+    if isinstance(stats.get("cold_start"), bool):
+        optional["cold_start"] = stats["cold_start"]
     return DeviceStats(
         **optional,
-        decode_tps=stats.get("decode_tps"),
-        prefill_tps=stats.get("prefill_tps"),
-        load_ms=stats.get("load_ms") if stats.get("cold_start") else None,
-        resident_mem_mb=stats.get("resident_mem_mb"),
+        decode_tps=number("decode_tps"),
+        prefill_tps=number("prefill_tps"),
+        load_ms=number("load_ms") if stats.get("cold_start") is True else None,
+        resident_mem_mb=number("resident_mem_mb"),
     )

@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 import threading
 import time
@@ -239,10 +240,10 @@ def _is(value, wanted: tuple[type, str]) -> bool:
     kind = wanted[0]
     if kind is bool:
         return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:  # an integer of a sane size (a 4,000-digit one is no setting)
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_INT
+    if kind is float:  # a finite number: .inf and .nan are no settings either
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     return isinstance(value, kind)
 
 
@@ -265,6 +266,9 @@ MAX_POLICY_BYTES = 1 << 20  # a policy file is a few kB; anything past 1 MiB is 
 MAX_DEPTH = 16  # the deepest section the policy has is 4 levels
 MAX_ALIASES = 64  # YAML aliases a file may use (an alias bomb needs many)
 MAX_NODES = 100_000  # values after aliases are expanded
+MAX_INT = 10**9  # the largest integer setting (tokens, counts) a policy may hold
+MAX_PATTERN = 512  # characters of a validator's regular expression
+MAX_WINDOW_S = 86_400.0  # breaker windows and cool-downs: a day at most
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -275,6 +279,15 @@ class _BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self._depth = self._aliases = self._nodes = 0
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for key_node, _ in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
+            if key in keys and key != "<<":
+                raise _TooBig(f"the key {str(key)[:64]!r} appears twice in one mapping")
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -386,6 +399,22 @@ def parse(text: str, source: str = "policy") -> Policy:
             raise ConfigError(f"{source}: capabilities.{task_type}.threshold {cap.threshold} is not in [0, 1]")
         if cap.validator is not None and cap.validator not in VALIDATORS:
             raise ConfigError(f"{source}: capabilities.{task_type}.validator must be one of {', '.join(VALIDATORS)}")
+        if cap.max_input_tokens < 0 or cap.max_output_tokens < 0:
+            raise ConfigError(
+                f"{source}: capabilities.{task_type}: max_input_tokens and max_output_tokens must be >= 0"
+            )
+        if cap.validator == "regex" or cap.pattern is not None:
+            if not isinstance(cap.pattern, str) or not 0 < len(cap.pattern) <= MAX_PATTERN:
+                raise ConfigError(
+                    f"{source}: capabilities.{task_type}.pattern must be a regular expression of 1-{MAX_PATTERN} "
+                    "characters"
+                )
+            try:
+                re.compile(cap.pattern)
+            except re.error as exc:
+                raise ConfigError(
+                    f"{source}: capabilities.{task_type}.pattern is no regular expression ({exc})"
+                ) from None
         if cap.error_cost is not None and (
             isinstance(cap.error_cost, bool)
             or not isinstance(cap.error_cost, (int, float))
@@ -417,18 +446,21 @@ def parse(text: str, source: str = "policy") -> Policy:
             and b.window_s > 0
             and b.cooldown_s >= 0
             and b.min_calls >= 1
+            and b.window_s <= MAX_WINDOW_S
+            and b.cooldown_s <= MAX_WINDOW_S
+            and b.fallback_window_s <= MAX_WINDOW_S
             and b.p90_settle_trials >= 1
             and b.p90_baseline_ms >= 0
             and b.p90_min_samples >= 1
-            and (b.p90_spike_factor is None or b.p90_spike_factor > 0)
+            and (b.p90_spike_factor is None or b.p90_spike_factor >= 1)
             and (b.fallback_rate_limit is None or 0 <= b.fallback_rate_limit <= 1)
             and b.fallback_windows >= 1
             and b.fallback_window_s > 0
         ):
             raise ConfigError(f"{source}: breakers.{boundary}: a value is out of range ({b})")
     concurrency = doc.get("device_concurrency", 1)
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        raise ConfigError(f"{source}: device_concurrency must be an integer >= 1")
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 1024:
+        raise ConfigError(f"{source}: device_concurrency must be an integer from 1 to 1024")
     prices = doc.get("cloud_prices_usd_per_1k_tokens") or {}
     if not isinstance(prices, dict) or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values()):
         raise ConfigError(f"{source}: cloud_prices_usd_per_1k_tokens must map cloud model names to prices >= 0")
@@ -504,19 +536,21 @@ class PolicyStore:
         self.settle_s = max(0.0, float(settle_s))
         self._clock = clock
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int] | None = None
-        self._seen: tuple[tuple[int, int, int] | None, float] | None = None  # a change waiting to settle
+        self._seen: tuple[str, float] | None = None  # a changed content waiting to settle: (digest, first seen)
         self._next_check = 0.0
         self.last_error: str | None = None
         self._stamp = self._file_stamp()
         text = read_policy_file(self.path)
         self._policy = parse(text, str(self.path))  # the first load must succeed: no last good yet
         self._sections = _sections(text)
+        self._digest = _digest(text)  # the content last loaded or refused
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
+    def _file_stamp(self) -> tuple[int, ...] | None:
+        """What changes with any write: modification and change times (a write that restores the modification
+        time still moves the change time), size, inode (a rename)."""
         try:
             st = self.path.stat()
-            return (st.st_mtime_ns, st.st_size, st.st_ino)
+            return (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
         except OSError:
             return None
 
@@ -527,42 +561,54 @@ class PolicyStore:
         with self._lock:
             self._next_check = now + self.check_every_s
             stamp = self._file_stamp()
-            if stamp is None or stamp == self._stamp:
-                self._seen = None
+            if stamp is None or (stamp == self._stamp and self._seen is None):
                 return self._policy
-            if self._seen is None or self._seen[0] != stamp:
-                self._seen = (stamp, now)  # changed: wait until it has stayed so for the settle interval
+            try:
+                text = read_policy_file(self.path)
+            except ConfigError as exc:
+                self._refuse(exc, stamp)
+                return self._policy
+            if self._file_stamp() != stamp:  # written to while being read: look again at the next check
+                return self._policy
+            digest = _digest(text)
+            if digest == self._digest:  # rewritten with what is already in force (or was refused): nothing new
+                self._stamp, self._seen = stamp, None
+                return self._policy
+            if self._seen is None or self._seen[0] != digest:
+                self._seen = (digest, now)  # new content: load it once it has stayed the same for the settle time
                 if self.settle_s > 0:
                     return self._policy
-            if now - self._seen[1] < self.settle_s:
-                return self._policy
-            self._reload(stamp)
+            if now - self._seen[1] >= self.settle_s:
+                self._reload(text, stamp, digest)
             return self._policy
 
-    def _reload(self, stamp) -> None:
+    def _reload(self, text: str, stamp, digest: str) -> None:
+        self._stamp, self._seen, self._digest = stamp, None, digest
         try:
-            text = read_policy_file(self.path)
-            if self._file_stamp() != stamp:  # written to while being read: try again once it settles
-                self._seen = None
-                return
-            self._stamp, self._seen = stamp, None
+            policy = parse(text, str(self.path))
             missing = sorted(self._sections - _sections(text))
             if missing:
                 raise ConfigError(
                     f"{self.path}: incomplete, without {', '.join(missing)} (a file still being written? write it "
                     "whole and replace the old one by rename; to drop a section on purpose, leave it empty)"
                 )
-            policy = parse(text, str(self.path))
         except Exception as exc:  # noqa: BLE001 (whatever the file holds, a decision never fails on it)
-            self._stamp, self._seen = stamp, None
-            if not isinstance(exc, ConfigError):
-                exc = ConfigError(f"{self.path}: {type(exc).__name__}: {_first_line(exc)}")
-            if self.last_error != str(exc):
-                log.error("routing policy not reloaded, keeping %s: %s", self._policy.version, exc)
-            self.last_error = str(exc)
+            self._refuse(exc, stamp)
             return
         self._policy, self._sections, self.last_error = policy, _sections(text), None
         log.info("routing policy reloaded: %s", policy.version)
+
+    def _refuse(self, exc: Exception, stamp) -> None:
+        self._stamp, self._seen = stamp, None
+        if not isinstance(exc, ConfigError):
+            exc = ConfigError(f"{self.path}: {type(exc).__name__}: {_first_line(exc)}")
+        if self.last_error != str(exc):
+            log.error("routing policy not reloaded, keeping %s: %s", self._policy.version, exc)
+        self.last_error = str(exc)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _sections(text: str) -> frozenset[str]:

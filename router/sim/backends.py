@@ -72,10 +72,13 @@ class StatDevice:
         decide=None,
         decision_at_ms=0.0,
         commit_timeout_ms=None,
+        cancel=None,
     ) -> DeviceResult:
         """A simulated stream: the request sleeps on the simulated clock for the time it takes (to the
         decision point, the timeout, or the end), so events carry simulated latencies. TTFT is the fixed
-        time plus the input's prefill (`input / prefill_tps`, the model's load first on a cold start)."""
+        time plus the input's prefill (`input / prefill_tps`, the model's load first on a cold start). A
+        `cancel` set while it slept (a shadow run yielding to a live request on the same simulated phone)
+        ends it as a timeout when it wakes."""
         req, clock, fleet = self.fleet.current, self.fleet.clock, self.fleet
         started = clock.t
         fixed, tps = TIERS[req.device_tier]
@@ -119,6 +122,8 @@ class StatDevice:
                     "partial", confidence, "logprob", tokens, ttft, timeout_ms, "timeout", committed, stats=stats
                 )
             clock.sleep_until(started + latency / 1000)
+            if cancel is not None and cancel.is_set():
+                return DeviceResult("", confidence, "logprob", 0, ttft, latency, "timeout", stats=stats)
         finally:
             fleet.warm(req.session_id, clock.t - started)
         text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
@@ -167,9 +172,9 @@ class InstantDevice:
         self.ttft_ms, self.tps = ttft_ms, tps
 
     def generate(
-        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0
+        self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, decide=None, decision_at_ms=0.0, cancel=None
     ) -> DeviceResult:
-        return self.result
+        return self.result  # at once: it never holds the device long enough to be asked to yield
 
 
 class InstantCloud:

@@ -248,11 +248,11 @@ class FleetRouter(Router):
         super()._release_device()
         self._per_device_in_flight[device] = self.device_in_flight
 
-    def _enter_shadow(self):
+    def _enter_shadow(self, policy):
         device = self._fleet.current.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
-        slot = super()._enter_shadow()
+        slot = super()._enter_shadow(policy)
         self._per_device_shadow[device] = self.shadow_in_flight
         return slot
 

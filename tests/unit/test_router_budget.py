@@ -277,7 +277,9 @@ class SlowCloud(QuickCloud):
 
 def shadow_router(tmp_path, device, cloud):
     events, ended = [], threading.Event()
-    router = Router(device, cloud, policy=policy(tmp_path, **{"shadow: []": "shadow: [short_reply]"}))
+    # a user's device that cannot yield runs shadow only in a slot the cap leaves spare beyond one for live traffic
+    edits = {"shadow: []": "shadow: [short_reply]", "device_concurrency: 1 ": "device_concurrency: 2 "}
+    router = Router(device, cloud, policy=policy(tmp_path, **edits))
     router.on_event = events.append
     router.on_shadow_event = lambda e: ended.set()
     return router, events, ended

@@ -457,3 +457,298 @@ def test_gateway_deadline_is_v2_only_and_bounded():
     assert "schema.unknown.gateway_deadline_ms" in DECISIONS.parse(json.dumps(v1).encode())[1]
     positive = v2 | {"gateway_deadline_ms": 5}  # a positive deadline belongs in deadline_ms
     assert DECISIONS.parse(json.dumps(positive).encode())[1] == ["schema.invalid.gateway_deadline_ms"]
+
+
+# -- hostile backends and inputs (a hostile tester's findings, each now held) -------------------------------------
+class Capped:
+    """Streams exactly the output cap it is given, on the fake clock; its estimates say it is slow."""
+
+    model, ttft_ms, tps = "capped", 150.0, 5.0
+
+    def __init__(self, clock: FakeClock, text: str):
+        self.clock, self.text, self.caps = clock, text, []
+
+    def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens, **kw):
+        self.caps.append(max_tokens)
+        self.clock.t += 0.01
+        return DeviceResult(self.text[: max_tokens * 3], 0.99, "logprob", max_tokens, 5.0, 10.0, "ok")
+
+
+@pytest.mark.parametrize(
+    "task_type, text", [("intent_classify", "set_alarm"), ("short_reply", "Fine thanks. And you, how is it")]
+)
+def test_an_answer_that_reaches_a_lowered_cap_is_cut_and_a_structured_one_is_never_served(tmp_path, task_type, text):
+    """With the cloud's breaker open and the device slow, the output cap is lowered; an answer that used all of
+    it may be cut. A label prefix (`set_al`) passed the label validator and was served whole; now a structured
+    answer that reached the cap falls back, and free text is served up to its last complete sentence."""
+    clock = FakeClock()
+    device = Capped(clock, text)
+    router = Router(device, GreedyCloud(clock), policy=policy_file(tmp_path), clock=clock)
+    router.cloud_breaker.force_open("test")
+    response, event = router.route(
+        Request(task_type=task_type, text="x", session_id="s", deadline_ms=2000, expected_output_tokens=16)
+    )
+    valid(event)
+    assert device.caps and device.caps[0] < 16 and event.reason == "truncated"
+    if task_type == "intent_classify":
+        assert response.served_by == "fallback" and event.fallback_type == "timeout"
+    else:
+        assert (response.served_by, response.text, response.partial) == ("device", "Fine thanks.", True)
+
+
+def test_seed004_shadow_runs_that_yield_never_open_the_device_breaker(tmp_path):
+    """A shadow run that yields to live traffic ends as a timeout; counted by the device breaker, five yields
+    opened it and live traffic went to the cloud. Shadow outcomes never reach the breaker."""
+    device = Yielding(need_s=0.5)
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    for i in range(12):
+        deadline = time.monotonic() + 5
+        while (router.shadow_in_flight or router.device_in_flight) and time.monotonic() < deadline:
+            time.sleep(0.005)  # the last shadow run has given its slot back
+        device.started.clear()
+        device.need_s = 0.5
+        t = threading.Thread(
+            target=router.route,
+            args=(Request(task_type="code_snippet", text="x", session_id=f"a{i}", files=1),),
+            daemon=True,
+        )
+        t.start()
+        assert device.started.wait(5)
+        device.need_s = 0.001
+        _, event = router.route(Request(task_type="short_reply", text="hi", session_id=f"b{i}"))
+        assert event.entered_device and event.reason == "default"
+        t.join(5)
+    assert device.cancelled == 12 and router.device_breaker.state == "closed"
+
+
+def test_a_device_taking_any_keyword_is_never_handed_a_cancel(tmp_path):
+    """The model worker forwards `**kwargs` over its pipe as JSON: handed a `Cancel`, every shadow run failed to
+    serialise. Only a backend that names `cancel` gets one."""
+    import json as _json
+
+    seen = []
+
+    class Forwarding:
+        model, ttft_ms, tps = "forwarding", 1.0, 1e6
+        honours_deadline = True
+
+        def generate(self, prompt, **kwargs):
+            seen.append(_json.dumps({k: v for k, v in kwargs.items() if k != "decide"}))
+            return DeviceResult("def f(): pass", 0.9, "logprob", 3, 1.0, 1.0, "ok")
+
+    edits = {"device_concurrency: 1 ": "device_concurrency: 2 "}
+    router = Router(Forwarding(), QuickCloud(), policy=policy_file(tmp_path, **edits))
+    _, event = router.route(Request(task_type="code_snippet", text="x", session_id="s", files=1))
+    assert seen and event.attempts[0].outcome == "ok" and event.mode == "shadow"
+
+
+def test_seed004_a_device_that_cannot_yield_runs_no_shadow_in_the_only_slot(tmp_path):
+    """A device without `cancel` cannot give the device back: with `device_concurrency: 1` a shadow run would make
+    the next PII request wait or get the canned answer, so it runs no shadow at all (`device_busy`)."""
+
+    class Serial:
+        model, ttft_ms, tps = "serial", 1.0, 1e6
+        honours_deadline = True
+
+        def generate(self, prompt, *, max_tokens, timeout_ms, degraded, commit_tokens):
+            return DeviceResult("ok.", 0.99, "logprob", 1, 1.0, 1.0, "ok")
+
+    router = Router(Serial(), QuickCloud(), policy=policy_file(tmp_path))
+    _, event = router.route(Request(task_type="code_snippet", text="x", session_id="s", files=1))
+    assert (event.mode, event.entered_device, event.reason) == ("shadow", False, "device_busy")
+
+
+def test_a_breaker_sink_that_raises_never_fails_a_request_nor_frees_a_slot_twice(tmp_path):
+    class Hanging:
+        model, ttft_ms, tps = "hanging", 1.0, 1e6
+
+        def __init__(self):
+            self.release = threading.Event()
+
+        def generate(self, prompt, **kw):
+            self.release.wait(5)
+            return DeviceResult("x.", 0.9, "logprob", 1, 1.0, 1.0, "ok")
+
+    def sink(event):
+        raise RuntimeError("the breaker topic is gone")
+
+    device = Hanging()
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path), on_breaker_event=sink)
+    try:
+        response, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=300))
+        valid(event)
+        assert response.served_by == "cloud" and router.device_breaker.state == "open"
+    finally:
+        device.release.set()
+    deadline = time.monotonic() + 5
+    while router.device_in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert router.device_in_flight == 0
+
+
+@pytest.mark.parametrize(
+    "request_kw",
+    [
+        dict(deadline_ms=float("nan")),
+        dict(deadline_ms=float("inf")),
+        dict(elapsed_ms=float("nan")),
+        dict(deadline_ms=10**12),
+        dict(elapsed_ms=10**12),
+        dict(deadline_ms=-(10**12)),
+        dict(task_type="tool_call", tools=5),
+        dict(task_type="tool_call", tools=(["lookup"],)),
+        dict(task_type="tool_call", tools=(t for t in ["delete_all_files"])),
+        dict(task_type="code_snippet", files="1"),
+        dict(task_type="code_snippet", files=0.5),
+        dict(input_tokens=-3),
+    ],
+    ids=lambda kw: ",".join(f"{k}={v!r}"[:40] for k, v in kw.items()),
+)
+def test_route_never_raises_on_hostile_request_values_and_every_event_is_valid(tmp_path, request_kw):
+    device = InstantDevice(DeviceResult('{"tool": "lookup"}', 0.99, "logprob", 3, 1.0, 2.0, "ok"))
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    kw = dict(task_type="short_reply", text="x", session_id="s") | request_kw
+    response, event = router.route(Request(**kw))
+    valid(event)
+    if kw["task_type"] in ("tool_call", "code_snippet"):
+        assert not event.entered_device and event.reason in ("capability_miss", "policy_cloud")
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        DeviceResult(None, 0.9, "logprob", 3, 1.0, 2.0, "ok"),
+        DeviceResult("x.", "high", "logprob", 3, 1.0, 2.0, "ok"),
+        DeviceResult("x.", float("nan"), "logprob", 3, 1.0, 2.0, "ok"),
+        DeviceResult("x.", 0.9, "logprob", None, 1.0, 2.0, "ok"),
+        DeviceResult("x.", 0.9, "logprob", -1, -5.0, 2.0, "ok"),
+        DeviceResult("x.", 0.9, "logprob", 3, 1.0, 2.0, "maybe"),
+        DeviceResult("x.", 0.9, "logprob", 3, 1.0, 2.0, "ok", stats={"peak_mem_mb": "lots", "thermal_state": "hot"}),
+        "not a result",
+    ],
+    ids=["text None", "confidence text", "confidence NaN", "tokens None", "negatives", "outcome", "stats", "str"],
+)
+def test_route_never_raises_on_what_a_hostile_device_returns(tmp_path, result):
+    device = InstantDevice(result)
+    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    response, event = router.route(Request(task_type="short_reply", text="x", session_id="s"))
+    valid(event)
+    if result is not None and getattr(result, "confidence", None) != 0.9:
+        assert response.served_by != "device"  # an unreadable confidence never passes a threshold
+
+
+def test_the_days_baseline_survives_a_quiet_hour(tmp_path):
+    """A cloud steady at 4 s for three hours has a 4 s baseline; after an idle hour the short horizon is empty, and
+    the baseline fell to the 1 s floor: the same 4 s then opened the breaker."""
+
+    def steady(t):
+        return 4000.0 if t < 3 * 3600 or t > 4 * 3600 else None
+
+    clock = FakeClock()
+    router = Router(
+        GreedyDevice(clock, need_ms=10), ShapedCloud(clock, lambda t: 4000.0), policy=policy_file(tmp_path), clock=clock
+    )
+    end = clock.t + 3 * 3600
+    while clock.t < end:
+        t = clock.t
+        router.route(Request(task_type="long_summary", text="x", session_id="s", deadline_ms=60_000))
+        clock.t = max(clock.t, t + 10)
+    clock.t += 3600  # an idle hour
+    assert router.cloud_baseline_ms() == pytest.approx(4000.0)
+
+
+def test_a_request_with_nowhere_else_to_go_tries_l3_when_l2_cannot_hold_the_slow_cloud(tmp_path):
+    clock = FakeClock()
+    router = Router(
+        GreedyDevice(clock, need_ms=10), ShapedCloud(clock, lambda t: 6000.0), policy=policy_file(tmp_path), clock=clock
+    )
+    for _ in range(20):
+        router.cloud_latency.add(6000.0)
+    router.cloud_breaker.force_open("cloud_p90_spike")
+    response, event = router.route(Request(task_type="long_summary", text="x", session_id="s", deadline_ms=8000))
+    valid(event)
+    assert response.served_by == "cloud" and [a.level for a in event.attempts] == [3]
+
+
+@pytest.mark.parametrize(
+    "old, new, expected",
+    [
+        ("max_output_tokens: 16, ", "max_output_tokens: -16, ", "max_input_tokens and max_output_tokens must be >= 0"),
+        ("cooldown_s: 30,\n           p90", "cooldown_s: .inf,\n           p90", "cooldown_s must be a number"),
+        ("p90_spike_factor: 3.0", "p90_spike_factor: 1.0e-300", "a value is out of range"),
+        ("device_concurrency: 1 ", "device_concurrency: " + "9" * 4000 + " ", "device_concurrency must be"),
+        ("validator: label,", "validator: regex, pattern: '(',", "pattern is no regular expression"),
+        ("pii_to_cloud: false", "pii_to_cloud: false\npii_to_cloud: true", "appears twice"),
+    ],
+    ids=["negative cap", "infinite cool-down", "tiny spike factor", "huge int", "bad regex", "duplicate key"],
+)
+def test_a_policy_value_out_of_its_type_or_range_is_one_line(tmp_path, old, new, expected):
+    from router.policy import parse
+    from routerscope.core.errors import ConfigError
+
+    text = DEFAULT_POLICY.read_text()
+    assert old in text
+    with pytest.raises(ConfigError, match=expected):
+        parse(text.replace(old, new, 1), "p.yaml")
+
+
+def test_a_policy_rewritten_with_the_same_content_again_and_again_still_loads_a_change(tmp_path):
+    """An agent that rewrites the file every half second kept resetting the settle interval: a real change waited
+    8 s. The settle interval is on the content, so identical rewrites neither delay nor reload it."""
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    write_policy(path, DEFAULT_POLICY.read_text())
+    store = PolicyStore(path, check_every_s=0.0, clock=clock, settle_s=1.0)
+    new = DEFAULT_POLICY.read_text().replace('version: "2026-11-30.1"', 'version: "2026-11-30.9"')
+    for _ in range(6):
+        write_policy(path, new)
+        store.current()
+        clock.t += 0.5
+    assert store.current().version.startswith("2026-11-30.9+")
+
+
+def test_an_edit_that_keeps_size_and_modification_time_is_still_seen(tmp_path):
+    import os
+
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    write_policy(path, DEFAULT_POLICY.read_text())
+    store = PolicyStore(path, check_every_s=0.0, clock=clock, settle_s=0.0)
+    st = path.stat()
+    path.write_text(DEFAULT_POLICY.read_text().replace("threshold: 0.60", "threshold: 0.61"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert store.current().capability("short_reply").threshold == 0.61
+
+
+def test_a_document_that_is_no_policy_is_refused_for_what_it_is(tmp_path):
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    write_policy(path, DEFAULT_POLICY.read_text())
+    store = PolicyStore(path, check_every_s=0.0, clock=clock, settle_s=0.0)
+    write_policy(path, "- just\n- a list\n")
+    store.current()
+    assert "expected a mapping with `version`" in store.last_error
+
+
+def test_pii_with_twenty_thousand_turns_is_cut_within_its_budget(tmp_path):
+    """Cutting a long chat dropped one turn at a time and re-summed every message: 20,000 turns took 7.8 s on a
+    600 ms budget. The cut is linear now."""
+    messages = [{"role": "system", "content": "Be brief."}] + [
+        {"role": "user" if i % 2 else "assistant", "content": f"turn {i} about my card 4111"} for i in range(20_000)
+    ]
+    router = Router(InstantDevice(DeviceResult("Sure.", 0.99, "logprob", 2, 1.0, 2.0, "ok")), QuickCloud())
+    started = time.monotonic()
+    response, event = router.route(
+        Request(task_type="short_reply", text="", session_id="s", messages=messages, has_pii=True, deadline_ms=600)
+    )
+    assert (time.monotonic() - started) * 1000 <= 650 and event.degrade_level == 1 and response.served_by == "device"
+
+
+def test_a_cut_plain_text_keeps_its_head_and_its_question():
+    from router.backends import CUT_MARK, degrade_prompt
+
+    text = "Summarise: " + "blah " * 2000 + "QUESTION: is my card blocked?"
+    cut = degrade_prompt(text, 0.1)
+    assert len(cut) <= len(text) * 0.1 and cut.startswith("Summarise: ") and cut.endswith("is my card blocked?")
+    assert CUT_MARK in cut
