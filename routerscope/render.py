@@ -254,10 +254,12 @@ def whatif(result: dict[str, Any], hits: list[str] | None = None) -> str:
         for warning in task["warnings"]:
             lines.append(f"  warning: {warning}")
     lines += ["", f"caveat: {result['caveat']}"]
+    for change in result.get("not_rescored") or []:
+        lines.append(f"not re-scored: the policy file changes {change} (only thresholds are re-scored)")
     if hits is not None:
         lines.append(
             "gate: REFUSED: " + "; ".join(hits)
             if hits
-            else "gate: passed (no --fail-if condition met; unknown values shown as — meet none)"
+            else "gate: no --fail-if condition met (what it could not judge, if anything, is on stderr)"
         )
     return "\n".join(lines)
