@@ -329,10 +329,11 @@ def review(start: datetime | None = None, end: datetime | None = None, days: flo
     from router.policy import PolicyStore
     from warehouse.analytics import review as rv
 
-    policy = PolicyStore().current()
+    store = PolicyStore()
+    policy = store.current()
     with _warehouse() as client:
         window = QueryWindow(start, end) if start and end else rv.review_window(client, days)
-        return rv.weekly_review(client, policy, window, _settings().home)
+        return rv.weekly_review(client, policy, window, _settings().home, rv.declared_streamable(store.path))
 
 
 @st.cache_data(ttl=TTL)
@@ -347,3 +348,11 @@ def divergence_samples(limit: int = 20) -> pd.DataFrame:
     with RequestTextStore(path) as store:
         rows = store.divergences(limit=limit)
     return pd.DataFrame([{k: v for k, v in r.items() if not k.endswith("_text")} for r in rows])
+
+
+def readiness_evidence(gates: dict) -> str:
+    """What a readiness verdict's gates stood on (n, intervals, why unknown), as one line
+    (`warehouse.analytics.review.evidence`, the same words as `routerscope report readiness`)."""
+    from warehouse.analytics.review import evidence
+
+    return evidence(gates)

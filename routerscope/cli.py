@@ -192,6 +192,11 @@ def cmd_whatif(args, settings: Settings) -> int:
     from warehouse.queries.common import QueryWindow
 
     thresholds = whatif_cli.candidates(args.task_type, args.threshold, args.policy)
+    not_rescored = []
+    if args.policy:  # what the file changes besides thresholds: said, and the gate does not judge the file
+        from router.policy import PolicyStore
+
+        not_rescored = whatif_cli.unrescorable(args.policy, PolicyStore().current())
     try:
         conditions = [whatif.parse_gate(text) for text in args.fail_if]
     except ValueError as exc:
@@ -207,17 +212,23 @@ def cmd_whatif(args, settings: Settings) -> int:
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
         result = whatif.compute(client, QueryWindow(start, end), thresholds)
-    hits = whatif.gate(result, conditions) if conditions else None
+    if args.policy:
+        result["not_rescored"] = not_rescored
+    hits = whatif.gate(result, conditions, args.min_labeled) if conditions else None
     if args.json:
         _print_json({**result, **({"gate": {"conditions": args.fail_if, "met": hits}} if conditions else {})})
     else:
         print(render.whatif(result, hits))
+    for line in not_rescored:
+        print(f"routerscope: warning: --policy changes {line}, which the what-if cannot re-score", file=sys.stderr)
     for t, task in result["by_task_type"].items():
         if task.get("self_check"):  # `current` must equal the metric set over the same events
             print(f"routerscope: warning: {t}: {'; '.join(task['self_check'])}", file=sys.stderr)
     if hits:
         return 1
-    missing = whatif.unjudged(result, conditions) if conditions else []
+    missing = whatif.unjudged(result, conditions, args.min_labeled) if conditions else []
+    if conditions and not_rescored:  # a file whose routing changes the what-if cannot see is not judged
+        missing += [f"--policy changes {line}" for line in not_rescored]
     if missing:  # a gate that could not judge fails closed, with its own code
         print(
             f"routerscope: the gate could not judge {'; '.join(missing)}: check the task type names and the window, "
@@ -738,8 +749,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="COND",
-        help='pre-push gate, e.g. "missed_fallback_est.high>0.05" (docs/whatif.md): exit 1 when a candidate meets '
-        "it (repeatable)",
+        help='pre-push gate, e.g. "missed_fallback_rate.high>0.05" (docs/whatif.md): exit 1 when a candidate meets '
+        "it, 4 when it cannot be judged (repeatable)",
+    )
+    p.add_argument(
+        "--min-labeled",
+        type=_positive_int,
+        default=30,
+        metavar="N",
+        help="a --fail-if on a labeled rate with fewer labels is not judged (exit 4; default 30)",
     )
     p.add_argument("--json", action="store_true", help="the what-if as JSON (docs/whatif.md)")
     p.set_defaults(func=cmd_whatif)

@@ -9,6 +9,7 @@ from typing import Any
 from routerscope.core.text import ci as _ci_pct
 from routerscope.core.text import num as _num_grouped
 from routerscope.core.text import pct as _pct
+from warehouse.analytics import review as _review
 from warehouse.analytics import whatif as _whatif
 
 
@@ -139,7 +140,7 @@ def review(kind: str, report: dict[str, Any]) -> str:
     """One of the weekly review's reports (grading, readiness, rollout) as a table per task type."""
     w = report["window"]
     observed = (
-        f"; live events in {24 * w['days_observed']:g} hours: per-day figures over {w['days_observed']:.3g} days"
+        f"; live events span {w['days_observed']:.3g} days: per-day figures over that span"
         if w.get("days_observed") is not None
         else ""
     )
@@ -162,6 +163,11 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 f"{_num_grouped(g['daily_calls'], 1):>10} {_pct(g['determinism']):>8} "
                 f"{g['error_cost']:>8.2f} {g['score']:>6.3f}  {g['tier']} ({g['reason']})"
             )
+            lines.append(
+                f"  {'':<18}   determinism from {g['determinism_groups']} re-run groups"
+                f"{_ci_pct(g.get('determinism_ci'), 0)}"
+                + ("" if g.get("tier_settled", True) else ": few re-run groups, the tier is not settled")
+            )
         lines.append(
             "  the error-cost veto (error_cost > 0.7) is decided before any score (docs/sources.md#seed-004-2)"
         )
@@ -183,17 +189,19 @@ def review(kind: str, report: dict[str, Any]) -> str:
             if r["reasons"]:
                 screen = r.get("token_screen") or {}
                 named = [
-                    f"token_screen (p50 {screen['value']:g} > {screen['limit']} tokens)"
+                    f"token_screen (p90 {screen['value']:g} > {screen['limit']} tokens)"
                     if why == "token_screen"
                     else why
                     for why in r["reasons"]
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
+            lines.append(f"  {'':<18}   evidence: {_review.evidence(g)}")
         lines.append(
-            "  docs/sources.md#seed-003: first the token screen (p50 input + output <= 400 tokens, else not "
-            "scored); gates: peak memory <= 40 % and resident <= 25 % of the smallest tier, device p95 <= 10 s "
-            "and streamable or asynchronous, missed <= 3 % with >= 90 % of bad answers caught; then a score >= 12 "
-            "of 30"
+            "  docs/sources.md#seed-003: first the token screen (p90 input + output <= 400 tokens, else not "
+            "scored); gates: peak memory <= 40 % and resident <= 25 % of the lowest target tier, device p95 <= 10 s "
+            "over >= 30 attempts (timeouts censored) and streamable or asynchronous, missed <= 3 % with >= 90 % "
+            "of bad answers caught, on intervals; too little evidence is unknown, never a pass; then a score "
+            ">= 12 of 30"
         )
     else:
         samples = report.get("divergence_samples") or {}
@@ -246,10 +254,12 @@ def whatif(result: dict[str, Any], hits: list[str] | None = None) -> str:
         for warning in task["warnings"]:
             lines.append(f"  warning: {warning}")
     lines += ["", f"caveat: {result['caveat']}"]
+    for change in result.get("not_rescored") or []:
+        lines.append(f"not re-scored: the policy file changes {change} (only thresholds are re-scored)")
     if hits is not None:
         lines.append(
             "gate: REFUSED: " + "; ".join(hits)
             if hits
-            else "gate: passed (no --fail-if condition met; unknown values shown as — meet none)"
+            else "gate: no --fail-if condition met (what it could not judge, if anything, is on stderr)"
         )
     return "\n".join(lines)

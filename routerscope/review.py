@@ -22,9 +22,12 @@ def build(kind: str, settings: Settings, days: float = 7.0, end: datetime | None
     from warehouse.analytics import review
     from warehouse.client import open_warehouse
 
-    policy = PolicyStore().current()
+    store = PolicyStore()
+    policy = store.current()
+    declared = review.declared_streamable(store.path)  # an explicit `streamable` (the parsed policy cannot tell)
     with open_warehouse(settings, purpose=f"report {kind}", migrated=True) as client:
-        week = review.weekly_review(client, policy, review.review_window(client, days, end), settings.home)
+        window = review.review_window(client, days, end)
+        week = review.weekly_review(client, policy, window, settings.home, declared)
     if kind == "grading":
         return week["grading"]
     if kind == "readiness":

@@ -78,3 +78,53 @@ def candidates(task_types: list[str], threshold: str | None, policy: str | None)
             raise ConfigError(f"no candidate threshold for {', '.join(missing)} (not in --threshold or the policy)")
         found = {t: found[t] for t in task_types}
     return found
+
+
+# Policy fields that change routing besides the threshold, which the what-if cannot re-score from recorded
+# outcomes (docs/whatif.md): top level, and per capability entry.
+ROUTING_FIELDS = ("pii_to_cloud", "l1_enabled", "commit_tokens", "device_concurrency", "shadow", "rollout", "breakers")
+CAPABILITY_FIELDS = (
+    "supported",
+    "max_input_tokens",
+    "max_output_tokens",
+    "validator",
+    "pattern",
+    "tools",
+    "single_file",
+)
+
+
+def _show(value) -> str:
+    if isinstance(value, frozenset):
+        value = sorted(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def unrescorable(path: str, current) -> list[str]:
+    """The changes of the policy file at `path` against `current` (the policy in force) that the what-if
+    cannot re-score — PII routing, L1, concurrency, the commit point, shadow and rollout stages, breakers,
+    and each capability's admission (supported, limits, validator, tools, single-file) — one line each, e.g.
+    `pii_to_cloud: False → True`. Only the thresholds are re-scored."""
+    from dataclasses import asdict
+
+    from router.policy import Capability, parse, read_policy_file
+
+    candidate = parse(read_policy_file(path, f"--policy {path}"), f"--policy {path}")
+    lines = []
+    for name in ROUTING_FIELDS:
+        old, new = getattr(current, name), getattr(candidate, name)
+        if name == "breakers":
+            old, new = {k: asdict(v) for k, v in old.items()}, {k: asdict(v) for k, v in new.items()}
+        elif name == "rollout":
+            old, new = {k: asdict(v) for k, v in old.items()}, {k: asdict(v) for k, v in new.items()}
+        if old != new:
+            lines.append(f"{name}: {_show(old)} → {_show(new)}")
+    off = Capability(supported=False)
+    for task_type in sorted(set(current.capabilities) | set(candidate.capabilities)):
+        old, new = current.capabilities.get(task_type, off), candidate.capabilities.get(task_type, off)
+        for field in CAPABILITY_FIELDS:
+            a, b = getattr(old, field), getattr(new, field)
+            if a != b:
+                lines.append(f"capabilities.{task_type}.{field}: {_show(a)} → {_show(b)}")
+    return lines

@@ -127,6 +127,10 @@ else:
                 "score (004)": g.get("score"),
                 "error cost": g.get("error_cost"),
                 "determinism": g.get("determinism"),
+                "re-run groups": g.get("determinism_groups"),
+                "tier settled": None
+                if g.get("tier_settled") is None
+                else ("yes" if g["tier_settled"] else "few groups"),
                 "input p95": (g.get("input_tokens") or {}).get("p95"),
                 "calls / day": g.get("daily_calls"),
                 "readiness": q.get("verdict"),
@@ -135,6 +139,7 @@ else:
                 "memory gate": status["memory"],
                 "duration gate": status["duration"],
                 "quality gate": status["quality"],
+                "evidence": data.readiness_evidence(gates) if gates else "",
                 "seeds disagree": "⚠ yes" if side["disagree"] else "",
             }
         )
@@ -142,9 +147,11 @@ else:
     observed = r["grading"]["window"].get("days_observed")
     if observed is not None:  # docs/metrics.md §12: per-day figures over the span the data covers
         st.caption(
-            f"Per-day figures divide by {observed:.3g} days observed ({24 * observed:g} hours with live events), "
-            "not by the window's nominal length. A task type over 400 tokens (p50 input + output) is stopped by "
-            "the token screen of docs/sources.md#seed-003 before any gate or score."
+            f"Per-day figures divide by {observed:.3g} days observed (the span of the live events), "
+            "not by the window's nominal length. A task type over 400 tokens (p90 input + output) is stopped by "
+            "the token screen of docs/sources.md#seed-003 before any gate or score. A gate with too little "
+            "evidence (under 30 device attempts, too many timeouts, under the rollout min_n labels, no data on "
+            "the lowest target tier) is unknown, never a pass (docs/review.md)."
         )
     vetoed = [t for t, g in grading.items() if g["reason"] == "error_cost_veto"]
     if vetoed:

@@ -98,84 +98,100 @@ def test_task_grading_seed004_golden_with_the_error_cost_veto(loaded):
     """§12 (docs/sources.md#seed-004-2): the error-cost veto decides
     before any score; scores renormalised 0.4/0.4/0.2."""
     report = grading_report(loaded, POLICY, QueryWindow(START, END))
-    # §12 days_observed: live events at 11-23 00h (h1), 11-23 12h (u1), 11-24 00h (h2), 11-25 00h (h3),
-    # 11-26 00h (v1), 11-27 00h (c1): 6 distinct UTC hours → 6 / 24 = 0.25 days, not the window's 7
+    # §12 days_observed: the span of the live events, h1 at 11-23 00:00 to c1 at 11-27 00:00 → 4.0 days (not the
+    # window's 7; the old count of distinct clock hours read 6 / 24 = 0.25 and put 16 calls a day on 4 events)
     assert report["window"] == {
         "start": "2026-11-22T00:00:00Z",
         "end": "2026-11-29T00:00:00Z",
         "days": 7.0,
-        "days_observed": 0.25,
+        "days_observed": 4.0,
     }
     a, b = report["task_types"][A], report["task_types"][B]
     # A: inputs [40, 60, 80, 400] → p50 at rank 1.5 = 70; p95 at 2.85 = 80 + 0.85·320 = 352; 352 > 4·70 → long tail.
-    # input_length = (2048 − 352) / 1792 = 0.946429, halved → 0.473214. daily calls 4 / 0.25 = 16 →
-    # frequency log10(16) / 5 = 0.240824. determinism: 5 groups in the window, 4 agree → 0.8.
-    # score 0.4·0.473214 + 0.4·0.8 + 0.2·0.240824 = 0.557451 → 0.557 → shadow.
+    # input_length = (2048 − 352) / 1792 = 0.946429, halved → 0.473214. daily calls 4 / 4 = 1 →
+    # frequency log10(1) / 5 = 0. determinism: 5 groups in the window, 4 agree → 0.8.
+    # score 0.4·0.473214 + 0.4·0.8 + 0.2·0 = 0.509286 → 0.509 → shadow.
     assert a["input_tokens"] == {"p50": 70.0, "p95": pytest.approx(352.0)} and a["long_tail"] is True
-    assert a["daily_calls"] == pytest.approx(16.0) and a["determinism"] == 0.8 and a["determinism_groups"] == 5
-    assert a["scores"] == {
-        "input_length": pytest.approx(0.473214, abs=1e-6),
-        "determinism": 0.8,
-        "frequency": pytest.approx(0.240824, abs=1e-6),
-    }
-    assert (a["score"], a["tier"], a["reason"], a["error_cost"]) == (0.557, "shadow", "0.5 <= score < 0.75", 0.2)
+    assert a["daily_calls"] == pytest.approx(1.0) and a["determinism"] == 0.8 and a["determinism_groups"] == 5
+    assert a["scores"] == {"input_length": pytest.approx(0.473214, abs=1e-6), "determinism": 0.8, "frequency": 0.0}
+    assert (a["score"], a["tier"], a["reason"], a["error_cost"]) == (0.509, "shadow", "0.5 <= score < 0.75", 0.2)
+    # determinism_ci: Wilson 4/5 → centre (0.8 + 1.920729/5)/1.768292 = 0.669654, half-width
+    # 1.959964·√(0.032 + 0.038415)/1.768292 = 0.294121 → [0.375533, 0.963775]. At the low end the score is
+    # 0.189286 + 0.4·0.375533 = 0.339 (keep-cloud), at the high end 0.575 (shadow): the tier is not settled.
+    assert a["determinism_ci"] == [pytest.approx(0.375533, abs=1e-5), pytest.approx(0.963775, abs=1e-5)]
+    assert (a["tier_settled"], a["note"]) == (False, "few re-run groups")
     # B: inputs [100, 300] → p50 200, p95 290 (not > 800: no long tail); input_length (2048 − 290) / 1792 = 0.981027;
-    # no determinism group → 0; daily 2 / 0.25 = 8 → log10(8) / 5 = 0.180618; score 0.392411 + 0.036124 = 0.429;
-    # but error cost 0.8 > 0.7 → vetoed whatever the score.
+    # no determinism group → 0; daily 2 / 4 = 0.5 → log10 < 0 → frequency 0; score 0.392411 → 0.392;
+    # but error cost 0.8 > 0.7 → vetoed whatever the score (and so settled: the veto holds at both ends).
     assert (b["input_tokens"], b["long_tail"], b["determinism"]) == ({"p50": 200.0, "p95": 290.0}, False, None)
-    assert (b["score"], b["tier"], b["reason"]) == (0.429, "keep-cloud", "error_cost_veto")
+    assert (b["score"], b["tier"], b["reason"], b["tier_settled"]) == (0.392, "keep-cloud", "error_cost_veto", True)
 
 
 def test_offload_readiness_seed003_golden_gates_and_score(loaded):
-    """§13: three hard gates (a gate without data blocks too), then the weighted score >= 12 of 30."""
+    """§13: the token screen on the p90, three hard gates on their evidence (too little is unknown, and unknown
+    blocks too), then the weighted score >= 12 of 30."""
     report = readiness_report(loaded, POLICY, QueryWindow(START, END))
     a, b = report["task_types"][A], report["task_types"][B]
-    # gate_memory: A has memory data on `high` only (8192 MB) → that tier; the peak is the max of [1000, 1200, 1100]
-    # = 1200 (a p95 would read 1190) <= 0.40·8192 = 3276.8; resident max of [700, 750] <= 0.25·8192 = 2048
+    # gate_memory: the policy's lowest target tier is `low` (2048 MB, available = memory); A has memory data on
+    # `high` only, which says nothing about the small device → unknown, limits 0.40·2048 = 819.2, 0.25·2048 = 512.
+    # (The old gate read the smallest tier *with data*, `high`, and passed.)
     assert a["gates"]["gate_memory"] == {
-        "status": "pass",
-        "tier": "high",
-        "value": 1200.0,
-        "limit": pytest.approx(3276.8),
-        "resident": 750.0,
-        "resident_limit": 2048.0,
+        "status": "unknown",
+        "tier": "low",
+        "available_mb": 2048.0,
+        "value": None,
+        "limit": pytest.approx(819.2),
+        "resident": None,
+        "resident_limit": 512.0,
+        "n": 0,
+        "note": "no memory figures from the low tier",
     }
-    # gate_duration: device attempts [180 (h1), 200 (h2), 12000 (h3), 180 (v1)] → sorted [180, 180, 200, 12000];
-    # p95 at rank 2.85 → 200 + 0.85·11800 = 10230 > 10000 → fail
-    assert a["gates"]["gate_duration"]["status"] == "fail" and a["gates"]["gate_duration"]["value"] == pytest.approx(
-        10230.0
-    )
-    # gate_quality: labeled device-served h1 (fine), h3 (bad) → missed 1/2; caught bad h2 → auto_detected 1 / (1 + 1)
+    # gate_duration: 4 device attempts [180, 200, 12000, 180] < 30 → the time part is unknown; and A has a
+    # validator (its answer is checked whole), `streamable` not declared → false → the gate fails on that.
+    d = a["gates"]["gate_duration"]
+    assert (d["status"], d["n"], d["timed_out"], d["streamable"], d["value"]) == ("fail", 4, 0, False, None)
+    assert d["note"] == "too few device attempts (4 < 30)"
+    # gate_quality: labeled device-served h1 (fine), h3 (bad) → 2 labels < min_n 30 → unknown, whatever the rate.
+    # §3c: one stratum (confidence 0.91, bucket ≥ 0.85) N 3 (h1 h3 v1), n 2, k 1 → rate 0.5,
+    # V = 0.25/2·(1 − 2/3) = 1/24 → n_eff 6; Wilson(0.5, 6) = 0.5 ± 1.959964·√(0.041667 + 0.026677)/1.640243
+    # = 0.5 ± 0.312385. auto_detected: caught h2, missed h3 → 1/2, Wilson [0.094531, 0.905469].
     q = a["gates"]["gate_quality"]
-    assert (q["status"], q["missed_fallback_rate"], q["auto_detected"]) == ("fail", 0.5, 0.5)
-    # factors: calls/session/day 4 / 2 / 0.25 (days observed) = 8 → 1; token budget p50 of [46, 66, 86, 406] = 76
-    # → 3 (and through the 400-token screen); redactable → 1; a validator → 3; weak network 1/4 = 0.25 → 1;
-    # quarterly → 3. 2·(1+3+1+3) + 1 + 3 = 20
-    assert a["token_screen"] == {"status": "pass", "value": 76.0, "limit": 400}
-    assert a["factors"]["calls_per_session_day"]["value"] == pytest.approx(8.0)
+    assert (q["status"], q["n"], q["min_n"], q["missed_fallback_rate"], q["auto_detected"]) == (
+        "unknown",
+        2,
+        30,
+        0.5,
+        0.5,
+    )
+    assert q["missed_fallback_est"]["n_eff"] == pytest.approx(6.0)
+    assert q["missed_fallback_est"]["ci"] == [pytest.approx(0.187615, abs=1e-5), pytest.approx(0.812385, abs=1e-5)]
+    assert q["auto_detected_ci"] == [pytest.approx(0.094531, abs=1e-5), pytest.approx(0.905469, abs=1e-5)]
+    # token screen: p90 of input + output [46, 66, 86, 406] at rank 2.7 → 86 + 0.7·320 = 310 ≤ 400 → through;
+    # 1 of 4 over 400. Factors: calls/session/day 4 / 2 / 4 = 0.5 → 0; token budget 310 → 1; redactable → 1;
+    # a validator → 3; weak network 1/4 = 0.25 → 1; quarterly → 3. 2·(0+1+1+3) + 1 + 3 = 14
+    assert a["token_screen"] == {"status": "pass", "value": pytest.approx(310.0), "limit": 400, "over_share": 0.25}
+    assert a["factors"]["calls_per_session_day"]["value"] == pytest.approx(0.5)
     points = {k: f["points"] for k, f in a["factors"].items()}
     assert points == {
-        "calls_per_session_day": 1,
-        "token_budget_p50": 3,
+        "calls_per_session_day": 0,
+        "token_budget_p90": 1,
         "privacy": 1,
         "error_cost": 3,
         "network": 1,
         "iteration": 3,
     }
-    assert a["factors"]["token_budget_p50"]["value"] == 76.0
-    assert (a["score_003"], a["verdict"]) == (20, "not_ready")
-    assert a["reasons"] == ["gate_duration fail", "gate_quality fail"]
-    # B: its only peak is on an unknown tier (not in device_tiers) → unknown; duration [180] passes;
-    # no labels → unknown.
-    # factors: 2 / 1 / 0.25 = 8 → 1; budget p50 of [106, 306] = 206 → 1; public 0; no validator and cost 0.8 → 0;
-    # network 0; monthly 1 → 2·(1 + 1) + 1 = 5
+    assert (a["score_003"], a["verdict"]) == (14, "not_ready")
+    assert a["reasons"] == ["gate_memory unknown", "gate_duration fail", "gate_quality unknown"]
+    # B: no data on `low` → unknown; 1 device attempt → unknown (no validator: streamable); no labels → unknown.
+    # factors: 2 / 1 / 4 = 0.5 → 0; budget p90 of [106, 306] = 106 + 0.9·200 = 286 → 1; public 0; no validator
+    # and cost 0.8 → 0; network 0; monthly 1 → 2·1 + 1 = 3
     assert [b["gates"][g]["status"] for g in ("gate_memory", "gate_duration", "gate_quality")] == [
         "unknown",
-        "pass",
+        "unknown",
         "unknown",
     ]
-    assert (b["score_003"], b["verdict"]) == (5, "not_ready")
-    assert b["reasons"] == ["gate_memory unknown", "gate_quality unknown", "score_003 5 < 12"]
+    assert (b["score_003"], b["verdict"]) == (3, "not_ready")
+    assert b["reasons"] == ["gate_memory unknown", "gate_duration unknown", "gate_quality unknown", "score_003 3 < 12"]
     # side by side: A graded `shadow` but not ready → the seeds disagree; B keep-cloud and not ready → agree
     both = side_by_side(grading_report(loaded, POLICY, QueryWindow(START, END)), report)
     assert both[A]["disagree"] is True and both[B]["disagree"] is False

@@ -6,8 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from router.policy import ConfigError, RolloutLimits, in_canary, parse
-from warehouse.analytics.review import evaluate_stage, factors, gates, grade, readiness, token_screen
+from router.policy import Capability, ConfigError, RolloutLimits, in_canary, parse
+from warehouse.analytics.review import (
+    evaluate_stage,
+    factors,
+    gate_duration,
+    gate_memory,
+    gate_quality,
+    gates,
+    grade,
+    readiness,
+    streamable,
+    token_screen,
+)
+from warehouse.analytics.stats import EMPTY_ESTIMATE
 
 LIMITS = RolloutLimits(
     agreement=0.9,
@@ -171,10 +183,10 @@ def test_grading_score_bands_at_their_edges():
         ("calls_per_session_day", {"calls_per_session_day": 20}, 1),
         ("calls_per_session_day", {"calls_per_session_day": 2}, 1),
         ("calls_per_session_day", {"calls_per_session_day": 1.99}, 0),
-        ("token_budget_p50", {"token_budget_p50": 99}, 3),
-        ("token_budget_p50", {"token_budget_p50": 100}, 1),
-        ("token_budget_p50", {"token_budget_p50": 400}, 1),
-        ("token_budget_p50", {"token_budget_p50": 401}, 0),
+        ("token_budget_p90", {"token_budget_p90": 99}, 3),
+        ("token_budget_p90", {"token_budget_p90": 100}, 1),
+        ("token_budget_p90", {"token_budget_p90": 400}, 1),
+        ("token_budget_p90", {"token_budget_p90": 401}, 0),
         ("network", {"weak_network_share": 0.30}, 3),
         ("network", {"weak_network_share": 0.29}, 1),
         ("network", {"weak_network_share": 0.05}, 1),
@@ -190,7 +202,7 @@ def test_grading_score_bands_at_their_edges():
 def test_seed003_factor_bands(factor, kwargs, points):
     base = dict(
         calls_per_session_day=None,
-        token_budget_p50=None,
+        token_budget_p90=None,
         privacy="public",
         has_validator=False,
         error_cost=None,
@@ -200,49 +212,36 @@ def test_seed003_factor_bands(factor, kwargs, points):
     assert factors(**{**base, **kwargs})[factor]["points"] == points
 
 
+TIERS = {"low": {"memory_mb": 4096}, "high": {"memory_mb": 12288}}
+# a §3c estimate whose interval ends at or below 3 %: 0 of 200 missed, Wilson high 1.959964² / (200 + 3.841459)
+CLEAN = {"rate": 0.0, "ci": [0.0, 0.018846], "n_eff": 200.0, "coverage": 1.0}
+
+
+def passing_gates() -> dict:
+    return gates(
+        memory=gate_memory({"low": {"peak": 1638.4, "resident": 1024.0, "n": 40}}, TIERS),
+        duration=gate_duration(40, 0, 0, 10_000.0, True),
+        quality=gate_quality(CLEAN, 200, 100, 0, 30),
+    )
+
+
 def test_seed003_gates_and_the_ready_score_of_12():
-    tiers = {"low": 4096.0, "high": 12288.0}
-    ok = gates(
-        memory_by_tier={"low": {"peak": 1638.4, "resident": 1024.0}, "high": {"peak": 3000.0, "resident": 9000.0}},
-        tier_memory_mb=tiers,
-        device_p95_ms=10_000,
-        streamable=True,
-        missed_fallback_rate=0.03,
-        auto_detected=0.9,
-    )  # every gate exactly at its limit: peak 0.40·4096 = 1638.4, resident 0.25·4096 = 1024
+    ok = passing_gates()  # every gate exactly at its limit: peak 0.40·4096 = 1638.4, resident 0.25·4096 = 1024
     assert {k: g["status"] for k, g in ok.items()} == {
         "gate_memory": "pass",
         "gate_duration": "pass",
         "gate_quality": "pass",
     }
-    assert ok["gate_memory"]["tier"] == "low"  # the smallest tier with data
     assert (ok["gate_memory"]["limit"], ok["gate_memory"]["resident_limit"]) == (1638.4, 1024.0)
-    over = gates(
-        memory_by_tier={"low": {"peak": 1638.5, "resident": 10.0}, "high": {"peak": 100.0, "resident": 10.0}},
-        tier_memory_mb=tiers,
-        device_p95_ms=10_001,
-        streamable=True,
-        missed_fallback_rate=0.031,
-        auto_detected=0.9,
-    )
-    assert {g["status"] for g in over.values()} == {"fail"}
-    caught = gates(
-        memory_by_tier={"high": {"peak": 100.0, "resident": 50.0}},
-        tier_memory_mb=tiers,
-        device_p95_ms=None,
-        streamable=True,
-        missed_fallback_rate=0.0,
-        auto_detected=0.89,
-    )
-    assert (caught["gate_memory"]["tier"], caught["gate_duration"]["status"], caught["gate_quality"]["status"]) == (
-        "high",
-        "unknown",
-        "fail",
-    )
     six = {"a": {"points": 3, "weight": 2}, "b": {"points": 3, "weight": 2}}  # 12
     assert readiness(ok, six)["verdict"] == "ready"
     eleven = {"a": {"points": 3, "weight": 2}, "b": {"points": 1, "weight": 2}, "c": {"points": 3, "weight": 1}}
     assert readiness(ok, eleven) == {**readiness(ok, eleven), "verdict": "not_ready", "reasons": ["score_003 11 < 12"]}
+    over = gates(
+        memory=gate_memory({"low": {"peak": 1638.5, "resident": 10.0}}, TIERS),
+        duration=gate_duration(40, 0, 0, 10_001.0, True),
+        quality=gate_quality({"rate": 0.1, "ci": [0.031, 0.2], "n_eff": 100.0, "coverage": 1.0}, 100, 90, 10, 30),
+    )
     assert readiness(over, six)["reasons"] == ["gate_memory fail", "gate_duration fail", "gate_quality fail"]
 
 
@@ -250,41 +249,129 @@ def test_seed003_gates_and_the_ready_score_of_12():
     "name, memory, status",
     [
         # docs/sources.md#seed-003 "常驻 ≤ 25%、峰值 ≤ 40%", low tier 4096 MB: limits 1024 resident, 1638.4 peak
-        ("resident over 25 % fails though the peak passes", {"peak": 1200.0, "resident": 1024.1}, "fail"),
-        ("the peak is the max, not a p95: one request over fails", {"peak": 1700.0, "resident": 500.0}, "fail"),
-        ("no resident figure: unknown, which blocks readiness", {"peak": 1200.0, "resident": None}, "unknown"),
-        ("a failing part fails even with the other unknown", {"peak": 2000.0, "resident": None}, "fail"),
-        ("both within", {"peak": 1638.4, "resident": 1024.0}, "pass"),
+        ("resident over 25 % fails though the peak passes", {"low": {"peak": 1200.0, "resident": 1024.1}}, "fail"),
+        (
+            "the peak is the max, not a p95: one request over fails",
+            {"low": {"peak": 1700.0, "resident": 500.0}},
+            "fail",
+        ),
+        ("no resident figure: unknown, which blocks readiness", {"low": {"peak": 1200.0, "resident": None}}, "unknown"),
+        ("a failing part fails even with the other unknown", {"low": {"peak": 2000.0, "resident": None}}, "fail"),
+        ("both within", {"low": {"peak": 1638.4, "resident": 1024.0}}, "pass"),
+        # the issue's long_summary: 2,868 MB peak on mid passes 0.40·8192 = 3276.8, but the lowest tier declared is
+        # `low`, where nothing was measured: unknown, never a pass read off a bigger device
+        ("data on a bigger tier only: unknown", {"high": {"peak": 2868.0, "resident": 100.0}}, "unknown"),
     ],
 )
-def test_seed003_memory_gate_reads_peak_and_resident_memory(name, memory, status):
-    g = gates(
-        memory_by_tier={"low": memory},
-        tier_memory_mb={"low": 4096.0},
-        device_p95_ms=100.0,
-        streamable=True,
-        missed_fallback_rate=0.0,
-        auto_detected=1.0,
-    )
-    assert g["gate_memory"]["status"] == status, name
+def test_seed003_memory_gate_reads_the_lowest_target_tier(name, memory, status):
+    g = gate_memory(memory, TIERS)
+    assert (g["status"], g["tier"]) == (status, "low"), name
+
+
+def test_memory_gate_honours_target_false_and_available_mb():
+    """§13: a tier with `target: false` is left out; `available_mb` (default `memory_mb`) sets the limits."""
+    tiers = {"tiny": {"memory_mb": 2048, "target": False}, "low": {"memory_mb": 4096, "available_mb": 3000}}
+    g = gate_memory({"low": {"peak": 1200.0, "resident": 750.0, "n": 5}}, tiers)
+    # 0.40·3000 = 1200, 0.25·3000 = 750: both at the limit → pass, on `low`, not the excluded `tiny`
+    assert (g["status"], g["tier"], g["limit"], g["resident_limit"], g["n"]) == ("pass", "low", 1200.0, 750.0, 5)
+    assert gate_memory({}, {})["status"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    "attempts, timed_out, past_limit, p95, status",
+    [
+        # the issue's long_summary: 6 of 6 device attempts timed out at 8–12 s deadlines, their p95 capped at 8.4 s:
+        # the old gate passed it. Fewer than 30 attempts → unknown.
+        (6, 6, 0, 8400.0, "unknown"),
+        # 40 attempts, 4 timed out (10 % > 5 %), cut at 8 s: nothing is known past 8 s → unknown
+        (40, 4, 0, 8000.0, "unknown"),
+        # 40 attempts, 3 cut at or past 10 s (7.5 % > 5 %): more than one in twenty took over 10 s → fail
+        (40, 4, 3, 8000.0, "fail"),
+        # 40 attempts, 2 timed out (5 %, not more than 5 %): the p95 is read, at the limit → pass
+        (40, 2, 2, 10_000.0, "pass"),
+        (40, 2, 2, 10_000.1, "fail"),
+        # 30 attempts, none censored: at least 30 → judged
+        (30, 0, 0, 900.0, "pass"),
+        (29, 0, 0, 900.0, "unknown"),
+    ],
+)
+def test_duration_gate_treats_timeouts_as_censored(attempts, timed_out, past_limit, p95, status):
+    g = gate_duration(attempts, timed_out, past_limit, p95, True)
+    assert (g["status"], g["n"], g["timed_out"]) == (status, attempts, timed_out)
+    if status == "unknown":
+        assert g["value"] is None and g["note"]
 
 
 def test_seed003_duration_gate_needs_a_streamable_or_asynchronous_task():
-    """docs/sources.md#seed-003: "单次推理 ≤ 10s,且可流式或可异步": fast is
-    not enough when the user must wait for the whole answer."""
-    base = dict(
-        memory_by_tier={},
-        tier_memory_mb={},
-        missed_fallback_rate=None,
-        auto_detected=None,
-    )
-    assert gates(**base, device_p95_ms=900.0, streamable=False)["gate_duration"]["status"] == "fail"
-    assert gates(**base, device_p95_ms=900.0, streamable=True)["gate_duration"]["status"] == "pass"
-    assert gates(**base, device_p95_ms=None, streamable=False)["gate_duration"]["status"] == "fail"
+    """docs/sources.md#seed-003: "单次推理 ≤ 10s,且可流式或可异步": fast is not enough when the user must wait for
+    the whole answer; a validated answer is checked whole, so `streamable` defaults to false there."""
+    assert gate_duration(40, 0, 0, 900.0, False)["status"] == "fail"
+    assert gate_duration(40, 0, 0, 900.0, True)["status"] == "pass"
+    assert gate_duration(0, 0, 0, None, False)["status"] == "fail"
+    assert streamable(Capability(supported=True, validator="json"), None) is False
+    assert streamable(Capability(supported=True, tools=("lookup",)), None) is False
+    assert streamable(Capability(supported=True), None) is True
+    assert streamable(Capability(supported=True, validator="json"), True) is True  # declared asynchronous
+
+
+@pytest.mark.parametrize(
+    "est, labeled, caught, missed, status",
+    [
+        # the issue's seed-003 pass on n = 1: one label, missed 0/1, auto-detected 2/2 → unknown, never pass
+        ({"rate": 0.0, "ci": [0.0, 0.793455], "n_eff": 1.0, "coverage": 1.0}, 1, 2, 0, "unknown"),
+        # nor fail on one bad label (Wilson 1/1 = [0.206545, 1]): below min_n nothing is judged
+        ({"rate": 1.0, "ci": [0.206545, 1.0], "n_eff": 1.0, "coverage": 1.0}, 1, 0, 1, "unknown"),
+        # 200 labels, 0 missed (high 0.018846 <= 3 %), auto-detected 100/100: Wilson low 100/103.841459 = 0.963006
+        (CLEAN, 200, 100, 0, "pass"),
+        # the same with 30 caught of 30: Wilson low 30/33.841459 = 0.886486 < 0.9, high 1 ≥ 0.9 → unknown
+        (CLEAN, 200, 30, 0, "unknown"),
+        # estimate interval [0.031, …] starts above 3 % → fail
+        ({"rate": 0.1, "ci": [0.031, 0.2], "n_eff": 100.0, "coverage": 1.0}, 100, 100, 0, "fail"),
+        # 40 labels, 0 missed: Wilson high 3.841459 / 43.841459 = 0.087621 > 3 %, low 0 → unknown
+        ({"rate": 0.0, "ci": [0.0, 0.087621], "n_eff": 40.0, "coverage": 1.0}, 40, 100, 0, "unknown"),
+        # nothing labeled at all
+        (EMPTY_ESTIMATE, 0, 0, 0, "unknown"),
+    ],
+)
+def test_quality_gate_on_intervals_and_a_minimum_sample(est, labeled, caught, missed, status):
+    g = gate_quality(est, labeled, caught, missed, 30)
+    assert (g["status"], g["n"], g["min_n"]) == (status, labeled, 30)
+
+
+def test_quality_gate_auto_detected_interval_golden():
+    # 100 caught of 100: Wilson [100 / 103.841459, 1] = [0.963006, 1]
+    g = gate_quality(CLEAN, 200, 100, 0, 30)
+    assert g["auto_detected_ci"] == [pytest.approx(0.963006, abs=1e-6), pytest.approx(1.0)]
+
+
+def test_a_task_type_the_seeds_keep_off_the_device_is_never_ready():
+    """docs/sources.md#seed-000: multi-step tool orchestration stays in the cloud; a policy that enables it and
+    gates that pass do not make it ready (the issue's `multi_step_tools`, score 18 and ready)."""
+    six = {"a": {"points": 3, "weight": 2}, "b": {"points": 3, "weight": 2}}
+    r = readiness(passing_gates(), six, token_screen(300.0), "multi_step_tools")
+    assert r["verdict"] == "not_ready"
+    assert r["reasons"][0].startswith("kept_off_device")
+    assert readiness(passing_gates(), six, token_screen(300.0), "short_reply")["verdict"] == "ready"
+
+
+def test_grading_tier_settled_by_the_determinism_interval():
+    """§12: the tier is settled when the score at both ends of determinism_ci gives the same tier."""
+    # input p95 256 → 1; 100000 calls/day → 1: score = 0.6 + 0.4·d. d 0.8 → 0.92 offload; at 0.375533 → 0.750 offload;
+    # at 0.963775 → 0.986 offload → settled
+    assert grade(100, 256, 100_000, 0.8, 0.2, [0.375533, 0.963775])["tier_settled"] is True
+    # the issue's short_summary-like case: d 0.60 of 20 groups → Wilson [0.386582, 0.781193]; input p95 1024
+    # → 0.571429, 1000 calls/day → 0.6: score 0.228571 + 0.24 + 0.12 = 0.589 shadow; at the low end 0.503
+    # (shadow), at the high end 0.661 (shadow) → settled; with 5 groups, 3 agreeing, [0.230720, 0.882380]:
+    # 0.441 keep-cloud at the low end → not settled
+    assert grade(500, 1024, 1000, 0.6, 0.2, [0.386582, 0.781193])["tier_settled"] is True
+    g = grade(500, 1024, 1000, 0.6, 0.2, [0.230720, 0.882380])
+    assert (g["tier"], g["tier_settled"], g["note"]) == ("shadow", False, "few re-run groups")
+    # no re-run group: the interval is [0, 1]
+    assert grade(500, 1024, 1000, None, 0.2)["tier_settled"] is False
 
 
 def test_seed003_token_screen_stops_a_long_budget_task_before_any_gate_or_score():
-    """docs/sources.md#seed-003 "落地建议" 1: p50 input + output over 400 tokens is out before scoring: a 900-token task
+    """docs/sources.md#seed-003 "落地建议" 1: p90 input + output over 400 tokens is out before scoring: a 900-token task
     with a perfect score and passing gates is not_ready, and is not scored."""
     passing = {
         "gate_memory": {"status": "pass"},
@@ -295,7 +382,7 @@ def test_seed003_token_screen_stops_a_long_budget_task_before_any_gate_or_score(
     screened = readiness(passing, thirty, token_screen(900.0))
     assert (screened["verdict"], screened["score_003"]) == ("not_ready", None)
     assert screened["reasons"] == ["token_screen"]
-    assert screened["token_screen"] == {"status": "fail", "value": 900.0, "limit": 400}
+    assert screened["token_screen"] == {"status": "fail", "value": 900.0, "limit": 400, "over_share": None}
     assert readiness(passing, thirty, token_screen(400.0))["verdict"] == "ready"  # at the limit: through
     assert token_screen(None)["status"] == "unknown"
 

@@ -53,3 +53,37 @@ def test_moved_adds_both_ways_and_keeps_each_way():
     assert (m["n"], m["labeled"], m["pass_rate"], m["label_coverage"]) == (4, 3, pytest.approx(2 / 3), 0.75)
     assert (m["to_device"]["pass_rate"], m["to_device"]["label_coverage"]) == (0.0, 1.0)
     assert m["to_cloud"]["ci"] == pytest.approx([0.342380, 1.0], abs=1e-6)  # Wilson(2, 2), as in the metrics tests
+
+
+def _result(missed: int, labeled: int) -> dict:
+    """A what-if result for one task type whose candidate has `missed` of `labeled` device-served labels bad."""
+    from warehouse.analytics import stats
+
+    candidate = {
+        "missed_fallback_rate": stats.ratio(missed, labeled),
+        "missed_fallback_labeled": labeled,
+        "missed_fallback_ci": stats.wilson(missed, labeled),
+    }
+    return {"by_task_type": {"short_reply": {"candidate": candidate, "moved": {}}}}
+
+
+def test_the_pre_push_gate_judges_the_interval_not_the_point():
+    """Issue 38: the demo's bad 0.93 push passed `missed_fallback_rate>0.05` on 6 labels, none bad: rate 0, but
+    Wilson(0, 6) reaches z²/(6 + z²) = 3.841459 / 9.841459 = 0.390334."""
+    few = _result(0, 6)
+    assert few["by_task_type"]["short_reply"]["candidate"]["missed_fallback_ci"][1] == pytest.approx(0.390334, abs=1e-6)
+    point, high = whatif.parse_gate("missed_fallback_rate>0.05"), whatif.parse_gate("missed_fallback_rate.high>0.05")
+    # 6 labels < --min-labeled 30: neither condition is judged, and the gate says why (exit 4)
+    assert whatif.gate(few, [point, high]) == []
+    assert whatif.unjudged(few, [high]) == [
+        "short_reply: missed_fallback_rate.high rests on 6 labels (< --min-labeled 30)"
+    ]
+    # with the minimum lowered to 6 the upper end refuses the push (exit 1), the point estimate would not have
+    assert whatif.gate(few, [point, high], 6) == ["short_reply: missed_fallback_rate.high 0.390334 > 0.05"]
+    # a calm window with enough labels: 0 of 200 bad → high 3.841459 / 203.841459 = 0.018845 ≤ 0.05 → passes
+    calm = _result(0, 200)
+    assert whatif.gate(calm, [high]) == [] and whatif.unjudged(calm, [high]) == []
+    # 12 of 200 bad (6 %): Wilson [0.034652, 0.101932]: the high end refuses, the low end would not
+    bad = _result(12, 200)
+    low = whatif.parse_gate("missed_fallback_rate.low>0.05")
+    assert whatif.gate(bad, [high, low]) == ["short_reply: missed_fallback_rate.high 0.101932 > 0.05"]

@@ -49,6 +49,17 @@ MOVED_KEYS = ("n", "labeled", "pass_rate", "label_coverage")
 # (`missed_fallback_est.high>0.05`): rate, the interval's low or high end, n_eff or coverage.
 ESTIMATE_KEYS = ("false_fallback_est", "missed_fallback_est")
 ESTIMATE_PARTS = ("rate", "low", "high", "n_eff", "coverage")
+# Rates with a Wilson interval: a gate may name the interval's ends (`missed_fallback_rate.high>0.05`).
+INTERVAL_KEYS = {"false_fallback_rate": "false_fallback_ci", "missed_fallback_rate": "missed_fallback_ci"}
+# The labels behind each labeled rate: with fewer than `--min-labeled` of them the gate does not judge it.
+LABELS_BEHIND = {
+    "false_fallback_rate": "false_fallback_labeled",
+    "false_fallback_est": "false_fallback_labeled",
+    "missed_fallback_rate": "missed_fallback_labeled",
+    "missed_fallback_est": "missed_fallback_labeled",
+    "moved.pass_rate": "moved.labeled",
+}
+MIN_LABELED = 30  # docs/whatif.md: `--min-labeled` default, as the rollout limits' min_n
 
 
 def _rate(part: dict, prefix: str, hits: int, labeled: int) -> None:
@@ -173,8 +184,9 @@ def _warnings(task: dict[str, Any]) -> list[str]:
     if m.get("unknown"):
         found.append(
             f"{m['unknown']} requests were served by the L1 retry after their first answer was turned down; the "
-            "retry's confidence is not recorded, so under this stricter threshold their route is unknown: they are "
-            "left out of the candidate's device-served and missed-fallback figures"
+            "retry's confidence is not recorded, so under this stricter threshold their route is unknown: they "
+            "count as fallbacks in the candidate's fallback rate (the pessimistic side) and are left out of its "
+            "device-served and missed-fallback figures"
         )
     low, high = task["recorded_threshold"]["min"], task["recorded_threshold"]["max"]
     if low is not None and high is not None and low != high:
@@ -241,19 +253,20 @@ _OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a 
 
 
 def parse_gate(text: str) -> tuple[str, str, float]:
-    """`"missed_fallback_rate>0.05"` → (key, operator, limit); key is a candidate block key, an estimate's part
-    (`missed_fallback_est.high`, §3c) or `moved.<key>`. ValueError naming what is wrong otherwise."""
+    """`"missed_fallback_rate>0.05"` → (key, operator, limit); key is a candidate block key, an interval's end
+    of a rate (`missed_fallback_rate.high`, `moved.pass_rate.low`), an estimate's part (`missed_fallback_est.high`,
+    §3c) or `moved.<key>`. ValueError naming what is wrong otherwise."""
     m = _GATE.match(text)
     if not m:
-        raise ValueError(f"{text!r} is not a condition such as missed_fallback_rate>0.05 (operators > >= < <=)")
+        raise ValueError(f"{text!r} is not a condition such as missed_fallback_rate.high>0.05 (operators > >= < <=)")
     moved_key, key, part, op, limit = m.group(1), m.group(2), m.group(3), m.group(4), float(m.group(5))
     if part:
-        if moved_key or key not in ESTIMATE_KEYS or part[1:] not in ESTIMATE_PARTS:
-            raise ValueError(
-                f"{text!r}: {(moved_key or '') + key + part} is not one of "
-                + ", ".join(f"{k}.{p}" for k in ESTIMATE_KEYS for p in ESTIMATE_PARTS)
-            )
-        return key + part, op, limit
+        allowed = [f"{k}.{p}" for k in ESTIMATE_KEYS for p in ESTIMATE_PARTS]
+        allowed += [f"{k}.{p}" for k in (*INTERVAL_KEYS, "moved.pass_rate") for p in ("low", "high")]
+        name = (moved_key or "") + key + part
+        if name not in allowed:
+            raise ValueError(f"{text!r}: {name} is not one of " + ", ".join(allowed))
+        return name, op, limit
     keys = MOVED_KEYS if moved_key else BLOCK_KEYS
     if key not in keys:
         where = "moved." if moved_key else ""
@@ -261,37 +274,69 @@ def parse_gate(text: str) -> tuple[str, str, float]:
     return (moved_key or "") + key, op, limit
 
 
-def _value(task: Mapping[str, Any], key: str):
-    """The value a gate condition names in a task type's result (None: unknown)."""
+def _lookup(task: Mapping[str, Any], key: str):
+    """A plain value of a task type's result: `moved.<key>` or a candidate block key."""
     if key.startswith("moved."):
         return task["moved"][key.removeprefix("moved.")]
-    name, _, part = key.partition(".")
-    if not part:
+    return task["candidate"][key]
+
+
+def _value(task: Mapping[str, Any], key: str):
+    """The value a gate condition names in a task type's result (None: unknown)."""
+    base, _, part = key.rpartition(".") if key.endswith((".low", ".high")) else (key, "", "")
+    if key.startswith("moved.") and not part:
+        return _lookup(task, key)
+    if part:  # an interval's end: of a rate's Wilson interval, the moved pass rate's, or an estimate's
+        if base == "moved.pass_rate":
+            ci = task["moved"]["ci"]
+        elif base in INTERVAL_KEYS:
+            ci = task["candidate"][INTERVAL_KEYS[base]]
+        else:
+            ci = task["candidate"][base]["ci"]
+        return None if ci is None else ci[0 if part == "low" else 1]
+    name, _, est_part = key.partition(".")
+    if not est_part:
         return task["candidate"][key]
-    est = task["candidate"][name]
-    if part in ("low", "high"):
-        return None if est["ci"] is None else est["ci"][0 if part == "low" else 1]
-    return est[part]
+    return task["candidate"][name][est_part]
 
 
-def gate(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
-    """The conditions the candidate meets, per task type, as lines (`short_reply: missed_fallback_rate 0.08 >
-    0.05`). A null value (no labels) meets none: the text output shows it as unknown."""
+def labels_behind(task: Mapping[str, Any], key: str) -> int | None:
+    """The labels a labeled rate named by `key` rests on (None: the key is no labeled rate)."""
+    for prefix, count in LABELS_BEHIND.items():
+        if key == prefix or key.startswith(prefix + "."):
+            if key.endswith((".n_eff", ".coverage")):
+                return None
+            return int(_lookup(task, count))
+    return None
+
+
+def gate(
+    result: Mapping[str, Any], conditions: list[tuple[str, str, float]], min_labeled: int = MIN_LABELED
+) -> list[str]:
+    """The conditions the candidate meets, per task type, as lines (`short_reply: missed_fallback_rate.high 0.39 >
+    0.05`). A null value (no labels) and a labeled rate on fewer than `min_labeled` labels meet none: they are
+    not judged (`unjudged`)."""
     hits = []
     for t, task in result["by_task_type"].items():
         if "candidate" not in task:
             continue
         for key, op, limit in conditions:
             value = _value(task, key)
+            labels = labels_behind(task, key)
+            if labels is not None and labels < min_labeled:
+                continue
             if value is not None and _OPS[op](value, limit):
                 hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}")
     return hits
 
 
-def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]) -> list[str]:
+def unjudged(
+    result: Mapping[str, Any], conditions: list[tuple[str, str, float]], min_labeled: int = MIN_LABELED
+) -> list[str]:
     """What the gate could not judge, as lines: a task type without live events in the window (a typo'd
-    name, an empty warehouse, a window without data), or a condition whose value is null for a candidate (no
-    labels behind it). A pre-push gate that judged nothing must not pass."""
+    name, an empty warehouse, a window without data), a condition whose value is null for a candidate (no
+    labels behind it), or a labeled rate on fewer than `min_labeled` labels. A pre-push gate that judged
+    nothing must not pass."""
     lines = []
     for t, task in result["by_task_type"].items():
         if "candidate" not in task:
@@ -299,8 +344,11 @@ def unjudged(result: Mapping[str, Any], conditions: list[tuple[str, str, float]]
             continue
         for key, _, _ in conditions:
             value = _value(task, key)
+            labels = labels_behind(task, key)
             if value is None:
                 lines.append(f"{t}: {key} is unknown (nothing labeled behind it)")
+            elif labels is not None and labels < min_labeled:
+                lines.append(f"{t}: {key} rests on {labels} labels (< --min-labeled {min_labeled})")
     return lines
 
 

@@ -26,6 +26,7 @@ REVIEW_CTE = (
     """
 w AS (
     SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason,
+           confidence,
            degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
            cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
            device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
@@ -115,17 +116,41 @@ SELECT task_type,
        uniqExact(session_id) AS sessions,
        quantileExactInclusive(0.5)(input_tokens) AS input_p50,
        quantileExactInclusive(0.95)(input_tokens) AS input_p95,
-       quantileExactInclusive(0.5)(input_tokens + output_tokens) AS token_budget_p50,
+       quantileExactInclusive(0.9)(input_tokens + output_tokens) AS token_budget_p90,
+       countIf(input_tokens + output_tokens > {token_screen:UInt32}) / count() AS token_budget_over_share,
        countIf(network IN ('weak', 'offline')) / count() AS weak_network_share,
        quantileExactInclusiveArray(0.95)(arrayFilter((lat, l) -> l IN (0, 1), attempt_latency_ms, attempt_levels))
            AS device_p95_ms,
        sum(arrayCount(l -> l IN (0, 1), attempt_levels)) AS device_attempts,
+       sum(arrayCount((l, o) -> l IN (0, 1) AND o = 'timeout', attempt_levels, attempt_outcomes)) AS device_timeouts,
+       sum(arrayCount((l, o, lat) -> l IN (0, 1) AND o = 'timeout' AND lat >= {duration_ms:Float64},
+                      attempt_levels, attempt_outcomes, attempt_latency_ms)) AS device_timeouts_past_limit,
        countIf(device_served AND labeled = 1) AS missed_fallback_labeled,
        countIf(device_served AND labeled = 1 AND NOT acceptable) AS missed_fallbacks,
        countIf(judged_fallback AND labeled = 1 AND NOT acceptable) AS caught_bad
 FROM j
 GROUP BY task_type
 ORDER BY task_type
+""",
+    FRAGMENTS,
+)
+
+# §13 gate_quality on §3c's estimate: the device-served events per task type × confidence bucket (§6's edges,
+# -1 for a null confidence), how many carry a chosen label and how many of those were judged not acceptable.
+MISSED_STRATA_SQL = named(
+    "review_missed_fallback_strata",
+    """
+WITH $review_cte,
+$chosen_labels_cte
+SELECT w.task_type AS task_type,
+       if(w.confidence IS NULL, -1, arrayCount(e -> e <= w.confidence, {inner_edges:Array(Float64)})) AS bucket,
+       count() AS N,
+       countIf(c.labeled = 1) AS n,
+       countIf(c.labeled = 1 AND NOT c.acceptable) AS k
+FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+WHERE w.mode = 'live' AND w.entered_device AND w.fallback_type = 'none' AND w.degrade_level IN (0, 1)
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
 """,
     FRAGMENTS,
 )
@@ -150,20 +175,26 @@ ORDER BY task_type, tier
     FRAGMENTS,
 )
 
-# §12 `days_observed`: the distinct UTC clock hours of the window that hold a live event (any task type),
-# over 24: the span the data really covers, whatever the window's nominal length.
-HOURS_OBSERVED_SQL = named(
-    "hours_with_live_events",
+# §12 `days_observed`: the span of the window's live events (any task type), first to last, in milliseconds,
+# and how many there are.
+LIVE_SPAN_SQL = named(
+    "live_event_span",
     """
-SELECT uniqExact(toStartOfHour(event_time)) FROM $decisions
+SELECT count(), toUnixTimestamp64Milli(max(event_time)) - toUnixTimestamp64Milli(min(event_time)) FROM $decisions
 WHERE mode = 'live' AND event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
 )
+MIN_SPAN_DAYS = 5 / 1440  # §12: at least 5 minutes
 
 
 def days_observed(client, window: QueryWindow) -> float:
-    """docs/metrics.md §12: distinct UTC hours of the window with at least one live event, / 24."""
-    return int(client.query(HOURS_OBSERVED_SQL, parameters=window.parameters()).result_rows[0][0]) / 24
+    """docs/metrics.md §12: the span of the window's live events in days, at least 5 minutes and at most the
+    window's length (a night without traffic inside the span still counts as time); 0 without live events."""
+    count, span_ms = client.query(LIVE_SPAN_SQL, parameters=window.parameters()).result_rows[0]
+    if not int(count):
+        return 0.0
+    length = (window.end - window.start).total_seconds() / 86400
+    return min(length, max(MIN_SPAN_DAYS, int(span_ms) / 86_400_000))
 
 
 DETERMINISM_SQL = named(
@@ -316,13 +347,26 @@ def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> di
     return found
 
 
-def task_review(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
-    """§12/§13 inputs per task type (live events), with the determinism groups and peak memory per tier."""
-    found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, chosen_parameters(window))}
+def task_review(
+    client, window: QueryWindow, duration_ms: float = 10_000, token_screen: int = 400
+) -> dict[str, dict[str, Any]]:
+    """§12/§13 inputs per task type (live events), with the determinism groups, peak memory per tier and the
+    strata of the missed-fallback estimate (`missed_strata`: [(N_h, n_h, k_h)], §3c). `duration_ms`: the cut
+    at or past which a timed-out device attempt counts against gate_duration; `token_screen`: the token
+    budget whose share of requests over it is reported beside the p90."""
+    from warehouse.queries.labels import DEFAULT_EDGES
+
+    parameters = {**chosen_parameters(window), "duration_ms": float(duration_ms), "token_screen": int(token_screen)}
+    found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, parameters)}
     for r in found.values():
         r["device_p95_ms"] = _num(r["device_p95_ms"]) if r["device_attempts"] else None
         r["peak_by_tier"] = {}
+        r["missed_strata"] = []
         r["determinism_groups"], r["determinism_agreeing"] = 0, 0
+    strata_parameters = {**chosen_parameters(window), "inner_edges": list(DEFAULT_EDGES[1:-1])}
+    for r in dict_rows(client, MISSED_STRATA_SQL, strata_parameters):
+        if r["task_type"] in found:
+            found[r["task_type"]]["missed_strata"].append((int(r["N"]), int(r["n"]), int(r["k"])))
     for r in dict_rows(client, PEAK_BY_TIER_SQL, window.parameters()):
         if r["task_type"] in found:
             found[r["task_type"]]["peak_by_tier"][r["tier"]] = {

@@ -50,9 +50,10 @@ m AS (
            candidate >= 0 AND is_gated AND l0_outcome = 'ok' AND confidence < candidate AS moves_to_cloud,
            candidate >= 0 AND is_gated AND l0_outcome = 'low_confidence' AND fallback_type != 'none'
                AND confidence >= candidate AS moves_to_device,
-           (fell_back AND NOT moves_to_device) OR moves_to_cloud AS fallback_x,
-           (quality_recorded AND NOT moves_to_device) OR moves_to_cloud AS quality_fallback_x,
            candidate >= 0 AND rescued AND candidate > threshold AS unknown_x,
+           -- an unknown route counts as a fallback (the pessimistic side for the fallback rate; docs/whatif.md)
+           (fell_back AND NOT moves_to_device) OR moves_to_cloud OR unknown_x AS fallback_x,
+           (quality_recorded AND NOT moves_to_device) OR moves_to_cloud AS quality_fallback_x,
            ((served_recorded AND NOT moves_to_cloud) OR moves_to_device) AND NOT unknown_x AS device_served_x
     FROM j
     ARRAY JOIN arrayPushFront(arrayFilter((v, t) -> t = task_type, {values:Array(Float64)}, {tasks:Array(String)}),
