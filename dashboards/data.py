@@ -82,10 +82,19 @@ def _hours_before_latest(hours: float) -> datetime:
 
 
 @st.cache_data(ttl=TTL)
+@st.cache_data(ttl=TTL)
+def newest_quarantined() -> datetime | None:
+    """The newest quarantined message's time (its own, else its load's: `quarantine.MESSAGE_TIME`)."""
+    return _read(quarantine_queries.newest)
+
+
 def newest_data_end() -> datetime:
     """Where the shared time range's presets end: just past the newest data — the newest 5-minute window's
-    end or the newest loaded event (to the next minute), whichever is later; now when there is neither."""
-    newest = [t for t in (latest_window_end(), freshness()["newest_event"].iloc[0]) if t is not None and not pd.isna(t)]
+    end, the newest loaded event or the newest quarantined message (to the next minute), whichever is latest;
+    now when there is none. (The quarantine counts: the demo's broken messages are loaded a minute after its
+    newest event, and a preset must not end before them: docs/dashboards.md#data-quality.)"""
+    candidates = (latest_window_end(), freshness()["newest_event"].iloc[0], newest_quarantined())
+    newest = [t for t in candidates if t is not None and not pd.isna(t)]
     newest = [utc(pd.Timestamp(t).to_pydatetime()) for t in newest if pd.Timestamp(t).year > 1970]
     if not newest:
         return datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)

@@ -149,6 +149,48 @@ def test_quality_page_lists_checks_and_quarantine(populated):
     assert [m.value for m in app.metric][:1] == [str(len(quality.CHECKS))]
 
 
+def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest_event(populated):
+    """Issue 39 §1: the demo's broken messages are loaded a minute after its newest event, and a preset ended at
+    that event while the quarantine was filtered on load time: "Nothing quarantined" under every preset. Now a
+    message is placed at its own event time when it has one (else at its load), and presets end at or after the
+    newest quarantined message."""
+    from datetime import UTC, datetime
+
+    from dashboards import data
+
+    newest = END  # the fixture's newest event (a8)
+    rows = [  # (offset, raw, loaded at)
+        (900, b"{not json", newest + timedelta(seconds=40)),  # no time of its own: its load, after the newest event
+        (901, json.dumps({"event_time": "2026-11-29T23:30:00Z", "schema_version": 9}).encode(), datetime.now(UTC)),
+        (902, json.dumps({"event_time": "2999-01-01T00:00:00Z"}).encode(), newest + timedelta(seconds=20)),
+    ]
+    with open_warehouse(populated) as client:
+        client.insert(
+            "routerscope.quarantine",
+            [["router.decisions.v1", 0, off, None, None, raw, ["not_json"], "", at] for off, raw, at in rows],
+            column_names=[
+                "kafka_topic",
+                "kafka_partition",
+                "kafka_offset",
+                "kafka_key",
+                "kafka_timestamp",
+                "raw",
+                "rules",
+                "error",
+                "quarantined_at",
+            ],
+        )
+    data.clear_caches()
+    app = render("quality.py", range="1h")
+    assert not [s.value for s in app.success if "Nothing quarantined" in s.value]
+    frames = [d.value for d in app.dataframe]
+    counts = next(f for f in frames if "Broken rule" in f.columns)
+    assert counts["Messages"].sum() == 3, counts
+    newest_rows = next(f for f in frames if "Loaded at (UTC)" in f.columns)
+    # the one with a readable time of its own is placed there; the other two where the loader met them
+    assert sorted(newest_rows["Time is"]) == ["its event time", "when loaded", "when loaded"]
+
+
 def test_quality_page_names_task_types_the_policy_does_not_know(populated):
     from dashboards import data
     from tests.support.events import decision
