@@ -522,6 +522,27 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
     assert app.query_params["back"] == back  # kept while the view is the incident's
 
 
+def test_a_just_fired_incidents_link_opens_the_explorer_on_a_window_ending_now(populated):
+    """Issue 39 §4: a signal alert is one moment (first seen == last seen: the fixture's firing `ingest_stale`), and
+    its link sent start == end; the Explorer refused the range and fell back to 24 h under the incident's banner.
+    A firing incident's link ends now, and opens at least 30 minutes before its end."""
+    from datetime import UTC, datetime
+
+    app = render("oncall.py")
+    link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "ingest_stale" in m.value)
+    params = dict(parse_qsl(urlsplit(link.split("](", 1)[1].rstrip(")")).query))
+    start, end = (datetime.fromisoformat(params[k].replace("Z", "+00:00")) for k in ("start", "end"))
+    now = datetime.now(UTC)
+    assert end - start >= timedelta(minutes=30) and now - timedelta(minutes=2) <= end <= now + timedelta(minutes=2)
+    explorer = render("explorer.py", **params)
+    assert not [w.value for w in explorer.warning if "not used" in w.value]
+    assert any("ingest_stale" in i.value for i in explorer.info)  # the incident's banner, over its own window
+    # a link the Explorer cannot use (start == end, as before) shows no incident banner over another range
+    broken = render("explorer.py", **{**params, "end": params["start"]})
+    assert [w.value for w in broken.warning if "not used" in w.value]
+    assert not [i.value for i in broken.info if "ingest_stale" in i.value]
+
+
 def test_explorer_counts_every_match_and_pages_through_them(populated):
     from warehouse.queries import decisions as q
 
