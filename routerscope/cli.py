@@ -404,7 +404,8 @@ def cmd_demo(args, settings: Settings) -> int:
         return 130
     s = out["summary"]["overall"]
     print(f"  kafka:     {out['kafka']}")
-    print(f"  loaded:    {out['loaded']}")
+    loaded = ", ".join(f"{n or 0:,} {table.replace('_', ' ')}" for table, n in out["loaded"].items())
+    print(f"  loaded:    {loaded}")
     live = out["simulated"].get("live") or {}
     if live.get("failed"):
         print(
@@ -478,6 +479,8 @@ def dashboard_command(port: int) -> list[str]:
         str(port),
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",  # no "Deploy" button nor developer options: the people reading these pages do not deploy them
     ]
 
 
