@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -82,10 +83,19 @@ def _hours_before_latest(hours: float) -> datetime:
 
 
 @st.cache_data(ttl=TTL)
+@st.cache_data(ttl=TTL)
+def newest_quarantined() -> datetime | None:
+    """The newest quarantined message's time (its own, else its load's: `quarantine.MESSAGE_TIME`)."""
+    return _read(quarantine_queries.newest)
+
+
 def newest_data_end() -> datetime:
     """Where the shared time range's presets end: just past the newest data — the newest 5-minute window's
-    end or the newest loaded event (to the next minute), whichever is later; now when there is neither."""
-    newest = [t for t in (latest_window_end(), freshness()["newest_event"].iloc[0]) if t is not None and not pd.isna(t)]
+    end, the newest loaded event or the newest quarantined message (to the next minute), whichever is latest;
+    now when there is none. (The quarantine counts: the demo's broken messages are loaded a minute after its
+    newest event, and a preset must not end before them: docs/dashboards.md#data-quality.)"""
+    candidates = (latest_window_end(), freshness()["newest_event"].iloc[0], newest_quarantined())
+    newest = [t for t in candidates if t is not None and not pd.isna(t)]
     newest = [utc(pd.Timestamp(t).to_pydatetime()) for t in newest if pd.Timestamp(t).year > 1970]
     if not newest:
         return datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)
@@ -147,13 +157,26 @@ def incidents(start: datetime, end: datetime) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
+def judged_rules() -> str | None:
+    """The alert rules file the pages read: ROUTERSCOPE_ALERT_RULES when set, else the one the warehouse's latest
+    alert evaluation recorded (the demo's fleet rules after `make demo`), else None (the shipped defaults)."""
+    from warehouse.queries.alerts import last_evaluation
+
+    configured = _settings().alert_rules
+    if configured is not None:
+        return str(configured)
+    last = _read(last_evaluation)
+    return last["rules_path"] if last and Path(last["rules_path"]).is_file() else None
+
+
+@st.cache_data(ttl=TTL)
 def sample_minimums() -> dict[str, tuple[int, str]]:
     """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile
     with fewer events shows its value greyed instead of a verdict the alert rules would not give."""
     from warehouse.analytics.alerting.rules import load_rules
 
     out: dict[str, tuple[int, str]] = {}
-    for rule in load_rules(_settings().alert_rules)[1]:  # the rules the alert job reads
+    for rule in load_rules(judged_rules())[1]:  # the rules the alerts were judged with
         if rule.grain != "5m" or not rule.min_n:
             continue
         metric = rule.metric.split(".")[0]

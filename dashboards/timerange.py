@@ -195,3 +195,20 @@ def link(container, page: str, label: str, query_params: dict[str, str], help: s
         container.page_link(page, label=label, query_params=query_params, help=help)
     except StreamlitPageNotFoundError:
         container.markdown(f"[{label}]({Path(page).stem}?{urlencode(query_params)})", help=help)
+
+
+# A signal alert (ingest freshness, data quality) is one moment (first seen == last seen): its link opens this much
+# before it, where the decisions that explain it are. An incident over metric windows spans at least one (5 min).
+INCIDENT_MIN_SPAN = timedelta(minutes=30)
+ONE_WINDOW = timedelta(minutes=5)
+
+
+def incident_window(first_seen: datetime, last_seen: datetime | None, firing: bool, now: datetime) -> TimeRange:
+    """The Explorer's range for an incident: its windows, [first seen, last seen]; a firing one's ends at `now`
+    (it is not over); one shorter than a 5-minute window (a moment) opens INCIDENT_MIN_SPAN before its end. Never
+    start == end (which the Explorer would refuse, falling back to its usual 24 h under the incident's banner)."""
+    end = last_seen if last_seen is not None else now
+    if firing:
+        end = max(end, now)
+    start = first_seen if end - first_seen >= ONE_WINDOW else min(first_seen, end - INCIDENT_MIN_SPAN)
+    return TimeRange("custom", start, end)

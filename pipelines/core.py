@@ -66,17 +66,42 @@ def quality_window(settings: Settings, start: datetime | None = None, end: datet
     return report
 
 
-def evaluate_alerts(settings: Settings, now: datetime | None = None, notifier=None):
+def evaluate_alerts(
+    settings: Settings,
+    now: datetime | None = None,
+    notifier=None,
+    by: str = "alerts_job",
+    rules_as_recorded: bool = False,
+    new_rules: bool = False,
+    warn=None,
+):
     """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
     pending notifications through `notifier` (a `warehouse.analytics.alerting.Notifier`; the alerts job passes
     its `AlertWebhookResource`; default: the webhook of `settings`). Returns the
-    `warehouse.analytics.alerting.Evaluation`."""
+    `warehouse.analytics.alerting.Evaluation`. The job judges with the rules of `settings`; with
+    `rules_as_recorded` (`routerscope alerts --evaluate`) the rules this warehouse was last judged with are used
+    unless ROUTERSCOPE_ALERT_RULES names the same ones, or `new_rules` accepts others (`warn` gets the warning):
+    `alerting.rules_for_evaluation`."""
     from warehouse.analytics import alerting
 
     if notifier is None:
         notifier = alerting.WebhookNotifier(settings.alert_webhook)
     with unit_of_work(settings, purpose="alerts") as client:
-        return alerting.run(client, rules_path=settings.alert_rules, notifier=notifier, now=now)
+        rules = settings.alert_rules
+        if rules_as_recorded:
+            rules, warning = alerting.rules_for_evaluation(client, settings.alert_rules, new_rules)
+            if warning and warn:
+                warn(warning)
+        return alerting.run(client, rules_path=rules, notifier=notifier, now=now, by=by)
+
+
+def stored_alerts(settings: Settings):
+    """The stored alert episodes (firing, and resolved recently), evaluating nothing and writing nothing:
+    `warehouse.analytics.alerting.read`."""
+    from warehouse.analytics import alerting
+
+    with unit_of_work(settings, purpose="alerts (read)") as client:
+        return alerting.read(client)
 
 
 def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str, Any]:

@@ -285,13 +285,28 @@ def cmd_dq(args, settings: Settings) -> int:
 
 
 def cmd_alerts(args, settings: Settings) -> int:
-    from pipelines.core import evaluate_alerts
+    from pipelines.core import evaluate_alerts, stored_alerts
 
-    result = evaluate_alerts(settings)  # the alerts job's unit of work
+    if args.new_rules and not args.evaluate:
+        raise ConfigError("--new-rules only applies with --evaluate")
+    if args.evaluate:  # the alerts job's unit of work: writes episodes, under the rules the warehouse was judged with
+        warn = lambda text: print(f"routerscope: WARNING: {text}", file=sys.stderr)  # noqa: E731
+        result = evaluate_alerts(settings, by="cli", rules_as_recorded=True, new_rules=args.new_rules, warn=warn)
+    else:  # reads only: what the pipeline's own evaluations stored
+        result = stored_alerts(settings)
     if args.json:
-        _print_json(result.as_dict())
+        _print_json({**result.as_dict(), "evaluated": bool(args.evaluate)})
         return 0
-    print(f"alerts evaluated at {result.as_dict()['evaluated_at']} (rules {result.rule_version})")
+    stamp = result.as_dict()["evaluated_at"]
+    if args.evaluate:
+        print(f"alerts evaluated at {stamp} (rules {result.rule_version})")
+    elif result.rule_version:
+        print(
+            f"alerts as stored, last evaluated as of {stamp} (rules {result.rule_version}); "
+            "`routerscope alerts --evaluate` evaluates now"
+        )
+    else:
+        print("alerts as stored: never evaluated here; `routerscope alerts --evaluate` evaluates now")
     if not result.firing:
         print("  nothing firing")
     for a in result.firing:
@@ -400,7 +415,8 @@ def cmd_demo(args, settings: Settings) -> int:
         return 130
     s = out["summary"]["overall"]
     print(f"  kafka:     {out['kafka']}")
-    print(f"  loaded:    {out['loaded']}")
+    loaded = ", ".join(f"{n or 0:,} {table.replace('_', ' ')}" for table, n in out["loaded"].items())
+    print(f"  loaded:    {loaded}")
     live = out["simulated"].get("live") or {}
     if live.get("failed"):
         print(
@@ -440,11 +456,14 @@ def cmd_demo(args, settings: Settings) -> int:
             f"{'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}"
         )
     print(
-        "Explore: `routerscope metrics --start ... --end ...`, `routerscope alerts`, `routerscope dq`, "
-        "`routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
+        "Explore (these read only): `routerscope alerts` (the incidents as stored), `routerscope metrics --start ... "
+        "--end ...`, `routerscope report grading|readiness|rollout`, `dagster dev -m pipelines.definitions`."
     )
     if not own_rules:
-        print(f"  (with ROUTERSCOPE_ALERT_RULES={settings.alert_rules} they judge alerts as the demo did)")
+        print(
+            f"  (`routerscope alerts --evaluate` judges with the rules the demo used, {settings.alert_rules}, "
+            "recorded in the warehouse)"
+        )
     if args.no_dashboard:
         print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
         return 0
@@ -471,6 +490,8 @@ def dashboard_command(port: int) -> list[str]:
         str(port),
         "--browser.gatherUsageStats",
         "false",
+        "--client.toolbarMode",
+        "viewer",  # no "Deploy" button nor developer options: the people reading these pages do not deploy them
     ]
 
 
@@ -771,8 +792,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--day", help="the UTC day to check, e.g. 2026-11-29 (default: the day of the newest event)")
     p.set_defaults(func=cmd_dq)
 
-    p = sub.add_parser("alerts", help="evaluate the alert rules now; list firing and recently resolved alerts")
+    p = sub.add_parser(
+        "alerts",
+        help="list firing and recently resolved alerts as stored (reads only); --evaluate evaluates the rules now",
+    )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="evaluate the rules now and store what fires or resolves, under the rules this warehouse was judged "
+        "with (as the alerts job does)",
+    )
+    p.add_argument(
+        "--new-rules",
+        action="store_true",
+        help="with --evaluate: judge with ROUTERSCOPE_ALERT_RULES (or the defaults) even though the warehouse was "
+        "judged with other rules",
+    )
     p.set_defaults(func=cmd_alerts)
 
     from routerscope.review import KINDS as review_kinds

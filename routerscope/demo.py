@@ -68,6 +68,7 @@ def simulate(
                 seed=seed,
                 start=start,
                 span=span,
+                instance_id=run_instance("sim-router-1", start),
                 texts=texts,
                 on_event=on_event,
                 on_breaker_event=on_breaker_event,
@@ -94,6 +95,15 @@ def simulate(
             print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
         emitter.close()
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
+
+
+def run_instance(router: str, start: datetime) -> str:
+    """The router instance id of one demo run: each run is a new router process, whose breakers start closed
+    and number their transitions from 1 again, so it gets an instance id of its own (the span's start names
+    it; spans never overlap). Under one id, a re-run's `seq` 1, 2, … interleaved with the first run's: the
+    chain check failed the day, and the breaker signal read the first run's outage as lasting into the second
+    (docs/demo.md#running-it-again)."""
+    return f"{router}-run-{start:%Y%m%dT%H%MZ}"
 
 
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
@@ -144,7 +154,7 @@ def live_sample(
             device,
             OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
             policy=PolicyStore(),
-            instance_id="live-router-1",
+            instance_id=run_instance("live-router-1", start),
             now=lambda: start + timedelta(seconds=time.monotonic() - t0),
             on_event=on_event,
             on_breaker_event=on_breaker_event,
@@ -416,10 +426,11 @@ def daily_quality_and_metrics(days: list, *, resources: dict, instance) -> dict:
     return quality
 
 
-def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -> dict:
+def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None, since: datetime | None = None) -> dict:
     """The `alerts_job` once: evaluated as of each time of `as_of` in order (default: once, now). Returns
-    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation) and the alert
-    keys `firing_keys` after the last evaluation."""
+    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation; one whose episode
+    began before `since`, the run's start, says so: a re-run raises late-labelled episodes of the run before,
+    and must not pass them off as its own) and the alert keys `firing_keys` after the last evaluation."""
     from pipelines.alerting import evaluate_alerts
     from pipelines.run import run_job
 
@@ -434,7 +445,13 @@ def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None) -
         for key in evaluation["fired_now"]:
             a = firing[key]
             first_seen = parse_utc(a["first_seen"])
-            lines.append(f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}")
+            line = f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}"
+            late = (a.get("trip_values") or {}).get("late")
+            if since is not None and first_seen < since:
+                line += " (began before this run" + ("; raised now that its labels arrived)" if late else ")")
+            elif late:
+                line += " (raised late, when its labels arrived)"
+            lines.append(line)
     return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
 
 
@@ -469,6 +486,5 @@ def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, insta
                 "dagster/asset_partition_range_end": five_minute_key(windows[-1]),
             },
         )
-        return run_alerts(resources, instance, as_of=[w + FIVE_MINUTES + timedelta(minutes=1) for w in windows])[
-            "fired_lines"
-        ]
+        as_of = [w + FIVE_MINUTES + timedelta(minutes=1) for w in windows]
+        return run_alerts(resources, instance, as_of=as_of, since=start)["fired_lines"]

@@ -4,6 +4,7 @@ of one request (select a row). Every filter lives in the URL, so an incident's l
 view can be shared."""
 
 import re
+from datetime import UTC, datetime
 
 import streamlit as st
 
@@ -12,13 +13,16 @@ from instrumentation.events import FALLBACK_TYPES, NETWORKS, REASONS
 from warehouse.queries.decisions import ExplorerFilter
 
 st.title("Explorer")
+# the range as the link wrote it (the selector below rewrites the URL to the range it shows)
+linked = timerange.resolve({k: st.query_params[k] for k in timerange.PARAMS if k in st.query_params}, datetime.now(UTC))
 rng = timerange.pick("24h")
 PAGE_SIZE = 100
 TEXT_FILTERS = ("request_id", "session_id", "policy_version", "app_id")
 CHOICE_FILTERS = ("task_type", "fallback_type", "reason", "network", "device_tier")
 params = st.query_params
 
-incident = params.get("incident", "")
+# a link whose range the Explorer could not use shows another range: not the incident's view, so no banner
+incident = "" if linked.problem else params.get("incident", "")
 banner = st.container()  # filled once the filters are read: an incident's view, while it is still that view
 
 

@@ -3,6 +3,7 @@ each one click from its decisions in the Explorer; the latest window's tiles wit
 below the alert rules' minimum sample); fallbacks by type and the canned-answer (L4) share with the
 incidents shaded behind them; one small chart per task type; breakers; ingest freshness and consumer lag."""
 
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 import pandas as pd
@@ -49,6 +50,7 @@ def incident_list(incidents: pd.DataFrame) -> None:
         "episodes are shaded behind the charts below (red: page, orange: ticket)."
     )
     st.altair_chart(charts.incident_timeline(incidents, rng.start, rng.end), width="stretch")
+    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)  # a firing one's link ends here
     for row in incidents.itertuples(index=False):
         scope = row.task_type or "overall"
         state = "🔴 **FIRING**" if row.status == "firing" else f"resolved {_when(row.resolved_at)}"
@@ -61,8 +63,11 @@ def incident_list(incidents: pd.DataFrame) -> None:
             + f"  \n{row.summary}. {_tripped(row.trip_values)}",
             help=None,
         )
-        window = timerange.TimeRange(
-            "custom", pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime()
+        window = timerange.incident_window(
+            pd.Timestamp(row.first_seen).to_pydatetime(),
+            pd.Timestamp(end).to_pydatetime(),
+            row.status == "firing",
+            now,
         )
         timerange.link(
             right,

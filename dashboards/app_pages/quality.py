@@ -40,14 +40,37 @@ else:
             f"({int(unknown.iloc[0]['unexpected_count'])} decisions; loaded and counted, no threshold applies)"
         )
 st.subheader("Quarantine")
-st.caption("Messages the loader refused in the time range, with the rules they broke.")
+st.caption(
+    "Messages the loader refused in the time range, with the rules they broke. A message is placed at its own "
+    "event time when it has a readable one, else at the time it was loaded; both are shown."
+)
 counts = data.quarantine_counts(rng.start, rng.end)
 if counts.empty:
     st.success("Nothing quarantined in the range")
 else:
-    st.dataframe(counts, hide_index=True)
-st.subheader("Quarantine (newest)")
-st.dataframe(data.quarantine(20, rng.start, rng.end), hide_index=True, width="stretch")
+    st.dataframe(
+        counts.rename(columns={"kafka_topic": "Topic", "rule": "Broken rule", "messages": "Messages"}),
+        hide_index=True,
+    )
+    st.subheader("Quarantine (newest)")
+    newest = data.quarantine(20, rng.start, rng.end)
+    newest["time_is_own"] = ["its event time" if bool(own) else "when loaded" for own in newest["time_is_own"]]
+    st.dataframe(
+        newest.rename(
+            columns={
+                "kafka_topic": "Topic",
+                "kafka_partition": "Partition",
+                "kafka_offset": "Offset",
+                "rules": "Broken rules",
+                "raw_start": "Message (start)",
+                "message_time": "Time (UTC)",
+                "time_is_own": "Time is",
+                "quarantined_at": "Loaded at (UTC)",
+            }
+        ),
+        hide_index=True,
+        width="stretch",
+    )
 st.subheader("Schema versions")
 st.dataframe(data.schema_versions(), hide_index=True)
 st.subheader("Freshness")

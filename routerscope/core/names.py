@@ -34,6 +34,7 @@ TABLE_DQ_RESULTS = "dq_results"
 TABLE_LOADED_MESSAGES = "loaded_messages"
 TABLE_ALERTS = "alerts"
 TABLE_ALERT_DELIVERIES = "alert_deliveries"
+TABLE_ALERT_EVALUATIONS = "alert_evaluations"
 TABLE_REPLAY_RERUNS = "replay_reruns"
 TABLE_LANDING = "landing"  # raw messages for the sql parser's rules statement (landing.CHECK)
 TABLE_LANDING_VERDICTS = "landing_verdicts"  # the messages the sql parser did not load, by their coordinates
@@ -55,6 +56,7 @@ TABLES: dict[str, str] = {
         TABLE_LOADED_MESSAGES,
         TABLE_ALERTS,
         TABLE_ALERT_DELIVERIES,
+        TABLE_ALERT_EVALUATIONS,
         TABLE_REPLAY_RERUNS,
         TABLE_LANDING,
         TABLE_LANDING_VERDICTS,

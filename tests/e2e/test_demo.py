@@ -174,6 +174,62 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         broker.stop(settings)
 
 
+@pytest.mark.timeout(900)  # two demo runs, every window and day through Dagster
+def test_a_rerun_continues_the_day_without_breaking_it(home, monkeypatch):
+    """Issue 39 §3: a documented re-run corrupted the day: its breaker `seq` started at 1 again under the first
+    run's instance id (a blocking chain failure held the day back, and the breaker signal read the first run's
+    outage as lasting into the second: one long incident), the re-run listed the first run's outage as raised
+    during itself, and `ingest_stale`, fired by an evaluation as of the wall clock between the runs, "resolved"
+    before it fired. Two runs of 30 minutes each, the second where the first ended (as `next_span` places a
+    re-run), with `alerts --evaluate`'s unit of work between them."""
+    from datetime import UTC, datetime
+
+    from pipelines.core import evaluate_alerts
+    from pipelines.timing import floor_5m
+    from routerscope import demo
+
+    settings = settings_for(home)
+    t0 = floor_5m(datetime.now(UTC))
+    half = timedelta(minutes=30)
+    spans = iter([(t0 - 2 * half, half), (t0 - half, half)])
+    monkeypatch.setattr(demo, "next_span", lambda settings, span, now=None: next(spans))
+    port = free_port()
+    try:
+        first = run(settings, requests=1200, seed=11, port=port, span_minutes=30, corrupt=0)
+        between = evaluate_alerts(demo.fleet_settings(settings), by="cli")  # the wall clock: run 1's events are old
+        assert "ingest_stale|" in [a.alert_key for a in between.firing]
+        second = run(settings, requests=1200, seed=12, port=port, span_minutes=30, corrupt=0)
+    finally:
+        broker.stop(settings)
+    for out in (first, second):
+        assert all(not q["blocking_failed"] for q in out["quality"].values()), out["quality"]
+    with open_warehouse(settings) as client:
+        instances = client.query(
+            "SELECT instance_id, min(seq), max(seq), count() FROM routerscope.breaker_events FINAL GROUP BY instance_id"
+        ).result_rows
+        episodes = client.query(
+            "SELECT alert_key, first_seen, last_seen, resolved_at FROM routerscope.alerts FINAL ORDER BY first_seen"
+        ).result_rows
+    assert len(instances) >= 2, instances  # one router instance per run, each numbering its transitions from 1
+    # an episode lies within one run's span (windows are 5-minute aligned: t0 is too), never across the two
+    for key, first_seen, last_seen, resolved_at in episodes:
+        first_seen, last_seen = first_seen.replace(tzinfo=UTC), last_seen.replace(tzinfo=UTC)
+        if key.startswith("ingest_stale"):
+            assert resolved_at is None or resolved_at.replace(tzinfo=UTC) >= last_seen, (key, first_seen, resolved_at)
+            continue
+        if key.startswith("rollback_route_accuracy"):  # labels arrive later: raised late, about its own windows
+            continue
+        assert (first_seen < t0 - half) == (last_seen <= t0 - half), (key, first_seen, last_seen)
+    breaker_episodes = [e for e in episodes if e[0].startswith("cloud_breaker_open")]
+    assert breaker_episodes and all(e[2] - e[1] <= timedelta(minutes=15) for e in breaker_episodes), breaker_episodes
+    # the re-run names only its own episodes as raised during it, or says where one began
+    for line in second["fired"]:
+        hh, mm = line.split(" at ", 1)[1][:5].split(":")
+        began = t0.replace(hour=int(hh), minute=int(mm))
+        began -= timedelta(days=1) if began > t0 else timedelta(0)
+        assert began >= t0 - half - timedelta(minutes=5) or "began before this run" in line, second["fired"]
+
+
 def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
     return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", *extra]
 

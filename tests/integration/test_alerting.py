@@ -251,15 +251,66 @@ def test_alerts_command_lists_firing_alerts(home, tmp_path):
         for i in range(3):
             window(client, i, 0.9)
     env = clean_env(home, ROUTERSCOPE_ALERT_RULES=str(rules))
-    done = run_cli("alerts", "--json", env=env)
+    done = run_cli("alerts", "--evaluate", "--json", env=env)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert [a["alert_key"] for a in out["firing"]] == ["fallback_rate_high|intent_classify"]
     assert out["firing"][0]["notify_state"] == "no_webhook"
     human = run_cli("alerts", env=env)
     assert "FIRING [ticket] Device fallback rate over its limit (intent_classify)" in human.stdout
-    bad = run_cli("alerts", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(tmp_path / "missing.yaml")))
+    bad = run_cli(
+        "alerts", "--evaluate", "--new-rules", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(tmp_path / "x.yaml"))
+    )
     assert bad.returncode == 2 and "cannot read alert rules" in bad.stderr
+
+
+def stored_counts(home) -> tuple[int, int]:
+    with open_warehouse(settings_for(home)) as client:
+        return tuple(
+            client.query(f"SELECT count() FROM routerscope.{table}").result_rows[0][0]
+            for table in ("alerts", "alert_evaluations")
+        )
+
+
+@pytest.mark.slow
+def test_alerts_reads_without_evaluate_and_evaluates_under_the_rules_the_warehouse_was_judged_with(home, tmp_path):
+    """Issue 39 §2: `routerscope alerts`, which the README and the demo suggest, evaluated the demo's warehouse under
+    the shipped defaults and wrote incidents the demo never raised. Reading writes nothing now; `--evaluate` judges
+    with the rules recorded by the warehouse's own evaluations, and refuses other ones unless told (--new-rules)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        for i in range(3):
+            window(client, i, 0.9)
+    plain = clean_env(home)  # no ROUTERSCOPE_ALERT_RULES: what a person types after the demo
+
+    read = run_cli("alerts", "--json", env=plain)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["firing"] == [] and json.loads(read.stdout)["evaluated"] is False
+    assert stored_counts(home) == (0, 0)  # nothing evaluated, nothing written
+
+    judged = run_cli("alerts", "--evaluate", "--json", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(rules)))
+    assert judged.returncode == 0, judged.stderr
+    written = stored_counts(home)
+    assert written[1] == 1 and written[0] >= 1
+
+    read = run_cli("alerts", "--json", env=plain)  # lists what is stored, under the version that judged it
+    out = json.loads(read.stdout)
+    assert [a["alert_key"] for a in out["firing"]] == ["fallback_rate_high|intent_classify"]
+    assert out["rule_version"] == "test-1" and stored_counts(home) == written
+
+    again = run_cli("alerts", "--evaluate", "--json", env=plain)  # not the defaults: the rules recorded
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["rule_version"] == "test-1"
+
+    other = run_cli("alerts", "--evaluate", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(alerting.DEFAULT_RULES)))
+    assert other.returncode == 2 and "differs from the rules this warehouse was judged with" in other.stderr
+    rules.write_text(RULES.replace("limit: 0.3", "limit: 0.95"))
+    changed = run_cli("alerts", "--evaluate", env=plain)
+    assert changed.returncode == 2 and "are changed" in changed.stderr and "--new-rules" in changed.stderr
+    forced = run_cli("alerts", "--evaluate", "--new-rules", env=clean_env(home, ROUTERSCOPE_ALERT_RULES=str(rules)))
+    assert forced.returncode == 0 and "WARNING" in forced.stderr
 
 
 def test_replayed_as_of_a_past_time_an_evaluation_sees_only_the_windows_that_had_ended(warehouse, tmp_path):

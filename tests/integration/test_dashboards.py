@@ -149,6 +149,48 @@ def test_quality_page_lists_checks_and_quarantine(populated):
     assert [m.value for m in app.metric][:1] == [str(len(quality.CHECKS))]
 
 
+def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest_event(populated):
+    """Issue 39 §1: the demo's broken messages are loaded a minute after its newest event, and a preset ended at
+    that event while the quarantine was filtered on load time: "Nothing quarantined" under every preset. Now a
+    message is placed at its own event time when it has one (else at its load), and presets end at or after the
+    newest quarantined message."""
+    from datetime import UTC, datetime
+
+    from dashboards import data
+
+    newest = END  # the fixture's newest event (a8)
+    rows = [  # (offset, raw, loaded at)
+        (900, b"{not json", newest + timedelta(seconds=40)),  # no time of its own: its load, after the newest event
+        (901, json.dumps({"event_time": "2026-11-29T23:30:00Z", "schema_version": 9}).encode(), datetime.now(UTC)),
+        (902, json.dumps({"event_time": "2999-01-01T00:00:00Z"}).encode(), newest + timedelta(seconds=20)),
+    ]
+    with open_warehouse(populated) as client:
+        client.insert(
+            "routerscope.quarantine",
+            [["router.decisions.v1", 0, off, None, None, raw, ["not_json"], "", at] for off, raw, at in rows],
+            column_names=[
+                "kafka_topic",
+                "kafka_partition",
+                "kafka_offset",
+                "kafka_key",
+                "kafka_timestamp",
+                "raw",
+                "rules",
+                "error",
+                "quarantined_at",
+            ],
+        )
+    data.clear_caches()
+    app = render("quality.py", range="1h")
+    assert not [s.value for s in app.success if "Nothing quarantined" in s.value]
+    frames = [d.value for d in app.dataframe]
+    counts = next(f for f in frames if "Broken rule" in f.columns)
+    assert counts["Messages"].sum() == 3, counts
+    newest_rows = next(f for f in frames if "Loaded at (UTC)" in f.columns)
+    # the one with a readable time of its own is placed there; the other two where the loader met them
+    assert sorted(newest_rows["Time is"]) == ["its event time", "when loaded", "when loaded"]
+
+
 def test_quality_page_names_task_types_the_policy_does_not_know(populated):
     from dashboards import data
     from tests.support.events import decision
@@ -478,6 +520,27 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
     back_link = next(m.value for m in app.markdown if "Back to On-call" in m.value)
     assert "oncall?range=custom&start=2026-11-29T00%3A00%3A00Z&end=2026-11-30T00%3A00%3A00Z" in back_link
     assert app.query_params["back"] == back  # kept while the view is the incident's
+
+
+def test_a_just_fired_incidents_link_opens_the_explorer_on_a_window_ending_now(populated):
+    """Issue 39 §4: a signal alert is one moment (first seen == last seen: the fixture's firing `ingest_stale`), and
+    its link sent start == end; the Explorer refused the range and fell back to 24 h under the incident's banner.
+    A firing incident's link ends now, and opens at least 30 minutes before its end."""
+    from datetime import UTC, datetime
+
+    app = render("oncall.py")
+    link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "ingest_stale" in m.value)
+    params = dict(parse_qsl(urlsplit(link.split("](", 1)[1].rstrip(")")).query))
+    start, end = (datetime.fromisoformat(params[k].replace("Z", "+00:00")) for k in ("start", "end"))
+    now = datetime.now(UTC)
+    assert end - start >= timedelta(minutes=30) and now - timedelta(minutes=2) <= end <= now + timedelta(minutes=2)
+    explorer = render("explorer.py", **params)
+    assert not [w.value for w in explorer.warning if "not used" in w.value]
+    assert any("ingest_stale" in i.value for i in explorer.info)  # the incident's banner, over its own window
+    # a link the Explorer cannot use (start == end, as before) shows no incident banner over another range
+    broken = render("explorer.py", **{**params, "end": params["start"]})
+    assert [w.value for w in broken.warning if "not used" in w.value]
+    assert not [i.value for i in broken.info if "ingest_stale" in i.value]
 
 
 def test_explorer_counts_every_match_and_pages_through_them(populated):

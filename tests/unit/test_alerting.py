@@ -404,6 +404,23 @@ def test_episode_transitions(name, verdict, current, kind):
         assert (step[1].status, step[1].resolved_at, step[1].notify_state) == ("resolved", NOW, "pending")
 
 
+def test_an_evaluation_as_of_a_time_before_an_episode_was_last_seen_neither_resolves_nor_shortens_it():
+    """Issue 39 §3: `alerts` run as of the wall clock fired `ingest_stale` (first and last seen: now); the demo's
+    re-run then evaluated its span, as of earlier times, and "resolved" it before it fired."""
+    signal = dict(metric="pipeline.freshness_lag_s", scope="overall", grain="now", limit=600, windows=1)
+    stale_rule = replace(RULE, **signal, min_n=0, denominator=None)
+    fired_at = NOW + timedelta(minutes=7)
+    stale = transition(stale_rule, "", evaluate_signal(stale_rule, 1200.0, fired_at), None, "v1", fired_at)[1]
+    assert stale.first_seen == stale.last_seen == fired_at
+    earlier = fired_at - timedelta(minutes=5)  # a replayed window's evaluation, with fresh events as of then
+    assert transition(stale_rule, "", evaluate_signal(stale_rule, 30.0, earlier), stale, "v1", earlier) is None
+    later = fired_at + timedelta(minutes=1)  # the next evaluation as of a later time resolves it, after it fired
+    kind, resolved = transition(stale_rule, "", evaluate_signal(stale_rule, 30.0, later), stale, "v1", later)
+    assert kind == "resolved" and resolved.resolved_at == later >= resolved.first_seen
+    # a window rule's episode is not moved back to an earlier last window by an evaluation as of earlier
+    assert transition(RULE, "intent_classify", streak(0.5, 0.5, 0.5), episode(3), "v1", NOW) is None
+
+
 def test_transitions_split_fired_and_resolved_and_store_every_change():
     firing = {"fb|a": replace(episode(2), alert_key="fb|a", task_type="a")}
     change = transitions(

@@ -102,7 +102,7 @@ def test_an_alert_rules_file_that_is_not_text_is_one_line(monkeypatch, capsys, t
     """Issue: a binary ROUTERSCOPE_ALERT_RULES ended in a UnicodeDecodeError traceback."""
     rules = tmp_path / "rules.yaml"
     rules.write_bytes(bytes(range(128, 256)) * 3)
-    code, line = run(monkeypatch, capsys, tmp_path, "alerts", ROUTERSCOPE_ALERT_RULES=str(rules))
+    code, line = run(monkeypatch, capsys, tmp_path, "alerts", "--evaluate", ROUTERSCOPE_ALERT_RULES=str(rules))
     assert code == 2 and line == f"routerscope: error: alert rules {rules} is not a text (UTF-8 YAML) file"
 
 

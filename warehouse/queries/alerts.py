@@ -186,3 +186,36 @@ def incidents(client, start: datetime, end: datetime, limit: int = 200) -> list[
         episode["trip_values"] = json.loads(episode["trip_values"] or "{}")
         out.append(episode)
     return out
+
+
+# The rules each evaluation judged with (migration 0019).
+EVALUATION_COLUMNS = ("as_of", "rules_path", "rule_version", "rules_sha256", "by")
+LAST_EVALUATION_SQL = named(
+    "alerts_last_evaluation",
+    """
+SELECT evaluated_at, as_of, rules_path, rule_version, rules_sha256, by
+FROM $alert_evaluations
+ORDER BY evaluated_at DESC
+LIMIT 1
+""",
+)
+
+
+def record_evaluation(client, as_of: datetime, rules_path: str, rule_version: str, rules_sha256: str, by: str) -> None:
+    """Remember the rules one evaluation judged with."""
+    client.insert(
+        names.TABLES[names.TABLE_ALERT_EVALUATIONS],
+        [[as_of, rules_path, rule_version, rules_sha256, by]],
+        column_names=list(EVALUATION_COLUMNS),
+    )
+
+
+def last_evaluation(client) -> dict[str, Any] | None:
+    """The newest recorded evaluation: evaluated_at, as_of (UTC), rules_path, rule_version, rules_sha256, by;
+    None when none was recorded (a warehouse from before migration 0019, or never evaluated)."""
+    rows = client.query(LAST_EVALUATION_SQL).result_rows
+    if not rows:
+        return None
+    out = dict(zip(("evaluated_at", "as_of", "rules_path", "rule_version", "rules_sha256", "by"), rows[0]))
+    out["evaluated_at"], out["as_of"] = utc(out["evaluated_at"]), utc(out["as_of"])
+    return out

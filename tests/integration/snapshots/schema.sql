@@ -1,6 +1,9 @@
 -- alert_deliveries
 CREATE TABLE routerscope.alert_deliveries (`alert_key` String, `first_seen` DateTime64(3, 'UTC'), `event` LowCardinality(String), `attempt` UInt8, `status_code` Nullable(UInt16), `error` String, `attempted_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY (alert_key, first_seen, attempted_at) SETTINGS index_granularity = 8192;
 
+-- alert_evaluations
+CREATE TABLE routerscope.alert_evaluations (`evaluated_at` DateTime64(3, 'UTC') DEFAULT now64(3), `as_of` DateTime64(3, 'UTC'), `rules_path` String, `rule_version` LowCardinality(String), `rules_sha256` String, `by` LowCardinality(String)) ENGINE = MergeTree ORDER BY evaluated_at SETTINGS index_granularity = 8192;
+
 -- alerts
 CREATE TABLE routerscope.alerts (`alert_key` String, `first_seen` DateTime64(3, 'UTC'), `rule` LowCardinality(String), `task_type` LowCardinality(String), `severity` LowCardinality(String), `action` LowCardinality(String), `summary` String, `status` LowCardinality(String), `last_seen` DateTime64(3, 'UTC'), `resolved_at` Nullable(DateTime64(3, 'UTC')), `trip_values` String, `rule_version` LowCardinality(String), `notify_state` LowCardinality(String), `updated_at` DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree(updated_at) ORDER BY (alert_key, first_seen) SETTINGS index_granularity = 8192;
 

@@ -9,7 +9,7 @@ Episodes are stored in `alerts` with the windows and values that tripped them an
 version; every delivery attempt in `alert_deliveries`."""
 
 from warehouse.analytics.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
-from warehouse.analytics.alerting.engine import pipeline_signal, run
+from warehouse.analytics.alerting.engine import pipeline_signal, read, rules_for_evaluation, run
 from warehouse.analytics.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
 from warehouse.analytics.alerting.rules import DEFAULT_RULES, Rule, load_rules
 
@@ -26,6 +26,8 @@ __all__ = [
     "load_rules",
     "pipeline_signal",
     "post_webhook",
+    "read",
+    "rules_for_evaluation",
     "run",
     "slack_body",
 ]

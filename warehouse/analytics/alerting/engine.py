@@ -16,6 +16,7 @@ What late labels reveal about windows before the latest fires when they arrive (
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from warehouse.analytics.alerting.evaluate import (
     BreachStreak,
     Episodes,
     Evaluation,
+    Transitions,
     breaker_open_series,
     evaluate,
     evaluate_signal,
@@ -41,7 +43,7 @@ from warehouse.analytics.alerting.evaluate import (
     transitions,
     with_changes,
 )
-from warehouse.analytics.alerting.rules import GRAINS, WINDOW_SIGNALS, Rule, load_rules
+from warehouse.analytics.alerting.rules import DEFAULT_RULES, GRAINS, WINDOW_SIGNALS, Rule, load_rules
 from warehouse.queries import alerts as store
 from warehouse.queries import breaker_events, decisions, schema_migrations
 from warehouse.queries import labels as label_queries
@@ -51,12 +53,21 @@ LOOKBACK_WINDOWS = 400
 
 
 def run(
-    client, *, rules_path: Path | str | None = None, notifier: Notifier | None = None, now: datetime | None = None
+    client,
+    *,
+    rules_path: Path | str | None = None,
+    notifier: Notifier | None = None,
+    now: datetime | None = None,
+    by: str = "alerts_job",
 ) -> Evaluation:
     """Evaluate every rule as of `now` (default: the current time), update the episodes, deliver
-    pending notifications through `notifier` (None: none configured)."""
+    pending notifications through `notifier` (None: none configured). The rules file, its version and its
+    fingerprint are recorded with the evaluation (`by` names who ran it), so later evaluations and readers
+    know which rules judged this warehouse (`rules_for_evaluation`)."""
     now = utc(now) or datetime.now(UTC)
     version, rules = load_rules(rules_path)
+    path = rules_file(rules_path)
+    store.record_evaluation(client, now, str(path), version, fingerprint(path), by)
     known = stored_episodes(client, now)
     firing = open_by_key(known)
     change = transitions(verdicts(client, rules, firing, now), firing, version, now)
@@ -64,6 +75,62 @@ def run(
     known = with_changes(known, change.changed)
     deliveries, failures = deliver_pending(client, known, notifier)
     return summarize(now, version, change, known, deliveries, failures)
+
+
+def rules_file(path: Path | str | None) -> Path:
+    """The rules file an evaluation reads: `path`, or the shipped defaults."""
+    return Path(path).expanduser().resolve() if path else DEFAULT_RULES.resolve()
+
+
+def fingerprint(path: Path) -> str:
+    """SHA-256 of the rules file's bytes ('' when it cannot be read)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def read(client, now: datetime | None = None) -> Evaluation:
+    """What is stored, evaluating nothing and writing nothing: the firing episodes and those resolved within
+    RECENTLY of the last recorded evaluation (default: of `now`, the current time), with the rules' version
+    that evaluation used. `routerscope alerts` without `--evaluate`."""
+    last = store.last_evaluation(client)
+    now = utc(now) or (last["as_of"] if last else None) or datetime.now(UTC)
+    known = stored_episodes(client, now)
+    version = last["rule_version"] if last else ""
+    return summarize(now, version, Transitions([], [], []), known)
+
+
+def rules_for_evaluation(client, configured: Path | str | None, accept_new: bool = False) -> tuple[Path, str]:
+    """The rules file a new evaluation of this warehouse must use, and a warning to print ('' for none).
+
+    The rules the warehouse was last judged with (`alert_evaluations`) win when none are `configured`
+    (ROUTERSCOPE_ALERT_RULES unset): the demo judges with its fleet's rules, and an `alerts --evaluate` an hour
+    later must not judge the same windows under the shipped defaults and write incidents the demo never raised.
+    When those rules are gone or changed, or `configured` ones differ from them, the evaluation is refused
+    (ConfigError) unless `accept_new`, and then done under `configured` (or the defaults) with a warning."""
+    last = store.last_evaluation(client)
+    wanted = rules_file(configured)
+    if last is None:
+        return wanted, ""
+    recorded = Path(last["rules_path"])
+    before = f"{recorded} (version {last['rule_version']}, at {last['evaluated_at']:%Y-%m-%d %H:%M} UTC)"
+    if configured is None:
+        if fingerprint(recorded) == last["rules_sha256"]:
+            return recorded, ""
+        problem = (
+            f"the rules this warehouse was judged with, {before}, are {'changed' if recorded.exists() else 'gone'}"
+        )
+    elif fingerprint(wanted) == last["rules_sha256"]:
+        return wanted, ""
+    else:
+        problem = f"ROUTERSCOPE_ALERT_RULES={wanted} differs from the rules this warehouse was judged with, {before}"
+    if not accept_new:
+        raise ConfigError(
+            f"{problem}: evaluating under other rules would write incidents its own runs never raised. Set "
+            "ROUTERSCOPE_ALERT_RULES to the rules to judge with and add --new-rules to evaluate anyway."
+        )
+    return wanted, f"{problem}; evaluating under {wanted} as asked (--new-rules)"
 
 
 def stored_episodes(client, now: datetime) -> Episodes:

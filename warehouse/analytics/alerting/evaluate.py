@@ -219,10 +219,15 @@ def transition(
         )
         return "fired", alert
     if streak.breaching:
-        if current.last_seen == streak.last_seen:
+        if streak.last_seen <= current.last_seen:  # the same windows, or an evaluation as of an earlier time
             return None
         return "extended", replace(current, last_seen=streak.last_seen, trip_values=trip_values(rule, streak, scope))
     if current is not None:
+        if now < current.last_seen:
+            # An evaluation as of a time before the episode was last seen breaching (a replay of history, a
+            # demo re-run evaluating its span after `alerts --evaluate` ran as of the wall clock) cannot say it
+            # is over: it would resolve before it fired. A later evaluation resolves it.
+            return None
         return "resolved", replace(current, status="resolved", resolved_at=now, notify_state="pending")
     return None
 
