@@ -123,9 +123,10 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         assert pushed["false_fallback_labeled"] > 1.8 * before_push["false_fallback_labeled"]
         # (as counts: the push multiplies the acceptable answers sent to the cloud, not only the labeled fallbacks)
         false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
-        # (seed 11: 75 against 16, 4.7×; a change in the router that reorders the simulated sessions moves both
-        # counts by sampling noise alone: 93 against 15 before the edge-path rules, 75-94 over seeds 11-13)
-        assert false_fallbacks(pushed) > 4 * false_fallbacks(before_push)
+        # (seed 11: 93 against 15 before the router's edge-path rules, 75 against 16 and 83 against 22 after changes
+        # that only reorder the simulated sessions: the calm count is a Poisson-like draw of ~15-22, its standard
+        # error ~4.5, so the ratio's expected ~5× reads 3.5-7×; 2.5× is the multiplication, beyond that noise)
+        assert false_fallbacks(pushed) > 2.5 * false_fallbacks(before_push)
         # The what-if (docs/metrics.md §14) run on the calm window before the push predicts what the push then did.
         # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (the 30 % of
         # docs/sources.md#seed-000), re-scored at 0.93 → 84 %; the push window then fell back 86 %. False fallbacks

@@ -90,9 +90,11 @@ def test_l1_keeps_the_system_prompt_and_the_last_turn_and_drops_the_oldest_histo
     messages = chat_messages(cut)
     assert messages[0] == long_history[0] and messages[-1] == long_history[-1]
     assert messages[1:-1] == long_history[-1 - (len(messages) - 2) : -1], "the most recent history is what stays"
-    assert degrade_prompt("abcdefghij") == "abcdefg"
+    # a plain text loses its middle: of the 7 characters kept, the cut's mark takes 3, a third of the rest comes
+    # from the head (1) and the rest from the end (3), where a question usually is
+    assert degrade_prompt("abcdefghij") == "a\n…\nhij"
     tiny = degrade_prompt(Prompt([{"role": "user", "content": "x" * 100}]))
-    assert chat_messages(tiny) == [{"role": "user", "content": "x" * 70}]
+    assert chat_messages(tiny) == [{"role": "user", "content": "x" * 22 + "\n…\n" + "x" * 45}]
 
 
 @pytest.mark.parametrize("bad", [[], [{"role": "user"}], [{"role": "user", "content": 3}]])
