@@ -8,9 +8,9 @@
   while `emit()` waits for room counts nothing: that message was never queued, and the books balance.
 * A background sender drains the queue into an idempotent kafka-python producer (`acks=all`,
   batching, compression). When the broker is unreachable or slow (sends time out), messages go to a
-  **disk spool** under `ROUTERSCOPE_HOME/spool`; while the spool holds anything, new messages are
-  appended behind it, so order is kept. When the broker answers again, the spool is replayed in
-  order, each segment line by line with a persisted cursor, before anything new is sent.
+  **disk spool** under `ROUTERSCOPE_HOME/spool` (owner-only: 0700, files 0600); while the spool
+  holds anything, new messages are appended behind it, so order is kept. When the broker answers
+  again, the spool is replayed in order, each segment line by line with a persisted cursor, before anything new is sent.
 * **Replay never holds new events back.** The spool is replayed by a thread of its own (with its own
   producer): an attempt against a broker that is still down can take seconds, and meanwhile the
   sender keeps moving new events from the queue to the spool, so an event recorded while the broker
@@ -56,6 +56,7 @@ import json
 import logging
 import os
 import queue
+import stat
 import threading
 import time
 import weakref
@@ -108,6 +109,19 @@ def _write_all(fd: int, data: bytes) -> None:
 
 _os_write = os.write  # the one place spool bytes reach the OS (tests inject faults here)
 
+# The spool holds events (session ids, task types, costs): its owner's only, whatever the umask.
+SPOOL_DIR_MODE = 0o700
+SPOOL_FILE_MODE = 0o600
+
+
+def _private_fd(fd: int) -> os.stat_result:
+    """Make an open spool file 0600 if this process owns it and it is not already (umask-independent);
+    returns its stat."""
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != SPOOL_FILE_MODE:
+        os.fchmod(fd, SPOOL_FILE_MODE)
+    return st
+
 
 class Spool:
     """Append-only segment files of messages waiting for the broker, oldest first, capped in bytes.
@@ -118,7 +132,8 @@ class Spool:
 
     def __init__(self, directory: Path, cap_bytes: int = 64 * 1024 * 1024, segment_bytes: int = 1024 * 1024):
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=SPOOL_DIR_MODE)
+        self._make_private()
         self.cap_bytes, self.segment_bytes = cap_bytes, segment_bytes
         self._cursor_path = self.dir / "cursor"
         self.dropped = 0  # oldest segments deleted over the cap
@@ -130,6 +145,26 @@ class Spool:
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = self._readable_lines() - self._position[1]
+
+    def _make_private(self) -> None:
+        """The directory 0700 and every file in it 0600, when this process owns them: a spool made by an
+        older version, or under a home another command created with a looser umask, is fixed on open.
+        Symlinks and what others own are left alone; a failure is logged, never raised."""
+        try:
+            if self.dir.stat().st_uid != os.geteuid():
+                log.warning("event spool: %s is not owned by this user; its modes are left as they are", self.dir)
+                return
+            if stat.S_IMODE(self.dir.stat().st_mode) != SPOOL_DIR_MODE:
+                os.chmod(self.dir, SPOOL_DIR_MODE)
+            with os.scandir(self.dir) as entries:
+                for entry in entries:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != SPOOL_FILE_MODE:
+                        os.chmod(entry.path, SPOOL_FILE_MODE)
+        except OSError as exc:
+            log.warning("event spool: cannot make %s private to its owner (%s)", self.dir, exc)
 
     def _segments(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped)
@@ -207,7 +242,14 @@ class Spool:
         self._position = (name, line)
         try:
             tmp = self._cursor_path.with_suffix(".tmp")
-            tmp.write_text(f"{name} {line}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, SPOOL_FILE_MODE)
+            try:
+                _private_fd(fd)
+                data = f"{name} {line}".encode()
+                while data:  # (not through _os_write: injected spool faults are for the segments)
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
             os.replace(tmp, self._cursor_path)
         except OSError as exc:
             log.warning("event spool: cannot save the cursor (%s); it is kept in memory", exc)
@@ -274,9 +316,9 @@ class Spool:
 
     @staticmethod
     def _write(path: Path, lines: list[bytes]) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, SPOOL_FILE_MODE)
         try:
-            start = os.fstat(fd).st_size
+            start = _private_fd(fd).st_size
             try:
                 _write_all(fd, b"".join(lines))  # straight to the OS: survives SIGKILL
             except OSError:
@@ -372,7 +414,7 @@ class Spool:
         self.corrupt += len(lines)
         self._count -= len(lines)
         try:
-            fd = os.open(self.dir / f"{name}.corrupt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(self.dir / f"{name}.corrupt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, SPOOL_FILE_MODE)
             try:
                 _write_all(fd, b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for raw in lines))
             finally:

@@ -42,6 +42,13 @@ _local_lock = threading.RLock()  # one holder per process at a time, re-entrant 
 _open: dict[str, tuple[object, int]] = {}  # data dir -> (client, nesting depth)
 
 
+def real_path(path: Path) -> Path:
+    """The path with every symlink resolved: the locks of an embedded warehouse are keyed on it, so a
+    command reaching the warehouse through a symlink (or `..`) meets the lock one through its real path
+    holds, instead of taking a lock file of its own."""
+    return Path(os.path.realpath(path))
+
+
 def _say(message: str) -> None:
     print(f"routerscope: {message}", file=sys.stderr, flush=True)
 
@@ -143,7 +150,7 @@ def _opened(settings: Settings, purpose: str, timeout_s: float | None):
             client.close()
         return
 
-    key = str(dsn.path)
+    key = str(real_path(dsn.path))  # a symlinked path meets the lock of the real one
     with _local_lock:
         if key in _open:  # nested unit of work in this process: reuse
             client, depth = _open[key]
@@ -344,10 +351,11 @@ def outage_error(settings: Settings, exc: BaseException, doing: str) -> Warehous
 
 # -- one load at a time per warehouse -------------------------------------------------------------
 def load_lock_path(settings: Settings) -> Path:
-    """Beside an embedded warehouse; under the home for a server (one file per server and database)."""
+    """Beside an embedded warehouse's real path (a load through a symlink meets the lock of a load through
+    the real path); under the home for a server (one file per server and database)."""
     dsn = settings.warehouse
     if dsn.embedded:
-        return Path(str(dsn.path) + LOAD_LOCK_SUFFIX)
+        return Path(str(real_path(dsn.path)) + LOAD_LOCK_SUFFIX)
     return settings.home / f"load-{hashlib.sha256(dsn.redacted().encode()).hexdigest()[:12]}{LOAD_LOCK_SUFFIX}"
 
 

@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -489,3 +490,78 @@ def test_a_kill_of_a_write_ahead_emitter_loses_nothing_emit_returned_for(down_br
     lost = set(range(emitted)) - seen
     print(f"emitted {emitted}, delivered {len(seen)} distinct, lost {len(lost)}")
     assert not lost, f"{len(lost)} of {emitted} lost, e.g. {sorted(lost)[:5]}"
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _spool_modes(spool_dir) -> dict[str, int]:
+    return {p.name: _mode(p) for p in spool_dir.iterdir()}
+
+
+@pytest.mark.parametrize("mask", [0o000, 0o022])
+def test_the_spool_is_owner_only_whatever_the_umask(down_broker, home, mask):
+    """Issue: the spool holds events and was created 0755 with 0644 segments (world-readable)."""
+    spool_dir = home / "spool"
+    previous = os.umask(mask)
+    try:
+        emitter = KafkaEmitter(producer_config(down_broker["settings"]), spool_dir, write_ahead=True)
+        for i in range(20):
+            emitter.emit(message("modes", i))
+        emitter.close(timeout_s=1)
+    finally:
+        os.umask(previous)
+    assert emitter.counters()["spooled"] == 20  # the broker is down: everything is in the spool
+    assert _mode(spool_dir) == 0o700
+    modes = _spool_modes(spool_dir)
+    assert any(name.endswith(".jsonl") for name in modes), modes
+    assert set(modes.values()) == {0o600}, modes
+
+
+def test_a_spool_left_world_readable_is_made_owner_only_when_opened(tmp_path):
+    """A spool an earlier version (or a looser umask) left readable by others is fixed on open, and
+    what it holds is still counted."""
+    spool_dir = tmp_path / "spool"
+    Spool(spool_dir).append([message("old", i) for i in range(5)])
+    (spool_dir / "cursor").write_text(f"{sorted(spool_dir.glob('*.jsonl'))[0].name} 2")
+    os.chmod(spool_dir, 0o755)
+    for path in spool_dir.iterdir():
+        os.chmod(path, 0o644)
+    (tmp_path / "elsewhere").write_text("not the spool's")
+    os.chmod(tmp_path / "elsewhere", 0o644)
+    (spool_dir / "link").symlink_to(tmp_path / "elsewhere")  # a symlink's target is left alone
+    reopened = Spool(spool_dir)
+    assert len(reopened) == 3
+    assert _mode(spool_dir) == 0o700
+    assert {name: mode for name, mode in _spool_modes(spool_dir).items() if name != "link"} == {
+        name: 0o600 for name in _spool_modes(spool_dir) if name != "link"
+    }
+    assert _mode(tmp_path / "elsewhere") == 0o644
+
+
+def test_a_spool_under_a_home_that_broker_start_created_is_owner_only(tmp_path):
+    """Issue: with the home created by `routerscope broker start` (umask 022), the spool the SDK then made
+    under it was world-readable."""
+    from routerscope.core.procs import free_port
+    from tests.support.home import clean_env, run_cli, settings_for
+
+    home = tmp_path / "fresh-home"  # not there yet: `broker start` creates it
+    port = free_port()
+    previous = os.umask(0o022)
+    try:
+        started = run_cli("broker", "start", "--port", str(port), env=clean_env(home))
+        assert started.returncode == 0, started.stderr
+        stopped = run_cli("broker", "stop", env=clean_env(home))
+        assert stopped.returncode == 0, stopped.stderr
+        settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{port}")  # now down: events spool
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, write_ahead=True)
+        for i in range(10):
+            emitter.emit(message("home", i))
+        emitter.close(timeout_s=1)
+    finally:
+        os.umask(previous)
+    assert emitter.counters()["spooled"] == 10
+    assert _mode(settings.spool_path) == 0o700
+    modes = _spool_modes(settings.spool_path)
+    assert any(name.endswith(".jsonl") for name in modes) and set(modes.values()) == {0o600}, modes

@@ -205,6 +205,46 @@ def test_a_second_load_with_no_wait_exits_75_in_one_line_and_partition_sets_that
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_load_through_a_symlink_to_the_warehouse_meets_the_lock_on_its_real_path(stack, home, tmp_path):
+    """Issue: a load through a symlinked warehouse path took a lock file of its own beside the symlink, so it
+    did not wait for the load running through the real path and failed 10 s later on the engine's lock."""
+    from warehouse.client import load_lock
+
+    produce(stack, DECISIONS, valid_decisions(300))
+    stack.warehouse.path.mkdir(mode=0o700)
+    link = tmp_path / "linked" / "warehouse"
+    link.parent.mkdir()
+    link.symlink_to(stack.warehouse.path)
+    via_link = clean_env(home, ROUTERSCOPE_CLICKHOUSE_DSN=f"chdb://{link}")
+    said = tmp_path / "waiting.err"
+    with load_lock(stack, None):  # a load through the real path is running (this process holds its lock)
+        busy = run_cli("load", "--no-wait", env=via_link)
+        with open(said, "w") as err:
+            waiting = subprocess.Popen(
+                [ROUTERSCOPE, "load", "--json", "--idle-timeout", "0.5"],
+                env=via_link,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        deadline = time.monotonic() + 60
+        while "waiting for the load already running" not in said.read_text() and time.monotonic() < deadline:
+            assert waiting.poll() is None, said.read_text()
+            time.sleep(0.1)
+        assert "waiting for the load already running" in said.read_text()
+    assert busy.returncode == 75, busy.stderr
+    (line,) = busy.stderr.strip().splitlines()
+    assert line.startswith("routerscope: error: another load is running on the warehouse")
+    out, _ = waiting.communicate(timeout=180)
+    assert waiting.returncode == 0, said.read_text()
+    assert json.loads(out)["loaded"]["decisions"] == 300
+    assert not (link.parent / "warehouse.load.lock").exists()  # the lock lives beside the real path only
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 300
+
+
+@pytest.mark.slow
 def test_disjoint_partition_sets_do_not_wait_for_each_other(stack, home):
     from warehouse.client import load_lock
 
@@ -307,7 +347,7 @@ def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
         loaded, which the callers count in the warehouse, not here."""
         for _ in range(5):
             try:
-                result = load(settings, idle_timeout_s=1.0, broker_timeout_s=60.0, **options)
+                result = load(settings, idle_timeout_s=1.0, **options)  # the waits grow with the partitions
             except BrokerUnavailable:
                 continue  # (what arrived was stored: the next run resumes there)
             return result.loaded["decisions"], result.skipped_already_loaded

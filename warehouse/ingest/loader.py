@@ -76,7 +76,8 @@ event), or when nothing arrived for `idle_timeout_s` (a broker that answers neit
 is known to hold more: with thousands of partitions the first fetch responses, and the deliveries
 after them, come further apart than the idle timeout, so a run waits while a partition's fetched end
 is past its position or a partition has had no fetch response yet, as long as something arrives
-within `broker_timeout_s`. The lost-data check after draining judges only partitions the broker has answered for: one
+within `broker_timeout_s` (which, like every wait on answers about partitions, grows with the partition
+count: `partition_timeout`). The lost-data check after draining judges only partitions the broker has answered for: one
 never fetched is not drained, keeps its position, and is no alarm. The end is
 taken from a fetch response, not asked with a ListOffsets request: the embedded broker answers that
 request with the base offset of the partition's last record batch plus one, short of the messages
@@ -117,11 +118,22 @@ DEFAULT_PARSER = "python"
 DEFAULT_BATCH_SIZE = 20_000
 DEFAULT_IDLE_TIMEOUT_S = 1.0
 DEFAULT_FLUSH_INTERVAL_S = 5.0
-# A broker that answers nothing for this long during a load ends the run (after storing what arrived).
+# A broker that answers nothing for this long during a load ends the run (after storing what arrived);
+# with many partitions it grows (`partition_timeout`).
 DEFAULT_BROKER_TIMEOUT_S = 10.0
+# The liveness probe (a metadata request for one topic) and the metadata request at the start of a run.
+PROBE_TIMEOUT_S = 3.0
+METADATA_TIMEOUT_S = 5.0
+# Waits on answers about partitions (metadata, first fetch responses, the probe, closing the consumer and
+# so its assignment) keep their base value up to SCALE_FROM_PARTITIONS partitions and grow by
+# PER_PARTITION_S for each one past that: a broker answering for 15,000 partitions on a busy 2-core
+# machine took up to a minute, and fixed waits declared it gone when it was only slow (docs/ingest.md).
+SCALE_FROM_PARTITIONS = 1_000
+PER_PARTITION_S = 0.004
 # With the warehouse held for writing, the drain waits at most this long for messages before letting go of it.
 HELD_WAIT_S = 0.5
-# Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker).
+# Closing the consumer waits at most this long (librdkafka can otherwise wait minutes for a dead broker);
+# with many partitions it grows (`partition_timeout`).
 CLOSE_TIMEOUT_S = 5.0
 # ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
@@ -360,7 +372,7 @@ class Loader:
         topics: Iterable[str] = tuple(names.TOPICS.values()),
         partitions: Iterable[int] | None = None,
         progress: Callable[[int], None] | None = None,
-        broker_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S,
+        broker_timeout_s: float | None = None,
         parser: str | None = None,
         parse_worker: bool | None = None,
         wait: bool = True,
@@ -391,7 +403,12 @@ class Loader:
         # by side against a ClickHouse server: positions are kept per (topic, partition).
         self.partitions = None if partitions is None else frozenset(partitions)
         self.progress = progress or (lambda n: None)
-        self.broker_timeout_s = broker_timeout_s
+        # None: DEFAULT_BROKER_TIMEOUT_S grown with the partition count once it is known (`partition_timeout`);
+        # a value given is used as it is.
+        self._broker_timeout_given = broker_timeout_s
+        self.broker_timeout_s = DEFAULT_BROKER_TIMEOUT_S if broker_timeout_s is None else broker_timeout_s
+        self._probe_timeout_s = PROBE_TIMEOUT_S
+        self._close_timeout_s = CLOSE_TIMEOUT_S
         self._client = None  # a client to use throughout, when the caller gives one
         self._held = None  # (context manager, client): the warehouse kept open while messages flow
         self._writing: _Writing | None = None  # the batch being written beside the drain (`_flush`)
@@ -742,7 +759,9 @@ class Loader:
         self._bootstrap = self.settings.kafka_bootstrap()
         started = time.monotonic()
         result = LoadResult()
-        metadata = check_reachable(self.settings)
+        # Before the metadata arrives the partition count is the configured one (ROUTERSCOPE_TOPIC_PARTITIONS).
+        expected = self.settings.topic_partitions * len(self.topics)
+        metadata = check_reachable(self.settings, timeout_s=partition_timeout(METADATA_TIMEOUT_S, expected))
         check_free_space(self.settings)
         states: dict[tuple[str, int], PartitionState] = {}
         with self._warehouse() as wh:
@@ -766,6 +785,7 @@ class Loader:
                 for partition, offsets in self.landed_offsets(wh, topic, starts).items():
                     if (topic, partition) in states:
                         states[(topic, partition)].skip = offsets
+        self._scale_timeouts(states)
         for (topic, partition), (offset, _) in stored.items():
             owned = self.partitions is None or partition in self.partitions
             if (topic, partition) not in states and topic in self.topics and owned:
@@ -795,11 +815,20 @@ class Loader:
                 self._worker.close()
             self._pending = []
             self._release(settle=False)  # a write still running is waited for: the warehouse closes after it
-            _close_within(consumer, CLOSE_TIMEOUT_S)
+            _close_within(consumer, self._close_timeout_s)
             gc.set_threshold(*thresholds)
             gc.unfreeze()
         result.seconds = time.monotonic() - started
         return result
+
+    def _scale_timeouts(self, states: dict[tuple[str, int], PartitionState]) -> None:
+        """The waits on partition answers, for the partitions this run reads (`partition_timeout`)."""
+        total = len(states)
+        largest = max((sum(1 for t, _ in states if t == topic) for topic in self.topics), default=0)
+        if self._broker_timeout_given is None:
+            self.broker_timeout_s = partition_timeout(DEFAULT_BROKER_TIMEOUT_S, total)
+        self._probe_timeout_s = partition_timeout(PROBE_TIMEOUT_S, largest)  # the probe asks for one topic
+        self._close_timeout_s = partition_timeout(CLOSE_TIMEOUT_S, total)
 
     def _on_error(self, error) -> None:
         """librdkafka's client-wide errors (all brokers down, transport): remembered until a message arrives."""
@@ -849,7 +878,9 @@ class Loader:
                     ):
                         pass  # messages known to be there, or fetch responses still coming: wait
                     elif _answers(
-                        consumer, self.topics[0], 3.0 if idle < self.broker_timeout_s else self.broker_timeout_s
+                        consumer,
+                        self.topics[0],
+                        self._probe_timeout_s if idle < self.broker_timeout_s else self.broker_timeout_s,
                     ):
                         break  # (a broker is declared gone only after a probe as long as the broker timeout)
                     elif idle >= self.broker_timeout_s:
@@ -1082,7 +1113,14 @@ def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending:
     return {key for key in pending if not states[key].drained}
 
 
-def _answers(consumer, topic: str, timeout_s: float = 3.0) -> bool:
+def partition_timeout(base_s: float, partitions: int) -> float:
+    """A wait on the broker's answers about `partitions` partitions: `base_s` up to SCALE_FROM_PARTITIONS
+    of them, plus PER_PARTITION_S for each one past that (5,000 partitions in each of 3 topics: a 10 s wait
+    becomes 66 s). Never less than `base_s`."""
+    return base_s + max(0, int(partitions) - SCALE_FROM_PARTITIONS) * PER_PARTITION_S
+
+
+def _answers(consumer, topic: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """Does the broker answer a metadata request (for one topic: thousands of partitions make the
     whole cluster's answer slow) within `timeout_s`? (A loaded machine can take seconds to answer for
     thousands of partitions: a short probe that fails is not yet an outage.)"""
