@@ -274,14 +274,15 @@ class BaselineP90:
     def _long_p90(self, now: float, min_samples: int) -> float | None:
         """The long horizon's p90 over whole past hours; those never change once past, so it is computed once
         per hour (cached by the hours it spans)."""
+        cache = self._long_cache
+        if cache is not None and cache[0] <= now < cache[1] and cache[2] == min_samples:
+            return cache[3]
         first, last = (now - self.long_lag_s - self.long_s) // 3600, (now - self.long_lag_s) // 3600
-        key = (first, last, min_samples)
-        if self._long_cache is not None and self._long_cache[0] == key:
-            return self._long_cache[1]
         for h in [h for h in self._hours if h < first]:
             del self._hours[h]
         value = self._weighted_p90(first, last, min_samples)
-        self._long_cache = (key, value)
+        hour = now // 3600 * 3600  # valid until the next whole hour on this clock (the spans move only then)
+        self._long_cache = (hour, hour + 3600, min_samples, value)
         return value
 
     def _weighted_p90(self, first: float, last: float, min_samples: int) -> float | None:
@@ -455,9 +456,17 @@ def accepts_keyword(fn, name: str, explicit: bool = False) -> bool:
     return not explicit and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
+INF = float("inf")
+
+
 def finite(value, default: float) -> float:
     """`value` as a float when it is a finite number (not a bool), else `default`: what a backend or a gateway
     hands the router is never trusted to be a number."""
+    kind = type(value)
+    if kind is float:  # the common case first: the router calls this several times a request
+        return value if math.isfinite(value) else default
+    if kind is int:
+        return float(value) if -1e300 < value < 1e300 else default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     value = float(value)
@@ -470,6 +479,17 @@ def sane_device_result(result) -> DeviceResult:
     [0, 1] reads 0: it can never pass a threshold."""
     if not isinstance(result, DeviceResult) or not isinstance(result.text, str) or result.outcome not in OUTCOMES:
         return DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+    c, n, t, lat = result.confidence, result.tokens_out, result.ttft_ms, result.latency_ms
+    if (  # the common case: every field already in range (NaN fails every comparison)
+        (c is None or (type(c) is float and 0.0 <= c <= 1.0))
+        and type(n) is int
+        and n >= 0
+        and type(t) in (float, int)
+        and 0 <= t < INF
+        and type(lat) in (float, int)
+        and 0 <= lat < INF
+    ):
+        return result
     confidence = result.confidence
     if confidence is not None:
         confidence = finite(confidence, 0.0)
@@ -485,6 +505,9 @@ def sane_device_result(result) -> DeviceResult:
 def sane_cloud_result(result) -> CloudResult:
     if not isinstance(result, CloudResult) or not isinstance(result.text, str) or result.outcome not in OUTCOMES:
         return CloudResult("", 0.0, "error")
+    n, lat = result.tokens_out, result.latency_ms
+    if type(n) is int and n >= 0 and type(lat) in (float, int) and 0 <= lat < INF:
+        return result
     tokens = result.tokens_out if isinstance(result.tokens_out, int) and not isinstance(result.tokens_out, bool) else 0
     return replace(result, tokens_out=max(0, tokens), latency_ms=max(0.0, finite(result.latency_ms, 0.0)))
 
@@ -657,6 +680,17 @@ class Router:
         """The device's time to first token, decode and prefill rates as the gate reads them: an estimate that is
         not a finite non-negative number reads as a slow device (1 s, 1 token/s; no prefill rate), never as a
         reason to crash or to admit on hope."""
+        device = self.device
+        ttft, tps = getattr(device, "ttft_ms", None), getattr(device, "tps", None)
+        prefill = getattr(device, "prefill_tps", None)
+        if (  # the common case: finite positive floats (NaN fails every comparison)
+            type(ttft) is float
+            and type(tps) is float
+            and 0 <= ttft < INF
+            and 0 < tps < INF
+            and (prefill is None or (type(prefill) is float and 0 < prefill < INF))
+        ):
+            return ttft, tps, prefill
         ttft = finite(getattr(self.device, "ttft_ms", None), -1.0)
         tps = finite(getattr(self.device, "tps", None), -1.0)
         prefill = getattr(self.device, "prefill_tps", None)
@@ -989,11 +1023,11 @@ class Router:
         # shadow task type is pinned to the device, a live event
         mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
-        device_ttft, device_tps, device_prefill_tps = self._estimates()
 
         if pinned:
             # 1. Hard constraint: the device or a conservative answer, never the cloud.
             reason = "pii_pin"
+            device_ttft, device_tps, device_prefill_tps = self._estimates()
             room = self._device_room(cap, max_tokens)
             prompt = None
             device_input = self._device_tokens(req.text, counted, input_tokens)
@@ -1045,6 +1079,7 @@ class Router:
             response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
         else:
             # 3. Latency gate, judged before the device starts; the device's ETA includes its prefill.
+            device_ttft, device_tps, device_prefill_tps = self._estimates()
             remaining = budget.remaining_ms()
             prefill = prefill_ms(input_tokens, device_prefill_tps)
             eta = device_eta_ms(device_ttft, expected_out, device_tps, prefill)
@@ -1386,6 +1421,21 @@ def _sane_request(req: Request) -> Request:
     """The request with every number finite and every declaration of its type: a NaN or infinite budget is no
     budget (0), a negative elapsed time none; `tools` that are not a list of names and a file count that is not
     an integer are kept as declarations the capability matrix never admits (docs/router.md)."""
+    d, e, tools, files = req.deadline_ms, req.elapsed_ms, req.tools, req.files
+    if (  # the common case: plain numbers in range, no declarations or well-typed ones
+        type(d) is int
+        and -DAY_MS <= d <= DAY_MS
+        and type(e) is int
+        and 0 <= e <= DAY_MS
+        and (req.input_tokens is None or (type(req.input_tokens) is int and req.input_tokens >= 0))
+        and (
+            req.expected_output_tokens is None
+            or (type(req.expected_output_tokens) is int and req.expected_output_tokens >= 0)
+        )
+        and (tools is None or (type(tools) is tuple and all(type(x) is str for x in tools)))
+        and (files is None or type(files) is int)
+    ):
+        return req
     changes = {}
     deadline, elapsed = finite(req.deadline_ms, 0.0), max(0.0, finite(req.elapsed_ms, 0.0))
     if deadline != req.deadline_ms:

@@ -234,10 +234,13 @@ class FleetRouter(Router):
     def __init__(self, fleet: Fleet, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._fleet, self._per_device_in_flight, self._per_device_shadow = fleet, {}, {}
+        self._per_device_cancels: dict[str, set] = {}
 
     def _enter_device(self, policy) -> str | None:
         device = self._fleet.current.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())  # only this phone's shadow yields
         blocked = super()._enter_device(policy)
         self._per_device_in_flight[device] = self.device_in_flight
         return blocked
@@ -252,6 +255,7 @@ class FleetRouter(Router):
         device = self._fleet.current.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
         slot = super()._enter_shadow(policy)
         self._per_device_shadow[device] = self.shadow_in_flight
         return slot
@@ -259,6 +263,7 @@ class FleetRouter(Router):
     def _release_shadow(self, cancel) -> None:
         device = self._fleet.current.session_id
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
         super()._release_shadow(cancel)
         self._per_device_shadow[device] = self.shadow_in_flight
 
@@ -501,6 +506,8 @@ class Fleet:
 
 
 def default_start(span: timedelta) -> datetime:
-    """The simulated span ends now (minute-aligned), so the data looks live."""
+    """The simulated span ends at the latest 5-minute boundary, so the data looks live and the metric windows
+    (5-minute partitions) cut the scripted timeline the same way on every run: minute-aligned, a run's alerts
+    depended on the minute it started (an episode near a limit breached three windows in a row in some runs)."""
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    return now - span
+    return now - timedelta(minutes=now.minute % 5) - span
