@@ -54,3 +54,16 @@ def counts(client, start: datetime | None = None, end: datetime | None = None) -
     """Messages quarantined in [start, end) (default: ever) per topic and broken rule (COUNTS_COLUMNS), most
     first; a message breaking two rules counts under both."""
     return dict_rows(client, COUNTS_SQL, _between(start, end))
+
+
+# Every message ever quarantined and every message ever loaded (the exporter's counters: Prometheus takes the
+# share over the day from their increase, as alerts.QUARANTINE_SHARE_SQL takes it over the last day).
+TOTALS_SQL = named(
+    "quarantine_totals", "SELECT (SELECT count() FROM $quarantine), (SELECT count() FROM $loaded_messages)"
+)
+
+
+def totals(client) -> tuple[int, int]:
+    """(messages quarantined, messages loaded), all time."""
+    quarantined, loaded = client.query(TOTALS_SQL).result_rows[0]
+    return int(quarantined), int(loaded)
