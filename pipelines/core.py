@@ -69,12 +69,12 @@ def quality_window(settings: Settings, start: datetime | None = None, end: datet
 def evaluate_alerts(settings: Settings, now: datetime | None = None, notifier=None):
     """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
     pending notifications through `notifier` (a `warehouse.analytics.alerting.Notifier`; the alerts job passes
-    its `AlertWebhookResource`; default: the webhook of `settings`). Returns the
-    `warehouse.analytics.alerting.Evaluation`."""
+    its `AlertWebhookResource`; default: `alerting.notifier_for(settings)`, Alertmanager and/or the webhook).
+    Returns the `warehouse.analytics.alerting.Evaluation`."""
     from warehouse.analytics import alerting
 
     if notifier is None:
-        notifier = alerting.WebhookNotifier(settings.alert_webhook)
+        notifier = alerting.notifier_for(settings)
     with unit_of_work(settings, purpose="alerts") as client:
         return alerting.run(client, rules_path=settings.alert_rules, notifier=notifier, now=now)
 
