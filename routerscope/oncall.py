@@ -16,13 +16,13 @@ def cmd_exporter(args, settings: Settings) -> int:
 
     server = make_exporter(settings, port=args.port, refresh_s=args.refresh)
     stop_on_term()
-    print(f"routerscope exporter: serving http://127.0.0.1:{server.server_address[1]}/metrics", flush=True)
+    print(f"routerscope exporter: serving http://127.0.0.1:{server.port}/metrics", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         print("routerscope exporter: stopped", file=sys.stderr)
     finally:
-        server.server_close()
+        server.close()
     return 0
 
 

@@ -4,6 +4,7 @@ that Prometheus scrapes, parsed by prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -12,10 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from instrumentation.contract import BREAKERS
-from routerscope.core import names
+from routerscope.core import names, procs
 from routerscope.core.procs import free_port
 from tests.support.events import breaker, dumps, iso
-from tests.support.home import settings_for
+from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
 from warehouse.analytics.exporter import families, make_exporter, read_snapshot
 from warehouse.analytics.metrics import empty_group
 from warehouse.client import open_warehouse
@@ -185,11 +186,11 @@ def test_the_endpoint_serves_bounded_labels_and_counters_named_total(known):
     server = make_exporter(known, port=free_port(), refresh_s=60)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        url = f"http://127.0.0.1:{server.port}/metrics"
         text = urllib.request.urlopen(url, timeout=30).read().decode()
     finally:
         server.shutdown()
-        server.server_close()
+        server.close()
     parsed = list(text_string_to_metric_families(text))
     ours = [f for f in parsed if f.name.startswith("routerscope_")]
     assert {"routerscope_decisions", "routerscope_fallbacks", "routerscope_window_fallbacks"} <= {f.name for f in ours}
@@ -204,3 +205,27 @@ def test_the_endpoint_serves_bounded_labels_and_counters_named_total(known):
     assert "process_resident_memory_bytes" in {f.name + "_bytes" for f in parsed} | {
         s.name for f in parsed for s in f.samples
     }
+
+
+def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_others(known, home):
+    """`routerscope exporter` as a user runs it: it serves the windows, and between its reads the embedded
+    warehouse is free (a command that needs it runs at once), and SIGTERM stops it cleanly."""
+    port = free_port()
+    log = home / "exporter.log"
+    with log.open("wb") as out:
+        process = procs.spawn(
+            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "60"],
+            env=clean_env(home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        procs.wait_ready(process, lambda: procs.http_ok(url, 30), what="exporter", log_path=log)
+        text = urllib.request.urlopen(url, timeout=30).read().decode()
+        assert f'routerscope_decisions_total{{task_type="{A}"}} 1060.0' in text
+        migrate = run_cli("migrate", env=clean_env(home), timeout=60)
+        assert migrate.returncode == 0 and "waiting" not in migrate.stderr.lower(), migrate.stderr
+    finally:
+        assert procs.stop(process) == 0
+    assert "serving http://127.0.0.1:" in log.read_text()
