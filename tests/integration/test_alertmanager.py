@@ -4,19 +4,14 @@ while routerscope re-sends it, then arrives resolved; the Slack-style webhook be
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from routerscope.core import procs
-from routerscope.core.procs import free_port
+from tests.support import oncall
+from tests.support.oncall import Receiver
 from warehouse.analytics import alerting
 from warehouse.analytics.alerting.delivery import AlertmanagerNotifier, WebhookNotifier
 from warehouse.analytics.metrics import empty_group
@@ -41,86 +36,19 @@ rules:
     denominator: device_entered
     severity: ticket
 """
-ROUTES = """
-route:
-  receiver: test
-  group_by: [alertname, task_type]
-  group_wait: 1s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: test
-    webhook_configs:
-      - url: {url}
-        send_resolved: true
-"""
-
-
-class Receiver:
-    """Records every POST by path: Alertmanager's notifications at /am, routerscope's own webhook at /slack."""
-
-    def __init__(self):
-        self.received: list[tuple[str, dict]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.received.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def at(self, path: str) -> list[dict]:
-        return [body for p, body in self.received if p == path]
-
-    def wait_for(self, path: str, count: int, timeout_s: float = 30.0) -> list[dict]:
-        deadline = time.monotonic() + timeout_s
-        while len(self.at(path)) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return self.at(path)
 
 
 @pytest.fixture
 def receiver():
     r = Receiver()
     yield r
-    r.server.shutdown()
+    r.close()
 
 
 @pytest.fixture
 def alertmanager(tmp_path, receiver):
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if not binary:  # never a skip: CI would pass without ever delivering to one
-        pytest.fail("prometheus-alertmanager not found: `make bootstrap` installs it (Debian package)")
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(ROUTES.format(url=f"{receiver.base}/am"))
-    port = free_port()
-    log = tmp_path / "alertmanager.log"
-    with log.open("wb") as out:
-        process = procs.spawn(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.path={tmp_path / 'am-data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--cluster.listen-address=",  # no gossip: one instance, no port beyond its own
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        procs.wait_ready(process, lambda: procs.http_ok(f"{url}/-/ready"), what="alertmanager", log_path=log)
+    with oncall.alertmanager(tmp_path, f"{receiver.base}/am") as url:
         yield url
-    finally:
-        procs.stop(process)
 
 
 def store(client, start: datetime, fallback_rate: float) -> None:

@@ -22,7 +22,6 @@ the loader. A failed read keeps the last snapshot and counts `routerscope_export
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -285,30 +284,29 @@ class WarehouseCollector:
             return read_warehouse(self.settings, self.lock_timeout_s)
         if self._pool is None:
             import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=READS_PER_WORKER
-            )
-        future = self._pool.submit(read_warehouse, self.settings, self.lock_timeout_s)
-        return future.result(timeout=self.lock_timeout_s + 120)  # a worker's first read imports chDB
+            context = multiprocessing.get_context("spawn")
+            self._pool = context.Pool(processes=1, maxtasksperchild=READS_PER_WORKER)
+        pending = self._pool.apply_async(read_warehouse, (self.settings, self.lock_timeout_s))
+        return pending.get(timeout=self.lock_timeout_s + 120)  # a worker's first read imports chDB
 
     def refresh(self) -> None:
-        from concurrent.futures import BrokenExecutor
-        from concurrent.futures import TimeoutError as FutureTimeout
+        import multiprocessing
 
         try:
             self.snapshot = self._read()
-        except (RouterscopeError, FutureTimeout, BrokenExecutor):
+        except RouterscopeError:
             self.failures += 1
-            if self._pool is not None and not isinstance(sys.exc_info()[1], RouterscopeError):
-                self._pool.shutdown(wait=False, cancel_futures=True)  # a stuck or dead worker: a new one next time
-                self._pool = None
+        except multiprocessing.TimeoutError:  # a stuck worker: a new one next time
+            self.failures += 1
+            self.close()
         self._read_at = time.monotonic()
 
     def close(self) -> None:
+        """Stop the worker at once (a read in flight is abandoned; its lock goes with the process)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.terminate()
+            self._pool.join()
             self._pool = None
 
     def collect(self):

@@ -189,8 +189,9 @@ def _signal_condition(rec: _Recorder, rule: Rule) -> str:
     return f"{series} {rule.op} {_number(rule.limit)}"
 
 
-def rule_file(version: str, rules: list[Rule]) -> dict[str, Any]:
-    """The Prometheus rule file (a mapping to dump as YAML) for the project's `rules` of `version`."""
+def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -> dict[str, Any]:
+    """The Prometheus rule file (a mapping to dump as YAML) for the project's `rules` of `version`, evaluated
+    every `interval`."""
     rec = _Recorder()
     alerts = []
     for rule in rules:
@@ -224,4 +225,4 @@ def rule_file(version: str, rules: list[Rule]) -> dict[str, Any]:
         alerts.append(alert)
     # One group: Prometheus evaluates a group's rules in order, each seeing the ones before it at the same
     # instant, so an alert never reads its recorded rate one evaluation late (separate groups run apart).
-    return {"groups": [{"name": "routerscope", "interval": GROUP_INTERVAL, "rules": rec.rules + alerts}]}
+    return {"groups": [{"name": "routerscope", "interval": interval, "rules": rec.rules + alerts}]}
