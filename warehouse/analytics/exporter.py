@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from routerscope.core.errors import RouterscopeError
+from routerscope.core.procs import die_with_parent
 from routerscope.core.settings import Settings
 from warehouse.analytics.alerting.evaluate import breaker_open_series
 from warehouse.queries import alerts as alert_queries
@@ -286,7 +287,8 @@ class WarehouseCollector:
             import multiprocessing
 
             context = multiprocessing.get_context("spawn")
-            self._pool = context.Pool(processes=1, maxtasksperchild=READS_PER_WORKER)
+            # a worker dies with the exporter, even one killed outright (it would wait for work forever)
+            self._pool = context.Pool(processes=1, initializer=die_with_parent, maxtasksperchild=READS_PER_WORKER)
         pending = self._pool.apply_async(read_warehouse, (self.settings, self.lock_timeout_s))
         return pending.get(timeout=self.lock_timeout_s + 120)  # a worker's first read imports chDB
 
