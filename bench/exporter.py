@@ -61,8 +61,10 @@ def fill(settings: Settings, days: int, task_types: int) -> int:
 
 def tree(pid: int) -> list[int]:
     """The process and its descendants (the exporter reads an embedded warehouse in a worker process)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    children = []
+    try:  # per thread: the worker pool starts its replacement workers from a thread of its own
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += (task / "children").read_text().split()
     except OSError:
         return []
     return [pid] + [p for c in children for p in tree(int(c))]
