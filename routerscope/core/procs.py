@@ -33,12 +33,6 @@ PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     os.setsid()
-    die_with_parent()
-
-
-def die_with_parent() -> None:
-    """In a child (between fork and exec, or a multiprocessing worker's initializer): SIGKILL when the parent
-    thread that started it dies, so a parent killed outright leaves no orphan behind (Linux)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

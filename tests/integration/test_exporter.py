@@ -187,7 +187,7 @@ def test_the_endpoint_serves_bounded_labels_and_counters_named_total(known):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.port}/metrics"
-        text = urllib.request.urlopen(url, timeout=30).read().decode()
+        text = urllib.request.urlopen(url, timeout=120).read().decode()
     finally:
         server.shutdown()
         server.close()
@@ -221,8 +221,8 @@ def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_o
         )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
-        procs.wait_ready(process, lambda: procs.http_ok(url, 30), what="exporter", log_path=log)
-        text = urllib.request.urlopen(url, timeout=30).read().decode()
+        procs.wait_ready(process, lambda: procs.http_ok(url, 120), what="exporter", log_path=log)
+        text = urllib.request.urlopen(url, timeout=120).read().decode()
         assert f'routerscope_decisions_total{{task_type="{A}"}} 1060.0' in text
         migrate = run_cli("migrate", env=clean_env(home), timeout=60)
         assert migrate.returncode == 0 and "waiting" not in migrate.stderr.lower(), migrate.stderr

@@ -22,9 +22,14 @@ the loader. A failed read keeps the last snapshot and counts `routerscope_export
 
 from __future__ import annotations
 
+import json
+import os
+import select
+import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -32,8 +37,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
-from routerscope.core.procs import die_with_parent
 from routerscope.core.settings import Settings
 from warehouse.analytics.alerting.evaluate import breaker_open_series
 from warehouse.queries import alerts as alert_queries
@@ -263,8 +268,74 @@ def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0) -> Snapshot:
 # it queried (measured here: 300 opens with `SELECT 1` alone, 500 → 1,040 MB; 300 reads in one open stay flat).
 # A process that opens it every refresh for weeks would grow without bound, so the exporter reads an embedded
 # warehouse in a worker process that is replaced after this many reads (a new one every ~12 minutes at the
-# default refresh), and its own memory stays flat (bench/exporter.py).
+# default refresh), and its own memory stays flat (bench/exporter.py). The worker is a plain child on pipes, a
+# JSON line a read: one the exporter can kill outright when a read hangs (multiprocessing.Pool's terminate()
+# was seen to hang under pytest-xdist).
 READS_PER_WORKER = 50
+_DATETIMES = ("at", "newest_event", "last_load")
+
+
+def snapshot_json(snapshot: Snapshot) -> str:
+    return json.dumps(asdict(snapshot), default=lambda t: t.isoformat())
+
+
+def snapshot_from_json(text: str) -> Snapshot:
+    raw = json.loads(text)
+    for key in _DATETIMES:
+        raw[key] = raw[key] and datetime.fromisoformat(raw[key])
+    for window in raw["latest"].values():
+        if window:
+            window["start"] = window["start"] and datetime.fromisoformat(window["start"])
+            window["end"] = window["end"] and datetime.fromisoformat(window["end"])
+    return Snapshot(**raw)
+
+
+def worker_main() -> None:
+    """The read worker (`python -c "…; worker_main()"`): for each line on stdin, one snapshot of the warehouse
+    that ROUTERSCOPE_CLICKHOUSE_DSN names as a JSON line on stdout (`{"error": …}` for one the warehouse
+    refused); exits at the end of its input."""
+    settings = Settings.from_env()
+    timeout_s = float(os.environ.get("ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S", "5"))
+    for _ in sys.stdin:
+        try:
+            line = snapshot_json(read_warehouse(settings, timeout_s))
+        except RouterscopeError as exc:
+            line = json.dumps({"error": str(exc)})
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+class _Worker:
+    """One read worker process and the reads it has done."""
+
+    def __init__(self, settings: Settings, lock_timeout_s: float):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
+        env |= {
+            "ROUTERSCOPE_HOME": str(settings.home),
+            "ROUTERSCOPE_CLICKHOUSE_DSN": settings.warehouse.raw,
+            "ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S": str(lock_timeout_s),
+        }
+        code = "from warehouse.analytics.exporter import worker_main; worker_main()"
+        self.process = procs.spawn(
+            [sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.reads = 0
+
+    def read(self, timeout_s: float) -> Snapshot:
+        self.reads += 1
+        self.process.stdin.write("read\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            raise TimeoutError("the exporter's read worker did not answer")
+        found = json.loads(line)
+        if "error" in found:
+            raise RouterscopeError(found["error"])
+        return snapshot_from_json(line)
+
+    def stop(self) -> None:
+        procs.stop(self.process, timeout_s=5)
 
 
 class WarehouseCollector:
@@ -278,38 +349,31 @@ class WarehouseCollector:
         self.failures = 0
         self._read_at = float("-inf")
         self._lock = threading.Lock()
-        self._pool = None
+        self._worker: _Worker | None = None
 
     def _read(self) -> Snapshot:
         if not self.settings.warehouse.embedded:
             return read_warehouse(self.settings, self.lock_timeout_s)
-        if self._pool is None:
-            import multiprocessing
-
-            context = multiprocessing.get_context("spawn")
-            # a worker dies with the exporter, even one killed outright (it would wait for work forever)
-            self._pool = context.Pool(processes=1, initializer=die_with_parent, maxtasksperchild=READS_PER_WORKER)
-        pending = self._pool.apply_async(read_warehouse, (self.settings, self.lock_timeout_s))
-        return pending.get(timeout=self.lock_timeout_s + 120)  # a worker's first read imports chDB
+        if self._worker is not None and self._worker.reads >= READS_PER_WORKER:
+            self.close()
+        if self._worker is None:
+            self._worker = _Worker(self.settings, self.lock_timeout_s)
+        return self._worker.read(timeout_s=self.lock_timeout_s + 120)  # a worker's first read imports chDB
 
     def refresh(self) -> None:
-        import multiprocessing
-
         try:
             self.snapshot = self._read()
         except RouterscopeError:
             self.failures += 1
-        except multiprocessing.TimeoutError:  # a stuck worker: a new one next time
+        except (TimeoutError, OSError, ValueError):  # a stuck or dead worker: killed, a new one next time
             self.failures += 1
             self.close()
         self._read_at = time.monotonic()
 
     def close(self) -> None:
-        """Stop the worker at once (a read in flight is abandoned; its lock goes with the process)."""
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
 
     def collect(self):
         with self._lock:
