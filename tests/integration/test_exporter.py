@@ -191,6 +191,7 @@ def test_the_endpoint_serves_bounded_labels_and_counters_named_total(known):
     finally:
         server.shutdown()
         server.close()
+    assert not server.collector.last_error
     parsed = list(text_string_to_metric_families(text))
     ours = [f for f in parsed if f.name.startswith("routerscope_")]
     assert {"routerscope_decisions", "routerscope_fallbacks", "routerscope_window_fallbacks"} <= {f.name for f in ours}

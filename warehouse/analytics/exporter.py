@@ -294,6 +294,9 @@ def worker_main() -> None:
     """The read worker (`python -c "…; worker_main()"`): for each line on stdin, one snapshot of the warehouse
     that ROUTERSCOPE_CLICKHOUSE_DSN names as a JSON line on stdout (`{"error": …}` for one the warehouse
     refused); exits at the end of its input."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything else written to stdout, native code's included, goes to stderr: not into an answer
+    sys.stdout = sys.stderr
     settings = Settings.from_env()
     timeout_s = float(os.environ.get("ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S", "5"))
     for _ in sys.stdin:
@@ -301,8 +304,8 @@ def worker_main() -> None:
             line = snapshot_json(read_warehouse(settings, timeout_s))
         except RouterscopeError as exc:
             line = json.dumps({"error": str(exc)})
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        answers.write(line + "\n")
+        answers.flush()
 
 
 class _Worker:
@@ -350,6 +353,7 @@ class WarehouseCollector:
         self._read_at = float("-inf")
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
+        self.last_error = ""
 
     def _read(self) -> Snapshot:
         if not self.settings.warehouse.embedded:
@@ -363,12 +367,18 @@ class WarehouseCollector:
     def refresh(self) -> None:
         try:
             self.snapshot = self._read()
-        except RouterscopeError:
-            self.failures += 1
-        except (TimeoutError, OSError, ValueError):  # a stuck or dead worker: killed, a new one next time
-            self.failures += 1
+            self.last_error = ""
+        except RouterscopeError as exc:
+            self._failed(exc)
+        except (TimeoutError, OSError, ValueError) as exc:  # a stuck or dead worker: killed, a new one next time
+            self._failed(exc)
             self.close()
         self._read_at = time.monotonic()
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        print(f"routerscope exporter: warning: reading the warehouse failed ({self.last_error})", file=sys.stderr)
 
     def close(self) -> None:
         if self._worker is not None:
