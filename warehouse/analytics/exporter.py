@@ -328,8 +328,9 @@ class _Worker:
         self.reads += 1
         self.process.stdin.write("read\n")
         self.process.stdin.flush()
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
-        line = self.process.stdout.readline() if ready else ""
+        poller = select.poll()  # not select(): a process with over 1,024 files open has descriptors it cannot take
+        poller.register(self.process.stdout, select.POLLIN)
+        line = self.process.stdout.readline() if poller.poll(timeout_s * 1000) else ""
         if not line:
             raise TimeoutError("the exporter's read worker did not answer")
         found = json.loads(line)
