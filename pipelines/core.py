@@ -77,15 +77,15 @@ def evaluate_alerts(
 ):
     """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
     pending notifications through `notifier` (a `warehouse.analytics.alerting.Notifier`; the alerts job passes
-    its `AlertWebhookResource`; default: the webhook of `settings`). Returns the
-    `warehouse.analytics.alerting.Evaluation`. The job judges with the rules of `settings`; with
+    its `AlertWebhookResource`; default: `alerting.notifier_for(settings)`, Alertmanager and/or the webhook).
+    Returns the `warehouse.analytics.alerting.Evaluation`. The job judges with the rules of `settings`; with
     `rules_as_recorded` (`routerscope alerts --evaluate`) the rules this warehouse was last judged with are used
     unless ROUTERSCOPE_ALERT_RULES names the same ones, or `new_rules` accepts others (`warn` gets the warning):
     `alerting.rules_for_evaluation`."""
     from warehouse.analytics import alerting
 
     if notifier is None:
-        notifier = alerting.WebhookNotifier(settings.alert_webhook)
+        notifier = alerting.notifier_for(settings)
     with unit_of_work(settings, purpose="alerts") as client:
         rules = settings.alert_rules
         if rules_as_recorded:

@@ -10,7 +10,13 @@ from typing import Any
 import dagster as dg
 
 from routerscope.core.settings import Settings
-from warehouse.analytics.alerting.delivery import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, DEFAULT_TIMEOUT_S, WebhookNotifier
+from warehouse.analytics.alerting.delivery import (
+    DEFAULT_BACKOFF_S,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    AlertmanagerNotifier,
+    WebhookNotifier,
+)
 
 
 class RouterscopeResource(dg.ConfigurableResource):
@@ -80,12 +86,22 @@ class AlertWebhookResource(AlertDelivery):
     backoff_s: float = DEFAULT_BACKOFF_S
     timeout_s: float = DEFAULT_TIMEOUT_S
 
-    def notifier(self) -> WebhookNotifier:
-        url = self.url or Settings.from_env().alert_webhook
-        return WebhookNotifier(url, retries=self.retries, backoff_s=self.backoff_s, timeout_s=self.timeout_s)
+    def notifier(self) -> WebhookNotifier | AlertmanagerNotifier:
+        """The webhook; with ROUTERSCOPE_ALERTMANAGER_URL set, Alertmanager with the webhook beside it."""
+        settings = Settings.from_env()
+        options = {"retries": self.retries, "backoff_s": self.backoff_s, "timeout_s": self.timeout_s}
+        webhook = WebhookNotifier(self.url or settings.alert_webhook, **options)
+        if settings.alertmanager_url:
+            return AlertmanagerNotifier(settings.alertmanager_url, settings.dashboard_url, webhook, **options)
+        return webhook
 
     def configured(self) -> bool:
         return self.notifier().configured()
 
     def deliver(self, alert) -> tuple[bool, list[list]]:
         return self.notifier().deliver(alert)
+
+    def refresh(self, firing: list) -> bool:
+        """Alertmanager only: re-send what still fires (see `AlertmanagerNotifier.refresh`)."""
+        notifier = self.notifier()
+        return notifier.refresh(firing) if isinstance(notifier, AlertmanagerNotifier) else True

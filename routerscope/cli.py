@@ -823,6 +823,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="start the Streamlit dashboard on localhost")
     p.add_argument("--port", type=_port, default=8501)
     p.set_defaults(func=cmd_dashboard)
+
+    from routerscope import oncall  # `exporter` and `rules export`: Prometheus and Alertmanager
+
+    oncall.add_commands(sub, _port)
     return parser
 
 

@@ -63,3 +63,13 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     echo "bootstrap: installing chromium for the dashboard's browser test" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+
+# The Prometheus rule tests run Debian's promtool, and the Alertmanager test its alertmanager (packages
+# `prometheus` and `prometheus-alertmanager`; their services are not started here). Installed once, the way
+# chromium is; a test that needs them and does not find them fails saying so.
+if { ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-alertmanager >/dev/null 2>&1; } \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing prometheus and prometheus-alertmanager for the rule and alert delivery tests" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        prometheus prometheus-alertmanager >/dev/null
+fi

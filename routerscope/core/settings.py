@@ -136,6 +136,20 @@ def parse_min_free(raw: str, name: str = "ROUTERSCOPE_WAREHOUSE_MIN_FREE") -> tu
     return share, size
 
 
+def _http_url(name: str, url: str | None) -> str | None:
+    """An http(s) URL with a host (trailing slashes dropped), or unset."""
+    if url is None:
+        return None
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
+        raise ConfigError(f"{name}={url[:200]!r} is not an http(s) URL, e.g. http://alertmanager:9093")
+    return url.rstrip("/")
+
+
 def _webhook(url: str | None) -> str | None:
     """ROUTERSCOPE_ALERT_WEBHOOK: an http(s) URL with a host, or unset."""
     if url is None:
@@ -174,6 +188,8 @@ class Settings:
     topic_partitions: int
     alert_webhook: str | None
     alert_rules: Path | None = None  # None: the defaults shipped in warehouse/analytics/alerting/alert_rules.yaml
+    alertmanager_url: str | None = None  # ROUTERSCOPE_ALERTMANAGER_URL: alerts also go to its /api/v2/alerts
+    dashboard_url: str = "http://127.0.0.1:8501"  # ROUTERSCOPE_DASHBOARD_URL: the base of the Explorer links
     # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
     warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
 
@@ -205,6 +221,9 @@ class Settings:
             if env.get("ROUTERSCOPE_ALERT_RULES")
             else None,
             warehouse_min_free=parse_min_free(env.get("ROUTERSCOPE_WAREHOUSE_MIN_FREE") or DEFAULT_MIN_FREE),
+            alertmanager_url=_http_url("ROUTERSCOPE_ALERTMANAGER_URL", env.get("ROUTERSCOPE_ALERTMANAGER_URL") or None),
+            dashboard_url=_http_url("ROUTERSCOPE_DASHBOARD_URL", env.get("ROUTERSCOPE_DASHBOARD_URL") or None)
+            or "http://127.0.0.1:8501",
         )
 
     # -- every path under the home, named once -------------------------------------------------------

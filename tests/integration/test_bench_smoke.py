@@ -72,3 +72,15 @@ def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cp
     assert (
         0 < figures["ratio_loader_core_to_confluent"] <= figures["ratio_loader_core_ceiling_all_cores"] * 1.1
     )  # CPU clock ticks
+
+
+def test_the_exporter_bench_scrapes_the_real_command_and_reads_its_memory():
+    """bench/exporter.py: one day of windows of 2 task types; each series per task type present in the scrape."""
+    figures = run_bench("bench/exporter.py", "--scrapes", "150", "--days", "1", "--task-types", "2")
+    assert figures["stored_windows"] == 288 + 1
+    # per task type: 12 unlabeled counts, fallbacks by 4 types, served at 5 levels = 21 series, each as a counter
+    # and as the 5m and 1d gauges: 63; then 2 window ends, 2 drift flags, 2 breakers, the newest event (here the
+    # warehouse's creation: the bench stores no decisions, so no last load), quarantined, loaded, dq, refresh
+    # time, refresh failures: 12. (The default 5 task types: 5 × 63 + 12 = 327.)
+    assert figures["routerscope_series"] == 2 * 63 + 12
+    assert figures["rss_mb_after_all"] > 0

@@ -100,3 +100,15 @@ def test_the_free_space_floor_reads_a_share_a_size_or_both(raw, parsed):
     from routerscope.core.settings import parse_min_free
 
     assert parse_min_free(raw) == parsed
+
+
+def test_the_alertmanager_and_dashboard_urls_are_checked_and_lose_a_trailing_slash(tmp_path):
+    env = {"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_ALERTMANAGER_URL": "http://am.internal:9093/"}
+    settings = Settings.from_env(env)
+    assert settings.alertmanager_url == "http://am.internal:9093"
+    assert settings.dashboard_url == "http://127.0.0.1:8501"  # unset: the dashboard's own default
+    assert Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path)}).alertmanager_url is None
+    with pytest.raises(ConfigError, match="ROUTERSCOPE_ALERTMANAGER_URL='am:9093' is not an http"):
+        Settings.from_env({**env, "ROUTERSCOPE_ALERTMANAGER_URL": "am:9093"})
+    with pytest.raises(ConfigError, match="ROUTERSCOPE_DASHBOARD_URL"):
+        Settings.from_env({**env, "ROUTERSCOPE_DASHBOARD_URL": "ftp://x"})

@@ -308,3 +308,89 @@ def groups_in_range(client, grain: str, start: datetime, end: datetime) -> list[
         GROUPS_IN_RANGE_SQL, parameters={"grain": grain, "start": utc_text(start), "end": utc_text(end)}
     ).result_rows
     return [(task_type, utc_or_none(w0), json.loads(metrics)) for task_type, w0, metrics in rows]
+
+
+# The counts behind a window row's rates, for the Prometheus exporter (`warehouse.analytics.exporter`): each
+# count is its rate times the rate's own denominator (docs/metrics.md), rounded — a stored rate is k / n, so
+# this gives k back exactly; a rate over no events is null and counts 0. Constant SQL, no values.
+WINDOW_COUNTS = {
+    "decisions": "requests",
+    "device_entered": "device_entered",
+    "fallbacks_quality": "round(JSONExtractFloat(metrics, 'quality_fallback_rate') * device_entered)",
+    "fallbacks_timeout": "round(JSONExtractFloat(metrics, 'timeout_fallback_rate') * device_entered)",
+    "fallbacks_error": "round(JSONExtractFloat(metrics, 'error_fallback_rate') * device_entered)",
+    "fallbacks_capability": "round(JSONExtractFloat(metrics, 'capability_reject_rate') * requests)",
+    "device_bypassed": "round(JSONExtractFloat(metrics, 'device_bypass_rate') * requests)",
+    **{
+        f"served_{level}": f"round(JSONExtractFloat(metrics, 'degrade_share', '{level}') * requests)"
+        for level in ("L0", "L1", "L2", "L3", "L4")
+    },
+    "false_fallbacks": "round(JSONExtractFloat(metrics, 'false_fallback_rate') * false_fallback_labeled)",
+    "false_fallback_labeled": "false_fallback_labeled",
+    "missed_fallbacks": "round(JSONExtractFloat(metrics, 'missed_fallback_rate') * missed_fallback_labeled)",
+    "missed_fallback_labeled": "missed_fallback_labeled",
+    "route_correct": "round(JSONExtractFloat(metrics, 'route_accuracy') * JSONExtractUInt(metrics, 'route_labeled'))",
+    "route_labeled": "JSONExtractUInt(metrics, 'route_labeled')",
+    "device_attempts": "JSONExtractUInt(metrics, 'device_attempts')",
+    "offload_failures": (
+        "round(JSONExtractFloat(metrics, 'offload_failure_rate') * JSONExtractUInt(metrics, 'device_attempts'))"
+    ),
+    "degrade_triggered": "round(JSONExtractFloat(metrics, 'degrade_trigger_rate') * device_entered)",
+}
+_COUNT_SUMS = {
+    "count_sums": ",\n       ".join(f"toUInt64(sum({expr})) AS count_{key}" for key, expr in WINDOW_COUNTS.items())
+}
+# The latest window of a grain that had ended by `now` (the alerts read the same one: alerts.LATEST_WINDOW_SQL).
+_LATEST_FINISHED = {
+    "latest_finished": """(SELECT max(window_start) FROM $metric_windows
+                      WHERE grain = {grain:String} AND window_end <= {now:DateTime64(3, 'UTC')})"""
+}
+LATEST_WINDOW_COUNTS_SQL = named(
+    "metric_windows_latest_counts",
+    """
+SELECT task_type, any(window_start), any(window_end), max(l2_l3_drifting),
+       $count_sums
+FROM $metric_windows FINAL
+WHERE grain = {grain:String} AND window_start = $latest_finished
+GROUP BY task_type
+ORDER BY task_type
+""",
+    fragments={**_COUNT_SUMS, **_LATEST_FINISHED},
+)
+TOTAL_COUNTS_SQL = named(
+    "metric_windows_total_counts",
+    """
+SELECT task_type, $count_sums
+FROM $metric_windows FINAL
+WHERE grain = {grain:String} AND task_type != '' AND window_end <= {now:DateTime64(3, 'UTC')}
+GROUP BY task_type
+ORDER BY task_type
+""",
+    fragments=_COUNT_SUMS,
+)
+
+
+def latest_window_counts(client, grain: str, now: datetime) -> dict[str, Any] | None:
+    """The latest window of `grain` that had ended by `now`: {start, end, drifting (the overall row's L2/L3
+    drift flag), counts: {task_type: {count: n}} (WINDOW_COUNTS; task types with events only)}; None before
+    the first."""
+    result = client.query(LATEST_WINDOW_COUNTS_SQL, parameters={"grain": grain, "now": utc_text(now)})
+    if not result.result_rows:
+        return None
+    keys = list(WINDOW_COUNTS)
+    out: dict[str, Any] = {"start": None, "end": None, "drifting": False, "counts": {}}
+    for task_type, start, end, drifting, *counts in result.result_rows:
+        out["start"], out["end"] = utc_or_none(start), utc_or_none(end)
+        if task_type == OVERALL_KEY:
+            out["drifting"] = bool(drifting)
+        else:
+            out["counts"][task_type] = dict(zip(keys, (int(c) for c in counts)))
+    return out
+
+
+def total_counts(client, grain: str, now: datetime) -> dict[str, dict[str, int]]:
+    """{task_type: {count: n}} summed over every stored window of `grain` that had ended by `now` (each window's
+    latest computation): the exporter's counters."""
+    result = client.query(TOTAL_COUNTS_SQL, parameters={"grain": grain, "now": utc_text(now)})
+    keys = list(WINDOW_COUNTS)
+    return {row[0]: dict(zip(keys, (int(c) for c in row[1:]))) for row in result.result_rows}

@@ -90,3 +90,16 @@ def newest(client) -> datetime | None:
     rows = client.query(NEWEST_SQL).result_rows
     value = utc_or_none(rows[0][0]) if rows else None
     return value if value is not None and value.year > 1970 else None
+
+
+# Every message ever quarantined and every message ever loaded (the exporter's counters: Prometheus takes the
+# share over the day from their increase, as alerts.QUARANTINE_SHARE_SQL takes it over the last day).
+TOTALS_SQL = named(
+    "quarantine_totals", "SELECT (SELECT count() FROM $quarantine), (SELECT count() FROM $loaded_messages)"
+)
+
+
+def totals(client) -> tuple[int, int]:
+    """(messages quarantined, messages loaded), all time."""
+    quarantined, loaded = client.query(TOTALS_SQL).result_rows[0]
+    return int(quarantined), int(loaded)

@@ -3,12 +3,21 @@
 * `rules`: the rules as data (`alert_rules.yaml` here, or ROUTERSCOPE_ALERT_RULES) and their validation;
 * `evaluate`: the pure part — a rule's consecutive-window streak and the episode transitions;
 * `engine.run`: one evaluation against the warehouse (storage: `warehouse.queries.alerts`);
-* `delivery`: the Slack-compatible body and the webhook POST with retries.
+* `delivery`: the Slack-compatible body and the webhook POST with retries; Alertmanager's API v2;
+* `prometheus`: the rules as a Prometheus rule file (`routerscope rules export`).
 
 Episodes are stored in `alerts` with the windows and values that tripped them and the rule file's
 version; every delivery attempt in `alert_deliveries`."""
 
-from warehouse.analytics.alerting.delivery import Notifier, WebhookNotifier, post_webhook, slack_body
+from warehouse.analytics.alerting.delivery import (
+    AlertmanagerNotifier,
+    Notifier,
+    WebhookNotifier,
+    alertmanager_alert,
+    notifier_for,
+    post_webhook,
+    slack_body,
+)
 from warehouse.analytics.alerting.engine import pipeline_signal, read, rules_for_evaluation, run
 from warehouse.analytics.alerting.evaluate import Alert, BreachStreak, Evaluation, Point, evaluate
 from warehouse.analytics.alerting.rules import DEFAULT_RULES, Rule, load_rules
@@ -16,14 +25,17 @@ from warehouse.analytics.alerting.rules import DEFAULT_RULES, Rule, load_rules
 __all__ = [
     "DEFAULT_RULES",
     "Alert",
+    "AlertmanagerNotifier",
     "BreachStreak",
     "Evaluation",
     "Notifier",
     "Point",
     "Rule",
     "WebhookNotifier",
+    "alertmanager_alert",
     "evaluate",
     "load_rules",
+    "notifier_for",
     "pipeline_signal",
     "post_webhook",
     "read",

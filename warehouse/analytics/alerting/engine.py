@@ -74,6 +74,9 @@ def run(
     store.write_alerts(client, [a.row() for a in change.changed])
     known = with_changes(known, change.changed)
     deliveries, failures = deliver_pending(client, known, notifier)
+    refresh = getattr(notifier, "refresh", None)  # Alertmanager: a firing alert is re-sent while it fires
+    if refresh is not None:
+        refresh([a for a in known.values() if a.status == "firing" and a.notify_state == "sent"])
     return summarize(now, version, change, known, deliveries, failures)
 
 

@@ -1,0 +1,111 @@
+"""Alerts into a real Alertmanager (Debian's `prometheus-alertmanager`, installed by `make bootstrap`) on a
+loopback port, routing to a webhook receiver this test runs: an episode arrives there firing, stays one alert
+while routerscope re-sends it, then arrives resolved; the Slack-style webhook beside it still gets both."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.support import oncall
+from tests.support.oncall import Receiver
+from warehouse.analytics import alerting
+from warehouse.analytics.alerting.delivery import AlertmanagerNotifier, WebhookNotifier
+from warehouse.analytics.metrics import empty_group
+from warehouse.queries.metric_windows import write_window
+
+pytestmark = pytest.mark.integration
+
+STEP = timedelta(minutes=5)
+A = "intent_classify"
+RULES = """
+version: "am-1"
+rules:
+  - name: fallback_rate_high
+    summary: Device fallback rate over its limit
+    metric: fallback_rate
+    scope: per_task_type
+    grain: 5m
+    op: ">"
+    limit: 0.3
+    windows: 3
+    min_n: 30
+    denominator: device_entered
+    severity: ticket
+"""
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def alertmanager(tmp_path, receiver):
+    with oncall.alertmanager(tmp_path, f"{receiver.base}/am") as url:
+        yield url
+
+
+def store(client, start: datetime, fallback_rate: float) -> None:
+    group = empty_group()
+    group.update(requests=100, device_entered=100, fallback_rate=fallback_rate)
+    write_window(
+        client, "5m", start, start + STEP, {"overall": empty_group(), "by_task_type": {A: group}, "calibration": {}}
+    )
+
+
+def test_an_episode_reaches_alertmanager_firing_then_resolved(warehouse, receiver, alertmanager, tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    notifier = AlertmanagerNotifier(
+        alertmanager, "http://dash.example:8501", WebhookNotifier(f"{receiver.base}/slack", backoff_s=0.01)
+    )
+    # windows in the recent past, so that the resolution's endsAt is already behind Alertmanager's clock
+    now = datetime.now(UTC)
+    base = datetime.fromtimestamp((now.timestamp() // 300) * 300, UTC) - 5 * STEP
+    for i in range(3):
+        store(warehouse, base + i * STEP, 0.4)  # 40 of 100 fell back: over 0.3 three windows in a row
+    fired = alerting.run(warehouse, rules_path=rules, notifier=notifier, now=base + 3 * STEP + timedelta(minutes=1))
+    assert [a.alert_key for a in fired.fired] == [f"fallback_rate_high|{A}"]
+
+    firing = receiver.wait_for("/am", 1)
+    assert [n["status"] for n in firing] == ["firing"]
+    (sent,) = firing[0]["alerts"]
+    assert sent["labels"] == {
+        "alertname": "fallback_rate_high",
+        "severity": "ticket",
+        "routerscope_rule_version": "am-1",
+        "task_type": A,
+    }
+    assert sent["startsAt"].startswith(base.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert sent["annotations"]["summary"] == "Device fallback rate over its limit"
+    assert sent["annotations"]["value"] == "0.4 (n=100)"
+    assert "fallback_rate > 0.3: latest 0.4 (n=100), 3 windows in a row" == sent["annotations"]["description"]
+    link = urlparse(sent["annotations"]["explorer"])
+    assert (link.netloc, link.path) == ("dash.example:8501", "/explorer")
+    assert parse_qs(link.query)["task_type"] == [A] and parse_qs(link.query)["range"] == ["custom"]
+    assert sent["generatorURL"] == sent["annotations"]["explorer"]
+
+    # a later evaluation while it still fires re-sends it (Alertmanager's expectation); still one alert
+    again = alerting.run(warehouse, rules_path=rules, notifier=notifier, now=base + 3 * STEP + timedelta(minutes=2))
+    assert again.fired == [] and len(again.firing) == 1
+    time.sleep(2.5)  # past group_interval: a changed group would have been notified by now
+    assert len(receiver.at("/am")) == 1
+
+    store(warehouse, base + 3 * STEP, 0.1)  # 10 of 100: under the limit
+    done = alerting.run(warehouse, rules_path=rules, notifier=notifier, now=base + 4 * STEP + timedelta(minutes=1))
+    assert [a.alert_key for a in done.resolved] == [f"fallback_rate_high|{A}"]
+    notes = receiver.wait_for("/am", 2)
+    assert [n["status"] for n in notes] == ["firing", "resolved"]
+    assert notes[1]["alerts"][0]["endsAt"].startswith(
+        (base + 4 * STEP + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    )
+    # the Slack-style webhook beside it got the same two
+    assert [m["text"].split()[0] for m in receiver.at("/slack")] == ["FIRING", "RESOLVED"]
+    attempts = warehouse.query("SELECT event, status_code FROM routerscope.alert_deliveries ORDER BY event").result_rows
+    assert sorted(attempts) == [("firing", 200), ("firing", 200), ("resolved", 200), ("resolved", 200)]

@@ -1,0 +1,232 @@
+"""The Prometheus endpoint against a real embedded warehouse holding known windows: the latest finished window
+as gauges, the finished windows summed as counters, every series present from zero, and the HTTP endpoint
+that Prometheus scrapes, parsed by prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from instrumentation.contract import BREAKERS
+from routerscope.core import names, procs
+from routerscope.core.procs import free_port
+from tests.support.events import breaker, dumps, iso
+from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
+from warehouse.analytics.exporter import families, make_exporter, read_snapshot
+from warehouse.analytics.metrics import empty_group
+from warehouse.client import open_warehouse
+from warehouse.ingest.rows import FACTS
+from warehouse.queries.metric_windows import write_window
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+STEP = timedelta(minutes=5)
+NOW = T0 + timedelta(minutes=12)  # windows 0 and 1 have ended, window 2 has not
+A, B = "intent_classify", "short_reply"
+
+
+def group(**values) -> dict:
+    g = empty_group()
+    shares = values.pop("degrade_share", {})
+    g.update(values)
+    g["degrade_share"] = {**g["degrade_share"], **shares}
+    return g
+
+
+def store(client, i: int, by_task_type: dict, drifting: bool = False, grain: str = "5m", step: timedelta = STEP):
+    overall = empty_group()
+    overall["l2_l3_drift"] = {"delta_pp": None, "z": None, "psi": None, "drifting": drifting}
+    start = T0 + i * step
+    write_window(
+        client, grain, start, start + step, {"overall": overall, "by_task_type": by_task_type, "calibration": {}}
+    )
+
+
+def insert_breaker(client, event: dict) -> None:
+    parsed, rules = BREAKERS.parse(dumps(event))
+    assert not rules, rules
+    table, columns, build = FACTS[names.TOPIC_BREAKERS]
+    client.insert(
+        f"routerscope.{table}",
+        build([parsed], names.TOPIC_BREAKERS, [0], [0]),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+
+
+@pytest.fixture
+def known(home):
+    """Window 0: A 40 requests, 32 device-entered, 6 quality + 2 timeout fallbacks, 8 capability rejects,
+    served L0 28 · L2 10 · L3 1 · L4 1, 2 false of 5 labeled fallbacks, 1 missed of 4 labeled, 9 of 10 routes
+    right, 3 offload failures of 34 attempts, 8 degrade triggers; B 10 requests, all served at L3.
+    Window 1: A 20 requests, all device-entered, 5 quality fallbacks, L0 15 · L2 5; L2/L3 drifting overall.
+    Window 2 (not ended at NOW): A 1000 requests — in neither the counters nor the gauges.
+    A device breaker opens at 10:06, inside window 1. Returns the settings, the warehouse closed."""
+    settings = settings_for(home)
+    with open_warehouse(settings, purpose="test", migrated=True) as warehouse:
+        _store_known(warehouse)
+    return settings
+
+
+def _store_known(warehouse) -> None:
+    store(
+        warehouse,
+        0,
+        {
+            A: group(
+                requests=40,
+                device_entered=32,
+                quality_fallback_rate=6 / 32,
+                timeout_fallback_rate=2 / 32,
+                error_fallback_rate=0.0,
+                capability_reject_rate=8 / 40,
+                device_bypass_rate=0.0,
+                degrade_share={"L0": 28 / 40, "L1": 0.0, "L2": 10 / 40, "L3": 1 / 40, "L4": 1 / 40},
+                false_fallback_rate=2 / 5,
+                false_fallback_labeled=5,
+                missed_fallback_rate=1 / 4,
+                missed_fallback_labeled=4,
+                route_accuracy=9 / 10,
+                route_labeled=10,
+                device_attempts=34,
+                offload_failure_rate=3 / 34,
+                degrade_trigger_rate=8 / 32,
+            ),
+            B: group(requests=10, degrade_share={"L0": 0.0, "L1": 0.0, "L2": 0.0, "L3": 1.0, "L4": 0.0}),
+        },
+    )
+    store(
+        warehouse,
+        1,
+        {
+            A: group(
+                requests=20,
+                device_entered=20,
+                quality_fallback_rate=5 / 20,
+                degrade_share={"L0": 15 / 20, "L1": 0.0, "L2": 5 / 20, "L3": 0.0, "L4": 0.0},
+            )
+        },
+        drifting=True,
+    )
+    store(warehouse, 2, {A: group(requests=1000, device_entered=1000)})
+    insert_breaker(warehouse, breaker(boundary="device", event_time=iso(T0 + timedelta(minutes=6))))
+
+
+def samples(fams) -> dict[tuple, float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in fams
+        for s in (f.samples if hasattr(f, "samples") else [])
+    }
+
+
+def value(found: dict, name: str, **labels) -> float:
+    return found[(name, tuple(sorted(labels.items())))]
+
+
+def test_counters_sum_the_finished_windows_and_gauges_hold_the_latest_one(known):
+    with open_warehouse(known, purpose="test") as client:
+        found = samples(families(read_snapshot(client, NOW)))
+    # counters: windows 0 and 1 (window 2 had not ended)
+    assert value(found, "routerscope_decisions_total", task_type=A) == 40 + 20
+    assert value(found, "routerscope_decisions_total", task_type=B) == 10
+    assert value(found, "routerscope_device_entered_total", task_type=A) == 32 + 20
+    assert value(found, "routerscope_fallbacks_total", task_type=A, type="quality") == 6 + 5
+    assert value(found, "routerscope_fallbacks_total", task_type=A, type="timeout") == 2
+    assert value(found, "routerscope_fallbacks_total", task_type=A, type="error") == 0
+    assert value(found, "routerscope_fallbacks_total", task_type=A, type="capability") == 8
+    assert value(found, "routerscope_served_total", task_type=A, level="L0") == 28 + 15
+    assert value(found, "routerscope_served_total", task_type=A, level="L2") == 10 + 5
+    assert value(found, "routerscope_served_total", task_type=A, level="L4") == 1
+    assert value(found, "routerscope_served_total", task_type=B, level="L3") == 10
+    for name, expected in (
+        ("false_fallbacks", 2),
+        ("false_fallback_labeled", 5),
+        ("missed_fallbacks", 1),
+        ("missed_fallback_labeled", 4),
+        ("route_correct", 9),
+        ("route_labeled", 10),
+        ("device_attempts", 34),
+        ("offload_failures", 3),  # 3/34 is no exact float: rounded back to 3
+        ("degrade_triggered", 8),
+    ):
+        assert value(found, f"routerscope_{name}_total", task_type=A) == expected, name
+    # gauges: the latest finished 5-minute window is window 1; B had no events there and still has its series
+    assert value(found, "routerscope_window_decisions", grain="5m", task_type=A) == 20
+    assert value(found, "routerscope_window_fallbacks", grain="5m", task_type=A, type="quality") == 5
+    assert value(found, "routerscope_window_decisions", grain="5m", task_type=B) == 0
+    assert value(found, "routerscope_window_served", grain="5m", task_type=B, level="L3") == 0
+    assert value(found, "routerscope_window_end_timestamp_seconds", grain="5m") == (T0 + 2 * STEP).timestamp()
+    assert value(found, "routerscope_window_l2_l3_drifting", grain="5m") == 1
+    # no daily window yet: zeros, and no end time to claim
+    assert value(found, "routerscope_window_decisions", grain="1d", task_type=A) == 0
+    assert ("routerscope_window_end_timestamp_seconds", (("grain", "1d"),)) not in found
+    # the breaker opened inside window 1, the latest finished one
+    assert value(found, "routerscope_breakers_open", boundary="device") == 1
+    assert value(found, "routerscope_breakers_open", boundary="cloud") == 0
+    assert value(found, "routerscope_quarantined_messages_total") == 0
+    assert value(found, "routerscope_dq_blocking_failures") == 0
+
+
+def test_before_any_window_every_pipeline_series_is_there_at_zero(warehouse):
+    found = samples(families(read_snapshot(warehouse, NOW)))
+    assert value(found, "routerscope_breakers_open", boundary="device") == 0
+    assert value(found, "routerscope_window_l2_l3_drifting", grain="5m") == 0
+    assert value(found, "routerscope_loaded_messages_total") == 0
+    assert not any(name.startswith("routerscope_decisions") for name, _ in found)  # no task type known yet
+
+
+def test_the_endpoint_serves_bounded_labels_and_counters_named_total(known):
+    server = make_exporter(known, port=free_port(), refresh_s=60)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        text = urllib.request.urlopen(url, timeout=120).read().decode()
+    finally:
+        server.shutdown()
+        server.close()
+    assert not server.collector.last_error
+    parsed = list(text_string_to_metric_families(text))
+    ours = [f for f in parsed if f.name.startswith("routerscope_")]
+    assert {"routerscope_decisions", "routerscope_fallbacks", "routerscope_window_fallbacks"} <= {f.name for f in ours}
+    labels = {k for f in ours for s in f.samples for k in s.labels}
+    assert labels == {"task_type", "type", "level", "grain", "boundary"}
+    for f in ours:
+        for s in f.samples:
+            assert not f.type == "counter" or s.name.endswith(("_total", "_created")), s.name
+    # live: every stored window has ended by now, window 2 included
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in ours for s in f.samples}
+    assert found[("routerscope_decisions_total", (("task_type", A),))] == 40 + 20 + 1000
+    assert "process_resident_memory_bytes" in {f.name + "_bytes" for f in parsed} | {
+        s.name for f in parsed for s in f.samples
+    }
+
+
+def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_others(known, home):
+    """`routerscope exporter` as a user runs it: it serves the windows, and between its reads the embedded
+    warehouse is free (a command that needs it runs at once), and SIGTERM stops it cleanly."""
+    port = free_port()
+    log = home / "exporter.log"
+    with log.open("wb") as out:
+        process = procs.spawn(
+            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "60"],
+            env=clean_env(home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        procs.wait_ready(process, lambda: procs.http_ok(url, 120), what="exporter", log_path=log)
+        text = urllib.request.urlopen(url, timeout=120).read().decode()
+        assert f'routerscope_decisions_total{{task_type="{A}"}} 1060.0' in text
+        migrate = run_cli("migrate", env=clean_env(home), timeout=60)
+        assert migrate.returncode == 0 and "waiting" not in migrate.stderr.lower(), migrate.stderr
+    finally:
+        assert procs.stop(process) == 0
+    assert "serving http://127.0.0.1:" in log.read_text()
