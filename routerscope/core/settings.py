@@ -136,8 +136,9 @@ def parse_min_free(raw: str, name: str = "ROUTERSCOPE_WAREHOUSE_MIN_FREE") -> tu
     return share, size
 
 
-def _http_url(name: str, url: str | None) -> str | None:
-    """An http(s) URL with a host (trailing slashes dropped), or unset."""
+def _http_url(name: str, url: str | None, example: str = "http://alertmanager:9093", strip: bool = True) -> str | None:
+    """An http(s) URL with a host (trailing slashes dropped unless `strip` is off), or unset; ConfigError naming
+    the variable and an example otherwise."""
     if url is None:
         return None
     try:
@@ -146,24 +147,8 @@ def _http_url(name: str, url: str | None) -> str | None:
     except ValueError:
         parsed = None
     if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(f"{name}={url[:200]!r} is not an http(s) URL, e.g. http://alertmanager:9093")
-    return url.rstrip("/")
-
-
-def _webhook(url: str | None) -> str | None:
-    """ROUTERSCOPE_ALERT_WEBHOOK: an http(s) URL with a host, or unset."""
-    if url is None:
-        return None
-    try:
-        parsed = urlparse(url)
-        parsed.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname:
-        raise ConfigError(
-            f"ROUTERSCOPE_ALERT_WEBHOOK={url[:200]!r} is not an http(s) URL, e.g. https://hooks.slack.com/services/…"
-        )
-    return url
+        raise ConfigError(f"{name}={url[:200]!r} is not an http(s) URL, e.g. {example}")
+    return url.rstrip("/") if strip else url
 
 
 def _int_env(env: dict, name: str, default: int, minimum: int = 1) -> int:
@@ -216,7 +201,12 @@ class Settings:
             warehouse=WarehouseDsn.parse(dsn),
             kafka_security=security,
             topic_partitions=_int_env(env, "ROUTERSCOPE_TOPIC_PARTITIONS", 3),
-            alert_webhook=_webhook(env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None),
+            alert_webhook=_http_url(
+                "ROUTERSCOPE_ALERT_WEBHOOK",
+                env.get("ROUTERSCOPE_ALERT_WEBHOOK") or None,
+                "https://hooks.slack.com/services/…",
+                strip=False,
+            ),
             alert_rules=Path(env["ROUTERSCOPE_ALERT_RULES"]).expanduser().resolve()
             if env.get("ROUTERSCOPE_ALERT_RULES")
             else None,

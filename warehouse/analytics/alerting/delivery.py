@@ -80,28 +80,14 @@ def post_webhook(
     backoff_s: float = DEFAULT_BACKOFF_S,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> tuple[bool, list[list]]:
-    """POST the alert, retrying with exponential backoff. Returns (delivered?, attempt rows)."""
-    body = json.dumps(slack_body(alert)).encode()
+    """POST the alert, retrying with exponential backoff (`post_json`). Returns (delivered?, attempt rows)."""
     event = "firing" if alert.status == "firing" else "resolved"
-    attempts = []
-    for attempt in range(1, retries + 1):
-        status, error = None, ""
-        try:
-            request = urllib.request.Request(
-                url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-            )
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
-            error = str(getattr(exc, "reason", exc))[:300]
-        attempts.append([alert.alert_key, alert.first_seen, event, attempt, status, error])
-        if status is not None and 200 <= status < 300:
-            return True, attempts
-        if attempt < retries:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
-    return False, attempts
+    tries = post_json(url, slack_body(alert), retries=retries, backoff_s=backoff_s, timeout_s=timeout_s)
+    attempts = [
+        [alert.alert_key, alert.first_seen, event, i, status, error] for i, (status, error) in enumerate(tries, 1)
+    ]
+    status = tries[-1][0] if tries else None
+    return status is not None and 200 <= status < 300, attempts
 
 
 @dataclass(frozen=True)
