@@ -691,9 +691,7 @@ class Router:
             and (prefill is None or (type(prefill) is float and 0 < prefill < INF))
         ):
             return ttft, tps, prefill
-        ttft = finite(getattr(self.device, "ttft_ms", None), -1.0)
-        tps = finite(getattr(self.device, "tps", None), -1.0)
-        prefill = getattr(self.device, "prefill_tps", None)
+        ttft, tps = finite(ttft, -1.0), finite(tps, -1.0)
         prefill = None if prefill is None else finite(prefill, -1.0)
         return (
             ttft if ttft >= 0 else 1000.0,

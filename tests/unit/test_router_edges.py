@@ -752,3 +752,31 @@ def test_a_cut_plain_text_keeps_its_head_and_its_question():
     cut = degrade_prompt(text, 0.1)
     assert len(cut) <= len(text) * 0.1 and cut.startswith("Summarise: ") and cut.endswith("is my card blocked?")
     assert CUT_MARK in cut
+
+
+def test_a_megabyte_of_pii_is_never_tokenized_whole_on_the_requests_thread(tmp_path):
+    """Gemma's tokenizer takes ≈ 0.5 s a megabyte: a 1.5 MB PII text held a 600 ms budget for 782 ms. Past
+    MAX_COUNTED_CHARS the text is first cut by characters, and only what is left is counted."""
+    from router.engine import MAX_COUNTED_CHARS
+
+    counted = []
+
+    class Counting:
+        model, ttft_ms, tps, context_tokens = "counting", 1.0, 1e6, 2048
+        honours_deadline = True
+
+        def count_tokens(self, text):
+            counted.append(len(text))
+            return len(text) // 3
+
+        def generate(self, prompt, **kw):
+            return DeviceResult("Noted.", 0.99, "logprob", 2, 1.0, 2.0, "ok")
+
+    router = Router(Counting(), QuickCloud(), policy=policy_file(tmp_path))
+    text = "my card 4111 1111 1111 1111 " * 55_000  # ≈ 1.5 MB
+    response, event = router.route(
+        Request(task_type="short_reply", text=text, session_id="s", has_pii=True, deadline_ms=600)
+    )
+    valid(event)
+    assert counted and max(counted) <= MAX_COUNTED_CHARS
+    assert (response.served_by, event.degrade_level, event.reason) == ("device", 1, "pii_pin")
