@@ -15,7 +15,7 @@ from routerscope import __version__, broker
 from routerscope.core import names
 from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.settings import Settings
-from routerscope.core.text import pct
+from routerscope.core.text import counts, pct
 
 
 def _print_json(obj) -> None:
@@ -426,7 +426,7 @@ def cmd_demo(args, settings: Settings) -> int:
     elif live:
         print(
             f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
-            f"llama_cpp.server (stand-in cloud); served by {live['served_by']}"
+            f"llama_cpp.server (stand-in cloud); {counts(live['served_by'])}"
         )
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
