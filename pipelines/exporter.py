@@ -55,6 +55,7 @@ def _probe(port: int) -> str | None:
 
 
 def _renew(settings: Settings, port: int) -> str:
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # a fresh deployment's first tick may come first
     path = settings.exporter_lease_path(port)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     os.utime(path)
