@@ -235,9 +235,13 @@ class LoadResult:
     refetched: dict[str, int] = field(default_factory=dict)  # topic[partition] -> messages loaded again
     batches: int = 0
     seconds: float = 0.0
+    otlp: dict | None = None  # the OTLP topic's step, when it had messages (warehouse/ingest/otlp.py)
 
     def as_dict(self) -> dict:
-        return {"loaded": dict(self.loaded), "quarantined": dict(self.quarantined)}
+        out = {"loaded": dict(self.loaded), "quarantined": dict(self.quarantined)}
+        if self.otlp:
+            out["otlp"] = self.otlp
+        return out
 
 
 class _Batch:
@@ -376,6 +380,7 @@ class Loader:
         parser: str | None = None,
         parse_worker: bool | None = None,
         wait: bool = True,
+        otlp: bool = True,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -415,6 +420,9 @@ class Loader:
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
         self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
         self.wait = wait  # another load holds the warehouse: wait for it (else LoadInProgress)
+        # A whole load first maps the OTLP topic into decision events (warehouse/ingest/otlp.py), so that
+        # this run loads them; a loader owning a partition set leaves that to the whole one.
+        self.otlp = otlp and partitions is None and names.TOPIC_DECISIONS in self.topics
 
     @contextmanager
     def _warehouse(self):
@@ -751,7 +759,15 @@ class Loader:
         """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
         every unit of work; by default the warehouse is opened for each one and closed after it."""
         with load_lock(self.settings, self.partitions, wait=self.wait):
-            return self._run(client)
+            otlp = None
+            if self.otlp:
+                from warehouse.ingest.otlp import bridge
+
+                otlp = bridge(self.settings, client=client)
+            result = self._run(client)
+            if otlp is not None and otlp.messages:
+                result.otlp = otlp.as_dict()
+            return result
 
     def _run(self, client) -> LoadResult:
         _return_freed_memory()
