@@ -170,9 +170,22 @@ def _server(span: SpanView) -> tuple[str | None, int | None]:
     return (host.lower() if isinstance(host, str) else None), port
 
 
-def is_device(span: SpanView, mapping: Mapping) -> bool:
-    side = span.attrs.get(S.RS_SIDE)
-    if side in ("device", "cloud"):
+def _side(span: SpanView, by_id: dict) -> str | None:
+    """`routerscope.side` on the span or the nearest ancestor that has it (an app marks its device path
+    with a span of its own when the instrumentation's span says nothing of where it ran)."""
+    seen: set[str] = set()
+    while span is not None and span.span_id not in seen:
+        side = span.attrs.get(S.RS_SIDE)
+        if side in ("device", "cloud"):
+            return side
+        seen.add(span.span_id)
+        span = by_id.get(span.parent_id)
+    return None
+
+
+def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bool:
+    side = _side(span, by_id or {})
+    if side is not None:
         return side == "device"
     host, port = _server(span)
     if host is not None and (host in mapping.device_servers or f"{host}:{port}" in mapping.device_servers):
@@ -251,7 +264,7 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
     attempts, device_seen, cloud_calls = [], 0, 0
     device_model = cloud_model = None
     for span in attempts_spans:
-        device = is_device(span, mapping)
+        device = is_device(span, mapping, by_id)
         level = _int(span.attrs.get(S.RS_DEGRADE_LEVEL))
         if level is None:
             level = (0 if device_seen == 0 else 1) if device else 2

@@ -142,6 +142,14 @@ def test_a_failed_device_call_then_a_cloud_answer_is_an_error_fallback(device_at
     assert [(a.level, a.outcome) for a in event.attempts] == [(0, "error"), (2, "ok")]
 
 
+def test_an_app_span_marking_the_device_path_puts_the_call_inside_it_on_the_device():
+    path = span(2, {"routerscope.side": "device"}, start_ms=1, end_ms=5, kind=KIND_INTERNAL, name="device path")
+    device = span(3, {"openinference.span.kind": "LLM", "llm.system": "openai"}, parent=2, start_ms=1, end_ms=5)
+    device.error = True  # OpenInference names no model and no server when the call fails
+    event = mapped([root(), path, device, span(4, DIALECTS["OpenInference"][0], start_ms=6, end_ms=40)])
+    assert (event.fallback_type, [a.level for a in event.attempts]) == ("error", [0, 2])
+
+
 def test_a_device_timeout_then_the_cloud_is_a_timeout_fallback():
     device = span(2, {"gen_ai.provider.name": "ollama", "error.type": "APITimeoutError"}, start_ms=1, end_ms=5)
     event = mapped([root(), device, span(3, DIALECTS["semconv 1.37+"][0], start_ms=6, end_ms=40)])
