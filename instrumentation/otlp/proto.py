@@ -81,27 +81,25 @@ def decode(body: bytes) -> ExportTraceServiceRequest:
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
 
+def _hex_to_base64(obj: dict, keys: tuple[str, ...], what: str) -> None:
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            try:
+                obj[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            except ValueError:
+                raise BadRequest(f"{what}{key} {value[:40]!r} is not hex") from None
+
+
 def _ids_to_base64(spans) -> None:
     """OTLP/JSON writes ids in hex; protobuf's JSON mapping reads bytes as base64."""
     for span in spans:
         if not isinstance(span, dict):
             raise BadRequest("a span in OTLP/JSON must be an object")
-        for key in _ID_FIELDS:
-            value = span.get(key)
-            if isinstance(value, str) and value:
-                try:
-                    span[key] = base64.b64encode(bytes.fromhex(value)).decode()
-                except ValueError:
-                    raise BadRequest(f"{key} {value[:40]!r} is not hex") from None
+        _hex_to_base64(span, _ID_FIELDS, "")
         for link in span.get("links") or ():
             if isinstance(link, dict):
-                for key in ("traceId", "spanId"):
-                    value = link.get(key)
-                    if isinstance(value, str) and value:
-                        try:
-                            link[key] = base64.b64encode(bytes.fromhex(value)).decode()
-                        except ValueError:
-                            raise BadRequest(f"link {key} is not hex") from None
+                _hex_to_base64(link, ("traceId", "spanId"), "link ")
 
 
 def decode_json(body: bytes) -> ExportTraceServiceRequest:

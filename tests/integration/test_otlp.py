@@ -127,6 +127,23 @@ def test_a_collector_kafka_message_with_otlp_proto_encoding_gets_the_same_decisi
     assert_no_content(settings)
 
 
+def test_a_trace_whose_root_comes_in_a_later_message_waits_for_it_and_maps_whole(otlp_stack):
+    """A Collector without groupbytrace sends a trace's calls before its root: the load that sees only the
+    calls leaves them for later, and the next one maps the whole trace once."""
+    settings = otlp_stack
+    spans = finished_spans(fallback_trace)
+    calls = [s for s in spans if s.parent is not None]
+    roots = [s for s in spans if s.parent is None]
+    produce(settings, settings.otlp_topic, [collector_messages(calls)[0][1]], keys=[b"t"])
+    first = loader.load(settings, idle_timeout_s=0.5).as_dict()["otlp"]
+    assert (first["deferred"], first["mapped"]) == (1, 0)
+    produce(settings, settings.otlp_topic, [collector_messages(roots)[0][1]], keys=[b"t"])
+    second = loader.load(settings, idle_timeout_s=0.5).as_dict()["otlp"]
+    assert (second["messages"], second["mapped"], second.get("deferred", 0)) == (2, 1, 0)
+    assert query(settings, ROW, t=trace_id(spans)) == [EXPECTED]
+    assert "otlp" not in loader.load(settings, idle_timeout_s=0.5).as_dict()
+
+
 def test_what_maps_to_nothing_is_quarantined_with_the_reason_never_dropped(otlp_stack):
     settings = otlp_stack
 

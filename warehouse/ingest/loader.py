@@ -106,7 +106,7 @@ from routerscope.core.kafka import check_reachable, fetched_end, librdkafka_conf
 from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
-from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, OFFSET_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 from warehouse.queries import ingest_offsets, json_rows, loaded_messages
 
 log = logging.getLogger("routerscope.ingest")
@@ -158,16 +158,6 @@ CONSUMER_OPTIONS = {
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 # The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
 QUARANTINE_RAW_MAX = 64 * 1024
-OFFSET_COLUMNS = (
-    "consumer",
-    "kafka_topic",
-    "kafka_partition",
-    "next_offset",
-    "batch_token",
-    "rows_loaded",
-    "rows_quarantined",
-    "last_fingerprint",
-)
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}

@@ -14,7 +14,10 @@ prompts).
 Effectively once: the positions (`ingest_offsets`, consumer `routerscope-otlp`) are stored after the
 events are delivered and the quarantine rows written. A step that dies in between maps the same
 traces again on the next run into the same events: an event's id is derived from its trace id, so
-the warehouse keeps one of each (and the quarantine is keyed on the message's offset).
+the warehouse keeps one of each (and the quarantine is keyed on the message's offset). A trace whose
+root span has not arrived, with its newest message younger than ROOT_WAIT_MS, is left for a later load:
+the position of its partition stays at its first message, so what follows it is read (and mapped into
+the same events) again.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
-from warehouse.ingest.rows import QUARANTINE_COLUMNS, kafka_time
+from warehouse.ingest.rows import OFFSET_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 
 NOT_OTLP = "otlp.invalid"
+# A trace whose local root span has not arrived is left for a later load while its newest message is
+# younger than this (by Kafka timestamp): its root is probably still on its way (an exporter sends a
+# trace's children first, in earlier batches when the trace is long). Older, it is mapped as it is.
+ROOT_WAIT_MS = 30_000
 IDLE_S = 1.0
 TIMEOUT_S = 10.0
 
@@ -40,6 +47,7 @@ class OtlpResult:
     messages: int = 0
     traces: int = 0
     mapped: int = 0  # events produced to the decisions topic (the loader validates them)
+    deferred: int = 0  # traces waiting for their root span (mapped by a later load)
     quarantined: dict[str, int] = field(default_factory=dict)  # reason -> traces (or messages, for otlp.invalid)
 
     def as_dict(self) -> dict:
@@ -48,17 +56,24 @@ class OtlpResult:
             "traces": self.traces,
             "mapped": self.mapped,
             "quarantined": self.quarantined,
-        }
+        } | ({"deferred": self.deferred} if self.deferred else {})
 
 
 @dataclass
 class _Trace:
     spans: list = field(default_factory=list)
     first: tuple | None = None  # (partition, offset, key, timestamp) of its first message
+    rooted: bool = False  # its local root span is in
+    newest_ms: int = 0  # the Kafka timestamp of its newest message
 
 
-def map_messages(messages, mapping) -> tuple[list, list[list], OtlpResult]:
-    """Pure: (partition, offset, key, timestamp, value) messages → (events, quarantine rows, counts)."""
+def map_messages(
+    messages, mapping, now_ms: int | None = None, root_wait_ms: int = ROOT_WAIT_MS
+) -> tuple[list, list[list], OtlpResult, dict[int, int]]:
+    """Pure: (partition, offset, key, timestamp, value) messages → (events, quarantine rows, counts, and per
+    partition the first offset of a trace left for later: its root is missing and its newest message is
+    younger than `root_wait_ms` before `now_ms`)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     from instrumentation.otlp import proto
     from instrumentation.otlp.mapping import map_trace
 
@@ -76,14 +91,23 @@ def map_messages(messages, mapping) -> tuple[list, list[list], OtlpResult]:
             rows.append([*where, b"", [NOT_OTLP], f"{exc}; {size} bytes, sha256 {digest} (not kept: may hold content)"])
             result.quarantined[NOT_OTLP] = result.quarantined.get(NOT_OTLP, 0) + 1
             continue
+        sent_ms = timestamp[1] if timestamp and timestamp[0] else now_ms
         for span in spans:
             trace = traces.setdefault(span.trace_id, _Trace())
             if trace.first is None:
                 trace.first = where
             trace.spans.append(span)
+            trace.rooted = trace.rooted or not span.parent_id or span.remote_parent
+            trace.newest_ms = max(trace.newest_ms, sent_ms)
     events = []
+    deferred: dict[int, int] = {}
     unmapped: dict[tuple, tuple[list, set]] = {}  # first message -> (summaries, reasons)
     for trace in traces.values():
+        if not trace.rooted and now_ms - trace.newest_ms < root_wait_ms:
+            partition, offset = trace.first[0], trace.first[1]
+            deferred[partition] = min(offset, deferred.get(partition, offset))
+            result.deferred += 1
+            continue
         result.traces += 1
         event, reason = map_trace(trace.spans, mapping)
         if event is not None:
@@ -100,7 +124,7 @@ def map_messages(messages, mapping) -> tuple[list, list[list], OtlpResult]:
         rows.append(
             [*where, raw[:65536], rules, f"{len(summaries)} trace(s) mapped to no decision: {', '.join(rules)}"]
         )
-    return events, rows, result
+    return events, rows, result, deferred
 
 
 def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
@@ -165,9 +189,9 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
             return OtlpResult()
         if pii._key is None:
             pii.configure(settings.home)
-        events, rows, result = map_messages(
-            [(p, o, k, t, v) for p, o, k, t, v in messages], mapping or Mapping.load(settings.otlp_mapping)
-        )
+        events, rows, result, deferred = map_messages(messages, mapping or Mapping.load(settings.otlp_mapping))
+        for partition, offset in deferred.items():  # read again from there by the next load
+            nexts[partition] = offset
         if events:
             failures: list[str] = []
             producer = Producer(
@@ -200,19 +224,12 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
             positions = [
                 (names.CONSUMER_OTLP, topic, p, nexts[p], token, 0, 0, "") for p in partitions if nexts[p] != starts[p]
             ]
+            if not positions:
+                return result
             c.insert(
                 f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}",
                 positions,
-                column_names=[
-                    "consumer",
-                    "kafka_topic",
-                    "kafka_partition",
-                    "next_offset",
-                    "batch_token",
-                    "rows_loaded",
-                    "rows_quarantined",
-                    "last_fingerprint",
-                ],
+                column_names=list(OFFSET_COLUMNS),
             )
         return result
     finally:
