@@ -165,13 +165,13 @@ def split(request: ExportTraceServiceRequest) -> tuple[dict[bytes, ExportTraceSe
                 trace = out.get(span.trace_id)
                 if trace is None:
                     trace = out[span.trace_id] = ExportTraceServiceRequest()
-                target = _scope_for(trace, rs, ss)
+                target = scope_for(trace, rs, ss)
                 target.spans.append(span)
     why = f"{rejected} span(s) without a 16-byte trace id or an 8-byte span id" if rejected else ""
     return out, rejected, why
 
 
-def _scope_for(trace: ExportTraceServiceRequest, rs, ss):
+def scope_for(trace: ExportTraceServiceRequest, rs, ss):
     """The ScopeSpans of `trace` that mirrors (rs, ss), made on first use (the last one, since spans of
     one request arrive grouped by resource and scope)."""
     if trace.resource_spans:

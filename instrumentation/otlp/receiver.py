@@ -48,7 +48,15 @@ _PROTOBUF, _JSON = "application/x-protobuf", "application/json"
 
 
 class SinkFull(Exception):
-    """Kafka does not take the message now (its client's queue is full, or the broker fails deliveries)."""
+    """Kafka does not take the message now (its client's queue is full): the trace stays held."""
+
+
+class Refused(Exception):
+    """A request not taken now: answered with `status` and `Retry-After: retry_after` (the exporter retries)."""
+
+    def __init__(self, status: int, message: str, retry_after: int):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
 
 
 class KafkaSink:
@@ -78,8 +86,10 @@ class KafkaSink:
         self._poller.start()
 
     def _on_error(self, error) -> None:
+        from confluent_kafka import KafkaError
+
         self.last_error = error.str()
-        if error.code() in (-195, -187):  # _TRANSPORT, _ALL_BROKERS_DOWN
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             self._failing_until = time.monotonic() + RETRY_AFTER_DOWN_S
 
     def _delivered(self, error, message) -> None:
@@ -198,16 +208,18 @@ class Receiver:
 
     # -- one request ----------------------------------------------------------------------------------
     def accept(self, request) -> tuple[int, str]:
-        """Take a parsed export request: (spans rejected, why). Raises SinkFull when it cannot be held."""
+        """Take a parsed export request: (spans rejected, why). Raises Refused (503 while Kafka is failing,
+        429 when its spans would pass `max_spans`)."""
         traces, rejected, why = proto.split(request)
         spans = sum(sum(len(ss.spans) for ss in rs.scope_spans) for t in traces.values() for rs in t.resource_spans)
         with self._lock:
             if getattr(self.sink, "failing", False):
                 self.stats.refused_down += 1
-                raise SinkFull("down")
-            if self._held + spans > self.max_spans and spans:
+                raise Refused(503, "Kafka is failing deliveries", RETRY_AFTER_DOWN_S)
+            # (nothing held: taken whatever its size, or a request larger than the bound would be refused forever)
+            if self._held and self._held + spans > self.max_spans:
                 self.stats.refused_full += 1
-                raise SinkFull("full")
+                raise Refused(429, "the receiver's queue is full", RETRY_AFTER_FULL_S)
             now = time.monotonic()
             for trace_id, part in traces.items():
                 n = sum(len(ss.spans) for rs in part.resource_spans for ss in rs.scope_spans)
@@ -272,7 +284,7 @@ def _messages(request) -> list[bytes]:
                 if size and size + n > MAX_MESSAGE:
                     out.append(part.SerializeToString())
                     part, size = ExportTraceServiceRequest(), 0
-                target = proto._scope_for(part, rs, ss)
+                target = proto.scope_for(part, rs, ss)
                 target.spans.append(span)
                 size += n
     if size:
@@ -284,6 +296,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: Receiver
     protocol_version = "HTTP/1.1"
     server_version = "routerscope-collect"
+    timeout = 30  # a client that stops sending mid-request lets go of its thread after this long
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         log.debug("%s " + format, self.address_string(), *args)
@@ -350,10 +363,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, str(exc), as_json)
         except RecursionError:
             return self._error(400, "nested too deep", as_json)
-        except SinkFull as exc:
-            if str(exc) == "down":
-                return self._error(
-                    503, "Kafka is failing deliveries", as_json, {"Retry-After": str(RETRY_AFTER_DOWN_S)}
-                )
-            return self._error(429, "the receiver's queue is full", as_json, {"Retry-After": str(RETRY_AFTER_FULL_S)})
+        except Refused as exc:
+            return self._error(exc.status, str(exc), as_json, {"Retry-After": str(exc.retry_after)})
         self._answer(200, proto.response(rejected, why, as_json), _JSON if as_json else _PROTOBUF)

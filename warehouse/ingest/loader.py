@@ -749,15 +749,7 @@ class Loader:
         """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
         every unit of work; by default the warehouse is opened for each one and closed after it."""
         with load_lock(self.settings, self.partitions, wait=self.wait):
-            otlp = None
-            if self.otlp:
-                from warehouse.ingest.otlp import bridge
-
-                otlp = bridge(self.settings, client=client)
-            result = self._run(client)
-            if otlp is not None and otlp.messages:
-                result.otlp = otlp.as_dict()
-            return result
+            return self._run(client)
 
     def _run(self, client) -> LoadResult:
         _return_freed_memory()
@@ -769,6 +761,12 @@ class Loader:
         expected = self.settings.topic_partitions * len(self.topics)
         metadata = check_reachable(self.settings, timeout_s=partition_timeout(METADATA_TIMEOUT_S, expected))
         check_free_space(self.settings)
+        if self.otlp and self.settings.otlp_topic in metadata.topics:  # its events are loaded by this run
+            from warehouse.ingest.otlp import bridge
+
+            otlp = bridge(self.settings, client=client)
+            if otlp.messages:
+                result.otlp = otlp.as_dict()
         states: dict[tuple[str, int], PartitionState] = {}
         with self._warehouse() as wh:
             from warehouse.migrate import migrate
