@@ -303,7 +303,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, code: int, body: bytes = b"", content_type: str = _PROTOBUF, headers: dict | None = None):
         stats = self.owner.stats
-        stats.by_status[code] = stats.by_status.get(code, 0) + 1
+        with self.owner._lock:  # handlers run in threads of their own
+            stats.by_status[code] = stats.by_status.get(code, 0) + 1
+            if code >= 400 and code not in (429, 503):
+                stats.bad_requests += 1
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -316,8 +319,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, code: int, message: str, as_json: bool, headers: dict | None = None):
-        if code not in (429, 503):
-            self.owner.stats.bad_requests += 1
         status = status_pb2.Status(code={400: 3, 413: 8, 415: 3, 429: 8, 503: 14}.get(code, 2), message=message)
         if as_json:
             self._answer(code, json.dumps({"code": status.code, "message": message}).encode(), _JSON, headers)

@@ -282,3 +282,17 @@ def test_a_full_queue_answers_429_and_a_kafka_that_is_down_503_both_with_retry_a
         assert (status, headers.get("Retry-After")) == (503, "5")
     finally:
         receiver.close(timeout_s=1)
+
+
+def test_collect_on_a_port_in_use_is_one_line_and_exit_2(otlp_stack, home):
+    import socket
+
+    from tests.support.home import clean_env, run_cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("collect", "--port", str(port), env=clean_env(home), timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.startswith("routerscope: error: cannot listen on 127.0.0.1:") and done.stderr.count("\n") == 1
