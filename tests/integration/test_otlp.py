@@ -196,6 +196,7 @@ def wide_trace(provider, spans: int = 10_000) -> None:
             call.set_attributes({"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini"})
 
 
+@pytest.mark.slow  # 100 MB and a 200 MB gzip over loopback, 10,000 spans through the SDK: ~8 s
 def test_hostile_bodies_get_their_status_and_the_receiver_keeps_serving(otlp_stack):
     settings = otlp_stack
     good = encode_spans(finished_spans(fallback_trace)).SerializeToString()
