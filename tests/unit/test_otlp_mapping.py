@@ -224,3 +224,35 @@ def test_the_shipped_mapping_file_loads_and_a_broken_one_is_refused(tmp_path):
     bad.write_text("device:\n  servers: [x]\n")
     with pytest.raises(MappingError, match="device"):
         Mapping.load(bad)
+
+
+def _message(offset: int, spans, sent_ms: int, partition: int = 0):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return (partition, offset, b"k", (1, sent_ms), encode_spans(spans).SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "age_ms, unread, deferred",
+    [(1_000, frozenset(), {0: 5}), (60_000, frozenset(), {}), (60_000, frozenset({0}), {0: 5})],
+    ids=["young: waits for its root", "old: mapped as it is", "its partition not read to the end: waits"],
+)
+def test_a_trace_without_its_root_waits_while_young_or_while_its_partition_has_more(age_ms, unread, deferred):
+    from tests.support.otlp import fallback_trace, finished_spans
+    from warehouse.ingest.otlp import map_messages
+
+    calls = [s for s in finished_spans(fallback_trace) if s.parent is not None]
+    now = 1_800_000_000_000
+    events, rows, result, left = map_messages([_message(5, calls, now - age_ms)], MAPPING, now_ms=now, unread=unread)
+    assert left == deferred
+    assert (len(events), result.deferred, rows) == ((0, 1, []) if deferred else (1, 0, []))
+
+
+def test_a_message_that_is_not_otlp_is_quarantined_without_its_bytes():
+    from warehouse.ingest.otlp import NOT_OTLP, map_messages
+
+    secret = b"\x0a\xff\x01 the secret prompt"
+    _, rows, result, _ = map_messages([(0, 3, None, (1, 0), secret)], MAPPING)
+    ((partition, offset, _key, _ts, raw, rules, error),) = rows
+    assert (partition, offset, raw, rules, result.quarantined) == (0, 3, b"", [NOT_OTLP], {NOT_OTLP: 1})
+    assert "secret" not in error and "sha256" in error

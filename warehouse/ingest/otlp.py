@@ -39,6 +39,8 @@ NOT_OTLP = "otlp.invalid"
 # trace's children first, in earlier batches when the trace is long). Older, it is mapped as it is.
 ROOT_WAIT_MS = 30_000
 IDLE_S = 1.0
+# A load maps at most this many messages (each usually a whole trace); the next load takes the rest.
+MAX_MESSAGES = 200_000
 TIMEOUT_S = 10.0
 
 
@@ -68,11 +70,12 @@ class _Trace:
 
 
 def map_messages(
-    messages, mapping, now_ms: int | None = None, root_wait_ms: int = ROOT_WAIT_MS
+    messages, mapping, now_ms: int | None = None, root_wait_ms: int = ROOT_WAIT_MS, unread: frozenset = frozenset()
 ) -> tuple[list, list[list], OtlpResult, dict[int, int]]:
     """Pure: (partition, offset, key, timestamp, value) messages → (events, quarantine rows, counts, and per
-    partition the first offset of a trace left for later: its root is missing and its newest message is
-    younger than `root_wait_ms` before `now_ms`)."""
+    partition the first offset of a trace left for later: its root is missing and either its newest message
+    is younger than `root_wait_ms` before `now_ms`, or its partition was not read to its end (`unread`:
+    the rest of the trace may be in what is left)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     from instrumentation.otlp import proto
     from instrumentation.otlp.mapping import map_trace
@@ -103,7 +106,7 @@ def map_messages(
     deferred: dict[int, int] = {}
     unmapped: dict[tuple, tuple[list, set]] = {}  # first message -> (summaries, reasons)
     for trace in traces.values():
-        if not trace.rooted and now_ms - trace.newest_ms < root_wait_ms:
+        if not trace.rooted and (now_ms - trace.newest_ms < root_wait_ms or trace.first[0] in unread):
             partition, offset = trace.first[0], trace.first[1]
             deferred[partition] = min(offset, deferred.get(partition, offset))
             result.deferred += 1
@@ -176,7 +179,7 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
         consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
         messages, nexts, pending = [], dict(starts), set(partitions)
         last = time.monotonic()
-        while pending and time.monotonic() - last < max(IDLE_S, 0.1):
+        while pending and time.monotonic() - last < IDLE_S and len(messages) < MAX_MESSAGES:
             for m in consumer.consume(num_messages=10_000, timeout=0.2):
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
@@ -189,7 +192,9 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
             return OtlpResult()
         if pii._key is None:
             pii.configure(settings.home)
-        events, rows, result, deferred = map_messages(messages, mapping or Mapping.load(settings.otlp_mapping))
+        events, rows, result, deferred = map_messages(
+            messages, mapping or Mapping.load(settings.otlp_mapping), unread=frozenset(pending)
+        )
         for partition, offset in deferred.items():  # read again from there by the next load
             nexts[partition] = offset
         if events:
