@@ -297,3 +297,26 @@ def test_collect_on_a_port_in_use_is_one_line_and_exit_2(otlp_stack, home):
         done = run_cli("collect", "--port", str(port), env=clean_env(home), timeout=60)
     assert done.returncode == 2
     assert done.stderr.startswith("routerscope: error: cannot listen on 127.0.0.1:") and done.stderr.count("\n") == 1
+
+
+def test_the_dagster_ingest_job_maps_the_otlp_topic_and_says_so(otlp_stack):
+    import dagster as dg
+
+    from pipelines.ingest import ingest_topics
+    from pipelines.resources import RouterscopeResource
+
+    settings = otlp_stack
+    ((key, value),) = collector_messages(finished_spans(fallback_trace))
+    produce(settings, settings.otlp_topic, [value], keys=[key])
+    result = dg.materialize(
+        [ingest_topics],
+        resources={"routerscope": RouterscopeResource.for_settings(settings)},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    decisions = [
+        m.metadata
+        for m in result.asset_materializations_for_node("ingest_topics")
+        if m.asset_key.path[-1] == "decisions"
+    ]
+    assert decisions[0]["otlp_traces_mapped"].value == 1 and decisions[0]["loaded"].value == 1
