@@ -320,3 +320,34 @@ def test_the_dagster_ingest_job_maps_the_otlp_topic_and_says_so(otlp_stack):
         if m.asset_key.path[-1] == "decisions"
     ]
     assert decisions[0]["otlp_traces_mapped"].value == 1 and decisions[0]["loaded"].value == 1
+
+
+def test_collect_writes_what_it_holds_when_stopped_and_says_what_it_did(otlp_stack, home):
+    """SIGTERM to `routerscope collect` holding a trace whose root never came: written, then one summary line."""
+    import signal
+    import subprocess
+
+    from tests.support.home import REPO, ROUTERSCOPE, clean_env
+    from tests.support.kafka import consume_all
+
+    port = free_port()
+    collect = subprocess.Popen(
+        [ROUTERSCOPE, "collect", "--port", str(port), "--trace-wait", "600"],
+        env=clean_env(home),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "OTLP/HTTP on" in collect.stdout.readline()
+        calls = [s for s in finished_spans(fallback_trace) if s.parent is not None]
+        assert post(port, encode_spans(calls).SerializeToString())[0] == 200
+        collect.send_signal(signal.SIGTERM)
+        _, err = collect.communicate(timeout=60)
+    finally:
+        collect.kill()
+    assert collect.returncode == 0
+    assert "2 spans in, 2 written in 1 traces, 0 refused, 0 messages undelivered" in err
+    (message,) = consume_all(otlp_stack.kafka_bootstrap(), otlp_stack.otlp_topic, expect=1, timeout_s=10)
+    assert message.key() == f"{calls[0].context.trace_id:032x}".encode()
