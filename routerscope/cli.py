@@ -151,10 +151,12 @@ def cmd_load(args, settings: Settings) -> int:
 
 def cmd_collect(args, settings: Settings) -> int:
     """The OTLP/HTTP receiver: GenAI spans in, one Kafka message per trace out (docs/otlp.md)."""
+    from instrumentation import pii
     from instrumentation.otlp.receiver import KafkaSink, Receiver
     from routerscope.core.kafka import ensure_topics, librdkafka_config
 
     ensure_topics(settings)  # the OTLP topic among them; fails in one line when the broker is not there
+    pii.configure(settings.home)  # session ids that look personal are hashed on the way in, as the loader would
     sink = KafkaSink(librdkafka_config(settings), settings.otlp_topic)
     try:
         receiver = Receiver(sink, host=args.host, port=args.port, trace_wait_s=args.trace_wait)
@@ -176,7 +178,10 @@ def cmd_collect(args, settings: Settings) -> int:
         print(
             f"routerscope collect: stopped; {stats['spans_in']} spans in, {stats['spans_out']} written in "
             f"{stats['traces_out']} traces, {stats['spans_rejected']} refused, "
-            f"{stats.get('undelivered_at_exit', 0)} messages undelivered",
+            f"{stats.get('undelivered_at_exit', 0)} messages undelivered"
+            + (
+                f", {stats['held_at_exit']} spans not written (Kafka refused them)" if stats.get("held_at_exit") else ""
+            ),
             file=sys.stderr,
         )
     return 0

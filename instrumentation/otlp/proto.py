@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
+from instrumentation import pii
 from instrumentation.otlp import semconv as S
 
 # Span.flags bits (OTLP 1.1+): whether the parent's remoteness is known, and whether it is remote.
@@ -141,6 +142,11 @@ def _keep(attributes, kept: frozenset) -> None:
 
 def strip_span(span) -> None:
     _keep(span.attributes, S.KEPT)
+    for kv in span.attributes:  # ids that look personal are hashed before they are stored anywhere
+        if kv.key in S.IDENTIFIERS and kv.value.WhichOneof("value") == "string_value":
+            scrubbed = pii.scrub(kv.value.string_value)
+            if scrubbed != kv.value.string_value:
+                kv.value.string_value = scrubbed
     del span.events[:]  # events carry content (prompts, completions, exception messages)
     del span.links[:]
     span.status.message = ""  # an error message may quote the request
@@ -225,20 +231,28 @@ def views(request: ExportTraceServiceRequest) -> list[SpanView]:
     return out
 
 
+def _scrubbed(value):
+    if isinstance(value, str):
+        return pii.scrub(value)
+    if isinstance(value, list):
+        return [_scrubbed(v) for v in value]
+    return value
+
+
 def summary(spans: list[SpanView]) -> bytes:
-    """What the quarantine keeps of a trace that maps to nothing: its spans' kept attributes as JSON
-    (never the message as it came, which may hold prompts)."""
+    """What the quarantine keeps of a trace that maps to nothing: its spans' kept attributes as JSON, every
+    text scrubbed as our events' identifiers are (never the message as it came, which may hold prompts)."""
     return json.dumps(
         [
             {
                 "trace_id": s.trace_id,
                 "span_id": s.span_id,
                 "parent_id": s.parent_id,
-                "name": s.name[:200],
+                "name": pii.scrub(s.name[:200]),
                 "kind": s.kind,
                 "error": s.error,
-                "attributes": s.attrs,
-                "resource": s.resource,
+                "attributes": {k: _scrubbed(v) for k, v in s.attrs.items()},
+                "resource": {k: _scrubbed(v) for k, v in s.resource.items()},
             }
             for s in spans[:200]
         ],

@@ -98,7 +98,7 @@ def assert_no_content(settings) -> None:
 def test_spans_from_the_real_exporter_protobuf_gzip_and_json_land_as_the_same_fallback_decision(otlp_stack):
     settings = otlp_stack
     by_protobuf = finished_spans(fallback_trace)
-    by_json = finished_spans(fallback_trace, session="sess-2")
+    by_json = finished_spans(fallback_trace, session="jane.doe@example.com")
     with running_receiver(settings) as receiver:
         assert export(by_protobuf, receiver.port, compression=Compression.Gzip) == SpanExportResult.SUCCESS
         status, headers, body = post(receiver.port, otlp_json(by_json), "application/json")
@@ -109,6 +109,15 @@ def test_spans_from_the_real_exporter_protobuf_gzip_and_json_land_as_the_same_fa
     assert query(settings, ROW, t=trace_id(by_protobuf)) == [EXPECTED]
     assert query(settings, ROW, t=trace_id(by_json)) == [EXPECTED]
     assert_no_content(settings)
+    # what collect wrote to Kafka holds no content, and the session id that looks personal is hashed there too
+    from tests.support.kafka import consume_all
+
+    written = b"".join(m.value() for m in consume_all(settings.kafka_bootstrap(), settings.otlp_topic, expect=2))
+    assert SECRET.encode() not in written and b"4111" not in written and b"jane" not in written
+    (session,) = query(
+        settings, "SELECT session_id FROM routerscope.decisions WHERE trace_id = {t:String}", t=trace_id(by_json)
+    )[0]
+    assert session.startswith("redacted-")
     # a second load maps nothing again: the positions were stored
     assert "otlp" not in loader.load(settings, idle_timeout_s=0.5).as_dict()
 
@@ -150,6 +159,7 @@ def test_what_maps_to_nothing_is_quarantined_with_the_reason_never_dropped(otlp_
     def no_model_call(provider):
         with provider.get_tracer("app").start_as_current_span("GET /health") as s:
             s.set_attribute("http.request.body", SECRET)
+            s.set_attribute("session.id", "jane.doe@example.com")
 
     spans = finished_spans(no_model_call)
     produce(settings, settings.otlp_topic, [collector_messages(spans)[0][1], b"\x0a\xff\xff garbage"])
@@ -159,7 +169,8 @@ def test_what_maps_to_nothing_is_quarantined_with_the_reason_never_dropped(otlp_
         settings, "SELECT rules, raw FROM routerscope.quarantine WHERE kafka_topic = 'otlp_spans' ORDER BY kafka_offset"
     )
     assert [r[0] for r in rows] == [["otlp.no_model_call"], ["otlp.invalid"]]
-    assert b"GET /health" in rows[0][1].encode() if isinstance(rows[0][1], str) else b"GET /health" in rows[0][1]
+    raw = rows[0][1].encode() if isinstance(rows[0][1], str) else rows[0][1]
+    assert b"GET /health" in raw and b"session.id" in raw and b"jane" not in raw  # kept attributes, scrubbed
     assert_no_content(settings)
 
 
