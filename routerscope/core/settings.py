@@ -188,6 +188,10 @@ class Settings:
     exporter_port: int | None = None  # ROUTERSCOPE_EXPORTER_PORT: the Dagster deployment serves the exporter there
     # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
     warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
+    # OTLP in (docs/otlp.md): the topic `routerscope collect` and a Collector's Kafka exporter write, and the
+    # user's mapping file (None: the defaults shipped in instrumentation/otlp/default_mapping.yaml)
+    otlp_topic: str = names.TOPIC_OTLP
+    otlp_mapping: Path | None = None
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> Settings:
@@ -226,6 +230,10 @@ class Settings:
             dashboard_url=_http_url("ROUTERSCOPE_DASHBOARD_URL", env.get("ROUTERSCOPE_DASHBOARD_URL") or None)
             or "http://127.0.0.1:8501",
             exporter_port=_port_env(env, "ROUTERSCOPE_EXPORTER_PORT"),
+            otlp_topic=env.get("ROUTERSCOPE_OTLP_TOPIC") or names.TOPIC_OTLP,
+            otlp_mapping=Path(env["ROUTERSCOPE_OTLP_MAPPING"]).expanduser().resolve()
+            if env.get("ROUTERSCOPE_OTLP_MAPPING")
+            else None,
         )
 
     # -- every path under the home, named once -------------------------------------------------------
