@@ -103,11 +103,12 @@ def test_default_rules_load_and_cover_design_section_4():
 
 def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_denominators():
     """docs/sources.md#seed-004-7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows;
-    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator."""
+    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator; route accuracy rests on
+    labels, so the rule reads §3c's estimate of it and the estimate's interval."""
     _, rules = load_rules()
     rollback = {r.name: (r.metric, r.scope, r.op, r.limit, r.denominator) for r in rules if r.action == "rollback"}
     assert rollback == {
-        "rollback_route_accuracy": ("route_accuracy", "per_task_type", "<", 0.95, "route_labeled"),
+        "rollback_route_accuracy": ("route_accuracy_est.rate", "per_task_type", "<", 0.95, "route_labeled"),
         "rollback_offload_failure": ("offload_failure_rate", "per_task_type", ">", 0.02, "device_attempts"),
         "rollback_degrade_trigger": ("degrade_trigger_rate", "per_task_type", ">", 0.05, "device_entered"),
     }

@@ -77,6 +77,7 @@ def empty_group() -> dict[str, Any]:
         },
         "false_fallback_est": dict(stats.EMPTY_ESTIMATE),
         "missed_fallback_est": dict(stats.EMPTY_ESTIMATE),
+        "route_accuracy_est": dict(stats.EMPTY_ESTIMATE),
         "route_labeled": 0,
         "route_accuracy_ci": None,
         "device_attempts": 0,
@@ -205,6 +206,7 @@ def estimates(group: dict[str, Any], strata: dict[str, list[tuple[int, int, int]
     group["false_fallback_est"] = stats.post_stratified(strata["ff"])
     group["missed_fallback_est"] = stats.post_stratified(strata["mf"])
     group["false_fallback_by_type"]["quality_est"] = stats.post_stratified(strata["qf"])
+    group["route_accuracy_est"] = stats.post_stratified(strata["ra"])
 
 
 def merged_strata(by_task: dict[str, dict[str, list]]) -> dict[str, list]:

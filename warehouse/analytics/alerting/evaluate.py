@@ -117,6 +117,12 @@ def breaker_open_series(transitions: list[dict], starts: list[datetime], step: t
     return points
 
 
+def signal(metric: str) -> str:
+    """A rule's metric as the signal it names: `.rate` of a §3c estimate dropped (`route_accuracy_est.rate` →
+    `route_accuracy_est`), any other metric as it is."""
+    return metric.removesuffix(".rate")
+
+
 def dig(metrics: dict, path: str):
     """A metric of a stored window by its dotted path (`degrade_share.L4`); None when absent."""
     value: Any = metrics
@@ -133,7 +139,7 @@ def series_by_scope(rule: Rule, rows: Iterable[tuple[str, datetime, dict]]) -> d
     for task_type, start, metrics in rows:
         if (rule.scope == "overall") != (task_type == ""):
             continue
-        n = metrics.get(rule.denominator) if rule.denominator else None
+        n = dig(metrics, rule.denominator) if rule.denominator else None
         interval = dig(metrics, rule.interval) if rule.interval else None
         series.setdefault(task_type, []).append(Point(start, dig(metrics, rule.metric), n, interval))
     return series
@@ -282,7 +288,9 @@ class Evaluation:
         found: dict[str, list[str]] = {}
         for a in self.firing:
             if a.action == "rollback":
-                found.setdefault(a.task_type or "overall", []).append(json.loads(a.trip_values).get("metric", a.rule))
+                found.setdefault(a.task_type or "overall", []).append(
+                    signal(json.loads(a.trip_values).get("metric", a.rule))
+                )
         return {task: sorted(signals) for task, signals in sorted(found.items())}
 
     def rollback_evidence(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -293,7 +301,7 @@ class Evaluation:
             if a.action == "rollback":
                 trip = json.loads(a.trip_values)
                 latest = trip["windows"][-1] if trip.get("windows") else {}
-                found.setdefault(a.task_type or "overall", {})[trip.get("metric", a.rule)] = {
+                found.setdefault(a.task_type or "overall", {})[signal(trip.get("metric", a.rule))] = {
                     "value": latest.get("value"),
                     "interval": latest.get("interval"),
                     "n": latest.get("n"),
