@@ -209,11 +209,13 @@ def review(kind: str, report: dict[str, Any]) -> str:
             stage = r["stage"] + (f" {r['percent']:g}% of sessions" if r.get("percent") else "")
             move = {
                 "advance": f"ADVANCE to {r['to']}",
-                "rollback": f"ROLL BACK to {r['to']} ({', '.join(r['rollback_signals'])})",
+                "rollback": f"ROLL BACK to {r['to']}",
                 "hold": "hold",
             }[r["recommendation"]]
             kept = sum((samples.get(t) or {}).values())
             lines.append(f"  {t:<18} {stage:<26} → {move}" + (f"   [{kept} divergence samples]" if kept else ""))
+            if (r.get("rollback") or {}).get("recommended"):  # the words On-call and the tuning page say too
+                lines.append(f"      {r['rollback']['words']}")
             for c in r["conditions"]:
                 value = "—" if c["value"] is None else f"{c['value']:.3f}"
                 note = f" ({c['note']})" if c.get("note") else ""

@@ -39,8 +39,16 @@ def _tripped(trip: dict) -> str:
     return f"`{trip.get('metric')} {trip.get('op')} {trip.get('limit')}`{own}: " + " · ".join(shown)
 
 
+def rollback_verdicts(states: dict[str, dict]) -> None:
+    """One line per task type the rollback rules recommended rolling back within the range, however many of its
+    rules fired: the words the tuning page, the Offload review and `report rollout` say (docs/metrics.md §3b)."""
+    for task_type, state in sorted(states.items()):
+        (st.error if state["firing"] else st.warning)(f"**{task_type}**: {state['words']}")
+
+
 def incident_list(incidents: pd.DataFrame) -> None:
     st.subheader("Incidents")
+    rollback_verdicts(data.rollback_states(rng.start, rng.end))
     if incidents.empty:
         st.success(f"No alert fired or resolved in this range ({rng.caption()}).")
         return
@@ -59,7 +67,7 @@ def incident_list(incidents: pd.DataFrame) -> None:
         left.markdown(
             f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · "
             f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {state}"
-            + (" · **recommends a rollback**" if row.action == "rollback" else "")
+            + (" · **recommends a rollback** (the verdict above)" if row.action == "rollback" else "")
             + f"  \n{row.summary}. {_tripped(row.trip_values)}",
             help=None,
         )

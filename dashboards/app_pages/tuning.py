@@ -24,17 +24,17 @@ week = data.period_metrics(start, end)
 
 # -- every task type at a glance, what needs action first ---------------------------------------------
 st.header("At a glance")
-incidents = data.incidents(start, end)
-rollbacks = (
-    incidents[incidents["action"] == "rollback"].groupby("task_type")["rule"].apply(list).to_dict()
-    if not incidents.empty
-    else {}
-)
-glance = pd.DataFrame(summary.rows(week, data.review(start, end), rollbacks)).drop(columns="priority")
+review = data.review(start, end)
+for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range's rollback state, as On-call says it
+    if stage["rollback"]["recommended"]:
+        (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")
+glance = pd.DataFrame(summary.rows(week, review)).drop(columns="priority")
 st.dataframe(glance, hide_index=True, width="stretch")
 st.caption(
-    "Sorted by what needs action first: a rollback recommended, a threshold to move (the band it crosses, with its "
-    "labeled pass rate), verdicts that disagree (in words), a stage ready to advance."
+    "Sorted by what needs action first: a rollback recommended (by the rollback rules within the range, the words "
+    "On-call and the Offload review say too), a threshold to move (the band it crosses, with its labeled pass "
+    "rate), verdicts that disagree (in words), a stage ready to advance. False fallbacks: the population estimate "
+    "(docs/metrics.md §3c) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
 )
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)

@@ -15,7 +15,7 @@ from typing import Any
 from router.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
-from warehouse.analytics import stats
+from warehouse.analytics import rollback, stats
 from warehouse.analytics.metrics import iso
 from warehouse.analytics.stats import ratio
 from warehouse.queries import decisions
@@ -570,14 +570,23 @@ def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, di
 
 
 def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None) -> dict[str, Any]:
-    """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict."""
+    """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict. The
+    rollback recommendation is the window's (`warehouse.analytics.rollback`, the reading On-call and the tuning
+    page share), under `rollback` with its words."""
     days = (window.end - window.start).total_seconds() / 86400
     numbers = review_queries.rollout_numbers(client, window)
-    names = sorted(set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers))
+    rollbacks = rollback.rollback_states(client, window.start, window.end)
+    names = sorted(
+        set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers) | set(rollbacks)
+    )
     out = {}
     for task_type in names:
         stage = policy.stage(task_type)
-        verdict = evaluate_stage(stage.stage, numbers.get(task_type) or {}, policy.rollout_limits)
+        state = rollback.state_of(rollbacks, task_type)
+        verdict = evaluate_stage(
+            stage.stage, {**(numbers.get(task_type) or {}), "rollback": list(state.signals)}, policy.rollout_limits
+        )
+        verdict["rollback"] = state.public()
         if stage.stage == "canary":
             verdict["percent"] = stage.percent
         out[task_type] = verdict

@@ -275,16 +275,6 @@ ORDER BY task_type, second_half
     FRAGMENTS,
 )
 
-FIRING_ROLLBACKS_SQL = named(
-    "firing_rollbacks",
-    """
-SELECT task_type, groupArray(rule) AS rules
-FROM (SELECT * FROM $alerts FINAL WHERE status = 'firing' AND action = 'rollback')
-GROUP BY task_type
-""",
-    FRAGMENTS,
-)
-
 
 def _num(value) -> float | None:
     """A float, or None for SQL NULL and for the NaN an empty quantile can return."""
@@ -385,7 +375,8 @@ def task_review(
 
 def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     """task type → {stage: cohort counts}, `buckets` {bucket: (compared, agreed)}, `errors` [(attempts, errors)
-    of the first half, of the second], `rollback` [firing rollback rules]."""
+    of the first half, of the second]; `rollback` stays empty here (the caller fills it from
+    `warehouse.analytics.rollback`, the one reading of the rollback recommendation)."""
     found: dict[str, dict[str, Any]] = {}
 
     def of(task_type: str) -> dict[str, Any]:
@@ -398,9 +389,6 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
         of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
     for r in dict_rows(client, SHADOW_ERRORS_SQL, window.parameters()):
         of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
-    for r in dict_rows(client, FIRING_ROLLBACKS_SQL):
-        if r["task_type"]:
-            of(r["task_type"])["rollback"] = sorted(r["rules"])
     return found
 
 
