@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from warehouse.analytics.rollback import NONE_WORDS
+from warehouse.analytics.stats import LOW_COVERAGE
 
 # Why a row needs attention, most urgent first (the row's `priority` is the index of its first reason).
 PRIORITIES = (
@@ -30,9 +31,6 @@ def _pct(value) -> str:
 
 def _ci(ci) -> str:
     return "" if not ci else f" [{_pct(ci[0])}, {_pct(ci[1])}]"
-
-
-LOW_COVERAGE = 0.8  # docs/metrics.md §3c: below this share of the population covered, the estimate says so
 
 
 def _false_fallbacks(group: dict) -> str:

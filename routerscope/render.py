@@ -218,6 +218,8 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 lines.append(f"      {r['rollback']['words']}")
             for c in r["conditions"]:
                 value = "—" if c["value"] is None else f"{c['value']:.3f}"
+                if c.get("labeled_share") is not None:  # an estimate (docs/metrics.md §3c), the labeled share beside
+                    value += f" (labeled {c['labeled_share']:.3f})"
                 note = f" ({c['note']})" if c.get("note") else ""
                 lines.append(
                     f"      {'ok ' if c['met'] else 'NO '} {c['condition']}: {value} vs {c['limit']} (n={c['n']}){note}"

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, timerange
+from warehouse.analytics.stats import LOW_COVERAGE
 
 st.title("On-call")
 rng = timerange.pick("6h")
@@ -209,12 +210,23 @@ def false_by_type(pct) -> None:
     parts = [
         f"{kind} {pct(v.get('rate'))} of {v.get('labeled', 0)} labeled"
         for kind, v in by_type.items()
-        if v.get("labeled")
+        if kind in ("quality", "timeout") and v.get("labeled")
     ]
+    # docs/metrics.md §3c: the quality false fallbacks (the threshold's) as the estimate over all of them, which
+    # `false_fallback_high` reads, the labeled shares beside it
+    est = by_type.get("quality_est") or {}
+    if est.get("rate") is not None:
+        low, high = est["ci"]
+        parts.insert(0, f"quality, estimated over all of them: {pct(est['rate'])} [{pct(low)}, {pct(high)}]")
     if parts:
         st.caption(
             f"False fallbacks on {day['window_start'].iloc[-1]:%Y-%m-%d}: {' · '.join(parts)} "
             "(quality: a threshold set too high; timeout: a latency problem)"
+        )
+    if est.get("coverage") is not None and est["coverage"] < LOW_COVERAGE:
+        st.warning(
+            f"The labels cover strata holding {pct(est['coverage'])} of that day's quality fallbacks: the estimate "
+            "leaves the rest out."
         )
 
 

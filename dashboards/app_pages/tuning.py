@@ -12,6 +12,7 @@ import streamlit as st
 from dashboards import charts, data, summary, timerange
 from routerscope.core.text import pct
 from warehouse.analytics import metrics as metric_defaults
+from warehouse.analytics.stats import LOW_COVERAGE
 
 st.title("Weekly tuning")
 rng = timerange.pick("7d")
@@ -161,11 +162,11 @@ else:
         f"Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
     )
     rows = []
-    for key, label in (
+    for key, label in (  # per policy version the metric set has the labeled shares (no estimate): said so
         ("fallback_rate", "fallback rate"),
-        ("false_fallback_rate", "false fallbacks"),
-        ("missed_fallback_rate", "missed fallbacks"),
-        ("route_accuracy", "route accuracy"),
+        ("false_fallback_rate", "false fallbacks (labeled share)"),
+        ("missed_fallback_rate", "missed fallbacks (labeled share)"),
+        ("route_accuracy", "route accuracy (labeled share)"),
     ):
         b, a = before[key], after[key]
         rows.append(
@@ -217,22 +218,30 @@ shown = {
 }
 for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
     rate, ci, labeled = shown[kind]
-    column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
-    column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
-    # docs/metrics.md §3c: labels are never a random sample; the post-stratified estimate for all of them
+    # docs/metrics.md §3c: labels are never a random sample; the tile is the post-stratified estimate for all of
+    # them, the labeled share beside it
     est = (group["false_fallback_by_type"] if kind == "false_fallback" else group).get(
         "quality_est" if kind == "false_fallback" else "missed_fallback_est"
     )
     if est and est.get("rate") is not None:
-        column.caption(
-            f"Population estimate: {pct(est['rate'])} {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · "
-            f"strata covered {pct(est['coverage'])} of {what}"
+        column.metric(
+            title,
+            pct(est["rate"]),
+            help=f"population estimate (docs/metrics.md §3c), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
         )
-        if est["coverage"] < 0.8:
+        column.caption(
+            f"Estimate {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · strata covered {pct(est['coverage'])} of "
+            f"{what} · labeled share {pct(rate)} ({ci_text(ci)}) of {labeled} labeled, label coverage "
+            f"{pct(coverage[covered])}"
+        )
+        if est["coverage"] < LOW_COVERAGE:
             column.warning(
                 f"The labels cover strata holding {pct(est['coverage'])} of the {what}: "
                 "the estimate leaves the rest out."
             )
+    else:
+        column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
+        column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
 timeout = group["false_fallback_by_type"]["timeout"]
 if timeout["labeled"]:
     st.caption(
@@ -244,22 +253,34 @@ daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
     rows = []
     for t, g in zip(daily["window_start"], daily["group"]):
-        for rate, cov in (("false_fallback", "fallbacks"), ("missed_fallback", "device_served")):
-            ci = g.get(f"{rate}_ci")
-            if g.get(f"{rate}_rate") is not None:
+        # per day, as the tiles: the §3c estimates with their intervals (the strata coverage in the tooltip)
+        by_type = g.get("false_fallback_by_type") or {}
+        for name, est, labeled in (
+            ("false quality fallbacks (estimate)", by_type.get("quality_est"), (by_type.get("quality") or {})),
+            (
+                "missed fallbacks (estimate)",
+                g.get("missed_fallback_est"),
+                {"labeled": g.get("missed_fallback_labeled")},
+            ),
+        ):
+            if est and est.get("rate") is not None:
                 rows.append(
                     {
                         "window_start": t,
-                        "rate": rate.replace("_", " "),
-                        "value": g[f"{rate}_rate"],
-                        "low": ci[0],
-                        "high": ci[1],
-                        "labeled": g[f"{rate}_labeled"],
-                        "coverage": (g.get("label_coverage") or {}).get(cov),
+                        "rate": name,
+                        "value": est["rate"],
+                        "low": est["ci"][0],
+                        "high": est["ci"][1],
+                        "labeled": labeled.get("labeled"),
+                        "coverage": est["coverage"],
                     }
                 )
     if rows:
         st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
+        st.caption(
+            "Per day: the population estimates and their 95 % intervals; the tooltip's coverage is the share "
+            "of the population in strata with a label."
+        )
     else:
         st.caption("No labeled days yet.")
 
