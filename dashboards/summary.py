@@ -61,13 +61,16 @@ def _threshold(calibration: dict | None) -> tuple[str, str, bool]:
     """('0.70', '0.70 → 0.80 (band [0.70, 0.80): n = 55, pass 33.0%)', whether a move is recommended)."""
     if not calibration:
         return "—", "no labeled attempts", False
-    now, to = calibration.get("current_threshold"), calibration.get("recommended_threshold")
+    # the recommendation on §3c's estimate of what the threshold serves, where the metric set has it (docs/metrics.md)
+    estimated = "recommended_threshold_est" in calibration
+    now = calibration.get("current_threshold")
+    to = calibration.get("recommended_threshold_est" if estimated else "recommended_threshold")
     current = "—" if now is None else f"{now:.2f}"
     if to is None:
         return current, "none qualifies (too few labels or no threshold meets the target)", False
     if now is not None and abs(to - now) < 1e-9:
         return current, f"keep {to:.2f}", False
-    change = calibration.get("threshold_change") or {}
+    change = calibration.get("threshold_change_est" if estimated else "threshold_change") or {}
     band = change.get("band") or {}
     crossing = (
         f" (band [{band['low']:.2f}, {band['high']:.2f}): n = {band.get('n', 0)}, pass {_pct(band.get('pass_rate'))})"

@@ -70,13 +70,17 @@ else:
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Current threshold", "—" if detail["current_threshold"] is None else f"{detail['current_threshold']:.2f}")
+    # the recommendation reads §3c's estimate of what a threshold serves (labels are no random sample); §6's on the
+    # labeled share alone stays beside it
+    est_to, labeled_to = detail.get("recommended_threshold_est"), detail["recommended_threshold"]
     c2.metric(
-        f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
-        "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}",
+        f"Recommended (estimated pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
+        "none qualifies" if est_to is None else f"{est_to:.2f}",
         help=(
-            f"The smallest threshold whose served requests pass at least {detail['target']} and whose requests "
-            f"right at the cut pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} "
-            "(calibrated by pool-adjacent-violators, docs/metrics.md §6)"
+            f"The smallest threshold whose served requests pass at least {detail['target']}, estimated over all of "
+            "them (post-stratified on confidence bucket, docs/metrics.md §3c), and whose requests right at the cut "
+            f"pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} (calibrated by "
+            "pool-adjacent-violators, docs/metrics.md §6)"
         ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
@@ -85,8 +89,23 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
     )
-    if detail.get("threshold_change"):  # docs/metrics.md §6: the band the recommendation moves, and how it fared
-        st.markdown(metric_defaults.threshold_change_text(detail["threshold_change"]).capitalize() + ".")
+    served = detail.get("served_pass_est") or {}
+    if served.get("rate") is not None:
+        low, high = served["ci"]
+        st.caption(
+            f"At {est_to:.2f} the device would serve requests passing an estimated {pct(served['rate'])} "
+            f"[{pct(low)}, {pct(high)}] (strata covered {pct(served['coverage'])}); on the labeled share alone "
+            f"(docs/metrics.md §6) the recommendation is "
+            + ("none" if labeled_to is None else f"{labeled_to:.2f}")
+            + "."
+        )
+        if low < detail["target"]:
+            st.warning(f"The estimate's interval reaches below the target {detail['target']}: few labels behind it.")
+        if served["coverage"] < LOW_COVERAGE:
+            st.warning(f"The labels cover strata holding {pct(served['coverage'])} of what it would serve.")
+    change = detail.get("threshold_change_est", detail.get("threshold_change"))
+    if change:  # docs/metrics.md §6: the band the recommendation moves, and how it fared
+        st.markdown(metric_defaults.threshold_change_text(change).capitalize() + ".")
     st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         worse = ", ".join(

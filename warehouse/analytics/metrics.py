@@ -315,6 +315,7 @@ def calibration(
         with decision_queries.materialized_window(client, window):
             return calibration(client, window, target, min_n, edges, decision_queries.WINDOW_TABLE, local_floor)
     blocks_by_type = label_queries.confidence_blocks(client, window_table)
+    served_by_type = label_queries.served_strata(client, window_table, edges)
     found: dict[str, Any] = {}
     for cal in label_queries.calibration(client, window, edges, window_table=window_table):
         total = sum(cal.bucket_n)
@@ -354,7 +355,27 @@ def calibration(
             ),
             None,
         )
+        # §3c: the same rule on the post-stratified pass rate of what each threshold serves (labels pile up in the
+        # bands the replay samples, which moves the labeled rate, not the estimate)
+        served = [stats.post_stratified(strata) for strata in served_by_type.get(cal.task_type, [])]
+        recommended_est = next(
+            (
+                c
+                for (c, n, _), est in zip(cal.grid, served)
+                if floor is not None
+                and c >= floor
+                and n >= min_n
+                and est["rate"] is not None
+                and est["rate"] >= target
+                and (local(c) or 0.0) >= local_floor
+            ),
+            None,
+        )
+        at = {c: est for (c, _, _), est in zip(cal.grid, served)}
         found[cal.task_type] = {
+            "recommended_threshold_est": recommended_est,
+            "served_pass_est": at.get(recommended_est, dict(stats.EMPTY_ESTIMATE)),
+            "threshold_change_est": threshold_change(blocks, cal.current_threshold, recommended_est),
             "buckets": rows,
             "monotonic": not non_monotonic,
             "non_monotonic_buckets": non_monotonic,

@@ -177,6 +177,41 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
     return found
 
 
+# §3c for §6: the population the device would serve at each threshold grid point c — device-entered live events with
+# a confidence >= c, labeled or not — per task type and confidence bucket (the strata), with those labeled (n) and
+# acceptable (k) among them: the post-stratified pass rate of what a threshold serves, beside §6's labeled one.
+# Read from the materialized window (acceptable is NULL without a chosen label).
+_SERVED_STRATA = """
+SELECT task_type, bucket,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c), {grid:Array(Float64)})) AS big,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND acceptable IS NOT NULL), {grid:Array(Float64)})) AS n,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND ok), {grid:Array(Float64)})) AS k
+FROM (
+    SELECT task_type, confidence, ifNull(acceptable, false) AS ok, acceptable,
+           arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket
+    FROM $window
+    WHERE mode = 'live' AND entered_device AND confidence IS NOT NULL
+)
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
+"""
+
+
+def served_strata(
+    client, window_table: str, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID
+) -> dict[str, list[list[tuple[int, int, int]]]]:
+    """task type → per grid point (the order of `grid`) → [(N_h, n_h, k_h)] per confidence bucket of `edges`: the
+    device-entered events with confidence >= c, those labeled, those acceptable (docs/metrics.md §3c over §6)."""
+    sql = named("served_strata", _SERVED_STRATA, window=window_table)
+    parameters = {"grid": list(grid), "inner_edges": list(edges[1:-1])}
+    found: dict[str, list[list[tuple[int, int, int]]]] = {}
+    for task_type, _, big, n, k in client.query(sql, parameters=parameters).result_rows:
+        per = found.setdefault(task_type, [[] for _ in grid])
+        for i in range(len(grid)):
+            per[i].append((int(big[i]), int(n[i]), int(k[i])))
+    return found
+
+
 # The offline replay's sample: judged fallbacks (docs/metrics.md §3: live, entered the device, quality or
 # timeout) in the window that no offline replay has labeled yet, **per stratum** — task type × confidence
 # bucket (§6's edges, -1 for a null confidence), the strata §3c post-stratifies on — up to `limit` of each, in
