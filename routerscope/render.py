@@ -77,6 +77,7 @@ ROWS = (
         "route accuracy",
         lambda g: f"{_pct(g['route_accuracy'])}{_ci(g['route_accuracy_ci'])} of {g.get('route_labeled', 0)}",
     ),
+    ("route accuracy, population est.", lambda g: _estimate(g, "route_accuracy_est")),  # what the rollback rule reads
     (
         "offload failure / degrade trigger",
         lambda g: (
