@@ -113,3 +113,19 @@ def test_false_fallbacks_show_the_estimate_with_the_labeled_share_beside_it_and_
     assert rows({"by_task_type": {"t": group}}, {})[0]["false fallbacks (quality)"] == (
         "est. 12.5% [5.0%, 28.0%] ⚠ coverage 62.5% · labeled 25.0% of 40"
     )
+
+
+def test_the_recommended_threshold_is_the_one_on_the_estimate_where_the_metric_set_has_it():
+    """docs/metrics.md §6 beside §3c: §6's labeled rule recommends nothing (0.914 labeled), the estimate 0.60;
+    the row says the estimate's move and the band it crosses."""
+    calibration = {
+        "current_threshold": 0.70,
+        "recommended_threshold": None,
+        "recommended_threshold_est": 0.60,
+        "threshold_change_est": {"from": 0.7, "to": 0.6, "band": {"low": 0.6, "high": 0.7, "n": 60, "pass_rate": 0.9}},
+    }
+    row = rows({"by_task_type": {"t": {}}, "calibration": {"t": calibration}}, {})[0]
+    assert (row["needs"], row["recommended threshold"]) == (
+        "threshold to move",
+        "0.70 → 0.60 (band [0.60, 0.70): n = 60, pass 90.0%)",
+    )
