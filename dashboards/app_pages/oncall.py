@@ -69,6 +69,7 @@ def incident_list(incidents: pd.DataFrame) -> None:
             f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · "
             f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {state}"
             + (" · **recommends a rollback** (the verdict above)" if row.action == "rollback" else "")
+            + (" · paged with the first rollback of its task type" if row.notify_state == "grouped" else "")
             + f"  \n{row.summary}. {_tripped(row.trip_values)}",
             help=None,
         )

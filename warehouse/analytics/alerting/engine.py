@@ -35,6 +35,7 @@ from warehouse.analytics.alerting.evaluate import (
     evaluate,
     evaluate_signal,
     latest_streak,
+    one_page_per_rollback,
     open_by_key,
     pending,
     scopes,
@@ -71,8 +72,10 @@ def run(
     known = stored_episodes(client, now)
     firing = open_by_key(known)
     change = transitions(verdicts(client, rules, firing, now), firing, version, now)
-    store.write_alerts(client, [a.row() for a in change.changed])
     known = with_changes(known, change.changed)
+    grouped = one_page_per_rollback(known, change.fired)  # one rollback recommendation of a task type, one page
+    known = with_changes(known, grouped)
+    store.write_alerts(client, [a.row() for a in with_changes({}, [*change.changed, *grouped]).values()])
     deliveries, failures = deliver_pending(client, known, notifier)
     refresh = getattr(notifier, "refresh", None)  # Alertmanager: a firing alert is re-sent while it fires
     if refresh is not None:

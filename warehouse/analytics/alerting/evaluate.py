@@ -234,8 +234,36 @@ def transition(
             # demo re-run evaluating its span after `alerts --evaluate` ran as of the wall clock) cannot say it
             # is over: it would resolve before it fired. A later evaluation resolves it.
             return None
-        return "resolved", replace(current, status="resolved", resolved_at=now, notify_state="pending")
+        # a rollback episode paged with its task type's first one (`one_page_per_rollback`) resolves quietly too
+        state = GROUPED if current.notify_state == GROUPED else "pending"
+        return "resolved", replace(current, status="resolved", resolved_at=now, notify_state=state)
     return None
+
+
+GROUPED = "grouped"  # notify_state of a rollback episode paged with its task type's first one (never delivered alone)
+
+
+def one_page_per_rollback(known: Episodes, fired: Iterable[Alert]) -> list[Alert]:
+    """One rollback recommendation, one page (docs/metrics.md, "One rollback truth"): a rollback episode fired while
+    another rollback episode of the same task type fires is `grouped` — stored, listed, never delivered on its own
+    (a second signal of the same recommendation paged on-call twice). When the episode that paged has resolved and a
+    grouped one still fires, the grouped one pages (the recommendation stands). Returns the episodes changed."""
+    changed = []
+    fired_now = {(a.alert_key, a.first_seen) for a in fired}
+    by_task: dict[str, list[Alert]] = {}
+    for a in known.values():
+        if a.action == "rollback" and a.status == "firing":
+            by_task.setdefault(a.task_type, []).append(a)
+    for alerts in by_task.values():
+        alerts.sort(key=lambda a: (a.first_seen, a.alert_key))
+        paging = [a for a in alerts if a.notify_state != GROUPED and (a.alert_key, a.first_seen) not in fired_now]
+        primary = paging[0] if paging else next((a for a in alerts if a.notify_state != GROUPED), alerts[0])
+        for a in alerts:
+            if a is primary and a.notify_state == GROUPED:
+                changed.append(replace(a, notify_state="pending"))
+            elif a is not primary and (a.alert_key, a.first_seen) in fired_now and a.notify_state == "pending":
+                changed.append(replace(a, notify_state=GROUPED))
+    return changed
 
 
 @dataclass(frozen=True)
