@@ -68,7 +68,10 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
         }.items():
             text = incident_row(page, rule, scope).inner_text()
             assert f"{episode['first_seen']:%Y-%m-%d %H:%M} – {episode['last_seen']:%Y-%m-%d %H:%M} UTC" in text, text
-            assert f"resolved {episode['resolved_at']:%Y-%m-%d %H:%M}" in text, text
+            if episode["status"] == "resolved":
+                assert f"resolved {episode['resolved_at']:%Y-%m-%d %H:%M}" in text, text
+            else:  # the thermal drift's episode may still fire at the end (above): it has no resolution to show
+                assert "FIRING" in text, text
         # the push's row names the limit that applied to short_reply (the demo's fleet rules) beside the default
         push_row = incident_row(page, "fallback_rate_high", "short_reply").inner_text()
         assert "fallback_rate > 0.5 (this task type's limit; default 0.3)" in push_row, push_row
