@@ -157,6 +157,16 @@ def incidents(start: datetime, end: datetime) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=TTL)
+def rollback_states(start: datetime, end: datetime) -> dict[str, dict]:
+    """Task type → its rollback recommendation over [start, end) (`warehouse.analytics.rollback`: the reading the
+    tuning page, the Offload review and `report rollout` share), as `{recommended, signals, …, words}`; only task
+    types with a recommendation."""
+    from warehouse.analytics.rollback import rollback_states as states
+
+    return {t: s.public() for t, s in _read(states, start, end).items()}
+
+
+@st.cache_data(ttl=TTL)
 def judged_rules() -> str | None:
     """The alert rules file the pages read: ROUTERSCOPE_ALERT_RULES when set, else the one the warehouse's latest
     alert evaluation recorded (the demo's fleet rules after `make demo`), else None (the shipped defaults)."""

@@ -178,7 +178,9 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         tel = Telemetry(emitter)
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
-                verdict = judge(device, policy, rid, task_type, texts[rid][1], cloud, first_answers.get(rid))
+                verdict = judge(
+                    device, policy, rid, task_type, texts[rid][1], cloud, first_answers.get(rid), params.rubric
+                )
                 verdicts.append(verdict)
                 label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
                 if label is not None:  # free text without a cloud answer: no verdict, no label

@@ -1,7 +1,8 @@
 """Weekly offline replay (Dagster): sample recent fallbacks per task type × confidence bucket, judge the
 device's kept first answer or, without one, a re-run through the current device model (Gemma 3 270M via
 llama-cpp-python) (`router.replay.judge`: meaning as the policy declares it; for free text, agreement with
-the cloud's answer from `cloud_url`), and publish `offline_replay` labels to the labels topic. Free-text
+the cloud's answer from `cloud_url`, or that cloud model's verdict by a written rubric where agreement settles
+nothing), and publish `offline_replay` labels to the labels topic. Free-text
 fallbacks get no label when no cloud is configured: a non-empty answer alone is no evidence. The ingest job
 loads them like any label, and the `late_labels_sensor` recomputes the days they touch; false-fallback
 estimates move accordingly.
@@ -27,6 +28,9 @@ class ReplayConfig(dg.Config):
     end: str = ""  # ISO end of the sampled window; empty: now
     cloud_url: str = ""  # an OpenAI-compatible endpoint judging free text by agreement; empty: free text unjudged
     cloud_model: str = "cloud-small"
+    # free text the agreement leaves open: the cloud model judges by router.judge's written rubric (a verdict it
+    # does not give is no label). Measure the model first: `bench/judge.py --cloud-url URL --model NAME`
+    rubric: bool = True
     determinism_per_task: int = 5  # requests of each task type re-run for determinism (0: none)
     reruns: int = 3  # runs per determinism group
 

@@ -17,9 +17,12 @@ for the task type (`answer:` in the capability matrix, `Capability.answer`) and 
   constant; other languages have no parser here, so no verdict;
 * nothing declared — free text: agreement with the cloud's answer to the same request, by token F1 (SQuAD's
   measure: lower-case, punctuation and articles dropped, the overlap of the two bags of words): acceptable at
-  `AGREE_F1` or above, not acceptable below `DISAGREE_F1`, **no verdict** between the two and without a cloud
-  answer. A non-empty answer is never acceptable by default. A task type with a validator but nothing
-  declared can fail on form, and otherwise falls to the same agreement.
+  `AGREE_F1` or above, not acceptable below `DISAGREE_F1`. Between the two, or without a cloud answer, the
+  cloud model judges by a written rubric (`RUBRIC`) when the caller gives it a way to ask (`ask`, the same
+  OpenAI-compatible client: `router.replay.rubric_asker`): its one-word verdict (`ACCEPTABLE` /
+  `UNACCEPTABLE`) is the label's, anything else is no verdict. With neither, **no verdict**. A non-empty answer
+  is never acceptable by default. A task type with a validator but nothing declared can fail on form, and
+  otherwise falls to the same agreement.
 
 The cut-offs and every rule are measured against hand verdicts (`tests/unit/judge_golden.py`,
 `bench/judge.py`; docs/router.md#the-judge). `JUDGE_VERSION` changes whenever a rule or a cut-off does:
@@ -35,7 +38,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 
-JUDGE_VERSION = "1"
+JUDGE_VERSION = "2"
 AGREE_F1 = 0.4  # token F1 with the cloud's answer at or above this: the device said the same thing
 DISAGREE_F1 = 0.2  # below this: it said something else; in between: no verdict
 JSON_TYPES = {
@@ -54,7 +57,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 @dataclass(frozen=True)
 class Judgement:
     acceptable: bool | None  # None: no verdict
-    method: str  # labels | fields | tools | language | cloud_agreement | validator | none
+    method: str  # labels | fields | tools | language | cloud_agreement | cloud_rubric | validator | none
     reason: str = ""  # why not acceptable (or why no verdict); empty when acceptable
 
     @property
@@ -210,15 +213,67 @@ def token_f1(a: str, b: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def judge_agreement(answer: str, reference: str | None) -> Judgement:
+# The cloud model as judge (free text the token overlap cannot settle). Written for a small model: one task, the
+# two words it may answer, what each means, the reference when there is one.
+RUBRIC = """You grade a reply written by a small assistant. Answer with one word: ACCEPTABLE or UNACCEPTABLE.
+ACCEPTABLE: the reply does what the request asks, stays on its subject, and says the same as the reference reply
+when one is given (other words are fine).
+UNACCEPTABLE: the reply is empty, gibberish, refuses, asks for the text instead of answering, talks about
+something else, or contradicts the reference (another day, another place, another outcome)."""
+_VERDICT_WORD = re.compile(r"[A-Za-z]+")
+
+
+def rubric_messages(request_text: str, answer: str, reference: str | None) -> list[dict]:
+    """The chat messages that ask the cloud model for its verdict on `answer` (`RUBRIC` as the system prompt)."""
+    shown = reference.strip() if reference and reference.strip() else "(none)"
+    return [
+        {"role": "system", "content": RUBRIC},
+        {
+            "role": "user",
+            "content": f"Request: {request_text.strip()}\nReference reply: {shown}\nReply to grade: {answer.strip()}\n"
+            "Verdict (ACCEPTABLE or UNACCEPTABLE):",
+        },
+    ]
+
+
+def rubric_verdict(text: str | None) -> bool | None:
+    """The cloud model's one-word verdict: its first word `ACCEPTABLE` → True, `UNACCEPTABLE` (or `NOT …`) → False,
+    also run into stray letters after it (a small model's `UNACCEPTABLEattended`); anything else (no answer,
+    another word first) → None."""
+    first = _VERDICT_WORD.search(text or "")
+    word = first.group(0).upper() if first else ""
+    if word.startswith("UNACCEPTABLE") or word == "NOT":
+        return False
+    return True if word.startswith("ACCEPTABLE") else None
+
+
+def judge_rubric(request_text: str, answer: str, reference: str | None, ask, why: str) -> Judgement:
+    """The cloud model's verdict by `RUBRIC` (`ask(messages) -> text | None`); no verdict when it gives none.
+    `why`: what left the agreement without a verdict (`unclear:f1=0.31`, `no_reference`), kept in the reason."""
+    try:
+        verdict = rubric_verdict(ask(rubric_messages(request_text, answer, reference)))
+    except Exception:  # noqa: BLE001 (a judge that cannot answer gives no verdict, never a crash of the weekly job)
+        verdict = None
+    if verdict is None:
+        return Judgement(None, "none", f"{why};rubric_unclear")
+    return Judgement(verdict, "cloud_rubric", "" if verdict else f"rubric;{why}")
+
+
+def judge_agreement(answer: str, reference: str | None, ask=None, request_text: str = "") -> Judgement:
+    """Free text: token F1 with the cloud's answer; where it settles nothing (between the cut-offs, or no
+    reference), the cloud model by `RUBRIC` when `ask` is given; else no verdict."""
     if reference is None or not reference.strip():
-        return Judgement(None, "none", "no_reference")
-    f1 = token_f1(answer, reference)
-    if f1 >= AGREE_F1:
-        return Judgement(True, "cloud_agreement")
-    if f1 < DISAGREE_F1:
-        return Judgement(False, "cloud_agreement", f"disagrees:f1={f1:.2f}")
-    return Judgement(None, "none", f"unclear:f1={f1:.2f}")
+        why = "no_reference"
+    else:
+        f1 = token_f1(answer, reference)
+        if f1 >= AGREE_F1:
+            return Judgement(True, "cloud_agreement")
+        if f1 < DISAGREE_F1:
+            return Judgement(False, "cloud_agreement", f"disagrees:f1={f1:.2f}")
+        why = f"unclear:f1={f1:.2f}"
+    if ask is None:
+        return Judgement(None, "none", why)
+    return judge_rubric(request_text, answer, reference, ask, why)
 
 
 def needs_reference(capability) -> bool:
@@ -233,10 +288,13 @@ def wants_reference(capability) -> bool:
     return needs_reference(capability) or bool(declared.get("labels") or declared.get("tools"))
 
 
-def judge_answer(capability, request_text: str, answer: str, reference: str | None = None, validate=None) -> Judgement:
+def judge_answer(
+    capability, request_text: str, answer: str, reference: str | None = None, validate=None, ask=None
+) -> Judgement:
     """The verdict on `answer` (the device's, to `request_text`) for a task type of `capability`
     (`router.policy.Capability`); `reference`: the cloud's answer to the same request, when there is one;
-    `validate(kind, text, pattern)`: the form check of a task type with a validator and no declaration."""
+    `validate(kind, text, pattern)`: the form check of a task type with a validator and no declaration;
+    `ask(messages) -> text | None`: the cloud model, for free text the agreement cannot settle (`RUBRIC`)."""
     if not answer.strip():
         return Judgement(False, "none", "empty")
     declared = capability.answer or {}
@@ -251,4 +309,4 @@ def judge_answer(capability, request_text: str, answer: str, reference: str | No
     if capability.validator is not None and validate is not None:
         if not validate(capability.validator, answer, capability.pattern):
             return Judgement(False, "validator", "invalid_form")
-    return judge_agreement(answer, reference)
+    return judge_agreement(answer, reference, ask, request_text)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from instrumentation.events import LABEL_SOURCE_OFFLINE_REPLAY, LabelEvent
-from router.backends import CloudBackend, DeviceBackend, validate
+from router.backends import CloudBackend, DeviceBackend, Prompt, validate
 from router.engine import accepts_keyword, answer_hash
 from router.judge import JUDGE_VERSION, judge_answer, needs_reference, wants_reference
 from router.policy import Policy
@@ -79,9 +79,8 @@ class Verdict:
     acceptable: bool | None  # None: no verdict (router.judge found none)
     outcome: str  # the device's outcome: ok | timeout | error
     answer: str  # kept in memory for the caller (tests, logs at debug); never published
-    judged_by: str = (
-        "none"  # router.judge's method: labels | fields | tools | language | cloud_agreement | validator | none
-    )
+    judged_by: str = "none"  # router.judge's method (labels | fields | tools | language | cloud_agreement |
+    # cloud_rubric | validator | none)
     reason: str = ""  # why not acceptable (or no verdict), short; goes into the label's labeler
     kept: bool = False  # the device's first (thresholded) answer, kept by the router, rather than a re-generation
 
@@ -94,11 +93,13 @@ def judge(
     text: str,
     cloud: CloudBackend | None = None,
     first_answer: str | None = None,
+    rubric: bool = True,
 ) -> Verdict:
     """The device's answer to `text`, judged for meaning (`router.judge`). `first_answer`: the answer the
     router's threshold actually turned down, when the request store kept it — judged instead of a fresh
     re-generation (which would judge another answer than the one the route was decided on). The cloud (level
-    2) is asked only where its answer helps (`router.judge.wants_reference`)."""
+    2) is asked only where its answer helps (`router.judge.wants_reference`); for free text its answer does not
+    settle, the cloud model judges by the rubric unless `rubric` is False (`router.judge.RUBRIC`)."""
     cap = policy.capability(task_type)
     max_tokens = min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS)
     if first_answer is not None:
@@ -125,8 +126,23 @@ def judge(
             reference = ref.text if ref.outcome == "ok" else None
         except Exception:  # a cloud that cannot answer gives no verdict, not a crash of the weekly job
             reference = None
-    j = judge_answer(cap, text, answer, reference, validate)
+    ask = rubric_asker(cloud) if rubric and cloud is not None and needs_reference(cap) else None
+    j = judge_answer(cap, text, answer, reference, validate, ask)
     return Verdict(request_id, task_type, j.acceptable, outcome, answer, j.method, j.reason, kept)
+
+
+RUBRIC_MAX_TOKENS = 4  # one word (`ACCEPTABLE`, `UNACCEPTABLE`) and room for a stray mark before it
+
+
+def rubric_asker(cloud: CloudBackend, level: int = 2, timeout_ms: float = REPLAY_TIMEOUT_MS):
+    """`ask(messages) -> text | None` for `router.judge`'s rubric: the cloud model at `level`, through the same
+    OpenAI-compatible client the router uses (the demo's stand-in cloud serves it); None when it did not answer."""
+
+    def ask(messages: list[dict]) -> str | None:
+        result = cloud.complete(Prompt(messages), level=level, max_tokens=RUBRIC_MAX_TOKENS, timeout_ms=timeout_ms)
+        return result.text if result.outcome == "ok" else None
+
+    return ask
 
 
 def route_correct(fallback_type: str, acceptable: bool) -> bool:

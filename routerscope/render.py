@@ -77,6 +77,7 @@ ROWS = (
         "route accuracy",
         lambda g: f"{_pct(g['route_accuracy'])}{_ci(g['route_accuracy_ci'])} of {g.get('route_labeled', 0)}",
     ),
+    ("route accuracy, population est.", lambda g: _estimate(g, "route_accuracy_est")),  # what the rollback rule reads
     (
         "offload failure / degrade trigger",
         lambda g: (
@@ -209,13 +210,17 @@ def review(kind: str, report: dict[str, Any]) -> str:
             stage = r["stage"] + (f" {r['percent']:g}% of sessions" if r.get("percent") else "")
             move = {
                 "advance": f"ADVANCE to {r['to']}",
-                "rollback": f"ROLL BACK to {r['to']} ({', '.join(r['rollback_signals'])})",
+                "rollback": f"ROLL BACK to {r['to']}",
                 "hold": "hold",
             }[r["recommendation"]]
             kept = sum((samples.get(t) or {}).values())
             lines.append(f"  {t:<18} {stage:<26} → {move}" + (f"   [{kept} divergence samples]" if kept else ""))
+            if (r.get("rollback") or {}).get("recommended"):  # the words On-call and the tuning page say too
+                lines.append(f"      {r['rollback']['words']}")
             for c in r["conditions"]:
                 value = "—" if c["value"] is None else f"{c['value']:.3f}"
+                if c.get("labeled_share") is not None:  # an estimate (docs/metrics.md §3c), the labeled share beside
+                    value += f" (labeled {c['labeled_share']:.3f})"
                 note = f" ({c['note']})" if c.get("note") else ""
                 lines.append(
                     f"      {'ok ' if c['met'] else 'NO '} {c['condition']}: {value} vs {c['limit']} (n={c['n']}){note}"

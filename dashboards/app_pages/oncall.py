@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, timerange
+from warehouse.analytics.stats import LOW_COVERAGE
 
 st.title("On-call")
 rng = timerange.pick("6h")
@@ -39,8 +40,16 @@ def _tripped(trip: dict) -> str:
     return f"`{trip.get('metric')} {trip.get('op')} {trip.get('limit')}`{own}: " + " · ".join(shown)
 
 
+def rollback_verdicts(states: dict[str, dict]) -> None:
+    """One line per task type the rollback rules recommended rolling back within the range, however many of its
+    rules fired: the words the tuning page, the Offload review and `report rollout` say (docs/metrics.md §3b)."""
+    for task_type, state in sorted(states.items()):
+        (st.error if state["firing"] else st.warning)(f"**{task_type}**: {state['words']}")
+
+
 def incident_list(incidents: pd.DataFrame) -> None:
     st.subheader("Incidents")
+    rollback_verdicts(data.rollback_states(rng.start, rng.end))
     if incidents.empty:
         st.success(f"No alert fired or resolved in this range ({rng.caption()}).")
         return
@@ -59,7 +68,8 @@ def incident_list(incidents: pd.DataFrame) -> None:
         left.markdown(
             f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · "
             f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {state}"
-            + (" · **recommends a rollback**" if row.action == "rollback" else "")
+            + (" · **recommends a rollback** (the verdict above)" if row.action == "rollback" else "")
+            + (" · paged with the first rollback of its task type" if row.notify_state == "grouped" else "")
             + f"  \n{row.summary}. {_tripped(row.trip_values)}",
             help=None,
         )
@@ -201,12 +211,23 @@ def false_by_type(pct) -> None:
     parts = [
         f"{kind} {pct(v.get('rate'))} of {v.get('labeled', 0)} labeled"
         for kind, v in by_type.items()
-        if v.get("labeled")
+        if kind in ("quality", "timeout") and v.get("labeled")
     ]
+    # docs/metrics.md §3c: the quality false fallbacks (the threshold's) as the estimate over all of them, which
+    # `false_fallback_high` reads, the labeled shares beside it
+    est = by_type.get("quality_est") or {}
+    if est.get("rate") is not None:
+        low, high = est["ci"]
+        parts.insert(0, f"quality, estimated over all of them: {pct(est['rate'])} [{pct(low)}, {pct(high)}]")
     if parts:
         st.caption(
             f"False fallbacks on {day['window_start'].iloc[-1]:%Y-%m-%d}: {' · '.join(parts)} "
             "(quality: a threshold set too high; timeout: a latency problem)"
+        )
+    if est.get("coverage") is not None and est["coverage"] < LOW_COVERAGE:
+        st.warning(
+            f"The labels cover strata holding {pct(est['coverage'])} of that day's quality fallbacks: the estimate "
+            "leaves the rest out."
         )
 
 

@@ -173,11 +173,15 @@ def stage_row(t: str, v: dict) -> dict:
         "stage": v["stage"] + (f" ({v['percent']:g}% of sessions)" if v.get("percent") else ""),
         "recommendation": v["recommendation"] + ("" if v["recommendation"] == "hold" else f" → {v['to']}"),
         "conditions met": met,
-        "rollback signals": ", ".join(v["rollback_signals"]),
+        # the range's rollback recommendation, in the words On-call and the tuning page say (docs/metrics.md §3b)
+        "rollback": (v.get("rollback") or {}).get("words", ""),
         "divergence samples": sum((samples.get(t) or {}).values()),
     }
 
 
+for t, v in sorted(stages.items()):  # the range's rollback state, in the words On-call and the tuning page say
+    if v["rollback"]["recommended"]:
+        (st.error if v["rollback"]["firing"] else st.warning)(f"**{t}**: {v['rollback']['words']}")
 st.dataframe(pd.DataFrame([stage_row(t, v) for t, v in stages.items()]), hide_index=True, width="stretch")
 for t, v in stages.items():
     if v["conditions"]:

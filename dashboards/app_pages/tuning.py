@@ -12,6 +12,7 @@ import streamlit as st
 from dashboards import charts, data, summary, timerange
 from routerscope.core.text import pct
 from warehouse.analytics import metrics as metric_defaults
+from warehouse.analytics.stats import LOW_COVERAGE
 
 st.title("Weekly tuning")
 rng = timerange.pick("7d")
@@ -24,17 +25,17 @@ week = data.period_metrics(start, end)
 
 # -- every task type at a glance, what needs action first ---------------------------------------------
 st.header("At a glance")
-incidents = data.incidents(start, end)
-rollbacks = (
-    incidents[incidents["action"] == "rollback"].groupby("task_type")["rule"].apply(list).to_dict()
-    if not incidents.empty
-    else {}
-)
-glance = pd.DataFrame(summary.rows(week, data.review(start, end), rollbacks)).drop(columns="priority")
+review = data.review(start, end)
+for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range's rollback state, as On-call says it
+    if stage["rollback"]["recommended"]:
+        (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")
+glance = pd.DataFrame(summary.rows(week, review)).drop(columns="priority")
 st.dataframe(glance, hide_index=True, width="stretch")
 st.caption(
-    "Sorted by what needs action first: a rollback recommended, a threshold to move (the band it crosses, with its "
-    "labeled pass rate), verdicts that disagree (in words), a stage ready to advance."
+    "Sorted by what needs action first: a rollback recommended (by the rollback rules within the range, the words "
+    "On-call and the Offload review say too), a threshold to move (the band it crosses, with its labeled pass "
+    "rate), verdicts that disagree (in words), a stage ready to advance. False fallbacks: the population estimate "
+    "(docs/metrics.md §3c) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
 )
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
@@ -69,13 +70,17 @@ else:
     buckets["flagged"] = [i in detail["non_monotonic_buckets"] for i in range(len(buckets))]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Current threshold", "—" if detail["current_threshold"] is None else f"{detail['current_threshold']:.2f}")
+    # the recommendation reads §3c's estimate of what a threshold serves (labels are no random sample); §6's on the
+    # labeled share alone stays beside it
+    est_to, labeled_to = detail.get("recommended_threshold_est"), detail["recommended_threshold"]
     c2.metric(
-        f"Recommended (pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
-        "none qualifies" if detail["recommended_threshold"] is None else f"{detail['recommended_threshold']:.2f}",
+        f"Recommended (estimated pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
+        "none qualifies" if est_to is None else f"{est_to:.2f}",
         help=(
-            f"The smallest threshold whose served requests pass at least {detail['target']} and whose requests "
-            f"right at the cut pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} "
-            "(calibrated by pool-adjacent-violators, docs/metrics.md §6)"
+            f"The smallest threshold whose served requests pass at least {detail['target']}, estimated over all of "
+            "them (post-stratified on confidence bucket, docs/metrics.md §3c), and whose requests right at the cut "
+            f"pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} (calibrated by "
+            "pool-adjacent-violators, docs/metrics.md §6)"
         ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
@@ -84,8 +89,23 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
     )
-    if detail.get("threshold_change"):  # docs/metrics.md §6: the band the recommendation moves, and how it fared
-        st.markdown(metric_defaults.threshold_change_text(detail["threshold_change"]).capitalize() + ".")
+    served = detail.get("served_pass_est") or {}
+    if served.get("rate") is not None:
+        low, high = served["ci"]
+        st.caption(
+            f"At {est_to:.2f} the device would serve requests passing an estimated {pct(served['rate'])} "
+            f"[{pct(low)}, {pct(high)}] (strata covered {pct(served['coverage'])}); on the labeled share alone "
+            f"(docs/metrics.md §6) the recommendation is "
+            + ("none" if labeled_to is None else f"{labeled_to:.2f}")
+            + "."
+        )
+        if low < detail["target"]:
+            st.warning(f"The estimate's interval reaches below the target {detail['target']}: few labels behind it.")
+        if served["coverage"] < LOW_COVERAGE:
+            st.warning(f"The labels cover strata holding {pct(served['coverage'])} of what it would serve.")
+    change = detail.get("threshold_change_est", detail.get("threshold_change"))
+    if change:  # docs/metrics.md §6: the band the recommendation moves, and how it fared
+        st.markdown(metric_defaults.threshold_change_text(change).capitalize() + ".")
     st.caption(f"Calibration over {rng.caption()}; red bars do worse than a lower bucket.")
     if not detail["monotonic"]:
         worse = ", ".join(
@@ -161,11 +181,11 @@ else:
         f"Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
     )
     rows = []
-    for key, label in (
+    for key, label in (  # per policy version the metric set has the labeled shares (no estimate): said so
         ("fallback_rate", "fallback rate"),
-        ("false_fallback_rate", "false fallbacks"),
-        ("missed_fallback_rate", "missed fallbacks"),
-        ("route_accuracy", "route accuracy"),
+        ("false_fallback_rate", "false fallbacks (labeled share)"),
+        ("missed_fallback_rate", "missed fallbacks (labeled share)"),
+        ("route_accuracy", "route accuracy (labeled share)"),
     ):
         b, a = before[key], after[key]
         rows.append(
@@ -217,22 +237,30 @@ shown = {
 }
 for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
     rate, ci, labeled = shown[kind]
-    column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
-    column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
-    # docs/metrics.md §3c: labels are never a random sample; the post-stratified estimate for all of them
+    # docs/metrics.md §3c: labels are never a random sample; the tile is the post-stratified estimate for all of
+    # them, the labeled share beside it
     est = (group["false_fallback_by_type"] if kind == "false_fallback" else group).get(
         "quality_est" if kind == "false_fallback" else "missed_fallback_est"
     )
     if est and est.get("rate") is not None:
-        column.caption(
-            f"Population estimate: {pct(est['rate'])} {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · "
-            f"strata covered {pct(est['coverage'])} of {what}"
+        column.metric(
+            title,
+            pct(est["rate"]),
+            help=f"population estimate (docs/metrics.md §3c), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
         )
-        if est["coverage"] < 0.8:
+        column.caption(
+            f"Estimate {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · strata covered {pct(est['coverage'])} of "
+            f"{what} · labeled share {pct(rate)} ({ci_text(ci)}) of {labeled} labeled, label coverage "
+            f"{pct(coverage[covered])}"
+        )
+        if est["coverage"] < LOW_COVERAGE:
             column.warning(
                 f"The labels cover strata holding {pct(est['coverage'])} of the {what}: "
                 "the estimate leaves the rest out."
             )
+    else:
+        column.metric(title, pct(rate), help=f"{ci_text(ci)}; denominator: {labeled} {denominator}")
+        column.caption(f"{ci_text(ci)} · {labeled} labeled · label coverage {pct(coverage[covered])} of {what}")
 timeout = group["false_fallback_by_type"]["timeout"]
 if timeout["labeled"]:
     st.caption(
@@ -244,22 +272,34 @@ daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
     rows = []
     for t, g in zip(daily["window_start"], daily["group"]):
-        for rate, cov in (("false_fallback", "fallbacks"), ("missed_fallback", "device_served")):
-            ci = g.get(f"{rate}_ci")
-            if g.get(f"{rate}_rate") is not None:
+        # per day, as the tiles: the §3c estimates with their intervals (the strata coverage in the tooltip)
+        by_type = g.get("false_fallback_by_type") or {}
+        for name, est, labeled in (
+            ("false quality fallbacks (estimate)", by_type.get("quality_est"), (by_type.get("quality") or {})),
+            (
+                "missed fallbacks (estimate)",
+                g.get("missed_fallback_est"),
+                {"labeled": g.get("missed_fallback_labeled")},
+            ),
+        ):
+            if est and est.get("rate") is not None:
                 rows.append(
                     {
                         "window_start": t,
-                        "rate": rate.replace("_", " "),
-                        "value": g[f"{rate}_rate"],
-                        "low": ci[0],
-                        "high": ci[1],
-                        "labeled": g[f"{rate}_labeled"],
-                        "coverage": (g.get("label_coverage") or {}).get(cov),
+                        "rate": name,
+                        "value": est["rate"],
+                        "low": est["ci"][0],
+                        "high": est["ci"][1],
+                        "labeled": labeled.get("labeled"),
+                        "coverage": est["coverage"],
                     }
                 )
     if rows:
         st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
+        st.caption(
+            "Per day: the population estimates and their 95 % intervals; the tooltip's coverage is the share "
+            "of the population in strata with a label."
+        )
     else:
         st.caption("No labeled days yet.")
 

@@ -4,7 +4,8 @@ page. Screenshots are written under the test's tmp dir."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+import json
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -12,7 +13,7 @@ from routerscope import broker
 from routerscope.core.procs import free_port
 from routerscope.demo import run
 from tests.support.browser import browser_page, dashboard, open_when_up
-from tests.support.home import settings_for
+from tests.support.home import clean_env, run_cli, settings_for
 from warehouse.client import open_warehouse
 from warehouse.queries import alerts as alert_queries
 from warehouse.queries import decisions as decision_queries
@@ -94,3 +95,40 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
             assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
             assert "range=1h" in page.url, (title, page.url)
             page.screenshot(path=str(tmp_path / f"{title.lower().replace(' ', '_')}_1h.png"), full_page=True)
+
+
+@pytest.mark.timeout(900)  # a 20k demo, Streamlit and Chromium
+def test_the_demos_push_reads_as_one_rollback_verdict_on_every_page_and_in_report_rollout(home, tmp_path):
+    """Issue 38, one rollback truth: after the demo's bad `short_reply` push, On-call, Weekly tuning, Offload review
+    and `routerscope report rollout` read the same rollback state over the same range and say the same words (they
+    said "pages" twice, "rollback recommended" beside "hold", and "hold")."""
+    settings = settings_for(home)
+    try:
+        run(settings, requests=20_000, seed=11, port=free_port(), span_minutes=120, corrupt=0, live_requests=0)
+    finally:
+        broker.stop(settings)
+    as_json = run_cli("report", "rollout", "--json", env=clean_env(home))
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    short_reply = report["task_types"]["short_reply"]
+    words = short_reply["rollback"]["words"]
+    # the push tripped the degrade-trigger rollback (the route-accuracy one waits for its labels to arrive)
+    assert words.startswith("rollback recommended for short_reply (degrade_trigger_rate"), words
+    assert short_reply["recommendation"] == "rollback"  # the tracker's verdict stands on the same state
+    as_text = run_cli("report", "rollout", env=clean_env(home))
+    assert words in as_text.stdout, as_text.stdout
+    window = {"range": "custom", "start": report["window"]["start"], "end": report["window"]["end"]}
+
+    with dashboard(home) as base, browser_page(height=1600) as page:
+        for path, title in (("", "On-call"), ("tuning", "Weekly tuning"), ("review", "Offload review")):
+            open_when_up(page, f"{base}/{path}?{urlencode(window)}")
+            page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+            shown = page.get_by_text(words, exact=False).first
+            shown.wait_for(timeout=120_000)
+            assert page.locator('[data-testid="stException"]').count() == 0, f"an error box on {title}"
+            # the whole line, as the page renders it: the task type, then the very words of the report
+            assert shown.inner_text().strip() == f"short_reply: {words}", (title, shown.inner_text())
+            page.screenshot(path=str(tmp_path / f"rollback_{title.lower().replace(' ', '_')}.png"), full_page=True)
+            # and nowhere on the page does short_reply read "hold"-only: no second, different rollback verdict
+            other = page.get_by_text("rollback recommended for short_reply").all_inner_texts()
+            assert all(words in t for t in other), (title, other)

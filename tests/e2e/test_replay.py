@@ -10,6 +10,7 @@ import pytest
 from instrumentation.emitter import KafkaEmitter, Message
 from pipelines.resources import RouterscopeResource
 from pipelines.run import materializations, run_job
+from router.judge import JUDGE_VERSION
 from router.request_store import RequestTextStore, store_path
 from routerscope import broker
 from routerscope.core import names
@@ -104,10 +105,11 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
             "slot_extract [0.00, 0.45)": one,
         }
         # the declared meaning decides f1 (a label) and f3 (grounded fields): always a verdict. Free text (f0 f2
-        # f4) is judged by token-F1 agreement with the cloud's answer, or gets no verdict when that is unclear;
-        # never by being non-empty
+        # f4) is judged by token-F1 agreement with the cloud's answer, or where that is unclear by the cloud model's
+        # rubric (the stand-in, Gemma 270M, echoes its prompt instead of a verdict: no verdict); never by being
+        # non-empty
         assert {"f1", "f3"} <= set(judged)
-        assert set(replay["judged_by"]) <= {"labels", "fields", "cloud_agreement", "none"}
+        assert set(replay["judged_by"]) <= {"labels", "fields", "cloud_agreement", "cloud_rubric", "none"}
         assert replay["judged_by"]["labels"] == replay["judged_by"]["fields"] == 1
         # determinism (docs/sources.md#seed-004-2): the five live device-entered requests with text, each re-run 3
         # times; the groups are stored for the grading report, which now has a determinism for their task types
@@ -132,10 +134,12 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
                     "SELECT request_id, labeler FROM routerscope.labels FINAL WHERE source = 'offline_replay'"
                 ).result_rows
             )
-        assert {rid: labelers[rid].split(":")[1] for rid in judged} == {
+        assert {rid: labelers[rid].split(":")[1].replace("cloud_rubric", "cloud_agreement") for rid in judged} == {
             rid: {"f1": "labels", "f3": "fields"}.get(rid, "cloud_agreement") for rid in judged
-        }
-        assert all(":judge-1:rerun:" in labelers[rid] for rid in judged)  # the store kept no first answer
+        }  # free text: by agreement or by the rubric
+        assert all(
+            f":judge-{JUDGE_VERSION}:rerun:" in labelers[rid] for rid in judged
+        )  # the store kept no first answer
 
         # Replayed fallbacks are not sampled again (no cloud this time: nothing left to judge anyway).
         config["offline_replay_labels"]["config"].pop("cloud_url")

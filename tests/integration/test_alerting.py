@@ -480,3 +480,151 @@ def test_late_labels_on_an_incident_already_over_fire_once_when_they_arrive_and_
     after = alerting.run(warehouse, rules_path=rules, now=arrived + STEP)
     assert [a.alert_key for a in after.resolved] == ["rollback_route_accuracy|short_reply"]
     assert alerting.run(warehouse, rules_path=rules, now=arrived + 2 * STEP).fired == []  # once only
+
+
+def shipped_rule(tmp_path, name: str):
+    """A rules file holding the shipped default rule `name` alone (the rule under test, not a copy of it)."""
+    import yaml
+
+    from warehouse.analytics.alerting.rules import DEFAULT_RULES
+
+    doc = yaml.safe_load(DEFAULT_RULES.read_text())
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump({"version": doc["version"], "rules": [r for r in doc["rules"] if r["name"] == name]})
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "acceptable_in_low_band, fires, estimate",
+    [
+        # band [0.45, 0.65): 100 quality fallbacks, 10 labeled, none acceptable; band [0.65, 0.85): 20, all labeled,
+        # 6 acceptable. Labeled share 6/30 = 0.20, over the 0.10 limit; estimate (100/120)·0 + (20/120)·0.3 = 0.05.
+        (0, False, 0.05),
+        # 2 of the 10 acceptable: labeled 8/30 = 0.267; estimate (100/120)·0.2 + (20/120)·0.3 = 13/60 = 0.216667
+        (2, True, 13 / 60),
+    ],
+)
+def test_false_fallback_high_reads_the_quality_estimate_not_the_combined_labeled_rate(
+    warehouse, tmp_path, acceptable_in_low_band, fires, estimate
+):
+    """Issue 38: the shipped `false_fallback_high` (daily) reads §3c's estimate of the quality false fallbacks. The
+    day also holds 40 timeout fallbacks, all labeled acceptable (a latency problem): the combined labeled rate
+    (46/70 = 0.657 or 48/70 = 0.686) would fire either way. The labels are dated two hours after the day: an
+    evaluation before that sees none (0 labeled < min_n 30)."""
+    from tests.support.events import label
+    from tests.support.golden_day import insert, quality_fallback, timeout_fallback
+
+    day = datetime(2026, 11, 20, tzinfo=UTC)
+    arrived = day + timedelta(days=1, hours=2)
+    events, labels = [], []
+
+    def add(event: dict, acceptable: bool | None) -> None:
+        k = len(events)
+        event = {**event, "event_id": f"00000000-0000-4000-8000-{k:012d}", "request_id": f"ff-{k}"}
+        events.append({**event, "event_time": iso(day + timedelta(minutes=5 * k)), "session_id": f"s{k % 7}"})
+        if acceptable is not None:
+            labels.append(
+                label(
+                    request_id=event["request_id"],
+                    device_acceptable=acceptable,
+                    route_correct=not acceptable,
+                    event_time=iso(arrived),
+                )
+            )
+
+    for i in range(100):  # the low band: one in ten labeled
+        add(
+            quality_fallback(task_type="intent_classify", confidence=0.5, threshold=0.9),
+            (i < acceptable_in_low_band) if i < 10 else None,
+        )
+    for i in range(20):  # the high band, densely labeled (as the replay labels a band it samples)
+        add(quality_fallback(task_type="intent_classify", confidence=0.7, threshold=0.9), i < 6)
+    for _ in range(40):  # timeouts whose device answer was fine: not the threshold's doing
+        add(timeout_fallback(task_type="intent_classify"), True)
+    insert(warehouse, events, labels)
+    stored = compute(warehouse, day, day + timedelta(days=1))
+    group = stored["by_task_type"]["intent_classify"]
+    assert group["false_fallback_rate"] == pytest.approx((acceptable_in_low_band + 6 + 40) / 70)
+    assert group["false_fallback_by_type"]["quality"]["rate"] == pytest.approx((acceptable_in_low_band + 6) / 30)
+    assert group["false_fallback_by_type"]["quality_est"]["rate"] == pytest.approx(estimate)
+    assert group["false_fallback_by_type"]["quality_est"]["coverage"] == 1.0
+    write_window(warehouse, "1d", day, day + timedelta(days=1), stored)
+    rules = shipped_rule(tmp_path, "false_fallback_high")
+
+    def fired_as_of(now):
+        return alerting.run(warehouse, rules_path=rules, now=now).fired
+
+    assert fired_as_of(arrived - timedelta(minutes=1)) == []  # no label had arrived: nothing to judge
+    fired = fired_as_of(arrived)
+    assert [a.alert_key for a in fired] == (["false_fallback_high|intent_classify"] if fires else [])
+    if fires:
+        trip = json.loads(fired[0].trip_values)
+        assert trip["metric"] == "false_fallback_by_type.quality_est.rate" and trip["limit"] == 0.10
+        assert trip["windows"][0]["value"] == pytest.approx(13 / 60) and trip["windows"][0]["n"] == 30
+        # its words say what it read: the quality fallbacks, as an estimate
+        assert fired[0].summary.startswith("An estimated more than 0.1 of quality fallbacks were unnecessary")
+
+
+@pytest.mark.parametrize(
+    "low_band, fires, estimate",
+    [
+        # per window: [0.45, 0.65) holds `low_band` requests, 10 of them labeled, 5 routed right; [0.85, 1] holds
+        # 100 − low_band, 30 labeled, all right. Labeled share 35/40 = 0.875 (Wilson high 0.945 < 0.95: the
+        # labeled share would page). Estimate with 10 low: 0.1·0.5 + 0.9·1 = 0.95, V = 0 (the low band is
+        # labeled whole) → n_eff = 40, Wilson high 0.986: no breach.
+        (10, False, 0.95),
+        # with 60 low: 0.6·0.5 + 0.4·1 = 0.7, V = 0.36·0.25/10·(1 − 10/60) = 0.0075, n_eff = 28, high 0.8369: pages
+        (60, True, 0.7),
+    ],
+)
+def test_the_route_accuracy_rollback_reads_the_estimate_and_its_interval(
+    warehouse, tmp_path, low_band, fires, estimate
+):
+    """Issue 37: the shipped `rollback_route_accuracy` judges §3c's estimate of route accuracy over every request of
+    the task type (strata: confidence bucket) by its interval, not the labeled share: 3 windows of 100 short_reply
+    requests whose labels pile up in the low-confidence band."""
+    from tests.support.events import label
+    from tests.support.golden_day import insert, quality_fallback
+
+    events, labels = [], []
+    for w in range(3):
+        for i in range(100):
+            k = w * 100 + i
+            at = iso(T0 + w * STEP + i * STEP / 100)
+            low = i < low_band
+            common = {
+                "event_id": f"00000000-0000-4000-8000-{k:012d}",
+                "request_id": f"ra-{k}",
+                "task_type": "short_reply",
+                "event_time": at,
+                "session_id": f"s{k % 9}",
+            }
+            events.append(quality_fallback(confidence=0.5, **common) if low else decision(confidence=0.9, **common))
+            j = i if low else i - low_band  # the first 10 of the low band, the first 30 of the high one
+            if (low and j < 10) or (not low and j < 30):
+                right = j < 5 if low else True
+                labels.append(
+                    label(
+                        request_id=f"ra-{k}", device_acceptable=not low or not right, route_correct=right, event_time=at
+                    )
+                )
+    insert(warehouse, events, labels)
+    for w in range(3):
+        start = T0 + w * STEP
+        stored = compute(warehouse, start, start + STEP)
+        group = stored["by_task_type"]["short_reply"]
+        assert (group["route_accuracy"], group["route_labeled"]) == (35 / 40, 40)
+        assert group["route_accuracy_ci"][1] == pytest.approx(0.945405, abs=1e-6)  # the labeled share would page
+        assert group["route_accuracy_est"]["rate"] == pytest.approx(estimate)
+        write_window(warehouse, "5m", start, start + STEP, stored)
+    est = group["route_accuracy_est"]
+    assert est["n_eff"] == pytest.approx(40 if low_band == 10 else 28)
+    assert est["ci"][1] == pytest.approx(0.986179 if low_band == 10 else 0.836860, abs=1e-5)
+    rules = shipped_rule(tmp_path, "rollback_route_accuracy")
+    fired = alerting.run(warehouse, rules_path=rules, now=T0 + 3 * STEP + timedelta(minutes=1)).fired
+    assert [a.alert_key for a in fired] == (["rollback_route_accuracy|short_reply"] if fires else [])
+    if fires:
+        last = json.loads(fired[0].trip_values)["windows"][-1]
+        assert last["value"] == pytest.approx(0.7) and last["interval"][1] == pytest.approx(0.836860, abs=1e-5)

@@ -167,3 +167,38 @@ def test_held_out_data_with_a_biased_labeling_design_matches_an_independent_refe
     assert result["by_task_type"]["slot_extract"]["missed_fallback_est"]["coverage"] < 1  # the unlabeled band
     overall = result["overall"]  # the design is biased enough to matter: the labeled share misleads
     assert abs(overall["missed_fallback_est"]["rate"] - overall["missed_fallback_rate"]) > 0.05
+
+
+def test_the_threshold_recommendation_reads_the_estimate_of_what_a_threshold_serves(warehouse):
+    """Issue 37 on the tuning page's recommendation: intent_classify, threshold 0.70, 100 requests at confidence
+    0.60 (quality fallbacks; the replay labeled 60, 54 acceptable: 0.9) and 100 at 0.90 (served; 10 labeled, all
+    acceptable). Target 0.95, min_n 30, local floor 0.85; evidence floor 0.60.
+    At c = 0.60 the labeled share is (54 + 10)/70 = 0.914 < 0.95, and above it 10 labels < 30: §6 recommends none.
+    The estimate of what 0.60 serves: ½·0.9 + ½·1.0 = 0.95 ≥ 0.95, local pass rate at 0.60 = 0.9 ≥ 0.85 → 0.60.
+    V = ¼·0.9·0.1/60·(1 − 60/100) = 0.00015 (the top band has no variance), n_eff = 0.95·0.05/0.00015 = 316.667;
+    Wilson(0.95 at 316.667): centre (0.95 + 0.006065)/1.012131 = 0.944607, half 1.936474·√(0.00015 + 0.0000096)
+    = 0.024462 → [0.920145, 0.969069]. The move 0.70 → 0.60 crosses [0.60, 0.70): 60 labeled, 0.9 passed."""
+    from warehouse.analytics.metrics import calibration
+    from warehouse.queries.common import QueryWindow
+
+    events, labels = [], []
+    for band, confidence, labeled, acceptable in (("mid", 0.60, 60, 54), ("top", 0.90, 10, 10)):
+        for i in range(100):
+            rid, n = f"{band}{i}", (0 if band == "mid" else 100) + i
+            make = quality_fallback if band == "mid" else decision
+            events.append(make(event_id=eid(3000 + n), request_id=rid, task_type=IC, event_time=at(1),
+                               confidence=confidence, threshold=0.7))  # fmt: skip
+            if i < labeled:
+                labels.append(label(request_id=rid, source="offline_replay", device_acceptable=i < acceptable))
+    insert(warehouse, events, labels)
+    cal = calibration(warehouse, QueryWindow(START, END), target=0.95, min_n=30)[IC]
+    assert (cal["current_threshold"], cal["evidence_floor"]) == (0.7, 0.6)
+    assert cal["recommended_threshold"] is None  # §6, the labeled share: 0.914 at 0.60, too few labels above
+    assert cal["recommended_threshold_est"] == 0.6
+    est = cal["served_pass_est"]
+    assert est["rate"] == pytest.approx(0.95) and est["coverage"] == 1.0
+    assert est["n_eff"] == pytest.approx(316.666667)
+    assert est["ci"] == [pytest.approx(0.920145, abs=1e-6), pytest.approx(0.969069, abs=1e-6)]
+    band = cal["threshold_change_est"]["band"]
+    assert (cal["threshold_change_est"]["to"], band["low"], band["high"], band["n"]) == (0.6, 0.6, 0.7, 60)
+    assert band["pass_rate"] == pytest.approx(0.9)

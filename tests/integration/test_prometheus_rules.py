@@ -83,6 +83,24 @@ def test_promtool_checks_the_exported_rules(tmp_path, rules_path):
     assert "SUCCESS" in done.stdout
 
 
+@pytest.mark.parametrize("rules_path", [DEFAULT_RULES, SIM_RULES], ids=["shipped", "demo"])
+def test_rules_on_a_population_estimate_are_left_out_and_named(tmp_path, rules_path):
+    """The exporter has no per-stratum series, so the two rules that read §3c's estimates cannot be expressed in
+    PromQL: they are left out of the file (never replaced by the labeled share), and `rules export` names them."""
+    from tests.support.home import clean_env, run_cli
+    from warehouse.analytics.alerting.prometheus import unexported
+
+    path, _ = export(tmp_path, rules_path)
+    exported = {r["alert"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    _, rules = load_rules(rules_path)
+    assert {r.name for r in rules} - exported == {"false_fallback_high", "rollback_route_accuracy"}
+    assert [why.split(" ")[0] for why in unexported(rules)] == ["false_fallback_high", "rollback_route_accuracy"]
+    done = run_cli("rules", "export", "--format", "prometheus", env=clean_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "# Not exported: false_fallback_high (reads false_fallback_by_type.quality_est.rate" in done.stdout
+    assert "not exported: rollback_route_accuracy" in done.stderr
+
+
 def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
     rules, version = export(tmp_path)
 

@@ -210,3 +210,54 @@ def test_rollout_cohort_numbers_and_the_shadow_buckets(loaded):
     assert report["task_types"]["code_snippet"]["stage"] == "shadow"
     assert report["task_types"]["code_snippet"]["recommendation"] == "hold"  # 1 comparison a bucket is no evidence
     assert report["task_types"][B]["stage"] == "canary" and report["task_types"][B]["percent"] == 50.0
+
+
+def test_the_rollout_report_recommends_a_rollback_the_rules_raised_within_its_window_even_once_resolved(loaded):
+    """One rollback truth (docs/metrics.md): the tracker reads the window's rollback state, not only what fires as
+    it runs. A's rollback rule fired and resolved inside the window (it said "hold" before); an episode of B that
+    resolved before the window and a ticket on A are no rollback."""
+    import json
+    from datetime import timedelta
+
+    from warehouse.analytics.alerting.evaluate import Alert
+    from warehouse.queries.alerts import write_alerts
+
+    def episode(rule, task_type, first, last, action="rollback", severity="page", metric="degrade_trigger_rate"):
+        return Alert(
+            f"{rule}|{task_type}", first, rule, task_type, severity, action, rule, "resolved", last,
+            last + timedelta(minutes=6), json.dumps({"metric": metric, "windows": []}), "v", "sent",
+        ).row()  # fmt: skip
+
+    at = START + timedelta(days=3, hours=19, minutes=20)
+    write_alerts(
+        loaded,
+        [
+            episode("rollback_degrade_trigger", A, at, at + timedelta(minutes=20)),
+            episode("rollback_route_accuracy", A, at + timedelta(minutes=5), at + timedelta(minutes=25),
+                    metric="route_accuracy_est.rate"),
+            episode("fallback_rate_high", A, at, at + timedelta(minutes=20), action="", severity="ticket"),
+            episode("rollback_degrade_trigger", B, START - timedelta(days=2), START - timedelta(days=2, minutes=-15)),
+        ],
+    )  # fmt: skip
+    report = rollout_report(loaded, POLICY, QueryWindow(START, END))["task_types"]
+    a, b = report[A], report[B]
+    # A is at stage full (golden_week's policy): rolled back on both signals, 19:20 to 19:45, resolved 19:51
+    assert (a["recommendation"], a["to"], a["rollback_signals"]) == (
+        "rollback",
+        "cloud_only",
+        ["degrade_trigger_rate", "route_accuracy_est"],
+    )
+    assert a["rollback"]["words"] == (
+        f"rollback recommended for {A} (degrade_trigger_rate, route_accuracy_est) 2026-11-25 19:20 – 19:45 UTC, "
+        "resolved 19:51"
+    )
+    assert b["rollback"] == {
+        "recommended": False,
+        "signals": [],
+        "first_seen": None,
+        "last_seen": None,
+        "firing": False,
+        "resolved_at": None,
+        "words": "no rollback recommended",
+    }
+    assert b["recommendation"] != "rollback"

@@ -112,8 +112,14 @@ def test_seed004_cloud_outage_recommends_no_rollback_the_threshold_push_does_nam
         "rollback_route_accuracy|short_reply",
     ]
     assert {w for w, _ in fired} == {PUSH[0] + 2}
-    assert final.rollback_recommended() == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
-    assert final.as_dict()["rollback_recommended"] == {"short_reply": ["degrade_trigger_rate", "route_accuracy"]}
+    # route accuracy as §3c's estimate (the labels here cover every request: it equals the labeled share)
+    assert final.rollback_recommended() == {"short_reply": ["degrade_trigger_rate", "route_accuracy_est"]}
+    assert final.as_dict()["rollback_recommended"] == {"short_reply": ["degrade_trigger_rate", "route_accuracy_est"]}
+    # one recommendation, one page: the route accuracy episode is grouped with the degrade trigger's (no webhook here)
+    assert {a.rule: a.notify_state for a in final.firing if a.action == "rollback"} == {
+        "rollback_degrade_trigger": "no_webhook",
+        "rollback_route_accuracy": "grouped",
+    }
     body = alerting.slack_body(next(a for a in final.firing if a.rule == "rollback_degrade_trigger"))
     assert "ROLLBACK RECOMMENDED for short_reply: degrade_trigger_rate" in body["text"]
 

@@ -143,6 +143,13 @@ GOLDEN: list[Case] = [
     ),
     Case("short_reply", MORNING, "Good night.", "Good morning, have a great day!", False),
     Case("short_reply", FREE, "asdf qwerty", "Yes, I'm free later.", False),
+    # token F1 in [0.2, 0.4): the agreement settles nothing; the cloud model's rubric decides, or no verdict
+    Case("short_reply", FREE, "Yes, later works for me.", "Yes, I'm free later this afternoon.", True, "f1 0.36"),
+    Case("short_reply", THANKS, "Glad that helped.", "You're welcome, glad I could help!", True, "f1 0.22"),
+    Case("short_reply", MORNING, "Good luck with the exam.", "Good morning, have a great day!", False, "f1 0.22"),
+    Case(
+        "short_reply", MORNING, "Good evening, see you tomorrow.", "Good morning, have a great day!", False, "f1 0.20"
+    ),
     # short_summary: free text, judged by agreement with the cloud's summary
     Case(
         "short_summary",
@@ -215,6 +222,31 @@ GOLDEN: list[Case] = [
         "The meeting moved to Thursday because the room was booked; bring the budget draft.",
         False,
     ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "Delivery in two days; it shipped today.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        True,
+        "f1 0.33",
+    ),
+    Case(
+        "short_summary",
+        PACKAGE,
+        "The package will arrive next month.",
+        "The package left the warehouse this morning and should arrive in two days.",
+        False,
+        "f1 0.25",
+    ),
+    Case(
+        "short_summary",
+        MEETING,
+        "Please bring snacks to the party on Thursday.",
+        "The meeting moved to Thursday because the room was booked; bring the budget draft.",
+        False,
+        "f1 0.33",
+    ),
+    Case("short_summary", MEETING, "The meeting is on Thursday now.", None, True, "no cloud answer"),
     Case(
         "short_summary",
         PACKAGE,

@@ -103,11 +103,12 @@ def test_default_rules_load_and_cover_design_section_4():
 
 def test_seed004_rollback_rules_are_per_task_type_on_the_metrics_3b_signals_and_denominators():
     """docs/sources.md#seed-004-7 THRESHOLDS = {route_acc: 0.95, offload_fail: 0.02, degrade_rate: 0.05}, 3 windows;
-    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator."""
+    docs/metrics.md §3b: the minimum sample applies to each signal's own denominator; route accuracy rests on
+    labels, so the rule reads §3c's estimate of it and the estimate's interval."""
     _, rules = load_rules()
     rollback = {r.name: (r.metric, r.scope, r.op, r.limit, r.denominator) for r in rules if r.action == "rollback"}
     assert rollback == {
-        "rollback_route_accuracy": ("route_accuracy", "per_task_type", "<", 0.95, "route_labeled"),
+        "rollback_route_accuracy": ("route_accuracy_est.rate", "per_task_type", "<", 0.95, "route_labeled"),
         "rollback_offload_failure": ("offload_failure_rate", "per_task_type", ">", 0.02, "device_attempts"),
         "rollback_degrade_trigger": ("degrade_trigger_rate", "per_task_type", ">", 0.05, "device_entered"),
     }
@@ -520,3 +521,40 @@ def test_breaker_signals_are_window_rules_and_a_now_grain_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match="read per window"):
         load_rules(path)
+
+
+def _rollback(rule: str, first: datetime, notify_state: str = "pending", status: str = "firing", task="short_reply"):
+    return Alert(
+        f"{rule}|{task}", first, rule, task, "page", "rollback", rule, status, first + timedelta(minutes=15),
+        None, "{}", "v", notify_state,
+    )  # fmt: skip
+
+
+def test_one_rollback_recommendation_pages_once_however_many_of_its_rules_fire():
+    """Issue 38 ("On-call pages twice"): a second rollback rule firing for a task type whose rollback already
+    pages is grouped (stored, never delivered alone); two firing at once page the earlier; another task type pages
+    on its own; when the paging episode has resolved, a grouped one still firing pages."""
+    from warehouse.analytics.alerting.evaluate import GROUPED, one_page_per_rollback, pending, with_changes
+
+    t0 = datetime(2026, 12, 4, 4, 40, tzinfo=UTC)
+    degrade = _rollback("rollback_degrade_trigger", t0, "sent")
+    route = _rollback("rollback_route_accuracy", t0 + timedelta(minutes=5))
+    other = _rollback("rollback_degrade_trigger", t0 + timedelta(minutes=5), task="tool_call")
+    known = with_changes({}, [degrade, route, other])
+    changed = one_page_per_rollback(known, [route, other])
+    assert [(a.alert_key, a.notify_state) for a in changed] == [("rollback_route_accuracy|short_reply", GROUPED)]
+    known = with_changes(known, changed)
+    assert [a.alert_key for a in pending(known)] == ["rollback_degrade_trigger|tool_call"]
+    # both rules fire in one evaluation: the earlier pages, the later is grouped
+    fresh = [replace(degrade, notify_state="pending"), route]
+    changed = one_page_per_rollback(with_changes({}, fresh), fresh)
+    assert [(a.rule, a.notify_state) for a in changed] == [("rollback_route_accuracy", GROUPED)]
+    # the degrade trigger's episode resolved (its resolution pages); the route accuracy one still fires: it pages now
+    later = with_changes(known, [replace(degrade, status="resolved", notify_state="pending")])
+    changed = one_page_per_rollback(later, [])
+    assert [(a.rule, a.notify_state) for a in changed] == [("rollback_route_accuracy", "pending")]
+    # a grouped episode resolves quietly: nothing was paged for it alone
+    rule = load_rules()[1][0]
+    step = transition(replace(rule, name="rollback_route_accuracy"), "short_reply", BreachStreak(False),
+                      replace(route, notify_state=GROUPED), "v", t0 + timedelta(hours=1))  # fmt: skip
+    assert step[0] == "resolved" and step[1].notify_state == GROUPED

@@ -85,7 +85,7 @@ def test_the_kept_first_answer_is_judged_not_a_regeneration():
     device = InstantDevice(DeviceResult("weather", None, "none", 3, 1.0, 2.0, "ok"))  # what a re-run would say
     verdict = judge(device, POLICY, "r1", "intent_classify", "Classify: play some jazz", first_answer="banana")
     assert (verdict.acceptable, verdict.kept, verdict.answer) == (False, True, "banana")
-    assert ":judge-1:kept:" in label_for(verdict, "quality", NOW, "gemma").labeler
+    assert ":judge-2:kept:" in label_for(verdict, "quality", NOW, "gemma").labeler
 
 
 def test_the_cloud_is_asked_only_where_its_answer_helps():
@@ -119,3 +119,85 @@ def test_the_answer_declaration_is_optional_and_must_be_a_mapping():
     assert parse(base + ", answer: {labels: [a, b]}}\n").capability("t").answer == {"labels": ["a", "b"]}
     with pytest.raises(ConfigError, match="answer must be a mapping"):
         parse(base + ", answer: [a]}\n")
+
+
+@pytest.mark.parametrize(
+    "said, verdict",
+    [
+        ("ACCEPTABLE", True),
+        ("Acceptable.", True),
+        ("**UNACCEPTABLE** - it talks about Paris", False),
+        ("Not acceptable", False),
+        ("Request: Reply in one short sentence", None),  # the demo's stand-in cloud echoes its prompt
+        ("", None),
+        (None, None),
+        ("Yes", None),
+        ("UNACCEPTABLEattended", False),  # Gemma 270M runs stray letters into it
+        ("ACCEPTABLEに通い", True),
+    ],
+)
+def test_the_cloud_models_rubric_verdict_is_its_first_word_or_none(said, verdict):
+    from router.judge import rubric_verdict
+
+    assert rubric_verdict(said) is verdict
+
+
+def test_free_text_the_agreement_cannot_settle_goes_to_the_rubric_and_its_verdict_is_the_labels():
+    """ "Yes, later works for me." against the cloud's "Yes, I'm free later this afternoon.": token F1 2·0.4·(1/3) /
+    (0.4 + 1/3) = 0.364, between the cut-offs 0.2 and 0.4; the cloud model's one word decides, anything else gives
+    no verdict; a clear F1 never asks it."""
+    from router.judge import RUBRIC
+
+    cap, text = POLICY.capability("short_reply"), "Reply in one short sentence: are you free later?"
+    answer, reference = "Yes, later works for me.", "Yes, I'm free later this afternoon."
+    assert token_f1(answer, reference) == pytest.approx(0.8 / 2.2)
+    asked = []
+
+    def cloud_says(word):
+        def ask(messages):
+            asked.append(messages)
+            return word
+
+        return ask
+
+    j = judge_answer(cap, text, answer, reference, validate, cloud_says("ACCEPTABLE"))
+    assert (j.acceptable, j.method, j.labeler) == (True, "cloud_rubric", "cloud_rubric:judge-2")
+    system, user = asked[-1]
+    assert system == {"role": "system", "content": RUBRIC}
+    assert f"Reference reply: {reference}" in user["content"] and f"Reply to grade: {answer}" in user["content"]
+    j = judge_answer(cap, text, answer, reference, validate, cloud_says("UNACCEPTABLE"))
+    assert (j.acceptable, j.reason) == (False, "rubric;unclear:f1=0.36")
+    j = judge_answer(cap, text, answer, reference, validate, cloud_says("Request: Reply in"))
+    assert (j.acceptable, j.method, j.reason) == (None, "none", "unclear:f1=0.36;rubric_unclear")
+    j = judge_answer(cap, text, "Good morning!", None, validate, cloud_says("ACCEPTABLE"))  # no reference: rubric
+    assert (j.acceptable, j.method) == (True, "cloud_rubric") and "Reference reply: (none)" in asked[-1][1]["content"]
+    n = len(asked)
+    j = judge_answer(cap, text, "Yes, I am free later today.", reference, validate, cloud_says("UNACCEPTABLE"))
+    assert (j.acceptable, j.method, len(asked)) == (True, "cloud_agreement", n)  # F1 0.5: agreement decides
+
+
+def test_the_replay_asks_the_same_cloud_for_its_rubric_verdict_and_labels_it():
+    """router.replay: the cloud answers the request (the reference), then judges by the rubric through the same
+    client; the label's labeler names the method."""
+
+    class ScriptedCloud(InstantCloud):
+        def __init__(self, *texts):
+            self.texts, self.prompts = list(texts), []
+
+        def complete(self, prompt, **kwargs):
+            self.prompts.append(prompt)
+            return CloudResult(self.texts.pop(0), 5.0, "ok", 3)
+
+    cloud = ScriptedCloud("Yes, I'm free later this afternoon.", "UNACCEPTABLE")
+    v = judge(
+        InstantDevice(DeviceResult("x", None, "none", 3, 1.0, 2.0, "ok")),
+        POLICY,
+        "r1",
+        "short_reply",
+        "Reply in one short sentence: are you free later?",
+        cloud,
+        first_answer="Yes, later works for me.",
+    )
+    assert (v.acceptable, v.judged_by) == (False, "cloud_rubric")
+    assert cloud.prompts[1].messages[0]["content"].startswith("You grade a reply")
+    assert label_for(v, "quality", NOW, "gemma").labeler.startswith("offline-replay:cloud_rubric:judge-2:kept:gemma")

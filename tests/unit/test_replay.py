@@ -8,6 +8,7 @@ import pytest
 
 from instrumentation.contract import LABELS
 from router.backends import CloudResult, DeviceResult
+from router.judge import JUDGE_VERSION
 from router.policy import DEFAULT_POLICY, parse
 from router.replay import Verdict, judge, label_for, route_correct
 from router.sim.backends import InstantCloud, InstantDevice
@@ -78,7 +79,7 @@ def test_replay_judge_checks_meaning_or_agreement(task_type, device, cloud, acce
     if acceptable is None:
         assert label is None  # no verdict, no label
     else:
-        assert label.labeler.startswith(f"offline-replay:{judged_by}:judge-1:rerun:gemma")
+        assert label.labeler.startswith(f"offline-replay:{judged_by}:judge-{JUDGE_VERSION}:rerun:gemma")
         assert label.device_acceptable is acceptable
         assert (label.labeler.count(":") > 4) is (not acceptable)  # a reason when not acceptable
 

@@ -453,3 +453,37 @@ def test_a_policy_section_that_is_not_a_mapping_is_a_config_error_not_a_crash(se
     text = "version: t\ncapabilities: {short_reply: {supported: true, threshold: 0.6}}\n" + f"{section}: {value}\n"
     with pytest.raises(ConfigError, match=f"{section} must be a mapping"):
         parse(text)
+
+
+@pytest.mark.parametrize(
+    "strata, met, estimate, coverage, note",
+    [
+        # the labels of the canary's fallbacks pile up in [0.45, 0.65): 80 of its 100 fallbacks labeled, 4
+        # acceptable; [0.65, 0.85) holds 400 with 20 labeled, 6 acceptable → labeled share 10/100 = 0.10 (at the
+        # limit), estimate (100/500)·0.05 + (400/500)·0.3 = 0.25: the canary does not advance
+        ([(100, 80, 4), (400, 20, 6)], False, 0.25, 1.0, None),
+        # the same labels where a third stratum of 500 fallbacks has none: coverage 500/1000, said in the note
+        (
+            [(100, 80, 4), (400, 20, 6), (500, 0, 0)],
+            False,
+            0.25,
+            0.5,
+            "labels cover strata holding 50.0% of the fallbacks",
+        ),
+        # labeled in proportion (20 of 100, 80 of 400; 2 and 8 acceptable): estimate = labeled share = 0.10
+        ([(100, 20, 2), (400, 80, 8)], True, 0.10, 1.0, None),
+    ],
+)
+def test_the_canarys_false_fallback_condition_judges_the_estimate_with_the_labeled_share_beside_it(
+    strata, met, estimate, coverage, note
+):
+    """docs/metrics.md §3c on the stage tracker: labels are no random sample, so canary → full judges the false
+    fallbacks' estimate; the labeled share (10/100, exactly the limit) stands beside it."""
+    numbers = canary_numbers({"false_fallback_strata": strata})
+    cond = next(
+        c for c in evaluate_stage("canary", numbers, LIMITS)["conditions"] if c["condition"].startswith("false")
+    )
+    assert cond["condition"] == "false fallback rate (estimate)"
+    assert (cond["met"], cond["labeled_share"], cond["n"]) == (met, 0.10, 100)
+    assert cond["value"] == pytest.approx(estimate) and cond["coverage"] == pytest.approx(coverage)
+    assert cond.get("note") == note

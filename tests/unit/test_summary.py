@@ -44,7 +44,11 @@ REVIEW = {
     ),
     "rollout": report(
         intent_classify={"stage": "full", "recommendation": "hold"},
-        short_reply={"stage": "full", "recommendation": "hold"},
+        short_reply={
+            "stage": "full",
+            "recommendation": "rollback",
+            "rollback": {"recommended": True, "words": "rollback recommended for short_reply (route_accuracy) …"},
+        },
         tool_call={"stage": "full", "recommendation": "hold"},
         slot_extract={"stage": "canary", "recommendation": "advance"},
     ),
@@ -52,17 +56,20 @@ REVIEW = {
 
 
 def test_rows_are_sorted_by_what_needs_action_first():
-    out = rows(METRICS, REVIEW, {"short_reply": ["rollback_route_accuracy", "rollback_degrade_trigger"]})
+    out = rows(METRICS, REVIEW)
     assert [(r["task type"], r["needs"]) for r in out] == [
-        ("short_reply", "rollback recommended"),  # the alerts of the range recommended it
+        ("short_reply", "rollback recommended"),  # the range's rollback state (warehouse.analytics.rollback)
         ("intent_classify", "threshold to move"),
         ("tool_call", "verdicts disagree"),
         ("slot_extract", "stage ready to advance"),
     ]
-    short_reply, intent, tool_call, _ = out
-    assert short_reply["where they disagree"].startswith(
-        "the alerts recommended a rollback in the range (rollback_degrade_trigger, rollback_route_accuracy)"
+    short_reply, intent, tool_call, slot_extract = out
+    # one truth: the row's recommendation and its rollback words come from the same state
+    assert (short_reply["recommendation"], short_reply["rollback"]) == (
+        "rollback",
+        "rollback recommended for short_reply (route_accuracy) …",
     )
+    assert slot_extract["rollback"] == "no rollback recommended"
     # no by-type figure: the combined false-fallback rate with its interval stands in
     assert short_reply["false fallbacks (quality)"] == "90.0% [60.0%, 98.0%] of 10 (all types)"
     assert short_reply["recommended threshold"] == "keep 0.60"
@@ -89,3 +96,36 @@ def test_reconcile_says_where_the_three_verdicts_disagree():
     # agreement: nothing to say
     assert reconcile({"tier": "offload"}, {"verdict": "ready"}, {"stage": "full"}) == ""
     assert reconcile(None, None, None) == ""
+
+
+def test_false_fallbacks_show_the_estimate_with_the_labeled_share_beside_it_and_warn_below_080_coverage():
+    """docs/metrics.md §3c on the glance row: the estimate and its interval first, the labeled share beside it."""
+    group = {
+        "false_fallback_by_type": {
+            "quality": {"rate": 0.25, "labeled": 40, "ci": [0.14, 0.4]},
+            "quality_est": {"rate": 0.125, "ci": [0.05, 0.28], "n_eff": 30.0, "coverage": 0.9},
+        }
+    }
+    assert rows({"by_task_type": {"t": group}}, {})[0]["false fallbacks (quality)"] == (
+        "est. 12.5% [5.0%, 28.0%] · labeled 25.0% of 40"
+    )
+    group["false_fallback_by_type"]["quality_est"]["coverage"] = 0.625
+    assert rows({"by_task_type": {"t": group}}, {})[0]["false fallbacks (quality)"] == (
+        "est. 12.5% [5.0%, 28.0%] ⚠ coverage 62.5% · labeled 25.0% of 40"
+    )
+
+
+def test_the_recommended_threshold_is_the_one_on_the_estimate_where_the_metric_set_has_it():
+    """docs/metrics.md §6 beside §3c: §6's labeled rule recommends nothing (0.914 labeled), the estimate 0.60;
+    the row says the estimate's move and the band it crosses."""
+    calibration = {
+        "current_threshold": 0.70,
+        "recommended_threshold": None,
+        "recommended_threshold_est": 0.60,
+        "threshold_change_est": {"from": 0.7, "to": 0.6, "band": {"low": 0.6, "high": 0.7, "n": 60, "pass_rate": 0.9}},
+    }
+    row = rows({"by_task_type": {"t": {}}, "calibration": {"t": calibration}}, {})[0]
+    assert (row["needs"], row["recommended threshold"]) == (
+        "threshold to move",
+        "0.70 → 0.60 (band [0.60, 0.70): n = 60, pass 90.0%)",
+    )

@@ -77,6 +77,7 @@ def empty_group() -> dict[str, Any]:
         },
         "false_fallback_est": dict(stats.EMPTY_ESTIMATE),
         "missed_fallback_est": dict(stats.EMPTY_ESTIMATE),
+        "route_accuracy_est": dict(stats.EMPTY_ESTIMATE),
         "route_labeled": 0,
         "route_accuracy_ci": None,
         "device_attempts": 0,
@@ -205,6 +206,7 @@ def estimates(group: dict[str, Any], strata: dict[str, list[tuple[int, int, int]
     group["false_fallback_est"] = stats.post_stratified(strata["ff"])
     group["missed_fallback_est"] = stats.post_stratified(strata["mf"])
     group["false_fallback_by_type"]["quality_est"] = stats.post_stratified(strata["qf"])
+    group["route_accuracy_est"] = stats.post_stratified(strata["ra"])
 
 
 def merged_strata(by_task: dict[str, dict[str, list]]) -> dict[str, list]:
@@ -313,6 +315,7 @@ def calibration(
         with decision_queries.materialized_window(client, window):
             return calibration(client, window, target, min_n, edges, decision_queries.WINDOW_TABLE, local_floor)
     blocks_by_type = label_queries.confidence_blocks(client, window_table)
+    served_by_type = label_queries.served_strata(client, window_table, edges)
     found: dict[str, Any] = {}
     for cal in label_queries.calibration(client, window, edges, window_table=window_table):
         total = sum(cal.bucket_n)
@@ -352,7 +355,27 @@ def calibration(
             ),
             None,
         )
+        # §3c: the same rule on the post-stratified pass rate of what each threshold serves (labels pile up in the
+        # bands the replay samples, which moves the labeled rate, not the estimate)
+        served = [stats.post_stratified(strata) for strata in served_by_type.get(cal.task_type, [])]
+        recommended_est = next(
+            (
+                c
+                for (c, n, _), est in zip(cal.grid, served)
+                if floor is not None
+                and c >= floor
+                and n >= min_n
+                and est["rate"] is not None
+                and est["rate"] >= target
+                and (local(c) or 0.0) >= local_floor
+            ),
+            None,
+        )
+        at = {c: est for (c, _, _), est in zip(cal.grid, served)}
         found[cal.task_type] = {
+            "recommended_threshold_est": recommended_est,
+            "served_pass_est": at.get(recommended_est, dict(stats.EMPTY_ESTIMATE)),
+            "threshold_change_est": threshold_change(blocks, cal.current_threshold, recommended_est),
             "buckets": rows,
             "monotonic": not non_monotonic,
             "non_monotonic_buckets": non_monotonic,

@@ -15,7 +15,7 @@ from typing import Any
 from router.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
-from warehouse.analytics import stats
+from warehouse.analytics import rollback, stats
 from warehouse.analytics.metrics import iso
 from warehouse.analytics.stats import ratio
 from warehouse.queries import decisions
@@ -297,7 +297,14 @@ def evidence(g: dict[str, Any]) -> str:
         f"memory on {m.get('tier') or '—'} (n {m.get('n', 0)}){'; ' + m['note'] if m.get('note') else ''}",
         f"duration n {d.get('n', 0)}, {d.get('timed_out', 0)} timed out"
         f"{'; ' + d['note'] if d.get('note') else ''}{'' if d.get('streamable', True) else '; not streamable'}",
-        f"quality n {q.get('n', 0)}, missed est {_pct(est.get('rate'))}{_ci(est.get('ci'))}, auto-detected "
+        f"quality n {q.get('n', 0)}, missed est {_pct(est.get('rate'))}{_ci(est.get('ci'))}"
+        + (f" (labeled {_pct(q['missed_fallback_rate'])})" if q.get("missed_fallback_rate") is not None else "")
+        + (
+            f" ⚠ coverage {_pct(est['coverage'])}"
+            if est.get("coverage") is not None and est["coverage"] < stats.LOW_COVERAGE
+            else ""
+        )
+        + ", auto-detected "
         f"{_pct(q.get('auto_detected'))}{_ci(q.get('auto_detected_ci'))}"
         f"{'; ' + q['note'] if q.get('note') else ''}",
     ]
@@ -391,7 +398,18 @@ def evaluate_stage(stage: str, numbers: dict[str, Any], limits: RolloutLimits) -
             ("offload failure rate", "offload_failures", "device_attempts", limits.offload_failure_rate),
         ):
             n = canary.get(den, 0)
-            conditions.append(_at_most(name, ratio(canary.get(num, 0), n), limit, n, limits.min_n))
+            labeled_share = ratio(canary.get(num, 0), n)
+            if num == "false_fallbacks" and canary.get("false_fallback_strata"):
+                # labels are no random sample (docs/metrics.md §3c): judged on the estimate, the labeled share beside
+                est = stats.post_stratified(canary["false_fallback_strata"])
+                cond = _at_most(f"{name} (estimate)", est["rate"], limit, n, limits.min_n)
+                cond.update(labeled_share=labeled_share, ci=est["ci"], coverage=est["coverage"])
+                if est["coverage"] < stats.LOW_COVERAGE:
+                    warn = f"labels cover strata holding {_pct(est['coverage'])} of the fallbacks"
+                    cond["note"] = f"{cond['note']}; {warn}" if cond.get("note") else warn
+                conditions.append(cond)
+                continue
+            conditions.append(_at_most(name, labeled_share, limit, n, limits.min_n))
         c_n, k_n = canary.get("requests", 0), cloud.get("requests", 0)
         c_l4, k_l4 = ratio(canary.get("l4", 0), c_n), ratio(cloud.get("l4", 0), k_n)
         margin = None if c_l4 is None or k_l4 is None else c_l4 - k_l4
@@ -570,14 +588,23 @@ def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, di
 
 
 def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None) -> dict[str, Any]:
-    """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict."""
+    """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict. The
+    rollback recommendation is the window's (`warehouse.analytics.rollback`, the reading On-call and the tuning
+    page share), under `rollback` with its words."""
     days = (window.end - window.start).total_seconds() / 86400
     numbers = review_queries.rollout_numbers(client, window)
-    names = sorted(set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers))
+    rollbacks = rollback.rollback_states(client, window.start, window.end)
+    names = sorted(
+        set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers) | set(rollbacks)
+    )
     out = {}
     for task_type in names:
         stage = policy.stage(task_type)
-        verdict = evaluate_stage(stage.stage, numbers.get(task_type) or {}, policy.rollout_limits)
+        state = rollback.state_of(rollbacks, task_type)
+        verdict = evaluate_stage(
+            stage.stage, {**(numbers.get(task_type) or {}), "rollback": list(state.signals)}, policy.rollout_limits
+        )
+        verdict["rollback"] = state.public()
         if stage.stage == "canary":
             verdict["percent"] = stage.percent
         out[task_type] = verdict

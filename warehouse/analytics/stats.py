@@ -97,6 +97,7 @@ def isotonic_blocks(blocks: Sequence[tuple[float, int, int]]) -> list[float]:
 
 
 EMPTY_ESTIMATE = {"rate": None, "ci": None, "n_eff": None, "coverage": None}
+LOW_COVERAGE = 0.8  # docs/metrics.md §3c: an estimate whose labels cover less of its population, the pages warn
 
 
 def post_stratified(strata: Sequence[tuple[int, int, int]]) -> dict:

@@ -358,7 +358,7 @@ def recorded(threshold: dict[str, Any]) -> str:
     return "—" if low is None else (f"{low:g}" if low == high else f"{low:g}–{high:g}")
 
 
-LOW_ESTIMATE_COVERAGE = 0.8  # docs/metrics.md §3c: below this share of the population covered, the pages warn
+LOW_ESTIMATE_COVERAGE = stats.LOW_COVERAGE  # docs/metrics.md §3c: below it, the what-if warns
 
 
 def _coverage(est: Mapping[str, Any]) -> str:

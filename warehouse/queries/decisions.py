@@ -331,13 +331,14 @@ def materialized_window(client, window: QueryWindow, task_types: tuple[str, ...]
 
 # §3c: the strata the population estimates are post-stratified on — task type × confidence bucket (§6's edges,
 # bucket -1 for a null confidence) — with, per measure, the population's events in the stratum (N), those with
-# a chosen label (n) and the hits among them (k): `ff` the judged fallbacks (hit: acceptable), `qf` the quality
-# fallbacks alone, `mf` the device-served (hit: not acceptable). Over the materialized window.
+# a chosen label (n) and the hits among them (k): `ra` every live event (labeled: its chosen label has a route
+# verdict; hit: the route was right), `ff` the judged fallbacks (hit: acceptable), `qf` the quality fallbacks
+# alone, `mf` the device-served (hit: not acceptable). Over the materialized window.
 STRATA_SQL = named(
     "label_strata",
     """
 WITH j AS (
-    SELECT task_type, fallback_type, labeled, acceptable,
+    SELECT task_type, fallback_type, labeled, acceptable, route_ok,
            if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
            entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
            entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
@@ -345,6 +346,9 @@ WITH j AS (
     WHERE mode = 'live'
 )
 SELECT task_type, bucket,
+       count() AS ra_N,
+       countIf(route_ok IS NOT NULL) AS ra_n,
+       countIf(route_ok) AS ra_k,
        countIf(judged_fallback) AS ff_N,
        countIf(judged_fallback AND labeled = 1) AS ff_n,
        countIf(judged_fallback AND labeled = 1 AND acceptable) AS ff_k,
@@ -360,11 +364,11 @@ ORDER BY task_type, bucket
 """,
     FRAGMENTS,
 )
-STRATA_MEASURES = ("ff", "qf", "mf")
+STRATA_MEASURES = ("ra", "ff", "qf", "mf")
 
 
 def label_strata(client, inner_edges: tuple[float, ...]) -> dict[str, dict[str, list[tuple[int, int, int]]]]:
-    """§3c (materialized window): task_type → measure (`ff`, `qf`, `mf`) → [(N_h, n_h, k_h)] per confidence
+    """§3c (materialized window): task_type → measure (`ra`, `ff`, `qf`, `mf`) → [(N_h, n_h, k_h)] per confidence
     bucket of `inner_edges` (§6's edges without 0 and 1), null confidence its own stratum."""
     found: dict[str, dict[str, list[tuple[int, int, int]]]] = {}
     for row in dict_rows(client, STRATA_SQL, {"inner_edges": list(inner_edges)}):

@@ -177,6 +177,41 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
     return found
 
 
+# §3c for §6: the population the device would serve at each threshold grid point c — device-entered live events with
+# a confidence >= c, labeled or not — per task type and confidence bucket (the strata), with those labeled (n) and
+# acceptable (k) among them: the post-stratified pass rate of what a threshold serves, beside §6's labeled one.
+# Read from the materialized window (acceptable is NULL without a chosen label).
+_SERVED_STRATA = """
+SELECT task_type, bucket,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c), {grid:Array(Float64)})) AS big,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND acceptable IS NOT NULL), {grid:Array(Float64)})) AS n,
+       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND ok), {grid:Array(Float64)})) AS k
+FROM (
+    SELECT task_type, confidence, ifNull(acceptable, false) AS ok, acceptable,
+           arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket
+    FROM $window
+    WHERE mode = 'live' AND entered_device AND confidence IS NOT NULL
+)
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
+"""
+
+
+def served_strata(
+    client, window_table: str, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID
+) -> dict[str, list[list[tuple[int, int, int]]]]:
+    """task type → per grid point (the order of `grid`) → [(N_h, n_h, k_h)] per confidence bucket of `edges`: the
+    device-entered events with confidence >= c, those labeled, those acceptable (docs/metrics.md §3c over §6)."""
+    sql = named("served_strata", _SERVED_STRATA, window=window_table)
+    parameters = {"grid": list(grid), "inner_edges": list(edges[1:-1])}
+    found: dict[str, list[list[tuple[int, int, int]]]] = {}
+    for task_type, _, big, n, k in client.query(sql, parameters=parameters).result_rows:
+        per = found.setdefault(task_type, [[] for _ in grid])
+        for i in range(len(grid)):
+            per[i].append((int(big[i]), int(n[i]), int(k[i])))
+    return found
+
+
 # The offline replay's sample: judged fallbacks (docs/metrics.md §3: live, entered the device, quality or
 # timeout) in the window that no offline replay has labeled yet, **per stratum** — task type × confidence
 # bucket (§6's edges, -1 for a null confidence), the strata §3c post-stratifies on — up to `limit` of each, in
@@ -221,7 +256,8 @@ def replay_sample(
 # Labels as of their arrival (docs/metrics.md "Labels as of their arrival"): the label-dependent numbers of
 # each window of a grain, counting only the labels whose own event_time is at or before `as_of` (the alert
 # evaluation's time), the chosen label (§3) picked among those. One pass over the windows an alert rule reads,
-# per task type and overall (task_type NULL). Decisions are folded by FINAL (an exact re-delivery counts once).
+# per task type × confidence bucket (§3c's strata; `labels_as_of` adds them up overall). Decisions are folded by
+# FINAL (an exact re-delivery counts once).
 _ARRIVED_LABELS = _CHOSEN_LABELS.replace(
     "WHERE device_acceptable IS NOT NULL AND",
     "WHERE device_acceptable IS NOT NULL AND event_time <= {as_of:DateTime64(3, 'UTC')} AND",
@@ -232,6 +268,7 @@ LABELS_AS_OF_SQL = named(
     """
 WITH w AS (
     SELECT task_type, request_id, entered_device, fallback_type, degrade_level,
+           if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
            toStartOfInterval(event_time, toIntervalSecond({step:UInt32})) AS start
     FROM $decisions FINAL
     WHERE event_time >= {since:DateTime64(3, 'UTC')} AND event_time < {until:DateTime64(3, 'UTC')}
@@ -239,37 +276,57 @@ WITH w AS (
 ),
 """
     + _ARRIVED_LABELS
-    + """
-SELECT
-    w.task_type AS task_type, w.start AS start,
-    countIf(c.route_ok IS NOT NULL) AS route_labeled,
-    countIf(c.route_ok) AS route_correct,
-    countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND c.labeled = 1) AS false_fallback_labeled,
-    countIf(entered_device AND fallback_type IN ('quality', 'timeout') AND c.labeled = 1 AND c.acceptable)
-        AS false_fallbacks,
-    countIf(entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AND c.labeled = 1)
-        AS missed_fallback_labeled,
-    countIf(entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AND c.labeled = 1
-            AND NOT c.acceptable) AS missed_fallbacks
-FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
-GROUP BY GROUPING SETS ((w.task_type, w.start), (w.start))
-ORDER BY task_type, start
-SETTINGS group_by_use_nulls = 1
+    + """,
+j AS (
+    SELECT w.task_type AS task_type, w.start AS start, w.bucket AS bucket, c.labeled AS labeled,
+           c.acceptable AS acceptable, c.route_ok AS route_ok,
+           entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
+           entered_device AND fallback_type = 'quality' AS quality_fallback,
+           entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
+    FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+)
+SELECT task_type, start, bucket,
+       count() AS ra_N, countIf(route_ok IS NOT NULL) AS ra_n, countIf(route_ok) AS ra_k,
+       countIf(judged_fallback) AS ff_N, countIf(judged_fallback AND labeled = 1) AS ff_n,
+       countIf(judged_fallback AND labeled = 1 AND acceptable) AS ff_k,
+       countIf(quality_fallback) AS qf_N, countIf(quality_fallback AND labeled = 1) AS qf_n,
+       countIf(quality_fallback AND labeled = 1 AND acceptable) AS qf_k,
+       countIf(device_served) AS mf_N, countIf(device_served AND labeled = 1) AS mf_n,
+       countIf(device_served AND labeled = 1 AND NOT acceptable) AS mf_k
+FROM j
+GROUP BY task_type, start, bucket
+ORDER BY task_type, start, bucket
 """,
 )
+# The measures of LABELS_AS_OF_SQL (docs/metrics.md §3c's populations): `ra` every live event (hit: the route was
+# right; its labeled n is `route_labeled`), `ff` the judged fallbacks (hit: acceptable), `qf` the quality fallbacks
+# alone, `mf` the device-served (hit: not acceptable).
+AS_OF_MEASURES = ("ra", "ff", "qf", "mf")
 
 
-def labels_as_of(client, step_s: int, since, until, as_of) -> dict[tuple[str, object], dict[str, int]]:
-    """(task_type, window start) → the label counts of each window of `step_s` seconds starting in
-    [since, until), counting only labels that had arrived by `as_of`; the overall rows under task type ''."""
+def labels_as_of(
+    client, step_s: int, since, until, as_of, edges: tuple[float, ...] = DEFAULT_EDGES
+) -> dict[tuple[str, object], dict[str, list[tuple[int, int, int]]]]:
+    """(task_type, window start) → measure (AS_OF_MEASURES) → [(N_h, n_h, k_h)] per stratum (confidence bucket of
+    `edges`, null confidence its own; overall, under task type '', every task type × bucket) of each window of
+    `step_s` seconds starting in [since, until), counting only labels that had arrived by `as_of`."""
 
     parameters = {
         "step": int(step_s),
         "since": utc_text(since),
         "until": utc_text(until),
         "as_of": utc_text(as_of),
+        "inner_edges": list(edges[1:-1]),
         **label_source_parameters(),
     }
+    found: dict[tuple[str, object], dict[str, list[tuple[int, int, int]]]] = {}
+    for row in dict_rows(client, LABELS_AS_OF_SQL, parameters):
+        start = utc(row["start"])
+        for key in ((row["task_type"], start), ("", start)):
+            per = found.setdefault(key, {m: [] for m in AS_OF_MEASURES})
+            for m in AS_OF_MEASURES:
+                per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
+    return found
     return {
         (row.pop("task_type") or "", utc(row.pop("start"))): {k: int(v) for k, v in row.items()}
         for row in dict_rows(client, LABELS_AS_OF_SQL, parameters)

@@ -238,6 +238,25 @@ ORDER BY task_type, stage
     FRAGMENTS,
 )
 
+# The canary → full condition on false fallbacks reads §3c's estimate (docs/metrics.md): per cohort, the judged
+# fallbacks of each confidence bucket (N), those labeled (n) and acceptable among them (k).
+COHORT_STRATA_SQL = named(
+    "rollout_cohort_strata",
+    """
+WITH $review_cte,
+$chosen_labels_cte
+SELECT w.task_type AS task_type, w.rollout_stage AS stage,
+       if(w.confidence IS NULL, -1, arrayCount(e -> e <= w.confidence, {inner_edges:Array(Float64)})) AS bucket,
+       count() AS big, countIf(c.labeled = 1) AS n, countIf(c.labeled = 1 AND c.acceptable) AS k
+FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+WHERE w.mode = 'live' AND w.rollout_stage IS NOT NULL
+  AND w.entered_device AND w.fallback_type IN ('quality', 'timeout')
+GROUP BY task_type, stage, bucket
+ORDER BY task_type, stage, bucket
+""",
+    FRAGMENTS,
+)
+
 # Shadow → canary: agreement per input-length bucket (with its sample), and the device's error rate
 # (L0 attempts that timed out or errored) in each half of the task type's shadow traffic (split at the
 # midpoint between its first and last shadow event in the window: a review window longer than the
@@ -271,16 +290,6 @@ FROM w INNER JOIN mid ON w.task_type = mid.task_type
 WHERE w.mode = 'shadow'
 GROUP BY task_type, second_half
 ORDER BY task_type, second_half
-""",
-    FRAGMENTS,
-)
-
-FIRING_ROLLBACKS_SQL = named(
-    "firing_rollbacks",
-    """
-SELECT task_type, groupArray(rule) AS rules
-FROM (SELECT * FROM $alerts FINAL WHERE status = 'firing' AND action = 'rollback')
-GROUP BY task_type
 """,
     FRAGMENTS,
 )
@@ -384,8 +393,10 @@ def task_review(
 
 
 def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
-    """task type → {stage: cohort counts}, `buckets` {bucket: (compared, agreed)}, `errors` [(attempts, errors)
-    of the first half, of the second], `rollback` [firing rollback rules]."""
+    """task type → {stage: cohort counts, with `false_fallback_strata` [(N_h, n_h, k_h)] per confidence bucket},
+    `buckets` {bucket: (compared, agreed)}, `errors` [(attempts, errors)
+    of the first half, of the second]; `rollback` stays empty here (the caller fills it from
+    `warehouse.analytics.rollback`, the one reading of the rollback recommendation)."""
     found: dict[str, dict[str, Any]] = {}
 
     def of(task_type: str) -> dict[str, Any]:
@@ -394,13 +405,16 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     for r in dict_rows(client, COHORTS_SQL, chosen_parameters(window)):
         task_type, stage = r.pop("task_type"), r.pop("stage")
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
+    from warehouse.queries.labels import DEFAULT_EDGES
+
+    strata = {**chosen_parameters(window), "inner_edges": list(DEFAULT_EDGES[1:-1])}
+    for r in dict_rows(client, COHORT_STRATA_SQL, strata):
+        cohort = of(r["task_type"])["cohorts"].setdefault(r["stage"], {})
+        cohort.setdefault("false_fallback_strata", []).append((int(r["big"]), int(r["n"]), int(r["k"])))
     for r in dict_rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
         of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
     for r in dict_rows(client, SHADOW_ERRORS_SQL, window.parameters()):
         of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
-    for r in dict_rows(client, FIRING_ROLLBACKS_SQL):
-        if r["task_type"]:
-            of(r["task_type"])["rollback"] = sorted(r["rules"])
     return found
 
 

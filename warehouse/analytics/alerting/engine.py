@@ -35,6 +35,7 @@ from warehouse.analytics.alerting.evaluate import (
     evaluate,
     evaluate_signal,
     latest_streak,
+    one_page_per_rollback,
     open_by_key,
     pending,
     scopes,
@@ -71,8 +72,10 @@ def run(
     known = stored_episodes(client, now)
     firing = open_by_key(known)
     change = transitions(verdicts(client, rules, firing, now), firing, version, now)
-    store.write_alerts(client, [a.row() for a in change.changed])
     known = with_changes(known, change.changed)
+    grouped = one_page_per_rollback(known, change.fired)  # one rollback recommendation of a task type, one page
+    known = with_changes(known, grouped)
+    store.write_alerts(client, [a.row() for a in with_changes({}, [*change.changed, *grouped]).values()])
     deliveries, failures = deliver_pending(client, known, notifier)
     refresh = getattr(notifier, "refresh", None)  # Alertmanager: a firing alert is re-sent while it fires
     if refresh is not None:
@@ -194,39 +197,58 @@ def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
     return latest, store.window_series(client, grain, latest - GRAINS[grain] * LOOKBACK_WINDOWS, latest)
 
 
-# The window keys that rest on labels (docs/metrics.md §3, §3b): an alert evaluated as of `now` recomputes them
-# from the labels that had arrived by `now` (their own event_time), whatever the stored window holds.
+# The window keys that rest on labels (docs/metrics.md §3, §3b, §3c): an alert evaluated as of `now` recomputes
+# them from the labels that had arrived by `now` (their own event_time), whatever the stored window holds. A rule
+# reads a label key when its metric, denominator or interval is one of these or lies under one
+# (`false_fallback_by_type.quality_est.rate`).
 LABEL_KEYS = (
     "route_accuracy",
     "route_accuracy_ci",
     "route_labeled",
+    "route_accuracy_est",
     "false_fallback_rate",
     "false_fallback_ci",
     "false_fallback_labeled",
+    "false_fallback_est",
+    "false_fallback_by_type",
     "missed_fallback_rate",
     "missed_fallback_ci",
     "missed_fallback_labeled",
+    "missed_fallback_est",
 )
 
 
 def uses_labels(rule: Rule) -> bool:
-    return any(k in LABEL_KEYS for k in (rule.metric, rule.denominator, rule.interval) if k)
+    return any(k.split(".")[0] in LABEL_KEYS for k in (rule.metric, rule.denominator, rule.interval) if k)
 
 
-def as_of_arrival(metrics: dict, counts: dict[str, int] | None) -> dict:
-    """A stored window's metrics with its label keys recomputed from `counts` (`labels.labels_as_of`: only the
-    labels that had arrived); no counts (no live event in the window) → nothing labeled."""
-    counts = counts or {}
+def as_of_arrival(metrics: dict, strata: dict[str, list[tuple[int, int, int]]] | None) -> dict:
+    """A stored window's metrics with its label keys recomputed from `strata` (`labels.labels_as_of`: per measure,
+    (N_h, n_h, k_h) per stratum, counting only the labels that had arrived): the labeled shares, their Wilson
+    intervals and denominators (§3, §3b), the quality fallbacks alone (`false_fallback_by_type.quality`) and the
+    §3c estimates; no strata (no live event in the window) → nothing labeled."""
+    strata = strata or {}
     out = dict(metrics)
-    for key, hits, n in (
-        ("route_accuracy", "route_correct", "route_labeled"),
-        ("false_fallback", "false_fallbacks", "false_fallback_labeled"),
-        ("missed_fallback", "missed_fallbacks", "missed_fallback_labeled"),
+
+    def counts(measure: str) -> tuple[int, int]:
+        rows = strata.get(measure) or []
+        return sum(k for _, _, k in rows), sum(n for _, n, _ in rows)
+
+    for key, measure, n_key in (
+        ("route_accuracy", "ra", "route_labeled"),
+        ("false_fallback", "ff", "false_fallback_labeled"),
+        ("missed_fallback", "mf", "missed_fallback_labeled"),
     ):
-        k, labeled = counts.get(hits, 0), counts.get(n, 0)
+        k, labeled = counts(measure)
         out[key if key == "route_accuracy" else f"{key}_rate"] = stats.ratio(k, labeled)
         out[f"{key}_ci"] = stats.wilson(k, labeled)
-        out[n] = labeled
+        out[n_key] = labeled
+        out[f"{key}_est"] = stats.post_stratified(strata.get(measure) or [])
+    k, labeled = counts("qf")
+    by_type = dict(out.get("false_fallback_by_type") or {})
+    by_type["quality"] = {"rate": stats.ratio(k, labeled), "labeled": labeled, "ci": stats.wilson(k, labeled)}
+    by_type["quality_est"] = stats.post_stratified(strata.get("qf") or [])
+    out["false_fallback_by_type"] = by_type
     return out
 
 
@@ -245,9 +267,9 @@ def labels_as_of(client, grain: str, rows: list, latest: datetime, now: datetime
     step = GRAINS[grain]
     horizon = max(LATE_LABEL_HORIZON, step * windows)
     since = max(min(start for _, start, _ in rows), latest - horizon)
-    counts = label_queries.labels_as_of(client, int(step.total_seconds()), since, latest + step, now)
+    strata = label_queries.labels_as_of(client, int(step.total_seconds()), since, latest + step, now)
     return [
-        (task_type, start, as_of_arrival(m, counts.get((task_type, start))) if start >= since else m)
+        (task_type, start, as_of_arrival(m, strata.get((task_type, start))) if start >= since else m)
         for task_type, start, m in rows
     ]
 

@@ -117,6 +117,12 @@ def breaker_open_series(transitions: list[dict], starts: list[datetime], step: t
     return points
 
 
+def signal(metric: str) -> str:
+    """A rule's metric as the signal it names: `.rate` of a §3c estimate dropped (`route_accuracy_est.rate` →
+    `route_accuracy_est`), any other metric as it is."""
+    return metric.removesuffix(".rate")
+
+
 def dig(metrics: dict, path: str):
     """A metric of a stored window by its dotted path (`degrade_share.L4`); None when absent."""
     value: Any = metrics
@@ -133,7 +139,7 @@ def series_by_scope(rule: Rule, rows: Iterable[tuple[str, datetime, dict]]) -> d
     for task_type, start, metrics in rows:
         if (rule.scope == "overall") != (task_type == ""):
             continue
-        n = metrics.get(rule.denominator) if rule.denominator else None
+        n = dig(metrics, rule.denominator) if rule.denominator else None
         interval = dig(metrics, rule.interval) if rule.interval else None
         series.setdefault(task_type, []).append(Point(start, dig(metrics, rule.metric), n, interval))
     return series
@@ -228,8 +234,36 @@ def transition(
             # demo re-run evaluating its span after `alerts --evaluate` ran as of the wall clock) cannot say it
             # is over: it would resolve before it fired. A later evaluation resolves it.
             return None
-        return "resolved", replace(current, status="resolved", resolved_at=now, notify_state="pending")
+        # a rollback episode paged with its task type's first one (`one_page_per_rollback`) resolves quietly too
+        state = GROUPED if current.notify_state == GROUPED else "pending"
+        return "resolved", replace(current, status="resolved", resolved_at=now, notify_state=state)
     return None
+
+
+GROUPED = "grouped"  # notify_state of a rollback episode paged with its task type's first one (never delivered alone)
+
+
+def one_page_per_rollback(known: Episodes, fired: Iterable[Alert]) -> list[Alert]:
+    """One rollback recommendation, one page (docs/metrics.md, "One rollback truth"): a rollback episode fired while
+    another rollback episode of the same task type fires is `grouped` — stored, listed, never delivered on its own
+    (a second signal of the same recommendation paged on-call twice). When the episode that paged has resolved and a
+    grouped one still fires, the grouped one pages (the recommendation stands). Returns the episodes changed."""
+    changed = []
+    fired_now = {(a.alert_key, a.first_seen) for a in fired}
+    by_task: dict[str, list[Alert]] = {}
+    for a in known.values():
+        if a.action == "rollback" and a.status == "firing":
+            by_task.setdefault(a.task_type, []).append(a)
+    for alerts in by_task.values():
+        alerts.sort(key=lambda a: (a.first_seen, a.alert_key))
+        paging = [a for a in alerts if a.notify_state != GROUPED and (a.alert_key, a.first_seen) not in fired_now]
+        primary = paging[0] if paging else next((a for a in alerts if a.notify_state != GROUPED), alerts[0])
+        for a in alerts:
+            if a is primary and a.notify_state == GROUPED:
+                changed.append(replace(a, notify_state="pending"))
+            elif a is not primary and (a.alert_key, a.first_seen) in fired_now and a.notify_state == "pending":
+                changed.append(replace(a, notify_state=GROUPED))
+    return changed
 
 
 @dataclass(frozen=True)
@@ -282,7 +316,9 @@ class Evaluation:
         found: dict[str, list[str]] = {}
         for a in self.firing:
             if a.action == "rollback":
-                found.setdefault(a.task_type or "overall", []).append(json.loads(a.trip_values).get("metric", a.rule))
+                found.setdefault(a.task_type or "overall", []).append(
+                    signal(json.loads(a.trip_values).get("metric", a.rule))
+                )
         return {task: sorted(signals) for task, signals in sorted(found.items())}
 
     def rollback_evidence(self) -> dict[str, dict[str, dict[str, Any]]]:
@@ -293,7 +329,7 @@ class Evaluation:
             if a.action == "rollback":
                 trip = json.loads(a.trip_values)
                 latest = trip["windows"][-1] if trip.get("windows") else {}
-                found.setdefault(a.task_type or "overall", {})[trip.get("metric", a.rule)] = {
+                found.setdefault(a.task_type or "overall", {})[signal(trip.get("metric", a.rule))] = {
                     "value": latest.get("value"),
                     "interval": latest.get("interval"),
                     "n": latest.get("n"),

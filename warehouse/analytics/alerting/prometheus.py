@@ -13,7 +13,11 @@ same limits, minimum samples and streak (docs/operations.md "Prometheus").
 * `windows` consecutive windows: `for:` (windows − 1) × the grain — the first breaching window makes the alert
   pending, and it fires when the condition still holds `windows − 1` windows later (a window that no longer
   breaches, or has no events, resets it, as a missing window breaks the project's streak).
-* Per task type `limits`: one comparison per named task type, the default limit for the rest."""
+* Per task type `limits`: one comparison per named task type, the default limit for the rest.
+* A rule that reads a population estimate (docs/metrics.md §3c, a key ending in `_est`: the quality false
+  fallbacks, the route accuracy of the rollback rule) is left out (`unexported`): the estimate weighs each
+  confidence bucket by its own size, which the exporter's unstratified counts cannot give. The project's own
+  evaluation still raises it, and posts it to Alertmanager with ROUTERSCOPE_ALERTMANAGER_URL."""
 
 from __future__ import annotations
 
@@ -189,12 +193,28 @@ def _signal_condition(rec: _Recorder, rule: Rule) -> str:
     return f"{series} {rule.op} {_number(rule.limit)}"
 
 
+def reads_estimate(rule: Rule) -> bool:
+    """Whether `rule` reads a §3c population estimate (its metric or interval lies under a `…_est` key)."""
+    return any(part.endswith("_est") for key in (rule.metric, rule.interval) if key for part in key.split("."))
+
+
+def unexported(rules: list[Rule]) -> list[str]:
+    """The rules `rule_file` leaves out, each with why: `false_fallback_high (reads …)`."""
+    return [
+        f"{r.name} (reads {r.metric}, a population estimate over confidence buckets the exporter does not serve)"
+        for r in rules
+        if reads_estimate(r)
+    ]
+
+
 def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -> dict[str, Any]:
     """The Prometheus rule file (a mapping to dump as YAML) for the project's `rules` of `version`, evaluated
-    every `interval`."""
+    every `interval`; the rules that read an estimate are left out (`unexported`)."""
     rec = _Recorder()
     alerts = []
     for rule in rules:
+        if reads_estimate(rule):
+            continue
         if rule.grain == "now" or rule.metric.startswith("pipeline."):
             expr = _signal_condition(rec, rule)
             hold = GRAINS[rule.grain] * (rule.windows - 1) if GRAINS[rule.grain] else timedelta(0)
