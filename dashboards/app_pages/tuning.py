@@ -48,7 +48,8 @@ seed = asked if asked in busiest else first_need
 task_type = st.selectbox("Task type", busiest, key=timerange.url_key("task_type", seed))
 if task_type not in busiest:  # a stale choice from another range
     task_type = seed
-timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
+if asked or task_type != seed:  # the one the page opens on stays out of the URL: a change of page is one history entry
+    timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
 
 # -- calibration and threshold over the range -------------------------------------------------------
 st.header("Calibration and threshold")

@@ -680,3 +680,57 @@ def test_a_hostile_range_in_a_shared_link_is_one_line_of_plain_text(populated, p
         assert "\n" not in warning, name
         # nothing Markdown could read as syntax: every bracket, parenthesis, `!` and `:` is escaped
         assert not re.search(r"(?<!\\)[\[\]()!:]", warning), (name, warning)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # Streamlit and Chromium start
+def test_back_returns_to_the_page_and_range_the_person_had_in_one_press(populated, home, tmp_path):
+    """Issue 39 §5: a change of page took three history entries (the page, then each URL write) and a new page's
+    range selector read the last page's state as no choice, so Back took three presses and landed on On-call's
+    usual 6 h. Now a change of page is one entry that holds the range, and Back returns to where the person was."""
+    from tests.support.browser import browser_page, dashboard, open_when_up, wait_idle
+
+    day = "2026-11-29 00:00 – 2026-11-30 00:00 UTC"  # FIXTURE_DAY's caption
+    with dashboard(home) as base, browser_page() as page:
+        open_when_up(page, f"{base}/?{urlencode(FIXTURE_DAY)}")
+        page.get_by_role("heading", name="On-call").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        entries = page.evaluate("history.length")
+
+        page.get_by_role("link", name="Weekly tuning", exact=True).click()  # the sidebar
+        page.get_by_role("heading", name="Weekly tuning").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)  # the range came along, not the page's usual 7 d
+        wait_idle(page)
+        assert page.evaluate("history.length") == entries + 1, "a change of page is one history entry"
+        assert dict(parse_qsl(urlsplit(page.url).query)) == FIXTURE_DAY
+
+        page.get_by_role("link", name="Explorer", exact=True).click()
+        page.get_by_text("decisions match").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert page.evaluate("history.length") == entries + 2
+        page.get_by_role("radio", name="last 7 d", exact=True).click()  # a range chosen here: its own entry
+        page.wait_for_url("**/explorer?range=7d", timeout=30_000)
+        page.get_by_text("last 7 d: ").first.wait_for(timeout=60_000)
+        wait_idle(page)
+
+        page.go_back()  # one press: the Explorer on the day, as it was before the 7 d
+        page.wait_for_url("**/explorer?range=custom*", timeout=30_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert dict(parse_qsl(urlsplit(page.url).query)) == FIXTURE_DAY
+        assert page.get_by_role("radio", name="custom", exact=True).is_checked()
+
+        page.go_back()  # one more: the weekly tuning, on the same day
+        page.get_by_role("heading", name="Weekly tuning").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert urlsplit(page.url).path.endswith("/tuning") and dict(parse_qsl(urlsplit(page.url).query)) == FIXTURE_DAY
+        page.go_back()  # and On-call where it started
+        page.get_by_role("heading", name="On-call").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert dict(parse_qsl(urlsplit(page.url).query)) == FIXTURE_DAY
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(tmp_path / "back_to_oncall.png"), full_page=True)

@@ -67,3 +67,27 @@ def open_when_up(page, url: str, within_s: float = 60) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+IDLE = """() => { const app = document.querySelector('[data-testid="stApp"]');
+                 return app !== null && app.getAttribute('data-test-script-state') === 'notRunning'; }"""
+RUNNING = """() => { const app = document.querySelector('[data-testid="stApp"]');
+                    return app !== null && app.getAttribute('data-test-script-state') === 'running'; }"""
+
+
+def wait_idle(page, timeout_ms: float = 120_000) -> None:
+    """Until the page's script run has finished (Streamlit marks its root `data-test-script-state`)."""
+    page.wait_for_function(IDLE, timeout=timeout_ms, polling=100)
+
+
+def timed(page, action, timeout_ms: float = 120_000) -> float:
+    """Seconds from `action()` (a click, a key press) until the run it starts has finished: the time a person waits
+    for the page to answer. (A run too quick to be seen running counts from the action to idle.)"""
+    start = time.monotonic()
+    action()
+    try:
+        page.wait_for_function(RUNNING, timeout=3_000, polling="raf")
+    except Exception:  # the run was over before a frame showed it: idle below returns at once
+        pass
+    wait_idle(page, timeout_ms)
+    return time.monotonic() - start
