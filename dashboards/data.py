@@ -300,6 +300,15 @@ def policy_threshold(task_type: str) -> float:
 
 
 @st.cache_data(ttl=TTL)
+def rollout_min_n() -> int:
+    """The sample a bucket, a cohort or a rate needs to count (the policy in force's `rollout_limits.min_n`): the
+    weekly pages draw anything below it hollow, with its n, never as a full bar or a change in points."""
+    from router.policy import PolicyStore
+
+    return int(PolicyStore().current().rollout_limits.min_n)
+
+
+@st.cache_data(ttl=TTL)
 def dq_latest() -> pd.DataFrame:
     from warehouse.queries import dq_results
 

@@ -49,7 +49,9 @@ def incident_list(incidents: pd.DataFrame) -> None:
         f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range, newest first; the same "
         "episodes are shaded behind the charts below (red: page, orange: ticket)."
     )
-    st.altair_chart(charts.incident_timeline(incidents, rng.start, rng.end), width="stretch")
+    timeline = charts.incident_timeline(incidents, rng.start, rng.end)
+    if timeline is not None:
+        st.altair_chart(timeline, width="stretch")
     now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)  # a firing one's link ends here
     for row in incidents.itertuples(index=False):
         scope = row.task_type or "overall"
@@ -104,7 +106,7 @@ def tiles(last: pd.Series) -> None:
     c = st.columns(5)
     tile(
         c[0],
-        "Fallback rate (of device-entered)",
+        "Fallback rate",
         "fallback_rate",
         last["fallback_rate"],
         entered,
@@ -112,7 +114,7 @@ def tiles(last: pd.Series) -> None:
     )
     tile(
         c[1],
-        "Naive fallback rate (all requests)",
+        "Naive fallback rate",
         "naive_fallback_rate",
         last["naive_fallback_rate"],
         requests,
@@ -128,22 +130,30 @@ def tiles(last: pd.Series) -> None:
         "requests",
         "drifting" if last["l2_l3_drifting"] else None,
     )
-    tile(c[4], "Canned answer (L4) share", "degrade_share", last["l4_share"], requests, "requests")
+    tile(c[4], "Canned answers (L4)", "degrade_share", last["l4_share"], requests, "requests")
+    st.caption(
+        "Fallback rate: of the requests that entered the device; naive: of all requests; device bypass, L2+L3 and "
+        "canned answers (L4): shares of all requests."
+    )
 
 
 def small_multiples(series: pd.DataFrame, incidents: pd.DataFrame) -> None:
     st.subheader("Per task type")
     st.caption(
         "Fallback rate of device-entered requests (solid) and the L4 share (dashed) per task type; "
-        "shaded: alerts on it or overall."
+        "shaded: alerts on it or overall; a hollow grey point: a window with fewer device-entered requests than the "
+        "alert rules judge, shown with its n but not drawn as a fact."
     )
     task_types = sorted(t for t in series["task_type"].unique() if t)
+    min_n = data.sample_minimums().get("fallback_rate", (0, None))[0]  # below it, a window is drawn hollow
     cols = st.columns(3)
     for k, task_type in enumerate(task_types):
         one = series[series["task_type"] == task_type]
         mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
-        chart = charts.task_type_panel(one, task_type)
-        cols[k % 3].altair_chart(charts.with_incidents(chart, mine, legend=False), width="stretch")
+        chart = charts.task_type_panel(one, task_type, rng.start, rng.end, min_n)
+        cols[k % 3].altair_chart(
+            charts.with_incidents(chart, mine, legend=False, since=rng.start, until=rng.end), width="stretch"
+        )
 
 
 @st.fragment(run_every="30s")
@@ -166,11 +176,15 @@ def live():
     st.caption(f"{last['window_start']:%Y-%m-%d %H:%M} UTC (5 minutes), the newest with traffic in the range")
     tiles(last)
     false_by_type(charts.pct)
-    st.altair_chart(charts.with_incidents(charts.fallback_rates(overall), incidents), width="stretch")
+    span = {"since": rng.start, "until": rng.end}  # every time axis is the chosen range, shading cut to it
+    st.markdown("**Fallback rate**: of device-entered requests, beside the naive rate over all requests")
+    st.altair_chart(charts.with_incidents(charts.fallback_rates(overall, **span), incidents, **span), width="stretch")
     st.markdown("**What users got**: fallbacks by type and the canned-answer share")
-    st.altair_chart(charts.with_incidents(charts.fallback_by_type(overall), incidents), width="stretch")
+    st.altair_chart(charts.with_incidents(charts.fallback_by_type(overall, **span), incidents, **span), width="stretch")
+    st.markdown("**L2+L3 share**: requests served by a cloud model (the degrade chain's levels 2 and 3)")
     st.altair_chart(
-        charts.with_incidents(charts.share_line(overall, "l2_l3_share", "L2+L3 share"), incidents), width="stretch"
+        charts.with_incidents(charts.share_line(overall, "l2_l3_share", "L2+L3 share", **span), incidents, **span),
+        width="stretch",
     )
     small_multiples(series, incidents)
     st.subheader("Breaker states")
@@ -185,7 +199,8 @@ def live():
             "No breaker transitions in this range: every breaker stayed as it was (closed unless shown earlier)."
         )
     else:
-        st.altair_chart(charts.breaker_timeline(shown, since, until), width="stretch")
+        data_from = overall["window_start"].min()  # no state is drawn before the first data of the range
+        st.altair_chart(charts.breaker_timeline(shown, since, until, data_from), width="stretch")
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
     ingest(data.freshness())

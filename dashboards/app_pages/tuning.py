@@ -31,7 +31,21 @@ rollbacks = (
     else {}
 )
 glance = pd.DataFrame(summary.rows(week, data.review(start, end), rollbacks)).drop(columns="priority")
-st.dataframe(glance, hide_index=True, width="stretch")
+# what needs doing and why first: "where they disagree" beside "needs", on screen at 1400 px (it was the last
+# column, off-screen), its full text below the table (a cell cuts it)
+WHY = "where they disagree"
+first_columns = ["task type", "needs", WHY]
+if not glance.empty:
+    glance = glance[first_columns + [c for c in glance.columns if c not in first_columns]]
+st.dataframe(
+    glance,
+    hide_index=True,
+    width="stretch",
+    column_config={WHY: st.column_config.TextColumn(WHY, width="large")},
+)
+disagreements = [(t, why) for t, why in zip(glance.get("task type", []), glance.get(WHY, [])) if why]
+if disagreements:
+    st.markdown("\n".join(f"- **{timerange.as_text(t)}**: {timerange.as_text(why)}" for t, why in disagreements))
 st.caption(
     "Sorted by what needs action first: a rollback recommended, a threshold to move (the band it crosses, with its "
     "labeled pass rate), verdicts that disagree (in words), a stage ready to advance."
@@ -93,7 +107,12 @@ else:
             f"[{buckets['low'][i]:.2f}, {buckets['high'][i]:.2f})" for i in detail["non_monotonic_buckets"]
         )
         st.warning(f"Pass rate is not monotonic: confidence {worse} does worse than a lower bucket.")
-    st.altair_chart(charts.calibration_bars(buckets), width="stretch")
+    st.altair_chart(charts.calibration_bars(buckets, data.rollout_min_n()), width="stretch")
+    if (buckets["n"] < data.rollout_min_n()).any():
+        st.caption(
+            f"A hollow grey point: a bucket with fewer than {data.rollout_min_n()} labeled attempts (the sample the "
+            "rollout rules ask for), too few to read its pass rate as a fact."
+        )
     with st.expander("Buckets"):
         st.dataframe(buckets, hide_index=True, width="stretch")
 
@@ -157,24 +176,31 @@ if before_v is None:
     st.caption(f"One policy version in the range ({after_v or 'none'}): no push to compare.")
 else:
     before = earlier[before_v]
+    first_seen = pd.Timestamp(after["first_event"])
     st.caption(
-        f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type. "
-        f"Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
+        f"Latest push: {before_v} → {after_v} (first seen {first_seen:%Y-%m-%d %H:%M} UTC); live requests of this task "
+        f"type. Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
     )
+    # each rate with its own denominator; a side below the rollout rules' minimum sample is shown with its n and
+    # no change is computed (4 against 5 requests is not "−25.0 pp")
+    need = data.rollout_min_n()
     rows = []
-    for key, label in (
-        ("fallback_rate", "fallback rate"),
-        ("false_fallback_rate", "false fallbacks"),
-        ("missed_fallback_rate", "missed fallbacks"),
-        ("route_accuracy", "route accuracy"),
+    for key, label, n_key in (
+        ("fallback_rate", "fallback rate", "device_entered"),
+        ("false_fallback_rate", "false fallbacks", "false_fallback_labeled"),
+        ("missed_fallback_rate", "missed fallbacks", "missed_fallback_labeled"),
+        ("route_accuracy", "route accuracy", None),
     ):
         b, a = before[key], after[key]
+        nb, na = (before.get(n_key), after.get(n_key)) if n_key else (None, None)
+        few = n_key is not None and min(nb or 0, na or 0) < need
+        change = "—" if a is None or b is None else f"{100 * (a - b):+.1f}"
         rows.append(
             {
                 "metric": label,
-                "before": pct(b),
-                "after": pct(a),
-                "change (pp)": "—" if a is None or b is None else f"{100 * (a - b):+.1f}",
+                "before": pct(b) + ("" if nb is None else f" (n = {nb})"),
+                "after": pct(a) + ("" if na is None else f" (n = {na})"),
+                "change (pp)": f"— too few (n under {need})" if few and change != "—" else change,
             }
         )
     rows.append(

@@ -91,3 +91,28 @@ def timed(page, action, timeout_ms: float = 120_000) -> float:
         pass
     wait_idle(page, timeout_ms)
     return time.monotonic() - start
+
+
+# Vega draws its charts as SVG with an ARIA description of each axis (its title and domain), legend (its values)
+# and title: what a chart shows, read as a screen reader would, with where it sits on the page.
+CHARTS = """() => [...document.querySelectorAll('.vega-embed')].map(chart => {
+    const described = (prefix) => [...chart.querySelectorAll('[aria-label]')]
+        .filter(e => e.getAttribute('aria-label').startsWith(prefix))
+        .map(e => { const r = e.getBoundingClientRect();
+                    return {label: e.getAttribute('aria-label'), left: r.left, width: r.width}; });
+    return {
+        x: described('X-axis'),
+        y: described('Y-axis'),
+        legends: described('Symbol legend').map(l => l.label),
+        texts: [...chart.querySelectorAll('text')].map(t => t.textContent),
+        marks: [...chart.querySelectorAll('[aria-roledescription]')]
+            .map(m => m.getAttribute('aria-roledescription') + ': ' + (m.getAttribute('aria-label') || '')),
+        top: chart.getBoundingClientRect().top,
+    };
+})"""
+
+
+def charts(page) -> list[dict]:
+    """Every Vega chart on the page, top to bottom: its axes (ARIA label, left edge and width on the page), its
+    legends' descriptions, every text it draws and its marks ('bar: bucket: …; n: 3; …', 'point: …')."""
+    return sorted(page.evaluate(CHARTS), key=lambda c: c["top"])
