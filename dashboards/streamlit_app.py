@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so `streamlit
 
 import streamlit as st  # noqa: E402
 
-from dashboards import timerange  # noqa: E402
+from dashboards import data, timerange  # noqa: E402
 
 st.set_page_config(page_title="routerscope", layout="wide")
 
@@ -30,4 +30,5 @@ pages = st.navigation(
     [st.Page(path, title=title, default=k == 0) for k, (path, title) in enumerate(timerange.PAGES)],
     position="hidden",
 )
-pages.run()
+with data.visit():  # the warehouse opened once for the page's run, not once per query
+    pages.run()

@@ -426,7 +426,8 @@ def cmd_demo(args, settings: Settings) -> int:
     elif live:
         print(
             f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
-            f"llama_cpp.server (stand-in cloud); served by {live['served_by']}"
+            f"llama_cpp.server (stand-in cloud); served by "
+            + ", ".join(f"the {side} {n}" for side, n in sorted((live["served_by"] or {}).items()))
         )
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
@@ -521,7 +522,10 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             log_path=log_path,
             timeout_s=120,
         )
-        print(f"Dashboard: {url}  (on-call, weekly tuning, data quality, explorer; Ctrl-C stops it)", flush=True)
+        print(
+            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer; Ctrl-C stops it)",
+            flush=True,
+        )
         if open_browser:
             import webbrowser
 

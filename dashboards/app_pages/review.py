@@ -63,12 +63,19 @@ else:
         frame,
         hide_index=True,
         width="stretch",
-        column_config={
-            c: st.column_config.NumberColumn(format="percent")
-            for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")
+        column_config={  # each number to its precision (the ledger showed `3397.6956` ms)
+            **{
+                c: st.column_config.NumberColumn(format="percent")
+                for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")
+            },
+            **{c: st.column_config.NumberColumn(format="%.1f") for c in ("decode p50 tok/s", "decode p5 tok/s")},
+            **{
+                c: st.column_config.NumberColumn(format="%.0f")
+                for c in ("ttft p50 ms", "ttft p95 ms", "peak MB p95", "peak MB max", "load ms p95")
+            },
         },
     )
-    st.altair_chart(charts.decode_by_tier(frame), width="stretch")
+    charts.show(charts.decode_by_tier, frame, width="stretch")
 
 # -- cost against all-cloud (docs/metrics.md §11) ------------------------------------------------------------
 st.header("Saving against an all-cloud bill")
@@ -96,7 +103,7 @@ else:
         ]
     )
     if not per_task.empty:
-        st.altair_chart(charts.saved_share(per_task), width="stretch")
+        charts.show(charts.saved_share, per_task, width="stretch")
         st.dataframe(
             per_task,
             hide_index=True,

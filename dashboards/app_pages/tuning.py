@@ -107,7 +107,7 @@ else:
             f"[{buckets['low'][i]:.2f}, {buckets['high'][i]:.2f})" for i in detail["non_monotonic_buckets"]
         )
         st.warning(f"Pass rate is not monotonic: confidence {worse} does worse than a lower bucket.")
-    st.altair_chart(charts.calibration_bars(buckets, data.rollout_min_n()), width="stretch")
+    charts.show(charts.calibration_bars, buckets, data.rollout_min_n(), width="stretch")
     if (buckets["n"] < data.rollout_min_n()).any():
         st.caption(
             f"A hollow grey point: a bucket with fewer than {data.rollout_min_n()} labeled attempts (the sample the "
@@ -286,7 +286,7 @@ if not daily.empty:
                     }
                 )
     if rows:
-        st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
+        charts.show(charts.rates_with_ci, pd.DataFrame(rows), width="stretch")
     else:
         st.caption("No labeled days yet.")
 
@@ -302,9 +302,7 @@ hist = data.cloud_calls_histogram(task_type, start, end)
 if hist.empty:
     st.caption("No live sessions of this task type in the range.")
 else:
-    st.altair_chart(
-        charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the range", "sessions"), width="stretch"
-    )
+    charts.show(charts.histogram, hist, "cloud_calls", "sessions", "cloud calls in the range", "sessions")
     st.caption(
         f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; "
         "a session's calls count only this task type."
@@ -320,9 +318,7 @@ if group["shadow_agreement_rate"] is None:
 else:
     st.metric("Agreement, all lengths", pct(group["shadow_agreement_rate"]))
     frame = pd.DataFrame({"input tokens": list(shadow), "agreement": list(shadow.values())}).dropna()
-    st.altair_chart(
-        charts.bars(frame, "input tokens", "agreement", "input tokens", "device agrees with cloud"), width="stretch"
-    )
+    charts.show(charts.bars, frame, "input tokens", "agreement", "input tokens", "device agrees with cloud")
 
 # -- cost --------------------------------------------------------------------------------------------
 st.header("Cloud cost")
@@ -355,4 +351,4 @@ else:
             {"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}
         ).dropna()
         if len(per_day) > 1:
-            st.altair_chart(charts.line(per_day, "window_start", "cost", "USD per day", ",.2f"), width="stretch")
+            charts.show(charts.line, per_day, "window_start", "cost", "USD per day", ",.2f", width="stretch")

@@ -275,6 +275,16 @@ def test_explorer_filters_are_values_not_sql(populated):
         assert client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] > 0
 
 
+def test_explorer_filters_live_or_shadow(populated):
+    app = render("explorer.py")
+    assert matched(app).startswith("8 decisions match")
+    {box.label: box for box in app.selectbox}["Live or shadow"].set_value("shadow").run()
+    assert matched(app).startswith("2 decisions match")  # a7 and b1
+    assert app.query_params["mode"] == "shadow"
+    {box.label: box for box in app.selectbox}["Live or shadow"].set_value("live").run()
+    assert matched(app).startswith("6 decisions match")
+
+
 def test_explorer_filters_by_reason_level_and_network(populated):
     app = render("explorer.py")
     by_label = {box.label: box for box in app.selectbox}
@@ -291,7 +301,7 @@ def test_explorer_filters_by_reason_level_and_network(populated):
 
 def test_quality_page_shows_schema_versions(populated):
     app = render("quality.py")
-    versions = app.dataframe[-2].value  # the last one is freshness
+    versions = app.dataframe[-1].value  # (freshness, below it, is three tiles)
     # the fixture's decisions: DECISION_EVENTS rows as inserted (a1's duplicate included), all version 1
     assert list(versions["events_table"]) == ["decisions", "labels"] and set(versions["schema_version"]) == {1}
 
@@ -504,7 +514,7 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
     assert len(listed) == 1
     times = "2026-11-29 01:00 – 2026-11-29 01:30 UTC (30 min) · resolved 2026-11-29 01:36"
     assert f"`intent_classify` · {times}" in listed[0]
-    assert "`fallback_rate > 0.3`: 0.52 (n = 41)" in listed[0]
+    assert "fallback rate above 30%: 52.0% (n = 41)" in listed[0]  # words, not `fallback_rate > 0.3: 0.52`
     link = next(m.value for m in app.markdown if "Open in Explorer" in m.value and "fallback_rate_high" in m.value)
     assert "range=custom&start=2026-11-29T01%3A00%3A00Z&end=2026-11-29T01%3A30%3A00Z&task_type=intent_classify" in link
     # the link carries On-call's own range, the Explorer's way back to it
@@ -806,3 +816,18 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         named = [t for t in saving["texts"] if t in saving["y"][0]["label"]]
         assert len(named) >= described, (saving["y"], saving["texts"])  # every bar named
         assert page.locator('[data-testid="stException"]').count() == 0
+
+        # the Explorer: a live/shadow filter, and its rows drawn over the range (live and shadow stacked)
+        open_when_up(page, f"{base}/explorer?{urlencode({**FIXTURE_DAY, 'mode': 'shadow'})}")
+        page.get_by_text("2 decisions match").first.wait_for(timeout=60_000)  # a7 and b1, the day's shadow events
+        wait_idle(page)
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(tmp_path / "explorer_shadow.png"), full_page=True)
+        (histogram,) = charts(page)
+        assert (
+            "from Sunday, 29 November 2026, 12:00:00 AM UTC to Monday, 30 November 2026" in histogram["x"][0]["label"]
+        )
+        assert histogram["legends"] == ["Symbol legend titled 'decisions' for fill color with 2 values: live, shadow"]
+        assert [m for m in histogram["marks"] if "mode: shadow" in m] and not [
+            m for m in histogram["marks"] if "mode: live" in m
+        ]
