@@ -792,6 +792,10 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         # the fixture's windows hold one or two device-entered requests each, under the rules' 30
         panel = next(c for c in drawn if "intent_classify" in c["texts"])
         assert any("hollow: n < 30" in t for t in panel["texts"]), panel["texts"]
+        # §8: the firing ingest_stale's condition in words, not `pipeline.freshness_lag_s > 600: 4.3e+05`
+        stale = page.locator('[data-testid="stHorizontalBlock"]').filter(has_text="ingest_stale").first.inner_text()
+        assert "newest event's age above 10 min: " in stale and " h" in stale, stale
+        assert not re.search(r"freshness_lag_s|[<>=]=? ?\d|\de[+-]\d", stale), stale
 
         open_when_up(page, f"{base}/tuning?{urlencode(OPENS_ON['tuning.py'])}")
         page.get_by_text("Current threshold").first.wait_for(timeout=60_000)
@@ -799,6 +803,7 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         page.wait_for_timeout(1500)
         page.screenshot(path=str(tmp_path / "tuning_charts.png"), full_page=True)
         # the data grid describes the columns it has on screen (1400 px wide)
+        page.locator('[data-testid="stDataFrame"] th').first.wait_for(state="attached", timeout=30_000)
         headers = page.locator('[data-testid="stDataFrame"]').first.locator("th").all_inner_texts()
         assert "where they disagree" in [h.strip() for h in headers], headers
         calibration = next(c for c in charts(page) if any("confidence bucket" in t for t in c["texts"]))
@@ -816,6 +821,19 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         named = [t for t in saving["texts"] if t in saving["y"][0]["label"]]
         assert len(named) >= described, (saving["y"], saving["texts"])  # every bar named
         assert page.locator('[data-testid="stException"]').count() == 0
+
+        # §8: Data quality counts as `routerscope dq` does, and its table's headers are words
+        open_when_up(page, f"{base}/quality?{urlencode(FIXTURE_DAY)}")
+        page.get_by_text("Schema versions").first.wait_for(timeout=60_000)
+        wait_idle(page)
+        tiles = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+        assert [t.strip() for t in tiles[:4]] == ["Checks", "Blocking failures", "Warnings", "Skipped (no rows)"], tiles
+        page.locator('[data-testid="stDataFrame"] th').first.wait_for(
+            state="attached", timeout=30_000
+        )  # (drawn after the frame)
+        headers = [h.strip() for h in page.locator('[data-testid="stDataFrame"]').first.locator("th").all_inner_texts()]
+        assert "Status" in headers and "Check" in headers and "check_name" not in headers, headers
+        page.screenshot(path=str(tmp_path / "quality_words.png"), full_page=True)
 
         # the Explorer: a live/shadow filter, and its rows drawn over the range (live and shadow stacked)
         open_when_up(page, f"{base}/explorer?{urlencode({**FIXTURE_DAY, 'mode': 'shadow'})}")
