@@ -150,7 +150,19 @@ else:
                 "seeds disagree": "⚠ yes" if side["disagree"] else "",
             }
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={  # to their precision, never `3397.6956`
+            "score (004)": st.column_config.NumberColumn(format="%.2f"),
+            "score (003)": st.column_config.NumberColumn(format="%.2f"),
+            "determinism": st.column_config.NumberColumn(format="%.2f"),
+            "error cost": st.column_config.NumberColumn(format="%.2f"),
+            "input p95": st.column_config.NumberColumn(format="%.0f"),
+            "calls / day": st.column_config.NumberColumn(format="%.1f"),
+        },
+    )
     observed = r["grading"]["window"].get("days_observed")
     if observed is not None:  # docs/metrics.md §12: per-day figures over the span the data covers
         st.caption(

@@ -792,6 +792,13 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         # the fixture's windows hold one or two device-entered requests each, under the rules' 30
         panel = next(c for c in drawn if "intent_classify" in c["texts"])
         assert any("hollow: n < 30" in t for t in panel["texts"]), panel["texts"]
+        # §7: no tile's label is cut ("Fallback rate (of device-…" at 1400 px)
+        cut = page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid="stMetricLabel"]')]
+                 .filter(l => [l, ...l.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))
+                 .map(l => l.innerText)"""
+        )
+        assert cut == [], cut
         # §8: the firing ingest_stale's condition in words, not `pipeline.freshness_lag_s > 600: 4.3e+05`
         stale = page.locator('[data-testid="stHorizontalBlock"]').filter(has_text="ingest_stale").first.inner_text()
         assert "newest event's age above 10 min: " in stale and " h" in stale, stale
