@@ -3,8 +3,11 @@ episodes as shaded bands behind a time series (`with_incidents`), as Grafana dra
 
 from __future__ import annotations
 
+import copy
+
 import altair as alt
 import pandas as pd
+from altair.utils.core import sanitize_pandas_dataframe
 
 UTC_TIME = "%Y-%m-%d %H:%M UTC"
 LABELS = {
@@ -273,10 +276,9 @@ def fallback_rates(df: pd.DataFrame, since=None, until=None) -> alt.Chart:
     )
 
 
-def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, min_n: int = 0) -> alt.Chart:
-    """One task type's small multiple: its fallback rate (of device-entered) and its L4 share per window. A window
-    with fewer device-entered requests than `min_n` (the alert rules' minimum sample) is a hollow grey point with its
-    n, off the line: 100 % of 3 requests is not a spike."""
+def _panel_data(df: pd.DataFrame, min_n: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """A task type's panel data: (the windows the rules judge, the line breaking at the others; the windows below
+    `min_n`, as points; the subtitle)."""
     long = df.melt(
         id_vars=["window_start", "device_entered", "requests"],
         value_vars=["fallback_rate", "l4_share"],
@@ -288,6 +290,13 @@ def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, mi
     entered = int(df["device_entered"].fillna(0).sum())
     few = int((df["device_entered"].fillna(0) < min_n).sum()) if min_n else 0
     subtitle = f"{entered} device-entered in the range" + (f" · hollow: n < {min_n}" if few else "")
+    judged = long.assign(value=long["value"].where(~long["small"]))
+    return judged, long[long["small"] & long["value"].notna()], subtitle
+
+
+def _panel_layers(judged, small, since, until) -> tuple[alt.Chart, alt.Chart]:
+    """The panel's line (solid: fallback rate, dashed: L4 share) and its hollow points, over `judged` and `small`
+    (frames, or named datasets the spec is filled with later)."""
     x = utc_x("window_start", title=None, since=since, until=until)
     y = alt.Y("value:Q", title=None, axis=y_axis(format=".0%"), scale=alt.Scale(domain=[0, 1]))
     tooltip = [
@@ -303,14 +312,57 @@ def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, mi
         scale=alt.Scale(domain=["fallback rate", "L4 share"], range=[[1, 0], [4, 2]]),
     )
     # a line through the windows the rules would judge; a window below the minimum breaks it (value None)
-    judged = long.assign(value=long["value"].where(~long["small"]))
     lines = alt.Chart(judged).mark_line(clip=True).encode(x=x, y=y, strokeDash=dash, tooltip=tooltip)
-    small = (
-        alt.Chart(long[long["small"] & long["value"].notna()])
-        .mark_point(filled=False, color=SMALL, size=30, clip=True)
-        .encode(x=x, y=y, tooltip=tooltip)
+    points = (
+        alt.Chart(small).mark_point(filled=False, color=SMALL, size=30, clip=True).encode(x=x, y=y, tooltip=tooltip)
     )
-    return alt.layer(lines, small, title=alt.Title(task_type, subtitle=subtitle)).properties(height=160)
+    return lines, points
+
+
+def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, min_n: int = 0) -> alt.Chart:
+    """One task type's small multiple: its fallback rate (of device-entered) and its L4 share per window. A window
+    with fewer device-entered requests than `min_n` (the alert rules' minimum sample) is a hollow grey point with its
+    n, off the line: 100 % of 3 requests is not a spike."""
+    judged, small, subtitle = _panel_data(df, min_n)
+    lines, points = _panel_layers(judged, small, since, until)
+    return alt.layer(lines, points, title=alt.Title(task_type, subtitle=subtitle)).properties(height=160)
+
+
+def task_panels(series: pd.DataFrame, incidents: pd.DataFrame, since, until, min_n: int) -> dict[str, dict]:
+    """Every task type's panel (`task_type_panel` with its incidents and the overall ones shaded) as specs. The
+    chart is built once with named datasets and each task type's spec is that one with its own data and title:
+    building nine Altair charts was most of a cold On-call's time."""
+    bands = (
+        alt.Chart(alt.NamedData("bands"))
+        .mark_rect(opacity=0.12, clip=True)
+        .encode(
+            x=utc_x("start", since=since, until=until),
+            x2="end:T",
+            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, legend=None),
+            tooltip=["rule:N", "scope:N", "severity:N", "status:N", utc_tooltip("start"), utc_tooltip("end")],
+        )
+    )
+    lines, points = _panel_layers(alt.NamedData("judged"), alt.NamedData("small"), since, until)
+    template = spec(
+        alt.layer(bands, alt.layer(lines, points), title=alt.Title("", subtitle=""))
+        .resolve_scale(color="independent")
+        .properties(height=160)
+    )
+    out = {}
+    for task_type in sorted(t for t in series["task_type"].unique() if t):
+        judged, small, subtitle = _panel_data(series[series["task_type"] == task_type], min_n)
+        mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
+        shaded = _clipped(mine, since, until) if not mine.empty else pd.DataFrame()
+        one = copy.deepcopy(template)
+        one["title"] = {"text": task_type, "subtitle": subtitle}
+        one["datasets"] = {"bands": _records(shaded), "judged": _records(judged), "small": _records(small)}
+        out[task_type] = one
+    return out
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """A frame as the JSON rows a spec's dataset holds (times as ISO text, missing values as null)."""
+    return [] if frame.empty else sanitize_pandas_dataframe(frame).to_dict("records")
 
 
 def share_line(df: pd.DataFrame, column: str, title: str, since=None, until=None, chart_title: str = "") -> alt.Chart:

@@ -156,11 +156,8 @@ def chart_specs(start, end) -> dict[str, dict]:
     l2_l3 = charts.share_line(overall, "l2_l3_share", "L2+L3 share", **span)
     out["l2_l3"] = charts.spec(charts.with_incidents(l2_l3, incidents, **span))
     min_n = data.sample_minimums().get("fallback_rate", (0, None))[0]  # below it, a window is drawn hollow
-    for task_type in sorted(t for t in series["task_type"].unique() if t):
-        one = series[series["task_type"] == task_type]
-        mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
-        panel = charts.task_type_panel(one, task_type, start, end, min_n)
-        out[f"task:{task_type}"] = charts.spec(charts.with_incidents(panel, mine, legend=False, **span))
+    for task_type, panel in charts.task_panels(series, incidents, start, end, min_n).items():
+        out[f"task:{task_type}"] = panel
     return out
 
 

@@ -106,3 +106,21 @@ def _layers(spec: dict):
     yield spec
     for layer in spec.get("layer") or []:
         yield from _layers(layer)
+
+
+def test_the_task_panels_filled_from_one_template_are_valid_and_each_its_own():
+    import altair as alt
+
+    series = pd.concat([_series("short_reply"), _series("tool_call", entered=2)])
+    panels = charts.task_panels(series, INCIDENTS, SINCE, UNTIL, 30)
+    assert list(panels) == ["short_reply", "tool_call"]
+    for task_type, spec in panels.items():
+        alt.LayerChart.from_dict(spec, validate=True)
+        assert spec["title"]["text"] == task_type
+    # short_reply: one window under 30 (a hollow point), the rest on the line; tool_call: every window under 30
+    assert len(panels["short_reply"]["datasets"]["small"]) == 1
+    assert panels["tool_call"]["title"]["subtitle"].endswith("hollow: n < 30")
+    assert all(row["value"] is None for row in panels["tool_call"]["datasets"]["judged"])
+    # the drift band, cut to the range; the firing incident days later is not drawn
+    (band,) = panels["short_reply"]["datasets"]["bands"]
+    assert pd.Timestamp(band["start"]) == SINCE
