@@ -3,13 +3,15 @@
 Deployed, everything runs by itself (schedules and sensors default to running; when: `pipelines.timing`):
 ingest every minute (one run at a time), each 5-minute window once it has ended plus a settle
 delay and again when late data touches it, alerts after each window, yesterday's data quality and
-daily metrics at 00:15 UTC, the days late labels touch, the weekly replay.
+daily metrics at 00:15 UTC, the days late labels touch, the weekly replay; with ROUTERSCOPE_EXPORTER_PORT set, the
+Prometheus endpoint (`pipelines.exporter`).
 
 No import-time side effects: nothing connects to a broker or opens the warehouse until a run."""
 
 import dagster as dg
 
 from pipelines.alerting import alerts_after_metrics, alerts_job
+from pipelines.exporter import exporter_sensor
 from pipelines.ingest import ingest_job, ingest_sensor, ingest_topics
 from pipelines.metrics import (
     late_events_sensor,
@@ -29,6 +31,6 @@ defs = dg.Definitions(
     assets=[ingest_topics, data_quality, metrics_5m, metrics_daily, offline_replay_labels],
     jobs=[ingest_job, quality_daily_job, metrics_5m_job, metrics_daily_job, alerts_job, weekly_replay_job],
     schedules=[metrics_5m_schedule, metrics_daily_schedule, weekly_replay_schedule],
-    sensors=[ingest_sensor, late_events_sensor, late_labels_sensor, alerts_after_metrics],
+    sensors=[ingest_sensor, late_events_sensor, late_labels_sensor, alerts_after_metrics, exporter_sensor],
     resources={"routerscope": RouterscopeResource(), "alert_webhook": AlertWebhookResource()},
 )

@@ -69,6 +69,8 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         f"loaded {result.loaded}, quarantined {result.quarantined} in {result.batches} batch(es), "
         f"{result.seconds:.1f} s"
     )
+    if result.otlp:  # traces from `routerscope collect` or a Collector, mapped first (docs/otlp.md)
+        context.log.info(f"OTLP topic: {result.otlp}")
     for short, key in TABLE_ASSETS.items():
         yield dg.MaterializeResult(
             asset_key=key,
@@ -78,6 +80,7 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
                 "batches": result.batches,
                 "skipped_already_loaded": result.skipped_already_loaded,
                 "seconds": round(result.seconds, 3),
+                **({"otlp_traces_mapped": result.otlp["mapped"]} if short == "decisions" and result.otlp else {}),
             },
         )
 

@@ -37,6 +37,7 @@ INGEST_INTERVAL_S = 60
 LATE_EVENTS_INTERVAL_S = 60
 ALERTS_INTERVAL_S = 60
 LATE_LABELS_INTERVAL_S = 300
+EXPORTER_INTERVAL_S = 30  # the exporter's lease is renewed this often (pipelines.exporter)
 
 FIVE_MINUTE_KEY = "%Y-%m-%d-%H:%M"  # pipelines.partitions.FIVE_MINUTES
 DAY_KEY = "%Y-%m-%d"  # pipelines.partitions.DAILY

@@ -59,6 +59,9 @@ class CircuitBreaker:
 
     @property
     def state(self) -> str:
+        state = self._state
+        if state == CLOSED:  # only an outcome moves a closed breaker, never the clock: read without the lock
+            return state
         with self._lock:
             self._maybe_half_open(self._clock())
             return self._state
@@ -72,6 +75,8 @@ class CircuitBreaker:
 
     def allow(self) -> bool:
         """May a call go through now? In half-open, only one trial at a time."""
+        if self._state == CLOSED:  # as `state`: closed stays closed until an outcome moves it
+            return True
         with self._lock:
             now = self._clock()
             self._maybe_half_open(now)

@@ -1127,7 +1127,10 @@ class Router:
         event = self._event(
             req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, None, budget.spent_ms()
         )
-        self._send(self.on_event, event)
+        try:  # `_send`, inline: a sink that raises is logged, never a failed request
+            self.on_event(event)
+        except Exception:
+            log.exception("an event sink failed; routing goes on")
         return response, event
 
     def _event(
@@ -1139,6 +1142,8 @@ class Router:
             all_cloud = (
                 trace.prices.get(self.cloud.model_for(2), 0.0) * (trace.input_tokens + trace.output_tokens) / 1000
             )
+        # the contract's ranges; values are checked before they are clamped (the common case costs no call)
+        d, e, i, o, ttft = req.deadline_ms, req.elapsed_ms, trace.input_tokens, trace.output_tokens, trace.ttft_ms
         return new_decision(
             schema_version=SCHEMA_VERSION,
             event_time=self._now(),
@@ -1154,17 +1159,19 @@ class Router:
             cloud_calls=trace.cloud_calls,
             confidence=trace.confidence,
             threshold=cap.threshold if entered else None,
-            deadline_ms=min(DAY_MS, max(1, int(req.deadline_ms))),
+            deadline_ms=d if type(d) is int and 1 <= d <= DAY_MS else min(DAY_MS, max(1, int(d))),
             # what the gateway sent, when `deadline_ms` (at least 1) cannot hold it (the contract's range: a day)
-            gateway_deadline_ms=max(-DAY_MS, int(req.deadline_ms)) if req.deadline_ms < 1 else None,
-            elapsed_ms=min(DAY_MS, max(0, int(req.elapsed_ms))),
-            latency_ms=min(float(DAY_MS), max(0.0, latency_ms)),
-            input_tokens=min(MAX_TOKENS, max(0, trace.input_tokens)),
-            output_tokens=min(MAX_TOKENS, max(0, trace.output_tokens)),
+            gateway_deadline_ms=max(-DAY_MS, int(d)) if d < 1 else None,
+            elapsed_ms=e if type(e) is int and 0 <= e <= DAY_MS else min(DAY_MS, max(0, int(e))),
+            latency_ms=latency_ms if 0.0 <= latency_ms <= DAY_MS else min(float(DAY_MS), max(0.0, latency_ms)),
+            input_tokens=i if 0 <= i <= MAX_TOKENS else min(MAX_TOKENS, max(0, i)),
+            output_tokens=o if 0 <= o <= MAX_TOKENS else min(MAX_TOKENS, max(0, o)),
             policy_version=policy.version,
             app_id=req.app_id,
             confidence_source=trace.confidence_source,
-            ttft_ms=None if trace.ttft_ms is None else min(float(DAY_MS), max(0.0, finite(trace.ttft_ms, 0.0))),
+            ttft_ms=ttft
+            if ttft is None or (type(ttft) is float and 0.0 <= ttft <= DAY_MS)
+            else min(float(DAY_MS), max(0.0, finite(ttft, 0.0))),
             network=req.network,
             device_tier=req.device_tier,
             has_pii=req.has_pii,

@@ -15,7 +15,7 @@ from routerscope import __version__, broker
 from routerscope.core import names
 from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.settings import Settings
-from routerscope.core.text import pct
+from routerscope.core.text import counts, pct
 
 
 def _print_json(obj) -> None:
@@ -135,11 +135,55 @@ def cmd_load(args, settings: Settings) -> int:
     seconds = result.seconds
     for short in names.TOPICS:
         print(f"{short:<10} loaded {summary['loaded'][short]:>9}   quarantined {summary['quarantined'][short]:>7}")
+    otlp = summary.get("otlp")
+    if otlp:  # the OTLP topic's traces, mapped into decisions before the load (docs/otlp.md)
+        print(
+            f"{'otlp':<10} traces {otlp['traces']:>9}   mapped {otlp['mapped']:>12}   "
+            f"quarantined {sum(otlp['quarantined'].values()):>7}"
+        )
     total_q = sum(summary["quarantined"].values())
     print(
         f"done in {seconds:.1f} s"
         + (f"; see the quarantined messages and their broken rules in {names.DATABASE}.quarantine" if total_q else "")
     )
+    return 0
+
+
+def cmd_collect(args, settings: Settings) -> int:
+    """The OTLP/HTTP receiver: GenAI spans in, one Kafka message per trace out (docs/otlp.md)."""
+    from instrumentation import pii
+    from instrumentation.otlp.receiver import KafkaSink, Receiver
+    from routerscope.core.kafka import ensure_topics, librdkafka_config
+
+    ensure_topics(settings)  # the OTLP topic among them; fails in one line when the broker is not there
+    pii.configure(settings.home)  # session ids that look personal are hashed on the way in, as the loader would
+    sink = KafkaSink(librdkafka_config(settings), settings.otlp_topic)
+    try:
+        receiver = Receiver(sink, host=args.host, port=args.port, trace_wait_s=args.trace_wait)
+    except OSError as exc:
+        sink.close(1)
+        raise ConfigError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    stop_on_term()
+    print(
+        f"routerscope collect: OTLP/HTTP on http://{args.host}:{receiver.port}/v1/traces "
+        f"-> Kafka topic {settings.otlp_topic} at {settings.kafka_bootstrap()}",
+        flush=True,
+    )
+    try:
+        receiver.serve_forever()
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (Terminated)
+        pass
+    finally:
+        stats = receiver.close()
+        print(
+            f"routerscope collect: stopped; {stats['spans_in']} spans in, {stats['spans_out']} written in "
+            f"{stats['traces_out']} traces, {stats['spans_rejected']} refused, "
+            f"{stats.get('undelivered_at_exit', 0)} messages undelivered"
+            + (
+                f", {stats['held_at_exit']} spans not written (Kafka refused them)" if stats.get("held_at_exit") else ""
+            ),
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -429,8 +473,7 @@ def cmd_demo(args, settings: Settings) -> int:
     elif live:
         print(
             f"  live sample: {live['requests']} real requests through {live['device_model']} (device) and "
-            f"llama_cpp.server (stand-in cloud); served by "
-            + ", ".join(f"the {side} {n}" for side, n in sorted((live["served_by"] or {}).items()))
+            f"llama_cpp.server (stand-in cloud); {counts(live['served_by'])}"
         )
     print(f"  window:    {out['summary']['window']['start']} → {out['summary']['window']['end']}")
     print(f"  requests {s['requests']}, entered the device {s['device_entered']}, sessions {s['sessions']}")
@@ -830,6 +873,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="start the Streamlit dashboard on localhost")
     p.add_argument("--port", type=_port, default=8501)
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("collect", help="receive OTLP/HTTP traces from any GenAI-instrumented app (docs/otlp.md)")
+    p.add_argument("--port", type=_port, default=4318, help="listen port (default 4318, OTLP/HTTP's)")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument(
+        "--trace-wait",
+        type=_float_at_least(0, strictly=True),
+        default=10.0,
+        help="write a trace whose root span has not arrived this many seconds after its first span (default 10)",
+    )
+    p.set_defaults(func=cmd_collect)
 
     from routerscope import oncall  # `exporter` and `rules export`: Prometheus and Alertmanager
 

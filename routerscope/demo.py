@@ -305,8 +305,11 @@ def next_span(settings: Settings, span: timedelta, now: datetime | None = None) 
     """Where this run's simulated span goes: (start, length). It ends now; when the previous demo of this
     home ended less than `span` ago, it starts where that one ended instead, so two runs never lie on top of
     each other (two outages at once, sessions counted twice). A re-run sooner than MIN_RERUN_SPAN after the
-    previous span's end is refused with what to do."""
-    now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)
+    previous span's end is refused with what to do. "Now" is the latest 5-minute boundary (`span_end`), so
+    the metric windows cut the scripted timeline the same way on every run."""
+    from router.sim.fleet import span_end  # the simulator (greenlet, the router) loads only when a demo runs
+
+    now = span_end(now)
     previous = _previous_end(settings)
     if previous is None or previous <= now - span:
         return now - span, span

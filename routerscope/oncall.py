@@ -4,26 +4,60 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import parse_utc
 
 
 def cmd_exporter(args, settings: Settings) -> int:
     from routerscope.cli import stop_on_term
-    from warehouse.analytics.exporter import make_exporter
+    from warehouse.analytics.exporter import Lease, Replay, make_exporter
 
-    server = make_exporter(settings, port=args.port, refresh_s=args.refresh)
+    replay = Replay(args.replay_from, args.replay_speed) if args.replay_from else None
+    lease = Lease(Path(args.lease), args.lease_timeout) if args.lease else None
+    server = make_exporter(settings, port=args.port, refresh_s=args.refresh, replay=replay, lease=lease)
     stop_on_term()
     print(f"routerscope exporter: serving http://127.0.0.1:{server.port}/metrics", flush=True)
+    if replay:
+        print(
+            f"routerscope exporter: replaying the warehouse from {replay.start:%Y-%m-%d %H:%M:%S} UTC at "
+            f"{replay.speed:g}x, as if it were now, until it reaches the present",
+            flush=True,
+        )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         print("routerscope exporter: stopped", file=sys.stderr)
     finally:
         server.close()
+    if server.lease_expired:
+        print(
+            f"routerscope exporter: stopped: its lease {args.lease} was not renewed for {args.lease_timeout:g} s "
+            "(the Dagster deployment that started it stopped, or no longer asks for it)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _instant(text: str) -> datetime:
+    try:
+        return parse_utc(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time, e.g. 2026-12-04T03:30:00Z") from None
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
 
 
 def cmd_rules(args, settings: Settings) -> int:
@@ -51,8 +85,22 @@ def add_commands(sub, port_type) -> None:
     p = sub.add_parser("exporter", help="the Prometheus endpoint on 127.0.0.1: the latest finished metric windows")
     p.add_argument("--port", type=port_type, default=9464)
     p.add_argument(
-        "--refresh", type=float, default=15.0, help="read the warehouse at most every N seconds (default 15)"
+        "--refresh", type=_positive, default=15.0, help="read the warehouse at most every N seconds (default 15)"
     )
+    p.add_argument(
+        "--replay-from",
+        type=_instant,
+        metavar="TIME",
+        help="serve the warehouse as it stood from TIME on, as if it were now (a drill of the Prometheus path on a "
+        "past incident: docs/operations.md)",
+    )
+    p.add_argument("--replay-speed", type=_positive, default=1.0, metavar="X", help="replay X times faster (default 1)")
+    p.add_argument(
+        "--lease",
+        metavar="FILE",
+        help="stop once FILE has not been touched for --lease-timeout seconds (how the Dagster deployment runs it)",
+    )
+    p.add_argument("--lease-timeout", type=_positive, default=120.0, metavar="S", help="(default 120)")
     p.set_defaults(func=cmd_exporter)
 
     p = sub.add_parser("rules", help="the alert rules in another system's format")

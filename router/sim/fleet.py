@@ -505,9 +505,15 @@ class Fleet:
         self.on_label(label)
 
 
+def span_end(now: datetime | None = None) -> datetime:
+    """Where a simulated span that ends "now" ends: the latest 5-minute boundary, so the data looks live and the
+    metric windows (5-minute partitions) cut the scripted timeline the same way on every run: minute-aligned, a
+    run's alerts depended on the minute it started (an episode near a limit breached three windows in a row in
+    some runs)."""
+    now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)
+    return now - timedelta(minutes=now.minute % 5)
+
+
 def default_start(span: timedelta) -> datetime:
-    """The simulated span ends at the latest 5-minute boundary, so the data looks live and the metric windows
-    (5-minute partitions) cut the scripted timeline the same way on every run: minute-aligned, a run's alerts
-    depended on the minute it started (an episode near a limit breached three windows in a row in some runs)."""
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
-    return now - timedelta(minutes=now.minute % 5) - span
+    """The start of a span of `span` that ends at `span_end()`."""
+    return span_end() - span

@@ -84,7 +84,8 @@ def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_
     from confluent_kafka.admin import NewTopic
 
     metadata = check_reachable(settings, bootstrap)
-    missing = [t for t in names.TOPICS.values() if t not in metadata.topics]
+    # the OTLP topic too: `routerscope collect` writes it, and the loader reads it (docs/otlp.md)
+    missing = [t for t in (*names.TOPICS.values(), settings.otlp_topic) if t not in metadata.topics]
     if not missing:
         return []
     client = admin(settings, bootstrap)  # keep a reference: the futures die with the handle

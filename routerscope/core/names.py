@@ -13,6 +13,13 @@ TOPICS: dict[str, str] = {
     "breakers": TOPIC_BREAKERS,
 }
 
+# OTLP in (docs/otlp.md): OTLP trace messages in protobuf, one trace per message, keyed by trace id, written by
+# `routerscope collect` or an OpenTelemetry Collector's Kafka exporter (whose default traces topic this is).
+# Not in TOPICS: its messages are not events of the contract; the loader maps them into decisions first.
+TOPIC_OTLP = "otlp_spans"
+# The loader's positions in it (ingest_offsets.consumer), apart from those of the three topics.
+CONSUMER_OTLP = "routerscope-otlp"
+
 # The JSON field whose value is the message key of each topic (docs/contract.md).
 TOPIC_KEY_FIELD: dict[str, str] = {
     TOPIC_DECISIONS: "session_id",

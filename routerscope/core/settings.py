@@ -164,6 +164,16 @@ def _int_env(env: dict, name: str, default: int, minimum: int = 1) -> int:
     return value
 
 
+def _port_env(env: dict, name: str) -> int | None:
+    """A TCP port from `name`, or None when unset."""
+    if not env.get(name):
+        return None
+    port = _int_env(env, name, 0, minimum=1)
+    if port > 65535:
+        raise ConfigError(f"{name}={env[name]!r} is not a TCP port (1-65535)")
+    return port
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -175,8 +185,13 @@ class Settings:
     alert_rules: Path | None = None  # None: the defaults shipped in warehouse/analytics/alerting/alert_rules.yaml
     alertmanager_url: str | None = None  # ROUTERSCOPE_ALERTMANAGER_URL: alerts also go to its /api/v2/alerts
     dashboard_url: str = "http://127.0.0.1:8501"  # ROUTERSCOPE_DASHBOARD_URL: the base of the Explorer links
+    exporter_port: int | None = None  # ROUTERSCOPE_EXPORTER_PORT: the Dagster deployment serves the exporter there
     # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
     warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
+    # OTLP in (docs/otlp.md): the topic `routerscope collect` and a Collector's Kafka exporter write, and the
+    # user's mapping file (None: the defaults shipped in instrumentation/otlp/default_mapping.yaml)
+    otlp_topic: str = names.TOPIC_OTLP
+    otlp_mapping: Path | None = None
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> Settings:
@@ -214,6 +229,11 @@ class Settings:
             alertmanager_url=_http_url("ROUTERSCOPE_ALERTMANAGER_URL", env.get("ROUTERSCOPE_ALERTMANAGER_URL") or None),
             dashboard_url=_http_url("ROUTERSCOPE_DASHBOARD_URL", env.get("ROUTERSCOPE_DASHBOARD_URL") or None)
             or "http://127.0.0.1:8501",
+            exporter_port=_port_env(env, "ROUTERSCOPE_EXPORTER_PORT"),
+            otlp_topic=env.get("ROUTERSCOPE_OTLP_TOPIC") or names.TOPIC_OTLP,
+            otlp_mapping=Path(env["ROUTERSCOPE_OTLP_MAPPING"]).expanduser().resolve()
+            if env.get("ROUTERSCOPE_OTLP_MAPPING")
+            else None,
         )
 
     # -- every path under the home, named once -------------------------------------------------------
@@ -244,6 +264,14 @@ class Settings:
     def request_texts_path(self) -> Path:
         """The request-text store (opt-in texts for the replay, divergence samples)."""
         return self.home / names.REQUEST_TEXTS
+
+    def exporter_lease_path(self, port: int) -> Path:
+        """The lease the Dagster deployment renews while it wants the exporter on `port` (`pipelines.exporter`)."""
+        return self.home / f"exporter-{port}.lease"
+
+    @property
+    def exporter_log_path(self) -> Path:
+        return self.home / "exporter.log"
 
     @property
     def dashboard_log_path(self) -> Path:

@@ -24,3 +24,11 @@ def ci(interval, digits: int = 1) -> str:
 def money(value: float | None) -> str:
     """US dollars to a hundredth of a cent: "$1,234.5678"."""
     return DASH if value is None else f"${value:,.4f}"
+
+
+def counts(by_name: dict[str, int], what: str = "served by") -> str:
+    """{"device": 3, "cloud": 2} → "served by the device 3, the cloud 2" (largest first); "none served" when empty."""
+    if not by_name:
+        return "none " + what.split()[0]
+    parts = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))
+    return what + " " + ", ".join(f"the {name} {n:,}" for name, n in parts)

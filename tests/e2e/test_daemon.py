@@ -19,11 +19,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from pipelines.exporter import lease_timeout_s
 from pipelines.timing import (
     DAILY_CATCH_UP_GRACE,
     FIVE_MINUTES,
@@ -92,6 +94,57 @@ def _pids_with(marker: bytes) -> list[int]:
     return found
 
 
+def _ours(marker: bytes, *words: str) -> list[int]:
+    """Processes carrying `marker` whose command line holds each of `words`."""
+    found = []
+    for pid in _pids_with(marker):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if all(w.encode() in cmdline for w in words):
+            found.append(pid)
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _deployment(tmp_path: Path):
+    """(home, DAGSTER_HOME, settings): a home with its own broker and a migrated warehouse (the test reads the
+    tables from the first poll on)."""
+    home, dagster_home = tmp_path / "home", tmp_path / "dagster_home"
+    home.mkdir()
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    with open_warehouse(settings) as client:
+        migrate(client)
+    return home, dagster_home, settings
+
+
+def _start_daemon(env: dict, log_path: Path) -> subprocess.Popen:
+    """`dagster-daemon run -w workspace.yaml` in a session of its own, its output in `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [DAEMON, "run", "-w", str(REPO / "workspace.yaml")],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def _stop(daemon: subprocess.Popen, marker: bytes) -> None:
     """The daemon, its code server and any run worker: the process group first, then whatever still
     carries this test's DAGSTER_HOME (by pid)."""
@@ -130,14 +183,7 @@ def _query(settings, sql: str):
 
 @pytest.mark.timeout(480)  # a real dagster-daemon and code server start, then sensors tick until windows settle
 def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_alerts(tmp_path):
-    home, dagster_home = tmp_path / "home", tmp_path / "dagster_home"
-    home.mkdir()
-    dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    settings = settings_for(home)
-    broker.start(settings, port=free_port())
-    with open_warehouse(settings) as client:
-        migrate(client)  # the test reads the tables from the first poll on
+    home, dagster_home, settings = _deployment(tmp_path)
     log_path = tmp_path / "daemon.log"
     daemon = None
     marker = f"DAGSTER_HOME={dagster_home}".encode()
@@ -157,15 +203,7 @@ def test_the_daemon_alone_loads_events_computes_finished_windows_and_evaluates_a
                 expected[floor_5m(t)] = expected.get(floor_5m(t), 0) + 1
 
         env = clean_env(home, DAGSTER_HOME=str(dagster_home), ROUTERSCOPE_SENSOR_INTERVAL_S=SENSOR_INTERVAL_S)
-        with open(log_path, "wb") as log:
-            daemon = subprocess.Popen(
-                [DAEMON, "run", "-w", str(REPO / "workspace.yaml")],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        daemon = _start_daemon(env, log_path)
 
         loaded, windows, bypass_alerts = 0, {}, []
         deadline = time.monotonic() + DEADLINE_S
@@ -220,3 +258,90 @@ def _runs_came_from_the_daemon_and_ingest_never_overlapped(dagster_home: Path) -
     assert sources["ingest"] == "ingest_sensor" and sources["alerts_job"] == "alerts_after_metrics", sources
     spans = sorted((r.start_time, r.end_time or time.time()) for r in by_job["ingest"] if r.start_time)
     assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+
+
+def _served_decisions(port: int) -> float | None:
+    """The sum of `routerscope_decisions_total` the endpoint serves (None: it does not answer)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    except OSError:
+        return None
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "routerscope_decisions"
+        for s in f.samples
+        if s.name == "routerscope_decisions_total"
+    )
+
+
+# the daemon replaces its code server once a minute, the first one lingers ~40 s after; the lease then runs 80 s
+@pytest.mark.timeout(540)
+def test_the_deployment_keeps_one_exporter_across_its_code_servers_and_stops_it_with_the_daemon(tmp_path):
+    """ROUTERSCOPE_EXPORTER_PORT set: the daemon's `exporter_sensor` starts `routerscope exporter` once; the code
+    server that started it is replaced (every 60 s, dagster's RELOAD_WORKSPACE_INTERVAL) and exits, the runs load
+    the definitions too, and the same exporter keeps serving the windows the daemon computes; once the daemon
+    stops, the exporter stops by itself when its lease runs out."""
+    home, dagster_home, settings = _deployment(tmp_path)
+    port = free_port()
+    log_path = tmp_path / "daemon.log"
+    marker = f"DAGSTER_HOME={dagster_home}".encode()
+    daemon = None
+    try:
+        events = events_of_the_last_15_minutes(datetime.now(UTC))
+        path = tmp_path / "decisions.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        assert produce_file(settings, path, "decisions", show_progress=False).sent == len(events)
+        env = clean_env(
+            home,
+            DAGSTER_HOME=str(dagster_home),
+            ROUTERSCOPE_SENSOR_INTERVAL_S=SENSOR_INTERVAL_S,
+            ROUTERSCOPE_EXPORTER_PORT=str(port),
+        )
+        daemon = _start_daemon(env, log_path)
+        exporters: set[int] = set()
+        code_servers: set[int] = set()
+        starter, starter_gone_at, served, stored = None, None, None, None
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(3)
+            exporters |= set(_ours(marker, "routerscope", "exporter"))
+            code_servers |= set(_ours(marker, "api", "grpc"))
+            if exporters and starter is None:
+                starter = _parent(min(exporters))  # the code server whose sensor tick started it
+            if starter and starter_gone_at is None and not _alive(starter):
+                starter_gone_at = time.monotonic()
+            served = _served_decisions(port)
+            stored = _query(
+                settings,
+                "SELECT sum(requests) FROM routerscope.metric_windows FINAL WHERE grain = '5m' AND task_type = '' "
+                "AND window_end <= now64()",
+            )[0][0]
+            settled = starter_gone_at is not None and time.monotonic() - starter_gone_at > 3 * int(SENSOR_INTERVAL_S)
+            if settled and served and served == stored:
+                break
+        tail = _log_excerpt(log_path)
+        exporter_log = settings.exporter_log_path.read_text() if settings.exporter_log_path.exists() else ""
+        assert daemon.poll() is None, f"the daemon exited with {daemon.returncode}:\n{tail}"
+        assert len(exporters) == 1, (exporters, exporter_log, tail)  # one, never a second, never restarted
+        assert starter in code_servers and starter_gone_at is not None, (starter, code_servers, tail)
+        assert len(code_servers) >= 2, code_servers
+        (exporter,) = exporters
+        assert _alive(exporter), exporter_log
+        assert served and served == stored, (served, stored, exporter_log)  # what the daemon's runs computed
+
+        os.killpg(daemon.pid, signal.SIGTERM)  # the daemon and its code servers; the exporter has its own session
+        daemon.wait(60)
+        lease_s = lease_timeout_s(int(SENSOR_INTERVAL_S))
+        gone_by = time.monotonic() + lease_s + 15
+        while _alive(exporter) and time.monotonic() < gone_by:
+            time.sleep(0.5)
+        assert not _alive(exporter), f"the exporter outlived its lease ({lease_s} s)"
+        assert "its lease" in settings.exporter_log_path.read_text()
+    finally:
+        if daemon is not None:
+            _stop(daemon, marker)
+        broker.stop(settings)
+    assert not _pids_with(marker)

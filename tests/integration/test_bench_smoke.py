@@ -84,3 +84,10 @@ def test_the_exporter_bench_scrapes_the_real_command_and_reads_its_memory():
     # time, refresh failures: 12. (The default 5 task types: 5 × 63 + 12 = 327.)
     assert figures["routerscope_series"] == 2 * 63 + 12
     assert figures["rss_mb_after_all"] > 0
+
+
+def test_the_otlp_bench_gets_every_trace_it_sends_into_kafka():
+    """bench/otlp.py small: every trace posted to `routerscope collect` is counted in the topic."""
+    figures = run_bench("bench/otlp.py", "--spans", "4096")
+    assert figures["traces_in_kafka"] == figures["traces"] == 1024
+    assert figures["spans_per_s"] > 0

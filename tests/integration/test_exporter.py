@@ -4,8 +4,10 @@ that Prometheus scrapes, parsed by prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
+import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
@@ -14,10 +16,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from instrumentation.contract import BREAKERS
 from routerscope.core import names, procs
+from routerscope.core.errors import RouterscopeError
 from routerscope.core.procs import free_port
 from tests.support.events import breaker, dumps, iso
 from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
-from warehouse.analytics.exporter import families, make_exporter, read_snapshot
+from warehouse.analytics.exporter import (
+    HEALTH_BODY,
+    Lease,
+    Replay,
+    WarehouseCollector,
+    families,
+    make_exporter,
+    read_snapshot,
+)
 from warehouse.analytics.metrics import empty_group
 from warehouse.client import open_warehouse
 from warehouse.ingest.rows import FACTS
@@ -230,3 +241,73 @@ def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_o
     finally:
         assert procs.stop(process) == 0
     assert "serving http://127.0.0.1:" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("replayed_s", "latest", "decisions_a", "device_breakers"),
+    [
+        (0, T0, 40, 0),  # 10:07: window 0 is the latest finished one
+        (300, T0 + STEP, 40 + 20, 1),  # five replayed minutes on (10:12): window 1, its breaker; window 2 not yet
+    ],
+    ids=["at-10:07", "at-10:12"],
+)
+def test_a_replay_serves_the_warehouse_as_it_stood_then_with_its_times_moved_onto_now(
+    known, replayed_s, latest, decisions_a, device_breakers
+):
+    """Through the read worker, as `routerscope exporter --replay-from 10:07` serves it at speed 1."""
+    replay = Replay(T0 + timedelta(minutes=7), 1.0, started=time.monotonic() - replayed_s)
+    collector = WarehouseCollector(known, refresh_s=0, replay=replay)
+    try:
+        wall = datetime.now(UTC)
+        found = samples(list(collector.collect()))
+    finally:
+        collector.close()
+    assert not collector.last_error
+    as_of = datetime.fromtimestamp(value(found, "routerscope_exporter_replay_timestamp_seconds"), UTC)
+    assert timedelta(0) <= as_of - (T0 + timedelta(minutes=7, seconds=replayed_s)) < timedelta(seconds=60)
+    assert value(found, "routerscope_window_decisions", grain="5m", task_type=A) == (40 if latest == T0 else 20)
+    assert value(found, "routerscope_decisions_total", task_type=A) == decisions_a
+    assert value(found, "routerscope_breakers_open", boundary="device") == device_breakers
+    # the window's end as far before the served "now" as it was before the replayed moment
+    served_end = value(found, "routerscope_window_end_timestamp_seconds", grain="5m")
+    refreshed = value(found, "routerscope_exporter_refresh_timestamp_seconds")
+    assert refreshed - wall.timestamp() < 60
+    assert abs((refreshed - served_end) - (as_of - (latest + STEP)).total_seconds()) < 1e-3
+    assert not [name for name, _ in found if name == "routerscope_last_load_timestamp_seconds"]
+
+
+def test_a_replay_that_reaches_the_present_serves_live():
+    now = datetime.now(UTC)
+    replay = Replay(now - timedelta(hours=1), speed=3600, started=time.monotonic() - 2)
+    assert replay.as_of(now) == now
+    assert Replay(now - timedelta(hours=1), speed=60).as_of(now) < now - timedelta(minutes=59)
+
+
+def test_the_health_path_answers_without_reading_and_a_taken_port_is_one_error(known):
+    server = make_exporter(known, port=free_port(), refresh_s=60)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/-/healthy", timeout=10).read()
+        assert body == HEALTH_BODY and server.collector.snapshot is None  # the warehouse was not read
+        with pytest.raises(RouterscopeError, match=f"port {server.port} on 127.0.0.1 is already in use"):
+            make_exporter(known, port=server.port)
+    finally:
+        server.shutdown()
+        server.close()
+
+
+def test_an_exporter_on_a_lease_stops_once_nobody_renews_it(known, tmp_path):
+    lease = tmp_path / "exporter.lease"
+    lease.touch()
+    server = make_exporter(known, port=free_port(), refresh_s=60, lease=Lease(lease, timeout_s=1.0))
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        for _ in range(6):  # renewed every 0.3 s for ~2 s: still serving
+            time.sleep(0.3)
+            os.utime(lease)
+        assert serving.is_alive() and not server.lease_expired
+        serving.join(timeout=10)  # no renewal: it stops within the timeout and a check
+        assert not serving.is_alive() and server.lease_expired
+    finally:
+        server.close()

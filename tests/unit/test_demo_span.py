@@ -8,7 +8,7 @@ from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
 from routerscope.demo import next_span, record_span
 
-NOW = datetime(2026, 12, 1, 23, 1, 30, tzinfo=UTC)  # minute-aligned down to 23:01
+NOW = datetime(2026, 12, 1, 23, 1, 30, tzinfo=UTC)  # a span that ends now ends at 23:00, a 5-minute boundary
 SPAN = timedelta(minutes=120)
 
 
@@ -17,25 +17,27 @@ def settings(tmp_path):
     return Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path)})
 
 
-def test_a_first_run_ends_now(settings):
-    assert next_span(settings, SPAN, NOW) == (datetime(2026, 12, 1, 21, 1, tzinfo=UTC), SPAN)
+def test_a_first_run_ends_at_the_latest_five_minute_boundary(settings):
+    """The metric windows (5-minute partitions) then cut the scripted timeline the same way on every run: a span
+    ending on the minute made an episode near a limit breach three windows in a row in some runs only."""
+    assert next_span(settings, SPAN, NOW) == (datetime(2026, 12, 1, 21, 0, tzinfo=UTC), SPAN)
 
 
 def test_a_run_after_a_whole_span_ends_now_too(settings):
-    record_span(settings, datetime(2026, 12, 1, 21, 0, tzinfo=UTC))  # 2 h 1 min ago: no overlap possible
-    assert next_span(settings, SPAN, NOW) == (datetime(2026, 12, 1, 21, 1, tzinfo=UTC), SPAN)
+    record_span(settings, datetime(2026, 12, 1, 20, 55, tzinfo=UTC))  # 2 h 5 min before 23:00: no overlap possible
+    assert next_span(settings, SPAN, NOW) == (datetime(2026, 12, 1, 21, 0, tzinfo=UTC), SPAN)
 
 
 def test_a_rerun_within_the_span_covers_only_the_time_since_the_previous_end(settings, capsys):
-    record_span(settings, datetime(2026, 12, 1, 22, 31, tzinfo=UTC))  # 30 minutes ago
+    record_span(settings, datetime(2026, 12, 1, 22, 30, tzinfo=UTC))  # 30 minutes before 23:00
     start, span = next_span(settings, SPAN, NOW)
-    assert (start, span) == (datetime(2026, 12, 1, 22, 31, tzinfo=UTC), timedelta(minutes=30))
-    assert "covers 22:31 → 23:01 (30 min) so the two do not overlap" in capsys.readouterr().err
+    assert (start, span) == (datetime(2026, 12, 1, 22, 30, tzinfo=UTC), timedelta(minutes=30))
+    assert "covers 22:30 → 23:00 (30 min) so the two do not overlap" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("minutes_ago", [0, 9, -5])  # just now, under the 10-minute least, a clock that stepped back
 def test_a_rerun_too_soon_is_refused_with_what_to_do(settings, minutes_ago):
-    record_span(settings, datetime(2026, 12, 1, 23, 1, tzinfo=UTC) - timedelta(minutes=minutes_ago))
+    record_span(settings, datetime(2026, 12, 1, 23, 0, tzinfo=UTC) - timedelta(minutes=minutes_ago))
     with pytest.raises(RouterscopeError, match=r"would lie on top of it .*routerscope demo --fresh"):
         next_span(settings, SPAN, NOW)
 

@@ -82,7 +82,13 @@ def test_everything_runs_by_itself_once_deployed():
     schedules = {s.name: s for s in defs.schedules}
     sensors = {s.name: s for s in defs.sensors}
     assert set(schedules) == {"metrics_5m_schedule", "metrics_daily_schedule", "weekly_replay_job_schedule"}
-    assert set(sensors) == {"ingest_sensor", "late_events_sensor", "late_labels_sensor", "alerts_after_metrics"}
+    assert set(sensors) == {
+        "ingest_sensor",
+        "late_events_sensor",
+        "late_labels_sensor",
+        "alerts_after_metrics",
+        "exporter_sensor",
+    }
     assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in schedules.values())
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert sensors["ingest_sensor"].job_name == "ingest" and sensors["ingest_sensor"].minimum_interval_seconds == 60

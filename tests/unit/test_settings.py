@@ -112,3 +112,18 @@ def test_the_alertmanager_and_dashboard_urls_are_checked_and_lose_a_trailing_sla
         Settings.from_env({**env, "ROUTERSCOPE_ALERTMANAGER_URL": "am:9093"})
     with pytest.raises(ConfigError, match="ROUTERSCOPE_DASHBOARD_URL"):
         Settings.from_env({**env, "ROUTERSCOPE_DASHBOARD_URL": "ftp://x"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "port"),
+    [(None, None), ("", None), ("9464", 9464), ("1", 1), ("65535", 65535)],
+)
+def test_the_deployments_exporter_port_is_off_unless_set(tmp_path, raw, port):
+    env = {"ROUTERSCOPE_HOME": str(tmp_path)} | ({"ROUTERSCOPE_EXPORTER_PORT": raw} if raw is not None else {})
+    assert Settings.from_env(env).exporter_port == port
+
+
+@pytest.mark.parametrize(("raw", "message"), [("0", "at least 1"), ("65536", "not a TCP port"), ("x", "integer")])
+def test_an_exporter_port_out_of_range_is_a_setting_error(tmp_path, raw, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_EXPORTER_PORT": raw})

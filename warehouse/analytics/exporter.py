@@ -18,10 +18,19 @@ boundary (never an id), every series present from zero for every task type the w
 
 The endpoint reads the warehouse at most once per `refresh_s` and serves that snapshot in between: an
 embedded warehouse is one process's at a time (docs/architecture.md §3), so a scrape must not hold it from
-the loader. A failed read keeps the last snapshot and counts `routerscope_exporter_refresh_failures_total`."""
+the loader. A failed read keeps the last snapshot and counts `routerscope_exporter_refresh_failures_total`.
+
+A replay (`Replay`, `routerscope exporter --replay-from`) serves the warehouse as it stood at a clock that starts
+in the past and runs `speed` times faster until it reaches the present, every time it serves moved onto the wall
+clock: Prometheus evaluates on what it scrapes now, so this is how a past incident reaches its rules (a drill).
+
+`/-/healthy` answers without reading the warehouse (the Dagster sensor's probe, `pipelines.exporter`); a lease
+file, when given, stops the endpoint once nobody has renewed it for `lease_timeout_s`."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import select
@@ -31,6 +40,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -53,6 +63,8 @@ BOUNDARIES = ("device", "cloud")
 FALLBACK_TYPES = ("quality", "timeout", "error", "capability")
 LEVELS = ("L0", "L1", "L2", "L3", "L4")
 FUTURE_ALLOWANCE = timedelta(minutes=5)  # events dated further ahead are clock errors, not freshness (quality/)
+HEALTH_PATH = "/-/healthy"  # Prometheus's and Alertmanager's own probe path
+HEALTH_BODY = b"routerscope exporter\n"
 
 
 @dataclass(frozen=True)
@@ -131,12 +143,51 @@ class Snapshot:
     quarantined: int
     loaded: int
     dq_blocking_failures: int
+    replay_as_of: datetime | None = None  # a replay's historical time; every other time here moved onto the wall clock
 
 
 def last_ended_window(now: datetime, step: timedelta) -> datetime:
     """The start of the latest window of length `step` (aligned to the epoch) that had ended by `now`."""
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     return epoch + ((now - epoch) // step) * step - step
+
+
+@dataclass
+class Replay:
+    """A clock for serving history (`routerscope exporter --replay-from`): it starts at `start` when the exporter
+    starts and runs `speed` times faster than the wall clock until it reaches the present, then keeps to it."""
+
+    start: datetime
+    speed: float = 1.0
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self):
+        if self.speed <= 0:
+            raise ValueError("a replay's speed must be positive")
+
+    def as_of(self, wall: datetime) -> datetime:
+        return min(self.start + timedelta(seconds=(time.monotonic() - self.started) * self.speed), wall)
+
+
+def shifted(snapshot: Snapshot, wall: datetime) -> Snapshot:
+    """A snapshot read as of a past time, presented as now: every time it serves moved by the same offset onto
+    `wall`, so rules that compare a time with Prometheus's `time()` (ingest freshness) judge the replayed moment
+    as they would have then. The last load's time is dropped: it is the warehouse's latest, not as of the
+    replayed moment."""
+    by = wall - snapshot.at
+
+    def move(t: datetime | None) -> datetime | None:
+        return t + by if t else t
+
+    latest = {g: w and {**w, "start": move(w["start"]), "end": move(w["end"])} for g, w in snapshot.latest.items()}
+    return dataclasses.replace(
+        snapshot,
+        at=wall,
+        latest=latest,
+        newest_event=move(snapshot.newest_event),
+        last_load=None,
+        replay_as_of=snapshot.at,
+    )
 
 
 def read_snapshot(client, now: datetime | None = None) -> Snapshot:
@@ -174,6 +225,15 @@ def _labels(family: Family, *first: str) -> list[str]:
     return [*first, "task_type", *([family.label] if family.label else [])]
 
 
+def _instant(name: str, help_text: str, at: datetime | None) -> list:
+    """A gauge of one time in seconds since the epoch; none when there is no such time."""
+    if at is None:
+        return []
+    gauge = GaugeMetricFamily(name, help_text)
+    gauge.add_metric([], at.timestamp())
+    return [gauge]
+
+
 def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     """The metric families of a snapshot (None: nothing read yet, only the exporter's own)."""
     out: list = []
@@ -184,11 +244,16 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     out.append(failures)
     if snapshot is None:
         return out
-    refreshed = GaugeMetricFamily(
-        "routerscope_exporter_refresh_timestamp_seconds", "When the served snapshot was read from the warehouse"
+    out += _instant(
+        "routerscope_exporter_refresh_timestamp_seconds",
+        "When the served snapshot was read from the warehouse",
+        snapshot.at,
     )
-    refreshed.add_metric([], snapshot.at.timestamp())
-    out.append(refreshed)
+    out += _instant(
+        "routerscope_exporter_replay_timestamp_seconds",
+        "The past moment a replay serves (--replay-from), its times moved onto the wall clock; absent when live",
+        snapshot.replay_as_of,
+    )
     for family in FAMILIES:
         counter = CounterMetricFamily(
             f"routerscope_{family.name}", f"{family.help}, every finished 5-minute window", labels=_labels(family)
@@ -229,17 +294,14 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     for boundary in BOUNDARIES:
         breakers.add_metric([boundary], snapshot.breakers_open.get(boundary, 0))
     out.append(breakers)
-    if snapshot.newest_event:
-        newest = GaugeMetricFamily(
-            "routerscope_newest_event_timestamp_seconds",
-            "Event time of the newest loaded decision (before the first: the warehouse's creation)",
-        )
-        newest.add_metric([], snapshot.newest_event.timestamp())
-        out.append(newest)
-    if snapshot.last_load:
-        load = GaugeMetricFamily("routerscope_last_load_timestamp_seconds", "When the newest decision row was loaded")
-        load.add_metric([], snapshot.last_load.timestamp())
-        out.append(load)
+    out += _instant(
+        "routerscope_newest_event_timestamp_seconds",
+        "Event time of the newest loaded decision (before the first: the warehouse's creation)",
+        snapshot.newest_event,
+    )
+    out += _instant(
+        "routerscope_last_load_timestamp_seconds", "When the newest decision row was loaded", snapshot.last_load
+    )
     for name, help_text, value in (
         ("routerscope_quarantined_messages", "Messages the loader quarantined", snapshot.quarantined),
         ("routerscope_loaded_messages", "Messages the loader stored", snapshot.loaded),
@@ -255,13 +317,13 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     return out
 
 
-def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0) -> Snapshot:
-    """One snapshot, the warehouse opened and closed around it (`open_warehouse`, waiting at most
-    `lock_timeout_s` for an embedded warehouse's lock)."""
+def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0, now: datetime | None = None) -> Snapshot:
+    """One snapshot as of `now` (default: the current time), the warehouse opened and closed around it
+    (`open_warehouse`, waiting at most `lock_timeout_s` for an embedded warehouse's lock)."""
     from warehouse.client import open_warehouse
 
     with open_warehouse(settings, purpose="exporter", timeout_s=lock_timeout_s, migrated=True) as client:
-        return read_snapshot(client)
+        return read_snapshot(client, now)
 
 
 # Each open and close of an embedded (chDB) warehouse leaves about 2 MB behind in the process that did it, whatever
@@ -272,7 +334,7 @@ def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0) -> Snapshot:
 # JSON line a read: one the exporter can kill outright when a read hangs (multiprocessing.Pool's terminate()
 # was seen to hang under pytest-xdist).
 READS_PER_WORKER = 50
-_DATETIMES = ("at", "newest_event", "last_load")
+_DATETIMES = ("at", "newest_event", "last_load", "replay_as_of")
 
 
 def snapshot_json(snapshot: Snapshot) -> str:
@@ -291,17 +353,18 @@ def snapshot_from_json(text: str) -> Snapshot:
 
 
 def worker_main() -> None:
-    """The read worker (`python -c "…; worker_main()"`): for each line on stdin, one snapshot of the warehouse
-    that ROUTERSCOPE_CLICKHOUSE_DSN names as a JSON line on stdout (`{"error": …}` for one the warehouse
-    refused); exits at the end of its input."""
+    """The read worker (`python -c "…; worker_main()"`): for each line on stdin (an ISO time to read as of, or
+    empty for now), one snapshot of the warehouse that ROUTERSCOPE_CLICKHOUSE_DSN names as a JSON line on stdout
+    (`{"error": …}` for one the warehouse refused); exits at the end of its input."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything else written to stdout, native code's included, goes to stderr: not into an answer
     sys.stdout = sys.stderr
     settings = Settings.from_env()
     timeout_s = float(os.environ.get("ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S", "5"))
-    for _ in sys.stdin:
+    for request in sys.stdin:
+        now = datetime.fromisoformat(request.strip()) if request.strip() else None
         try:
-            line = snapshot_json(read_warehouse(settings, timeout_s))
+            line = snapshot_json(read_warehouse(settings, timeout_s, now))
         except RouterscopeError as exc:
             line = json.dumps({"error": str(exc)})
         answers.write(line + "\n")
@@ -324,9 +387,9 @@ class _Worker:
         )
         self.reads = 0
 
-    def read(self, timeout_s: float) -> Snapshot:
+    def read(self, timeout_s: float, now: datetime | None = None) -> Snapshot:
         self.reads += 1
-        self.process.stdin.write("read\n")
+        self.process.stdin.write(f"{now.isoformat() if now else ''}\n")
         self.process.stdin.flush()
         poller = select.poll()  # not select(): a process with over 1,024 files open has descriptors it cannot take
         poller.register(self.process.stdout, select.POLLIN)
@@ -345,10 +408,17 @@ class _Worker:
 class WarehouseCollector:
     """A prometheus_client collector over the warehouse: one read per `refresh_s` at most (`read_warehouse`; an
     embedded warehouse in a recycled worker process, see READS_PER_WORKER); a failed read keeps the last
-    snapshot and is counted."""
+    snapshot and is counted. With a `replay`, each read is as of the replay's clock (`shifted` onto now)."""
 
-    def __init__(self, settings: Settings, refresh_s: float = DEFAULT_REFRESH_S, lock_timeout_s: float = 5.0):
+    def __init__(
+        self,
+        settings: Settings,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        lock_timeout_s: float = 5.0,
+        replay: Replay | None = None,
+    ):
         self.settings, self.refresh_s, self.lock_timeout_s = settings, refresh_s, lock_timeout_s
+        self.replay = replay
         self.snapshot: Snapshot | None = None
         self.failures = 0
         self._read_at = float("-inf")
@@ -356,18 +426,26 @@ class WarehouseCollector:
         self._worker: _Worker | None = None
         self.last_error = ""
 
-    def _read(self) -> Snapshot:
+    def _read(self, now: datetime | None = None) -> Snapshot:
         if not self.settings.warehouse.embedded:
-            return read_warehouse(self.settings, self.lock_timeout_s)
+            return read_warehouse(self.settings, self.lock_timeout_s, now)
         if self._worker is not None and self._worker.reads >= READS_PER_WORKER:
             self.close()
         if self._worker is None:
             self._worker = _Worker(self.settings, self.lock_timeout_s)
-        return self._worker.read(timeout_s=self.lock_timeout_s + 120)  # a worker's first read imports chDB
+        return self._worker.read(timeout_s=self.lock_timeout_s + 120, now=now)  # a first read imports chDB
+
+    def _read_as_of_clock(self) -> Snapshot:
+        if self.replay is None:
+            return self._read()
+        wall = datetime.now(UTC)
+        as_of = self.replay.as_of(wall)
+        snapshot = self._read(as_of)
+        return shifted(snapshot, wall) if as_of < wall else snapshot
 
     def refresh(self) -> None:
         try:
-            self.snapshot = self._read()
+            self.snapshot = self._read_as_of_clock()
             self.last_error = ""
         except RouterscopeError as exc:
             self._failed(exc)
@@ -402,19 +480,79 @@ class _Quiet(WSGIRequestHandler):
         pass
 
 
-class Exporter:
-    """The endpoint on 127.0.0.1:`port` (`/metrics`, any path in fact): `serve_forever()`, then `close()`."""
+def _with_health(metrics_app):
+    """The metrics at every path but HEALTH_PATH, which answers at once without reading the warehouse."""
 
-    def __init__(self, settings: Settings, port: int = DEFAULT_PORT, refresh_s: float = DEFAULT_REFRESH_S):
-        self.collector = WarehouseCollector(settings, refresh_s)
+    def app(environ, start_response):
+        if environ.get("PATH_INFO") == HEALTH_PATH:
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
+            return [HEALTH_BODY]
+        return metrics_app(environ, start_response)
+
+    return app
+
+
+class Lease:
+    """A file someone renews (touches) while they want the endpoint up: the Dagster sensor that started it
+    (`pipelines.exporter`). Expired when it is missing or older than `timeout_s`."""
+
+    def __init__(self, path: Path, timeout_s: float):
+        self.path, self.timeout_s = Path(path), timeout_s
+
+    def expired(self) -> bool:
+        try:
+            return time.time() - self.path.stat().st_mtime > self.timeout_s
+        except FileNotFoundError:
+            return True
+
+
+class Exporter:
+    """The endpoint on 127.0.0.1:`port` (`/metrics`, any path in fact; `/-/healthy`): `serve_forever()`, then
+    `close()`. With a `lease`, `serve_forever` returns once the lease expires (`lease_expired` is then True)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        port: int = DEFAULT_PORT,
+        refresh_s: float = DEFAULT_REFRESH_S,
+        replay: Replay | None = None,
+        lease: Lease | None = None,
+    ):
+        self.collector = WarehouseCollector(settings, refresh_s, replay=replay)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.collector)
         ProcessCollector(registry=registry)  # the exporter's own memory and CPU
-        self.server: WSGIServer = make_server("127.0.0.1", port, make_wsgi_app(registry), handler_class=_Quiet)
+        try:
+            self.server: WSGIServer = make_server(
+                "127.0.0.1", port, _with_health(make_wsgi_app(registry)), handler_class=_Quiet
+            )
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise RouterscopeError(
+                f"port {port} on 127.0.0.1 is already in use (another exporter of this warehouse, or another "
+                "service): run one exporter per warehouse, or pick another with --port"
+            ) from None
         self.port = self.server.server_address[1]
+        self.lease = lease
+        self.lease_expired = False
+        self._stopped = threading.Event()
+
+    def _watch_lease(self) -> None:
+        check_s = min(5.0, max(self.lease.timeout_s / 4, 0.2))
+        while not self._stopped.wait(check_s):
+            if self.lease.expired():
+                self.lease_expired = True
+                self.server.shutdown()
+                return
 
     def serve_forever(self) -> None:
-        self.server.serve_forever()
+        if self.lease is not None:
+            threading.Thread(target=self._watch_lease, name="exporter-lease", daemon=True).start()
+        try:
+            self.server.serve_forever()
+        finally:
+            self._stopped.set()
 
     def shutdown(self) -> None:
         """Stop `serve_forever` (from another thread)."""
@@ -425,5 +563,11 @@ class Exporter:
         self.collector.close()
 
 
-def make_exporter(settings: Settings, port: int = DEFAULT_PORT, refresh_s: float = DEFAULT_REFRESH_S) -> Exporter:
-    return Exporter(settings, port, refresh_s)
+def make_exporter(
+    settings: Settings,
+    port: int = DEFAULT_PORT,
+    refresh_s: float = DEFAULT_REFRESH_S,
+    replay: Replay | None = None,
+    lease: Lease | None = None,
+) -> Exporter:
+    return Exporter(settings, port, refresh_s, replay=replay, lease=lease)

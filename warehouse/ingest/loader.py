@@ -106,7 +106,7 @@ from routerscope.core.kafka import check_reachable, fetched_end, librdkafka_conf
 from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
-from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
+from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, OFFSET_COLUMNS, QUARANTINE_COLUMNS, kafka_time
 from warehouse.queries import ingest_offsets, json_rows, loaded_messages
 
 log = logging.getLogger("routerscope.ingest")
@@ -158,16 +158,6 @@ CONSUMER_OPTIONS = {
 QUARANTINE_RAW_REFUSED = "quarantine.raw_refused"
 # The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
 QUARANTINE_RAW_MAX = 64 * 1024
-OFFSET_COLUMNS = (
-    "consumer",
-    "kafka_topic",
-    "kafka_partition",
-    "next_offset",
-    "batch_token",
-    "rows_loaded",
-    "rows_quarantined",
-    "last_fingerprint",
-)
 # Replacing on insert would sort-merge duplicates inside each block: ~30 % of the insert time, and
 # duplicates are rare and folded by background merges and FINAL anyway.
 INSERT_SETTINGS = {"optimize_on_insert": 0}
@@ -235,9 +225,13 @@ class LoadResult:
     refetched: dict[str, int] = field(default_factory=dict)  # topic[partition] -> messages loaded again
     batches: int = 0
     seconds: float = 0.0
+    otlp: dict | None = None  # the OTLP topic's step, when it had messages (warehouse/ingest/otlp.py)
 
     def as_dict(self) -> dict:
-        return {"loaded": dict(self.loaded), "quarantined": dict(self.quarantined)}
+        out = {"loaded": dict(self.loaded), "quarantined": dict(self.quarantined)}
+        if self.otlp:
+            out["otlp"] = self.otlp
+        return out
 
 
 class _Batch:
@@ -376,6 +370,7 @@ class Loader:
         parser: str | None = None,
         parse_worker: bool | None = None,
         wait: bool = True,
+        otlp: bool = True,
     ):
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -415,6 +410,9 @@ class Loader:
         self._broker_error: str | None = None  # the last broker-wide error since a message arrived
         self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
         self.wait = wait  # another load holds the warehouse: wait for it (else LoadInProgress)
+        # A whole load first maps the OTLP topic into decision events (warehouse/ingest/otlp.py), so that
+        # this run loads them; a loader owning a partition set leaves that to the whole one.
+        self.otlp = otlp and partitions is None and names.TOPIC_DECISIONS in self.topics
 
     @contextmanager
     def _warehouse(self):
@@ -763,6 +761,12 @@ class Loader:
         expected = self.settings.topic_partitions * len(self.topics)
         metadata = check_reachable(self.settings, timeout_s=partition_timeout(METADATA_TIMEOUT_S, expected))
         check_free_space(self.settings)
+        if self.otlp and self.settings.otlp_topic in metadata.topics:  # its events are loaded by this run
+            from warehouse.ingest.otlp import bridge
+
+            otlp = bridge(self.settings, client=client)
+            if otlp.messages:
+                result.otlp = otlp.as_dict()
         states: dict[tuple[str, int], PartitionState] = {}
         with self._warehouse() as wh:
             from warehouse.migrate import migrate

@@ -127,6 +127,18 @@ QUARANTINE_COLUMNS = (
     "error",
 )
 
+# The positions stored after the rows they cover (`ingest_offsets`; the loader's, and the OTLP step's).
+OFFSET_COLUMNS = (
+    "consumer",
+    "kafka_topic",
+    "kafka_partition",
+    "next_offset",
+    "batch_token",
+    "rows_loaded",
+    "rows_quarantined",
+    "last_fingerprint",
+)
+
 
 def _lineage(topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
     return [[topic] * len(offsets), list(partitions), list(offsets)]

@@ -1,0 +1,1 @@
+"""OTLP in: OpenTelemetry GenAI spans from any instrumented app, mapped to decision events (docs/otlp.md)."""

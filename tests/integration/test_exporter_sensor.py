@@ -1,0 +1,71 @@
+"""The Dagster deployment's `exporter_sensor` tick by tick (the daemon itself: tests/e2e/test_daemon.py): nothing
+without ROUTERSCOPE_EXPORTER_PORT, nothing started on a port something else holds, and one exporter that later
+ticks only renew."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dagster as dg
+import pytest
+
+from pipelines.exporter import _started, exporter_sensor
+from pipelines.resources import RouterscopeResource
+from routerscope.core import procs
+from routerscope.core.procs import free_port
+from tests.support.home import settings_for
+
+pytestmark = pytest.mark.integration
+
+
+def tick(home) -> str:
+    with dg.build_sensor_context(resources={"routerscope": RouterscopeResource(home=str(home))}) as context:
+        result = exporter_sensor(context)
+    assert isinstance(result, dg.SkipReason)  # it never asks for a run
+    return result.skip_message
+
+
+def test_without_a_port_the_sensor_does_nothing(home, monkeypatch):
+    monkeypatch.delenv("ROUTERSCOPE_EXPORTER_PORT", raising=False)
+    assert "ROUTERSCOPE_EXPORTER_PORT is unset" in tick(home)
+    assert not list(home.glob("exporter*"))
+
+
+def test_a_port_something_else_holds_is_left_alone(home, monkeypatch):
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"someone else's service\n")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    monkeypatch.setenv("ROUTERSCOPE_EXPORTER_PORT", str(port))
+    try:
+        assert f"port {port} is held by something that is not a routerscope exporter" in tick(home)
+    finally:
+        server.shutdown()
+    settings = settings_for(home)
+    assert settings.exporter_lease_path(port).exists() and not settings.exporter_log_path.exists()
+
+
+def test_one_tick_starts_the_exporter_and_the_next_only_renews_its_lease(home, monkeypatch):
+    port = free_port()
+    monkeypatch.setenv("ROUTERSCOPE_EXPORTER_PORT", str(port))
+    settings = settings_for(home)
+    try:
+        assert tick(home).startswith(f"started the exporter (pid {_started[port].pid})")
+        lease = settings.exporter_lease_path(port)
+        assert lease.stat().st_mode & 0o777 == 0o600
+        before = lease.stat().st_mtime_ns
+        assert tick(home) == f"serving http://127.0.0.1:{port}/metrics (lease renewed)"
+        assert lease.stat().st_mtime_ns >= before and _started[port].poll() is None
+    finally:
+        child = _started.pop(port, None)
+        if child is not None:
+            assert procs.stop(child) == 0

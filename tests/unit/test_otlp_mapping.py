@@ -1,0 +1,258 @@
+"""The mapping of GenAI spans to decision events (instrumentation/otlp/mapping.py, docs/otlp.md): each
+source's dialect, device or cloud from the mapping file, fallbacks only from what the spans show, and no
+content or raw identifier in an event. Every event is checked against the contract as the loader will."""
+
+from __future__ import annotations
+
+import pytest
+
+from instrumentation.contract import DECISIONS
+from instrumentation.otlp.mapping import NO_MODEL_CALL, TOO_MANY_CALLS, Mapping, MappingError, map_trace
+from instrumentation.otlp.proto import KIND_CLIENT, KIND_INTERNAL, SpanView
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+MAPPING = Mapping.from_dict(
+    {
+        "device": {"server_addresses": ["127.0.0.1:8081"], "providers": ["ollama"], "models": ["gemma-*"]},
+        "task_types": [{"task_type": "short_reply", "service": "support-*"}],
+    }
+)
+
+
+def span(span_id: int, attrs: dict, *, parent: int | None = 1, start_ms: int = 10, end_ms: int = 20, **kw) -> SpanView:
+    return SpanView(
+        trace_id=TRACE,
+        span_id=f"{span_id:016x}",
+        parent_id="" if parent is None else f"{parent:016x}",
+        remote_parent=False,
+        name=kw.pop("name", "chat"),
+        kind=kw.pop("kind", KIND_CLIENT),
+        start_ns=1_800_000_000_000_000_000 + start_ms * 1_000_000,
+        end_ns=1_800_000_000_000_000_000 + end_ms * 1_000_000,
+        error=kw.pop("error", False),
+        attrs=attrs,
+        resource=kw.pop("resource", {"service.name": "support-bot"}),
+    )
+
+
+def root(**attrs) -> SpanView:
+    return span(1, dict(attrs), parent=None, start_ms=0, end_ms=100, name="handle", kind=2)
+
+
+def mapped(spans, mapping=MAPPING):
+    event, reason = map_trace(spans, mapping)
+    assert reason is None and event is not None
+    _, rules = DECISIONS.parse(event.to_json())
+    assert rules == [], rules  # what the loader will check
+    return event
+
+
+# One successful cloud call as each source writes it: (attributes, model, input tokens, output tokens).
+DIALECTS = {
+    "semconv 1.37+": (
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+            "gen_ai.usage.input_tokens": 11,
+            "gen_ai.usage.output_tokens": 5,
+            "server.address": "api.openai.com",
+        },
+        "gpt-4o-mini-2024-07-18",
+        11,
+        5,
+    ),
+    "semconv before 1.37": (
+        {
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "gen_ai.usage.prompt_tokens": 11,
+            "gen_ai.usage.completion_tokens": 5,
+        },
+        "gpt-4o-mini",
+        11,
+        5,
+    ),
+    "OpenLLMetry": (
+        {
+            "llm.request.type": "chat",
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o-mini",
+            "llm.usage.prompt_tokens": 11,
+            "llm.usage.completion_tokens": 5,
+            "gen_ai.openai.api_base": "https://api.openai.com/v1/",
+        },
+        "gpt-4o-mini",
+        11,
+        5,
+    ),
+    "OpenInference": (
+        {
+            "openinference.span.kind": "LLM",
+            "llm.system": "openai",
+            "llm.model_name": "gpt-4o-mini",
+            "llm.token_count.prompt": 11,
+            "llm.token_count.completion": 5,
+        },
+        "gpt-4o-mini",
+        11,
+        5,
+    ),
+}
+
+
+@pytest.mark.parametrize("source", sorted(DIALECTS))
+def test_each_sources_dialect_maps_to_a_served_cloud_call(source):
+    attrs, model, tokens_in, tokens_out = DIALECTS[source]
+    event = mapped([root(), span(2, attrs)])
+    assert (event.entered_device, event.fallback_type, event.reason, event.degrade_level) == (
+        False,
+        "none",
+        "default",
+        2,
+    )
+    assert [(a.level, a.outcome) for a in event.attempts] == [(2, "ok")]
+    assert (event.cloud_model, event.device_model, event.cloud_calls) == (model, None, 1)
+    assert (event.input_tokens, event.output_tokens) == (tokens_in, tokens_out)
+    assert event.task_type == "short_reply"  # the mapping file's rule on service.name
+    assert event.trace_id == TRACE and event.request_id == TRACE
+
+
+@pytest.mark.parametrize(
+    "device_attrs, kind",
+    [
+        ({"server.address": "127.0.0.1", "server.port": 8081}, KIND_CLIENT),  # by server address and port
+        ({"gen_ai.openai.api_base": "http://127.0.0.1:8081/v1/"}, KIND_CLIENT),  # OpenLLMetry's base URL
+        ({"gen_ai.provider.name": "ollama"}, KIND_CLIENT),  # by provider
+        ({"gen_ai.request.model": "gemma-3-270m"}, KIND_CLIENT),  # by model glob
+        ({"routerscope.side": "device"}, KIND_CLIENT),  # the app says so
+    ],
+)
+def test_a_failed_device_call_then_a_cloud_answer_is_an_error_fallback(device_attrs, kind):
+    device = span(2, {"gen_ai.operation.name": "chat", **device_attrs}, start_ms=1, end_ms=5, error=True, kind=kind)
+    cloud = span(3, DIALECTS["semconv 1.37+"][0], start_ms=6, end_ms=40)
+    event = mapped([root(), device, cloud])
+    assert (event.entered_device, event.fallback_type, event.reason, event.degrade_level) == (
+        True,
+        "error",
+        "device_error",
+        2,
+    )
+    assert [(a.level, a.outcome) for a in event.attempts] == [(0, "error"), (2, "ok")]
+
+
+def test_an_app_span_marking_the_device_path_puts_the_call_inside_it_on_the_device():
+    path = span(2, {"routerscope.side": "device"}, start_ms=1, end_ms=5, kind=KIND_INTERNAL, name="device path")
+    device = span(3, {"openinference.span.kind": "LLM", "llm.system": "openai"}, parent=2, start_ms=1, end_ms=5)
+    device.error = True  # OpenInference names no model and no server when the call fails
+    event = mapped([root(), path, device, span(4, DIALECTS["OpenInference"][0], start_ms=6, end_ms=40)])
+    assert (event.fallback_type, [a.level for a in event.attempts]) == ("error", [0, 2])
+
+
+def test_a_device_timeout_then_the_cloud_is_a_timeout_fallback():
+    device = span(2, {"gen_ai.provider.name": "ollama", "error.type": "APITimeoutError"}, start_ms=1, end_ms=5)
+    event = mapped([root(), device, span(3, DIALECTS["semconv 1.37+"][0], start_ms=6, end_ms=40)])
+    assert (event.fallback_type, event.reason, event.attempts[0].outcome) == ("timeout", "device_timeout", "timeout")
+
+
+def test_a_requested_model_other_than_the_served_one_is_not_a_fallback():
+    attrs = {**DIALECTS["semconv 1.37+"][0], "gen_ai.request.model": "gpt-4o", "gen_ai.response.model": "gpt-4o-mini"}
+    event = mapped([root(), span(2, attrs)])
+    assert (event.fallback_type, event.reason, len(event.attempts)) == ("none", "default", 1)
+
+
+def test_a_cloud_error_then_another_cloud_answer_is_no_device_fallback():
+    first = span(2, DIALECTS["semconv 1.37+"][0], start_ms=1, end_ms=5, error=True)
+    event = mapped([root(), first, span(3, DIALECTS["semconv 1.37+"][0], start_ms=6, end_ms=40)])
+    assert (event.fallback_type, event.entered_device, event.cloud_calls) == ("none", False, 2)
+    assert [(a.level, a.outcome) for a in event.attempts] == [(2, "error"), (2, "ok")]
+
+
+def test_the_apps_routerscope_attributes_win_and_go_through_the_contract():
+    device = span(2, {"gen_ai.provider.name": "ollama", "gen_ai.request.model": "gemma-3"}, start_ms=1, end_ms=5)
+    cloud = span(3, {**DIALECTS["semconv 1.37+"][0], "routerscope.degrade_level": 3}, start_ms=6, end_ms=40)
+    app = root(
+        **{
+            "routerscope.task_type": "intent_classify",
+            "routerscope.fallback_type": "quality",
+            "routerscope.confidence": 0.41,
+            "routerscope.threshold": 0.7,
+            "routerscope.deadline_ms": 2000,
+            "routerscope.session_id": "s-42",
+        }
+    )
+    event = mapped([app, device, cloud])
+    assert (event.task_type, event.fallback_type, event.reason) == ("intent_classify", "quality", "low_confidence")
+    assert (event.confidence, event.threshold, event.deadline_ms, event.session_id) == (0.41, 0.7, 2000, "s-42")
+    assert (event.degrade_level, [a.level for a in event.attempts]) == (3, [0, 3])
+
+
+def test_a_bad_routerscope_value_reaches_the_contract_which_names_it():
+    event, _ = map_trace([root(**{"routerscope.confidence": "high"}), span(2, DIALECTS["OpenInference"][0])], MAPPING)
+    assert DECISIONS.parse(event.to_json())[1] == ["schema.invalid.confidence"]
+
+
+def test_nested_model_call_spans_are_one_call():
+    outer = span(2, {"openinference.span.kind": "LLM", "llm.model_name": "gpt-4o-mini"}, kind=KIND_INTERNAL)
+    inner = span(3, DIALECTS["semconv 1.37+"][0], parent=2)  # LiteLLM's span around OpenAI's
+    assert len(mapped([root(), outer, inner]).attempts) == 1
+
+
+@pytest.mark.parametrize(
+    "spans, reason",
+    [
+        ([root()], NO_MODEL_CALL),
+        ([root(), span(2, {"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "e5"})], NO_MODEL_CALL),
+        ([root(), *(span(i, DIALECTS["OpenInference"][0], start_ms=i) for i in range(2, 8))], TOO_MANY_CALLS),
+    ],
+)
+def test_traces_that_map_to_nothing_say_why(spans, reason):
+    assert map_trace(spans, MAPPING) == (None, reason)
+
+
+def test_identifiers_are_scrubbed_and_the_event_id_follows_the_trace():
+    attrs = {**DIALECTS["semconv 1.37+"][0], "gen_ai.conversation.id": "jane.doe@example.com"}
+    first, again = mapped([root(), span(2, attrs)]), mapped([root(), span(2, attrs)])
+    assert first.session_id.startswith("redacted-") and "jane" not in first.to_json().decode()
+    assert first.event_id == again.event_id  # an exporter's retry is the same event
+
+
+def test_the_shipped_mapping_file_loads_and_a_broken_one_is_refused(tmp_path):
+    assert Mapping.load().deadline_ms == 60_000
+    bad = tmp_path / "m.yaml"
+    bad.write_text("device:\n  servers: [x]\n")
+    with pytest.raises(MappingError, match="device"):
+        Mapping.load(bad)
+
+
+def _message(offset: int, spans, sent_ms: int, partition: int = 0):
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return (partition, offset, b"k", (1, sent_ms), encode_spans(spans).SerializeToString())
+
+
+@pytest.mark.parametrize(
+    "age_ms, unread, deferred",
+    [(1_000, frozenset(), {0: 5}), (60_000, frozenset(), {}), (60_000, frozenset({0}), {0: 5})],
+    ids=["young: waits for its root", "old: mapped as it is", "its partition not read to the end: waits"],
+)
+def test_a_trace_without_its_root_waits_while_young_or_while_its_partition_has_more(age_ms, unread, deferred):
+    from tests.support.otlp import fallback_trace, finished_spans
+    from warehouse.ingest.otlp import map_messages
+
+    calls = [s for s in finished_spans(fallback_trace) if s.parent is not None]
+    now = 1_800_000_000_000
+    events, rows, result, left = map_messages([_message(5, calls, now - age_ms)], MAPPING, now_ms=now, unread=unread)
+    assert left == deferred
+    assert (len(events), result.deferred, rows) == ((0, 1, []) if deferred else (1, 0, []))
+
+
+def test_a_message_that_is_not_otlp_is_quarantined_without_its_bytes():
+    from warehouse.ingest.otlp import NOT_OTLP, map_messages
+
+    secret = b"\x0a\xff\x01 the secret prompt"
+    _, rows, result, _ = map_messages([(0, 3, None, (1, 0), secret)], MAPPING)
+    ((partition, offset, _key, _ts, raw, rules, error),) = rows
+    assert (partition, offset, raw, rules, result.quarantined) == (0, 3, b"", [NOT_OTLP], {NOT_OTLP: 1})
+    assert "secret" not in error and "sha256" in error
