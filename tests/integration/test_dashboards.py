@@ -751,6 +751,19 @@ def test_back_returns_to_the_page_and_range_the_person_had_in_one_press(populate
         assert page.locator('[data-testid="stException"]').count() == 0
         page.screenshot(path=str(tmp_path / "back_to_oncall.png"), full_page=True)
 
+        # an incident's link is one entry too (after the link, the entries are blank, On-call, its decisions: the
+        # ones Back passed are dropped), and one Back from its decisions is On-call on the day again
+        row = page.locator('[data-testid="stHorizontalBlock"]').filter(has_text="ingest_stale").first
+        row.get_by_role("link", name="Open in Explorer").click()
+        page.get_by_text("Decisions of the incident").first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert page.evaluate("history.length") == 3
+        page.go_back()
+        page.get_by_role("heading", name="On-call").first.wait_for(timeout=60_000)
+        page.get_by_text(day).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert dict(parse_qsl(urlsplit(page.url).query)) == FIXTURE_DAY
+
 
 def _aria_time(t) -> str:
     """A time as Vega's ARIA description of a utc axis says it ('Sunday, 29 November 2026, 12:30:00 AM UTC')."""
