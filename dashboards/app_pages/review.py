@@ -108,7 +108,10 @@ else:
             per_task,
             hide_index=True,
             width="stretch",
-            column_config={"saved share": st.column_config.NumberColumn(format="percent")},
+            column_config={
+                "saved share": st.column_config.NumberColumn(format="percent"),
+                **{c: st.column_config.NumberColumn(format="$%.4f") for c in per_task.columns if c.endswith("USD")},
+            },
         )
         st.caption(
             "Task types at or below zero pay for the device path; the spend after the device was tried is the "
