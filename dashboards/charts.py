@@ -276,9 +276,12 @@ def fallback_rates(df: pd.DataFrame, since=None, until=None) -> alt.Chart:
     )
 
 
-def _panel_data(df: pd.DataFrame, min_n: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+PANEL_HEIGHT = 185  # a small multiple's whole height (Streamlit fits title, subtitle and axis inside it)
+
+
+def _panel_data(df: pd.DataFrame, min_n: int) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """A task type's panel data: (the windows the rules judge, the line breaking at the others; the windows below
-    `min_n`, as points; the subtitle)."""
+    `min_n`, as points; the subtitle's lines)."""
     long = df.melt(
         id_vars=["window_start", "device_entered", "requests"],
         value_vars=["fallback_rate", "l4_share"],
@@ -289,7 +292,11 @@ def _panel_data(df: pd.DataFrame, min_n: int) -> tuple[pd.DataFrame, pd.DataFram
     long = long.assign(n=n.astype(int), small=n < min_n)
     entered = int(df["device_entered"].fillna(0).sum())
     few = int((df["device_entered"].fillna(0) < min_n).sum()) if min_n else 0
-    subtitle = f"{entered} device-entered in the range" + (f" · hollow: n < {min_n}" if few else "")
+    # the marks named in the title: which line is which, and what a hollow point is
+    subtitle = [
+        f"{entered} device-entered in the range" + (f" · hollow: n < {min_n}" if few else ""),
+        "solid: fallback rate · dashed: L4 share",
+    ]
     judged = long.assign(value=long["value"].where(~long["small"]))
     return judged, long[long["small"] & long["value"].notna()], subtitle
 
@@ -325,7 +332,7 @@ def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, mi
     n, off the line: 100 % of 3 requests is not a spike."""
     judged, small, subtitle = _panel_data(df, min_n)
     lines, points = _panel_layers(judged, small, since, until)
-    return alt.layer(lines, points, title=alt.Title(task_type, subtitle=subtitle)).properties(height=160)
+    return alt.layer(lines, points, title=alt.Title(task_type, subtitle=subtitle)).properties(height=PANEL_HEIGHT)
 
 
 def task_panels(series: pd.DataFrame, incidents: pd.DataFrame, since, until, min_n: int) -> dict[str, dict]:
@@ -346,7 +353,7 @@ def task_panels(series: pd.DataFrame, incidents: pd.DataFrame, since, until, min
     template = spec(
         alt.layer(bands, alt.layer(lines, points), title=alt.Title("", subtitle=""))
         .resolve_scale(color="independent")
-        .properties(height=160)
+        .properties(height=PANEL_HEIGHT)
     )
     out = {}
     for task_type in sorted(t for t in series["task_type"].unique() if t):

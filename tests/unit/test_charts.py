@@ -119,7 +119,10 @@ def test_the_task_panels_filled_from_one_template_are_valid_and_each_its_own():
         assert spec["title"]["text"] == task_type
     # short_reply: one window under 30 (a hollow point), the rest on the line; tool_call: every window under 30
     assert len(panels["short_reply"]["datasets"]["small"]) == 1
-    assert panels["tool_call"]["title"]["subtitle"].endswith("hollow: n < 30")
+    assert panels["tool_call"]["title"]["subtitle"] == [
+        "13 device-entered in the range · hollow: n < 30",  # (the first window 3, the five others 2 each: under 30)
+        "solid: fallback rate · dashed: L4 share",  # every mark named
+    ]
     assert all(row["value"] is None for row in panels["tool_call"]["datasets"]["judged"])
     # the drift band, cut to the range; the firing incident days later is not drawn
     (band,) = panels["short_reply"]["datasets"]["bands"]
