@@ -3,8 +3,11 @@ episodes as shaded bands behind a time series (`with_incidents`), as Grafana dra
 
 from __future__ import annotations
 
+import copy
+
 import altair as alt
 import pandas as pd
+from altair.utils.core import sanitize_pandas_dataframe
 
 UTC_TIME = "%Y-%m-%d %H:%M UTC"
 LABELS = {
@@ -17,6 +20,60 @@ LABELS = {
     "l2_l3_share": "L2+L3 share",
 }
 SEVERITY_COLOURS = alt.Scale(domain=["page", "ticket", "info"], range=["#d62728", "#ff7f0e", "#7f7f7f"])
+# Every chart of a stack reserves the same width for its y axis, has no y title (the heading above it says what it
+# shows) and puts its legends on top, never at the side: the plots then have one width and one left edge, and an
+# incident's band sits at the same place on each of them.
+Y_AXIS_WIDTH = 64
+SMALL = "#9e9e9e"  # a value on fewer events than the alert rules' minimum sample: grey and hollow, never a solid mark
+
+
+def y_axis(**kwargs) -> alt.Axis:
+    """A y axis of the reserved width (labels, title and ticks fit in it; a stack's plots line up)."""
+    return alt.Axis(minExtent=Y_AXIS_WIDTH, maxExtent=Y_AXIS_WIDTH, **kwargs)
+
+
+def top_legend(**kwargs) -> alt.Legend:
+    return alt.Legend(orient="top", labelLimit=320, titleLimit=320, **kwargs)
+
+
+def _domain(since, until) -> list[str] | None:
+    """An x scale's domain: exactly the chosen range (what is outside it is clipped, never widens the axis)."""
+    if since is None or until is None:
+        return None
+    return [pd.Timestamp(since).isoformat(), pd.Timestamp(until).isoformat()]
+
+
+def spec(chart: alt.TopLevelMixin) -> dict:
+    """The chart as the Vega-Lite spec the browser draws, its data inline. Not validated against the Vega-Lite
+    schema here: validation is most of the time a page spends on its charts (9 small multiples: 4.9 s validated,
+    1.1 s not, on 2 busy cores); the tests validate every chart (`tests/unit/test_charts.py`)."""
+    with alt.data_transformers.enable("default", max_rows=None):
+        return chart.to_dict(validate=False)
+
+
+def show(build, *args, where=None, width: str = "stretch", **kwargs) -> None:
+    """Draw the chart `build(*args, **kwargs)` returns (a function of this module) on the page, or in `where` (a
+    column), from its unvalidated spec, built once per set of arguments: a page's rerun (a slider move) redraws
+    its charts from the cache instead of building them again."""
+    import streamlit as st
+
+    (where or st).vega_lite_chart(_cached_spec(build.__name__, args, kwargs), width=width)
+
+
+def _cached_spec(name: str, args: tuple, kwargs: dict) -> dict:
+    import streamlit as st
+
+    global _cached_spec_impl
+    if _cached_spec_impl is None:
+
+        @st.cache_data(ttl=300, max_entries=500, show_spinner=False)
+        def _cached_spec_impl(name: str, args: tuple, kwargs: dict) -> dict:
+            return spec(globals()[name](*args, **kwargs))
+
+    return _cached_spec_impl(name, args, kwargs)
+
+
+_cached_spec_impl = None  # (made on first use: this module is imported by code that runs without Streamlit)
 
 
 def pct(value, digits: int = 1) -> str:
@@ -24,12 +81,14 @@ def pct(value, digits: int = 1) -> str:
     return "—" if value is None or value != value else f"{100 * value:.{digits}f}%"
 
 
-def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M") -> alt.X:
-    """A time axis read in UTC with 24-hour labels, whatever the viewer's time zone."""
+def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M", since=None, until=None) -> alt.X:
+    """A time axis read in UTC with 24-hour labels, whatever the viewer's time zone; [since, until] when given is
+    its domain, the chosen range."""
+    domain = _domain(since, until)
     return alt.X(
         f"{field}:T",
         title=title,
-        scale=alt.Scale(type="utc"),
+        scale=alt.Scale(type="utc", domain=domain) if domain else alt.Scale(type="utc"),
         # labelExpr rather than format/formatType: the latter reach the browser as 12-hour local labels
         axis=alt.Axis(labelExpr=f"utcFormat(datum.value, '{fmt}')", labelOverlap=True),
     )
@@ -40,65 +99,94 @@ def utc_tooltip(field: str, title: str | None = None) -> alt.Tooltip:
 
 
 def _episodes(incidents: pd.DataFrame) -> pd.DataFrame:
-    return incidents.assign(
-        start=pd.to_datetime(incidents["first_seen"], utc=True),
-        end=pd.to_datetime(incidents["last_seen"], utc=True),
-        scope=[t or "overall" for t in incidents["task_type"]],
+    """The columns a band or a lane draws, and no more: each chart carries its data to the browser, and the trip
+    values (dicts) made every chart's serialization fail over to a slow fix-up."""
+    return pd.DataFrame(
+        {
+            "rule": incidents["rule"],
+            "scope": [t or "overall" for t in incidents["task_type"]],
+            "severity": incidents["severity"],
+            "status": incidents["status"],
+            "summary": incidents["summary"],
+            "start": pd.to_datetime(incidents["first_seen"], utc=True),
+            "end": pd.to_datetime(incidents["last_seen"], utc=True),
+        }
     )
 
 
-def incident_bands(incidents: pd.DataFrame, legend: bool = True) -> alt.Chart | None:
+def _clipped(incidents: pd.DataFrame, since, until) -> pd.DataFrame:
+    """The episodes cut to [since, until] (a firing one runs to `until`): shading never widens the axis."""
+    df = _episodes(incidents)
+    if until is not None:
+        df["end"] = df["end"].fillna(pd.Timestamp(until))
+        df.loc[df["status"] == "firing", "end"] = pd.Timestamp(until)
+        df["end"] = df["end"].clip(upper=pd.Timestamp(until))
+    if since is not None:
+        df["start"] = df["start"].clip(lower=pd.Timestamp(since))
+    return df[df["end"] >= df["start"]]
+
+
+def incident_bands(incidents: pd.DataFrame, legend: bool = True, since=None, until=None) -> alt.Chart | None:
     """Each alert episode as a shaded band from its first breaching window to the end of its last, coloured
-    by severity; None when there is none to draw."""
+    by severity, within [since, until]; None when there is none to draw."""
     if incidents is None or incidents.empty:
         return None
+    df = _clipped(incidents, since, until)
+    if df.empty:
+        return None
     return (
-        alt.Chart(_episodes(incidents))
-        .mark_rect(opacity=0.12)
+        alt.Chart(df)
+        .mark_rect(opacity=0.12, clip=True)
         .encode(
-            x=utc_x("start"),
+            x=utc_x("start", since=since, until=until),
             x2="end:T",
             color=alt.Color(
-                "severity:N", scale=SEVERITY_COLOURS, title="alert", legend=alt.Legend() if legend else None
+                "severity:N", scale=SEVERITY_COLOURS, title="alert", legend=top_legend() if legend else None
             ),
             tooltip=["rule:N", "scope:N", "severity:N", "status:N", utc_tooltip("start"), utc_tooltip("end")],
         )
     )
 
 
-def with_incidents(chart: alt.Chart, incidents: pd.DataFrame | None, legend: bool = True) -> alt.Chart:
-    """`chart` with the alert episodes shaded behind it (independent colour scales, the chart's height)."""
-    bands = incident_bands(incidents, legend)
+def with_incidents(
+    chart: alt.Chart, incidents: pd.DataFrame | None, legend: bool = True, since=None, until=None
+) -> alt.Chart:
+    """`chart` with the alert episodes shaded behind it (independent colour scales, the chart's height), the bands
+    cut to [since, until]."""
+    bands = incident_bands(incidents, legend, since, until)
     if bands is None:
         return chart
     return alt.layer(bands, chart).resolve_scale(color="independent").properties(height=chart.height)
 
 
-def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart:
+LANE_STEP = 36  # px per incident lane: its label above, its bar below
+
+
+def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart | None:
     """The episodes of the range as bars on one time axis, a row per rule and scope: what broke, since when,
-    for how long, at a glance (a firing one runs to `until`)."""
-    df = _episodes(incidents)
-    df["end"] = df["end"].fillna(pd.Timestamp(until))
-    df.loc[df["status"] == "firing", "end"] = pd.Timestamp(until)
+    for how long, at a glance (a firing one runs to `until`). Each lane is named above its bar, inside the plot,
+    so the plot has the width of the charts below it and its bars line up with their shading."""
+    df = _clipped(incidents, since, until)
+    if df.empty:  # firing episodes that began after the range: listed below, nothing of them to draw in it
+        return None
     df["lane"] = df["rule"] + " · " + df["scope"]
-    return (
+    df["label_at"] = pd.Timestamp(since)
+    order = list(df.sort_values("start").drop_duplicates("lane")["lane"])
+    y = alt.Y(
+        "lane:N",
+        title=None,
+        sort=order,
+        axis=alt.Axis(labels=False, ticks=False, domain=False, minExtent=Y_AXIS_WIDTH, maxExtent=Y_AXIS_WIDTH),
+        scale=alt.Scale(paddingInner=0.1),
+    )
+    bars = (
         alt.Chart(df)
-        .mark_bar(height=14)
+        .mark_bar(height=12, yOffset=8, clip=True)
         .encode(
-            x=alt.X(
-                "start:T",
-                title="time (UTC)",
-                scale=alt.Scale(type="utc", domain=[pd.Timestamp(since).isoformat(), pd.Timestamp(until).isoformat()]),
-                axis=alt.Axis(labelExpr="utcFormat(datum.value, '%H:%M')", labelOverlap=True),
-            ),
+            x=utc_x("start", since=since, until=until),
             x2="end:T",
-            y=alt.Y(
-                "lane:N",
-                title=None,
-                sort=alt.EncodingSortField("start", op="min", order="ascending"),
-                axis=alt.Axis(labelLimit=320, labelOverlap=False),
-            ),
-            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="severity"),
+            y=y,
+            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, title="severity", legend=top_legend()),
             opacity=alt.condition("datum.status == 'firing'", alt.value(1.0), alt.value(0.6)),
             tooltip=[
                 "rule:N",
@@ -110,29 +198,37 @@ def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart:
                 "summary:N",
             ],
         )
-        .properties(height=max(80, 26 * df["lane"].nunique()))
     )
+    names = (
+        alt.Chart(df.drop_duplicates("lane"))
+        .mark_text(align="left", baseline="middle", dx=2, dy=-8, fontSize=12)
+        .encode(x=alt.X("label_at:T"), y=y, text="lane:N")
+    )
+    return alt.layer(bars, names).properties(height=alt.Step(LANE_STEP))
 
 
-def fallback_by_type(df: pd.DataFrame, height: int = 220) -> alt.Chart:
+def fallback_by_type(df: pd.DataFrame, height: int = 220, since=None, until=None) -> alt.Chart:
     """Fallbacks per window split by type (quality / timeout / error, stacked, of device-entered) with the
-    share of requests that got the canned L4 answer as a line: what users actually received."""
+    share of requests that got the canned L4 answer as a dashed line, named in the legend: what users actually
+    received."""
     long = df.melt(
         id_vars=["window_start", "device_entered", "requests"],
         value_vars=["quality_fallback_rate", "timeout_fallback_rate", "error_fallback_rate"],
         var_name="type",
         value_name="value",
     ).assign(type=lambda f: f["type"].map(LABELS))
+    x = utc_x("window_start", since=since, until=until)
     stacked = (
         alt.Chart(long)
-        .mark_area(opacity=0.7)
+        .mark_area(opacity=0.7, clip=True)
         .encode(
-            x=utc_x("window_start"),
-            y=alt.Y("value:Q", stack=True, title="share", axis=alt.Axis(format=".0%")),
+            x=x,
+            y=alt.Y("value:Q", stack=True, title=None, axis=y_axis(format=".0%")),
             color=alt.Color(
                 "type:N",
                 title="fallback type (of device-entered)",
                 scale=alt.Scale(domain=["quality", "timeout", "error"], range=["#1f77b4", "#ff7f0e", "#d62728"]),
+                legend=top_legend(),
             ),
             tooltip=[
                 utc_tooltip("window_start", "window"),
@@ -144,10 +240,11 @@ def fallback_by_type(df: pd.DataFrame, height: int = 220) -> alt.Chart:
     )
     l4 = (
         alt.Chart(df.assign(series=LABELS["l4_share"]))
-        .mark_line(color="black", strokeDash=[4, 2], point=True)
+        .mark_line(strokeDash=[4, 2], point=True, clip=True)
         .encode(
-            x=utc_x("window_start"),
+            x=x,
             y=alt.Y("l4_share:Q"),
+            color=alt.Color("series:N", title="of all requests", scale=alt.Scale(range=["black"]), legend=top_legend()),
             tooltip=[
                 utc_tooltip("window_start", "window"),
                 alt.Tooltip("l4_share:Q", title="L4 share of requests", format=".1%"),
@@ -155,10 +252,10 @@ def fallback_by_type(df: pd.DataFrame, height: int = 220) -> alt.Chart:
             ],
         )
     )
-    return alt.layer(stacked, l4).properties(height=height)
+    return alt.layer(stacked, l4).resolve_scale(color="independent").properties(height=height)
 
 
-def fallback_rates(df: pd.DataFrame) -> alt.Chart:
+def fallback_rates(df: pd.DataFrame, since=None, until=None) -> alt.Chart:
     """The fallback rate over device-entered requests next to the naive one, per window."""
     long = df.melt(
         id_vars=["window_start"],
@@ -168,78 +265,163 @@ def fallback_rates(df: pd.DataFrame) -> alt.Chart:
     ).assign(rate=lambda f: f["rate"].map(LABELS))
     return (
         alt.Chart(long)
-        .mark_line(point=True)
+        .mark_line(point=True, clip=True)
         .encode(
-            x=utc_x("window_start"),
-            y=alt.Y("value:Q", title="share", axis=alt.Axis(format=".0%")),
-            color=alt.Color("rate:N", title=None, legend=alt.Legend(orient="top", labelLimit=300)),
+            x=utc_x("window_start", since=since, until=until),
+            y=alt.Y("value:Q", title=None, axis=y_axis(format=".0%")),
+            color=alt.Color("rate:N", title="fallback rate", legend=top_legend()),
             tooltip=[utc_tooltip("window_start", "window"), "rate:N", alt.Tooltip("value:Q", format=".1%")],
         )
         .properties(height=260)
     )
 
 
-def task_type_panel(df: pd.DataFrame, task_type: str) -> alt.Chart:
-    """One task type's small multiple: its fallback rate (of device-entered) and its L4 share per window."""
+PANEL_HEIGHT = 185  # a small multiple's whole height (Streamlit fits title, subtitle and axis inside it)
+
+
+def _panel_data(df: pd.DataFrame, min_n: int) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """A task type's panel data: (the windows the rules judge, the line breaking at the others; the windows below
+    `min_n`, as points; the subtitle's lines)."""
     long = df.melt(
         id_vars=["window_start", "device_entered", "requests"],
         value_vars=["fallback_rate", "l4_share"],
         var_name="series",
         value_name="value",
     ).assign(series=lambda f: f["series"].map({"fallback_rate": "fallback rate", "l4_share": "L4 share"}))
+    n = long["device_entered"].where(long["series"] == "fallback rate", long["requests"]).fillna(0)
+    long = long.assign(n=n.astype(int), small=n < min_n)
     entered = int(df["device_entered"].fillna(0).sum())
-    return (
-        alt.Chart(long, title=alt.Title(task_type, subtitle=f"{entered} device-entered in the range"))
-        .mark_line()
-        .encode(
-            x=utc_x("window_start", title=None),
-            y=alt.Y("value:Q", title=None, axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1])),
-            strokeDash=alt.StrokeDash(
-                "series:N",
-                title=None,
-                legend=None,
-                scale=alt.Scale(domain=["fallback rate", "L4 share"], range=[[1, 0], [4, 2]]),
-            ),
-            tooltip=[
-                utc_tooltip("window_start", "window"),
-                "series:N",
-                alt.Tooltip("value:Q", format=".1%"),
-                alt.Tooltip("device_entered:Q", title="device-entered"),
-                "requests:Q",
-            ],
-        )
-        .properties(height=160)
+    few = int((df["device_entered"].fillna(0) < min_n).sum()) if min_n else 0
+    # the marks named in the title: which line is which, and what a hollow point is
+    subtitle = [
+        f"{entered} device-entered in the range" + (f" · hollow: n < {min_n}" if few else ""),
+        "solid: fallback rate · dashed: L4 share",
+    ]
+    judged = long.assign(value=long["value"].where(~long["small"]))
+    return judged, long[long["small"] & long["value"].notna()], subtitle
+
+
+def _panel_layers(judged, small, since, until) -> tuple[alt.Chart, alt.Chart]:
+    """The panel's line (solid: fallback rate, dashed: L4 share) and its hollow points, over `judged` and `small`
+    (frames, or named datasets the spec is filled with later)."""
+    x = utc_x("window_start", title=None, since=since, until=until)
+    y = alt.Y("value:Q", title=None, axis=y_axis(format=".0%"), scale=alt.Scale(domain=[0, 1]))
+    tooltip = [
+        utc_tooltip("window_start", "window"),
+        "series:N",
+        alt.Tooltip("value:Q", format=".1%"),
+        alt.Tooltip("n:Q", title="n (denominator)"),
+    ]
+    dash = alt.StrokeDash(
+        "series:N",
+        title=None,
+        legend=None,
+        scale=alt.Scale(domain=["fallback rate", "L4 share"], range=[[1, 0], [4, 2]]),
     )
+    # a line through the windows the rules would judge; a window below the minimum breaks it (value None)
+    lines = alt.Chart(judged).mark_line(clip=True).encode(x=x, y=y, strokeDash=dash, tooltip=tooltip)
+    points = (
+        alt.Chart(small).mark_point(filled=False, color=SMALL, size=30, clip=True).encode(x=x, y=y, tooltip=tooltip)
+    )
+    return lines, points
 
 
-def share_line(df: pd.DataFrame, column: str, title: str) -> alt.Chart:
-    return (
-        alt.Chart(df)
-        .mark_area(opacity=0.5)
+def task_type_panel(df: pd.DataFrame, task_type: str, since=None, until=None, min_n: int = 0) -> alt.Chart:
+    """One task type's small multiple: its fallback rate (of device-entered) and its L4 share per window. A window
+    with fewer device-entered requests than `min_n` (the alert rules' minimum sample) is a hollow grey point with its
+    n, off the line: 100 % of 3 requests is not a spike."""
+    judged, small, subtitle = _panel_data(df, min_n)
+    lines, points = _panel_layers(judged, small, since, until)
+    return alt.layer(lines, points, title=alt.Title(task_type, subtitle=subtitle)).properties(height=PANEL_HEIGHT)
+
+
+def task_panels(series: pd.DataFrame, incidents: pd.DataFrame, since, until, min_n: int) -> dict[str, dict]:
+    """Every task type's panel (`task_type_panel` with its incidents and the overall ones shaded) as specs. The
+    chart is built once with named datasets and each task type's spec is that one with its own data and title:
+    building nine Altair charts was most of a cold On-call's time."""
+    bands = (
+        alt.Chart(alt.NamedData("bands"))
+        .mark_rect(opacity=0.12, clip=True)
         .encode(
-            x=utc_x("window_start"),
-            y=alt.Y(f"{column}:Q", title=title, axis=alt.Axis(format=".0%")),
+            x=utc_x("start", since=since, until=until),
+            x2="end:T",
+            color=alt.Color("severity:N", scale=SEVERITY_COLOURS, legend=None),
+            tooltip=["rule:N", "scope:N", "severity:N", "status:N", utc_tooltip("start"), utc_tooltip("end")],
+        )
+    )
+    lines, points = _panel_layers(alt.NamedData("judged"), alt.NamedData("small"), since, until)
+    template = spec(
+        alt.layer(bands, alt.layer(lines, points), title=alt.Title("", subtitle=""))
+        .resolve_scale(color="independent")
+        .properties(height=PANEL_HEIGHT)
+    )
+    out = {}
+    for task_type in sorted(t for t in series["task_type"].unique() if t):
+        judged, small, subtitle = _panel_data(series[series["task_type"] == task_type], min_n)
+        mine = incidents[incidents["task_type"].isin([task_type, ""])] if not incidents.empty else incidents
+        shaded = _clipped(mine, since, until) if not mine.empty else pd.DataFrame()
+        one = copy.deepcopy(template)
+        one["title"] = {"text": task_type, "subtitle": subtitle}
+        one["datasets"] = {"bands": _records(shaded), "judged": _records(judged), "small": _records(small)}
+        out[task_type] = one
+    return out
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """A frame as the JSON rows a spec's dataset holds (times as ISO text, missing values as null)."""
+    return [] if frame.empty else sanitize_pandas_dataframe(frame).to_dict("records")
+
+
+def share_line(df: pd.DataFrame, column: str, title: str, since=None, until=None, chart_title: str = "") -> alt.Chart:
+    """One share per window as an area, named in its legend (`title`); in a stack, its y axis has no title (the
+    heading above says what it is) so that its plot lines up with the others'."""
+    return (
+        alt.Chart(
+            df.assign(series=title),
+            title=alt.Title(chart_title, anchor="start", fontSize=14) if chart_title else alt.Undefined,
+        )
+        .mark_area(opacity=0.5, clip=True)
+        .encode(
+            x=utc_x("window_start", since=since, until=until),
+            y=alt.Y(f"{column}:Q", title=None, axis=y_axis(format=".0%")),
+            color=alt.Color("series:N", title=None, scale=alt.Scale(range=["#4c78a8"]), legend=top_legend()),
             tooltip=[utc_tooltip("window_start", "window"), alt.Tooltip(f"{column}:Q", format=".1%"), "requests:Q"],
         )
         .properties(height=200)
     )
 
 
-def calibration_bars(buckets: pd.DataFrame) -> alt.Chart:
+def calibration_bars(buckets: pd.DataFrame, min_n: int = 0) -> alt.Chart:
     """Pass rate per confidence bucket, in bucket order, each bar labelled with its sample size;
-    flagged (non-monotonic) buckets in red."""
+    flagged (non-monotonic) buckets in red. A bucket with fewer labeled attempts than `min_n` (the smallest sample
+    the rollout rules judge) is a hollow grey point, labelled "n = 1, too few", never a bar: a 100 % of one is not
+    a bar to read."""
+    small = buckets["n"] < min_n
     buckets = buckets.assign(
         bucket=[f"[{lo:.2f}, {hi:.2f})" for lo, hi in zip(buckets["low"], buckets["high"])],
-        label=[f"n={n}" for n in buckets["n"]],
+        label=[f"n = {n}, too few" if few else f"n = {n}" for n, few in zip(buckets["n"], small)],
+        evidence=["too few to judge" if few else "judged" for few in small],
     )
     x = alt.X("bucket:N", sort=list(buckets["bucket"]), title="confidence bucket (n = labeled attempts)")
-    base = alt.Chart(buckets).encode(x=x, tooltip=["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%")])
-    bars = base.mark_bar().encode(
-        y=alt.Y("pass_rate:Q", title="pass rate", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1.1])),
-        color=alt.condition("datum.flagged", alt.value("#d62728"), alt.value("#1f77b4")),
+    tooltip = ["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%"), "evidence:N"]
+    base = alt.Chart(buckets).encode(x=x, tooltip=tooltip)
+    y = alt.Y("pass_rate:Q", title="pass rate", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1.1]))
+    judged = (
+        base.transform_filter("datum.evidence == 'judged'")
+        .mark_bar()
+        .encode(y=y, color=alt.condition("datum.flagged", alt.value("#d62728"), alt.value("#1f77b4")))
     )
-    sizes = base.mark_text(dy=-8).encode(y=alt.Y("pass_rate:Q"), text="label:N")
-    return (bars + sizes).properties(height=260)
+    few = (  # a hollow point at its pass rate: no bar to read as a fact
+        base.transform_filter("datum.evidence != 'judged'")
+        .mark_point(filled=False, color=SMALL, size=90, strokeWidth=1.5)
+        .encode(y=y)
+    )
+    sizes = base.mark_text(dy=-12).encode(
+        y=alt.Y("pass_rate:Q"),
+        text="label:N",
+        color=alt.condition("datum.evidence == 'judged'", alt.value("#31333f"), alt.value(SMALL)),
+    )
+    return (judged + few + sizes).properties(height=260)
 
 
 def rates_with_ci(df: pd.DataFrame) -> alt.Chart:
@@ -310,13 +492,46 @@ def line(df: pd.DataFrame, x: str, y: str, title: str, fmt: str = ",.4f") -> alt
     )
 
 
+def decisions_histogram(frame: pd.DataFrame, since, until) -> alt.Chart:
+    """The Explorer's rows over time: decisions per bucket, live and shadow stacked, on the range's axis. (Stacked
+    here, y to y2: Vega-Lite's own stack over bars that span x to x2 drew nothing.)"""
+    frame = frame.sort_values(["bucket", "mode"]).assign(
+        top=lambda f: f.groupby("bucket")["decisions"].cumsum(),
+    )
+    frame["bottom"] = frame["top"] - frame["decisions"]
+    return (
+        alt.Chart(frame)
+        .mark_rect(clip=True)
+        .encode(
+            x=utc_x("bucket", since=since, until=until),
+            x2="bucket_end:T",
+            y=alt.Y("bottom:Q", title=None, axis=y_axis(format=",d", tickMinStep=1)),
+            y2="top:Q",
+            color=alt.Color(
+                "mode:N",
+                title="decisions",
+                scale=alt.Scale(domain=["live", "shadow"], range=["#1f77b4", "#9467bd"]),
+                legend=top_legend(),
+            ),
+            tooltip=[
+                utc_tooltip("bucket", "from"),
+                utc_tooltip("bucket_end", "to"),
+                "mode:N",
+                alt.Tooltip("decisions:Q", format=","),
+            ],
+        )
+        .properties(height=220)  # (the whole chart, legend and axis included, as Streamlit sizes it)
+    )
+
+
 STATE_COLOURS = alt.Scale(domain=["closed", "half_open", "open"], range=["#2ca02c", "#ff7f0e", "#d62728"])
 
 
-def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
+def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) -> alt.Chart:
     """Breaker states as bands over [since, until], one row per instance × boundary: each transition
     starts a band in its `to_state` that lasts until the breaker's next transition (or `until`); before
-    its first transition a breaker was in that transition's `from_state`. "Next" is in the breaker's own
+    its first transition a breaker was in that transition's `from_state`, drawn from `data_from` (the first data
+    in the range) when that is later than `since`: nothing is drawn before data existed. "Next" is in the breaker's own
     order, its `seq` (events without one by time), never by timestamp alone: a router clock that steps
     back would otherwise show a breaker half-open long after it closed."""
     df = transitions.copy()
@@ -328,17 +543,18 @@ def breaker_timeline(transitions: pd.DataFrame, since, until) -> alt.Chart:
         to_state=first["from_state"],
         from_state="",
         trigger="(before the first transition shown)",
-        event_time=pd.Timestamp(since),
+        event_time=max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since),
     )
+    before["event_time"] = before["event_time"].combine(first["event_time"], min)  # never after its first transition
     before["order"] = -1
     df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "order", "event_time"], kind="stable")
     df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
     df["until"] = df[["until", "event_time"]].max(axis=1)  # a clock that stepped back: an empty band
     return (
         alt.Chart(df)
-        .mark_bar(height=18)
+        .mark_bar(height=18, clip=True)
         .encode(
-            x=utc_x("event_time"),
+            x=utc_x("event_time", since=since, until=until),
             x2="until:T",
             y=alt.Y("lane:N", title=None, axis=alt.Axis(labelLimit=300)),
             color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
@@ -375,13 +591,14 @@ def decode_by_tier(frame: pd.DataFrame) -> alt.Chart:
 
 
 def saved_share(frame: pd.DataFrame) -> alt.Chart:
-    """Per task type, the share of the all-cloud bill the device path saved (red at or below zero)."""
+    """Per task type, the share of the all-cloud bill the device path saved (red at or below zero); a row per
+    task type, each named (the height grows with their number)."""
     return (
         alt.Chart(frame)
         .mark_bar()
         .encode(
             x=alt.X("saved share:Q", title="saved share of the all-cloud bill", axis=alt.Axis(format=".0%")),
-            y=alt.Y("task type:N", sort="-x", title=None),
+            y=alt.Y("task type:N", sort="-x", title=None, axis=alt.Axis(labelOverlap=False, labelLimit=240)),
             color=alt.condition("datum['saved share'] > 0", alt.value("#1f77b4"), alt.value("#d62728")),
             tooltip=[
                 "task type:N",
@@ -390,5 +607,5 @@ def saved_share(frame: pd.DataFrame) -> alt.Chart:
                 alt.Tooltip("saved share:Q", format=".1%"),
             ],
         )
-        .properties(height=220)
+        .properties(height=alt.Step(28))
     )

@@ -7,6 +7,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # so `streamlit
 
 import streamlit as st  # noqa: E402
 
+from dashboards import data, timerange  # noqa: E402
+
 st.set_page_config(page_title="routerscope", layout="wide")
 
 
@@ -22,13 +24,11 @@ if _login_configured() and not st.user.is_logged_in:
     st.title("routerscope")
     st.button("Log in", on_click=st.login)
     st.stop()
+# The sidebar's links are drawn by `timerange.pick` on each page, carrying the range it chose: a change of page is
+# then one history entry that already holds the range, and Back returns to where the person was in one press.
 pages = st.navigation(
-    [
-        st.Page("app_pages/oncall.py", title="On-call", default=True),
-        st.Page("app_pages/tuning.py", title="Weekly tuning"),
-        st.Page("app_pages/review.py", title="Offload review"),
-        st.Page("app_pages/quality.py", title="Data quality"),
-        st.Page("app_pages/explorer.py", title="Explorer"),
-    ]
+    [st.Page(path, title=title, default=k == 0) for k, (path, title) in enumerate(timerange.PAGES)],
+    position="hidden",
 )
-pages.run()
+with data.visit():  # the warehouse opened once for the page's run, not once per query
+    pages.run()

@@ -27,6 +27,15 @@ LABELS = {"1h": "last 1 h", "6h": "last 6 h", "24h": "last 24 h", "7d": "last 7 
 CHOICES = tuple(LABELS)
 STATE_KEY = "routerscope_time_range"  # the range in st.session_state (survives a switch of page)
 PARAMS = ("range", "start", "end")  # the URL's keys for the range; other keys are a page's own filters
+# The app's pages, in the sidebar's order (the first is the default): `streamlit_app.py` registers them and `pick`
+# draws their links with the range.
+PAGES = (
+    ("app_pages/oncall.py", "On-call"),
+    ("app_pages/tuning.py", "Weekly tuning"),
+    ("app_pages/review.py", "Offload review"),
+    ("app_pages/quality.py", "Data quality"),
+    ("app_pages/explorer.py", "Explorer"),
+)
 
 
 def iso(t: datetime) -> str:
@@ -119,30 +128,61 @@ def _with_problem(rng: TimeRange, problem: str) -> TimeRange:
 
 def url_key(name: str, seed) -> str:
     """The session-state key of the widget that edits URL parameter `name`. The widget is set to `seed`
-    (the value the URL, or the session's range, asks for) when it is new or when the URL's text changed
-    since the page last wrote it (a link, a reload, the back button); otherwise it keeps what the person
-    chose."""
+    (the value the URL, or the session's range, asks for) when it is new, when the URL's text changed since
+    the page last wrote it (a link, a reload), when the value was another page's (every page has a range
+    selector under the same key: a new page's widget would otherwise read the last page's state as no choice
+    and fall back to its own usual span), and on the Back and Forward buttons (the URL they return to is where
+    the person was); otherwise it keeps what the person chose."""
     import streamlit as st
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    key, written = f"url_{name}", f"url_{name}__written"
+    key, written, owner = f"url_{name}", f"url_{name}__written", f"url_{name}__page"
+    ctx = get_script_run_ctx()
+    page = ctx.page_script_hash if ctx is not None else ""
+    back = bool(ctx is not None and ctx.is_history_navigation)
     url_text = st.query_params.get(name, "")
-    if key not in st.session_state or st.session_state.get(written) != url_text:
+    if (
+        key not in st.session_state
+        or st.session_state.get(written) != url_text
+        or st.session_state.get(owner) != page
+        or back
+    ):
         st.session_state[key] = seed
         st.session_state[written] = url_text
+        st.session_state[owner] = page
     return key
 
 
 def write_url(values: dict[str, str], keep: tuple[str, ...] = ()) -> None:
     """Make the URL's parameters `values` (empty ones removed), keeping the keys in `keep` as they are, and
-    remember what was written so that `url_key` leaves the widgets alone on the next run."""
+    remember what was written so that `url_key` leaves the widgets alone on the next run.
+
+    One write, and none when the URL already reads so: the browser adds a history entry for every change of the
+    URL a run makes, so a page that wrote key by key (or rewrote what was there) cost the Back button a press per
+    write, and a Back press landed on a half-written URL."""
     import streamlit as st
 
     wanted = {k: v for k, v in values.items() if v not in ("", None)}
-    for k in [k for k in st.query_params if k not in wanted and k not in keep]:
-        del st.query_params[k]
-    st.query_params.update(wanted)
+    current = {k: st.query_params[k] for k in st.query_params}
+    final = {**{k: v for k, v in current.items() if k in keep or k in wanted}, **wanted}
+    if final != current:
+        st.query_params.from_dict(final)
     for name in values:
         st.session_state[f"url_{name}__written"] = wanted.get(name, "")
+
+
+def nav(rng: TimeRange) -> None:
+    """The sidebar's links to every page, each carrying `rng`: a change of page is one history entry that holds the
+    range (the page then finds its URL as it would write it, and writes nothing). A page's own filters stay
+    behind. A page run on its own (a test) has no other pages registered: no links."""
+    import streamlit as st
+    from streamlit.errors import StreamlitPageNotFoundError
+
+    for path, title in PAGES:
+        try:
+            st.sidebar.page_link(path, label=title, query_params=rng.params())
+        except StreamlitPageNotFoundError:
+            return
 
 
 def pick(default: str = "6h") -> TimeRange:
@@ -168,6 +208,7 @@ def pick(default: str = "6h") -> TimeRange:
         required=True,
         help="Shared by every page and kept in the URL. Presets end at the newest data.",
     )
+    choice = choice or rng.preset  # (a widget that lost its state reads as no choice: the URL's, not a default)
     if choice == "custom":
         custom = {
             "start": cols[1].text_input("From (UTC)", key=url_key("start", iso(rng.start))),
@@ -182,6 +223,7 @@ def pick(default: str = "6h") -> TimeRange:
     write_url({"range": "", "start": "", "end": "", **picked.params()}, keep=others)
     st.session_state[STATE_KEY] = picked.params()
     st.caption(picked.caption())
+    nav(picked)
     return picked
 
 

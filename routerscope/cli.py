@@ -312,11 +312,14 @@ def cmd_dq(args, settings: Settings) -> int:
             print(f"  {status} {r.check}{detail}{sample}")
         failures = report.blocking_failures
         checks = f"{len(report.results)} checks ({sum(r.observed == SKIPPED for r in report.results)} skipped)"
+        # the words of the Data quality page: blocking failures (FAIL) and warnings (warn, failed but not blocking)
+        warned = len(report.failed()) - len(failures)
+        warnings = f"{warned} warning{'' if warned == 1 else 's'}"
         print(
-            f"{checks}, {len(report.failed())} failed "
-            f"({len(failures)} blocking: metrics for this window are held back); data docs: {report.docs_index}"
+            f"{checks}, {len(failures)} blocking failure{'' if len(failures) == 1 else 's'} (metrics for this window "
+            f"are held back), {warnings}; data docs: {report.docs_index}"
             if failures
-            else f"{checks}, {len(report.failed())} warnings, no blocking failure; data docs: {report.docs_index}"
+            else f"{checks}, {warnings}, no blocking failure; data docs: {report.docs_index}"
         )
     if report.checked_nothing:
         print(
@@ -565,7 +568,10 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             log_path=log_path,
             timeout_s=120,
         )
-        print(f"Dashboard: {url}  (on-call, weekly tuning, data quality, explorer; Ctrl-C stops it)", flush=True)
+        print(
+            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer; Ctrl-C stops it)",
+            flush=True,
+        )
         if open_browser:
             import webbrowser
 

@@ -18,7 +18,9 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 
 def _ci(ci: list[float] | None) -> str:
-    return "" if ci is None else f" [{100 * ci[0]:.0f}–{100 * ci[1]:.0f}%]"
+    """The interval to the value's own precision, as the pages write it: `0.3% [0.1%, 0.9%]` (it read
+    `0.3% [0–0%]`, rounded to whole percents beside a value to a tenth)."""
+    return _ci_pct(ci)
 
 
 def _estimate(g: dict[str, Any], key: str) -> str:

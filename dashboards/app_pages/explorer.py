@@ -1,14 +1,14 @@
-"""Explorer: the decisions of the shared time range, filtered (task type, fallback type, reason, level,
-network, device tier, request id, session, policy version, app), counted in full and paged, and the attempts
-of one request (select a row). Every filter lives in the URL, so an incident's link opens its decisions and a
-view can be shared."""
+"""Explorer: the decisions of the shared time range, filtered (task type, live or shadow, fallback type, reason,
+level, network, device tier, request id, session, policy version, app), counted in full, drawn over time (live and
+shadow stacked) and paged, and the attempts of one request (select a row). Every filter lives in the URL, so an
+incident's link opens its decisions and a view can be shared."""
 
 import re
 from datetime import UTC, datetime
 
 import streamlit as st
 
-from dashboards import data, timerange
+from dashboards import charts, data, timerange
 from instrumentation.events import FALLBACK_TYPES, NETWORKS, REASONS
 from warehouse.queries.decisions import ExplorerFilter
 
@@ -37,13 +37,14 @@ def _choice(col, label: str, name: str, options: list[str]) -> str:
     return col.selectbox(label, options, key=timerange.url_key(name, current), format_func=lambda v: v or "all")
 
 
-c = st.columns(5)
+c = st.columns(6)
 chosen = {
     "task_type": _choice(c[0], "Task type", "task_type", data.task_types()),
-    "fallback_type": _choice(c[1], "Fallback type", "fallback_type", list(FALLBACK_TYPES)),
-    "reason": _choice(c[2], "Reason", "reason", list(REASONS)),
-    "network": _choice(c[3], "Network", "network", list(NETWORKS)),
-    "device_tier": _choice(c[4], "Device tier", "device_tier", data.device_tiers()),
+    "mode": _choice(c[1], "Live or shadow", "mode", ["live", "shadow"]),
+    "fallback_type": _choice(c[2], "Fallback type", "fallback_type", list(FALLBACK_TYPES)),
+    "reason": _choice(c[3], "Reason", "reason", list(REASONS)),
+    "network": _choice(c[4], "Network", "network", list(NETWORKS)),
+    "device_tier": _choice(c[5], "Device tier", "device_tier", data.device_tiers()),
 }
 LEVELS = {"": "all", "0": "L0", "1": "L1", "2": "L2", "3": "L3", "4": "L4"}
 level_now = params.get("level", "")
@@ -97,6 +98,8 @@ timerange.write_url(
     keep=timerange.PARAMS,
 )
 
+if total:  # when the rows it lists happened, live and shadow: a burst or a gap shows before any row is read
+    charts.show(charts.decisions_histogram, data.explorer_histogram(rng.start, rng.end, where), rng.start, rng.end)
 shown_from = (page - 1) * PAGE_SIZE + 1 if total else 0
 st.caption(
     f"{total:,} decisions match; showing {shown_from:,}–{shown_from + len(df) - 1 if total else 0:,} "
@@ -109,10 +112,11 @@ picked = st.dataframe(
     on_select="rerun",
     selection_mode="single-row",
     key="decisions",
-    column_config={
+    column_config={  # headers in words, never the column names (`request_id`, `degrade_level`)
+        **{c: st.column_config.Column(c.replace("_", " ")) for c in df.columns},
         "event_time": st.column_config.DatetimeColumn("event time (UTC)", format="YYYY-MM-DD HH:mm:ss"),
-        "confidence": st.column_config.NumberColumn(format="%.3f"),
-        "threshold": st.column_config.NumberColumn(format="%.2f"),
+        "confidence": st.column_config.NumberColumn("confidence", format="%.3f"),
+        "threshold": st.column_config.NumberColumn("threshold", format="%.2f"),
         "latency_ms": st.column_config.NumberColumn("latency ms", format="%.0f"),
         "cost_usd": st.column_config.NumberColumn("cost USD", format="%.5f"),
     },

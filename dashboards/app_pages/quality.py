@@ -9,6 +9,33 @@ import streamlit as st
 from dashboards import data, timerange
 from warehouse.analytics.quality.report import PIPELINE_SUITE, SKIPPED
 
+
+def status(row) -> str:
+    """A check's status as `routerscope dq` prints it."""
+    if row["observed"] == SKIPPED:
+        return "skip"
+    if row["success"]:
+        return "ok"
+    return "FAIL" if row["blocking"] else "warn"
+
+
+def checks_table(dq: pd.DataFrame) -> pd.DataFrame:
+    """The run's checks in words: status, the check, its suite, how many rows broke it of how many, examples."""
+    return pd.DataFrame(
+        {
+            "Status": [status(r) for _, r in dq.iterrows()],
+            "Check": dq["check_name"],
+            "Suite": dq["suite"],
+            "Blocking": ["yes" if b else "no" for b in dq["blocking"]],
+            "Rows that broke it": [
+                "" if ok or obs == SKIPPED else f"{int(bad):,} of {int(n):,}"
+                for ok, obs, bad, n in zip(dq["success"], dq["observed"], dq["unexpected_count"], dq["element_count"])
+            ],
+            "Examples": [", ".join(list(ids or [])[:3]) for ids in dq["sample_ids"]],
+        }
+    )
+
+
 st.title("Data quality")
 rng = timerange.pick("24h")
 dq = data.dq_latest()
@@ -23,15 +50,17 @@ else:
     failed = dq[~dq["success"]]
     blocking = failed[failed["blocking"]]
     skipped = dq[dq["observed"] == SKIPPED] if "observed" in dq.columns else dq.iloc[0:0]
+    # the words of `routerscope dq`: a failed check is a blocking failure (FAIL: the day's metrics are held back) or
+    # a warning (warn); a check with nothing to check is skipped (it said "Failed 1" where `dq` said "1 warnings")
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Checks", len(dq))
-    c2.metric("Failed", len(failed))
-    c3.metric("Blocking failures", len(blocking))
+    c2.metric("Blocking failures", len(blocking), help="FAIL in `routerscope dq`: the window's metrics are held back")
+    c3.metric("Warnings", len(failed) - len(blocking), help="warn in `routerscope dq`: failed, not blocking")
     c4.metric("Skipped (no rows)", len(skipped), help="a check with nothing to check in its window says so")
     events = dq[dq["suite"] != PIPELINE_SUITE]
     if len(events) and (events["observed"] == SKIPPED).all():
         st.warning("Every check of the events was skipped: the run's window held none. This is not an all-clear.")
-    st.dataframe(dq, hide_index=True, width="stretch")
+    st.dataframe(checks_table(dq), hide_index=True, width="stretch")
     unknown = failed[failed["check_name"] == "pipeline.known_task_types"]
     if not unknown.empty:  # real traffic, loaded and counted, that no policy setting applies to
         names = ", ".join(json.loads(unknown.iloc[0]["observed"] or "[]"))
@@ -72,6 +101,23 @@ else:
         width="stretch",
     )
 st.subheader("Schema versions")
-st.dataframe(data.schema_versions(), hide_index=True)
+st.dataframe(
+    data.schema_versions(),
+    hide_index=True,
+    column_config={
+        "events_table": st.column_config.TextColumn("Table"),
+        "schema_version": st.column_config.NumberColumn("Schema version"),
+        "events": st.column_config.NumberColumn("Events stored", format="localized"),
+    },
+)
 st.subheader("Freshness")
-st.dataframe(data.freshness(), hide_index=True)
+fresh = data.freshness().iloc[0]
+f1, f2, f3 = st.columns(3)
+f1.metric(
+    "Newest event (UTC)",
+    "—" if pd.isna(fresh["newest_event"]) else f"{pd.Timestamp(fresh['newest_event']):%Y-%m-%d %H:%M}",
+)
+f2.metric(
+    "Last load (UTC)", "—" if pd.isna(fresh["last_load"]) else f"{pd.Timestamp(fresh['last_load']):%Y-%m-%d %H:%M}"
+)
+f3.metric("Rows loaded", f"{int(fresh['rows']):,}")

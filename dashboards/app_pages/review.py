@@ -63,12 +63,19 @@ else:
         frame,
         hide_index=True,
         width="stretch",
-        column_config={
-            c: st.column_config.NumberColumn(format="percent")
-            for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")
+        column_config={  # each number to its precision (the ledger showed `3397.6956` ms)
+            **{
+                c: st.column_config.NumberColumn(format="percent")
+                for c in ("peak / tier memory", "throttled", "cold starts", "fallback rate")
+            },
+            **{c: st.column_config.NumberColumn(format="%.1f") for c in ("decode p50 tok/s", "decode p5 tok/s")},
+            **{
+                c: st.column_config.NumberColumn(format="%.0f")
+                for c in ("ttft p50 ms", "ttft p95 ms", "peak MB p95", "peak MB max", "load ms p95")
+            },
         },
     )
-    st.altair_chart(charts.decode_by_tier(frame), width="stretch")
+    charts.show(charts.decode_by_tier, frame, width="stretch")
 
 # -- cost against all-cloud (docs/metrics.md §11) ------------------------------------------------------------
 st.header("Saving against an all-cloud bill")
@@ -96,12 +103,15 @@ else:
         ]
     )
     if not per_task.empty:
-        st.altair_chart(charts.saved_share(per_task), width="stretch")
+        charts.show(charts.saved_share, per_task, width="stretch")
         st.dataframe(
             per_task,
             hide_index=True,
             width="stretch",
-            column_config={"saved share": st.column_config.NumberColumn(format="percent")},
+            column_config={
+                "saved share": st.column_config.NumberColumn(format="percent"),
+                **{c: st.column_config.NumberColumn(format="$%.4f") for c in per_task.columns if c.endswith("USD")},
+            },
         )
         st.caption(
             "Task types at or below zero pay for the device path; the spend after the device was tried is the "
@@ -143,7 +153,19 @@ else:
                 "seeds disagree": "⚠ yes" if side["disagree"] else "",
             }
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(
+        pd.DataFrame(rows),
+        hide_index=True,
+        width="stretch",
+        column_config={  # to their precision, never `3397.6956`
+            "score (004)": st.column_config.NumberColumn(format="%.2f"),
+            "score (003)": st.column_config.NumberColumn(format="%.2f"),
+            "determinism": st.column_config.NumberColumn(format="%.2f"),
+            "error cost": st.column_config.NumberColumn(format="%.2f"),
+            "input p95": st.column_config.NumberColumn(format="%.0f"),
+            "calls / day": st.column_config.NumberColumn(format="%.1f"),
+        },
+    )
     observed = r["grading"]["window"].get("days_observed")
     if observed is not None:  # docs/metrics.md §12: per-day figures over the span the data covers
         st.caption(

@@ -30,7 +30,21 @@ for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range
     if stage["rollback"]["recommended"]:
         (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")
 glance = pd.DataFrame(summary.rows(week, review)).drop(columns="priority")
-st.dataframe(glance, hide_index=True, width="stretch")
+# what needs doing and why first: "where they disagree" beside "needs", on screen at 1400 px (it was the last
+# column, off-screen), its full text below the table (a cell cuts it)
+WHY = "where they disagree"
+first_columns = ["task type", "needs", WHY]
+if not glance.empty:
+    glance = glance[first_columns + [c for c in glance.columns if c not in first_columns]]
+st.dataframe(
+    glance,
+    hide_index=True,
+    width="stretch",
+    column_config={WHY: st.column_config.TextColumn(WHY, width="large")},
+)
+disagreements = [(t, why) for t, why in zip(glance.get("task type", []), glance.get(WHY, [])) if why]
+if disagreements:
+    st.markdown("\n".join(f"- **{timerange.as_text(t)}**: {timerange.as_text(why)}" for t, why in disagreements))
 st.caption(
     "Sorted by what needs action first: a rollback recommended (by the rollback rules within the range, the words "
     "On-call and the Offload review say too), a threshold to move (the band it crosses, with its labeled pass "
@@ -49,7 +63,8 @@ seed = asked if asked in busiest else first_need
 task_type = st.selectbox("Task type", busiest, key=timerange.url_key("task_type", seed))
 if task_type not in busiest:  # a stale choice from another range
     task_type = seed
-timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
+if asked or task_type != seed:  # the one the page opens on stays out of the URL: a change of page is one history entry
+    timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
 
 # -- calibration and threshold over the range -------------------------------------------------------
 st.header("Calibration and threshold")
@@ -112,7 +127,12 @@ else:
             f"[{buckets['low'][i]:.2f}, {buckets['high'][i]:.2f})" for i in detail["non_monotonic_buckets"]
         )
         st.warning(f"Pass rate is not monotonic: confidence {worse} does worse than a lower bucket.")
-    st.altair_chart(charts.calibration_bars(buckets), width="stretch")
+    charts.show(charts.calibration_bars, buckets, data.rollout_min_n(), width="stretch")
+    if (buckets["n"] < data.rollout_min_n()).any():
+        st.caption(
+            f"A hollow grey point: a bucket with fewer than {data.rollout_min_n()} labeled attempts (the sample the "
+            "rollout rules ask for), too few to read its pass rate as a fact."
+        )
     with st.expander("Buckets"):
         st.dataframe(buckets, hide_index=True, width="stretch")
 
@@ -176,24 +196,31 @@ if before_v is None:
     st.caption(f"One policy version in the range ({after_v or 'none'}): no push to compare.")
 else:
     before = earlier[before_v]
+    first_seen = pd.Timestamp(after["first_event"])
     st.caption(
-        f"Latest push: {before_v} → {after_v} (first seen {after['first_event']}); live requests of this task type. "
-        f"Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
+        f"Latest push: {before_v} → {after_v} (first seen {first_seen:%Y-%m-%d %H:%M} UTC); live requests of this task "
+        f"type. Before: {before_v}, the version that served the most of them ({before['requests']}) {where}."
     )
+    # each rate with its own denominator; a side below the rollout rules' minimum sample is shown with its n and
+    # no change is computed (4 against 5 requests is not "−25.0 pp")
+    need = data.rollout_min_n()
     rows = []
-    for key, label in (  # per policy version the metric set has the labeled shares (no estimate): said so
-        ("fallback_rate", "fallback rate"),
-        ("false_fallback_rate", "false fallbacks (labeled share)"),
-        ("missed_fallback_rate", "missed fallbacks (labeled share)"),
-        ("route_accuracy", "route accuracy (labeled share)"),
+    for key, label, n_key in (  # per policy version the metric set has the labeled shares (no estimate): said so
+        ("fallback_rate", "fallback rate", "device_entered"),
+        ("false_fallback_rate", "false fallbacks (labeled share)", "false_fallback_labeled"),
+        ("missed_fallback_rate", "missed fallbacks (labeled share)", "missed_fallback_labeled"),
+        ("route_accuracy", "route accuracy (labeled share)", None),
     ):
         b, a = before[key], after[key]
+        nb, na = (before.get(n_key), after.get(n_key)) if n_key else (None, None)
+        few = n_key is not None and min(nb or 0, na or 0) < need
+        change = "—" if a is None or b is None else f"{100 * (a - b):+.1f}"
         rows.append(
             {
                 "metric": label,
-                "before": pct(b),
-                "after": pct(a),
-                "change (pp)": "—" if a is None or b is None else f"{100 * (a - b):+.1f}",
+                "before": pct(b) + ("" if nb is None else f" (n = {nb})"),
+                "after": pct(a) + ("" if na is None else f" (n = {na})"),
+                "change (pp)": f"— too few (n under {need})" if few and change != "—" else change,
             }
         )
     rows.append(
@@ -295,7 +322,7 @@ if not daily.empty:
                     }
                 )
     if rows:
-        st.altair_chart(charts.rates_with_ci(pd.DataFrame(rows)), width="stretch")
+        charts.show(charts.rates_with_ci, pd.DataFrame(rows), width="stretch")
         st.caption(
             "Per day: the population estimates and their 95 % intervals; the tooltip's coverage is the share "
             "of the population in strata with a label."
@@ -315,9 +342,7 @@ hist = data.cloud_calls_histogram(task_type, start, end)
 if hist.empty:
     st.caption("No live sessions of this task type in the range.")
 else:
-    st.altair_chart(
-        charts.histogram(hist, "cloud_calls", "sessions", "cloud calls in the range", "sessions"), width="stretch"
-    )
+    charts.show(charts.histogram, hist, "cloud_calls", "sessions", "cloud calls in the range", "sessions")
     st.caption(
         f"{int(hist['sessions'].sum())} sessions with live {task_type} requests; "
         "a session's calls count only this task type."
@@ -333,9 +358,7 @@ if group["shadow_agreement_rate"] is None:
 else:
     st.metric("Agreement, all lengths", pct(group["shadow_agreement_rate"]))
     frame = pd.DataFrame({"input tokens": list(shadow), "agreement": list(shadow.values())}).dropna()
-    st.altair_chart(
-        charts.bars(frame, "input tokens", "agreement", "input tokens", "device agrees with cloud"), width="stretch"
-    )
+    charts.show(charts.bars, frame, "input tokens", "agreement", "input tokens", "device agrees with cloud")
 
 # -- cost --------------------------------------------------------------------------------------------
 st.header("Cloud cost")
@@ -368,4 +391,4 @@ else:
             {"window_start": daily["window_start"], "cost": [g["cost_usd"]["total"] for g in daily["group"]]}
         ).dropna()
         if len(per_day) > 1:
-            st.altair_chart(charts.line(per_day, "window_start", "cost", "USD per day", ",.2f"), width="stretch")
+            charts.show(charts.line, per_day, "window_start", "cost", "USD per day", ",.2f", width="stretch")

@@ -540,3 +540,5 @@ def test_dq_command_exit_code_and_json(home):
     bad = run_cli("dq", "--day", "2026-11-29", env=clean_env(home), timeout=180)
     assert bad.returncode == 1
     assert "FAIL decisions.domain.mode  1 unexpected" in bad.stdout
+    # the Data quality page's words (issue 39 §8: the page said "Failed 1" where this said "1 warnings")
+    assert "1 blocking failure (metrics for this window are held back), " in bad.stdout, bad.stdout

@@ -566,3 +566,17 @@ def test_a_policy_file_that_changes_routing_the_whatif_cannot_rescore_is_not_jud
     assert f"not re-scored: the policy file changes {named}" in run.stdout
     plain = cli(cli_home, "--policy", str(policy), "--task-type", S, "--json")
     assert plain.returncode == 0 and json.loads(plain.stdout)["not_rescored"] == [named]
+
+
+def test_a_sweep_of_the_slider_gives_what_each_threshold_computed_alone_gives(warehouse):
+    """The tuning page reads every slider position from one pass (`whatif.sweep`, issue 39 §10): each is exactly
+    the block `compute` gives for that threshold alone, a task type without live events included."""
+    steps = [0.0, 0.5, 0.6, 0.75, 0.85, 1.0]
+    swept = whatif.sweep(warehouse, WINDOW, S, steps)
+    assert list(swept) == steps
+    for x in steps:
+        assert swept[x] == whatif.compute(warehouse, WINDOW, {S: x})["by_task_type"][S], x
+    assert (
+        whatif.sweep(warehouse, WINDOW, EMPTY, [0.5])[0.5]
+        == whatif.compute(warehouse, WINDOW, {EMPTY: 0.5})["by_task_type"][EMPTY]
+    )

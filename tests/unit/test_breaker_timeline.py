@@ -41,3 +41,17 @@ def test_bands_follow_the_breakers_sequence_and_a_stepped_back_clock_leaves_an_e
     assert minutes == [6.0, 1.9, 0.1, 2.0, 0.0, 5.5]
     device = bands[bands["lane"] == "b · device"]
     assert list(device["to_state"]) == ["closed", "open"]
+
+
+def test_no_state_is_drawn_before_the_first_data_of_the_range():
+    """Issue 39 §6: a 6 h range that began four hours before the demo's first event painted the breaker "closed"
+    over those four hours. The state before the first transition is drawn from the first data on."""
+    rows = [_row(30, 1, "closed", "open"), _row(40, 2, "open", "closed")]
+    since, first_data = T - pd.Timedelta(hours=4), T + pd.Timedelta(minutes=10)
+    chart = charts.breaker_timeline(pd.DataFrame(rows), since, T + pd.Timedelta(hours=1), data_from=first_data)
+    bands = pd.DataFrame(chart.data)
+    assert list(bands["to_state"]) == ["closed", "open", "closed"]
+    assert bands["event_time"].iloc[0] == first_data  # not `since`
+    # data that began after the first transition's own time (a clock ahead): the band starts at the transition
+    late = charts.breaker_timeline(pd.DataFrame(rows), since, T + pd.Timedelta(hours=1), T + pd.Timedelta(hours=2))
+    assert pd.DataFrame(late.data)["event_time"].iloc[0] == T + pd.Timedelta(minutes=30)

@@ -222,29 +222,45 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
         "by_task_type": {},
     }
     for t in task_types:
-        x = float(thresholds[t])
-        per = rows.get(t)
-        if not per or not int(per[None]["requests"]):
-            out["by_task_type"][t] = empty_task(x)
-            continue
-        cur, cand = per[None], per[x]
-        mean_cloud_cost = stats.ratio(float(cur["cloud_cost_sum"] or 0), int(cur["cloud_cost_n"]))
-        current = block(cur, mean_cloud_cost, strata.get(t, {}).get(None))
-        task = {
-            "threshold": x,
-            "recorded_threshold": {"min": cur["threshold_min"], "max": cur["threshold_max"]},
-            "gated": int(cur["gated"]),
-            "mean_cloud_cost_usd": mean_cloud_cost,
-            "current": current,
-            "candidate": block(cand, mean_cloud_cost, strata.get(t, {}).get(x)),
-            "moved": moved(cand),
-            "self_check": self_check(current, metric_group(summary.get(t))),
-        }
-        if not task["gated"]:
-            task["recorded_threshold"] = {"min": None, "max": None}
-        task["warnings"] = _warnings(task)
-        out["by_task_type"][t] = task
+        out["by_task_type"][t] = _task(float(thresholds[t]), rows.get(t), strata.get(t, {}), summary.get(t))
     return out
+
+
+def sweep(client, window: QueryWindow, task_type: str, thresholds: list[float]) -> dict[float, dict[str, Any]]:
+    """`compute`'s block for one task type under each of `thresholds`, in the same one read and one pass (the
+    queries group by candidate): the tuning page's slider then moves through numbers already computed instead of
+    a query per move. candidate → what `compute(...)["by_task_type"][task_type]` gives for it."""
+    values = [float(x) for x in thresholds]
+    with decision_queries.materialized_window(client, window, (task_type,)):
+        candidates = {task_type: values}
+        rows = whatif_queries.by_candidate(client, candidates).get(task_type)
+        strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
+        summary = decision_queries.window_summary(client).get(task_type)
+    return {x: _task(x, rows, strata, summary) for x in values}
+
+
+def _task(x: float, per: Mapping | None, strata: Mapping, summary: Mapping | None) -> dict[str, Any]:
+    """One task type's what-if under candidate `x` from the pass's rows (`per`: candidate → counts, None the
+    recorded outcomes), its §3c strata and the metric set's summary of the same events."""
+    if not per or not int(per[None]["requests"]):
+        return empty_task(x)
+    cur, cand = per[None], per[x]
+    mean_cloud_cost = stats.ratio(float(cur["cloud_cost_sum"] or 0), int(cur["cloud_cost_n"]))
+    current = block(cur, mean_cloud_cost, strata.get(None))
+    task = {
+        "threshold": x,
+        "recorded_threshold": {"min": cur["threshold_min"], "max": cur["threshold_max"]},
+        "gated": int(cur["gated"]),
+        "mean_cloud_cost_usd": mean_cloud_cost,
+        "current": current,
+        "candidate": block(cand, mean_cloud_cost, strata.get(x)),
+        "moved": moved(cand),
+        "self_check": self_check(current, metric_group(summary)),
+    }
+    if not task["gated"]:
+        task["recorded_threshold"] = {"min": None, "max": None}
+    task["warnings"] = _warnings(task)
+    return task
 
 
 # -- the pre-push gate -------------------------------------------------------------------------------------

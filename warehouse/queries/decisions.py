@@ -481,6 +481,7 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
   AND ({sid:String} = '' OR session_id = {sid:String})
   AND ({pv:String} = '' OR policy_version = {pv:String})
   AND ({app:String} = '' OR app_id = {app:String})
+  AND ({mode:String} = '' OR mode = {mode:String})
 """
 EXPLORER_SQL = named(
     "decisions_explorer",
@@ -496,6 +497,17 @@ LIMIT {limit:UInt32} OFFSET {offset:UInt64}
 EXPLORER_COUNT_SQL = named(
     "decisions_explorer_count",
     "SELECT count() FROM $decisions FINAL $explorer_where",
+    {"explorer_where": _EXPLORER_WHERE},
+)
+# The explorer's time histogram: the matching decisions per bucket of {bucket_s} seconds (the range cut in ~60).
+EXPLORER_HISTOGRAM_SQL = named(
+    "decisions_explorer_histogram",
+    """
+SELECT toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32}), 'UTC') AS bucket, mode, count() AS decisions
+FROM $decisions FINAL $explorer_where
+GROUP BY bucket, mode
+ORDER BY bucket, mode
+""",
     {"explorer_where": _EXPLORER_WHERE},
 )
 
@@ -515,6 +527,7 @@ class ExplorerFilter:
     session_id: str = ""
     policy_version: str = ""
     app_id: str = ""
+    mode: str = ""  # live or shadow
 
 
 def _explorer_parameters(start: datetime, end: datetime, where: ExplorerFilter) -> dict[str, Any]:
@@ -531,6 +544,7 @@ def _explorer_parameters(start: datetime, end: datetime, where: ExplorerFilter) 
         "sid": where.session_id,
         "pv": where.policy_version,
         "app": where.app_id,
+        "mode": where.mode,
     }
 
 
@@ -551,6 +565,18 @@ def explorer(
 def explorer_count(client, start: datetime, end: datetime, where: ExplorerFilter = ExplorerFilter()) -> int:
     """How many decisions in [start, end) pass `where` (the explorer's total, for paging)."""
     return int(client.query(EXPLORER_COUNT_SQL, parameters=_explorer_parameters(start, end, where)).result_rows[0][0])
+
+
+def explorer_histogram(
+    client, start: datetime, end: datetime, where: ExplorerFilter = ExplorerFilter(), buckets: int = 60
+) -> tuple[int, list[tuple[datetime, str, int]]]:
+    """The decisions in [start, end) that pass `where`, counted per time bucket and mode (live / shadow): (the
+    bucket's length in seconds — a whole minute, about `buckets` of them over the range — and the rows
+    (bucket start, mode, decisions))."""
+    seconds = max(60, round((end - start).total_seconds() / buckets / 60) * 60)
+    parameters = {**_explorer_parameters(start, end, where), "bucket_s": seconds}
+    rows = client.query(EXPLORER_HISTOGRAM_SQL, parameters=parameters).result_rows
+    return seconds, [(utc_or_none(b), m, int(n)) for b, m, n in rows]
 
 
 DEVICE_TIERS_SQL = named(

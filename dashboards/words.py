@@ -1,0 +1,90 @@
+"""Numbers and names as people read them, for the pages: an alert's condition and the values that tripped it in
+words (`fallback rate above 50%: 86.4% (n = 184)`), never the rule's expression (`fallback_rate > 0.5: 0.864`,
+`l2_l3_drift.drifting == True: True`, `pipeline.freshness_lag_s > 600: 1.1e+03`). Pure: tested without Streamlit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPS = {">": "above", ">=": "at or above", "<": "below", "<=": "at or below", "==": "is", "!=": "is not"}
+# metric keys whose words are not their spelling with spaces
+NAMES = {
+    "l2_l3_drift.drifting": "L2+L3 share drifting",
+    "l2_l3_drift.delta_pp": "L2+L3 share's move",
+    "l2_l3_share": "L2+L3 share",
+    "pipeline.freshness_lag_s": "newest event's age",
+    "degrade_share.L4": "canned-answer (L4) share",
+}
+
+
+def metric_name(metric: str) -> str:
+    """`fallback_rate` → 'fallback rate'; `pipeline.freshness_lag_s` → "newest event's age"."""
+    if metric in NAMES:
+        return NAMES[metric]
+    last = metric.split(".")[-1]
+    return last.removesuffix("_s").replace("_", " ")
+
+
+def value(metric: str, v: Any) -> str:
+    """A value of `metric` to its precision: shares and rates as percentages to a tenth, seconds as s / min / h,
+    flags as yes / no, other numbers to three significant digits with thousands grouped."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not isinstance(v, int | float):
+        return str(v)
+    last = metric.split(".")[-1]
+    if last.endswith("_s"):
+        return duration(float(v))
+    if last.endswith(("rate", "share")) or metric.startswith("degrade_share"):
+        return f"{100 * v:.1f}%"
+    if last.endswith("_pp"):
+        return f"{v:+.1f} pp"
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{float(f'{v:.3g}'):,g}"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def limit(metric: str, v: Any) -> str:
+    """A rule's limit as it was set: 50%, not 50.0%."""
+    text = value(metric, v)
+    return text.replace(".0%", "%") if text.endswith(".0%") else text
+
+
+def condition(metric: str, op: str, limit_value: Any) -> str:
+    """'fallback rate above 50%'; a flag's rule (`drifting == True`) reads as its name alone."""
+    if isinstance(limit_value, bool) and op == "==":
+        return metric_name(metric) if limit_value else f"not {metric_name(metric)}"
+    return f"{metric_name(metric)} {OPS.get(op, op)} {limit(metric, limit_value)}"
+
+
+def tripped(trip: dict | None, last: int = 3) -> str:
+    """The condition (with the limit that applied to the task type, and the rule's default beside a task type's
+    own) and the last `last` windows that tripped it, each value with its sample size."""
+    if not trip:
+        return ""
+    metric = str(trip.get("metric") or "")
+    shown = []
+    for w in (trip.get("windows") or [])[-last:]:
+        v = w.get("value")
+        n = f"n = {w['n']:,}" if isinstance(w.get("n"), int) else ""
+        if isinstance(v, bool):  # the condition already says what held: the sample sizes are the news
+            shown.append(n or value(metric, v))
+        else:
+            shown.append(value(metric, v) + (f" ({n})" if n else ""))
+    own = (
+        f" (this task type's limit; the default is {limit(metric, trip['default_limit'])})"
+        if "default_limit" in trip
+        else ""
+    )
+    text = condition(metric, str(trip.get("op") or ""), trip.get("limit")) + own
+    return text + (": " + " · ".join(shown) if shown else "")
