@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from routerscope.core.text import verdict
 from warehouse.analytics.rollback import NONE_WORDS
 from warehouse.analytics.stats import LOW_COVERAGE
 
@@ -136,7 +137,7 @@ def rows(metrics: dict, review: dict) -> list[dict[str, Any]]:
                 "recommended threshold": move,
                 "false fallbacks (quality)": _false_fallbacks(group),
                 "grading": (g or {}).get("tier") or "—",
-                "readiness": (r or {}).get("verdict") or "—",
+                "readiness": verdict((r or {}).get("verdict")),
                 "stage": (s or {}).get("stage") or "—",
                 "recommendation": recommendation,
                 "rollback": rollback.get("words") or NONE_WORDS,

@@ -9,6 +9,7 @@ from typing import Any
 from routerscope.core.text import ci as _ci_pct
 from routerscope.core.text import num as _num_grouped
 from routerscope.core.text import pct as _pct
+from routerscope.core.text import verdict
 from warehouse.analytics import review as _review
 from warehouse.analytics import whatif as _whatif
 
@@ -186,7 +187,7 @@ def review(kind: str, report: dict[str, Any]) -> str:
             score = "  —" if r["score_003"] is None else f"{r['score_003']:>3}"
             lines.append(
                 f"  {t:<18} {g['gate_memory']['status']:>8} {g['gate_duration']['status']:>9} "
-                f"{g['gate_quality']['status']:>8} {score}/30  {r['verdict']} / "
+                f"{g['gate_quality']['status']:>8} {score}/30  {verdict(r['verdict'])} / "
                 f"{side.get('grading_tier') or '—'}{flag}"
             )
             if r["reasons"]:

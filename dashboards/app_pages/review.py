@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import charts, data, timerange
-from routerscope.core.text import num, pct
+from routerscope.core.text import num, pct, verdict
 
 st.title("Offload review")
 rng = timerange.pick("7d")
@@ -143,7 +143,7 @@ else:
                 else ("yes" if g["tier_settled"] else "few groups"),
                 "input p95": (g.get("input_tokens") or {}).get("p95"),
                 "calls / day": g.get("daily_calls"),
-                "readiness": q.get("verdict"),
+                "readiness": verdict(q.get("verdict")),
                 "token screen": (q.get("token_screen") or {}).get("status"),
                 "score (003)": q.get("score_003"),
                 "memory gate": status["memory"],

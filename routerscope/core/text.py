@@ -32,3 +32,9 @@ def counts(by_name: dict[str, int], what: str = "served by") -> str:
         return "none " + what.split()[0]
     parts = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))
     return what + " " + ", ".join(f"the {name} {n:,}" for name, n in parts)
+
+
+def verdict(value: str | None) -> str:
+    """A readiness verdict as the terminal and the pages say it: "not_ready" → "not ready" ("—" when none). The
+    JSON keeps the key."""
+    return DASH if not value else value.replace("_", " ")
