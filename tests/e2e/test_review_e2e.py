@@ -94,7 +94,7 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     assert (slot["stage"], slot["percent"]) == ("canary", 50.0)
     assert [c["condition"] for c in slot["conditions"]][:3] == [
         "fallback rate",
-        "false fallback rate",
+        "false fallback rate (estimate)",  # judged on §3c's estimate, the labeled share beside it
         "offload failure rate",
     ]
     assert code["stage"] == "shadow" and any(c["condition"].startswith("agreement") for c in code["conditions"])

@@ -575,7 +575,8 @@ def test_a_breaker_sink_that_raises_never_fails_a_request_nor_frees_a_slot_twice
     device = Hanging()
     router = Router(device, QuickCloud(), policy=policy_file(tmp_path), on_breaker_event=sink)
     try:
-        response, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=300))
+        # a budget the cloud meets after the device's abandoned L0 also on a loaded machine (300 ms was not always)
+        response, event = router.route(Request(task_type="short_reply", text="x", session_id="s", deadline_ms=1500))
         valid(event)
         assert response.served_by == "cloud" and router.device_breaker.state == "open"
     finally:
