@@ -38,6 +38,8 @@ TABLE_ALERT_EVALUATIONS = "alert_evaluations"
 TABLE_REPLAY_RERUNS = "replay_reruns"
 TABLE_LANDING = "landing"  # raw messages for the sql parser's rules statement (landing.CHECK)
 TABLE_LANDING_VERDICTS = "landing_verdicts"  # the messages the sql parser did not load, by their coordinates
+TABLE_DECISION_IDS = "decision_ids"  # every stored (event_id, event_time), in id order (migration 0020)
+TABLE_DECISION_LATER_COPIES = "decision_later_copies"  # copies of an event_id with an earlier copy (0020)
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
 # (warehouse.queries.common.named substitutes them).
@@ -60,6 +62,8 @@ TABLES: dict[str, str] = {
         TABLE_REPLAY_RERUNS,
         TABLE_LANDING,
         TABLE_LANDING_VERDICTS,
+        TABLE_DECISION_IDS,
+        TABLE_DECISION_LATER_COPIES,
     )
 }
 

@@ -107,7 +107,7 @@ from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, QUARANTINE_COLUMNS, kafka_time
-from warehouse.queries import ingest_offsets, json_rows, loaded_messages
+from warehouse.queries import decision_copies, ingest_offsets, json_rows, loaded_messages
 
 log = logging.getLogger("routerscope.ingest")
 
@@ -782,9 +782,13 @@ class Loader:
                     offset, mark = stored.get((topic, partition), (None, ""))
                     states[(topic, partition)] = PartitionState(topic, partition, offset, mark)
                 starts = {p: st.stored or 0 for (t, p), st in states.items() if t == topic}
-                for partition, offsets in self.landed_offsets(wh, topic, starts).items():
+                landed = self.landed_offsets(wh, topic, starts)
+                for partition, offsets in landed.items():
                     if (topic, partition) in states:
                         states[(topic, partition)].skip = offsets
+                if topic == names.TOPIC_DECISIONS and landed:
+                    # what the views on `decisions` wrote for those rows may not have landed with them
+                    decision_copies.restore(wh, topic, {p: starts[p] for p in landed if p in starts})
         self._scale_timeouts(states)
         for (topic, partition), (offset, _) in stored.items():
             owned = self.partitions is None or partition in self.partitions

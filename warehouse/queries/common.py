@@ -72,19 +72,19 @@ class QueryWindow:
 
 # The look-back of docs/metrics.md ("each event_id counts once"): of the copies of one event_id, only the
 # first (the earliest event_time) is counted, and only in the window that holds it, so long as the copies
-# lie within DEDUP_HORIZON_DAYS of each other. A copy whose first copy lies in the days before the window is
-# left out, and so is a later copy inside the window itself; the data-quality suite flags such an id over
-# the same horizon. Only the window's own ids are looked up: the sets built are the window's size, and the
-# look-back reads just the event_id and event_time columns of those days.
+# lie within DEDUP_HORIZON_DAYS of each other. A row of the window is left out when a copy of its event_id
+# has an earlier event_time in the window or in the DEDUP_HORIZON_DAYS before its start; the data-quality
+# suite flags such an id over the same horizon. Which copies have an earlier one is decided when a copy is
+# stored, not here: `decision_later_copies` (migration 0020, kept by a view on every insert into
+# decisions) holds one row per later copy and earlier time, sorted by the later copy's event_time, so a
+# window reads only the pairs of its own time range (a few rows: copies under other times are rare)
+# instead of the event_id and event_time of the 7 days before it. Same rule, same numbers: a copy whose
+# earlier copies all lie more than the horizon before the window's start has no pair within reach and counts.
 DEDUP_HORIZON_DAYS = 7
-FIRST_COPY = f"""(event_id, event_time) IN (
-        SELECT event_id, min(event_time) FROM $decisions
-        WHERE event_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
-          AND event_time < {{end:DateTime64(3, 'UTC')}}
-          AND event_id IN (
-              SELECT event_id FROM $decisions
-              WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}})
-        GROUP BY event_id)"""
+FIRST_COPY = f"""(event_id, event_time) NOT IN (
+        SELECT event_id, event_time FROM $decision_later_copies
+        WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+          AND earlier_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY)"""
 
 # Decision events in the window, every mode, each event once. FINAL folds rows with the same
 # sorting key, which ends in event_id: a re-delivered event is an exact copy (same task_type and
