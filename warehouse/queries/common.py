@@ -75,7 +75,7 @@ class QueryWindow:
 # lie within DEDUP_HORIZON_DAYS of each other. A row of the window is left out when a copy of its event_id
 # has an earlier event_time in the window or in the DEDUP_HORIZON_DAYS before its start; the data-quality
 # suite flags such an id over the same horizon. Which copies have an earlier one is decided when a copy is
-# stored, not here: `decision_later_copies` (migration 0020, kept by a view on every insert into
+# stored, not here: `decision_later_copies` (migration 0020, kept by views on every insert into
 # decisions) holds one row per later copy and earlier time, sorted by the later copy's event_time, so a
 # window reads only the pairs of its own time range (a few rows: copies under other times are rare)
 # instead of the event_id and event_time of the 7 days before it. Same rule, same numbers: a copy whose
