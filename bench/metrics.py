@@ -3,7 +3,8 @@
     .venv/bin/python bench/metrics.py [--rows 10000000] [--days 8] [--per-query]
 
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
-INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
+INSERT … SELECT, no Kafka) and labels for 2 % of them, derives which copies come first as a load run's end
+does (`derive_copies_seconds`), then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
 (b) the full metric set of docs/metrics.md for the last day with its 7-day baseline
 (`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS; also the metric set of one
@@ -30,6 +31,7 @@ from routerscope.core.settings import Settings  # noqa: E402
 from warehouse.analytics import metrics  # noqa: E402
 from warehouse.analytics.metrics import compute  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
+from warehouse.queries import decision_copies  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import review as review_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, named, utc_text  # noqa: E402
@@ -170,6 +172,10 @@ def filled_warehouse(rows: int, days: int):
             client.command(FILL_LABELS, parameters=params)
             fill_s = time.perf_counter() - t
             settle(client)
+            # which copies come first, as a load run ends by deriving it (warehouse/queries/decision_copies.py)
+            t = time.perf_counter()
+            decision_copies.derive(client)
+            filled_warehouse.derive_seconds = time.perf_counter() - t
             yield client, fill_s
 
 
@@ -198,6 +204,7 @@ def main() -> int:
         "rows": args.rows,
         "days": args.days,
         "fill_seconds": round(fill_s, 2),
+        "derive_copies_seconds": round(filled_warehouse.derive_seconds, 2),
         "count_final_seconds": round(count_s, 3),
         "metrics_1d_with_7d_baseline_seconds": round(metrics_s, 3),
         "ratio_metrics_to_count": round(metrics_s / count_s, 2),

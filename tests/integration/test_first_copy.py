@@ -1,9 +1,10 @@
-"""Which copy of an event_id a metric window counts, decided when copies are stored (migration 0020's
-`decision_later_copies`) instead of by reading the 7 days before each window: the windows must count exactly
-what docs/metrics.md's rule counts ("a window counts an event only if no copy of its event_id has an earlier
-event_time in the window or in the 7 days before the window's start"), whatever order the copies arrive in
-and however they are split across inserts. The rule is written out in Python below and compared with the
-warehouse's answer over random copies and windows of every length the metrics use, and longer."""
+"""Which copy of an event_id a metric window counts, decided once for the stored rows (migration 0020's
+`decision_later_copies`, derived at the end of each load) instead of by reading the 7 days before each
+window: the windows must count exactly what docs/metrics.md's rule counts ("a window counts an event only if
+no copy of its event_id has an earlier event_time in the window or in the 7 days before the window's
+start"), whatever order the copies arrive in, however they are split across inserts, and whether or not the
+rows stored last are derived yet. The rule is written out in Python below and compared with the warehouse's
+answer over random copies and windows of every length the metrics use, and longer."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.support.golden_day import insert
 from tests.support.ingest import FAST, produce, query, scalar
 from warehouse.client import open_warehouse
 from warehouse.ingest.loader import load
+from warehouse.queries import decision_copies
 from warehouse.queries.common import FIRST_COPY, QueryWindow, named
 
 pytestmark = pytest.mark.integration
@@ -85,8 +87,11 @@ def windows_around(rng: random.Random, rows: list[tuple[str, datetime]]) -> list
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arrive_in(warehouse, seed):
+@pytest.mark.parametrize("derived", ["all", "some", "none"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arrive_in(warehouse, seed, derived):
+    """`derived`: the pairs derived after every insert, after some (the later inserts pending, as after a
+    killed run), or never (rows inserted by other means than a load)."""
     rng = random.Random(seed)
     rows = [(eid(n), t) for n in range(60) for t in copies_of(rng, n)]
     events = [
@@ -95,8 +100,10 @@ def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arr
     ]
     rng.shuffle(events)  # later copies often stored before earlier ones, some in the same insert
     cut = sorted(rng.sample(range(1, len(events)), 5))
-    for a, b in zip([0, *cut], [*cut, len(events)]):
+    for i, (a, b) in enumerate(zip([0, *cut], [*cut, len(events)])):
         insert(warehouse, events[a:b], [])
+        if derived == "all" or (derived == "some" and i < 3):
+            decision_copies.derive(warehouse)
     stored = [(event_id, datetime.fromisoformat(iso(t).replace("Z", "+00:00"))) for event_id, t in rows]
     for window in windows_around(rng, stored):
         got = {
@@ -108,7 +115,8 @@ def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arr
 
 def test_an_earlier_copy_stored_after_the_later_one_takes_the_count_from_it(warehouse):
     """The later copy (D2) is stored and counted first; when the earlier copy (D1) arrives, D2's window
-    leaves it out and D1's counts it: the pair is written for the copy already stored."""
+    leaves it out and D1's counts it, before the derivation (the look-back) and after it (the pair written
+    for the copy already stored)."""
     d1 = T0 + timedelta(hours=10)
     d2 = d1 + timedelta(days=1)
     later = decision(event_id=eid(1), request_id="x", session_id="sx", event_time=iso(d2))
@@ -120,18 +128,23 @@ def test_an_earlier_copy_stored_after_the_later_one_takes_the_count_from_it(ware
         return len(warehouse.query(COUNTED_SQL, parameters=window.parameters()).result_rows)
 
     insert(warehouse, [later], [])
+    assert decision_copies.derive(warehouse) == 1
     assert (counted(day1), counted(day2)) == (0, 1)
     insert(warehouse, [earlier], [])
-    assert (counted(day1), counted(day2)) == (1, 0)
+    assert (counted(day1), counted(day2)) == (1, 0)  # pending: the look-back
+    assert decision_copies.derive(warehouse) == 1
+    assert (counted(day1), counted(day2)) == (1, 0)  # derived: the pair
+    assert warehouse.query("SELECT count() FROM routerscope.decision_later_copies").result_rows[0][0] == 1
     insert(warehouse, [later, earlier], [])  # both delivered again: nothing moves
+    assert decision_copies.derive(warehouse) == 2
     assert (counted(day1), counted(day2)) == (1, 0)
+    assert decision_copies.derive(warehouse) == 0  # nothing pending
 
 
-def test_copies_of_rows_a_killed_run_left_past_its_position_are_written_again_by_the_next_run(stack):
-    """A kill can land an insert's decisions without the rows the views on `decisions` wrote (each table's
-    part is committed on its own). The next run skips those decisions as landed; it must write their ids and
-    pairs again, or X's copy on D2 would count on D2 as well as on D1. Simulated: the views' tables emptied
-    and the positions forgotten after a load."""
+def test_a_load_derives_the_pairs_and_a_run_killed_before_deriving_leaves_the_counts_right(stack):
+    """A load ends by deriving the pairs of what it stored. A run killed before that leaves its rows pending:
+    the windows read the look-back for them, and the next run derives them at its start. Simulated: the
+    pairs and the record of the derivation emptied after a load."""
     d1 = T0 + timedelta(hours=10)
     x = decision(event_id=eid(1), request_id="x", session_id="sx", event_time=iso(d1))
     x_resent = {**x, "event_time": iso(d1 + timedelta(days=1))}
@@ -145,13 +158,16 @@ def test_copies_of_rows_a_killed_run_left_past_its_position_are_written_again_by
     def counted_on_day2() -> set[str]:
         return {r[0] for r in query(stack, COUNTED_SQL, **day2.parameters())}
 
+    def pairs() -> int:
+        return scalar(stack, "SELECT count() FROM routerscope.decision_later_copies")
+
     assert load(stack, batch_size=400, **FAST).loaded["decisions"] == 31
+    assert pairs() == 1
     assert eid(1) not in counted_on_day2()
     with open_warehouse(stack) as client:
-        for table in (names.TABLE_DECISION_LATER_COPIES, names.TABLE_INGEST_OFFSETS):
+        for table in (names.TABLE_DECISION_LATER_COPIES, names.TABLE_DECISION_COPIES_DERIVED):
             client.command(f"TRUNCATE TABLE {names.TABLES[table]}")
-    assert eid(1) in counted_on_day2()  # what the kill would leave without the repair
-    second = load(stack, batch_size=400, **FAST)
-    assert second.skipped_already_loaded == 31
+    assert eid(1) not in counted_on_day2()  # pending: the look-back
+    assert load(stack, batch_size=400, **FAST).loaded["decisions"] == 0
+    assert pairs() == 1
     assert eid(1) not in counted_on_day2()
-    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 31  # nothing inserted twice

@@ -782,13 +782,10 @@ class Loader:
                     offset, mark = stored.get((topic, partition), (None, ""))
                     states[(topic, partition)] = PartitionState(topic, partition, offset, mark)
                 starts = {p: st.stored or 0 for (t, p), st in states.items() if t == topic}
-                landed = self.landed_offsets(wh, topic, starts)
-                for partition, offsets in landed.items():
+                for partition, offsets in self.landed_offsets(wh, topic, starts).items():
                     if (topic, partition) in states:
                         states[(topic, partition)].skip = offsets
-                if topic == names.TOPIC_DECISIONS and landed:
-                    # what the views on `decisions` wrote for those rows may not have landed with them
-                    decision_copies.restore(wh, topic, {p: starts[p] for p in landed if p in starts})
+            self._derive_copies(wh)  # what a run killed before its end left pending
         self._scale_timeouts(states)
         for (topic, partition), (offset, _) in stored.items():
             owned = self.partitions is None or partition in self.partitions
@@ -814,6 +811,8 @@ class Loader:
         try:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
+            if result.loaded[SHORT_NAME[names.TOPIC_DECISIONS]]:
+                self._derive_copies(self._acquire())
         finally:
             if self._worker is not None:
                 self._worker.close()
@@ -824,6 +823,21 @@ class Loader:
             gc.unfreeze()
         result.seconds = time.monotonic() - started
         return result
+
+    @staticmethod
+    def _derive_copies(client) -> None:
+        """Which stored decisions are later copies of an event_id (warehouse/queries/decision_copies.py),
+        once per run: one join over every stored id, which per insert cost more than the insert itself
+        with millions stored. Never fatal: until it runs, metric windows over the rows it would cover
+        read the 7-day look-back instead, with the same counts."""
+        try:
+            decision_copies.derive(client)
+        except Exception as exc:
+            log.warning(
+                "routerscope: warning: the later copies of decisions were not derived (%s); metric "
+                "windows read the 7-day look-back until the next load derives them",
+                _first_line(exc),
+            )
 
     def _scale_timeouts(self, states: dict[tuple[str, int], PartitionState]) -> None:
         """The waits on partition answers, for the partitions this run reads (`partition_timeout`)."""

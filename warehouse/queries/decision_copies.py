@@ -1,45 +1,60 @@
 """The copies of a decision's event_id under different event_times, as migration 0020 keeps them in
 `decision_later_copies` (each copy with an earlier one, read by every metric window: common.FIRST_COPY).
-Views on `decisions` write the pairs on every insert; this module writes them again for rows a killed run
-left in `decisions` past its stored position. The warehouse commits each table's part of one insert on
-its own, so a kill can land the decisions and not the pairs the views wrote; the next run skips those rows
-as landed (warehouse/ingest/loader.py) instead of inserting them again, and calls `restore` for them.
-Writing a pair again is harmless (the table folds, and the read asks only whether a pair exists)."""
+
+`derive` writes the pairs of the decisions stored since the last derivation: those rows joined with every
+stored copy of their ids, both ways (a copy stored before an existing later one writes the pair for that
+later one). One join reads the event_id and event_time of every stored decision, so it runs once per load
+run (warehouse/ingest/loader.py, at its start and its end), not once per insert: per 20k-event insert it
+cost 27-38 us an event of CPU with 10M decisions stored (docs/benchmarks.md). Until it has run, the rows
+stored since are *pending*, and a window that any of them could touch reads the 7-day look-back instead
+(common.FIRST_COPY), so a run killed before its end, or rows inserted by other means, never move a count.
+
+Writing a pair again is harmless (the table folds, and the read asks only whether a pair exists): a
+derivation killed before it records how far it went is simply done again."""
 
 from __future__ import annotations
 
-from warehouse.queries.common import named
+from warehouse.queries.common import DERIVED_THROUGH, named
 
-# The decisions of one topic at or past each partition's start (as ingest_offsets.LANDED_SQL reads them).
-_PAST_STARTS = """
+NEWEST_SQL = named(
+    "decision_copies_newest",
+    f"SELECT max(ingested_at), count() FROM $decisions WHERE ingested_at > {DERIVED_THROUGH}",
+)
+
+# The rows stored in (derived_through, through], and every stored copy of their ids: each pair of
+# different times, the later one first.
+_NEW = f"""
     SELECT event_id, event_time FROM $decisions
-    WHERE kafka_topic = {topic:String} AND has({partitions:Array(UInt32)}, kafka_partition)
-      AND kafka_offset >= arrayElement({starts:Array(UInt64)}, indexOf({partitions:Array(UInt32)}, kafka_partition))"""
-
-# Every ordered pair of distinct times of those rows' ids, from every stored copy.
-RESTORE_PAIRS_SQL = named(
-    "decision_copies_restore_pairs",
+    WHERE ingested_at > {DERIVED_THROUGH} AND ingested_at <= {{through:DateTime64(3, 'UTC')}}"""
+DERIVE_SQL = named(
+    "decision_copies_derive",
     """
 INSERT INTO $decision_later_copies
-SELECT pair.2 AS event_time, event_id, pair.1 AS earlier_time
-FROM
-(
-    SELECT event_id, arraySort(groupUniqArray(event_time)) AS times
-    FROM $decisions
-    WHERE event_id IN (SELECT event_id FROM ($past_starts))
-    GROUP BY event_id
-    HAVING length(times) > 1
-)
-ARRAY JOIN arrayFilter(p -> p.1 < p.2, arrayFlatten(arrayMap(a -> arrayMap(b -> (a, b), times), times))) AS pair
+SELECT greatest(n.event_time, c.event_time) AS event_time, n.event_id AS event_id,
+       least(n.event_time, c.event_time) AS earlier_time
+FROM ($new) AS n
+INNER JOIN (SELECT event_id, event_time FROM $decisions WHERE event_id IN (SELECT event_id FROM ($new))) AS c
+    ON n.event_id = c.event_id
+WHERE c.event_time != n.event_time
 """,
-    {"past_starts": _PAST_STARTS},
+    {"new": _NEW},
+)
+
+RECORD_SQL = named(
+    "decision_copies_record",
+    "INSERT INTO $decision_copies_derived (derived_through) VALUES ({through:DateTime64(3, 'UTC')})",
 )
 
 
-def restore(client, topic: str, starts: dict[int, int]) -> None:
-    """Write again the pairs of `topic`'s decisions at or past each partition's start offset."""
-    if not starts:
-        return
-    partitions = sorted(starts)
-    parameters = {"topic": topic, "partitions": partitions, "starts": [starts[p] for p in partitions]}
-    client.command(RESTORE_PAIRS_SQL, parameters=parameters)
+def derive(client) -> int:
+    """Write the pairs of the decisions stored since the last derivation and record how far that goes;
+    returns how many decisions that covered (0: nothing was pending). Runs under the loader's lock: a row
+    committed with an ingested_at before the newest one read here would be left behind (a server with
+    loaders side by side: docs/ingest.md)."""
+    through, count = client.query(NEWEST_SQL).result_rows[0]
+    if not count:
+        return 0
+    parameters = {"through": through.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]}  # ingested_at: milliseconds
+    client.command(DERIVE_SQL, parameters=parameters)
+    client.command(RECORD_SQL, parameters=parameters)
+    return int(count)
