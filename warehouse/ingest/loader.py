@@ -824,14 +824,14 @@ class Loader:
         result.seconds = time.monotonic() - started
         return result
 
-    @staticmethod
-    def _derive_copies(client) -> None:
+    def _derive_copies(self, client) -> None:
         """Which stored decisions are later copies of an event_id (warehouse/queries/decision_copies.py),
         once per run: one join over every stored id, which per insert cost more than the insert itself
         with millions stored. Never fatal: until it runs, metric windows over the rows it would cover
         read the 7-day look-back instead, with the same counts."""
+        settle_ms = 0 if self.settings.warehouse.embedded else decision_copies.SERVER_SETTLE_MS
         try:
-            decision_copies.derive(client)
+            decision_copies.derive(client, settle_ms)
         except Exception as exc:
             log.warning(
                 "routerscope: warning: the later copies of decisions were not derived (%s); metric "

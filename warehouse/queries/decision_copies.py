@@ -16,10 +16,19 @@ from __future__ import annotations
 
 from warehouse.queries.common import DERIVED_THROUGH, named
 
+# The newest stored row to derive now, and how many rows that covers: on a server, only rows stored
+# `settle_ms` ago or more (see `derive`).
 NEWEST_SQL = named(
     "decision_copies_newest",
-    f"SELECT max(ingested_at), count() FROM $decisions WHERE ingested_at > {DERIVED_THROUGH}",
+    f"""
+SELECT max(ingested_at), count() FROM $decisions
+WHERE ingested_at > {DERIVED_THROUGH} AND ingested_at <= now64(3) - toIntervalMillisecond({{settle_ms:UInt64}})
+""",
 )
+# A server may have loaders side by side (docs/ingest.md): a row's ingested_at is taken when its insert
+# starts, so a slow insert can commit after a quicker, later one. Rows younger than this are left pending
+# (their windows read the look-back) until a later derivation.
+SERVER_SETTLE_MS = 120_000
 
 # The rows stored in (derived_through, through], and every stored copy of their ids: each pair of
 # different times, the later one first.
@@ -46,12 +55,13 @@ RECORD_SQL = named(
 )
 
 
-def derive(client) -> int:
-    """Write the pairs of the decisions stored since the last derivation and record how far that goes;
-    returns how many decisions that covered (0: nothing was pending). Runs under the loader's lock: a row
-    committed with an ingested_at before the newest one read here would be left behind (a server with
-    loaders side by side: docs/ingest.md)."""
-    through, count = client.query(NEWEST_SQL).result_rows[0]
+def derive(client, settle_ms: int = 0) -> int:
+    """Write the pairs of the decisions stored since the last derivation (and at least `settle_ms` ago)
+    and record how far that goes; returns how many decisions that covered (0: nothing to derive). A row
+    committed with an ingested_at before the newest one read here would be taken as derived without its
+    pairs: with one writer at a time (the embedded warehouse, the loader's lock) `settle_ms` 0 is exact; a
+    server with loaders side by side passes SERVER_SETTLE_MS."""
+    through, count = client.query(NEWEST_SQL, parameters={"settle_ms": settle_ms}).result_rows[0]
     if not count:
         return 0
     parameters = {"through": through.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]}  # ingested_at: milliseconds
