@@ -74,7 +74,8 @@ def expected(rows: list[tuple[str, datetime]], window: QueryWindow) -> set[tuple
 
 
 def windows_around(rng: random.Random, rows: list[tuple[str, datetime]]) -> list[QueryWindow]:
-    """Windows of 5 minutes, an hour, a day, a week, 10 and 40 days, starting at or just around copies."""
+    """Windows of 5 minutes, an hour, a day, a week and 10 days starting at or just before copies, and one of
+    50 days over them all."""
     out = []
     for _ in range(40):
         _, t = rng.choice(rows)

@@ -4,8 +4,9 @@
 `derive` writes the pairs of the decisions stored since the last derivation: those rows joined with every
 stored copy of their ids, both ways (a copy stored before an existing later one writes the pair for that
 later one). One join reads the event_id and event_time of every stored decision, so it runs once per load
-run (warehouse/ingest/loader.py, at its start and its end), not once per insert: per 20k-event insert it
-cost 27-38 us an event of CPU with 10M decisions stored (docs/benchmarks.md). Until it has run, the rows
+run (warehouse/ingest/loader.py, at its start and its end), not once per insert: found per 20k-event insert
+it cost 32-49 us an event of CPU with 10M decisions stored, against 5-11 us for the insert alone
+(docs/loader.md). Until it has run, the rows
 stored since are *pending*, and a window that any of them could touch reads the 7-day look-back instead
 (common.FIRST_COPY), so a run killed before its end, or rows inserted by other means, never move a count.
 
