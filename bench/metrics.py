@@ -3,7 +3,8 @@
     .venv/bin/python bench/metrics.py [--rows 10000000] [--days 8] [--per-query]
 
 Fills a fresh embedded warehouse with generated decisions spread over `--days` days (direct
-INSERT … SELECT, no Kafka) and labels for 2 % of them, then times (a) a plain
+INSERT … SELECT, no Kafka) and labels for 2 % of them, derives which copies come first as a load run's end
+does (`derive_copies_seconds`), then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
 (b) the full metric set of docs/metrics.md for the last day with its 7-day baseline
 (`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS; also the metric set of one
@@ -26,10 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from routerscope.core import names  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
 from warehouse.analytics import metrics  # noqa: E402
 from warehouse.analytics.metrics import compute  # noqa: E402
 from warehouse.client import open_warehouse  # noqa: E402
+from warehouse.queries import decision_copies  # noqa: E402
 from warehouse.queries import decisions as decision_queries  # noqa: E402
 from warehouse.queries import review as review_queries  # noqa: E402
 from warehouse.queries.common import QueryWindow, named, utc_text  # noqa: E402
@@ -120,6 +123,21 @@ def without_lookback(fn):
         decision_queries.MATERIALIZE_EVENTS_SQL = saved
 
 
+def pending(client, fn):
+    """`fn()` with every stored decision pending, as after a load killed before deriving its later copies
+    (the window then applies the 7-day look-back itself: warehouse/queries/common.py, FIRST_COPY); the
+    record of the derivation is put back after."""
+    table = f"{names.DATABASE}.{names.TABLE_DECISION_COPIES_DERIVED}"
+    through = client.query(f"SELECT max(derived_through) FROM {table}").result_rows[0][0]
+    client.command(f"TRUNCATE TABLE {table}")
+    try:
+        return fn()
+    finally:
+        client.command(
+            decision_copies.RECORD_SQL, parameters={"through": through.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]}
+        )
+
+
 def per_query_seconds(client, timed) -> dict[str, float]:
     """Each step of `compute` on its own (best of 3): the materialized window, the queries over it and
     the baseline scan."""
@@ -136,6 +154,13 @@ def per_query_seconds(client, timed) -> dict[str, float]:
         "materialize_5m_window": lambda: decision_queries.materialize_window(client, five_minutes),
         "materialize_5m_window_without_lookback": lambda: without_lookback(
             lambda: decision_queries.materialize_window(client, five_minutes)
+        ),
+        # the same two reads while rows are pending (a load killed before deriving): the look-back's cost
+        "materialize_window_pending": lambda: pending(
+            client, lambda: decision_queries.materialize_window(client, window)
+        ),
+        "materialize_5m_window_pending": lambda: pending(
+            client, lambda: decision_queries.materialize_window(client, five_minutes)
         ),
         "summary": lambda: decision_queries.window_summary(client),
         "by_policy_version": lambda: decision_queries.by_policy_version(client),
@@ -170,6 +195,10 @@ def filled_warehouse(rows: int, days: int):
             client.command(FILL_LABELS, parameters=params)
             fill_s = time.perf_counter() - t
             settle(client)
+            # which copies come first, as a load run ends by deriving it (warehouse/queries/decision_copies.py)
+            t = time.perf_counter()
+            decision_copies.derive(client)
+            filled_warehouse.derive_seconds = time.perf_counter() - t
             yield client, fill_s
 
 
@@ -198,6 +227,7 @@ def main() -> int:
         "rows": args.rows,
         "days": args.days,
         "fill_seconds": round(fill_s, 2),
+        "derive_copies_seconds": round(filled_warehouse.derive_seconds, 2),
         "count_final_seconds": round(count_s, 3),
         "metrics_1d_with_7d_baseline_seconds": round(metrics_s, 3),
         "ratio_metrics_to_count": round(metrics_s / count_s, 2),

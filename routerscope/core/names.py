@@ -45,6 +45,8 @@ TABLE_ALERT_EVALUATIONS = "alert_evaluations"
 TABLE_REPLAY_RERUNS = "replay_reruns"
 TABLE_LANDING = "landing"  # raw messages for the sql parser's rules statement (landing.CHECK)
 TABLE_LANDING_VERDICTS = "landing_verdicts"  # the messages the sql parser did not load, by their coordinates
+TABLE_DECISION_COPIES_DERIVED = "decision_copies_derived"  # how far decision_later_copies is complete (0020)
+TABLE_DECISION_LATER_COPIES = "decision_later_copies"  # copies of an event_id with an earlier copy (0020)
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
 # (warehouse.queries.common.named substitutes them).
@@ -67,6 +69,8 @@ TABLES: dict[str, str] = {
         TABLE_REPLAY_RERUNS,
         TABLE_LANDING,
         TABLE_LANDING_VERDICTS,
+        TABLE_DECISION_COPIES_DERIVED,
+        TABLE_DECISION_LATER_COPIES,
     )
 }
 

@@ -107,7 +107,7 @@ from routerscope.core.settings import Settings
 from warehouse.client import check_free_space, load_lock, outage, outage_error
 from warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, OFFSET_COLUMNS, QUARANTINE_COLUMNS, kafka_time
-from warehouse.queries import ingest_offsets, json_rows, loaded_messages
+from warehouse.queries import decision_copies, ingest_offsets, json_rows, loaded_messages
 
 log = logging.getLogger("routerscope.ingest")
 
@@ -789,6 +789,7 @@ class Loader:
                 for partition, offsets in self.landed_offsets(wh, topic, starts).items():
                     if (topic, partition) in states:
                         states[(topic, partition)].skip = offsets
+            self._derive_copies(wh)  # what a run killed before its end left pending
         self._scale_timeouts(states)
         for (topic, partition), (offset, _) in stored.items():
             owned = self.partitions is None or partition in self.partitions
@@ -814,6 +815,8 @@ class Loader:
         try:
             consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in states.items()])
             self._drain(consumer, states, result)
+            if result.loaded[SHORT_NAME[names.TOPIC_DECISIONS]]:
+                self._derive_copies(self._acquire())
         finally:
             if self._worker is not None:
                 self._worker.close()
@@ -824,6 +827,21 @@ class Loader:
             gc.unfreeze()
         result.seconds = time.monotonic() - started
         return result
+
+    def _derive_copies(self, client) -> None:
+        """Which stored decisions are later copies of an event_id (warehouse/queries/decision_copies.py),
+        once per run: one join over every stored id, which per insert cost more than the insert itself
+        with millions stored. Never fatal: until it runs, metric windows over the rows it would cover
+        read the 7-day look-back instead, with the same counts."""
+        settle_ms = 0 if self.settings.warehouse.embedded else decision_copies.SERVER_SETTLE_MS
+        try:
+            decision_copies.derive(client, settle_ms)
+        except Exception as exc:
+            log.warning(
+                "routerscope: warning: the later copies of decisions were not derived (%s); metric "
+                "windows read the 7-day look-back until the next load derives them",
+                _first_line(exc),
+            )
 
     def _scale_timeouts(self, states: dict[tuple[str, int], PartitionState]) -> None:
         """The waits on partition answers, for the partitions this run reads (`partition_timeout`)."""

@@ -72,19 +72,35 @@ class QueryWindow:
 
 # The look-back of docs/metrics.md ("each event_id counts once"): of the copies of one event_id, only the
 # first (the earliest event_time) is counted, and only in the window that holds it, so long as the copies
-# lie within DEDUP_HORIZON_DAYS of each other. A copy whose first copy lies in the days before the window is
-# left out, and so is a later copy inside the window itself; the data-quality suite flags such an id over
-# the same horizon. Only the window's own ids are looked up: the sets built are the window's size, and the
-# look-back reads just the event_id and event_time columns of those days.
+# lie within DEDUP_HORIZON_DAYS of each other. A row of the window is left out when a copy of its event_id
+# has an earlier event_time in the window or in the DEDUP_HORIZON_DAYS before its start; the data-quality
+# suite flags such an id over the same horizon.
+#
+# Which copies have an earlier one is decided once for the stored rows, not by every window:
+# `decision_later_copies` (migration 0020, written by decision_copies.derive, which the loader runs at the
+# start and end of each run) holds one row per later copy and earlier time, sorted by the later copy's
+# event_time, so a window reads only the pairs of its own time range (copies under other times are rare)
+# instead of the event_id and event_time of the 7 days before it. While decisions stored since the last
+# derivation exist (PENDING: a run killed before its end, rows inserted by other means), the window also
+# applies the look-back itself, as it did before the pairs existed; otherwise that subquery's WHERE is
+# constant false and reads nothing. Same rule, same numbers either way (tests/integration/test_first_copy.py).
 DEDUP_HORIZON_DAYS = 7
-FIRST_COPY = f"""(event_id, event_time) IN (
+DERIVED_THROUGH = "(SELECT max(derived_through) FROM $decision_copies_derived)"
+PENDING = f"(SELECT count() > 0 FROM $decisions WHERE ingested_at > {DERIVED_THROUGH})"
+FIRST_COPY = f"""(event_id, event_time) NOT IN (
+        SELECT event_id, event_time FROM $decision_later_copies
+        WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+          AND earlier_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY)
+      AND (NOT {PENDING} OR (event_id, event_time) IN (
         SELECT event_id, min(event_time) FROM $decisions
-        WHERE event_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
+        WHERE {PENDING}
+          AND event_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
           AND event_time < {{end:DateTime64(3, 'UTC')}}
           AND event_id IN (
               SELECT event_id FROM $decisions
-              WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}})
-        GROUP BY event_id)"""
+              WHERE {PENDING}
+                AND event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}})
+        GROUP BY event_id))"""
 
 # Decision events in the window, every mode, each event once. FINAL folds rows with the same
 # sorting key, which ends in event_id: a re-delivered event is an exact copy (same task_type and

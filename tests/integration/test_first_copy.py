@@ -1,0 +1,174 @@
+"""Which copy of an event_id a metric window counts, decided once for the stored rows (migration 0020's
+`decision_later_copies`, derived at the end of each load) instead of by reading the 7 days before each
+window: the windows must count exactly what docs/metrics.md's rule counts ("a window counts an event only if
+no copy of its event_id has an earlier event_time in the window or in the 7 days before the window's
+start"), whatever order the copies arrive in, however they are split across inserts, and whether or not the
+rows stored last are derived yet. The rule is written out in Python below and compared with the warehouse's
+answer over random copies and windows of every length the metrics use, and longer."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from routerscope.core import names
+from tests.support.events import decision, dumps, iso
+from tests.support.golden_day import insert
+from tests.support.ingest import FAST, produce, query, scalar
+from warehouse.client import open_warehouse
+from warehouse.ingest.loader import load
+from warehouse.queries import decision_copies
+from warehouse.queries.common import FIRST_COPY, QueryWindow, named
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+HORIZON = timedelta(days=7)
+COUNTED_SQL = named(
+    "test_first_copy_counted",
+    """
+SELECT toString(event_id), event_time FROM $decisions FINAL
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} AND $first_copy
+""",
+    {"first_copy": FIRST_COPY},
+)
+
+
+def eid(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def copies_of(rng: random.Random, n: int) -> list[datetime]:
+    """1-4 copies of one event: re-sent within minutes, days, or beyond the horizon; some re-delivered as
+    they were (the same event_time)."""
+    first = T0 + timedelta(minutes=rng.randrange(20 * 24 * 60))
+    times = [first]
+    for _ in range(rng.choice((0, 0, 1, 1, 2, 3))):
+        gap = rng.choice(
+            (
+                timedelta(0),  # a re-delivery: FINAL folds it
+                timedelta(minutes=rng.randrange(1, 30)),
+                timedelta(hours=rng.randrange(1, 48)),
+                timedelta(days=7) - timedelta(minutes=rng.randrange(0, 3)),  # at the horizon's edge
+                timedelta(days=7) + timedelta(minutes=rng.randrange(0, 3)),
+                timedelta(days=rng.randrange(8, 15)),
+            )
+        )
+        times.append(rng.choice(times) + rng.choice((1, -1)) * gap)  # before or after a copy already made
+    return times
+
+
+def expected(rows: list[tuple[str, datetime]], window: QueryWindow) -> set[tuple[str, datetime]]:
+    """docs/metrics.md's rule, applied to the stored copies."""
+    by_id: dict[str, set[datetime]] = {}
+    for event_id, t in rows:
+        by_id.setdefault(event_id, set()).add(t)
+    return {
+        (event_id, t)
+        for event_id, times in by_id.items()
+        for t in times
+        if window.start <= t < window.end and not any(window.start - HORIZON <= u < t for u in times)
+    }
+
+
+def windows_around(rng: random.Random, rows: list[tuple[str, datetime]]) -> list[QueryWindow]:
+    """Windows of 5 minutes, an hour, a day, a week and 10 days starting at or just before copies, and one of
+    50 days over them all."""
+    out = []
+    for _ in range(40):
+        _, t = rng.choice(rows)
+        length = rng.choice(
+            (timedelta(minutes=5), timedelta(hours=1), timedelta(days=1), timedelta(days=7), timedelta(days=10))
+        )
+        start = t - rng.choice((timedelta(0), timedelta(minutes=1), length / 2, length - timedelta(milliseconds=1)))
+        out.append(QueryWindow(start, start + length))
+    out.append(QueryWindow(T0 - timedelta(days=10), T0 + timedelta(days=40)))
+    return out
+
+
+@pytest.mark.parametrize("derived", ["all", "some", "none"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arrive_in(warehouse, seed, derived):
+    """`derived`: the pairs derived after every insert, after some (the later inserts pending, as after a
+    killed run), or never (rows inserted by other means than a load)."""
+    rng = random.Random(seed)
+    rows = [(eid(n), t) for n in range(60) for t in copies_of(rng, n)]
+    events = [
+        decision(event_id=event_id, request_id=f"r{i}", session_id=f"s{i}", event_time=iso(t))
+        for i, (event_id, t) in enumerate(rows)
+    ]
+    rng.shuffle(events)  # later copies often stored before earlier ones, some in the same insert
+    cut = sorted(rng.sample(range(1, len(events)), 5))
+    for i, (a, b) in enumerate(zip([0, *cut], [*cut, len(events)])):
+        insert(warehouse, events[a:b], [])
+        if derived == "all" or (derived == "some" and i < 3):
+            decision_copies.derive(warehouse)
+    stored = [(event_id, datetime.fromisoformat(iso(t).replace("Z", "+00:00"))) for event_id, t in rows]
+    for window in windows_around(rng, stored):
+        got = {
+            (event_id, t.replace(tzinfo=UTC))
+            for event_id, t in warehouse.query(COUNTED_SQL, parameters=window.parameters()).result_rows
+        }
+        assert got == expected(stored, window), window
+
+
+def test_an_earlier_copy_stored_after_the_later_one_takes_the_count_from_it(warehouse):
+    """The later copy (D2) is stored and counted first; when the earlier copy (D1) arrives, D2's window
+    leaves it out and D1's counts it, before the derivation (the look-back) and after it (the pair written
+    for the copy already stored)."""
+    d1 = T0 + timedelta(hours=10)
+    d2 = d1 + timedelta(days=1)
+    later = decision(event_id=eid(1), request_id="x", session_id="sx", event_time=iso(d2))
+    earlier = {**later, "event_time": iso(d1)}
+    day2 = QueryWindow(T0 + timedelta(days=1), T0 + timedelta(days=2))
+    day1 = QueryWindow(T0, T0 + timedelta(days=1))
+
+    def counted(window):
+        return len(warehouse.query(COUNTED_SQL, parameters=window.parameters()).result_rows)
+
+    insert(warehouse, [later], [])
+    assert decision_copies.derive(warehouse) == 1
+    assert (counted(day1), counted(day2)) == (0, 1)
+    insert(warehouse, [earlier], [])
+    assert (counted(day1), counted(day2)) == (1, 0)  # pending: the look-back
+    assert decision_copies.derive(warehouse) == 1
+    assert (counted(day1), counted(day2)) == (1, 0)  # derived: the pair
+    assert warehouse.query("SELECT count() FROM routerscope.decision_later_copies").result_rows[0][0] == 1
+    insert(warehouse, [later, earlier], [])  # both delivered again: nothing moves
+    assert decision_copies.derive(warehouse) == 2
+    assert (counted(day1), counted(day2)) == (1, 0)
+    assert decision_copies.derive(warehouse) == 0  # nothing pending
+
+
+def test_a_load_derives_the_pairs_and_a_run_killed_before_deriving_leaves_the_counts_right(stack):
+    """A load ends by deriving the pairs of what it stored. A run killed before that leaves its rows pending:
+    the windows read the look-back for them, and the next run derives them at its start. Simulated: the
+    pairs and the record of the derivation emptied after a load."""
+    d1 = T0 + timedelta(hours=10)
+    x = decision(event_id=eid(1), request_id="x", session_id="sx", event_time=iso(d1))
+    x_resent = {**x, "event_time": iso(d1 + timedelta(days=1))}
+    others = [
+        decision(event_id=eid(10 + i), request_id=f"r{i}", session_id=f"s{i}", event_time=iso(d1 + timedelta(hours=i)))
+        for i in range(1, 30)
+    ]
+    produce(stack, names.TOPIC_DECISIONS, [dumps(e) for e in [x, *others, x_resent]], keys=[b"k"] * 31)
+    day2 = QueryWindow(T0 + timedelta(days=1), T0 + timedelta(days=2))
+
+    def counted_on_day2() -> set[str]:
+        return {r[0] for r in query(stack, COUNTED_SQL, **day2.parameters())}
+
+    def pairs() -> int:
+        return scalar(stack, "SELECT count() FROM routerscope.decision_later_copies")
+
+    assert load(stack, batch_size=400, **FAST).loaded["decisions"] == 31
+    assert pairs() == 1
+    assert eid(1) not in counted_on_day2()
+    with open_warehouse(stack) as client:
+        for table in (names.TABLE_DECISION_LATER_COPIES, names.TABLE_DECISION_COPIES_DERIVED):
+            client.command(f"TRUNCATE TABLE {names.TABLES[table]}")
+    assert eid(1) not in counted_on_day2()  # pending: the look-back
+    assert load(stack, batch_size=400, **FAST).loaded["decisions"] == 0
+    assert pairs() == 1
+    assert eid(1) not in counted_on_day2()
