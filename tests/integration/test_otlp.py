@@ -153,6 +153,27 @@ def test_a_trace_whose_root_comes_in_a_later_message_waits_for_it_and_maps_whole
     assert "otlp" not in loader.load(settings, idle_timeout_s=0.5).as_dict()
 
 
+def test_a_trace_sent_again_after_its_decision_was_stored_is_quarantined_and_the_day_stays_clean(otlp_stack):
+    """An exporter's retry after a load, or spans that end after their trace was written: the stored decision
+    stands, the spans are kept in the quarantine as `otlp.already_mapped`, and the id keeps one copy (a second,
+    different event under it failed the blocking check `decisions.unique.event_content`)."""
+    settings = otlp_stack
+    spans = finished_spans(fallback_trace)
+    ((key, value),) = collector_messages(spans)
+    produce(settings, settings.otlp_topic, [value], keys=[key])
+    assert loader.load(settings, idle_timeout_s=0.5).as_dict()["otlp"]["mapped"] == 1
+    late = [s for s in spans if s.parent is None or s.name.startswith("chat gemma")]  # the root and one call again
+    produce(settings, settings.otlp_topic, [collector_messages(late)[0][1]], keys=[key])
+    second = loader.load(settings, idle_timeout_s=0.5).as_dict()["otlp"]
+    assert (second["mapped"], second["quarantined"]) == (0, {"otlp.already_mapped": 1})
+    assert query(settings, ROW, t=trace_id(spans)) == [EXPECTED]
+    assert query(
+        settings, "SELECT count() FROM routerscope.decisions WHERE trace_id = {t:String}", t=trace_id(spans)
+    ) == [(1,)]
+    rows = query(settings, "SELECT rules, error FROM routerscope.quarantine WHERE kafka_topic = 'otlp_spans'")
+    assert rows and rows[0][0] == ["otlp.already_mapped"] and "the stored decision stands" in rows[0][1]
+
+
 def test_what_maps_to_nothing_is_quarantined_with_the_reason_never_dropped(otlp_stack):
     settings = otlp_stack
 

@@ -256,3 +256,33 @@ def test_a_message_that_is_not_otlp_is_quarantined_without_its_bytes():
     ((partition, offset, _key, _ts, raw, rules, error),) = rows
     assert (partition, offset, raw, rules, result.quarantined) == (0, 3, b"", [NOT_OTLP], {NOT_OTLP: 1})
     assert "secret" not in error and "sha256" in error
+
+
+def test_a_late_piece_of_a_trace_already_stored_is_quarantined_never_a_second_event():
+    """The root and the cloud call were mapped by an earlier load; the device call's span comes later, alone. Mapped,
+    it would be a second, different event under the trace's id (a blocking data-quality failure); the stored decision
+    stands and the late spans are kept in the quarantine with the reason."""
+    from tests.support.otlp import fallback_trace, finished_spans
+    from warehouse.ingest.otlp import ALREADY_MAPPED, map_messages
+
+    spans = finished_spans(fallback_trace)
+    late = [s for s in spans if s.parent is not None][:1]
+    now = 1_800_000_000_000
+    message = _message(9, late, now - 60_000)  # old enough not to wait for a root
+    events, _, _, _ = map_messages([message], MAPPING, now_ms=now)
+    (event,) = events  # unchecked, the piece maps to an event of its own
+    asked = []
+
+    def stored(ids):
+        asked.append(ids)
+        return {str(event.event_id)}
+
+    events, rows, result, _ = map_messages([message], MAPPING, now_ms=now, stored=stored)
+    assert asked == [[str(event.event_id)]] and events == [] and result.mapped == 0
+    assert result.quarantined == {ALREADY_MAPPED: 1}
+    ((partition, offset, _key, _ts, raw, rules, detail),) = rows
+    assert (partition, offset, rules) == (0, 9, [ALREADY_MAPPED]) and b"chat gemma" in raw
+    assert "the stored decision stands" in detail
+    # a trace the warehouse does not hold maps as before
+    events, rows, result, _ = map_messages([message], MAPPING, now_ms=now, stored=lambda ids: set())
+    assert len(events) == 1 and rows == [] and result.mapped == 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from routerscope.core import names
@@ -32,8 +33,12 @@ from routerscope.core.errors import BrokerUnavailable
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
 from warehouse.ingest.rows import OFFSET_COLUMNS, QUARANTINE_COLUMNS, kafka_time
+from warehouse.queries import decisions as decision_queries
 
 NOT_OTLP = "otlp.invalid"
+# spans of a trace whose decision an earlier load stored (late spans, or an export sent again): the stored decision
+# stands, these are kept in the quarantine (a second event under the same id would differ, a blocking DQ failure)
+ALREADY_MAPPED = "otlp.already_mapped"
 # A trace whose local root span has not arrived is left for a later load while its newest message is
 # younger than this (by Kafka timestamp): its root is probably still on its way (an exporter sends a
 # trace's children first, in earlier batches when the trace is long). Older, it is mapped as it is.
@@ -70,12 +75,19 @@ class _Trace:
 
 
 def map_messages(
-    messages, mapping, now_ms: int | None = None, root_wait_ms: int = ROOT_WAIT_MS, unread: frozenset = frozenset()
+    messages,
+    mapping,
+    now_ms: int | None = None,
+    root_wait_ms: int = ROOT_WAIT_MS,
+    unread: frozenset = frozenset(),
+    stored: Callable[[list[str]], set[str]] | None = None,
 ) -> tuple[list, list[list], OtlpResult, dict[int, int]]:
-    """Pure: (partition, offset, key, timestamp, value) messages → (events, quarantine rows, counts, and per
+    """(partition, offset, key, timestamp, value) messages → (events, quarantine rows, counts, and per
     partition the first offset of a trace left for later: its root is missing and either its newest message
     is younger than `root_wait_ms` before `now_ms`, or its partition was not read to its end (`unread`:
-    the rest of the trace may be in what is left)."""
+    the rest of the trace may be in what is left). `stored(event_ids)` names the ids the warehouse already
+    holds: those traces' spans are quarantined as `otlp.already_mapped`, never a second, different event.
+    Pure but for `stored`."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     from instrumentation.otlp import proto
     from instrumentation.otlp.mapping import map_trace
@@ -105,6 +117,14 @@ def map_messages(
     events = []
     deferred: dict[int, int] = {}
     unmapped: dict[tuple, tuple[list, set]] = {}  # first message -> (summaries, reasons)
+
+    def quarantine(trace: _Trace, reason: str) -> None:
+        result.quarantined[reason] = result.quarantined.get(reason, 0) + 1
+        summaries, reasons = unmapped.setdefault(trace.first, ([], set()))
+        summaries.append(proto.summary(trace.spans))
+        reasons.add(reason)
+
+    mapped: list[tuple[object, _Trace]] = []
     for trace in traces.values():
         if not trace.rooted and (now_ms - trace.newest_ms < root_wait_ms or trace.first[0] in unread):
             partition, offset = trace.first[0], trace.first[1]
@@ -113,20 +133,27 @@ def map_messages(
             continue
         result.traces += 1
         event, reason = map_trace(trace.spans, mapping)
-        if event is not None:
-            events.append(event)
-            result.mapped += 1
+        if event is None:
+            quarantine(trace, reason)
+        else:
+            mapped.append((event, trace))
+    known = stored([str(e.event_id) for e, _ in mapped]) if stored is not None and mapped else set()
+    for event, trace in mapped:
+        if str(event.event_id) in known:
+            quarantine(trace, ALREADY_MAPPED)
             continue
-        result.quarantined[reason] = result.quarantined.get(reason, 0) + 1
-        summaries, reasons = unmapped.setdefault(trace.first, ([], set()))
-        summaries.append(proto.summary(trace.spans))
-        reasons.add(reason)
+        events.append(event)
+        result.mapped += 1
     for where, (summaries, reasons) in unmapped.items():
         raw = b"[" + b",".join(summaries) + b"]"
         rules = sorted(reasons)
-        rows.append(
-            [*where, raw[:65536], rules, f"{len(summaries)} trace(s) mapped to no decision: {', '.join(rules)}"]
+        detail = (
+            f"spans of {len(summaries)} trace(s) whose decision an earlier load stored (late spans or an export "
+            "sent again): the stored decision stands"
+            if rules == [ALREADY_MAPPED]
+            else f"{len(summaries)} trace(s) mapped to no decision: {', '.join(rules)}"
         )
+        rows.append([*where, raw[:65536], rules, detail])
     return events, rows, result, deferred
 
 
@@ -192,8 +219,13 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
             return OtlpResult()
         if pii._key is None:
             pii.configure(settings.home)
+
+        def stored(event_ids: list[str]) -> set[str]:
+            with unit() as c:
+                return decision_queries.stored_event_ids(c, event_ids)
+
         events, rows, result, deferred = map_messages(
-            messages, mapping or Mapping.load(settings.otlp_mapping), unread=frozenset(pending)
+            messages, mapping or Mapping.load(settings.otlp_mapping), unread=frozenset(pending), stored=stored
         )
         for partition, offset in deferred.items():  # read again from there by the next load
             nexts[partition] = offset

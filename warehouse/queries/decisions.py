@@ -588,3 +588,16 @@ DEVICE_TIERS_SQL = named(
 def device_tiers(client) -> list[str]:
     """The device tiers seen in the decisions, sorted."""
     return [row[0] for row in client.query(DEVICE_TIERS_SQL).result_rows]
+
+
+STORED_IDS_SQL = named(
+    "decisions_stored_ids", "SELECT DISTINCT toString(event_id) FROM $decisions WHERE event_id IN {ids:Array(UUID)}"
+)
+
+
+def stored_event_ids(client, event_ids: list[str]) -> set[str]:
+    """Which of `event_ids` the decisions table holds (any copy): the OTLP step maps a trace only once."""
+    if not event_ids:
+        return set()
+    rows = client.query(STORED_IDS_SQL, parameters={"ids": sorted(set(event_ids))}).result_rows
+    return {r[0] for r in rows}
