@@ -154,10 +154,11 @@ def test_a_refilled_broker_is_caught_by_the_position_fingerprint(stack):
 @pytest.mark.slow
 def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_warehouse(stack):
     """Issue item 5: the loader hung 12 minutes in consumer.close() holding the warehouse lock.
-    100k messages (70 MB) on one partition: more than the consumer can hold (one 32 MB fetch plus its
-    16 MB queue), so the broker dies while the loader still has messages to fetch, however slowly the
-    loader itself runs on a busy machine."""
-    n = 100_000
+    200k messages (140 MB) on one partition: more than the consumer can hold (one 32 MB fetch plus its
+    64 MB prefetch queue; with 100k, a busy machine let librdkafka fetch them all before the first batch
+    stopped the broker), so the broker dies while the loader still has messages to fetch, however slowly
+    the loader itself runs."""
+    n = 200_000
     produce(stack, DECISIONS, valid_decisions(n), keys=[b"one-partition"] * n)
     query(stack, "SELECT 1")  # the warehouse exists (migrated) before the run
     waited_for_lock: list[float] = []

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from google.protobuf import json_format
+from opentelemetry import context as otel_context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -178,7 +179,7 @@ def test_what_maps_to_nothing_is_quarantined_with_the_reason_never_dropped(otlp_
     settings = otlp_stack
 
     def no_model_call(provider):
-        with provider.get_tracer("app").start_as_current_span("GET /health") as s:
+        with provider.get_tracer("app").start_as_current_span("GET /health", context=otel_context.Context()) as s:
             s.set_attribute("http.request.body", SECRET)
             s.set_attribute("session.id", "jane.doe@example.com")
 
@@ -219,7 +220,7 @@ def deep_kvlist(depth: int) -> bytes:
 def wide_trace(provider, spans: int = 10_000) -> None:
     """One trace of `spans` spans: a model call among thousands of others, with attributes nobody knows."""
     tracer = provider.get_tracer("app")
-    with tracer.start_as_current_span("batch job") as root:
+    with tracer.start_as_current_span("batch job", context=otel_context.Context()) as root:
         root.set_attribute("gen_ai.conversation.id", "wide")
         for i in range(spans - 2):
             with tracer.start_as_current_span(f"step {i}") as s:
