@@ -162,11 +162,14 @@ class Replay:
     started: float = field(default_factory=time.monotonic)
 
     def __post_init__(self):
-        if self.speed <= 0:
+        if not self.speed > 0:  # NaN too
             raise ValueError("a replay's speed must be positive")
 
     def as_of(self, wall: datetime) -> datetime:
-        return min(self.start + timedelta(seconds=(time.monotonic() - self.started) * self.speed), wall)
+        ahead = (time.monotonic() - self.started) * self.speed  # inf × 0 is NaN: then too, the present
+        if not ahead < (wall - self.start).total_seconds():  # caught up (a speed of 1e300 or inf never overflows)
+            return wall
+        return self.start + timedelta(seconds=ahead)
 
 
 def shifted(snapshot: Snapshot, wall: datetime) -> Snapshot:

@@ -1,0 +1,29 @@
+"""The exporter's replay clock (`routerscope exporter --replay-from TIME --replay-speed X`) under hostile speeds."""
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from warehouse.analytics.exporter import Replay
+
+WALL = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("speed", [1e300, float("inf")])
+def test_a_speed_past_any_time_range_serves_the_present_instead_of_overflowing(speed):
+    replay = Replay(WALL - timedelta(days=365), speed, started=time.monotonic() - 1)
+    assert replay.as_of(WALL) == WALL
+
+
+def test_a_replay_runs_from_its_start_at_its_speed_until_it_reaches_the_present():
+    replay = Replay(WALL - timedelta(hours=1), 60.0, started=time.monotonic() - 10)  # 10 s at 60×: 10 minutes in
+    served = replay.as_of(WALL)
+    assert WALL - timedelta(minutes=50, seconds=5) < served < WALL - timedelta(minutes=49, seconds=55)
+    assert Replay(WALL + timedelta(days=30), 1.0).as_of(WALL) == WALL  # a start in the future: the present
+
+
+@pytest.mark.parametrize("speed", [0.0, -1.0, float("nan")])
+def test_a_speed_that_is_not_positive_is_refused(speed):
+    with pytest.raises(ValueError, match="positive"):
+        Replay(WALL, speed)
