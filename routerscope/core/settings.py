@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -174,6 +175,14 @@ def _port_env(env: dict, name: str) -> int | None:
     return port
 
 
+def _topic_env(env: dict, name: str, default: str) -> str:
+    """A Kafka topic name from `name` (Kafka's own rule: 1-249 of letters, digits, `.`, `_`, `-`; not `.` or `..`)."""
+    topic = env.get(name) or default
+    if len(topic) > 249 or topic in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", topic):
+        raise ConfigError(f"{name}={topic[:100]!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; ≤ 249)")
+    return topic
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -230,7 +239,7 @@ class Settings:
             dashboard_url=_http_url("ROUTERSCOPE_DASHBOARD_URL", env.get("ROUTERSCOPE_DASHBOARD_URL") or None)
             or "http://127.0.0.1:8501",
             exporter_port=_port_env(env, "ROUTERSCOPE_EXPORTER_PORT"),
-            otlp_topic=env.get("ROUTERSCOPE_OTLP_TOPIC") or names.TOPIC_OTLP,
+            otlp_topic=_topic_env(env, "ROUTERSCOPE_OTLP_TOPIC", names.TOPIC_OTLP),
             otlp_mapping=Path(env["ROUTERSCOPE_OTLP_MAPPING"]).expanduser().resolve()
             if env.get("ROUTERSCOPE_OTLP_MAPPING")
             else None,

@@ -62,6 +62,9 @@ def test_password_is_redacted_in_messages():
         ({"ROUTERSCOPE_TOPIC_PARTITIONS": "many"}, "not an integer"),
         ({"ROUTERSCOPE_TOPIC_PARTITIONS": "0"}, "at least 1"),
         ({"ROUTERSCOPE_KAFKA_SECURITY_PROTOCOL": "TLS"}, "SASL_SSL"),
+        ({"ROUTERSCOPE_OTLP_TOPIC": "otlp spans!"}, "not a Kafka topic name"),
+        ({"ROUTERSCOPE_OTLP_TOPIC": "t" * 250}, "not a Kafka topic name"),
+        ({"ROUTERSCOPE_OTLP_TOPIC": ".."}, "not a Kafka topic name"),
     ],
 )
 def test_bad_numbers_and_protocols_rejected(tmp_path, env, message):
@@ -127,3 +130,12 @@ def test_the_deployments_exporter_port_is_off_unless_set(tmp_path, raw, port):
 def test_an_exporter_port_out_of_range_is_a_setting_error(tmp_path, raw, message):
     with pytest.raises(ConfigError, match=message):
         Settings.from_env({"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_EXPORTER_PORT": raw})
+
+
+def test_an_otlp_topic_kafka_accepts_is_taken_as_written(tmp_path):
+    env = {"ROUTERSCOPE_HOME": str(tmp_path)}
+    assert (
+        Settings.from_env({**env, "ROUTERSCOPE_OTLP_TOPIC": "team-a.otlp_spans.v1"}).otlp_topic
+        == "team-a.otlp_spans.v1"
+    )
+    assert Settings.from_env(env).otlp_topic == "otlp_spans"
