@@ -15,7 +15,7 @@ from routerscope import __version__, broker
 from routerscope.core import names
 from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.settings import Settings
-from routerscope.core.text import counts, pct
+from routerscope.core.text import counts, estimate, pct
 
 
 def _print_json(obj) -> None:
@@ -482,11 +482,19 @@ def cmd_demo(args, settings: Settings) -> int:
         f"(the naive rate over all requests would say {pct(s['naive_fallback_rate'])})"
     )
     by_type = s["false_fallback_by_type"]
+    # labels are no random sample (docs/metrics.md §3c): the population estimate first, the labeled share beside it
+    from warehouse.analytics.stats import LOW_COVERAGE
+
     print(
-        f"  false fallbacks {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']} labeled "
-        f"(quality {pct(by_type['quality']['rate'])} of {by_type['quality']['labeled']}, timeout "
-        f"{pct(by_type['timeout']['rate'])} of {by_type['timeout']['labeled']}); "
-        f"missed {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']}"
+        f"  false fallbacks {estimate(s.get('false_fallback_est'), LOW_COVERAGE)} "
+        f"(labeled share {pct(s['false_fallback_rate'])} of {s['false_fallback_labeled']}); "
+        f"quality {estimate(by_type.get('quality_est'), LOW_COVERAGE)} (labeled {pct(by_type['quality']['rate'])} of "
+        f"{by_type['quality']['labeled']}), timeout labeled {pct(by_type['timeout']['rate'])} of "
+        f"{by_type['timeout']['labeled']}"
+    )
+    print(
+        f"  missed fallbacks {estimate(s.get('missed_fallback_est'), LOW_COVERAGE)} "
+        f"(labeled share {pct(s['missed_fallback_rate'])} of {s['missed_fallback_labeled']})"
     )
     mean_calls = s["cloud_calls_per_session"]["mean"]
     print(

@@ -38,3 +38,16 @@ def verdict(value: str | None) -> str:
     """A readiness verdict as the terminal and the pages say it: "not_ready" → "not ready" ("—" when none). The
     JSON keeps the key."""
     return DASH if not value else value.replace("_", " ")
+
+
+def estimate(est: dict | None, low_coverage: float) -> str:
+    """A population estimate (docs/metrics.md §3c) for people: "29.1% [27.0%, 31.3%]", with "⚠ labels cover 62% of
+    them" when its strata's coverage is under `low_coverage`; "—" when there is none."""
+    if not est or est.get("rate") is None:
+        return DASH
+    low = (
+        ""
+        if est.get("coverage") is None or est["coverage"] >= low_coverage
+        else f" ⚠ labels cover {pct(est['coverage'], 0)} of them"
+    )
+    return f"{pct(est['rate'])}{ci(est.get('ci'))}{low}"

@@ -1,6 +1,6 @@
 """How numbers read for people (routerscope/core/text.py): one definition for the terminal and the pages."""
 
-from routerscope.core.text import ci, counts, pct, verdict
+from routerscope.core.text import ci, counts, estimate, pct, verdict
 
 
 def test_a_percentage_and_its_interval():
@@ -16,3 +16,10 @@ def test_counts_read_as_words_largest_first_never_a_dict():
 
 def test_a_readiness_verdict_reads_as_words_on_the_terminal_and_the_pages():
     assert verdict("not_ready") == "not ready" and verdict("ready") == "ready" and verdict(None) == "—"
+
+
+def test_an_estimate_reads_with_its_interval_and_warns_when_its_labels_cover_too_little():
+    est = {"rate": 0.291, "ci": [0.27, 0.313], "n_eff": 1204.0, "coverage": 1.0}
+    assert estimate(est, 0.8) == "29.1% [27.0%, 31.3%]"
+    assert estimate({**est, "coverage": 0.62}, 0.8) == "29.1% [27.0%, 31.3%] ⚠ labels cover 62% of them"
+    assert estimate(None, 0.8) == "—" and estimate({"rate": None}, 0.8) == "—"
