@@ -94,10 +94,14 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
             "roll it back to shadow, or re-grade it with evidence that the error cost is lower"
         )
     if verdict == "not_ready" and stage in ON_DEVICE_STAGES:
-        failed = [g for g, r in ((readiness or {}).get("gates") or {}).items() if r.get("status") == "fail"]
-        notes.append(
-            f"readiness fails {', '.join(failed) or 'a gate'} while at stage {stage}: fix the gate or step back"
-        )
+        failed = [
+            g.removeprefix("gate_")
+            for g, r in ((readiness or {}).get("gates") or {}).items()
+            if r.get("status") == "fail"
+        ]
+        listed = ", ".join(failed[:-1]) + " and " + failed[-1] if len(failed) > 1 else "".join(failed)
+        gates = f"the {listed} gate{'s' if len(failed) > 1 else ''}" if failed else "a gate"
+        notes.append(f"readiness fails {gates} while at stage {stage}: fix the gate or step back")
     if tier in ("offload", "shadow") and verdict == "not_ready" and stage not in ON_DEVICE_STAGES:
         notes.append("grading would try it on the device but readiness stops it at the door: the failing gate decides")
     if tier in CLOUD_TIERS and verdict == "ready":

@@ -14,6 +14,8 @@ NAMES = {
     "l2_l3_share": "L2+L3 share",
     "pipeline.freshness_lag_s": "newest event's age",
     "degrade_share.L4": "canned-answer (L4) share",
+    "pipeline.breaker_open.cloud": "open cloud breakers",  # was "cloud above 0: 1"
+    "pipeline.breaker_open.device": "open device breakers",
 }
 
 

@@ -87,7 +87,15 @@ def test_reconcile_says_where_the_three_verdicts_disagree():
     # a failing readiness gate at a stage that serves users
     gates = {"gate_memory": {"status": "pass"}, "gate_quality": {"status": "fail"}}
     assert reconcile({"tier": "offload"}, {"verdict": "not_ready", "gates": gates}, {"stage": "canary"}) == (
-        "readiness fails gate_quality while at stage canary: fix the gate or step back"
+        "readiness fails the quality gate while at stage canary: fix the gate or step back"
+    )
+    two = {**gates, "gate_duration": {"status": "fail"}}  # words, never the gates' keys (`gate_quality`)
+    assert reconcile({"tier": "offload"}, {"verdict": "not_ready", "gates": two}, {"stage": "full"}).startswith(
+        "readiness fails the quality and duration gates while at stage full"
+    )
+    three = {**two, "gate_memory": {"status": "fail"}}
+    assert "fails the memory, quality and duration gates" in reconcile(
+        {"tier": "offload"}, {"verdict": "not_ready", "gates": three}, {"stage": "full"}
     )
     # grading would try it, readiness stops it before any stage serves users
     assert "readiness stops it at the door" in reconcile(

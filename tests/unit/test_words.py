@@ -33,6 +33,10 @@ from dashboards import words
             {"metric": "pipeline.freshness_lag_s", "op": ">", "limit": 600, "windows": [{"value": 1100.3}]},
             "newest event's age above 10 min: 18 min",
         ),
+        (  # was `cloud above 0: 1 · 1`
+            {"metric": "pipeline.breaker_open.cloud", "op": ">", "limit": 0, "windows": [{"value": 1}, {"value": 2}]},
+            "open cloud breakers above 0: 1 · 2",
+        ),
         ({}, ""),
     ],
 )
