@@ -7,7 +7,7 @@ Stages, each timed on the wall clock in a fresh home with its own local broker a
                   (request texts stored for the replay), then flushed to Kafka;
   load            the Dagster ingest job draining the three topics into the warehouse;
   metrics_5m      every 5-minute partition of the span through the Dagster `metrics_5m_job`, the
-                  `alerts_job` after each (as the demo runs them: `routerscope.demo.windows_and_alerts`);
+                  `alerts_job` after each (as the demo runs them: `routerscope.cli.demo.windows_and_alerts`);
   metrics_span    the full docs/metrics.md set over the whole span (one query set, as `routerscope metrics`).
 `events_per_s` is distinct decision events through route → Kafka → load → metrics_span over their
 summed wall time (`loaded` counts messages, including the local broker's duplicate deliveries); each
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from routerscope import broker  # noqa: E402
+from routerscope.core import broker  # noqa: E402
 from routerscope.core.procs import free_port  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
 
@@ -45,12 +45,12 @@ def main() -> None:
 
     import dagster as dg
 
-    from pipelines.ingest import ingest_topics
-    from pipelines.resources import RouterscopeResource
-    from pipelines.run import materializations, run_job
-    from routerscope.demo import fleet_settings, simulate, windows_and_alerts
-    from warehouse.analytics.metrics import compute
-    from warehouse.client import open_warehouse
+    from routerscope.cli.demo import fleet_settings, simulate, windows_and_alerts
+    from routerscope.pipelines.ingest import ingest_topics
+    from routerscope.pipelines.resources import RouterscopeResource
+    from routerscope.pipelines.run import materializations, run_job
+    from routerscope.warehouse.analytics.metrics import compute
+    from routerscope.warehouse.client import open_warehouse
 
     home = Path(tempfile.mkdtemp(prefix="routerscope-bench-demo-"))
     settings = fleet_settings(Settings.from_env({"ROUTERSCOPE_HOME": str(home)}))  # the demo's alert rules

@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO))
 
 from routerscope.core import procs  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
-from warehouse.analytics.metrics import empty_group  # noqa: E402
-from warehouse.client import open_warehouse  # noqa: E402
-from warehouse.queries.metric_windows import write_window  # noqa: E402
+from routerscope.warehouse.analytics.metrics import empty_group  # noqa: E402
+from routerscope.warehouse.client import open_warehouse  # noqa: E402
+from routerscope.warehouse.queries.metric_windows import write_window  # noqa: E402
 
 TASK_TYPES = ("intent_classify", "short_reply", "extract_fields", "rewrite", "long_summary", "tool_call", "slot")
 

@@ -44,10 +44,11 @@ from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.trace import SpanKind, set_span_in_context  # noqa: E402
 
-from instrumentation.emitter import KafkaEmitter, Message  # noqa: E402
-from instrumentation.telemetry import InstrumentedRouter, Telemetry  # noqa: E402
-from router.engine import Request, Router  # noqa: E402
-from router.sim.backends import InstantCloud, InstantDevice  # noqa: E402
+from routerscope.instrumentation.emitter import KafkaEmitter, Message  # noqa: E402
+from routerscope.instrumentation.sdk import InstrumentedRouter  # noqa: E402
+from routerscope.instrumentation.telemetry import Telemetry  # noqa: E402
+from routerscope.router.engine import Request, Router  # noqa: E402
+from routerscope.router.sim.backends import InstantCloud, InstantDevice  # noqa: E402
 
 
 def pct(samples, q):

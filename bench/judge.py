@@ -1,4 +1,4 @@
-"""Judge benchmark: how the replay's judge (`router.judge`) agrees with hand verdicts, per task type.
+"""Judge benchmark: how the replay's judge (`routerscope.router.judge`) agrees with hand verdicts, per task type.
 
     .venv/bin/python bench/judge.py                       # no cloud model: free text the F1 cannot settle abstains
     .venv/bin/python bench/judge.py --standin             # the demo's stand-in cloud (Gemma 3 270M) judges by rubric
@@ -6,8 +6,10 @@
 
 Runs the judge over the golden set shipped with the tests (`tests/support/judge_golden.py`: device answers
 with hand verdicts, wrong-but-well-formed ones included) under the default policy, and prints JSON per task
-type and overall. With a cloud model, free text that token F1 leaves undecided goes to it with `router.judge`'s
-written rubric, through the router's own OpenAI-compatible client (`router.replay.rubric_asker`); `judge` then
+type and overall. With a cloud model, free text that token F1 leaves undecided goes to it with
+`routerscope.router.judge`'s
+written rubric, through the router's own OpenAI-compatible client (`routerscope.router.replay.rubric_asker`); `judge`
+then
 names the endpoint and `rubric` counts per task type what it was asked, what it decided and how often it agreed
 with the hand. The figures:
 * `cases`; `decided`: the cases with a verdict; `coverage` = decided / cases (the judge abstains on free text
@@ -27,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from router.backends import validate  # noqa: E402
-from router.judge import JUDGE_VERSION, judge_answer  # noqa: E402
-from router.policy import default_policy  # noqa: E402
+from routerscope.router.backends import validate  # noqa: E402
+from routerscope.router.judge import JUDGE_VERSION, judge_answer  # noqa: E402
+from routerscope.router.policy import default_policy  # noqa: E402
 from tests.support.judge_golden import GOLDEN  # noqa: E402
 
 
@@ -97,13 +99,13 @@ def main() -> None:
     if not (args.cloud_url or args.standin):
         print(json.dumps(run(), indent=2))
         return
-    from router.backends import OpenAICloud, gemma_path
-    from router.replay import rubric_asker
+    from routerscope.router.backends import OpenAICloud, gemma_path
+    from routerscope.router.replay import rubric_asker
 
     standin = None
     try:
         if args.standin:
-            from router.sim.standin_cloud import StandInCloud
+            from routerscope.router.sim.standin_cloud import StandInCloud
 
             home = Path(tempfile.mkdtemp(prefix="judge-bench-"))
             model = gemma_path(home)

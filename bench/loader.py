@@ -38,8 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from routerscope import broker  # noqa: E402
-from routerscope.core import names  # noqa: E402
+from routerscope.core import broker, names  # noqa: E402
 from routerscope.core.procs import free_port  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
 from routerscope.core.timeutil import utc_iso  # noqa: E402
@@ -58,7 +57,7 @@ def payloads(n: int, malformed_share: float = 0.001, foreign_share: float = 0.05
     `foreign_share` as another producer might (the same content, keys in another order)."""
     import msgspec
 
-    from instrumentation.events import DecisionEvent
+    from routerscope.contract.events import DecisionEvent
 
     rng = random.Random(42)
     encode = msgspec.json.encode
@@ -268,9 +267,9 @@ def main() -> int:
     parser.add_argument("--parsers", default="sql,python", help="the loader parsers to measure (default both)")
     args = parser.parse_args()
 
-    from warehouse.client import open_warehouse
-    from warehouse.ingest.loader import DEFAULT_PARSER, Loader
-    from warehouse.migrate import migrate
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.ingest.loader import DEFAULT_PARSER, Loader
+    from routerscope.warehouse.migrate import migrate
 
     parsers = [p.strip() for p in args.parsers.split(",") if p.strip()]
 

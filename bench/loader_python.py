@@ -4,7 +4,8 @@
 
 No broker (consuming is bench/loader.py's raw consumer): the bench's decision events (bench/loader.py's
 `payloads`) are validated as the loader validates them, in parts, then their JSON lines inserted
-batch by batch into a fresh embedded warehouse, the loader's `python` insert (warehouse/queries/json_rows.py),
+batch by batch into a fresh embedded warehouse, the loader's `python` insert
+(routerscope/warehouse/queries/json_rows.py),
 and once more into a Null table of the same shape (the warehouse's JSON parse alone, no views, no parts).
 The alternative to that second parse, measured beside it: the decoded events handed over in a binary
 columnar form instead (`arrow_build_us_per_event`: the cheapest build found, msgspec's `to_builtins` and
@@ -63,7 +64,7 @@ def event_struct():
     import msgspec.inspect as mi
     import pyarrow as pa
 
-    from instrumentation.contract import CONTRACTS
+    from routerscope.contract.validation import CONTRACTS
 
     info = mi.type_info(CONTRACTS[TOPIC].event_type)
     return pa.struct([(f.name, arrow_type(f.type, not f.required)) for f in info.fields])
@@ -95,12 +96,12 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=20_000)
     args = parser.parse_args()
 
-    from instrumentation.contract import CONTRACTS, _encode
-    from warehouse.client import open_warehouse
-    from warehouse.ingest.loader import INSERT_SETTINGS
-    from warehouse.ingest.parsing import parse_chunk
-    from warehouse.migrate import migrate
-    from warehouse.queries import json_rows
+    from routerscope.contract.validation import CONTRACTS, _encode
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.ingest.loader import INSERT_SETTINGS
+    from routerscope.warehouse.ingest.parsing import parse_chunk
+    from routerscope.warehouse.migrate import migrate
+    from routerscope.warehouse.queries import json_rows
 
     raws = [value for _, value in payloads(args.events)]
     n = len(raws)

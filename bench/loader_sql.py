@@ -4,7 +4,7 @@
 
 Into a fresh embedded warehouse, no broker: the bench's decision events (bench/loader.py's
 `payloads`) inserted batch by batch into the decisions' input table, whose views parse, validate
-and load them (warehouse/queries/landing.py), exactly the loader's `sql` statement per batch. Then
+and load them (routerscope/warehouse/queries/landing.py), exactly the loader's `sql` statement per batch. Then
 the parts of that insert alone: planning the parse (`EXPLAIN PLAN` of the view's query, which every
 insert pays once), the typed extraction by itself, and the whole parse without writing anything.
 """
@@ -37,9 +37,9 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=20_000)
     args = parser.parse_args()
 
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
-    from warehouse.queries import landing
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.migrate import migrate
+    from routerscope.warehouse.queries import landing
 
     values = [value for _, value in payloads(args.events)]
     gen = landing._GEN[TOPIC]

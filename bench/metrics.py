@@ -7,7 +7,7 @@ INSERT … SELECT, no Kafka) and labels for 2 % of them, derives which copies co
 does (`derive_copies_seconds`), then times (a) a plain
 `SELECT count() FROM decisions FINAL` over the rows the metric set reads (the day and its baseline) and
 (b) the full metric set of docs/metrics.md for the last day with its 7-day baseline
-(`warehouse.analytics.metrics.compute`), and reports their ratio and the RSS; also the metric set of one
+(`routerscope.warehouse.analytics.metrics.compute`), and reports their ratio and the RSS; also the metric set of one
 5-minute window (what the pipeline computes every 5 minutes) against the same count.
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
@@ -29,13 +29,13 @@ sys.path.insert(0, str(REPO))
 
 from routerscope.core import names  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
-from warehouse.analytics import metrics  # noqa: E402
-from warehouse.analytics.metrics import compute  # noqa: E402
-from warehouse.client import open_warehouse  # noqa: E402
-from warehouse.queries import decision_copies  # noqa: E402
-from warehouse.queries import decisions as decision_queries  # noqa: E402
-from warehouse.queries import review as review_queries  # noqa: E402
-from warehouse.queries.common import QueryWindow, named, utc_text  # noqa: E402
+from routerscope.warehouse.analytics import metrics  # noqa: E402
+from routerscope.warehouse.analytics.metrics import compute  # noqa: E402
+from routerscope.warehouse.client import open_warehouse  # noqa: E402
+from routerscope.warehouse.queries import decision_copies  # noqa: E402
+from routerscope.warehouse.queries import decisions as decision_queries  # noqa: E402
+from routerscope.warehouse.queries import review as review_queries  # noqa: E402
+from routerscope.warehouse.sql import QueryWindow, named, utc_text  # noqa: E402
 
 END = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -125,7 +125,7 @@ def without_lookback(fn):
 
 def pending(client, fn):
     """`fn()` with every stored decision pending, as after a load killed before deriving its later copies
-    (the window then applies the 7-day look-back itself: warehouse/queries/common.py, FIRST_COPY); the
+    (the window then applies the 7-day look-back itself: routerscope/warehouse/sql.py, FIRST_COPY); the
     record of the derivation is put back after."""
     table = f"{names.DATABASE}.{names.TABLE_DECISION_COPIES_DERIVED}"
     through = client.query(f"SELECT max(derived_through) FROM {table}").result_rows[0][0]
@@ -195,7 +195,8 @@ def filled_warehouse(rows: int, days: int):
             client.command(FILL_LABELS, parameters=params)
             fill_s = time.perf_counter() - t
             settle(client)
-            # which copies come first, as a load run ends by deriving it (warehouse/queries/decision_copies.py)
+            # which copies come first, as a load run ends by deriving it
+            # (routerscope/warehouse/queries/decision_copies.py)
             t = time.perf_counter()
             decision_copies.derive(client)
             filled_warehouse.derive_seconds = time.perf_counter() - t

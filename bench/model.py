@@ -29,7 +29,7 @@ def main() -> int:
 
     import llama_cpp
 
-    from router.backends import gemma_path
+    from routerscope.router.backends import gemma_path
 
     model = gemma_path(Path(tempfile.gettempdir()) / "routerscope-bench-model")
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=512, n_threads=args.threads, chat_format="gemma", verbose=False)

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from routerscope import broker  # noqa: E402
+from routerscope.core import broker  # noqa: E402
 from routerscope.core.procs import free_port  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from router.backends import DeviceResult  # noqa: E402
-from router.engine import Request, Router  # noqa: E402
-from router.sim.backends import InstantCloud  # noqa: E402
+from routerscope.router.backends import DeviceResult  # noqa: E402
+from routerscope.router.engine import Request, Router  # noqa: E402
+from routerscope.router.sim.backends import InstantCloud  # noqa: E402
 
 
 class MixedDevice:

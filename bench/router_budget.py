@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from router.backends import CloudResult, DeviceResult, OpenAICloud  # noqa: E402
-from router.engine import Request, Router  # noqa: E402
-from router.policy import DEFAULT_POLICY, PolicyStore  # noqa: E402
-from router.sim.hostile import Trickler  # noqa: E402
+from routerscope.router.backends import CloudResult, DeviceResult, OpenAICloud  # noqa: E402
+from routerscope.router.engine import Request, Router  # noqa: E402
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore  # noqa: E402
+from routerscope.router.sim.hostile import Trickler  # noqa: E402
 
 
 class Stubborn:
@@ -115,7 +115,7 @@ def main() -> int:
     policy = PolicyStore(DEFAULT_POLICY)
     out: dict = {}
     if not args.no_model:
-        from router.backends import LlamaDevice, gemma_path
+        from routerscope.router.backends import LlamaDevice, gemma_path
 
         device = LlamaDevice(gemma_path(tmp), n_ctx=4096, n_threads=1)
         device.prefill_tps, device.tps, device.ttft_ms = 1e9, 1e6, 1.0  # let the long prompt in

@@ -5,7 +5,8 @@
 Fills a fresh embedded warehouse the way `bench/metrics.py` does (generated decisions over `--days` days,
 five task types, labels for 2 %), then times, in turn for `--rounds` rounds: (a) `SELECT count() FROM
 decisions FINAL` over the what-if's window (the last `--window-days` days), all task types and one task
-type; (b) `warehouse.analytics.whatif.compute` for one task type (`short_reply` at 0.8) and for all five at once, each
+type; (b) `routerscope.warehouse.analytics.whatif.compute` for one task type (`short_reply` at 0.8) and for all five at
+once, each
 with its self-check. Reports each figure's best and median, the median of the per-round ratios, and the
 RSS; with `--per-step`, also the best-of-3 seconds of each step of one task type's what-if.
 """
@@ -24,11 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.metrics import END, filled_warehouse, timed  # noqa: E402 (the same warehouse)
-from warehouse.analytics import whatif  # noqa: E402
-from warehouse.queries import decisions as decision_queries  # noqa: E402
-from warehouse.queries import whatif as whatif_queries  # noqa: E402
-from warehouse.queries.common import QueryWindow, utc_text  # noqa: E402
-from warehouse.queries.labels import label_source_parameters  # noqa: E402
+from routerscope.warehouse.analytics import whatif  # noqa: E402
+from routerscope.warehouse.queries import decisions as decision_queries  # noqa: E402
+from routerscope.warehouse.queries import whatif as whatif_queries  # noqa: E402
+from routerscope.warehouse.queries.labels import label_source_parameters  # noqa: E402
+from routerscope.warehouse.sql import QueryWindow, utc_text  # noqa: E402
 
 TASK_TYPES = ("intent_classify", "short_reply", "extract_fields", "rewrite", "long_summary")
 COUNT_SQL = (

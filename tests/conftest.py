@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from routerscope import broker
+from routerscope.core import broker
 from routerscope.core.procs import free_port
 from routerscope.core.settings import Settings
 from tests.support.home import REPO, settings_for
@@ -46,8 +46,8 @@ def warehouse_template(tmp_path_factory) -> Callable[[str, Callable], Path]:
     per run, for tests to copy (`tests.support.home.copy_warehouse`) instead of migrating and filling their
     own each time. chDB's data directory links tables by relative symlinks, so a copy is a warehouse of its
     own."""
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.migrate import migrate
 
     built: dict[str, Path] = {}
 
@@ -66,6 +66,6 @@ def warehouse_template(tmp_path_factory) -> Callable[[str, Callable], Path]:
 @pytest.fixture(scope="session", autouse=True)
 def pii_key(tmp_path_factory):
     """In-process scrubbing hashes under a key of the test session, not one under ./.routerscope."""
-    from instrumentation import pii
+    from routerscope.instrumentation import pii
 
     pii.configure(tmp_path_factory.mktemp("pii"))

@@ -49,7 +49,7 @@ TABLE_DECISION_COPIES_DERIVED = "decision_copies_derived"  # how far decision_la
 TABLE_DECISION_LATER_COPIES = "decision_later_copies"  # copies of an event_id with an earlier copy (0020)
 
 # Every table, as SQL text names it: `$decisions` in a query module's SQL becomes `routerscope.decisions`
-# (warehouse.queries.common.named substitutes them).
+# (routerscope.warehouse.sql.named substitutes them).
 TABLES: dict[str, str] = {
     t: f"{DATABASE}.{t}"
     for t in (

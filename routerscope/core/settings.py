@@ -191,14 +191,16 @@ class Settings:
     kafka_security: KafkaSecurity
     topic_partitions: int
     alert_webhook: str | None
-    alert_rules: Path | None = None  # None: the defaults shipped in warehouse/analytics/alerting/alert_rules.yaml
+    alert_rules: Path | None = (
+        None  # None: the defaults shipped in routerscope/warehouse/analytics/alerting/alert_rules.yaml
+    )
     alertmanager_url: str | None = None  # ROUTERSCOPE_ALERTMANAGER_URL: alerts also go to its /api/v2/alerts
     dashboard_url: str = "http://127.0.0.1:8501"  # ROUTERSCOPE_DASHBOARD_URL: the base of the Explorer links
     exporter_port: int | None = None  # ROUTERSCOPE_EXPORTER_PORT: the Dagster deployment serves the exporter there
     # (share of the disk, bytes): the free space a load keeps on an embedded warehouse's disk (the smaller)
     warehouse_min_free: tuple[float | None, int | None] = parse_min_free(DEFAULT_MIN_FREE)
     # OTLP in (docs/otlp.md): the topic `routerscope collect` and a Collector's Kafka exporter write, and the
-    # user's mapping file (None: the defaults shipped in instrumentation/otlp/default_mapping.yaml)
+    # user's mapping file (None: the defaults shipped in routerscope/instrumentation/otlp/default_mapping.yaml)
     otlp_topic: str = names.TOPIC_OTLP
     otlp_mapping: Path | None = None
 
@@ -275,7 +277,8 @@ class Settings:
         return self.home / names.REQUEST_TEXTS
 
     def exporter_lease_path(self, port: int) -> Path:
-        """The lease the Dagster deployment renews while it wants the exporter on `port` (`pipelines.exporter`)."""
+        """The lease the Dagster deployment renews while it wants the exporter on `port`
+        (`routerscope.pipelines.exporter`)."""
         return self.home / f"exporter-{port}.lease"
 
     @property

@@ -8,7 +8,7 @@ delay), evaluate the alerts after them, and ask for yesterday's daily run that n
 
 Slow by nature (the daemon, the code server and each run are separate Python processes: ≈ 1–2 min
 here); the sensors' intervals are shortened with ROUTERSCOPE_SENSOR_INTERVAL_S (production: 60 s,
-`pipelines.timing`). Its own broker, not the session one: the daemon drains whole topics, and other
+`routerscope.pipelines.timing`). Its own broker, not the session one: the daemon drains whole topics, and other
 tests' messages would be loaded too. Every process it starts is stopped, even on failure."""
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.exporter import lease_timeout_s
-from pipelines.timing import (
+from routerscope.cli.produce import produce_file
+from routerscope.core import broker
+from routerscope.core.procs import free_port
+from routerscope.pipelines.exporter import lease_timeout_s
+from routerscope.pipelines.timing import (
     DAILY_CATCH_UP_GRACE,
     FIVE_MINUTES,
     SETTLE_5M,
@@ -35,13 +38,10 @@ from pipelines.timing import (
     finished_day,
     floor_5m,
 )
-from routerscope import broker
-from routerscope.core.procs import free_port
-from routerscope.produce import produce_file
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
 from tests.support.events import decision, iso, new_id
 from tests.support.home import REPO, clean_env, settings_for
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 
 pytestmark = [pytest.mark.integration, pytest.mark.daemon]
 

@@ -9,15 +9,15 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from routerscope import broker
+from routerscope.cli.demo import run
+from routerscope.core import broker
 from routerscope.core.procs import free_port
-from routerscope.demo import run
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.queries import alerts as alert_queries
+from routerscope.warehouse.queries import decisions as decision_queries
+from routerscope.warehouse.queries.decisions import ExplorerFilter
 from tests.support.browser import browser_page, dashboard, open_when_up
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse.client import open_warehouse
-from warehouse.queries import alerts as alert_queries
-from warehouse.queries import decisions as decision_queries
-from warehouse.queries.decisions import ExplorerFilter
 
 pytestmark = pytest.mark.integration
 PAGES = ("On-call", "Weekly tuning", "Offload review", "Data quality", "Explorer")

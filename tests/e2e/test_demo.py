@@ -9,16 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from router.sim.fleet import PUSHED_THRESHOLD
-from routerscope import broker
+from routerscope.cli.demo import run
+from routerscope.core import broker
 from routerscope.core.procs import free_port
-from routerscope.demo import run
+from routerscope.router.sim.fleet import PUSHED_THRESHOLD
+from routerscope.warehouse.analytics import whatif
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.home import clean_env, run_cli, settings_for
 from tests.support.signals import as_foreground_job
-from warehouse.analytics import whatif
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
-from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,8 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         fired = " ".join(out["fired"])
         assert "fallback_rate_high|short_reply" in fired  # the bad threshold push
         # Rollback recommendations (docs/metrics.md §3b), judged by the simulated fleet's rules (the demo's default,
-        # router/sim/alert_rules.yaml: per task type limits above each calm baseline): calm windows raise none; the
+        # routerscope/router/sim/alert_rules.yaml: per task type limits above each calm baseline): calm windows raise
+        # none; the
         # cloud outage (minutes 24-36) moves none of the signals; the thermal episode (54-78) stays under them; the
         # push (minutes 90-108) recommends rolling short_reply back, on both of its signals, and is over by the end.
         start_minute = sim["start"].hour * 60 + sim["start"].minute
@@ -162,7 +163,7 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the seeds' ledgers and reports (docs/metrics.md §10–§13, docs/sources.md#seed-004-7): the low tier's p5 decode
         # rate collapses, the device path saves part of the all-cloud bill, slot_extract is a canary and code_snippet in
         # shadow, and the grading vetoes tool_call by its error cost
-        from routerscope import review
+        from routerscope.cli import review
 
         ledger = out["summary"]["device_ledger"]
         assert ledger["low"]["decode_tps"]["p5"] < 0.5 * ledger["high"]["decode_tps"]["p5"]
@@ -188,9 +189,9 @@ def test_a_rerun_continues_the_day_without_breaking_it(home, monkeypatch):
     re-run), with `alerts --evaluate`'s unit of work between them."""
     from datetime import UTC, datetime
 
-    from pipelines.core import evaluate_alerts
-    from pipelines.timing import floor_5m
-    from routerscope import demo
+    from routerscope.cli import demo
+    from routerscope.pipelines.core import evaluate_alerts
+    from routerscope.pipelines.timing import floor_5m
 
     settings = settings_for(home)
     t0 = floor_5m(datetime.now(UTC))
@@ -396,7 +397,7 @@ def test_sigkill_during_the_live_sample_leaves_no_process_behind_but_the_broker(
         children: dict[int, str] = {}
         while time.monotonic() < deadline and demo.poll() is None:  # both the worker and the stand-in cloud run
             children = _processes_mentioning(models)
-            if any("router.model_worker" in c for c in children.values()) and any(
+            if any("routerscope.router.model_worker" in c for c in children.values()) and any(
                 "llama_cpp.server" in c for c in children.values()
             ):
                 break

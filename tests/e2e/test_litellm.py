@@ -23,11 +23,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from instrumentation.litellm import RouterscopeCallback
+from routerscope.instrumentation.litellm import RouterscopeCallback
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
 from tests.support.home import settings_for
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
 
 litellm = pytest.importorskip("litellm")
 

@@ -1,4 +1,4 @@
-"""The device model in a worker process (`router.model_worker`), and the portable model build.
+"""The device model in a worker process (`routerscope.router.model_worker`), and the portable model build.
 
 A native crash of the model must end one request's device attempt, never the process that holds the
 embedded warehouse (chDB's crash handler would freeze it), and never leave a process behind."""
@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from router.backends import gemma_path
-from router.engine import Request, Router
-from router.model_worker import ModelCrashed, WorkerDevice
-from router.policy import DEFAULT_POLICY, PolicyStore
+from routerscope.router.backends import gemma_path
+from routerscope.router.engine import Request, Router
+from routerscope.router.model_worker import ModelCrashed, WorkerDevice
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +75,7 @@ def test_the_decision_point_is_asked_across_the_pipe_and_a_no_stops_the_device(m
 
 
 def test_a_crashed_worker_is_a_device_error_and_the_router_serves_from_the_cloud(model, tmp_path):
-    from router.sim.backends import InstantCloud
+    from routerscope.router.sim.backends import InstantCloud
 
     with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
         os.kill(device.process.pid, signal.SIGSEGV)  # what a native crash in ggml looks like from outside
@@ -135,8 +135,8 @@ def test_a_hung_worker_is_killed_after_the_calls_timeout_plus_the_grace_and_is_a
     import sys
     import threading
 
-    from router import model_worker
     from routerscope.core import procs
+    from routerscope.router import model_worker
 
     monkeypatch.setattr(model_worker, "GRACE_S", 1.0)
     device = WorkerDevice.__new__(WorkerDevice)

@@ -24,13 +24,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from router.sim.baseline import SIM_RULES
 from routerscope.core import procs
 from routerscope.core.procs import free_port
 from routerscope.core.timeutil import parse_utc
+from routerscope.router.sim.baseline import SIM_RULES
+from routerscope.warehouse.client import open_warehouse
 from tests.support import oncall
 from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
-from warehouse.client import open_warehouse
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from router.backends import gemma_path
-from router.sim.standin_cloud import StandInCloud
-from routerscope import broker
-from routerscope.core import procs
+from routerscope.core import broker, procs
+from routerscope.router.backends import gemma_path
+from routerscope.router.sim.standin_cloud import StandInCloud
 from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
 from tests.support.ingest import query
 from tests.support.otlp_app import SOURCES

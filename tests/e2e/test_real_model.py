@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
-from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore
-from router.sim.standin_cloud import StandInCloud
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.backends import LlamaDevice, OpenAICloud, gemma_path, thermal_state
+from routerscope.router.engine import Request, Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore
+from routerscope.router.sim.standin_cloud import StandInCloud
 from tests.support.fakes import QuickCloud
 
 pytestmark = pytest.mark.integration
@@ -184,7 +184,7 @@ def test_the_eta_learns_the_real_devices_speed(model):
     read 489 ms for a reply that took 3,466 ms: the priors barely moved, timeouts taught nothing, and the TTFT
     average already held the prefill the ETA adds again. Now the first measurement replaces the prior and the
     TTFT estimate excludes prefill: the ETA of the fifth call is within a factor of two of what it takes."""
-    from router.engine import device_eta_ms, prefill_ms
+    from routerscope.router.engine import device_eta_ms, prefill_ms
 
     device = LlamaDevice(model, n_ctx=512, n_threads=1)
     prompt = "Count from one to fifty in words, separated by commas."

@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from instrumentation.emitter import KafkaEmitter, Message
-from pipelines.resources import RouterscopeResource
-from pipelines.run import materializations, run_job
-from router.judge import JUDGE_VERSION
-from router.request_store import RequestTextStore, store_path
-from routerscope import broker
-from routerscope.core import names
+from routerscope.core import broker, names
 from routerscope.core.kafka import producer_config
 from routerscope.core.procs import free_port
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.pipelines.resources import RouterscopeResource
+from routerscope.pipelines.run import materializations, run_job
+from routerscope.router.judge import JUDGE_VERSION
+from routerscope.router.request_store import RequestTextStore, store_path
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
 from tests.support.events import dumps, label, quality_fallback
 from tests.support.golden_day import END, START, at, eid
 from tests.support.home import settings_for
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
 
 pytestmark = pytest.mark.integration
 
@@ -75,8 +74,8 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
             for rid, (task_type, text) in TEXTS.items():
                 store.add(rid, task_type, text)
 
-        from router.backends import gemma_path
-        from router.sim.standin_cloud import StandInCloud
+        from routerscope.router.backends import gemma_path
+        from routerscope.router.sim.standin_cloud import StandInCloud
 
         cloud = StandInCloud(gemma_path(home), home / "standin-cloud.log").wait_ready()
         try:

@@ -10,17 +10,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from instrumentation.emitter import KafkaEmitter
-from instrumentation.telemetry import Telemetry
-from router.request_store import RequestTextStore, store_path
-from router.sim.fleet import Fleet
-from routerscope import render, review
+from routerscope.cli import render, review
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
+from routerscope.instrumentation.emitter import KafkaEmitter
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.router.request_store import RequestTextStore, store_path
+from routerscope.router.sim.fleet import Fleet
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
 from tests.support.home import settings_for
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     assert emitter.flush(60)
     emitter.close()
     load(settings, idle_timeout_s=0.5)
-    from routerscope.demo import store_simulated_reruns
+    from routerscope.cli.demo import store_simulated_reruns
 
     store_simulated_reruns(settings, fleet.simulated_reruns())  # the replay's determinism groups, SIMULATED
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from routerscope import broker
+from routerscope.cli.demo import run
+from routerscope.core import broker
 from routerscope.core.procs import free_port
-from routerscope.demo import run
+from routerscope.warehouse.client import open_warehouse
 from tests.support.home import settings_for
-from warehouse.client import open_warehouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]  # one 20k demo for the module
 

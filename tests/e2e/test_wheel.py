@@ -85,8 +85,9 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
     migrated = run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     check = (
-        "import json; from routerscope.core.settings import Settings; from warehouse.client import open_warehouse\n"
-        "from warehouse.migrate import MIGRATIONS_DIR\n"
+        "import json; from routerscope.core.settings import Settings\n"
+        "from routerscope.warehouse.client import open_warehouse\n"
+        "from routerscope.warehouse.migrate import MIGRATIONS_DIR\n"
         "with open_warehouse(Settings.from_env(), purpose='test') as c:\n"
         "    n = c.query('SELECT count() FROM routerscope.schema_migrations').result_rows[0][0]\n"
         "print(json.dumps({'applied': n, 'files': len(list(MIGRATIONS_DIR.glob('*.sql')))}))"
@@ -94,7 +95,11 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
     counted = run(installed, python, "-c", check, home=tmp_path)
     assert counted.returncode == 0, counted.stderr
     figures = json.loads(counted.stdout)
-    assert figures["applied"] == figures["files"] == len(list((REPO / "warehouse" / "migrations").glob("*.sql")))
+    assert (
+        figures["applied"]
+        == figures["files"]
+        == len(list((REPO / "routerscope" / "warehouse" / "migrations").glob("*.sql")))
+    )
 
 
 def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rules_load(installed, tmp_path):
@@ -108,9 +113,9 @@ def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rul
         "for page in pages:\n"
         "    at = AppTest.from_file(str(app.with_name('app_pages') / page), default_timeout=60).run()\n"
         "    assert not at.exception, (page, at.exception)\n"
-        "from router.policy import DEFAULT_POLICY, parse\n"
+        "from routerscope.router.policy import DEFAULT_POLICY, parse\n"
         "print('policy', parse(DEFAULT_POLICY.read_text()).version)\n"
-        "from warehouse.analytics.alerting import load_rules\n"
+        "from routerscope.warehouse.analytics.alerting import load_rules\n"
         "print('rules', len(load_rules()[1]))\n"
     )
     result = run(installed, str(installed / "bin" / "python"), "-c", script, home=tmp_path, timeout=240)

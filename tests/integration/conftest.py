@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from routerscope import broker
+from routerscope.core import broker
 from routerscope.core.procs import free_port
+from routerscope.warehouse.client import open_warehouse
 from tests.support.home import settings_for
-from warehouse.client import open_warehouse
 
 
 @pytest.fixture

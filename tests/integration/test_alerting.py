@@ -10,17 +10,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pipelines.resources import AlertWebhookResource
-from routerscope import broker
+from routerscope.core import broker
 from routerscope.core.procs import free_port
+from routerscope.pipelines.resources import AlertWebhookResource
+from routerscope.warehouse.analytics import alerting
+from routerscope.warehouse.analytics.metrics import compute, empty_group
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support.events import breaker, decision, dumps, iso
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse.analytics import alerting
-from warehouse.analytics.metrics import compute, empty_group
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
-from warehouse.migrate import migrate
-from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 
@@ -332,9 +332,9 @@ def test_replayed_as_of_a_past_time_an_evaluation_sees_only_the_windows_that_had
 def test_the_alerts_job_delivers_through_its_webhook_resource(home, tmp_path, monkeypatch):
     """The deployed path: `alerts_job` (what the sensor runs after each window) evaluates as of each
     time it is given and delivers through the `alert_webhook` resource — here the recording fake."""
-    from pipelines.alerting import evaluate_alerts
-    from pipelines.resources import RouterscopeResource
-    from pipelines.run import run_job
+    from routerscope.pipelines.alerting import evaluate_alerts
+    from routerscope.pipelines.resources import RouterscopeResource
+    from routerscope.pipelines.run import run_job
     from tests.support.fakes import FakeWebhook
 
     rules = tmp_path / "rules.yaml"
@@ -486,7 +486,7 @@ def shipped_rule(tmp_path, name: str):
     """A rules file holding the shipped default rule `name` alone (the rule under test, not a copy of it)."""
     import yaml
 
-    from warehouse.analytics.alerting.rules import DEFAULT_RULES
+    from routerscope.warehouse.analytics.alerting.rules import DEFAULT_RULES
 
     doc = yaml.safe_load(DEFAULT_RULES.read_text())
     path = tmp_path / f"{name}.yaml"

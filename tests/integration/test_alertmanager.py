@@ -10,12 +10,12 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from routerscope.warehouse.analytics import alerting
+from routerscope.warehouse.analytics.alerting.delivery import AlertmanagerNotifier, WebhookNotifier
+from routerscope.warehouse.analytics.metrics import empty_group
+from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support import oncall
 from tests.support.oncall import Receiver
-from warehouse.analytics import alerting
-from warehouse.analytics.alerting.delivery import AlertmanagerNotifier, WebhookNotifier
-from warehouse.analytics.metrics import empty_group
-from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 

@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from instrumentation.contract import BREAKERS
+from routerscope.contract.validation import BREAKERS
 from routerscope.core import names
+from routerscope.warehouse.analytics import alerting
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.migrate import migrate
 from tests.support.events import breaker, dumps, iso
 from tests.support.home import settings_for
-from warehouse.analytics import alerting
-from warehouse.client import open_warehouse
-from warehouse.ingest.rows import FACTS
-from warehouse.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_the_demo_cloud_outage_raises_cloud_breaker_open_for_its_windows_and_res
     """The SIMULATED fleet's cloud outage (20–30 % of a two-hour span: 12:24 → 12:36) through the real router:
     its breaker events, numbered per breaker, chain; alerts as of each window's end (as the demo runs
     them) fire for the outage's windows and resolve after."""
-    from router.sim.fleet import Fleet, Incidents
+    from routerscope.router.sim.fleet import Fleet, Incidents
 
     events = []
     fleet = Fleet(

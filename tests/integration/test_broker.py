@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from routerscope import broker
-from routerscope.core import kafka, names
+from routerscope.core import broker, kafka, names
 from routerscope.core.procs import free_port
 from tests.support.events import decision, dumps, label
 from tests.support.home import clean_env, run_cli, settings_for

@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from router.backends import DeviceResult, OpenAICloud, Prompt, chat_messages, degrade_prompt
-from router.engine import Request, Router
-from router.sim.backends import InstantDevice
+from routerscope.router.backends import DeviceResult, OpenAICloud, Prompt, chat_messages, degrade_prompt
+from routerscope.router.engine import Request, Router
+from routerscope.router.sim.backends import InstantDevice
 
 MESSAGES = [
     {"role": "system", "content": "You are a terse assistant."},

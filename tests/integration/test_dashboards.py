@@ -11,18 +11,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from routerscope.warehouse.analytics import alerting, quality
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries.metric_windows import write_window
+from routerscope.warehouse.queries.review import RERUN_COLUMNS
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
 from tests.support.home import REPO, copy_warehouse, settings_for
-from warehouse.analytics import alerting, quality
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
-from warehouse.queries.common import QueryWindow
-from warehouse.queries.metric_windows import write_window
-from warehouse.queries.review import RERUN_COLUMNS
 
 pytestmark = pytest.mark.integration
-PAGES = REPO / "dashboards" / "app_pages"
+PAGES = REPO / "routerscope" / "dashboards" / "app_pages"
 
 
 def fill(client) -> None:
@@ -44,7 +44,7 @@ def populated(home, monkeypatch, warehouse_template):
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
     for name in [k for k in list(__import__("os").environ) if k.startswith("ROUTERSCOPE_") and k != "ROUTERSCOPE_HOME"]:
         monkeypatch.delenv(name)
-    from dashboards import data
+    from routerscope.dashboards import data
 
     data.clear_caches()
     return settings
@@ -88,10 +88,10 @@ def test_oncall_lists_the_firing_alerts(populated):
 
 
 def test_oncall_draws_breaker_states_over_the_window(populated):
-    from instrumentation.contract import BREAKERS
+    from routerscope.contract.validation import BREAKERS
     from routerscope.core import names
+    from routerscope.warehouse.ingest.rows import FACTS
     from tests.support.events import breaker, dumps
-    from warehouse.ingest.rows import FACTS
 
     t = lambda minutes: (START + timedelta(hours=1, minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
     events = [
@@ -157,7 +157,7 @@ def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest
     newest quarantined message."""
     from datetime import UTC, datetime
 
-    from dashboards import data
+    from routerscope.dashboards import data
 
     newest = END  # the fixture's newest event (a8)
     rows = [  # (offset, raw, loaded at)
@@ -193,7 +193,7 @@ def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest
 
 
 def test_quality_page_names_task_types_the_policy_does_not_know(populated):
-    from dashboards import data
+    from routerscope.dashboards import data
     from tests.support.events import decision
     from tests.support.golden_day import at, eid
 
@@ -222,7 +222,7 @@ def test_changing_the_target_pass_rate_changes_the_recommendation(populated):
 @pytest.mark.slow
 def test_tuning_shows_the_latest_policy_push_before_and_after(populated):
     """docs/metrics.md §9 on the weekly page: a push on the fixture's day; the table compares the two versions."""
-    from dashboards import data
+    from routerscope.dashboards import data
     from tests.support.events import decision, quality_fallback
     from tests.support.golden_day import at, eid
 
@@ -313,7 +313,7 @@ def add_review_fixture(settings) -> None:
     with open_warehouse(settings) as client:
         insert(client, tr.DECISIONS, tr.LABELS)
         client.insert("routerscope.replay_reruns", tr.RERUNS, column_names=list(RERUN_COLUMNS))
-    from dashboards import data
+    from routerscope.dashboards import data
 
     data.clear_caches()
 
@@ -338,8 +338,8 @@ def test_review_page_shows_the_ledger_saving_grading_beside_readiness_and_stages
 
 
 def test_review_page_lists_divergence_samples_without_their_texts(populated):
-    from router.engine import Divergence
-    from router.request_store import RequestTextStore, store_path
+    from routerscope.router.engine import Divergence
+    from routerscope.router.request_store import RequestTextStore, store_path
     from tests.support.golden_week import START
 
     with RequestTextStore(store_path(populated.home)) as store:
@@ -357,7 +357,7 @@ def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     with open_warehouse(settings_for(home)) as client:
         migrate(client)
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
-    from dashboards import data
+    from routerscope.dashboards import data
 
     data.clear_caches()
     render(page)
@@ -433,7 +433,7 @@ def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populat
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
     from routerscope.core import names
     from routerscope.core.kafka import end_offsets
-    from warehouse.ingest.loader import OFFSET_COLUMNS
+    from routerscope.warehouse.ingest.loader import OFFSET_COLUMNS
 
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
         client.insert(
@@ -494,7 +494,7 @@ def _episode(rule: str, task_type: str, first_seen, last_seen, status: str, reso
 
 
 def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_decisions(populated):
-    from warehouse.queries.alerts import write_alerts
+    from routerscope.warehouse.queries.alerts import write_alerts
 
     w = lambda hours: START + timedelta(hours=hours)  # noqa: E731
     with open_warehouse(populated) as client:
@@ -560,7 +560,7 @@ def test_a_just_fired_incidents_link_opens_the_explorer_on_a_window_ending_now(p
 
 
 def test_explorer_counts_every_match_and_pages_through_them(populated):
-    from warehouse.queries import decisions as q
+    from routerscope.warehouse.queries import decisions as q
 
     day = (START, START + timedelta(days=1))
     with open_warehouse(populated) as client:
@@ -621,7 +621,7 @@ def test_tuning_opens_on_every_task_type_at_a_glance(populated):
     app = render("tuning.py")
     glance = next(d.value for d in app.dataframe if "needs" in d.value.columns)
     assert {"intent_classify", "short_reply"} <= set(glance["task type"])
-    from dashboards.summary import PRIORITIES
+    from routerscope.dashboards.summary import PRIORITIES
 
     order = {need: k for k, need in enumerate(PRIORITIES)}
     ranks = [order[n] for n in glance["needs"]]

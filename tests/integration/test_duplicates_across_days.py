@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routerscope import broker
+from routerscope.core import broker
 from routerscope.core.procs import free_port
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
 from tests.support.events import decision, dumps, iso, quality_fallback
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
 
 pytestmark = pytest.mark.integration
 

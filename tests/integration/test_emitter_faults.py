@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from instrumentation import emitter as emitter_module
-from instrumentation.emitter import KafkaEmitter, Message, Spool
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
+from routerscope.instrumentation import emitter as emitter_module
+from routerscope.instrumentation.emitter import KafkaEmitter, Message, Spool
 from tests.support.home import REPO
 from tests.support.kafka import consume_all, start
 
@@ -267,7 +267,7 @@ def test_events_recorded_while_the_broker_is_down_reach_the_spool_within_about_1
 KILL_SCRIPT = r"""
 import json, os, sys, time
 from pathlib import Path
-from instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
 bootstrap, spool, mark = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 emitter = KafkaEmitter({"bootstrap_servers": bootstrap, "max_block_ms": 2000, "bootstrap_timeout_ms": 2000},
                        spool, retry_every_s=0.1)
@@ -453,7 +453,7 @@ def test_a_spool_disk_that_fills_up_during_replay_delivers_every_event_once_free
 WRITE_AHEAD_SCRIPT = r"""
 import json, os, sys
 from pathlib import Path
-from instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
 bootstrap, spool, mark = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 emitter = KafkaEmitter({"bootstrap_servers": bootstrap, "max_block_ms": 2000, "bootstrap_timeout_ms": 2000},
                        spool, retry_every_s=0.1, write_ahead=True)

@@ -16,9 +16,9 @@ import threading
 
 import pytest
 
-from instrumentation.emitter import KafkaEmitter, Message
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
+from routerscope.warehouse.analytics.metrics import compute
 from tests.support.events import decision, label, quality_fallback
 from tests.support.golden_day import END, START, at, eid, insert, timeout_fallback
-from warehouse.analytics.metrics import compute
 
 pytestmark = pytest.mark.integration
 IC = "intent_classify"
@@ -178,8 +178,8 @@ def test_the_threshold_recommendation_reads_the_estimate_of_what_a_threshold_ser
     V = ¼·0.9·0.1/60·(1 − 60/100) = 0.00015 (the top band has no variance), n_eff = 0.95·0.05/0.00015 = 316.667;
     Wilson(0.95 at 316.667): centre (0.95 + 0.006065)/1.012131 = 0.944607, half 1.936474·√(0.00015 + 0.0000096)
     = 0.024462 → [0.920145, 0.969069]. The move 0.70 → 0.60 crosses [0.60, 0.70): 60 labeled, 0.9 passed."""
-    from warehouse.analytics.metrics import calibration
-    from warehouse.queries.common import QueryWindow
+    from routerscope.warehouse.analytics.metrics import calibration
+    from routerscope.warehouse.sql import QueryWindow
 
     events, labels = [], []
     for band, confidence, labeled, acceptable in (("mid", 0.60, 60, 54), ("top", 0.90, 10, 10)):

@@ -14,13 +14,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from instrumentation.contract import BREAKERS
+from routerscope.contract.validation import BREAKERS
 from routerscope.core import names, procs
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.procs import free_port
-from tests.support.events import breaker, dumps, iso
-from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
-from warehouse.analytics.exporter import (
+from routerscope.warehouse.analytics.exporter import (
     HEALTH_BODY,
     Lease,
     Replay,
@@ -29,10 +27,12 @@ from warehouse.analytics.exporter import (
     make_exporter,
     read_snapshot,
 )
-from warehouse.analytics.metrics import empty_group
-from warehouse.client import open_warehouse
-from warehouse.ingest.rows import FACTS
-from warehouse.queries.metric_windows import write_window
+from routerscope.warehouse.analytics.metrics import empty_group
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.queries.metric_windows import write_window
+from tests.support.events import breaker, dumps, iso
+from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
 
 pytestmark = pytest.mark.integration
 

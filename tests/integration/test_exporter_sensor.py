@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dagster as dg
 import pytest
 
-from pipelines.exporter import _started, exporter_sensor
-from pipelines.resources import RouterscopeResource
 from routerscope.core import procs
 from routerscope.core.procs import free_port
+from routerscope.pipelines.exporter import _started, exporter_sensor
+from routerscope.pipelines.resources import RouterscopeResource
 from tests.support.home import settings_for
 
 pytestmark = pytest.mark.integration

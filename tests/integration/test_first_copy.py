@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from routerscope.core import names
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
+from routerscope.warehouse.queries import decision_copies
+from routerscope.warehouse.sql import FIRST_COPY, QueryWindow, named
 from tests.support.events import decision, dumps, iso
 from tests.support.golden_day import insert
 from tests.support.ingest import FAST, produce, query, scalar
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
-from warehouse.queries import decision_copies
-from warehouse.queries.common import FIRST_COPY, QueryWindow, named
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from instrumentation import pii
-from instrumentation.sdk import Recorder
 from routerscope.core.procs import free_port
+from routerscope.instrumentation import pii
+from routerscope.instrumentation.sdk import Recorder
 from tests.support.home import clean_env, run_cli
 
 pytestmark = pytest.mark.integration

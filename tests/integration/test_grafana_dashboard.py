@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from instrumentation.contract import BREAKERS
+from routerscope.contract.validation import BREAKERS
 from routerscope.core import names
+from routerscope.warehouse.analytics.metrics import empty_group
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.queries.alerts import ALERT_COLUMNS, write_alerts
+from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support.events import breaker, dumps, iso
 from tests.support.home import REPO
-from warehouse.analytics.metrics import empty_group
-from warehouse.ingest.rows import FACTS
-from warehouse.queries.alerts import ALERT_COLUMNS, write_alerts
-from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 

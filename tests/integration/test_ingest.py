@@ -14,17 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routerscope import broker
-from routerscope.core import names
+from routerscope.core import broker, names
 from routerscope.core.errors import WarehouseError
 from routerscope.core.procs import free_port
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, load
+from routerscope.warehouse.migrate import migrate
 from tests.support.bad_messages import MALFORMED
 from tests.support.events import breaker, dumps, label
 from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
 from tests.support.ingest import FAST, produce, query, scalar, valid_decisions
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import BrokerDataLost, Loader, load
-from warehouse.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +149,7 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     record batch is loaded and the run ends at once, for a partition read to its end and for one
     with nothing new. The broker, the consumer and the warehouse are real; only the consumer's
     option that asks for partition-EOF events is turned off."""
-    from warehouse.ingest import loader
+    from routerscope.warehouse.ingest import loader
 
     monkeypatch.setitem(loader.CONSUMER_OPTIONS, "enable.partition.eof", False)
     _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
@@ -224,7 +223,7 @@ def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stac
     from confluent_kafka import Consumer, TopicPartition
 
     from routerscope.core.kafka import librdkafka_config
-    from warehouse.ingest.loader import LoadResult, PartitionState, _Batch
+    from routerscope.warehouse.ingest.loader import LoadResult, PartitionState, _Batch
 
     produce(stack, DECISIONS, valid_decisions(60) + [b"broken"], keys=[b"k"] * 61)
     consumer = Consumer(librdkafka_config(stack, **{"group.id": "test", "enable.auto.commit": False}))

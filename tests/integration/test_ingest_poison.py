@@ -14,16 +14,15 @@ import time
 
 import pytest
 
-from routerscope import broker
-from routerscope.core import names
+from routerscope.core import broker, names
 from routerscope.core.errors import BrokerUnavailable
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, load
 from tests.support.bad_messages import MALFORMED, POISON, good_messages
 from tests.support.bad_messages import deep as _deep
 from tests.support.events import decision, dumps, label
 from tests.support.home import clean_env, run_cli
 from tests.support.ingest import FAST, produce, query, scalar, valid_decisions
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import BrokerDataLost, Loader, load
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +50,7 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     good messages; `routerscope load` exits 0 on the first run and on every later one.
     (~25 s: one `load` process, a 1.5 MB message and 130 month partitions are the point of it.)"""
     with open_warehouse(stack) as client:
-        from warehouse.migrate import migrate
+        from routerscope.warehouse.migrate import migrate
 
         migrate(client)
         client.command("ALTER TABLE routerscope.decisions ADD CONSTRAINT no_reject CHECK request_id != 'reject-me'")

@@ -1,5 +1,5 @@
-"""The loader's SQL parser (warehouse/queries/landing.py) against the Python validator
-(instrumentation/contract.py), on the real embedded warehouse: for any message, the SQL either hands
+"""The loader's SQL parser (routerscope/warehouse/queries/landing.py) against the Python validator
+(routerscope/contract/validation.py), on the real embedded warehouse: for any message, the SQL either hands
 it to Python (`python`) or reaches the same verdict, the same rule list in the same order, and for
 a valid message the same facts row."""
 
@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import CONTRACTS
+from routerscope.contract.validation import CONTRACTS
 from routerscope.core import names
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries import landing
 from tests.support.bad_messages import MALFORMED, POISON, good_messages
 from tests.support.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 from tests.support.home import settings_for
-from warehouse.client import open_warehouse
-from warehouse.ingest.rows import FACTS
-from warehouse.migrate import migrate
-from warehouse.queries import landing
 
 pytestmark = pytest.mark.integration
 
@@ -304,8 +304,8 @@ def test_the_sql_parser_loads_exactly_what_the_python_parser_loads_and_replays_n
     against `--parser python` on the same messages (good ones, every malformed kind, a refused insert left
     aside): the same facts, ledger, quarantine (raw bytes, rules, error text) and positions. Then positions
     forgotten: the sql parser finds every landed row and adds none."""
+    from routerscope.warehouse.ingest.loader import load
     from tests.support.ingest import produce, valid_decisions
-    from warehouse.ingest.loader import load
 
     produce(stack, DECISIONS, valid_decisions(150) + [p for _, p, _ in MALFORMED] + valid_decisions(10))
     produce(stack, LABELS, [dumps(label(request_id=f"req-{i}")) for i in range(20)] + [b"nope", None])

@@ -18,21 +18,21 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from instrumentation import attributes as A
-from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.telemetry import InstrumentedRouter, Telemetry
-from router.backends import CloudResult
-from router.engine import Request, Router
-from router.sim.backends import InstantCloud, InstantDevice
-from routerscope import broker
-from routerscope.core import names
+from routerscope.core import broker, names
 from routerscope.core.kafka import producer_config
 from routerscope.core.procs import free_port
+from routerscope.instrumentation import attributes as A
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.sdk import InstrumentedRouter
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.router.backends import CloudResult
+from routerscope.router.engine import Request, Router
+from routerscope.router.sim.backends import InstantCloud, InstantDevice
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
 from tests.support.fakes import ScriptedCloud, ScriptedDevice, cloud, dev
 from tests.support.home import REPO, settings_for
 from tests.support.kafka import consume_all, start
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ def test_past_the_spool_cap_the_oldest_are_dropped_and_counted(down_broker, home
 EMIT_SCRIPT = r"""
 import json, sys, time
 from pathlib import Path
-from instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
 bootstrap, spool, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 emitter = KafkaEmitter({"bootstrap_servers": bootstrap, "acks": "all", "enable_idempotence": True, "max_block_ms": 1000,
                         "bootstrap_timeout_ms": 1000},

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from instrumentation.sdk import Recorder
+from routerscope.contract.validation import DECISIONS
+from routerscope.instrumentation.sdk import Recorder
 from tests.support.litellm_models import DEVICE, MESSAGES, METADATA, MODEL_LIST
 from tests.support.telemetry import stack
 
 litellm = pytest.importorskip("litellm")
-from instrumentation.litellm import RouterscopeCallback  # noqa: E402
+from routerscope.instrumentation.litellm import RouterscopeCallback  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning:pydantic.*")
 

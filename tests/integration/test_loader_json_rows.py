@@ -1,5 +1,6 @@
 """How the Python parser's rows reach the warehouse: JSON lines through the input tables
-(warehouse/queries/json_rows.py), parsed in chunks by a worker process (warehouse/ingest/parsing.py).
+(routerscope/warehouse/queries/json_rows.py), parsed in chunks by a worker process
+(routerscope/warehouse/ingest/parsing.py).
 
 The JSON lines must store exactly what the column-by-column Native insert of the same decoded events
 stores (rows.py's builders through clickhouse-connect, the loader's previous way in), for values
@@ -21,21 +22,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import CONTRACTS
-from routerscope import broker
-from routerscope.core import names
+from routerscope.contract.validation import CONTRACTS
+from routerscope.core import broker, names
 from routerscope.core.procs import free_port
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest import loader as loader_module
+from routerscope.warehouse.ingest.loader import Loader
+from routerscope.warehouse.ingest.parsing import ParseWorker, parse_chunk
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries import json_rows
 from tests.support.bad_messages import MALFORMED
 from tests.support.events import breaker, decision, dumps, label
 from tests.support.home import clean_env, run_cli, settings_for
 from tests.support.ingest import produce, valid_decisions
-from warehouse.client import open_warehouse
-from warehouse.ingest import loader as loader_module
-from warehouse.ingest.loader import Loader
-from warehouse.ingest.parsing import ParseWorker, parse_chunk
-from warehouse.ingest.rows import FACTS
-from warehouse.migrate import migrate
-from warehouse.queries import json_rows
 
 pytestmark = pytest.mark.integration
 
@@ -333,7 +333,7 @@ def test_closing_a_stuck_worker_returns_at_once():
 
 def test_a_worker_that_cannot_start_leaves_the_parsing_to_the_loader(monkeypatch, capsys):
     """No interpreter to start (a locked-down host): one line on stderr, and the loader parses itself."""
-    monkeypatch.setattr("warehouse.ingest.parsing.sys.executable", "/nonexistent/python")
+    monkeypatch.setattr("routerscope.warehouse.ingest.parsing.sys.executable", "/nonexistent/python")
     worker = ParseWorker()
     assert worker.submit(DECISIONS, [(0, 0, dumps(decision()), False)]) is None
     assert worker.failed is not None and "FileNotFoundError" in worker.failed

@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 import dagster as dg
 import pytest
 
-from pipelines.metrics import late_labels_sensor, metrics_5m, metrics_daily
-from pipelines.resources import RouterscopeResource
+from routerscope.pipelines.metrics import late_labels_sensor, metrics_5m, metrics_daily
+from routerscope.pipelines.resources import RouterscopeResource
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
 from tests.support.events import label
 from tests.support.golden_day import DECISION_EVENTS, LABEL_EVENTS, A, B, expected_overall_a, insert
 from tests.support.home import settings_for
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 
 pytestmark = pytest.mark.integration
 
@@ -115,8 +115,8 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
     end + the settle delay), up to 2 hours back; the open window and older history are left alone."""
     from datetime import timedelta
 
-    from pipelines.metrics import late_events_sensor
-    from pipelines.timing import floor_5m
+    from routerscope.pipelines.metrics import late_events_sensor
+    from routerscope.pipelines.timing import floor_5m
     from tests.support.events import decision, iso, new_id
 
     settings = settings_for(home)
@@ -159,7 +159,7 @@ def test_late_events_recompute_the_finished_5_minute_windows_they_arrive_in(home
 def test_yesterday_is_computed_once_when_its_scheduled_run_was_missed(home):
     """The daemon was down at 00:15 (or started later): from 01:00 the late-labels sensor asks for
     yesterday once, unless yesterday was already computed after it ended."""
-    from pipelines.timing import DAILY_CATCH_UP_GRACE, SETTLE_DAILY, day_key, finished_day
+    from routerscope.pipelines.timing import DAILY_CATCH_UP_GRACE, SETTLE_DAILY, day_key, finished_day
 
     now = datetime.now(UTC)
     yesterday, today = finished_day(now)

@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from routerscope import broker
+from routerscope.core import broker
 from routerscope.core.procs import free_port
+from routerscope.warehouse.analytics.metrics import compute
 from tests.support.events import capability_miss, decision, dumps, label, quality_fallback
 from tests.support.golden_day import (
     A1,
@@ -31,7 +32,6 @@ from tests.support.golden_day import (
     timeout_fallback,
 )
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse.analytics.metrics import compute
 
 pytestmark = pytest.mark.integration
 
@@ -131,8 +131,8 @@ def test_seed000_false_fallbacks_by_type_never_mix_quality_and_timeout(warehouse
 
 
 def test_cloud_calls_histogram_counts_sessions_by_their_sum(warehouse):
-    from warehouse.queries.common import QueryWindow
-    from warehouse.queries.decisions import cloud_calls_histogram
+    from routerscope.warehouse.queries.decisions import cloud_calls_histogram
+    from routerscope.warehouse.sql import QueryWindow
 
     insert(warehouse, DECISION_EVENTS, LABEL_EVENTS)
     window = QueryWindow(START, END)
@@ -332,8 +332,8 @@ def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
     }
 
     # Without the local floor the cumulative rule alone recommends 0.40 and moves a band that passed 26/36.
-    from warehouse.analytics.metrics import calibration
-    from warehouse.queries.common import QueryWindow
+    from routerscope.warehouse.analytics.metrics import calibration
+    from routerscope.warehouse.sql import QueryWindow
 
     loose = calibration(warehouse, QueryWindow(START, END), 0.95, 30, local_floor=0.0)[C]
     assert loose["recommended_threshold"] == 0.4 and loose["local_pass_rate_at_recommended"] == 0.0

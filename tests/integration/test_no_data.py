@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
+from routerscope.warehouse.analytics import alerting
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.schema_migrations import created_at
 from tests.support.home import clean_env, run_cli, settings_for
-from warehouse.analytics import alerting
-from warehouse.client import open_warehouse
-from warehouse.queries.schema_migrations import created_at
 
 pytestmark = pytest.mark.integration
 
@@ -56,13 +56,13 @@ def test_a_pipeline_that_never_received_an_event_goes_stale_after_the_freshness_
 def test_the_quality_page_warns_when_every_check_was_skipped(empty, home, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from dashboards import data
+    from routerscope.dashboards import data
     from tests.support.home import REPO
 
     assert run_cli("dq", env=clean_env(home), timeout=300).returncode == 4  # stores a run of skipped checks
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
     data.clear_caches()
-    app = AppTest.from_file(str(REPO / "dashboards" / "app_pages" / "quality.py"), default_timeout=60)
+    app = AppTest.from_file(str(REPO / "routerscope" / "dashboards" / "app_pages" / "quality.py"), default_timeout=60)
     app.run()
     assert not app.exception
     metrics = {m.label: m.value for m in app.metric}

@@ -17,13 +17,13 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from instrumentation.otlp.receiver import KafkaSink, Receiver
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
+from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver
+from routerscope.warehouse.ingest import loader
 from tests.support.home import settings_for
 from tests.support.ingest import produce, query
 from tests.support.otlp import SECRET, collector_messages, export, fallback_trace, finished_spans, running_receiver
-from warehouse.ingest import loader
 
 pytestmark = pytest.mark.integration
 ROW = (
@@ -54,7 +54,7 @@ EXPECTED = (
 def otlp_stack(home):
     """A broker and an empty warehouse of this test's own, with a mapping file that puts 127.0.0.1:8081
     (a llama.cpp server) on the device."""
-    from routerscope import broker
+    from routerscope.core import broker
 
     mapping = home / "otlp-mapping.yaml"
     mapping.write_text("device:\n  server_addresses: ['127.0.0.1:8081']\n")
@@ -335,8 +335,8 @@ def test_collect_on_a_port_in_use_is_one_line_and_exit_2(otlp_stack, home):
 def test_the_dagster_ingest_job_maps_the_otlp_topic_and_says_so(otlp_stack):
     import dagster as dg
 
-    from pipelines.ingest import ingest_topics
-    from pipelines.resources import RouterscopeResource
+    from routerscope.pipelines.ingest import ingest_topics
+    from routerscope.pipelines.resources import RouterscopeResource
 
     settings = otlp_stack
     ((key, value),) = collector_messages(finished_spans(fallback_trace))

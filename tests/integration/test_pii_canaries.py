@@ -16,20 +16,20 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from instrumentation.emitter import KafkaEmitter
-from instrumentation.sdk import Recorder
-from instrumentation.telemetry import Telemetry
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
+from routerscope.instrumentation.emitter import KafkaEmitter
+from routerscope.instrumentation.sdk import Recorder
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.loader import load
 from tests.support.events import decision, label
 from tests.support.home import clean_env, run_cli
 from tests.support.kafka import consume_all
 from tests.support.litellm_models import MESSAGES, MODEL_LIST
-from warehouse.client import open_warehouse
-from warehouse.ingest.loader import load
 
 litellm = pytest.importorskip("litellm")
-from instrumentation.litellm import RouterscopeCallback  # noqa: E402
+from routerscope.instrumentation.litellm import RouterscopeCallback  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -11,14 +11,14 @@ import subprocess
 import pytest
 import yaml
 
+from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.analytics.alerting.prometheus import rule_file
+from routerscope.warehouse.analytics.alerting.rules import DEFAULT_RULES, load_rules
 from tests.support.home import REPO
-from warehouse.analytics import stats
-from warehouse.analytics.alerting.prometheus import rule_file
-from warehouse.analytics.alerting.rules import DEFAULT_RULES, load_rules
 
 pytestmark = pytest.mark.integration
 
-SIM_RULES = REPO / "router" / "sim" / "alert_rules.yaml"
+SIM_RULES = REPO / "routerscope" / "router" / "sim" / "alert_rules.yaml"
 A = "intent_classify"
 
 
@@ -87,8 +87,8 @@ def test_promtool_checks_the_exported_rules(tmp_path, rules_path):
 def test_rules_on_a_population_estimate_are_left_out_and_named(tmp_path, rules_path):
     """The exporter has no per-stratum series, so the two rules that read §3c's estimates cannot be expressed in
     PromQL: they are left out of the file (never replaced by the labeled share), and `rules export` names them."""
+    from routerscope.warehouse.analytics.alerting.prometheus import unexported
     from tests.support.home import clean_env, run_cli
-    from warehouse.analytics.alerting.prometheus import unexported
 
     path, _ = export(tmp_path, rules_path)
     exported = {r["alert"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"] if "alert" in r}

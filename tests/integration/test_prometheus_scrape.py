@@ -14,18 +14,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from instrumentation.contract import BREAKERS
+from routerscope.contract.validation import BREAKERS
 from routerscope.core import names, procs
 from routerscope.core.procs import free_port
+from routerscope.warehouse.analytics.alerting.prometheus import rule_file
+from routerscope.warehouse.analytics.alerting.rules import load_rules
+from routerscope.warehouse.analytics.metrics import empty_group
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support import oncall
 from tests.support.events import breaker, dumps, iso
 from tests.support.home import ROUTERSCOPE, clean_env, settings_for
-from warehouse.analytics.alerting.prometheus import rule_file
-from warehouse.analytics.alerting.rules import load_rules
-from warehouse.analytics.metrics import empty_group
-from warehouse.client import open_warehouse
-from warehouse.ingest.rows import FACTS
-from warehouse.queries.metric_windows import write_window
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

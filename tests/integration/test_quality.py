@@ -10,19 +10,20 @@ from datetime import timedelta
 import dagster as dg
 import pytest
 
-from instrumentation.contract import BREAKERS, DECISION_INVARIANTS, DECISIONS, LABELS
-from pipelines.metrics import metrics_daily
-from pipelines.quality import data_quality
-from pipelines.resources import RouterscopeResource
+from routerscope.contract.validation import BREAKERS, DECISION_INVARIANTS, DECISIONS, LABELS
 from routerscope.core import names
+from routerscope.pipelines.metrics import metrics_daily
+from routerscope.pipelines.quality import data_quality
+from routerscope.pipelines.resources import RouterscopeResource
+from routerscope.warehouse.analytics import quality
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.ingest.rows import FACTS, ledger_columns
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.schema import LEDGER_COLUMNS
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
 from tests.support.golden_day import A1, A2, DECISION_EVENTS, END, LABEL_EVENTS, START, at, eid, insert
 from tests.support.home import clean_env, copy_warehouse, run_cli, settings_for
-from warehouse.analytics import quality
-from warehouse.client import open_warehouse
-from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, ledger_columns
-from warehouse.migrate import migrate
-from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration
 
@@ -447,7 +448,7 @@ def test_a_far_future_event_neither_hides_stale_ingest_nor_moves_the_dq_day(ware
         )
     stale = quality.run_suites(warehouse, WINDOW, now=END + timedelta(hours=2))
     assert failures(stale) == {"pipeline.freshness": 1, "pipeline.future_events": 1}
-    from warehouse.analytics.alerting import pipeline_signal
+    from routerscope.warehouse.analytics.alerting import pipeline_signal
 
     # the alert's view
     assert pipeline_signal(warehouse, "pipeline.freshness_lag_s", END + timedelta(hours=2)) == 2 * 3600

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from routerscope.warehouse.queries import decisions, ingest_offsets, labels
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.events import decision, iso, label, quality_fallback
 from tests.support.golden_day import eid, insert
-from warehouse.queries import decisions, ingest_offsets, labels
-from warehouse.queries.common import QueryWindow
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 
 
 def test_newest_decision_skips_events_from_the_future_and_shadow_traffic_when_asked(warehouse):
-    """warehouse.analytics.quality: "one event dated 2100 would hide stale ingest for good" — an event dated past
+    """routerscope.warehouse.analytics.quality: "one event dated 2100 would hide stale ingest for good" — an event
+    dated past
     the horizon is a device clock error and is not the newest decision."""
     assert decisions.newest_event(warehouse) is None  # an empty table: None, not the epoch
     assert ingest_offsets.freshness(warehouse, NOW) == {"newest_event": None, "last_load": None, "rows": 0}

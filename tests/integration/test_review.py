@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.analytics.review import grading_report, readiness_report, rollout_report, side_by_side
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries import review as review_queries
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.golden_day import insert
 from tests.support.golden_week import DECISIONS, END, LABELS, POLICY, RERUNS, START, A, B
-from warehouse.analytics.metrics import compute
-from warehouse.analytics.review import grading_report, readiness_report, rollout_report, side_by_side
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
-from warehouse.queries import review as review_queries
-from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration
 
@@ -219,8 +219,8 @@ def test_the_rollout_report_recommends_a_rollback_the_rules_raised_within_its_wi
     import json
     from datetime import timedelta
 
-    from warehouse.analytics.alerting.evaluate import Alert
-    from warehouse.queries.alerts import write_alerts
+    from routerscope.warehouse.analytics.alerting.evaluate import Alert
+    from routerscope.warehouse.queries.alerts import write_alerts
 
     def episode(rule, task_type, first, last, action="rollback", severity="page", metric="degrade_trigger_rate"):
         return Alert(

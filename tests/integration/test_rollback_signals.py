@@ -13,18 +13,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from instrumentation.events import LabelEvent
-from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore
-from router.replay import route_correct
+from routerscope.contract.events import LabelEvent
+from routerscope.router.engine import Request, Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore
+from routerscope.router.replay import route_correct
+from routerscope.warehouse.analytics import alerting
+from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support.fakes import FakeClock, SteadyDevice, SwitchableCloud
 from tests.support.golden_day import insert
 from tests.support.home import settings_for
-from warehouse.analytics import alerting
-from warehouse.analytics.metrics import compute
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
-from warehouse.queries.metric_windows import write_window
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 
 from routerscope.core import names
 from routerscope.core.errors import WarehouseError
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import MIGRATIONS_DIR, discover, migrate
 from tests.support.home import REPO, clean_env, run_cli, settings_for
-from warehouse.client import open_warehouse
-from warehouse.migrate import MIGRATIONS_DIR, discover, migrate
 
 pytestmark = pytest.mark.integration
 
@@ -129,8 +129,8 @@ HOLDER = textwrap.dedent(
     """
     import sys, time
     from routerscope.core.settings import Settings
-    from warehouse.client import open_warehouse
-    from warehouse.migrate import migrate
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.migrate import migrate
     with open_warehouse(Settings.from_env(), purpose=sys.argv[1]) as client:
         migrate(client)
         print("holding", flush=True)
@@ -191,7 +191,7 @@ def test_nested_units_of_work_in_one_process_share_the_client(warehouse_settings
 def test_migrate_command_and_unknown_dsn_scheme(home):
     ok = run_cli("migrate", env=clean_env(home))
     assert ok.returncode == 0, ok.stderr
-    from warehouse.migrate import discover
+    from routerscope.warehouse.migrate import discover
 
     assert f"applied {len(discover())} migration(s)" in ok.stdout
     again = run_cli("migrate", env=clean_env(home))

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from routerscope import broker
-from routerscope.core import names
+from routerscope.core import broker, names
 from routerscope.core.procs import free_port
 from tests.support.home import REPO, ROUTERSCOPE, clean_env, run_cli, settings_for
 from tests.support.ingest import produce, query, scalar, valid_decisions
@@ -188,7 +187,7 @@ def test_two_loads_at_once_load_everything_once_and_the_second_waits_saying_so(s
 
 @pytest.mark.slow
 def test_a_second_load_with_no_wait_exits_75_in_one_line_and_partition_sets_that_overlap_exclude(stack, home):
-    from warehouse.client import load_lock
+    from routerscope.warehouse.client import load_lock
 
     produce(stack, DECISIONS, valid_decisions(300))
     with load_lock(stack, None):  # a load of every partition is running (this process holds its lock)
@@ -209,7 +208,7 @@ def test_a_second_load_with_no_wait_exits_75_in_one_line_and_partition_sets_that
 def test_a_load_through_a_symlink_to_the_warehouse_meets_the_lock_on_its_real_path(stack, home, tmp_path):
     """Issue: a load through a symlinked warehouse path took a lock file of its own beside the symlink, so it
     did not wait for the load running through the real path and failed 10 s later on the engine's lock."""
-    from warehouse.client import load_lock
+    from routerscope.warehouse.client import load_lock
 
     produce(stack, DECISIONS, valid_decisions(300))
     stack.warehouse.path.mkdir(mode=0o700)
@@ -246,7 +245,7 @@ def test_a_load_through_a_symlink_to_the_warehouse_meets_the_lock_on_its_real_pa
 
 @pytest.mark.slow
 def test_disjoint_partition_sets_do_not_wait_for_each_other(stack, home):
-    from warehouse.client import load_lock
+    from routerscope.warehouse.client import load_lock
 
     said: list[str] = []
     with load_lock(stack, [0]):
@@ -342,7 +341,7 @@ def test_with_5000_partitions_and_nothing_new_no_false_data_loss_alarm(home):
     for a minute: a run then ends with BrokerUnavailable, its position stored, and the next run resumes. That
     is the honest outcome and is retried here; the false data-loss alarm must never come."""
     from routerscope.core.errors import BrokerUnavailable
-    from warehouse.ingest.loader import load
+    from routerscope.warehouse.ingest.loader import load
 
     def load_through_stalls(**options):
         """(loaded, skipped) of the first run that ends normally; the stalled runs before it stored what they

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from routerscope.warehouse.analytics import whatif
+from routerscope.warehouse.analytics.metrics import compute as compute_metrics
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.events import capability_miss, decision, iso, label, quality_fallback
 from tests.support.golden_day import END, START, at, attempts, eid, insert
 from tests.support.home import clean_env, copy_warehouse, run_cli
-from warehouse.analytics import whatif
-from warehouse.analytics.metrics import compute as compute_metrics
-from warehouse.client import open_warehouse
-from warehouse.queries.common import QueryWindow
 
 pytestmark = pytest.mark.integration
 
@@ -435,7 +435,7 @@ def test_a_gate_that_could_not_judge_fails_closed_with_exit_4(cli_home):
 def test_whatif_reads_the_candidates_from_the_policy_file_about_to_be_pushed(cli_home, tmp_path):
     """The router's own policy format; --task-type keeps the named ones. short_reply at 0.85 as in the
     golden test above; intent_classify at 0.95."""
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     text = DEFAULT_POLICY.read_text()
     text = text.replace("threshold: 0.60", "threshold: 0.85").replace("threshold: 0.70", "threshold: 0.95")
@@ -478,7 +478,7 @@ def test_whatif_refuses_bad_input_in_one_line(cli_home, args, message):
 
 
 def test_the_policy_in_force_re_scored_moves_nothing(cli_home):
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     run = cli(cli_home, "--task-type", IC, "--policy", str(DEFAULT_POLICY))  # intent_classify's own 0.70
     assert run.returncode == 0, run.stderr
@@ -554,7 +554,7 @@ def test_a_policy_file_that_changes_routing_the_whatif_cannot_rescore_is_not_jud
     """Issue 38: a file with `pii_to_cloud: true` (or L1 off, or 64 device slots) gave output byte-identical to
     the unchanged file and exit 0. The what-if re-scores thresholds only: it names every other routing change,
     and a gate on such a file exits 4."""
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     text = DEFAULT_POLICY.read_text()
     assert edit[0] in text

@@ -7,9 +7,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from pipelines.resources import AlertDelivery
-from router.backends import CloudResult, DeviceResult
-from warehouse.analytics.alerting import slack_body
+from routerscope.pipelines.resources import AlertDelivery
+from routerscope.router.backends import CloudResult, DeviceResult
+from routerscope.warehouse.analytics.alerting import slack_body
 
 
 # -- router: clocks, devices and clouds for the decision engine's tests -----------------------------

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from instrumentation.contract import DECISIONS, LABELS
+from routerscope.contract.validation import DECISIONS, LABELS
 from routerscope.core import names
+from routerscope.warehouse.ingest.rows import FACTS, ledger_columns
+from routerscope.warehouse.schema import LEDGER_COLUMNS
 from tests.support.events import capability_miss, decision, dumps, iso, label, quality_fallback
-from warehouse.ingest.rows import FACTS, LEDGER_COLUMNS, ledger_columns
 
 START = datetime(2026, 11, 29, tzinfo=UTC)
 END = START + timedelta(days=1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from router.policy import parse
+from routerscope.router.policy import parse
 from tests.support.events import capability_miss, decision, iso, label, quality_fallback
 
 START = datetime(2026, 11, 22, tzinfo=UTC)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.migrate import migrate
 from tests.support.events import BASE_TIME, capability_miss, decision, dumps, iso, quality_fallback
-from warehouse.client import open_warehouse
-from warehouse.migrate import migrate
 
 FAST = dict(idle_timeout_s=0.5)
 

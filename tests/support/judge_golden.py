@@ -1,6 +1,6 @@
 """The judge's golden set: per task type, device answers with a verdict given by hand (would this answer have
 done for the user?), written before the judge was run on them. Requests are the simulator's
-(`router.sim.texts.TEXTS`); `reference` is a cloud answer to the same request (None: no cloud answer).
+(`routerscope.router.sim.texts.TEXTS`); `reference` is a cloud answer to the same request (None: no cloud answer).
 
 Hand verdicts are about the answer, not about what the judge can see: a well-formed but wrong answer the
 judge cannot catch (a valid label the cloud did not contradict, code that parses but computes the wrong
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from router.sim.texts import TEXTS
+from routerscope.router.sim.texts import TEXTS
 
 
 class Case(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from routerscope import broker
+from routerscope.core import broker
 
 
 def consume_all(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) -> list:

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from instrumentation.otlp.receiver import KafkaSink, Receiver
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
+from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver
 
 SECRET = "my card is 4111 1111 1111 1111, the secret prompt"
 

@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from instrumentation.telemetry import Telemetry
 from routerscope.core import names
+from routerscope.instrumentation.telemetry import Telemetry
 
 
 class ListEmitter:

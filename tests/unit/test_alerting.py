@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from routerscope.core.errors import ConfigError
-from warehouse.analytics.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
-from warehouse.analytics.alerting.evaluate import evaluate_signal, series_by_scope, transition, transitions
+from routerscope.warehouse.analytics.alerting import Alert, BreachStreak, Point, Rule, evaluate, load_rules
+from routerscope.warehouse.analytics.alerting.evaluate import evaluate_signal, series_by_scope, transition, transitions
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 STEP = timedelta(minutes=5)
@@ -121,7 +121,7 @@ def _rollback_rule(name: str):
 def _windows(*counts):
     """Stored 5-minute windows of one task type from (degrade-triggered, device-entered) counts, with the
     metric set's own Wilson intervals."""
-    from warehouse.analytics import stats
+    from routerscope.warehouse.analytics import stats
 
     return [
         (
@@ -155,7 +155,7 @@ def test_seed004_a_rollback_fires_when_every_interval_lies_beyond_the_limit_and_
     step = transition(rule, "tool_call", verdict, None, "v1", NOW)
     trip = json.loads(step[1].trip_values)
     assert [round(w["interval"][0], 6) for w in trip["windows"]] == [0.163265, 0.150674, 0.180045]
-    from warehouse.analytics.alerting import slack_body
+    from routerscope.warehouse.analytics.alerting import slack_body
 
     assert "ROLLBACK RECOMMENDED for tool_call: degrade_trigger_rate 0.306 [0.18, 0.469]" in slack_body(step[1])["text"]
 
@@ -171,7 +171,7 @@ def test_seed004_a_rollback_fires_when_every_interval_lies_beyond_the_limit_and_
     ],
 )
 def test_seed004_route_accuracy_breaches_on_the_interval_high_end(name, accuracy, breaches):
-    from warehouse.analytics import stats
+    from routerscope.warehouse.analytics import stats
 
     rule = _rollback_rule("rollback_route_accuracy")
     k, n = accuracy
@@ -211,7 +211,7 @@ def test_an_interval_rule_judges_each_task_type_against_its_own_limit():
     Calm: 60/170 = 0.353, Wilson low (0.352941 + 3.841459/340)/(1 + 3.841459/170) − 1.959964·√(0.352941·0.647059/170
     + 3.841459/115600)/1.022597 = 0.356193 − 0.071114 = 0.285078: over 0.05, not over 0.45. The push: 140/175 =
     0.8, low 0.734579 > 0.45. tool_call (no limit of its own) at 13/40 = 0.325, low 0.200845 > 0.05."""
-    from warehouse.analytics import stats
+    from routerscope.warehouse.analytics import stats
 
     rule = replace(_rollback_rule("rollback_degrade_trigger"), limits={"short_reply": 0.45})
 
@@ -234,8 +234,8 @@ def test_an_interval_rule_judges_each_task_type_against_its_own_limit():
 def test_the_alert_names_the_limit_that_applied_to_its_task_type():
     """The stored episode (trip values, summary), the webhook message and the rollback evidence carry the task
     type's own limit, and the default beside it."""
-    from warehouse.analytics.alerting import slack_body
-    from warehouse.analytics.alerting.evaluate import summarize
+    from routerscope.warehouse.analytics.alerting import slack_body
+    from routerscope.warehouse.analytics.alerting.evaluate import summarize
 
     own = transition(PER_TASK, "short_reply", streak(0.5, 0.5, 0.5), None, "v1", NOW)[1]
     trip = json.loads(own.trip_values)
@@ -497,7 +497,7 @@ def _transition(instance, seq, minute, from_state, to_state):
     ],
 )
 def test_breaker_open_at_any_moment_of_each_window(name, transitions, open_windows):
-    from warehouse.analytics.alerting.evaluate import breaker_open_series
+    from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_series
 
     starts = [T0 + k * STEP for k in range(4)]
     points = breaker_open_series(transitions, starts, STEP)
@@ -505,7 +505,7 @@ def test_breaker_open_at_any_moment_of_each_window(name, transitions, open_windo
 
 
 def test_breaker_open_counts_instances():
-    from warehouse.analytics.alerting.evaluate import breaker_open_series
+    from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_series
 
     transitions = [_transition("a", 1, 1, "closed", "open"), _transition("b", 1, 2, "closed", "open")]
     assert [p.value for p in breaker_open_series(transitions, [T0, T0 + STEP], STEP)] == [2, 2]
@@ -534,7 +534,7 @@ def test_one_rollback_recommendation_pages_once_however_many_of_its_rules_fire()
     """Issue 38 ("On-call pages twice"): a second rollback rule firing for a task type whose rollback already
     pages is grouped (stored, never delivered alone); two firing at once page the earlier; another task type pages
     on its own; when the paging episode has resolved, a grouped one still firing pages."""
-    from warehouse.analytics.alerting.evaluate import GROUPED, one_page_per_rollback, pending, with_changes
+    from routerscope.warehouse.analytics.alerting.evaluate import GROUPED, one_page_per_rollback, pending, with_changes
 
     t0 = datetime(2026, 12, 4, 4, 40, tzinfo=UTC)
     degrade = _rollback("rollback_degrade_trigger", t0, "sent")

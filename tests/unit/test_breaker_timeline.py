@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dashboards import charts
+from routerscope.dashboards import charts
 
 T = pd.Timestamp("2026-12-01 12:00", tz="UTC")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dashboards import charts
+from routerscope.dashboards import charts
 
 T0 = pd.Timestamp("2026-12-01 12:00", tz="UTC")
 SINCE, UNTIL = T0 - pd.Timedelta(hours=1), T0 + pd.Timedelta(hours=1)

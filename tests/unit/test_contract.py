@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import (
+from routerscope.contract.events import FALLBACK_TYPES, REASONS, DecisionEvent
+from routerscope.contract.validation import (
     ATTEMPT_LATENCY_MAX,
     BREAKERS,
     DECISION_MAXIMA,
@@ -21,7 +22,6 @@ from instrumentation.contract import (
     decision_invariants_hold,
     decision_ranges_hold,
 )
-from instrumentation.events import FALLBACK_TYPES, REASONS, DecisionEvent
 from tests.support.events import breaker, capability_miss, decision, dumps, label, quality_fallback
 
 VALID_DECISIONS = {

@@ -1,6 +1,6 @@
-"""What an application imports (`instrumentation` + `router`) stands without the pipeline's heavy
-dependencies: with Dagster, Streamlit, Great Expectations, chDB (and the warehouse client) blocked,
-every module imports (but the optional LiteLLM integration, which imports LiteLLM itself) and a
+"""What an application imports (`routerscope.sdk`: core, contract, instrumentation, router) stands without the
+pipeline's heavy dependencies: with Dagster, Streamlit, Great Expectations, chDB (and the warehouse client)
+blocked, every module imports (but the optional LiteLLM integration, which imports LiteLLM itself) and a
 decision is recorded through the SDK into the emitter's spool."""
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ class Block(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Block())
 skipped = []
-for package in ("instrumentation", "router"):
+for package in ("routerscope.core", "routerscope.contract", "routerscope.instrumentation", "routerscope.router"):
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
-        if module.name == "instrumentation.litellm":
+        if module.name == "routerscope.instrumentation.litellm":
             skipped.append(module.name)  # the optional extra (`routerscope[litellm]`): tested where it is used
             continue
         importlib.import_module(module.name)
 
-from instrumentation.sdk import Recorder
+from routerscope.sdk import Recorder
 recorder = Recorder.from_env()
 with recorder.decision(task_type="short_reply", session_id="s1", deadline_ms=2000) as d:
     d.device_attempt(level=0, outcome="ok", latency_ms=12.0)
@@ -52,5 +52,5 @@ def test_the_core_imports_and_records_without_dagster_streamlit_gx_or_chdb(tmp_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["loaded"] == [] and result["skipped"] == ["instrumentation.litellm"]
+    assert result["loaded"] == [] and result["skipped"] == ["routerscope.instrumentation.litellm"]
     assert result["counters"]["emitted"] == 1 and result["counters"]["spooled"] + result["counters"]["delivered"] == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipelines.definitions import defs
+from routerscope.pipelines.definitions import defs
 
 
 def test_definitions_load_and_every_job_resolves():
@@ -31,7 +31,7 @@ def test_definitions_load_and_every_job_resolves():
 def test_the_alert_webhook_is_read_from_the_environment_at_run_time(monkeypatch):
     """Unset, ROUTERSCOPE_ALERT_WEBHOOK leaves alerts stored, not delivered: loading the definitions and
     building the resource must not fail (a `dg.EnvVar` would fail every run's config)."""
-    from pipelines.resources import AlertWebhookResource
+    from routerscope.pipelines.resources import AlertWebhookResource
 
     assert isinstance(defs.resources["alert_webhook"], AlertWebhookResource)
     monkeypatch.delenv("ROUTERSCOPE_ALERT_WEBHOOK", raising=False)

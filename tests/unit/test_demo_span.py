@@ -1,12 +1,12 @@
-"""A re-run of the demo never lays its simulated span on top of the previous one (routerscope/demo.py)."""
+"""A re-run of the demo never lays its simulated span on top of the previous one (routerscope/cli/demo.py)."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from routerscope.cli.demo import next_span, record_span
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
-from routerscope.demo import next_span, record_span
 
 NOW = datetime(2026, 12, 1, 23, 1, 30, tzinfo=UTC)  # a span that ends now ends at 23:00, a 5-minute boundary
 SPAN = timedelta(minutes=120)

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from warehouse.analytics.exporter import Replay
+from routerscope.warehouse.analytics.exporter import Replay
 
 WALL = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from router.backends import CloudResult, DeviceResult, validate
-from router.judge import declaration_problems, judge_answer, token_f1
-from router.policy import Capability, default_policy, parse
-from router.replay import judge, label_for
-from router.sim.backends import InstantCloud, InstantDevice
 from routerscope.core.errors import ConfigError
+from routerscope.router.backends import CloudResult, DeviceResult, validate
+from routerscope.router.judge import declaration_problems, judge_answer, token_f1
+from routerscope.router.policy import Capability, default_policy, parse
+from routerscope.router.replay import judge, label_for
+from routerscope.router.sim.backends import InstantCloud, InstantDevice
 from tests.support.judge_golden import GOLDEN
 
 POLICY = default_policy()
@@ -137,7 +137,7 @@ def test_the_answer_declaration_is_optional_and_must_be_a_mapping():
     ],
 )
 def test_the_cloud_models_rubric_verdict_is_its_first_word_or_none(said, verdict):
-    from router.judge import rubric_verdict
+    from routerscope.router.judge import rubric_verdict
 
     assert rubric_verdict(said) is verdict
 
@@ -146,7 +146,7 @@ def test_free_text_the_agreement_cannot_settle_goes_to_the_rubric_and_its_verdic
     """ "Yes, later works for me." against the cloud's "Yes, I'm free later this afternoon.": token F1 2·0.4·(1/3) /
     (0.4 + 1/3) = 0.364, between the cut-offs 0.2 and 0.4; the cloud model's one word decides, anything else gives
     no verdict; a clear F1 never asks it."""
-    from router.judge import RUBRIC
+    from routerscope.router.judge import RUBRIC
 
     cap, text = POLICY.capability("short_reply"), "Reply in one short sentence: are you free later?"
     answer, reference = "Yes, later works for me.", "Yes, I'm free later this afternoon."
@@ -177,7 +177,8 @@ def test_free_text_the_agreement_cannot_settle_goes_to_the_rubric_and_its_verdic
 
 
 def test_the_replay_asks_the_same_cloud_for_its_rubric_verdict_and_labels_it():
-    """router.replay: the cloud answers the request (the reference), then judges by the rubric through the same
+    """routerscope.router.replay: the cloud answers the request (the reference), then judges by the rubric through the
+    same
     client; the label's labeler names the method."""
 
     class ScriptedCloud(InstantCloud):

@@ -1,71 +1,169 @@
-"""The layers, bottom to top: `routerscope.core` (settings, names, errors, time, Kafka options, child
-processes) imports nothing of the project above it; the packages (`warehouse`, `pipelines`, `router`,
-`instrumentation`, `dashboards`) stand on it; the command layer (every other module of `routerscope`: the
-command line, the demo, the reports, the local broker) sits on top, and nothing below imports it. The
-command modules are derived from the files, so a new one is covered without an edit here. `make lint` runs
-this file."""
+"""The layers of `routerscope`, an ordered contract (`make lint` runs this file; docs/architecture.md#layers).
+
+Read top to bottom as the data flows, each layer imports only the layers below it:
+
+    core < contract < instrumentation < router
+         < warehouse (schema < queries < ingest | analytics | doctor)
+         < pipelines | dashboards < cli
+
+`a | b` are peers: neither imports the other. A module belongs to the layer of its package; the warehouse's
+schema layer is its client, the table columns, the SQL helpers and the migrations (`routerscope.warehouse`,
+`.client`, `.schema`, `.sql`, `.migrate`, `.schema_migrations`). `routerscope.sdk` is the instrumentation's
+public face. Every import counts, also one deferred into a function (it hides a dependency, it does not remove
+it); no module imports itself back through others when it runs (no cycle; an import for type checkers only,
+under `if TYPE_CHECKING:`, is not run)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 from tests.conftest import REPO
 
-PROJECT = ("routerscope", "warehouse", "pipelines", "router", "instrumentation", "dashboards")
-LOWER = ("routerscope/core", "warehouse", "pipelines", "router", "instrumentation", "dashboards")
-COMMAND_LAYER = tuple(
-    f"routerscope.{path.stem}" for path in sorted((REPO / "routerscope").glob("*.py")) if path.stem != "__init__"
-)
+PACKAGE = REPO / "routerscope"
+
+# (rank, group): a module may import a lower rank, or its own group; a peer (same rank, other group) never.
+LAYERS = {
+    "core": (0, "core"),
+    "contract": (1, "contract"),
+    "instrumentation": (2, "instrumentation"),
+    "sdk": (2, "instrumentation"),
+    "router": (3, "router"),
+    "warehouse": (4, "warehouse.schema"),
+    "warehouse.queries": (5, "warehouse.queries"),
+    "warehouse.ingest": (6, "warehouse.ingest"),
+    "warehouse.analytics": (6, "warehouse.analytics"),
+    "warehouse.doctor": (6, "warehouse.doctor"),
+    "pipelines": (7, "pipelines"),
+    "dashboards": (7, "dashboards"),
+    "cli": (8, "cli"),
+    "__main__": (8, "cli"),
+}
 
 
-def imported(path) -> set[str]:
-    """Every module a file imports, `from a import b` counted as both `a` and `a.b`."""
+def layer(module: str) -> tuple[int, str] | None:
+    """The layer of a `routerscope...` module (the longest prefix in LAYERS); None outside the project."""
+    parts = module.split(".")
+    if parts[0] != "routerscope":
+        return None
+    if len(parts) == 1:
+        return (0, "core")  # the package itself: its version only
+    for n in range(len(parts) - 1, 0, -1):
+        found = LAYERS.get(".".join(parts[1 : n + 1]))
+        if found:
+            return found
+    raise AssertionError(f"{module}: in no layer; add its package to LAYERS (and to docs/architecture.md)")
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _nodes(tree: ast.AST, typing_only: bool):
+    """Every node, or (typing_only=False) every node outside `if TYPE_CHECKING:` blocks (never executed)."""
+    for node in ast.iter_child_nodes(tree):
+        if not typing_only and isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            continue
+        yield node
+        yield from _nodes(node, typing_only)
+
+
+def imports(path: Path, typing_only: bool = True) -> set[str]:
+    """Every project module a file imports, wherever the import stands; `from a import b` counts `a.b` when
+    `b` is a module, else `a`. `typing_only=False`: the imports that run (not those for type checkers)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for node in _nodes(ast.parse(path.read_text(), filename=str(path)), typing_only):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+            found |= {alias.name for alias in node.names if alias.name.startswith("routerscope")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("routerscope"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in MODULES else node.module)
     return found
 
 
-def _is_command(module: str) -> bool:
-    return any(module == m or module.startswith(m + ".") for m in COMMAND_LAYER)
+SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+MODULES = {module_name(p) for p in SOURCES}
+GRAPH = {module_name(p): imports(p) for p in SOURCES}
+RUNS = {module_name(p): imports(p, typing_only=False) for p in SOURCES}
 
 
-def test_the_command_layer_is_derived_from_the_files():
-    assert {"routerscope.cli", "routerscope.demo", "routerscope.review", "routerscope.broker"} <= set(COMMAND_LAYER)
-    assert not any(m.startswith("routerscope.core") for m in COMMAND_LAYER)
+def test_every_module_has_a_layer():
+    assert all(layer(m) for m in MODULES)
+    assert layer("routerscope.warehouse.queries.metrics") == (5, "warehouse.queries")
+    assert layer("routerscope.warehouse.schema") == (4, "warehouse.schema")
 
 
-@pytest.mark.parametrize("package", LOWER)
-def test_no_lower_package_imports_the_command_layer(package):
-    offenders = {
-        str(path.relative_to(REPO)): sorted(m for m in imported(path) if _is_command(m))
-        for path in sorted((REPO / package).rglob("*.py"))
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
+def test_each_layer_imports_only_the_layers_below_it():
+    offenders = {}
+    for module, imported in GRAPH.items():
+        rank, group = layer(module)
+        bad = sorted(m for m in imported if (lo := layer(m)) and (lo[0] > rank or (lo[0] == rank and lo[1] != group)))
+        if bad:
+            offenders[module] = bad
+    assert offenders == {}
 
 
-def test_the_ground_floor_imports_nothing_of_the_project_above_it():
-    offenders = {
-        str(path.relative_to(REPO)): sorted(
-            m for m in imported(path) if m.split(".")[0] in PROJECT and not m.startswith("routerscope.core")
-        )
-        for path in sorted((REPO / "routerscope" / "core").rglob("*.py"))
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
+def test_the_contract_catches_an_upward_import():
+    """The check itself: a router module importing the warehouse, or a peer its peer, is an offence."""
+    assert layer("routerscope.warehouse.client")[0] > layer("routerscope.router.engine")[0]
+    ingest, analytics = layer("routerscope.warehouse.ingest.loader"), layer("routerscope.warehouse.analytics.stats")
+    assert ingest[0] == analytics[0] and ingest[1] != analytics[1]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    # a package's __init__ importing its own modules is not a cycle of the code
+    graph = {m: {i for i in imported if not m.startswith(i + ".")} for m, imported in RUNS.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_the_alert_engine_and_the_cli_unit_of_work_import_without_dagster():
-    """`routerscope alerts` runs the alerts job's unit of work (`pipelines.core`) without Dagster's
+    """`routerscope alerts` runs the alerts job's unit of work (`routerscope.pipelines.core`) without Dagster's
     seconds of import: the engine and its delivery must not pull it in."""
     code = (
-        "import sys, pipelines.core, warehouse.analytics.alerting;"
+        "import sys, routerscope.pipelines.core, routerscope.warehouse.analytics.alerting;"
         " print(sorted(m for m in sys.modules if m == 'dagster'))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""The mapping of GenAI spans to decision events (instrumentation/otlp/mapping.py, docs/otlp.md): each
+"""The mapping of GenAI spans to decision events (routerscope/instrumentation/otlp/mapping.py, docs/otlp.md): each
 source's dialect, device or cloud from the mapping file, fallbacks only from what the spans show, and no
 content or raw identifier in an event. Every event is checked against the contract as the loader will."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from instrumentation.otlp.mapping import NO_MODEL_CALL, TOO_MANY_CALLS, Mapping, MappingError, map_trace
-from instrumentation.otlp.proto import KIND_CLIENT, KIND_INTERNAL, SpanView
+from routerscope.contract.validation import DECISIONS
+from routerscope.instrumentation.otlp.mapping import NO_MODEL_CALL, TOO_MANY_CALLS, Mapping, MappingError, map_trace
+from routerscope.instrumentation.otlp.proto import KIND_CLIENT, KIND_INTERNAL, SpanView
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 MAPPING = Mapping.from_dict(
@@ -238,8 +238,8 @@ def _message(offset: int, spans, sent_ms: int, partition: int = 0):
     ids=["young: waits for its root", "old: mapped as it is", "its partition not read to the end: waits"],
 )
 def test_a_trace_without_its_root_waits_while_young_or_while_its_partition_has_more(age_ms, unread, deferred):
+    from routerscope.warehouse.ingest.otlp import map_messages
     from tests.support.otlp import fallback_trace, finished_spans
-    from warehouse.ingest.otlp import map_messages
 
     calls = [s for s in finished_spans(fallback_trace) if s.parent is not None]
     now = 1_800_000_000_000
@@ -249,7 +249,7 @@ def test_a_trace_without_its_root_waits_while_young_or_while_its_partition_has_m
 
 
 def test_a_message_that_is_not_otlp_is_quarantined_without_its_bytes():
-    from warehouse.ingest.otlp import NOT_OTLP, map_messages
+    from routerscope.warehouse.ingest.otlp import NOT_OTLP, map_messages
 
     secret = b"\x0a\xff\x01 the secret prompt"
     _, rows, result, _ = map_messages([(0, 3, None, (1, 0), secret)], MAPPING)
@@ -262,8 +262,8 @@ def test_a_late_piece_of_a_trace_already_stored_is_quarantined_never_a_second_ev
     """The root and the cloud call were mapped by an earlier load; the device call's span comes later, alone. Mapped,
     it would be a second, different event under the trace's id (a blocking data-quality failure); the stored decision
     stands and the late spans are kept in the quarantine with the reason."""
+    from routerscope.warehouse.ingest.otlp import ALREADY_MAPPED, map_messages
     from tests.support.otlp import fallback_trace, finished_spans
-    from warehouse.ingest.otlp import ALREADY_MAPPED, map_messages
 
     spans = finished_spans(fallback_trace)
     late = [s for s in spans if s.parent is not None][:1]

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from routerscope.core.errors import BrokerUnavailable
-from tests.support.home import settings_for
-from warehouse.ingest import loader as loader_module
-from warehouse.ingest.loader import (
+from routerscope.warehouse.ingest import loader as loader_module
+from routerscope.warehouse.ingest.loader import (
     CLOSE_TIMEOUT_S,
     DEFAULT_BROKER_TIMEOUT_S,
     METADATA_TIMEOUT_S,
@@ -18,6 +17,7 @@ from warehouse.ingest.loader import (
     PartitionState,
     partition_timeout,
 )
+from tests.support.home import settings_for
 
 
 @pytest.mark.parametrize("partitions", [0, 1, 3, 36, 1_000])

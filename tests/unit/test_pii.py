@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instrumentation import pii
-from instrumentation.sdk import Recorder
+from routerscope.instrumentation import pii
+from routerscope.instrumentation.sdk import Recorder
 from tests.support.telemetry import stack
 
 
@@ -107,7 +107,7 @@ def test_an_unusable_key_found_lazily_hashes_under_a_key_of_the_process_never_th
 RACE = r"""
 import sys
 from pathlib import Path
-from instrumentation import pii
+from routerscope.instrumentation import pii
 print(pii.load_key(Path(sys.argv[1])).hex(), flush=True)
 """
 
@@ -154,7 +154,7 @@ def test_versions_and_model_names_are_scrubbed_but_their_dates_are_not_phone_num
 def test_a_hashed_long_id_is_never_scrubbed_again_whatever_its_hex_spells():
     """A long id is replaced by `hashed-<32 hex>`; its hex can hold a digit run that reads as a phone or a card
     number, and the id must keep the value its session groups by (it was a flaky 'redacted-' before)."""
-    from instrumentation.pii import HASHED, hashed_id, scrub, scrub_name
+    from routerscope.instrumentation.pii import HASHED, hashed_id, scrub, scrub_name
 
     looks_like_a_card = "hashed-" + "4111111111111111" + "0" * 16
     assert HASHED.fullmatch(looks_like_a_card) and scrub(looks_like_a_card) == looks_like_a_card

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from warehouse.analytics.quality import CHECKS, FRAMES, Limit, Thresholds
-from warehouse.analytics.quality.frames import stats_frame
-from warehouse.analytics.quality.gx import expectation, import_gx
-from warehouse.queries.common import QueryWindow
+from routerscope.warehouse.analytics.quality import CHECKS, FRAMES, Limit, Thresholds
+from routerscope.warehouse.analytics.quality.frames import stats_frame
+from routerscope.warehouse.analytics.quality.gx import expectation, import_gx
+from routerscope.warehouse.sql import QueryWindow
 
 DAY = QueryWindow(datetime(2026, 11, 28, tzinfo=UTC), datetime(2026, 11, 29, tzinfo=UTC))
 

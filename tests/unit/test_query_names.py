@@ -2,7 +2,7 @@
 
 import pytest
 
-from warehouse.queries.common import named
+from routerscope.warehouse.sql import named
 
 
 def test_tables_and_checked_identifiers_are_substituted_and_bound_parameters_left_alone():
@@ -21,7 +21,7 @@ def test_an_identifier_that_is_not_one_is_refused(value):
 def test_a_generated_select_reads_only_a_table_or_a_placeholder_never_text():
     """The contract SQL's source is a name (`$input`, `routerscope.bench_raw`) or a `$name` `named` spells from
     its constant fragments; a subquery or anything else written in its place is refused."""
-    from warehouse.queries.landing import _GEN
+    from routerscope.warehouse.queries.landing import _GEN
 
     gen = next(iter(_GEN.values()))
     assert "FROM $input" in gen.parsed_select()

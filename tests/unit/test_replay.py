@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from instrumentation.contract import LABELS
-from router.backends import CloudResult, DeviceResult
-from router.judge import JUDGE_VERSION
-from router.policy import DEFAULT_POLICY, parse
-from router.replay import Verdict, judge, label_for, route_correct
-from router.sim.backends import InstantCloud, InstantDevice
+from routerscope.contract.validation import LABELS
+from routerscope.router.backends import CloudResult, DeviceResult
+from routerscope.router.judge import JUDGE_VERSION
+from routerscope.router.policy import DEFAULT_POLICY, parse
+from routerscope.router.replay import Verdict, judge, label_for, route_correct
+from routerscope.router.sim.backends import InstantCloud, InstantDevice
 from tests.support.fakes import SamplingScriptedDevice
 
 POLICY = parse(DEFAULT_POLICY.read_text())
@@ -94,7 +94,7 @@ def test_replay_judge_checks_meaning_or_agreement(task_type, device, cloud, acce
     ],
 )
 def test_seed004_determinism_group_of_three_reruns(answers, agree):
-    from router.replay import RERUN_TEMPERATURE, rerun
+    from routerscope.router.replay import RERUN_TEMPERATURE, rerun
 
     device = SamplingScriptedDevice(*answers)
     group = rerun(device, POLICY, "r1", "intent_classify", "play some jazz")
@@ -107,7 +107,7 @@ def test_the_sample_takes_every_stratum_in_turn():
     """The sampling design: task type × confidence bucket, one from each stratum in turn. Six low-confidence
     intent_classify fallbacks and one of each other stratum: a sample of 4 holds every stratum, not four of the
     crowded one (a seeded sample of the fallbacks at large would be mostly the crowded stratum)."""
-    from router.replay import allocate, stratum_name
+    from routerscope.router.replay import allocate, stratum_name
 
     crowded = [(f"i{k}", "intent_classify", "quality", 0, 6) for k in range(6)]
     others = [("i-mid", "intent_classify", "quality", 1, 1), ("s-none", "short_reply", "timeout", -1, 1)]
@@ -121,7 +121,7 @@ def test_the_sample_takes_every_stratum_in_turn():
 
 
 def test_first_answers_keeps_the_answer_the_threshold_judged_not_the_retry():
-    from router.replay import FirstAnswers
+    from routerscope.router.replay import FirstAnswers
     from tests.support.fakes import SamplingScriptedDevice
 
     device = FirstAnswers(SamplingScriptedDevice(("banana", "ok"), ("play_music", "ok"), ("", "timeout")))
@@ -135,6 +135,6 @@ def test_first_answers_keeps_the_answer_the_threshold_judged_not_the_retry():
 
 
 def accepts_temperature(device) -> bool:
-    from router.engine import accepts_keyword
+    from routerscope.router.engine import accepts_keyword
 
     return accepts_keyword(device.generate, "temperature")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC
 
-from router.request_store import RequestTextStore, remove_store, store_path
+from routerscope.router.request_store import RequestTextStore, remove_store, store_path
 
 
 def test_texts_are_found_by_id_and_missing_ids_are_absent(tmp_path):
@@ -25,7 +25,7 @@ def test_texts_are_found_by_id_and_missing_ids_are_absent(tmp_path):
 def test_seed004_divergence_samples_keep_both_texts_and_hashes_beside_the_requests(tmp_path):
     from datetime import datetime
 
-    from router.engine import Divergence, answer_hash
+    from routerscope.router.engine import Divergence, answer_hash
 
     t = datetime(2026, 11, 29, tzinfo=UTC)
     with RequestTextStore(tmp_path / "store.sqlite") as store:

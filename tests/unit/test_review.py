@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.policy import Capability, ConfigError, RolloutLimits, in_canary, parse
-from warehouse.analytics.review import (
+from routerscope.router.policy import Capability, ConfigError, RolloutLimits, in_canary, parse
+from routerscope.warehouse.analytics.review import (
     evaluate_stage,
     factors,
     gate_duration,
@@ -19,7 +19,7 @@ from warehouse.analytics.review import (
     streamable,
     token_screen,
 )
-from warehouse.analytics.stats import EMPTY_ESTIMATE
+from routerscope.warehouse.analytics.stats import EMPTY_ESTIMATE
 
 LIMITS = RolloutLimits(
     agreement=0.9,
@@ -407,7 +407,7 @@ def test_seed004_canary_cohort_is_sticky_by_session_and_near_its_percentage():
     ],
 )
 def test_hostile_rollout_settings_are_refused(rollout):
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     with pytest.raises(ConfigError):
         parse(DEFAULT_POLICY.read_text().replace("rollout:", f"rollout: {rollout}\nunused_rollout:"))
@@ -427,7 +427,7 @@ def test_hostile_rollout_settings_are_refused(rollout):
     ],
 )
 def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     with pytest.raises(ConfigError):
         parse(DEFAULT_POLICY.read_text().replace("error_cost: 0.4}", field + "}"))
@@ -435,7 +435,7 @@ def test_hostile_review_inputs_in_the_capability_matrix_are_refused(field):
 
 @pytest.mark.parametrize("tiers", ["{low: {memory_mb: 0}}", "{low: 4096}", "{low: {memory_mb: true}}", "[low]"])
 def test_hostile_device_tiers_are_refused(tiers):
-    from router.policy import DEFAULT_POLICY
+    from routerscope.router.policy import DEFAULT_POLICY
 
     text = DEFAULT_POLICY.read_text()
     text = text[: text.index("device_tiers:")] + f"device_tiers: {tiers}\nbreakers:" + text.split("\nbreakers:", 1)[1]
@@ -448,7 +448,7 @@ def test_hostile_device_tiers_are_refused(tiers):
 def test_a_policy_section_that_is_not_a_mapping_is_a_config_error_not_a_crash(section, value):
     """A hot reload only keeps the last good policy on ConfigError: any other exception would escape into
     the router's request path."""
-    from router.policy import parse
+    from routerscope.router.policy import parse
 
     text = "version: t\ncapabilities: {short_reply: {supported: true, threshold: 0.6}}\n" + f"{section}: {value}\n"
     with pytest.raises(ConfigError, match=f"{section} must be a mapping"):

@@ -1,12 +1,13 @@
-"""One rollback truth (warehouse/analytics/rollback.py): the rollback state of a task type over a range, from the
+"""One rollback truth (routerscope/warehouse/analytics/rollback.py): the rollback state of a task type over a range,
+from the
 alert episodes of its rollback rules, and the words every page and `report rollout` print. Episodes are
-hand-built in the shape `warehouse.queries.alerts.incidents` returns."""
+hand-built in the shape `routerscope.warehouse.queries.alerts.incidents` returns."""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from warehouse.analytics.rollback import NONE_WORDS, state_of, states
+from routerscope.warehouse.analytics.rollback import NONE_WORDS, state_of, states
 
 START, END = datetime(2026, 11, 28, tzinfo=UTC), datetime(2026, 12, 5, tzinfo=UTC)
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from instrumentation.contract import DECISIONS
-from router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from router.engine import Request, Router, latency_gate
-from router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore, write_policy
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from routerscope.router.engine import Request, Router, latency_gate
+from routerscope.router.policy import DEFAULT_POLICY, BreakerPolicy, PolicyStore, write_policy
 from tests.support.fakes import FakeClock, ScriptedCloud, ScriptedDevice, cloud, dev
 
 device_results = st.builds(
@@ -327,8 +327,8 @@ def test_a_bad_policy_at_start_is_a_clear_error(tmp_path):
 def test_a_policy_derived_in_code_is_stamped_from_its_content_and_a_too_long_version_is_refused():
     """`Policy.with_`: the same changes give the same version, other changes another; the file version
     and a tag stay readable in front of the digest; policy_version holds 64 characters."""
-    from router.policy import default_policy
     from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import default_policy
 
     base = default_policy()
     once, again = base.with_("canary", l1_enabled=False), base.with_("canary", l1_enabled=False)

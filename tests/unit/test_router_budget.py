@@ -15,11 +15,11 @@ import time
 import pytest
 from msgspec import UNSET
 
-from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult, OpenAICloud
-from router.engine import L4_MS, Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore
-from router.sim.hostile import Trickler
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.backends import CloudResult, DeviceResult, OpenAICloud
+from routerscope.router.engine import L4_MS, Request, Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore
+from routerscope.router.sim.hostile import Trickler
 from tests.support.fakes import QuickCloud
 
 SLACK_MS = 40.0  # thread scheduling on a loaded 2-core machine

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult, committed, complete_sentences, error_kind
-from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore, write_policy
-from router.sim.backends import InstantDevice
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.backends import CloudResult, DeviceResult, committed, complete_sentences, error_kind
+from routerscope.router.engine import Request, Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore, write_policy
+from routerscope.router.sim.backends import InstantDevice
 from tests.support.fakes import FakeClock, GreedyCloud, GreedyDevice, QuickCloud
 
 
@@ -284,8 +284,8 @@ def test_a_bad_value_is_one_line_naming_the_key_and_a_running_router_keeps_the_l
     ids=["alias bomb", "deep nesting"],
 )
 def test_hostile_yaml_is_refused_before_it_costs_memory(tmp_path, text, message):
-    from router.policy import parse
     from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import parse
 
     with pytest.raises(ConfigError, match=message):
         parse(text, "p.yaml")
@@ -295,8 +295,8 @@ def test_hostile_yaml_is_refused_before_it_costs_memory(tmp_path, text, message)
 def test_a_policy_path_that_is_not_a_small_regular_file_is_refused_at_once(tmp_path, kind):
     import os
 
-    from router.policy import read_policy_file
     from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import read_policy_file
 
     path = tmp_path / "p.yaml"
     if kind == "fifo":
@@ -685,8 +685,8 @@ def test_a_request_with_nowhere_else_to_go_tries_l3_when_l2_cannot_hold_the_slow
     ids=["negative cap", "infinite cool-down", "tiny spike factor", "huge int", "bad regex", "duplicate key"],
 )
 def test_a_policy_value_out_of_its_type_or_range_is_one_line(tmp_path, old, new, expected):
-    from router.policy import parse
     from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import parse
 
     text = DEFAULT_POLICY.read_text()
     assert old in text
@@ -747,7 +747,7 @@ def test_pii_with_twenty_thousand_turns_is_cut_within_its_budget(tmp_path):
 
 
 def test_a_cut_plain_text_keeps_its_head_and_its_question():
-    from router.backends import CUT_MARK, degrade_prompt
+    from routerscope.router.backends import CUT_MARK, degrade_prompt
 
     text = "Summarise: " + "blah " * 2000 + "QUESTION: is my card blocked?"
     cut = degrade_prompt(text, 0.1)
@@ -758,7 +758,7 @@ def test_a_cut_plain_text_keeps_its_head_and_its_question():
 def test_a_megabyte_of_pii_is_never_tokenized_whole_on_the_requests_thread(tmp_path):
     """Gemma's tokenizer takes ≈ 0.5 s a megabyte: a 1.5 MB PII text held a 600 ms budget for 782 ms. Past
     MAX_COUNTED_CHARS the text is first cut by characters, and only what is left is counted."""
-    from router.engine import MAX_COUNTED_CHARS
+    from routerscope.router.engine import MAX_COUNTED_CHARS
 
     counted = []
 

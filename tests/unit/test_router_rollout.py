@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from router.backends import CloudResult, DeviceResult, thermal_state
-from router.engine import Request, Router
-from router.policy import DEFAULT_POLICY, PolicyStore, in_canary
-from router.sim.backends import InstantCloud, InstantDevice
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.backends import CloudResult, DeviceResult, thermal_state
+from routerscope.router.engine import Request, Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore, in_canary
+from routerscope.router.sim.backends import InstantCloud, InstantDevice
 
 STATS = {
     "peak_mem_mb": 950.0,
@@ -197,8 +197,8 @@ def test_thermal_state_is_unknown_without_readable_zones(tmp_path):
 def test_a_policy_value_of_the_wrong_type_is_one_config_error_naming_it(yaml_text, message):
     """A reload must keep the last good policy on a bad file: a wrong type is a ConfigError, never a TypeError
     from deep in a comparison."""
-    from router.policy import parse
     from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import parse
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse("version: 1\n" + yaml_text, "p.yaml")

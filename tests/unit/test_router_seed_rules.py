@@ -21,10 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from router.backends import DeviceResult, OpenAICloud
-from router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
-from router.policy import DEFAULT_POLICY, PolicyStore, write_policy
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.backends import DeviceResult, OpenAICloud
+from routerscope.router.engine import L4_MS, Request, Router, device_fits, level_timeout_ms
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore, write_policy
 from tests.support.fakes import BlockingDevice, FakeClock, GreedyCloud, GreedyDevice, SleepingDevice, StreamingDevice
 
 

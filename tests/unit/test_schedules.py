@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 import dagster as dg
 import pytest
 
-from pipelines import timing
-from pipelines.definitions import defs
-from pipelines.ingest import ingest_job, ingest_sensor
 from routerscope.core.errors import ConfigError
+from routerscope.pipelines import timing
+from routerscope.pipelines.definitions import defs
+from routerscope.pipelines.ingest import ingest_job, ingest_sensor
 
 UTC = UTC
 REPOSITORY = defs.get_repository_def()
@@ -121,7 +121,7 @@ def test_a_bad_sensor_interval_is_a_config_error(raw):
 
 
 def test_each_new_5_minute_window_triggers_one_alert_evaluation():
-    from pipelines.alerting import alerts_after_metrics
+    from routerscope.pipelines.alerting import alerts_after_metrics
 
     instance = dg.DagsterInstance.ephemeral()
     with dg.build_sensor_context(instance=instance, repository_def=REPOSITORY) as context:

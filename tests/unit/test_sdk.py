@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from instrumentation import attributes as A
-from instrumentation.contract import DECISIONS, LABELS
-from instrumentation.emitter import Message
-from instrumentation.pii import scrub
-from instrumentation.sdk import InvalidDecision, Recorder
-from instrumentation.telemetry import InstrumentedRouter
-from router.backends import CloudResult
-from router.engine import Request, Router
-from router.request_store import RequestTextStore
+from routerscope.contract.validation import DECISIONS, LABELS
+from routerscope.instrumentation import attributes as A
+from routerscope.instrumentation.emitter import Message
+from routerscope.instrumentation.pii import scrub
+from routerscope.instrumentation.sdk import InstrumentedRouter, InvalidDecision, Recorder
+from routerscope.router.backends import CloudResult
+from routerscope.router.engine import Request, Router
+from routerscope.router.request_store import RequestTextStore
 from tests.support.fakes import ScriptedCloud, ScriptedDevice, dev
 from tests.support.telemetry import stack
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from warehouse.analytics import stats
+from routerscope.warehouse.analytics import stats
 
 
 def test_wilson_interval_by_hand():
@@ -116,7 +116,7 @@ def test_pool_adjacent_violators_by_hand(name, blocks, fitted):
 )
 def test_threshold_change_reads_as_one_sentence(change, text):
     """docs/metrics.md §6: the tuning page shows the band a recommendation moves next to it."""
-    from warehouse.analytics.metrics import threshold_change_text
+    from routerscope.warehouse.analytics.metrics import threshold_change_text
 
     assert threshold_change_text(change) == text
 
@@ -124,7 +124,7 @@ def test_threshold_change_reads_as_one_sentence(change, text):
 def test_a_push_is_compared_with_the_version_that_served_the_traffic_before_it():
     """docs/metrics.md §9: the live sample's one request under its own version, first seen later than the real
     baseline's 4,050, is not the baseline of the push."""
-    from warehouse.analytics.metrics import comparable_span, push_baseline
+    from routerscope.warehouse.analytics.metrics import comparable_span, push_baseline
 
     earlier = {
         "base": {"requests": 4050, "first_event": "2026-11-29T10:00:00Z"},

@@ -1,7 +1,7 @@
-"""The weekly review at a glance (dashboards/summary.py): one row per task type, what needs action first,
+"""The weekly review at a glance (routerscope/dashboards/summary.py): one row per task type, what needs action first,
 the verdicts reconciled in words. Inputs are hand-built in the shapes of the metric set and the reports."""
 
-from dashboards.summary import reconcile, rows
+from routerscope.dashboards.summary import reconcile, rows
 
 
 def report(**task_types) -> dict:
@@ -58,7 +58,10 @@ REVIEW = {
 def test_rows_are_sorted_by_what_needs_action_first():
     out = rows(METRICS, REVIEW)
     assert [(r["task type"], r["needs"]) for r in out] == [
-        ("short_reply", "rollback recommended"),  # the range's rollback state (warehouse.analytics.rollback)
+        (
+            "short_reply",
+            "rollback recommended",
+        ),  # the range's rollback state (routerscope.warehouse.analytics.rollback)
         ("intent_classify", "threshold to move"),
         ("tool_call", "verdicts disagree"),
         ("slot_extract", "stage ready to advance"),

@@ -19,14 +19,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from instrumentation.emitter import KafkaEmitter, Message
-from instrumentation.pii import scrub
-from instrumentation.sdk import Recorder
-from instrumentation.telemetry import InstrumentedRouter, Telemetry
-from router.backends import CloudResult
-from router.engine import Request, Router
 from routerscope.core import names
 from routerscope.core.procs import free_port
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.pii import scrub
+from routerscope.instrumentation.sdk import InstrumentedRouter, Recorder
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.router.backends import CloudResult
+from routerscope.router.engine import Request, Router
 from tests.support.fakes import ScriptedCloud, ScriptedDevice, dev
 from tests.support.telemetry import ListEmitter
 
@@ -521,7 +521,7 @@ def test_abandoned_calls_are_counted_and_a_late_shadow_event_leaves_through_the_
     import json
     import threading
 
-    from router.policy import DEFAULT_POLICY, PolicyStore
+    from routerscope.router.policy import DEFAULT_POLICY, PolicyStore
     from tests.support.fakes import QuickCloud
 
     class Hanging:

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dashboards.timerange import resolve
+from routerscope.dashboards.timerange import resolve
 
 ANCHOR = datetime(2026, 12, 1, 21, 20, tzinfo=UTC)
 
@@ -66,7 +66,7 @@ def test_a_range_past_the_calendar_or_the_warehouse_falls_back_and_says_why_brie
 
 
 def test_a_message_shown_as_text_escapes_every_markdown_mark():
-    from dashboards.timerange import as_text
+    from routerscope.dashboards.timerange import as_text
 
     shown = as_text("range '[a](https://x.example) ![i](https://x.example/i.png) :red[big] <b>'\nnext")
     assert shown == (

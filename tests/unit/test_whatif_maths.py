@@ -1,11 +1,11 @@
-"""The what-if's arithmetic on counts (warehouse/analytics/whatif.py), without a warehouse: the cost of new
+"""The what-if's arithmetic on counts (routerscope/warehouse/analytics/whatif.py), without a warehouse: the cost of new
 fallbacks and the moved requests' shares (docs/metrics.md §14)."""
 
 from __future__ import annotations
 
 import pytest
 
-from warehouse.analytics import whatif
+from routerscope.warehouse.analytics import whatif
 
 ROW = {
     "requests": 4,
@@ -57,7 +57,7 @@ def test_moved_adds_both_ways_and_keeps_each_way():
 
 def _result(missed: int, labeled: int) -> dict:
     """A what-if result for one task type whose candidate has `missed` of `labeled` device-served labels bad."""
-    from warehouse.analytics import stats
+    from routerscope.warehouse.analytics import stats
 
     candidate = {
         "missed_fallback_rate": stats.ratio(missed, labeled),

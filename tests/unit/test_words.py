@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboards import words
+from routerscope.dashboards import words
 
 
 @pytest.mark.parametrize(

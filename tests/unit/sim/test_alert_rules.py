@@ -1,5 +1,6 @@
-"""The SIMULATED fleet's alert rules (`router/sim/alert_rules.yaml`): the shipped defaults rule for rule, with
-per task type limits set from the fleet's calm baseline by the margins `router.sim.baseline` states
+"""The SIMULATED fleet's alert rules (`routerscope/router/sim/alert_rules.yaml`): the shipped defaults rule for rule,
+with
+per task type limits set from the fleet's calm baseline by the margins `routerscope.router.sim.baseline` states
 (docs/metrics.md §3b: a confidence-gated task type's limit sits above its own accepted baseline)."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from router.sim.baseline import DENOMINATORS, MARGINS, MIN_BASELINE, SIM_RULES, calm_baseline, tuned_limit
-from warehouse.analytics.alerting.rules import load_rules
+from routerscope.router.sim.baseline import DENOMINATORS, MARGINS, MIN_BASELINE, SIM_RULES, calm_baseline, tuned_limit
+from routerscope.warehouse.analytics.alerting.rules import load_rules
 
 
 @pytest.mark.parametrize(
@@ -74,9 +75,9 @@ def test_each_limit_sits_where_a_fresh_seeded_runs_calm_baseline_puts_it():
 def test_the_demo_judges_with_the_fleets_rules_through_the_settings_every_alert_job_reads(tmp_path):
     """Unless ROUTERSCOPE_ALERT_RULES names a file, the demo's settings carry the fleet's rules, and the Dagster
     resource the alerts job reads them from (as the daemon's would) hands them on; a file the user names wins."""
-    from pipelines.resources import RouterscopeResource
+    from routerscope.cli.demo import fleet_settings
     from routerscope.core.settings import Settings
-    from routerscope.demo import fleet_settings
+    from routerscope.pipelines.resources import RouterscopeResource
 
     env = {"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     demo = fleet_settings(Settings.from_env(env))
@@ -91,9 +92,9 @@ def test_the_demo_judges_with_the_fleets_rules_through_the_settings_every_alert_
 def test_a_bad_rules_file_stops_the_demo_before_it_simulates(tmp_path):
     """ROUTERSCOPE_ALERT_RULES naming a broken file: one ConfigError naming the file and the field, before any
     broker, simulation or warehouse (nothing to clean up, nothing half done)."""
+    from routerscope.cli.demo import run
     from routerscope.core.errors import ConfigError
     from routerscope.core.settings import Settings
-    from routerscope.demo import run
 
     rules = tmp_path / "rules.yaml"
     rules.write_text(SIM_RULES.read_text().replace("short_reply: 0.45,", "short_reply: high,", 1))

@@ -1,4 +1,4 @@
-"""The simulator (`router.sim`): the fleet's simulated latencies, the bad threshold push as a `Policy`
+"""The simulator (`routerscope.router.sim`): the fleet's simulated latencies, the bad threshold push as a `Policy`
 object (no policy file), nothing read at import time, and the production router never importing it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from statistics import median
 
 import pytest
 
-from instrumentation.contract import DECISIONS
-from router.engine import L4_MS
-from router.policy import default_policy
-from router.sim.fleet import Fleet, Incidents, pushed_policy, simulated_policy
+from routerscope.contract.validation import DECISIONS
+from routerscope.router.engine import L4_MS
+from routerscope.router.policy import default_policy
+from routerscope.router.sim.fleet import Fleet, Incidents, pushed_policy, simulated_policy
 from tests.support.home import REPO, clean_env
 
 
@@ -78,10 +78,11 @@ reads = []
 real_read_text, real_open = pathlib.Path.read_text, builtins.open
 pathlib.Path.read_text = lambda self, *a, **k: reads.append(str(self)) or real_read_text(self, *a, **k)
 builtins.open = lambda file, *a, **k: reads.append(str(file)) or real_open(file, *a, **k)
-import router.sim, router.sim.backends, router.sim.fleet, router.sim.standin_cloud, router.sim.texts
+import routerscope.router.sim.backends, routerscope.router.sim.fleet, routerscope.router.sim.standin_cloud
+import routerscope.router.sim.texts
 at_import = list(reads)
-from router.policy import default_policy
-from router.sim.fleet import pushed_policy, simulated_policy
+from routerscope.router.policy import default_policy
+from routerscope.router.sim.fleet import pushed_policy, simulated_policy
 base = simulated_policy()
 many = default_policy().with_("many", shadow=frozenset(["short_reply", "tool_call", "slot_extract", "code_snippet"]))
 print(json.dumps({"at_import": at_import, "versions": [base.version, pushed_policy(base).version, many.version]}))
@@ -101,7 +102,10 @@ def test_importing_the_simulator_reads_no_file_and_derived_versions_do_not_depen
 
 def test_the_production_router_never_imports_the_simulator():
     offenders = []
-    for path in [*(REPO / "router").glob("*.py"), *(REPO / "instrumentation").glob("*.py")]:
+    for path in [
+        *(REPO / "routerscope" / "router").glob("*.py"),
+        *(REPO / "routerscope" / "instrumentation").glob("*.py"),
+    ]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
                 [a.name for a in node.names]
@@ -110,7 +114,11 @@ def test_the_production_router_never_imports_the_simulator():
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            offenders += [f"{path.name}: {n}" for n in names if n == "router.sim" or n.startswith("router.sim.")]
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if n == "routerscope.router.sim" or n.startswith("routerscope.router.sim.")
+            ]
     assert offenders == []
 
 

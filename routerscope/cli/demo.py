@@ -1,0 +1,494 @@
+"""The main job: a simulated fleet through the real router, end to end, in one command.
+
+Broker (local unless configured) → SIMULATED fleet with scripted incidents → Kafka → the Dagster
+jobs the daemon runs, in this process: `ingest` → `metrics_5m_job` for every 5-minute partition of
+the span, `alerts_job` after each (as the daemon's sensor does) → `metrics_daily_job` (data-quality
+suites, then daily metrics) per day → a summary with the headline numbers and the alerts the
+incidents raised. Re-running adds another simulated span and continues from the stored offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from routerscope.core import broker, names
+from routerscope.core.errors import RouterscopeError
+from routerscope.core.settings import Settings
+from routerscope.core.timeutil import parse_utc
+
+CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
+
+
+def _bar(total: int, desc: str, unit: str):
+    from tqdm import tqdm
+
+    # On a terminal a live bar; in a log or a pipe the same line, refreshed every 5 s (counts, not silence).
+    return tqdm(
+        total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 5.0
+    )
+
+
+def simulate(
+    settings: Settings,
+    requests: int,
+    seed: int,
+    span: timedelta,
+    corrupt: int = 0,
+    show: bool = True,
+    live_requests: int = 0,
+    start: datetime | None = None,
+) -> dict:
+    """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
+    Request texts go to the request-text store (for the offline replay), never into events."""
+    from routerscope.core.kafka import producer_config
+    from routerscope.instrumentation.emitter import KafkaEmitter, Message
+    from routerscope.instrumentation.telemetry import Telemetry
+    from routerscope.router.request_store import RequestTextStore
+    from routerscope.router.sim.fleet import Fleet, default_start
+
+    emitter = KafkaEmitter(
+        producer_config(settings), settings.spool_path, block_when_full=True
+    )  # a batch producer: paced, never dropping
+    tel = Telemetry(emitter)
+    start = start or default_start(span)
+    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
+    on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
+    live: dict = {}
+    try:
+        with RequestTextStore(settings.request_texts_path) as texts:
+            if live_requests:
+                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
+            fleet = Fleet(
+                seed=seed,
+                start=start,
+                span=span,
+                instance_id=run_instance("sim-router-1", start),
+                texts=texts,
+                on_event=on_event,
+                on_breaker_event=on_breaker_event,
+                on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+            )
+            bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
+            try:
+                stats = fleet.run(requests, progress=bar.update if bar else (lambda n: None))
+            finally:
+                if bar:
+                    bar.close()
+        store_simulated_reruns(settings, fleet.simulated_reruns())
+        for i in range(corrupt):
+            emitter.emit(Message(names.TOPIC_DECISIONS, b"corrupt", CORRUPT[i % len(CORRUPT)]))
+    finally:  # Ctrl-C included: what was routed is sent, or spooled to disk for the next run
+        pending = emitter.counters()["in_flight"]
+        if sys.exc_info()[0] is not None and pending:
+            print(
+                f"\nrouterscope demo: sending the {pending} events routed before the stop ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        if not emitter.flush(120):
+            print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
+        emitter.close()
+    return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
+
+
+def run_instance(router: str, start: datetime) -> str:
+    """The router instance id of one demo run: each run is a new router process, whose breakers start closed
+    and number their transitions from 1 again, so it gets an instance id of its own (the span's start names
+    it; spans never overlap). Under one id, a re-run's `seq` 1, 2, … interleaved with the first run's: the
+    chain check failed the day, and the breaker signal read the first run's outage as lasting into the second
+    (docs/demo.md#running-it-again)."""
+    return f"{router}-run-{start:%Y%m%dT%H%MZ}"
+
+
+def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
+    """The SIMULATED fleet's determinism groups (what the weekly replay measures with the real model) go
+    straight to the warehouse, so the grading report has a determinism to score."""
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.queries.review import store_reruns
+
+    with open_warehouse(settings, purpose="simulated replay", migrated=True) as client:
+        store_reruns(client, groups)
+
+
+LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")
+
+
+def live_sample(
+    settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event, show: bool = True
+) -> dict:
+    """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
+    device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
+    confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
+    from routerscope.router.backends import OpenAICloud, gemma_path
+    from routerscope.router.engine import Request, Router
+    from routerscope.router.model_worker import ModelCrashed, WorkerDevice
+    from routerscope.router.policy import PolicyStore
+    from routerscope.router.replay import FirstAnswers
+    from routerscope.router.sim.standin_cloud import StandInCloud
+    from routerscope.router.sim.texts import request_text
+
+    print(
+        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
+        file=sys.stderr,
+    )
+    model = gemma_path(settings.home)
+    cloud = StandInCloud(model, settings.standin_cloud_log_path)
+    device = None
+    served: dict[str, int] = {}
+    done = 0
+    bar = None
+    try:
+        # the model runs in a worker process: a native crash there cannot freeze this process (which holds
+        # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
+        # the device's first answer to each request is kept beside its text: the replay judges that answer
+        device = FirstAnswers(WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1))
+        cloud.wait_ready()
+        t0 = time.monotonic()
+        router = Router(
+            device,
+            OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
+            policy=PolicyStore(),
+            instance_id=run_instance("live-router-1", start),
+            now=lambda: start + timedelta(seconds=time.monotonic() - t0),
+            on_event=on_event,
+            on_breaker_event=on_breaker_event,
+        )
+        rng = random.Random(seed)
+        bar = _bar(count, "live sample (real Gemma)", " req") if show else None
+        for i in range(count):
+            task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
+            text = request_text(rng, task_type)
+            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128))}"
+            texts.add(request_id, task_type, text)
+            response, _ = router.route(
+                Request(
+                    task_type=task_type,
+                    text=text,
+                    session_id=f"live-session-{i % 3}",
+                    request_id=request_id,
+                    deadline_ms=30_000,
+                    expected_output_tokens=8,
+                    network="wifi",
+                    device_tier="high",
+                    app_id="live-sample",
+                )
+            )
+            first = device.take()
+            if first is not None:
+                texts.add_answer(request_id, first)
+            served[response.served_by] = served.get(response.served_by, 0) + 1
+            done += 1
+            if bar:
+                bar.update(1)
+            if device.crashed:
+                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.model_worker_log_path}")
+        return {"requests": done, "served_by": served, "device_model": device.model}
+    except Exception as exc:  # whatever failed, the live sample is optional: one line, and the fleet runs
+        print(
+            f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
+            "the simulated fleet runs without it",
+            file=sys.stderr,
+        )
+        return {"requests": done, "served_by": served, "failed": str(exc)}
+    finally:
+        if bar:
+            bar.close()
+        if device is not None:
+            device.close()
+        cloud.stop()
+
+
+def start_fresh(settings: Settings) -> None:
+    """Forget every earlier demo run of this home: stop the local broker (its memory goes with it),
+    remove the embedded warehouse, the request-text store and the spool. Refuses a server warehouse."""
+    import shutil
+
+    from routerscope.router.request_store import remove_store
+
+    if not settings.warehouse.embedded:
+        raise RouterscopeError(
+            "--fresh removes an embedded warehouse only; this one is a server: drop its database yourself"
+        )
+    if settings.kafka_bootstrap_env:
+        raise RouterscopeError(
+            "--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP"
+        )
+    broker.stop(settings)
+    for path in (settings.warehouse.path, settings.spool_path):
+        shutil.rmtree(path, ignore_errors=True)
+    settings.demo_span_path.unlink(missing_ok=True)
+    remove_store(settings.home)
+    print(
+        f"  fresh start: removed the demo warehouse {settings.warehouse.redacted()} and restarted the local broker",
+        file=sys.stderr,
+    )
+
+
+def fleet_settings(settings: Settings) -> Settings:
+    """The settings the demo runs with: unless ROUTERSCOPE_ALERT_RULES names a rules file, the SIMULATED
+    fleet's (`routerscope/router/sim/alert_rules.yaml`: the shipped defaults with per task type limits tuned to the
+    simulated fleet's calm baseline, docs/metrics.md §3b), through the same Settings field every alert
+    evaluation reads (the alerts job here and in the daemon, `routerscope alerts`, the dashboard)."""
+    if settings.alert_rules is not None:
+        return settings
+    from routerscope.router.sim.baseline import SIM_RULES
+
+    return dataclasses.replace(settings, alert_rules=SIM_RULES)
+
+
+def run(
+    settings: Settings,
+    *,
+    requests: int,
+    seed: int,
+    port: int,
+    span_minutes: int = 120,
+    corrupt: int = 3,
+    live_requests: int = 0,
+    fresh: bool = False,
+) -> dict:
+    """The demo, step by step, through the same Dagster jobs the daemon runs (`routerscope.pipelines.definitions`), in
+    this process: `ensure_broker` → `simulate_span` → `load` (`ingest`) → `metrics_and_alerts`
+    (`metrics_5m_job` over the span, `alerts_job` as of each window's end) → `daily_quality_and_metrics`
+    (`metrics_daily_job` per day)."""
+    import dagster as dg
+
+    from routerscope.pipelines.resources import RouterscopeResource
+    from routerscope.warehouse.analytics.alerting.rules import load_rules
+
+    settings = fleet_settings(settings)
+    load_rules(settings.alert_rules)  # a bad rules file stops the demo here, in one line, before it simulates
+    if fresh:
+        start_fresh(settings)
+    out: dict = {"kafka": ensure_broker(settings, port)}
+    start, span = next_span(settings, timedelta(minutes=span_minutes))
+    sim = out["simulated"] = simulate_span(settings, requests, seed, span, corrupt, live_requests, start)
+    record_span(settings, sim["end"])
+    resources = {"routerscope": RouterscopeResource.for_settings(settings)}
+    instance = dg.DagsterInstance.ephemeral()  # one for all of the demo's runs, as one deployment has one
+    out["loaded"] = load(resources, instance)
+    summary, fired, firing = metrics_and_alerts(
+        settings, sim["start"], sim["end"], resources=resources, instance=instance
+    )
+    days = span_days(sim["start"], sim["end"])
+    out["quality"] = daily_quality_and_metrics(days, resources=resources, instance=instance)
+    out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
+    return out
+
+
+MIN_RERUN_SPAN = timedelta(minutes=10)  # a re-run's span at the least (two 5-minute windows)
+
+
+def _previous_end(settings: Settings) -> datetime | None:
+    import json
+
+    try:
+        return parse_utc(json.loads(settings.demo_span_path.read_text())["end"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no earlier demo in this home (or a record that cannot be read: nothing to avoid)
+
+
+def record_span(settings: Settings, end: datetime) -> None:
+    """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
+    import json
+
+    settings.demo_span_path.write_text(json.dumps({"end": end.isoformat()}))
+
+
+def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:
+    """Where this run's simulated span goes: (start, length). It ends now; when the previous demo of this
+    home ended less than `span` ago, it starts where that one ended instead, so two runs never lie on top of
+    each other (two outages at once, sessions counted twice). A re-run sooner than MIN_RERUN_SPAN after the
+    previous span's end is refused with what to do. "Now" is the latest 5-minute boundary (`span_end`), so
+    the metric windows cut the scripted timeline the same way on every run."""
+    from routerscope.router.sim.fleet import (
+        span_end,  # the simulator (greenlet, the router) loads only when a demo runs
+    )
+
+    now = span_end(now)
+    previous = _previous_end(settings)
+    if previous is None or previous <= now - span:
+        return now - span, span
+    if now - previous >= MIN_RERUN_SPAN:
+        shorter = now - previous
+        print(
+            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {previous:%H:%M} → "
+            f"{now:%H:%M} ({shorter.total_seconds() / 60:.0f} min) so the two do not overlap",
+            file=sys.stderr,
+        )
+        return previous, shorter
+    raise RouterscopeError(
+        f"the previous demo's simulated span ends at {previous:%Y-%m-%d %H:%M} UTC: a new span now would lie on "
+        "top of it (two outages at once, sessions counted twice). Run the demo again from "
+        f"{previous + MIN_RERUN_SPAN:%H:%M} UTC (it then covers the time since), or start over with "
+        "`routerscope demo --fresh`"
+    )
+
+
+def ensure_broker(settings: Settings, port: int) -> str:
+    """The broker the demo publishes to (a configured one, or the local one started on `port`); its
+    bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
+    from routerscope.core import kafka
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.queries import ingest_offsets
+
+    if settings.kafka_bootstrap_env:
+        kafka.ensure_topics(settings)
+        return settings.kafka_bootstrap_env
+    restarted = not broker.status(settings).running
+    bootstrap = broker.start(settings, port=port).bootstrap
+    if restarted:
+        with open_warehouse(settings, purpose="demo", migrated=True) as client:
+            loaded_before = ingest_offsets.position_count(client)
+        if loaded_before:
+            raise RouterscopeError(
+                "the local broker keeps its messages in memory and was restarted since the last demo, so the "
+                f"demo's warehouse ({settings.warehouse.redacted()}) refers to messages it no longer has. "
+                "Run `routerscope demo --fresh` to start the demo over (it removes the demo's warehouse)"
+            )
+    return bootstrap
+
+
+def simulate_span(
+    settings: Settings,
+    requests: int,
+    seed: int,
+    span: timedelta,
+    corrupt: int,
+    live_requests: int,
+    start: datetime | None = None,
+):
+    """`simulate`, with the demo's one-line account of it."""
+    sim = simulate(settings, requests, seed, span, corrupt, live_requests=live_requests, start=start)
+    print(
+        f"  simulated {sim['requests']} requests and {sim['labels']} labels (SIMULATED), {corrupt} corrupted messages",
+        file=sys.stderr,
+    )
+    return sim
+
+
+def load(resources: dict, instance) -> dict:
+    """The `ingest` job once (as the daemon's ingest sensor starts it); rows loaded per topic."""
+    from routerscope.pipelines.run import materializations, run_job
+
+    print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
+    result = run_job(
+        "ingest",
+        resources=resources,
+        instance=instance,
+    )
+    return {k: v.get("loaded") for k, v in materializations(result).items()}
+
+
+def metrics_and_alerts(settings: Settings, start: datetime, end: datetime, *, resources: dict, instance):
+    """The span's 5-minute windows with the alerts after each (`windows_and_alerts`), the summary of the
+    whole span (not stored), then the alerts as of now. Returns (summary, fired lines, firing keys)."""
+    from routerscope.pipelines.core import metrics_window, unit_of_work
+
+    with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
+        fired = windows_and_alerts(start, end, resources=resources, instance=instance)
+        summary, _ = metrics_window(settings, start, end)
+        final = run_alerts(resources, instance)
+    return summary, fired, final["firing_keys"]
+
+
+def span_days(start: datetime, end: datetime) -> list:
+    """The UTC days [start, end) touches."""
+    return sorted({start.date(), (end - timedelta(microseconds=1)).date()})
+
+
+def daily_quality_and_metrics(days: list, *, resources: dict, instance) -> dict:
+    """`metrics_daily_job` per day (as the daily schedule runs it): the day's data-quality suites, then,
+    unless a blocking check failed, its metrics. Day → the blocking checks that failed, and whether the
+    metrics were materialized."""
+    from routerscope.pipelines.run import run_job
+
+    quality = {}
+    for day in days:
+        print(
+            f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …",
+            file=sys.stderr,
+            flush=True,
+        )
+        daily = run_job(
+            "metrics_daily_job",
+            partition_key=day.isoformat(),
+            raise_on_error=False,
+            resources=resources,
+            instance=instance,
+        )
+        checks = {e.check_name: e.passed for e in daily.get_asset_check_evaluations()}
+        quality[day.isoformat()] = {
+            "blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
+            "metrics_materialized": daily.success,
+        }
+    return quality
+
+
+def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None, since: datetime | None = None) -> dict:
+    """The `alerts_job` once: evaluated as of each time of `as_of` in order (default: once, now). Returns
+    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation; one whose episode
+    began before `since`, the run's start, says so: a re-run raises late-labelled episodes of the run before,
+    and must not pass them off as its own) and the alert keys `firing_keys` after the last evaluation."""
+    from routerscope.pipelines.alerting import evaluate_alerts
+    from routerscope.pipelines.run import run_job
+
+    config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
+    result = run_job(
+        "alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources, instance=instance
+    )
+    lines = []
+    evaluations = result.output_for_node(evaluate_alerts.name)
+    for evaluation in evaluations:
+        firing = {a["alert_key"]: a for a in evaluation["firing"]}
+        for key in evaluation["fired_now"]:
+            a = firing[key]
+            first_seen = parse_utc(a["first_seen"])
+            line = f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}"
+            late = (a.get("trip_values") or {}).get("late")
+            if since is not None and first_seen < since:
+                line += " (began before this run" + ("; raised now that its labels arrived)" if late else ")")
+            elif late:
+                line += " (raised late, when its labels arrived)"
+            lines.append(line)
+    return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
+
+
+def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, instance) -> list[str]:
+    """Every 5-minute partition overlapping [start, end) that has ended, through `metrics_5m_job` (one
+    run for the range), then `alerts_job` as of one minute after each window's end, in order: the
+    evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
+    windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
+
+    from routerscope.pipelines.core import unit_of_work
+    from routerscope.pipelines.run import run_job
+    from routerscope.pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
+
+    first = floor_5m(start)
+    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(UTC)))
+    windows = [first + k * FIVE_MINUTES for k in range((last_end - first) // FIVE_MINUTES)]
+    if not windows:
+        return []
+    print(
+        f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
+        file=sys.stderr,
+        flush=True,
+    )
+    # One open warehouse: the jobs' units of work nest in it instead of opening the embedded warehouse per run.
+    with unit_of_work(resources["routerscope"].settings(), purpose="demo metric windows"):
+        run_job(
+            "metrics_5m_job",
+            resources=resources,
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": five_minute_key(windows[0]),
+                "dagster/asset_partition_range_end": five_minute_key(windows[-1]),
+            },
+        )
+        as_of = [w + FIVE_MINUTES + timedelta(minutes=1) for w in windows]
+        return run_alerts(resources, instance, as_of=as_of, since=start)["fired_lines"]

@@ -1,0 +1,35 @@
+"""`routerscope report grading|readiness|rollout`: the weekly review's reports (docs/metrics.md §12, §13 and
+the stage tracker of docs/sources.md#seed-004-7), as JSON (the contract) or readable tables.
+
+The routing policy read is the router's own (`ROUTERSCOPE_POLICY`, else the default policy): the review
+judges task types against the capability matrix, error costs, device tiers and stages actually in force."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from routerscope.core.settings import Settings
+
+KINDS = ("grading", "readiness", "rollout")
+
+
+def build(kind: str, settings: Settings, days: float = 7.0, end: datetime | None = None) -> dict[str, Any]:
+    """The report of `kind` over the review window (`days` full days ending at `end`, by default at the
+    end of the newest live event's day): one part of the weekly review the tuning page shows
+    (`routerscope.warehouse.analytics.review.weekly_review`)."""
+    from routerscope.router.policy import PolicyStore
+    from routerscope.warehouse.analytics import review
+    from routerscope.warehouse.client import open_warehouse
+
+    store = PolicyStore()
+    policy = store.current()
+    declared = review.declared_streamable(store.path)  # an explicit `streamable` (the parsed policy cannot tell)
+    with open_warehouse(settings, purpose=f"report {kind}", migrated=True) as client:
+        window = review.review_window(client, days, end)
+        week = review.weekly_review(client, policy, window, settings.home, declared)
+    if kind == "grading":
+        return week["grading"]
+    if kind == "readiness":
+        return {**week["readiness"], "beside_grading": week["side_by_side"]}
+    return {**week["rollout"], "divergence_samples": week["divergences"]}

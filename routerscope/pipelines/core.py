@@ -1,0 +1,225 @@
+"""The units of work the Dagster assets run, as plain functions: the command line (`routerscope metrics`,
+`dq`, `alerts`) calls these same functions, with the same defaults (defined here and in the core
+modules, once), so the deployed path and the command line cannot drift apart.
+
+No Dagster import here: the command line stays quick to start."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from routerscope.core.settings import Settings
+from routerscope.warehouse.analytics import metrics as metric_core
+from routerscope.warehouse.client import open_warehouse
+
+
+def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = None):
+    """The warehouse, opened for one unit of work with its migrations applied (`open_warehouse(...,
+    migrated=True)`). `timeout_s`: how long to wait for an embedded warehouse another process holds."""
+    return open_warehouse(settings, purpose=purpose, timeout_s=timeout_s, migrated=True)
+
+
+@dataclass(frozen=True)
+class MetricParams:
+    """The tunable inputs of docs/metrics.md: the L2/L3 drift baseline, and the threshold recommender's
+    target pass rate and minimum sample."""
+
+    baseline_days: float = metric_core.DEFAULT_BASELINE_DAYS
+    target: float = metric_core.DEFAULT_TARGET
+    min_n: int = metric_core.DEFAULT_MIN_N
+
+
+def metrics_window(
+    settings: Settings,
+    start: datetime,
+    end: datetime,
+    params: MetricParams = MetricParams(),
+    store_grain: str | None = None,
+) -> tuple[dict[str, Any], int]:
+    """Every metric of docs/metrics.md for [start, end); stored in `metric_windows` (and, for a day,
+    `calibration_windows`) when `store_grain` is given. Returns the result and the rows stored."""
+    from routerscope.warehouse.queries import metric_windows
+
+    with unit_of_work(settings, purpose=f"metrics {store_grain or ''}".strip()) as client:
+        result = metric_core.compute(
+            client, start, end, baseline_days=params.baseline_days, target=params.target, min_n=params.min_n
+        )
+        rows = metric_windows.write_window(client, store_grain, start, end, result) if store_grain else 0
+    return result, rows
+
+
+def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
+    """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
+    `dq_results`, Data Docs under the home. Returns the `routerscope.warehouse.analytics.quality.QualityReport`."""
+    import great_expectations  # noqa: F401  (seconds to import: before taking the warehouse, not while holding it)
+
+    from routerscope.warehouse.analytics import quality
+    from routerscope.warehouse.sql import QueryWindow
+
+    with unit_of_work(settings, purpose="data quality") as client:
+        window = QueryWindow(start, end) if start is not None else quality.latest_window(client)
+        report = quality.run_suites(client, window, home=settings.home, thresholds=thresholds)
+        quality.store(client, report)
+    return report
+
+
+def evaluate_alerts(
+    settings: Settings,
+    now: datetime | None = None,
+    notifier=None,
+    by: str = "alerts_job",
+    rules_as_recorded: bool = False,
+    new_rules: bool = False,
+    warn=None,
+):
+    """Evaluate the alert rules (as of `now`, default the current time), update the episodes, deliver
+    pending notifications through `notifier` (a `routerscope.warehouse.analytics.alerting.Notifier`; the alerts job
+    passes
+    its `AlertWebhookResource`; default: `alerting.notifier_for(settings)`, Alertmanager and/or the webhook).
+    Returns the `routerscope.warehouse.analytics.alerting.Evaluation`. The job judges with the rules of `settings`; with
+    `rules_as_recorded` (`routerscope alerts --evaluate`) the rules this warehouse was last judged with are used
+    unless ROUTERSCOPE_ALERT_RULES names the same ones, or `new_rules` accepts others (`warn` gets the warning):
+    `alerting.rules_for_evaluation`."""
+    from routerscope.warehouse.analytics import alerting
+
+    if notifier is None:
+        notifier = alerting.notifier_for(settings)
+    with unit_of_work(settings, purpose="alerts") as client:
+        rules = settings.alert_rules
+        if rules_as_recorded:
+            rules, warning = alerting.rules_for_evaluation(client, settings.alert_rules, new_rules)
+            if warning and warn:
+                warn(warning)
+        return alerting.run(client, rules_path=rules, notifier=notifier, now=now, by=by)
+
+
+def stored_alerts(settings: Settings):
+    """The stored alert episodes (firing, and resolved recently), evaluating nothing and writing nothing:
+    `routerscope.warehouse.analytics.alerting.read`."""
+    from routerscope.warehouse.analytics import alerting
+
+    with unit_of_work(settings, purpose="alerts (read)") as client:
+        return alerting.read(client)
+
+
+def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str, Any]:
+    """The weekly replay's unit of work (`routerscope/pipelines/replay.py` has the why): sample the window's unreplayed
+    fallbacks that have a stored text, re-run each through the device model in a worker process, judge it,
+    publish its `offline_replay` label to Kafka, and re-run a few requests of each task type for determinism.
+    `params`: the job's `routerscope.pipelines.replay.ReplayConfig` (its fields are the knobs, defined there once).
+    Returns the run's figures (the asset's metadata); `log` takes its progress lines, `warn` (default `log`)
+    the labels a broker outage left spooled."""
+    from routerscope.core import names
+    from routerscope.core.kafka import producer_config
+    from routerscope.instrumentation.emitter import KafkaEmitter
+    from routerscope.instrumentation.telemetry import Telemetry
+    from routerscope.router.backends import OpenAICloud, gemma_path
+    from routerscope.router.model_worker import WorkerDevice
+    from routerscope.router.policy import PolicyStore
+    from routerscope.router.replay import allocate, judge, label_for, rerun, stratum_name
+    from routerscope.router.request_store import RequestTextStore
+    from routerscope.warehouse.queries.labels import replay_sample
+    from routerscope.warehouse.queries.review import determinism_sample, store_reruns
+    from routerscope.warehouse.sql import QueryWindow
+
+    end = datetime.fromisoformat(params.end) if params.end else datetime.now(UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=UTC)
+    window = QueryWindow(end - timedelta(days=params.days), end)
+    with unit_of_work(settings, "replay sample") as client:
+        # per stratum (task type × confidence bucket), over-fetched: some lack a stored text
+        candidates = replay_sample(client, window, params.sample_size * 2, params.seed)
+        reruns = (
+            determinism_sample(client, window, params.determinism_per_task * 3, params.seed)
+            if params.determinism_per_task
+            else []
+        )
+    with RequestTextStore(settings.request_texts_path) as store:
+        texts = store.get([c[0] for c in candidates])
+        first_answers = store.answers([c[0] for c in candidates])  # the answers the threshold judged
+        rerun_texts = store.get([rid for rid, _, _ in reruns])
+    # the sampling design: every stratum in turn, so each gets labels (its size is in the run log)
+    picked = allocate([c for c in candidates if c[0] in texts], params.sample_size)
+    chosen = [(rid, task, fallback_type) for rid, task, fallback_type, _, _ in picked]
+    strata: dict[str, dict[str, int]] = {}
+    for rid, task, _, bucket, size in candidates:
+        s = strata.setdefault(stratum_name(task, bucket), {"unreplayed": size, "fetched": 0, "with_text": 0})
+        s["fetched"] += 1
+        s["with_text"] += rid in texts
+    for _, task, _, bucket, _ in picked:
+        s = strata[stratum_name(task, bucket)]
+        s["replayed"] = s.get("replayed", 0) + 1
+    for name, s in strata.items():
+        log(
+            f"stratum {name}: {s['unreplayed']} unreplayed fallbacks, {s['with_text']} sampled with text, "
+            f"replaying {s.get('replayed', 0)}"
+        )
+    per_task: dict[str, int] = {}
+    to_rerun = []
+    for rid, task_type, event_time in reruns:  # the over-fetched sample, keeping those with text, per task type
+        if rid in rerun_texts and per_task.get(task_type, 0) < params.determinism_per_task:
+            per_task[task_type] = per_task.get(task_type, 0) + 1
+            to_rerun.append((rid, task_type, event_time))
+    log(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
+    policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
+    verdicts, delivered_labels, published, groups = [], 0, 0, []
+    cloud = OpenAICloud(params.cloud_url, {2: params.cloud_model}) if params.cloud_url else None
+    if chosen or to_rerun:
+        # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
+        device = WorkerDevice(
+            gemma_path(settings.home),
+            log_path=settings.model_worker_log_path,
+            n_ctx=512,
+            n_threads=1,
+            logprobs=False,
+        )  # the verdict needs no confidence
+        emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)
+        tel = Telemetry(emitter)
+        try:
+            for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
+                verdict = judge(
+                    device, policy, rid, task_type, texts[rid][1], cloud, first_answers.get(rid), params.rubric
+                )
+                verdicts.append(verdict)
+                label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
+                if label is not None:  # free text without a cloud answer: no verdict, no label
+                    tel.send(names.TOPIC_LABELS, rid, label)
+                    published += 1
+                if i % 10 == 0 or i == len(chosen):
+                    log(f"replayed {i}/{len(chosen)}")
+            for i, (rid, task_type, event_time) in enumerate(to_rerun, 1):
+                g = rerun(device, policy, rid, task_type, rerun_texts[rid][1], runs=params.reruns)
+                groups.append((rid, task_type, event_time, g.runs, g.agree, g.answer_hashes, device.model))
+                if i % 5 == 0 or i == len(to_rerun):
+                    log(f"determinism: re-ran {i}/{len(to_rerun)} requests {params.reruns} times")
+        finally:
+            device.close()
+            emitter.close(120)  # flushes; what cannot be sent stays in the spool for the next run
+        delivered_labels = emitter.counters()["delivered"]
+        if delivered_labels < published:
+            (warn or log)(f"labels still spooled (sent on the next run): {emitter.counters()}")
+    if groups:
+        with unit_of_work(settings, "replay determinism") as client:
+            store_reruns(client, groups)
+    acceptable = sum(bool(v.acceptable) for v in verdicts)
+    return {
+        "window_start": window.start.isoformat(),
+        "window_end": window.end.isoformat(),
+        "sampled": len(candidates),
+        "without_text": len(candidates) - len(texts),
+        "replayed": len(verdicts),
+        "acceptable": acceptable,
+        "published": delivered_labels,
+        "unjudged": sum(v.acceptable is None for v in verdicts),
+        "judged_kept_answer": sum(v.kept for v in verdicts),  # the device's first answer, not a re-generation
+        # the sampling design (task type × confidence bucket): per stratum, its unreplayed fallbacks, those sampled
+        # with a stored text, and those replayed
+        "strata": {name: {"replayed": 0, **s} for name, s in sorted(strata.items())},
+        # routerscope.router.judge's methods (labels, fields, tools, language, cloud_agreement, validator, device, none)
+        "judged_by": dict(sorted(Counter(v.judged_by for v in verdicts).items())),
+        "verdicts": {v.request_id: v.acceptable for v in verdicts},
+        "determinism_groups": len(groups),
+        "determinism_agreeing": sum(bool(g[4]) for g in groups),
+    }

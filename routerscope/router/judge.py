@@ -1,0 +1,312 @@
+"""The replay's judge: does a device answer *mean* something acceptable for its task type, not merely parse?
+
+An output validator (`routerscope.router.backends.validate`) checks form: `banana` is a label, `[]` is JSON, so is
+`{"tool": "delete_all_files"}`. Labels judged that way would call all three acceptable, and offline_replay
+labels outrank validator and shadow labels (docs/metrics.md §3). The judge reads what the policy declares
+for the task type (`answer:` in the capability matrix, `Capability.answer`) and checks meaning:
+
+* `labels: [...]` — classification: the answer is one of the declared labels (case, surrounding quotes,
+  trailing punctuation and `-`/space for `_` aside), and not another declared label than the cloud's answer
+  to the same request, when there is one;
+* `fields: {name: type}` — extraction: one JSON object with every declared field of its JSON type, and every
+  string value *grounded*: found in the request text (a slot the request never mentioned was made up);
+* `tools: {tool: {arg: type}}` — tool calls: exactly one call (`{"tool": name, ...args}`, or the args under
+  `args`/`arguments`), of a declared tool (and on the capability's `tools` whitelist when it has one), with
+  exactly the declared arguments, each of its type, and the tool the cloud called when it called a valid one;
+* `language: python` — code: the answer (a Markdown fence aside) parses, and is more than a bare name or
+  constant; other languages have no parser here, so no verdict;
+* nothing declared — free text: agreement with the cloud's answer to the same request, by token F1 (SQuAD's
+  measure: lower-case, punctuation and articles dropped, the overlap of the two bags of words): acceptable at
+  `AGREE_F1` or above, not acceptable below `DISAGREE_F1`. Between the two, or without a cloud answer, the
+  cloud model judges by a written rubric (`RUBRIC`) when the caller gives it a way to ask (`ask`, the same
+  OpenAI-compatible client: `routerscope.router.replay.rubric_asker`): its one-word verdict (`ACCEPTABLE` /
+  `UNACCEPTABLE`) is the label's, anything else is no verdict. With neither, **no verdict**. A non-empty answer
+  is never acceptable by default. A task type with a validator but nothing declared can fail on form, and
+  otherwise falls to the same agreement.
+
+The cut-offs and every rule are measured against hand verdicts (`tests/unit/judge_golden.py`,
+`bench/judge.py`; docs/router.md#the-judge). `JUDGE_VERSION` changes whenever a rule or a cut-off does:
+the label's `labeler` carries it, so labels of two versions can be told apart in the warehouse.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+JUDGE_VERSION = "2"
+AGREE_F1 = 0.4  # token F1 with the cloud's answer at or above this: the device said the same thing
+DISAGREE_F1 = 0.2  # below this: it said something else; in between: no verdict
+JSON_TYPES = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+LANGUAGES = ("python",)
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+@dataclass(frozen=True)
+class Judgement:
+    acceptable: bool | None  # None: no verdict
+    method: str  # labels | fields | tools | language | cloud_agreement | cloud_rubric | validator | none
+    reason: str = ""  # why not acceptable (or why no verdict); empty when acceptable
+
+    @property
+    def labeler(self) -> str:
+        """How the verdict was reached, with the judge's version: `<method>:judge-<version>`."""
+        return f"{self.method}:judge-{JUDGE_VERSION}"
+
+
+def declaration_problems(answer: dict | None) -> list[str]:
+    """What is wrong with a capability's `answer:` declaration (empty when it is fine or absent)."""
+    if answer is None:
+        return []
+    problems = [f"unknown key {k!r}" for k in answer if k not in ("labels", "fields", "tools", "language")]
+    if "labels" in answer and not (
+        isinstance(answer["labels"], list) and answer["labels"] and all(isinstance(v, str) for v in answer["labels"])
+    ):
+        problems.append("labels must be a non-empty list of names")
+    for key, schema in [("fields", answer.get("fields"))] + [
+        (f"tools.{t}", s) for t, s in (answer.get("tools") or {}).items()
+    ]:
+        if schema is None and key == "fields":
+            continue
+        if not isinstance(schema, dict) or not all(v in JSON_TYPES for v in schema.values()):
+            problems.append(f"{key} must map names to one of {', '.join(JSON_TYPES)}")
+    if "tools" in answer and not (isinstance(answer["tools"], dict) and answer["tools"]):
+        problems.append("tools must map tool names to their arguments")
+    if "language" in answer and not isinstance(answer["language"], str):
+        problems.append("language must be a name")
+    return problems
+
+
+def unfence(text: str) -> str:
+    """The answer without a surrounding Markdown code fence (```json … ```), which small models add."""
+    m = _FENCE.match(text)
+    return m.group(1) if m else text.strip()
+
+
+def _label_key(text: str) -> str:
+    text = text.strip().strip("`'\"*").strip().rstrip(".!?").strip().strip("`'\"*")
+    return re.sub(r"[\s\-]+", "_", text.lower())
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _typed(value, kind: str) -> bool:
+    if kind in ("number", "integer") and isinstance(value, bool):  # JSON true is no number
+        return False
+    return isinstance(value, JSON_TYPES[kind])
+
+
+def _json(answer: str):
+    try:
+        return json.loads(unfence(answer)), ""
+    except ValueError:
+        return None, "not_json"
+
+
+def judge_labels(answer: str, labels: list[str], reference: str | None = None) -> Judgement:
+    allowed = {_label_key(v): v for v in labels}
+    key = _label_key(answer)
+    if key not in allowed:
+        return Judgement(False, "labels", "not_a_declared_label")
+    if reference is not None and _label_key(reference) in allowed and _label_key(reference) != key:
+        return Judgement(False, "labels", f"cloud_says:{allowed[_label_key(reference)][:40]}")
+    return Judgement(True, "labels")
+
+
+def judge_fields(answer: str, fields: dict[str, str], request_text: str) -> Judgement:
+    value, problem = _json(answer)
+    if problem:
+        return Judgement(False, "fields", problem)
+    if not isinstance(value, dict):
+        return Judgement(False, "fields", "not_an_object")
+    for name, kind in fields.items():
+        if name not in value or value[name] is None or (isinstance(value[name], str) and not value[name].strip()):
+            return Judgement(False, "fields", f"missing:{name}")
+        if not _typed(value[name], kind):
+            return Judgement(False, "fields", f"type:{name}")
+    text, keys = _words(request_text), {_words(k) for k in fields}
+    for name, v in value.items():  # every string value, declared or not, must come from the request
+        if isinstance(v, str) and (_words(v) not in text or _words(v) in keys):  # a field's name echoed is no value
+            return Judgement(False, "fields", f"ungrounded:{name}")
+    return Judgement(True, "fields")
+
+
+def _call(answer: str, tools: dict[str, dict[str, str]], whitelist: tuple[str, ...] | None) -> tuple[str, str]:
+    """(tool name, '') for one valid call of a declared, whitelisted tool with its declared arguments;
+    ('', reason) otherwise."""
+    value, problem = _json(answer)
+    if problem:
+        return "", problem
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, dict):
+        return "", "not_one_call"
+    name = value.get("tool", value.get("name"))
+    if not isinstance(name, str) or name not in tools or (whitelist is not None and name not in whitelist):
+        return "", f"tool_not_allowed:{str(name)[:40]}"
+    nested = value.get("args", value.get("arguments"))
+    args = nested if isinstance(nested, dict) else {k: v for k, v in value.items() if k not in ("tool", "name")}
+    schema = tools[name]
+    for arg, kind in schema.items():
+        if arg not in args or not _typed(args[arg], kind):
+            return "", f"arg:{arg[:40]}"
+    extra = sorted(set(args) - set(schema))
+    if extra:
+        return "", f"undeclared_arg:{extra[0][:40]}"
+    return name, ""
+
+
+def judge_tools(
+    answer: str, tools: dict[str, dict[str, str]], whitelist: tuple[str, ...] | None, reference: str | None = None
+) -> Judgement:
+    name, problem = _call(answer, tools, whitelist)
+    if problem:
+        return Judgement(False, "tools", problem)
+    cloud_tool = _call(reference, tools, whitelist)[0] if reference else ""
+    if cloud_tool and cloud_tool != name:  # the cloud called another (valid) tool for the same request
+        return Judgement(False, "tools", f"cloud_calls:{cloud_tool[:40]}")
+    return Judgement(True, "tools")
+
+
+def judge_code(answer: str, language: str) -> Judgement:
+    if language.lower() not in LANGUAGES:
+        return Judgement(None, "language", f"no_parser:{language[:20]}")
+    code = unfence(answer)
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return Judgement(False, "language", "does_not_parse")
+    body = tree.body
+    if not body or (
+        len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Name | ast.Constant)
+    ):
+        return Judgement(False, "language", "not_code")  # '' parses, so does a lone word: neither is a snippet
+    return Judgement(True, "language")
+
+
+def _tokens(text: str) -> list[str]:
+    text = text.lower().translate(str.maketrans("", "", string.punctuation))
+    return _ARTICLES.sub(" ", text).split()
+
+
+def token_f1(a: str, b: str) -> float:
+    """SQuAD's token F1 between two answers (0 when either has no token)."""
+    ta, tb = _tokens(a), _tokens(b)
+    common = sum((Counter(ta) & Counter(tb)).values())
+    if not ta or not tb or not common:
+        return 0.0
+    precision, recall = common / len(ta), common / len(tb)
+    return 2 * precision * recall / (precision + recall)
+
+
+# The cloud model as judge (free text the token overlap cannot settle). Written for a small model: one task, the
+# two words it may answer, what each means, the reference when there is one.
+RUBRIC = """You grade a reply written by a small assistant. Answer with one word: ACCEPTABLE or UNACCEPTABLE.
+ACCEPTABLE: the reply does what the request asks, stays on its subject, and says the same as the reference reply
+when one is given (other words are fine).
+UNACCEPTABLE: the reply is empty, gibberish, refuses, asks for the text instead of answering, talks about
+something else, or contradicts the reference (another day, another place, another outcome)."""
+_VERDICT_WORD = re.compile(r"[A-Za-z]+")
+
+
+def rubric_messages(request_text: str, answer: str, reference: str | None) -> list[dict]:
+    """The chat messages that ask the cloud model for its verdict on `answer` (`RUBRIC` as the system prompt)."""
+    shown = reference.strip() if reference and reference.strip() else "(none)"
+    return [
+        {"role": "system", "content": RUBRIC},
+        {
+            "role": "user",
+            "content": f"Request: {request_text.strip()}\nReference reply: {shown}\nReply to grade: {answer.strip()}\n"
+            "Verdict (ACCEPTABLE or UNACCEPTABLE):",
+        },
+    ]
+
+
+def rubric_verdict(text: str | None) -> bool | None:
+    """The cloud model's one-word verdict: its first word `ACCEPTABLE` → True, `UNACCEPTABLE` (or `NOT …`) → False,
+    also run into stray letters after it (a small model's `UNACCEPTABLEattended`); anything else (no answer,
+    another word first) → None."""
+    first = _VERDICT_WORD.search(text or "")
+    word = first.group(0).upper() if first else ""
+    if word.startswith("UNACCEPTABLE") or word == "NOT":
+        return False
+    return True if word.startswith("ACCEPTABLE") else None
+
+
+def judge_rubric(request_text: str, answer: str, reference: str | None, ask, why: str) -> Judgement:
+    """The cloud model's verdict by `RUBRIC` (`ask(messages) -> text | None`); no verdict when it gives none.
+    `why`: what left the agreement without a verdict (`unclear:f1=0.31`, `no_reference`), kept in the reason."""
+    try:
+        verdict = rubric_verdict(ask(rubric_messages(request_text, answer, reference)))
+    except Exception:  # noqa: BLE001 (a judge that cannot answer gives no verdict, never a crash of the weekly job)
+        verdict = None
+    if verdict is None:
+        return Judgement(None, "none", f"{why};rubric_unclear")
+    return Judgement(verdict, "cloud_rubric", "" if verdict else f"rubric;{why}")
+
+
+def judge_agreement(answer: str, reference: str | None, ask=None, request_text: str = "") -> Judgement:
+    """Free text: token F1 with the cloud's answer; where it settles nothing (between the cut-offs, or no
+    reference), the cloud model by `RUBRIC` when `ask` is given; else no verdict."""
+    if reference is None or not reference.strip():
+        why = "no_reference"
+    else:
+        f1 = token_f1(answer, reference)
+        if f1 >= AGREE_F1:
+            return Judgement(True, "cloud_agreement")
+        if f1 < DISAGREE_F1:
+            return Judgement(False, "cloud_agreement", f"disagrees:f1={f1:.2f}")
+        why = f"unclear:f1={f1:.2f}"
+    if ask is None:
+        return Judgement(None, "none", why)
+    return judge_rubric(request_text, answer, reference, ask, why)
+
+
+def needs_reference(capability) -> bool:
+    """Whether a verdict for this task type rests on the cloud's answer (nothing about meaning is declared)."""
+    return not any((capability.answer or {}).get(k) for k in ("labels", "fields", "tools", "language"))
+
+
+def wants_reference(capability) -> bool:
+    """Whether the cloud's answer helps: free text rests on it; a label or a tool call that is valid but not
+    the one the cloud chose is wrong (the declaration alone cannot tell a wrong label from the right one)."""
+    declared = capability.answer or {}
+    return needs_reference(capability) or bool(declared.get("labels") or declared.get("tools"))
+
+
+def judge_answer(
+    capability, request_text: str, answer: str, reference: str | None = None, validate=None, ask=None
+) -> Judgement:
+    """The verdict on `answer` (the device's, to `request_text`) for a task type of `capability`
+    (`routerscope.router.policy.Capability`); `reference`: the cloud's answer to the same request, when there is one;
+    `validate(kind, text, pattern)`: the form check of a task type with a validator and no declaration;
+    `ask(messages) -> text | None`: the cloud model, for free text the agreement cannot settle (`RUBRIC`)."""
+    if not answer.strip():
+        return Judgement(False, "none", "empty")
+    declared = capability.answer or {}
+    if declared.get("labels"):
+        return judge_labels(answer, declared["labels"], reference)
+    if declared.get("fields"):
+        return judge_fields(answer, declared["fields"], request_text)
+    if declared.get("tools"):
+        return judge_tools(answer, declared["tools"], capability.tools, reference)
+    if declared.get("language"):
+        return judge_code(answer, declared["language"])
+    if capability.validator is not None and validate is not None:
+        if not validate(capability.validator, answer, capability.pattern):
+            return Judgement(False, "validator", "invalid_form")
+    return judge_agreement(answer, reference, ask, request_text)
