@@ -76,7 +76,7 @@ def run(env_dir: Path, *args: str, home: Path, timeout: float = 120) -> subproce
 
 def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_path):
     python = str(installed / "bin" / "python")
-    where = run(installed, python, "-c", "import routerscope, warehouse; print(routerscope.__file__)", home=tmp_path)
+    where = run(installed, python, "-c", "import routerscope.warehouse as w; print(w.__file__)", home=tmp_path)
     assert where.returncode == 0, where.stderr
     assert str(installed) in where.stdout and str(REPO) not in where.stdout  # the wheel's copy, not the checkout
     help_ = run(installed, str(installed / "bin" / "routerscope"), "--help", home=tmp_path)
@@ -105,7 +105,7 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
 def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rules_load(installed, tmp_path):
     assert run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path).returncode == 0
     script = (
-        "import dashboards, pathlib\n"
+        "import pathlib\nfrom routerscope import dashboards\n"
         "from streamlit.testing.v1 import AppTest\n"
         "app = pathlib.Path(dashboards.__file__).with_name('streamlit_app.py')\n"
         "pages = sorted(p.name for p in app.with_name('app_pages').glob('*.py'))\n"
