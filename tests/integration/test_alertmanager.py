@@ -59,6 +59,7 @@ def store(client, start: datetime, fallback_rate: float) -> None:
     )
 
 
+@pytest.mark.slow
 def test_an_episode_reaches_alertmanager_firing_then_resolved(warehouse, receiver, alertmanager, tmp_path):
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)

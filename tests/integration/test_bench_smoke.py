@@ -46,6 +46,7 @@ def test_the_python_parser_bench_loads_every_valid_event_and_times_each_part():
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.slow
 def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cpu_per_event():
     """A small run of the whole loader bench (the core, with and without the parse worker, and the command):
     every parser variant loads and quarantines the same, and the CPU figures that bound its ratios are there."""
@@ -74,6 +75,7 @@ def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cp
     )  # CPU clock ticks
 
 
+@pytest.mark.slow
 def test_the_exporter_bench_scrapes_the_real_command_and_reads_its_memory():
     """bench/exporter.py: one day of windows of 2 task types; each series per task type present in the scrape."""
     figures = run_bench("bench/exporter.py", "--scrapes", "150", "--days", "1", "--task-types", "2")

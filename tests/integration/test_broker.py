@@ -117,6 +117,7 @@ def test_labels_are_keyed_by_request_id(tmp_path, broker_settings):
     assert {m.key() for m in got} == {f"lab-req-{i}".encode() for i in range(20)}
 
 
+@pytest.mark.slow
 def test_produce_to_unreachable_broker_is_one_clear_line(tmp_path, home):
     path = tmp_path / "one.jsonl"
     path.write_bytes(dumps(decision()))
@@ -186,6 +187,7 @@ def test_a_started_broker_records_what_stop_checks_and_stop_stops_it(home):
     assert broker.status(settings).running is False
 
 
+@pytest.mark.slow
 def test_end_offsets_count_every_message_of_the_last_record_batch(home):
     """The lag on the on-call page is the broker's end minus the loaded position. The embedded
     broker answers a ListOffsets request with the base offset of the last record batch plus one;

@@ -69,6 +69,7 @@ def render(page_file: str, **query_params: str) -> AppTest:
     return app
 
 
+@pytest.mark.slow
 def test_oncall_shows_both_denominators(populated):
     app = render("oncall.py")
     labels = [m.label for m in app.metric]
@@ -116,6 +117,7 @@ def test_oncall_draws_breaker_states_over_the_window(populated):
     assert len(app.get("vega_lite_chart")) == 5
 
 
+@pytest.mark.slow
 def test_tuning_shows_calibration_and_flags_non_monotonic_buckets(populated):
     app = render("tuning.py")
     assert app.selectbox[0].value == "intent_classify"
@@ -353,6 +355,7 @@ def test_review_page_lists_divergence_samples_without_their_texts(populated):
 
 
 @pytest.mark.parametrize("page", ["oncall.py", "tuning.py", "review.py", "quality.py", "explorer.py"])
+@pytest.mark.slow
 def test_every_page_renders_on_an_empty_warehouse(home, monkeypatch, page):
     with open_warehouse(settings_for(home)) as client:
         migrate(client)
@@ -655,6 +658,7 @@ def test_the_incident_banner_goes_when_the_view_changes(populated):
 
 
 @pytest.mark.timeout(600)  # three runs of the tuning page
+@pytest.mark.slow
 def test_tuning_keeps_its_task_type_in_the_url_and_a_stranger_opens_on_the_busiest(populated):
     """A reload or a shared link opens the same task type; nothing asked for, or a task type the range does not
     hold (or markdown), opens on the first row of "At a glance" (what needs action first), and the URL then

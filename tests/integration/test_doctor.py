@@ -95,6 +95,7 @@ def test_a_truncated_part_and_a_torn_mutation_lose_nothing_through_doctor_and_lo
 
 
 @pytest.mark.parametrize("damage", ["flipped_bytes", "deleted_file"])
+@pytest.mark.slow
 def test_a_damaged_part_is_one_line_at_query_time_and_doctor_and_load_lose_nothing(stack, home, damage):
     """64 flipped bytes pass the opening and fail the first query that reads them (`metrics` printed a
     traceback, `doctor` said healthy); a deleted file of a part is set aside as the warehouse opens."""

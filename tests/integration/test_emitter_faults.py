@@ -67,6 +67,7 @@ def test_a_torn_and_a_damaged_spool_record_are_counted_and_everything_else_deliv
     assert numbers(settings.kafka_bootstrap(), "torn", len(expected)) == expected
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_spool_drops_and_counts_and_the_sender_keeps_going(down_broker, home, monkeypatch):
     """ENOSPC while spooling used to kill the sender: the counters froze and the identity broke.
     The first write is cut short (a partial write), the later ones fail outright."""
@@ -160,6 +161,7 @@ def test_the_sender_thread_is_restarted_if_it_ever_fails(broker_settings, tmp_pa
     assert numbers(broker_settings.kafka_bootstrap(), "restart", 50) == list(range(1, 51))
 
 
+@pytest.mark.slow
 def test_an_unreadable_spool_segment_is_set_aside_and_counted_not_retried_for_ever(down_broker, home):
     """A segment the sender cannot open (here a directory where the file was: a real EISDIR) used to
     make it fail on every replay attempt; it is moved aside and its events counted as corrupt."""
@@ -201,6 +203,7 @@ def test_a_damaged_spool_cursor_is_held_to_its_segment_and_nothing_is_lost(tmp_p
     assert len(reopened) == (0 if line == "50" else 3)  # past the end: all read; otherwise from the start
 
 
+@pytest.mark.slow
 def test_a_full_spool_disk_with_the_broker_back_sends_new_events_instead_of_dropping_them(
     down_broker, home, monkeypatch
 ):
@@ -234,6 +237,7 @@ def test_a_full_spool_disk_with_the_broker_back_sends_new_events_instead_of_drop
     assert numbers(settings.kafka_bootstrap(), "full", 20_500) == list(range(20_500))
 
 
+@pytest.mark.slow
 def test_events_recorded_while_the_broker_is_down_reach_the_spool_within_about_100_ms(down_broker, home):
     """Issue: each replay attempt against a down broker blocked the sender about 2 s while everything
     emitted waited in memory. Here every send attempt takes 2 s and fails, as against a broker that
@@ -281,6 +285,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_kill_with_the_broker_down_loses_milliseconds_of_events_not_seconds(down_broker, home, tmp_path):
     """Issue: a SIGKILL lost 9,999–20,000 events, seconds of them. Emitting about 1,500 a second with
     the broker down and replay retrying all the while, a kill loses what the last ~50–100 ms held."""
@@ -335,6 +340,7 @@ def _started_and_failed_once(settings, spool_dir) -> KafkaEmitter:
     return emitter
 
 
+@pytest.mark.slow
 def test_a_spool_segment_cut_short_under_the_cursor_sends_what_it_holds_and_sets_the_torn_rest_aside(down_broker, home):
     """Issue 40: a segment cut short under the replayer (mid-record) left records the books expected
     that no file held: the replayer spun on them for ever. Its readable lines are sent, the torn one
@@ -363,6 +369,7 @@ def test_a_spool_segment_cut_short_under_the_cursor_sends_what_it_holds_and_sets
     assert numbers(settings.kafka_bootstrap(), "cut", len(expected)) == expected
 
 
+@pytest.mark.slow
 def test_a_replayer_with_nothing_it_can_send_sleeps_instead_of_spinning(down_broker, home):
     """Issue 40: with its segment emptied under it, the replayer read the same empty file in a loop
     and spun a full core. Now the missing records are counted and it waits: over a second with the
@@ -412,6 +419,7 @@ def _fill(disk, leave_bytes: int):
     return filler
 
 
+@pytest.mark.slow
 def test_a_spool_disk_that_fills_up_during_replay_delivers_every_event_once_freed(down_broker, spool_disk):
     """Issue 40: a real full disk under the spool. Appends that did not fit created segment files and
     left them empty, while a later, smaller chunk of the same batch fitted into a segment after them:
@@ -466,6 +474,7 @@ while True:  # as fast as it can: faster than the sender sends
 """
 
 
+@pytest.mark.slow
 def test_a_kill_of_a_write_ahead_emitter_loses_nothing_emit_returned_for(down_broker, home, tmp_path):
     """Issue 40: a `kill -9` of an app recording faster than the sender lost 3,730-7,431 events (0.4-0.9 s
     of traffic). With write-ahead, every event `emit` returned for is in Kafka or in the spool file, and
@@ -501,6 +510,7 @@ def _spool_modes(spool_dir) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("mask", [0o000, 0o022])
+@pytest.mark.slow
 def test_the_spool_is_owner_only_whatever_the_umask(down_broker, home, mask):
     """Issue: the spool holds events and was created 0755 with 0644 segments (world-readable)."""
     spool_dir = home / "spool"

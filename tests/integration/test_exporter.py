@@ -296,6 +296,7 @@ def test_the_health_path_answers_without_reading_and_a_taken_port_is_one_error(k
         server.close()
 
 
+@pytest.mark.slow
 def test_an_exporter_on_a_lease_stops_once_nobody_renews_it(known, tmp_path):
     lease = tmp_path / "exporter.lease"
     lease.touch()

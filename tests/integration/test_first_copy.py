@@ -90,6 +90,7 @@ def windows_around(rng: random.Random, rows: list[tuple[str, datetime]]) -> list
 
 @pytest.mark.parametrize("derived", ["all", "some", "none"])
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.slow
 def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arrive_in(warehouse, seed, derived):
     """`derived`: the pairs derived after every insert, after some (the later inserts pending, as after a
     killed run), or never (rows inserted by other means than a load)."""

@@ -159,6 +159,7 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     assert first.seconds < 50 and second.seconds < 50
 
 
+@pytest.mark.slow
 def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_rest(stack):
     """The idle timeout never comes while a producer writes: the run ends at the partitions' ends
     (as of an early fetch from each), and the next run loads what arrived since. Nothing is lost

@@ -37,6 +37,7 @@ from tests.support.kafka import consume_all, start
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow
 def test_a_broker_outage_never_blocks_requests_and_loses_nothing(down_broker, home):
     settings = down_broker["settings"]
     emitter = KafkaEmitter(producer_config(settings), home / "spool", retry_every_s=0.5)
@@ -88,6 +89,7 @@ def test_a_batch_producer_is_paced_by_the_sender_not_dropped(broker_settings, tm
     assert counters["dropped"] > 0 and counters["delivered"] + counters["dropped"] == 3000
 
 
+@pytest.mark.slow
 def test_past_the_spool_cap_the_oldest_are_dropped_and_counted(down_broker, home):
     settings = down_broker["settings"]
     emitter = KafkaEmitter(producer_config(settings), home / "spool", spool_cap_bytes=40_000, retry_every_s=0.5)
@@ -130,6 +132,7 @@ else:
 """
 
 
+@pytest.mark.slow
 def test_a_killed_process_delivers_its_spool_after_restart(down_broker, home):
     settings = down_broker["settings"]
     bootstrap, spool = settings.kafka_bootstrap(), str(home / "spool")
@@ -158,6 +161,7 @@ def test_a_killed_process_delivers_its_spool_after_restart(down_broker, home):
 CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111")
 
 
+@pytest.mark.slow
 def test_personal_data_canaries_reach_neither_kafka_nor_the_warehouse(home):
     settings = settings_for(home)
     broker.start(settings, port=free_port())

@@ -96,6 +96,7 @@ def assert_no_content(settings) -> None:
         assert "secret prompt" not in repr(rows) and "4111" not in repr(rows)
 
 
+@pytest.mark.slow
 def test_spans_from_the_real_exporter_protobuf_gzip_and_json_land_as_the_same_fallback_decision(otlp_stack):
     settings = otlp_stack
     by_protobuf = finished_spans(fallback_trace)
@@ -123,6 +124,7 @@ def test_spans_from_the_real_exporter_protobuf_gzip_and_json_land_as_the_same_fa
     assert "otlp" not in loader.load(settings, idle_timeout_s=0.5).as_dict()
 
 
+@pytest.mark.slow
 def test_a_collector_kafka_message_with_otlp_proto_encoding_gets_the_same_decision(otlp_stack):
     """What a Collector's Kafka exporter writes (`encoding: otlp_proto`, `partition_traces_by_id: true`),
     unstripped, content and all: the loader maps it like the receiver's, and no content lands."""
@@ -137,6 +139,7 @@ def test_a_collector_kafka_message_with_otlp_proto_encoding_gets_the_same_decisi
     assert_no_content(settings)
 
 
+@pytest.mark.slow
 def test_a_trace_whose_root_comes_in_a_later_message_waits_for_it_and_maps_whole(otlp_stack):
     """A Collector without groupbytrace sends a trace's calls before its root: the load that sees only the
     calls leaves them for later, and the next one maps the whole trace once."""
@@ -154,6 +157,7 @@ def test_a_trace_whose_root_comes_in_a_later_message_waits_for_it_and_maps_whole
     assert "otlp" not in loader.load(settings, idle_timeout_s=0.5).as_dict()
 
 
+@pytest.mark.slow
 def test_a_trace_sent_again_after_its_decision_was_stored_is_quarantined_and_the_day_stays_clean(otlp_stack):
     """An exporter's retry after a load, or spans that end after their trace was written: the stored decision
     stands, the spans are kept in the quarantine as `otlp.already_mapped`, and the id keeps one copy (a second,
@@ -298,6 +302,7 @@ def _post_huge(port: int, size: int) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_full_queue_answers_429_and_a_kafka_that_is_down_503_both_with_retry_after(otlp_stack, down_broker):
     spans = encode_spans(finished_spans(fallback_trace)).SerializeToString()
     orphan = encode_spans([s for s in finished_spans(fallback_trace) if s.parent is not None]).SerializeToString()
@@ -355,6 +360,7 @@ def test_the_dagster_ingest_job_maps_the_otlp_topic_and_says_so(otlp_stack):
     assert decisions[0]["otlp_traces_mapped"].value == 1 and decisions[0]["loaded"].value == 1
 
 
+@pytest.mark.slow
 def test_collect_writes_what_it_holds_when_stopped_and_says_what_it_did(otlp_stack, home):
     """SIGTERM to `routerscope collect` holding a trace whose root never came: written, then one summary line."""
     import signal

@@ -504,6 +504,7 @@ def test_a_blocking_failure_stops_the_days_metrics(home):
     assert stored == [("decisions.domain.fallback_type",)]
 
 
+@pytest.mark.slow
 def test_a_clean_day_lets_the_metrics_through(home):
     settings = settings_for(home)
     with open_warehouse(settings) as client:

@@ -164,6 +164,7 @@ def test_two_processes_one_after_the_other(home):
     assert who == ["first", "second"]
 
 
+@pytest.mark.slow
 def test_two_processes_at_once_the_second_waits_then_succeeds(home):
     first = _holder(home, "first", 3.0)
     assert first.stdout.readline().strip() == "holding"  # the first has the warehouse open now

@@ -550,6 +550,7 @@ def test_finding2_in_the_whatif_dense_labels_move_the_candidates_labeled_share_n
         (("device_concurrency: 1 ", "device_concurrency: 64 "), "device_concurrency: 1 → 64"),
     ],
 )
+@pytest.mark.slow
 def test_a_policy_file_that_changes_routing_the_whatif_cannot_rescore_is_not_judged(cli_home, tmp_path, edit, named):
     """Issue 38: a file with `pii_to_cloud: true` (or L1 off, or 64 device slots) gave output byte-identical to
     the unchanged file and exit 0. The what-if re-scores thresholds only: it names every other routing change,
