@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -65,16 +65,16 @@ ThermalState = Literal["nominal", "fair", "serious", "critical", "unknown"]
 RolloutStage = Literal["shadow", "canary", "full", "cloud_only"]
 
 # Enum values as tuples, for code that needs to iterate them (SQL domains, data-quality suites).
-FALLBACK_TYPES: tuple[str, ...] = FallbackType.__args__
-REASONS: tuple[str, ...] = Reason.__args__
-OUTCOMES: tuple[str, ...] = Outcome.__args__
-NETWORKS: tuple[str, ...] = Network.__args__
-CONFIDENCE_SOURCES: tuple[str, ...] = ConfidenceSource.__args__
-LABEL_SOURCES: tuple[str, ...] = LabelSource.__args__
+FALLBACK_TYPES: tuple[str, ...] = get_args(FallbackType)
+REASONS: tuple[str, ...] = get_args(Reason)
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+NETWORKS: tuple[str, ...] = get_args(Network)
+CONFIDENCE_SOURCES: tuple[str, ...] = get_args(ConfidenceSource)
+LABEL_SOURCES: tuple[str, ...] = get_args(LabelSource)
 LABEL_SOURCE_OFFLINE_REPLAY: LabelSource = "offline_replay"  # the weekly replay's labels
-BREAKER_STATES: tuple[str, ...] = BreakerState.__args__
-THERMAL_STATES: tuple[str, ...] = ThermalState.__args__
-ROLLOUT_STAGES: tuple[str, ...] = RolloutStage.__args__
+BREAKER_STATES: tuple[str, ...] = get_args(BreakerState)
+THERMAL_STATES: tuple[str, ...] = get_args(ThermalState)
+ROLLOUT_STAGES: tuple[str, ...] = get_args(RolloutStage)
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
 V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage", "gateway_deadline_ms")

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 from msgspec import UNSET
@@ -57,8 +57,8 @@ _decoder_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys
 # Larger messages are quarantined unread (a decision event is under 2 KB; Kafka's default limit is 1 MB).
 MAX_MESSAGE_BYTES = 1024 * 1024
 # The range of the warehouse's DateTime64(3) columns: an event_time outside it cannot be stored.
-EVENT_TIME_MIN = datetime(1900, 1, 1, tzinfo=UTC)
-EVENT_TIME_MAX = datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
+EVENT_TIME_MIN = datetime(1900, 1, 1, tzinfo=timezone.utc)
+EVENT_TIME_MAX = datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc)
 # decision_event.v2.schema.json's maxima (the same for version 1): field -> largest value.
 DECISION_MAXIMA: dict[str, float] = {
     "cloud_calls": 100,
@@ -354,8 +354,6 @@ BREAKER_INVARIANTS: tuple[Invariant, ...] = (
 
 
 def _admits_none(annotation) -> bool:
-    from typing import get_args
-
     stack = [annotation]
     while stack:
         t = stack.pop()
@@ -366,8 +364,6 @@ def _admits_none(annotation) -> bool:
 
 
 def _struct_types(annotation) -> list[type]:
-    from typing import get_args
-
     found, stack = [], [annotation]
     while stack:
         t = stack.pop()
@@ -383,10 +379,17 @@ class Contract:
     """One event type on one topic: its record type and its invariants."""
 
     topic: str
-    event_type: type
+    event_type: type[msgspec.Struct]
     invariants: tuple[Invariant, ...]
     holds: Callable[[Any], bool] | None = None  # fast all-invariants check, if the contract has one
     in_range: Callable[[Any], bool] = times_hold  # fast column-range (and version) check
+    # derived from the above in __post_init__: not arguments, and no part of a contract's identity
+    _decoder: msgspec.json.Decoder = field(init=False, repr=False, compare=False)
+    _fields: tuple[msgspec.structs.FieldInfo, ...] = field(init=False, repr=False, compare=False)
+    _has_attempts: bool = field(init=False, repr=False, compare=False)
+    _objects: tuple[str, ...] = field(init=False, repr=False, compare=False)  # nested single objects
+    _required_nullable: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _v2_only_nullable: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_decoder", msgspec.json.Decoder(self.event_type))

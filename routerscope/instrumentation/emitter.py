@@ -62,8 +62,27 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
 
 log = logging.getLogger("routerscope.instrumentation.emitter")
+
+
+class Outgoing(Protocol):
+    """What the emitter sends and spools: a `Message`, or anything with its interface (the SDK's messages
+    encode their value and headers on first use, on the sender's thread)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def headers(self) -> tuple[tuple[str, bytes], ...]: ...
+    def to_line(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -257,13 +276,14 @@ class Spool:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, messages: list[Message], count_failed: bool = True) -> list[Message]:
+    def append(self, messages: list[Outgoing], count_failed: bool = True) -> list[Outgoing]:
         """Write messages behind the others, starting a new segment every `segment_bytes`; returns
         the messages that could not be written (disk full, directory gone).
 
         Never raises: unwritten messages are counted in `failed` (unless `count_failed` is False: the
         caller then accounts for them), and a partly written chunk is cut back so no torn record is
         left behind."""
+        last: Path | None
         try:
             if self._tail is not None:  # the last segment and its size, as the previous append left them
                 last, size = self._tail
@@ -275,21 +295,21 @@ class Spool:
             if count_failed:
                 self._fail(len(messages), exc)
             return list(messages)
-        chunk: list[tuple[Message, bytes]] = []
-        chunks: list[tuple[Path, list[tuple[Message, bytes]]]] = []
+        chunk: list[tuple[Outgoing, bytes]] = []
+        chunks: list[tuple[Path, list[tuple[Outgoing, bytes]]]] = []
         for m in messages:
             line = m.to_line()
             if last is None or size >= self.segment_bytes:
-                if chunk:
+                if chunk and last is not None:  # (a chunk is never without its segment)
                     chunks.append((last, chunk))
                     chunk = []
                 last = self.dir / f"{(int(last.stem) + 1 if last else 1):012d}.jsonl"
                 size = 0
             chunk.append((m, line))
             size += len(line)
-        if chunk:
+        if chunk and last is not None:
             chunks.append((last, chunk))
-        unwritten: list[Message] = []
+        unwritten: list[Outgoing] = []
         for path, items in chunks:
             data = [line for _, line in items]
             try:
@@ -302,7 +322,7 @@ class Spool:
             self._count += len(items)
             self._bytes += sum(map(len, data))
         # the last segment and its size for the next append; after a failure, read from the files again
-        self._tail = (last, size) if chunks and not unwritten else None
+        self._tail = (last, size) if chunks and not unwritten and last is not None else None
         if self._bytes > self.cap_bytes:  # an estimate from above (the replayer deletes behind it): check
             try:
                 self._enforce_cap()
@@ -368,7 +388,7 @@ class Spool:
         if name is not None and (name, line) != self._position:
             self._set_cursor(name, line)
 
-    def peek(self, limit: int) -> tuple[list[Message], int]:
+    def peek(self, limit: int) -> tuple[list[Outgoing], int]:
         """Up to `limit` records from the cursor, in order (within the oldest segment): the messages
         that decode, and how many records were read in all (corrupt ones included).
 
@@ -382,7 +402,8 @@ class Spool:
             if name is None:
                 self._reconcile(None, 0)
                 return [], 0
-            out, read, bad = [], 0, []
+            out: list[Outgoing] = []
+            read, bad = 0, []
             try:
                 with open(self.dir / name, "rb") as f:
                     for i, raw in enumerate(f):
@@ -549,15 +570,15 @@ class KafkaEmitter:
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes)
         # A C queue with no lock of its own to take: `emit` checks the bound itself (a few threads racing
         # at the very edge may each add one more; what a full queue means, dropping, is unchanged).
-        self.queue: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
         self.queue_size = queue_size if queue_size > 0 else float("inf")  # 0: unbounded, as queue.Queue had it
         self.send_timeout_s, self.retry_every_s = send_timeout_s, retry_every_s
         # Events an earlier process left in the spool count as emitted here, so the books balance.
         self.emitted = len(self.spool)
         self.delivered = self.queue_dropped = self.crash_dropped = self.restarts = 0
-        self._holding: list[Message] = []  # the batch in the sender's hands
+        self._holding: list[Outgoing] = []  # the batch in the sender's hands
         self._lock = threading.Lock()
-        self._producers: dict[str, object] = {}  # one per thread: the sender's and the replayer's
+        self._producers: dict[str, KafkaProducer] = {}  # one per thread: the sender's and the replayer's
         self._down_until = 0.0
         self._stop = threading.Event()
         self._on_sender: list = []  # work handed to the sender thread (see `call_on_sender`)
@@ -572,7 +593,7 @@ class KafkaEmitter:
         atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- the request path ----------------------------------------------------------------------------
-    def emit(self, message: Message) -> None:
+    def emit(self, message: Outgoing) -> None:
         if self.write_ahead:
             # Write-ahead: the event is in the spool file (the kernel's, so a SIGKILL of this process loses
             # nothing) before `emit` returns; the replayer sends it. A spool that cannot take it (a full
@@ -648,14 +669,14 @@ class KafkaEmitter:
         name = threading.current_thread().name
         producer = self._producers.get(name)
         if producer is None:
-            from kafka import KafkaProducer
+            from kafka import KafkaProducer  # deferred: ~100 ms to import, paid on the sender thread, not at start-up
 
             producer = self._producers[name] = KafkaProducer(**self.producer_config)
         return producer
 
-    def _send_batch(self, batch: list[Message]) -> bool:
+    def _send_batch(self, batch: list[Outgoing]) -> bool:
         """Send and wait for the acks; True when every message was acknowledged."""
-        from kafka.errors import KafkaError
+        from kafka.errors import KafkaError  # deferred: as KafkaProducer in _connect
 
         try:
             producer = self._connect()
@@ -687,7 +708,7 @@ class KafkaEmitter:
                 except Exception:
                     pass
 
-    def _drain_queue(self, limit: int = 5000) -> list[Message]:
+    def _drain_queue(self, limit: int = 5000) -> list[Outgoing]:
         batch = []
         try:
             batch.append(self.queue.get(timeout=0.05))
@@ -747,7 +768,7 @@ class KafkaEmitter:
                     self._run_handed_work()
                 return
 
-    def _spool(self, batch: list[Message]) -> None:
+    def _spool(self, batch: list[Outgoing]) -> None:
         """Append `batch` behind the spool; what the spool cannot take (a full disk) goes to the broker
         directly when it answers (out of order, but not lost), else is counted as dropped."""
         with self._lock:

@@ -42,7 +42,8 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
+from typing import Protocol
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM otherwise fetches its price table
 
@@ -52,6 +53,23 @@ from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 from routerscope.contract.events import NETWORKS  # noqa: E402
 from routerscope.instrumentation.pii import hashed_id  # noqa: E402
 from routerscope.instrumentation.sdk import InvalidDecision, Recorder  # noqa: E402
+
+
+class _RecordAttempt(Protocol):
+    """What `Decision.device_attempt` and `Decision.cloud_attempt` share: the arguments a LiteLLM call fills."""
+
+    def __call__(
+        self,
+        *,
+        level: int,
+        outcome: str,
+        latency_ms: float,
+        model: str | None,
+        provider: str | None,
+        output_tokens: int | None,
+        start_time: datetime | float | None,
+    ) -> None: ...
+
 
 log = logging.getLogger("routerscope.instrumentation.litellm")
 
@@ -100,8 +118,8 @@ def _as_datetime(t) -> datetime | None:
     if t is None:
         return None
     if isinstance(t, datetime):
-        return t.astimezone(UTC) if t.tzinfo else t.astimezone().astimezone(UTC)
-    return datetime.fromtimestamp(float(t), UTC)
+        return t.astimezone(timezone.utc) if t.tzinfo else t.astimezone().astimezone(timezone.utc)
+    return datetime.fromtimestamp(float(t), timezone.utc)
 
 
 def _outcome(exc: BaseException | None, error_class: str | None) -> str:
@@ -285,7 +303,7 @@ class RouterscopeCallback(CustomLogger):
 
     def _record(self, request: _Request) -> None:
         md = request.metadata
-        calls = sorted(request.calls.values(), key=lambda c: c.start or datetime.max.replace(tzinfo=UTC))
+        calls = sorted(request.calls.values(), key=lambda c: c.start or datetime.max.replace(tzinfo=timezone.utc))
         original = request.original_group or (calls[0].group if calls else None)
         original_on_device = original in self.device_models or (bool(calls) and self._is_device(calls[0]))
         if not calls and request.original_exception is None:
@@ -293,7 +311,7 @@ class RouterscopeCallback(CustomLogger):
         # The device group failed before any deployment call was logged (e.g. mock_testing_fallbacks):
         # its failure is the fallback's original exception.
         if original_on_device and not any(self._is_device(c) for c in calls) and request.original_exception is not None:
-            at = calls[0].start if calls else datetime.now(UTC)
+            at = calls[0].start if calls else datetime.now(timezone.utc)
             calls.insert(
                 0,
                 _Call(
@@ -339,7 +357,7 @@ class RouterscopeCallback(CustomLogger):
         if not isinstance(task_type, str) or not TASK_TYPE.fullmatch(task_type):
             task_type = UNKNOWN
             self._count("missing_task_type")
-        starts = [c.start for c in calls if c.start] or [datetime.now(UTC)]
+        starts = [c.start for c in calls if c.start] or [datetime.now(timezone.utc)]
         ends = [c.end for c in calls if c.end] or starts
         latency_ms = max(0.0, (max(ends) - min(starts)).total_seconds() * 1000)
         deadline_ms = md.get("deadline_ms")
@@ -378,6 +396,7 @@ class RouterscopeCallback(CustomLogger):
                     max(0.0, ((c.end - c.start).total_seconds() * 1000) if c.start and c.end else 0.0)
                 )
                 model = (c.model or c.group or "")[:128] or None
+                record: _RecordAttempt
                 if self._is_device(c):
                     record, level = d.device_attempt, 0
                 else:

@@ -50,8 +50,12 @@ import stat
 import threading
 import unicodedata
 from pathlib import Path
+from typing import overload
+
+import msgspec
 
 from routerscope.core.errors import ConfigError
+from routerscope.core.settings import Settings
 
 log = logging.getLogger("routerscope.instrumentation.pii")
 
@@ -193,8 +197,6 @@ def configure(home: Path | None = None, key: bytes | None = None) -> None:
     global _key
     if key is None:
         if home is None:
-            from routerscope.core.settings import Settings
-
             home = Settings.from_env().home
         key = load_key(home)
     if len(key) < MIN_KEY_BYTES:
@@ -303,6 +305,10 @@ def looks_personal(value: str) -> bool:
 DATE = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?!\d)")
 
 
+@overload
+def scrub_name(value: str) -> str: ...
+@overload
+def scrub_name(value: None) -> None: ...
 def scrub_name(value: str | None) -> str | None:
     """`scrub` for a version or a model name (`app_version`, `policy_version`, `device_model`,
     `cloud_model`): the same, except that dates in it are not taken for phone numbers."""
@@ -327,6 +333,10 @@ def keyed_hash(value: str) -> str:
     return hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()
 
 
+@overload
+def scrub(value: str) -> str: ...
+@overload
+def scrub(value: None) -> None: ...
 def scrub(value: str | None) -> str | None:
     """The value, or `redacted-<hash>` when it looks like personal data. Same input, same output (so
     sessions still group and labels still join); a scrubbed value is returned unchanged."""
@@ -343,6 +353,10 @@ def scrub(value: str | None) -> str | None:
 TASK_TYPE_REDACTED = re.compile(r"redacted_[0-9a-f]{16}")
 
 
+@overload
+def scrub_task_type(value: str) -> str: ...
+@overload
+def scrub_task_type(value: None) -> None: ...
 def scrub_task_type(value: str | None) -> str | None:
     """`scrub` for `task_type`, whose contract pattern (`[a-z][a-z0-9_]*`) still holds digits enough for a
     phone number (`callback_0301234567`): such a value becomes `redacted_<hash>`, which fits the pattern."""
@@ -377,8 +391,6 @@ FREE_TEXT = {
 def scrub_event(event, scrub_one=None):
     """`event` with every free-text field scrubbed (`scrub_one`, default `scrub`); the same object when
     nothing changed."""
-    import msgspec
-
     scrub_one = scrub_one or scrub
     changes = {}
     for name in FREE_TEXT.get(type(event).__name__, ()):

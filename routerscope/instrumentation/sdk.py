@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Literal, TypeGuard
 
 import msgspec
 from opentelemetry import context as otel_context
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.context import Context, Token
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 
 from routerscope.contract.events import (
     FALLBACK_TYPES,
@@ -41,20 +43,25 @@ from routerscope.contract.events import (
     DecisionEvent,
     DeviceStats,
     LabelEvent,
+    LabelSource,
+    Outcome,
     new_decision,
 )
 from routerscope.contract.validation import DECISION_INVARIANTS, DECISIONS, LABELS
 from routerscope.core import names
+from routerscope.core.kafka import producer_config
+from routerscope.core.settings import Settings
 from routerscope.core.timeutil import utc
 from routerscope.instrumentation import attributes as A
 from routerscope.instrumentation import pii
+from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.pii import UUID, scrub, scrub_event
 from routerscope.instrumentation.spans import _attempts_end, _AttemptSpan, attempt_spans
 from routerscope.instrumentation.telemetry import Telemetry
 
 DEFAULT_POLICY_VERSION = "app"
 _INVARIANT_DOCS = {inv.rule: inv.doc for inv in DECISION_INVARIANTS}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class InvalidDecision(ValueError):
@@ -98,6 +105,10 @@ def _scrub_request_id(value: str) -> str:
     return value if UUID.fullmatch(value) else scrub(value)
 
 
+def _is_outcome(value: str) -> TypeGuard[Outcome]:
+    return value in OUTCOMES
+
+
 def _ns(t: datetime | float | None) -> int | None:
     if t is None:
         return None
@@ -136,10 +147,6 @@ class Recorder:
         (or the local broker recorded under `ROUTERSCOPE_HOME`), Kafka security, and the spool under the home.
         `write_ahead=True`: each event is in the spool file before the call that records it returns, so a
         SIGKILL of the application loses none (docs/instrumentation.md, the loss bound of each mode)."""
-        from routerscope.core.kafka import producer_config
-        from routerscope.core.settings import Settings
-        from routerscope.instrumentation.emitter import KafkaEmitter
-
         settings = Settings.from_env(env)
         if pii._key is None:  # a key file that cannot be used is said here, at start-up, in one line
             pii.configure(settings.home)
@@ -225,7 +232,7 @@ class Recorder:
         request_id: str,
         *,
         device_acceptable: bool | None,
-        source: str = "human_review",
+        source: LabelSource = "human_review",
         route_correct: bool | None = None,
         labeler: str | None = None,
         event_time: datetime | None = None,
@@ -236,7 +243,7 @@ class Recorder:
             schema_version=1,
             label_id=str(uuid.uuid4()),
             request_id=scrub(request_id),
-            event_time=event_time or datetime.now(UTC),
+            event_time=event_time or datetime.now(timezone.utc),
             source=source,
             device_acceptable=device_acceptable,
             route_correct=route_correct,
@@ -413,8 +420,10 @@ class Decision:
         self.attempts: list[Attempt] = []
         self._details: list[_AttemptSpan] = []
         self.cloud_calls = 0
-        self.confidence = self.threshold = self.ttft_ms = None
-        self.confidence_source = None
+        self.confidence: float | None = None
+        self.threshold: float | None = None
+        self.ttft_ms: float | None = None
+        self.confidence_source: str | None = None
         self.device_model: str | None = None
         self.cloud_model: str | None = None
         self.output_tokens: int | None = None
@@ -423,7 +432,11 @@ class Decision:
         self._event: DecisionEvent | None = None
         self._adopted = False
         self.event: DecisionEvent | None = None  # the event as sent, after the block
-        self._span = self._token = self._parent = self._current = None
+        # the decision span, and the contexts around it, while the block runs (set by __enter__)
+        self._span: Span | None = None
+        self._token: Token[Context] | None = None
+        self._parent: Context | None = None
+        self._current: Context | None = None
         self._children_end = 0
 
     @property
@@ -446,7 +459,10 @@ class Decision:
         self._token = otel_context.attach(self._current)  # current while the block runs
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+        span, token = self._span, self._token
+        if span is None or token is None:
+            raise RuntimeError("Decision.__exit__ without __enter__: use it as `with recorder.decision(...)`")
         try:
             if exc_type is None:
                 if self._event is None:
@@ -456,7 +472,7 @@ class Decision:
                     )
                 details = None if self._adopted else self._details
                 finished = self.recorder._finish(
-                    self._span,
+                    span,
                     self._event,
                     self._started_ns,
                     details,
@@ -465,22 +481,22 @@ class Decision:
                     need_end=self.start_ns is not None,
                 )
                 self.event, self._children_end = finished
-            elif self._span.is_recording():
-                self._span.record_exception(exc)
-                self._span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
+            elif span.is_recording():
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
         finally:
-            otel_context.detach(self._token)
+            otel_context.detach(token)
             end_ns = None
             if self.start_ns is not None and self._event is not None:  # recorded after the fact
                 end_ns = max(self._started_ns + int(self._event.latency_ms * 1e6), self._children_end)
-            self._span.end(end_time=end_ns)
+            span.end(end_time=end_ns)
         return False
 
     # -- attempts ------------------------------------------------------------------------------------
     def _attempt(self, level: int, outcome: str, latency_ms: float, detail: _AttemptSpan) -> None:
         if self._event is not None:
             raise InvalidDecision("an attempt after served(): record every attempt before saying who served")
-        if outcome not in OUTCOMES:
+        if not _is_outcome(outcome):
             raise InvalidDecision(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
         if not latency_ms >= 0:
             raise InvalidDecision(f"latency_ms must be 0 or more, got {latency_ms!r}")
@@ -612,7 +628,7 @@ class Decision:
         else:  # recorded after the fact: the attempts' time
             elapsed = sum(a.latency_ms for a in self.attempts)
         event = new_decision(  # the newest schema version: v2 adds optional fields only
-            event_time=datetime.fromtimestamp(self._started_ns / 1e9, UTC),
+            event_time=datetime.fromtimestamp(self._started_ns / 1e9, timezone.utc),
             request_id=self.request_id,
             session_id=self.session_id,
             task_type=self.task_type,

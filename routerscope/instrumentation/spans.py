@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from routerscope.instrumentation import attributes as A
@@ -28,6 +29,9 @@ class _AttemptSpan:
 
 
 _NO_DETAIL = _AttemptSpan()
+
+# `attempt_spans`' arguments between the event and the parent context: (started_ns, session, details)
+AttemptSpanArgs = tuple[int, str, list[_AttemptSpan] | None]
 
 # the attempt span's attribute names and kinds, bound once (the loop below runs for every attempt)
 _OPERATION, _PROVIDER, _MODEL = A.GEN_AI_OPERATION_NAME, A.GEN_AI_PROVIDER_NAME, A.GEN_AI_REQUEST_MODEL
@@ -54,7 +58,14 @@ def _attempts_end(event, started_ns: int, details: list[_AttemptSpan] | None) ->
     return max([end for _, end in _attempt_times(event, started_ns, details)], default=started_ns)
 
 
-def attempt_spans(tracer, event, started_ns: int, session: str, details: list[_AttemptSpan] | None, parent_context):
+def attempt_spans(
+    tracer,
+    event,
+    started_ns: int,
+    session: str,
+    details: list[_AttemptSpan] | None,
+    parent_context: Context | None,
+):
     """One child span of the decision span (the span current in `parent_context`) per attempt, with
     its GenAI attributes, started and ended at the attempt's own times; returns the last end."""
     latest = started_ns

@@ -19,35 +19,40 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
+from typing import Any
 
 import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import Observation
 from opentelemetry.propagate import inject
+from opentelemetry.trace import SpanContext
 
 from routerscope.instrumentation import attributes as A
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
-from routerscope.instrumentation.spans import attempt_spans
+from routerscope.instrumentation.spans import AttemptSpanArgs, attempt_spans
 
 
 def setup_providers(service_name: str = "routerscope-router"):
     """Tracer and meter providers: OTLP/HTTP export only when OTEL_EXPORTER_OTLP_* asks for it."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.metrics import MeterProvider  # deferred: the OTel SDK, ~35 ms, only when asked for
+    from opentelemetry.sdk.resources import Resource  # deferred: as MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider  # deferred: as MeterProvider
 
     resource = Resource.create({"service.name": service_name})
     tracer_provider = TracerProvider(resource=resource)
     readers = []
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        # an OTLP exporter only when OTEL_EXPORTER_OTLP_* asks for one (it pulls in protobuf and requests)
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # deferred: see above
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # deferred: as MeterProvider
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # deferred: as above
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # deferred: as MeterProvider
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)
@@ -89,7 +94,7 @@ class Telemetry:
         # same spans, series, values and exemplars, off the request path. Without a sender to do it, or
         # past the bound, at the call. (After `emitter.close()` they wait, like its events, until a
         # collection or `Recorder.flush()`.)
-        self._decided: deque[tuple] = deque()
+        self._decided: deque[tuple[Any, SpanContext | None, Context | None, AttemptSpanArgs | None]] = deque()
         self._decided_max = 0
         self._latency_attrs: dict[tuple, dict] = {}  # (task_type, degrade_level) -> the histogram's attributes
         if emitter is not None and hasattr(emitter, "call_on_sender"):
@@ -126,7 +131,13 @@ class Telemetry:
         """True when what `decided` is given waits for the sender thread (there is one, with room)."""
         return len(self._decided) < self._decided_max
 
-    def decided(self, event, span_context=None, context=None, attempts=None) -> None:
+    def decided(
+        self,
+        event,
+        span_context: SpanContext | None = None,
+        context: Context | None = None,
+        attempts: AttemptSpanArgs | None = None,
+    ) -> None:
         """One decision (a DecisionEvent as sent): counted in its series (task type × fallback type ×
         reason × level), its latency recorded with an exemplar linked to `span_context` (the decision
         span's ids) inside `context`, or else to the span current in `context` (None: the current
@@ -137,7 +148,9 @@ class Telemetry:
         else:
             self._record_decision(event, span_context, context, attempts)
 
-    def _record_decision(self, event, span_context, context, attempts) -> None:
+    def _record_decision(
+        self, event, span_context: SpanContext | None, context: Context | None, attempts: AttemptSpanArgs | None
+    ) -> None:
         if span_context is not None:
             context = trace.set_span_in_context(trace.NonRecordingSpan(span_context), context)
         if attempts is not None:
@@ -170,28 +183,31 @@ class Telemetry:
             record(*decision)
 
     def _decision_observations(self, options):
-        from opentelemetry.metrics import Observation
-
         self.record_decisions()  # a collection runs its callbacks before it reads the histogram
         with self._counts_lock:
             return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
 
     def _abandoned_observations(self, options):
-        from opentelemetry.metrics import Observation
-
         self.record_decisions()
         with self._counts_lock:
             return [Observation(n, {"boundary": side}) for side, n in self._abandoned.items()]
 
     def _event_counts(self, options):
-        from opentelemetry.metrics import Observation
-
+        if self.emitter is None:  # (registered only with an emitter)
+            return []
         counts = self.emitter.counters()
         return [
             Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")
         ]
 
-    def send(self, topic: str, key: str | None, event, context=None, span_context=None) -> None:
+    def send(
+        self,
+        topic: str,
+        key: str | None,
+        event,
+        context: Context | None = None,
+        span_context: SpanContext | None = None,
+    ) -> None:
         """Queue `event` for Kafka. The request path only captures the trace context (the current one, or
         `context`); the JSON and the W3C trace headers are made by the emitter's sender thread when it
         first reads the message. With `span_context`, the headers carry that span inside `context`: a
@@ -221,8 +237,8 @@ class EventMessage(msgspec.Struct, gc=False):
     topic: str
     key: bytes | None
     _event: object
-    _context: object
-    _span: object = None  # a SpanContext, or None: the context as it is
+    _context: Context
+    _span: SpanContext | None = None  # None: the context as it is
     _value: bytes | None = None
     _headers: tuple | None = None
 

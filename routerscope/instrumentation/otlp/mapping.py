@@ -22,11 +22,13 @@ from __future__ import annotations
 import fnmatch
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from routerscope.contract.events import Attempt, DecisionEvent, new_decision
+import yaml
+
+from routerscope.contract.events import Attempt, DecisionEvent, Outcome, new_decision
 from routerscope.instrumentation import pii
 from routerscope.instrumentation.otlp import semconv as S
 from routerscope.instrumentation.otlp.proto import KIND_INTERNAL, SpanView
@@ -87,8 +89,6 @@ class Mapping:
 
     @classmethod
     def load(cls, path: Path | None = None) -> Mapping:
-        import yaml
-
         path = Path(path) if path else DEFAULT_MAPPING
         try:
             doc = yaml.safe_load(path.read_text()) or {}
@@ -174,12 +174,13 @@ def _side(span: SpanView, by_id: dict) -> str | None:
     """`routerscope.side` on the span or the nearest ancestor that has it (an app marks its device path
     with a span of its own when the instrumentation's span says nothing of where it ran)."""
     seen: set[str] = set()
-    while span is not None and span.span_id not in seen:
-        side = span.attrs.get(S.RS_SIDE)
+    node: SpanView | None = span
+    while node is not None and node.span_id not in seen:
+        side = node.attrs.get(S.RS_SIDE)
         if side in ("device", "cloud"):
             return side
-        seen.add(span.span_id)
-        span = by_id.get(span.parent_id)
+        seen.add(node.span_id)
+        node = by_id.get(node.parent_id)
     return None
 
 
@@ -199,7 +200,7 @@ def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bo
     return isinstance(model, str) and any(fnmatch.fnmatchcase(model, g) for g in mapping.device_models)
 
 
-def _outcome(span: SpanView) -> str:
+def _outcome(span: SpanView) -> Outcome:
     error = span.attrs.get(S.ERROR_TYPE)
     if not span.error and error in (None, ""):
         return "ok"
@@ -261,7 +262,8 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
                 return value
         return None
 
-    attempts, device_seen, cloud_calls = [], 0, 0
+    attempts: list[Attempt] = []
+    device_seen = cloud_calls = 0
     device_model = cloud_model = None
     for span in attempts_spans:
         device = is_device(span, mapping, by_id)
@@ -274,19 +276,19 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
         else:
             cloud_calls += 1
             cloud_model = _first(span.attrs, S.MODEL) or cloud_model
-        attempts.append({"level": level, "outcome": _outcome(span), "latency_ms": _ms(span.end_ns - span.start_ns)})
+        attempts.append(Attempt(level=level, outcome=_outcome(span), latency_ms=_ms(span.end_ns - span.start_ns)))
     served = attempts_spans[-1]
     last = attempts[-1]
 
     fallback_type, reason = app(S.RS_FALLBACK_TYPE), app(S.RS_REASON)
     if fallback_type is None and reason is None:
         fallback_type, reason = "none", "default"
-        failed_device = [a for a in attempts[:-1] if a["level"] in (0, 1) and a["outcome"] in ("error", "timeout")]
-        if last["level"] >= 2 and failed_device:  # the device failed, then a cloud call served: shown, not guessed
-            fallback_type = failed_device[-1]["outcome"]
+        failed_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome in ("error", "timeout")]
+        if last.level >= 2 and failed_device:  # the device failed, then a cloud call served: shown, not guessed
+            fallback_type = failed_device[-1].outcome
             reason = "device_timeout" if fallback_type == "timeout" else "device_error"
-        elif last["level"] in (0, 1) and last["outcome"] in ("error", "timeout"):
-            reason = "device_timeout" if last["outcome"] == "timeout" else "device_error"
+        elif last.level in (0, 1) and last.outcome in ("error", "timeout"):
+            reason = "device_timeout" if last.outcome == "timeout" else "device_error"
     elif reason is None:
         reason = _REASON_OF.get(fallback_type, fallback_type)
     elif fallback_type is None:
@@ -301,16 +303,16 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
     has_pii = app(S.RS_HAS_PII)
     event = new_decision(
         event_id=str(uuid.uuid5(EVENT_NAMESPACE, served.trace_id)),
-        event_time=datetime.fromtimestamp(served.end_ns // 1_000_000 / 1000, UTC),
+        event_time=datetime.fromtimestamp(served.end_ns // 1_000_000 / 1000, timezone.utc),
         request_id=str(app(S.RS_REQUEST_ID) or served.trace_id),
         session_id=str(session),
         task_type=task_type if isinstance(task_type, str) else str(task_type),
         mode="live",
-        entered_device=any(a["level"] in (0, 1) for a in attempts),
+        entered_device=any(a.level in (0, 1) for a in attempts),
         fallback_type=fallback_type,
         reason=reason,
-        degrade_level=last["level"],
-        attempts=[Attempt(**a) for a in attempts],
+        degrade_level=last.level,
+        attempts=attempts,
         cloud_calls=cloud_calls,
         confidence=app(S.RS_CONFIDENCE),
         threshold=app(S.RS_THRESHOLD),

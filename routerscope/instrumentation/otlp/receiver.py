@@ -28,7 +28,9 @@ import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from confluent_kafka import KafkaError, Producer
 from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from routerscope.instrumentation.otlp import proto
 
@@ -63,8 +65,6 @@ class KafkaSink:
     """Writes trace messages to the OTLP topic with confluent-kafka (librdkafka), batched and async."""
 
     def __init__(self, config: dict, topic: str):
-        from confluent_kafka import Producer
-
         self.topic = topic
         self.delivered = 0
         self.failed = 0
@@ -86,8 +86,6 @@ class KafkaSink:
         self._poller.start()
 
     def _on_error(self, error) -> None:
-        from confluent_kafka import KafkaError
-
         self.last_error = error.str()
         if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             self._failing_until = time.monotonic() + RETRY_AFTER_DOWN_S
@@ -124,7 +122,7 @@ class KafkaSink:
 
 @dataclass
 class _Trace:
-    request: object  # ExportTraceServiceRequest
+    request: ExportTraceServiceRequest
     spans: int
     first: float
     complete: bool = False
@@ -274,8 +272,6 @@ def _messages(request) -> list[bytes]:
     whole = request.SerializeToString()
     if len(whole) <= MAX_MESSAGE:
         return [whole]
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
     out, part, size = [], ExportTraceServiceRequest(), 0
     for rs in request.resource_spans:
         for ss in rs.scope_spans:
@@ -340,10 +336,10 @@ class _Handler(BaseHTTPRequestHandler):
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             return self._error(415, f"Content-Encoding must be gzip or none, not {encoding[:40]!r}", as_json)
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        declared = self.headers.get("Content-Length")
+        if declared is None or not declared.isdigit():
             return self._error(411, "a Content-Length is required", as_json)
-        length = int(length)
+        length = int(declared)
         if length > self.owner.max_body:
             return self._error(413, f"a body of {length} bytes is over the limit of {self.owner.max_body}", as_json)
         body = self.rfile.read(length)
