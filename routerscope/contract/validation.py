@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
@@ -49,6 +49,8 @@ from routerscope.contract.events import (
     LabelEvent,
 )
 from routerscope.core import names
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
 
 _decoder_any = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder().encode

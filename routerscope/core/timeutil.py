@@ -5,8 +5,10 @@ A bottom module (standard library only): any layer may use it.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import overload
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
 
 
 @overload
@@ -28,4 +30,7 @@ def utc_iso(t: datetime, timespec: str = "milliseconds") -> str:
 
 def parse_utc(text: str) -> datetime:
     """An ISO 8601 instant (`Z` or an offset; no offset: UTC) as an aware UTC datetime; ValueError if it is not one."""
-    return utc(datetime.fromisoformat(text.strip()))
+    text = text.strip()
+    if text[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat takes an offset, not a `Z`
+        text = text[:-1] + "+00:00"
+    return utc(datetime.fromisoformat(text))

@@ -42,7 +42,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM otherwise fetches its price table
 
@@ -52,6 +52,8 @@ from litellm.integrations.custom_logger import CustomLogger  # noqa: E402
 from routerscope.contract.events import NETWORKS  # noqa: E402
 from routerscope.instrumentation.pii import hashed_id  # noqa: E402
 from routerscope.instrumentation.sdk import InvalidDecision, Recorder  # noqa: E402
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
 
 log = logging.getLogger("routerscope.instrumentation.litellm")
 

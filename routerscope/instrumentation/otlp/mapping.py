@@ -22,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,6 +30,8 @@ from routerscope.contract.events import Attempt, DecisionEvent, new_decision
 from routerscope.instrumentation import pii
 from routerscope.instrumentation.otlp import semconv as S
 from routerscope.instrumentation.otlp.proto import KIND_INTERNAL, SpanView
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
 
 DEFAULT_MAPPING = Path(__file__).with_name("default_mapping.yaml")
 # Why a trace maps to nothing (quarantine rule names).
