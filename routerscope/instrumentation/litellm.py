@@ -44,6 +44,9 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from routerscope.core.extras import require
+
+require("routerscope.instrumentation.litellm", "litellm", "litellm")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM otherwise fetches its price table
 
 import litellm  # noqa: E402

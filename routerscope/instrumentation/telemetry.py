@@ -23,8 +23,10 @@ from collections import deque
 import msgspec
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import Observation
 from opentelemetry.propagate import inject
 
+from routerscope.core.extras import require
 from routerscope.instrumentation import attributes as A
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
 from routerscope.instrumentation.spans import attempt_spans
@@ -32,22 +34,26 @@ from routerscope.instrumentation.spans import attempt_spans
 
 def setup_providers(service_name: str = "routerscope-router"):
     """Tracer and meter providers: OTLP/HTTP export only when OTEL_EXPORTER_OTLP_* asks for it."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.metrics import MeterProvider  # deferred: an app with its own providers never needs it
+    from opentelemetry.sdk.resources import Resource  # deferred: as above
+    from opentelemetry.sdk.trace import TracerProvider  # deferred: as above
 
     resource = Resource.create({"service.name": service_name})
     tracer_provider = TracerProvider(resource=resource)
     readers = []
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    traces = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    metered = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    if traces or metered:
+        require("OTLP export (OTEL_EXPORTER_OTLP_* is set)", "otlp", "opentelemetry.exporter.otlp.proto.http")
+    if traces:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # deferred: [otlp] extra
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # deferred: only with the exporter
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    if metered:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # deferred: [otlp] extra
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # deferred: only with the exporter
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)
@@ -170,22 +176,16 @@ class Telemetry:
             record(*decision)
 
     def _decision_observations(self, options):
-        from opentelemetry.metrics import Observation
-
         self.record_decisions()  # a collection runs its callbacks before it reads the histogram
         with self._counts_lock:
             return [Observation(count, attributes) for count, attributes in self._decision_counts.values()]
 
     def _abandoned_observations(self, options):
-        from opentelemetry.metrics import Observation
-
         self.record_decisions()
         with self._counts_lock:
             return [Observation(n, {"boundary": side}) for side, n in self._abandoned.items()]
 
     def _event_counts(self, options):
-        from opentelemetry.metrics import Observation
-
         counts = self.emitter.counters()
         return [
             Observation(counts[state], {"state": state}) for state in ("emitted", "delivered", "spooled", "dropped")
