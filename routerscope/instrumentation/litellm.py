@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Protocol
 
+from routerscope.core.extras import require
+
+require("routerscope.instrumentation.litellm", "litellm", "litellm")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM otherwise fetches its price table
 
 import litellm  # noqa: E402

@@ -59,6 +59,8 @@ from routerscope.instrumentation.pii import UUID, scrub, scrub_event
 from routerscope.instrumentation.spans import _attempts_end, _AttemptSpan, attempt_spans
 from routerscope.instrumentation.telemetry import Telemetry
 
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
+
 DEFAULT_POLICY_VERSION = "app"
 _INVARIANT_DOCS = {inv.rule: inv.doc for inv in DECISION_INVARIANTS}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -315,7 +317,8 @@ class Recorder:
                 changes[name] = scrubbed
         if ctx.is_valid:
             # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
-            changes["trace_id"], changes["span_id"] = ctx.trace_id.to_bytes(16).hex(), ctx.span_id.to_bytes(8).hex()
+            changes["trace_id"] = ctx.trace_id.to_bytes(16, "big").hex()  # byteorder: optional from Python 3.11
+            changes["span_id"] = ctx.span_id.to_bytes(8, "big").hex()
         if changes:
             event = msgspec.structs.replace(event, **changes)  # one copy of the event, not two
         if recording := span.is_recording():

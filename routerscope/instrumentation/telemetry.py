@@ -29,6 +29,7 @@ from opentelemetry.metrics import Observation
 from opentelemetry.propagate import inject
 from opentelemetry.trace import SpanContext
 
+from routerscope.core.extras import require
 from routerscope.instrumentation import attributes as A
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
 from routerscope.instrumentation.spans import AttemptSpanArgs, attempt_spans
@@ -44,15 +45,18 @@ def setup_providers(service_name: str = "routerscope-router"):
     tracer_provider = TracerProvider(resource=resource)
     readers = []
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        # an OTLP exporter only when OTEL_EXPORTER_OTLP_* asks for one (it pulls in protobuf and requests)
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # deferred: see above
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # deferred: as MeterProvider
+    traces = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    metered = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    if traces or metered:
+        require("OTLP export (OTEL_EXPORTER_OTLP_* is set)", "otlp", "opentelemetry.exporter.otlp.proto.http")
+    if traces:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # deferred: [otlp] extra
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # deferred: only with the exporter
 
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    if endpoint or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # deferred: as above
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # deferred: as MeterProvider
+    if metered:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # deferred: [otlp] extra
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # deferred: only with the exporter
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     return tracer_provider, MeterProvider(resource=resource, metric_readers=readers)

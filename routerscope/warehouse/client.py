@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
+from routerscope.core.extras import require
 from routerscope.core.settings import Settings, WarehouseDsn
+
+require("routerscope.warehouse.client", "pipeline", "clickhouse_connect", "chdb")
 
 LOCK_SUFFIX = ".lock"
 LOAD_LOCK_SUFFIX = ".load.lock"
@@ -84,7 +87,7 @@ def _file_lock(lock_path: Path, purpose: str, timeout_s: float | None) -> Iterat
 
 
 def _connect(dsn: WarehouseDsn):
-    import clickhouse_connect  # imported here: ~0.3 s, and only commands that need it pay
+    import clickhouse_connect  # deferred: ~0.3 s, and only commands that need it pay
 
     attempts = 0
     while True:

@@ -16,3 +16,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents:
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built once per run (per worker) for every test that installs it."""
+    from tests.support.wheel import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel-build"))

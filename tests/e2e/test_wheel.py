@@ -8,81 +8,41 @@ processed, so the checkout's editable install stays out). Commands run outside t
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
 
 from tests.support.home import REPO
+from tests.support.wheel import new_venv, pip_install, run
 
 pytestmark = pytest.mark.timeout(300)
 
-SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests")
-
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "source"
-    shutil.copytree(REPO, source, ignore=SKIP)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(root / "dist"), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    wheel = next((root / "dist").glob("routerscope-*.whl"))
-    env_dir = root / "venv"
-    venv.create(env_dir, with_pip=False)
+def installed(wheel, tmp_path_factory) -> Path:
+    env_dir = tmp_path_factory.mktemp("wheel") / "venv"
+    python = new_venv(env_dir)
     site = Path(
         subprocess.check_output(
-            [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            text=True,
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
     (site / "borrowed-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    installed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(env_dir / "bin" / "python"),
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    pip_install(python, "--no-deps", "--no-index", str(wheel))
     return env_dir
-
-
-def run(env_dir: Path, *args: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROUTERSCOPE_", "PYTHON"))}
-    env["ROUTERSCOPE_HOME"] = str(home)
-    return subprocess.run(list(args), cwd=home, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_path):
     python = str(installed / "bin" / "python")
-    where = run(installed, python, "-c", "import routerscope.warehouse as w; print(w.__file__)", home=tmp_path)
+    where = run(python, "-c", "import routerscope.warehouse as w; print(w.__file__)", home=tmp_path)
     assert where.returncode == 0, where.stderr
     assert str(installed) in where.stdout and str(REPO) not in where.stdout  # the wheel's copy, not the checkout
-    help_ = run(installed, str(installed / "bin" / "routerscope"), "--help", home=tmp_path)
+    help_ = run(str(installed / "bin" / "routerscope"), "--help", home=tmp_path)
     assert help_.returncode == 0, help_.stderr
     assert "migrate" in help_.stdout and "dashboard" in help_.stdout
-    migrated = run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path)
+    migrated = run(str(installed / "bin" / "routerscope"), "migrate", home=tmp_path)
     assert migrated.returncode == 0, migrated.stderr
     check = (
         "import json; from routerscope.core.settings import Settings\n"
@@ -92,7 +52,7 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
         "    n = c.query('SELECT count() FROM routerscope.schema_migrations').result_rows[0][0]\n"
         "print(json.dumps({'applied': n, 'files': len(list(MIGRATIONS_DIR.glob('*.sql')))}))"
     )
-    counted = run(installed, python, "-c", check, home=tmp_path)
+    counted = run(python, "-c", check, home=tmp_path)
     assert counted.returncode == 0, counted.stderr
     figures = json.loads(counted.stdout)
     assert (
@@ -103,7 +63,7 @@ def test_the_installed_cli_runs_its_migrations_from_the_wheel(installed, tmp_pat
 
 
 def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rules_load(installed, tmp_path):
-    assert run(installed, str(installed / "bin" / "routerscope"), "migrate", home=tmp_path).returncode == 0
+    assert run(str(installed / "bin" / "routerscope"), "migrate", home=tmp_path).returncode == 0
     script = (
         "import pathlib\nfrom routerscope import dashboards\n"
         "from streamlit.testing.v1 import AppTest\n"
@@ -118,7 +78,7 @@ def test_the_installed_dashboard_renders_every_page_and_the_policy_and_alert_rul
         "from routerscope.warehouse.analytics.alerting import load_rules\n"
         "print('rules', len(load_rules()[1]))\n"
     )
-    result = run(installed, str(installed / "bin" / "python"), "-c", script, home=tmp_path, timeout=240)
+    result = run(str(installed / "bin" / "python"), "-c", script, home=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (
         "oncall.py" in result.stdout

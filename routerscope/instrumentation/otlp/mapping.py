@@ -33,6 +33,8 @@ from routerscope.instrumentation import pii
 from routerscope.instrumentation.otlp import semconv as S
 from routerscope.instrumentation.otlp.proto import KIND_INTERNAL, SpanView
 
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; the SDK runs on 3.10
+
 DEFAULT_MAPPING = Path(__file__).with_name("default_mapping.yaml")
 # Why a trace maps to nothing (quarantine rule names).
 NO_MODEL_CALL = "otlp.no_model_call"
