@@ -31,6 +31,7 @@ from pathlib import Path
 
 from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
 from routerscope.core.settings import Settings, WarehouseDsn
+from routerscope.warehouse.migrate import migrate
 
 LOCK_SUFFIX = ".lock"
 LOAD_LOCK_SUFFIX = ".load.lock"
@@ -84,7 +85,7 @@ def _file_lock(lock_path: Path, purpose: str, timeout_s: float | None) -> Iterat
 
 
 def _connect(dsn: WarehouseDsn):
-    import clickhouse_connect  # imported here: ~0.3 s, and only commands that need it pay
+    import clickhouse_connect  # deferred: a tenth of a second, chDB more at connect; only commands that open one pay
 
     attempts = 0
     while True:
@@ -128,8 +129,6 @@ def open_warehouse(
             return
         key = settings.warehouse.raw
         if not _migrated.get(key):
-            from routerscope.warehouse.migrate import migrate
-
             migrate(client)
         _migrated[key] = _migrated.get(key, 0) + 1
         try:
@@ -229,7 +228,7 @@ def outage(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, MemoryError, WarehouseError)):
         return True
     try:
-        from clickhouse_connect.driver.exceptions import OperationalError
+        from clickhouse_connect.driver.exceptions import OperationalError  # deferred: clickhouse_connect, ~0.1 s
     except ImportError:  # pragma: no cover
         OperationalError = ()  # noqa: N806
     if OperationalError and isinstance(exc, OperationalError):
