@@ -236,7 +236,6 @@ def fleet_settings(settings: Settings) -> Settings:
     evaluation reads (the alerts job here and in the daemon, `routerscope alerts`, the dashboard)."""
     if settings.alert_rules is not None:
         return settings
-
     return dataclasses.replace(settings, alert_rules=SIM_RULES)
 
 

@@ -150,6 +150,5 @@ def produce_lines(
 def produce_file(settings: Settings, path: Path, topic_short: str, show_progress: bool = True) -> ProduceResult:
     topic = names.TOPICS[topic_short]
     kafka.check_reachable(settings)  # before the progress bar, so an outage is one clear line
-
     with tqdm(desc=f"produce {topic}", unit=" msg", disable=not show_progress, file=sys.stderr) as bar:
         return produce_lines(settings, topic, iter_lines(path), progress=bar.update)
