@@ -7,16 +7,36 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import socket
+import subprocess
 import sys
+import webbrowser
+from datetime import timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.core import broker, names
+from routerscope.cli import oncall, review
+from routerscope.cli import whatif as whatif_cli
+from routerscope.cli.interrupt import Terminated, stop_on_term
+from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
+from routerscope.core import broker, names, procs
 from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
-from routerscope.core.extras import MissingExtra, missing_extra
+from routerscope.core.extras import missing_extra
+from routerscope.core.kafka import ensure_topics, librdkafka_config
 from routerscope.core.settings import Settings
 from routerscope.core.text import counts, estimate, pct
+from routerscope.core.timeutil import parse_utc
+from routerscope.instrumentation import pii
+from routerscope.warehouse import doctor
+from routerscope.warehouse.analytics import metrics as metric_defaults
+from routerscope.warehouse.analytics import whatif
+from routerscope.warehouse.analytics.stats import LOW_COVERAGE
+from routerscope.warehouse.client import damage_error, damaged, open_warehouse, outage, outage_error
+from routerscope.warehouse.ingest import loader
+from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.sql import QueryWindow
 
 
 def _print_json(obj) -> None:
@@ -56,7 +76,7 @@ def cmd_broker(args, settings: Settings) -> int:
 
 
 def cmd_produce(args, settings: Settings) -> int:
-    from routerscope.cli.produce import produce_file
+    from routerscope.cli.produce import produce_file  # deferred: start-up: kafka-python, ~0.07 s to import
 
     path = Path(args.file)
     if not path.is_file():
@@ -76,9 +96,6 @@ def cmd_produce(args, settings: Settings) -> int:
 
 
 def cmd_migrate(args, settings: Settings) -> int:
-    from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.migrate import migrate
-
     with open_warehouse(settings, purpose="migrate") as client:
         applied = migrate(client)
     print(f"applied {len(applied)} migration(s)" + (f": {', '.join(applied)}" if applied else "; up to date"))
@@ -86,8 +103,6 @@ def cmd_migrate(args, settings: Settings) -> int:
 
 
 def cmd_doctor(args, settings: Settings) -> int:
-    from routerscope.warehouse import doctor
-
     report = doctor.run(settings, repair=args.repair)
     if args.json:
         _print_json(report.as_dict())
@@ -110,7 +125,6 @@ def cmd_load(args, settings: Settings) -> int:
     # The ingest job's unit of work, called directly: the Dagster job around it (routerscope/pipelines/ingest.py,
     # what the daemon's schedule runs) records its run in an instance a command would throw away, and
     # importing Dagster and making that instance were most of what a load cost before its first event.
-    from routerscope.warehouse.ingest import loader
 
     try:
         result = loader.load(
@@ -152,9 +166,7 @@ def cmd_load(args, settings: Settings) -> int:
 
 def cmd_collect(args, settings: Settings) -> int:
     """The OTLP/HTTP receiver: GenAI spans in, one Kafka message per trace out (docs/otlp.md)."""
-    from routerscope.core.kafka import ensure_topics, librdkafka_config
-    from routerscope.instrumentation import pii
-    from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver
+    from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver  # deferred: start-up: protobuf, ~25 ms
 
     ensure_topics(settings)  # the OTLP topic among them; fails in one line when the broker is not there
     pii.configure(settings.home)  # session ids that look personal are hashed on the way in, as the loader would
@@ -190,9 +202,6 @@ def cmd_collect(args, settings: Settings) -> int:
 
 def _parse_time(text: str, flag: str):
     """An ISO 8601 time (UTC when it has no zone) within the warehouse's DateTime64 range."""
-    from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
-    from routerscope.core.timeutil import parse_utc
-
     try:
         value = parse_utc(text)
         in_range = EVENT_TIME_MIN <= value <= EVENT_TIME_MAX.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -204,7 +213,8 @@ def _parse_time(text: str, flag: str):
 
 
 def cmd_metrics(args, settings: Settings) -> int:
-    from routerscope.pipelines.core import MetricParams, metrics_window
+    from routerscope.cli import render  # deferred: start-up: the review's and what-if's words, ~0.05 s
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
 
     start, end = _parse_time(args.start, "--start"), _parse_time(args.end, "--end")
     if end <= start:
@@ -215,31 +225,24 @@ def cmd_metrics(args, settings: Settings) -> int:
         raise ConfigError(f"--baseline-days {args.baseline_days:g} is more than ten years")
     if args.baseline_days * 1440 < 1:
         raise ConfigError(f"--baseline-days {args.baseline_days:g} is shorter than a minute (0.0007 days)")
-    params = MetricParams(baseline_days=args.baseline_days, target=args.target, min_n=args.min_n)
-    result, _ = metrics_window(settings, start, end, params)  # the metric assets' unit of work, not stored
+    params = units.MetricParams(baseline_days=args.baseline_days, target=args.target, min_n=args.min_n)
+    result, _ = units.metrics_window(settings, start, end, params)  # the metric assets' unit of work, not stored
     if args.json:
         _print_json(result)
     else:
-        from routerscope.cli.render import metrics_table
-
-        print(metrics_table(result))
+        print(render.metrics_table(result))
     return 0
 
 
 def cmd_whatif(args, settings: Settings) -> int:
-    from datetime import timedelta
-
-    from routerscope.cli import render
-    from routerscope.cli import whatif as whatif_cli
-    from routerscope.pipelines.core import unit_of_work
-    from routerscope.warehouse.analytics import whatif
-    from routerscope.warehouse.analytics.review import review_window
-    from routerscope.warehouse.sql import QueryWindow
+    from routerscope.cli import render  # deferred: start-up: the review's and what-if's words, ~0.05 s
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
+    from routerscope.warehouse.analytics.review import review_window  # deferred: start-up: ~0.05 s
 
     thresholds = whatif_cli.candidates(args.task_type, args.threshold, args.policy)
     not_rescored = []
     if args.policy:  # what the file changes besides thresholds: said, and the gate does not judge the file
-        from routerscope.router.policy import PolicyStore
+        from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
 
         not_rescored = whatif_cli.unrescorable(args.policy, PolicyStore().current())
     try:
@@ -252,7 +255,7 @@ def cmd_whatif(args, settings: Settings) -> int:
         raise ConfigError(f"--days {args.days:g} is more than ten years")
     if start and end and end <= start:
         raise ConfigError(f"--end {args.end} must be after --start {args.start}")
-    with unit_of_work(settings, purpose="whatif") as client:
+    with units.unit_of_work(settings, purpose="whatif") as client:
         if end is None:  # by default the last --days full days of live traffic (as `report`)
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
@@ -291,17 +294,15 @@ DQ_NOTHING_CHECKED = 4  # `dq` exit code: the window held no rows, every check w
 
 
 def cmd_dq(args, settings: Settings) -> int:
-    from datetime import timedelta
-
-    from routerscope.pipelines.core import quality_window
-    from routerscope.warehouse.analytics.quality.report import SKIPPED
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
+    from routerscope.warehouse.analytics.quality.report import SKIPPED  # deferred: start-up: ~20 ms
 
     start = end = None
     if args.day:
         start = _parse_time(args.day, "--day")
         end = start + timedelta(days=1)
     print("routerscope: running the data-quality suites (Great Expectations: ~10 s) …", file=sys.stderr, flush=True)
-    report = quality_window(settings, start, end)  # the data_quality asset's unit of work (default thresholds)
+    report = units.quality_window(settings, start, end)  # the data_quality asset's unit of work (default thresholds)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -333,15 +334,15 @@ def cmd_dq(args, settings: Settings) -> int:
 
 
 def cmd_alerts(args, settings: Settings) -> int:
-    from routerscope.pipelines.core import evaluate_alerts, stored_alerts
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
 
     if args.new_rules and not args.evaluate:
         raise ConfigError("--new-rules only applies with --evaluate")
     if args.evaluate:  # the alerts job's unit of work: writes episodes, under the rules the warehouse was judged with
         warn = lambda text: print(f"routerscope: WARNING: {text}", file=sys.stderr)  # noqa: E731
-        result = evaluate_alerts(settings, by="cli", rules_as_recorded=True, new_rules=args.new_rules, warn=warn)
+        result = units.evaluate_alerts(settings, by="cli", rules_as_recorded=True, new_rules=args.new_rules, warn=warn)
     else:  # reads only: what the pipeline's own evaluations stored
-        result = stored_alerts(settings)
+        result = units.stored_alerts(settings)
     if args.json:
         _print_json({**result.as_dict(), "evaluated": bool(args.evaluate)})
         return 0
@@ -389,7 +390,7 @@ def _evidence(signal: str, latest: dict) -> str:
 
 
 def cmd_report(args, settings: Settings) -> int:
-    from routerscope.cli import render, review
+    from routerscope.cli import render  # deferred: start-up: the review's and what-if's words, ~0.05 s
 
     end = _parse_time(args.end, "--end") if args.end else None
     if args.days > 3650:
@@ -400,11 +401,9 @@ def cmd_report(args, settings: Settings) -> int:
 
 
 def cmd_simulate(args, settings: Settings) -> int:
-    from datetime import timedelta
+    from routerscope.cli import demo  # deferred: start-up: the router, the simulator and the units of work, ~0.2 s
 
-    from routerscope.cli.demo import simulate
-
-    sim = simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), corrupt=args.corrupt)
+    sim = demo.simulate(settings, args.requests, args.seed, timedelta(minutes=args.span_minutes), corrupt=args.corrupt)
     print(
         f"SIMULATED fleet: {sim['requests']} requests, {sim['labels']} labels, {sim['corrupt']} corrupted messages "
         f"from {sim['start']:%Y-%m-%d %H:%M} to {sim['end']:%H:%M} UTC; delivered {sim['delivered']}, "
@@ -413,26 +412,11 @@ def cmd_simulate(args, settings: Settings) -> int:
     return 0
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be (`stop_on_term`)."""
-
-
-def stop_on_term() -> None:
-    """SIGTERM (a service manager, `kill`, a test) stops the command the way Ctrl-C does, through its
-    KeyboardInterrupt path: what was routed is flushed or spooled, and the command says where things stand."""
-    import signal
-
-    def stop(signum, frame):
-        raise Terminated
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 def cmd_demo(args, settings: Settings) -> int:
-    from routerscope.cli.demo import fleet_settings, run
+    from routerscope.cli import demo  # deferred: start-up: the router, the simulator and the units of work, ~0.2 s
 
     own_rules = settings.alert_rules is not None
-    settings = fleet_settings(settings)
+    settings = demo.fleet_settings(settings)
     print("routerscope demo — a SIMULATED fleet through the real router, end to end")
     print(f"  home:      {settings.home}")
     print(f"  warehouse: {settings.warehouse.redacted()}")
@@ -443,7 +427,7 @@ def cmd_demo(args, settings: Settings) -> int:
     )
     stop_on_term()
     try:
-        out = run(
+        out = demo.run(
             settings,
             requests=args.requests,
             seed=args.seed,
@@ -484,7 +468,6 @@ def cmd_demo(args, settings: Settings) -> int:
     )
     by_type = s["false_fallback_by_type"]
     # labels are no random sample (docs/metrics.md §3c): the population estimate first, the labeled share beside it
-    from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
     print(
         f"  false fallbacks {estimate(s.get('false_fallback_est'), LOW_COVERAGE)} "
@@ -530,7 +513,8 @@ def cmd_demo(args, settings: Settings) -> int:
 
 
 def dashboard_command(port: int) -> list[str]:
-    from routerscope import dashboards  # the installed package (editable or not), not a path relative to this file
+    # the installed package (editable or not), not a path relative to this file
+    from routerscope import dashboards  # deferred: the [dashboard] extra; every other command runs without it
 
     app = Path(dashboards.__file__).with_name("streamlit_app.py")
     return [
@@ -555,9 +539,6 @@ def dashboard_command(port: int) -> list[str]:
 def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert_rules: Path | None = None) -> int:
     """Run Streamlit on 127.0.0.1:`port` until Ctrl-C (or until it exits); prints the URL once it answers.
     `alert_rules`: the rules file the dashboard reads (as ROUTERSCOPE_ALERT_RULES; None: the environment's)."""
-    import socket
-    import subprocess
-
     with socket.socket() as probe:
         if probe.connect_ex(("127.0.0.1", port)) == 0:
             raise RouterscopeError(f"port {port} is already in use; choose another with --dashboard-port / --port")
@@ -565,7 +546,6 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
     stop_on_term()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    from routerscope.core import procs
 
     env = {**os.environ, **({"ROUTERSCOPE_ALERT_RULES": str(alert_rules)} if alert_rules else {})}
     process = procs.spawn(dashboard_command(port), stdout=log, stderr=subprocess.STDOUT, env=env)  # dies with us
@@ -583,8 +563,6 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             flush=True,
         )
         if open_browser:
-            import webbrowser
-
             try:
                 webbrowser.open(url)
             except Exception:  # no browser on this machine: the URL above is enough
@@ -640,8 +618,6 @@ _port = _int_at_least(1, 65535)  # a TCP port
 def _window_days(text: str) -> float:
     """A window length in days: finite, from one minute (a shorter one holds no whole millisecond of
     traffic, `1e-300` made an empty window) to ten years."""
-    import math
-
     try:
         value = float(text)
     except ValueError:
@@ -659,8 +635,6 @@ def _float_at_least(minimum: float, strictly: bool = False):
     """A finite number >= minimum (> when `strictly`): nan and inf are refused."""
 
     def parse(text: str) -> float:
-        import math
-
         try:
             value = float(text)
         except ValueError:
@@ -737,19 +711,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("load", help="drain the topics into the warehouse (the ingest job's unit of work, once)")
     p.add_argument("--json", action="store_true", help="print the loaded and quarantined counts as JSON")
-    from routerscope.warehouse.ingest import loader as loader_defaults  # the ingest job's defaults, defined once
 
     p.add_argument(
         "--batch-size",
         type=_positive_int,
-        default=loader_defaults.DEFAULT_BATCH_SIZE,
-        help=f"rows per insert (default {loader_defaults.DEFAULT_BATCH_SIZE})",
+        default=loader.DEFAULT_BATCH_SIZE,
+        help=f"rows per insert (default {loader.DEFAULT_BATCH_SIZE})",
     )
     p.add_argument(
         "--idle-timeout",
         type=_float_at_least(0, strictly=True),
-        default=loader_defaults.DEFAULT_IDLE_TIMEOUT_S,
-        help=f"seconds without a message that count as drained (default {loader_defaults.DEFAULT_IDLE_TIMEOUT_S:g})",
+        default=loader.DEFAULT_IDLE_TIMEOUT_S,
+        help=f"seconds without a message that count as drained (default {loader.DEFAULT_IDLE_TIMEOUT_S:g})",
     )
     p.add_argument(
         "--partitions",
@@ -776,9 +749,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start", required=True, help="window start, ISO 8601 (UTC if no zone)")
     p.add_argument("--end", required=True, help="window end (exclusive), ISO 8601")
     p.add_argument("--json", action="store_true", help="the JSON of docs/metrics.md")
-    from routerscope.warehouse.analytics import (
-        metrics as metric_defaults,  # the defaults of the metric assets, defined once
-    )
 
     p.add_argument(
         "--baseline-days",
@@ -873,10 +843,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_alerts)
 
-    from routerscope.cli.review import KINDS as review_kinds
-
     p = sub.add_parser("report", help="the weekly review: task grading, offload readiness, rollout stages")
-    p.add_argument("kind", choices=review_kinds)
+    p.add_argument("kind", choices=review.KINDS)
     p.add_argument("--json", action="store_true")
     p.add_argument("--days", type=_float_at_least(1), default=7.0, help="review window in days (default 7)")
     p.add_argument("--end", help="window end, ISO 8601 (default: the end of the newest live event's day)")
@@ -896,8 +864,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a trace whose root span has not arrived this many seconds after its first span (default 10)",
     )
     p.set_defaults(func=cmd_collect)
-
-    from routerscope.cli import oncall  # `exporter` and `rules export`: Prometheus and Alertmanager
 
     oncall.add_commands(sub, _port)
     return parser
@@ -950,16 +916,12 @@ def main(argv: list[str] | None = None) -> int:
         if settings is not None and is_full_disk(exc):  # SQLite's "database or disk is full", and the like
             print(f"routerscope: error: {full_disk_error(settings.home, exc, _doing(args))}", file=sys.stderr)
             return 1
-        try:
-            from routerscope.warehouse import client  # deferred: the [pipeline] extra; the CLI runs without it
-        except MissingExtra:  # no warehouse installed: not a fault of the warehouse
-            raise exc from None
-        if settings is not None and client.damaged(exc):  # a checksum that fails at query time: one line naming doctor
-            print(f"routerscope: error: {client.damage_error(exc)}", file=sys.stderr)
+        if settings is not None and damaged(exc):  # a checksum that fails at query time: one line naming doctor
+            print(f"routerscope: error: {damage_error(exc)}", file=sys.stderr)
             return 1
-        if settings is None or not client.outage(exc):
+        if settings is None or not outage(exc):
             raise
-        print(f"routerscope: error: {client.outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
+        print(f"routerscope: error: {outage_error(settings, exc, 'the warehouse')}", file=sys.stderr)
         return 1
 
 

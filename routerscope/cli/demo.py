@@ -10,23 +10,44 @@ incidents raised. Re-running adds another simulated span and continues from the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+import shutil
 import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from routerscope.core import broker, names
+from tqdm import tqdm
+
+from routerscope.core import broker, kafka, names
 from routerscope.core.errors import RouterscopeError
+from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import parse_utc
+from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.pipelines.core import metrics_window, unit_of_work
+from routerscope.pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
+from routerscope.router.backends import OpenAICloud, gemma_path
+from routerscope.router.engine import Request, Router
+from routerscope.router.model_worker import ModelCrashed, WorkerDevice
+from routerscope.router.policy import PolicyStore
+from routerscope.router.replay import FirstAnswers
+from routerscope.router.request_store import RequestTextStore, remove_store
+from routerscope.router.sim.baseline import SIM_RULES
+from routerscope.router.sim.fleet import Fleet, default_start, span_end
+from routerscope.router.sim.standin_cloud import StandInCloud
+from routerscope.router.sim.texts import request_text
+from routerscope.warehouse.analytics.alerting.rules import load_rules
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.queries import ingest_offsets
+from routerscope.warehouse.queries.review import store_reruns
 
 CORRUPT = [b"{not json", b"\x00\xff\xfe binary", b'{"schema_version": 9}']
 
 
 def _bar(total: int, desc: str, unit: str):
-    from tqdm import tqdm
-
     # On a terminal a live bar; in a log or a pipe the same line, refreshed every 5 s (counts, not silence).
     return tqdm(
         total=total, desc=desc, unit=unit, leave=True, file=sys.stderr, mininterval=0.5 if sys.stderr.isatty() else 5.0
@@ -45,12 +66,6 @@ def simulate(
 ) -> dict:
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
     Request texts go to the request-text store (for the offline replay), never into events."""
-    from routerscope.core.kafka import producer_config
-    from routerscope.instrumentation.emitter import KafkaEmitter, Message
-    from routerscope.instrumentation.telemetry import Telemetry
-    from routerscope.router.request_store import RequestTextStore
-    from routerscope.router.sim.fleet import Fleet, default_start
-
     emitter = KafkaEmitter(
         producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
@@ -108,9 +123,6 @@ def run_instance(router: str, start: datetime) -> str:
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
     """The SIMULATED fleet's determinism groups (what the weekly replay measures with the real model) go
     straight to the warehouse, so the grading report has a determinism to score."""
-    from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.queries.review import store_reruns
-
     with open_warehouse(settings, purpose="simulated replay", migrated=True) as client:
         store_reruns(client, groups)
 
@@ -124,14 +136,6 @@ def live_sample(
     """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
     device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
     confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
-    from routerscope.router.backends import OpenAICloud, gemma_path
-    from routerscope.router.engine import Request, Router
-    from routerscope.router.model_worker import ModelCrashed, WorkerDevice
-    from routerscope.router.policy import PolicyStore
-    from routerscope.router.replay import FirstAnswers
-    from routerscope.router.sim.standin_cloud import StandInCloud
-    from routerscope.router.sim.texts import request_text
-
     print(
         "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
         file=sys.stderr,
@@ -206,10 +210,6 @@ def live_sample(
 def start_fresh(settings: Settings) -> None:
     """Forget every earlier demo run of this home: stop the local broker (its memory goes with it),
     remove the embedded warehouse, the request-text store and the spool. Refuses a server warehouse."""
-    import shutil
-
-    from routerscope.router.request_store import remove_store
-
     if not settings.warehouse.embedded:
         raise RouterscopeError(
             "--fresh removes an embedded warehouse only; this one is a server: drop its database yourself"
@@ -236,8 +236,6 @@ def fleet_settings(settings: Settings) -> Settings:
     evaluation reads (the alerts job here and in the daemon, `routerscope alerts`, the dashboard)."""
     if settings.alert_rules is not None:
         return settings
-    from routerscope.router.sim.baseline import SIM_RULES
-
     return dataclasses.replace(settings, alert_rules=SIM_RULES)
 
 
@@ -256,10 +254,9 @@ def run(
     this process: `ensure_broker` → `simulate_span` → `load` (`ingest`) → `metrics_and_alerts`
     (`metrics_5m_job` over the span, `alerts_job` as of each window's end) → `daily_quality_and_metrics`
     (`metrics_daily_job` per day)."""
-    import dagster as dg
+    import dagster as dg  # deferred: half a second and more; `simulate` and the CLI's start never need it
 
-    from routerscope.pipelines.resources import RouterscopeResource
-    from routerscope.warehouse.analytics.alerting.rules import load_rules
+    from routerscope.pipelines.resources import RouterscopeResource  # deferred: pulls dagster
 
     settings = fleet_settings(settings)
     load_rules(settings.alert_rules)  # a bad rules file stops the demo here, in one line, before it simulates
@@ -285,8 +282,6 @@ MIN_RERUN_SPAN = timedelta(minutes=10)  # a re-run's span at the least (two 5-mi
 
 
 def _previous_end(settings: Settings) -> datetime | None:
-    import json
-
     try:
         return parse_utc(json.loads(settings.demo_span_path.read_text())["end"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -295,8 +290,6 @@ def _previous_end(settings: Settings) -> datetime | None:
 
 def record_span(settings: Settings, end: datetime) -> None:
     """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
-    import json
-
     settings.demo_span_path.write_text(json.dumps({"end": end.isoformat()}))
 
 
@@ -306,10 +299,6 @@ def next_span(settings: Settings, span: timedelta, now: datetime | None = None) 
     each other (two outages at once, sessions counted twice). A re-run sooner than MIN_RERUN_SPAN after the
     previous span's end is refused with what to do. "Now" is the latest 5-minute boundary (`span_end`), so
     the metric windows cut the scripted timeline the same way on every run."""
-    from routerscope.router.sim.fleet import (
-        span_end,  # the simulator (greenlet, the router) loads only when a demo runs
-    )
-
     now = span_end(now)
     previous = _previous_end(settings)
     if previous is None or previous <= now - span:
@@ -333,10 +322,6 @@ def next_span(settings: Settings, span: timedelta, now: datetime | None = None) 
 def ensure_broker(settings: Settings, port: int) -> str:
     """The broker the demo publishes to (a configured one, or the local one started on `port`); its
     bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
-    from routerscope.core import kafka
-    from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.queries import ingest_offsets
-
     if settings.kafka_bootstrap_env:
         kafka.ensure_topics(settings)
         return settings.kafka_bootstrap_env
@@ -374,7 +359,7 @@ def simulate_span(
 
 def load(resources: dict, instance) -> dict:
     """The `ingest` job once (as the daemon's ingest sensor starts it); rows loaded per topic."""
-    from routerscope.pipelines.run import materializations, run_job
+    from routerscope.pipelines.run import materializations, run_job  # deferred: pulls dagster
 
     print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
     result = run_job(
@@ -388,8 +373,6 @@ def load(resources: dict, instance) -> dict:
 def metrics_and_alerts(settings: Settings, start: datetime, end: datetime, *, resources: dict, instance):
     """The span's 5-minute windows with the alerts after each (`windows_and_alerts`), the summary of the
     whole span (not stored), then the alerts as of now. Returns (summary, fired lines, firing keys)."""
-    from routerscope.pipelines.core import metrics_window, unit_of_work
-
     with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
         fired = windows_and_alerts(start, end, resources=resources, instance=instance)
         summary, _ = metrics_window(settings, start, end)
@@ -406,7 +389,7 @@ def daily_quality_and_metrics(days: list, *, resources: dict, instance) -> dict:
     """`metrics_daily_job` per day (as the daily schedule runs it): the day's data-quality suites, then,
     unless a blocking check failed, its metrics. Day → the blocking checks that failed, and whether the
     metrics were materialized."""
-    from routerscope.pipelines.run import run_job
+    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
 
     quality = {}
     for day in days:
@@ -435,8 +418,8 @@ def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None, s
     `fired_lines` (rule|task type at first seen, in firing order, over every evaluation; one whose episode
     began before `since`, the run's start, says so: a re-run raises late-labelled episodes of the run before,
     and must not pass them off as its own) and the alert keys `firing_keys` after the last evaluation."""
-    from routerscope.pipelines.alerting import evaluate_alerts
-    from routerscope.pipelines.run import run_job
+    from routerscope.pipelines.alerting import evaluate_alerts  # deferred: pulls dagster
+    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
 
     config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
     result = run_job(
@@ -465,9 +448,7 @@ def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, insta
     evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
     windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
 
-    from routerscope.pipelines.core import unit_of_work
-    from routerscope.pipelines.run import run_job
-    from routerscope.pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
+    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
 
     first = floor_5m(start)
     last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(UTC)))

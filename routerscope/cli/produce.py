@@ -16,10 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+from kafka import KafkaProducer
+from kafka.errors import KafkaError, KafkaTimeoutError
+from tqdm import tqdm
 
+from routerscope.contract.validation import CONTRACTS
 from routerscope.core import kafka, names
 from routerscope.core.errors import BrokerUnavailable
+from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
+from routerscope.instrumentation.pii import scrub_event
 
 _decode = msgspec.json.Decoder().decode
 
@@ -30,10 +36,6 @@ PRODUCE_TIMEOUTS = {"max_block_ms": 10_000, "request_timeout_ms": 15_000}
 
 def make_producer(settings: Settings):
     """The router's idempotent kafka-python producer (`acks=all`), with the command's longer timeouts."""
-    from kafka import KafkaProducer
-
-    from routerscope.core.kafka import producer_config
-
     return KafkaProducer(**producer_config(settings, **PRODUCE_TIMEOUTS))
 
 
@@ -52,9 +54,6 @@ def message_key(topic: str, line: bytes) -> bytes | None:
 def scrubbed_line(topic: str, line: bytes) -> bytes:
     """The line as sent: a valid event with its free-text fields scrubbed (re-encoded only when one
     changed); anything else exactly as it is."""
-    from routerscope.contract.validation import CONTRACTS
-    from routerscope.instrumentation.pii import scrub_event
-
     event, _rules = CONTRACTS[topic].parse(line)
     if event is None:
         return line
@@ -102,8 +101,6 @@ def produce_lines(
     A line that cannot be a message (longer than MAX_LINE_BYTES) or that the client refuses is
     counted as failed, with its line number, and the rest are still sent. Only a broker that stops
     answering ends the run early."""
-    from kafka.errors import KafkaError, KafkaTimeoutError
-
     result = ProduceResult(topic=topic)
     producer = make_producer(settings)
 
@@ -153,7 +150,5 @@ def produce_lines(
 def produce_file(settings: Settings, path: Path, topic_short: str, show_progress: bool = True) -> ProduceResult:
     topic = names.TOPICS[topic_short]
     kafka.check_reachable(settings)  # before the progress bar, so an outage is one clear line
-    from tqdm import tqdm
-
     with tqdm(desc=f"produce {topic}", unit=" msg", disable=not show_progress, file=sys.stderr) as bar:
         return produce_lines(settings, topic, iter_lines(path), progress=bar.update)

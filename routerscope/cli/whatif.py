@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import asdict
 
 from routerscope.core.errors import ConfigError
 
@@ -57,7 +58,7 @@ def parse_thresholds(text: str, task_types: list[str]) -> dict[str, float]:
 def thresholds_from_policy(path: str) -> dict[str, float]:
     """The thresholds of a routing policy file (the format the router hot-reloads, validated the same
     way), for the task types the device may try (`supported: true`)."""
-    from routerscope.router.policy import parse, read_policy_file
+    from routerscope.router.policy import parse, read_policy_file  # deferred: start-up: YAML and the policy, ~20 ms
 
     text = read_policy_file(path, f"--policy {path}")
     policy = parse(text, f"--policy {path}")
@@ -107,9 +108,7 @@ def unrescorable(path: str, current) -> list[str]:
     cannot re-score — PII routing, L1, concurrency, the commit point, shadow and rollout stages, breakers,
     and each capability's admission (supported, limits, validator, tools, single-file) — one line each, e.g.
     `pii_to_cloud: False → True`. Only the thresholds are re-scored."""
-    from dataclasses import asdict
-
-    from routerscope.router.policy import Capability, parse, read_policy_file
+    from routerscope.router.policy import Capability, parse, read_policy_file  # deferred: start-up, ~20 ms
 
     candidate = parse(read_policy_file(path, f"--policy {path}"), f"--policy {path}")
     lines = []

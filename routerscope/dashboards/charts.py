@@ -55,13 +55,13 @@ def show(build, *args, where=None, width: str = "stretch", **kwargs) -> None:
     """Draw the chart `build(*args, **kwargs)` returns (a function of this module) on the page, or in `where` (a
     column), from its unvalidated spec, built once per set of arguments: a page's rerun (a slider move) redraws
     its charts from the cache instead of building them again."""
-    import streamlit as st
+    import streamlit as st  # deferred: streamlit; the chart builders run without it
 
     (where or st).vega_lite_chart(_cached_spec(build.__name__, args, kwargs), width=width)
 
 
 def _cached_spec(name: str, args: tuple, kwargs: dict) -> dict:
-    import streamlit as st
+    import streamlit as st  # deferred: streamlit; the chart builders run without it
 
     global _cached_spec_impl
     if _cached_spec_impl is None:

@@ -15,10 +15,20 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from routerscope.core.kafka import end_offsets
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import utc
+from routerscope.router.policy import PolicyStore
+from routerscope.router.request_store import RequestTextStore
+from routerscope.warehouse.analytics import metrics as metric_analytics
+from routerscope.warehouse.analytics import review as rv
+from routerscope.warehouse.analytics import rollback
+from routerscope.warehouse.analytics import whatif as whatif_analytics
+from routerscope.warehouse.analytics.alerting.rules import load_rules
+from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
 from routerscope.warehouse.client import open_warehouse
-from routerscope.warehouse.queries import breaker_events, facts, ingest_offsets, metric_windows
+from routerscope.warehouse.queries import alerts as alert_queries
+from routerscope.warehouse.queries import breaker_events, dq_results, facts, ingest_offsets, metric_windows
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import quarantine as quarantine_queries
 from routerscope.warehouse.sql import QueryWindow
@@ -183,8 +193,6 @@ def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataF
 @st.cache_data(ttl=TTL)
 def incidents(start: datetime, end: datetime) -> pd.DataFrame:
     """Alert episodes firing now or breaching / resolved within [start, end), firing first."""
-    from routerscope.warehouse.queries import alerts as alert_queries
-
     return _table(alert_queries.INCIDENT_COLUMNS, alert_queries.incidents, start, end)
 
 
@@ -194,21 +202,17 @@ def rollback_states(start: datetime, end: datetime) -> dict[str, dict]:
     reading the
     tuning page, the Offload review and `report rollout` share), as `{recommended, signals, …, words}`; only task
     types with a recommendation."""
-    from routerscope.warehouse.analytics.rollback import rollback_states as states
-
-    return {t: s.public() for t, s in _read(states, start, end).items()}
+    return {t: s.public() for t, s in _read(rollback.rollback_states, start, end).items()}
 
 
 @st.cache_data(ttl=TTL)
 def judged_rules() -> str | None:
     """The alert rules file the pages read: ROUTERSCOPE_ALERT_RULES when set, else the one the warehouse's latest
     alert evaluation recorded (the demo's fleet rules after `make demo`), else None (the shipped defaults)."""
-    from routerscope.warehouse.queries.alerts import last_evaluation
-
     configured = _settings().alert_rules
     if configured is not None:
         return str(configured)
-    last = _read(last_evaluation)
+    last = _read(alert_queries.last_evaluation)
     return last["rules_path"] if last and Path(last["rules_path"]).is_file() else None
 
 
@@ -216,8 +220,6 @@ def judged_rules() -> str | None:
 def sample_minimums() -> dict[str, tuple[int, str]]:
     """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile
     with fewer events shows its value greyed instead of a verdict the alert rules would not give."""
-    from routerscope.warehouse.analytics.alerting.rules import load_rules
-
     out: dict[str, tuple[int, str]] = {}
     for rule in load_rules(judged_rules())[1]:  # the rules the alerts were judged with
         if rule.grain != "5m" or not rule.min_n:
@@ -253,10 +255,8 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def period_metrics(start: datetime, end: datetime) -> dict:
     """Every docs/metrics.md number over [start, end) (the weekly review's 7 days), computed now."""
-    from routerscope.warehouse.analytics.metrics import compute
-
     with _warehouse() as client:
-        return compute(client, start, end)
+        return metric_analytics.compute(client, start, end)
 
 
 @st.cache_data(ttl=TTL)
@@ -274,8 +274,6 @@ def task_types() -> list[str]:
 @st.cache_data(ttl=TTL)
 def alerts() -> pd.DataFrame:
     """The newest alert episodes, firing first."""
-    from routerscope.warehouse.queries import alerts as alert_queries
-
     with _warehouse() as client:
         columns, rows = alert_queries.recent(client)
     return pd.DataFrame(rows, columns=columns)
@@ -288,10 +286,7 @@ def breaker_transitions() -> pd.DataFrame:
 
 @st.cache_data(ttl=TTL)
 def freshness() -> pd.DataFrame:
-    from routerscope.warehouse.analytics.quality import (
-        FUTURE_ALLOWANCE,  # events dated further ahead do not count as fresh
-    )
-
+    # events dated further ahead than the allowance do not count as fresh
     fresh = _read(ingest_offsets.freshness, horizon=datetime.now(UTC) + FUTURE_ALLOWANCE)
     return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
 
@@ -301,8 +296,6 @@ def consumer_lag() -> pd.DataFrame:
     """Messages behind per (topic, partition): the broker's end offsets against the loader's stored
     positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
     the newest event's age alone)."""
-    from routerscope.core.kafka import end_offsets
-
     with _warehouse() as client:
         stored = ingest_offsets.positions(client)
     return pd.DataFrame(
@@ -320,10 +313,8 @@ def calibration(task_type: str) -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (docs/metrics.md §6)."""
-    from routerscope.warehouse.analytics.metrics import calibration as compute_calibration
-
     with _warehouse() as client:
-        return compute_calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
+        return metric_analytics.calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
 
 
 SLIDER_STEPS = [round(k / 100, 2) for k in range(101)]  # the tuning page's what-if slider: 0.00 to 1.00 by 0.01
@@ -333,10 +324,8 @@ SLIDER_STEPS = [round(k / 100, 2) for k in range(101)]  # the tuning page's what
 def whatif_sweep(task_type: str, start: datetime, end: datetime) -> dict[float, dict]:
     """The what-if of one task type over [start, end) under every position of the slider, in one pass (0.3 s on
     the demo's week, against 0.1 s for one threshold): each move then reads a number already computed."""
-    from routerscope.warehouse.analytics.whatif import sweep
-
     with _warehouse() as client:
-        return sweep(client, QueryWindow(start, end), task_type, SLIDER_STEPS)
+        return whatif_analytics.sweep(client, QueryWindow(start, end), task_type, SLIDER_STEPS)
 
 
 @st.cache_data(ttl=TTL)
@@ -344,19 +333,16 @@ def whatif(task_type: str, start: datetime, end: datetime, threshold: float) -> 
     """One task type's live traffic over [start, end) re-scored under a candidate threshold (the what-if
     of `routerscope.warehouse.analytics.whatif`): current and candidate blocks, the moved requests, warnings. A slider
     position comes from the sweep; another threshold is computed on its own."""
-    from routerscope.warehouse.analytics.whatif import compute
-
     if round(threshold, 2) == threshold and 0 <= threshold <= 1:
         return whatif_sweep(task_type, start, end)[round(threshold, 2)]
     with _warehouse() as client:
-        return compute(client, QueryWindow(start, end), {task_type: threshold})["by_task_type"][task_type]
+        result = whatif_analytics.compute(client, QueryWindow(start, end), {task_type: threshold})
+    return result["by_task_type"][task_type]
 
 
 @st.cache_data(ttl=TTL)
 def policy_threshold(task_type: str) -> float:
     """The threshold the router's policy in force gives a task type (its file, as the router reads it)."""
-    from routerscope.router.policy import PolicyStore
-
     return float(PolicyStore().current().capability(task_type).threshold)
 
 
@@ -364,15 +350,11 @@ def policy_threshold(task_type: str) -> float:
 def rollout_min_n() -> int:
     """The sample a bucket, a cohort or a rate needs to count (the policy in force's `rollout_limits.min_n`): the
     weekly pages draw anything below it hollow, with its n, never as a full bar or a change in points."""
-    from routerscope.router.policy import PolicyStore
-
     return int(PolicyStore().current().rollout_limits.min_n)
 
 
 @st.cache_data(ttl=TTL)
 def dq_latest() -> pd.DataFrame:
-    from routerscope.warehouse.queries import dq_results
-
     with _warehouse() as client:
         return dq_results.latest_run(client)
 
@@ -429,9 +411,6 @@ def review(start: datetime | None = None, end: datetime | None = None, days: flo
     """The weekly review over [start, end) (docs/metrics.md §10–§13, the stage tracker), by default the last
     `days` full days of data: the window, the device ledger and all-cloud saving, grading, readiness side by
     side, and rollout."""
-    from routerscope.router.policy import PolicyStore
-    from routerscope.warehouse.analytics import review as rv
-
     store = PolicyStore()
     policy = store.current()
     with _warehouse() as client:
@@ -443,8 +422,6 @@ def review(start: datetime | None = None, end: datetime | None = None, days: flo
 def divergence_samples(limit: int = 20) -> pd.DataFrame:
     """The newest divergence samples from the request-text store, without their texts (those stay in the
     store, for the review and the replay): request id, task type, stage, input length, answer hashes."""
-    from routerscope.router.request_store import RequestTextStore
-
     path = _settings().request_texts_path
     if not path.exists():
         return pd.DataFrame()
@@ -456,6 +433,4 @@ def divergence_samples(limit: int = 20) -> pd.DataFrame:
 def readiness_evidence(gates: dict) -> str:
     """What a readiness verdict's gates stood on (n, intervals, why unknown), as one line
     (`routerscope.warehouse.analytics.review.evidence`, the same words as `routerscope report readiness`)."""
-    from routerscope.warehouse.analytics.review import evidence
-
-    return evidence(gates)
+    return rv.evidence(gates)

@@ -133,8 +133,8 @@ def url_key(name: str, seed) -> str:
     selector under the same key: a new page's widget would otherwise read the last page's state as no choice
     and fall back to its own usual span), and on the Back and Forward buttons (the URL they return to is where
     the person was); otherwise it keeps what the person chose."""
-    import streamlit as st
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
+    from streamlit.runtime.scriptrunner import get_script_run_ctx  # deferred: streamlit
 
     key, written, owner = f"url_{name}", f"url_{name}__written", f"url_{name}__page"
     ctx = get_script_run_ctx()
@@ -160,7 +160,7 @@ def write_url(values: dict[str, str], keep: tuple[str, ...] = ()) -> None:
     One write, and none when the URL already reads so: the browser adds a history entry for every change of the
     URL a run makes, so a page that wrote key by key (or rewrote what was there) cost the Back button a press per
     write, and a Back press landed on a half-written URL."""
-    import streamlit as st
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
 
     wanted = {k: v for k, v in values.items() if v not in ("", None)}
     current = {k: st.query_params[k] for k in st.query_params}
@@ -175,8 +175,8 @@ def nav(rng: TimeRange) -> None:
     """The sidebar's links to every page, each carrying `rng`: a change of page is one history entry that holds the
     range (the page then finds its URL as it would write it, and writes nothing). A page's own filters stay
     behind. A page run on its own (a test) has no other pages registered: no links."""
-    import streamlit as st
-    from streamlit.errors import StreamlitPageNotFoundError
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
+    from streamlit.errors import StreamlitPageNotFoundError  # deferred: streamlit
 
     for path, title in PAGES:
         try:
@@ -188,9 +188,9 @@ def nav(rng: TimeRange) -> None:
 def pick(default: str = "6h") -> TimeRange:
     """Render the range selector at the top of the page and return the chosen range. The URL wins, then
     the session's range (a switch of page), then `default`; the choice is written back to both."""
-    import streamlit as st
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
 
-    from routerscope.dashboards import data
+    from routerscope.dashboards import data  # deferred: pulls streamlit and pandas
 
     params = {k: st.query_params[k] for k in PARAMS if k in st.query_params}
     if not params and STATE_KEY in st.session_state:
@@ -231,7 +231,7 @@ def link(container, page: str, label: str, query_params: dict[str, str], help: s
     """A link to another page of the app with `query_params` (the range and a page's filters). A page run
     on its own (`streamlit run routerscope/dashboards/app_pages/x.py`, or a test) has no other pages registered: it
     gets a plain link to the same address instead."""
-    from streamlit.errors import StreamlitPageNotFoundError
+    from streamlit.errors import StreamlitPageNotFoundError  # deferred: streamlit
 
     try:
         container.page_link(page, label=label, query_params=query_params, help=help)

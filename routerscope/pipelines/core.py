@@ -11,9 +11,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from routerscope.core import names
+from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
+from routerscope.instrumentation.emitter import KafkaEmitter
+from routerscope.instrumentation.telemetry import Telemetry
+from routerscope.router.backends import OpenAICloud, gemma_path
+from routerscope.router.model_worker import WorkerDevice
+from routerscope.router.policy import PolicyStore
+from routerscope.router.replay import allocate, judge, label_for, rerun, stratum_name
+from routerscope.router.request_store import RequestTextStore
+from routerscope.warehouse.analytics import alerting, quality
 from routerscope.warehouse.analytics import metrics as metric_core
 from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.queries import metric_windows
+from routerscope.warehouse.queries.labels import replay_sample
+from routerscope.warehouse.queries.review import determinism_sample, store_reruns
+from routerscope.warehouse.sql import QueryWindow
 
 
 def unit_of_work(settings: Settings, purpose: str, timeout_s: float | None = None):
@@ -41,8 +55,6 @@ def metrics_window(
 ) -> tuple[dict[str, Any], int]:
     """Every metric of docs/metrics.md for [start, end); stored in `metric_windows` (and, for a day,
     `calibration_windows`) when `store_grain` is given. Returns the result and the rows stored."""
-    from routerscope.warehouse.queries import metric_windows
-
     with unit_of_work(settings, purpose=f"metrics {store_grain or ''}".strip()) as client:
         result = metric_core.compute(
             client, start, end, baseline_days=params.baseline_days, target=params.target, min_n=params.min_n
@@ -54,10 +66,8 @@ def metrics_window(
 def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
     """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
     `dq_results`, Data Docs under the home. Returns the `routerscope.warehouse.analytics.quality.QualityReport`."""
-    import great_expectations  # noqa: F401  (seconds to import: before taking the warehouse, not while holding it)
-
-    from routerscope.warehouse.analytics import quality
-    from routerscope.warehouse.sql import QueryWindow
+    # paid before taking the warehouse, not while holding it (a run's first import of it takes seconds)
+    import great_expectations  # noqa: F401  # deferred: seconds to import; the CLI's other commands never need it
 
     with unit_of_work(settings, purpose="data quality") as client:
         window = QueryWindow(start, end) if start is not None else quality.latest_window(client)
@@ -83,8 +93,6 @@ def evaluate_alerts(
     `rules_as_recorded` (`routerscope alerts --evaluate`) the rules this warehouse was last judged with are used
     unless ROUTERSCOPE_ALERT_RULES names the same ones, or `new_rules` accepts others (`warn` gets the warning):
     `alerting.rules_for_evaluation`."""
-    from routerscope.warehouse.analytics import alerting
-
     if notifier is None:
         notifier = alerting.notifier_for(settings)
     with unit_of_work(settings, purpose="alerts") as client:
@@ -99,8 +107,6 @@ def evaluate_alerts(
 def stored_alerts(settings: Settings):
     """The stored alert episodes (firing, and resolved recently), evaluating nothing and writing nothing:
     `routerscope.warehouse.analytics.alerting.read`."""
-    from routerscope.warehouse.analytics import alerting
-
     with unit_of_work(settings, purpose="alerts (read)") as client:
         return alerting.read(client)
 
@@ -112,19 +118,6 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
     `params`: the job's `routerscope.pipelines.replay.ReplayConfig` (its fields are the knobs, defined there once).
     Returns the run's figures (the asset's metadata); `log` takes its progress lines, `warn` (default `log`)
     the labels a broker outage left spooled."""
-    from routerscope.core import names
-    from routerscope.core.kafka import producer_config
-    from routerscope.instrumentation.emitter import KafkaEmitter
-    from routerscope.instrumentation.telemetry import Telemetry
-    from routerscope.router.backends import OpenAICloud, gemma_path
-    from routerscope.router.model_worker import WorkerDevice
-    from routerscope.router.policy import PolicyStore
-    from routerscope.router.replay import allocate, judge, label_for, rerun, stratum_name
-    from routerscope.router.request_store import RequestTextStore
-    from routerscope.warehouse.queries.labels import replay_sample
-    from routerscope.warehouse.queries.review import determinism_sample, store_reruns
-    from routerscope.warehouse.sql import QueryWindow
-
     end = datetime.fromisoformat(params.end) if params.end else datetime.now(UTC)
     end = end if end.tzinfo else end.replace(tzinfo=UTC)
     window = QueryWindow(end - timedelta(days=params.days), end)

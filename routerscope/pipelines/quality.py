@@ -13,6 +13,7 @@ from routerscope.pipelines import core
 from routerscope.pipelines.ingest import TABLE_ASSETS
 from routerscope.pipelines.partitions import DAILY
 from routerscope.pipelines.resources import RouterscopeResource
+from routerscope.warehouse.analytics import quality
 from routerscope.warehouse.analytics.quality import Thresholds
 
 ASSET = "data_quality"
@@ -54,8 +55,6 @@ class QualityConfig(dg.Config):
     + [dg.AssetCheckSpec(name, asset=ASSET, blocking=False) for name in WARNING],
 )
 def data_quality(context: dg.AssetExecutionContext, config: QualityConfig, routerscope: RouterscopeResource):
-    from routerscope.warehouse.analytics import quality
-
     window = context.partition_time_window
     report = core.quality_window(
         routerscope.settings(),

@@ -18,6 +18,7 @@ hashes, never the texts — is stored in `routerscope.replay_reruns` for the gra
 
 import dagster as dg
 
+from routerscope.pipelines import core
 from routerscope.pipelines.resources import RouterscopeResource
 
 
@@ -41,8 +42,6 @@ class ReplayConfig(dg.Config):
     group_name="labels",
 )
 def offline_replay_labels(context: dg.AssetExecutionContext, config: ReplayConfig, routerscope: RouterscopeResource):
-    from routerscope.pipelines import core
-
     figures = core.offline_replay(routerscope.settings(), config, context.log.info, context.log.warning)
     return dg.MaterializeResult(metadata=figures)
 

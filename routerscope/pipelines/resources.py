@@ -10,6 +10,7 @@ from typing import Any
 import dagster as dg
 
 from routerscope.core.settings import Settings
+from routerscope.pipelines.core import unit_of_work
 from routerscope.warehouse.analytics.alerting.delivery import (
     DEFAULT_BACKOFF_S,
     DEFAULT_RETRIES,
@@ -54,8 +55,6 @@ class RouterscopeResource(dg.ConfigurableResource):
     def warehouse(self, purpose: str, timeout_s: float | None = None) -> Iterator[Any]:
         """The warehouse client for one unit of work, opened (embedded: locked) and migrated; closed after.
         Every asset and sensor opens the warehouse through this one door."""
-        from routerscope.pipelines.core import unit_of_work
-
         with unit_of_work(self.settings(), purpose, timeout_s) as client:
             yield client
 

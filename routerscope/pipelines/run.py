@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import dagster as dg
+
 from routerscope.core.errors import RouterscopeError
+from routerscope.pipelines.definitions import defs
 
 
 def run_job(
@@ -23,10 +26,6 @@ def run_job(
 
     A failure inside a step re-raises the step's own exception, so a RouterscopeError reaches the
     command line as one clear line."""
-    import dagster as dg
-
-    from routerscope.pipelines.definitions import defs
-
     job = defs.resolve_job_def(name)
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     if ops_config:

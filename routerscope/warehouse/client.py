@@ -32,6 +32,7 @@ from pathlib import Path
 from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
 from routerscope.core.extras import require
 from routerscope.core.settings import Settings, WarehouseDsn
+from routerscope.warehouse.migrate import migrate
 
 require("routerscope.warehouse.client", "pipeline", "clickhouse_connect", "chdb")
 
@@ -131,8 +132,6 @@ def open_warehouse(
             return
         key = settings.warehouse.raw
         if not _migrated.get(key):
-            from routerscope.warehouse.migrate import migrate
-
             migrate(client)
         _migrated[key] = _migrated.get(key, 0) + 1
         try:
@@ -232,7 +231,7 @@ def outage(exc: BaseException) -> bool:
     if isinstance(exc, (OSError, MemoryError, WarehouseError)):
         return True
     try:
-        from clickhouse_connect.driver.exceptions import OperationalError
+        from clickhouse_connect.driver.exceptions import OperationalError  # deferred: clickhouse_connect, ~0.1 s
     except ImportError:  # pragma: no cover
         OperationalError = ()  # noqa: N806
     if OperationalError and isinstance(exc, OperationalError):

@@ -26,9 +26,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
+
 from routerscope.core import names
 from routerscope.core.errors import RouterscopeError
+from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
+from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.queries import ingest_offsets
+from routerscope.warehouse.schema import TOPIC_TABLES
 from routerscope.warehouse.sql import named
 
 MUTATION_HEADER = b"format version: 1"
@@ -274,10 +280,6 @@ def _settle_detached(settings: Settings, client, finding: Finding, engines: dict
 def _low_watermarks(settings: Settings, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
     """The first offset the broker still holds per (topic, partition); None when it does not answer."""
     try:
-        from confluent_kafka import Consumer, TopicPartition
-
-        from routerscope.core.kafka import librdkafka_config
-
         consumer = Consumer(
             librdkafka_config(
                 settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-doctor", "enable.auto.commit": False}
@@ -299,9 +301,6 @@ def reconcile(settings: Settings, client, repair: bool, skip: set[str] = frozens
     """Compare the ledger of loaded messages below each stored position with the facts actually stored:
     a record that is gone was loaded and then lost (a damaged part set aside). The next load reads them
     again from the broker, which this checks still holds them."""
-    from routerscope.warehouse.queries import ingest_offsets
-    from routerscope.warehouse.schema import TOPIC_TABLES
-
     stored = ingest_offsets.stored_positions(client, names.CONSUMER_GROUP_LOADER)
     gaps: list[tuple[str, str, int, list[tuple[int, int]]]] = []
     for topic, (table, _columns) in TOPIC_TABLES.items():
@@ -346,8 +345,6 @@ def run(settings: Settings, repair: bool = False) -> Report:
     4. the stored positions against the facts stored (`reconcile`): ranges whose rows are gone are
        loaded again by the next `routerscope load`, while the broker still holds them;
     5. every table's rows."""
-    from routerscope.warehouse.client import open_warehouse
-
     report = Report()
     dsn = settings.warehouse
     if dsn.embedded:

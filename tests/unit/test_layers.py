@@ -11,14 +11,22 @@ schema layer is its client, the table columns, the SQL helpers and the migration
 `.client`, `.schema`, `.sql`, `.migrate`, `.schema_migrations`). `routerscope.sdk` is the instrumentation's
 public face. Every import counts, also one deferred into a function (it hides a dependency, it does not remove
 it); no module imports itself back through others when it runs (no cycle; an import for type checkers only,
-under `if TYPE_CHECKING:`, is not run)."""
+under `if TYPE_CHECKING:`, is not run).
+
+Imports stand at the top of their module, where they say what it depends on. One inside a function is for a
+heavy optional dependency (Dagster, Streamlit, Great Expectations, chDB, pandas, ...), a project module that
+pulls one, or a command's start-up, and its line says so: `# deferred: <why>` (docs/architecture.md#imports)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -169,3 +177,122 @@ def test_the_alert_engine_and_the_cli_unit_of_work_import_without_dagster():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_the_command_line_starts_without_the_heavy_dependencies():
+    """`routerscope --help` builds every command's parser, and every command module imports, without Dagster,
+    Streamlit, Great Expectations, chDB, clickhouse-connect or pandas: a command that needs one imports it
+    when it runs (`# deferred:`), so `--help`, `--version` and `broker status` start in a blink."""
+    code = (
+        "import contextlib, io, runpy, sys; sys.argv = ['routerscope', '--help']\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    runpy.run_module('routerscope', run_name='__main__')\n"
+        "import routerscope.cli.demo, routerscope.cli.oncall, routerscope.cli.produce, routerscope.cli.render\n"
+        "import routerscope.cli.review, routerscope.cli.whatif\n"
+        "heavy = ('dagster', 'streamlit', 'great_expectations', 'chdb', 'clickhouse_connect', 'pandas')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+# -- imports at the top -----------------------------------------------------------------------------
+DEFERRED = re.compile(r"#\s*deferred:\s*\S")  # `# deferred: <why>`: a deferral without a reason is none
+# One check per package, so each passes on its own: the top-level modules (`routerscope`, `__main__`, `sdk`),
+# then the packages, the warehouse's ingest apart from the rest of the warehouse.
+IMPORT_GROUPS = (
+    "routerscope",
+    "core",
+    "contract",
+    "instrumentation",
+    "router",
+    "warehouse",
+    "warehouse.ingest",
+    "pipelines",
+    "dashboards",
+    "cli",
+)
+
+
+def import_group(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).parts
+    if len(parts) == 1:
+        return "routerscope"
+    return "warehouse.ingest" if parts[:2] == ("warehouse", "ingest") else parts[0]
+
+
+def inner_imports(source: str, filename: str = "<string>") -> list[tuple[int, str]]:
+    """(line, text) of each `import` / `from ... import` inside a function or method body whose lines carry no
+    `# deferred: <why>`. One at module level, in a class body or under a module's `if TYPE_CHECKING:` is top-level."""
+    lines = source.splitlines()
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                said = any(DEFERRED.search(line) for line in lines[child.lineno - 1 : child.end_lineno])
+                if in_function and not said:
+                    found.append((child.lineno, lines[child.lineno - 1].strip()))
+            else:
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(source, filename=filename), False)
+    return found
+
+
+def test_every_module_is_in_an_import_group():
+    assert {import_group(p) for p in SOURCES} <= set(IMPORT_GROUPS)
+
+
+@pytest.mark.parametrize("group", IMPORT_GROUPS)
+def test_imports_stand_at_the_top_of_their_module(group):
+    offenders = {}
+    for path in SOURCES:
+        if import_group(path) == group and (found := inner_imports(path.read_text(), str(path))):
+            offenders[str(path.relative_to(REPO))] = [f"{line}: {text}" for line, text in found]
+    report = "\n".join(f"{name}\n" + "\n".join(f"    {o}" for o in found) for name, found in offenders.items())
+    assert not offenders, (
+        f"{sum(map(len, offenders.values()))} import(s) inside a function without `# deferred: <why>`; "
+        f"move them to the top of the module (docs/architecture.md#imports):\n{report}"
+    )
+
+
+def test_the_import_check_catches_an_import_inside_a_function():
+    """The check itself: imports in a function or a method, in a nested block or spread over lines, are found
+    unless their line says `# deferred: <why>`; the module's own, its class bodies' and its typing-only are not."""
+    source = textwrap.dedent(
+        """\
+        import os
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from pathlib import Path
+
+        def f():
+            import json
+            import dagster  # deferred: seconds to import
+            import chdb  # deferred:
+            if os.environ:
+                from routerscope.core import names
+            return json
+
+        class C:
+            import re
+
+            async def m(self):
+                from routerscope.core import (  # deferred: a reason on the first line counts
+                    names,
+                )
+                from routerscope.core import (
+                    errors,
+                )
+                return lambda: names
+        """
+    )
+    assert inner_imports(source) == [
+        (8, "import json"),
+        (10, "import chdb  # deferred:"),
+        (12, "from routerscope.core import names"),
+        (22, "from routerscope.core import ("),
+    ]

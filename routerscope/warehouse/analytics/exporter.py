@@ -54,6 +54,7 @@ from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
 from routerscope.warehouse import schema_migrations
 from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_series
+from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import alerts as alert_queries
 from routerscope.warehouse.queries import breaker_events, decisions, quarantine
 from routerscope.warehouse.queries import metric_windows as windows
@@ -326,8 +327,6 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
 def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0, now: datetime | None = None) -> Snapshot:
     """One snapshot as of `now` (default: the current time), the warehouse opened and closed around it
     (`open_warehouse`, waiting at most `lock_timeout_s` for an embedded warehouse's lock)."""
-    from routerscope.warehouse.client import open_warehouse
-
     with open_warehouse(settings, purpose="exporter", timeout_s=lock_timeout_s, migrated=True) as client:
         return read_snapshot(client, now)
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
-from routerscope.router.policy import Policy, RolloutLimits
+from routerscope.router.policy import Policy, RolloutLimits, load_yaml, read_policy_file
+from routerscope.router.request_store import RequestTextStore, store_path
 from routerscope.warehouse.analytics import rollback, stats
 from routerscope.warehouse.analytics.metrics import iso
 from routerscope.warehouse.analytics.stats import ratio
@@ -498,8 +499,6 @@ def streamable(cap, declared: bool | None) -> bool:
 def declared_streamable(path) -> dict[str, bool]:
     """task type → the `streamable` its capability entry in the policy file at `path` sets explicitly (the
     parsed policy cannot tell an explicit `true` from the default); {} when the file cannot be read."""
-    from routerscope.router.policy import load_yaml, read_policy_file
-
     try:
         doc = load_yaml(read_policy_file(path), str(path))
     except Exception:  # noqa: BLE001 (the router refuses such a file on its own; here: nothing declared)
@@ -615,8 +614,6 @@ def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list
 def divergence_counts(home) -> dict[str, dict[str, int]]:
     """Divergence samples kept in the request-text store under `home`, per task type and stage ({} without a
     store)."""
-    from routerscope.router.request_store import RequestTextStore, store_path
-
     path = store_path(home)
     if not path.exists():
         return {}

@@ -18,7 +18,7 @@ from typing import Any
 
 from routerscope.core import names
 from routerscope.warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_LENGTH_EDGES, WINDOW_TABLE
-from routerscope.warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
+from routerscope.warehouse.queries.labels import CHOSEN_LABELS_CTE, DEFAULT_EDGES, chosen_parameters
 from routerscope.warehouse.sql import FIRST_COPY, QueryWindow, dict_rows, named
 
 # The de-duplicated events of the window with the columns these queries read (the v2 ones included).
@@ -363,8 +363,6 @@ def task_review(
     strata of the missed-fallback estimate (`missed_strata`: [(N_h, n_h, k_h)], §3c). `duration_ms`: the cut
     at or past which a timed-out device attempt counts against gate_duration; `token_screen`: the token
     budget whose share of requests over it is reported beside the p90."""
-    from routerscope.warehouse.queries.labels import DEFAULT_EDGES
-
     parameters = {**chosen_parameters(window), "duration_ms": float(duration_ms), "token_screen": int(token_screen)}
     found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, parameters)}
     for r in found.values():
@@ -405,8 +403,6 @@ def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
     for r in dict_rows(client, COHORTS_SQL, chosen_parameters(window)):
         task_type, stage = r.pop("task_type"), r.pop("stage")
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
-    from routerscope.warehouse.queries.labels import DEFAULT_EDGES
-
     strata = {**chosen_parameters(window), "inner_edges": list(DEFAULT_EDGES[1:-1])}
     for r in dict_rows(client, COHORT_STRATA_SQL, strata):
         cohort = of(r["task_type"])["cohorts"].setdefault(r["stage"], {})

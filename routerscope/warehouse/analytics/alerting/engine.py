@@ -46,6 +46,7 @@ from routerscope.warehouse.analytics.alerting.evaluate import (
     with_changes,
 )
 from routerscope.warehouse.analytics.alerting.rules import DEFAULT_RULES, GRAINS, WINDOW_SIGNALS, Rule, load_rules
+from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
 from routerscope.warehouse.queries import alerts as store
 from routerscope.warehouse.queries import breaker_events, decisions
 from routerscope.warehouse.queries import labels as label_queries
@@ -296,8 +297,6 @@ def breaker_verdict(client, rule: Rule, now: datetime) -> BreachStreak:
 def pipeline_signal(client, metric: str, now: datetime):
     """A pipeline signal's value as of `now`."""
     if metric == "pipeline.freshness_lag_s":
-        from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
-
         # events dated past now + the allowance (clock errors) must not hide stale ingest
         newest = decisions.newest_event(client, now + FUTURE_ALLOWANCE)
         if newest is None:  # nothing ever arrived: as stale as the pipeline is old (its warehouse's creation)

@@ -24,6 +24,7 @@ from routerscope.contract.events import (
     ROLLOUT_STAGES,
     THERMAL_STATES,
 )
+from routerscope.router.policy import PolicyStore
 from routerscope.warehouse.queries.quality import INVARIANT_SQL
 
 SCHEMA_VERSIONS = [1]  # labels and breaker events
@@ -48,8 +49,6 @@ THRESHOLD_FIELDS = tuple(f.name for f in fields(Thresholds))
 
 def policy_task_types() -> tuple[str, ...]:
     """The task types of the routing policy in force (ROUTERSCOPE_POLICY, else the default policy)."""
-    from routerscope.router.policy import PolicyStore
-
     return tuple(sorted(PolicyStore().current().capabilities))
 
 

@@ -38,7 +38,7 @@ def frames(client, window: QueryWindow, now: datetime | None = None) -> dict[str
 def stats_frame(stats: dict[str, Any], window: QueryWindow, now: datetime) -> pd.DataFrame:
     """The one-row `stats` frame from the window's figures (`queries.quality.window_stats`): shares and
     ratios are None (skipped) without a denominator; freshness applies to the latest window only."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas, a third of a second; only a data-quality run builds frames
 
     current = window.start <= now < window.end + (window.end - window.start)
     newest = utc_or_none(stats["newest_event"])

@@ -6,6 +6,7 @@ Great Expectations is imported lazily (it takes seconds); its analytics and prog
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,8 @@ class Outcome:
 def import_gx():
     """Great Expectations and its expectations module, imported quietly (seconds: only when a run needs it)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    import logging
-
-    import great_expectations as gx
-    import great_expectations.expectations as gxe
+    import great_expectations as gx  # deferred: seconds to import; only a data-quality run needs it
+    import great_expectations.expectations as gxe  # deferred: as great_expectations
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     return gx, gxe
