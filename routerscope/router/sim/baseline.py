@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 SIM_RULES = Path(__file__).with_name("alert_rules.yaml")
 SPAN = timedelta(minutes=120)  # the demo's span

@@ -78,7 +78,7 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import greenlet
 
@@ -97,6 +97,8 @@ from routerscope.router.sim.texts import (
     input_tokens,
     request_text,
 )
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 # tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
 TIER_LEDGER = {
