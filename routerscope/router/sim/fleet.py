@@ -81,6 +81,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 import greenlet
+import msgspec
 
 from routerscope.contract.events import LABEL_SOURCES, LabelEvent
 from routerscope.router.engine import Request, Router
@@ -125,14 +126,17 @@ def simulated_policy() -> Policy:
     breaker's p90 floor set to the simulated cloud's usual p90 (the shipped 800 ms floor would read seed
     000's normal 1.2-2.8 s latencies as a spike before the router has learned its own baseline)."""
     base = default_policy()
-    cloud = replace(base.breakers["cloud"], p90_baseline_ms=CLOUD_USUAL_P90_MS)
+    cloud = msgspec.structs.replace(base.breakers["cloud"], p90_baseline_ms=CLOUD_USUAL_P90_MS)
     return base.with_(shadow=frozenset(SHADOW_TASKS), breakers={**base.breakers, "cloud": cloud})
 
 
 def pushed_policy(base: Policy) -> Policy:
     """The bad threshold push: `base` with a much stricter threshold for one task type (version `…-pushed+…`)."""
     task_type, threshold = PUSHED_THRESHOLD
-    capabilities = {**base.capabilities, task_type: replace(base.capabilities[task_type], threshold=threshold)}
+    capabilities = {
+        **base.capabilities,
+        task_type: msgspec.structs.replace(base.capabilities[task_type], threshold=threshold),
+    }
     return base.with_("pushed", capabilities=capabilities)
 
 
