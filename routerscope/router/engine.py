@@ -78,6 +78,7 @@ from routerscope.contract.events import (
     BreakerStates,
     DecisionEvent,
     DeviceStats,
+    Outcome,
     new_decision,
 )
 from routerscope.contract.validation import DEVICE_STATS_MAXIMA
@@ -87,6 +88,7 @@ from routerscope.router.backends import (
     CloudResult,
     DeviceBackend,
     DeviceResult,
+    Prompt,
     committed,
     complete_sentences,
     degrade_prompt,
@@ -139,8 +141,6 @@ class Request:
 
     def __post_init__(self):
         if self.messages is not None:  # the backends send the messages; everything else reads them as text
-            from routerscope.router.backends import Prompt
-
             object.__setattr__(self, "text", Prompt(self.messages))
 
 
@@ -289,7 +289,7 @@ class BaselineP90:
         return value
 
     def _weighted_p90(self, first: float, last: float, min_samples: int) -> float | None:
-        weighted = []
+        weighted: list[tuple[float, float]] = []
         total = 0
         for h, (count, sample, _) in self._hours.items():
             if first <= h < last and sample:
@@ -438,7 +438,7 @@ class _Trace:
         if self.prices is not None:
             self.cost_usd += self.prices.get(model, 0.0) * (self.input_tokens + tokens_out) / 1000
 
-    def add(self, level: int, outcome: str, latency_ms: float, abandoned: bool = False) -> None:
+    def add(self, level: int, outcome: Outcome, latency_ms: float, abandoned: bool = False) -> None:
         latency = max(0.0, float(latency_ms))
         if abandoned:  # the router gave up on the call at its timeout (docs/router.md, "abandoned")
             self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency, abandoned=True))
@@ -769,7 +769,7 @@ class Router:
         if len(text) > MAX_COUNTED_CHARS:  # tokenizing megabytes takes longer than a budget; the bound decides
             return None
         try:
-            counted = self.device.count_tokens(text)
+            counted = self.device.count_tokens(text)  # type: ignore[attr-defined]  # optional: _counts_tokens
         except Exception:  # a tokenizer that fails is as good as none
             log.warning("the device could not count the input's tokens; a conservative bound is used")
             return None
@@ -1555,7 +1555,7 @@ def _sane_request(req: Request) -> Request:
         and (files is None or type(files) is int)
     ):
         return req
-    changes = {}
+    changes: dict[str, object] = {}
     deadline, elapsed = finite(req.deadline_ms, 0.0), max(0.0, finite(req.elapsed_ms, 0.0))
     if deadline != req.deadline_ms:
         changes["deadline_ms"] = max(-DAY_MS, min(DAY_MS, deadline))
@@ -1576,7 +1576,7 @@ def _sane_request(req: Request) -> Request:
         changes["files"] = -1
     if not changes:
         return req
-    return replace(req, **changes)
+    return replace(req, **changes)  # type: ignore[arg-type]  # each value was checked for its field above
 
 
 def _device_attempt(shadow: _Shadow) -> Attempt:
