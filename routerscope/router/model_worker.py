@@ -68,7 +68,6 @@ class WorkerDevice:
             stdout=-1,
             stderr=self._log if self._log else -3,  # PIPE, PIPE, DEVNULL
         )
-        self._stdin, self._stdout = _piped(self.process.stdin), _piped(self.process.stdout)
         self._watch()
         hello = self._read_line(ready_timeout_s)
         if hello is None or not hello.get("ready"):
@@ -82,6 +81,7 @@ class WorkerDevice:
     def _watch(self) -> None:
         # poll, not select: select() refuses descriptors above 1024, and a process that holds the
         # embedded warehouse and a broker connection has many open
+        self._stdin, self._stdout = _piped(self.process.stdin), _piped(self.process.stdout)
         self._poller = select.poll()
         self._poller.register(self._stdout, select.POLLIN | select.POLLHUP | select.POLLERR)
 
