@@ -826,31 +826,6 @@ class Router:
         path)."""
         share = call.level if call.share_level is None else call.share_level
         timeout = max(0.0, budget.timeout_ms(share) if call.timeout_ms is None else call.timeout_ms)
-        kwargs, commit_limit = self._device_kwargs(budget, call, timeout)
-        text = req.text if call.prompt is None else call.prompt
-        started = self._clock()
-        result, abandoned = self._run_device(text, kwargs, timeout, started, call.on_late_end)
-        result = sane_device_result(result)
-        latency_ms = (self._clock() - started) * 1000
-        if result.outcome == "ok":
-            past = not call.whole and committed(result.tokens_out, result.text, kwargs["commit_tokens"])
-            if latency_ms > (commit_limit if past else timeout) + LATE_MS:  # after its timeout: dropped, never served
-                result = DeviceResult(
-                    "",
-                    result.confidence,
-                    result.confidence_source,
-                    0,
-                    result.ttft_ms,
-                    latency_ms,
-                    "timeout",
-                    stats=result.stats,
-                )
-        self._record_device(trace, result, abandoned, call.shadow)
-        return result, latency_ms, abandoned
-
-    def _device_kwargs(self, budget: _Budget, call: _DeviceCall, timeout: float) -> tuple[dict, float]:
-        """The keywords of one `generate` call (only those the device takes) and its commit limit: how long an
-        answer streamed past the commit point may run."""
         commit_tokens = call.max_tokens + 1 if call.whole else call.commit_tokens  # structured: no commit point
         kwargs: dict = dict(
             max_tokens=call.max_tokens, timeout_ms=timeout, degraded=call.level == 1, commit_tokens=commit_tokens
@@ -869,7 +844,26 @@ class Router:
             # point, the whole remaining budget minus L4's 50 ms
             commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
             kwargs["commit_timeout_ms"] = commit_limit
-        return kwargs, commit_limit
+        text = req.text if call.prompt is None else call.prompt
+        started = self._clock()
+        result, abandoned = self._run_device(text, kwargs, timeout, started, call.on_late_end)
+        result = sane_device_result(result)
+        latency_ms = (self._clock() - started) * 1000
+        if result.outcome == "ok":
+            past = not call.whole and committed(result.tokens_out, result.text, commit_tokens)
+            if latency_ms > (commit_limit if past else timeout) + LATE_MS:  # after its timeout: dropped, never served
+                result = DeviceResult(
+                    "",
+                    result.confidence,
+                    result.confidence_source,
+                    0,
+                    result.ttft_ms,
+                    latency_ms,
+                    "timeout",
+                    stats=result.stats,
+                )
+        self._record_device(trace, result, abandoned, call.shadow)
+        return result, latency_ms, abandoned
 
     def _run_device(
         self, text: str, kwargs: dict, timeout: float, started: float, on_late_end: Callable[[], None] | None
