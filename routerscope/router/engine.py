@@ -862,7 +862,22 @@ class Router:
                     "timeout",
                     stats=result.stats,
                 )
-        self._record_device(trace, result, abandoned, call.shadow)
+        trace.measure(result.stats if isinstance(result.stats, dict) else None)
+        if not call.shadow:  # a shadow run's outcome never reaches the device breaker
+            self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
+            if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
+                self.device_failed(result.error_kind)
+            if abandoned and self.device_guard.late >= min(
+                self.device_guard.max_late, self.policy.current().device_concurrency
+            ):
+                # every slot the cap allows is held by a call the device never finished: it is not answering
+                self.device_breaker.force_open("device_not_answering")
+        if trace.ttft_ms is None:
+            trace.ttft_ms = result.ttft_ms
+        if not trace.device_judged:  # the event's confidence is the first device attempt's
+            trace.device_judged = True
+            trace.confidence, trace.confidence_source = result.confidence, result.confidence_source
+        trace.output_tokens = result.tokens_out
         return result, latency_ms, abandoned
 
     def _run_device(
@@ -887,25 +902,6 @@ class Router:
             return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(value)), False
         # raised, not a result, or the guard full of late calls: a device error
         return DeviceResult("", None, "none", 0, 0.0, 0.0, "error"), False
-
-    def _record_device(self, trace: _Trace, result: DeviceResult, abandoned: bool, shadow: bool) -> None:
-        """A device call's outcome: into the request's trace, and (a live call's) into the device breaker."""
-        trace.measure(result.stats if isinstance(result.stats, dict) else None)
-        if not shadow:
-            self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
-            if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
-                self.device_failed(result.error_kind)
-            if abandoned and self.device_guard.late >= min(
-                self.device_guard.max_late, self.policy.current().device_concurrency
-            ):
-                # every slot the cap allows is held by a call the device never finished: it is not answering
-                self.device_breaker.force_open("device_not_answering")
-        if trace.ttft_ms is None:
-            trace.ttft_ms = result.ttft_ms
-        if not trace.device_judged:  # the event's confidence is the first device attempt's
-            trace.device_judged = True
-            trace.confidence, trace.confidence_source = result.confidence, result.confidence_source
-        trace.output_tokens = result.tokens_out
 
     def _cloud_or_l4(
         self, ctx: _Request, allowed: bool = True, budget: _Budget | None = None, max_tokens: int | None = None
