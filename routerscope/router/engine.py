@@ -65,9 +65,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from routerscope.contract.events import (
     DECISION_SCHEMA_VERSIONS,
@@ -78,6 +78,7 @@ from routerscope.contract.events import (
     BreakerStates,
     DecisionEvent,
     DeviceStats,
+    Outcome,
     new_decision,
 )
 from routerscope.contract.validation import DEVICE_STATS_MAXIMA
@@ -87,6 +88,7 @@ from routerscope.router.backends import (
     CloudResult,
     DeviceBackend,
     DeviceResult,
+    Prompt,
     committed,
     complete_sentences,
     degrade_prompt,
@@ -95,7 +97,9 @@ from routerscope.router.backends import (
 )
 from routerscope.router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from routerscope.router.guard import ABANDONED, DONE, RAISED, Guard, honours_deadline
-from routerscope.router.policy import PolicySource, PolicyStore
+from routerscope.router.policy import Capability, Policy, PolicySource, PolicyStore
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 log = logging.getLogger("routerscope.router")
 LEVEL_BUDGET = {0: 0.7, 1: 0.3, 2: 0.5, 3: 0.8}  # share of the budget remaining when the level starts
@@ -137,8 +141,6 @@ class Request:
 
     def __post_init__(self):
         if self.messages is not None:  # the backends send the messages; everything else reads them as text
-            from routerscope.router.backends import Prompt
-
             object.__setattr__(self, "text", Prompt(self.messages))
 
 
@@ -287,7 +289,7 @@ class BaselineP90:
         return value
 
     def _weighted_p90(self, first: float, last: float, min_samples: int) -> float | None:
-        weighted = []
+        weighted: list[tuple[float, float]] = []
         total = 0
         for h, (count, sample, _) in self._hours.items():
             if first <= h < last and sample:
@@ -436,12 +438,72 @@ class _Trace:
         if self.prices is not None:
             self.cost_usd += self.prices.get(model, 0.0) * (self.input_tokens + tokens_out) / 1000
 
-    def add(self, level: int, outcome: str, latency_ms: float, abandoned: bool = False) -> None:
+    def add(self, level: int, outcome: Outcome, latency_ms: float, abandoned: bool = False) -> None:
         latency = max(0.0, float(latency_ms))
         if abandoned:  # the router gave up on the call at its timeout (docs/router.md, "abandoned")
             self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency, abandoned=True))
         else:
             self.attempts.append(Attempt(level=level, outcome=outcome, latency_ms=latency))
+
+
+@dataclass(slots=True)
+class _DeviceCall:
+    """One device call's settings (`Router._device`): its level and output cap, the commit point, the decision
+    point's judge, the input cut to the device's window, an explicit timeout, and how it is run."""
+
+    level: int
+    max_tokens: int
+    commit_tokens: int
+    decide: Callable[[float, int, float], bool] | None = None
+    prompt: str | None = None
+    timeout_ms: float | None = None
+    whole: bool = False  # a structured answer: whole or nothing, never committed early
+    share_level: int | None = None  # the level whose share of the budget it runs with (default its own)
+    cancel: Cancel | None = None
+    on_late_end: Callable[[], None] | None = None
+    shadow: bool = False  # a shadow run: its outcome never reaches the device breaker
+
+
+@dataclass(slots=True)
+class _Shadow:
+    """A shadow request's device side: its slot (or why it has none), its own trace and how its call ended."""
+
+    slot: Cancel | str
+    dev: _Trace
+    device_timeout_ms: float
+    result: DeviceResult | None = None
+    latency_ms: float = 0.0
+    abandoned: bool = False
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the device could not run beside the cloud (`device_busy`, `device_unavailable`), None when it ran."""
+        return self.slot if isinstance(self.slot, str) else None
+
+
+@dataclass(slots=True)
+class _Request:
+    """One request's context through the router's paths (gate, device, degrade chain, shadow, canary, commit, L4):
+    the request, its policy and capability, its budget clock, the attempts so far (`trace`), the decision's
+    fields as they are set (`entered`, `fallback_type`, `reason`) and a shadow request's device side."""
+
+    req: Request
+    policy: Policy
+    cap: Capability
+    budget: _Budget
+    trace: _Trace
+    counted: int | None  # the input in the device model's own tokens, when counted
+    input_tokens: int
+    expected_out: int
+    max_tokens: int
+    stage: str
+    pinned: bool
+    mode: str
+    no_time: bool  # not even L0 fits before L4's 50 ms
+    entered: bool = False
+    fallback_type: str = "none"
+    reason: str = "default"
+    shadow: _Shadow | None = None
 
 
 def accepts_keyword(fn, name: str, explicit: bool = False) -> bool:
@@ -707,7 +769,7 @@ class Router:
         if len(text) > MAX_COUNTED_CHARS:  # tokenizing megabytes takes longer than a budget; the bound decides
             return None
         try:
-            counted = self.device.count_tokens(text)
+            counted = self.device.count_tokens(text)  # type: ignore[attr-defined]  # optional: _counts_tokens
         except Exception:  # a tokenizer that fails is as good as none
             log.warning("the device could not count the input's tokens; a conservative bound is used")
             return None
@@ -751,78 +813,45 @@ class Router:
             share *= 0.97 * room / size
         return prompt, size
 
-    # -- the chain pieces --------------------------------------------------------------------------
+    # -- the chain pieces ------------------------------------------------------------------------------
     def _device(
-        self,
-        trace: _Trace,
-        req: Request,
-        level: int,
-        budget: _Budget,
-        max_tokens: int,
-        commit_tokens: int,
-        decide: Callable[[float, int, float], bool] | None = None,
-        prompt: str | None = None,
-        timeout_ms: float | None = None,
-        *,
-        whole: bool = False,
-        share_level: int | None = None,
-        cancel: Cancel | None = None,
-        on_late_end: Callable[[], None] | None = None,
-        shadow: bool = False,
+        self, trace: _Trace, req: Request, budget: _Budget, call: _DeviceCall
     ) -> tuple[DeviceResult, float, bool]:
-        """One device call under its level's timeout (docs/router.md): `share_level`'s share of what remains when
-        given (a context cut that runs with L0's share), else the level's own. `whole`: a structured answer,
-        never committed early (no sentence commits it, no extension past the commit point). `on_late_end` runs
-        when an abandoned call really ends (its slot is held until then). Returns the result, its latency on
-        the router's clock and whether the router abandoned it. A `shadow` run's outcome never reaches the
-        device breaker (docs/sources.md#seed-004-5: shadow never touches the main path)."""
-        share = level if share_level is None else share_level
-        timeout = max(0.0, budget.timeout_ms(share) if timeout_ms is None else timeout_ms)
-        if whole:
-            commit_tokens = max_tokens + 1  # a structured answer is whole or nothing: no commit point
-        kwargs = dict(max_tokens=max_tokens, timeout_ms=timeout, degraded=level == 1, commit_tokens=commit_tokens)
-        if prompt is not None:
+        """One device call under its level's timeout (docs/router.md): `call.share_level`'s share of what remains
+        when given (a context cut that runs with L0's share), else the level's own. `call.whole`: a structured
+        answer, never committed early (no sentence commits it, no extension past the commit point).
+        `call.on_late_end` runs when an abandoned call really ends (its slot is held until then). Returns the
+        result, its latency on the router's clock and whether the router abandoned it. A `call.shadow` run's
+        outcome never reaches the device breaker (docs/sources.md#seed-004-5: shadow never touches the main
+        path)."""
+        share = call.level if call.share_level is None else call.share_level
+        timeout = max(0.0, budget.timeout_ms(share) if call.timeout_ms is None else call.timeout_ms)
+        commit_tokens = call.max_tokens + 1 if call.whole else call.commit_tokens  # structured: no commit point
+        kwargs: dict = dict(
+            max_tokens=call.max_tokens, timeout_ms=timeout, degraded=call.level == 1, commit_tokens=commit_tokens
+        )
+        if call.prompt is not None:
             kwargs["degraded"] = False  # the router already cut the input to the device's window
-        if whole and self._device_whole:
+        if call.whole and self._device_whole:
             kwargs["commit_on_sentence"] = False
-        if cancel is not None and self._device_cancels:
-            kwargs["cancel"] = cancel
-        if decide is not None and self._device_decides:
-            kwargs.update(decide=decide, decision_at_ms=budget.decision_point_in_ms())
+        if call.cancel is not None and self._device_cancels:
+            kwargs["cancel"] = call.cancel
+        if call.decide is not None and self._device_decides:
+            kwargs.update(decide=call.decide, decision_at_ms=budget.decision_point_in_ms())
         commit_limit = timeout
-        if self._device_commits and level <= 1 and timeout_ms is None and not whole:
+        if self._device_commits and call.level <= 1 and call.timeout_ms is None and not call.whole:
             # docs/sources.md#seed-000 "宁可让端侧跑完": past the commit
             # point, the whole remaining budget minus L4's 50 ms
             commit_limit = max(timeout, budget.remaining_ms() - L4_MS)
             kwargs["commit_timeout_ms"] = commit_limit
-        text = req.text if prompt is None else prompt
+        text = req.text if call.prompt is None else call.prompt
         started = self._clock()
-        abandoned = False
-        if self._device_guarded:
-            state, value = self.device_guard.run(
-                lambda: self.device.generate(text, **kwargs), timeout / 1000, on_late_end=on_late_end
-            )
-            if state == DONE and isinstance(value, DeviceResult):
-                result = value
-            elif state == ABANDONED:
-                abandoned = True
-                spent = (self._clock() - started) * 1000
-                result = DeviceResult("", None, "none", 0, spent, spent, "timeout")
-            elif state == RAISED and isinstance(value, BaseException) and error_kind(value):
-                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(value))
-            else:  # raised, not a result, or the guard full of late calls: a device error
-                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
-        else:
-            try:
-                result = self.device.generate(text, **kwargs)
-            except Exception as exc:  # a device backend's failure is a device error, never an exception out of route()
-                result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(exc))
+        result, abandoned = self._run_device(text, kwargs, timeout, started, call.on_late_end)
         result = sane_device_result(result)
         latency_ms = (self._clock() - started) * 1000
         if result.outcome == "ok":
-            past = not whole and committed(result.tokens_out, result.text, commit_tokens)
-            limit = commit_limit if past else timeout
-            if latency_ms > limit + LATE_MS:  # answered after its timeout: dropped, never served
+            past = not call.whole and committed(result.tokens_out, result.text, commit_tokens)
+            if latency_ms > (commit_limit if past else timeout) + LATE_MS:  # after its timeout: dropped, never served
                 result = DeviceResult(
                     "",
                     result.confidence,
@@ -834,7 +863,7 @@ class Router:
                     stats=result.stats,
                 )
         trace.measure(result.stats if isinstance(result.stats, dict) else None)
-        if not shadow:
+        if not call.shadow:  # a shadow run's outcome never reaches the device breaker
             self.device_breaker.record(result.outcome != "ok", trigger="device_" + result.outcome)
             if result.outcome == "error" and result.error_kind in ("load_failure", "oom"):
                 self.device_failed(result.error_kind)
@@ -851,11 +880,44 @@ class Router:
         trace.output_tokens = result.tokens_out
         return result, latency_ms, abandoned
 
+    def _run_device(
+        self, text: str, kwargs: dict, timeout: float, started: float, on_late_end: Callable[[], None] | None
+    ) -> tuple[DeviceResult, bool]:
+        """The device's `generate`, on the guard pool when the router must hold it to its timeout; a failure is a
+        device error result, never an exception out of route(). The result and whether it was abandoned."""
+        if not self._device_guarded:
+            try:
+                return self.device.generate(text, **kwargs), False
+            except Exception as exc:  # a device backend's failure is a device error, never an exception out of route()
+                return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(exc)), False
+        state, value = self.device_guard.run(
+            lambda: self.device.generate(text, **kwargs), timeout / 1000, on_late_end=on_late_end
+        )
+        if state == DONE and isinstance(value, DeviceResult):
+            return value, False
+        if state == ABANDONED:
+            spent = (self._clock() - started) * 1000
+            return DeviceResult("", None, "none", 0, spent, spent, "timeout"), True
+        if state == RAISED and isinstance(value, BaseException) and error_kind(value):
+            return DeviceResult("", None, "none", 0, 0.0, 0.0, "error", error_kind=error_kind(value)), False
+        # raised, not a result, or the guard full of late calls: a device error
+        return DeviceResult("", None, "none", 0, 0.0, 0.0, "error"), False
+
+    def _cloud_or_l4(
+        self, ctx: _Request, allowed: bool = True, budget: _Budget | None = None, max_tokens: int | None = None
+    ) -> Response:
+        """The cloud chain when `allowed` (on `budget`, default the request's, for `max_tokens`, default the
+        request's cap), else, or when it fails, L4."""
+        return (self._cloud_chain(ctx, budget, max_tokens) if allowed else None) or self._l4(ctx.trace)
+
     def _cloud_chain(
-        self, trace: _Trace, req: Request, budget: _Budget, max_tokens: int, levels=(2, 3)
+        self, ctx: _Request, budget: _Budget | None = None, max_tokens: int | None = None
     ) -> Response | None:
         """L2 then L3; None when both failed or no time is left (the caller goes to L4)."""
-        for level in levels:
+        budget = ctx.budget if budget is None else budget
+        max_tokens = ctx.max_tokens if max_tokens is None else max_tokens
+        trace = ctx.trace
+        for level in (2, 3):
             timeout_ms = budget.timeout_ms(level)
             if timeout_ms < MIN_LEVEL_MS:
                 return None
@@ -868,7 +930,7 @@ class Router:
                 if self.cloud_latency.p90() > timeout_ms:
                     continue  # L3's larger share may hold it
                 bypass = True
-            result, latency_ms, abandoned = self._cloud_call(trace, req, level, timeout_ms, max_tokens, bypass)
+            result, latency_ms, abandoned = self._cloud_call(ctx, level, timeout_ms, max_tokens, bypass)
             trace.add(level, result.outcome, latency_ms, abandoned)
             if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
@@ -878,17 +940,18 @@ class Router:
         return None
 
     def _cloud_call(
-        self, trace: _Trace, req: Request, level: int, timeout_ms: float, max_tokens: int, bypass: bool = False
+        self, ctx: _Request, level: int, timeout_ms: float, max_tokens: int, bypass: bool = False
     ) -> tuple[CloudResult, float, bool]:
         """One cloud call under its level's timeout: the result, its latency on the router's clock, and
         whether the router abandoned it (docs/router.md). `bypass`: a call past a breaker open for slowness
         (its latency is kept; it is no trial)."""
-        trace.cloud_calls += 1
+        ctx.trace.cloud_calls += 1
         started = self._clock()
         abandoned = False
+        text = ctx.req.text
 
         def call():
-            return self.cloud.complete(req.text, level=level, max_tokens=max_tokens, timeout_ms=timeout_ms)
+            return self.cloud.complete(text, level=level, max_tokens=max_tokens, timeout_ms=timeout_ms)
 
         if self._cloud_guarded:
             state, value = self.cloud_guard.run(call, timeout_ms / 1000)
@@ -908,15 +971,21 @@ class Router:
         latency_ms = (self._clock() - started) * 1000
         if result.outcome == "ok" and latency_ms > timeout_ms + LATE_MS:  # too late: dropped, never served
             result = CloudResult("", latency_ms, "timeout")
-        failed = result.outcome != "ok"
-        trigger = "cloud_" + result.outcome if failed else ""
-        bp = self.cloud_breaker.policy
         if bypass:
             if result.outcome == "ok":
                 self.cloud_latency.add(latency_ms)
             elif result.outcome == "error":  # failing, not merely slow: no more calls past the breaker
                 self._cloud_open_for_latency = False
-            return result, latency_ms, abandoned
+        else:
+            self._record_cloud(result, latency_ms)
+        return result, latency_ms, abandoned
+
+    def _record_cloud(self, result: CloudResult, latency_ms: float) -> None:
+        """A cloud call's outcome into the cloud breaker and the latency windows; a half-open trial that answers
+        as slowly as the spike is no recovery (docs/router.md, "p90 spike")."""
+        failed = result.outcome != "ok"
+        trigger = "cloud_" + result.outcome if failed else ""
+        bp = self.cloud_breaker.policy
         state = self.cloud_breaker.state
         half_open = state == HALF_OPEN
         if half_open and (failed or latency_ms <= self.spike_threshold_ms()):
@@ -941,7 +1010,6 @@ class Router:
             if closed:  # the usual latency: never from open periods or trials
                 self.cloud_usual.add(latency_ms)
             self._watch_cloud_p90()
-        return result, latency_ms, abandoned
 
     def cloud_baseline_ms(self) -> float:
         """What a p90 spike is measured against: the cloud's learned usual p90 (the lower of its short and long
@@ -995,7 +1063,15 @@ class Router:
         A shadow request whose device is still running when the cloud has served returns None for the
         event: the device runs on, off the user's path, and its event goes to `on_event` and
         `on_shadow_event` when it ends (docs/router.md, "Shadow mode")."""
-        req = _sane_request(req)
+        ctx = self._context(_sane_request(req))
+        response = self._decide(ctx)
+        if response is None:
+            return self._shadow(ctx)
+        return self._commit(ctx, response)
+
+    def _context(self, req: Request) -> _Request:
+        """The request's context: its policy (breaker settings hot-reload with it), input size, output cap, budget
+        and stage."""
         budget = _Budget(self._clock, req.deadline_ms, req.elapsed_ms)  # the router's own time counts too
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
@@ -1009,135 +1085,145 @@ class Router:
         expected_out = req.expected_output_tokens if req.expected_output_tokens is not None else cap.max_output_tokens
         # generate what the gateway expects, never past the task's cap
         limits = [x for x in (cap.max_output_tokens, req.expected_output_tokens) if x]
-        max_tokens = min(limits) if limits else 64
         trace = _Trace(
             input_tokens=input_tokens,
             prices=policy.cloud_prices or None,
             request_id=req.request_id or str(uuid.uuid4()),
         )
-        entered, fallback_type, reason = False, "none", "default"
         stage = policy.stage_for(req.task_type, req.session_id)
         pinned = req.has_pii and not policy.pii_to_cloud
-        # docs/sources.md#seed-004 / docs/router.md: a PII request of a
-        # shadow task type is pinned to the device, a live event
+        # docs/sources.md#seed-004 / docs/router.md: a PII request of a shadow task type is pinned to the device, a
+        # live event
         mode = "shadow" if stage == "shadow" and not pinned else "live"
         no_time = budget.timeout_ms(0) < MIN_LEVEL_MS  # not even L0 fits before L4's 50 ms: the canned answer
+        max_tokens = min(limits) if limits else 64
+        # positional: the request path's one allocation of it costs a third of a keyword call
+        return _Request(
+            req,
+            policy,
+            cap,
+            budget,
+            trace,
+            counted,
+            input_tokens,
+            expected_out,
+            max_tokens,
+            stage,
+            pinned,
+            mode,
+            no_time,
+        )
 
-        if pinned:
-            # 1. Hard constraint: the device or a conservative answer, never the cloud.
-            reason = "pii_pin"
-            device_ttft, device_tps, device_prefill_tps = self._estimates()
-            room = self._device_room(cap, max_tokens)
-            prompt = None
-            device_input = self._device_tokens(req.text, counted, input_tokens)
-            if room is not None and device_input > room:
-                # over the device's window (its context less the output budget): the input cut to fit, counted
-                # in the model's own tokens where it can, run as L1 with L0's share of the budget, never the cloud
-                prompt, device_input = self._cut_to(req.text, room, device_input)
-            too_big = room is not None and device_input > room  # not even cut does it fit (a huge system prompt)
-            fit = min(
-                max_tokens,
-                tokens_that_fit(
-                    budget.remaining_ms(),
-                    device_ttft,
-                    prefill_ms(device_input, device_prefill_tps),
-                    device_tps,
-                ),
-            )
-            if no_time or too_big or fit < 1 or self._enter_device(policy) is not None:
-                response = self._l4(trace)  # nothing fits even truncated, or the device cannot take it
-            else:
-                entered = True
-                response, fallback_type, _ = self._device_path(
-                    trace,
-                    req,
-                    policy,
-                    cap,
-                    budget,
-                    fit,
-                    allow_cloud=False,
-                    prompt=prompt,
-                    cut_at=fit if fit < max_tokens else None,
-                )
-        elif not cap.admits(input_tokens, expected_out, req.tools, req.files):
+    def _decide(self, ctx: _Request) -> Response | None:
+        """The short-circuit decision, in order; the response, or None for a shadow request (`_shadow` serves it).
+        Sets the context's `fallback_type`, `reason` and `entered` where the decision is taken."""
+        req = ctx.req
+        if ctx.pinned:
+            return self._pinned(ctx)  # 1. Hard constraint: the device or a conservative answer, never the cloud.
+        if not ctx.cap.admits(ctx.input_tokens, ctx.expected_out, req.tools, req.files):
             # 2. Capability admission: never enters the device.
-            fallback_type, reason = "capability", "capability_miss"
-            response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
-        elif stage == "cloud_only":
+            ctx.fallback_type, ctx.reason = "capability", "capability_miss"
+            return self._cloud_chain(ctx) or self._l4(ctx.trace)
+        if ctx.stage == "cloud_only":
             # Rollout: rolled back, or a session outside the task's canary cohort (docs/sources.md#seed-004-7).
-            reason = "policy_cloud"
-            response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
-        elif no_time:
-            reason = "latency_pressure"
-            response = self._l4(trace)
-        elif mode == "shadow":
-            return self._shadow(trace, req, policy, cap, budget, max_tokens, stage, input_tokens)
-        elif self.device_breaker.state == OPEN:
+            ctx.reason = "policy_cloud"
+            return self._cloud_chain(ctx) or self._l4(ctx.trace)
+        if ctx.no_time:
+            ctx.reason = "latency_pressure"
+            return self._l4(ctx.trace)
+        if ctx.mode == "shadow":
+            return None
+        if self.device_breaker.state == OPEN:
             # Device unavailable (breaker open): everything to the cloud.
-            reason = "device_unavailable"
-            response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
-        else:
-            # 3. Latency gate, judged before the device starts; the device's ETA includes its prefill.
-            device_ttft, device_tps, device_prefill_tps = self._estimates()
-            remaining = budget.remaining_ms()
-            prefill = prefill_ms(input_tokens, device_prefill_tps)
-            eta = device_eta_ms(device_ttft, expected_out, device_tps, prefill)
-            gate = latency_gate(remaining, eta, self.cloud_latency.p90())
-            cloud_ok = self.cloud_breaker.state != OPEN
-            fit = max_tokens
-            if gate != "device" and not (gate == "cloud" and cloud_ok):
-                # neither fits (or the cloud's breaker is open): truncate first (docs/sources.md#seed-000 "裁剪输出")
-                fit = min(max_tokens, tokens_that_fit(remaining, device_ttft, prefill, device_tps))
-            if gate == "cloud" and cloud_ok:
-                reason = "latency_pressure"
-                response = self._cloud_chain(trace, req, budget, max_tokens) or self._l4(trace)
-            elif fit < 1:  # not even a truncated answer fits on the device (its prefill alone does not)
-                reason = "latency_pressure"
-                response = (self._cloud_chain(trace, req, budget, max_tokens) if cloud_ok else None) or self._l4(trace)
-            elif blocked := self._enter_device(policy):  # the breaker's verdict or the concurrency cap
-                reason = blocked
-                response = (self._cloud_chain(trace, req, budget, max_tokens) if cloud_ok else None) or self._l4(trace)
-            else:
-                entered = True
-                truncated = fit < max_tokens
-                response, fallback_type, miss = self._device_path(
-                    trace,
-                    req,
-                    policy,
-                    cap,
-                    budget,
-                    fit,
-                    allow_cloud=cloud_ok,
-                    judge_midway=not truncated,
-                    cut_at=fit if truncated else None,
-                )
-                # a truncated request is recorded as such whichever way it ends (docs/router.md)
-                reason = "truncated" if truncated else (miss or "default")
+            ctx.reason = "device_unavailable"
+            return self._cloud_chain(ctx) or self._l4(ctx.trace)
+        return self._gated(ctx)
 
-        level = trace.attempts[-1].level
+    def _pinned(self, ctx: _Request) -> Response:
+        """A PII-pinned request: the device or L4. Over the device's window (its context less the output budget)
+        the input is cut to fit, counted in the model's own tokens where it can, and runs as L1 with L0's share
+        of the budget, never the cloud."""
+        req, budget, max_tokens = ctx.req, ctx.budget, ctx.max_tokens
+        ctx.reason = "pii_pin"
+        device_ttft, device_tps, device_prefill_tps = self._estimates()
+        room = self._device_room(ctx.cap, max_tokens)
+        prompt = None
+        device_input = self._device_tokens(req.text, ctx.counted, ctx.input_tokens)
+        if room is not None and device_input > room:
+            prompt, device_input = self._cut_to(req.text, room, device_input)
+        too_big = room is not None and device_input > room  # not even cut does it fit (a huge system prompt)
+        fit = min(
+            max_tokens,
+            tokens_that_fit(
+                budget.remaining_ms(), device_ttft, prefill_ms(device_input, device_prefill_tps), device_tps
+            ),
+        )
+        if ctx.no_time or too_big or fit < 1 or self._enter_device(ctx.policy) is not None:
+            return self._l4(ctx.trace)  # nothing fits even truncated, or the device cannot take it
+        ctx.entered = True
+        response, ctx.fallback_type, _ = self._device_path(
+            ctx, fit, allow_cloud=False, prompt=prompt, cut_at=fit if fit < max_tokens else None
+        )
+        return response
+
+    def _gated(self, ctx: _Request) -> Response:
+        """3. The latency gate, judged before the device starts (the device's ETA includes its prefill); then the
+        device's slot, and the device path."""
+        max_tokens = ctx.max_tokens
+        device_ttft, device_tps, device_prefill_tps = self._estimates()
+        remaining = ctx.budget.remaining_ms()
+        prefill = prefill_ms(ctx.input_tokens, device_prefill_tps)
+        eta = device_eta_ms(device_ttft, ctx.expected_out, device_tps, prefill)
+        gate = latency_gate(remaining, eta, self.cloud_latency.p90())
+        cloud_ok = self.cloud_breaker.state != OPEN
+        fit = max_tokens
+        if gate != "device" and not (gate == "cloud" and cloud_ok):
+            # neither fits (or the cloud's breaker is open): truncate first (docs/sources.md#seed-000 "裁剪输出")
+            fit = min(max_tokens, tokens_that_fit(remaining, device_ttft, prefill, device_tps))
+        if gate == "cloud" and cloud_ok:
+            ctx.reason = "latency_pressure"
+            return self._cloud_chain(ctx) or self._l4(ctx.trace)
+        if fit < 1:  # not even a truncated answer fits on the device (its prefill alone does not)
+            ctx.reason = "latency_pressure"
+            return self._cloud_or_l4(ctx, cloud_ok)
+        blocked = self._enter_device(ctx.policy)  # the breaker's verdict or the concurrency cap
+        if blocked:
+            ctx.reason = blocked
+            return self._cloud_or_l4(ctx, cloud_ok)
+        ctx.entered = True
+        truncated = fit < max_tokens
+        response, ctx.fallback_type, miss = self._device_path(
+            ctx, fit, allow_cloud=cloud_ok, judge_midway=not truncated, cut_at=fit if truncated else None
+        )
+        # a truncated request is recorded as such whichever way it ends (docs/router.md)
+        ctx.reason = "truncated" if truncated else (miss or "default")
+        return response
+
+    def _commit(self, ctx: _Request, response: Response) -> tuple[Response, DecisionEvent]:
+        """The live request's end: a canary's divergence sample, its decision event, handed to `on_event`."""
+        trace = ctx.trace
         if (
-            stage == "canary"
-            and fallback_type == "quality"
+            ctx.stage == "canary"
+            and ctx.fallback_type == "quality"
             and response.served_by == "cloud"
             and trace.device_text
             and normalise(trace.device_text) != normalise(response.text)
         ):
             self.on_divergence(
-                Divergence(trace.request_id, req.task_type, stage, input_tokens, trace.device_text, response.text)
+                Divergence(
+                    trace.request_id, ctx.req.task_type, ctx.stage, ctx.input_tokens, trace.device_text, response.text
+                )
             )
-        event = self._event(
-            req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, None, budget.spent_ms()
-        )
+        event = self._event(ctx, trace.attempts[-1].level, None, ctx.budget.spent_ms())
         try:  # `_send`, inline: a sink that raises is logged, never a failed request
             self.on_event(event)
         except Exception:
             log.exception("an event sink failed; routing goes on")
         return response, event
 
-    def _event(
-        self, req, policy, cap, trace, stage, mode, entered, fallback_type, reason, level, shadow_agree, latency_ms
-    ) -> DecisionEvent:
-        all_cloud = UNSET
+    def _event(self, ctx: _Request, level: int, shadow_agree: bool | None, latency_ms: float) -> DecisionEvent:
+        req, trace, entered = ctx.req, ctx.trace, ctx.entered
+        all_cloud: float | UnsetType = UNSET
         # docs/sources.md#seed-003 and #seed-004: what the request would have cost served by the cloud alone
         if trace.prices is not None:
             all_cloud = (
@@ -1151,15 +1237,15 @@ class Router:
             request_id=trace.request_id,
             session_id=req.session_id,
             task_type=req.task_type,
-            mode=mode,
+            mode=ctx.mode,
             entered_device=entered,
-            fallback_type=fallback_type,
-            reason=reason,
+            fallback_type=ctx.fallback_type,
+            reason=ctx.reason,
             degrade_level=level,
             attempts=trace.attempts,
             cloud_calls=trace.cloud_calls,
             confidence=trace.confidence,
-            threshold=cap.threshold if entered else None,
+            threshold=ctx.cap.threshold if entered else None,
             deadline_ms=d if type(d) is int and 1 <= d <= DAY_MS else min(DAY_MS, max(1, int(d))),
             # what the gateway sent, when `deadline_ms` (at least 1) cannot hold it (the contract's range: a day)
             gateway_deadline_ms=max(-DAY_MS, int(d)) if d < 1 else None,
@@ -1167,7 +1253,7 @@ class Router:
             latency_ms=latency_ms if 0.0 <= latency_ms <= DAY_MS else min(float(DAY_MS), max(0.0, latency_ms)),
             input_tokens=i if 0 <= i <= MAX_TOKENS else min(MAX_TOKENS, max(0, i)),
             output_tokens=o if 0 <= o <= MAX_TOKENS else min(MAX_TOKENS, max(0, o)),
-            policy_version=policy.version,
+            policy_version=ctx.policy.version,
             app_id=req.app_id,
             confidence_source=trace.confidence_source,
             ttft_ms=ttft
@@ -1183,241 +1269,258 @@ class Router:
             cost_usd=trace.cost_usd if trace.prices is not None else UNSET,
             device_stats=_device_stats(trace.device_stats) if entered else None,
             all_cloud_cost_usd=all_cloud,
-            rollout_stage=stage,
+            rollout_stage=ctx.stage,
         )
 
     def _device_path(
         self,
-        trace: _Trace,
-        req: Request,
-        policy,
-        cap,
-        budget: _Budget,
-        max_tokens: int,
+        ctx: _Request,
+        fit: int,
+        *,
         allow_cloud: bool,
         judge_midway: bool = True,
         prompt: str | None = None,
         cut_at: int | None = None,
     ) -> tuple[Response, str, str | None]:
-        """L0, judged; L1 once on a quality miss; then the cloud chain (or L4 when the cloud is not allowed).
-        `prompt`: the input already cut to the device's window, which starts at L1 (a context cut) with L0's
-        share of the budget. `cut_at`: the lowered output cap of a truncated request (an answer that reaches it
-        is partial). The caller holds a device slot; it is released when the device's turn ends, or, for a call
-        the router abandoned, when that call really ends. Nothing reaches the user unvalidated: a structured
-        answer is served whole and valid or not at all; a partial free-text answer only up to its last complete
-        sentence (docs/router.md, "Nothing unvalidated reaches a user"). Returns the response, the fallback type
-        and the reason: the first device miss's, `truncated` for a partial answer served, None when the device
-        served in full."""
-        if prompt is not None:
-            levels = [1]
-        else:
-            levels = [0, 1] if policy.l1_enabled else [0]
-        whole = cap.structured
+        """L0, judged; L1 once on a quality miss; then the cloud chain (or L4 when the cloud is not allowed), all
+        for `fit` output tokens. `prompt`: the input already cut to the device's window, which starts at L1 (a
+        context cut) with L0's share of the budget. `cut_at`: the lowered output cap of a truncated request (an
+        answer that reaches it is partial). The caller holds a device slot; it is released when the device's turn
+        ends, or, for a call the router abandoned, when that call really ends. Nothing reaches the user
+        unvalidated: a structured answer is served whole and valid or not at all; a partial free-text answer only
+        up to its last complete sentence (docs/router.md, "Nothing unvalidated reaches a user"). Returns the
+        response, the fallback type and the reason: the first device miss's, `truncated` for a partial answer
+        served, None when the device served in full."""
+        levels = [1] if prompt is not None else [0, 1] if ctx.policy.l1_enabled else [0]
         miss: tuple[str, str] | None = None  # (fallback_type, reason) of the first device miss
         served: Response | None = None
-        served_reason = None
         handed_off = False  # an abandoned call holds the slot until it really ends
         try:
             for level in levels:
-                share_level = 0 if prompt is not None else level
-                if budget.timeout_ms(share_level) < MIN_LEVEL_MS:  # no time left for another device try
+                call = self._device_call(ctx, level, fit, allow_cloud and judge_midway, prompt)
+                if call is None:  # no time left for another device try
                     break
-                decide = None
-                if level == 0 and allow_cloud and judge_midway:  # the decision point: only with a cloud to move to
-
-                    def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
-                        return device_fits(
-                            budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, max_tokens, self._estimates()[1]
-                        )
-
-                result, latency_ms, abandoned = self._device(
-                    trace,
-                    req,
-                    level,
-                    budget,
-                    max_tokens,
-                    policy.commit_tokens,
-                    decide,
-                    prompt,
-                    whole=whole,
-                    share_level=share_level,
-                    on_late_end=self._release_device,
-                )
+                result, latency_ms, abandoned = self._device(ctx.trace, ctx.req, ctx.budget, call)
                 handed_off = abandoned
-                if result.outcome == "ok":
-                    text, cut = result.text, False
-                    if cut_at is not None:
-                        cap_out = cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
-                        if result.tokens_out >= cap_out:  # stopped at the lowered cap: the answer may be cut
-                            # structured: whole or nothing, so never served; free text: only whole sentences
-                            text = "" if whole else complete_sentences(text)
-                            cut = text != result.text.strip()
-                            if not text:
-                                trace.add(level, "timeout", latency_ms)
-                                miss = miss or ("timeout", "device_timeout")
-                                break
-                    trace.device_text = trace.device_text or text
-                    if not validate(cap.validator, text, cap.pattern):
-                        trace.add(level, "validator_failed", latency_ms)
-                        miss = miss or ("quality", "validator_failed")
-                        continue  # a quality miss: L1 once may fix it
-                    if result.confidence is not None and result.confidence < cap.threshold:
-                        trace.add(level, "low_confidence", latency_ms)
-                        miss = miss or ("quality", "low_confidence")
-                        continue
-                    trace.add(level, "ok", latency_ms)
-                    served = Response(text, level, "device", partial=cut)
-                    served_reason = "truncated" if cut else None
-                    break
-                trace.add(level, result.outcome, latency_ms, abandoned)
-                if result.outcome == "timeout" and result.committed and not result.preempted and not whole:
-                    # past the commit point: never taken over mid-stream; the partial answer is served up to its
-                    # last complete sentence, flagged as truncated, its attempt logged as the timeout it was
-                    # (docs/sources.md#seed-000 "宁可让端侧跑完"); with no complete sentence it falls back
-                    partial = complete_sentences(result.text)
-                    if partial and validate(cap.validator, partial, cap.pattern):
-                        served, served_reason = Response(partial, level, "device", partial=True), "truncated"
-                        break
-                if result.preempted:
-                    miss = miss or ("timeout", "latency_pressure")
-                else:
-                    miss = miss or (
-                        ("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error")
-                    )
-                break  # timeouts and errors go straight to the cloud (L0 → L2)
+                if result.outcome != "ok":
+                    served, this = self._device_miss(ctx, level, result, latency_ms, abandoned)
+                    miss = miss or this
+                    break  # timeouts and errors go straight to the cloud (L0 → L2)
+                cap_out = (
+                    None if cut_at is None else cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
+                )
+                served, this = self._judge(ctx, level, result, latency_ms, cap_out)
+                miss = miss or this
+                if served is not None or this is None or this[0] != "quality":
+                    break  # served, or cut to nothing; a quality miss: L1 once may fix it
         finally:
             if not handed_off:
                 self._release_device()
-            if req.task_type not in policy.shadow:
+            if ctx.req.task_type not in ctx.policy.shadow:
                 self._watch_device_fallbacks(served is None)
         if served is not None:
-            return served, "none", served_reason
+            return served, "none", "truncated" if served.partial else None
         fallback_type, reason = miss or ("timeout", "device_timeout")
-        response = (self._cloud_chain(trace, req, budget, max_tokens) if allow_cloud else None) or self._l4(trace)
-        return response, fallback_type, reason
+        return self._cloud_or_l4(ctx, allow_cloud, max_tokens=fit), fallback_type, reason
 
-    def _shadow(
-        self, trace: _Trace, req: Request, policy, cap, budget: _Budget, max_tokens: int, stage: str, input_tokens: int
-    ) -> tuple[Response, DecisionEvent | None]:
+    def _device_call(self, ctx: _Request, level: int, fit: int, midway: bool, prompt: str | None) -> _DeviceCall | None:
+        """A live device try at `level`; None when its share of the budget is too small to start one. `midway`: a
+        streaming L0 is re-judged at the decision point (only with a cloud to move to)."""
+        share_level = 0 if prompt is not None else level
+        budget = ctx.budget
+        if budget.timeout_ms(share_level) < MIN_LEVEL_MS:
+            return None
+        decide = None
+        if level == 0 and midway:
+
+            def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
+                return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, fit, self._estimates()[1])
+
+        return _DeviceCall(
+            level,
+            fit,
+            ctx.policy.commit_tokens,
+            decide,
+            prompt,
+            None,
+            ctx.cap.structured,
+            share_level,
+            None,
+            self._release_device,
+        )
+
+    def _judge(
+        self, ctx: _Request, level: int, result: DeviceResult, latency_ms: float, cap_out: int | None
+    ) -> tuple[Response | None, tuple[str, str] | None]:
+        """A device answer judged: the response to serve, or the miss (a quality miss, or a truncated answer cut
+        to nothing). `cap_out`: the lowered output cap an answer that reaches may be cut at."""
+        cap, trace = ctx.cap, ctx.trace
+        text, cut = result.text, False
+        if cap_out is not None and result.tokens_out >= cap_out:  # stopped at the lowered cap: may be cut
+            # structured: whole or nothing, so never served; free text: only whole sentences
+            text = "" if cap.structured else complete_sentences(text)
+            cut = text != result.text.strip()
+            if not text:
+                trace.add(level, "timeout", latency_ms)
+                return None, ("timeout", "device_timeout")
+        trace.device_text = trace.device_text or text
+        if not validate(cap.validator, text, cap.pattern):
+            trace.add(level, "validator_failed", latency_ms)
+            return None, ("quality", "validator_failed")
+        if result.confidence is not None and result.confidence < cap.threshold:
+            trace.add(level, "low_confidence", latency_ms)
+            return None, ("quality", "low_confidence")
+        trace.add(level, "ok", latency_ms)
+        return Response(text, level, "device", partial=cut), None
+
+    def _device_miss(
+        self, ctx: _Request, level: int, result: DeviceResult, latency_ms: float, abandoned: bool
+    ) -> tuple[Response | None, tuple[str, str] | None]:
+        """A device try that timed out or failed: logged; the partial answer of one streamed past the commit point
+        served, else the miss."""
+        cap = ctx.cap
+        ctx.trace.add(level, result.outcome, latency_ms, abandoned)
+        if result.outcome == "timeout" and result.committed and not result.preempted and not cap.structured:
+            # past the commit point: never taken over mid-stream; the partial answer is served up to its
+            # last complete sentence, flagged as truncated, its attempt logged as the timeout it was
+            # (docs/sources.md#seed-000 "宁可让端侧跑完"); with no complete sentence it falls back
+            partial = complete_sentences(result.text)
+            if partial and validate(cap.validator, partial, cap.pattern):
+                return Response(partial, level, "device", partial=True), None
+        if result.preempted:
+            return None, ("timeout", "latency_pressure")
+        return None, (("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error"))
+
+    # -- shadow mode -------------------------------------------------------------------------------
+    def _shadow(self, ctx: _Request) -> tuple[Response, DecisionEvent | None]:
         """docs/sources.md#seed-004-5 shadow traffic: the cloud serves the user with the whole budget, as if the task
         were cloud-only; the device runs beside it (its own attempt, within the concurrency cap), off the user's
         path, its answer only compared after normalisation. With the cloud's breaker open the device serves
         (docs/sources.md#seed-000: everything stays on the device). On a simulated clock the device runs first and the
         cloud gets a fresh budget after it; the event's latency is the user's either way."""
-        slot = self._enter_shadow(policy)
-        blocked = slot if isinstance(slot, str) else None
+        slot = self._enter_shadow(ctx.policy)
         cloud_open = self.cloud_breaker.state == OPEN
-        dev = _Trace(input_tokens=input_tokens, request_id=trace.request_id)
-        box: dict = {}
-        device_timeout = level_timeout_ms(0, budget.remaining_ms())
-
-        def run_device() -> None:
-            handed_off = False
-            try:
-                box["result"], box["latency_ms"], box["abandoned"] = self._device(
-                    dev,
-                    req,
-                    0,
-                    budget,
-                    max_tokens,
-                    policy.commit_tokens,
-                    timeout_ms=device_timeout,
-                    whole=cap.structured,
-                    cancel=slot,
-                    on_late_end=lambda: self._release_shadow(slot),
-                    shadow=True,
-                )
-                handed_off = box["abandoned"]
-            except Exception:  # nothing the device does may reach the user's path
-                box["result"] = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
-                box["latency_ms"], box["abandoned"] = 0.0, False
-            finally:
-                if not handed_off:
-                    self._release_shadow(slot)
-
-        def finish(response: Response, latency_ms: float) -> DecisionEvent:
-            entered = blocked is None
-            if entered:
-                trace.attempts.insert(0, _device_attempt(box))
-                trace.confidence, trace.confidence_source = dev.confidence, dev.confidence_source
-                trace.ttft_ms, trace.device_stats = dev.ttft_ms, dev.device_stats
-            result = box.get("result")
-            agree = None
-            if response.served_by == "cloud" and result is not None and result.outcome == "ok":
-                agree = normalise(result.text) == normalise(response.text)
-                if not agree:
-                    try:
-                        self.on_divergence(
-                            Divergence(trace.request_id, req.task_type, stage, input_tokens, result.text, response.text)
-                        )
-                    except Exception:  # a failing sample sink (maybe on the device's thread) never loses the event
-                        log.exception("shadow divergence sample not kept for request %s", trace.request_id)
-            if response.served_by == "device":
-                trace.output_tokens = result.tokens_out
-            return self._event(
-                req,
-                policy,
-                cap,
-                trace,
-                stage,
-                "shadow",
-                entered,
-                "none",
-                blocked or "default",
-                response.level,
-                agree,
-                latency_ms,
-            )
-
-        if blocked is None and (cloud_open or not self.enforce):
-            run_device()  # on the user's path only when there is no cloud; else a simulated clock's turn
+        shadow = ctx.shadow = _Shadow(
+            slot,
+            _Trace(input_tokens=ctx.input_tokens, request_id=ctx.trace.request_id),
+            level_timeout_ms(0, ctx.budget.remaining_ms()),
+        )
+        if shadow.blocked is None and (cloud_open or not self.enforce):
+            self._shadow_device(ctx)  # on the user's path only when there is no cloud; else a simulated clock's turn
         if cloud_open:
-            result = box.get("result")
-            ok = (
-                result is not None and result.outcome == "ok" and validate(cap.validator, result.text, cap.pattern)
-            )  # served to the user: validated like any device answer
-            response = Response(result.text, 0, "device") if ok else self._l4(trace)
-            event = finish(response, budget.spent_ms())
-            self._send(self.on_event, event)
-            return response, event
-        user = budget if self.enforce else _Budget(self._clock, req.deadline_ms, req.elapsed_ms)
+            return self._shadow_on_device(ctx)
+        user = ctx.budget if self.enforce else _Budget(self._clock, ctx.req.deadline_ms, ctx.req.elapsed_ms)
         done = threading.Event()
-        if blocked is None and self.enforce:
+        if shadow.blocked is None and self.enforce:
 
             def beside() -> None:
                 try:
-                    run_device()
+                    self._shadow_device(ctx)
                 finally:
                     done.set()
 
             threading.Thread(target=beside, name="routerscope-shadow", daemon=True).start()
         else:
             done.set()
-        response = self._cloud_chain(trace, req, user, max_tokens) or self._l4(trace)
+        response = self._cloud_or_l4(ctx, budget=user)
         latency_ms = user.spent_ms()
         if done.is_set():
-            event = finish(response, latency_ms)
+            event = self._shadow_finish(ctx, response, latency_ms)
             self._send(self.on_event, event)
             return response, event
+        self._shadow_later(ctx, response, user, done)
+        return response, None
 
+    def _shadow_device(self, ctx: _Request) -> None:
+        """The shadow's device run, in its slot (released when it ends, or, abandoned, when the call really
+        ends); nothing the device does reaches the user's path."""
+        shadow = ctx.shadow
+        assert shadow is not None and isinstance(shadow.slot, Cancel)
+        slot = shadow.slot
+        handed_off = False
+        try:
+            call = _DeviceCall(
+                0,
+                ctx.max_tokens,
+                ctx.policy.commit_tokens,
+                timeout_ms=shadow.device_timeout_ms,
+                whole=ctx.cap.structured,
+                cancel=slot,
+                on_late_end=lambda: self._release_shadow(slot),
+                shadow=True,
+            )
+            shadow.result, shadow.latency_ms, shadow.abandoned = self._device(shadow.dev, ctx.req, ctx.budget, call)
+            handed_off = shadow.abandoned
+        except Exception:  # nothing the device does may reach the user's path
+            shadow.result = DeviceResult("", None, "none", 0, 0.0, 0.0, "error")
+            shadow.latency_ms, shadow.abandoned = 0.0, False
+        finally:
+            if not handed_off:
+                self._release_shadow(slot)
+
+    def _shadow_on_device(self, ctx: _Request) -> tuple[Response, DecisionEvent]:
+        """The cloud's breaker is open: the device's shadow answer serves the user, validated like any device
+        answer, else L4."""
+        shadow, cap = ctx.shadow, ctx.cap
+        assert shadow is not None
+        result = shadow.result
+        if result is not None and result.outcome == "ok" and validate(cap.validator, result.text, cap.pattern):
+            response = Response(result.text, 0, "device")
+        else:
+            response = self._l4(ctx.trace)
+        event = self._shadow_finish(ctx, response, ctx.budget.spent_ms())
+        self._send(self.on_event, event)
+        return response, event
+
+    def _shadow_finish(self, ctx: _Request, response: Response, latency_ms: float) -> DecisionEvent:
+        """The shadow request's event, once both sides ended: the device's attempt first, agreement of the two
+        answers (a disagreement goes to `on_divergence` as a sample)."""
+        shadow, trace = ctx.shadow, ctx.trace
+        assert shadow is not None
+        ctx.entered = shadow.blocked is None
+        ctx.reason = shadow.blocked or "default"
+        if ctx.entered:
+            dev = shadow.dev
+            trace.attempts.insert(0, _device_attempt(shadow))
+            trace.confidence, trace.confidence_source = dev.confidence, dev.confidence_source
+            trace.ttft_ms, trace.device_stats = dev.ttft_ms, dev.device_stats
+        result = shadow.result
+        agree = None
+        if response.served_by == "cloud" and result is not None and result.outcome == "ok":
+            agree = normalise(result.text) == normalise(response.text)
+            if not agree:
+                try:
+                    self.on_divergence(
+                        Divergence(
+                            trace.request_id, ctx.req.task_type, ctx.stage, ctx.input_tokens, result.text, response.text
+                        )
+                    )
+                except Exception:  # a failing sample sink (maybe on the device's thread) never loses the event
+                    log.exception("shadow divergence sample not kept for request %s", trace.request_id)
+        if response.served_by == "device" and result is not None:
+            trace.output_tokens = result.tokens_out
+        return self._event(ctx, response.level, agree, latency_ms)
+
+    def _shadow_later(self, ctx: _Request, response: Response, user: _Budget, done: threading.Event) -> None:
+        """The device ends after the user was served: its event leaves then (to `on_event` and
+        `on_shadow_event`), with the user's latency: until route() returns."""
         returned: dict = {}
         left = threading.Event()
 
-        def later() -> None:  # the device ends after the user was served: the event leaves then
+        def later() -> None:
             done.wait()
             left.wait()
             try:
-                event = finish(response, returned["ms"])
+                event = self._shadow_finish(ctx, response, returned["ms"])
                 self.on_event(event)
                 if self.on_shadow_event is not None:
                     self.on_shadow_event(event)
             except Exception:  # nothing to raise to on this thread: said, never silent
-                log.exception("the shadow event of request %s was not sent", trace.request_id)
+                log.exception("the shadow event of request %s was not sent", ctx.trace.request_id)
 
         threading.Thread(target=later, name="routerscope-shadow-event", daemon=True).start()
-        returned["ms"] = user.spent_ms()  # the user's latency: until route() returns
+        returned["ms"] = user.spent_ms()
         left.set()
-        return response, None
 
 
 INVALID = ("\x00undeclared",)  # a declaration of another type than the contract's: no whitelist holds it
@@ -1442,7 +1545,7 @@ def _sane_request(req: Request) -> Request:
         and (files is None or type(files) is int)
     ):
         return req
-    changes = {}
+    changes: dict[str, object] = {}
     deadline, elapsed = finite(req.deadline_ms, 0.0), max(0.0, finite(req.elapsed_ms, 0.0))
     if deadline != req.deadline_ms:
         changes["deadline_ms"] = max(-DAY_MS, min(DAY_MS, deadline))
@@ -1463,15 +1566,14 @@ def _sane_request(req: Request) -> Request:
         changes["files"] = -1
     if not changes:
         return req
-    return replace(req, **changes)
+    return replace(req, **changes)  # type: ignore[arg-type]  # each value was checked for its field above
 
 
-def _device_attempt(box: dict) -> Attempt:
+def _device_attempt(shadow: _Shadow) -> Attempt:
     """The shadow device's own attempt (level 0), as it ended."""
-    result = box.get("result")
-    outcome = result.outcome if result is not None else "error"
-    latency = max(0.0, float(box.get("latency_ms", 0.0)))
-    if box.get("abandoned"):
+    outcome = shadow.result.outcome if shadow.result is not None else "error"
+    latency = max(0.0, float(shadow.latency_ms))
+    if shadow.abandoned:
         return Attempt(level=0, outcome=outcome, latency_ms=latency, abandoned=True)
     return Attempt(level=0, outcome=outcome, latency_ms=latency)
 

@@ -35,7 +35,8 @@ class _Call:
 
     def __init__(self, fn: Callable[[], Any], on_late_end: Callable[[], None] | None = None):
         self.fn, self.done = fn, threading.Event()
-        self.result = self.error = None
+        self.result: Any = None
+        self.error: BaseException | None = None
         self.abandoned = False
         self.on_late_end = on_late_end
 

@@ -24,12 +24,21 @@ import threading
 import time
 from dataclasses import fields
 from pathlib import Path
+from typing import IO
 
+from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
-from routerscope.router.backends import DeviceResult
+from routerscope.router.backends import DeviceResult, LlamaDevice
 
 READY_TIMEOUT_S = 120.0
 GRACE_S = 30.0  # on top of a call's own timeout: a reply later than that means a hung model
+
+
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """A child's stdin or stdout, spawned as a pipe."""
+    if stream is None:
+        raise ModelCrashed("the model worker was started without its pipes")
+    return stream
 
 
 class ModelCrashed(RouterscopeError):
@@ -47,8 +56,6 @@ class WorkerDevice:
         ready_timeout_s: float = READY_TIMEOUT_S,
         **options,
     ):
-        from routerscope.core import procs
-
         self.model = options.get("model_name", "gemma-3-270m-q4_k_m")
         self.ttft_ms, self.tps = 150.0, 40.0
         self.prefill_tps, self.context_tokens = None, options.get("n_ctx", 2048)  # the worker reports its prefill
@@ -74,15 +81,16 @@ class WorkerDevice:
     def _watch(self) -> None:
         # poll, not select: select() refuses descriptors above 1024, and a process that holds the
         # embedded warehouse and a broker connection has many open
+        self._stdin, self._stdout = _piped(self.process.stdin), _piped(self.process.stdout)
         self._poller = select.poll()
-        self._poller.register(self.process.stdout, select.POLLIN | select.POLLHUP | select.POLLERR)
+        self._poller.register(self._stdout, select.POLLIN | select.POLLHUP | select.POLLERR)
 
     def _read_line(self, timeout_s: float) -> dict | None:
         """The worker's next reply, or None (and `crashed` says why) when it died, hung or talked nonsense."""
         if not self._poller.poll(timeout_s * 1000):
             self.crashed = f"no answer within {timeout_s:.0f} s"
             return None
-        line = self.process.stdout.readline()
+        line = self._stdout.readline()
         if not line:
             self.crashed = self._exit_description()
             return None
@@ -134,23 +142,21 @@ class WorkerDevice:
         )
 
     def _send(self, message: dict) -> None:
-        self.process.stdin.write((json.dumps(message) + "\n").encode())
-        self.process.stdin.flush()
+        self._stdin.write((json.dumps(message) + "\n").encode())
+        self._stdin.flush()
 
     def _kill(self) -> None:
-        from routerscope.core import procs
-
         procs.stop(self.process, timeout_s=2)
 
     def close(self) -> None:
         if self.process.poll() is None:
             try:
-                self.process.stdin.close()  # EOF: the worker exits by itself
+                self._stdin.close()  # EOF: the worker exits by itself
                 self.process.wait(5)
             except Exception:
                 pass
         self._kill()
-        for stream in (self.process.stdin, self.process.stdout):
+        for stream in (self._stdin, self._stdout):
             try:
                 stream.close()
             except Exception:
@@ -167,8 +173,6 @@ class WorkerDevice:
 
 def main(argv: list[str]) -> int:
     """The worker: load the model, answer `generate` lines until stdin closes."""
-    from routerscope.router.backends import LlamaDevice
-
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # anything the native library prints goes to the log, never into the protocol
     model_path, options = argv[0], json.loads(argv[1])

@@ -23,6 +23,7 @@ import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from routerscope.contract.events import LABEL_SOURCE_OFFLINE_REPLAY, LabelEvent
 from routerscope.router.backends import CloudBackend, DeviceBackend, Prompt, validate
@@ -57,7 +58,7 @@ def rerun(
     """One determinism group: `runs` answers of the device to `text`; they agree when all answered and all
     normalise to the same answer. A run that fails counts against agreement (no answer agrees)."""
     cap = policy.capability(task_type)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         max_tokens=min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS),
         timeout_ms=REPLAY_TIMEOUT_MS,
         degraded=False,

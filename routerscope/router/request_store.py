@@ -66,6 +66,12 @@ def remove_store(home: Path) -> None:
         (path.parent / name).unlink(missing_ok=True)
 
 
+def _key(request_id: str) -> str:
+    """A request id as the store keys it: scrubbed like the events' (`scrub` keeps a string a string)."""
+    key = scrub(request_id)
+    return request_id if key is None else key
+
+
 class RequestTextStore:
     """Buffered writes (`add`, flushed every `batch` rows and on `flush`/`close`); `get` by ids."""
 
@@ -88,14 +94,14 @@ class RequestTextStore:
         self._batch = batch
 
     def add(self, request_id: str, task_type: str, text: str) -> None:
-        self._pending.append((scrub(request_id), task_type, text))
+        self._pending.append((_key(request_id), task_type, text))
         if len(self._pending) >= self._batch:
             self.flush()
 
     def add_answer(self, request_id: str, answer: str) -> None:
         """Keep the device's first answer to `request_id` (the one its confidence was judged on), beside the
         request's text and under the same retention: the replay judges this answer, not a re-generation."""
-        self._pending_answers.append((scrub(request_id), answer))
+        self._pending_answers.append((_key(request_id), answer))
         if len(self._pending_answers) >= self._batch:
             self.flush()
 
@@ -104,7 +110,7 @@ class RequestTextStore:
         self.flush()
         asked: dict[str, list[str]] = {}
         for rid in request_ids:
-            asked.setdefault(scrub(rid), []).append(rid)
+            asked.setdefault(_key(rid), []).append(rid)
         rows = self._db.execute(ANSWER_GET_SQL, (json.dumps(list(asked)),))
         return {rid: answer for key, answer in rows for rid in asked[key]}
 
@@ -153,7 +159,7 @@ class RequestTextStore:
         self.flush()
         asked: dict[str, list[str]] = {}
         for rid in request_ids:
-            asked.setdefault(scrub(rid), []).append(rid)
+            asked.setdefault(_key(rid), []).append(rid)
         rows = self._db.execute(GET_SQL, (json.dumps(list(asked)),))
         return {rid: (task_type, text) for key, task_type, text in rows for rid in asked[key]}
 

@@ -15,10 +15,19 @@ import random
 from typing import TYPE_CHECKING
 
 from routerscope.router.backends import CloudResult, DeviceResult
+from routerscope.router.engine import Request
 from routerscope.router.sim.texts import SHADOW_TASKS, draw_confidence, shadow_agreement
 
 if TYPE_CHECKING:
     from routerscope.router.sim.fleet import Fleet
+
+
+def tier(req: Request) -> str:
+    """A simulated request's device tier: the fleet gives every request one."""
+    if req.device_tier is None:
+        raise ValueError("a simulated request without a device tier")
+    return req.device_tier
+
 
 TIERS = {"high": (40.0, 90.0), "mid": (60.0, 60.0), "low": (100.0, 35.0)}  # fixed ms before prefill, decode tokens/s
 # Decode speed under background load, as a share of the tier's; the device reports the slow end to the
@@ -50,7 +59,7 @@ class StatDevice:
     # past its estimate (the thermal episode's timeouts).
     @property
     def ttft_ms(self) -> float:
-        return TIERS[self.fleet.current.device_tier][0] + (self.fleet.pending["load_ms"] or 0.0)
+        return TIERS[tier(self.fleet.running)][0] + (self.fleet.pending["load_ms"] or 0.0)
 
     @property
     def prefill_tps(self) -> float:
@@ -59,7 +68,7 @@ class StatDevice:
 
     @property
     def tps(self) -> float:
-        return TIERS[self.fleet.current.device_tier][1] * ESTIMATE_SHARE * self.fleet.pending["swap"]
+        return TIERS[tier(self.fleet.running)][1] * ESTIMATE_SHARE * self.fleet.pending["swap"]
 
     def generate(
         self,
@@ -79,9 +88,9 @@ class StatDevice:
         time plus the input's prefill (`input / prefill_tps`, the model's load first on a cold start). A
         `cancel` set while it slept (a shadow run yielding to a live request on the same simulated phone)
         ends it as a timeout when it wakes."""
-        req, clock, fleet = self.fleet.current, self.fleet.clock, self.fleet
+        req, clock, fleet = self.fleet.running, self.fleet.clock, self.fleet
         started = clock.t
-        fixed, tps = TIERS[req.device_tier]
+        fixed, tps = TIERS[tier(req)]
         throttled = fleet.pending.get("throttled", False)
         if throttled:
             tps *= THROTTLE
@@ -143,7 +152,7 @@ class StatCloud:
 
     def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
         """RTT(network) + queue + input / prefill rate + output / the model's decode rate, with noise."""
-        req, clock = self.fleet.current, self.fleet.clock
+        req, clock = self.fleet.running, self.fleet.clock
         tokens_out = max(1, round(max_tokens * self.rng.uniform(0.6, 1.0)))
         input_tokens = req.input_tokens or max(1, len(prompt) // 4)
         base = RTT_MS.get(req.network, RTT_MS["cellular"]) + CLOUD_QUEUE_MS + input_tokens / CLOUD_PREFILL_TPS * 1000
@@ -155,7 +164,7 @@ class StatCloud:
             clock.sleep(max(0.0, timeout_ms) / 1000)
             return CloudResult("", timeout_ms, "timeout")
         clock.sleep(latency / 1000)
-        if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens):
+        if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens or 0):
             return CloudResult("a plain answer.", latency, "ok", tokens_out)  # the device's answer
         return CloudResult("cloud answer", latency, "ok", tokens_out)
 

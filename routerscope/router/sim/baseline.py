@@ -13,10 +13,17 @@ prints the measured calm rates and the limits they give (the file's were set fro
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from routerscope.contract.events import DecisionEvent, LabelEvent
+from routerscope.router.sim.fleet import Fleet, Incidents
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 SIM_RULES = Path(__file__).with_name("alert_rules.yaml")
 SPAN = timedelta(minutes=120)  # the demo's span
@@ -74,12 +81,11 @@ def calm_baseline(seed: int, requests: int = REQUESTS, span: timedelta = SPAN) -
     `degrade_trigger_rate` over device-entered (docs/metrics.md §2, §3b), and the §3c estimates the label-based
     rules read, post-stratified on confidence bucket: `route_accuracy_est` and `quality_false_fallback_est` (the
     quality fallbacks whose device answer was acceptable), with the labeled counts beside them."""
-    from routerscope.router.sim.fleet import Fleet, Incidents
-
     start = datetime(2026, 1, 1, tzinfo=UTC)
     incidents = Incidents()
     windows = (incidents.cloud_outage, incidents.thermal, incidents.bad_threshold)
-    events, labels = [], {}
+    events: list[DecisionEvent] = []
+    labels: dict[str, LabelEvent] = {}
     Fleet(
         seed=seed,
         start=start,
@@ -100,10 +106,12 @@ def calm_baseline(seed: int, requests: int = REQUESTS, span: timedelta = SPAN) -
             continue
         c = counts.setdefault(e.task_type, Counter())
         label = labels.get(e.request_id)
-        judged = label is not None and label.device_acceptable is not None  # (only these are chosen, §3)
-        route = judged and label.route_correct is not None
+        acceptable = label.device_acceptable if label is not None else None
+        correct = label.route_correct if label is not None else None
+        judged = acceptable is not None  # (only these are chosen, §3)
+        route = judged and correct is not None
         c["route_labeled"] += route  # route accuracy's population: every live request (§3b)
-        count(e.task_type, "route", e.confidence, route, route and label.route_correct)
+        count(e.task_type, "route", e.confidence, route, bool(route and correct))
         if not e.entered_device:
             continue
         c["device_entered"] += 1
@@ -111,7 +119,7 @@ def calm_baseline(seed: int, requests: int = REQUESTS, span: timedelta = SPAN) -
         c["degrade_triggered"] += any(a.level in (2, 3) for a in e.attempts)
         if e.fallback_type == "quality":
             c["quality_false_fallback_labeled"] += judged
-            count(e.task_type, "quality", e.confidence, judged, judged and label.device_acceptable)
+            count(e.task_type, "quality", e.confidence, judged, bool(judged and acceptable))
     return {task: _rates(c, strata, task) for task, c in sorted(counts.items())}
 
 
@@ -128,10 +136,10 @@ def _rates(c: Counter, strata: dict, task: str) -> dict[str, float]:
     }
 
 
-def pooled(seeds: list[int], requests: int = REQUESTS) -> dict[str, dict[str, float]]:
+def pooled(seeds: list[int], requests: int = REQUESTS) -> dict[str, dict[str, float | None]]:
     """The calm rates over several seeded runs, each run weighted by its denominator."""
     runs = [calm_baseline(seed, requests) for seed in seeds]
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, float | None]] = {}
     for task in sorted({t for run in runs for t in run}):
         rows = [run[task] for run in runs if task in run]
         out[task] = {}
@@ -143,22 +151,19 @@ def pooled(seeds: list[int], requests: int = REQUESTS) -> dict[str, dict[str, fl
 
 
 def main() -> None:
-    import argparse
-    import json
-
     parser = argparse.ArgumentParser(description="the SIMULATED fleet's calm baseline and the limits it gives")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 11])
     parser.add_argument("--requests", type=int, default=REQUESTS)
     args = parser.parse_args()
     calm = pooled(args.seeds, args.requests)
-    limits = {
-        rule: {
-            t: tuned_limit(r[rate], margin, d)
-            for t, r in calm.items()
-            if r[DENOMINATORS[rate]] >= MIN_BASELINE_OF.get(DENOMINATORS[rate], MIN_BASELINE)
-        }
-        for rule, (rate, margin, d) in MARGINS.items()
-    }
+    limits: dict[str, dict[str, float]] = {}
+    for rule, (rate, margin, d) in MARGINS.items():
+        n = DENOMINATORS[rate]
+        limits[rule] = {}
+        for t, r in calm.items():
+            value, count = r[rate], r[n]
+            if value is not None and count is not None and count >= MIN_BASELINE_OF.get(n, MIN_BASELINE):
+                limits[rule][t] = tuned_limit(value, margin, d)
     print(json.dumps({"calm": calm, "limits": limits}, indent=1))
 
 

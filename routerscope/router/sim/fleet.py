@@ -78,15 +78,17 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from typing import cast
 
 import greenlet
+import msgspec
 
-from routerscope.contract.events import LABEL_SOURCES, LabelEvent
+from routerscope.contract.events import LABEL_SOURCES, LabelEvent, LabelSource
 from routerscope.router.engine import Request, Router
 from routerscope.router.policy import Policy, default_policy
 from routerscope.router.replay import route_correct
-from routerscope.router.sim.backends import THROTTLE, TIERS, StatCloud, StatDevice
+from routerscope.router.sim.backends import THROTTLE, TIERS, StatCloud, StatDevice, tier
 from routerscope.router.sim.texts import (
     DEADLINES,
     DEFAULT_DEADLINES,
@@ -97,6 +99,8 @@ from routerscope.router.sim.texts import (
     input_tokens,
     request_text,
 )
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 # tier: (prefill tokens/s, extra peak memory MB, cold-start probability, load ms median, swap probability)
 TIER_LEDGER = {
@@ -123,14 +127,17 @@ def simulated_policy() -> Policy:
     breaker's p90 floor set to the simulated cloud's usual p90 (the shipped 800 ms floor would read seed
     000's normal 1.2-2.8 s latencies as a spike before the router has learned its own baseline)."""
     base = default_policy()
-    cloud = replace(base.breakers["cloud"], p90_baseline_ms=CLOUD_USUAL_P90_MS)
+    cloud = msgspec.structs.replace(base.breakers["cloud"], p90_baseline_ms=CLOUD_USUAL_P90_MS)
     return base.with_(shadow=frozenset(SHADOW_TASKS), breakers={**base.breakers, "cloud": cloud})
 
 
 def pushed_policy(base: Policy) -> Policy:
     """The bad threshold push: `base` with a much stricter threshold for one task type (version `…-pushed+…`)."""
     task_type, threshold = PUSHED_THRESHOLD
-    capabilities = {**base.capabilities, task_type: replace(base.capabilities[task_type], threshold=threshold)}
+    capabilities = {
+        **base.capabilities,
+        task_type: msgspec.structs.replace(base.capabilities[task_type], threshold=threshold),
+    }
     return base.with_("pushed", capabilities=capabilities)
 
 
@@ -234,11 +241,13 @@ class FleetRouter(Router):
 
     def __init__(self, fleet: Fleet, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._fleet, self._per_device_in_flight, self._per_device_shadow = fleet, {}, {}
+        self._fleet = fleet
+        self._per_device_in_flight: dict[str, int] = {}
+        self._per_device_shadow: dict[str, int] = {}
         self._per_device_cancels: dict[str, set] = {}
 
     def _enter_device(self, policy) -> str | None:
-        device = self._fleet.current.session_id
+        device = self._fleet.running.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
         self._shadow_cancels = self._per_device_cancels.setdefault(device, set())  # only this phone's shadow yields
@@ -247,13 +256,13 @@ class FleetRouter(Router):
         return blocked
 
     def _release_device(self) -> None:
-        device = self._fleet.current.session_id
+        device = self._fleet.running.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         super()._release_device()
         self._per_device_in_flight[device] = self.device_in_flight
 
     def _enter_shadow(self, policy):
-        device = self._fleet.current.session_id
+        device = self._fleet.running.session_id
         self.device_in_flight = self._per_device_in_flight.get(device, 0)
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
         self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
@@ -262,7 +271,7 @@ class FleetRouter(Router):
         return slot
 
     def _release_shadow(self, cancel) -> None:
-        device = self._fleet.current.session_id
+        device = self._fleet.running.session_id
         self.shadow_in_flight = self._per_device_shadow.get(device, 0)
         self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
         super()._release_shadow(cancel)
@@ -328,6 +337,14 @@ class Fleet:
         self._state()["current"] = req
 
     @property
+    def running(self) -> Request:
+        """The request running now: the simulated backends are called only inside one."""
+        req = self._state()["current"]
+        if req is None:
+            raise RuntimeError("no simulated request is running")
+        return req
+
+    @property
     def pending(self) -> dict:
         return self._state()["pending"]
 
@@ -363,7 +380,7 @@ class Fleet:
         routing: a swapping low-tier device decodes at 15 % speed; a cold start must load the model first; a
         throttled SoC prefills and decodes at half speed (the second call's latency doubles)."""
         rng = self.ledger_rng
-        prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[req.device_tier]
+        prefill, extra_mem, cold_p, load_median, swap_p = TIER_LEDGER[tier(req)]
         swap = SWAP_SLOWDOWN if rng.random() < swap_p else 1.0
         cold = rng.random() < cold_p
         load_ms = load_median * rng.lognormvariate(0, 0.3) if cold else None
@@ -430,7 +447,8 @@ class Fleet:
         (n arrivals of a Poisson process over a span are n uniform times), each to a random device, so each
         device's arrivals are a Poisson process too; `BURST` of them are an app's follow-up call on the same
         device within a second (a device at its cap sends it to the cloud: `device_busy`)."""
-        span, rng, out = self.span.total_seconds(), self.rng, []
+        span, rng = self.span.total_seconds(), self.rng
+        out: list[tuple[float, int]] = []
         times = sorted(rng.uniform(0, span) for _ in range(requests))
         for t in times:
             if out and rng.random() < BURST:
@@ -490,7 +508,8 @@ class Fleet:
         if not event.entered_device or event.confidence is None or self.rng.random() >= self.label_share:
             return
         ok = acceptable(self.rng, event.task_type, event.confidence)
-        source = self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0]  # weights in LABEL_SOURCES order
+        # weights in LABEL_SOURCES order (the contract's LabelSource values)
+        source = cast(LabelSource, self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0])
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
         label = LabelEvent(
             schema_version=1,

@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from routerscope.contract.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
-from routerscope.router.policy import Policy, RolloutLimits, load_yaml, read_policy_file
+from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path
 from routerscope.warehouse.analytics import rollback, stats
 from routerscope.warehouse.analytics.metrics import iso
