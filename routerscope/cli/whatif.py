@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict
+
+from msgspec.structs import asdict
 
 from routerscope.core.errors import ConfigError
 
