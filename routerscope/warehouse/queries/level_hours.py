@@ -170,9 +170,10 @@ def baseline_level_counts(client, window: QueryWindow) -> dict[str | None, Level
             for task_type, counts in level_counts(client, edge).items():
                 if task_type is not None:
                     add(task_type, counts.requests, counts.levels)
-    found = {t: LevelCounts(v[0], tuple(v[1:])) for t, v in totals.items() if v[0]}
+    found: dict[str | None, LevelCounts] = {
+        t: LevelCounts(v[0], (v[1], v[2], v[3], v[4], v[5])) for t, v in totals.items() if v[0]
+    }
     if found:
-        found[None] = LevelCounts(
-            sum(c.requests for c in found.values()), tuple(sum(c.levels[i] for c in found.values()) for i in range(5))
-        )
+        overall = [sum(v[i] for t, v in totals.items() if t in found) for i in range(6)]
+        found[None] = LevelCounts(overall[0], (overall[1], overall[2], overall[3], overall[4], overall[5]))
     return found
