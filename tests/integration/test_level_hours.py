@@ -73,6 +73,7 @@ def test_kept_hours_count_what_the_direct_read_counts_and_late_events_are_counte
     insert(warehouse, late, [])
     for window in checked:
         assert level_hours.baseline_level_counts(warehouse, window) == level_counts(warehouse, window), window
+    assert kept_rows(warehouse) == kept  # the hours holding rows not derived yet are counted, not kept
     decision_copies.derive(warehouse)
     insert(warehouse, late[:5], [])
     decision_copies.derive(warehouse)

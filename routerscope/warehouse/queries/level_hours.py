@@ -95,14 +95,17 @@ def _kept(client, start: datetime, end: datetime) -> dict[datetime, list[tuple]]
     if not by_hour:
         return {}
     oldest = min(utc_or_none(t) or datetime(1970, 1, 1, tzinfo=UTC) for t in through.values())
-    late = client.query(
-        LATE_SQL, parameters={"start": utc_text(start), "end": utc_text(end), "through": utc_text(oldest)}
-    ).result_rows
-    for hour, newest in late:
-        hour = utc(hour)
+    for hour, newest in _late(client, start, end, oldest).items():
         if hour in by_hour and newest > through[hour]:
             del by_hour[hour]
     return by_hour
+
+
+def _late(client, start: datetime, end: datetime, through: datetime) -> dict[datetime, datetime]:
+    """hour → the newest ingested_at of its decisions stored after `through`, for the hours of [start, end) that
+    have such decisions."""
+    parameters = {"start": utc_text(start), "end": utc_text(end), "through": utc_text(through)}
+    return {utc(hour): newest for hour, newest in client.query(LATE_SQL, parameters=parameters).result_rows}
 
 
 def _count(client, start: datetime, end: datetime) -> dict[datetime, list[tuple]]:
@@ -121,9 +124,11 @@ def _count(client, start: datetime, end: datetime) -> dict[datetime, list[tuple]
         per.append((COUNTED_MARK, *(sum(r[i] for r in per) for i in range(1, 7))))
     if through is not None:  # nothing derived yet: nothing to keep (every row would make it out of date)
         counted_at = datetime.now(UTC)
-        keep = [[h, *r, through, counted_at] for h, per in by_hour.items() for r in per]
+        late = _late(client, start, end, through)  # hours holding rows not derived yet: out of date already
+        keep = [[h, *r, through, counted_at] for h, per in by_hour.items() if h not in late for r in per]
         try:
-            client.insert(TABLE, keep, column_names=list(COLUMNS))
+            if keep:
+                client.insert(TABLE, keep, column_names=list(COLUMNS))
         except Exception as exc:  # a read-only user: the counts are right, only not kept for the next window
             log.info("baseline hours not kept: %s", str(exc).splitlines()[0] if str(exc) else repr(exc))
     return by_hour
