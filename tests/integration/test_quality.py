@@ -19,6 +19,7 @@ from routerscope.warehouse.analytics import quality
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest.rows import FACTS, ledger_columns
 from routerscope.warehouse.migrate import migrate
+from routerscope.warehouse.queries import decision_copies
 from routerscope.warehouse.schema import LEDGER_COLUMNS
 from routerscope.warehouse.sql import QueryWindow
 from tests.support.events import breaker, capability_miss, decision, dumps, iso, label, quality_fallback
@@ -134,6 +135,16 @@ CASES = [
         lambda c: (
             dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12 - 72))),
             dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12)), first_offset=1),
+        ),
+        1,
+    ),
+    # the same, the pairs derived as a load's end does (the check then reads the pairs, not the 7 days)
+    (
+        "decisions.unique.event_id_in_horizon",
+        lambda c: (
+            dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12 - 72))),
+            dec(c, decision(event_id=eid(901), request_id="twice", event_time=at(12)), first_offset=1),
+            decision_copies.derive(c),
         ),
         1,
     ),

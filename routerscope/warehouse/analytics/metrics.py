@@ -20,6 +20,7 @@ from typing import Any
 from routerscope.warehouse.analytics import stats
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import labels as label_queries
+from routerscope.warehouse.queries import level_hours
 from routerscope.warehouse.queries import review as review_queries
 from routerscope.warehouse.sql import QueryWindow
 
@@ -423,7 +424,7 @@ def compute(
         key: decision_queries.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
         for key, row in summary.items()
     }
-    baseline_levels = decision_queries.level_counts(client, baseline_window)
+    baseline_levels = level_hours.baseline_level_counts(client, baseline_window)  # §5, from kept hours
 
     def group(key):
         g = _group(

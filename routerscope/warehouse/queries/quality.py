@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from routerscope.core import names
 from routerscope.warehouse.queries.breaker_events import CHAIN_ORDER
 from routerscope.warehouse.schema import DECISION_COLUMNS
-from routerscope.warehouse.sql import DEDUP_HORIZON_DAYS, QueryWindow, named, utc_text
+from routerscope.warehouse.sql import DEDUP_HORIZON_DAYS, PENDING, QueryWindow, named, utc_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +49,23 @@ _CONTENT = "tuple(" + ", ".join(c for c in DECISION_COLUMNS if not c.startswith(
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
 # How far back a window's event ids are looked for (common.DEDUP_HORIZON_DAYS, the metrics' look-back
 # too): an id seen again within it under another time is two events or one counted twice.
-FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT, "horizon_days": str(DEDUP_HORIZON_DAYS)}
+#
+# `ok_id_once_in_horizon`: no copy of the row's event_id in the horizon before the window's start. Such a copy is
+# earlier than the row, so the derived pairs (`decision_later_copies`, migration 0020; warehouse/sql.py FIRST_COPY)
+# hold the row's pair with it: the check reads the window's pairs instead of every event_id of the 7 days before
+# it. While decisions stored since the last derivation exist (sql.PENDING), it reads those 7 days as before (the
+# subquery's WHERE is otherwise constant false and reads nothing): the same verdict either way.
+_ID_ONCE_IN_HORIZON = f"""(event_id, event_time) NOT IN (
+           SELECT event_id, event_time FROM $decision_later_copies
+           WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
+             AND earlier_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
+             AND earlier_time < {{start:DateTime64(3, 'UTC')}})
+       AND (NOT {PENDING} OR event_id NOT IN (
+           SELECT event_id FROM $decisions
+           WHERE {PENDING}
+             AND event_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY
+             AND event_time < {{start:DateTime64(3, 'UTC')}}))"""
+FRAGMENTS = {"invariant_columns": _INVARIANT_COLUMNS, "content": _CONTENT, "id_once_in_horizon": _ID_ONCE_IN_HORIZON}
 
 DECISIONS_FRAME_SQL = named(
     "dq_decisions",
@@ -68,10 +84,7 @@ SELECT toString(event_id) AS event_id, event_time, schema_version, request_id, s
                  WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
                  GROUP BY event_id HAVING count() > 1)
            GROUP BY event_id, task_type, event_time HAVING uniqExact($content) > 1)) AS ok_one_content,
-       toBool(event_id NOT IN (  -- the same id on an earlier day of the de-duplication horizon
-           SELECT event_id FROM $decisions
-           WHERE event_time >= {start:DateTime64(3, 'UTC')} - INTERVAL $horizon_days DAY
-             AND event_time < {start:DateTime64(3, 'UTC')})) AS ok_id_once_in_horizon
+       toBool($id_once_in_horizon) AS ok_id_once_in_horizon
 FROM $decisions FINAL
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
 """,
