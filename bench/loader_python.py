@@ -23,24 +23,32 @@ import json
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import msgspec  # noqa: E402
+import msgspec.inspect as mi  # noqa: E402
 from loader import payloads  # noqa: E402
 
+from routerscope.contract.validation import CONTRACTS, _encode  # noqa: E402
 from routerscope.core import names  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
+from routerscope.warehouse.client import open_warehouse  # noqa: E402
+from routerscope.warehouse.ingest.parsing import parse_chunk  # noqa: E402
+from routerscope.warehouse.ingest.writer import INSERT_SETTINGS  # noqa: E402
+from routerscope.warehouse.migrate import migrate  # noqa: E402
+from routerscope.warehouse.queries import json_rows  # noqa: E402
 
 TOPIC = names.TOPIC_DECISIONS
 
 
 def arrow_type(t, nullable: bool = False):
     """The Arrow type of a field of msgspec type `t`, as the JSON input table types it (json_rows._type)."""
-    import msgspec.inspect as mi
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow takes a while to import; only the Arrow comparison needs it
 
     if isinstance(t, mi.UnionType):
         return arrow_type(next(m for m in t.types if not isinstance(m, mi.NoneType)), True)
@@ -61,10 +69,7 @@ def arrow_type(t, nullable: bool = False):
 
 def event_struct():
     """The decision event as an Arrow struct type (built once, outside the timed part)."""
-    import msgspec.inspect as mi
-    import pyarrow as pa
-
-    from routerscope.contract.validation import CONTRACTS
+    import pyarrow as pa  # deferred: pyarrow takes a while to import; only the Arrow comparison needs it
 
     info = mi.type_info(CONTRACTS[TOPIC].event_type)
     return pa.struct([(f.name, arrow_type(f.type, not f.required)) for f in info.fields])
@@ -74,10 +79,7 @@ def arrow_stream(events: list, struct) -> bytes:
     """Decoded decision events (with a zero partition and their index as offset) as one Arrow stream of the
     JSON input table's columns: msgspec's `to_builtins` (absent fields left out, times kept) and one pyarrow
     conversion of the whole batch as a struct array."""
-    from datetime import datetime
-
-    import msgspec
-    import pyarrow as pa
+    import pyarrow as pa  # deferred: pyarrow takes a while to import; only the Arrow comparison needs it
 
     values = pa.array(msgspec.to_builtins(events, builtin_types=(datetime,)), type=struct)
     batch = pa.RecordBatch.from_arrays(
@@ -95,13 +97,6 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=20_000)
     args = parser.parse_args()
-
-    from routerscope.contract.validation import CONTRACTS, _encode
-    from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.ingest.loader import INSERT_SETTINGS
-    from routerscope.warehouse.ingest.parsing import parse_chunk
-    from routerscope.warehouse.migrate import migrate
-    from routerscope.warehouse.queries import json_rows
 
     raws = [value for _, value in payloads(args.events)]
     n = len(raws)

@@ -11,12 +11,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from routerscope.core import names
+from routerscope.core.kafka import end_offsets
 from routerscope.warehouse.analytics import alerting, quality
 from routerscope.warehouse.analytics.metrics import compute
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.migrate import migrate
 from routerscope.warehouse.queries.metric_windows import write_window
 from routerscope.warehouse.queries.review import RERUN_COLUMNS
+from routerscope.warehouse.schema import OFFSET_COLUMNS
 from routerscope.warehouse.sql import QueryWindow
 from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
 from tests.support.home import REPO, copy_warehouse, settings_for
@@ -434,10 +437,6 @@ def test_a_person_moves_the_threshold_slider_and_sees_the_candidate_column_chang
 
 def test_oncall_shows_consumer_lag_per_partition_next_to_event_freshness(populated, broker_settings, monkeypatch):
     """Messages behind = the broker's end offset − the loader's stored position, per topic partition."""
-    from routerscope.core import names
-    from routerscope.core.kafka import end_offsets
-    from routerscope.warehouse.ingest.loader import OFFSET_COLUMNS
-
     with open_warehouse(populated) as client:  # the loader stood at offset 2 of decisions[0]
         client.insert(
             "routerscope.ingest_offsets",

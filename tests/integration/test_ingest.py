@@ -11,14 +11,18 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from routerscope.core import broker, names
 from routerscope.core.errors import WarehouseError
+from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
 from routerscope.warehouse.client import open_warehouse
-from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, load
+from routerscope.warehouse.ingest.batch import Batch
+from routerscope.warehouse.ingest.consumer import CONSUMER_OPTIONS, PartitionState
+from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, LoadResult, load
 from routerscope.warehouse.migrate import migrate
 from tests.support.bad_messages import MALFORMED
 from tests.support.events import breaker, dumps, label
@@ -118,8 +122,6 @@ def test_a_second_run_loads_only_what_is_new(stack):
 
 def _produce_batches(settings, partition: int, batches: list[list[bytes]]) -> None:
     """Each list as its own record batch (flushed before the next) into one partition."""
-    from confluent_kafka import Producer
-
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap(), "linger.ms": 50})
     for payloads in batches:
         for payload in payloads:
@@ -149,9 +151,7 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     record batch is loaded and the run ends at once, for a partition read to its end and for one
     with nothing new. The broker, the consumer and the warehouse are real; only the consumer's
     option that asks for partition-EOF events is turned off."""
-    from routerscope.warehouse.ingest import loader
-
-    monkeypatch.setitem(loader.CONSUMER_OPTIONS, "enable.partition.eof", False)
+    monkeypatch.setitem(CONSUMER_OPTIONS, "enable.partition.eof", False)
     _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
     first = Loader(stack, batch_size=5, idle_timeout_s=100).run()
     second = Loader(stack, batch_size=5, idle_timeout_s=100).run()
@@ -164,10 +164,6 @@ def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_re
     """The idle timeout never comes while a producer writes: the run ends at the partitions' ends
     (as of an early fetch from each), and the next run loads what arrived since. Nothing is lost
     or loaded twice across the two runs."""
-    import threading
-
-    from confluent_kafka import Producer
-
     produce(stack, DECISIONS, valid_decisions(300))
     stop = threading.Event()
     written = []
@@ -221,11 +217,6 @@ def test_replaying_the_same_offset_range_three_times_adds_no_row(stack):
 
 def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stack):
     """The second line of defence: a retried insert of an identical batch (same offsets) adds nothing."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from routerscope.core.kafka import librdkafka_config
-    from routerscope.warehouse.ingest.loader import LoadResult, PartitionState, _Batch
-
     produce(stack, DECISIONS, valid_decisions(60) + [b"broken"], keys=[b"k"] * 61)
     consumer = Consumer(librdkafka_config(stack, **{"group.id": "test", "enable.auto.commit": False}))
     partitions = [TopicPartition(DECISIONS, p, 0) for p in range(stack.topic_partitions)]
@@ -240,7 +231,7 @@ def test_the_same_insert_delivered_three_times_is_deduplicated_by_its_token(stac
     with open_warehouse(stack) as client:
         migrate(client)
         for _ in range(3):
-            batch = _Batch()
+            batch = Batch()
             for m in messages:
                 batch.add(m.topic(), m.partition(), m.offset(), m)
             states = {(DECISIONS, m.partition()): PartitionState(DECISIONS, m.partition(), None) for m in messages}

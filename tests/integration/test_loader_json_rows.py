@@ -26,7 +26,7 @@ from routerscope.contract.validation import CONTRACTS
 from routerscope.core import broker, names
 from routerscope.core.procs import free_port
 from routerscope.warehouse.client import open_warehouse
-from routerscope.warehouse.ingest import loader as loader_module
+from routerscope.warehouse.ingest import batch as batch_module
 from routerscope.warehouse.ingest.loader import Loader
 from routerscope.warehouse.ingest.parsing import ParseWorker, parse_chunk
 from routerscope.warehouse.ingest.rows import FACTS
@@ -231,9 +231,9 @@ def _load(home, bootstrap_settings, name: str, **options):
 def test_a_load_parsed_by_the_worker_is_the_load_parsed_in_process(mixed_topics, monkeypatch):
     home, settings, n = mixed_topics
     _, inline, inline_tables = _load(home, settings, "inline", parse_worker=False)
-    monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
+    monkeypatch.setattr(batch_module, "MIN_WORKER_CHUNK", 1)
     loader, worked, worked_tables = _load(home, settings, "worker", parse_worker=True)
-    assert loader._worker.submitted > 0 and loader._worker.failed is None  # the worker did the parsing
+    assert loader.parsing.worker.submitted > 0 and loader.parsing.worker.failed is None  # the worker did the parsing
     assert inline.as_dict() == worked.as_dict()
     assert inline.loaded["decisions"] + inline.quarantined["decisions"] == n
     assert inline.quarantined["decisions"] == len(MALFORMED)
@@ -246,8 +246,8 @@ def test_a_worker_killed_mid_load_loses_and_doubles_nothing(mixed_topics, monkey
     the load is the same as an in-process one."""
     home, settings, _ = mixed_topics
     _, inline, inline_tables = _load(home, settings, "inline-2", parse_worker=False)
-    monkeypatch.setattr(loader_module, "MIN_WORKER_CHUNK", 1)
-    original = loader_module.ParseWorker.submit
+    monkeypatch.setattr(batch_module, "MIN_WORKER_CHUNK", 1)
+    original = ParseWorker.submit
     calls = []
 
     def submit_then_kill(self, topic, items):
@@ -258,9 +258,9 @@ def test_a_worker_killed_mid_load_loses_and_doubles_nothing(mixed_topics, monkey
             os.kill(self._process.pid, signal.SIGKILL)  # ... which then dies
         return future
 
-    monkeypatch.setattr(loader_module.ParseWorker, "submit", submit_then_kill)
+    monkeypatch.setattr(ParseWorker, "submit", submit_then_kill)
     loader, worked, worked_tables = _load(home, settings, "killed", parse_worker=True)
-    assert loader._worker.failed is not None
+    assert loader.parsing.worker.failed is not None
     assert inline.as_dict() == worked.as_dict()
     assert inline_tables == worked_tables
 

@@ -8,15 +8,14 @@ import pytest
 
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.warehouse.ingest import loader as loader_module
-from routerscope.warehouse.ingest.loader import (
+from routerscope.warehouse.ingest.consumer import (
     CLOSE_TIMEOUT_S,
     DEFAULT_BROKER_TIMEOUT_S,
     METADATA_TIMEOUT_S,
     PROBE_TIMEOUT_S,
-    Loader,
     PartitionState,
-    partition_timeout,
 )
+from routerscope.warehouse.ingest.loader import Loader, partition_timeout
 from tests.support.home import settings_for
 
 
@@ -42,19 +41,19 @@ def _states(topics: tuple[str, ...], partitions: int) -> dict:
 def test_a_run_over_5000_partitions_per_topic_waits_in_proportion(home):
     topics = ("a", "b", "c")
     run = Loader(settings_for(home), topics=topics)
-    run._scale_timeouts(_states(topics, 5_000))
-    assert run.broker_timeout_s == pytest.approx(66.0)
-    assert run._probe_timeout_s == pytest.approx(19.0)  # the probe asks for one topic
-    assert run._close_timeout_s == pytest.approx(61.0)
+    run.timeouts.scale(_states(topics, 5_000), run.topics)
+    assert run.timeouts.broker_s == pytest.approx(66.0)
+    assert run.timeouts.probe_s == pytest.approx(19.0)  # the probe asks for one topic
+    assert run.timeouts.close_s == pytest.approx(61.0)
     small = Loader(settings_for(home), topics=topics)
-    small._scale_timeouts(_states(topics, 3))
-    assert (small.broker_timeout_s, small._probe_timeout_s, small._close_timeout_s) == (10.0, 3.0, 5.0)
+    small.timeouts.scale(_states(topics, 3), small.topics)
+    assert (small.timeouts.broker_s, small.timeouts.probe_s, small.timeouts.close_s) == (10.0, 3.0, 5.0)
 
 
 def test_a_broker_timeout_given_is_kept_as_given(home):
     run = Loader(settings_for(home), topics=("a",), broker_timeout_s=3.0)
-    run._scale_timeouts(_states(("a",), 5_000))
-    assert run.broker_timeout_s == 3.0
+    run.timeouts.scale(_states(("a",), 5_000), run.topics)
+    assert run.timeouts.broker_s == 3.0
 
 
 def test_the_metadata_wait_at_the_start_grows_with_the_configured_partitions(home, monkeypatch):

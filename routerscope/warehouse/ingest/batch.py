@@ -1,0 +1,198 @@
+"""One batch of the loader (routerscope/warehouse/ingest/loader.py): the messages consumed since the last flush,
+parsed and validated (parser `python`) or kept raw for the warehouse to parse (parser `sql`), the invalid ones
+quarantined with every rule they break, and the insert token naming the offset ranges it covers. Also the queue
+of chunks waiting to be parsed (here or by the parse worker, routerscope/warehouse/ingest/parsing.py) and added
+to a batch in the order they were consumed."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from routerscope.warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
+from routerscope.warehouse.ingest.rows import FACTS, kafka_time
+from routerscope.warehouse.schema import LEDGER_COLUMNS, QUARANTINE_COLUMNS
+
+# Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
+# from raw bytes landed in one insert; routerscope/warehouse/queries/landing.py). Same rules, same tables.
+PARSERS = ("python", "sql")
+DEFAULT_PARSER = "python"
+INSERT_REJECTED = "insert.rejected"
+# The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
+QUARANTINE_RAW_MAX = 64 * 1024
+
+
+def fingerprint(key: bytes | None, value: bytes | None) -> str:
+    """What a position remembers of the last message it covers (hash of key and value)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (key, value):
+        h.update(b"\xff" if part is None else len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()
+
+
+class Batch:
+    """Messages consumed since the last flush, ready to insert: parsed here (parser `python`), or kept
+    as raw bytes for the warehouse to parse (parser `sql`). `tag` sets its insert tokens apart from
+    another batch's over the same offsets (the Python share of an `sql` batch)."""
+
+    def __init__(self, parser: str | None = None, tag: str = ""):
+        self.parser = parser or DEFAULT_PARSER
+        self.tag = tag
+        self.token_ranges: dict | None = None  # the ranges its tokens name, when not its own
+        self.raw: dict[str, list[tuple[int, int, object, bool]]] = {t: [] for t in FACTS}  # sql: messages
+        # python: per topic the valid events' months, partitions, offsets, messages and JSON lines
+        self.events: dict[str, tuple[list, list, list, list, list]] = {t: ([], [], [], [], []) for t in FACTS}
+        self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
+        self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
+        self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last]
+        self.counts: dict[tuple[str, int], list[int]] = {}  # -> [loaded, quarantined]
+        self.last: dict[tuple[str, int], object] = {}  # -> the last message (for its fingerprint)
+        self.size = 0
+
+    def add(self, topic: str, partition: int, offset: int, message, landed: bool = False) -> None:
+        """Parse one message into the batch (here, or kept raw for the warehouse: parser `sql`).
+        `landed`: its row is already in the warehouse (an earlier run died before recording its
+        position): only its ledger row is written again."""
+        if self.parser == "sql":
+            self._note(topic, partition, offset, message)
+            self.raw[topic].append((partition, offset, message, landed))
+            return
+        parsed = parse_chunk(topic, [(partition, offset, message.value(), landed)])[0]
+        self.add_parsed(topic, partition, offset, message, parsed, landed)
+
+    def _note(self, topic: str, partition: int, offset: int, message) -> list[int]:
+        """Count one message into the batch's ranges; its partition's [loaded, quarantined] counts."""
+        self.last[(topic, partition)] = message
+        self.size += 1
+        rng = self.ranges.get((topic, partition))
+        if rng is None:
+            self.ranges[(topic, partition)] = [offset, offset]
+            counts = self.counts[(topic, partition)] = [0, 0]
+            return counts
+        rng[1] = offset
+        return self.counts[(topic, partition)]
+
+    def add_parsed(self, topic: str, partition: int, offset: int, message, parsed: tuple, landed: bool) -> None:
+        """Add one message with its `parse_chunk` result (routerscope/warehouse/ingest/parsing.py)."""
+        counts = self._note(topic, partition, offset, message)
+        if parsed[0] is not None:  # valid: its JSON line (the insert writes its facts and ledger rows)
+            months, partitions, offsets, messages, lines = self.events[topic]
+            lines.append(parsed[0])
+            months.append(parsed[1])
+            partitions.append(partition)
+            offsets.append(offset)
+            messages.append(message)
+            counts[0] += 1
+            return
+        if len(parsed) == 4:  # valid and landed before: its ledger row again
+            for column, value in zip(self.ledger, (topic, partition, offset, parsed[2], parsed[3])):
+                column.append(value)
+            return
+        if landed:
+            return
+        counts[1] += 1
+        self.quarantine_message(topic, partition, offset, message, parsed[1], _describe(parsed[1]))
+
+    def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
+        raw = message.value() or b""
+        if len(raw) > QUARANTINE_RAW_MAX:  # an oversized message: its head, its size and its hash
+            digest = hashlib.sha256(raw).hexdigest()
+            error = f"{error}; kept the first {QUARANTINE_RAW_MAX} of {len(raw)} bytes, sha256 {digest}"
+            raw = raw[:QUARANTINE_RAW_MAX]
+        key = message.key()
+        for column, value in zip(
+            self.quarantine,
+            (
+                topic,
+                partition,
+                offset,
+                None if key is None else key.decode("utf-8", "replace"),
+                kafka_time(message.timestamp()),
+                raw,
+                rules,
+                error,
+            ),
+        ):
+            column.append(value)
+
+    def reject(self, topic: str, rejected: list[tuple[int, int, object, str]]) -> None:
+        """Rows the warehouse refused (partition, offset, message, its message): quarantined (their
+        ledger rows, which the insert's ledger view may have written, are folded by the caller)."""
+        for partition, offset, message, error in rejected:
+            counts = self.counts[(topic, partition)]
+            counts[0] -= 1
+            counts[1] += 1
+            self.quarantine_message(topic, partition, offset, message, [INSERT_REJECTED], f"{INSERT_REJECTED}: {error}")
+
+    def input_columns(self, batch_id: str, topic: str) -> list[list]:
+        """The raw rows of one topic of an `sql` batch, column by column (landing.INPUT_COLUMNS)."""
+        rows = self.raw[topic]
+        return [
+            [batch_id] * len(rows),
+            [partition for partition, _, _, _ in rows],
+            [offset for _, offset, _, _ in rows],
+            [message.value() or b"" for _, _, message, _ in rows],
+            [landed for _, _, _, landed in rows],
+        ]
+
+    def token(self, topics: Iterable[str] | None = None) -> str:
+        """The insert deduplication token: the offset ranges this batch covers."""
+        return self.tag + ",".join(
+            f"{t}:{p}:{first}-{last}"
+            for (t, p), (first, last) in sorted((self.token_ranges or self.ranges).items())
+            if topics is None or t in topics
+        )
+
+
+def _describe(rules: list[str]) -> str:
+    return "broke " + ", ".join(rules)
+
+
+class ParseQueue:
+    """Chunks of consumed messages waiting to join a batch (parser `python`), in consumed order: a large
+    chunk parsed by the worker process meanwhile (`use_worker`), the rest here when collected."""
+
+    def __init__(self, use_worker: bool):
+        self.use_worker = use_worker
+        self.worker: ParseWorker | None = None
+        self.pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
+
+    def enqueue(self, topic: str, items: list) -> None:
+        """Queue a chunk of one topic's messages for parsing: by the worker when it is large (the
+        result is collected later, in order), else here when it is collected."""
+        future = None
+        if self.use_worker and len(items) >= MIN_WORKER_CHUNK:
+            if self.worker is None:
+                self.worker = ParseWorker()
+            future = self.worker.submit(topic, _values(items))
+        self.pending.append((topic, items, future))
+
+    def collect(self, batch: Batch, keep: int) -> None:
+        """Add parsed chunks to `batch` in the order they were consumed: every chunk at the front
+        that is ready, then, waiting for the worker, the oldest ones until at most `keep` are left."""
+        while self.pending:
+            topic, items, future = self.pending[0]
+            if future is not None and not future.done() and len(self.pending) <= keep:
+                return
+            self.pending.pop(0)
+            parsed = None
+            if future is not None:
+                try:
+                    parsed = future.result(timeout=WORKER_TIMEOUT_S)
+                except Exception as exc:  # the worker died or hangs: this chunk and the rest are parsed here
+                    self.worker.give_up(exc)
+            if parsed is None:
+                parsed = parse_chunk(topic, _values(items))
+            for (partition, offset, message, landed), one in zip(items, parsed):
+                batch.add_parsed(topic, partition, offset, message, one, landed)
+
+    def close(self) -> None:
+        """Stop the worker, if one started, and drop what was not collected (a run's end)."""
+        if self.worker is not None:
+            self.worker.close()
+        self.pending = []
+
+
+def _values(items: list) -> list[tuple]:
+    """(partition, offset, message, landed) items as `parse_chunk` takes them: the message's value."""
+    return [(p, o, m.value(), landed) for p, o, m, landed in items]
