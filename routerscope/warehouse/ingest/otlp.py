@@ -28,12 +28,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
 from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
+from routerscope.instrumentation import pii
+from routerscope.instrumentation.otlp import proto
+from routerscope.instrumentation.otlp.mapping import Mapping, map_trace
+from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest.rows import kafka_time
+from routerscope.warehouse.migrate import migrate
 from routerscope.warehouse.queries import decisions as decision_queries
+from routerscope.warehouse.queries import ingest_offsets
 from routerscope.warehouse.schema import OFFSET_COLUMNS, QUARANTINE_COLUMNS
 
 NOT_OTLP = "otlp.invalid"
@@ -90,8 +98,6 @@ def map_messages(
     holds: those traces' spans are quarantined as `otlp.already_mapped`, never a second, different event.
     Pure but for `stored`."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    from routerscope.instrumentation.otlp import proto
-    from routerscope.instrumentation.otlp.mapping import map_trace
 
     result = OtlpResult()
     traces: dict[str, _Trace] = {}
@@ -161,13 +167,6 @@ def map_messages(
 def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
     """Map what is new in the OTLP topic into decision events (produced to router.decisions.v1) and
     quarantine rows; store the positions. Called by the loader, under its load lock."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-
-    from routerscope.instrumentation import pii
-    from routerscope.instrumentation.otlp.mapping import Mapping
-    from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.queries import ingest_offsets
-
     topic = settings.otlp_topic
     consumer = Consumer(
         librdkafka_config(
@@ -199,8 +198,6 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
 
         with unit(migrated=True) as c:
             if client is not None:
-                from routerscope.warehouse.migrate import migrate
-
                 migrate(c)
             stored = ingest_offsets.stored_positions(c, names.CONSUMER_OTLP)
         starts = {p: stored.get((topic, p), (0, ""))[0] for p in partitions}

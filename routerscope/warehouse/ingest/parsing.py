@@ -14,8 +14,10 @@ If the worker cannot be started or dies, the loader parses in its own process (a
 
 from __future__ import annotations
 
+import gc
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -169,9 +171,6 @@ def serve() -> None:
     """The worker's loop: (topic, items) in, `parse_chunk`'s result out, until its input ends.
     Ctrl-C on a terminal reaches the whole process group: the loader handles it (one line) and
     kills this process, which must not print a traceback of its own meanwhile."""
-    import gc
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A chunk's results are tens of thousands of new objects: with the default thresholds the collector
     # walks them again and again (the loader's own drain does the same, routerscope/warehouse/ingest/loader.py).
