@@ -65,6 +65,16 @@ def stop(process: subprocess.Popen, timeout_s: float = 10.0) -> int | None:
     return process.returncode
 
 
+def close_quietly(*streams) -> None:
+    """Close each stream of a child process; a pipe whose other end is gone (or whose buffer cannot be flushed
+    into it) is closed as far as it can be, without an error."""
+    for stream in streams:
+        try:
+            stream.close()
+        except (OSError, ValueError):
+            pass
+
+
 def free_port() -> int:
     """A loopback TCP port free at the time of the call (the kernel's pick)."""
     with socket.socket() as s:

@@ -50,7 +50,7 @@ import stat
 import threading
 import unicodedata
 from pathlib import Path
-from typing import overload
+from typing import TypeVar
 
 import msgspec
 
@@ -58,6 +58,8 @@ from routerscope.core.errors import ConfigError
 from routerscope.core.settings import Settings
 
 log = logging.getLogger("routerscope.instrumentation.pii")
+# a text field that may be absent: the scrubbing functions give back what they were given (a str stays a str)
+_Text = TypeVar("_Text", str, None)
 
 # Local part and domain in any script (`müller@bücher.de`, `用户@例子.广告`) or punycode; read after NFKC.
 EMAIL = re.compile(r"[\w.%+-]+@[\w-]+(?:\.[\w-]+)*\.(?:[^\W\d_]{2,}|xn--[a-z0-9-]+)", re.IGNORECASE)
@@ -305,11 +307,7 @@ def looks_personal(value: str) -> bool:
 DATE = re.compile(r"(?<!\d)\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?!\d)")
 
 
-@overload
-def scrub_name(value: str) -> str: ...
-@overload
-def scrub_name(value: None) -> None: ...
-def scrub_name(value: str | None) -> str | None:
+def scrub_name(value: _Text) -> _Text:
     """`scrub` for a version or a model name (`app_version`, `policy_version`, `device_model`,
     `cloud_model`): the same, except that dates in it are not taken for phone numbers."""
     if value is None or (value.isascii() and "@" not in value and _digits(value) < 8):
@@ -333,11 +331,7 @@ def keyed_hash(value: str) -> str:
     return hmac.new(_current_key(), value.encode(), hashlib.sha256).hexdigest()
 
 
-@overload
-def scrub(value: str) -> str: ...
-@overload
-def scrub(value: None) -> None: ...
-def scrub(value: str | None) -> str | None:
+def scrub(value: _Text) -> _Text:
     """The value, or `redacted-<hash>` when it looks like personal data. Same input, same output (so
     sessions still group and labels still join); a scrubbed value is returned unchanged."""
     if value is None:
@@ -353,11 +347,7 @@ def scrub(value: str | None) -> str | None:
 TASK_TYPE_REDACTED = re.compile(r"redacted_[0-9a-f]{16}")
 
 
-@overload
-def scrub_task_type(value: str) -> str: ...
-@overload
-def scrub_task_type(value: None) -> None: ...
-def scrub_task_type(value: str | None) -> str | None:
+def scrub_task_type(value: _Text) -> _Text:
     """`scrub` for `task_type`, whose contract pattern (`[a-z][a-z0-9_]*`) still holds digits enough for a
     phone number (`callback_0301234567`): such a value becomes `redacted_<hash>`, which fits the pattern."""
     if value is None or TASK_TYPE_REDACTED.fullmatch(value) or scrub(value) == value:

@@ -156,11 +156,7 @@ class WorkerDevice:
             except Exception:
                 pass
         self._kill()
-        for stream in (self._stdin, self._stdout):
-            try:
-                stream.close()
-            except Exception:
-                pass
+        procs.close_quietly(self._stdin, self._stdout)
         if self._log:
             self._log.close()
 

@@ -25,6 +25,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from routerscope.contract.validation import CONTRACTS
+from routerscope.core.procs import close_quietly
 from routerscope.warehouse.schema import RECORD_ID
 
 # A chunk's result not back after this long (a stuck worker) is parsed in the loader's process.
@@ -160,11 +161,7 @@ class ParseWorker:
         self._requests.put(None)
         process.kill()
         process.wait()
-        for pipe in (process.stdin, process.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        close_quietly(process.stdin, process.stdout)
 
 
 def serve() -> None:
