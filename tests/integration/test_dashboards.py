@@ -19,7 +19,7 @@ from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.migrate import migrate
 from routerscope.warehouse.queries.metric_windows import write_window
 from routerscope.warehouse.queries.review import RERUN_COLUMNS
-from routerscope.warehouse.schema import OFFSET_COLUMNS
+from routerscope.warehouse.schema import OFFSET_COLUMNS, QUARANTINE_COLUMNS
 from routerscope.warehouse.sql import QueryWindow
 from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
 from tests.support.home import REPO, copy_warehouse, settings_for
@@ -174,17 +174,7 @@ def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest
         client.insert(
             "routerscope.quarantine",
             [["router.decisions.v1", 0, off, None, None, raw, ["not_json"], "", at] for off, raw, at in rows],
-            column_names=[
-                "kafka_topic",
-                "kafka_partition",
-                "kafka_offset",
-                "kafka_key",
-                "kafka_timestamp",
-                "raw",
-                "rules",
-                "error",
-                "quarantined_at",
-            ],
+            column_names=[*QUARANTINE_COLUMNS, "quarantined_at"],
         )
     data.clear_caches()
     app = render("quality.py", range="1h")
