@@ -112,16 +112,17 @@ def settle(client, timeout_s: float = 120) -> None:
 
 def without_lookback(fn):
     """`fn()` with the metric window read as it was before the look-back (FINAL alone)."""
-    saved = decision_queries.MATERIALIZE_EVENTS_SQL
-    decision_queries.MATERIALIZE_EVENTS_SQL = named(
-        "materialize_metric_window_events_without_lookback",
-        decision_queries._MATERIALIZE_EVENTS,
-        {**decision_queries.FRAGMENTS, "task_filter": "", "first_copy": "1"},
-    )
+    saved = dict(decision_queries.MATERIALIZE_EVENTS_SQL)
+    for fold, spelled in ((True, decision_queries._FOLDED), (False, decision_queries._UNFOLDED)):
+        decision_queries.MATERIALIZE_EVENTS_SQL[False, fold] = named(
+            "materialize_metric_window_events_without_lookback",
+            decision_queries._MATERIALIZE_EVENTS,
+            {**decision_queries.FRAGMENTS, "task_filter": "", "first_copy": "1", **spelled},
+        )
     try:
         return fn()
     finally:
-        decision_queries.MATERIALIZE_EVENTS_SQL = saved
+        decision_queries.MATERIALIZE_EVENTS_SQL.update(saved)
 
 
 def pending(client, fn):

@@ -42,7 +42,7 @@ COUNT_SQL = (
 def per_step_seconds(client, window: QueryWindow) -> dict[str, float]:
     """Each step of one task type's what-if on its own (best of 3): reading the task type's events, their
     chosen labels, the join, the grouped pass, the metric set's summary for the self-check."""
-    tasks = {**window.parameters(), "task_types": ["short_reply"]}
+    read_events, tasks = decision_queries.events_statement(client, window, ("short_reply",))
 
     def command(sql, parameters=None, drop=None):
         def step():
@@ -53,7 +53,7 @@ def per_step_seconds(client, window: QueryWindow) -> dict[str, float]:
         return step
 
     steps = {
-        "read_events": command(decision_queries.MATERIALIZE_TASK_EVENTS_SQL, tasks, drop=0),
+        "read_events": command(read_events, tasks, drop=0),
         "chosen_labels": command(decision_queries.MATERIALIZE_LABELS_SQL, label_source_parameters(), drop=1),
         "join": command(decision_queries.MATERIALIZE_WINDOW_SQL, drop=2),
         "whatif_pass": lambda: whatif_queries.by_candidate(client, {"short_reply": [0.8]}),

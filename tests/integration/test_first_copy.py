@@ -16,8 +16,10 @@ import pytest
 from routerscope.core import names
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest.loader import load
+from routerscope.warehouse.migrate import discover
 from routerscope.warehouse.queries import decision_copies
-from routerscope.warehouse.sql import FIRST_COPY, QueryWindow, named
+from routerscope.warehouse.queries import decisions as decision_queries
+from routerscope.warehouse.sql import FIRST_COPY, FOLD_CHECK, QueryWindow, named
 from tests.support.events import decision, dumps, iso
 from tests.support.golden_day import insert
 from tests.support.ingest import FAST, produce, query, scalar
@@ -34,6 +36,9 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
 """,
     {"first_copy": FIRST_COPY},
 )
+
+
+FOLD_CHECK_SQL = named("test_fold_check", FOLD_CHECK)
 
 
 def eid(n: int) -> str:
@@ -113,6 +118,108 @@ def test_windows_count_the_first_copy_as_the_rule_says_whatever_order_copies_arr
             for event_id, t in warehouse.query(COUNTED_SQL, parameters=window.parameters()).result_rows
         }
         assert got == expected(stored, window), window
+        # the metric set's own read: FINAL or not as its check decides, the same events either way
+        decision_queries.materialize_window(warehouse, window)
+        try:
+            read = sorted(
+                t.replace(tzinfo=UTC)
+                for (t,) in warehouse.query(f"SELECT event_time FROM {decision_queries.WINDOW_TABLE}").result_rows
+            )
+        finally:
+            decision_queries.drop_window(warehouse)
+        assert read == sorted(t for _, t in expected(stored, window)), window
+
+
+def folds(client, window: QueryWindow) -> bool:
+    return bool(client.query(FOLD_CHECK_SQL, parameters=window.parameters()).result_rows[0][1])
+
+
+def window_times(client, window: QueryWindow) -> list[datetime]:
+    decision_queries.materialize_window(client, window)
+    try:
+        rows = client.query(f"SELECT event_time FROM {decision_queries.WINDOW_TABLE}").result_rows
+    finally:
+        decision_queries.drop_window(client)
+    return sorted(t.replace(tzinfo=UTC) for (t,) in rows)
+
+
+def test_an_exact_re_delivery_is_marked_and_only_its_window_reads_final(warehouse):
+    """Two rows under one sorting key (the same event stored twice, one insert apart) fold into one under FINAL.
+    The derivation marks that key (earlier_time = event_time); the window holding it reads FINAL and counts the
+    event once; a window with no marker and nothing pending reads without FINAL; a marker is never taken for a
+    pair (FIRST_COPY leaves the event counted)."""
+    t1, t2 = T0 + timedelta(hours=1), T0 + timedelta(days=2, hours=1)
+    twice = decision(event_id=eid(1), request_id="a", session_id="sa", event_time=iso(t1))
+    once = decision(event_id=eid(2), request_id="b", session_id="sb", event_time=iso(t2))
+    day1, day3 = QueryWindow(T0, T0 + timedelta(days=1)), QueryWindow(T0 + timedelta(days=2), T0 + timedelta(days=3))
+    warehouse.command("SYSTEM STOP MERGES routerscope.decisions")  # the copies stay two rows until read
+    insert(warehouse, [twice, once], [])
+    insert(warehouse, [twice], [])
+    assert warehouse.query("SELECT count() FROM routerscope.decisions").result_rows[0][0] == 3
+    assert folds(warehouse, day1) and folds(warehouse, day3)  # pending: FINAL everywhere
+    assert window_times(warehouse, day1) == [t1]
+    assert decision_copies.derive(warehouse) == 3
+    markers = warehouse.query(
+        "SELECT toString(event_id), event_time, earlier_time FROM routerscope.decision_later_copies"
+    ).result_rows
+    assert [(m[0], m[1].replace(tzinfo=UTC), m[2].replace(tzinfo=UTC)) for m in markers] == [(eid(1), t1, t1)]
+    assert folds(warehouse, day1) and not folds(warehouse, day3)
+    assert window_times(warehouse, day1) == [t1]  # FINAL: once
+    assert window_times(warehouse, day3) == [t2]
+    assert len(warehouse.query(COUNTED_SQL, parameters=day1.parameters()).result_rows) == 1
+    # without the marker the unfolded read would count the stored copies: what the marker is for
+    warehouse.command("TRUNCATE TABLE routerscope.decision_later_copies")
+    assert not folds(warehouse, day1)
+    assert window_times(warehouse, day1) == [t1, t1]
+
+
+def test_a_row_stored_after_the_derivation_is_pending_and_folds_its_window(warehouse):
+    """A copy stored after the last derivation makes every window read FINAL until the next one (its marker is
+    not written yet), and the unfolded read takes only rows stored up to the derivation it checked."""
+    t1 = T0 + timedelta(hours=1)
+    event = decision(event_id=eid(1), request_id="a", session_id="sa", event_time=iso(t1))
+    day1 = QueryWindow(T0, T0 + timedelta(days=1))
+    warehouse.command("SYSTEM STOP MERGES routerscope.decisions")
+    insert(warehouse, [event], [])
+    decision_copies.derive(warehouse)
+    assert not folds(warehouse, day1)
+    elsewhere = decision(event_id=eid(2), request_id="b", session_id="sb", event_time=iso(t1 + timedelta(days=5)))
+    insert(warehouse, [event, elsewhere], [])  # another block: an identical one would be deduplicated
+    assert folds(warehouse, day1)
+    assert window_times(warehouse, day1) == [t1]
+    through = warehouse.query(FOLD_CHECK_SQL, parameters=day1.parameters()).result_rows[0][0]
+    unfolded = decision_queries.MATERIALIZE_EVENTS_SQL[False, False]
+    parameters = {**day1.parameters(), "through": through.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]}
+    decision_queries.drop_window(warehouse)
+    warehouse.command(unfolded, parameters=parameters)
+    try:
+        n = warehouse.query("SELECT count() FROM metric_window_events").result_rows[0][0]
+    finally:
+        decision_queries.drop_window(warehouse)
+    assert n == 1  # the copy stored after `through` is not read
+    decision_copies.derive(warehouse)
+    assert folds(warehouse, day1)  # marked now
+    assert window_times(warehouse, day1) == [t1]
+
+
+def test_migration_0022_marks_the_repeated_keys_derived_before_it(warehouse):
+    """A warehouse whose re-deliveries were derived before markers existed gets them from the migration."""
+    t1 = T0 + timedelta(hours=1)
+    event = decision(event_id=eid(1), request_id="a", session_id="sa", event_time=iso(t1))
+    other = decision(event_id=eid(2), request_id="b", session_id="sb", event_time=iso(t1))
+    warehouse.command("SYSTEM STOP MERGES routerscope.decisions")
+    insert(warehouse, [event, other], [])
+    insert(warehouse, [event], [])
+    decision_copies.derive(warehouse)
+    warehouse.command("TRUNCATE TABLE routerscope.decision_later_copies")  # as derived before 0022
+    (migration,) = [m for m in discover() if m.name.startswith("0022")]
+    for statement in migration.statements():
+        warehouse.command(statement)
+    rows = warehouse.query(
+        "SELECT toString(event_id), earlier_time = event_time FROM routerscope.decision_later_copies"
+    )
+    assert rows.result_rows == [(eid(1), True)]
+    assert window_times(warehouse, QueryWindow(T0, T0 + timedelta(days=1))) == [t1, t1]  # two events, each once
 
 
 def test_an_earlier_copy_stored_after_the_later_one_takes_the_count_from_it(warehouse):

@@ -32,7 +32,12 @@ WHERE ingested_at > {DERIVED_THROUGH} AND ingested_at <= now64(3) - toIntervalMi
 SERVER_SETTLE_MS = 120_000
 
 # The rows stored in (derived_through, through], and every stored copy of their ids: each pair of
-# different times, the later one first.
+# different times, the later one first; and a marker (earlier_time = event_time, migration 0022) for each
+# time of an id stored more than once, the row itself among its copies (an exact re-delivery, which FINAL
+# folds: a window with no marker reads without FINAL, sql.FOLD_CHECK). The pair of two different
+# events sharing an event_id and time under two task types (a contract breach) is marked too: such a window
+# then reads FINAL as before. Copies already folded by a merge count once, as FINAL reads them. Grouping
+# the join costs ~0.1 s of CPU per 500k rows derived with 10M stored (docs/benchmarks.md).
 _NEW = f"""
     SELECT event_id, event_time FROM $decisions
     WHERE ingested_at > {DERIVED_THROUGH} AND ingested_at <= {{through:DateTime64(3, 'UTC')}}"""
@@ -40,12 +45,15 @@ DERIVE_SQL = named(
     "decision_copies_derive",
     """
 INSERT INTO $decision_later_copies
-SELECT greatest(n.event_time, c.event_time) AS event_time, n.event_id AS event_id,
-       least(n.event_time, c.event_time) AS earlier_time
-FROM ($new) AS n
-INNER JOIN (SELECT event_id, event_time FROM $decisions WHERE event_id IN (SELECT event_id FROM ($new))) AS c
-    ON n.event_id = c.event_id
-WHERE c.event_time != n.event_time
+SELECT greatest(t, other) AS event_time, id AS event_id, least(t, other) AS earlier_time
+FROM (
+    SELECT n.event_id AS id, n.event_time AS t, c.event_time AS other, count() AS copies
+    FROM ($new) AS n
+    INNER JOIN (SELECT event_id, event_time FROM $decisions WHERE event_id IN (SELECT event_id FROM ($new))) AS c
+        ON n.event_id = c.event_id
+    GROUP BY id, t, other
+)
+WHERE other != t OR copies > 1
 """,
     {"new": _NEW},
 )

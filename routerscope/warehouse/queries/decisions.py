@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from routerscope.core.timeutil import utc
 from routerscope.warehouse.queries.labels import chosen_labels_of, label_source_parameters
 from routerscope.warehouse.sql import (
     BASELINE_CTE,
     FIRST_COPY,
+    FOLD_CHECK,
     WINDOW_CTE,
     QueryWindow,
     dict_rows,
@@ -66,20 +68,28 @@ SELECT event_time, task_type, mode, session_id, request_id, entered_device, fall
        attempt_levels, attempt_outcomes, policy_version,
        schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
        device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
-FROM $decisions FINAL
+FROM $decisions $final
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} $task_filter
-  AND $first_copy
+  AND $first_copy $stored_by
 """
-MATERIALIZE_EVENTS_SQL = named(
-    "materialize_metric_window_events", _MATERIALIZE_EVENTS, {**FRAGMENTS, "task_filter": ""}
-)
-# The same window restricted to some task types (the what-if of docs/metrics.md §14 reads only those): the
+# FINAL, or not when the window holds nothing it would fold (sql.FOLD_CHECK): then only the rows stored up to
+# the derivation the check read.
+_FOLDED = {"final": "FINAL", "stored_by": ""}
+_UNFOLDED = {"final": "", "stored_by": "AND ingested_at <= {through:DateTime64(3, 'UTC')}"}
+# The window restricted to some task types is the what-if's (docs/metrics.md §14 reads only those): the
 # sorting key starts with task_type, so the other task types' rows are not read at all.
-MATERIALIZE_TASK_EVENTS_SQL = named(
-    "materialize_metric_window_task_events",
-    _MATERIALIZE_EVENTS,
-    {**FRAGMENTS, "task_filter": "AND task_type IN {task_types:Array(String)}"},
-)
+_TASK_FILTER = "AND task_type IN {task_types:Array(String)}"
+# (restricted to task types, folded) -> statement
+MATERIALIZE_EVENTS_SQL = {
+    (tasks, fold): named(
+        f"materialize_metric_window{'_task' if tasks else ''}_events{'' if fold else '_unfolded'}",
+        _MATERIALIZE_EVENTS,
+        {**FRAGMENTS, "task_filter": _TASK_FILTER if tasks else "", **(_FOLDED if fold else _UNFOLDED)},
+    )
+    for tasks in (False, True)
+    for fold in (True, False)
+}
+FOLD_CHECK_SQL = named("metric_window_fold_check", FOLD_CHECK)
 
 MATERIALIZE_LABELS_SQL = named(
     "materialize_metric_window_labels",
@@ -303,14 +313,23 @@ def drop_window(client) -> None:
         client.command(sql)
 
 
+def events_statement(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> tuple[str, dict]:
+    """The statement that reads the window's events into the events table, and its parameters: FINAL, or
+    not when sql.FOLD_CHECK finds nothing in the window FINAL would fold."""
+    parameters: dict = window.parameters()
+    through, fold = client.query(FOLD_CHECK_SQL, parameters=parameters).result_rows[0]
+    if not fold:
+        parameters["through"] = utc_text(utc(through))
+    if task_types is not None:
+        parameters["task_types"] = list(task_types)
+    return MATERIALIZE_EVENTS_SQL[task_types is not None, bool(fold)], parameters
+
+
 def materialize_window(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> None:
     """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL), of `task_types` only when given;
     drop it with `drop_window`."""
     drop_window(client)
-    if task_types is None:
-        client.command(MATERIALIZE_EVENTS_SQL, parameters=window.parameters())
-    else:
-        client.command(MATERIALIZE_TASK_EVENTS_SQL, parameters={**window.parameters(), "task_types": list(task_types)})
+    client.command(*events_statement(client, window, task_types))
     client.command(MATERIALIZE_LABELS_SQL, parameters=label_source_parameters())
     client.command(MATERIALIZE_WINDOW_SQL)
     client.command(DROP_WINDOW_SQL[0])  # the events and labels tables served only the join
