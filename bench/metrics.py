@@ -113,12 +113,18 @@ def settle(client, timeout_s: float = 120) -> None:
 def without_lookback(fn):
     """`fn()` with the metric window read as it was before the look-back (FINAL alone)."""
     saved = dict(decision_queries.MATERIALIZE_EVENTS_SQL)
-    for fold, spelled in ((True, decision_queries._FOLDED), (False, decision_queries._UNFOLDED)):
-        decision_queries.MATERIALIZE_EVENTS_SQL[False, fold] = named(
-            "materialize_metric_window_events_without_lookback",
-            decision_queries._MATERIALIZE_EVENTS,
-            {**decision_queries.FRAGMENTS, "task_filter": "", "first_copy": "1", **spelled},
-        )
+    for tasks, fold, first in saved:
+        if not tasks:
+            decision_queries.MATERIALIZE_EVENTS_SQL[tasks, fold, first] = named(
+                "materialize_metric_window_events_without_lookback",
+                decision_queries._MATERIALIZE_EVENTS,
+                {
+                    **decision_queries.FRAGMENTS,
+                    "task_filter": "",
+                    "first_copy": "1",
+                    **(decision_queries._FOLDED if fold else decision_queries._UNFOLDED),
+                },
+            )
     try:
         return fn()
     finally:

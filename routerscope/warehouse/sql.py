@@ -109,10 +109,13 @@ FIRST_COPY = f"""(event_id, event_time) NOT IN (
 # window with no marker in it and nothing pending holds no row FINAL would fold, so its rows stored up to the
 # derivation (ingested_at <= `through`: a row stored after this check is left for the next window, never read
 # twice) are read as they are, which costs about a third less than FINAL (docs/benchmarks.md).
+# `paired`: some row of the window has an earlier copy within the horizon (FIRST_COPY would leave one out).
 FOLD_CHECK = f"""SELECT {DERIVED_THROUGH} AS through,
-       {PENDING} OR (SELECT count() > 0 FROM $decision_later_copies
-           WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}
-             AND earlier_time = event_time) AS fold"""
+       {PENDING} OR countIf(earlier_time = event_time) > 0 AS fold,
+       countIf(earlier_time < event_time
+               AND earlier_time >= {{start:DateTime64(3, 'UTC')}} - INTERVAL {DEDUP_HORIZON_DAYS} DAY) > 0 AS paired
+FROM $decision_later_copies
+WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}"""
 
 # Decision events in the window, every mode, each event once. FINAL folds rows with the same
 # sorting key, which ends in event_id: a re-delivered event is an exact copy (same task_type and

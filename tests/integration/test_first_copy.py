@@ -188,7 +188,7 @@ def test_a_row_stored_after_the_derivation_is_pending_and_folds_its_window(wareh
     assert folds(warehouse, day1)
     assert window_times(warehouse, day1) == [t1]
     through = warehouse.query(FOLD_CHECK_SQL, parameters=day1.parameters()).result_rows[0][0]
-    unfolded = decision_queries.MATERIALIZE_EVENTS_SQL[False, False]
+    unfolded = decision_queries.MATERIALIZE_EVENTS_SQL[False, False, True]
     parameters = {**day1.parameters(), "through": through.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]}
     decision_queries.drop_window(warehouse)
     warehouse.command(unfolded, parameters=parameters)
