@@ -59,6 +59,7 @@ FRAGMENTS = {
     "events_table": _EVENTS_TABLE,
     "labels_table": _LABELS_TABLE,
     "chosen_labels_cte": chosen_labels_of(_EVENTS_TABLE),
+    "chosen_fewer_labels_cte": chosen_labels_of(_EVENTS_TABLE, fewer_labels=True),
     "explorer_columns": ", ".join(EXPLORER_COLUMNS),
 }
 
@@ -100,13 +101,24 @@ MATERIALIZE_EVENTS_SQL = {
 }
 FOLD_CHECK_SQL = named("metric_window_fold_check", FOLD_CHECK)
 
-MATERIALIZE_LABELS_SQL = named(
-    "materialize_metric_window_labels",
-    """
+_MATERIALIZE_LABELS = """
 CREATE TEMPORARY TABLE $labels_table ENGINE = Memory AS
-WITH $chosen_labels_cte
+WITH $chosen
 SELECT request_id, labeled, acceptable, route_ok FROM chosen
-""",
+"""
+MATERIALIZE_LABELS_SQL = named(
+    "materialize_metric_window_labels", _MATERIALIZE_LABELS, {**FRAGMENTS, "chosen": FRAGMENTS["chosen_labels_cte"]}
+)
+# The same labels found from the labeled side, for a window with more events than stored labels
+# (labels.chosen_labels_of: `fewer_labels`); `materialize_window` compares the two counts.
+MATERIALIZE_FEWER_LABELS_SQL = named(
+    "materialize_metric_window_fewer_labels",
+    _MATERIALIZE_LABELS,
+    {**FRAGMENTS, "chosen": FRAGMENTS["chosen_fewer_labels_cte"]},
+)
+FEWER_LABELS_SQL = named(
+    "metric_window_fewer_labels",
+    "SELECT (SELECT count() FROM $labels) < (SELECT count() FROM $events_table)",
     FRAGMENTS,
 )
 
@@ -343,7 +355,9 @@ def materialize_window(client, window: QueryWindow, task_types: tuple[str, ...] 
     drop it with `drop_window`."""
     drop_window(client)
     client.command(*events_statement(client, window, task_types))
-    client.command(MATERIALIZE_LABELS_SQL, parameters=label_source_parameters())
+    fewer_labels = client.query(FEWER_LABELS_SQL).result_rows[0][0]
+    labels_sql = MATERIALIZE_FEWER_LABELS_SQL if fewer_labels else MATERIALIZE_LABELS_SQL
+    client.command(labels_sql, parameters=label_source_parameters())
     client.command(MATERIALIZE_WINDOW_SQL)
     client.command(DROP_WINDOW_SQL[0])  # the events and labels tables served only the join
     client.command(DROP_WINDOW_SQL[1])

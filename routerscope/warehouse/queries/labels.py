@@ -56,9 +56,22 @@ CHOSEN_LABELS_CTE = _CHOSEN_LABELS.replace(
 )
 
 
-def chosen_labels_of(events_table: str) -> str:
-    """CHOSEN_LABELS_CTE for the requests of an already materialized window (a table with request_id)."""
-    return _CHOSEN_LABELS.replace("@ids", events_table)
+def chosen_labels_of(events_table: str, fewer_labels: bool = False) -> str:
+    """CHOSEN_LABELS_CTE for the requests of an already materialized window (a table with request_id).
+
+    `fewer_labels`: the same labels, found the other way round for a window with more events than there are
+    labels. The filter's set is built in one thread from its subquery's rows, so it is built from the smaller
+    side: the hashes of the labeled requests, which the window's events are then looked up in (on every thread),
+    leaving a set of the window's labeled requests alone. On the bench's day (1.25M events, 200k labels)
+    0.05-0.06 s against 0.08-0.09 s (docs/benchmarks.md); with fewer events than labels (a 5-minute window, or
+    labels kept far longer than the window) the window's own set is the smaller one."""
+    if not fewer_labels:
+        return _CHOSEN_LABELS.replace("@ids", events_table)
+    labeled = (
+        f"(SELECT h FROM (SELECT cityHash64(request_id) AS h FROM {events_table}) WHERE h IN ("
+        "SELECT cityHash64(request_id) FROM $labels WHERE device_acceptable IS NOT NULL))"
+    )
+    return _CHOSEN_LABELS.replace("SELECT cityHash64(request_id) FROM @ids", f"SELECT h FROM {labeled}")
 
 
 DEFAULT_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)
