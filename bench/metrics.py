@@ -11,6 +11,8 @@ does (`derive_copies_seconds`), then times (a) a plain
 time of this process, which holds the embedded warehouse) and the RSS (best of 3; the
 first call, which also counts the baseline's hours and keeps them, `metrics_1d_first_call_seconds`); also the
 metric set of one 5-minute window (what the pipeline computes every 5 minutes) against the same count.
+`peak_rss_mb` is the process's whole peak, the fill's included; `metrics_peak_rss_mb` the peak from the first
+metric set on (the count, the day's metric sets and the 5-minute ones, over the filled warehouse).
 With `--per-query`, also the best-of-3 seconds of each step of the metric set (where the time goes).
 """
 
@@ -111,6 +113,19 @@ def timed_with_cpu(fn, repeat=3):
         best = elapsed if best is None else min(best, elapsed)
         best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
     return best, best_cpu, value
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak RSS (VmHWM) again from its current RSS (Linux: /proc/self/clear_refs)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak RSS since the last reset, MB (None where /proc does not say)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
 
 
 def settle(client, timeout_s: float = 120) -> None:
@@ -243,10 +258,12 @@ def main() -> int:
         )
         count_s, count_cpu, count = timed_with_cpu(lambda: client.query(count_sql, parameters=span).result_rows[0][0])
         # the first call counts the baseline's hours and keeps them (level_hours); the next ones read them
+        reset_peak_rss()  # from here on the peak is the metric set's (and the count's), not the fill's
         first_s, _ = timed(lambda: compute(client, END - timedelta(days=1), END), repeat=1)
         metrics_s, metrics_cpu, result = timed_with_cpu(lambda: compute(client, END - timedelta(days=1), END))
         # the window the pipeline computes every 5 minutes (its look-back reads the same 7 days)
         five_s, _ = timed(lambda: compute(client, END - timedelta(minutes=5), END))
+        metrics_rss_mb = peak_rss_mb()
         steps = per_query_seconds(client, timed) if args.per_query else None
     figures = {
         "rows": args.rows,
@@ -266,6 +283,7 @@ def main() -> int:
         "counted_rows": count,
         "window_requests": result["overall"]["requests"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "metrics_peak_rss_mb": metrics_rss_mb,
     }
     if steps:
         figures["per_query_seconds"] = steps
