@@ -14,8 +14,9 @@
     parser; then the same command with nothing new to load (`load_command_fixed_seconds`: what every
     run costs before its first event), and the ratio of the events/s past that fixed cost.
 (a) and (b) also report CPU time per event: the process's (every thread, and a parse worker once closed)
-and the broker's (from /proc), and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every
-core ran nothing but the load and its broker, which says whether a ratio target is within the work's reach.
+and the broker's (from /proc), (b) also per thread name (`loader_core_cpu_us_per_event_by_thread_<parser>`),
+and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every core ran nothing but the load
+and its broker, which says whether a ratio target is within the work's reach.
 Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
 unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
 whether every parser loaded and quarantined the same counts.
@@ -227,6 +228,32 @@ def pid_cpu_seconds(pid: int | None) -> float:
         return 0.0
 
 
+def thread_cpu_seconds() -> dict[int, tuple[str, float]]:
+    """CPU time of each live thread of this process, by thread id: (its name, seconds), from /proc. The loader's
+    drain runs in the main thread ("main"); the embedded warehouse names its threads ("ThreadPool" for its
+    pool, "MergeMutate" for background merges), librdkafka's are "rdk:…"."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = "main" if int(task.name) == os.getpid() else (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def cpu_by_thread(before: dict[int, tuple[str, float]], total_s: float) -> dict[str, float]:
+    """CPU seconds per thread name since `before` (`thread_cpu_seconds`); the threads that ended meanwhile (the
+    loader's write threads, one a batch, with the warehouse's query threads that ran its inserts) and a closed
+    parse worker as "(ended)": what `total_s` holds beyond the live threads'."""
+    spent: dict[str, float] = {}
+    for tid, (name, seconds) in thread_cpu_seconds().items():
+        spent[name] = spent.get(name, 0.0) + seconds - before.get(tid, (name, 0.0))[1]
+    spent["(ended)"] = max(0.0, total_s - sum(spent.values()))
+    return spent
+
+
 def cpu_now(broker_pid: int | None) -> tuple[float, float]:
     """(this process's CPU seconds, the broker's): take one before a step, give it to `cpu_spent` after."""
     return cpu_seconds(), pid_cpu_seconds(broker_pid)
@@ -293,6 +320,7 @@ def main() -> int:
 
             core: dict[str, tuple] = {}
             core_cpu: dict[str, tuple[float, float]] = {}  # (the loader's CPU seconds, the broker's)
+            core_threads: dict[str, dict[str, float]] = {}  # the loader's CPU seconds per thread name
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
             variants = [(name, None) for name in parsers]
@@ -307,12 +335,13 @@ def main() -> int:
                 with open_warehouse(core_settings, purpose="bench") as client:
                     migrate(client)
                     started = time.perf_counter()
-                    before = cpu_now(st.pid)
+                    before, threads_before = cpu_now(st.pid), thread_cpu_seconds()
                     result = Loader(
                         core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
                     ).run(client)
                     core_s = time.perf_counter() - started
                     core_cpu[key] = cpu_spent(before, st.pid)
+                    core_threads[key] = cpu_by_thread(threads_before, core_cpu[key][0])
                     core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
                 core[key] = (core_s, result.as_dict(), core_rows)
 
@@ -369,6 +398,11 @@ def main() -> int:
                 f"loader_core_cpu_us_per_event_{key}": us(loader_cpu),
                 f"broker_cpu_us_per_event_{key}": us(broker_cpu),
                 f"ratio_loader_core_ceiling_all_cores_{key}": ceiling,
+                f"loader_core_cpu_us_per_event_by_thread_{key}": {
+                    name: us(seconds)
+                    for name, seconds in sorted(core_threads[key].items(), key=lambda kv: -kv[1])
+                    if us(seconds) >= 0.05
+                },
             }
         )
     for name in parsers:

@@ -7,6 +7,7 @@ to a batch in the order they were consumed."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable
 
 from routerscope.warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
@@ -84,13 +85,64 @@ class Batch:
             messages.append(message)
             counts[0] += 1
             return
-        if len(parsed) == 4:  # valid and landed before: its ledger row again
+        self._add_unloaded(topic, (partition, offset, None, landed), message, parsed)
+
+    def add_chunk(self, topic: str, items: list[tuple], messages: list, parsed: list[tuple]) -> None:
+        """`add_parsed` for a whole chunk of one topic: (partition, offset, value, landed) items in consumed
+        order, their messages and their `parse_chunk` results. The same lists, in the same order, as adding
+        them one by one; the ranges, counts and last messages are taken per partition, and the valid events
+        (nearly all of them) appended list by list instead of one message at a time."""
+        n = len(items)
+        if not n:
+            return
+        parts = [item[0] for item in items]
+        offsets = [item[1] for item in items]
+        last_index = dict(zip(parts, range(n)))  # each partition's last item (a later key wins)
+        first_index = dict(zip(reversed(parts), range(n - 1, -1, -1)))  # ... and its first
+        ranges, counts, last = self.ranges, self.counts, self.last
+        for partition, i in last_index.items():
+            key = (topic, partition)
+            last[key] = messages[i]
+            rng = ranges.get(key)
+            if rng is None:
+                ranges[key] = [offsets[first_index[partition]], offsets[i]]
+                counts[key] = [0, 0]
+            else:
+                rng[1] = offsets[i]
+        self.size += n
+        months, partitions, kept_offsets, kept, lines = self.events[topic]
+        valid = [i for i, one in enumerate(parsed) if one[0] is not None]
+        if len(valid) == n:
+            lines += [one[0] for one in parsed]
+            months += [one[1] for one in parsed]
+            partitions += parts
+            kept_offsets += offsets
+            kept += messages
+            valid_parts = parts
+        else:
+            lines += [parsed[i][0] for i in valid]
+            months += [parsed[i][1] for i in valid]
+            valid_parts = [parts[i] for i in valid]
+            partitions += valid_parts
+            kept_offsets += [offsets[i] for i in valid]
+            kept += [messages[i] for i in valid]
+            for i, one in enumerate(parsed):
+                if one[0] is None:
+                    self._add_unloaded(topic, items[i], messages[i], one)
+        for partition, loaded in Counter(valid_parts).items():
+            counts[(topic, partition)][0] += loaded
+
+    def _add_unloaded(self, topic: str, item: tuple, message, parsed: tuple) -> None:
+        """An item of a chunk that is not loaded now: valid and landed before (its ledger row again), or invalid
+        (quarantined, unless it landed before)."""
+        partition, offset, _, landed = item
+        if len(parsed) == 4:
             for column, value in zip(self.ledger, (topic, partition, offset, parsed[2], parsed[3])):
                 column.append(value)
             return
         if landed:
             return
-        counts[1] += 1
+        self.counts[(topic, partition)][1] += 1
         self.quarantine_message(topic, partition, offset, message, parsed[1], _describe(parsed[1]))
 
     def quarantine_message(self, topic: str, partition: int, offset: int, message, rules: list[str], error: str):
@@ -155,23 +207,24 @@ class ParseQueue:
     def __init__(self, use_worker: bool):
         self.use_worker = use_worker
         self.worker: ParseWorker | None = None
-        self.pending: list[tuple[str, list, object]] = []  # (topic, items, future or None), in order
+        self.pending: list[tuple[str, list, list, object]] = []  # (topic, items, messages, future or None), in order
 
-    def enqueue(self, topic: str, items: list) -> None:
-        """Queue a chunk of one topic's messages for parsing: by the worker when it is large (the
-        result is collected later, in order), else here when it is collected."""
+    def enqueue(self, topic: str, items: list, messages: list) -> None:
+        """Queue a chunk of one topic's messages for parsing: (partition, offset, value, landed) items as
+        `parse_chunk` takes them and their messages. By the worker when it is large (the result is collected
+        later, in order), else here when it is collected."""
         future = None
         if self.use_worker and len(items) >= MIN_WORKER_CHUNK:
             if self.worker is None:
                 self.worker = ParseWorker()
-            future = self.worker.submit(topic, _values(items))
-        self.pending.append((topic, items, future))
+            future = self.worker.submit(topic, items)
+        self.pending.append((topic, items, messages, future))
 
     def collect(self, batch: Batch, keep: int) -> None:
         """Add parsed chunks to `batch` in the order they were consumed: every chunk at the front
         that is ready, then, waiting for the worker, the oldest ones until at most `keep` are left."""
         while self.pending:
-            topic, items, future = self.pending[0]
+            topic, items, messages, future = self.pending[0]
             if future is not None and not future.done() and len(self.pending) <= keep:
                 return
             self.pending.pop(0)
@@ -182,17 +235,11 @@ class ParseQueue:
                 except Exception as exc:  # the worker died or hangs: this chunk and the rest are parsed here
                     self.worker.give_up(exc)
             if parsed is None:
-                parsed = parse_chunk(topic, _values(items))
-            for (partition, offset, message, landed), one in zip(items, parsed):
-                batch.add_parsed(topic, partition, offset, message, one, landed)
+                parsed = parse_chunk(topic, items)
+            batch.add_chunk(topic, items, messages, parsed)
 
     def close(self) -> None:
         """Stop the worker, if one started, and drop what was not collected (a run's end)."""
         if self.worker is not None:
             self.worker.close()
         self.pending = []
-
-
-def _values(items: list) -> list[tuple]:
-    """(partition, offset, message, landed) items as `parse_chunk` takes them: the message's value."""
-    return [(p, o, m.value(), landed) for p, o, m, landed in items]

@@ -258,34 +258,45 @@ class Drain:
         """What one consume call returned: each message into the batch (parser `sql`) or a chunk to parse,
         the probe message checked, partition ends and errors noted; the batch handed over once full."""
         consumed = 0
-        chunk: dict[str, list] = {}  # topic -> (partition, offset, message, landed) to parse
+        # topic -> ((partition, offset, value, landed) items to parse, their messages)
+        chunk: dict[str, tuple[list, list]] = {}
         states, batch, result = self.states, self.batch, self.result
         sql = self.run.parser == "sql"
+        arrived = False
+        key = state = None
         for message in messages:
             error = message.error()
             if error is not None:
                 self._on_error_event(error, message, now)
                 continue
+            arrived = True
             topic, partition, offset = message.topic(), message.partition(), message.offset()
-            self.last_message = now
-            self.broker_error = None
-            state = states[(topic, partition)]
+            if key != (topic, partition):  # a consume call returns each partition's messages in runs
+                key = (topic, partition)
+                state = states[key]
             if not state.verified and state.stored and self._probed(state, message, offset):
                 continue  # the probe message: loaded in an earlier run
             state.verified = True
             state.next_offset = offset + 1
             consumed += 1
-            landed = offset in state.skip
+            landed = bool(state.skip) and offset in state.skip
             if landed:
                 result.skipped_already_loaded += 1
             if sql:
                 batch.add(topic, partition, offset, message, landed=landed)
             else:
-                chunk.setdefault(topic, []).append((partition, offset, message, landed))
+                pair = chunk.get(topic)
+                if pair is None:
+                    pair = chunk[topic] = ([], [])
+                pair[0].append((partition, offset, message.value(), landed))
+                pair[1].append(message)
+        if arrived:
+            self.last_message = now
+            self.broker_error = None
         self.pending = _undrained(self.consumer, states, self.pending)
         parsing = self.run.parsing
-        for topic, items in chunk.items():
-            parsing.enqueue(topic, items)
+        for topic, (items, kept) in chunk.items():
+            parsing.enqueue(topic, items, kept)
         parsing.collect(batch, keep=MAX_PENDING_CHUNKS)
         if consumed:
             self.run.progress(consumed)

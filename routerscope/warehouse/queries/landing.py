@@ -83,6 +83,12 @@ PARSE_SETTINGS = {
     # the analyzer's pass deriving comparisons implied by AND chains took most of the planning time
     # of the decisions' parse (run for every insert: a view's query is planned with each)
     "optimize_and_compare_chain": 0,
+    # merging the expression steps of the parse's nested levels into one took 40 % of its planning (0.09 of
+    # 0.21 s an insert, docs/loader.md); they run as they are written instead
+    "query_plan_merge_expressions": 0,
+    # compiling the parse's expressions (each once it has run three times) cost more CPU over a load than
+    # it saved (docs/loader.md)
+    "compile_expressions": 0,
 }
 # ... spelled in each parsing statement itself (no session settings to set and restore around it).
 _SETTINGS = " SETTINGS " + ", ".join(f"{k} = {v!r}" for k, v in PARSE_SETTINGS.items())
