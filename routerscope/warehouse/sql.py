@@ -108,7 +108,7 @@ FIRST_COPY = f"""(event_id, event_time) NOT IN (
 # earlier_time = event_time (decision_copies.DERIVE_SQL; FIRST_COPY reads only earlier_time < event_time). A
 # window with no marker in it and nothing pending holds no row FINAL would fold, so its rows stored up to the
 # derivation (ingested_at <= `through`: a row stored after this check is left for the next window, never read
-# twice) are read as they are, which costs about a third less than FINAL (docs/benchmarks.md).
+# twice) are read as they are, about a quarter less CPU than FINAL on the bench's day (docs/benchmarks.md).
 # `paired`: some row of the window has an earlier copy within the horizon (FIRST_COPY would leave one out).
 FOLD_CHECK = f"""SELECT {DERIVED_THROUGH} AS through,
        {PENDING} OR countIf(earlier_time = event_time) > 0 AS fold,
