@@ -26,6 +26,11 @@ def test_the_metrics_bench_counts_every_generated_row_and_computes_the_day():
     assert figures["counted_rows"] == 20_000  # the 8 days it reads hold every row
     assert figures["window_requests"] == 20_000 // 8 - 20_000 // 8 // 100  # one day, live only (1 in 100 shadow)
     assert figures["metrics_1d_with_7d_baseline_seconds"] > 0
+    # the CPU figures beside the wall ones: the process's CPU holds the embedded warehouse's threads
+    assert figures["metrics_1d_with_7d_baseline_cpu_seconds"] > 0  # 25 statements: never rounds to 0
+    assert figures["ratio_metrics_to_count_cpu"] > 0  # of unrounded CPU times: not recomputable from these
+    # /proc's VmHWM after a reset and getrusage's whole-run peak are sampled differently: equal within a little
+    assert 0 < figures["metrics_peak_rss_mb"] <= figures["peak_rss_mb"] * 1.05
 
 
 @pytest.mark.timeout(900)
