@@ -127,8 +127,9 @@ def test_the_real_device_is_cut_mid_prefill_at_its_timeout(long_device, tmp_path
     # budget + L4's 50 ms + scheduling slack; the slack is wider than the hostile-backend tests' 40 ms because
     # llama.cpp's abort lands between compute-graph nodes, which on two cores shared with other work took up to
     # ~250 ms more (732 ms with the suite alone, 846 ms under a load average of 10; the prefill alone would take
-    # 16 s). The tight figure on a quiet machine is bench/router_budget.py's.
-    assert wall_ms <= 600 + 50 + 350
+    # 16 s), and up to 1,062 ms in full-suite runs with the other worker busy. The tight figure on a quiet machine
+    # is bench/router_budget.py's.
+    assert wall_ms <= 600 + 50 + 600
     assert event.latency_ms == pytest.approx(wall_ms, abs=15)
     assert event.entered_device and event.attempts[0].outcome == "timeout"
     # stopped at its 420 ms (later on a loaded machine: the abort lands between graph nodes; 628 ms was seen

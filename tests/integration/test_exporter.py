@@ -243,6 +243,38 @@ def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_o
     assert "serving http://127.0.0.1:" in log.read_text()
 
 
+def test_a_sigterm_during_a_scrape_stops_the_exporter(known, home):
+    """A SIGTERM that lands while a scrape waits for the warehouse (held here by this test, so the read worker
+    waits for its lock) stops the command with 0 at once. wsgiref answered the interrupt as a 500 and the exporter
+    went on serving until killed (seen as the sensor test's exit -9 after 60 s)."""
+    port = free_port()
+    log = home / "exporter.log"
+    with log.open("wb") as out:
+        process = procs.spawn(
+            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "60"],
+            env=clean_env(home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        procs.wait_ready(
+            process, lambda: procs.http_ok(f"http://127.0.0.1:{port}/-/healthy", 30), what="exporter", log_path=log
+        )
+        with open_warehouse(settings_for(home), purpose="test"):  # the read worker now waits for the lock
+            scrape = threading.Thread(target=lambda: procs.http_ok(url, 60), daemon=True)
+            scrape.start()
+            time.sleep(2.0)  # the scrape is in its read
+            assert process.poll() is None
+            process.terminate()
+            code = process.wait(timeout=20)
+    finally:
+        if process.poll() is None:
+            procs.stop(process)
+    assert code == 0, log.read_text()
+    assert "routerscope exporter: stopped" in log.read_text()
+
+
 @pytest.mark.parametrize(
     ("replayed_s", "latest", "decisions_a", "device_breakers"),
     [

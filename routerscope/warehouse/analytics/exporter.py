@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.handlers import SimpleHandler
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -480,9 +481,39 @@ class WarehouseCollector:
         return []  # registering must not read the warehouse
 
 
+class _Stoppable(ServerHandler):
+    """wsgiref's `run` answers every exception with a 500, KeyboardInterrupt too: the command's SIGTERM (raised as
+    one, routerscope/cli/interrupt.py) landing while a scrape reads the warehouse was swallowed, and the exporter
+    went on serving until killed. Such an interrupt goes on up and stops `serve_forever`."""
+
+    def handle_error(self):
+        if not isinstance(sys.exc_info()[1], Exception):
+            raise
+        super().handle_error()
+
+    def close(self):
+        if self.status is None:  # interrupted before any answer: nothing to log (the base class would fail on it)
+            SimpleHandler.close(self)
+        else:
+            super().close()
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass
+
+    def handle(self):
+        """WSGIRequestHandler.handle with `_Stoppable` as its handler."""
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():  # an error code has been sent
+            return
+        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self  # for logging, as the base class sets it
+        handler.run(self.server.get_app())
 
 
 def _with_health(metrics_app):
