@@ -5,7 +5,6 @@ that Prometheus scrapes, parsed by prometheus_client's own parser."""
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 import urllib.request
@@ -32,7 +31,7 @@ from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest.rows import FACTS
 from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support.events import breaker, dumps, iso
-from tests.support.home import ROUTERSCOPE, clean_env, run_cli, settings_for
+from tests.support.home import clean_env, run_cli, settings_for, spawn_exporter
 
 pytestmark = pytest.mark.integration
 
@@ -224,13 +223,7 @@ def test_the_exporter_command_serves_until_sigterm_and_leaves_the_warehouse_to_o
     warehouse is free (a command that needs it runs at once), and SIGTERM stops it cleanly."""
     port = free_port()
     log = home / "exporter.log"
-    with log.open("wb") as out:
-        process = procs.spawn(
-            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "60"],
-            env=clean_env(home),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = spawn_exporter(home, port, log, refresh_s=60)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         procs.wait_ready(process, lambda: procs.http_ok(url, 120), what="exporter", log_path=log)
@@ -249,13 +242,7 @@ def test_a_sigterm_during_a_scrape_stops_the_exporter(known, home):
     went on serving until killed (seen as the sensor test's exit -9 after 60 s)."""
     port = free_port()
     log = home / "exporter.log"
-    with log.open("wb") as out:
-        process = procs.spawn(
-            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "60"],
-            env=clean_env(home),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = spawn_exporter(home, port, log, refresh_s=60)
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         procs.wait_ready(

@@ -5,7 +5,6 @@ receiver this test runs."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -25,7 +24,7 @@ from routerscope.warehouse.ingest.rows import FACTS
 from routerscope.warehouse.queries.metric_windows import write_window
 from tests.support import oncall
 from tests.support.events import breaker, dumps, iso
-from tests.support.home import ROUTERSCOPE, clean_env, settings_for
+from tests.support.home import settings_for, spawn_exporter
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -92,13 +91,7 @@ def test_prometheus_scrapes_the_exporter_evaluates_the_rules_and_pages_through_a
     receiver = oncall.Receiver()
     port = free_port()
     log = tmp_path / "exporter.log"
-    with log.open("wb") as out:
-        exporter = procs.spawn(
-            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "2"],
-            env=clean_env(home),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    exporter = spawn_exporter(home, port, log, refresh_s=2)
     try:
         procs.wait_ready(
             exporter, lambda: procs.http_ok(f"http://127.0.0.1:{port}/metrics", 30), what="exporter", log_path=log

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from routerscope.core import procs
 from routerscope.core.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,6 +27,17 @@ def clean_env(home: Path, **extra: str) -> dict:
 def run_cli(*args: str, env: dict, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run `routerscope ARGS` as its own process, as a user would."""
     return subprocess.run([ROUTERSCOPE, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def spawn_exporter(home: Path, port: int, log: Path, refresh_s: float) -> subprocess.Popen:
+    """`routerscope exporter` on `port` as a user runs it, its output in `log` (it dies with the test's thread)."""
+    with log.open("wb") as out:
+        return procs.spawn(
+            [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", f"{refresh_s:g}"],
+            env=clean_env(home),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def settings_for(home: Path, **extra: str) -> Settings:
