@@ -15,7 +15,9 @@
     run costs before its first event), and the ratio of the events/s past that fixed cost.
 (a) and (b) also report CPU time per event: the process's (every thread, and a parse worker once closed)
 and the broker's (from /proc), (b) also per thread name (`loader_core_cpu_us_per_event_by_thread_<parser>`),
-and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every core ran nothing but the load
+the kernel's share of it (`loader_core_system_cpu_us_per_event_<parser>`; `warehouse_filesystem` names the file
+system the warehouses are written to, whose cost for creating files differs by an order of magnitude between
+machines), and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every core ran nothing but the load
 and its broker, which says whether a ratio target is within the work's reach.
 Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
 unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
@@ -259,6 +261,36 @@ def cpu_now(broker_pid: int | None) -> tuple[float, float]:
     return cpu_seconds(), pid_cpu_seconds(broker_pid)
 
 
+def system_cpu_seconds() -> float:
+    """The kernel's share of this process's CPU time (10 ms ticks): system calls, page faults, and the file
+    system's work for every file a part of the warehouse writes."""
+    t = os.times()
+    return t.system + t.children_system
+
+
+def filesystem_of(path: Path) -> str:
+    """The file system `path` is on, as /proc/mounts names it; an ext4 without a journal says so (there,
+    creating a file scans the inodes freed in the last seconds, and every warehouse part is a dozen files:
+    docs/loader.md)."""
+    try:
+        mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return "unknown"
+    resolved = str(path.resolve())
+    best = max(
+        (m for m in mounts if len(m) > 2 and (resolved == m[1] or resolved.startswith(m[1].rstrip("/") + "/"))),
+        key=lambda m: len(m[1]),
+        default=None,
+    )
+    if best is None:
+        return "unknown"
+    device, fstype = best[0], best[2]
+    if fstype == "ext4" and device.startswith("/dev/"):
+        journaled = any(Path("/proc/fs/jbd2").glob(Path(device).name + "-*"))
+        return fstype if journaled else "ext4 (no journal)"
+    return fstype
+
+
 def cpu_spent(before: tuple[float, float], broker_pid: int | None) -> tuple[float, float]:
     """The CPU seconds this process and the broker spent since `before` (`cpu_now`)."""
     now = cpu_now(broker_pid)
@@ -304,6 +336,7 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
         env["ROUTERSCOPE_HOME"] = str(Path(tmp) / "home")
         settings = Settings.from_env(env)
+        warehouse_fs = filesystem_of(Path(tmp))
         st = broker.start(settings, port=free_port())
         try:
             bootstrap = st.bootstrap
@@ -321,6 +354,7 @@ def main() -> int:
             core: dict[str, tuple] = {}
             core_cpu: dict[str, tuple[float, float]] = {}  # (the loader's CPU seconds, the broker's)
             core_threads: dict[str, dict[str, float]] = {}  # the loader's CPU seconds per thread name
+            core_system: dict[str, float] = {}  # the kernel's share of the loader's CPU seconds
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
             variants = [(name, None) for name in parsers]
@@ -336,12 +370,14 @@ def main() -> int:
                     migrate(client)
                     started = time.perf_counter()
                     before, threads_before = cpu_now(st.pid), thread_cpu_seconds()
+                    system_before = system_cpu_seconds()
                     result = Loader(
                         core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
                     ).run(client)
                     core_s = time.perf_counter() - started
                     core_cpu[key] = cpu_spent(before, st.pid)
                     core_threads[key] = cpu_by_thread(threads_before, core_cpu[key][0])
+                    core_system[key] = system_cpu_seconds() - system_before
                     core_rows = client.query("SELECT count() FROM routerscope.decisions").result_rows[0][0]
                 core[key] = (core_s, result.as_dict(), core_rows)
 
@@ -384,6 +420,7 @@ def main() -> int:
         "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
         "ratio_kafka_python_to_confluent": round(sample / kafka_python_s / confluent_rate, 3),
         "cores": cores,
+        "warehouse_filesystem": warehouse_fs,
         "raw_confluent_kafka_cpu_us_per_event": us(confluent_cpu[0]),
         "broker_cpu_us_per_event_raw": us(confluent_cpu[1]),
     }
@@ -396,6 +433,7 @@ def main() -> int:
         figures.update(
             {
                 f"loader_core_cpu_us_per_event_{key}": us(loader_cpu),
+                f"loader_core_system_cpu_us_per_event_{key}": us(core_system[key]),
                 f"broker_cpu_us_per_event_{key}": us(broker_cpu),
                 f"ratio_loader_core_ceiling_all_cores_{key}": ceiling,
                 f"loader_core_cpu_us_per_event_by_thread_{key}": {
@@ -437,6 +475,7 @@ def main() -> int:
         "load_command_fixed_seconds",
         "ratio_load_command_past_fixed_cost_to_confluent",
         "loader_core_cpu_us_per_event",
+        "loader_core_system_cpu_us_per_event",
         "broker_cpu_us_per_event",
         "ratio_loader_core_ceiling_all_cores",
     ):

@@ -75,6 +75,9 @@ def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cp
     for key in ("raw_confluent_kafka_cpu_us_per_event", "loader_core_cpu_us_per_event", "load_command_peak_rss_mb"):
         assert figures[key] > 0, key
     assert figures["loader_core_cpu_us_per_event_by_thread_python"]["main"] > 0  # the drain's thread, by name
+    # the kernel's share is part of the whole, and the file system it was spent on is named
+    assert 0 <= figures["loader_core_system_cpu_us_per_event"] < figures["loader_core_cpu_us_per_event"]
+    assert figures["warehouse_filesystem"] not in ("", "unknown")
     # the ceiling is what every core could do on the loader's measured CPU: the measured ratio stays under it
     assert (
         0 < figures["ratio_loader_core_to_confluent"] <= figures["ratio_loader_core_ceiling_all_cores"] * 1.1

@@ -173,6 +173,30 @@ def test_an_exact_re_delivery_is_marked_and_only_its_window_reads_final(warehous
     assert window_times(warehouse, day1) == [t1, t1]
 
 
+def test_two_events_sharing_an_id_and_time_under_two_task_types_are_marked_and_read_as_before(warehouse):
+    """A contract breach the loader cannot see (each event is valid alone): two different events with one event_id
+    and one event_time, under two task types, so two sorting keys FINAL never folds. The derivation marks the
+    id and time (copies > 1), so the window keeps reading FINAL, and it reads what it read before the
+    derivation: both rows, neither the earlier copy of the other."""
+    t1 = T0 + timedelta(hours=3)
+    first = decision(event_id=eid(7), request_id="a", session_id="sa", event_time=iso(t1), task_type="intent_classify")
+    other = decision(event_id=eid(7), request_id="b", session_id="sb", event_time=iso(t1), task_type="short_reply")
+    day1 = QueryWindow(T0, T0 + timedelta(days=1))
+    warehouse.command("SYSTEM STOP MERGES routerscope.decisions")
+    insert(warehouse, [first, other], [])
+    before = window_times(warehouse, day1)
+    assert before == [t1, t1]  # pending: FINAL and the look-back over the window's own rows
+    assert decision_copies.derive(warehouse) == 2
+    markers = warehouse.query(
+        "SELECT toString(event_id), event_time, earlier_time FROM routerscope.decision_later_copies"
+    ).result_rows
+    assert [(m[0], m[1].replace(tzinfo=UTC), m[2].replace(tzinfo=UTC)) for m in markers] == [(eid(7), t1, t1)]
+    assert folds(warehouse, day1)  # marked: FINAL, as before the markers existed
+    assert window_times(warehouse, day1) == before
+    counted = warehouse.query(COUNTED_SQL, parameters=day1.parameters()).result_rows
+    assert sorted(r[0] for r in counted) == [eid(7), eid(7)]  # a marker is never taken for a pair
+
+
 def test_a_row_stored_after_the_derivation_is_pending_and_folds_its_window(warehouse):
     """A copy stored after the last derivation makes every window read FINAL until the next one (its marker is
     not written yet), and the unfolded read takes only rows stored up to the derivation it checked."""
