@@ -270,7 +270,7 @@ def system_cpu_seconds() -> float:
 
 def filesystem_of(path: Path) -> str:
     """The file system `path` is on, as /proc/mounts names it; an ext4 without a journal says so (there,
-    creating a file scans the inodes freed in the last seconds, and every warehouse part is a dozen files:
+    creating a file scans the inodes freed recently, and every warehouse part is a dozen files:
     docs/loader.md)."""
     try:
         mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
