@@ -87,6 +87,15 @@ class QueryWindow:
 DEDUP_HORIZON_DAYS = 7
 DERIVED_THROUGH = "(SELECT max(derived_through) FROM $decision_copies_derived)"
 PENDING = f"(SELECT count() > 0 FROM $decisions WHERE ingested_at > {DERIVED_THROUGH})"
+# A decision's ingested_at as the loader's views store it: the warehouse's clock, but never at or before the last
+# derivation's mark. Pending rows, the derivation and the kept baseline hours all tell "stored since" by
+# `ingested_at > derived_through`; a clock stepped back (a resumed VM, an NTP step) would otherwise stamp new rows
+# at or before the mark: never pending, never derived, their windows read without FINAL and their copies counted
+# again. Stamped past the mark instead, they stay pending (the derivation takes only rows stamped up to now) and
+# every window applies the look-back for them, until the clock passes the mark again. A column's DEFAULT cannot
+# read a table, so the views set it (json_rows.py, landing.py); rows inserted by other means get the DEFAULT,
+# now64(3).
+STORED_AT = f"greatest(now64(3), {DERIVED_THROUGH} + toIntervalMillisecond(1))"
 FIRST_COPY = f"""(event_id, event_time) NOT IN (
         SELECT event_id, event_time FROM $decision_later_copies
         WHERE event_time >= {{start:DateTime64(3, 'UTC')}} AND event_time < {{end:DateTime64(3, 'UTC')}}

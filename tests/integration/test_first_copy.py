@@ -8,6 +8,7 @@ answer over random copies and windows of every length the metrics use, and longe
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -304,3 +305,42 @@ def test_a_load_derives_the_pairs_and_a_run_killed_before_deriving_leaves_the_co
     assert load(stack, batch_size=400, **FAST).loaded["decisions"] == 0
     assert pairs() == 1
     assert eid(1) not in counted_on_day2()
+
+
+@pytest.mark.parametrize("parser", ["python", "sql"])
+def test_rows_stored_while_the_clock_is_behind_the_last_derivation_stay_pending_and_count_once(stack, parser, caplog):
+    """A clock stepped back (a resumed VM, an NTP step) must not make the stored rows look derived: the loader's
+    views stamp a decision's ingested_at past the last derivation's mark (sql.STORED_AT), so the rows stay
+    pending, and every window applies the look-back and FINAL for them. Simulated: the last derivation recorded
+    with the clock an hour ahead of the one the next load runs on. Stamped by the clock instead, the re-delivery
+    would be read twice and the re-sent copy counted on its own day."""
+    d1 = T0 + timedelta(hours=10)
+    x = decision(event_id=eid(1), request_id="x", session_id="sx", event_time=iso(d1))
+    x_resent = {**x, "event_time": iso(d1 + timedelta(days=1))}
+    y = decision(event_id=eid(2), request_id="y", session_id="sy", event_time=iso(d1 + timedelta(days=1, hours=1)))
+    day1, day2 = QueryWindow(T0, T0 + timedelta(days=1)), QueryWindow(T0 + timedelta(days=1), T0 + timedelta(days=2))
+    produce(stack, names.TOPIC_DECISIONS, [dumps(x)], keys=[b"k"])
+    assert load(stack, parser=parser, **FAST).loaded["decisions"] == 1
+    with open_warehouse(stack) as client:
+        client.command(
+            f"INSERT INTO {names.TABLES[names.TABLE_DECISION_COPIES_DERIVED]} (derived_through) "
+            "VALUES (now64(3) + INTERVAL 1 HOUR)"
+        )
+        mark = client.query(f"SELECT max(derived_through) FROM {names.TABLES[names.TABLE_DECISION_COPIES_DERIVED]}")
+        mark = mark.result_rows[0][0]
+    produce(stack, names.TOPIC_DECISIONS, [dumps(e) for e in (x, x_resent, y)], keys=[b"k"] * 3)
+    caplog.set_level(logging.WARNING, logger="routerscope.ingest")
+    assert load(stack, parser=parser, **FAST).loaded["decisions"] == 3
+    said = [r.getMessage() for r in caplog.records if "behind the last derivation" in r.getMessage()]
+    assert said and " s behind " in said[0]  # the run says why its rows stay pending, and by how much
+    with open_warehouse(stack) as client:
+        client.command("SYSTEM STOP MERGES routerscope.decisions")  # the re-delivery stays two rows until read
+        stamped = client.query(
+            "SELECT min(ingested_at), count() FROM routerscope.decisions WHERE ingested_at > {m:DateTime64(3, 'UTC')}",
+            parameters={"m": mark.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]},
+        ).result_rows[0]
+        assert stamped[1] == 3  # every row stored since is past the mark, the clock an hour behind it
+        assert decision_copies.derive(client) == 0  # stamped after now: left pending, not taken as derived
+        assert folds(client, day1) and folds(client, day2)
+        assert window_times(client, day1) == [d1]  # once, though stored twice
+        assert window_times(client, day2) == [d1 + timedelta(days=1, hours=1)]  # the re-sent copy is not counted

@@ -281,6 +281,14 @@ class Loader:
         settle_ms = 0 if self.settings.warehouse.embedded else decision_copies.SERVER_SETTLE_MS
         try:
             decision_copies.derive(client, settle_ms)
+            behind_ms = decision_copies.clock_behind_ms(client)
+            if behind_ms:
+                log.warning(
+                    "routerscope: warning: the warehouse's clock is %.1f s behind the last derivation of decision "
+                    "copies; decisions stored until it catches up stay pending (metric windows read the 7-day "
+                    "look-back for them: the same counts, more slowly). Check the clock (NTP) of the warehouse's host",
+                    behind_ms / 1000,
+                )
         except Exception as exc:
             log.warning(
                 "routerscope: warning: the later copies of decisions were not derived (%s); metric "

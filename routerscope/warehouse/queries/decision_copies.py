@@ -18,7 +18,8 @@ from __future__ import annotations
 from routerscope.warehouse.sql import DERIVED_THROUGH, named
 
 # The newest stored row to derive now, and how many rows that covers: on a server, only rows stored
-# `settle_ms` ago or more (see `derive`).
+# `settle_ms` ago or more (see `derive`); never a row stamped after now (sql.STORED_AT: stored while the clock ran
+# behind the last mark), which stays pending until the clock passes it.
 NEWEST_SQL = named(
     "decision_copies_newest",
     f"""
@@ -58,10 +59,19 @@ WHERE other != t OR copies > 1
     {"new": _NEW},
 )
 
+# How far the warehouse's clock is behind the last derivation's mark, in ms (0 or less: not behind).
+CLOCK_BEHIND_SQL = named("decision_copies_clock_behind", f"SELECT dateDiff('millisecond', now64(3), {DERIVED_THROUGH})")
+
 RECORD_SQL = named(
     "decision_copies_record",
     "INSERT INTO $decision_copies_derived (derived_through) VALUES ({through:DateTime64(3, 'UTC')})",
 )
+
+
+def clock_behind_ms(client) -> int:
+    """How many ms the warehouse's clock is behind the last derivation's mark (0 when it is not): while it is, the
+    decisions stored are stamped past the mark (sql.STORED_AT) and stay pending, read with the look-back."""
+    return max(0, int(client.query(CLOCK_BEHIND_SQL).result_rows[0][0]))
 
 
 def derive(client, settle_ms: int = 0) -> int:

@@ -26,7 +26,7 @@ import msgspec.inspect as mi
 from routerscope.contract.validation import CONTRACTS
 from routerscope.core import names
 from routerscope.warehouse.schema import LEDGER_COLUMNS, RECORD_ID, TOPIC_TABLES
-from routerscope.warehouse.sql import hashed_chain
+from routerscope.warehouse.sql import STORED_AT, hashed_chain
 
 # Facts columns filled from a nested member of the event (the rest carry a field's own name).
 NESTED = {
@@ -119,6 +119,7 @@ def _ddl(topic: str) -> tuple[str, str, str]:
     facts = (
         "CREATE MATERIALIZED VIEW IF NOT EXISTS $facts_view TO $facts AS SELECT "
         + _select(topic, columns)
+        + (f", {STORED_AT} AS ingested_at" if table == names.TABLE_DECISIONS else "")
         + " FROM $input"
     )
     ledger = (

@@ -55,7 +55,7 @@ from routerscope.contract.validation import (
 )
 from routerscope.core import names
 from routerscope.warehouse.schema import LEDGER_COLUMNS, RECORD_ID, TOPIC_TABLES
-from routerscope.warehouse.sql import hashed_chain, identifier, named
+from routerscope.warehouse.sql import STORED_AT, hashed_chain, identifier, named
 
 LANDING_TABLE = names.TABLES[names.TABLE_LANDING]
 LANDING_COLUMNS = (
@@ -643,6 +643,8 @@ def _ddl(topic: str) -> list[tuple[str, str]]:
     table, columns = TOPIC_TABLES[topic]
     topic_sql = _q(topic)
     facts = ", ".join(f"{topic_sql} AS kafka_topic" if c == "kafka_topic" else c for c in columns)
+    if table == names.TABLE_DECISIONS:
+        facts += f", {STORED_AT} AS ingested_at"
     renamed = {"kafka_topic": f"{topic_sql} AS kafka_topic", "record_id": f"{RECORD_ID[topic]} AS record_id"}
     ledger = ", ".join(renamed.get(c, c) for c in LEDGER_COLUMNS)
     structure = ", ".join(f"{c} {t}" for c, t in zip(INPUT_COLUMNS, _INPUT_TYPES))
