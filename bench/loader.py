@@ -286,7 +286,8 @@ def filesystem_of(path: Path) -> str:
         return "unknown"
     device, fstype = best[0], best[2]
     if fstype == "ext4" and device.startswith("/dev/"):
-        journaled = any(Path("/proc/fs/jbd2").glob(Path(device).name + "-*"))
+        # jbd2 names a journal after the block device itself (`dm-0-8` for /dev/mapper/…, a link to /dev/dm-0)
+        journaled = any(Path("/proc/fs/jbd2").glob(Path(device).resolve().name + "-*"))
         return fstype if journaled else "ext4 (no journal)"
     return fstype
 

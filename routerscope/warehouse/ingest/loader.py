@@ -280,8 +280,9 @@ class Loader:
         read the 7-day look-back instead, with the same counts."""
         settle_ms = 0 if self.settings.warehouse.embedded else decision_copies.SERVER_SETTLE_MS
         try:
-            decision_copies.derive(client, settle_ms)
+            # read first: while the clock is behind the mark, the derivation takes nothing and leaves the mark
             behind_ms = decision_copies.clock_behind_ms(client)
+            decision_copies.derive(client, settle_ms)
             if behind_ms:
                 log.warning(
                     "routerscope: warning: the warehouse's clock is %.1f s behind the last derivation of decision "
