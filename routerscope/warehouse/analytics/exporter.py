@@ -283,6 +283,12 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     ends = GaugeMetricFamily(
         "routerscope_window_end_timestamp_seconds", "End of the latest finished metric window", labels=["grain"]
     )
+    ages = GaugeMetricFamily(
+        "routerscope_window_age_seconds",
+        "How long before the served snapshot the latest finished metric window ended (its freshness: a window "
+        "served past one grain and the allowance of docs/operations.md is stale)",
+        labels=["grain"],
+    )
     drifting = GaugeMetricFamily(
         "routerscope_window_l2_l3_drifting",
         "1 when the latest finished window's L2/L3 share drifts up against its baseline (docs/metrics.md)",
@@ -292,8 +298,9 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
         latest = snapshot.latest.get(grain)
         if latest and latest["end"]:
             ends.add_metric([grain], latest["end"].timestamp())
+            ages.add_metric([grain], max(0.0, (snapshot.at - latest["end"]).total_seconds()))
         drifting.add_metric([grain], 1 if latest and latest["drifting"] else 0)
-    out += [ends, drifting]
+    out += [ends, ages, drifting]
     breakers = GaugeMetricFamily(
         "routerscope_breakers_open",
         "Instances whose breaker of the boundary was open at any moment in the latest finished 5-minute window",
