@@ -88,7 +88,7 @@ def stale_after(grain: str) -> timedelta:
     return GRAINS[grain] + FRESH_ALLOWANCE[grain]
 
 
-def fresh_series(rec: "_Recorder", grain: str) -> str:
+def fresh_series(rec: _Recorder, grain: str) -> str:
     """The recorded series of each exporter's latest window end while it is fresh (absent once stale)."""
     limit = int(stale_after(grain).total_seconds())
     return rec.record(
