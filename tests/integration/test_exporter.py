@@ -331,3 +331,109 @@ def test_an_exporter_on_a_lease_stops_once_nobody_renews_it(known, tmp_path):
         assert not serving.is_alive() and server.lease_expired
     finally:
         server.close()
+
+
+def _serving(settings, **options):
+    server = make_exporter(settings, port=free_port(), refresh_s=60, **options)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.slow
+def test_a_client_that_sends_a_request_line_and_stops_blocks_nothing(known):
+    """A client that opens a connection, sends a request line and goes silent (slowloris) used to hold the one
+    connection the exporter served for minutes: now `/-/healthy` and `/metrics` answer while it hangs, and its
+    connection is closed once the read timeout passes."""
+    import socket
+
+    from routerscope.warehouse.analytics import exporter as module
+
+    server = _serving(known)
+    stuck = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    try:
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\n")  # no headers' end: the server waits for more
+        time.sleep(0.3)
+        started = time.monotonic()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/-/healthy", timeout=5).read()
+        assert body == HEALTH_BODY and time.monotonic() - started < 2
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=120).read().decode()
+        assert f'routerscope_decisions_total{{task_type="{A}"}} 1060.0' in text
+        stuck.settimeout(module.IO_TIMEOUT_S + 10)
+        assert stuck.recv(1024) == b""  # closed by the server after its read timeout, without an answer
+    finally:
+        stuck.close()
+        server.shutdown()
+        server.close()
+
+
+@pytest.mark.slow
+def test_two_hundred_concurrent_scrapes_all_succeed_or_are_refused_at_once(known):
+    """200 scrapes at once (10 once served one at a time): each is answered 200 with the metrics, or refused
+    503 with Retry-After within a second, never left waiting; with a cap of 8 connections some are refused."""
+    import urllib.error
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = _serving(known, max_connections=8)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    urllib.request.urlopen(url, timeout=120).read()  # the first read (a worker importing chDB) out of the way
+
+    def scrape(_):
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                ok = b"routerscope_decisions_total" in answer.read()
+                return ("ok" if ok else "empty", time.monotonic() - started)
+        except urllib.error.HTTPError as exc:
+            assert exc.headers["Retry-After"] == "1"
+            return (exc.code, time.monotonic() - started)
+
+    try:
+        with ThreadPoolExecutor(200) as pool:
+            results = list(pool.map(scrape, range(200)))
+    finally:
+        server.shutdown()
+        server.close()
+    outcomes = {r for r, _ in results}
+    assert outcomes <= {"ok", 503}, outcomes
+    assert sum(r == "ok" for r, _ in results) >= 8
+    assert all(s < 1.0 for r, s in results if r == 503), sorted(s for r, s in results if r == 503)[-3:]
+    assert all(s < 20 for _, s in results)
+    refused = sum(r == 503 for r, _ in results)
+    assert refused == server.server.refused
+
+
+def test_task_types_past_the_cap_are_summed_as_other_and_counted(known):
+    """3,000 invented task types would give hundreds of thousands of series: with a cap of 1 the busiest task
+    type (A, 1,060 decisions) keeps its name, B's 10 are summed under `other`, and the cap and the one folded
+    task type are served. Nothing is lost: the sums over task types are the same."""
+    snapshot = read_snapshot_as_of_now(known)
+    full = samples(families(snapshot))
+    found = samples(families(snapshot, max_task_types=1))
+    assert value(found, "routerscope_decisions_total", task_type=A) == 1060
+    assert value(found, "routerscope_decisions_total", task_type="other") == 10
+    assert ("routerscope_decisions_total", (("task_type", B),)) not in found
+    assert value(found, "routerscope_window_served", grain="5m", task_type="other", level="L3") == value(
+        full, "routerscope_window_served", grain="5m", task_type=B, level="L3"
+    )
+    assert value(found, "routerscope_exporter_task_type_cap") == 1
+    assert value(found, "routerscope_exporter_task_types_folded") == 1
+    assert value(samples(families(snapshot)), "routerscope_exporter_task_types_folded") == 0
+
+
+def test_three_thousand_invented_task_types_make_a_bounded_scrape():
+    """The hostile case itself, on a snapshot: 3,000 task types fold to the default cap plus `other`."""
+    from routerscope.warehouse.analytics.exporter import DEFAULT_MAX_TASK_TYPES, Snapshot
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    totals = {f"t{i:04d}": {"decisions": i} for i in range(3000)}
+    snapshot = Snapshot(now, sorted(totals), totals, {"5m": None, "1d": None}, {}, now, now, 0, 0, 0)
+    found = samples(families(snapshot))
+    named = {dict(k[1]).get("task_type") for k in found if k[0] == "routerscope_decisions_total"}
+    assert len(named) == DEFAULT_MAX_TASK_TYPES + 1 and "other" in named and "t2999" in named and "t0000" not in named
+    assert value(found, "routerscope_decisions_total", task_type="other") == sum(range(3000 - DEFAULT_MAX_TASK_TYPES))
+    assert value(found, "routerscope_exporter_task_types_folded") == 3000 - DEFAULT_MAX_TASK_TYPES
+
+
+def read_snapshot_as_of_now(settings):
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        return read_snapshot(client)

@@ -25,6 +25,13 @@ A replay (`Replay`, `routerscope exporter --replay-from`) serves the warehouse a
 in the past and runs `speed` times faster until it reaches the present, every time it serves moved onto the wall
 clock: Prometheus evaluates on what it scrapes now, so this is how a past incident reaches its rules (a drill).
 
+The server holds under load: a thread per connection, at most `MAX_CONNECTIONS` at once (one past the cap is
+answered 503 with Retry-After at once, never queued), each socket read and write bounded by `IO_TIMEOUT_S`
+(a client that sends half a request and stops holds one thread for that long, never the endpoint). Label values
+are bounded too: at most `max_task_types` task types by volume keep their name, the rest are summed under
+`task_type="other"`, and the cap and the number folded are served (`routerscope_exporter_task_type_cap`,
+`routerscope_exporter_task_types_folded`): invented task types cannot grow a scrape past Prometheus's timeout.
+
 `/-/healthy` answers without reading the warehouse (the Dagster sensor's probe, `routerscope.pipelines.exporter`); a
 lease
 file, when given, stops the endpoint once nobody has renewed it for `lease_timeout_s`."""
@@ -43,9 +50,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.handlers import SimpleHandler
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -70,6 +78,11 @@ LEVELS = ("L0", "L1", "L2", "L3", "L4")
 FUTURE_ALLOWANCE = timedelta(minutes=5)  # events dated further ahead are clock errors, not freshness (quality/)
 HEALTH_PATH = "/-/healthy"  # Prometheus's and Alertmanager's own probe path
 HEALTH_BODY = b"routerscope exporter\n"
+MAX_CONNECTIONS = 64  # served at once; one more is refused with a 503 at once
+IO_TIMEOUT_S = 10.0  # each read and write of a connection (Prometheus's own scrape timeout is 10 s)
+LISTEN_BACKLOG = 256  # connections the kernel queues before accept: a burst of scrapes is accepted, then refused
+DEFAULT_MAX_TASK_TYPES = 50
+OTHER = "other"  # the task type the ones past the cap are summed under
 
 
 @dataclass(frozen=True)
@@ -229,6 +242,41 @@ def read_snapshot(client, now: datetime | None = None) -> Snapshot:
     )
 
 
+def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
+    """`snapshot` with at most `cap` task types named — those with the most decisions over every finished
+    window (then the latest windows', then by name) — and every other one summed under OTHER; with the number of
+    task types folded. A task type really named OTHER is summed there too."""
+    if len(snapshot.task_types) <= cap:
+        return snapshot, 0
+
+    def volume(task_type: str) -> tuple:
+        latest = sum(
+            (w or {"counts": {}})["counts"].get(task_type, {}).get("decisions", 0) for w in snapshot.latest.values()
+        )
+        return (-snapshot.totals.get(task_type, {}).get("decisions", 0), -latest, task_type)
+
+    ranked = sorted((t for t in snapshot.task_types if t != OTHER), key=volume)
+    kept = set(ranked[:cap])
+    folded = [t for t in snapshot.task_types if t not in kept]
+
+    def fold(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        out = {t: c for t, c in counts.items() if t in kept}
+        other: dict[str, int] = {}
+        for t, c in counts.items():
+            if t not in kept:
+                for key, n in c.items():
+                    other[key] = other.get(key, 0) + n
+        if other:
+            out[OTHER] = other
+        return out
+
+    latest = {g: w and {**w, "counts": fold(w["counts"])} for g, w in snapshot.latest.items()}
+    task_types = sorted(kept | {OTHER})
+    return dataclasses.replace(snapshot, task_types=task_types, totals=fold(snapshot.totals), latest=latest), len(
+        [t for t in folded if t != OTHER]
+    )
+
+
 def _labels(family: Family, *first: str) -> list[str]:
     return [*first, "task_type", *([family.label] if family.label else [])]
 
@@ -242,16 +290,32 @@ def _instant(name: str, help_text: str, at: datetime | None) -> list:
     return [gauge]
 
 
-def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
-    """The metric families of a snapshot (None: nothing read yet, only the exporter's own)."""
+def families(
+    snapshot: Snapshot | None, refresh_failures: int = 0, max_task_types: int = DEFAULT_MAX_TASK_TYPES
+) -> list:
+    """The metric families of a snapshot (None: nothing read yet, only the exporter's own), with at most
+    `max_task_types` task types named (`capped`)."""
     out: list = []
     failures = CounterMetricFamily(
         "routerscope_exporter_refresh_failures", "Warehouse reads that failed (the last snapshot kept)"
     )
     failures.add_metric([], refresh_failures)
     out.append(failures)
+    cap = GaugeMetricFamily(
+        "routerscope_exporter_task_type_cap",
+        f'Task types served by name at most; the rest are summed under task_type="{OTHER}"',
+    )
+    cap.add_metric([], max_task_types)
+    out.append(cap)
     if snapshot is None:
         return out
+    snapshot, folded = capped(snapshot, max_task_types)
+    dropped = GaugeMetricFamily(
+        "routerscope_exporter_task_types_folded",
+        f'Task types past the cap, summed under task_type="{OTHER}" instead of served by name',
+    )
+    dropped.add_metric([], folded)
+    out.append(dropped)
     out += _instant(
         "routerscope_exporter_refresh_timestamp_seconds",
         "When the served snapshot was read from the warehouse",
@@ -429,8 +493,10 @@ class WarehouseCollector:
         refresh_s: float = DEFAULT_REFRESH_S,
         lock_timeout_s: float = 5.0,
         replay: Replay | None = None,
+        max_task_types: int = DEFAULT_MAX_TASK_TYPES,
     ):
         self.settings, self.refresh_s, self.lock_timeout_s = settings, refresh_s, lock_timeout_s
+        self.max_task_types = max_task_types
         self.replay = replay
         self.snapshot: Snapshot | None = None
         self.failures = 0
@@ -482,7 +548,7 @@ class WarehouseCollector:
             if time.monotonic() - self._read_at >= self.refresh_s:
                 self.refresh()
             snapshot, failures = self.snapshot, self.failures
-        yield from families(snapshot, failures)
+        yield from families(snapshot, failures, self.max_task_types)
 
     def describe(self):
         return []  # registering must not read the warehouse
@@ -506,6 +572,8 @@ class _Stoppable(ServerHandler):
 
 
 class _Quiet(WSGIRequestHandler):
+    timeout = IO_TIMEOUT_S  # StreamRequestHandler.setup puts it on the socket: every read and write is bounded
+
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass
 
@@ -518,9 +586,47 @@ class _Quiet(WSGIRequestHandler):
             return
         if not self.parse_request():  # an error code has been sent
             return
-        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
         handler.request_handler = self  # for logging, as the base class sets it
         handler.run(self.server.get_app())
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `MAX_CONNECTIONS` at once: one past it is answered 503 at once."""
+
+    daemon_threads = True  # a connection still open never holds the process at its end
+    block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.settimeout(1.0)
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+                    b"Content-Length: 43\r\nConnection: close\r\n\r\nrouterscope exporter: too many connections\n"
+                )
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def _with_health(metrics_app):
@@ -560,15 +666,16 @@ class Exporter:
         refresh_s: float = DEFAULT_REFRESH_S,
         replay: Replay | None = None,
         lease: Lease | None = None,
+        max_task_types: int = DEFAULT_MAX_TASK_TYPES,
+        max_connections: int = MAX_CONNECTIONS,
     ):
-        self.collector = WarehouseCollector(settings, refresh_s, replay=replay)
+        self.collector = WarehouseCollector(settings, refresh_s, replay=replay, max_task_types=max_task_types)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.collector)
         ProcessCollector(registry=registry)  # the exporter's own memory and CPU
         try:
-            self.server: WSGIServer = make_server(
-                "127.0.0.1", port, _with_health(make_wsgi_app(registry)), handler_class=_Quiet
-            )
+            self.server: WSGIServer = _Server(("127.0.0.1", port), _Quiet, max_connections)
+            self.server.set_app(_with_health(make_wsgi_app(registry)))
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
@@ -612,5 +719,15 @@ def make_exporter(
     refresh_s: float = DEFAULT_REFRESH_S,
     replay: Replay | None = None,
     lease: Lease | None = None,
+    max_task_types: int = DEFAULT_MAX_TASK_TYPES,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> Exporter:
-    return Exporter(settings, port, refresh_s, replay=replay, lease=lease)
+    return Exporter(
+        settings,
+        port,
+        refresh_s,
+        replay=replay,
+        lease=lease,
+        max_task_types=max_task_types,
+        max_connections=max_connections,
+    )
