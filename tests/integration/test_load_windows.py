@@ -1,0 +1,74 @@
+"""Windows without the daemon: an OTLP-only user runs `routerscope collect` and `routerscope load`, never the
+Dagster daemon, and still gets every series of the exporter — the load brings the finished 5-minute metric
+windows up to date (docs/otlp.md, "Windows without the daemon")."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from routerscope.core import broker
+from routerscope.core.procs import free_port
+from routerscope.warehouse.analytics.exporter import read_snapshot
+from routerscope.warehouse.client import open_warehouse
+from tests.support import otlp as otlp_support
+from tests.support.home import clean_env, run_cli, settings_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def otlp_home(home):
+    mapping = home / "otlp-mapping.yaml"
+    mapping.write_text("device:\n  server_addresses: ['127.0.0.1:8081']\n")
+    settings = settings_for(home, ROUTERSCOPE_OTLP_MAPPING=str(mapping))
+    broker.start(settings, port=free_port())
+    yield home, settings, mapping
+    broker.stop(settings)
+
+
+def test_collect_and_load_alone_give_the_exporter_every_series(otlp_home, monkeypatch):
+    """Three traces of an app (a device call that fails, the cloud serving: an error fallback each), made 12
+    minutes ago, collected and loaded: the load computes the windows they fall in and every finished window
+    since, so the exporter serves 3 decisions, 3 device-entered, 3 error fallbacks, and a latest window that
+    ended at the last 5-minute boundary (fresh: no `routerscope_windows_stale`). Before, it served no
+    decisions, no fallbacks and no window."""
+    home, settings, mapping = otlp_home
+    then = time.time_ns() - 12 * 60 * 10**9
+    monkeypatch.setattr(otlp_support.time, "time_ns", lambda: then)
+    spans = [s for i in range(3) for s in otlp_support.finished_spans(otlp_support.fallback_trace, session=f"s{i}")]
+    with otlp_support.running_receiver(settings) as receiver:
+        assert otlp_support.export(spans, receiver.port).name == "SUCCESS"
+    done = run_cli(
+        "load", "--json", "--idle-timeout", "0.5", env=clean_env(home, ROUTERSCOPE_OTLP_MAPPING=str(mapping))
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["loaded"]["decisions"] == 3
+    assert summary["windows_5m"] >= 3  # the window of the traces and each one after it that has ended
+    now = datetime.now(UTC)
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        snapshot = read_snapshot(client, now)
+    total = snapshot.totals["unknown"]
+    assert (total["decisions"], total["device_entered"], total["fallbacks_error"]) == (3, 3, 3)
+    boundary = datetime.fromtimestamp((now.timestamp() // 300) * 300, UTC)
+    assert snapshot.latest["5m"]["end"] == boundary
+    assert now - snapshot.latest["5m"]["end"] < timedelta(minutes=5)
+    # a second load with nothing new computes the windows that ended since (none, or the one just ended)
+    again = run_cli(
+        "load", "--json", "--idle-timeout", "0.5", env=clean_env(home, ROUTERSCOPE_OTLP_MAPPING=str(mapping))
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["windows_5m"] <= 1
+    skipped = run_cli(
+        "load",
+        "--json",
+        "--no-windows",
+        "--idle-timeout",
+        "0.5",
+        env=clean_env(home, ROUTERSCOPE_OTLP_MAPPING=str(mapping)),
+    )
+    assert "windows_5m" not in json.loads(skipped.stdout)
