@@ -437,3 +437,109 @@ def test_three_thousand_invented_task_types_make_a_bounded_scrape():
 def read_snapshot_as_of_now(settings):
     with open_warehouse(settings, purpose="test", migrated=True) as client:
         return read_snapshot(client)
+
+
+def insert_decisions(client, events: list[dict]) -> None:
+    from routerscope.contract.validation import DECISIONS
+
+    parsed = []
+    for event in events:
+        one, rules = DECISIONS.parse(dumps(event))
+        assert not rules, rules
+        parsed.append(one)
+    table, columns, build = FACTS[names.TOPIC_DECISIONS]
+    n = len(parsed)
+    client.insert(
+        f"routerscope.{table}",
+        build(parsed, names.TOPIC_DECISIONS, [0] * n, list(range(n))),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+
+
+TRACE_1, TRACE_2 = "a" * 32, "b" * 32
+
+
+def test_histograms_of_latency_tokens_ttft_and_cost_with_trace_exemplars(home):
+    """Two live decisions before the last finished window's end, one after it and one shadow (neither counted):
+    1. intent_classify: a device attempt that failed after 0.3 s (L0), the cloud serving after 0.9 s (L2),
+       1.25 s in all, first token at 0.15 s, 12 in / 7 out tokens, $0.002, trace TRACE_1;
+    2. intent_classify: the device serving in 0.18 s (L0), 0.1905 s in all, 42 in / 6 out, no cost, no TTFT,
+       trace TRACE_2.
+    Buckets by hand from OpenTelemetry's bounds: attempt L0 0.18 ≤ 0.32 and 0.3 ≤ 0.32 (both in le 0.32), L2
+    0.9 ≤ 1.28; request 0.1905 ≤ 0.32, 1.25 ≤ 1.28; tokens input 12 ≤ 16, 42 ≤ 64; output 7 ≤ 16, 6 ≤ 16; TTFT
+    0.15 ≤ 0.25; cost 0.002 ≤ 0.01. The OpenMetrics form carries each bucket's newest trace id."""
+    from tests.support.events import decision
+
+    settings = settings_for(home)
+    base = NOW - timedelta(minutes=20)
+    events = [
+        decision(
+            event_time=iso(base),
+            request_id="r1",
+            entered_device=True,
+            fallback_type="error",
+            reason="device_error",
+            degrade_level=2,
+            attempts=[
+                {"level": 0, "outcome": "error", "latency_ms": 300.0},
+                {"level": 2, "outcome": "ok", "latency_ms": 900.0},
+            ],
+            cloud_calls=1,
+            latency_ms=1250.0,
+            ttft_ms=150.0,
+            input_tokens=12,
+            output_tokens=7,
+            cost_usd=0.002,
+            trace_id=TRACE_1,
+        ),
+        decision(event_time=iso(base + timedelta(minutes=1)), request_id="r2", trace_id=TRACE_2),
+        decision(event_time=iso(NOW), request_id="r3", latency_ms=99_000.0),  # its window has not ended
+        decision(event_time=iso(base), request_id="r4", mode="shadow", latency_ms=99_000.0),
+    ]
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        insert_decisions(client, events)
+        snapshot = read_snapshot(client, NOW)
+    found = samples(families(snapshot))
+
+    def bucket(name, le, **labels):
+        return value(found, f"{name}_bucket", task_type=A, le=le, **labels)
+
+    op = "gen_ai_client_operation_duration_seconds"
+    assert (bucket(op, "0.16", level="L0"), bucket(op, "0.32", level="L0"), bucket(op, "+Inf", level="L0")) == (0, 2, 2)
+    assert (bucket(op, "0.64", level="L2"), bucket(op, "1.28", level="L2")) == (0, 1)
+    assert value(found, f"{op}_sum", task_type=A, level="L0") == pytest.approx(0.48)
+    req = "routerscope_request_duration_seconds"
+    assert (bucket(req, "0.16"), bucket(req, "0.32"), bucket(req, "0.64"), bucket(req, "1.28")) == (0, 1, 1, 2)
+    assert value(found, f"{req}_count", task_type=A) == 2
+    assert value(found, f"{req}_sum", task_type=A) == pytest.approx(1.4405)
+    tok = "gen_ai_client_token_usage"
+    assert (bucket(tok, "4.0", gen_ai_token_type="input"), bucket(tok, "16.0", gen_ai_token_type="input")) == (0, 1)
+    assert bucket(tok, "64.0", gen_ai_token_type="input") == 2
+    assert bucket(tok, "16.0", gen_ai_token_type="output") == 2
+    assert value(found, f"{tok}_sum", task_type=A, gen_ai_token_type="input") == 54
+    ttft = "routerscope_time_to_first_token_seconds"
+    assert (bucket(ttft, "0.1"), bucket(ttft, "0.25"), value(found, f"{ttft}_count", task_type=A)) == (0, 1, 1)
+    cost = "routerscope_request_cost_usd"
+    assert (bucket(cost, "0.001"), bucket(cost, "0.01"), value(found, f"{cost}_count", task_type=A)) == (0, 1, 1)
+
+    # the endpoint: Prometheus's text by default, OpenMetrics with exemplars when the scraper asks for it
+    server = make_exporter(settings, port=free_port(), refresh_s=60)
+    server.collector.snapshot, server.collector._read_at = snapshot, time.monotonic()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        plain = urllib.request.urlopen(url, timeout=30).read().decode()
+        asked = urllib.request.Request(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(asked, timeout=30) as answer:
+            open_metrics = answer.read().decode()
+            assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+    finally:
+        server.shutdown()
+        server.close()
+    assert "trace_id" not in plain
+    line = next(x for x in open_metrics.splitlines() if x.startswith(f'{req}_bucket{{le="1.28",task_type="{A}"}}'))
+    assert f'# {{trace_id="{TRACE_1}"}} 1.25' in line
+    line = next(x for x in open_metrics.splitlines() if x.startswith(f'{req}_bucket{{le="0.32",task_type="{A}"}}'))
+    assert f'# {{trace_id="{TRACE_2}"}} 0.1905' in line
+    assert open_metrics.rstrip().endswith("# EOF")

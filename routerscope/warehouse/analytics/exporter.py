@@ -56,7 +56,8 @@ from wsgiref.handlers import SimpleHandler
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Exemplar
 
 from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
@@ -66,6 +67,7 @@ from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_serie
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import alerts as alert_queries
 from routerscope.warehouse.queries import breaker_events, decisions, quarantine
+from routerscope.warehouse.queries import histograms as histogram_queries
 from routerscope.warehouse.queries import metric_windows as windows
 from routerscope.warehouse.queries.metric_windows import WINDOW_COUNTS
 
@@ -162,6 +164,7 @@ class Snapshot:
     loaded: int
     dq_blocking_failures: int
     replay_as_of: datetime | None = None  # a replay's historical time; every other time here moved onto the wall clock
+    histograms: list[dict[str, Any]] = field(default_factory=list)  # histogram_queries.histograms
 
 
 def last_ended_window(now: datetime, step: timedelta) -> datetime:
@@ -228,6 +231,7 @@ def read_snapshot(client, now: datetime | None = None) -> Snapshot:
         newest = schema_migrations.created_at(client)
     last_load, _ = decisions.load_summary(client)
     quarantined, loaded = quarantine.totals(client)
+    histograms = histogram_queries.histograms(client, start + step)  # the decisions of the finished windows
     return Snapshot(
         at=now,
         task_types=task_types,
@@ -239,6 +243,7 @@ def read_snapshot(client, now: datetime | None = None) -> Snapshot:
         quarantined=quarantined,
         loaded=loaded,
         dq_blocking_failures=int(alert_queries.blocking_dq_failures(client)),
+        histograms=histograms,
     )
 
 
@@ -246,18 +251,24 @@ def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
     """`snapshot` with at most `cap` task types named — those with the most decisions over every finished
     window (then the latest windows', then by name) — and every other one summed under OTHER; with the number of
     task types folded. A task type really named OTHER is summed there too."""
-    if len(snapshot.task_types) <= cap:
+    requests: dict[str, int] = {}
+    for h in snapshot.histograms:
+        if h["metric"] == "request_duration":
+            requests[h["task_type"]] = requests.get(h["task_type"], 0) + sum(h["counts"].values())
+    every = set(snapshot.task_types) | {h["task_type"] for h in snapshot.histograms}
+    if len(every) <= cap:
         return snapshot, 0
 
     def volume(task_type: str) -> tuple:
         latest = sum(
             (w or {"counts": {}})["counts"].get(task_type, {}).get("decisions", 0) for w in snapshot.latest.values()
         )
-        return (-snapshot.totals.get(task_type, {}).get("decisions", 0), -latest, task_type)
+        stored = snapshot.totals.get(task_type, {}).get("decisions", 0)
+        return (-max(stored, requests.get(task_type, 0)), -latest, task_type)
 
-    ranked = sorted((t for t in snapshot.task_types if t != OTHER), key=volume)
+    ranked = sorted((t for t in every if t != OTHER), key=volume)
     kept = set(ranked[:cap])
-    folded = [t for t in snapshot.task_types if t not in kept]
+    folded = [t for t in every if t not in kept]
 
     def fold(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         out = {t: c for t, c in counts.items() if t in kept}
@@ -272,9 +283,22 @@ def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
 
     latest = {g: w and {**w, "counts": fold(w["counts"])} for g, w in snapshot.latest.items()}
     task_types = sorted(kept | {OTHER})
-    return dataclasses.replace(snapshot, task_types=task_types, totals=fold(snapshot.totals), latest=latest), len(
-        [t for t in folded if t != OTHER]
-    )
+    merged: dict[tuple, dict[str, Any]] = {}
+    for h in snapshot.histograms:
+        task_type = h["task_type"] if h["task_type"] in kept else OTHER
+        into = merged.setdefault(
+            (h["metric"], task_type, h["label"]),
+            {**h, "task_type": task_type, "counts": {}, "sum": 0.0, "exemplars": {}},
+        )
+        for bucket, n in h["counts"].items():
+            into["counts"][bucket] = into["counts"].get(bucket, 0) + n
+        into["sum"] += h["sum"]
+        for bucket, ex in h["exemplars"].items():
+            if bucket not in into["exemplars"] or ex[2] > into["exemplars"][bucket][2]:
+                into["exemplars"][bucket] = ex
+    return dataclasses.replace(
+        snapshot, task_types=task_types, totals=fold(snapshot.totals), latest=latest, histograms=list(merged.values())
+    ), len([t for t in folded if t != OTHER])
 
 
 def _labels(family: Family, *first: str) -> list[str]:
@@ -393,6 +417,56 @@ def families(
     )
     dq.add_metric([], snapshot.dq_blocking_failures)
     out.append(dq)
+    out += histogram_families(snapshot.histograms)
+    return out
+
+
+# metric of histogram_queries → (Prometheus name, help, its own label beside task_type or None)
+HISTOGRAMS = {
+    "attempt_duration": (
+        "gen_ai_client_operation_duration_seconds",
+        "Duration of each model call (attempt) of the live decisions of every finished 5-minute window, by the "
+        "attempt's degrade level (OpenTelemetry gen_ai.client.operation.duration)",
+        "level",
+    ),
+    "request_duration": (
+        "routerscope_request_duration_seconds",
+        "End-to-end latency of each live routed request, every attempt included",
+        None,
+    ),
+    "ttft": (
+        "routerscope_time_to_first_token_seconds",
+        "Time to the first token of each live streamed request that recorded one",
+        None,
+    ),
+    "tokens": (
+        "gen_ai_client_token_usage",
+        "Tokens of each live routed request, by token type (OpenTelemetry gen_ai.client.token.usage)",
+        "gen_ai_token_type",
+    ),
+    "cost": ("routerscope_request_cost_usd", "Cloud cost of each live routed request, in US dollars", None),
+}
+
+
+def histogram_families(histograms: list[dict[str, Any]]) -> list:
+    """One HistogramMetricFamily per metric of HISTOGRAMS, cumulative buckets with OpenTelemetry's bounds, each
+    bucket's exemplar the trace id of its newest decision (served in the OpenMetrics format, when asked)."""
+    out = []
+    for metric, (name, help_text, label) in HISTOGRAMS.items():
+        family = HistogramMetricFamily(name, help_text, labels=["task_type", *([label] if label else [])])
+        bounds = histogram_queries.BOUNDS[metric]
+        for h in sorted((h for h in histograms if h["metric"] == metric), key=lambda h: (h["task_type"], h["label"])):
+            buckets: list = []
+            running = 0
+            for i, bound in enumerate([*bounds, float("inf")], start=1):
+                index = str(i if i <= len(bounds) else 0)
+                running += h["counts"].get(index, 0)
+                ex = h["exemplars"].get(index)
+                exemplar = Exemplar({"trace_id": ex[0][:64]}, ex[1], ex[2]) if ex else None
+                le = "+Inf" if bound == float("inf") else repr(float(bound))
+                buckets.append((le, running, exemplar) if exemplar else (le, running))
+            family.add_metric([h["task_type"], *([h["label"]] if label else [])], buckets, h["sum"])
+        out.append(family)
     return out
 
 
