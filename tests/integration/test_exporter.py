@@ -543,3 +543,30 @@ def test_histograms_of_latency_tokens_ttft_and_cost_with_trace_exemplars(home):
     line = next(x for x in open_metrics.splitlines() if x.startswith(f'{req}_bucket{{le="0.32",task_type="{A}"}}'))
     assert f'# {{trace_id="{TRACE_2}"}} 0.1905' in line
     assert open_metrics.rstrip().endswith("# EOF")
+
+
+def test_the_histograms_are_read_again_only_when_their_decisions_change(home):
+    """A read with the last key gives None (unchanged: the exporter keeps what it has); a decision stored before
+    the boundary changes the key, and the next read counts it. The collector serves the kept histograms."""
+    from tests.support.events import decision
+
+    settings = settings_for(home)
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        insert_decisions(client, [decision(event_time=iso(NOW - timedelta(minutes=20)), request_id="r1")])
+        first = read_snapshot(client, NOW)
+        assert first.histograms and first.histograms_key
+        again = read_snapshot(client, NOW, first.histograms_key)
+        assert again.histograms is None and again.histograms_key == first.histograms_key
+        insert_decisions(client, [decision(event_time=iso(NOW - timedelta(minutes=19)), request_id="r2")])
+        third = read_snapshot(client, NOW, first.histograms_key)
+    assert third.histograms_key != first.histograms_key
+    count = next(h for h in third.histograms if h["metric"] == "request_duration")["counts"]
+    assert sum(count.values()) == 2
+    collector = WarehouseCollector(settings, refresh_s=0)
+    try:
+        collector.refresh()
+        kept = collector.snapshot.histograms
+        collector.refresh()  # nothing changed: the same histograms, not read again
+        assert collector.snapshot.histograms == kept and kept
+    finally:
+        collector.close()

@@ -64,6 +64,21 @@ ORDER BY metric, task_type, label, bucket
     {"first_copy": FIRST_COPY},
 )
 EPOCH = datetime(1970, 1, 1)
+# What the histograms read, cheaply: they change only when this does (a new window boundary, a decision stored
+# before it, a row folded away), so the exporter reads them again only then (`histogram_key`).
+KEY_SQL = named(
+    "decision_histograms_key",
+    """
+SELECT count(), max(ingested_at), (SELECT count() FROM $decision_later_copies)
+FROM $decisions WHERE event_time < {end:DateTime64(3, 'UTC')}
+""",
+)
+
+
+def histogram_key(client, end: datetime) -> str:
+    """A key that changes whenever `histograms(client, end)` could (rows stored or folded before `end`)."""
+    count, newest, copies = client.query(KEY_SQL, parameters={"end": utc_text(end)}).result_rows[0]
+    return f"{utc_text(end)}|{count}|{newest}|{copies}"
 
 
 def histograms(client, end: datetime) -> list[dict[str, Any]]:
