@@ -14,12 +14,14 @@ is valid. What the spans cannot say is never guessed:
   type from a rule of the mapping file, else `unknown`;
 * when the app sets no routing attribute (`routerscope.side`, `.fallback_type`, `.reason`, `.degrade_level`),
   a fallback the trace's shape shows is inferred and the decision says so (its `policy_version` ends in
-  INFERRED): a failed call that nothing places (no server, no model) before a cloud call that served is the
-  device's; a device answer followed by a cloud call that served is a quality fallback (`validator_failed`: the app
-  judged the answer wanting, with no confidence known);
-* a stream cut mid-way (a streamed call that ended without an error and without a finish reason, as OpenLLMetry
-  0.62 ends one whose iteration failed) is a `timeout` attempt: the cloud call after it makes a timeout fallback,
-  and served as it was it is a partial answer (`reason = truncated`), never a quarantined trace.
+  INFERRED): a failed call that nothing places (no server address, no side, not on the device by the
+  mapping file) before a cloud call that served is the device's; a device answer followed by a cloud call
+  that served is a quality fallback (`validator_failed`: the app judged the answer wanting, with no
+  confidence known);
+* a stream cut mid-way (a streamed call that ended without an error and without a finish reason, as
+  OpenLLMetry 0.62 ends one whose iteration failed; a call whose connection dropped after its answer began)
+  is a `timeout`: the cloud call after it makes a timeout fallback, and served as it was it is a partial
+  answer (`reason = truncated`), never a quarantined trace.
 
 No prompt or completion content reaches an event (the spans were stripped on the way in, and nothing
 here reads content); identifiers are scrubbed as for our own events (`routerscope.instrumentation.pii`).
@@ -211,15 +213,25 @@ def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bo
     return isinstance(model, str) and any(fnmatch.fnmatchcase(model, g) for g in mapping.device_models)
 
 
+def _dropped_midway(span: SpanView) -> bool:
+    """A failed call whose answer had begun coming and then stopped: OpenInference's model name (its response's:
+    absent on a call that failed before any answer), or openai-v2's response model with a dropped connection
+    as the error type (`<class 'httpx.RemoteProtocolError'>`), not an error the API answered with."""
+    if span.attrs.get(S.OI_SPAN_KIND) == S.OI_KIND_LLM:
+        return bool(span.attrs.get(S.OI_MODEL_NAME))
+    error = str(span.attrs.get(S.ERROR_TYPE) or "").lower()
+    return bool(span.attrs.get(S.RESPONSE_MODEL)) and any(word in error for word in S.DROPPED_WORDS)
+
+
 def is_cut(span: SpanView) -> bool:
-    """A stream cut mid-way: a streamed call that ended without an error and without a finish reason."""
+    """A stream cut mid-way: a streamed call that ended without an error and without a finish reason (OpenLLMetry
+    0.62 ends one whose iteration failed so), or a call that failed after its answer had begun (openai-v2 and
+    OpenInference record the dropped connection as the error)."""
+    failed = span.error or span.attrs.get(S.ERROR_TYPE) not in (None, "")
+    if failed:
+        return _dropped_midway(span)
     streamed = any(span.attrs.get(key) is True for key in S.STREAMING)
-    return (
-        streamed
-        and not span.error
-        and span.attrs.get(S.ERROR_TYPE) in (None, "")
-        and not span.attrs.get(S.FINISH_REASONS)
-    )
+    return streamed and not span.attrs.get(S.FINISH_REASONS)
 
 
 def _outcome(span: SpanView) -> Outcome:
@@ -227,12 +239,13 @@ def _outcome(span: SpanView) -> Outcome:
     if not span.error and error in (None, ""):
         return "timeout" if is_cut(span) else "ok"
     text = str(error or "").lower()
-    return "timeout" if any(word in text for word in S.TIMEOUT_WORDS) else "error"
+    return "timeout" if any(word in text for word in S.TIMEOUT_WORDS) or is_cut(span) else "error"
 
 
 def _placed(span: SpanView) -> bool:
-    """Whether anything on the span says where the call ran: a server address or a model name."""
-    return _server(span)[0] is not None or _first(span.attrs, S.MODEL) is not None
+    """Whether the span says where the call ran: a server address (a model name alone does not: every model
+    the mapping file does not name is taken as the cloud's)."""
+    return _server(span)[0] is not None
 
 
 def _task_type(served: SpanView, mapping: Mapping) -> str:

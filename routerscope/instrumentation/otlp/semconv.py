@@ -72,6 +72,8 @@ STREAMING = (GEN_AI_IS_STREAMING, LLM_IS_STREAMING)
 ROUTING = (RS_SIDE, RS_FALLBACK_TYPE, RS_REASON, RS_DEGRADE_LEVEL)
 # Words of an error type (or exception type) that make a failed call a timeout, lower-cased
 TIMEOUT_WORDS = ("timeout", "timed out", "timedout", "deadline")
+# Words of an error type that say the connection dropped (an answer cut mid-way), not that the API refused
+DROPPED_WORDS = ("protocol", "connection", "incomplete", "chunked", "peer", "reset", "closed", "broken", "stream")
 # Identifiers, scrubbed (routerscope.instrumentation.pii) as soon as a span is taken in.
 IDENTIFIERS = frozenset((*SESSION, RS_REQUEST_ID))
 
