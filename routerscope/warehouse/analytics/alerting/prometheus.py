@@ -246,13 +246,18 @@ def unexported(rules: list[Rule]) -> list[str]:
 
 def stale_alert(rec: _Recorder, version: str, grains: set[str], interval: str) -> dict[str, Any]:
     """`routerscope_windows_stale`: per exporter and grain, the latest window is older than `stale_after` (the
-    window rules have stopped holding), or the exporter serves no 5-minute window at all."""
+    window rules have stopped holding), or the exporters have read the warehouse and serve no 5-minute window."""
     clauses = []
     for grain in sorted(grains, key=lambda g: GRAINS[g]):
         fresh_series(rec, grain)
         limit = int(stale_after(grain).total_seconds())
         clauses.append(f'(time() - routerscope_window_end_timestamp_seconds{{grain="{grain}"}}) >= {limit}')
-    clauses.append('(absent(routerscope_window_end_timestamp_seconds{grain="5m"}) * 0 + 1e12)')
+    # an exporter that has read the warehouse (its refresh time is served) and found no 5-minute window; before
+    # the first scrape nothing is known, and nothing fires
+    clauses.append(
+        'label_replace(count(routerscope_exporter_refresh_timestamp_seconds) * 0 + 1e12, "grain", "5m", "", "")'
+        ' unless on() count(routerscope_window_end_timestamp_seconds{grain="5m"})'
+    )
     return {
         "alert": STALE_ALERT,
         "expr": " or ".join(clauses),
