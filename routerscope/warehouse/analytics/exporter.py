@@ -15,7 +15,14 @@ boundary (never an id), every series present from zero for every task type the w
   exactly as the project's own rules read it (a counter that steps once per window would leave `increase()`
   over one window empty at some evaluations);
 * the pipeline: open breakers per boundary in the latest finished 5-minute window, the newest event's time and
-  the last load's (freshness and ingest lag), quarantined and loaded messages, blocking data-quality failures.
+  the last load's (freshness and ingest lag), quarantined and loaded messages, blocking data-quality failures;
+* each window's end and age (`routerscope_window_age_seconds`): the exported rules count a window only while it
+  is fresh (docs/operations.md "Stale windows");
+* histograms of every live decision before the latest finished window's end, read from the decisions
+  themselves (`HISTOGRAMS`): each model call's duration by level (`gen_ai_client_operation_duration_seconds`,
+  OpenTelemetry's GenAI name and bounds), request latency, time to first token, tokens
+  (`gen_ai_client_token_usage`) and cost, each bucket's exemplar the trace id of its newest decision (in the
+  OpenMetrics format, which prometheus_client serves when the scraper asks for it).
 
 The endpoint reads the warehouse at most once per `refresh_s` and serves that snapshot in between: an
 embedded warehouse is one process's at a time (docs/architecture.md §3), so a scrape must not hold it from
