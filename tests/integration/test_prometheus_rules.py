@@ -238,6 +238,7 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
             "interval": "1m",
             "input_series": [
                 {"series": 'routerscope_breakers_open{boundary="device"}', "values": "0 1x10"},
+                {"series": "routerscope_exporter_refresh_timestamp_seconds", "values": "0+60x20"},
                 {"series": "routerscope_newest_event_timestamp_seconds", "values": "0x20"},
             ],
             "alert_rule_test": [

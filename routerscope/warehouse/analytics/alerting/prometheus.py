@@ -21,8 +21,9 @@ same limits, minimum samples and streak (docs/operations.md "Prometheus").
   allowance: the condition holds at most `windows − 1` grains plus the allowance from the first breaching window
   to the moment the (windows − 1)-th would go stale, so fewer windows than the streak names can never fire it,
   however late they were computed; the price is that a streak fires up to the allowance after its last window
-  arrives. `routerscope_windows_stale` fires per grain when the latest window is older than that (or no window
-  of the 5-minute grain exists at all).
+  arrives. The breaker and data-quality signals, which the exporter reads from the warehouse at each refresh,
+  hold only while its snapshot is as fresh. `routerscope_windows_stale` fires per grain when the latest window
+  is older than that (or no window of the 5-minute grain exists at all).
 * A rule that reads a population estimate (docs/metrics.md §3c, a key ending in `_est`: the quality false
   fallbacks, the route accuracy of the rollback rule) is left out (`unexported`): the estimate weighs each
   confidence bucket by its own size, which the exporter's unstratified counts cannot give. The project's own
@@ -227,7 +228,17 @@ def _signal_condition(rec: _Recorder, rule: Rule) -> str:
         series = rec.record(QUARANTINE_RATIO, f"{q} / {all_}")
     else:
         raise ConfigError(f"rule {rule.name}: no Prometheus form for signal {metric!r}")
-    return f"{series} {rule.op} {_number(rule.limit)}"
+    condition = f"{series} {rule.op} {_number(rule.limit)}"
+    if metric.startswith("pipeline.breaker_open.") or metric == "pipeline.dq_blocking_failures":
+        # read by the exporter from the warehouse at each refresh: they hold only while its snapshot is fresh
+        # (a warehouse it cannot read leaves the last snapshot served)
+        limit = int(stale_after("5m").total_seconds())
+        fresh = rec.record(
+            "overall:routerscope_exporter_snapshot_fresh:5m",
+            f"(time() - max(routerscope_exporter_refresh_timestamp_seconds)) < {limit}",
+        )
+        condition = f"({condition}) and on() {fresh}"
+    return condition
 
 
 def reads_estimate(rule: Rule) -> bool:
