@@ -183,9 +183,10 @@ def _catch_up_windows(settings: Settings, since) -> list:
 
     try:
         return units.catch_up_windows(settings, since)
-    except RouterscopeError as exc:
+    except Exception as exc:  # noqa: BLE001 - the load is done and stored: a window that failed is a warning
         print(
-            f"routerscope load: warning: the metric windows were not brought up to date ({exc}); "
+            f"routerscope load: warning: the metric windows were not brought up to date "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
             "run `routerscope load` again, or let the Dagster daemon compute them",
             file=sys.stderr,
         )

@@ -72,3 +72,18 @@ def test_collect_and_load_alone_give_the_exporter_every_series(otlp_home, monkey
         env=clean_env(home, ROUTERSCOPE_OTLP_MAPPING=str(mapping)),
     )
     assert "windows_5m" not in json.loads(skipped.stdout)
+
+
+def test_windows_that_cannot_be_computed_are_one_warning_never_the_loads_failure(capsys):
+    """The load's rows are stored when the windows are computed: a warehouse gone in between (here a server
+    that refuses the connection) is one line on stderr and no window, never a traceback or a failed load."""
+    from routerscope.cli import _catch_up_windows
+    from routerscope.core.settings import Settings
+
+    settings = Settings.from_env(
+        {"ROUTERSCOPE_HOME": "/nonexistent-home", "ROUTERSCOPE_CLICKHOUSE_DSN": "http://127.0.0.1:9/routerscope"}
+    )
+    assert _catch_up_windows(settings, datetime.now(UTC)) == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("routerscope load: warning: the metric windows were not brought up to date (")
+    assert "run `routerscope load` again" in err and len(err.splitlines()) == 1
