@@ -422,3 +422,15 @@ def test_the_device_model_comes_from_the_device_attempts_own_span():
 def test_time_to_first_token_from_the_served_calls_attribute():
     attrs = {**DIALECTS["semconv 1.37+"][0], "gen_ai.response.time_to_first_chunk": 0.125}
     assert mapped([root(), span(2, attrs)]).ttft_ms == 125.0
+
+
+def test_openinference_litellms_failed_call_names_the_requested_model_and_is_an_error_not_a_cut():
+    """OpenInference's LiteLLM spans carry the model it was asked for even when the call failed before any
+    answer: an error, not a stream cut. Its OpenAI spans (named after the response type) carry only the response's
+    model, so there an error with a model is an answer that stopped mid-way."""
+    litellm = {**OPENINFERENCE_FAILED, "llm.model_name": "openai/gemma-3-270m"}
+    served = span(3, DIALECTS["OpenInference"][0], start_ms=6, end_ms=40, kind=KIND_INTERNAL)
+    failed = span(2, litellm, start_ms=1, end_ms=5, error=True, kind=KIND_INTERNAL, name="completion")
+    assert [a.outcome for a in mapped([root(), failed, served]).attempts] == ["error", "ok"]
+    cut = span(2, litellm, start_ms=1, end_ms=5, error=True, kind=KIND_INTERNAL, name="ChatCompletion")
+    assert [a.outcome for a in mapped([root(), cut, served]).attempts] == ["timeout", "ok"]

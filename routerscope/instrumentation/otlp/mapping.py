@@ -214,11 +214,12 @@ def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bo
 
 
 def _dropped_midway(span: SpanView) -> bool:
-    """A failed call whose answer had begun coming and then stopped: OpenInference's model name (its response's:
-    absent on a call that failed before any answer), or openai-v2's response model with a dropped connection
-    as the error type (`<class 'httpx.RemoteProtocolError'>`), not an error the API answered with."""
-    if span.attrs.get(S.OI_SPAN_KIND) == S.OI_KIND_LLM:
-        return bool(span.attrs.get(S.OI_MODEL_NAME))
+    """A failed call whose answer had begun coming and then stopped: the model name on OpenInference's OpenAI
+    spans (its response's: absent on a call that failed before any answer), or openai-v2's response model with
+    a dropped connection as the error type (`<class 'httpx.RemoteProtocolError'>`), not an error the API
+    answered with."""
+    if span.attrs.get(S.OI_SPAN_KIND) == S.OI_KIND_LLM:  # OpenAI's spans only: LiteLLM's name the request's model
+        return span.name in S.OI_OPENAI_SPAN_NAMES and bool(span.attrs.get(S.OI_MODEL_NAME))
     error = str(span.attrs.get(S.ERROR_TYPE) or "").lower()
     return bool(span.attrs.get(S.RESPONSE_MODEL)) and any(word in error for word in S.DROPPED_WORDS)
 

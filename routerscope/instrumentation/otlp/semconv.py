@@ -40,6 +40,9 @@ OI_SYSTEM = "llm.system"
 OI_TOKENS_PROMPT = "llm.token_count.prompt"
 OI_TOKENS_COMPLETION = "llm.token_count.completion"
 OI_SESSION_ID = "session.id"
+# OpenInference's OpenAI instrumentation names a call's span after the response type, and takes the model name
+# from the response alone (its LiteLLM instrumentation takes it from the request)
+OI_OPENAI_SPAN_NAMES = frozenset({"ChatCompletion", "Completion", "Response"})
 
 # -- set by the app itself, when it knows (routing has no convention yet) --------------------------------
 RS_TASK_TYPE = "routerscope.task_type"
