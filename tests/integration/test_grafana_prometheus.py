@@ -61,6 +61,9 @@ def test_the_provisioning_files_name_the_prometheus_data_source_every_panel_read
     assert used == {ds["uid"]}
     assert len({p["id"] for p in doc["panels"]}) == len(doc["panels"]) >= 10
     assert not any("rawSql" in t for p in doc["panels"] for t in p["targets"])  # PromQL only
+    # the histogram panels ask for exemplars: a latency bucket links to its newest decision's trace
+    assert all(t.get("exemplar") for p in doc["panels"] for t in p["targets"] if "_bucket" in t["expr"])
+    assert ds["jsonData"]["exemplarTraceIdDestinations"][0]["name"] == "trace_id"
 
 
 def query(prometheus: str, expr: str) -> list[dict]:
