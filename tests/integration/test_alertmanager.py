@@ -4,7 +4,9 @@ while routerscope re-sends it, then arrives resolved; the Slack-style webhook be
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
@@ -158,3 +160,66 @@ def test_a_signal_without_a_count_reads_as_a_sentence_without_n_none():
     assert _value_n(trip["windows"][0]) == "1"
     counted = {**trip, "metric": "fallback_rate", "windows": [{"start": "2026-12-07T12:05:00Z", "value": 0.4, "n": 30}]}
     assert "over 30 events" in sentence(counted) and _value_n(counted["windows"][0]) == "0.4 (n=30)"
+
+
+INHIBIT = """
+inhibit_rules:
+  - source_matchers: ['routerscope_rule_version=~".+"', 'routerscope_episode=""']
+    target_matchers: ['routerscope_episode=~".+"']
+    equal: [alertname, task_type]
+"""
+
+
+@pytest.mark.slow
+def test_the_documented_inhibit_rule_pages_once_when_both_paths_raise_an_alert(warehouse, receiver, tmp_path):
+    """docs/operations.md's inhibit rule, in a real Alertmanager: Prometheus's alert (the exported rule's labels,
+    no episode) and routerscope's own episode of the same rule and task type arrive; only Prometheus's is
+    notified, and routerscope's alone (Prometheus not raising it) still is."""
+    from routerscope.core.procs import free_port
+
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(oncall.ROUTES.format(url=f"{receiver.base}/am") + INHIBIT)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [
+        oncall.binary("prometheus-alertmanager", "alertmanager"),
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(ONE_WINDOW_RULES)
+    now = datetime.now(UTC)
+    base = datetime.fromtimestamp((now.timestamp() // 300) * 300, UTC) - 2 * STEP
+    store(warehouse, base, 0.4)
+    with oncall.running(cmd, f"{url}/-/ready", "alertmanager", tmp_path / "am.log"):
+        from routerscope.warehouse.analytics.alerting.delivery import post_json
+
+        prometheus_alert = {
+            "labels": {
+                "alertname": "fallback_rate_high",
+                "severity": "ticket",
+                "routerscope_rule_version": "am-2",
+                "task_type": A,
+            },
+            "annotations": {"summary": "from Prometheus"},
+            "startsAt": now.isoformat(),
+        }
+        assert post_json(f"{url}/api/v2/alerts", [prometheus_alert])[-1][0] == 200
+        time.sleep(1.5)  # Prometheus's is in before routerscope's arrives
+        evaluation = alerting.run(
+            warehouse, rules_path=rules, notifier=AlertmanagerNotifier(url), now=base + STEP + timedelta(minutes=1)
+        )
+        assert [a.alert_key for a in evaluation.fired] == [f"fallback_rate_high|{A}"]
+        time.sleep(3)  # past group_wait and group_interval: anything not inhibited has been notified
+        held = json.loads(urllib.request.urlopen(f"{url}/api/v2/alerts", timeout=10).read())
+        states = {("routerscope_episode" in a["labels"], a["status"]["state"]) for a in held}
+        assert states == {(False, "active"), (True, "suppressed")}, states
+        firing = {
+            (a["labels"]["alertname"], "routerscope_episode" in a["labels"])
+            for n in receiver.at("/am")
+            for a in n["alerts"]
+            if a["status"] == "firing"
+        }
+    assert firing == {("fallback_rate_high", False)}, firing
