@@ -718,6 +718,12 @@ class _Server(ThreadingMixIn, WSGIServer):
             self.slots.release()
             raise
 
+    def handle_error(self, request, client_address):
+        """A client that timed out or went away is its own business: no traceback in the exporter's log."""
+        if isinstance(sys.exc_info()[1], TimeoutError | ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
