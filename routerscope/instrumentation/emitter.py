@@ -372,6 +372,27 @@ class Spool:
         Never raises: unwritten messages are counted in `failed` (unless `count_failed` is False: the
         caller then accounts for them), and a partly written chunk is cut back so no torn record is
         left behind."""
+        tail = self._tail_at
+        if len(messages) == 1 and tail is not None and tail[1] < self.segment_bytes:
+            # One record into the open last segment (write-ahead, once per event): the same steps as below
+            # without the chunk lists.
+            line = messages[0].to_line()
+            try:
+                self._write(tail[0], (line,))
+            except OSError as exc:
+                if count_failed:
+                    self._fail(1, exc)
+                self._tail = None
+                return list(messages)
+            self._count += 1
+            self._bytes += len(line)
+            self._tail_at = (tail[0], tail[1] + len(line))
+            if self._bytes > self.cap_bytes:
+                try:
+                    self._enforce_cap()
+                except OSError as exc:
+                    log.warning("event spool: cannot enforce its cap (%s)", exc)
+            return []
         last: Path | None
         try:
             if self._tail is not None:  # the last segment and its size, as the previous append left them
@@ -423,7 +444,7 @@ class Spool:
         self.failed += n
         log.warning("event spool: cannot write %d event(s) (%s): counted as dropped", n, exc)
 
-    def _write(self, path: Path, lines: list[bytes]) -> None:
+    def _write(self, path: Path, lines: list[bytes] | tuple[bytes, ...]) -> None:
         """Append `lines` to the segment `path`, straight to the OS (a SIGKILL right after loses nothing). The
         last segment stays open between appends; one `fstat` a write checks that it is still in the directory
         (a segment deleted under an open file would swallow what is written to it) and gives the size a failed
@@ -451,7 +472,7 @@ class Spool:
             self._dir_unsynced |= created
         assert st is not None
         try:
-            _write_all(fd, b"".join(lines))  # straight to the OS: survives SIGKILL
+            _write_all(fd, lines[0] if len(lines) == 1 else b"".join(lines))  # straight to the OS: survives SIGKILL
         except OSError:
             try:
                 os.ftruncate(fd, st.st_size)  # no half record left for the reader
