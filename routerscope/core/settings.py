@@ -161,8 +161,7 @@ def spool_fsync_interval(env: dict | None = None) -> float:
     """Seconds between the emitter spool's fsyncs (ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S, default 1): what a power
     cut can lose of what reached the spool; 0 syncs every append before it returns. Read on its own as well
     as in `Settings`, because an emitter can be made without settings."""
-    env = os.environ if env is None else env
-    raw = env.get(SPOOL_FSYNC_INTERVAL_ENV)
+    raw = (os.environ if env is None else env).get(SPOOL_FSYNC_INTERVAL_ENV)
     if raw is None or raw.strip() == "":
         return DEFAULT_SPOOL_FSYNC_INTERVAL_S
     try:

@@ -598,3 +598,35 @@ def test_a_spool_under_a_home_that_broker_start_created_is_owner_only(tmp_path):
     assert _mode(settings.spool_path) == 0o700
     modes = _spool_modes(settings.spool_path)
     assert any(name.endswith(".jsonl") for name in modes) and set(modes.values()) == {0o600}, modes
+
+
+def test_the_spool_is_fsynced_on_its_interval_outside_the_append_and_at_zero_by_every_append(tmp_path, monkeypatch):
+    """A power cut loses at most the fsync interval of what reached the spool: at 0 every append is synced before
+    it returns (the segment, and the directory when the append created it); otherwise appends never sync and the
+    emitter's thread syncs what was written, every interval."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    every = Spool(tmp_path / "every", fsync_interval_s=0)
+    every.append([message("sync", 0)])
+    assert len(synced) == 2  # the new segment and its directory
+    every.append([message("sync", 1)])
+    assert len(synced) == 3
+    synced.clear()
+    later = Spool(tmp_path / "later", fsync_interval_s=1.0)
+    for i in range(3):
+        later.append([message("sync", i)])
+    assert synced == []
+    later.sync()
+    assert len(synced) == 2
+    later.sync()  # nothing written since
+    assert len(synced) == 2
+    synced.clear()
+    config = {"bootstrap_servers": "127.0.0.1:9", "max_block_ms": 200, "bootstrap_timeout_ms": 200}
+    emitter = KafkaEmitter(config, tmp_path / "emitter", write_ahead=True, fsync_interval_s=0.05)
+    emitter.emit(message("sync", 0))
+    deadline = time.monotonic() + 5
+    while not synced and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert synced, "the emitter's thread never synced the spool"
+    emitter.close(timeout_s=1)
