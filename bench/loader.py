@@ -520,6 +520,11 @@ def main() -> int:
     figures["warehouse_bare_insert_only_cpu_us_per_event"] = round(us(bare["cpu_seconds"]) - us(confluent_cpu[0]), 2)
     figures["warehouse_bare_insert_peak_rss_mb"] = round(bare_peak_mb, 1)
     figures["warehouse_bare_insert_rows"] = bare["rows"]
+    figures["warehouse_bare_insert_cpu_us_per_event_by_thread"] = {
+        name: us(seconds)
+        for name, seconds in sorted(bare["by_thread"].items(), key=lambda kv: -kv[1])
+        if us(seconds) >= 0.05
+    }
     for name in parsers:
         figures[f"ratio_loader_core_cpu_to_bare_insert_{name}"] = round(
             figures[f"loader_core_cpu_us_per_event_{name}"] / figures["warehouse_bare_insert_cpu_us_per_event"], 3

@@ -12,7 +12,8 @@ with a bare confluent-kafka consumer and inserts each batch of message bodies as
 no lineage, no ledger (the dedup marks), no positions, no quarantine (a body the warehouse cannot parse is
 skipped by `input_format_allow_errors_ratio`). Reading the topic is part of the floor: a loader cannot
 skip it. Prints one JSON object: the CPU seconds (every thread) and wall seconds of the read-and-insert
-loop alone (not the imports, opening or migrating), the events read and the rows `decisions` holds.
+loop alone (not the imports, opening or migrating), the same per thread name (bench/loader.py's
+`cpu_by_thread`: `main` reads and hands the bodies over), the events read and the rows `decisions` holds.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from routerscope.core import names  # noqa: E402
 from routerscope.core.settings import Settings  # noqa: E402
@@ -41,6 +43,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from confluent_kafka import Consumer, TopicPartition
+    from loader import cpu_by_thread, thread_cpu_seconds
 
     from routerscope.warehouse.client import open_warehouse
     from routerscope.warehouse.ingest.writer import INSERT_SETTINGS
@@ -73,7 +76,7 @@ def main() -> int:
         )
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(args.partitions)])
         got, bodies = 0, []
-        started, cpu_started = time.perf_counter(), time.process_time()
+        started, cpu_started, threads_before = time.perf_counter(), time.process_time(), thread_cpu_seconds()
         while got < args.events:
             for message in consumer.consume(min(50_000, args.batch_size), timeout=1.0):
                 if message.error() is None:
@@ -87,9 +90,10 @@ def main() -> int:
         if bodies:
             client.raw_insert(input_table, None, b"\n".join(bodies), settings=insert_settings, fmt="JSONEachRow")
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        by_thread = cpu_by_thread(threads_before, cpu)
         consumer.close()
         rows = client.query(f"SELECT count() FROM {names.DATABASE}.{names.TABLE_DECISIONS}").result_rows[0][0]
-    print(json.dumps({"cpu_seconds": cpu, "wall_seconds": wall, "events": got, "rows": rows}))
+    print(json.dumps({"cpu_seconds": cpu, "wall_seconds": wall, "events": got, "rows": rows, "by_thread": by_thread}))
     return 0
 
 
