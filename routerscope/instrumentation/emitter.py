@@ -230,6 +230,12 @@ class Spool:
             except OSError:
                 pass
 
+    def __del__(self) -> None:
+        try:
+            self._close_fd()
+        except Exception:  # noqa: BLE001 - at interpreter exit `os` may be gone already
+            pass
+
     def close(self) -> None:
         """Sync what was written and close the open segment (the spool can still be used: the next append
         opens it again)."""
