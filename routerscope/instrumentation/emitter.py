@@ -17,7 +17,9 @@
   is down is on disk within about 50 ms (the sender's wait for its next batch). Until a send has
   reached the broker (at start, and again after one failed) the sender does not try the broker itself:
   its first attempt would hold its batch through the producer's bootstrap and metadata timeouts
-  (~4 s) with nothing on disk. New events go behind the spool and the replayer's sends find out.
+  (~4 s) with nothing on disk. New events go behind the spool and the replayer's sends find out. A
+  batch producer (`block_when_full=True`) tries the broker first, as before: paced by the sender, it
+  would otherwise send everything through the disk at start, at about half its rate.
 * The spool is capped in bytes: past the cap the oldest **records** are dropped (the cursor steps
   over them, a segment read to its end is deleted) and counted as dropped; new records are always
   accepted. A batch the spool cannot take (`ENOSPC`) while the broker answers is sent to the broker
@@ -762,8 +764,10 @@ class KafkaEmitter:
         # Whether a send has reached the broker since the last one failed. Until one has, the sender puts new
         # events behind the spool instead of trying the broker itself, so with the broker down at start the
         # first event is on disk within the sender's ~50 ms, not after a first attempt's timeouts (seconds);
-        # the replayer's sends find out when the broker answers.
-        self._connected = False
+        # the replayer's sends find out when the broker answers. A batch producer (`block_when_full`: paced by
+        # the sender, and run again rather than recovered) starts by trying the broker: at start its events
+        # would otherwise all go through the disk and the replayer (half its rate, measured).
+        self._connected = block_when_full
         # A C queue with no lock of its own to take: `emit` checks the bound itself (a few threads racing
         # at the very edge may each add one more; what a full queue means, dropping, is unchanged).
         self.queue: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
