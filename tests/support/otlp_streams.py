@@ -37,6 +37,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - the base class's name
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         cut = self.server.cut  # type: ignore[attr-defined]
+        time.sleep(self.server.delay_s)  # type: ignore[attr-defined]
         whole = chunk("Hel") + chunk("lo") + chunk(None, "stop") + b"data: [DONE]\n\n"
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -55,9 +56,10 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-def server(cut: bool) -> ThreadingHTTPServer:
+def server(cut: bool, delay_s: float = 0.0) -> ThreadingHTTPServer:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.cut = cut  # type: ignore[attr-defined]
+    srv.delay_s = delay_s  # type: ignore[attr-defined]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -73,6 +75,7 @@ def main(source: str) -> None:
     from routerscope.instrumentation.otlp.mapping import Mapping, map_trace
 
     device, cloud = server(cut=True), server(cut=False)
+    slow = server(cut=False, delay_s=3.0)  # a device that answers after the app's 0.5 s timeout
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": source}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -81,10 +84,10 @@ def main(source: str) -> None:
 
     import openai
 
-    def ask(port: int) -> str:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=10)
+    def ask(port: int, timeout_s: float = 10) -> str:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=timeout_s)
         stream = client.chat.completions.create(
-            model="gemma-3-270m" if port == device.server_port else "cloud-small",
+            model="cloud-small" if port == cloud.server_port else "gemma-3-270m",
             messages=[{"role": "user", "content": "Say hello. My card is 4111 1111 1111 1111."}],
             stream=True,
         )
@@ -106,8 +109,16 @@ def main(source: str) -> None:
             ask(device.server_port)
         except Exception:  # noqa: BLE001
             pass
+    # 3. the device does not answer within the app's timeout; the app asks the cloud
+    with tracer.start_as_current_span("handle") as span:
+        span.set_attribute("routerscope.session_id", f"{source}-slow")
+        try:
+            ask(slow.server_port, timeout_s=0.5)
+        except Exception:  # noqa: BLE001
+            ask(cloud.server_port)
     provider.force_flush()
-    mapping = Mapping.from_dict({"device": {"server_addresses": [f"127.0.0.1:{device.server_port}"]}})
+    devices = [f"127.0.0.1:{device.server_port}", f"127.0.0.1:{slow.server_port}"]
+    mapping = Mapping.from_dict({"device": {"server_addresses": devices}})
     request = encode_spans(exporter.get_finished_spans())
     traces, _, _ = proto.split(request)
     for one in traces.values():
