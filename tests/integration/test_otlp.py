@@ -301,7 +301,7 @@ def _post_huge(port: int, size: int) -> int:
 
 
 @pytest.mark.slow
-def test_a_full_queue_answers_429_a_dead_broker_still_200_and_a_full_backlog_503(otlp_stack, down_broker):
+def test_a_full_queue_answers_429_a_dead_broker_still_200_and_a_full_backlog_503(down_broker):
     """A broker that is down is no reason to refuse: spans wait on disk and reach it once it is up. Only a
     full backlog (or a disk that refuses writes) answers 503, with Retry-After."""
     from tests.support import kafka as support_kafka
@@ -312,12 +312,14 @@ def test_a_full_queue_answers_429_a_dead_broker_still_200_and_a_full_backlog_503
     def orphan() -> bytes:
         return encode_spans([s for s in finished_spans(fallback_trace) if s.parent is not None]).SerializeToString()
 
-    with running_receiver(otlp_stack, max_spans=3, trace_wait_s=60) as receiver:
+    dead = down_broker["settings"]
+    with running_receiver(
+        dead, directory=dead.home / "collect-429", max_spans=3, trace_wait_s=60, close_timeout_s=0
+    ) as receiver:
         assert post(receiver.port, orphan())[0] == 200  # held: its root has not arrived
         status, headers, _ = post(receiver.port, orphan())
         assert (status, headers.get("Retry-After")) == (429, "1")
         assert post(receiver.port, spans)[0] == 200  # a complete trace does not wait: taken
-    dead = down_broker["settings"]
     with running_receiver(dead, directory=dead.home / "collect-full", max_backlog=1, close_timeout_s=0) as receiver:
         assert post(receiver.port, spans)[0] == 200  # the first message fits, then the backlog is full
         status, headers, _ = post(receiver.port, spans)
@@ -331,7 +333,7 @@ def test_a_full_queue_answers_429_a_dead_broker_still_200_and_a_full_backlog_503
         assert receiver.stats_dict()["outbox"] == 3
         support_kafka.start(down_broker)
         messages = consume_all(dead.kafka_bootstrap(), dead.otlp_topic, expect=3, timeout_s=60)
-        assert len(messages) == 3
+        assert len(messages) == 3 and receiver.stats_dict()["outbox"] == 0
 
 
 def test_collect_on_a_port_in_use_is_one_line_and_exit_2(otlp_stack, home):

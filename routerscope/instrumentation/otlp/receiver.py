@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -61,6 +61,8 @@ RETRY_AFTER_DOWN_S = 5
 # the broker's default message size limit of 1 MB.
 MAX_MESSAGE = 900_000
 SEND_BATCH = 2000  # outbox records sent per round (each round waits for Kafka's acknowledgements)
+STUCK_S = 5.0  # after a lost connection, a producer with nothing acknowledged for this long is replaced
+MESSAGE_TIMEOUT_MS = 300_000  # a message not acknowledged in 5 minutes: the producer is replaced
 _PROTOBUF, _JSON = "application/x-protobuf", "application/json"
 
 
@@ -100,6 +102,7 @@ class Outbox:
         self.last_delivery = time.monotonic()
         self.disk_error: str | None = None
         self._fatal = False
+        self._lost_connection = 0.0  # when the producer last lost its connection (monotonic)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -152,7 +155,7 @@ class Outbox:
                 "linger.ms": 5,
                 "batch.size": 1_000_000,
                 "queue.buffering.max.messages": 4 * SEND_BATCH,
-                "message.timeout.ms": 0,  # never given up on: a paused broker is waited for, not resent to
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,  # a paused broker is waited for, not resent to
                 "enable.idempotence": True,  # a retry after a broker hiccup never doubles a trace
                 "error_cb": self._on_error,
             }
@@ -162,6 +165,15 @@ class Outbox:
         self.last_error = error.str()
         if error.fatal():
             self._fatal = True
+        elif error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self._lost_connection = time.monotonic()
+
+    def _stuck(self, since: float) -> bool:
+        """No acknowledgement since `since` for STUCK_S although the connection was lost and is back: a
+        broker that restarted without the producer's state (librdkafka may retry such a producer's id
+        forever without calling it fatal). A paused broker keeps its connections, so it is waited for."""
+        now = time.monotonic()
+        return self._lost_connection > since and now - since > STUCK_S and now - self._lost_connection > 1.0
 
     def _supervise(self) -> None:
         while True:
@@ -207,7 +219,7 @@ class Outbox:
                     acked[i] = True
                 else:
                     errors.append(error.str())
-                    if error.fatal():
+                    if error.fatal() or error.code() == KafkaError._MSG_TIMED_OUT:
                         self._fatal = True
 
             return done
@@ -234,10 +246,16 @@ class Outbox:
                         break
                 if self._fatal:
                     break
+            progress, acks = time.monotonic(), sum(acked)
             while not self._fatal and producer.flush(0.1) > 0:
                 if self._stop.is_set() and time.monotonic() >= self._deadline:
                     _abandon(producer)
                     return None
+                if sum(acked) != acks:
+                    progress, acks = time.monotonic(), sum(acked)
+                elif self._stuck(progress):
+                    self.last_error = "the broker came back without this producer's state"
+                    self._fatal = True
             if self._fatal and not any(acked[i] for i in todo):
                 time.sleep(0.2)  # a new producer at once, but never a spin
             todo = [i for i in todo if not acked[i]]
