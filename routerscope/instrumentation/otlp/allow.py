@@ -150,7 +150,7 @@ _STRING_RULES: dict[str, Callable[[str], str | None]] = {
 }
 # Verdicts on strings already seen (span names and values repeat: the same models, providers, sessions):
 # bounded, emptied when full. It holds only what this process has been sent, in memory.
-_CACHE: dict[tuple[str, str], str | None] = {}
+_CACHE: dict[tuple, str | None] = {}
 _CACHE_MAX = 200_000
 
 
@@ -179,7 +179,7 @@ def span_name(name: str, globs: tuple[str, ...] = ()) -> str:
     """The name if it has one of the shapes a span name may leave in, else ""."""
     if not name:
         return name
-    key = ("span", name)
+    key = ("span", name, globs)
     try:
         out = _CACHE[key]
     except KeyError:

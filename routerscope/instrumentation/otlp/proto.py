@@ -271,8 +271,27 @@ def _allowed(key: str, v, rules: dict, filtered: Filtered):
 
 
 def _copy_attributes(source, target, rules: dict, filtered: Filtered) -> None:
+    """The attributes of `source` that may leave, appended to `target` (as they came when their value
+    passes unchanged, the common case: one copy in C)."""
+    string = allow.string
     for kv in source:
-        value = _allowed(kv.key, kv.value, rules, filtered)
+        kind = rules.get(kv.key)
+        if kind is None:
+            filtered.attributes += 1
+            continue
+        v = kv.value
+        if v.WhichOneof("value") == "string_value" and kind != "number" and kind != "bool":
+            text = v.string_value
+            out = string(kind, text)
+            if out == text:
+                target.append(kv)
+                continue
+            if out is not None:
+                target.add(key=kv.key).value.string_value = out
+                continue
+            filtered.values += 1
+            continue
+        value = _allowed(kv.key, v, rules, filtered)
         if value is None:
             continue
         new = target.add(key=kv.key)
