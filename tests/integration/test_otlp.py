@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
-import time
 
 import pytest
 from google.protobuf import json_format

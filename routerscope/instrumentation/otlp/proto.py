@@ -14,6 +14,7 @@ import base64
 import json
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -247,7 +248,7 @@ def _allowed(key: str, v, rules: dict, filtered: Filtered):
         filtered.attributes += 1
         return None
     which = v.WhichOneof("value")
-    out = None
+    out: str | int | float | list[str] | None = None
     if which == "string_value":
         text = v.string_value
         if kind == "number":
@@ -323,7 +324,7 @@ def split(
         resource = Resource()
         _copy_attributes(rs.resource.attributes, resource.attributes, allow.RESOURCE, filtered)
         for ss in rs.scope_spans:
-            targets: dict[bytes, object] = {}  # trace id -> its ScopeSpans for this (resource, scope)
+            targets: dict[bytes, Any] = {}  # trace id -> its ScopeSpans for this (resource, scope)
             for span in ss.spans:
                 trace_id, span_id = span.trace_id, span.span_id
                 if len(trace_id) != 16 or len(span_id) != 8 or trace_id == _NO_TRACE:

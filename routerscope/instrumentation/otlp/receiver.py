@@ -44,7 +44,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from routerscope.instrumentation.emitter import SPOOL_DIR_MODE, SPOOL_FILE_MODE, Message, Spool
+from routerscope.instrumentation.emitter import SPOOL_DIR_MODE, SPOOL_FILE_MODE, Message, Outgoing, Spool
 from routerscope.instrumentation.otlp import proto
 
 log = logging.getLogger("routerscope.collect")
@@ -121,7 +121,7 @@ class Outbox:
     def full(self) -> bool:
         return self.backlog_bytes >= self.max_backlog_bytes
 
-    def put(self, messages: list[Message]) -> None:
+    def put(self, messages: list[Outgoing]) -> None:
         """On disk before this returns, or Refused (503): the backlog is full or the disk refuses."""
         if not messages:
             return
@@ -619,7 +619,7 @@ class Receiver:
         """Complete traces to the outbox (raises Refused), then off the books of what waits. Holds the lock."""
         if not ready:
             return
-        messages = []
+        messages: list[Outgoing] = []
         for trace_id, request, _ in ready:
             key = trace_id.hex().encode()
             messages.extend(Message(self.outbox.topic, key, value) for value in _messages(request))
