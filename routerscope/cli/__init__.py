@@ -166,7 +166,7 @@ def cmd_load(args, settings: Settings) -> int:
 
 def cmd_collect(args, settings: Settings) -> int:
     """The OTLP/HTTP receiver: GenAI spans in, one Kafka message per trace out (docs/otlp.md)."""
-    from routerscope.instrumentation.otlp.mapping import Mapping, MappingError
+    from routerscope.instrumentation.otlp.mapping import Mapping, MappingError  # deferred: as the receiver
     from routerscope.instrumentation.otlp.receiver import Receiver  # deferred: start-up: protobuf, ~25 ms
 
     ensure_topics(settings)  # the OTLP topic among them; fails in one line when the broker is not there
