@@ -63,6 +63,7 @@ MAX_MESSAGE = 900_000
 SEND_BATCH = 2000  # outbox records sent per round (each round waits for Kafka's acknowledgements)
 STUCK_S = 5.0  # after a lost connection, a producer with nothing acknowledged for this long is replaced
 MESSAGE_TIMEOUT_MS = 300_000  # a message not acknowledged in 5 minutes: the producer is replaced
+REQUEST_TIMEOUT_MS = 180_000  # a broker paused for up to 3 minutes is waited for on the same connection
 _PROTOBUF, _JSON = "application/x-protobuf", "application/json"
 
 
@@ -155,7 +156,11 @@ class Outbox:
                 "linger.ms": 5,
                 "batch.size": 1_000_000,
                 "queue.buffering.max.messages": 4 * SEND_BATCH,
-                "message.timeout.ms": MESSAGE_TIMEOUT_MS,  # a paused broker is waited for, not resent to
+                "message.timeout.ms": MESSAGE_TIMEOUT_MS,  # a paused broker is waited for, not resent to:
+                # its requests are not timed out (a timed-out request closes the connection, and the broker,
+                # once it runs again, may still read what was sent on it)
+                "request.timeout.ms": REQUEST_TIMEOUT_MS,
+                "socket.timeout.ms": REQUEST_TIMEOUT_MS,
                 "enable.idempotence": True,  # a retry after a broker hiccup never doubles a trace
                 "error_cb": self._on_error,
             }
