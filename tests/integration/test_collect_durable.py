@@ -222,6 +222,32 @@ def test_kill_9_keeps_what_was_answered_200_complete_or_waiting_for_its_root(hom
         broker.stop(settings)
 
 
+def test_stopped_while_kafka_does_not_answer_it_says_what_it_kept_and_sends_it_at_the_next_start(home):
+    """SIGTERM with the broker paused: the exit line counts the messages Kafka has not taken, kept on disk;
+    the next `collect` sends them."""
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    port = free_port()
+    collect = start_collect(home, port)
+    pid = broker.status(settings).pid
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert post(port, body(1, n=7)) == 200
+            err = stop_collect(collect)  # gives Kafka 10 s
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert "7 messages undelivered (kept in " in err and "sent at the next start" in err
+        collect = start_collect(home, port)
+        messages = consume_all(settings.kafka_bootstrap(), settings.otlp_topic, expect=7)
+        assert sorted(trace_numbers(messages)) == list(range(1, 8))
+        assert "0 messages undelivered" in stop_collect(collect)
+    finally:
+        if collect.poll() is None:
+            collect.kill()
+        broker.stop(settings)
+
+
 def _rss_peak_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:

@@ -95,6 +95,14 @@ def test_a_gzip_body_stops_unzipping_at_the_limit():
     with pytest.raises(proto.TooLarge):
         proto.inflate(bomb, 1024 * 1024)
     assert proto.inflate(gzip.compress(b"ab") + gzip.compress(b"cd")) == b"abcd"  # members in turn
+    # empty messages: stopped by their count after a few MiB, long before the byte limit
+    empties = gzip.compress(b"\x0a\x00" * 30_000_000, compresslevel=1)
+    started = time.process_time()
+    with pytest.raises(proto.TooLarge, match="messages"):
+        proto.inflate(empties, 10**9, as_json=False)
+    with pytest.raises(proto.TooLarge, match="values"):
+        proto.inflate(gzip.compress(b"{}," * 10_000_000, compresslevel=1), 10**9, as_json=True)
+    assert time.process_time() - started < 0.5
     with pytest.raises(proto.BadRequest):
         proto.inflate(gzip.compress(b"abcdef")[:-6])
 

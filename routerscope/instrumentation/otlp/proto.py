@@ -162,21 +162,37 @@ class TooLarge(BadRequest):
     """A body past one of the limits (the receiver answers 413)."""
 
 
-def inflate(body: bytes, limit: int = MAX_INFLATED) -> bytes:
-    """A gzip body unzipped, stopping as soon as it passes `limit` bytes (TooLarge) — a zip bomb costs
-    what `limit` bytes cost, never more. Concatenated gzip members are read in turn."""
-    out, rest = [], body
-    size = 0
+_CHUNK = 1024 * 1024
+
+
+def inflate(body: bytes, limit: int = MAX_INFLATED, as_json: bool | None = None) -> bytes:
+    """A gzip body unzipped 1 MiB at a time, stopping as soon as it passes `limit` bytes — or, when
+    `as_json` is given (False: protobuf), as soon as what it unzipped could hold more messages than
+    `check_protobuf` / `check_json` allow (TooLarge): a zip bomb costs what its first few MiB cost.
+    Concatenated gzip members are read in turn."""
+    out: list[bytes] = []
+    size = marks = 0
+    bound = MAX_MESSAGES if as_json is False else MAX_JSON_VALUES
+    rest = body
     try:
         while rest:
             inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            chunk = inflater.decompress(rest, limit + 1 - size)
-            size += len(chunk)
-            out.append(chunk)
-            if size > limit or inflater.unconsumed_tail:
-                raise TooLarge(f"the body unzips past {limit} bytes")
-            if not inflater.eof:
-                raise BadRequest("not gzip: the stream ends early")
+            data = rest
+            while True:
+                chunk = inflater.decompress(data, _CHUNK)
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"the body unzips past {limit} bytes")
+                if as_json is not None:
+                    marks += chunk.count(b"{") + chunk.count(b"[") if as_json else chunk.translate(_TAG_BYTES).count(1)
+                    if marks > bound:
+                        raise TooLarge(f"the body unzips to over {bound} {'values' if as_json else 'messages'}")
+                out.append(chunk)
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+                if not chunk and not data:
+                    raise BadRequest("not gzip: the stream ends early")
             rest = inflater.unused_data
     except zlib.error as exc:
         raise BadRequest(f"not gzip: {exc}") from None

@@ -23,8 +23,9 @@ Answers, as the OTLP/HTTP spec has them: 200 with the export response (`partial_
 spans refused: no 16-byte trace id or 8-byte span id); 400 for a body that does not parse (with a
 `google.rpc.Status`); 404, 405, 411, 413 (body over `max_body`, unzipped past `proto.MAX_INFLATED`, or
 past a count limit), 415 (another content type or encoding); 429 with `Retry-After` when the spans
-waiting for their root would pass `max_spans`; 503 with `Retry-After` only while the outbox cannot take
-more (its backlog at `max_backlog_bytes`, or the disk refuses writes). `GET /-/healthy` and
+waiting for their root would pass `max_spans`; 503 with `Retry-After` only while `collect` cannot take
+more: the outbox's backlog at `max_backlog_bytes`, the disk refusing writes, or the bodies being read at
+once holding MAX_READING bytes (memory). `GET /-/healthy` and
 `GET /-/ready` answer 200 or 503 with the counters as JSON.
 """
 
@@ -52,6 +53,7 @@ log = logging.getLogger("routerscope.collect")
 PATH = "/v1/traces"
 HEALTHY, READY = "/-/healthy", "/-/ready"
 MAX_BODY = 32 * 1024 * 1024  # a request body larger than this is refused unread (413)
+MAX_READING = 256 * 1024 * 1024  # bytes of bodies being read at once; past it a request gets 503 (memory)
 MAX_SPANS = 200_000  # spans waiting for their trace's root before 429
 MAX_BACKLOG = 1024 * 1024 * 1024  # bytes of trace messages waiting for Kafka on disk before 503
 TRACE_WAIT_S = 10.0  # a trace whose local root never arrives is written this long after its first span
@@ -466,6 +468,7 @@ class Receiver:
         self.stats = Stats()
         self._traces: dict[bytes, _Trace] = {}
         self._held = 0
+        self._reading = 0  # bytes of the bodies being read now
         self._lock = threading.Lock()
         self._decoding = threading.Semaphore(2)  # bodies unzipped and parsed at once: memory stays bounded
         self._stop = threading.Event()
@@ -552,11 +555,24 @@ class Receiver:
         return healthy, ready, doc
 
     # -- one request ----------------------------------------------------------------------------------
+    def reserve(self, length: int) -> bool:
+        """Room to read a body of `length` bytes (False: the bodies being read already hold MAX_READING)."""
+        with self._lock:
+            if self._reading and self._reading + length > MAX_READING:
+                self.stats.refused_down += 1
+                return False
+            self._reading += length
+            return True
+
+    def release(self, length: int) -> None:
+        with self._lock:
+            self._reading -= length
+
     def decode(self, body: bytes, gzipped: bool, as_json: bool) -> ExportTraceServiceRequest:
         """A body as a request, every limit checked before what it expands to is built (proto)."""
         with self._decoding:
             if gzipped:
-                body = proto.inflate(body, self.max_inflated)
+                body = proto.inflate(body, self.max_inflated, as_json)
             return proto.decode_json(body) if as_json else proto.decode(body)
 
     def accept(self, request) -> tuple[int, str]:
@@ -740,10 +756,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(declared)
         if length > self.owner.max_body:
             return self._error(413, f"a body of {length} bytes is over the limit of {self.owner.max_body}", as_json)
-        body = self.rfile.read(length)
-        if len(body) < length:
-            return self._error(400, "the body ended before its Content-Length", as_json)
+        if not self.owner.reserve(length):
+            self.close_connection = True  # the body is left unread
+            return self._error(
+                503, "the receiver is reading as many bodies as it can hold", as_json, {"Retry-After": "1"}
+            )
         try:
+            body = self.rfile.read(length)
+            if len(body) < length:
+                return self._error(400, "the body ended before its Content-Length", as_json)
             request = self.owner.decode(body, encoding == "gzip", as_json)
             del body
             rejected, why = self.owner.accept(request)
@@ -755,4 +776,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "nested too deep", as_json)
         except Refused as exc:
             return self._error(exc.status, str(exc), as_json, {"Retry-After": str(exc.retry_after)})
+        finally:
+            self.owner.release(length)
         self._answer(200, proto.response(rejected, why, as_json), _JSON if as_json else _PROTOBUF)
