@@ -28,7 +28,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from routerscope.instrumentation import pii
 from routerscope.instrumentation.otlp import allow
-from routerscope.instrumentation.otlp import semconv as S
 
 # Span.flags bits (OTLP 1.1+): whether the parent's remoteness is known, and whether it is remote.
 _HAS_IS_REMOTE = 0x100
@@ -58,23 +57,6 @@ class SpanView:
     error: bool
     attrs: dict = field(default_factory=dict)
     resource: dict = field(default_factory=dict)
-
-
-def _value(v):
-    """An AnyValue as a Python scalar, or a list of scalars; None for anything nested deeper."""
-    which = v.WhichOneof("value")
-    if which == "string_value":
-        return v.string_value
-    if which == "int_value":
-        return v.int_value
-    if which == "double_value":
-        return v.double_value
-    if which == "bool_value":
-        return v.bool_value
-    if which == "array_value":
-        items = [_value(x) for x in v.array_value.values]
-        return [x for x in items if x is not None and not isinstance(x, list)]
-    return None
 
 
 def decode(body: bytes) -> ExportTraceServiceRequest:
@@ -409,16 +391,15 @@ def is_local_root(span) -> bool:
 
 
 def views(request: ExportTraceServiceRequest) -> list[SpanView]:
-    """Every span of a request as the mapping reads it (kept attributes only)."""
+    """Every span of a request as the mapping reads it: the allow-listed values only, as `collect` passes
+    them on (a Collector's messages, unstripped, are read the same way)."""
     out = []
+    ignored = Filtered()
     for rs in request.resource_spans:
-        resource = {kv.key: _value(kv.value) for kv in rs.resource.attributes if kv.key in S.KEPT_RESOURCE}
+        resource = _allowed_values(rs.resource.attributes, allow.RESOURCE, ignored)
         for ss in rs.scope_spans:
             for span in ss.spans:
-                attrs = {}
-                for kv in span.attributes:
-                    if kv.key in S.KEPT or kv.key.startswith(S.RS_PREFIX):
-                        attrs[kv.key] = _value(kv.value)
+                attrs = _allowed_values(span.attributes, allow.SPAN, ignored)
                 out.append(
                     SpanView(
                         trace_id=span.trace_id.hex(),
@@ -434,6 +415,15 @@ def views(request: ExportTraceServiceRequest) -> list[SpanView]:
                         resource=resource,
                     )
                 )
+    return out
+
+
+def _allowed_values(attributes, rules: dict, filtered: Filtered) -> dict:
+    out = {}
+    for kv in attributes:
+        value = _allowed(kv.key, kv.value, rules, filtered)
+        if value is not None:
+            out[kv.key] = value
     return out
 
 
@@ -454,7 +444,7 @@ def summary(spans: list[SpanView]) -> bytes:
                 "trace_id": s.trace_id,
                 "span_id": s.span_id,
                 "parent_id": s.parent_id,
-                "name": pii.scrub(s.name[:200]),
+                "name": allow.span_name(s.name[:200]),
                 "kind": s.kind,
                 "error": s.error,
                 "attributes": {k: _scrubbed(v) for k, v in s.attrs.items()},

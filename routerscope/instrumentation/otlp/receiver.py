@@ -243,7 +243,7 @@ class Outbox:
                 m = batch[i]
                 while True:
                     try:
-                        producer.produce(self.topic, value=m.value, key=m.key, on_delivery=report(i))
+                        producer.produce(m.topic, value=m.value, key=m.key, on_delivery=report(i))
                         break
                     except BufferError:
                         producer.poll(0.05)
