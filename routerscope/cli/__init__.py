@@ -187,6 +187,7 @@ def cmd_collect(args, settings: Settings) -> int:
             trace_wait_s=args.trace_wait,
             span_name_globs=globs,
             max_backlog=int(args.max_backlog_mb * 1024 * 1024),
+            fsync_interval_s=args.fsync_interval,
         )
     except OSError as exc:
         if exc.filename:
@@ -890,6 +891,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_float_at_least(1),
         default=1024,
         help="answer 503 while this much waits on disk for Kafka (default 1024 MB)",
+    )
+    p.add_argument(
+        "--fsync-interval",
+        type=_float_at_least(0),
+        default=1.0,
+        help="seconds between fsyncs of what was taken, for power loss (0: before every answer; default 1)",
     )
     p.set_defaults(func=cmd_collect)
 

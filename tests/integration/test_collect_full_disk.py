@@ -69,3 +69,28 @@ def test_a_full_disk_gets_503_and_nothing_answered_200_is_lost(home, monkeypatch
         assert len(messages) == 3 and len({m.key() for m in messages}) == 3
     finally:
         broker.stop(settings)
+
+
+def test_with_fsync_interval_0_what_is_answered_200_was_fsynced_first(home, monkeypatch):
+    """`--fsync-interval 0`: the outbox file is fsynced before the answer (power loss, not only kill -9)."""
+    import os
+
+    from routerscope.instrumentation.otlp import receiver as receiver_module
+
+    settings = settings_for(home)
+    broker.start(settings, port=free_port())
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(receiver_module.os, "fsync", fsync)
+    try:
+        body = encode_spans(finished_spans(fallback_trace)).SerializeToString()
+        with running_receiver(settings, fsync_interval_s=0) as receiver:
+            assert post(receiver.port, body) == (200, None)
+            assert any(path.endswith(".jsonl") for path in synced)  # the outbox segment, before the 200
+    finally:
+        broker.stop(settings)

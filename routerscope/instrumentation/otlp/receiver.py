@@ -12,10 +12,10 @@ root, in earlier batches when the trace is long). The loader maps each trace to 
 **A 200 means durable.** Before a request is answered 200, every span it brought is on disk: a complete
 trace in the outbox (`Outbox`: the event spool of `routerscope.instrumentation.emitter.Spool`, the SDK's
 own write-ahead mechanism), a trace still waiting for its root in the waiting log (`Waiting`). Both are
-written straight to the operating system, so a `kill -9` loses nothing answered 200 (a power cut can lose
-what the OS had not written yet). The outbox is sent by a thread of its own with an idempotent
-confluent-kafka producer; a record leaves the outbox only once Kafka acknowledged it, and a producer that
-fails for good (a fatal `UNKNOWN_PRODUCER_ID` after a broker restart, any fatal error) is replaced by a
+written straight to the operating system, so a `kill -9` loses nothing answered 200; both are fsynced
+every `fsync_interval_s` (0: before every answer), so a power cut loses at most that much. The outbox is
+sent by a thread of its own with an idempotent confluent-kafka producer; a record leaves the outbox only
+once Kafka acknowledged it, and a producer that fails for good (a fatal `UNKNOWN_PRODUCER_ID` after a broker restart, any fatal error) is replaced by a
 new one that sends what was not acknowledged. A broker that is down or paused does not stop `collect`
 taking spans: they wait in the outbox.
 
@@ -57,6 +57,7 @@ MAX_READING = 256 * 1024 * 1024  # bytes of bodies being read at once; past it a
 MAX_SPANS = 200_000  # spans waiting for their trace's root before 429
 MAX_BACKLOG = 1024 * 1024 * 1024  # bytes of trace messages waiting for Kafka on disk before 503
 TRACE_WAIT_S = 10.0  # a trace whose local root never arrives is written this long after its first span
+FSYNC_INTERVAL_S = 1.0  # the outbox and the waiting log are fsynced this often (a power cut loses at most that)
 RETRY_AFTER_FULL_S = 1
 RETRY_AFTER_DOWN_S = 5
 # A trace larger than this is written in several messages (the loader merges them by trace id): under
@@ -288,6 +289,30 @@ class Outbox:
         return len(self.spool)
 
 
+def _sync_files(directory: Path, pattern: str, since: float) -> None:
+    """fsync the files of `directory` matching `pattern` changed since `since` (wall clock), and the
+    directory itself (so new files survive a power cut too). Errors are logged, never raised."""
+    try:
+        for path in directory.glob(pattern):
+            try:
+                if path.stat().st_mtime < since - 1.0:
+                    continue
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except FileNotFoundError:
+                continue  # sent and deleted meanwhile
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("collect: cannot fsync %s (%s)", directory, exc)
+
+
 def _abandon(producer: Producer) -> None:
     try:
         producer.purge()
@@ -460,10 +485,13 @@ class Receiver:
         max_spans: int = MAX_SPANS,
         trace_wait_s: float = TRACE_WAIT_S,
         span_name_globs: tuple[str, ...] = (),
+        fsync_interval_s: float = FSYNC_INTERVAL_S,
     ):
         self.outbox = outbox
         self.max_body, self.max_inflated, self.max_spans = max_body, max_inflated, max_spans
         self.trace_wait_s = trace_wait_s
+        self.fsync_interval_s = fsync_interval_s  # 0: before every answer
+        self._synced = time.time()
         self.span_name_globs = span_name_globs
         self.stats = Stats()
         self._traces: dict[bytes, _Trace] = {}
@@ -527,6 +555,7 @@ class Receiver:
             self._emit(everything=True)
         except Refused as exc:
             log.error("collect: %s; the traces waiting stay in %s for the next start", exc, self.waiting.dir)
+        self.sync()
         left = self.outbox.close(timeout_s)
         return {**self.stats_dict(), "held_at_exit": self._held, "undelivered_at_exit": left}
 
@@ -628,6 +657,8 @@ class Receiver:
                         held.request.resource_spans.extend(part.request.resource_spans)
                         held.spans += part.spans
                     self._held += part.spans
+            if not self.fsync_interval_s:
+                self.sync()
             self.stats.requests += 1
             self.stats.spans_in += spans + rejected
             self.stats.spans_rejected += rejected
@@ -666,8 +697,16 @@ class Receiver:
             ]
             self._write(ready)
 
+    def sync(self) -> None:
+        """fsync what was written to the outbox and the waiting log since the last sync (power loss)."""
+        since, self._synced = self._synced, time.time()
+        _sync_files(self.outbox.spool.dir, "*.jsonl", since)
+        _sync_files(self.waiting.dir, "*.wait", since)
+
     def _flush_loop(self) -> None:
         while not self._stop.wait(0.1):
+            if self.fsync_interval_s and time.time() - self._synced >= self.fsync_interval_s:
+                self.sync()
             try:
                 self._emit()
             except Refused:
