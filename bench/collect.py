@@ -1,7 +1,7 @@
 """`routerscope collect` at rate with durable acknowledgement: spans per second answered 200 (each one on disk
 when answered) from several clients at once, and the time until every trace is in Kafka. Prints JSON.
 
-    .venv/bin/python bench/collect.py [--spans 400000] [--batch 512] [--clients 4]
+    .venv/bin/python bench/collect.py [--spans 400000] [--batch 512] [--clients 4] [--fsync-interval 1]
 
 A local broker and `routerscope collect` (the command, its own process) are started; `--clients` sender
 processes, each with one keep-alive connection, post pre-encoded OTLP/HTTP protobuf requests of `--batch`
@@ -79,6 +79,9 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=400_000, help="spans to send (rounded up to whole requests)")
     parser.add_argument("--batch", type=int, default=512, help="spans per request (the SDK exporter's default)")
     parser.add_argument("--clients", type=int, default=4, help="sender processes, one connection each")
+    parser.add_argument(
+        "--fsync-interval", default="1", help="passed to `collect` (0: fsync before every answer; default 1)"
+    )
     args = parser.parse_args()
     bodies = otlp.requests(args.spans, args.batch)
     per_request = (args.batch // otlp.SPANS_PER_TRACE) * otlp.SPANS_PER_TRACE
@@ -91,7 +94,14 @@ def main() -> None:
         broker.start(settings, port=free_port(), keep=False)
         port = free_port()
         collect = subprocess.Popen(
-            [str(Path(sys.executable).parent / "routerscope"), "collect", "--port", str(port)],
+            [
+                str(Path(sys.executable).parent / "routerscope"),
+                "collect",
+                "--port",
+                str(port),
+                "--fsync-interval",
+                args.fsync_interval,
+            ],
             env=env,
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -138,6 +148,7 @@ def main() -> None:
                 "requests": len(bodies),
                 "spans_per_request": per_request,
                 "clients": args.clients,
+                "fsync_interval_s": float(args.fsync_interval),
                 "statuses": statuses,
                 "seconds_to_acknowledge": round(last - first, 3),
                 "spans_per_s_acknowledged": round(spans / (last - first)),

@@ -22,7 +22,7 @@ from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
 from routerscope.core import broker, names, procs
-from routerscope.core.errors import ConfigError, RouterscopeError, full_disk_error, is_full_disk
+from routerscope.core.errors import BrokerUnavailable, ConfigError, RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.extras import missing_extra
 from routerscope.core.kafka import ensure_topics, librdkafka_config
 from routerscope.core.settings import Settings
@@ -169,7 +169,15 @@ def cmd_collect(args, settings: Settings) -> int:
     from routerscope.instrumentation.otlp.mapping import Mapping, MappingError  # deferred: as the receiver
     from routerscope.instrumentation.otlp.receiver import Receiver  # deferred: start-up: protobuf, ~25 ms
 
-    ensure_topics(settings)  # the OTLP topic among them; fails in one line when the broker is not there
+    try:
+        ensure_topics(settings)  # the OTLP topic among them
+    except BrokerUnavailable as exc:  # spans are taken all the same: they wait on disk for the broker
+        print(
+            f"routerscope collect: warning: {str(exc).splitlines()[0]}; spans are taken and wait on disk until a "
+            "broker answers there (with its topics: `routerscope broker start` creates them)",
+            file=sys.stderr,
+            flush=True,
+        )
     pii.configure(settings.home)  # values that look personal are hashed on the way in, as the loader would
     try:  # span names a task rule of the mapping file reads are kept (docs/otlp.md)
         mapping = Mapping.load(settings.otlp_mapping)

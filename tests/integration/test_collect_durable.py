@@ -248,6 +248,32 @@ def test_stopped_while_kafka_does_not_answer_it_says_what_it_kept_and_sends_it_a
         broker.stop(settings)
 
 
+def test_started_while_no_broker_answers_it_takes_spans_and_delivers_them_once_one_does(home):
+    """No broker at start: a warning, not an exit; what it answers 200 for reaches the broker started later."""
+    port, kafka_port = free_port(), free_port()
+    settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{kafka_port}")
+    proc = subprocess.Popen(
+        [ROUTERSCOPE, "collect", "--port", str(port)],
+        env=clean_env(home, ROUTERSCOPE_KAFKA_BOOTSTRAP=f"127.0.0.1:{kafka_port}"),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "OTLP/HTTP on" in proc.stdout.readline()
+        assert post(port, body(1, n=5)) == 200
+        broker.start(settings, port=kafka_port)
+        messages = consume_all(settings.kafka_bootstrap(), settings.otlp_topic, expect=5, timeout_s=60)
+        assert sorted(trace_numbers(messages)) == [1, 2, 3, 4, 5]
+        err = stop_collect(proc)
+        assert "routerscope collect: warning:" in err and "wait on disk" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        broker.stop(settings)
+
+
 def _rss_peak_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:

@@ -15,9 +15,9 @@ own write-ahead mechanism), a trace still waiting for its root in the waiting lo
 written straight to the operating system, so a `kill -9` loses nothing answered 200; both are fsynced
 every `fsync_interval_s` (0: before every answer), so a power cut loses at most that much. The outbox is
 sent by a thread of its own with an idempotent confluent-kafka producer; a record leaves the outbox only
-once Kafka acknowledged it, and a producer that fails for good (a fatal `UNKNOWN_PRODUCER_ID` after a broker restart, any fatal error) is replaced by a
-new one that sends what was not acknowledged. A broker that is down or paused does not stop `collect`
-taking spans: they wait in the outbox.
+once Kafka acknowledged it, and a producer that fails for good (a fatal `UNKNOWN_PRODUCER_ID` after a
+broker restart, any fatal error) is replaced by a new one that sends what was not acknowledged. A broker
+that is down or paused does not stop `collect` taking spans: they wait in the outbox.
 
 Answers, as the OTLP/HTTP spec has them: 200 with the export response (`partial_success` counts the
 spans refused: no 16-byte trace id or 8-byte span id); 400 for a body that does not parse (with a
