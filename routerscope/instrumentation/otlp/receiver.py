@@ -700,7 +700,9 @@ class Receiver:
     def sync(self) -> None:
         """fsync what was written to the outbox and the waiting log since the last sync (power loss)."""
         since, self._synced = self._synced, time.time()
-        _sync_files(self.outbox.spool.dir, "*.jsonl", since)
+        with self.outbox._lock:  # the spool's own bookkeeping of what it wrote since its last sync
+            paths, created = self.outbox.spool.take_unsynced()
+        self.outbox.spool.fsync_paths(paths, created)
         _sync_files(self.waiting.dir, "*.wait", since)
 
     def _flush_loop(self) -> None:
