@@ -286,6 +286,8 @@ class Outbox:
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout=timeout_s + 5)
+        with self._lock:
+            self.spool.close()  # synced, and its open segment closed
         return len(self.spool)
 
 
@@ -614,7 +616,7 @@ class Receiver:
             if self.outbox.full:
                 self.stats.refused_down += 1
                 raise Refused(503, "the receiver's backlog for Kafka is full", RETRY_AFTER_DOWN_S)
-            waiting_spans = sum(p.spans for t, p in parts.items() if not p.complete and t not in self._traces)
+            waiting_spans = sum(p.spans for p in parts.values() if not p.complete)
             # (nothing held: taken whatever its size, or a request larger than the bound would be refused forever)
             if self._held and self._held + waiting_spans > self.max_spans:
                 self.stats.refused_full += 1
