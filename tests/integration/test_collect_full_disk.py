@@ -67,6 +67,8 @@ def test_a_full_disk_gets_503_and_nothing_answered_200_is_lost(home, monkeypatch
             assert ready(receiver.port)[0] == 200
         messages = consume_all(settings.kafka_bootstrap(), settings.otlp_topic, expect=3)
         assert len(messages) == 3 and len({m.key() for m in messages}) == 3
+        for path in (home / "collect", home / "collect" / "outbox", home / "collect" / "waiting"):
+            assert path.stat().st_mode & 0o777 == 0o700  # owner-only: what it holds came from the apps
     finally:
         broker.stop(settings)
 

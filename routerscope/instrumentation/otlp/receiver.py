@@ -527,6 +527,7 @@ class Receiver:
         """A receiver with its outbox and waiting log under `directory` (`routerscope collect` uses
         ROUTERSCOPE_HOME/collect)."""
         directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True, mode=SPOOL_DIR_MODE)  # owner-only, as the SDK's spool
         outbox = Outbox(config, topic, directory / "outbox", max_backlog_bytes=options.pop("max_backlog", MAX_BACKLOG))
         try:
             return cls(outbox, directory / "waiting", **options)
