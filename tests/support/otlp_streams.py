@@ -120,8 +120,9 @@ def main(source: str) -> None:
     devices = [f"127.0.0.1:{device.server_port}", f"127.0.0.1:{slow.server_port}"]
     mapping = Mapping.from_dict({"device": {"server_addresses": devices}})
     request = encode_spans(exporter.get_finished_spans())
-    traces, _, _ = proto.split(request)
-    for one in traces.values():
+    traces = proto.split(request)[0]  # what `collect` lets leave: the allow-listed values only
+    for part in traces.values():
+        one = getattr(part, "request", part)
         if "--attrs" in sys.argv:
             for v in proto.views(one):
                 print("#", v.name, v.error, v.attrs)

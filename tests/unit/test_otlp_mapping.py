@@ -434,3 +434,15 @@ def test_openinference_litellms_failed_call_names_the_requested_model_and_is_an_
     assert [a.outcome for a in mapped([root(), failed, served]).attempts] == ["error", "ok"]
     cut = span(2, litellm, start_ms=1, end_ms=5, error=True, kind=KIND_INTERNAL, name="ChatCompletion")
     assert [a.outcome for a in mapped([root(), cut, served]).attempts] == ["timeout", "ok"]
+
+
+def test_an_error_type_written_as_a_class_leaves_collect_as_its_dotted_name():
+    """openai-v2 2.4b0 writes `error.type` as `<class 'openai.APITimeoutError'>`: collect's allow-list keeps
+    `openai.APITimeoutError` (the mapping reads the timeout in it), and still drops anything with other words."""
+    from routerscope.instrumentation.otlp import allow
+
+    assert allow.string("error", "<class 'openai.APITimeoutError'>") == "openai.APITimeoutError"
+    assert allow.string("error", "<class 'httpx.RemoteProtocolError'>") == "httpx.RemoteProtocolError"
+    assert allow.string("error", "APIConnectionError") == "APIConnectionError"
+    assert allow.string("error", "<class 'my card is 4111 1111 1111 1111'>") is None
+    assert allow.string("error", "timeout for jane.doe@example.com") is None
