@@ -207,6 +207,9 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         "published": delivered_labels,
         "unjudged": sum(v.acceptable is None for v in verdicts),
         "judged_kept_answer": sum(v.kept for v in verdicts),  # the device's first answer, not a re-generation
+        # the cloud's answers fetched as references (events that never reached the cloud): calls and output tokens
+        "reference_calls": sum(v.reference_calls for v in verdicts),
+        "reference_tokens_out": sum(v.reference_tokens for v in verdicts),
         # the sampling design (task type × confidence bucket): per stratum, its unreplayed fallbacks, those sampled
         # with a stored text, and those replayed
         "strata": {name: {"replayed": 0, **s} for name, s in sorted(strata.items())},
