@@ -1,0 +1,108 @@
+"""Labels by design, a judge audited by people (docs/metrics.md §3d): prediction-powered estimates computed by hand
+on a small designed sample whose judge is wrong on purpose, in a real embedded warehouse through `compute` (what
+`routerscope metrics --json` prints). The corrected estimate recovers the truth within its interval; the judge's
+own reading does not."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from routerscope.warehouse.analytics import ppi
+from routerscope.warehouse.analytics.metrics import compute
+from tests.support.events import decision, label
+from tests.support.golden_day import END, START, at, eid, insert
+
+pytestmark = pytest.mark.integration
+IC = "intent_classify"
+
+
+def designed_sample() -> tuple[list[dict], list[dict]]:
+    """200 device-served intent_classify events, two strata of 100 (confidence 0.90: bucket [0.85, 1];
+    0.70: [0.65, 0.85)). Truth: in A every 5th answer is bad (20 of 100); in B two of every 5 (40 of 100): 60 of
+    200 = 0.30 missed fallbacks. The judge (offline_replay) sees all of A and accepts every answer (it never
+    catches a bad one); it sees B's first 50 and catches only every 5th (10 of the 20 bad there). People
+    (human_review) audit A's first 40 and B's first 20."""
+    events, labels = [], []
+    for stratum, confidence, judged, audited, bad, caught in (
+        ("a", 0.90, 100, 40, lambda i: i % 5 == 0, lambda i: False),
+        ("b", 0.70, 50, 20, lambda i: i % 5 in (0, 1), lambda i: i % 5 == 0),
+    ):
+        for i in range(100):
+            rid = f"{stratum}{i}"
+            n = (0 if stratum == "a" else 100) + i
+            events.append(
+                decision(event_id=eid(5000 + n), request_id=rid, task_type=IC, event_time=at(1), confidence=confidence)
+            )
+            if i < judged:
+                ok = not caught(i)
+                labels.append(label(request_id=rid, source="offline_replay", device_acceptable=ok, route_correct=ok))
+            if i < audited:
+                ok = not bad(i)
+                labels.append(label(request_id=rid, source="human_review", device_acceptable=ok, route_correct=ok))
+    return events, labels
+
+
+def test_the_corrected_estimate_recovers_the_truth_and_the_judges_own_does_not(warehouse):
+    insert(warehouse, *designed_sample())
+    result = compute(warehouse, START, END)
+    # Stratum A: N 100, judged 100, Ŷ (hit = not acceptable) all 0 → m_A = 0, s² = 0; audited 40, of them 8 bad
+    # (i = 0, 5, …, 35): Y − Ŷ = 1 for 8, 0 for 32 → mean 0.2, s² = (8 − 64/40)/39 = 0.164103.
+    # Stratum B: N 100, judged 50 with 10 hits (i % 5 == 0) → m_B = 0.2, s² = (10 − 100/50)/49 = 0.163265;
+    # audited 20: 8 bad, 4 of them caught → Y − Ŷ = 1 for 4 → mean 0.2, s² = (4 − 16/20)/19 = 0.168421.
+    # M = ½·0 + ½·0.2 = 0.1; Δ = ½·0.2 + ½·0.2 = 0.2; rate = 0.3 (the truth: 60/200).
+    # V = ¼·0.163265/50 + ¼·0.164103/40 + ¼·0.168421/20 = 0.00081633 + 0.00102564 + 0.00210526 = 0.00394723
+    # half = 1.96·√V = 0.123140 → ci [0.176860, 0.423140]
+    for group in (result["overall"], result["by_task_type"][IC]):
+        est = group["missed_fallback_ppi"]
+        assert est["rate"] == pytest.approx(0.3)
+        assert est["ci"] == [pytest.approx(0.176860, abs=1e-5), pytest.approx(0.423140, abs=1e-5)]
+        assert (est["coverage"], est["n_judged"], est["n_human"]) == (1.0, 150, 60)
+        assert est["ci"][0] <= 60 / 200 <= est["ci"][1]  # the truth, inside
+        # route accuracy: hit = the route was right (serving on the device was right when acceptable): 1 − 0.3
+        ra = group["route_accuracy_ppi"]
+        assert ra["rate"] == pytest.approx(0.7)
+        assert ra["ci"] == [pytest.approx(0.576860, abs=1e-5), pytest.approx(0.823140, abs=1e-5)]
+        assert group["false_fallback_ppi"] is None  # no fallback in the window
+        # the audit: 60 events with both verdicts; A: judge accepts all, 8 bad → 32 agree; B: 4 caught + 12 good
+        # agree, 4 bad accepted → 48/60 = 0.8; accept_bad 12/16; reject_good 0/44
+        audit = group["judge_agreement"]
+        assert (audit["agreement"], audit["n_human"], audit["accept_bad"], audit["reject_good"]) == (
+            pytest.approx(0.8),
+            60,
+            pytest.approx(0.75),
+            0.0,
+        )
+        assert audit["ci"][0] < 0.8 < audit["ci"][1]
+        assert "80%" in group["judge_warning"]  # below 0.9: said beside its estimates
+    # the judge's own reading (its verdicts alone): M = 0.1 with V = ¼·0.163265/50 → half 1.96·0.028571 = 0.056
+    strata = [(100, 100, 0, 40, 8, 8), (100, 50, 10, 20, 4, 4)]
+    assert ppi.uncorrected(strata) == pytest.approx(0.1)
+    half = 1.96 * math.sqrt(0.25 * 0.163265 / 50)
+    assert not (0.1 - half <= 0.3 <= 0.1 + half)  # the truth lies outside the uncorrected interval
+    assert not (result["by_task_type"][IC]["missed_fallback_ppi"]["ci"][0] <= 0.1)  # and it outside the corrected
+
+
+def test_too_few_audited_events_give_no_estimate_and_say_the_judge_is_not_audited(warehouse):
+    events, labels = designed_sample()
+    labels = [lb for lb in labels if not (lb["source"] == "human_review" and lb["request_id"] not in ("a0", "a1"))]
+    insert(warehouse, events, labels)
+    group = compute(warehouse, START, END)["by_task_type"][IC]
+    assert group["missed_fallback_ppi"] is None and group["route_accuracy_ppi"] is None
+    assert group["judge_warning"].startswith("the judge is not audited (2 of 30")
+    key, est = ppi.preferred(group, "mf")
+    assert key == "missed_fallback_est" and est["rate"] is not None  # §3c's, named
+
+
+def test_a_human_label_is_never_overwritten_by_a_later_judge_label(warehouse):
+    """The chosen label (§3) ranks human_review above offline_replay whatever their times; §3d reads both."""
+    events = [decision(event_id=eid(9001), request_id="h1", task_type=IC, event_time=at(1), confidence=0.9)]
+    labels = [
+        label(request_id="h1", source="human_review", device_acceptable=False, route_correct=False),
+        label(request_id="h1", source="offline_replay", device_acceptable=True, route_correct=True, event_time=at(30)),
+    ]
+    insert(warehouse, events, labels)
+    group = compute(warehouse, START, END)["by_task_type"][IC]
+    assert group["missed_fallback_rate"] == 1.0  # the person's verdict stands
+    assert group["judge_agreement"]["n_human"] == 1 and group["judge_agreement"]["accept_bad"] == 1.0
