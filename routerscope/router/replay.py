@@ -86,6 +86,7 @@ class Verdict:
     kept: bool = False  # the device's first (thresholded) answer, kept by the router, rather than a re-generation
     reference_calls: int = 0  # cloud calls made to fetch the reference (its cost: the run's figures count them)
     reference_tokens: int = 0  # the output tokens those calls returned
+    reference: str | None = None  # the cloud's answer it was judged against (in memory, for the review queue)
 
 
 def judge(
@@ -137,7 +138,9 @@ def judge(
             reference = None
     ask = rubric_asker(cloud) if rubric and cloud is not None and needs_reference(cap) else None
     j = judge_answer(cap, text, answer, reference, validate, ask)
-    return Verdict(request_id, task_type, j.acceptable, outcome, answer, j.method, j.reason, kept, calls, tokens)
+    return Verdict(
+        request_id, task_type, j.acceptable, outcome, answer, j.method, j.reason, kept, calls, tokens, reference
+    )
 
 
 RUBRIC_MAX_TOKENS = 4  # one word (`ACCEPTABLE`, `UNACCEPTABLE`) and room for a stray mark before it

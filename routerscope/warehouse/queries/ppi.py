@@ -1,5 +1,6 @@
 """The sums behind docs/metrics.md §3d: per task type × confidence bucket, the judge's verdicts and the people's
-corrections of them, for the prediction-powered estimates and the judge's audit (routerscope/warehouse/analytics/ppi.py).
+corrections of them, for the prediction-powered estimates and the judge's audit
+(routerscope/warehouse/analytics/ppi.py).
 
 A *judged* event has an `offline_replay` label (the newest, by event_time then label_id) whose device_acceptable is
 not null; an *audited* event has, besides, a `human_review` label (the newest) whose device_acceptable is not null.
@@ -100,3 +101,31 @@ def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> d
         for k in AUDIT_KEYS:
             per["audit"][k] += int(row[k])
     return found
+
+
+# The labeling design's candidates (docs/metrics.md §3d): the window's live events that carry a design and left a
+# device answer to judge (judged fallbacks, device-served), not judged by an offline replay yet. Whether the
+# design drew each is decided from the event alone (routerscope.router.label_design.drawn). Exact re-deliveries
+# fold (FINAL).
+DESIGNED_SQL = named(
+    "designed_candidates",
+    """
+SELECT request_id, any(task_type) AS task_type, any(fallback_type) AS fallback_type, any(label_pi) AS label_pi,
+       any(label_design_id) AS label_design_id
+FROM $decisions FINAL
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+  AND mode = 'live' AND label_design_id IS NOT NULL AND label_pi IS NOT NULL AND entered_device
+  AND (fallback_type IN ('quality', 'timeout') OR (fallback_type = 'none' AND degrade_level IN (0, 1)))
+  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {judge:String})
+GROUP BY request_id
+ORDER BY request_id
+""",
+)
+
+
+def designed_candidates(client, window: QueryWindow) -> list[tuple[str, str, str, float, str]]:
+    """(request_id, task_type, fallback_type, label_pi, label_design_id) of DESIGNED_SQL."""
+    rows = dict_rows(client, DESIGNED_SQL, {**window.parameters(), "judge": LABEL_SOURCE_OFFLINE_REPLAY})
+    return [
+        (r["request_id"], r["task_type"], r["fallback_type"], float(r["label_pi"]), r["label_design_id"]) for r in rows
+    ]
