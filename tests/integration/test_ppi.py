@@ -106,3 +106,16 @@ def test_a_human_label_is_never_overwritten_by_a_later_judge_label(warehouse):
     group = compute(warehouse, START, END)["by_task_type"][IC]
     assert group["missed_fallback_rate"] == 1.0  # the person's verdict stands
     assert group["judge_agreement"]["n_human"] == 1 and group["judge_agreement"]["accept_bad"] == 1.0
+
+
+def test_readinesss_quality_gate_reads_the_corrected_estimate_and_names_it(warehouse):
+    from routerscope.router.policy import default_policy
+    from routerscope.warehouse.analytics import review
+    from routerscope.warehouse.sql import QueryWindow
+
+    insert(warehouse, *designed_sample())
+    report = review.readiness_report(warehouse, default_policy(), QueryWindow(START, END))
+    q = report["task_types"][IC]["gates"]["gate_quality"]
+    assert q["estimate"] == "missed_fallback_ppi" and q["missed_fallback_ppi"]["rate"] == pytest.approx(0.3)
+    assert q["status"] == "fail"  # 0.3 missed, its interval starts at 0.18 > 3 %: the judge alone said 0.1
+    assert "80%" in q["judge_warning"] and "missed_fallback_ppi" in review.evidence(report["task_types"][IC]["gates"])
