@@ -70,20 +70,24 @@ def cmd_next(args, settings: Settings) -> int:
 
 def cmd_verdict(args, settings: Settings) -> int:
     from routerscope.core import names  # deferred: start-up
-    from routerscope.core.kafka import producer_config
-    from routerscope.instrumentation.emitter import KafkaEmitter
-    from routerscope.instrumentation.telemetry import Telemetry
+    from routerscope.core.kafka import producer_config  # deferred: start-up: kafka-python
+    from routerscope.instrumentation.emitter import KafkaEmitter  # deferred: start-up: the emitter and kafka-python
+    from routerscope.instrumentation.telemetry import Telemetry  # deferred: start-up: OpenTelemetry
 
+    if not args.reviewer.strip():
+        raise RouterscopeError("a reviewer is named: pass --reviewer NAME")
+    emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)  # fails first
     with _queue(settings) as queue:
         try:
             _, label = queue.record(args.request_id, VERDICTS[args.verdict], args.reviewer, datetime.now(UTC))
         except KeyError:
+            emitter.close(0)
             raise RouterscopeError(
                 f"{args.request_id!r} is not in the review queue; `routerscope review next` shows the next one"
             ) from None
         except ValueError as exc:
+            emitter.close(0)
             raise RouterscopeError(f"{exc}: pass --reviewer NAME") from None
-    emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)
     try:
         Telemetry(emitter).send(names.TOPIC_LABELS, label.request_id, label)
     finally:

@@ -86,6 +86,7 @@ import msgspec
 
 from routerscope.contract.events import LABEL_SOURCES, LabelEvent, LabelSource
 from routerscope.router.engine import Request, Router
+from routerscope.router.label_design import drawn, for_review
 from routerscope.router.policy import Policy, default_policy
 from routerscope.router.replay import route_correct
 from routerscope.router.sim.backends import THROTTLE, TIERS, StatCloud, StatDevice, tier
@@ -516,8 +517,6 @@ class Fleet:
     def _designed_labels(self, event) -> bool | None:
         """The design's labels of a drawn event (a judge's, and a reviewer's for the human share); its ground truth,
         or None when the design did not draw it."""
-        from routerscope.router.label_design import drawn, for_review
-
         design = self.design
         answered = event.fallback_type in ("quality", "timeout") or (
             event.fallback_type == "none" and event.degrade_level in (0, 1)

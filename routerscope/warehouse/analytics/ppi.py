@@ -17,6 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.queries import labels as label_queries
+from routerscope.warehouse.queries import ppi as ppi_queries
+from routerscope.warehouse.sql import QueryWindow
 
 MIN_AUDITED = 30  # audited events a block's population needs before its PPI estimate is given
 MIN_AGREEMENT = 0.9  # below this agreement with people, a task type's judge is flagged wherever its estimates appear
@@ -140,9 +143,5 @@ def ppi_estimates(client, start: datetime, end: datetime) -> dict[str, Any]:
     `{false_fallback_ppi, missed_fallback_ppi, route_accuracy_ppi, judge_agreement, judge_warning}` — an estimate
     `{rate, ci, coverage, n_judged, n_human}` or None (fewer than `MIN_AUDITED` audited events: read §3c's `_est`,
     `preferred` does). Strata: task type × §6's confidence buckets. One query over the warehouse."""
-    from routerscope.warehouse.queries import labels as label_queries
-    from routerscope.warehouse.queries import ppi as ppi_queries
-    from routerscope.warehouse.sql import QueryWindow
-
     found = ppi_queries.ppi_strata(client, QueryWindow(start, end), label_queries.DEFAULT_EDGES[1:-1])
     return {"overall": block(merged(found) if found else None), "by_task_type": {t: block(v) for t, v in found.items()}}
