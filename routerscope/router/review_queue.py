@@ -17,7 +17,8 @@ from pathlib import Path
 
 from routerscope.contract.events import LabelEvent
 from routerscope.router.replay import route_correct
-\nUTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS review_queue (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, "
