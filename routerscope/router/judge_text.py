@@ -90,7 +90,8 @@ NUMBER_WORDS = {
 }
 GRADER_TALK = re.compile(
     r"(\b(system|assistant|grader|judge|evaluator)\s*:|ignore (all |the )?(previous|above|prior)|"
-    r"\b(acceptable|unacceptable)\b|\bverdict\b|\bgrade (this|me)\b|\bdisregard\b|</?\s*(system|instruction)s?\s*>)",
+    r"\b(acceptable|unacceptable)\b|\bverdict\b|\bgrade (this|me)\b|\b(grade|score|rating)\s*[:=]|"
+    r"\b(note|message) to the (grader|judge|evaluator|reviewer)\b|\bdisregard\b|</?\s*(system|instruction)s?\s*>)",
     re.IGNORECASE,
 )
 REFUSAL = re.compile(
@@ -210,7 +211,12 @@ def fact_mismatch(answer: str, reference: str, request_text: str = "") -> str:
     answer, reference = FILLER.sub(" ", answer), FILLER.sub(" ", reference)
     if polarity(answer) != polarity(reference):
         return "negation"
-    extra_numbers = numbers(answer) - numbers(reference)
+    clock_hours = {(m // 60) % 12 for m in clock_times(reference)}
+    extra_numbers = {  # "until nine" states what "until 9 pm" does
+        n
+        for n in numbers(answer) - numbers(reference)
+        if not (n == int(n) and 0 <= n <= 24 and int(n) % 12 in clock_hours)
+    }
     if extra_numbers:
         return f"number:{min(extra_numbers):g}"
     hours = {int(n) % 12 for n in numbers(reference) if n == int(n) and 0 <= n <= 24}
