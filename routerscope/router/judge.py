@@ -1,33 +1,34 @@
 """The replay's judge: does a device answer *mean* something acceptable for its task type, not merely parse?
+It never accepts what it cannot check (docs/judge.md).
 
 An output validator (`routerscope.router.backends.validate`) checks form: `banana` is a label, `[]` is JSON, so is
-`{"tool": "delete_all_files"}`. Labels judged that way would call all three acceptable, and offline_replay
-labels outrank validator and shadow labels (docs/metrics.md §3). The judge reads what the policy declares
-for the task type (`answer:` in the capability matrix, `Capability.answer`) and checks meaning:
+`{"tool": "delete_all_files"}`; a valid label, grounded fields or a valid call may still be the wrong ones. The
+judge reads what the policy declares for the task type (`answer:` in the capability matrix, `Capability.answer`);
+rules may reject, and accept only on strong evidence — a match with the cloud's answer to the same request (the
+*reference*, which the replay fetches) — otherwise the rubric model decides, or there is no verdict:
 
-* `labels: [...]` — classification: the answer is one of the declared labels (case, surrounding quotes,
-  trailing punctuation and `-`/space for `_` aside), and not another declared label than the cloud's answer
-  to the same request, when there is one;
-* `fields: {name: type}` — extraction: one JSON object with every declared field of its JSON type, and every
-  string value *grounded*: found in the request text (a slot the request never mentioned was made up);
-* `tools: {tool: {arg: type}}` — tool calls: exactly one call (`{"tool": name, ...args}`, or the args under
-  `args`/`arguments`), of a declared tool (and on the capability's `tools` whitelist when it has one), with
-  exactly the declared arguments, each of its type, and the tool the cloud called when it called a valid one;
-* `language: python` — code: the answer (a Markdown fence aside) parses, and is more than a bare name or
-  constant; other languages have no parser here, so no verdict;
-* nothing declared — free text: agreement with the cloud's answer to the same request, by token F1 (SQuAD's
-  measure: lower-case, punctuation and articles dropped, the overlap of the two bags of words): acceptable at
-  `AGREE_F1` or above, not acceptable below `DISAGREE_F1`. Between the two, or without a cloud answer, the
-  cloud model judges by a written rubric (`RUBRIC`) when the caller gives it a way to ask (`ask`, the same
-  OpenAI-compatible client: `routerscope.router.replay.rubric_asker`): its one-word verdict (`ACCEPTABLE` /
-  `UNACCEPTABLE`) is the label's, anything else is no verdict. With neither, **no verdict**. A non-empty answer
-  is never acceptable by default. A task type with a validator but nothing declared can fail on form, and
-  otherwise falls to the same agreement.
+* `labels: [...]` — classification: a declared label, and the reference's (`judge_labels_against`);
+* `fields: {name: type}` — extraction: exactly the declared keys, typed, every string value grounded as whole
+  tokens of the request, each equal to the reference's after normalisation (`judge_fields_against`,
+  `routerscope.router.judge_ref`);
+* `tools: {tool: {arg: type}}` — tool calls: one call of a declared, whitelisted tool with exactly its typed
+  arguments, the reference's tool, each argument equal to the reference's (numbers, clock times, content words)
+  (`judge_tools_against`);
+* `language: python` — code: the answer and the reference run on the same generated inputs in a sandboxed
+  subprocess (`routerscope.router.judge_code`); differing results reject, dangerous calls are refused, no
+  reference or no runnable entry point gives no verdict (`judge_code_against`);
+* nothing declared — free text (`judge_free_text`, `routerscope.router.judge_text`): an answer that talks to its
+  grader or refuses is not acceptable; one that states a negation, number, date, outcome or name the reference does
+  not is not acceptable; token F1 (SQuAD's measure) >= `AGREE_F1` with none of those is acceptable; otherwise the
+  cloud model judges by a written rubric (`RUBRIC`) when the caller gives it a way to ask (`ask`,
+  `routerscope.router.replay.rubric_asker`), else **no verdict**. A non-empty answer is never acceptable by
+  default. A task type with a validator but nothing declared can fail on form, and otherwise falls to free text.
 
-The cut-offs and every rule are measured against hand verdicts (`tests/unit/judge_golden.py`,
-`bench/judge.py`; docs/router.md#the-judge). `JUDGE_VERSION` changes whenever a rule or a cut-off does:
-the label's `labeler` carries it, so labels of two versions can be told apart in the warehouse.
-"""
+`judge_labels`, `judge_fields`, `judge_tools`, `judge_code` and `judge_agreement` are judge 2's rules, kept for
+callers that check form and grounding without a reference; `judge_answer` no longer uses them.
+The rules are measured against hand verdicts (`tests/support/judge_golden.py`, `bench/judge.py`; docs/judge.md).
+`JUDGE_VERSION` changes whenever a rule or a cut-off does: the label's `labeler` carries it, so labels of two
+versions can be told apart in the warehouse."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ from routerscope.router import judge_ref, judge_text
 
 JUDGE_VERSION = "3"
 AGREE_F1 = 0.4  # token F1 with the cloud's answer at or above this: the device said the same thing
-DISAGREE_F1 = 0.2  # below this: it said something else; in between: no verdict
+DISAGREE_F1 = 0.2  # judge 2's cut-off (`judge_agreement`): below this it rejected; judge 3 rejects on facts instead
 JSON_TYPES = {
     "string": (str,),
     "number": (int, float),
