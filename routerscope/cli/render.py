@@ -225,6 +225,8 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
             lines.append(f"  {'':<18}   evidence: {_review.evidence(g)}")
+            if "judge_agreement" in r:  # docs/metrics.md §3d: the judge behind the quality gate, audited by people
+                lines.append(f"  {'':<18}   judge: {_judge(r)}")
         lines.append(
             "  docs/sources.md#seed-003: first the token screen (p90 input + output <= 400 tokens, else not "
             "scored); gates: peak memory <= 40 % and resident <= 25 % of the lowest target tier, device p95 <= 10 s "

@@ -119,3 +119,10 @@ def test_readinesss_quality_gate_reads_the_corrected_estimate_and_names_it(wareh
     assert q["estimate"] == "missed_fallback_ppi" and q["missed_fallback_ppi"]["rate"] == pytest.approx(0.3)
     assert q["status"] == "fail"  # 0.3 missed, its interval starts at 0.18 > 3 %: the judge alone said 0.1
     assert "80%" in q["judge_warning"] and "missed_fallback_ppi" in review.evidence(report["task_types"][IC]["gates"])
+    # the weekly report says how far the judge agrees with people beside the gate it fed
+    ready = report["task_types"][IC]
+    assert ready["judge_agreement"]["n_human"] == 60 and "80%" in ready["judge_warning"]
+    from routerscope.cli import render
+
+    text = render.review("readiness", {**report, "beside_grading": {}})
+    assert "judge: 80.0%" in text and "accepts 75.0% of bad" in text

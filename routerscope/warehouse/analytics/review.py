@@ -580,6 +580,10 @@ def readiness_report(
             iteration=cap.iteration,
         )
         out[task_type] = readiness(g, f, token_screen(budget, float(r["token_budget_over_share"])), task_type)
+        # §3d: how far the task type's judge agrees with people, said where its estimates are read
+        found = audited.get(task_type) or ppi.block(None)
+        out[task_type]["judge_agreement"] = found["judge_agreement"]
+        out[task_type]["judge_warning"] = _estimate_name(audited.get(task_type))[1]
     return {"window": _window(window, days, observed), "task_types": out}
 
 
