@@ -126,3 +126,35 @@ def test_readinesss_quality_gate_reads_the_corrected_estimate_and_names_it(wareh
 
     text = render.review("readiness", {**report, "beside_grading": {}})
     assert "judge: 80.0%" in text and "accepts 75.0% of bad" in text
+
+
+def test_the_replay_takes_exactly_the_drawn_events_of_a_design_and_the_new_columns_load(warehouse):
+    """Events that carry the design load with `label_pi` and `label_design_id` (contract v2); the replay's
+    candidates are those not judged yet that left a device answer, and the draw is decided from the event alone."""
+    from routerscope.router.label_design import DEFAULT_DESIGN, drawn
+    from routerscope.warehouse.queries.ppi import designed_candidates
+    from routerscope.warehouse.sql import QueryWindow
+
+    design = DEFAULT_DESIGN.design_id
+    events = [
+        {
+            **decision(event_id=eid(7000 + i), request_id=f"d{i}", task_type=IC, event_time=at(1), confidence=0.7),
+            "schema_version": 2,
+            "label_pi": 0.5,
+            "label_design_id": design,
+        }
+        for i in range(40)
+    ]
+    events.append(decision(event_id=eid(7100), request_id="old", task_type=IC, event_time=at(1)))  # v1, no design
+    labels = [label(request_id="d0", source="offline_replay", device_acceptable=True)]  # judged already
+    insert(warehouse, events, labels)
+    stored = warehouse.query(
+        "SELECT count(), countIf(label_pi = 0.5 AND label_design_id = {d:String}) FROM routerscope.decisions",
+        parameters={"d": design},
+    ).result_rows[0]
+    assert stored == (41, 40)
+    found = designed_candidates(warehouse, QueryWindow(START, END))
+    assert sorted(rid for rid, *_ in found) == sorted(f"d{i}" for i in range(1, 40))
+    picked = [rid for rid, _, _, pi, d in found if drawn(rid, pi, d)]
+    assert sorted(picked) == sorted(f"d{i}" for i in range(1, 40) if drawn(f"d{i}", 0.5, design))
+    assert 0 < len(picked) < 39

@@ -110,8 +110,8 @@ def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> d
 DESIGNED_SQL = named(
     "designed_candidates",
     """
-SELECT request_id, any(task_type) AS task_type, any(fallback_type) AS fallback_type, any(label_pi) AS label_pi,
-       any(label_design_id) AS label_design_id
+SELECT request_id, any(task_type) AS task, any(fallback_type) AS fallback, any(label_pi) AS pi,
+       any(label_design_id) AS design
 FROM $decisions FINAL
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
   AND mode = 'live' AND label_design_id IS NOT NULL AND label_pi IS NOT NULL AND entered_device
@@ -126,6 +126,4 @@ ORDER BY request_id
 def designed_candidates(client, window: QueryWindow) -> list[tuple[str, str, str, float, str]]:
     """(request_id, task_type, fallback_type, label_pi, label_design_id) of DESIGNED_SQL."""
     rows = dict_rows(client, DESIGNED_SQL, {**window.parameters(), "judge": LABEL_SOURCE_OFFLINE_REPLAY})
-    return [
-        (r["request_id"], r["task_type"], r["fallback_type"], float(r["label_pi"]), r["label_design_id"]) for r in rows
-    ]
+    return [(r["request_id"], r["task"], r["fallback"], float(r["pi"]), r["design"]) for r in rows]
