@@ -292,6 +292,21 @@ def wants_reference(capability) -> bool:
     return True
 
 
+def _parsed(text: str):
+    """`_json`, with JSON nested past Python's recursion limit (`[` × 100,000) as not JSON rather than a crash."""
+    try:
+        return _json(text)
+    except RecursionError:
+        return None, "not_json"
+
+
+def _one_call(text: str, tools: dict[str, dict[str, str]], whitelist: tuple[str, ...] | None) -> tuple[str, str]:
+    try:
+        return _call(text, tools, whitelist)
+    except RecursionError:
+        return "", "not_json"
+
+
 def judge_labels_against(answer: str, labels: list[str], reference: str | None) -> Judgement:
     """Classification: a declared label, and the cloud's (`routerscope.router.judge_ref.compare_labels`)."""
     allowed = {_label_key(v): v for v in labels}
@@ -302,18 +317,18 @@ def judge_labels_against(answer: str, labels: list[str], reference: str | None) 
 def judge_fields_against(answer: str, fields: dict[str, str], request_text: str, reference: str | None) -> Judgement:
     """Extraction: exactly the declared fields, grounded as whole tokens, equal to the cloud's
     (`routerscope.router.judge_ref.compare_fields`)."""
-    value, problem = _json(answer)
+    value, problem = _parsed(answer)
     if problem:
         return Judgement(False, "fields", problem)
     if not isinstance(value, dict):
         return Judgement(False, "fields", "not_an_object")
-    ref, _ = _json(reference) if reference else (None, "")
+    ref, _ = _parsed(reference) if reference else (None, "")
     ok, why = judge_ref.compare_fields(value, fields, request_text, ref if isinstance(ref, dict) else None, _typed)
     return Judgement(ok, "fields", why)
 
 
 def _call_args(answer: str) -> dict:
-    value, _ = _json(answer)
+    value, _ = _parsed(answer)
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if not isinstance(value, dict):
@@ -331,10 +346,10 @@ def judge_tools_against(
 ) -> Judgement:
     """Tool calls: one valid call, the cloud's tool, each argument equal to the cloud's
     (`routerscope.router.judge_ref.compare_args`)."""
-    name, problem = _call(answer, tools, whitelist)
+    name, problem = _one_call(answer, tools, whitelist)
     if problem:
         return Judgement(False, "tools", problem)
-    cloud_tool = _call(reference, tools, whitelist)[0] if reference else ""
+    cloud_tool = _one_call(reference, tools, whitelist)[0] if reference else ""
     if cloud_tool and cloud_tool != name:  # the cloud called another (valid) tool for the same request
         return Judgement(False, "tools", f"cloud_calls:{cloud_tool[:40]}")
     ok, why = judge_ref.compare_args(

@@ -224,3 +224,16 @@ def test_the_replay_asks_the_same_cloud_for_its_rubric_verdict_and_labels_it():
     assert (v.acceptable, v.judged_by) == (False, "cloud_rubric")
     assert cloud.prompts[1].messages[0]["content"].startswith("You grade a reply")
     assert label_for(v, "quality", NOW, "gemma").labeler.startswith("offline-replay:cloud_rubric:judge-3:kept:gemma")
+
+
+@pytest.mark.parametrize("task_type", ["slot_extract", "tool_call"])
+def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type):
+    """`[` × 100,000 raised RecursionError out of the judge (and the weekly replay) before."""
+    cap = POLICY.capability(task_type)
+    deep = "[" * 100_000
+    j = judge_answer(cap, "a table in Paris on Friday", deep, '{"city": "Paris", "day": "Friday"}', validate)
+    assert (j.acceptable, j.reason) == (False, "not_json")
+    fine = (
+        '{"city": "Paris", "day": "Friday"}' if task_type == "slot_extract" else '{"tool": "weather", "city": "Paris"}'
+    )
+    assert judge_answer(cap, "a table in Paris on Friday", fine, deep, validate).acceptable is None  # no reference
