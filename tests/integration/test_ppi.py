@@ -158,3 +158,25 @@ def test_the_replay_takes_exactly_the_drawn_events_of_a_design_and_the_new_colum
     picked = [rid for rid, _, _, pi, d in found if drawn(rid, pi, d)]
     assert sorted(picked) == sorted(f"d{i}" for i in range(1, 40) if drawn(f"d{i}", 0.5, design))
     assert 0 < len(picked) < 39
+
+
+def test_the_what_if_gives_the_candidates_corrected_estimate_and_its_gate_reads_it(warehouse):
+    """§14 with §3d: the candidate's own routes. At 0.8 the 0.70 stratum moves to the cloud, leaving stratum A
+    device-served: M_A = 0, Δ = 0.2 → 0.2 (A's truth: 20 of 100); V = 0.164103/40 = 0.00410256, half
+    1.96·0.064051 = 0.125540 → [0.074460, 0.325540]. A gate on the §3c estimate reads the corrected one and says so."""
+    from routerscope.warehouse.analytics import whatif
+    from routerscope.warehouse.sql import QueryWindow
+
+    insert(warehouse, *designed_sample())
+    window = QueryWindow(START, END)
+    task = whatif.compute(warehouse, window, {IC: 0.8})["by_task_type"][IC]
+    assert task["current"]["missed_fallback_ppi"]["rate"] == pytest.approx(0.3)
+    est = task["candidate"]["missed_fallback_ppi"]
+    assert est["rate"] == pytest.approx(0.2)
+    assert est["ci"] == [pytest.approx(0.074460, abs=1e-5), pytest.approx(0.325540, abs=1e-5)]
+    result = {"by_task_type": {IC: task}}
+    hits = whatif.gate(result, [whatif.parse_gate("missed_fallback_est.high>0.05")], min_labeled=1)
+    assert hits == [f"{IC}: missed_fallback_est.high 0.32554 > 0.05 (read missed_fallback_ppi.high)"]
+    assert whatif.gate(result, [whatif.parse_gate("missed_fallback_ppi.rate>0.1")], min_labeled=1) == [
+        f"{IC}: missed_fallback_ppi.rate 0.2 > 0.1"
+    ]
