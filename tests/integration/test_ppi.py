@@ -180,3 +180,18 @@ def test_the_what_if_gives_the_candidates_corrected_estimate_and_its_gate_reads_
     assert whatif.gate(result, [whatif.parse_gate("missed_fallback_ppi.rate>0.1")], min_labeled=1) == [
         f"{IC}: missed_fallback_ppi.rate 0.2 > 0.1"
     ]
+
+
+def test_labels_as_of_arrival_carry_the_route_accuracy_sums_of_the_verdicts_that_had_arrived(warehouse):
+    """The alert engine's as-of read (labels.labels_as_of): per stratum (N, judged, judged hits, audited, Σ(Y − Ŷ),
+    Σ(Y − Ŷ)²) of route verdicts. A: the judge calls every route right, 8 of its 40 audited were wrong (−8); B: 40
+    of 50 right, 4 of its 20 audited wrong where it said right (−4). Before any label arrived: nothing judged."""
+    from datetime import timedelta
+
+    from routerscope.warehouse.queries import labels as label_queries
+
+    insert(warehouse, *designed_sample())
+    late = label_queries.labels_as_of(warehouse, 86400, START, END, END + timedelta(days=30))
+    assert sorted(late[(IC, START)]["ra_ppi"]) == [(100, 50, 40, 20, -4, 4), (100, 100, 100, 40, -8, 8)]
+    early = label_queries.labels_as_of(warehouse, 86400, START, END, START - timedelta(days=30))
+    assert all(n == 0 and r == 0 for _, n, _, r, _, _ in early[(IC, START)]["ra_ppi"])
