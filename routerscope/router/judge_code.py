@@ -220,8 +220,10 @@ def _norm(v):
         return v.strip()
     if isinstance(v, (set, frozenset)):
         return repr(sorted(v, key=repr))
-    if isinstance(v, float) and v == int(v) and abs(v) < 1e15:
-        return repr(int(v))
+    if isinstance(v, float) and v == v and abs(v) != float("inf"):
+        if v == int(v) and abs(v) < 1e15:
+            return repr(int(v))
+        return repr(round(v, 9))  # 0.1 + 0.2 and 0.3 compute the same number
     return repr(v)
 
 def _run(tree, names, sample, entry):
@@ -463,7 +465,7 @@ def _values(kind: str) -> list:
     table: dict[str, list] = {
         "list_int": [[3, 1, 2], [], [5], [0, -4, 7, 7, 2], [10, 9, 8, 1, 12, 6]],
         "int": [0, 1, 5, 10, -3],
-        "str": ["abc", "", "hello world", "a", "Racecar"],
+        "str": ["abc", "", "hello world", "a", "level"],
         "list_str": [["b", "a"], [], ["x"], ["c", "a", "b"], ["hello", "world"]],
         "float": [0.5, 2.0, -1.25, 0.0, 3.5],
     }
@@ -513,20 +515,22 @@ def compare_code(answer: str, reference: str | None, limits: Limits = LIMITS) ->
     ref_run = run_sandboxed(reference, inputs, names, ref_entry[0] if ref_entry else None, limits)
     if ref_run.status != "ok" or not ref_run.results:
         return CodeVerdict(None, f"reference_{ref_run.status}")
+    # the first kind the reference handles on most samples; compared on the samples it handles (a mean of `[]`
+    # raises, whichever way it is written: the device may do anything the reference does not define)
     chosen = next(
-        (i for i, rs in enumerate(ref_run.results) if all("ok" in r for r in rs)),
+        (i for i, rs in enumerate(ref_run.results) if sum("ok" in r for r in rs) * 2 > len(rs)),
         None,
     )
     if chosen is None:
-        return CodeVerdict(None, "reference_fails_on_every_input")
+        return CodeVerdict(None, "reference_fails_on_most_inputs")
     expected = ref_run.results[chosen]
-    if all(r["ok"] is None for r in expected):
+    if all(r.get("ok") is None for r in expected):
         return CodeVerdict(None, "nothing_observable")
     run = run_sandboxed(answer, [inputs[chosen]], names, entry[0] if entry else None, limits)
     if run.status != "ok" or not run.results:
         return CodeVerdict(False, f"{run.status}:{run.detail}"[:60])
     for sample, got, want in zip(inputs[chosen], run.results[0], expected, strict=True):
-        if got != want:
+        if "ok" in want and got != want:
             shown = "error:" + got["error"] if "error" in got else "differs"
             return CodeVerdict(False, f"{shown}:on:{json.dumps(sample)[:40]}")
     return CodeVerdict(True, "")

@@ -31,7 +31,9 @@ NEGATIONS = frozenset(
     "weren't hasn't haven't hadn't shouldn't wouldn't couldn't mustn't without unable".split()
 )
 COURTESY = re.compile(
-    r"\b(no problem|no worries|no trouble|not a problem|not at all|no doubt|never mind|not only)\b", re.IGNORECASE
+    r"\b(no problem|no worries|no trouble|not a problem|not at all|no doubt|never mind|not only|"
+    r"don't mention it|do not mention it|don't worry|no need to thank me|no need to apologi[sz]e)\b",
+    re.IGNORECASE,
 )
 # Greetings' fillers that state no fact: "how can I help you today", "have a great day"
 FILLER = re.compile(

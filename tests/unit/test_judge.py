@@ -237,3 +237,16 @@ def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type)
         '{"city": "Paris", "day": "Friday"}' if task_type == "slot_extract" else '{"tool": "weather", "city": "Paris"}'
     )
     assert judge_answer(cap, "a table in Paris on Friday", fine, deep, validate).acceptable is None  # no reference
+
+
+@pytest.mark.parametrize(
+    "answer, reference, verdict",
+    [
+        ("Don't mention it!", "You're welcome, don't mention it!", True),  # courtesy, not a negation
+        ("No, the store is not open on Sundays.", "Yes, it is open on Sundays from 10 to 4.", False),
+        ("Yes, it opens at 9 am.", "Yes, it opens at 10 am.", False),  # another clock time
+    ],
+)
+def test_free_text_facts(answer, reference, verdict):
+    cap = POLICY.capability("short_reply")
+    assert judge_answer(cap, "Reply: is the store open?", answer, reference, validate).acceptable is verdict

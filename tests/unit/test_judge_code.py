@@ -25,6 +25,18 @@ from routerscope.router.judge_code import LIMITS, compare_code, run_sandboxed, s
         ("print(55)", "sum(range(1, 11))", None),  # typed, not computed
         ("import numpy\nnumpy.flip(xs)", "xs[::-1]", None),  # cannot be run here
         ("def f(a, b):\n    return a", "def rev(s):\n    return s[::-1]", False),  # another arity
+        # compared where the reference is defined (the mean of [] raises either way, with another error)
+        (
+            "def avg(xs):\n    return sum(xs) / len(xs)",
+            "import statistics\ndef m(xs):\n    return statistics.mean(xs)",
+            True,
+        ),
+        (
+            "def avg(xs):\n    return sum(xs) / (len(xs) + 1)",
+            "import statistics\ndef m(xs):\n    return statistics.mean(xs)",
+            False,
+        ),
+        ("total = 0.1 + 0.2\ntotal", "print(0.3 + 0.0 * sum([]))", True),  # floats equal to 9 places
     ],
 )
 def test_snippets_are_judged_by_what_they_compute(answer, reference, verdict):
