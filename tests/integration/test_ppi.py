@@ -177,6 +177,10 @@ def test_the_what_if_gives_the_candidates_corrected_estimate_and_its_gate_reads_
     result = {"by_task_type": {IC: task}}
     hits = whatif.gate(result, [whatif.parse_gate("missed_fallback_est.high>0.05")], min_labeled=1)
     assert hits == [f"{IC}: missed_fallback_est.high 0.32554 > 0.05 (read missed_fallback_ppi.high)"]
+    rows = {label: fmt(task["candidate"]) for label, fmt in whatif.ROWS}  # the table the CLI and tuning page show
+    assert rows["missed fallbacks, corrected (§3d)"].startswith("20.0% [") and rows[
+        "false fallbacks, corrected (§3d)"
+    ].endswith("(judge not audited)")
     assert whatif.gate(result, [whatif.parse_gate("missed_fallback_ppi.rate>0.1")], min_labeled=1) == [
         f"{IC}: missed_fallback_ppi.rate 0.2 > 0.1"
     ]

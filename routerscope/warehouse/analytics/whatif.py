@@ -419,6 +419,14 @@ def _coverage(est: Mapping[str, Any]) -> str:
 
 
 # (label, the cell of one block): the rows of the side-by-side table (`routerscope whatif` and the tuning page)
+def _corrected(est: Mapping[str, Any] | None) -> str:
+    """A §3d estimate of a block: `20.0% [7.4%, 32.6%] judged 100, human 40`; `— (judge not audited)` below 30
+    audited events, where the §3c row above stands."""
+    if not est:
+        return f"{_pct(None)} (judge not audited)"
+    return f"{_pct(est['rate'])}{_ci(est['ci'])} judged {est['n_judged']}, human {est['n_human']}"
+
+
 ROWS = (
     ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
     (
@@ -443,6 +451,8 @@ ROWS = (
             f"{_coverage(b['missed_fallback_est'])}"
         ),
     ),
+    ("false fallbacks, corrected (§3d)", lambda b: _corrected(b.get("false_fallback_ppi"))),
+    ("missed fallbacks, corrected (§3d)", lambda b: _corrected(b.get("missed_fallback_ppi"))),
     ("cloud calls", lambda b: str(b["cloud_calls"])),
     ("cost", lambda b: _money(b["cost_usd"])),
 )
