@@ -21,8 +21,9 @@ Parsing proves nothing about meaning: `sum(range(1, 10))` parses and sums 1 to 9
 
 The sandbox (`run_sandboxed`): a fresh `python -I -S -B` child in a temporary directory that is removed
 afterwards, its own session (killed as a group at the wall-clock limit), `resource` limits on CPU seconds,
-address space, file size, open files and core dumps, an environment of its own (no proxies, `HOME` = the
-directory), and an audit hook (PEP 578) installed before the snippet runs that refuses process creation
+address space, file size, open files and core dumps (set by the child before it reads the snippet), an
+environment of its own (no proxies, `HOME` = the directory), and an audit hook (PEP 578) installed before the
+snippet runs that refuses process creation
 (`os.system`, `os.fork`, `subprocess.Popen`, `os.exec*`, `os.posix_spawn`), sockets, `ctypes`, any fresh
 import, and any write, rename, removal or mode change outside the temporary directory. Printing is capped
 (`LIMITS.output_chars`); the result travels back as JSON in a file the file-size limit bounds."""
@@ -31,9 +32,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -172,7 +173,16 @@ _RUNNER = r"""
 import ast, json, sys, os
 import math, cmath, itertools, functools, collections, re, string, statistics, heapq, bisect, operator
 import fractions, decimal, datetime, random, copy, textwrap, unicodedata, typing, dataclasses, enum
+import resource
 payload = json.loads(sys.stdin.read())
+_L = payload["limits"]  # set here, before the snippet, not in a preexec_fn (unsafe in a threaded parent)
+resource.setrlimit(resource.RLIMIT_CPU, (_L["cpu_s"], _L["cpu_s"] + 1))
+resource.setrlimit(resource.RLIMIT_AS, (_L["memory_bytes"], _L["memory_bytes"]))
+resource.setrlimit(resource.RLIMIT_FSIZE, (_L["file_bytes"], _L["file_bytes"]))
+resource.setrlimit(resource.RLIMIT_NOFILE, (_L["open_files"], _L["open_files"]))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+if os.geteuid() != 0:  # root ignores it; the audit hook refuses fork either way
+    resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
 TMP = os.path.realpath(payload["tmp"])
 OUT_LIMIT = payload["output_chars"]
 _real_stdout = sys.stdout
@@ -293,19 +303,6 @@ _real_stdout.flush()
 """
 
 
-def _limit(limits: Limits):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.geteuid() != 0:  # root ignores it; the audit hook refuses fork either way
-            resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
-
-    return apply
-
-
 def run_sandboxed(
     code: str, inputs: list[list[dict]], names: list[str], entry: str | None, limits: Limits = LIMITS
 ) -> Outcome:
@@ -321,6 +318,7 @@ def run_sandboxed(
             "entry": entry,
             "tmp": tmp,
             "output_chars": limits.output_chars,
+            "limits": dataclasses.asdict(limits),
         }
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8"}
@@ -335,7 +333,6 @@ def run_sandboxed(
                 cwd=tmp,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_limit(limits),  # noqa: PLW1509 (single-threaded use; limits must be set in the child)
                 close_fds=True,
             )
             try:
