@@ -27,6 +27,8 @@ import math
 import re
 import unicodedata
 
+from routerscope.router import judge_text
+
 WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 STOP_WORDS = frozenset(
     "a an the of in on at to for from by with and or is are be what when where which who how me my your our "
@@ -160,7 +162,7 @@ def compare_fields(
         if isinstance(v, float) and not math.isfinite(v):
             return False, f"not_finite:{name}"
     if reference is None or any(k not in reference for k in fields):
-        return None, "no_reference"
+        return unique_in_request(value, fields, request_text)
     pending = ""
     for name in fields:
         ok, why = _value_verdict(name, value[name], reference[name], request_text)
@@ -209,3 +211,27 @@ def compare_args(args: dict, ref_args: dict | None, request_text: str) -> tuple[
             return False, f"differs:{name}"
         pending = pending or f"partial:{name}"  # a part of the reference's, or words the request never used
     return (None, pending) if pending else (True, "")
+
+
+def unique_in_request(value: dict, fields: dict[str, str], request_text: str) -> tuple[bool | None, str]:
+    """Extraction without a reference: acceptable only where the request leaves no choice — a field for a date
+    (`DATE_FIELD_WORDS` in its name) holds the request's one date expression (`next Monday`, `today`; `Monday` for
+    `next Monday` is not), any other field the request's one proper name (a capitalised word inside a sentence:
+    `Paris` in "… a table in Paris on Friday", not where it also names Lyon); anything else is no verdict (the
+    grounding rules above have already rejected what they can)."""
+    request_dates = judge_text.dates(request_text)
+    names = set(judge_text.entities(request_text))
+    for name in fields:
+        v = value[name]
+        if not isinstance(v, str):
+            return None, "no_reference"
+        if any(word in name.lower() for word in DATE_FIELD_WORDS):  # a field for a date takes the date
+            if len(request_dates) != 1 or judge_text.dates(v) != request_dates:
+                return None, f"no_reference:{name}"
+        elif len(names) != 1 or {t.lower() for t in tokens(v)} != names:  # any other, the one name
+            return None, f"no_reference:{name}"
+    return True, ""
+
+
+# a field whose name holds one of these takes a date expression (`day`, `date`, `start_time`); any other, a name
+DATE_FIELD_WORDS = ("day", "date", "time", "when", "week", "month")

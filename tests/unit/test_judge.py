@@ -75,8 +75,30 @@ def test_a_structured_answer_without_the_clouds_is_never_accepted():
         ("tool_call", '{"tool": "lookup", "query": "museum opening hours"}'),
         ("code_snippet", "xs[::-1]"),
     ):
-        j = judge_answer(POLICY.capability(task_type), "a table in Paris on Friday: museum", answer, None, validate)
+        text = "a table in Lyon, not in Paris, on Friday: museum"
+        j = judge_answer(POLICY.capability(task_type), text, answer, None, validate)
         assert j.acceptable is None, (task_type, j)
+
+
+@pytest.mark.parametrize(
+    "subject, answer, verdict",
+    [
+        ("a table in Paris on Friday", '{"city": "Paris", "day": "Friday"}', True),  # the one name, the one day
+        ("flights to Tokyo next Monday", '{"city": "Tokyo", "day": "next Monday"}', True),
+        ("flights to Tokyo next Monday", '{"city": "Tokyo", "day": "Monday"}', None),  # part of the date
+        ("a table in Paris on Friday", '{"city": "Friday", "day": "Paris"}', None),  # swapped
+        ("a table in Lyon, not in Paris, on Friday", '{"city": "Lyon", "day": "Friday"}', None),  # two names
+        ("a table in Paris on Friday or Saturday", '{"city": "Paris", "day": "Friday"}', None),  # two days
+        ("a table in Paris on Friday", '{"city": "Paris", "day": "on"}', False),  # a stop word
+    ],
+)
+def test_extraction_without_the_clouds_answer_is_accepted_only_where_the_request_leaves_no_choice(
+    subject, answer, verdict
+):
+    from routerscope.router.sim.texts import TEXTS
+
+    text = TEXTS["slot_extract"][0].format(subject)
+    assert judge_answer(POLICY.capability("slot_extract"), text, answer, None, validate).acceptable is verdict
 
 
 @pytest.mark.parametrize("task_type", ["short_reply", "short_summary"])
@@ -121,7 +143,7 @@ def test_the_clouds_answer_is_fetched_as_the_reference_and_its_cost_counted():
     verdict = judge(device, POLICY, "r1", "slot_extract", "a table in Lyon, not in Paris, on Friday", cloud)
     assert (verdict.acceptable, verdict.reason, verdict.reference_calls) == (False, "differs:city", 1)
     assert CountingCloud.calls == 1
-    assert judge(device, POLICY, "r2", "slot_extract", "a table in Paris on Friday").acceptable is None
+    assert judge(device, POLICY, "r2", "slot_extract", "a table in Lyon, not in Paris, on Friday").acceptable is None
 
 
 def test_the_default_policy_declares_meaning_for_its_structured_task_types():
@@ -236,7 +258,8 @@ def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type)
     fine = (
         '{"city": "Paris", "day": "Friday"}' if task_type == "slot_extract" else '{"tool": "weather", "city": "Paris"}'
     )
-    assert judge_answer(cap, "a table in Paris on Friday", fine, deep, validate).acceptable is None  # no reference
+    text = "a table in Lyon, not in Paris, on Friday"
+    assert judge_answer(cap, text, fine, deep, validate).acceptable is None  # no usable reference
 
 
 @pytest.mark.parametrize(
