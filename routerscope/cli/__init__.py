@@ -536,7 +536,10 @@ def cmd_demo(args, settings: Settings) -> int:
             "recorded in the warehouse)"
         )
     if args.no_dashboard:
-        print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review).")
+        print(
+            "Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer, "
+            "Human review)."
+        )
         return 0
     return serve_dashboard(
         args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
@@ -590,7 +593,8 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             timeout_s=120,
         )
         print(
-            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review; Ctrl-C stops it)",
+            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review; "
+            "Ctrl-C stops it)",
             flush=True,
         )
         if open_browser:
