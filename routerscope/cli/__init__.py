@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import oncall, review
+from routerscope.cli import labels_review, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -565,7 +565,10 @@ def cmd_demo(args, settings: Settings) -> int:
             "recorded in the warehouse)"
         )
     if args.no_dashboard:
-        print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
+        print(
+            "Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer, "
+            "Human review)."
+        )
         return 0
     return serve_dashboard(
         args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
@@ -619,7 +622,8 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             timeout_s=120,
         )
         print(
-            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer; Ctrl-C stops it)",
+            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review; "
+            "Ctrl-C stops it)",
             flush=True,
         )
         if open_browser:
@@ -944,6 +948,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_collect)
 
     oncall.add_commands(sub, _port)
+    labels_review.add_commands(sub)
     return parser
 
 
