@@ -55,25 +55,12 @@ def test_a_stream_cut_midway_is_a_timeout_fallback_or_a_truncated_answer(source)
         assert found["partial"]["attempts"] == [[0, "timeout"]]
 
 
-@pytest.mark.parametrize(
-    "source",
-    [
-        "openllmetry",
-        "openai-v2",
-        pytest.param(
-            "openinference-openai",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="OpenInference says a timeout only in its exception event, and collect keeps no span event "
-                "(docs/otlp.md, known breakages): stored as an error fallback until it does",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("source", ["openllmetry", "openai-v2", "openinference-openai"])
 def test_a_device_past_the_apps_timeout_is_a_timeout_fallback(source):
     """The device answers after the app's 0.5 s client timeout; the app asks the cloud. OpenLLMetry and openai-v2
-    name the timeout in `error.type` (`APITimeoutError`): a timeout fallback, the device model the device
-    call's own (the requested one: no answer came)."""
+    name the timeout in `error.type` (`APITimeoutError`), OpenInference only in its `exception` span event's
+    `exception.type` (`openai.APITimeoutError`), which `collect` keeps: a timeout fallback, the device model the
+    device call's own (the requested one, from OpenInference's request parameters: no answer came)."""
     slow = decisions(source)["slow"]
     assert (slow["fallback_type"], slow["reason"], slow["attempts"]) == (
         "timeout",
