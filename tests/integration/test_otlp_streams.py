@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.support.home import REPO
-from tests.support.otlp_streams import MODEL
+from tests.support.otlp_streams import FIRST_S, MODEL
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,6 +40,7 @@ def test_a_stream_cut_midway_is_a_timeout_fallback_or_a_truncated_answer(source)
     names no server, so its device is inferred from the trace's shape and the decision says so."""
     found = decisions(source)
     inferred = source.startswith("openinference")
+    found["cut"].pop("ttft_ms"), found["cut"].pop("latency_ms")
     assert found["cut"] == {
         "session_id": f"{source}-cut",
         "fallback_type": "timeout",
@@ -68,3 +69,19 @@ def test_a_device_past_the_apps_timeout_is_a_timeout_fallback(source):
         [[0, "timeout"], [2, "ok"]],
     )
     assert slow["device_model"] == "gemma-3-270m"
+
+
+@pytest.mark.parametrize("source", ["openllmetry", "openai-v2", "openinference-openai"])
+def test_time_to_first_token_comes_from_the_first_token_span_event(source):
+    """The cloud's first chunk comes 0.4 s after the request, the rest 0.4 s later. OpenInference records a
+    `First Token Stream Event` and OpenLLMetry a `gen_ai.content.completion.chunk` per chunk; `collect` keeps
+    the first of each (its name and time only), and TTFT is its time less the call's start: at least the planted
+    0.4 s, and short of the call's whole latency by about the second pause. openai-v2 2.4b0 records neither an
+    event nor the attribute: TTFT stays null, never a guess."""
+    paced = decisions(source)["paced"]
+    if source == "openai-v2":
+        assert paced["ttft_ms"] is None
+        return
+    first_ms = FIRST_S * 1000
+    assert paced["ttft_ms"] >= first_ms, paced  # never before the first chunk was sent
+    assert paced["latency_ms"] - paced["ttft_ms"] >= first_ms - 100, paced  # the first chunk, not the last
