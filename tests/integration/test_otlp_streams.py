@@ -5,6 +5,8 @@ as `collect` strips them and mapped as `load` maps them: every field equals the 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import subprocess
 import sys
@@ -18,6 +20,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def decisions(source: str) -> dict[str, dict]:
+    """The decisions of one run of the script (one run per source, shared by the tests: each is a few seconds)."""
+    return copy.deepcopy(_decisions(source))
+
+
+@functools.cache
+def _decisions(source: str) -> dict[str, dict]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.support.otlp_streams", source],
         cwd=REPO,
