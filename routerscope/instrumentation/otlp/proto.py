@@ -250,6 +250,30 @@ def kept_events(events, filtered: Filtered) -> list[tuple[Any, dict]]:
     out: list[tuple[Any, dict]] = []
     if not events:
         return out
+    rules_of, first_only, max_exceptions = allow.EVENTS, allow.FIRST_ONLY, allow.MAX_EXCEPTIONS
+    first: dict[str, int] = {}  # name -> its index in `out`
+    exceptions = dropped = 0
+    for event in events:
+        name = event.name
+        rules = rules_of.get(name)
+        if rules is None:
+            dropped += 1
+        elif name in first_only:
+            at = first.get(name)
+            if at is None:
+                first[name] = len(out)
+                out.append((event, rules))
+            else:  # a later one of its kind: dropped, unless it is earlier than the one kept
+                dropped += 1
+                if event.time_unix_nano < out[at][0].time_unix_nano:
+                    out[at] = (event, rules)
+        elif exceptions < max_exceptions:
+            exceptions += 1
+            out.append((event, rules))
+        else:
+            dropped += 1
+    filtered.events += dropped
+    return out
     first: dict[str, int] = {}  # name -> its index in `out`
     exceptions = 0
     for event in events:
