@@ -18,6 +18,9 @@ is valid. What the spans cannot say is never guessed:
   mapping file) before a cloud call that served is the device's; a device answer followed by a cloud call
   that served is a quality fallback (`validator_failed`: the app judged the answer wanting, with no
   confidence known);
+* a timeout from the error type or, for OpenInference, which writes none, the type of the call's `exception`
+  span event; time to first token from `gen_ai.response.time_to_first_chunk`, else the served call's first
+  first-token event (the span events `collect` keeps: docs/otlp.md, "Span events");
 * a stream cut mid-way (a streamed call that ended without an error and without a finish reason, as
   OpenLLMetry 0.62 ends one whose iteration failed; a call whose connection dropped after its answer began)
   is a `timeout`: the cloud call after it makes a timeout fallback, and served as it was it is a partial
