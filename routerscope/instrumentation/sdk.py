@@ -89,22 +89,11 @@ _CONVERSATION = A.GEN_AI_CONVERSATION_ID
 _CLEAN_IDS_MAX = 4096
 
 
-# Free-text fields of a decision scrubbed besides the ids above (routerscope.instrumentation.pii.FREE_TEXT).
-_MORE_FREE_TEXT = ("app_version", "policy_version", "device_model", "cloud_model")
-assert set(pii.FREE_TEXT["DecisionEvent"]) == {
-    "task_type",
-    "request_id",
-    "session_id",
-    "app_id",
-    "device_tier",
-    *_MORE_FREE_TEXT,
-}
-assert set(_MORE_FREE_TEXT) == pii.NAME_FIELDS
-
-
-def _scrub_request_id(value: str) -> str:
-    """`scrub` for an id that is usually a canonical UUID (which `scrub` keeps as it is): one match."""
-    return value if UUID.fullmatch(value) else scrub(value)
+# Free-text fields of a decision scrubbed besides its ids (routerscope.instrumentation.pii.FREE_TEXT), in the
+# order `Recorder._finish` reads them.
+_TEXT_FIELDS = ("task_type", "app_id", "device_tier", "app_version", "policy_version", "device_model", "cloud_model")
+assert set(pii.FREE_TEXT["DecisionEvent"]) == {"request_id", "session_id", *_TEXT_FIELDS}
+assert set(_TEXT_FIELDS) > pii.NAME_FIELDS
 
 
 def _is_outcome(value: str) -> TypeGuard[Outcome]:
@@ -135,11 +124,11 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
-        # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
-        self._clean_ids: set[str] = set()
-        self._clean_names: set[str] = set()  # the same for versions and model names (pii.scrub_name)
-        self._clean_tasks: set[str] = set()  # the same for task types (pii.scrub_task_type)
+        # What scrubbing gave for values seen before (they recur: sessions, task types, versions, models), so
+        # most decisions skip the scan and the hash. Bounded; built under the key of this process.
+        self._sessions: dict[str, str] = {}  # session id -> its pseudonym
+        self._texts: dict[tuple, dict] = {}  # the free text of a decision -> the changes that scrub it
+        self._clean_tasks: set[str] = set()  # task types kept as they are (pii.scrub_task_type)
 
     @classmethod
     def from_env(
@@ -244,12 +233,12 @@ class Recorder:
         label = LabelEvent(
             schema_version=1,
             label_id=str(uuid.uuid4()),
-            request_id=scrub(request_id),
+            request_id=pii.pseudonymise_request_id(request_id),
             event_time=event_time or datetime.now(timezone.utc),
             source=source,
             device_acceptable=device_acceptable,
             route_correct=route_correct,
-            labeler=None if labeler is None else scrub(labeler),
+            labeler=None if labeler is None else pii.pseudonymise(labeler),  # a reviewer is a person
         )
         _, rules = LABELS.parse(label.to_json())
         if rules:
@@ -297,24 +286,30 @@ class Recorder:
         live span, and the attempt spans, the count and the latency are left to the telemetry's sender
         thread when it has one (`Telemetry.decided`)."""
         tel = self.telemetry
-        session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
-        changes = {}
-        if session is not event.session_id:
+        # The free text of a decision recurs (task types, apps, tiers, versions, models): scrubbed once per
+        # combination, the split forms included (pii.split_across), then a dict lookup per decision.
+        texts = (
+            event.task_type,
+            event.app_id,
+            event.device_tier,
+            event.app_version,
+            event.policy_version,
+            event.device_model,
+            event.cloud_model,
+        )
+        scrubbed = self._texts.get(texts)
+        if scrubbed is None:
+            scrubbed = self._scrub_texts(texts)
+        changes = dict(scrubbed) if scrubbed else {}
+        session = self._sessions.get(event.session_id)
+        if session is None:
+            session = self._pseudonymise_session(event.session_id)
+        if session != event.session_id:
             changes["session_id"] = session
-        request_id = _scrub_request_id(event.request_id)
-        if request_id is not event.request_id:
-            changes["request_id"] = request_id
-        if event.app_id is not None and (app_id := self._scrub_id(event.app_id)) is not event.app_id:
-            changes["app_id"] = app_id
-        if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
-            changes["device_tier"] = tier
-        if (task_type := self._scrub_task(event.task_type)) is not event.task_type:
-            changes["task_type"] = task_type  # the contract's pattern still holds digits enough for a phone
-        for name in _MORE_FREE_TEXT:  # versions and model names (pii.NAME_FIELDS); values recur: cached
-            value = getattr(event, name)
-            if value is not None and (scrubbed := self._scrub_name(value)) is not value:
-                changes[name] = scrubbed
+        request_id = event.request_id
+        if len(request_id) != 36 or not UUID.fullmatch(request_id):  # a UUID is random: kept
+            changes["request_id"] = pii.pseudonymise_request_id(request_id)
         if ctx.is_valid:
             # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
             changes["trace_id"] = ctx.trace_id.to_bytes(16, "big").hex()  # byteorder: optional from Python 3.11
@@ -368,25 +363,32 @@ class Recorder:
             return value
         return scrubbed
 
-    def _scrub_name(self, value: str) -> str:
-        if value in self._clean_names:
-            return value
-        scrubbed = pii.scrub_name(value)
-        if scrubbed is value:
-            if len(self._clean_names) >= _CLEAN_IDS_MAX:
-                self._clean_names.clear()
-            self._clean_names.add(value)
-        return scrubbed
+    def _scrub_texts(self, texts: tuple) -> dict:
+        """The changes that scrub the free text of a decision (`_TEXT_FIELDS`, in order), remembered."""
+        changes = {}
+        task, *rest = texts
+        if (scrubbed := self._scrub_task(task)) != task:
+            changes["task_type"] = scrubbed
+        for name, value in zip(_TEXT_FIELDS[1:], rest, strict=True):
+            if value is not None:
+                scrubbed = pii.scrub_name(value) if name in pii.NAME_FIELDS else scrub(value)
+                if scrubbed != value:
+                    changes[name] = scrubbed
+        for i in pii.split_across(list(rest)):  # halves of one address or number in two fields
+            name = _TEXT_FIELDS[i + 1]
+            if name not in changes:
+                changes[name] = pii.hash_value(rest[i])
+        if len(self._texts) >= _CLEAN_IDS_MAX:
+            self._texts.clear()
+        self._texts[texts] = changes
+        return changes
 
-    def _scrub_id(self, value: str) -> str:
-        if value in self._clean_ids:
-            return value
-        scrubbed = scrub(value)
-        if scrubbed is value:
-            if len(self._clean_ids) >= _CLEAN_IDS_MAX:
-                self._clean_ids.clear()
-            self._clean_ids.add(value)
-        return scrubbed
+    def _pseudonymise_session(self, value: str) -> str:
+        session = pii.pseudonymise(value)
+        if len(self._sessions) >= _CLEAN_IDS_MAX:
+            self._sessions.clear()
+        self._sessions[value] = session
+        return session
 
 
 class Decision:
