@@ -385,6 +385,9 @@ def _decoded(value: str) -> list[str]:
     return out
 
 
+_CHINA_ID = re.compile(r"(?<!\d)\d{17}[Xx](?!\w)")
+
+
 def _numbers_personal(value: str) -> bool:
     value = _SEPARATORS.sub(" ", UUID.sub("-", value))
     for match in NUMBER.finditer(value):
@@ -397,9 +400,10 @@ def _numbers_personal(value: str) -> bool:
         if " " not in run.strip() and "." not in run and "-" not in run:  # one bare group of digits
             if len(digits) in (9, 12) or _china_id(digits):  # a bare SSN, Aadhaar, resident id
                 return True
-    for match in re.finditer(r"(?<!\d)\d{17}[Xx](?![\w])", value):
-        if _china_id(match.group().upper()):
-            return True
+    if "x" in value or "X" in value:
+        for match in _CHINA_ID.finditer(value):
+            if _china_id(match.group().upper()):
+                return True
     return False
 
 
@@ -408,11 +412,10 @@ def _plain_personal(value: str) -> bool:
         return True
     if EMAIL.search(value) or AT_WORD.search(value):
         return True
-    if _digits(value) >= 4 and (_ip(value) or _iban(value)):
+    digits = _digits(value)
+    if digits >= 4 and (_ip(value) or _iban(value) or NATIONAL_ID.search(value.upper())):
         return True
-    if NATIONAL_ID.search(value.upper()):
-        return True
-    return _numbers_personal(value)
+    return digits >= 8 and _numbers_personal(value)  # every number rule needs 8 digits or more
 
 
 def looks_personal(value: str) -> bool:
@@ -504,7 +507,17 @@ def pseudonymise(value: _Text) -> _Text:
         return scrub(value)
     if PSEUDONYM.fullmatch(value) or REDACTED.fullmatch(value) or HASHED.fullmatch(value):
         return value
-    return "id-" + hmac.new(_current_key(), b"id\x00" + value.encode(), hashlib.sha256).hexdigest()[:24]
+    key = _current_key()
+    base = _id_hmac.get(key)
+    if base is None:  # the keyed state after the prefix, made once per key (a copy costs less than a new HMAC)
+        _id_hmac.clear()
+        base = _id_hmac[key] = hmac.new(key, b"id\x00", hashlib.sha256)
+    mac = base.copy()
+    mac.update(value.encode())
+    return "id-" + mac.hexdigest()[:24]
+
+
+_id_hmac: dict[bytes, hmac.HMAC] = {}
 
 
 def pseudonymise_request_id(value: _Text) -> _Text:
@@ -517,6 +530,7 @@ def pseudonymise_request_id(value: _Text) -> _Text:
 
 # -- values split across fields ------------------------------------------------------------------------------
 _DIGITS_ONLY = re.compile(r"[\d\s()+-]*\d{3}[\d\s()+-]*")
+_NUMERIC_ONLY = re.compile(r"[^A-Za-z]*\d[^A-Za-z]*\d[^A-Za-z]*\d[^A-Za-z]*")  # no letters, 3 digits or more
 
 
 def split_across(values: list[str | None]) -> set[int]:
@@ -539,8 +553,12 @@ def split_across(values: list[str | None]) -> set[int]:
     numeric = {
         i: _SEPARATORS.sub(" ", t).strip()
         for i, t in enumerate(texts)
-        if t is not None and _DIGITS_ONLY.fullmatch(_SEPARATORS.sub(" ", DATE.sub("", t)).strip() or "x")
+        if t is not None
+        and _NUMERIC_ONLY.fullmatch(t)
+        and _DIGITS_ONLY.fullmatch(_SEPARATORS.sub(" ", DATE.sub("", t)).strip() or "x")
     }
+    if len(numeric) < 2:
+        return out
     for i, first in numeric.items():
         for j, second in numeric.items():
             if i != j and (i not in out or j not in out) and _numbers_personal(f"{first} {second}"):
