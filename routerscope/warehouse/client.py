@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import stat
 import re
 import shutil
 import sys
@@ -57,10 +58,32 @@ def _say(message: str) -> None:
     print(f"routerscope: {message}", file=sys.stderr, flush=True)
 
 
+def open_lock_file(path: Path) -> int:
+    """The lock file's descriptor, never through a symbolic link (writing the holder's pid would overwrite the
+    link's target) nor of anything but a regular file; WarehouseError in one line saying what to do."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise WarehouseError(
+                f"the lock file {path} is a symbolic link (to {os.readlink(path)}): routerscope never writes "
+                "through one; remove the link (it is made again as a plain file) and run the command again"
+            ) from None
+        raise WarehouseError(
+            f"the lock file {path} cannot be opened ({exc.strerror}): check it and its directory"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WarehouseError(
+            f"the lock file {path} is not a regular file: move it away (it is made again) and run the command again"
+        )
+    return fd
+
+
 @contextmanager
 def _file_lock(lock_path: Path, purpose: str, timeout_s: float | None) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(lock_path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -374,7 +397,7 @@ def load_lock(
     path = load_lock_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     ranges = [(0, 0)] if partitions is None else [(1, int(p)) for p in sorted(set(partitions))]
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(path)
     held: list[tuple[int, int]] = []
     try:
         waited = False
