@@ -19,9 +19,9 @@ import fcntl
 import hashlib
 import logging
 import os
-import stat
 import re
 import shutil
+import stat
 import sys
 import threading
 import time
