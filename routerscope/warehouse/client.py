@@ -116,7 +116,10 @@ def _connect(dsn: WarehouseDsn):
     attempts = 0
     while True:
         try:
-            return clickhouse_connect.get_client(dsn=dsn.raw)
+            if not dsn.embedded:
+                return clickhouse_connect.get_client(dsn=dsn.raw)
+            with _engine_stderr():  # the embedded engine writes its own errors to fd 2: kept out of the output
+                return clickhouse_connect.get_client(dsn=dsn.raw)
         except Exception as exc:  # clickhouse-connect raises several unrelated types
             message = str(exc)
             # chDB's own lock: a process outside this lock protocol (e.g. a stray `chdb` shell).
@@ -129,10 +132,58 @@ def _connect(dsn: WarehouseDsn):
             first_line = (message.splitlines() or [repr(exc)])[0]
             if "Connection refused" in message:
                 first_line = "connection refused"
+            if dsn.embedded:
+                raise WarehouseError(_embedded_open_error(dsn, first_line)) from exc
             raise WarehouseError(
                 f"cannot open the warehouse {dsn.redacted()}: {first_line[:300]}; "
                 "check ROUTERSCOPE_CLICKHOUSE_DSN (or unset it to use the embedded warehouse)"
             ) from exc
+
+
+def _embedded_open_error(dsn: WarehouseDsn, first_line: str) -> str:
+    """Why an embedded warehouse does not open, and what to do: a torn mutation file is named with
+    `doctor --repair`; anything else sends to `doctor`, which finds what a crash or a disk left."""
+    from routerscope.warehouse.doctor import scan_mutations  # deferred: the doctor imports this module
+
+    torn = scan_mutations(dsn.path) if dsn.path.is_dir() else []
+    if torn:
+        where = ", ".join(f"{f.table}/{f.path.name} ({f.note})" for f in torn[:3] if f.path is not None)
+        return (
+            f"the warehouse {dsn.redacted()} does not open: a mutation file is torn ({where}); run "
+            "`routerscope doctor --repair` to move it aside, then run the command again"
+        )
+    return (
+        f"cannot open the warehouse {dsn.redacted()}: {first_line[:300]}; run `routerscope doctor` to find what "
+        "keeps it from opening (or point ROUTERSCOPE_CLICKHOUSE_DSN at another warehouse)"
+    )
+
+
+@contextmanager
+def _engine_stderr() -> Iterator[None]:
+    """While the embedded engine opens, its raw error lines (it writes them to file descriptor 2 itself,
+    17 lines of them for one torn file) go to a temporary file instead of the user's terminal; what it
+    wrote is passed on when the engine opened after all (nothing is lost), and dropped when it did not
+    (the error that follows says it in one line)."""
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    opened = False
+    with tempfile.TemporaryFile() as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield
+            opened = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if opened and captured.tell():
+                captured.seek(0)
+                os.write(2, captured.read(1 << 16))
 
 
 _migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this process that applied the migrations

@@ -171,3 +171,28 @@ def test_a_detached_copy_of_blocks_the_table_holds_is_never_attached_so_nothing_
     assert _held(stack) == (n, n, 0)
     assert not list((table / "detached").iterdir())  # set aside under the doctor's folder, named
     assert len(list((home / "doctor").rglob("*_*_*_*"))) >= len(copies)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_torn_mutation_file_sends_load_to_doctor_and_no_raw_engine_error_reaches_the_output(stack, home):
+    """With a torn mutation file, `load` said to check ROUTERSCOPE_CLICKHOUSE_DSN after 17 lines of the
+    engine's own errors, and `doctor` printed those lines before its JSON. Now `load` is one line naming
+    the file and `doctor --repair`, and `doctor` prints its report alone."""
+    _loaded(stack, home, 100)
+    ledger = (home / "warehouse" / "data" / "routerscope" / "loaded_messages").resolve()
+    (ledger / "mutation_9.txt").write_bytes(b"format version: 1\ncreate ti")
+    env = clean_env(home)
+
+    loading = run_cli("load", "--idle-timeout", "0.5", env=env)
+    assert loading.returncode == 1
+    (line,) = loading.stderr.strip().splitlines()
+    assert line.startswith("routerscope: error: the warehouse") and "mutation_9.txt" in line
+    assert "routerscope doctor --repair" in line and "ROUTERSCOPE_CLICKHOUSE_DSN" not in line
+
+    doctor = run_cli("doctor", "--json", env=env)
+    assert doctor.returncode == 1 and "DB::Exception" not in doctor.stderr and doctor.stderr.strip() == ""
+    report = json.loads(doctor.stdout)
+    assert [f["name"] for f in report["findings"]] == ["mutation_9.txt"] and not report["opened"]
+    assert run_cli("doctor", "--repair", env=env).returncode == 0
+    assert json.loads(run_cli("load", "--json", "--idle-timeout", "0.5", env=env).stdout)["loaded"]["decisions"] == 0
