@@ -70,7 +70,8 @@ def test_a_message_shown_as_text_escapes_every_markdown_mark():
 
     shown = as_text("range '[a](https://x.example) ![i](https://x.example/i.png) :red[big] <b>'\nnext")
     assert shown == (
-        "range \\'\\[a\\]\\(https\u2060\\:\\/\\/x\\.example\\) \\!\\[i\\]\\(https\u2060\\:\\/\\/x\\.example\\/i\\.png\\) "
+        "range \\'\\[a\\]\\(https\u2060\\:\\/\\/x\\.example\\) "
+        "\\!\\[i\\]\\(https\u2060\\:\\/\\/x\\.example\\/i\\.png\\) "
         "\\:red\\[big\\] \\<b\\>\\' next"
     )
 
