@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from routerscope.core import names
 from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
 from routerscope.core.extras import require
 from routerscope.core.settings import Settings, WarehouseDsn
@@ -140,14 +141,46 @@ def _connect(dsn: WarehouseDsn):
             ) from exc
 
 
+MUTATION_HEADER = b"format version: 1"
+
+
+def table_dirs(warehouse: Path) -> dict[str, Path]:
+    """Table name → its data directory (an Atomic database links `data/<db>/<table>` into `store/`)."""
+    base = warehouse / "data" / names.DATABASE
+    if not base.is_dir():
+        return {}
+    return {link.name: link.resolve() for link in sorted(base.iterdir()) if link.resolve().is_dir()}
+
+
+_MUTATION = re.compile(rb"format version: 1\ncreate time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\ncommands: .+\n", re.S)
+
+
+def torn_mutation(mutation: Path) -> str | None:
+    """Why a mutation file cannot be read by the engine (None: it can): empty, another header, or cut
+    short after its header (`format version: 1`, `create time: …`, `commands: …`, each on its line)."""
+    try:
+        with open(mutation, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if not text.startswith(MUTATION_HEADER):
+        return f"{len(text)} bytes"
+    if not _MUTATION.match(text):
+        return f"{len(text)} bytes, cut short after its header"
+    return None
+
+
 def _embedded_open_error(dsn: WarehouseDsn, first_line: str) -> str:
     """Why an embedded warehouse does not open, and what to do: a torn mutation file is named with
     `doctor --repair`; anything else sends to `doctor`, which finds what a crash or a disk left."""
-    from routerscope.warehouse.doctor import scan_mutations  # deferred: the doctor imports this module
-
-    torn = scan_mutations(dsn.path) if dsn.path.is_dir() else []
+    torn = [
+        (table, mutation.name, why)
+        for table, directory in (table_dirs(dsn.path).items() if dsn.path.is_dir() else ())
+        for mutation in sorted(directory.glob("mutation_*.txt"))
+        if (why := torn_mutation(mutation)) is not None
+    ]
     if torn:
-        where = ", ".join(f"{f.table}/{f.path.name} ({f.note})" for f in torn[:3] if f.path is not None)
+        where = ", ".join(f"{table}/{name} ({why})" for table, name, why in torn[:3])
         return (
             f"the warehouse {dsn.redacted()} does not open: a mutation file is torn ({where}); run "
             "`routerscope doctor --repair` to move it aside, then run the command again"
@@ -164,7 +197,7 @@ def _engine_stderr() -> Iterator[None]:
     17 lines of them for one torn file) go to a temporary file instead of the user's terminal; what it
     wrote is passed on when the engine opened after all (nothing is lost), and dropped when it did not
     (the error that follows says it in one line)."""
-    import tempfile
+    import tempfile  # deferred: only while the embedded engine opens
 
     try:
         sys.stderr.flush()

@@ -32,12 +32,10 @@ from routerscope.core import names
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
-from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.client import open_warehouse, table_dirs, torn_mutation
 from routerscope.warehouse.queries import ingest_offsets
 from routerscope.warehouse.schema import TOPIC_TABLES
 from routerscope.warehouse.sql import named
-
-MUTATION_HEADER = b"format version: 1"
 
 
 @dataclass
@@ -90,37 +88,11 @@ class Report:
         }
 
 
-def table_dirs(warehouse: Path) -> dict[str, Path]:
-    """Table name → its data directory (an Atomic database links `data/<db>/<table>` into `store/`)."""
-    base = warehouse / "data" / names.DATABASE
-    if not base.is_dir():
-        return {}
-    return {link.name: link.resolve() for link in sorted(base.iterdir()) if link.resolve().is_dir()}
-
-
 def _part_rows(part: Path) -> int | None:
     try:
         return int((part / "count.txt").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-_MUTATION = re.compile(rb"format version: 1\ncreate time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\ncommands: .+\n", re.S)
-
-
-def torn_mutation(mutation: Path) -> str | None:
-    """Why a mutation file cannot be read by the engine (None: it can): empty, another header, or cut
-    short after its header (`format version: 1`, `create time: …`, `commands: …`, each on its line)."""
-    try:
-        with open(mutation, "rb") as f:
-            text = f.read(1 << 20)
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    if not text.startswith(MUTATION_HEADER):
-        return f"{len(text)} bytes"
-    if not _MUTATION.match(text):
-        return f"{len(text)} bytes, cut short after its header"
-    return None
 
 
 def scan_mutations(warehouse: Path) -> list[Finding]:
