@@ -318,11 +318,13 @@ IPV4 = re.compile(r"(?<![\d.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?![\d]|
 IPV6 = re.compile(r"(?<![\w:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?::\d{1,3}(?:\.\d{1,3}){3})?(?![\w:])")
 # National ids that are not numbers alone: the UK's National Insurance number, India's PAN.
 NATIONAL_ID = re.compile(r"(?<![A-Z0-9])(?:[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]|[A-Z]{5}\d{4}[A-Z])(?![A-Z0-9])")
-# Encoded forms: percent-encoding (`%40`), HTML entities (`&#64;`, `&commat;`), escapes (`\u0040`, `\x40`),
-# and base64 (a token of 16 or more of its characters, read back when it decodes to text).
+# Encoded forms: percent-encoding (`%40`, up to three times over), HTML entities (`&#64;`, `&commat;`), escapes
+# (`\u0040`, `\x40`), hex and base64 (a token of 16 or more of their characters, read back when it decodes
+# to text).
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})|\\x([0-9A-Fa-f]{2})")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){8,}(?![0-9A-Fa-f])")
 
 
 def _iban(text: str) -> bool:
@@ -361,7 +363,9 @@ def _decoded(value: str) -> list[str]:
     """The value's encoded forms read back (percent-encoding, HTML entities, escapes, base64 tokens)."""
     out = []
     text = value
-    if "%" in text:
+    for _ in range(3):  # encoded more than once: `%2540` is `%40` is `@`
+        if "%" not in text or not _PERCENT.search(text):
+            break
         text = _PERCENT.sub(lambda m: chr(int(m.group()[1:], 16)), text)
     if "&" in text:
         text = html.unescape(text)
@@ -371,6 +375,13 @@ def _decoded(value: str) -> list[str]:
         text = re.sub("=40", "@", text, flags=re.IGNORECASE)
     if text != value:
         out.append(normalize(text))
+    for match in _HEX.finditer(value):  # hex-encoded text
+        try:
+            plain = bytes.fromhex(match.group()).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if plain.isprintable():
+            out.append(normalize(plain))
     for match in _BASE64.finditer(value):
         token = match.group()
         for decode in (base64.b64decode, base64.urlsafe_b64decode):
@@ -413,7 +424,9 @@ def _plain_personal(value: str) -> bool:
     if EMAIL.search(value) or AT_WORD.search(value):
         return True
     digits = _digits(value)
-    if digits >= 4 and (_ip(value) or _iban(value) or NATIONAL_ID.search(value.upper())):
+    if (digits >= 4 or value.count(":") >= 2) and _ip(value):  # `fe80::1` has 3 digits
+        return True
+    if digits >= 4 and (_iban(value) or NATIONAL_ID.search(value.upper())):
         return True
     return digits >= 8 and _numbers_personal(value)  # every number rule needs 8 digits or more
 

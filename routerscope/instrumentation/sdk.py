@@ -338,6 +338,10 @@ class Recorder:
         request_id = event.request_id
         if len(request_id) != 36 or not UUID.fullmatch(request_id):  # a UUID is random: kept
             changes["request_id"] = pii.pseudonymise_request_id(request_id)
+            if "@" in request_id or "\uff20" in request_id:
+                self._split_with_id(request_id, texts, changes)
+        if "@" in event.session_id or "\uff20" in event.session_id:  # half an address: its other half in the text?
+            self._split_with_id(event.session_id, texts, changes)
         if ctx.is_valid:
             # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
             changes["trace_id"] = ctx.trace_id.to_bytes(16, "big").hex()  # byteorder: optional from Python 3.11
@@ -410,6 +414,14 @@ class Recorder:
             self._texts.clear()
         self._texts[texts] = changes
         return changes
+
+    @staticmethod
+    def _split_with_id(value: str, texts: tuple, changes: dict) -> None:
+        """An id holding half an e-mail address (it is pseudonymised): the free-text field holding the other
+        half is hashed too (`pii.split_across`), so neither half leaves in clear."""
+        for i in pii.split_across([value, *texts[1:]]):
+            if i > 0 and texts[i] is not None and _TEXT_FIELDS[i] not in changes:
+                changes[_TEXT_FIELDS[i]] = pii.hash_value(texts[i])
 
     def _pseudonymise_session(self, value: str) -> str:
         session = pii.pseudonymise(value)

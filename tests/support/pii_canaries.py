@@ -36,6 +36,8 @@ CANARIES: list[tuple[str, str]] = [
     ("email uppercase mailto", "mailto:CANARY.UPPER@EXAMPLE.COM"),
     ("email unicode escape", "canary.esc\\u0040example.com"),
     ("email IDN", "canary.idn@bücher.de"),
+    ("email percent-encoded twice", "canary.twice%2540example.com"),
+    ("email hex", "63616e6172792e686578406578616d706c652e636f6d"),
     # phone numbers
     ("phone en dashes", f"020{EN}7946{EN}0958"),
     ("phone non-breaking hyphens", f"555{NBH}123{NBH}4567"),
@@ -76,6 +78,7 @@ CANARIES: list[tuple[str, str]] = [
     ("IPv6 compressed", "2001:db8::8a2e:370:7334"),
     ("IPv6 full", "2001:0db8:85a3:0000:0000:8a2e:0370:7334"),
     ("IPv6 link-local", "fe80::1ff:fe23:4567:890a"),
+    ("IPv6 short", "fe80::1"),
     ("SSN dashed", "078-05-1120"),
     ("SSN bare", "219099999"),
     ("UK National Insurance", "QQ 12 34 56 C"),

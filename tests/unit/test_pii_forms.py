@@ -1,7 +1,7 @@
 """Personal data in any form people write it never leaves through the SDK: e-mails with a quoted local part, an
 IP-literal domain or no TLD; phone and card numbers separated by en dashes, non-breaking hyphens, middle
 dots, commas or double spaces; Mir, Maestro and RuPay cards; IBANs, IPv4/IPv6, national ids; encoded forms;
-an address or a number split across two fields (`tests/support/pii_canaries.py`, 63 canaries + 3 split
+an address or a number split across two fields (`tests/support/pii_canaries.py`, 66 canaries + 3 split
 forms). Identifiers (session ids, request ids an application chose, labelers) are pseudonymised whatever
 they hold, the same id always the same pseudonym."""
 
@@ -57,6 +57,18 @@ def test_an_address_or_a_number_split_across_two_fields_is_hashed_in_both(form, 
     assert len(emitter.decisions()) == 3
     assert _leaks(emitter, exporter, [first, second]) == []
     assert pii.split_across([first, "default", second]) >= {0, 2}
+
+
+def test_half_an_address_in_a_session_or_request_id_takes_the_other_half_in_the_text_with_it():
+    """The ids are pseudonymised; the free-text field holding the other half of the address is hashed too."""
+    tel, exporter, emitter = stack()
+    recorder = Recorder(tel)
+    for ids in ({"session_id": "canary.sess@"}, {"session_id": "s", "request_id": "canary.sess@"}):
+        with recorder.decision(task_type="short_reply", deadline_ms=2000, app_id="example.org", **ids) as d:
+            d.device_attempt(level=0, outcome="ok", latency_ms=5)
+            d.served()
+    assert [e["app_id"] for e in emitter.decisions()] == [pii.hash_value("example.org")] * 2
+    assert _leaks(emitter, exporter, ["canary.sess@", "example.org"]) == []
 
 
 def test_identifiers_are_pseudonymised_whatever_they_hold_and_join_their_labels():
