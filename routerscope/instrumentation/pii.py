@@ -314,7 +314,8 @@ AT_WORD = re.compile(
 )
 # IBAN: country, check digits, 11–30 letters or digits (spaces allowed between groups); checked mod 97.
 IBAN = re.compile(r"(?<![A-Z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}(?![A-Z0-9])")
-IPV4 = re.compile(r"(?<![\d.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?![\d]|\.\d)")
+IPV4 = re.compile(r"(?<![\w.])(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})(?![\d]|\.\d)")
+MAC = re.compile(r"(?<![0-9A-Fa-f:-])[0-9A-Fa-f]{2}([:-])(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:-])")
 IPV6 = re.compile(r"(?<![\w:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?::\d{1,3}(?:\.\d{1,3}){3})?(?![\w:])")
 # National ids that are not numbers alone: the UK's National Insurance number, India's PAN.
 NATIONAL_ID = re.compile(r"(?<![A-Z0-9])(?:[A-Z]{2} ?\d{2} ?\d{2} ?\d{2} ?[A-D]|[A-Z]{5}\d{4}[A-Z])(?![A-Z0-9])")
@@ -337,10 +338,12 @@ def _iban(text: str) -> bool:
 
 
 def _ip(text: str) -> bool:
+    """An IPv4 (any valid dotted quad not glued to a word: `v1.2.3.4` is a version) or IPv6 or MAC address."""
     for match in IPV4.finditer(text):
-        octets = [int(g) for g in match.groups()]
-        if all(o <= 255 for o in octets) and (octets[0] >= 10 or _digits(match.group()) >= 7):
+        if all(int(g) <= 255 for g in match.groups()):
             return True
+    if MAC.search(text):
+        return True
     if text.count(":") >= 2:
         for match in IPV6.finditer(text):
             try:
@@ -352,11 +355,12 @@ def _ip(text: str) -> bool:
 
 
 def _china_id(digits: str) -> bool:
-    """A resident id of the People's Republic of China: 17 digits and a check character (ISO 7064 MOD 11-2)."""
-    if len(digits) != 18 or digits[6:8] not in ("19", "20"):
+    """A resident id of the People's Republic of China: 17 digits and a check character, a birth date in the
+    middle (its check character is not required to be right: a mistyped id is still personal)."""
+    if len(digits) != 18 or digits[6:8] not in ("19", "20") or not digits[:17].isdigit():
         return False
-    total = sum(int(d) * (2 ** (17 - i) % 11) for i, d in enumerate(digits[:17]))
-    return "10X98765432"[total % 11] == digits[17]
+    month, day = int(digits[10:12]), int(digits[12:14])
+    return 1 <= month <= 12 and 1 <= day <= 31
 
 
 def _decoded(value: str) -> list[str]:
@@ -432,6 +436,7 @@ def _plain_personal(value: str) -> bool:
 
 
 def looks_personal(value: str) -> bool:
+    """Does `value` hold personal data by any rule (docs/operations.md, "What is scrubbed")?"""
     value = normalize(value)
     if _plain_personal(value):
         return True

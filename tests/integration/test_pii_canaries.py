@@ -151,7 +151,7 @@ def test_canaries_in_every_free_text_field_reach_no_span_no_message_no_row_and_n
 def test_no_canary_of_any_form_reaches_kafka_through_the_sdk_and_the_explorer_finds_a_session_by_its_raw_id(
     stack, home
 ):
-    """66 canaries (tests/support/pii_canaries.py: e-mails however written, phone and card numbers with any
+    """68 canaries (tests/support/pii_canaries.py: e-mails however written, phone and card numbers with any
     separator, Mir, Maestro and RuPay cards, IBANs, IP addresses, national ids, encoded forms) in every text
     argument of the SDK, and the split forms across two fields, through a real broker: no probe of any of
     them in any key, value or header on Kafka, nor in the warehouse's rows. The Explorer, given the raw

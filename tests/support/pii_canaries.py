@@ -79,6 +79,8 @@ CANARIES: list[tuple[str, str]] = [
     ("IPv6 full", "2001:0db8:85a3:0000:0000:8a2e:0370:7334"),
     ("IPv6 link-local", "fe80::1ff:fe23:4567:890a"),
     ("IPv6 short", "fe80::1"),
+    ("IPv4 single digits", "8.8.4.4"),
+    ("MAC address", "00:1A:2B:3C:4D:5E"),
     ("SSN dashed", "078-05-1120"),
     ("SSN bare", "219099999"),
     ("UK National Insurance", "QQ 12 34 56 C"),

@@ -1,7 +1,7 @@
 """Personal data in any form people write it never leaves through the SDK: e-mails with a quoted local part, an
 IP-literal domain or no TLD; phone and card numbers separated by en dashes, non-breaking hyphens, middle
 dots, commas or double spaces; Mir, Maestro and RuPay cards; IBANs, IPv4/IPv6, national ids; encoded forms;
-an address or a number split across two fields (`tests/support/pii_canaries.py`, 66 canaries + 3 split
+an address or a number split across two fields (`tests/support/pii_canaries.py`, 68 canaries + 3 split
 forms). Identifiers (session ids, request ids an application chose, labelers) are pseudonymised whatever
 they hold, the same id always the same pseudonym."""
 
@@ -112,7 +112,7 @@ def test_with_ids_scrubbed_only_ids_that_look_personal_are_replaced():
         "gpt-4o-2024-08-06",
         "Meta-Llama-3.1-8B-Instruct-Q4_K_M",
         "v1.2.3",
-        "1.2.3.4",
+        "v1.2.3.4",
         "app/ios/17.4",
         "build_2026_11_30",
         "req-20261130-123456789",
