@@ -417,7 +417,7 @@ def run(settings: Settings, repair: bool = False) -> Report:
                     report.counts[table] = int(client.query(count).result_rows[0][0])
     except Exception as exc:
         report.opened = False
-        report.open_error = _first_line(exc)
+        report.open_error = _first_line(exc).split(" does not open: ", 1)[-1]  # (the report says it does not open)
         if dsn.embedded and not any(f.kind == "detached part" for f in report.findings):
             report.findings += scan_detached(dsn.path)  # what the engine set aside on an earlier opening
     return report
