@@ -13,8 +13,9 @@ The block is the decision span `route {task_type}` (current while the block runs
 model-call spans nest under it); on exit it gets the `router.*` attributes, one child span per attempt
 with GenAI attributes (made by the emitter's sender thread when there is one, see `Telemetry.decided`),
 and the decision event leaves through the same emitter as our router's (bounded queue, disk spool,
-accounting) with the span's trace ids. Identifiers that look personal are scrubbed
-(`routerscope.instrumentation.pii`) before they reach a span, an event or a label.
+accounting) with the span's trace ids. Session ids, request ids the application chose and labelers are
+pseudonymised (their keyed hash, whatever they hold), and free text that looks personal is scrubbed
+(`routerscope.instrumentation.pii`), before they reach a span, an event or a label.
 
 An impossible record is refused where it is made, with `InvalidDecision` naming the rule, instead of
 producing an event the loader would quarantine: attempt levels that decrease, level 1 twice, a cloud
@@ -256,7 +257,7 @@ class Recorder:
         labeler: str | None = None,
         event_time: datetime | None = None,
     ) -> LabelEvent:
-        """Ground truth for a request, keyed by the same scrubbed id as its decision (so a label sent for
+        """Ground truth for a request, keyed by the same pseudonymised id as its decision (so a label sent for
         the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
         label = LabelEvent(
             schema_version=1,
