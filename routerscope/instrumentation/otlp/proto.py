@@ -274,29 +274,6 @@ def kept_events(events, filtered: Filtered) -> list[tuple[Any, dict]]:
             dropped += 1
     filtered.events += dropped
     return out
-    first: dict[str, int] = {}  # name -> its index in `out`
-    exceptions = 0
-    for event in events:
-        name = event.name
-        rules = allow.EVENTS.get(name)
-        if rules is None:
-            filtered.events += 1
-            continue
-        if name in allow.FIRST_ONLY:
-            at = first.get(name)
-            if at is not None:
-                filtered.events += 1
-                if event.time_unix_nano < out[at][0].time_unix_nano:
-                    out[at] = (event, rules)
-                continue
-            first[name] = len(out)
-        else:
-            exceptions += 1
-            if exceptions > allow.MAX_EXCEPTIONS:
-                filtered.events += 1
-                continue
-        out.append((event, rules))
-    return out
 
 
 @dataclass(slots=True)
