@@ -254,3 +254,22 @@ def test_a_span_keeps_at_most_a_few_exceptions():
     parts, _, _, filtered = proto.split(request)
     (part,) = parts.values()
     assert len(_events(part.request)) == allow.MAX_EXCEPTIONS and filtered.events == 5
+
+
+def test_hostile_events_a_flood_of_chunks_and_exception_types_of_the_wrong_kind_are_dropped_and_counted():
+    """50,000 chunk events on one span leave as one (the earliest, wherever it sits); an `exception.type` that is
+    a number, a list or bytes leaves no value; an event named with a known name plus a space is not that event."""
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\1" * 16, span_id=b"\2" * 8)
+    for i in range(50_000):
+        span.events.add(name="gen_ai.content.completion.chunk", time_unix_nano=T0 + 50_000 - i)
+    wrong = span.events.add(name="exception", time_unix_nano=T0)
+    wrong.attributes.add(key="exception.type").value.int_value = 4111111111111111
+    wrong.attributes.add(key="exception.type").value.array_value.values.add().string_value = PROMPT
+    wrong.attributes.add(key="exception.type").value.bytes_value = PROMPT.encode()
+    span.events.add(name="exception ", time_unix_nano=T0)
+    parts, _, _, filtered = proto.split(request)
+    (part,) = parts.values()
+    assert _events(part.request) == [("gen_ai.content.completion.chunk", 1, {}), ("exception", 0, {})]
+    assert (filtered.events, filtered.values) == (49_999 + 1, 3)
+    assert b"4111" not in part.request.SerializeToString()
