@@ -210,7 +210,7 @@ BLOCKED = ("os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "o
            "os.chmod", "os.chown", "os.truncate", "shutil.", "os.putenv", "os.unsetenv", "os.chdir", "os.link",
            "os.symlink", "os.utime", "os.setxattr", "os.removexattr", "sys._getframe", "object.__getattr__",
            "sys.settrace", "sys.setprofile", "pty.", "webbrowser.", "urllib.", "http.", "sqlite3.", "os.add_dll",
-           "resource.")
+           "resource.", "code.__new__")
 
 def _inside(path):
     try:

@@ -183,3 +183,12 @@ def test_a_reference_reading_the_clock_gets_no_verdict():
     assert compare_code(code, code) == compare_code("def f(xs):\n    return 1\n", code)
     assert compare_code(code, code).acceptable is None
     assert compare_code(code, code).reason == "reference_nondeterministic"
+
+
+def test_a_snippet_cannot_build_its_own_code_object():
+    """Bytecode made by hand would name what the static check reads in the source (`__import__`): refused."""
+    code = (
+        "import typing\nk = typing.types.CodeType(0, 0, 0, 0, 2, 3, b'', (), (), (), 'x', 'x', 'x', 1, b'', b'', (), "
+        "())\nx = 1\n"
+    )
+    assert run_sandboxed(code, [[{}]], [], None).results == [[{"error": "PermissionError"}]]
