@@ -103,7 +103,7 @@ def test_the_sequence_covers_the_truth_at_every_look_in_at_least_95_percent_of_r
     misses = 0
     for _ in range(100):
         d = RatioDifference()
-        for look in range(40):
+        for _look in range(40):
             for _ in range(20):
                 arm = 1 if rng.random() < 0.25 else 0
                 x = rng.randint(5, 15)
