@@ -1,0 +1,206 @@
+"""One step of the loop on one candidate (docs/loop.md#a-look): judge a canary look from its running sums,
+write the look file, and make the transition its verdict calls for.
+
+A look file stores everything its verdict stood on: the running sums of every sequence (not only the
+intervals), the stage and its clock, the prediction record, and the loop's settings, so
+`recompute(look_file)` rebuilds the same `Look` and the same verdict from the file alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from routerscope.warehouse.analytics.loop import evaluate, lifecycle, rules
+from routerscope.warehouse.analytics.loop.evidence import Candidate
+from routerscope.warehouse.analytics.loop.sequential import (
+    ArmSums,
+    MeanSums,
+    RatioDifference,
+    mean_difference,
+    ratio_interval,
+    rho_for,
+    srm_sequential_p,
+)
+
+# verdict → the state it moves to (None: stays)
+MOVES = {
+    "rollback": "rolled_back",
+    "halt": "halted",
+    "hold": "held",
+    "promote": "full",
+    "advance": None,  # the next canary stage (lifecycle.next_stage)
+    "await_approval": None,
+    "continue": None,
+}
+
+
+@dataclass
+class CanarySums:
+    """The running sums of a canary (both arms, every sequence), cumulative over its stages."""
+
+    missed: RatioDifference = field(default_factory=RatioDifference)
+    guardrails: dict[str, RatioDifference] = field(default_factory=dict)
+    offload: ArmSums = field(default_factory=ArmSums)
+    confidence: tuple[MeanSums, MeanSums] = field(default_factory=lambda: (MeanSums(), MeanSums()))
+    expected_candidate: float = 0.0  # Σ π_i over the sessions
+    assignment_variance: float = 0.0  # Σ π_i (1 − π_i)
+
+    def add_session(
+        self,
+        arm: int,
+        share: float,
+        *,
+        requests: float,
+        served: float,
+        judged: float,
+        missed: float,
+        confidence: float,
+        guardrails: dict[str, tuple[float, float]] | None = None,
+    ) -> None:
+        """One session's figures (its arm, the share it was assigned at)."""
+        self.expected_candidate += share
+        self.assignment_variance += share * (1 - share)
+        self.missed.add(arm, missed, judged, share)
+        for name, (y, x) in (guardrails or {}).items():
+            self.guardrails.setdefault(name, RatioDifference()).add(arm, y, x, share)
+        if arm:
+            self.offload.add(served, requests, 1.0)
+        self.confidence[arm].add(confidence)
+
+    def to_dict(self) -> dict:
+        return {
+            "missed": self.missed.to_dict(),
+            "guardrails": {k: v.to_dict() for k, v in sorted(self.guardrails.items())},
+            "offload": self.offload.to_dict(),
+            "confidence": [m.to_dict() for m in self.confidence],
+            "expected_candidate": self.expected_candidate,
+            "assignment_variance": self.assignment_variance,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CanarySums:
+        return cls(
+            RatioDifference.from_dict(data["missed"]),
+            {k: RatioDifference.from_dict(v) for k, v in data["guardrails"].items()},
+            ArmSums.from_dict(data["offload"]),
+            (MeanSums.from_dict(data["confidence"][0]), MeanSums.from_dict(data["confidence"][1])),
+            float(data["expected_candidate"]),
+            float(data["assignment_variance"]),
+        )
+
+
+def policy_dict(policy: rules.LoopPolicy) -> dict:
+    return dataclasses.asdict(policy)
+
+
+def policy_from(data: dict) -> rules.LoopPolicy:
+    return rules.LoopPolicy(**data)
+
+
+def build_look(
+    sums: CanarySums,
+    policy: rules.LoopPolicy,
+    *,
+    stage: int,
+    stage_hours: float,
+    total_hours: float,
+    stage_candidate_sessions: int,
+    prediction: dict | None,
+) -> rules.Look:
+    rho = rho_for(policy.planned_sessions, policy.alpha)
+    interval = evaluate.prediction_at(prediction, sums.offload.sessions) if prediction else None
+    return rules.Look(
+        stage=stage,
+        stage_hours=stage_hours,
+        total_hours=total_hours,
+        stage_candidate_sessions=stage_candidate_sessions,
+        candidate_sessions=sums.missed.candidate.sessions,
+        control_sessions=sums.missed.control.sessions,
+        missed=sums.missed.interval(rho, policy.alpha),
+        guardrails={k: v.interval(rho, policy.alpha) for k, v in sums.guardrails.items()},
+        offload=ratio_interval(sums.offload, rho, policy.alpha),
+        prediction=tuple(interval) if interval else None,  # type: ignore[arg-type]
+        srm_p=srm_sequential_p(sums.missed.candidate.sessions, sums.expected_candidate, sums.assignment_variance, rho),
+        balance=mean_difference(sums.confidence[0], sums.confidence[1], rho, rules.CHECK_ALPHA),
+    )
+
+
+def look_body(
+    look: rules.Look,
+    verdict: rules.Verdict,
+    sums: CanarySums,
+    policy: rules.LoopPolicy,
+    clock: dict,
+    prediction: dict | None,
+    window: dict,
+) -> dict:
+    return {
+        "window": window,
+        "parameters": {**policy_dict(policy), "rho": rho_for(policy.planned_sessions, policy.alpha)},
+        "clock": clock,
+        "prediction": prediction,
+        "sums": sums.to_dict(),
+        "measured": {
+            "missed_fallback_delta": look.missed.to_dict(),
+            "guardrails": {k: v.to_dict() for k, v in look.guardrails.items()},
+            "offload": look.offload.to_dict(),
+            "offload_prediction": list(look.prediction) if look.prediction else None,
+            "srm_p": look.srm_p,
+            "confidence_balance": look.balance.to_dict(),
+        },
+        "verdict": verdict.to_dict(),
+    }
+
+
+def recompute(record: dict) -> rules.Verdict:
+    """The verdict of a stored look file, from its stored sums, clock, prediction and settings alone."""
+    parameters = {k: v for k, v in record["parameters"].items() if k != "rho"}
+    policy = policy_from(parameters)
+    look = build_look(CanarySums.from_dict(record["sums"]), policy, prediction=record["prediction"], **record["clock"])
+    return rules.decide(look, policy)
+
+
+def judge(
+    candidate: Candidate,
+    sums: CanarySums,
+    policy: rules.LoopPolicy,
+    *,
+    clock: dict,
+    window: dict,
+    publish: Callable[[dict], None],
+    now: datetime | None = None,
+    experiment_id: str | None = None,
+    after_file: Callable[[], None] | None = None,
+) -> tuple[rules.Verdict, str | None]:
+    """One look: write its file, then the transition its verdict calls for. Returns the verdict and the new
+    state (None when the state stays). `clock`: stage, stage_hours, total_hours, stage_candidate_sessions."""
+    state = candidate.state()
+    if state not in lifecycle.CANARY:
+        raise lifecycle.TransitionRefused(f"{candidate.policy_id} is {state}: only a canary stage is judged")
+    clock = {**clock, "stage": lifecycle.CANARY.index(state)}
+    evaluation = candidate.evaluation() or {}
+    prediction = evaluation.get("offload_prediction")
+    look = build_look(sums, policy, prediction=prediction, **clock)
+    verdict = rules.decide(look, policy)
+    name = candidate.write_look(look_body(look, verdict, sums, policy, clock, prediction, window))
+    target = MOVES[verdict.action]
+    if verdict.action == "advance":
+        target = lifecycle.next_stage(state)
+    if target is None:
+        return verdict, None
+    metrics = {"missed_fallback_delta": look.missed.to_dict(), "offload": look.offload.to_dict(), "srm_p": look.srm_p}
+    candidate.transition(
+        state,
+        target,
+        verdict.reason,
+        name,
+        publish,
+        metrics=metrics,
+        now=now,
+        experiment_id=experiment_id,
+        after_file=after_file,
+    )
+    return verdict, target
