@@ -229,4 +229,49 @@ class BreakerEvent(_Event, frozen=True):
     seq: Annotated[int, Meta(ge=1, le=4294967295)] | UnsetType = UNSET
 
 
-EVENT_TYPES = (DecisionEvent, LabelEvent, BreakerEvent)
+PolicyState = Literal[
+    "proposed",
+    "evaluated",
+    "shadow",
+    "canary_5",
+    "canary_10",
+    "canary_25",
+    "full",
+    "rejected",
+    "halted",
+    "held",
+    "rolled_back",
+]
+POLICY_STATES: tuple[str, ...] = get_args(PolicyState)
+Sha256 = Annotated[str, Meta(pattern=r"\A[0-9a-f]{64}\Z")]
+PolicyId = Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")]
+
+
+class PolicyEvent(_Event, frozen=True):
+    """One transition of a candidate policy in the closed loop (topic router.policy.v1, key policy_id;
+    docs/loop.md#events): from/to state, why, on what evidence (the file and its SHA-256), by whom, and the
+    metric it stood on. `event_id` is derived from the policy and the transition's number, so a transition
+    published again after a crash is the same event."""
+
+    schema_version: Literal[1]
+    event_id: Uuid
+    event_time: Timestamp
+    task_type: Id128
+    policy_id: PolicyId
+    seq: Annotated[int, Meta(ge=1, le=1_000_000)]
+    from_state: PolicyState | None
+    to_state: PolicyState
+    reason: Annotated[str, Meta(min_length=1, max_length=64)]
+    evidence_file: Annotated[str, Meta(min_length=1, max_length=256)]
+    evidence_hash: Sha256
+    actor: Annotated[str, Meta(min_length=1, max_length=128)]
+    experiment_id: Id128 | None = None
+    metric: Annotated[str, Meta(max_length=64)] | None = None
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: Annotated[int, Meta(ge=0, le=10**12)] | None = None
+    metrics: Annotated[str, Meta(max_length=65536)] = "{}"  # every metric the verdict stood on, as JSON text
+
+
+EVENT_TYPES = (DecisionEvent, LabelEvent, BreakerEvent, PolicyEvent)
