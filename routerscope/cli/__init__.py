@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import oncall, review
+from routerscope.cli import loop, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -866,6 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_collect)
 
     oncall.add_commands(sub, _port)
+    loop.add_commands(sub)
     return parser
 
 
