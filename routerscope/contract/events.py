@@ -77,7 +77,17 @@ THERMAL_STATES: tuple[str, ...] = get_args(ThermalState)
 ROLLOUT_STAGES: tuple[str, ...] = get_args(RolloutStage)
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
-V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage", "gateway_deadline_ms")
+V2_ONLY_FIELDS = (
+    "device_stats",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+    "gateway_deadline_ms",
+    "policy_id",
+    "experiment_id",
+    "arm",
+    "assignment_bucket",
+)
+EXPERIMENT_FIELDS = ("policy_id", "experiment_id", "arm", "assignment_bucket")  # v2, optional (docs/loop.md)
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
@@ -170,6 +180,12 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # The closed loop's canary (docs/loop.md): the candidate policy, the experiment, the session's arm and its
+    # assignment bucket (hash(session, salt) mod 10000), on every request of a task type under an experiment.
+    policy_id: Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")] | UnsetType = UNSET
+    experiment_id: Id128 | UnsetType = UNSET
+    arm: Literal["candidate", "control"] | UnsetType = UNSET
+    assignment_bucket: Annotated[int, Meta(ge=0, le=9999)] | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
@@ -182,6 +198,7 @@ _ABSENT_WHEN_NONE = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    *EXPERIMENT_FIELDS,
 )
 
 

@@ -137,6 +137,10 @@ def decision_ranges_hold(e) -> bool:
             and all_cloud is UNSET
             and e.rollout_stage is UNSET
             and e.gateway_deadline_ms is UNSET
+            and e.arm is UNSET
+            and e.policy_id is UNSET
+            and e.experiment_id is UNSET
+            and e.assignment_bucket is UNSET
             and e.reason not in V2_ONLY_REASONS
             and all(a.abandoned is UNSET for a in e.attempts)
         )

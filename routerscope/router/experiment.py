@@ -8,7 +8,12 @@ its life), and raising the share only adds buckets to the candidate arm, never m
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import msgspec
+
+from routerscope.contract.policy import Capability
 
 BUCKETS = 10_000
 
@@ -50,3 +55,39 @@ class Assignment:
     policy_id: str
     arm: str  # candidate | control
     assignment_bucket: int
+
+
+# What a router asks for a task type's running experiment (None: none runs); `Router.experiments`.
+ExperimentSource = Callable[[str], "Experiment | None"]
+
+
+def apply(
+    experiments: ExperimentSource | None, task_type: str, session_id: str | None, cap: Capability
+) -> tuple[Capability, Assignment | None]:
+    """The capability a request runs under, and its assignment: under a running experiment of its task type,
+    a session in the candidate arm gets the candidate's threshold; the control arm keeps today's. Both arms are
+    recorded. A source that fails leaves the request on today's policy (an experiment never fails a request)."""
+    if experiments is None:
+        return cap, None
+    try:
+        experiment = experiments(task_type)
+    except Exception:
+        return cap, None
+    if experiment is None or experiment.task_type != task_type:
+        return cap, None
+    assignment = experiment.assign(session_id)
+    if assignment is not None and assignment.arm == "candidate":
+        cap = msgspec.structs.replace(cap, threshold=experiment.candidate_threshold)
+    return cap, assignment
+
+
+def event_fields(assignment: Assignment | None) -> dict:
+    """The decision event's experiment fields (contract v2, optional); none outside an experiment."""
+    if assignment is None:
+        return {}
+    return {
+        "policy_id": assignment.policy_id,
+        "experiment_id": assignment.experiment_id,
+        "arm": assignment.arm,
+        "assignment_bucket": assignment.assignment_bucket,
+    }

@@ -56,6 +56,10 @@ DECISION_COLUMNS = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "device_resident_mem_mb",  # contract v2, optional (migration 0016)
+    "policy_id",  # contract v2, optional: the closed loop's canary (migration 0051)
+    "experiment_id",
+    "arm",
+    "assignment_bucket",
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",
