@@ -268,11 +268,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--label-share", type=float, default=1.0)
     parser.add_argument("--window-sessions", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--minimums",
+        choices=("stage", "canary"),
+        default="stage",
+        help="count the 24 h and 200 sessions per stage (default) or since the canary started",
+    )
     parser.add_argument("--scenarios", default="harmful,good,at_margin,inconclusive,no_labels,srm,null")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rng = np.random.default_rng(args.seed)
-    policy = rules.LoopPolicy(auto_promote=True, planned_sessions=int(args.sessions_per_hour * 24 * 3))
+    policy = rules.LoopPolicy(
+        auto_promote=True, planned_sessions=int(args.sessions_per_hour * 24 * 3), minimums=args.minimums
+    )
     today = default_policy().capabilities[args.task_type].threshold
     traffic = Traffic(args.task_type, args.label_share)
     grid = np.linspace(0, 1, 101)
@@ -296,6 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
             "alpha": policy.alpha,
             "planned_sessions": policy.planned_sessions,
             "auto_promote": policy.auto_promote,
+            "minimums": policy.minimums,
         },
         "scenarios": {},
     }

@@ -48,7 +48,7 @@ def test_a_session_level_ratio_difference_by_hand():
     d = RatioDifference()
     for arm, y, x in ((0, 1, 4), (0, 0, 2), (1, 2, 4), (1, 1, 2)):
         d.add(arm, y, x, 0.5)
-    got = d.interval(rho=10)
+    got = d.interval(rho=10, min_sessions=1)
     assert got.estimate == pytest.approx(1 / 3)
     assert got.sd == pytest.approx(math.sqrt(2) / 9)
     assert got.low == pytest.approx(1 / 3 - 0.369749, abs=1e-6)
@@ -60,7 +60,22 @@ def test_an_arm_without_a_denominator_is_unknown_never_zero():
     d = RatioDifference()
     d.add(0, 1, 4, 0.05)
     d.add(1, 0, 0, 0.05)  # a candidate session without a judged answer
-    assert d.interval(10) == Interval(None, None, None, 2)
+    assert d.interval(10, min_sessions=1) == Interval(None, None, None, 2)
+
+
+def test_one_candidate_session_shows_no_harm():
+    """Found by the simulation: with a single candidate session its influence is exactly 0, σ̂ came from the
+    control arm alone and a good candidate was rolled back after one session. Below 30 sessions per arm the
+    interval is unknown."""
+    d = RatioDifference()
+    for i in range(500):
+        d.add(0, 1 if i % 14 == 0 else 0, 13, 0.05)  # control: ~0.55 % missed per judged answer
+    d.add(1, 3, 13, 0.05)  # one unlucky candidate session: 3 of 13
+    assert not d.interval(rho_for(4000)).known
+    assert d.interval(rho_for(4000), min_sessions=1).low > 0.01  # what the rule used to see: "harm"
+    for _ in range(29):
+        d.add(1, 0, 13, 0.05)
+    assert d.interval(rho_for(4000)).known
 
 
 def test_sums_merged_in_batches_equal_sums_added_one_by_one():
@@ -178,14 +193,14 @@ def test_mean_sums_and_one_arm_ratio():
     m = MeanSums()
     for v in (1.0, 2.0, 3.0):
         m.add(v)
-    got = m.interval(10)
+    got = m.interval(10, min_sessions=1)
     # mean 2, population sd sqrt(2/3) = 0.816497, radius(3, 10) = sqrt(13 ln(13/0.025))/3 = sqrt(13 · 6.25383)/3
     assert got.estimate == 2.0
     assert got.high - 2.0 == pytest.approx(math.sqrt(2 / 3) * math.sqrt(13 * math.log(520)) / 3, abs=1e-9)
     arm = ArmSums()
     for y, x in ((8, 10), (9, 10)):
         arm.add(y, x, 1.0)
-    got = ratio_interval(arm, 10)
+    got = ratio_interval(arm, 10, min_sessions=1)
     # R = 17/20 = 0.85; influences (8 − 8.5)/10 = −0.05 and +0.05: sd 0.05
     assert got.estimate == pytest.approx(0.85) and got.sd == pytest.approx(0.05)
 

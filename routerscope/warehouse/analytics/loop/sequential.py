@@ -34,6 +34,10 @@ from dataclasses import dataclass, field
 
 ALPHA = 0.05
 SRM_P = 0.001  # a sample-ratio mismatch halts the canary below this p-value
+# Sessions each arm needs before its interval is known: the sequences estimate σ from the sessions themselves,
+# and one session has no spread at all (the simulation rolled good candidates back after a single candidate
+# session before this floor existed: docs/loop.md#statistics).
+MIN_SESSIONS = 30
 
 
 def rho_for(t_star: float, alpha: float = ALPHA) -> float:
@@ -145,12 +149,12 @@ class RatioDifference:
     def sessions(self) -> int:
         return self.control.sessions + self.candidate.sessions
 
-    def interval(self, rho: float, alpha: float = ALPHA) -> Interval:
+    def interval(self, rho: float, alpha: float = ALPHA, min_sessions: int = MIN_SESSIONS) -> Interval:
         """Δ̂ with its confidence sequence at this look; unknown (None) while either arm has no
-        denominator."""
+        denominator or fewer than `min_sessions` sessions."""
         t = self.sessions
         r1, r0 = self.candidate.rate, self.control.rate
-        if r1 is None or r0 is None:
+        if r1 is None or r0 is None or min(self.candidate.sessions, self.control.sessions) < min_sessions:
             return Interval(None, None, None, t)
         variance = (self.candidate.squared_influence(t) + self.control.squared_influence(t)) / t
         sd = math.sqrt(max(variance, 0.0))
@@ -182,9 +186,9 @@ class MeanSums:
     def merge(self, other: MeanSums) -> None:
         self.n, self.s, self.ss = self.n + other.n, self.s + other.s, self.ss + other.ss
 
-    def interval(self, rho: float, alpha: float = ALPHA) -> Interval:
-        """The mean with its confidence sequence (sample variance; unknown before the first value)."""
-        if self.n == 0:
+    def interval(self, rho: float, alpha: float = ALPHA, min_sessions: int = MIN_SESSIONS) -> Interval:
+        """The mean with its confidence sequence (sample variance; unknown below `min_sessions` values)."""
+        if self.n == 0 or self.n < min_sessions:
             return Interval(None, None, None, 0)
         mean = self.s / self.n
         sd = math.sqrt(max(self.ss / self.n - mean * mean, 0.0))
@@ -247,12 +251,12 @@ def covered(interval: Iterable[float] | None, value: float | None) -> bool | Non
     return low <= value <= high
 
 
-def ratio_interval(arm: ArmSums, rho: float, alpha: float = ALPHA) -> Interval:
+def ratio_interval(arm: ArmSums, rho: float, alpha: float = ALPHA, min_sessions: int = MIN_SESSIONS) -> Interval:
     """One arm's ratio (e.g. the candidate's offload: device-served over requests) with its confidence
     sequence, the delta method over the arm's own sessions (unweighted: add them with propensity 1)."""
     n = arm.sessions
     rate = arm.rate
-    if rate is None or n == 0:
+    if rate is None or n == 0 or n < min_sessions:
         return Interval(None, None, None, n)
     sd = math.sqrt(max(arm.squared_influence(n) / n, 0.0))
     half = sd * radius(n, rho, alpha)
