@@ -8,11 +8,14 @@ intervals), the stage and its clock, the prediction record, and the loop's setti
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from routerscope.core.timeutil import utc
 from routerscope.warehouse.analytics.loop import evaluate, lifecycle, rules
 from routerscope.warehouse.analytics.loop.evidence import Candidate
 from routerscope.warehouse.analytics.loop.sequential import (
@@ -57,7 +60,7 @@ class CanarySums:
         served: float,
         judged: float,
         missed: float,
-        confidence: float,
+        confidence: float | None,
         guardrails: dict[str, tuple[float, float]] | None = None,
     ) -> None:
         """One session's figures (its arm, the share it was assigned at)."""
@@ -68,7 +71,8 @@ class CanarySums:
             self.guardrails.setdefault(name, RatioDifference()).add(arm, y, x, share)
         if arm:
             self.offload.add(served, requests, 1.0)
-        self.confidence[arm].add(confidence)
+        if confidence is not None and not math.isnan(confidence):
+            self.confidence[arm].add(confidence)
 
     def to_dict(self) -> dict:
         return {
@@ -90,6 +94,47 @@ class CanarySums:
             float(data["expected_candidate"]),
             float(data["assignment_variance"]),
         )
+
+
+def share_at(stages: list[tuple[datetime, float]], when: datetime) -> float | None:
+    """The share in force at `when`: the last stage (start time, share) started at or before it; None before
+    the first."""
+    starts = [utc(t) for t, _ in stages]
+    i = bisect.bisect_right(starts, utc(when)) - 1
+    return stages[i][1] if i >= 0 else None
+
+
+def sums_from_sessions(rows: list[dict], stages: list[tuple[datetime, float]]) -> tuple[CanarySums, dict]:
+    """A canary's sums from its sessions as the warehouse gives them (`queries.loop.canary_sessions`): each
+    session at the share in force when it was first seen. Sessions seen in both arms (a broken assignment) or
+    before the canary began are left out and counted; the sample-ratio check sees what remains."""
+    sums = CanarySums()
+    left_out = {"both_arms": 0, "before_canary": 0}
+    for r in rows:
+        arms = set(r["arms"])
+        if len(arms) != 1:
+            left_out["both_arms"] += 1
+            continue
+        share = share_at(stages, r["first_seen"])
+        if share is None or not 0 < share < 1:
+            left_out["before_canary"] += 1
+            continue
+        requests = float(r["requests"])
+        sums.add_session(
+            int(arms == {"candidate"}),
+            share,
+            requests=requests,
+            served=float(r["served"]),
+            judged=float(r["judged"]),
+            missed=float(r["missed"]),
+            confidence=None if r["confidence"] is None else float(r["confidence"]),
+            guardrails={
+                "timeouts": (float(r["timeouts"]), requests),
+                "canned": (float(r["canned"]), requests),
+                "cloud_calls_per_session": (float(r["calls"]), 1.0),
+            },
+        )
+    return sums, left_out
 
 
 def policy_dict(policy: rules.LoopPolicy) -> dict:
