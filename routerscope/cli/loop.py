@@ -114,11 +114,13 @@ def cmd_explain(args, settings: Settings) -> int:
 def _change(args, settings: Settings, to_state_of, reason: str) -> int:
     from routerscope.core.kafka import check_reachable  # deferred: librdkafka
     from routerscope.warehouse.analytics.loop.lifecycle import TransitionRefused  # deferred: start-up
+    from routerscope.warehouse.analytics.loop.notify import Notifying  # deferred: start-up
     from routerscope.warehouse.analytics.loop.publish import KafkaPublisher  # deferred: kafka-python
 
     c = _find(settings, args.id)
     check_reachable(settings)  # before anything is written: without a broker the command changes nothing
-    publish = KafkaPublisher(settings)
+    kafka = KafkaPublisher(settings)
+    publish = Notifying(kafka, settings, c.dir)
     try:
         c.publish_pending(publish)
         state = c.state()
@@ -134,7 +136,7 @@ def _change(args, settings: Settings, to_state_of, reason: str) -> int:
         except TransitionRefused as exc:
             raise RouterscopeError(f"{c.policy_id}: {exc}") from None
     finally:
-        publish.close()
+        kafka.close()
     print(f"{c.task_type} {c.policy_id}: {state} → {target} ({reason}, by {args.actor})")
     return 0
 

@@ -221,4 +221,6 @@ def test_a_torn_temporary_file_is_not_a_transition(tmp_path):
     events: list = []
     c = _propose(tmp_path, events)
     (c.dir / "transitions" / ".0002.json.123.tmp").write_text('{"event": {"to_state": "fu')
-    assert c.state() == "proposed" and len(c.transition_files()) == 1
+    # nor is a notification record beside a transition (it once read as one, and broke the chain)
+    (c.dir / "transitions" / "0001.notified.json").write_text('{"webhook": [[200, ""]]}')
+    assert c.state() == "proposed" and len(c.transition_files()) == 1 and c.verify() == []

@@ -70,6 +70,12 @@ def dumps(record: dict) -> bytes:
     return (json.dumps(record, sort_keys=True, indent=2, default=str) + "\n").encode()
 
 
+def _numbered(folder: Path) -> list[Path]:
+    """`0001.json`, `0002.json`, … in order: the files a chain is made of (not `.sent` markers, notification
+    records or a torn write's temporary file)."""
+    return sorted(p for p in folder.glob("*.json") if len(p.stem) == 4 and p.stem.isdigit())
+
+
 def policies_root(home: Path) -> Path:
     return Path(home) / "policies"
 
@@ -149,7 +155,7 @@ class Candidate:
         return json.loads(path.read_text()) if path.exists() else None
 
     def look_files(self) -> list[Path]:
-        return sorted((self.dir / "looks").glob("[0-9]*.json"))
+        return _numbered(self.dir / "looks")
 
     def write_look(self, body: dict) -> str:
         looks = self.look_files()
@@ -163,7 +169,7 @@ class Candidate:
 
     # -- transitions -----------------------------------------------------------------------------
     def transition_files(self) -> list[Path]:
-        return sorted((self.dir / "transitions").glob("[0-9]*.json"))
+        return _numbered(self.dir / "transitions")
 
     def transitions(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in self.transition_files()]
