@@ -171,6 +171,15 @@ def test_the_rules_in_order():
     )
 
 
+def test_rounding_is_not_imbalance():
+    """Identical confidences in both arms: the difference comes out as −3.7e-14 with a zero-width interval."""
+    tiny = Interval(-3.7e-14, -3.7e-14, -3.7e-14, 4000)
+    assert rules.decide(_look(balance=tiny), POLICY).action == "advance"
+    assert rules.decide(_look(balance=Interval(-0.001, -0.002, -1e-6, 4000)), POLICY) == rules.Verdict(
+        "halt", "imbalance"
+    )
+
+
 def test_never_promoted_on_inconclusive_no_data_or_too_little_time():
     inside = Interval(0.002, -0.004, 0.008, 6000)
     straddling = Interval(0.005, -0.002, 0.012, 6000)

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from routerscope.warehouse.analytics.loop.sequential import SRM_P, Interval
 
 CHECK_ALPHA = 0.001  # the balance check's sequence: a halt needs the evidence a sample-ratio halt needs
+# A difference of mean confidence smaller than this is rounding, not imbalance: identical confidences in both arms
+# gave a zero-width interval that missed 0 by 4e-14 and halted a sound canary.
+BALANCE_TOLERANCE = 1e-9
 
 STAGES = (0.05, 0.10, 0.25)  # the canary's shares, in order; then `full`
 
@@ -84,7 +87,9 @@ def decide(look: Look, policy: LoopPolicy) -> Verdict:
     """The verdict of one look (module docstring)."""
     if look.srm_p is not None and look.srm_p < SRM_P:
         return Verdict("halt", "srm")
-    if look.balance.known and (look.balance.low > 0 or look.balance.high < 0):  # type: ignore[operator]
+    if look.balance.known and (
+        look.balance.low > BALANCE_TOLERANCE or look.balance.high < -BALANCE_TOLERANCE  # type: ignore[operator]
+    ):
         return Verdict("halt", "imbalance")
     if look.missed.known and look.missed.low > policy.margin:  # type: ignore[operator]
         return Verdict("rollback", "harm")
