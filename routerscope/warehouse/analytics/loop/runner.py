@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from routerscope.core.timeutil import utc
+from routerscope.router.experiment import Experiment
 from routerscope.warehouse.analytics.loop import evaluate, lifecycle, rules
 from routerscope.warehouse.analytics.loop.evidence import Candidate
 from routerscope.warehouse.analytics.loop.sequential import (
@@ -27,6 +28,8 @@ from routerscope.warehouse.analytics.loop.sequential import (
     rho_for,
     srm_sequential_p,
 )
+from routerscope.warehouse.queries import loop as loop_queries
+from routerscope.warehouse.sql import QueryWindow
 
 # verdict → the state it moves to (None: stays)
 MOVES = {
@@ -249,3 +252,64 @@ def judge(
         after_file=after_file,
     )
     return verdict, target
+
+
+def stages_of(candidate: Candidate) -> list[tuple[datetime, float]]:
+    """(start, share) of each canary stage the candidate entered, from its transitions."""
+    out = []
+    for record in candidate.transitions():
+        event = record["event"]
+        if event["to_state"] in lifecycle.CANARY:
+            out.append(
+                (
+                    utc(datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))),
+                    lifecycle.SHARES[event["to_state"]],
+                )
+            )
+    return out
+
+
+def experiment_of(candidate: Candidate):
+    """The router's experiment for a candidate in a canary stage or `full` (share 1); None otherwise. The
+    experiment's id and salt are the policy id: each candidate draws its own arms."""
+    state = candidate.state()
+    if state not in (*lifecycle.CANARY, "full"):
+        return None
+    return Experiment(
+        experiment_id=candidate.policy_id,
+        policy_id=candidate.policy_id,
+        task_type=candidate.task_type,
+        salt=candidate.policy_id,
+        share=lifecycle.SHARES[state],
+        candidate_threshold=float(candidate.candidate()["threshold"]),
+    )
+
+
+def step(
+    client,
+    candidate: Candidate,
+    policy: rules.LoopPolicy,
+    *,
+    now: datetime,
+    publish: Callable[[dict], None],
+) -> tuple[rules.Verdict, str | None, dict]:
+    """One look at a live canary from the warehouse: its sessions since the canary began, each at its share,
+    the stage's clock, the verdict and its transition. Returns the verdict, the new state and what was left out."""
+    stages = stages_of(candidate)
+    if not stages:
+        raise lifecycle.TransitionRefused(f"{candidate.policy_id} never entered a canary stage")
+    canary_start, stage_start = stages[0][0], stages[-1][0]
+    now = utc(now)
+    rows = loop_queries.canary_sessions(client, candidate.policy_id, QueryWindow(canary_start, now))
+    sums, left_out = sums_from_sessions(rows, stages)
+    in_stage = sum(1 for r in rows if set(r["arms"]) == {"candidate"} and utc(r["first_seen"]) >= stage_start)
+    clock = {
+        "stage_hours": (now - stage_start).total_seconds() / 3600,
+        "total_hours": (now - canary_start).total_seconds() / 3600,
+        "stage_candidate_sessions": in_stage,
+    }
+    window = {"start": canary_start.isoformat(), "end": now.isoformat(), "left_out": left_out}
+    verdict, moved = judge(
+        candidate, sums, policy, clock=clock, window=window, publish=publish, now=now, experiment_id=candidate.policy_id
+    )
+    return verdict, moved, left_out
