@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from datetime import datetime, timezone
 
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
@@ -168,6 +169,57 @@ def cmd_resume(args, settings: Settings) -> int:
     return _change(args, settings, target, "resumed")
 
 
+def cmd_step(args, settings: Settings) -> int:
+    """One look at every candidate in a canary stage, from the warehouse (docs/loop.md#a-look)."""
+    from routerscope.core.kafka import check_reachable  # deferred: librdkafka
+    from routerscope.core.timeutil import parse_utc  # deferred: start-up
+    from routerscope.warehouse.analytics.loop import lifecycle, rules, runner  # deferred: start-up
+    from routerscope.warehouse.analytics.loop.evidence import candidates  # deferred: start-up
+    from routerscope.warehouse.analytics.loop.notify import Notifying  # deferred: start-up
+    from routerscope.warehouse.analytics.loop.publish import KafkaPublisher  # deferred: kafka-python
+    from routerscope.warehouse.client import open_warehouse  # deferred: chDB
+
+    now = parse_utc(args.now) if args.now else datetime.now(timezone.utc)  # noqa: UP017 (as the rest of the command line)
+    live = [c for c in candidates(_root(settings), args.task_type) if c.state() in lifecycle.CANARY]
+    if not live:
+        print("no candidate in a canary stage")
+        return 0
+    check_reachable(settings)
+    kafka = KafkaPublisher(settings)
+    results = []
+    try:
+        with open_warehouse(settings, purpose="loop step", migrated=True) as client:
+            for c in live:
+                publish = Notifying(kafka, settings, c.dir)
+                c.publish_pending(publish)
+                settings_of = c.candidate().get("loop") or {}
+                policy = rules.LoopPolicy(**settings_of)
+                before = c.state()
+                verdict, moved, left_out = runner.step(client, c, policy, now=now, publish=publish)
+                results.append(
+                    {
+                        "policy_id": c.policy_id,
+                        "task_type": c.task_type,
+                        "from": before,
+                        "to": moved,
+                        "verdict": verdict.to_dict(),
+                        "left_out": left_out,
+                    }
+                )
+    finally:
+        kafka.close()
+    if args.json:
+        print(json.dumps({"looks": results}, indent=2, sort_keys=True))
+    else:
+        for r in results:
+            moved = f" → {r['to']}" if r["to"] else ""
+            print(
+                f"{r['task_type']} {r['policy_id']}: {r['from']}{moved}: "
+                f"{r['verdict']['action']} ({r['verdict']['reason']})"
+            )
+    return 0
+
+
 def add_commands(sub, port_type=None) -> None:
     """The `loop` command and its actions, on the `routerscope` parser's subparsers."""
     p = sub.add_parser(
@@ -182,6 +234,11 @@ def add_commands(sub, port_type=None) -> None:
     e.add_argument("id", help="a policy id, or a prefix only it has")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_explain)
+    st = lsub.add_parser("step", help="one look at every candidate in a canary stage, from the warehouse")
+    st.add_argument("--now", help="judge as of this time (ISO 8601, UTC when no zone; default: now)")
+    st.add_argument("--task-type", help="one task type's candidates")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_step)
     for name, func, helptext in (
         ("approve", cmd_approve, "canary_25 → full, when its last look awaits approval"),
         ("rollback", cmd_rollback, "any live state → rolled_back"),

@@ -82,3 +82,55 @@ def test_a_harmful_candidate_is_rolled_back_from_what_the_router_recorded(wareho
     assert runner.recompute(look).to_dict() == look["verdict"]
     assert events[-1]["to_state"] == "rolled_back" and events[-1]["experiment_id"] == c.policy_id
     assert runner.experiment_of(c) is None  # rolled back: the router serves today's policy again
+
+
+@pytest.mark.slow
+def test_loop_step_as_a_user_runs_it(stack):
+    """`routerscope loop step` against the broker and warehouse of the home: the look, its transition on Kafka,
+    loaded into policy_events."""
+    from routerscope.warehouse.analytics.loop.publish import KafkaPublisher
+    from routerscope.warehouse.client import open_warehouse
+    from routerscope.warehouse.ingest.loader import load
+    from tests.support.home import clean_env, run_cli
+    from tests.support.ingest import FAST, query
+
+    publish = KafkaPublisher(stack)
+    try:
+        c = Candidate.propose(
+            policies_root(stack.home),
+            "short_reply",
+            {"threshold": 0.55, "parent_threshold": 0.6},
+            parent=None,
+            window={},
+            parameters={},
+            publish=publish,
+            now=T0,
+        )
+        c.write_evaluation({"offload_prediction": None})
+        for a, b in (("proposed", "evaluated"), ("evaluated", "shadow"), ("shadow", "canary_5")):
+            c.transition(a, b, "test", "evaluation.json", publish, now=T0)
+    finally:
+        publish.close()
+    decisions: list = []
+    router = Router(Device(), ScriptedCloud([cloud()]), now=lambda: T0 + timedelta(hours=1), on_event=decisions.append)
+    router.experiments = lambda task_type: runner.experiment_of(c)
+    for i in range(1500):
+        for _ in range(2):
+            router.route(Request(task_type="short_reply", text="hello", session_id=f"s-{i}"))
+    labels = [
+        label(request_id=e.request_id, device_acceptable=e.confidence >= 0.9, event_time="2026-11-30T01:30:00Z")
+        for e in decisions
+        if e.fallback_type == "none"
+    ]
+    with open_warehouse(stack, migrated=True) as client:
+        insert(client, [json.loads(e.to_json()) for e in decisions], labels)
+    env = clean_env(stack.home, ROUTERSCOPE_KAFKA_BOOTSTRAP=stack.kafka_bootstrap())
+    done = run_cli("loop", "step", "--now", "2026-11-30T02:00:00Z", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    (look,) = json.loads(done.stdout)["looks"]
+    assert (look["from"], look["to"], look["verdict"]["action"]) == ("canary_5", "rolled_back", "rollback")
+    done = run_cli("loop", "step", env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "no candidate in a canary stage"
+    load(stack, **FAST)
+    rows = query(stack, "SELECT to_state, reason FROM routerscope.policy_events FINAL ORDER BY seq")
+    assert rows[-1] == ("rolled_back", "harm")
