@@ -54,10 +54,30 @@ def summary(candidate) -> dict:
     }
 
 
+UNREADABLE = (ValueError, KeyError, TypeError, IndexError, OSError)  # a hand-edited or damaged file (JSON, YAML)
+
+
+def _readable(c) -> dict:
+    """`summary`, or a row naming what could not be read (one damaged candidate never hides the others)."""
+    try:
+        return summary(c)
+    except UNREADABLE as exc:
+        return {
+            "task_type": c.task_type,
+            "policy_id": c.policy_id,
+            "state": "unreadable",
+            "error": f"{exc}"[:300],
+            "threshold": None,
+            "last_verdict": None,
+            "missed_fallback_delta": None,
+            "unpublished_transitions": 0,
+        }
+
+
 def cmd_status(args, settings: Settings) -> int:
     from routerscope.warehouse.analytics.loop.evidence import candidates  # deferred: start-up
 
-    rows = [summary(c) for c in candidates(_root(settings), args.task_type)]
+    rows = [_readable(c) for c in candidates(_root(settings), args.task_type)]
     if args.json:
         print(json.dumps({"candidates": rows}, indent=2, sort_keys=True))
         return 0
@@ -65,6 +85,9 @@ def cmd_status(args, settings: Settings) -> int:
         print("no candidates yet (the loop writes them under ROUTERSCOPE_HOME/policies; docs/loop.md)")
         return 0
     for r in rows:
+        if r["state"] == "unreadable":
+            print(f"{r['task_type']:<18} {r['policy_id']}  unreadable: {r['error']} (`routerscope loop explain`)")
+            continue
         verdict = r["last_verdict"]
         said = f"{verdict['action']} ({verdict['reason']})" if verdict else "no look yet"
         print(
@@ -81,6 +104,16 @@ def cmd_status(args, settings: Settings) -> int:
 
 def cmd_explain(args, settings: Settings) -> int:
     c = _find(settings, args.id)
+    try:
+        return _explain(args, c)
+    except UNREADABLE as exc:
+        raise RouterscopeError(
+            f"{c.policy_id}: a file of its directory {c.dir} cannot be read ({str(exc)[:200]}); restore it from a "
+            "backup, or roll the candidate back"
+        ) from None
+
+
+def _explain(args, c) -> int:
     out = {
         **summary(c),
         "candidate": c.candidate(),

@@ -109,3 +109,26 @@ def test_an_unknown_id_is_one_line(tmp_path):
         done.stderr
         == "routerscope: error: policy id 'feedbeef': no candidate has it (`routerscope loop status` lists them)\n"
     )
+
+
+def test_a_damaged_file_is_named_and_never_hides_the_other_candidates(tmp_path):
+    """A look file cut short by hand (or a damaged disk): `status` names it and lists the rest, `explain` says what
+    to do in one line."""
+    events: list = []
+    root = policies_root(tmp_path)
+    good = Candidate.propose(
+        root, "short_reply", {"threshold": 0.5}, parent=None, window={}, parameters={}, publish=events.append
+    )
+    bad = Candidate.propose(
+        root, "short_reply", {"threshold": 0.55}, parent=None, window={}, parameters={}, publish=events.append
+    )
+    (bad.dir / "transitions" / "0001.json").write_text('{"event": {"to_st')
+    env = clean_env(tmp_path)
+    done = run_cli("loop", "status", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert any(good.policy_id in line and "proposed" in line for line in lines)
+    assert any(bad.policy_id in line and "unreadable" in line for line in lines)
+    done = run_cli("loop", "explain", bad.policy_id, env=env)
+    assert done.returncode == 1 and done.stderr.startswith("routerscope: error: ")
+    assert len(done.stderr.strip().splitlines()) == 1 and "cannot be read" in done.stderr
