@@ -204,52 +204,21 @@ def cmd_resume(args, settings: Settings) -> int:
 
 def cmd_step(args, settings: Settings) -> int:
     """One look at every candidate in a canary stage, from the warehouse (docs/loop.md#a-look)."""
-    from routerscope.core.kafka import check_reachable  # deferred: librdkafka
     from routerscope.core.timeutil import parse_utc  # deferred: start-up
-    from routerscope.warehouse.analytics.loop import lifecycle, rules, runner  # deferred: start-up
-    from routerscope.warehouse.analytics.loop.evidence import candidates  # deferred: start-up
-    from routerscope.warehouse.analytics.loop.notify import Notifying  # deferred: start-up
-    from routerscope.warehouse.analytics.loop.publish import KafkaPublisher  # deferred: kafka-python
-    from routerscope.warehouse.client import open_warehouse  # deferred: chDB
+    from routerscope.warehouse.analytics.loop.runner import step_all  # deferred: chDB, kafka-python
 
-    now = parse_utc(args.now) if args.now else datetime.now(timezone.utc)  # noqa: UP017 (as the rest of the command line)
-    live = [c for c in candidates(_root(settings), args.task_type) if c.state() in lifecycle.CANARY]
-    if not live:
-        print("no candidate in a canary stage")
-        return 0
-    check_reachable(settings)
-    kafka = KafkaPublisher(settings)
-    results = []
-    try:
-        with open_warehouse(settings, purpose="loop step", migrated=True) as client:
-            for c in live:
-                publish = Notifying(kafka, settings, c.dir)
-                c.publish_pending(publish)
-                settings_of = c.candidate().get("loop") or {}
-                policy = rules.LoopPolicy(**settings_of)
-                before = c.state()
-                verdict, moved, left_out = runner.step(client, c, policy, now=now, publish=publish)
-                results.append(
-                    {
-                        "policy_id": c.policy_id,
-                        "task_type": c.task_type,
-                        "from": before,
-                        "to": moved,
-                        "verdict": verdict.to_dict(),
-                        "left_out": left_out,
-                    }
-                )
-    finally:
-        kafka.close()
+    now = parse_utc(args.now) if args.now else datetime.now(timezone.utc)  # noqa: UP017 (as the rest of the CLI)
+    results = step_all(settings, now=now, task_type=args.task_type)
     if args.json:
         print(json.dumps({"looks": results}, indent=2, sort_keys=True))
-    else:
-        for r in results:
-            moved = f" → {r['to']}" if r["to"] else ""
-            print(
-                f"{r['task_type']} {r['policy_id']}: {r['from']}{moved}: "
-                f"{r['verdict']['action']} ({r['verdict']['reason']})"
-            )
+    elif not results:
+        print("no candidate in a canary stage")
+    for r in [] if args.json else results:
+        moved = f" → {r['to']}" if r["to"] else ""
+        print(
+            f"{r['task_type']} {r['policy_id']}: {r['from']}{moved}: "
+            f"{r['verdict']['action']} ({r['verdict']['reason']})"
+        )
     return 0
 
 

@@ -15,10 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from routerscope.core.kafka import check_reachable
 from routerscope.core.timeutil import utc
 from routerscope.router.experiment import Experiment
 from routerscope.warehouse.analytics.loop import evaluate, lifecycle, rules
-from routerscope.warehouse.analytics.loop.evidence import Candidate
+from routerscope.warehouse.analytics.loop.evidence import Candidate, candidates, policies_root
+from routerscope.warehouse.analytics.loop.notify import Notifying
+from routerscope.warehouse.analytics.loop.publish import KafkaPublisher
 from routerscope.warehouse.analytics.loop.sequential import (
     ArmSums,
     MeanSums,
@@ -28,6 +31,7 @@ from routerscope.warehouse.analytics.loop.sequential import (
     rho_for,
     srm_sequential_p,
 )
+from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import loop as loop_queries
 from routerscope.warehouse.sql import QueryWindow
 
@@ -313,3 +317,37 @@ def step(
         candidate, sums, policy, clock=clock, window=window, publish=publish, now=now, experiment_id=candidate.policy_id
     )
     return verdict, moved, left_out
+
+
+def step_all(settings, *, now: datetime, task_type: str | None = None) -> list[dict]:
+    """`step` on every candidate in a canary stage under the home (what `routerscope loop step` and the hourly
+    schedule run): the broker checked first, what a crash left unsent published, each look's transition
+    published and sent to the alert channels. A candidate's `loop:` settings in `candidate.yaml` override the
+    defaults of `LoopPolicy`."""
+    live = [c for c in candidates(policies_root(settings.home), task_type) if c.state() in lifecycle.CANARY]
+    if not live:
+        return []
+    check_reachable(settings)
+    kafka = KafkaPublisher(settings)
+    results = []
+    try:
+        with open_warehouse(settings, purpose="loop step", migrated=True) as client:
+            for c in live:
+                publish = Notifying(kafka, settings, c.dir)
+                c.publish_pending(publish)
+                policy = rules.LoopPolicy(**(c.candidate().get("loop") or {}))
+                before = c.state()
+                verdict, moved, left_out = step(client, c, policy, now=now, publish=publish)
+                results.append(
+                    {
+                        "policy_id": c.policy_id,
+                        "task_type": c.task_type,
+                        "from": before,
+                        "to": moved,
+                        "verdict": verdict.to_dict(),
+                        "left_out": left_out,
+                    }
+                )
+    finally:
+        kafka.close()
+    return results
