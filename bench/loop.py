@@ -246,6 +246,13 @@ def summary(results: list[dict], runs: int) -> dict:
         key = f"{r['action']}:{r['reason']}"
         reasons[key] = reasons.get(key, 0) + 1
     out["verdicts"] = dict(sorted(reasons.items()))
+    # promotion over every run, a run never promoted counting as never (infinite): the median a user waits
+    waits = sorted(
+        r["candidate_sessions"] if r["action"] in ("promote", "await_approval") else float("inf") for r in results
+    )
+    if waits:
+        middle = waits[(len(waits) - 1) // 2]
+        out["median_candidate_sessions_to_promote_all_runs"] = None if middle == float("inf") else middle
     for action, key in (("rollback", "rollback"), ("promoted", "promote")):
         n = [
             r["candidate_sessions"]

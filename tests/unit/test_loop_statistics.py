@@ -183,8 +183,15 @@ def test_rounding_is_not_imbalance():
 def test_never_promoted_on_inconclusive_no_data_or_too_little_time():
     inside = Interval(0.002, -0.004, 0.008, 6000)
     straddling = Interval(0.005, -0.002, 0.012, 6000)
-    assert rules.decide(_look(stage_hours=23.9), POLICY).action == "continue"
+    # the default, "ramp": a day since the canary began, 200 candidate sessions in this stage
+    assert rules.decide(_look(stage_hours=2.0, total_hours=23.9), POLICY).action == "continue"
+    assert rules.decide(_look(stage_hours=2.0), POLICY).action == "advance"
     assert rules.decide(_look(stage_candidate_sessions=199), POLICY).action == "continue"
+    per_stage = rules.LoopPolicy(minimums="stage")
+    assert rules.decide(_look(stage_hours=23.9), per_stage).action == "continue"
+    per_canary = rules.LoopPolicy(minimums="canary")
+    assert rules.decide(_look(stage_candidate_sessions=10), per_canary).action == "advance"
+    assert rules.decide(_look(stage_candidate_sessions=10, candidate_sessions=199), per_canary).action == "continue"
     assert rules.decide(_look(missed=straddling), POLICY).action == "continue"
     assert rules.decide(_look(missed=straddling, total_hours=168.0), POLICY) == rules.Verdict("hold", "inconclusive")
     unknown = Interval(None, None, None, 0)

@@ -11,8 +11,8 @@ In order, the first that applies:
 4. **halt** (`prediction_miss`) when the candidate's measured offload (its confidence sequence) lies wholly
    outside the offline prediction: the evaluator or the logging is wrong;
 5. **advance** (`inside_margin`) when the upper bound of Δ missed fallbacks is below the margin, the stage has
-   run at least `min_stage_hours` and `min_stage_sessions` candidate sessions (or the canary has, under
-   `minimums: canary`), and the measured offload lies
+   seen at least `min_stage_sessions` candidate sessions and the canary has run `min_stage_hours` (where each is
+   counted: `LoopPolicy.minimums`), and the measured offload lies
    inside the prediction; from the last canary stage to `full` only under `auto_promote`, else
    **await approval**;
 6. **hold** (`inconclusive`, or `no_data` when the candidate arm never saw a session) at the maximum duration;
@@ -51,9 +51,10 @@ class LoopPolicy:
     planned_sessions: int = 4000  # t* of the confidence sequences: the canary's planned size (both arms)
     trust_region: float = 0.10  # the largest weekly move of a threshold
     look_sessions: int = 100  # a look every this many sessions, or every hour
-    # where the 24 h and 200 sessions are counted: "stage" (each stage anew: a day at each share) or "canary"
-    # (since the canary started; the stages then follow each other as soon as the evidence allows)
-    minimums: str = "stage"
+    # where the 24 h and the 200 candidate sessions are counted (docs/loop.md#decision-rules): "ramp" (the day since
+    # the canary started, the sessions in each stage: a full day seen once, every stage watched at its load),
+    # "stage" (both in each stage anew) or "canary" (both since the canary started)
+    minimums: str = "ramp"
 
 
 @dataclass
@@ -111,7 +112,7 @@ def decide(look: Look, policy: LoopPolicy) -> Verdict:
         look.missed.known
         and look.missed.high < policy.margin  # type: ignore[operator]
         and (look.stage_hours if policy.minimums == "stage" else look.total_hours) >= policy.min_stage_hours
-        and (look.stage_candidate_sessions if policy.minimums == "stage" else look.candidate_sessions)
+        and (look.candidate_sessions if policy.minimums == "canary" else look.stage_candidate_sessions)
         >= policy.min_stage_sessions
         and offload_inside
     ):
