@@ -210,6 +210,9 @@ def run_once(rng, traffic: Traffic, today: float, candidate: float, prediction, 
                 "candidate_sessions": missed.candidate.sessions,
                 "first_advance": first_advance,
                 "hours": total_hours,
+                "offload_measured": look.offload.estimate,
+                "offload_predicted": prediction.get("estimate") if prediction else None,
+                "offload_interval": look.prediction,
             }
 
 
@@ -261,6 +264,18 @@ def summary(results: list[dict], runs: int) -> dict:
         ]
         if n:
             out[f"median_candidate_sessions_to_{key}"] = statistics.median(n)
+    # predicted vs measured offload at the verdict (the calibration ledger's entry): how far apart, how often the
+    # 95 % interval (restated at the measured size) held the measurement
+    pairs = [r for r in results if r.get("offload_measured") is not None and r.get("offload_interval")]
+    if pairs:
+        gaps = sorted(abs(r["offload_measured"] - r["offload_predicted"]) for r in pairs)
+        out["offload_gap_median_pts"] = round(100 * statistics.median(gaps), 3)
+        out["offload_gap_max_pts"] = round(100 * gaps[-1], 3)
+        out["offload_interval_coverage"] = round(
+            sum(r["offload_interval"][0] <= r["offload_measured"] <= r["offload_interval"][1] for r in pairs)
+            / len(pairs),
+            4,
+        )
     firsts = [r["first_advance"] for r in results if r.get("first_advance")]
     if firsts:
         out["median_candidate_sessions_to_first_advance"] = statistics.median(firsts)
