@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
@@ -222,6 +222,42 @@ def cmd_step(args, settings: Settings) -> int:
     return 0
 
 
+def cmd_propose(args, settings: Settings) -> int:
+    """The weekly step of one task type: a candidate, its evaluation, evaluated or rejected (docs/loop.md#propose)."""
+    from routerscope.core.timeutil import parse_utc  # deferred: start-up
+    from routerscope.router.policy import PolicyStore  # deferred: the policy file
+    from routerscope.warehouse.analytics.alerting.rules import load_rules  # deferred: start-up
+    from routerscope.warehouse.analytics.loop.runner import propose_candidate  # deferred: chDB, kafka-python
+    from routerscope.warehouse.sql import QueryWindow  # deferred: start-up
+
+    end = parse_utc(args.end) if args.end else datetime.now(timezone.utc)  # noqa: UP017 (as the rest of the CLI)
+    policy = PolicyStore().current()
+    cap = policy.capabilities.get(args.task_type)
+    if cap is None or cap.threshold is None:
+        raise RouterscopeError(
+            f"task type {args.task_type!r} has no confidence threshold in the policy {policy.version}; "
+            "the loop tunes thresholds only (docs/loop.md#propose)"
+        )
+    _version, rules = load_rules(settings.alert_rules)
+    out = propose_candidate(
+        settings,
+        task_type=args.task_type,
+        window=QueryWindow(end - timedelta(days=args.days), end),
+        today=float(cap.threshold),
+        policy_version=policy.version,
+        target=args.target,
+        alert_rules=rules,
+        start_canary=args.start_canary,
+        actor=args.actor,
+    )
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        said = "already proposed" if not out["new"] else f"threshold {out.get('threshold')} (today {cap.threshold})"
+        print(f"{args.task_type} {out['policy_id']}: {out['state']}, {said}")
+    return 0
+
+
 def add_commands(sub, port_type=None) -> None:
     """The `loop` command and its actions, on the `routerscope` parser's subparsers."""
     p = sub.add_parser(
@@ -236,6 +272,15 @@ def add_commands(sub, port_type=None) -> None:
     e.add_argument("id", help="a policy id, or a prefix only it has")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_explain)
+    pr = lsub.add_parser("propose", help="the week's candidate threshold of one task type, evaluated offline")
+    pr.add_argument("--task-type", required=True)
+    pr.add_argument("--target", type=float, default=0.10, help="the missed-fallback rate to meet (default 0.10)")
+    pr.add_argument("--days", type=float, default=7.0, help="the window: this many days before --end (default 7)")
+    pr.add_argument("--end", help="the window's end (ISO 8601, UTC when no zone; default: now)")
+    pr.add_argument("--start-canary", action="store_true", help="an evaluated candidate goes on to canary_5")
+    pr.add_argument("--actor", default="auto", help="who proposes (default: auto)")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=cmd_propose)
     st = lsub.add_parser("step", help="one look at every candidate in a canary stage, from the warehouse")
     st.add_argument("--now", help="judge as of this time (ISO 8601, UTC when no zone; default: now)")
     st.add_argument("--task-type", help="one task type's candidates")

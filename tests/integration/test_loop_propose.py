@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -108,3 +109,34 @@ def test_the_evaluation_resamples_sessions_and_states_the_prediction(warehouse):
     assert wide["calibration_ledger"]["factor"] == pytest.approx(3.0)
     w_low, w_high = wide["offload_prediction"]["interval"]
     assert (w_high - w_low) == pytest.approx(3.0 * (high - low), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_loop_propose_as_a_user_runs_it(stack):
+    """`routerscope loop propose` on the fixture above in the home's warehouse: target 0.3 proposes 0.60 (the
+    lowest of the trust region), evaluates it, and with --start-canary moves it to canary_5; the same proposal
+    again is the same candidate."""
+    from routerscope.warehouse.analytics.loop.evidence import find, policies_root
+    from tests.support.home import clean_env, run_cli
+
+    with open_warehouse(stack, migrated=True) as client:
+        insert(client, EVENTS, LABELS)
+    env = clean_env(stack.home, ROUTERSCOPE_KAFKA_BOOTSTRAP=stack.kafka_bootstrap())
+    args = ("loop", "propose", "--task-type", IC, "--target", "0.3", "--end", END.isoformat(), "--days", "1")
+    done = run_cli(*args, "--start-canary", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["state"], out["threshold"], out["new"]) == ("canary_5", 0.6, True)
+    c = find(policies_root(stack.home), out["policy_id"])
+    evaluation = c.evaluation()
+    assert evaluation["proposal"]["chosen"] == 0.6 and evaluation["offload_prediction"]["estimate"] == 1.0
+    assert [t["event"]["to_state"] for t in c.transitions()] == ["proposed", "evaluated", "shadow", "canary_5"]
+    again = run_cli(*args, "--json", env=env)
+    assert json.loads(again.stdout)["new"] is False
+    # a target nothing meets: rejected, with the reason
+    done = run_cli(
+        "loop", "propose", "--task-type", IC, "--target", "0.05", "--end", END.isoformat(), "--days", "1", env=env
+    )
+    assert done.returncode == 0 and "rejected" in done.stdout
+    done = run_cli("loop", "propose", "--task-type", "no_such_task", env=env)
+    assert done.returncode == 1 and "no confidence threshold" in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from datetime import datetime
 from routerscope.core.kafka import check_reachable
 from routerscope.core.timeutil import utc
 from routerscope.router.experiment import Experiment
-from routerscope.warehouse.analytics.loop import evaluate, lifecycle, rules
+from routerscope.warehouse.analytics.loop import evaluate, lifecycle, propose, rules, view
 from routerscope.warehouse.analytics.loop.evidence import Candidate, candidates, policies_root
 from routerscope.warehouse.analytics.loop.notify import Notifying
 from routerscope.warehouse.analytics.loop.publish import KafkaPublisher
@@ -351,3 +352,80 @@ def step_all(settings, *, now: datetime, task_type: str | None = None) -> list[d
     finally:
         kafka.close()
     return results
+
+
+def propose_candidate(
+    settings,
+    *,
+    task_type: str,
+    window: QueryWindow,
+    today: float,
+    policy_version: str,
+    target: float,
+    loop: dict | None = None,
+    alert_rules=(),
+    start_canary: bool = False,
+    actor: str = "auto",
+    now: datetime | None = None,
+) -> dict:
+    """The weekly step of one task type (docs/loop.md#propose): the lowest threshold in the trust region that
+    passes every check, written as a candidate with its evaluation; `proposed → evaluated`, or `→ rejected` when
+    no threshold passes or the one chosen is today's. With `start_canary` an evaluated candidate moves on through
+    `shadow` to `canary_5` (the router's shadow comparison of a candidate is not built: shadow is a state only)."""
+    policy = rules.LoopPolicy(**(loop or {}))
+    check_reachable(settings)
+    kafka = KafkaPublisher(settings)
+    try:
+        with open_warehouse(settings, purpose="loop propose", migrated=True) as client:
+            proposal = propose.propose(
+                client,
+                window,
+                task_type,
+                today,
+                target=target,
+                trust_region=policy.trust_region,
+                alert_rules=alert_rules,
+            )
+            threshold = proposal["chosen"] if proposal["moves"] else today
+            ledger = view.ledger(policies_root(settings.home), task_type)
+            evaluation = propose.evaluate_candidate(
+                client, window, task_type, threshold, planned_sessions=int(policy.planned_sessions * 0.1), ledger=ledger
+            )
+        body = {"task_type": task_type, "threshold": threshold, "parent_threshold": today, "target": target}
+        if loop:
+            body["loop"] = loop
+        parameters = {**policy_dict(policy), "target": target}
+        window_record = {"start": window.start.isoformat(), "end": window.end.isoformat()}
+        c = Candidate.propose(
+            policies_root(settings.home),
+            task_type,
+            body,
+            parent=hashlib.sha256(policy_version.encode()).hexdigest(),
+            window=window_record,
+            parameters=parameters,
+            publish=kafka,
+            actor=actor,
+            now=now,
+        )
+        publish = Notifying(kafka, settings, c.dir)
+        c.publish_pending(publish)
+        if c.state() != "proposed":
+            return {"policy_id": c.policy_id, "state": c.state(), "new": False}
+        name = c.write_evaluation({"proposal": proposal, **evaluation})
+        if proposal["moves"]:
+            c.transition("proposed", "evaluated", "passed", name, publish, actor=actor, now=now)
+            if start_canary:
+                c.transition("evaluated", "shadow", "canary_requested", name, publish, actor=actor, now=now)
+                c.transition("shadow", "canary_5", "canary_requested", name, publish, actor=actor, now=now)
+        else:
+            reason = "no_threshold_passes" if proposal["chosen"] is None else "today_is_best"
+            c.transition("proposed", "rejected", reason, name, publish, actor=actor, now=now)
+        return {
+            "policy_id": c.policy_id,
+            "state": c.state(),
+            "new": True,
+            "threshold": threshold,
+            "chosen": proposal["chosen"],
+        }
+    finally:
+        kafka.close()
