@@ -151,8 +151,22 @@ def offline_prediction(rng, traffic: Traffic, today: float, candidate: float, pl
     again = traffic.sessions(rng, window, np.full(window, candidate))
     pairs = [(float(a), float(b)) for a, b in zip(again["served"], again["requests"], strict=True) if b > 0]
     del s
-    boot = evaluate.session_bootstrap(pairs, resamples=200, seed=int(rng.integers(1 << 30)))
-    return evaluate.prediction_record(pairs, planned, boot)
+    return evaluate.prediction_record(pairs, planned, session_bootstrap(rng, pairs))
+
+
+def session_bootstrap(rng, pairs, resamples: int = 200) -> dict:
+    """`evaluate.session_bootstrap`'s method (sessions drawn with replacement, the ratio recomputed, the 2.5th
+    and 97.5th percentiles and the standard error of the draws), vectorized: the pure-Python one took most of
+    the bench's time."""
+    ys, xs = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    drawn = rng.integers(len(pairs), size=(resamples, len(pairs)))
+    draws = np.sort(ys[drawn].sum(axis=1) / xs[drawn].sum(axis=1))
+    return {
+        "estimate": float(ys.sum() / xs.sum()),
+        "se": float(draws.std(ddof=1)),
+        "ci": [float(draws[int(0.025 * (resamples - 1))]), float(draws[int(np.ceil(0.975 * (resamples - 1)))])],
+        "n": len(pairs),
+    }
 
 
 def run_once(rng, traffic: Traffic, today: float, candidate: float, prediction, policy, sph: float, drop=0.0) -> dict:

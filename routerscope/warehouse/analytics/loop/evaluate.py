@@ -41,12 +41,14 @@ def session_bootstrap(sessions: Sequence[tuple[float, float]], resamples: int = 
     if point is None or n < 2:
         return {"estimate": point, "se": None, "ci": None, "n": n, "resamples": resamples, "seed": seed}
     rng = random.Random(seed)
+    ys, xs = [float(y) for y, _ in sessions], [float(x) for _, x in sessions]
+    population = range(n)
     draws = []
     for _ in range(resamples):
-        sample = [sessions[rng.randrange(n)] for _ in range(n)]
-        value = ratio(sample)
-        if value is not None:
-            draws.append(value)
+        drawn = rng.choices(population, k=n)
+        x = sum(map(xs.__getitem__, drawn))
+        if x > 0:
+            draws.append(sum(map(ys.__getitem__, drawn)) / x)
     draws.sort()
     mean = sum(draws) / len(draws)
     se = math.sqrt(sum((d - mean) ** 2 for d in draws) / max(len(draws) - 1, 1))
