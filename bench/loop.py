@@ -306,9 +306,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--minimums",
-        choices=("stage", "canary"),
-        default="stage",
-        help="count the 24 h and 200 sessions per stage (default) or since the canary started",
+        choices=("ramp", "stage", "canary"),
+        default="ramp",
+        help="where the 24 h and the 200 candidate sessions are counted (rules.LoopPolicy.minimums; default ramp)",
     )
     parser.add_argument("--scenarios", default="harmful,good,at_margin,inconclusive,no_labels,srm,null")
     args = parser.parse_args(argv)
