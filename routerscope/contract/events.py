@@ -82,6 +82,8 @@ V2_ONLY_FIELDS = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "label_pi",
+    "label_design_id",
     "policy_id",
     "experiment_id",
     "arm",
@@ -180,6 +182,10 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # the labeling design fixed at decision time (docs/metrics.md §3d): the inclusion probability of the request's
+    # stratum (task type × confidence bucket) in the judge's sample, and the design that gave it
+    label_pi: Share | UnsetType = UNSET
+    label_design_id: Annotated[str, Meta(min_length=1, max_length=64)] | UnsetType = UNSET
     # The closed loop's canary (docs/loop.md): the candidate policy, the experiment, the session's arm and its
     # assignment bucket (hash(session, salt) mod 10000), on every request of a task type under an experiment.
     policy_id: Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")] | UnsetType = UNSET
@@ -198,6 +204,8 @@ _ABSENT_WHEN_NONE = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "label_pi",
+    "label_design_id",
     *EXPERIMENT_FIELDS,
 )
 
