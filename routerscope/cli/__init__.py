@@ -659,6 +659,7 @@ def _partition_list(text: str) -> list[int]:
 
 MAX_PARTITION = 2**31 - 2  # Kafka numbers partitions with a signed 32-bit int
 MAX_CORRUPT = 1_000_000  # malformed messages `simulate --corrupt` produces at most
+MAX_REQUESTS = 10_000_000  # simulated requests `demo` and `simulate` take at most (10M: hours on a laptop)
 
 
 def _int_at_least(minimum: int, maximum: int | None = None):
@@ -719,7 +720,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job: a SIMULATED fleet through the real router, end to end")
     p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
-    p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
+    p.add_argument(
+        "--requests",
+        type=_int_at_least(1, MAX_REQUESTS),
+        default=20_000,
+        help=f"simulated requests (default 20000, at most {MAX_REQUESTS:,})",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
@@ -739,7 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
-    p.add_argument("--requests", type=_positive_int, default=10_000)
+    p.add_argument("--requests", type=_int_at_least(1, MAX_REQUESTS), default=10_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(

@@ -42,6 +42,8 @@ def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str
         (["demo", "--dashboard-port", "99999"], "'99999' must be at most 65535"),
         (["simulate", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
         (["demo", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
+        (["demo", "--requests", "99999999999"], "'99999999999' must be at most 10000000"),
+        (["simulate", "--requests", "99999999999"], "'99999999999' must be at most 10000000"),
         # issue 40: bounds that were missing (a traceback, or no bound at all)
         (["simulate", "--corrupt", "1000000000"], "'1000000000' must be at most 1000000"),
         (
