@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import labels_review, oncall, review
+from routerscope.cli import labels_review, loop, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -955,6 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     oncall.add_commands(sub, _port)
     labels_review.add_commands(sub)
+    loop.add_commands(sub)
     return parser
 
 

@@ -36,6 +36,7 @@ PAGES = (
     ("app_pages/quality.py", "Data quality"),
     ("app_pages/explorer.py", "Explorer"),
     ("app_pages/labels_review.py", "Human review"),
+    ("app_pages/loop.py", "Closed loop"),
 )
 
 

@@ -82,6 +82,7 @@ from routerscope.contract.events import (
     new_decision,
 )
 from routerscope.contract.validation import DEVICE_STATS_MAXIMA
+from routerscope.router import experiment
 from routerscope.router.backends import (
     Cancel,
     CloudBackend,
@@ -411,6 +412,7 @@ class _Trace:
     device_stats: dict | None = None  # merged over the request's device attempts
     device_text: str | None = None  # the device's answer that a quality miss discarded (divergence samples)
     request_id: str = ""
+    assignment: experiment.Assignment | None = None  # the closed loop's canary arm (routerscope.router.experiment)
 
     def measure(self, stats: dict | None) -> None:
         """Merge one device attempt's ledger: the highest peak memory, a cold start if any attempt had one,
@@ -636,6 +638,7 @@ class Router:
         # itself is offered that (a guarded one is abandoned at its level's timeout)
         self._device_commits = accepts_keyword(device.generate, "commit_timeout_ms") and not self._device_guarded
         self.on_shadow_event: Callable[[DecisionEvent], None] | None = None
+        self.experiments: experiment.ExperimentSource | None = None  # the closed loop's canary (docs/loop.md)
 
     @property
     def abandoned_total(self) -> int:
@@ -1076,7 +1079,9 @@ class Router:
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
         self.cloud_breaker.set_policy(policy.breakers["cloud"])
-        cap = policy.capability(req.task_type)
+        cap, assignment = experiment.apply(
+            self.experiments, req.task_type, req.session_id, policy.capability(req.task_type)
+        )
         counted = self._count_tokens(req.text) if req.input_tokens is None or req.has_pii else None
         if req.input_tokens is not None:
             input_tokens = req.input_tokens
@@ -1089,6 +1094,7 @@ class Router:
             input_tokens=input_tokens,
             prices=policy.cloud_prices or None,
             request_id=req.request_id or str(uuid.uuid4()),
+            assignment=assignment,
         )
         stage = policy.stage_for(req.task_type, req.session_id)
         pinned = req.has_pii and not policy.pii_to_cloud
@@ -1270,6 +1276,7 @@ class Router:
             device_stats=_device_stats(trace.device_stats) if entered else None,
             all_cloud_cost_usd=all_cloud,
             rollout_stage=ctx.stage,
+            **experiment.event_fields(trace.assignment),
         )
 
     def _device_path(
