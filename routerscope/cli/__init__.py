@@ -259,6 +259,7 @@ def cmd_whatif(args, settings: Settings) -> int:
         if end is None:  # by default the last --days full days of live traffic (as `report`)
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
+        whatif_cli.check_known(thresholds, _known_task_types(client))
         result = whatif.compute(client, QueryWindow(start, end), thresholds)
     if args.policy:
         result["not_rescored"] = not_rescored
@@ -285,6 +286,14 @@ def cmd_whatif(args, settings: Settings) -> int:
         )
         return WHATIF_UNJUDGED
     return 0
+
+
+def _known_task_types(client) -> set[str]:
+    """The task types the warehouse has metric windows for, and the ones the routing policy in force names."""
+    from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
+    from routerscope.warehouse.queries import metric_windows  # deferred: start-up
+
+    return set(metric_windows.task_types(client)) | set(PolicyStore().current().capabilities)
 
 
 WHATIF_UNJUDGED = 4  # `whatif --fail-if` exit code: something the gate asks about could not be judged

@@ -149,6 +149,14 @@ def newest_data_end() -> datetime:
     )
 
 
+def presets_end() -> datetime:
+    """Where the shared time range's presets end: the present (the next minute), or the newest data when that lies
+    later (a clock behind the producers'). A preset ending at the newest data hid what fired after it: two alerts
+    firing at 01:13 lay outside every preset while the newest window ended at 00:55."""
+    present = wall_now() + timedelta(minutes=1)
+    return max(present, newest_data_end())
+
+
 # The per-window figures the on-call page draws (docs/metrics.md keys; `l4_share` is degrade_share.L4).
 SERIES_KEYS = (
     "requests",
@@ -194,6 +202,42 @@ def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataF
 def incidents(start: datetime, end: datetime) -> pd.DataFrame:
     """Alert episodes firing now or breaching / resolved within [start, end), firing first."""
     return _table(alert_queries.INCIDENT_COLUMNS, alert_queries.incidents, start, end)
+
+
+def wall_now() -> datetime:
+    """Now, to the minute (UTC)."""
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def firing_now() -> list[dict]:
+    """Every alert episode firing now, whatever a page's range (the firing-now strip): a tiny read, kept 10 s."""
+    episodes = _read(alert_queries.incidents, wall_now(), wall_now())
+    return [e for e in episodes if e["status"] == "firing"]
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def failing_blocking_checks() -> list[str]:
+    """The blocking checks the latest data-quality run failed (what a `data_quality_blocking` alert stands on)."""
+    dq = dq_latest()
+    if dq.empty:
+        return []
+    return [str(c) for c in dq[(~dq["success"]) & dq["blocking"]]["check_name"]]
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def episode_named(rule: str, task_type: str, start: datetime, end: datetime) -> dict:
+    """An episode named by its evidence (`routerscope.warehouse.analytics.alerting.evidence`): cause, what moved
+    with values and baseline, next step, runbook section, the Explorer's filter. Keyed by the episode's own
+    windows, so a resolved one is read once; a firing one's end moves with the minute."""
+    from dataclasses import asdict
+
+    from routerscope.dashboards import words
+    from routerscope.warehouse.analytics.alerting import evidence as ev
+
+    with _warehouse() as client:
+        found = ev.evidence(client, task_type, start, end)
+    return asdict(ev.name(rule, found, words.rule_name(rule)))
 
 
 @st.cache_data(ttl=TTL)

@@ -18,6 +18,27 @@ NAMES = {
     "pipeline.breaker_open.device": "open device breakers",
 }
 
+# alert rules by what they say (a rule id stays beside it where a person needs it to grep the rules file)
+RULES = {
+    "fallback_rate_high": "fallback rate high",
+    "l2_l3_drift": "L2+L3 share drifting",
+    "device_bypass": "device bypassed",
+    "device_breaker_open": "device breaker open",
+    "cloud_breaker_open": "cloud breaker open",
+    "false_fallback_high": "false fallbacks high",
+    "rollback_route_accuracy": "rollback: route accuracy",
+    "rollback_offload_failure": "rollback: offload failures",
+    "rollback_degrade_trigger": "rollback: degrade triggers",
+    "ingest_stale": "ingest stale",
+    "quarantine_share_high": "quarantine share high",
+    "data_quality_blocking": "blocking data-quality failure",
+}
+
+
+def rule_name(rule: str) -> str:
+    """An alert rule's id in words (`l2_l3_drift` → 'L2+L3 share drifting'); an unknown id with spaces."""
+    return RULES.get(rule, rule.replace("_", " "))
+
 
 def metric_name(metric: str) -> str:
     """`fallback_rate` → 'fallback rate'; `pipeline.freshness_lag_s` → "newest event's age"."""
