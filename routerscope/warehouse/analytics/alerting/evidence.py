@@ -3,8 +3,9 @@ before it (the baseline), the cause that evidence points at, the next step (a ru
 docs/runbook.md), and the Explorer filter that shows the decisions behind it.
 
 Causes, in the order they are tried (docs/runbook.md#how-an-incident-is-named):
-* **cloud outage**: the cloud breaker opened in the episode, or cloud-unavailable fallbacks reached 5 % of the
-  requests and at least three times their baseline share;
+* **cloud outage**: the cloud breaker opened in the episode, or canned answers (L4) or cloud-unavailable fallbacks
+  reached 5 % of the requests and at least three times their baseline share (when a device slowdown shows too, the
+  rule decides: a breaker or degrade-trigger rule is the cloud's);
 * **device slow (thermal?)**: device timeouts at least doubled their baseline share (and reached 3 %), or the share
   of requests on a throttled device (thermal state serious or critical) did; the device breaker's openings beside;
 * **after push <version>**: a policy version that the baseline never saw served the episode's requests;
@@ -165,7 +166,8 @@ def name(rule: str, ev: Evidence, rule_words: str = "") -> Named:
     """The cause the evidence points at, what moved, the next step and the Explorer's filter."""
     during, before = ev.during, ev.before
     n = int(during.get("requests") or 0)
-    shares = {k: (_share(during, k), _share(before, k)) for k in ("timeouts", "cloud_unavailable", "throttled")}
+    keys = ("timeouts", "cloud_unavailable", "throttled", "canned")
+    shares = {k: (_share(during, k), _share(before, k)) for k in keys}
     grown = sorted(
         ev.reasons,
         key=lambda r: (r["during"] / max(n, 1)) - (r["before"] / max(int(before.get("requests") or 0), 1)),
@@ -188,15 +190,18 @@ def name(rule: str, ev: Evidence, rule_words: str = "") -> Named:
             {},
         )
     cloud_open = ev.breaker_opened.get("cloud", 0)
-    if cloud_open or rose("cloud_unavailable", 0.05, 3.0):
+    outage = bool(cloud_open) or rose("canned", 0.05, 3.0) or rose("cloud_unavailable", 0.05, 3.0)
+    slow = rose("timeouts", 0.03, 2.0) or rose("throttled", 0.05, 2.0)
+    # both in one long episode: the rule says which it is about (a breaker or a canned answer is the cloud's)
+    if outage and (not slow or rule in ("cloud_breaker_open", "rollback_degrade_trigger")):
         cause = "cloud outage"
-        moved.append(moved_line("cloud-unavailable fallbacks", *shares["cloud_unavailable"], n))
+        moved.append(moved_line("canned answers (L4)", *shares["canned"], n))
+        if shares["cloud_unavailable"][0]:
+            moved.append(moved_line("cloud-unavailable fallbacks", *shares["cloud_unavailable"], n))
         if cloud_open:
             moved.append(f"cloud breaker opened {cloud_open} time{'s' if cloud_open != 1 else ''}")
-        return Named(
-            cause, moved, NEXT_STEPS[cause], f"{RUNBOOK}#{RUNBOOK_SECTIONS[cause]}", {"reason": "cloud_unavailable"}
-        )
-    if rose("timeouts", 0.03, 2.0) or rose("throttled", 0.05, 2.0):
+        return Named(cause, moved, NEXT_STEPS[cause], f"{RUNBOOK}#{RUNBOOK_SECTIONS[cause]}", {"level": "4"})
+    if slow:
         cause = "device slow (thermal?)"
         moved.append(moved_line("device timeouts", *shares["timeouts"], n))
         moved.append(moved_line("requests on a throttled device", *shares["throttled"], n))
