@@ -260,6 +260,21 @@ def judged_rules() -> str | None:
     return last["rules_path"] if last and Path(last["rules_path"]).is_file() else None
 
 
+@st.cache_data(ttl=TTL, show_spinner=False)
+def judged_rule_list() -> list:
+    """The alert rules the warehouse is judged with (`judged_rules`), parsed."""
+    return list(load_rules(judged_rules())[1])
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def whatif_many(moves: tuple[tuple[str, float], ...], start: datetime, end: datetime) -> dict[str, dict]:
+    """The what-if of several task types' candidate thresholds over [start, end) in one read (the weekly table's
+    recommended moves, each checked against the alert limits before it is offered)."""
+    with _warehouse() as client:
+        result = whatif_analytics.compute(client, QueryWindow(start, end), dict(moves))
+    return result["by_task_type"]
+
+
 @st.cache_data(ttl=TTL)
 def sample_minimums() -> dict[str, tuple[int, str]]:
     """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile

@@ -67,11 +67,11 @@ def strip(range_params: dict[str, str]) -> None:
     now = data.wall_now()
     firing = data.firing_now()
     if not firing:
-        st.caption(f"🟢 Firing now: nothing (as of {now:%H:%M} UTC, whatever the range).")
+        st.caption(f":green[●] Firing now: nothing (as of {now:%H:%M} UTC, whatever the range).")
         return
     failing = data.failing_blocking_checks() if any(a.get("rule") == DQ_RULE for a in firing) else []
     box = st.container(border=True)
-    box.markdown(f"🔴 **Firing now: {len(firing)}** (as of {now:%H:%M} UTC, whatever the range)")
+    box.markdown(f":red[●] **Firing now: {len(firing)}** (as of {now:%H:%M} UTC, whatever the range)")
     for line in lines(firing, now, failing):
         left, right = box.columns([6, 1], vertical_alignment="center")
         left.markdown(line.text)

@@ -29,7 +29,9 @@ review = data.review(start, end)
 for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range's rollback state, as On-call says it
     if stage["rollback"]["recommended"]:
         (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")
-glance = pd.DataFrame(summary.rows(week, review)).drop(columns="priority")
+moves = summary.recommended_moves(week)  # each recommended threshold comes with its what-if, in one read
+whatifs = data.whatif_many(tuple(sorted(moves.items())), start, end) if moves else {}
+glance = pd.DataFrame(summary.rows(week, review, whatifs, data.judged_rule_list())).drop(columns="priority")
 # what needs doing and why first: "where they disagree" beside "needs", on screen at 1400 px (it was the last
 # column, off-screen), its full text below the table (a cell cuts it)
 WHY = "where they disagree"
@@ -104,6 +106,16 @@ else:
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
         help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
     )
+    current_now = detail["current_threshold"]
+    if est_to is not None and (current_now is None or abs(est_to - current_now) >= 1e-9):
+        # one recommendation truth: the move comes with its what-if, and one that walks into an alert is withheld
+        offered, said = summary.move_check(
+            task_type, data.whatif(task_type, start, end, round(est_to, 2)), data.judged_rule_list()
+        )
+        (st.caption if offered else st.error)(
+            f"{'Recommended' if offered else 'Not offered'}: {task_type} "
+            f"{'—' if current_now is None else f'{current_now:.2f}'} → {est_to:.2f}; {said}."
+        )
     served = detail.get("served_pass_est") or {}
     if served.get("rate") is not None:
         low, high = served["ci"]
