@@ -86,7 +86,7 @@ def test_oncall_lists_the_firing_alerts(populated):
     incident list shows it first, with its summary and a link to its decisions."""
     app = render("oncall.py")
     incidents = [m.value for m in app.markdown if "FIRING" in m.value]
-    assert len(incidents) == 1 and "**ingest_stale**" in incidents[0]
+    assert len(incidents) == 1 and "(`ingest_stale`)" in incidents[0] and "**ingest stale**" in incidents[0]
     assert "Newest decision event older than 10 minutes (ingest stalled?)" in incidents[0]
     assert any("Open in Explorer" in m.value for m in app.markdown)  # run alone: a plain link
 
@@ -158,8 +158,8 @@ def test_quality_page_lists_checks_and_quarantine(populated):
 def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest_event(populated):
     """Issue 39 §1: the demo's broken messages are loaded a minute after its newest event, and a preset ended at
     that event while the quarantine was filtered on load time: "Nothing quarantined" under every preset. Now a
-    message is placed at its own event time when it has one (else at its load), and presets end at or after the
-    newest quarantined message."""
+    message is placed at its own event time when it has one (else at its load), and presets end at the present,
+    never before the newest quarantined message."""
     from datetime import UTC, datetime
 
     from routerscope.dashboards import data
@@ -177,7 +177,9 @@ def test_quality_page_shows_under_a_preset_what_was_quarantined_after_the_newest
             column_names=[*QUARANTINE_COLUMNS, "quarantined_at"],
         )
     data.clear_caches()
-    app = render("quality.py", range="1h")
+    assert data.presets_end() >= datetime.now(UTC).replace(second=0, microsecond=0)
+    around = {"range": "custom", "start": "2026-11-29T23:00:00Z", "end": "2026-11-30T01:00:00Z"}
+    app = render("quality.py", **around)
     assert not [s.value for s in app.success if "Nothing quarantined" in s.value]
     frames = [d.value for d in app.dataframe]
     counts = next(f for f in frames if "Broken rule" in f.columns)
@@ -501,7 +503,7 @@ def test_oncall_keeps_resolved_incidents_of_the_range_and_links_each_to_its_deci
         )
     app = render("oncall.py")
     listed = [
-        m.value for m in app.markdown if "**fallback_rate_high**" in m.value or "**cloud_breaker_open**" in m.value
+        m.value for m in app.markdown if "(`fallback_rate_high`)" in m.value or "(`cloud_breaker_open`)" in m.value
     ]
     assert len(listed) == 1
     times = "2026-11-29 01:00 – 2026-11-29 01:30 UTC (30 min) · resolved 2026-11-29 01:36"
