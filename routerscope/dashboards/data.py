@@ -31,9 +31,22 @@ from routerscope.warehouse.queries import alerts as alert_queries
 from routerscope.warehouse.queries import breaker_events, dq_results, facts, ingest_offsets, metric_windows
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import quarantine as quarantine_queries
-from routerscope.warehouse.sql import QueryWindow
+from routerscope.warehouse.sql import QueryWindow, named
 
-TTL = 30
+# A cached result is kept until the data under it changes (`data_version`, read at most every VERSION_TTL s on a
+# page run), not for a fixed 30 s: the what-if slider's first move after 30 s on the page took 4-17 s while its
+# sweep was recomputed over data that had not changed. TTL is a ceiling only.
+TTL = 3600
+VERSION_TTL = 15
+VERSION_SQL = named(
+    "dashboard_data_version",
+    """
+SELECT (SELECT count() FROM $metric_windows), (SELECT max(ingested_at) FROM $decisions),
+       (SELECT max(ingested_at) FROM $labels), (SELECT count() FROM $alerts), (SELECT count() FROM $dq_results),
+       (SELECT count() FROM $quarantine), (SELECT count() FROM $breaker_events)
+""",
+)
+_version_seen: list = [None]  # the data version the caches were filled under (one per dashboard process)
 
 
 def clear_caches() -> None:
@@ -64,10 +77,32 @@ def visit():
         return
     _visit.stack, _visit.client = ExitStack(), None
     try:
+        _forget_if_changed()
         yield
     finally:
         stack, _visit.stack, _visit.client = _visit.stack, None, None
         stack.close()
+
+
+@st.cache_data(ttl=VERSION_TTL, show_spinner=False)
+def data_version() -> tuple:
+    """What the warehouse holds, in a few cheap numbers (windows stored, newest load, episodes, checks): a change
+    of any means the cached results may be stale."""
+    with _warehouse() as client:
+        return tuple(str(v) for v in client.query(VERSION_SQL).result_rows[0])
+
+
+def _forget_if_changed() -> None:
+    """Clear every cached result when the data changed since they were computed (never merely because time
+    passed: a person reading a page finds it as fast a minute later)."""
+    try:
+        version = data_version()
+    except Exception:  # (a warehouse that cannot be read: the pages say so themselves)
+        return
+    if _version_seen[0] is not None and version != _version_seen[0]:
+        st.cache_data.clear()
+        data_version()  # (cached again under the new version)
+    _version_seen[0] = version
 
 
 @contextmanager
@@ -350,7 +385,7 @@ def freshness() -> pd.DataFrame:
     return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
 
 
-@st.cache_data(ttl=TTL)
+@st.cache_data(ttl=30)  # the broker's end offsets move without the warehouse changing
 def consumer_lag() -> pd.DataFrame:
     """Messages behind per (topic, partition): the broker's end offsets against the loader's stored
     positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
