@@ -28,15 +28,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.browser import CHROMIUM_ARGS, IDLE, open_when_up  # noqa: E402
+from tests.support.browser import CHROMIUM_ARGS, open_when_up  # noqa: E402
 
 PAGES = (("oncall", ""), ("tuning", "tuning"), ("review", "review"), ("quality", "quality"), ("explorer", "explorer"))
 # the script run is over, and every chart on the page is drawn (vega-embed puts a canvas or an svg in it)
-DRAWN = (
-    IDLE[: IDLE.rindex("}")]
-    + """ && [...document.querySelectorAll('.vega-embed')].every(e => e.querySelector('canvas, svg') !== null)
-    && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0; }"""
-)
+DRAWN = """() => { const app = document.querySelector('[data-testid="stApp"]');
+    return app !== null && app.getAttribute('data-test-script-state') === 'notRunning'
+        && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0
+        && [...document.querySelectorAll('.vega-embed')].every(e => e.querySelector('canvas, svg') !== null); }"""
 
 
 def free_port() -> int:

@@ -6,9 +6,12 @@ mode the dashboard takes turns with the loader and the metric jobs instead of lo
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import threading
 from contextlib import ExitStack, contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,12 +21,14 @@ import streamlit as st
 from routerscope.core.kafka import end_offsets
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import utc
+from routerscope.dashboards import words
 from routerscope.router.policy import PolicyStore
 from routerscope.router.request_store import RequestTextStore
 from routerscope.warehouse.analytics import metrics as metric_analytics
 from routerscope.warehouse.analytics import review as rv
 from routerscope.warehouse.analytics import rollback
 from routerscope.warehouse.analytics import whatif as whatif_analytics
+from routerscope.warehouse.analytics.alerting import evidence as ev
 from routerscope.warehouse.analytics.alerting.rules import load_rules
 from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
 from routerscope.warehouse.client import open_warehouse
@@ -45,6 +50,10 @@ SELECT (SELECT count() FROM $metric_windows), (SELECT max(ingested_at) FROM $dec
        (SELECT max(ingested_at) FROM $labels), (SELECT count() FROM $alerts), (SELECT count() FROM $dq_results),
        (SELECT count() FROM $quarantine), (SELECT count() FROM $breaker_events)
 """,
+)
+DATA_START_SQL = named(
+    "dashboard_data_start",
+    "SELECT (SELECT min(window_start) FROM $metric_windows), (SELECT min(event_time) FROM $decisions)",
 )
 _version_seen: list = [None]  # the data version the caches were filled under (one per dashboard process)
 
@@ -103,6 +112,40 @@ def _forget_if_changed() -> None:
         st.cache_data.clear()
         data_version()  # (cached again under the new version)
     _version_seen[0] = version
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def data_start() -> datetime | None:
+    """The oldest stored 5-minute window's start or decision's time, whichever is older (None before any)."""
+    with _warehouse() as client:
+        row = client.query(DATA_START_SQL).result_rows[0]
+    found = [utc(pd.Timestamp(t).to_pydatetime()) for t in row if t is not None and pd.Timestamp(t).year > 1970]
+    return min(found) if found else None
+
+
+def stable(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """[start, end) narrowed to where data can be: from the oldest stored data, to just past the newest. A preset
+    ends now, so its ends move every minute; the results over it do not while no data arrives, and a cache keyed
+    on the narrowed range is still there a minute later (the slider's first move after a minute idle)."""
+    first, last = data_start(), newest_data_end()
+    if first is not None:  # (to its 5-minute window, as the windows are cut)
+        first = first.replace(minute=first.minute - first.minute % 5, second=0, microsecond=0)
+    lo = max(start, first) if first is not None else start
+    hi = min(end, last)
+    return (lo, hi) if lo < hi else (start, end)
+
+
+def _in_data(fn):
+    """`fn` (a cached loader with `start` and `end` arguments) over `stable(start, end)`."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def narrowed(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["start"], bound.arguments["end"] = stable(bound.arguments["start"], bound.arguments["end"])
+        return fn(*bound.args, **bound.kwargs)
+
+    return narrowed
 
 
 @contextmanager
@@ -220,6 +263,7 @@ def _series_row(task_type: str, start: datetime, group: dict) -> dict:
     return row
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataFrame:
     """Every stored window of `grain` starting in [start, end), overall (task_type '') and per task type,
@@ -265,11 +309,6 @@ def episode_named(rule: str, task_type: str, start: datetime, end: datetime) -> 
     """An episode named by its evidence (`routerscope.warehouse.analytics.alerting.evidence`): cause, what moved
     with values and baseline, next step, runbook section, the Explorer's filter. Keyed by the episode's own
     windows, so a resolved one is read once; a firing one's end moves with the minute."""
-    from dataclasses import asdict
-
-    from routerscope.dashboards import words
-    from routerscope.warehouse.analytics.alerting import evidence as ev
-
     with _warehouse() as client:
         found = ev.evidence(client, task_type, start, end)
     return asdict(ev.name(rule, found, words.rule_name(rule)))
@@ -301,6 +340,7 @@ def judged_rule_list() -> list:
     return list(load_rules(judged_rules())[1])
 
 
+@_in_data
 @st.cache_data(ttl=TTL, show_spinner=False)
 def whatif_many(moves: tuple[tuple[str, float], ...], start: datetime, end: datetime) -> dict[str, dict]:
     """The what-if of several task types' candidate thresholds over [start, end) in one read (the weekly table's
@@ -346,6 +386,7 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["window_start", "group"]) if rows else pd.DataFrame()
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def period_metrics(start: datetime, end: datetime) -> dict:
     """Every docs/metrics.md number over [start, end) (the weekly review's 7 days), computed now."""
@@ -353,6 +394,7 @@ def period_metrics(start: datetime, end: datetime) -> dict:
         return metric_analytics.compute(client, start, end)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
     """Sessions by their number of cloud calls over [start, end) (docs/metrics.md §4 as a distribution)."""
@@ -404,6 +446,7 @@ def calibration(task_type: str) -> pd.DataFrame:
     return _frame([row] if row else [], metric_windows.LATEST_CALIBRATION_COLUMNS)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (docs/metrics.md §6)."""
@@ -414,6 +457,7 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
 SLIDER_STEPS = [round(k / 100, 2) for k in range(101)]  # the tuning page's what-if slider: 0.00 to 1.00 by 0.01
 
 
+@_in_data
 @st.cache_data(ttl=TTL, show_spinner=False)
 def whatif_sweep(task_type: str, start: datetime, end: datetime) -> dict[float, dict]:
     """The what-if of one task type over [start, end) under every position of the slider, in one pass (0.3 s on
@@ -422,6 +466,7 @@ def whatif_sweep(task_type: str, start: datetime, end: datetime) -> dict[float, 
         return whatif_analytics.sweep(client, QueryWindow(start, end), task_type, SLIDER_STEPS)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def whatif(task_type: str, start: datetime, end: datetime, threshold: float) -> dict:
     """One task type's live traffic over [start, end) re-scored under a candidate threshold (the what-if

@@ -37,7 +37,7 @@ class FiringLine:
 
 def lines(firing: list[dict], now: datetime, failing_checks: list[str] | None = None) -> list[FiringLine]:
     """One line per firing episode (`alerts` rows as dicts), pages before tickets, the longest firing first."""
-    from routerscope.dashboards import words  # deferred: keeps this module's import cheap
+    from routerscope.dashboards import words  # deferred: keeps the module's import cheap for `timerange`
 
     out = []
     order = sorted(firing, key=lambda a: (a.get("severity") != "page", a.get("first_seen") or now))
@@ -58,11 +58,12 @@ def lines(firing: list[dict], now: datetime, failing_checks: list[str] | None = 
     return out
 
 
-def strip(range_params: dict[str, str]) -> None:
-    """Draw the firing-now strip: a red box listing what fires, or one quiet line when nothing does."""
-    import streamlit as st  # deferred: streamlit
+def strip(range_params: dict[str, str], link) -> None:
+    """Draw the firing-now strip: a red box listing what fires, or one quiet line when nothing does. `link`:
+    `timerange.link` (passed in: the range module draws the strip, and this one never imports it back)."""
+    import streamlit as st  # deferred: streamlit; `lines` runs without it
 
-    from routerscope.dashboards import data, timerange  # deferred: pulls streamlit and pandas
+    from routerscope.dashboards import data  # deferred: pulls streamlit and pandas; `lines` runs without them
 
     now = data.wall_now()
     firing = data.firing_now()
@@ -75,4 +76,4 @@ def strip(range_params: dict[str, str]) -> None:
     for line in lines(firing, now, failing):
         left, right = box.columns([6, 1], vertical_alignment="center")
         left.markdown(line.text)
-        timerange.link(right, line.page, line.label, {**range_params, **line.params})
+        link(right, line.page, line.label, {**range_params, **line.params})

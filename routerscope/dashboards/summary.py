@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from routerscope.core.text import verdict
+from routerscope.dashboards import words
 from routerscope.warehouse.analytics.rollback import NONE_WORDS
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
@@ -82,8 +83,6 @@ def _threshold(calibration: dict | None) -> tuple[str, str, bool]:
 
 
 def _value_words(metric: str, value) -> str:
-    from routerscope.dashboards import words  # deferred: same layer, keeps this module's import light
-
     return words.value(metric, value)
 
 
@@ -108,8 +107,6 @@ def move_check(task_type: str, whatif: dict | None, rules: list) -> tuple[bool, 
         value = cand.get(rule.metric)
         n = cand.get(rule.denominator) if rule.denominator else None
         if rule.breaches(value, n if isinstance(n, int) else None, None, task_type):
-            from routerscope.dashboards import words  # deferred
-
             limit = words.limit(rule.metric, rule.limit_for(task_type))
             return False, (
                 f"withheld: its {said.removeprefix('what-if: ')} breaches the alert limit "

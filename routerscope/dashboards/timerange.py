@@ -224,9 +224,9 @@ def pick(default: str = "6h") -> TimeRange:
     st.session_state[STATE_KEY] = picked.params()
     st.caption(picked.caption())
     nav(picked)
-    from routerscope.dashboards import now  # deferred: pulls streamlit
+    from routerscope.dashboards import now  # deferred: the strip pulls streamlit; `resolve` runs without it
 
-    now.strip(picked.params())  # what fires now, whatever the range: on every page that picks a range
+    now.strip(picked.params(), link)  # what fires now, whatever the range: on every page that picks a range
     return picked
 
 
