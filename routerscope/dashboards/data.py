@@ -42,7 +42,7 @@ from routerscope.warehouse.sql import QueryWindow, named
 # page run), not for a fixed 30 s: the what-if slider's first move after 30 s on the page took 4-17 s while its
 # sweep was recomputed over data that had not changed. TTL is a ceiling only.
 TTL = 3600
-VERSION_TTL = 15
+VERSION_TTL = 30
 VERSION_SQL = named(
     "dashboard_data_version",
     """

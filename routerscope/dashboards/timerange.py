@@ -185,6 +185,23 @@ def nav(rng: TimeRange) -> None:
             return
 
 
+ANCHOR_KEY = "routerscope_presets_end"  # (where this session's presets end, the data version it was read under)
+ANCHOR_HOLD = timedelta(minutes=5)
+
+
+def _kept_anchor(present: datetime, version) -> datetime:
+    """Where presets end for this session: the present, held for up to ANCHOR_HOLD while no data arrives, so a
+    person reading a page (a slider moved after a minute) finds the same range and every cached result over it;
+    new data, or five minutes, moves it to the present. The firing-now strip reads the wall clock either way."""
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
+
+    kept = st.session_state.get(ANCHOR_KEY)
+    if kept is not None and kept[1] == version and timedelta(0) <= present - kept[0] < ANCHOR_HOLD:
+        return kept[0]
+    st.session_state[ANCHOR_KEY] = (present, version)
+    return present
+
+
 def pick(default: str = "6h") -> TimeRange:
     """Render the range selector at the top of the page and return the chosen range. The URL wins, then
     the session's range (a switch of page), then `default`; the choice is written back to both."""
@@ -195,7 +212,7 @@ def pick(default: str = "6h") -> TimeRange:
     params = {k: st.query_params[k] for k in PARAMS if k in st.query_params}
     if not params and STATE_KEY in st.session_state:
         params = dict(st.session_state[STATE_KEY])
-    anchor = data.presets_end()
+    anchor = _kept_anchor(data.presets_end(), data.data_version())
     rng = resolve(params, anchor, default)
     if rng.problem:
         st.warning(as_text(f"The link's time range was not used: {rng.problem}. Showing {LABELS[rng.preset]}."))
