@@ -111,3 +111,27 @@ def tripped(trip: dict | None, last: int = 3) -> str:
     )
     text = condition(metric, str(trip.get("op") or ""), trip.get("limit")) + own
     return text + (": " + " · ".join(shown) if shown else "")
+
+
+def span_of_days(days: float) -> str:
+    """A span given in days as people say it: '2.3 hours' under a day (never "0.0973 days"), else '3.5 days'."""
+    if days < 1:
+        hours = days * 24
+        return f"{hours:.1f} hours" if hours >= 1 else f"{hours * 60:.0f} minutes"
+    return f"{days:.1f} days"
+
+
+def money(v: float | None, digits: int = 4) -> str:
+    """US dollars with the sign before the symbol ('−$0.0025', never '$-0.0025'); '—' for none."""
+    if v is None:
+        return "—"
+    return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
+
+
+REASONS = {  # machine keys a page shows, in words
+    "error_cost_veto": "vetoed by its error cost",
+}
+
+
+def reason(key: str | None) -> str:
+    return "—" if not key else REASONS.get(key, key.replace("_", " "))

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from routerscope.core.text import pct
-from routerscope.dashboards import charts, data, summary, timerange
+from routerscope.dashboards import charts, data, summary, timerange, words
 from routerscope.warehouse.analytics import metrics as metric_defaults
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
@@ -51,7 +51,7 @@ st.caption(
     "Sorted by what needs action first: a rollback recommended (by the rollback rules within the range, the words "
     "On-call and the Offload review say too), a threshold to move (the band it crosses, with its labeled pass "
     "rate), verdicts that disagree (in words), a stage ready to advance. False fallbacks: the population estimate "
-    "(docs/metrics.md §3c) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
+    "(docs/metrics.md: estimates) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
 )
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
@@ -95,16 +95,16 @@ else:
         "none qualifies" if est_to is None else f"{est_to:.2f}",
         help=(
             f"The smallest threshold whose served requests pass at least {detail['target']}, estimated over all of "
-            "them (post-stratified on confidence bucket, docs/metrics.md §3c), and whose requests right at the cut "
+            "them (post-stratified by confidence, docs/metrics.md), and whose requests right at the cut "
             f"pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} (calibrated by "
-            "pool-adjacent-violators, docs/metrics.md §6)"
+            "pool-adjacent-violators, docs/metrics.md, thresholds)"
         ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
     c4.metric(
         "Evidence floor",
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
-        help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
+        help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md, thresholds).",
     )
     current_now = detail["current_threshold"]
     if est_to is not None and (current_now is None or abs(est_to - current_now) >= 1e-9):
@@ -122,7 +122,7 @@ else:
         st.caption(
             f"At {est_to:.2f} the device would serve requests passing an estimated {pct(served['rate'])} "
             f"[{pct(low)}, {pct(high)}] (strata covered {pct(served['coverage'])}); on the labeled share alone "
-            f"(docs/metrics.md §6) the recommendation is "
+            f"(docs/metrics.md, thresholds) the recommendation is "
             + ("none" if labeled_to is None else f"{labeled_to:.2f}")
             + "."
         )
@@ -285,7 +285,7 @@ for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALL
         column.metric(
             title,
             pct(est["rate"]),
-            help=f"population estimate (docs/metrics.md §3c), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
+            help=f"population estimate (docs/metrics.md: estimates), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
         )
         column.caption(
             f"Estimate {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · strata covered {pct(est['coverage'])} of "
@@ -380,13 +380,13 @@ if cost["total"] is None:
 else:
     m1, m2, m3 = st.columns(3)
     m1.metric("Total in the range", f"${cost['total']:,.2f}" if cost["total"] >= 1 else f"${cost['total']:,.4f}")
-    m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
-    m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
+    m2.metric("Per request", words.money(cost["per_request"], 5), help=f"over {group['requests']} live requests")
+    m3.metric("Per session", words.money(cost["per_session"]), help=f"over {group['sessions']} sessions")
     if cost.get("all_cloud") is not None:  # docs/metrics.md §11: does this task type pay for the device path?
         s1, s2 = st.columns(2)
         s1.metric(
             "Saved against all-cloud",
-            f"${cost['saved']:,.4f}",
+            words.money(cost["saved"]),
             help=f"all-cloud bill ${cost['all_cloud']:,.4f} (L2 prices)",
         )
         s2.metric(
