@@ -23,7 +23,7 @@ from tests.support.events import label
 from tests.support.golden_day import END, START, insert
 from tests.support.home import ROUTERSCOPE, clean_env, copy_warehouse
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # real browsers, CLI processes, AppTest runs
 
 
 @pytest.fixture
@@ -61,7 +61,6 @@ def _reused_label_ids(settings) -> None:
         alerting.run(client)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_firing_alert_is_on_every_page_whatever_the_range_with_how_long_it_fired(populated, home):
     """Finding 2: presets ended at the newest data, so two PAGE alerts firing after it lay outside every preset, the
@@ -118,7 +117,6 @@ def test_oncall_lists_firing_incidents_before_any_resolved_verdict(populated):
     assert kinds and kinds[0] == "firing" and kinds[-1] == "resolved", kinds
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_blocking_data_quality_failure_is_an_incident_that_opens_the_failing_check(populated, home):
     """Findings 1 and 9: a re-run's reused label ids failed the blocking `labels.unique.label_id` check, yet On-call

@@ -157,36 +157,45 @@ if not group["requests"]:
 
 # -- try a threshold: the week's own traffic re-scored before a push (docs/metrics.md §14) ----------------------
 st.header("Try a threshold")
-in_force = (detail or {}).get("current_threshold")
-candidate = st.slider(
-    f"Candidate threshold for {task_type}",
-    0.0,
-    1.0,
-    round(float(in_force if in_force is not None else data.policy_threshold(task_type)), 2),
-    0.01,
-    key=f"whatif-{task_type}",
-    help="The week's live requests re-scored: a gated request is served when its confidence is at or above the "
-    "candidate, else it falls back to the cloud; every other request keeps its recorded outcome.",
-)
-trial = data.whatif(task_type, start, end, candidate)
-if "candidate" not in trial:
-    st.caption("No live requests of this task type in the week: nothing to re-score.")
-else:
-    from routerscope.warehouse.analytics.whatif import CAVEAT, ROWS, recorded
 
-    side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
-    side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
-    st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
-    moved = trial["moved"]
-    st.markdown(
-        f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
-        f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
-        f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
-        + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
-    )
-    for warning in trial["warnings"]:
-        st.warning(warning)
-    st.caption(CAVEAT)
+
+@st.fragment
+def try_threshold(task_type: str, start, end, in_force) -> None:
+    """The what-if slider as a fragment: a move reruns this section alone, not the page above it (its range, the
+    firing-now strip, the week's metrics), so each move reads the sweep already computed."""
+    with data.visit():  # (a fragment's own rerun is outside the page run's)
+        candidate = st.slider(
+            f"Candidate threshold for {task_type}",
+            0.0,
+            1.0,
+            round(float(in_force if in_force is not None else data.policy_threshold(task_type)), 2),
+            0.01,
+            key=f"whatif-{task_type}",
+            help="The week's live requests re-scored: a gated request is served when its confidence is at or above the "
+            "candidate, else it falls back to the cloud; every other request keeps its recorded outcome.",
+        )
+        trial = data.whatif(task_type, start, end, candidate)
+        if "candidate" not in trial:
+            st.caption("No live requests of this task type in the week: nothing to re-score.")
+        else:
+            from routerscope.warehouse.analytics.whatif import CAVEAT, ROWS, recorded  # deferred: where one ran
+
+            side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
+            side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
+            st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
+            moved = trial["moved"]
+            st.markdown(
+                f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
+                f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
+                f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
+                + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
+            )
+            for warning in trial["warnings"]:
+                st.warning(warning)
+            st.caption(CAVEAT)
+
+
+try_threshold(task_type, start, end, (detail or {}).get("current_threshold"))
 
 # -- the latest policy push, before and after (docs/metrics.md §9) ------------------------------------------
 st.header("Policy versions")
