@@ -212,9 +212,14 @@ def chart_specs(start, end) -> dict[str, dict]:
     cached (3 s of 3.3 on 2 busy cores)."""
     series = data.window_series(start, end)
     incidents = data.incidents(start, end)
-    span = {"since": start, "until": end}  # every time axis is the chosen range, shading cut to it
+    # every time axis ends where the range ends and starts where its data starts (a 6 h range over two hours of data
+    # left two thirds of each chart empty); incident shading is cut to it
+    first = series["window_start"].min() if not series.empty else None
+    since = max(pd.Timestamp(start), first).to_pydatetime() if first is not None and not pd.isna(first) else start
+    span = {"since": since, "until": end}
     out: dict[str, dict] = {}
-    timeline = charts.incident_timeline(incidents, start, end) if not incidents.empty else None
+    timeline = charts.incident_timeline(incidents, start, end) if not incidents.empty else None  # (the range: an
+    # episode may lie before the data, an ingest_stale after it)
     if timeline is not None:
         out["timeline"] = charts.spec(timeline)
     overall = series[series["task_type"] == ""] if not series.empty else series
@@ -225,7 +230,7 @@ def chart_specs(start, end) -> dict[str, dict]:
     l2_l3 = charts.share_line(overall, "l2_l3_share", "L2+L3 share", **span)
     out["l2_l3"] = charts.spec(charts.with_incidents(l2_l3, incidents, **span))
     min_n = data.sample_minimums().get("fallback_rate", (0, None))[0]  # below it, a window is drawn hollow
-    for task_type, panel in charts.task_panels(series, incidents, start, end, min_n).items():
+    for task_type, panel in charts.task_panels(series, incidents, since, end, min_n).items():
         out[f"task:{task_type}"] = panel
     return out
 
