@@ -212,14 +212,17 @@ def chart_specs(start, end) -> dict[str, dict]:
     cached (3 s of 3.3 on 2 busy cores)."""
     series = data.window_series(start, end)
     incidents = data.incidents(start, end)
+    out: dict[str, dict] = {}
     # every time axis ends where the range ends and starts where its data starts (a 6 h range over two hours of data
     # left two thirds of each chart empty); incident shading is cut to it
     first = series["window_start"].min() if not series.empty else None
     since = max(pd.Timestamp(start), first).to_pydatetime() if first is not None and not pd.isna(first) else start
     span = {"since": since, "until": end}
-    out: dict[str, dict] = {}
-    timeline = charts.incident_timeline(incidents, start, end) if not incidents.empty else None  # (the range: an
-    # episode may lie before the data, an ingest_stale after it)
+    timeline = None
+    if not incidents.empty:  # from the data's start too, or the earliest episode's when one began before it
+        earliest = pd.to_datetime(incidents["first_seen"], utc=True).min()
+        t0 = min(pd.Timestamp(since), earliest) if not pd.isna(earliest) else pd.Timestamp(since)
+        timeline = charts.incident_timeline(incidents, max(pd.Timestamp(start), t0).to_pydatetime(), end)
     if timeline is not None:
         out["timeline"] = charts.spec(timeline)
     overall = series[series["task_type"] == ""] if not series.empty else series
