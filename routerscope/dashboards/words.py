@@ -4,6 +4,7 @@ words (`fallback rate above 50%: 86.4% (n = 184)`), never the rule's expression 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 OPS = {">": "above", ">=": "at or above", "<": "below", "<=": "at or below", "==": "is", "!=": "is not"}
@@ -134,4 +135,16 @@ REASONS = {  # machine keys a page shows, in words
 
 
 def reason(key: str | None) -> str:
-    return "—" if not key else REASONS.get(key, key.replace("_", " "))
+    """A verdict's reason key in words: `error_cost_veto` → 'vetoed by its error cost', `0.5 <= score < 0.75` →
+    'score from 0.5 to under 0.75'."""
+    if not key:
+        return "—"
+    if key in REASONS:
+        return REASONS[key]
+    m = re.fullmatch(r"\s*([\d.]+)\s*<=\s*(\w+)\s*<\s*([\d.]+)\s*", key)
+    if m:
+        return f"{m.group(2)} from {m.group(1)} to under {m.group(3)}"
+    m = re.fullmatch(r"\s*(\w+)\s*(>=|<|<=|>)\s*([\d.]+)\s*", key)
+    if m:
+        return f"{m.group(1)} {OPS[m.group(2)]} {m.group(3)}"
+    return key.replace("_", " ")

@@ -125,3 +125,15 @@ def test_the_strip_lists_pages_first_and_sends_a_data_quality_alert_to_its_check
     assert "failing: labels.unique.label_id" in out[0].text
     assert (out[0].page, out[0].params) == ("app_pages/quality.py", {"check": "labels.unique.label_id"})
     assert out[1].page == "app_pages/oncall.py" and "ingest stale" in out[1].text
+
+
+def test_machine_text_reads_as_words():
+    """Finding 8: `$-0.0025`, "0.0973 days observed", `0.5 <= score < 0.75`, `error_cost_veto` on the pages."""
+    from routerscope.dashboards import words
+
+    assert words.money(-0.0025) == "−$0.0025" and words.money(1234.5, 2) == "$1,234.50" and words.money(None) == "—"
+    assert words.span_of_days(0.0973) == "2.3 hours" and words.span_of_days(3.5) == "3.5 days"
+    assert words.reason("0.5 <= score < 0.75") == "score from 0.5 to under 0.75"
+    assert words.reason("score >= 0.75") == "score at or above 0.75"
+    assert words.reason("error_cost_veto") == "vetoed by its error cost"
+    assert words.rule_name("l2_l3_drift") == "L2+L3 share drifting"

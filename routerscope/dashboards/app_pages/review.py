@@ -104,14 +104,14 @@ else:
     )
     if not per_task.empty:
         charts.show(charts.saved_share, per_task, width="stretch")
+        shown = per_task.copy()
+        for c in [c for c in shown.columns if c.endswith("USD")]:  # '−$0.0083', never '$-0.0083'
+            shown[c] = [words.money(v) for v in shown[c]]
         st.dataframe(
-            per_task,
+            shown,
             hide_index=True,
             width="stretch",
-            column_config={
-                "saved share": st.column_config.NumberColumn(format="percent"),
-                **{c: st.column_config.NumberColumn(format="$%.4f") for c in per_task.columns if c.endswith("USD")},
-            },
+            column_config={"saved share": st.column_config.NumberColumn(format="percent")},
         )
         st.caption(
             "Task types at or below zero pay for the device path; the spend after the device was tried is the "
