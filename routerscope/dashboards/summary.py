@@ -123,7 +123,7 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
     verdict = (readiness or {}).get("verdict")
     stage = (rollout or {}).get("stage")
     if tier in CLOUD_TIERS and stage in ON_DEVICE_STAGES:
-        why = (grading or {}).get("reason", "")
+        why = words.reason((grading or {}).get("reason", ""))
         notes.append(
             f"grading keeps it in the cloud ({why}) while it serves users from the device at stage {stage}: "
             "roll it back to shadow, or re-grade it with evidence that the error cost is lower"
