@@ -72,19 +72,20 @@ def simulate(
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     start = start or default_start(span)
+    run = run_name(start)  # this run's instances and ids
     on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
     on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
     try:
         with RequestTextStore(settings.request_texts_path) as texts:
             if live_requests:
-                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
+                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show, run)
             fleet = Fleet(
                 seed=seed,
                 start=start,
                 span=span,
-                instance_id=run_instance("sim-router-1", start),
-                run=run_name(start),
+                instance_id=run_instance("sim-router-1", run),
+                run=run,
                 texts=texts,
                 on_event=on_event,
                 on_breaker_event=on_breaker_event,
@@ -113,20 +114,19 @@ def simulate(
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
 
 
-def run_instance(router: str, start: datetime) -> str:
-    """The router instance id of one demo run: each run is a new router process, whose breakers start closed
-    and number their transitions from 1 again, so it gets an instance id of its own (the span's start names
-    it; spans never overlap). Under one id, a re-run's `seq` 1, 2, … interleaved with the first run's: the
-    chain check failed the day, and the breaker signal read the first run's outage as lasting into the second
-    (docs/demo.md#running-it-again)."""
-    return f"{router}-run-{start:%Y%m%dT%H%MZ}"
+def run_instance(router: str, run: str) -> str:
+    """The router instance id of one demo run (`run_name`): each run is a new router process, whose breakers start
+    closed and number their transitions from 1 again, so it gets an instance id of its own. Under one id, a
+    re-run's `seq` 1, 2, … interleaved with the first run's: the chain check failed the day, and the breaker signal
+    read the first run's outage as lasting into the second (docs/demo.md#running-it-again)."""
+    return f"{router}-run-{run}"
 
 
-def run_name(start: datetime) -> str:
-    """The name of one demo run (its span's start): the fleet moves its request, label and session ids into this
-    run's own id space, so a re-run with the same seed reuses none of the first run's ids
-    (docs/demo.md#running-it-again)."""
-    return f"{start:%Y%m%dT%H%M%SZ}"
+def run_name(start: datetime, token: str | None = None) -> str:
+    """The name of one run of the fleet: its span's start and a token of its own (two runs in the same 5 minutes
+    share a span start). The fleet moves its request, label and session ids into this run's own id space, so a
+    re-run with the same seed reuses none of the first run's ids (docs/demo.md#running-it-again)."""
+    return f"{start:%Y%m%dT%H%MZ}-{token or uuid.uuid4().hex[:6]}"
 
 
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
@@ -140,7 +140,15 @@ LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary",
 
 
 def live_sample(
-    settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event, show: bool = True
+    settings: Settings,
+    count: int,
+    seed: int,
+    start: datetime,
+    texts,
+    on_event,
+    on_breaker_event,
+    show: bool = True,
+    run: str | None = None,
 ) -> dict:
     """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
     device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
@@ -149,6 +157,7 @@ def live_sample(
         "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
         file=sys.stderr,
     )
+    run = run or run_name(start)
     model = gemma_path(settings.home)
     cloud = StandInCloud(model, settings.standin_cloud_log_path)
     device = None
@@ -166,13 +175,12 @@ def live_sample(
             device,
             OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
             policy=PolicyStore(),
-            instance_id=run_instance("live-router-1", start),
+            instance_id=run_instance("live-router-1", run),
             now=lambda: start + timedelta(seconds=time.monotonic() - t0),
             on_event=on_event,
             on_breaker_event=on_breaker_event,
         )
         rng = random.Random(seed)
-        run = run_name(start)
         salt = int.from_bytes(hashlib.sha256(run.encode()).digest()[:16], "big")  # this run's ids (`run_name`)
         bar = _bar(count, "live sample (real Gemma)", " req") if show else None
         for i in range(count):

@@ -54,7 +54,7 @@ def test_two_runs_with_one_seed_share_no_request_label_or_session_id():
     from routerscope.cli.demo import run_name
     from routerscope.router.sim.fleet import Fleet
 
-    def ids(start: datetime) -> tuple[set, set, set]:
+    def ids(start: datetime) -> tuple[set, set, set]:  # each call a run of its own (`run_name`'s token)
         events, labels = [], []
         fleet = Fleet(
             seed=7,
@@ -67,6 +67,7 @@ def test_two_runs_with_one_seed_share_no_request_label_or_session_id():
         fleet.run(300)
         return {e.request_id for e in events}, {x.label_id for x in labels}, {e.session_id for e in events}
 
-    first, second = ids(datetime(2026, 12, 1, 21, 0, tzinfo=UTC)), ids(datetime(2026, 12, 1, 21, 30, tzinfo=UTC))
+    # two runs in the same 5 minutes share a span start: their own tokens keep them apart
+    first, second = ids(datetime(2026, 12, 1, 21, 0, tzinfo=UTC)), ids(datetime(2026, 12, 1, 21, 0, tzinfo=UTC))
     assert all(first[k] and second[k] for k in range(3))
     assert not first[0] & second[0] and not first[1] & second[1] and not first[2] & second[2]
