@@ -263,7 +263,7 @@ def test_make_demo_twice_in_a_row_reuses_no_id_and_keeps_the_day(home):
         ).result_rows[0]
     assert labels == label_ids == first["simulated"]["labels"] + second["simulated"]["labels"]
     assert live == live_ids and request_ids == 3000  # (a shadow-mode task type's requests are not live)
-    assert sessions == 800  # each run's 400 sessions its own
+    assert sessions > 700  # each run its own 400 sessions (a few get no request); shared ones would stay under 400
 
 
 def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
