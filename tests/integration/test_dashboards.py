@@ -769,7 +769,9 @@ def _aria_time(t) -> str:
 @pytest.mark.timeout(300)  # Streamlit and Chromium start
 def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_samples(populated, home, tmp_path):
     """Issue 39 §6, §7, §9, read off the charts as the browser draws them (Vega's ARIA description of each axis and
-    legend): every time axis is exactly the chosen range (data and shading outside it do not widen it); the stacked
+    legend): every time axis ends where the chosen range ends and starts where its data starts (the fixture's first
+    window, 01:00; a 6 h range over two hours of data left two thirds of each chart empty), never wider than the range
+    (data and shading outside it do not widen it); the stacked
     charts have one plot width and left edge; the canned-answer line is named in a legend; a window or a bucket
     below the rules' minimum sample is marked as such; the weekly table's "where they disagree" is on screen."""
     from datetime import datetime
@@ -777,7 +779,7 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
     from tests.support.browser import browser_page, charts, dashboard, open_when_up, wait_idle
 
     add_review_fixture(populated)
-    since, until = datetime(2026, 11, 29, 0, 30), datetime(2026, 11, 29, 2, 30)  # the fixture's windows: 01:00-02:00
+    since, until = datetime(2026, 11, 29, 1, 0), datetime(2026, 11, 29, 2, 30)  # the fixture's windows: 01:00-02:00
     span = {"range": "custom", "start": "2026-11-29T00:30:00Z", "end": "2026-11-29T02:30:00Z"}
     with dashboard(home) as base, browser_page(height=3000) as page:
         open_when_up(page, f"{base}/?{urlencode(span)}")
