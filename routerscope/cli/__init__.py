@@ -289,11 +289,17 @@ def cmd_whatif(args, settings: Settings) -> int:
 
 
 def _known_task_types(client) -> set[str]:
-    """The task types the warehouse has metric windows for, and the ones the routing policy in force names."""
+    """The task types the warehouse holds decisions or metric windows of, and the ones the policy in force names."""
     from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
     from routerscope.warehouse.queries import metric_windows  # deferred: start-up
 
-    return set(metric_windows.task_types(client)) | set(PolicyStore().current().capabilities)
+    from routerscope.warehouse.sql import named  # deferred: start-up
+
+    # the decisions' own too: a task type loaded before its first metric window is known
+    loaded = client.query(named("whatif_known_task_types", "SELECT DISTINCT task_type FROM $decisions")).result_rows
+    return (
+        set(metric_windows.task_types(client)) | {str(r[0]) for r in loaded} | set(PolicyStore().current().capabilities)
+    )
 
 
 WHATIF_UNJUDGED = 4  # `whatif --fail-if` exit code: something the gate asks about could not be judged
