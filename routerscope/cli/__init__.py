@@ -292,7 +292,6 @@ def _known_task_types(client) -> set[str]:
     """The task types the warehouse holds decisions or metric windows of, and the ones the policy in force names."""
     from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
     from routerscope.warehouse.queries import metric_windows  # deferred: start-up
-
     from routerscope.warehouse.sql import named  # deferred: start-up
 
     # the decisions' own too: a task type loaded before its first metric window is known
