@@ -77,7 +77,14 @@ THERMAL_STATES: tuple[str, ...] = get_args(ThermalState)
 ROLLOUT_STAGES: tuple[str, ...] = get_args(RolloutStage)
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
-V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage", "gateway_deadline_ms")
+V2_ONLY_FIELDS = (
+    "device_stats",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+    "gateway_deadline_ms",
+    "label_pi",
+    "label_design_id",
+)
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
@@ -170,6 +177,10 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # the labeling design fixed at decision time (docs/metrics.md §3d): the inclusion probability of the request's
+    # stratum (task type × confidence bucket) in the judge's sample, and the design that gave it
+    label_pi: Share | UnsetType = UNSET
+    label_design_id: Annotated[str, Meta(min_length=1, max_length=64)] | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
@@ -182,6 +193,8 @@ _ABSENT_WHEN_NONE = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "label_pi",
+    "label_design_id",
 )
 
 

@@ -35,6 +35,7 @@ PAGES = (
     ("app_pages/review.py", "Offload review"),
     ("app_pages/quality.py", "Data quality"),
     ("app_pages/explorer.py", "Explorer"),
+    ("app_pages/labels_review.py", "Human review"),
 )
 
 

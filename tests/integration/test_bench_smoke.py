@@ -123,3 +123,12 @@ def test_the_otlp_bench_gets_every_trace_it_sends_into_kafka():
     figures = run_bench("bench/otlp.py", "--spans", "4096")
     assert figures["traces_in_kafka"] == figures["traces"] == 1024
     assert figures["spans_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_collect_bench_gets_every_acknowledged_trace_into_kafka():
+    """bench/collect.py small: several clients, every request answered 200, every trace counted in the topic."""
+    figures = run_bench("bench/collect.py", "--spans", "4096", "--clients", "2")
+    assert figures["statuses"] == {"200": 8}
+    assert figures["traces_in_kafka"] == figures["traces"] == 1024
+    assert figures["spans_per_s_acknowledged"] > 0 and figures["spans_per_s_to_kafka"] > 0
