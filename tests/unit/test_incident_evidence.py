@@ -137,3 +137,14 @@ def test_machine_text_reads_as_words():
     assert words.reason("score >= 0.75") == "score at or above 0.75"
     assert words.reason("error_cost_veto") == "vetoed by its error cost"
     assert words.rule_name("l2_l3_drift") == "L2+L3 share drifting"
+
+
+def test_a_day_axis_ticks_once_a_day():
+    """Finding 7: the tuning page's per-day axis labelled six ticks "2026-12-06" over two days."""
+    import pandas as pd
+
+    from routerscope.dashboards import charts
+
+    frame = pd.DataFrame({"window_start": pd.to_datetime(["2026-12-06", "2026-12-07"], utc=True), "v": [0.1, 0.2]})
+    spec = charts.line(frame, "window_start", "v", "rate").to_dict()
+    assert spec["encoding"]["x"]["axis"]["tickCount"] == {"interval": "day", "step": 1}
