@@ -77,7 +77,14 @@ THERMAL_STATES: tuple[str, ...] = get_args(ThermalState)
 ROLLOUT_STAGES: tuple[str, ...] = get_args(RolloutStage)
 DECISION_SCHEMA_VERSIONS = (1, 2)
 # What a version-1 decision may not carry (the v2 additions).
-V2_ONLY_FIELDS = ("device_stats", "all_cloud_cost_usd", "rollout_stage", "gateway_deadline_ms")
+V2_ONLY_FIELDS = (
+    "device_stats",
+    "all_cloud_cost_usd",
+    "rollout_stage",
+    "gateway_deadline_ms",
+    "answer_check",
+    "device_input_tokens",
+)
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
@@ -170,6 +177,12 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # Serve-time answer checks (docs/router.md, "Only a declared answer is served"; v2 only, absent when unset):
+    # the first check an answer of this request failed (`labels`, `fields`, `tools`, `language`, `format`), and
+    # the input's size in tokens the router judged the device's window by (its tokenizer's count, or the upper
+    # bound it used without one)
+    answer_check: Annotated[str, Meta(pattern=r"\A[a-z][a-z_]{0,31}\Z")] | UnsetType = UNSET
+    device_input_tokens: NonNegInt | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).

@@ -81,6 +81,16 @@ class Capability(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         end and is never served cut (docs/router.md, "Nothing unvalidated reaches a user")."""
         return self.validator is not None or self.tools is not None
 
+    @property
+    def whole(self) -> bool:
+        """The router serves the answer whole or not at all: a structured one, or one whose `answer:` declares a
+        label set, fields, tools or a language (code cut mid-way is no snippet; docs/router.md, "Only a declared
+        answer is served")."""
+        if self.validator is not None or self.tools is not None:
+            return True
+        answer = self.answer
+        return bool(answer) and any(answer.get(k) for k in ("labels", "fields", "tools", "language"))
+
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
     ) -> bool:

@@ -82,6 +82,7 @@ from routerscope.contract.events import (
     new_decision,
 )
 from routerscope.contract.validation import DEVICE_STATS_MAXIMA
+from routerscope.router.answers import check as check_answer
 from routerscope.router.backends import (
     Cancel,
     CloudBackend,
@@ -93,7 +94,6 @@ from routerscope.router.backends import (
     complete_sentences,
     degrade_prompt,
     error_kind,
-    validate,
 )
 from routerscope.router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from routerscope.router.guard import ABANDONED, DONE, RAISED, Guard, honours_deadline
@@ -321,9 +321,13 @@ class BaselineP90:
             return short if long is None else min(short, long)
 
 
-def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float) -> str:
-    """device if its ETA fits in 90 % of what is left; else cloud if its p90 fits; else truncate."""
-    if device_eta_ms <= GATE_SHARE * remaining_ms:
+def latency_gate(
+    remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float, device_cut_ms: float | None = None
+) -> str:
+    """device if its ETA fits in 90 % of the time the device is given before it is cut (`device_cut_ms`: L0's
+    own share for an answer served whole, docs/router.md "The gate judges against L0's cut"; default what is
+    left); else cloud if its p90 fits; else truncate."""
+    if device_eta_ms <= GATE_SHARE * (remaining_ms if device_cut_ms is None else device_cut_ms):
         return "device"
     if cloud_p90_ms <= remaining_ms:
         return "cloud"
@@ -411,6 +415,8 @@ class _Trace:
     device_stats: dict | None = None  # merged over the request's device attempts
     device_text: str | None = None  # the device's answer that a quality miss discarded (divergence samples)
     request_id: str = ""
+    answer_check: str | None = None  # the first serve-time check an answer failed (docs/router.md)
+    device_input_tokens: int | None = None  # the input's size the router judged the device's window by
 
     def measure(self, stats: dict | None) -> None:
         """Merge one device attempt's ledger: the highest peak memory, a cold start if any attempt had one,
@@ -520,6 +526,17 @@ def accepts_keyword(fn, name: str, explicit: bool = False) -> bool:
 
 
 INF = float("inf")
+TEMPLATE_TOKENS_PER_MESSAGE, TEMPLATE_TOKENS = 8, 2  # a chat template's turn markers (as LlamaDevice counts them)
+
+
+def token_bound(text: str) -> int:
+    """An upper bound on the tokens `text` takes in a byte-fallback BPE model's window without its tokenizer
+    (docs/router.md, "Personal data fits the device"): one token per UTF-8 byte at most (a piece missing from
+    the vocabulary falls back to its bytes; digits are one token each in Gemma's), plus the chat template's
+    markers. Measured against Gemma's own tokenizer by `bench/token_bound.py`."""
+    messages = getattr(text, "messages", None)
+    markers = TEMPLATE_TOKENS_PER_MESSAGE * (len(messages) if messages else 1) + TEMPLATE_TOKENS
+    return len(str(text).encode("utf-8", "surrogatepass")) + markers
 
 
 def finite(value, default: float) -> float:
@@ -779,12 +796,11 @@ class Router:
         return max(1, counted)
 
     def _device_tokens(self, text: str, counted: int | None, input_tokens: int) -> int:
-        """What the input takes of the device's window: its own tokenizer's count, else a conservative bound
-        (UTF-8 bytes / 2: a token is rarely shorter than two bytes, in any script), never less than the
-        gateway's count."""
+        """What the input takes of the device's window: its own tokenizer's count, else `token_bound` (an upper
+        bound for any text), never less than the gateway's count."""
         if counted is not None:
             return counted
-        return max(input_tokens, (len(str(text).encode("utf-8")) + 1) // 2)
+        return max(input_tokens, token_bound(text))
 
     def _device_room(self, cap, max_tokens: int) -> int | None:
         """The input the device can take: the capability's `max_input_tokens` for a task it supports, and the
@@ -931,10 +947,18 @@ class Router:
                     continue  # L3's larger share may hold it
                 bypass = True
             result, latency_ms, abandoned = self._cloud_call(ctx, level, timeout_ms, max_tokens, bypass)
+            if result.outcome == "ok":
+                trace.charge(self.cloud.model_for(level), result.tokens_out)  # paid, served or not
+                # the cloud's answer is checked as the device's is before it is handed on (docs/router.md)
+                cut = result.tokens_out >= max_tokens
+                failed = check_answer(ctx.cap, result.text, ctx.req.tools, cut) if ctx.cap.answer or ctx.cap.validator else None
+                if failed is not None:
+                    trace.add(level, "validator_failed", latency_ms, abandoned)
+                    trace.answer_check = trace.answer_check or failed.check
+                    continue
             trace.add(level, result.outcome, latency_ms, abandoned)
             if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
-                trace.charge(trace.cloud_model, result.tokens_out)
                 trace.output_tokens = result.tokens_out or trace.output_tokens
                 return Response(result.text, level, "cloud")
         return None
@@ -1149,6 +1173,7 @@ class Router:
         room = self._device_room(ctx.cap, max_tokens)
         prompt = None
         device_input = self._device_tokens(req.text, ctx.counted, ctx.input_tokens)
+        ctx.trace.device_input_tokens = device_input  # the figure the window was judged by (the event carries it)
         if room is not None and device_input > room:
             prompt, device_input = self._cut_to(req.text, room, device_input)
         too_big = room is not None and device_input > room  # not even cut does it fit (a huge system prompt)
@@ -1174,7 +1199,8 @@ class Router:
         remaining = ctx.budget.remaining_ms()
         prefill = prefill_ms(ctx.input_tokens, device_prefill_tps)
         eta = device_eta_ms(device_ttft, ctx.expected_out, device_tps, prefill)
-        gate = latency_gate(remaining, eta, self.cloud_latency.p90())
+        cut = level_timeout_ms(0, remaining) if self._cut_at_l0(ctx.cap) else None
+        gate = latency_gate(remaining, eta, self.cloud_latency.p90(), cut)
         cloud_ok = self.cloud_breaker.state != OPEN
         fit = max_tokens
         if gate != "device" and not (gate == "cloud" and cloud_ok):
@@ -1270,6 +1296,10 @@ class Router:
             device_stats=_device_stats(trace.device_stats) if entered else None,
             all_cloud_cost_usd=all_cloud,
             rollout_stage=ctx.stage,
+            answer_check=trace.answer_check or UNSET,
+            device_input_tokens=UNSET
+            if trace.device_input_tokens is None
+            else min(MAX_TOKENS, max(0, trace.device_input_tokens)),
         )
 
     def _device_path(
@@ -1309,7 +1339,8 @@ class Router:
                 cap_out = (
                     None if cut_at is None else cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
                 )
-                served, this = self._judge(ctx, level, result, latency_ms, cap_out)
+                asked = call.max_tokens if level == 0 or prompt is not None else max(1, call.max_tokens // 2)
+                served, this = self._judge(ctx, level, result, latency_ms, cap_out, asked)
                 miss = miss or this
                 if served is not None or this is None or this[0] != "quality":
                     break  # served, or cut to nothing; a quality miss: L1 once may fix it
@@ -1332,9 +1363,15 @@ class Router:
             return None
         decide = None
         if level == 0 and midway:
+            # judged against L0's own cut: an answer served whole (or a device that cannot run on past the commit
+            # point) is cut at L0's share, so the rest must fit in what is left of it (docs/router.md)
+            l0_cut = budget.timeout_ms(0) if self._cut_at_l0(ctx.cap) else None
 
             def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
-                return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, fit, self._estimates()[1])
+                left = budget.remaining_ms()
+                if l0_cut is not None:
+                    left = min(left, l0_cut - elapsed_ms)
+                return device_fits(left, elapsed_ms, tokens, ttft_ms, fit, self._estimates()[1])
 
         return _DeviceCall(
             level,
@@ -1343,29 +1380,44 @@ class Router:
             decide,
             prompt,
             None,
-            ctx.cap.structured,
+            ctx.cap.whole,
             share_level,
             None,
             self._release_device,
         )
 
+    def _cut_at_l0(self, cap: Capability) -> bool:
+        """Whether the device must finish inside L0's own share of the budget: an answer served whole never
+        commits, so L0's cut ends it, and a cut answer is never served. A free-text answer past its commit point
+        runs on (or is served up to its last sentence), so it is judged against the budget (docs/router.md)."""
+        return cap.whole
+
     def _judge(
-        self, ctx: _Request, level: int, result: DeviceResult, latency_ms: float, cap_out: int | None
+        self,
+        ctx: _Request,
+        level: int,
+        result: DeviceResult,
+        latency_ms: float,
+        cap_out: int | None,
+        asked: int | None = None,
     ) -> tuple[Response | None, tuple[str, str] | None]:
         """A device answer judged: the response to serve, or the miss (a quality miss, or a truncated answer cut
-        to nothing). `cap_out`: the lowered output cap an answer that reaches may be cut at."""
+        to nothing). `cap_out`: the lowered output cap an answer that reaches may be cut at; `asked`: the output
+        cap the device was given (an answer that reaches it may be cut: never served as complete code)."""
         cap, trace = ctx.cap, ctx.trace
         text, cut = result.text, False
         if cap_out is not None and result.tokens_out >= cap_out:  # stopped at the lowered cap: may be cut
             # structured: whole or nothing, so never served; free text: only whole sentences
-            text = "" if cap.structured else complete_sentences(text)
+            text = "" if cap.whole else complete_sentences(text)
             cut = text != result.text.strip()
             if not text:
                 trace.add(level, "timeout", latency_ms)
                 return None, ("timeout", "device_timeout")
         trace.device_text = trace.device_text or text
-        if not validate(cap.validator, text, cap.pattern):
+        failed = check_answer(cap, text, ctx.req.tools, asked is not None and result.tokens_out >= asked)
+        if failed is not None:  # docs/router.md, "Only a declared answer is served"
             trace.add(level, "validator_failed", latency_ms)
+            trace.answer_check = trace.answer_check or failed.check
             return None, ("quality", "validator_failed")
         if result.confidence is not None and result.confidence < cap.threshold:
             trace.add(level, "low_confidence", latency_ms)
@@ -1380,13 +1432,16 @@ class Router:
         served, else the miss."""
         cap = ctx.cap
         ctx.trace.add(level, result.outcome, latency_ms, abandoned)
-        if result.outcome == "timeout" and result.committed and not result.preempted and not cap.structured:
+        if result.outcome == "timeout" and result.committed and not result.preempted and not cap.whole:
             # past the commit point: never taken over mid-stream; the partial answer is served up to its
             # last complete sentence, flagged as truncated, its attempt logged as the timeout it was
             # (docs/sources.md#seed-000 "宁可让端侧跑完"); with no complete sentence it falls back
             partial = complete_sentences(result.text)
-            if partial and validate(cap.validator, partial, cap.pattern):
+            failed = check_answer(cap, partial, ctx.req.tools) if partial else None
+            if partial and failed is None:
                 return Response(partial, level, "device", partial=True), None
+            if failed is not None:
+                ctx.trace.answer_check = ctx.trace.answer_check or failed.check
         if result.preempted:
             return None, ("timeout", "latency_pressure")
         return None, (("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error"))
@@ -1444,7 +1499,7 @@ class Router:
                 ctx.max_tokens,
                 ctx.policy.commit_tokens,
                 timeout_ms=shadow.device_timeout_ms,
-                whole=ctx.cap.structured,
+                whole=ctx.cap.whole,
                 cancel=slot,
                 on_late_end=lambda: self._release_shadow(slot),
                 shadow=True,
@@ -1464,7 +1519,11 @@ class Router:
         shadow, cap = ctx.shadow, ctx.cap
         assert shadow is not None
         result = shadow.result
-        if result is not None and result.outcome == "ok" and validate(cap.validator, result.text, cap.pattern):
+        failed = None
+        if result is not None and result.outcome == "ok":
+            failed = check_answer(cap, result.text, ctx.req.tools, result.tokens_out >= ctx.max_tokens)
+            ctx.trace.answer_check = None if failed is None else failed.check
+        if result is not None and result.outcome == "ok" and failed is None:
             response = Response(result.text, 0, "device")
         else:
             response = self._l4(ctx.trace)

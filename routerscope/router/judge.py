@@ -31,26 +31,24 @@ the label's `labeler` carries it, so labels of two versions can be told apart in
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
 
+from routerscope.router.answers import (  # noqa: F401 (LANGUAGES, unfence: kept importable from here)
+    JSON_TYPES,
+    LANGUAGES,
+    _json,
+    _label_key,
+    _typed,
+    code_problem,
+    unfence,
+)
+
 JUDGE_VERSION = "2"
 AGREE_F1 = 0.4  # token F1 with the cloud's answer at or above this: the device said the same thing
 DISAGREE_F1 = 0.2  # below this: it said something else; in between: no verdict
-JSON_TYPES = {
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
-LANGUAGES = ("python",)
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
@@ -89,32 +87,8 @@ def declaration_problems(answer: dict | None) -> list[str]:
     return problems
 
 
-def unfence(text: str) -> str:
-    """The answer without a surrounding Markdown code fence (```json … ```), which small models add."""
-    m = _FENCE.match(text)
-    return m.group(1) if m else text.strip()
-
-
-def _label_key(text: str) -> str:
-    text = text.strip().strip("`'\"*").strip().rstrip(".!?").strip().strip("`'\"*")
-    return re.sub(r"[\s\-]+", "_", text.lower())
-
-
 def _words(text: str) -> str:
     return " ".join(text.lower().split())
-
-
-def _typed(value, kind: str) -> bool:
-    if kind in ("number", "integer") and isinstance(value, bool):  # JSON true is no number
-        return False
-    return isinstance(value, JSON_TYPES[kind])
-
-
-def _json(answer: str):
-    try:
-        return json.loads(unfence(answer)), ""
-    except ValueError:
-        return None, "not_json"
 
 
 def judge_labels(answer: str, labels: list[str], reference: str | None = None) -> Judgement:
@@ -183,19 +157,10 @@ def judge_tools(
 
 
 def judge_code(answer: str, language: str) -> Judgement:
-    if language.lower() not in LANGUAGES:
-        return Judgement(None, "language", f"no_parser:{language[:20]}")
-    code = unfence(answer)
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return Judgement(False, "language", "does_not_parse")
-    body = tree.body
-    if not body or (
-        len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Name | ast.Constant)
-    ):
-        return Judgement(False, "language", "not_code")  # '' parses, so does a lone word: neither is a snippet
-    return Judgement(True, "language")
+    problem = code_problem(answer, language)
+    if problem is not None and problem.startswith("no_parser:"):
+        return Judgement(None, "language", problem)
+    return Judgement(problem is None, "language", problem or "")
 
 
 def _tokens(text: str) -> list[str]:

@@ -72,14 +72,15 @@ def test_seed000_a_structured_answer_never_commits_on_a_sentence_end_and_is_neve
     device = TokenStream(clock, SLOTS, per_token_ms=100.0)
     device.tokens = SLOTS[:7] + ["day"] * 40  # slows to a crawl after "Fri"
     store = policy_file(tmp_path, **{"slot_extract: {stage: canary, percent: 50}": "slot_extract: {stage: full}"})
-    router = Router(device, GreedyCloud(clock, need_ms=300), policy=store, clock=clock)
+    cloud = GreedyCloud(clock, need_ms=300, text='{"city": "St. Louis", "day": "Friday"}')
+    router = Router(device, cloud, policy=store, clock=clock)
     response, event = router.route(
         Request(task_type="slot_extract", text="Book St. Louis on Friday", session_id="s", deadline_ms=3000)
     )
     valid(event)
     assert device.asked["commit_on_sentence"] is False and device.asked["commit_tokens"] > 64
     assert "commit_timeout_ms" not in device.asked  # no run past L0's share for a structured answer
-    assert (response.served_by, response.text) == ("cloud", "cloud answer")
+    assert (response.served_by, response.text) == ("cloud", cloud.text)
     assert (event.fallback_type, event.reason) == ("timeout", "device_timeout")
 
 
@@ -104,7 +105,13 @@ def test_complete_sentences(text, expected):
 
 
 @pytest.mark.parametrize(
-    "answer, served_by", [('{"city": "Paris"}', "device"), ('{"city": "Par', "fallback"), ("banana", "fallback")]
+    "answer, served_by",
+    [
+        ('{"city": "Paris", "day": "today"}', "device"),
+        ('{"city": "Paris"}', "fallback"),  # the declared `day` missing: the schema check (was: served)
+        ('{"city": "Par', "fallback"),
+        ("banana", "fallback"),
+    ],
 )
 def test_seed000_a_shadow_answer_served_while_the_cloud_is_open_passes_the_validator(tmp_path, answer, served_by):
     """A shadow task type with the cloud's breaker open is served by the device (docs/sources.md#seed-000: everything
@@ -181,7 +188,7 @@ def test_seed004_shadow_yields_the_device_to_a_live_request_at_once(tmp_path, pi
 def test_seed004_a_shadow_run_waits_for_a_device_live_traffic_does_not_use(tmp_path):
     """While a live request holds the device, a shadow request does not run its device at all (`device_busy`)."""
     device = Yielding(need_s=1.0)
-    router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
+    router = Router(device, QuickCloud("print(sum(range(11)))"), policy=policy_file(tmp_path))
     live = threading.Thread(
         target=lambda: router.route(Request(task_type="short_reply", text="hi", session_id="s2")), daemon=True
     )
