@@ -36,7 +36,6 @@ from typing import Any, Protocol
 
 from routerscope.contract.events import Outcome
 
-SENTENCE_END = re.compile(r"[.!?。！？]\s")
 LAST_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]")
 OOM_MESSAGES = (  # how llama.cpp and its bindings say the device ran out of memory
     "out of memory",
@@ -57,7 +56,10 @@ def error_kind(exc: BaseException) -> str | None:
 
 
 ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st sr jr inc ltd co corp vs etc eg ie fig approx dept vol pp ca cf al".split()
+    (
+        "mr mrs ms dr prof st sr jr inc ltd co corp vs etc eg ie fig approx dept vol pp ca cf al "
+        "mt ft ave rd blvd hwy gen col lt sgt capt gov sen rev hon jan feb apr aug sep sept oct nov dec est"
+    ).split()
 )
 
 
@@ -70,6 +72,12 @@ def complete_sentences(text: str) -> str:
             continue
         return text[: end.end()].strip()
     return ""
+
+
+def ends_a_sentence(text: str) -> bool:
+    """Whether `text` holds a complete sentence: the one sentence-end rule of the commit point (`committed`) and
+    of the partial answers served (`complete_sentences`), so "Dr. " commits neither (docs/router.md)."""
+    return bool(complete_sentences(text))
 
 
 def _abbreviation(before: str) -> bool:
@@ -660,7 +668,7 @@ def committed(tokens: int, text: str, commit_tokens: int, sentence: bool = True)
     """Past the commit point: `commit_tokens` tokens or a first full sentence (docs/sources.md#seed-000 "承诺点").
     `sentence=False` for a structured answer (JSON, a label, a tool call), which is whole or nothing: its
     sentence marks (`"St. Louis"`) are no commit point."""
-    return tokens >= commit_tokens or (sentence and bool(SENTENCE_END.search(text + " ")))
+    return tokens >= commit_tokens or (sentence and ends_a_sentence(text))
 
 
 # -- the real cloud --------------------------------------------------------------------------------

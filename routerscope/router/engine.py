@@ -951,7 +951,11 @@ class Router:
                 trace.charge(self.cloud.model_for(level), result.tokens_out)  # paid, served or not
                 # the cloud's answer is checked as the device's is before it is handed on (docs/router.md)
                 cut = result.tokens_out >= max_tokens
-                failed = check_answer(ctx.cap, result.text, ctx.req.tools, cut) if ctx.cap.answer or ctx.cap.validator else None
+                failed = (
+                    check_answer(ctx.cap, result.text, ctx.req.tools, cut)
+                    if ctx.cap.answer or ctx.cap.validator
+                    else None
+                )
                 if failed is not None:
                     trace.add(level, "validator_failed", latency_ms, abandoned)
                     trace.answer_check = trace.answer_check or failed.check

@@ -141,7 +141,9 @@ class StreamingDevice:
 class GreedyCloud:
     """Uses every millisecond it is given, or answers after `need_ms` (on the fake clock)."""
 
-    def __init__(self, clock: FakeClock, need_ms: float = 1e9, outcome_when_done: str = "ok", text: str = "cloud answer"):
+    def __init__(
+        self, clock: FakeClock, need_ms: float = 1e9, outcome_when_done: str = "ok", text: str = "cloud answer"
+    ):
         self.clock, self.need_ms, self.outcome_when_done, self.text = clock, need_ms, outcome_when_done, text
         self.timeouts: list[float] = []
 
