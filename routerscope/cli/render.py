@@ -200,6 +200,8 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
             lines.append(f"  {'':<18}   evidence: {_review.evidence(g)}")
+            if r.get("answer_check"):  # the serve-time check of its answers (docs/router.md); `unchecked`: none
+                lines.append(f"  {'':<18}   answers checked at serve time: {r['answer_check']}")
         lines.append(
             "  docs/sources.md#seed-003: first the token screen (p90 input + output <= 400 tokens, else not "
             "scored); gates: peak memory <= 40 % and resident <= 25 % of the lowest target tier, device p95 <= 10 s "
