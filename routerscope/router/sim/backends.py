@@ -22,6 +22,38 @@ if TYPE_CHECKING:
     from routerscope.router.sim.fleet import Fleet
 
 
+# What the simulated device and cloud answer, in the form the default policy declares for each task type (its
+# `answer:` section, checked before anything is served: docs/router.md, "Only a declared answer is served"). The
+# device and the cloud answer differently, so a canary's replaced answer is a divergence sample.
+DEVICE_ANSWERS = {
+    "intent_classify": "play_music",
+    "slot_extract": '{"city": "Paris", "day": "Friday"}',
+    "code_snippet": "xs.reverse()",
+}
+CLOUD_ANSWERS = {
+    "intent_classify": "weather",
+    "slot_extract": '{"city": "Paris", "day": "today"}',
+    "code_snippet": "xs = xs[::-1]",
+}
+TOOL_CALLS = {  # a call of the request's declared tool, with its declared arguments
+    "lookup": '{"tool": "lookup", "query": "museum hours"}',
+    "weather": '{"tool": "weather", "city": "Oslo"}',
+    "set_timer": '{"tool": "set_timer", "minutes": 10}',
+    "set_alarm": '{"tool": "set_alarm", "time": "07:00"}',
+}
+
+
+def answer(req: Request, cloud: bool = False) -> str:
+    """The simulated answer to `req`: its task type's declared form (a tool call of its declared tool)."""
+    if req.task_type == "tool_call":
+        tool = req.tools[0] if req.tools else "lookup"
+        text = TOOL_CALLS.get(tool, TOOL_CALLS["lookup"])
+        return text.replace("museum hours", "opening hours") if cloud else text
+    if cloud:
+        return CLOUD_ANSWERS.get(req.task_type, "cloud answer")
+    return DEVICE_ANSWERS.get(req.task_type, "a plain answer.")
+
+
 def tier(req: Request) -> str:
     """A simulated request's device tier: the fleet gives every request one."""
     if req.device_tier is None:
@@ -135,10 +167,7 @@ class StatDevice:
                 return DeviceResult("", confidence, "logprob", 0, ttft, latency, "timeout", stats=stats)
         finally:
             fleet.warm(req.session_id, clock.t - started)
-        text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(
-            text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats
-        )
+        return DeviceResult(answer(req), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats)
 
 
 class StatCloud:
@@ -165,8 +194,8 @@ class StatCloud:
             return CloudResult("", timeout_ms, "timeout")
         clock.sleep(latency / 1000)
         if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens or 0):
-            return CloudResult("a plain answer.", latency, "ok", tokens_out)  # the device's answer
-        return CloudResult("cloud answer", latency, "ok", tokens_out)
+            return CloudResult(answer(req), latency, "ok", tokens_out)  # the device's answer
+        return CloudResult(answer(req, cloud=True), latency, "ok", tokens_out)
 
 
 # -- instant backends (benchmark, decision-logic tests) --------------------------------------------
