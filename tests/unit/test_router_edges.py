@@ -213,7 +213,7 @@ def test_seed000_a_policy_written_in_slow_chunks_is_never_loaded_half(tmp_path):
     new = old.replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"').replace(
         "threshold: 0.60", "threshold: 0.61"
     )
-    store = PolicyStore(path, check_every_s=0.05, settle_s=1.0)
+    store = PolicyStore(path, check_every_s=0.05, settle_s=0.5)  # in place: loads after 2 × 0.5 s unchanged
     device = InstantDevice(DeviceResult('{"city": "Paris"}', 0.99, "logprob", 5, 1.0, 2.0, "ok"))
     router = Router(device, QuickCloud(), policy=store)
     done = threading.Event()
@@ -243,6 +243,49 @@ def test_seed000_a_policy_written_in_slow_chunks_is_never_loaded_half(tmp_path):
     assert events[-1].policy_version.startswith("2026-11-30.2+")
     assert not [e for e in events if e.task_type == "code_snippet" and e.mode == "live"]
     assert not [e for e in events if e.task_type == "slot_extract" and e.rollout_stage != "canary" and e.entered_device]
+
+
+def test_seed000_a_writer_pausing_longer_than_the_settle_interval_never_loads_half_a_policy(tmp_path):
+    """A writer that paused 2.5 s mid-file (longer than the 1 s settle interval) got half a file loaded: a prefix
+    that parses and holds every section, here one that drops `code_snippet`'s shadow stage. A file changed in
+    place now loads only once it read the same at checks two settle intervals (2 s) apart; meanwhile the last good
+    policy stays and `last_error` says why."""
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    old = DEFAULT_POLICY.read_text()
+    write_policy(path, old)
+    store = PolicyStore(path, check_every_s=0.0, clock=clock)
+    rollout = old[old.index("rollout:") : old.index("rollout_limits:")]
+    new = old.replace(rollout, "").replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"') + rollout
+    half = new[: new.index("  code_snippet: {stage: shadow}")]  # parses: every section is there
+    from routerscope.router.policy import parse
+
+    assert parse(half).stage("code_snippet").stage == "full"  # what loading the half would have done
+    stages = []
+    with open(path, "r+") as f:  # in place, as an editor that writes over the file does
+        f.truncate(0)
+        f.write(half)
+        f.flush()
+        for _ in range(5):  # the writer pauses 2.5 s
+            stages.append(store.current().stage("code_snippet").stage)
+            waiting = store.last_error
+            clock.t += 0.5
+        f.write(new[len(half) :])
+    assert "changed in place" in waiting
+    for _ in range(12):
+        stages.append(store.current().stage("code_snippet").stage)
+        clock.t += 0.5
+    assert set(stages) == {"shadow"} and store.current().version.startswith("2026-11-30.2+")
+    assert store.last_error is None
+
+
+def test_a_policy_replaced_by_rename_loads_at_the_next_check(tmp_path):
+    clock = FakeClock()
+    path = tmp_path / "policy.yaml"
+    write_policy(path, DEFAULT_POLICY.read_text())
+    store = PolicyStore(path, check_every_s=0.0, clock=clock)
+    write_policy(path, DEFAULT_POLICY.read_text().replace('version: "2026-11-30.1"', 'version: "2026-11-30.3"'))
+    assert store.current().version.startswith("2026-11-30.3+") and store.last_error is None
 
 
 def test_a_policy_without_a_section_the_last_one_had_is_not_loaded(tmp_path, caplog):
