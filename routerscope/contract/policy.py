@@ -89,15 +89,16 @@ class Capability(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.validator is not None or self.tools is not None:
             return True
         answer = self.answer
-        return bool(answer) and any(answer.get(k) for k in ("labels", "fields", "tools", "language"))
+        return answer is not None and any(answer.get(k) for k in ("labels", "fields", "tools", "language"))
 
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
     ) -> bool:
         """The capability matrix's verdict (docs/sources.md#seed-000): supported, within the input and output
         limits; where the task type has a tool whitelist, the request declares exactly one tool and it is on
-        the list (single-step calls only: no tools declared, or several, is not admitted); where it is
-        `single_file`, the request declares how many files its context spans, and that is at most one."""
+        the list (single-step calls only: no tools declared, or several, is not admitted), and where it has none,
+        the request declares no tool; where it is `single_file`, the request declares how many files its context
+        spans, and that is at most one, and no request declaring more than one file is admitted."""
         if not (self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens):
             return False
         if self.tools is not None:
@@ -105,8 +106,12 @@ class Capability(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 return False
             if not set(tools) <= set(self.tools):
                 return False
+        elif tools is not None and (isinstance(tools, str) or len(tuple(tools)) > 0):
+            return False  # tools declared for a task type the matrix whitelists none for: the device calls none
         if self.single_file and (files is None or isinstance(files, bool) or not 0 <= files <= 1):
             return False
+        if files is not None and (isinstance(files, bool) or not 0 <= files <= 1):
+            return False  # a context across files is never the device's (docs/sources.md#seed-000), whatever the task
         return True
 
 
@@ -126,6 +131,12 @@ class BreakerPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p90_baseline_ms: Number = 800.0
     p90_min_samples: Int = 20
     p90_settle_trials: Int = 3  # half-open trials in a row that answer at the new level: the baseline moves to it
+    # ... and only once such trials have gone on this long: a surge shorter than this opens the breaker each time
+    # and never moves the baseline (docs/router.md, "p90 spike")
+    p90_settle_s: Number = 1800.0
+    # the spike threshold's ceiling while the router has no day's baseline yet (a cold start): None is
+    # `p90_spike_factor` × `p90_baseline_ms`, so a ramp from a fresh start is caught against the policy's figure
+    p90_ceiling_ms: Number | None = None
     fallback_rate_limit: Number | None = None
     fallback_windows: Int = 3
     fallback_window_s: Number = 60.0
@@ -139,6 +150,8 @@ class BreakerPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             and self.min_calls >= 1
             and 0 < self.fallback_window_s <= MAX_WINDOW_S
             and self.p90_settle_trials >= 1
+            and 0 <= self.p90_settle_s <= MAX_WINDOW_S
+            and (self.p90_ceiling_ms is None or self.p90_ceiling_ms > 0)
             and self.p90_baseline_ms >= 0
             and self.p90_min_samples >= 1
             and (self.p90_spike_factor is None or self.p90_spike_factor >= 1)

@@ -43,6 +43,14 @@ OOM_MESSAGES = (  # how llama.cpp and its bindings say the device ran out of mem
     "failed to find kv cache slot",
     "failed to allocate",
     "cannot allocate memory",
+    "bad_alloc",  # C++'s std::bad_alloc out of llama.cpp
+    "outofmemory",  # Metal's kIOGPUCommandBufferCallbackErrorOutOfMemory, Vulkan's OutOfHostMemory
+    "out_of_device_memory",  # VK_ERROR_OUT_OF_DEVICE_MEMORY
+    "out_of_host_memory",  # VK_ERROR_OUT_OF_HOST_MEMORY
+    "outofdevicememory",  # vk::OutOfDeviceMemoryError
+    "erroroutofdevicememory",
+    "cudaerrormemoryallocation",  # CUDA
+    "insufficient memory",  # Metal
 )
 
 
@@ -606,7 +614,15 @@ class LlamaDevice:
         if ttft_ms is not None:
             spent_prefill = prefill_ms if prefill_ms is not None else 0.0
             blend("ttft_ms", max(1.0, ttft_ms - spent_prefill))
-            if n_out > 1 and latency_ms > ttft_ms:  # the rate the stream delivered (logprobs cost time llama.cpp's
+            if timed_out and latency_ms > ttft_ms:
+                # a cut call is censored: its next token had not come by the cut, so the rate was at most its
+                # tokens over the decode time. The estimate drops to that bound at once (averaged in, three
+                # timeouts left it 1.6x optimistic; a call cut after one token taught it nothing)
+                bound = max(n_out, 1) / ((latency_ms - ttft_ms) / 1000)
+                if bound < self.tps:
+                    self.tps = bound
+                    self._measured.add("tps")
+            elif n_out > 1 and latency_ms > ttft_ms:  # the rate the stream delivered (logprobs cost time llama.cpp's
                 blend("tps", (n_out - 1) / ((latency_ms - ttft_ms) / 1000))  # own decode timing does not see)
         elif timed_out and latency_ms > 0:
             try:

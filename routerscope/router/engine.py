@@ -117,6 +117,7 @@ LONG_BASELINE_LAG_S = 3600.0
 DEFAULT_CLOUD_P90_MS = 800.0
 SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: device_busy, truncated, abandoned)
 LATE_MS = 10.0  # a backend's answer later than its timeout by more than this is dropped, never served
+YIELD_S = 0.05  # how long a live request waits for a shadow run asked to yield (the real device stops in ms)
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ class BaselineP90:
         self._window = SlidingP90(window_s + lag_s, clock)  # trimmed at now - lag - window
         self._hours: dict[int, list] = {}  # hour index -> [count, reservoir]
         self._pinned: float | None = None  # the level a settled breaker moved to
+        self._settled = False  # a level was settled on: the cloud's usual is known, no cold start any more
         self._long_cache: tuple | None = None
         self._lock = threading.Lock()
 
@@ -273,6 +275,7 @@ class BaselineP90:
             self._hours.clear()
             self._long_cache = None
             self._pinned = level_ms
+            self._settled = True
 
     def _long_p90(self, now: float, min_samples: int) -> float | None:
         """The long horizon's p90 over whole past hours; those never change once past, so it is computed once
@@ -304,6 +307,12 @@ class BaselineP90:
             if run > target:
                 return ms
         return weighted[-1][0]
+
+    def has_day(self, min_samples: int) -> bool:
+        """Whether the baseline stands on the day's history (the long horizon holds `min_samples`) or on a level the
+        breaker settled on: not a cold start."""
+        with self._lock:
+            return self._settled or self._long_p90(self._clock(), min_samples) is not None
 
     def p90(self, min_samples: int) -> float | None:
         with self._lock:
@@ -632,13 +641,14 @@ class Router:
         self._fallback_windows = ConsecutiveWindows()
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight counts only: nothing ever waits on the device
+        self._yielded = threading.Condition(self._slots)  # a shadow run ended (a live request may wait YIELD_S)
         self.device_in_flight = 0  # live device calls running, an abandoned one until it really ends
         self.shadow_in_flight = 0  # shadow runs: only on a device no live request wants (docs/router.md)
         self._shadow_cancels: set[Cancel] = set()
         self._device_cancels = accepts_keyword(device.generate, "cancel", explicit=True)
         self._device_whole = accepts_keyword(device.generate, "commit_on_sentence")
         self._counts_tokens = callable(getattr(device, "count_tokens", None))
-        self._slow_trials: list[float] = []  # half-open cloud trials that answered, but at spike latency
+        self._slow_trials: list[tuple[float, float]] = []  # half-open cloud trials that answered at spike latency
         self._cloud_open_for_latency = False  # the cloud breaker is open for a p90 spike, not for failures
         self._trial_slow = False  # the last half-open cloud trial failed for its latency alone
         self._device_decides = accepts_keyword(
@@ -711,18 +721,39 @@ class Router:
         never touches the main path)."""
         if self.device_breaker.state == OPEN:
             return "device_unavailable"
+        cap = policy.device_concurrency
         with self._slots:
-            held = self.device_in_flight + (0 if self._device_cancels else self.shadow_in_flight)
-            if held >= policy.device_concurrency:
+            held = self.device_in_flight + (self._ignoring() if self._device_cancels else self.shadow_in_flight)
+            if held >= cap:
                 return "device_busy"
             self.device_in_flight += 1
-            yielding = list(self._shadow_cancels) if self._shadow_cancels else ()
+            yielding = [c for c in self._shadow_cancels if not c.is_set()] if self._shadow_cancels else ()
+        for cancel in yielding:
+            cancel.set()
+        if yielding and self.enforce and not self._yield(cap):
+            self._release_device()  # the shadow run ignored its cancel: it still holds the device
+            return "device_busy"
         if not self.device_breaker.allow():  # half-open with its one trial already out
             self._release_device()
             return "device_unavailable"
-        for cancel in yielding:
-            cancel.set()
         return None
+
+    def _ignoring(self) -> int:
+        """Shadow runs asked to yield that are still running (under `_slots`): a backend that takes `cancel` and
+        ignores it still holds the device, so they count against the cap (docs/router.md)."""
+        return sum(1 for c in self._shadow_cancels if c.is_set())
+
+    def _yield(self, cap: int) -> bool:
+        """Wait up to YIELD_S for the shadow runs just asked to yield to end, while they and the live calls are
+        over the cap; False when they did not (a backend that ignores `cancel`)."""
+        deadline = time.monotonic() + YIELD_S
+        with self._yielded:
+            while self.device_in_flight + self._ignoring() > cap:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._yielded.wait(left)
+        return True
 
     def _release_device(self) -> None:
         with self._slots:
@@ -752,9 +783,10 @@ class Router:
         return cancel
 
     def _release_shadow(self, cancel: Cancel) -> None:
-        with self._slots:
+        with self._yielded:
             self.shadow_in_flight -= 1
             self._shadow_cancels.discard(cancel)
+            self._yielded.notify_all()
 
     def _estimates(self) -> tuple[float, float, float | None]:
         """The device's time to first token, decode and prefill rates as the gate reads them: an estimate that is
@@ -1022,9 +1054,12 @@ class Router:
             # a trial that answers as slowly as the spike is no recovery, unless the cloud has moved to a new level
             # for good: after `p90_settle_trials` such trials in a row the baseline moves to it and the breaker
             # closes (a permanent shift settles instead of blocking the cloud for good)
-            self._slow_trials.append(latency_ms)
-            if len(self._slow_trials) >= bp.p90_settle_trials:
-                level_ms = sorted(self._slow_trials)[len(self._slow_trials) // 2]
+            # ... and only once the trials have answered at the new level for `p90_settle_s`: a surge (20 minutes)
+            # opens the breaker for as long as it lasts and leaves the day's baseline as it was
+            self._slow_trials.append((self._clock(), latency_ms))
+            lasted_s = self._slow_trials[-1][0] - self._slow_trials[0][0]
+            if len(self._slow_trials) >= bp.p90_settle_trials and lasted_s >= bp.p90_settle_s:
+                level_ms = sorted(ms for _, ms in self._slow_trials)[len(self._slow_trials) // 2]
                 self._slow_trials.clear()
                 self.cloud_usual.settle(level_ms)
                 log.warning("the cloud's latency settled at %.0f ms: the p90 spike baseline moves to it", level_ms)
@@ -1047,9 +1082,18 @@ class Router:
         return bp.p90_baseline_ms if learned is None else max(bp.p90_baseline_ms, learned)
 
     def spike_threshold_ms(self) -> float:
-        """The cloud p90 above which it is spiking: `p90_spike_factor` × the baseline (inf when that trigger is off)."""
+        """The cloud p90 above which it is spiking: `p90_spike_factor` × the baseline (inf when that trigger is off);
+        while the router has no day's baseline (a cold start), never above `p90_ceiling_ms` (default `p90_spike_factor`
+        × `p90_baseline_ms`): the 30-minute baseline follows a slow ramp, so a fresh router never caught one
+        (docs/router.md, "p90 spike")."""
         bp = self.cloud_breaker.policy
-        return float("inf") if bp.p90_spike_factor is None else bp.p90_spike_factor * self.cloud_baseline_ms()
+        if bp.p90_spike_factor is None:
+            return float("inf")
+        threshold = bp.p90_spike_factor * self.cloud_baseline_ms()
+        if not self.cloud_usual.has_day(bp.p90_min_samples):
+            ceiling = bp.p90_ceiling_ms if bp.p90_ceiling_ms is not None else bp.p90_spike_factor * bp.p90_baseline_ms
+            threshold = min(threshold, ceiling)
+        return threshold
 
     def _watch_cloud_p90(self) -> None:
         """docs/sources.md#seed-000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The

@@ -235,3 +235,58 @@ def test_the_decision_point_judges_a_whole_answer_against_what_is_left_of_l0(tmp
     valid(event)
     assert device.decided, "the decision point was reached"
     assert (response.served_by, event.fallback_type, event.reason) == ("cloud", "timeout", "latency_pressure")
+
+
+# -- finding 8: the smaller edges ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "message",
+    [
+        "std::bad_alloc",
+        "vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+        "ggml_vulkan: Device memory allocation of size 1048576 failed. VK_ERROR_OUT_OF_DEVICE_MEMORY",
+        "CUDA error: out of memory",
+        "cudaErrorMemoryAllocation",
+        "ggml_metal: command buffer 0 failed with status 5: Insufficient Memory "
+        "(00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+    ],
+)
+def test_seed000_llama_cpp_backends_out_of_memory_open_the_device_breaker(message):
+    """docs/sources.md#seed-000 "端侧 … 内存不足 … 时全量上云": `std::bad_alloc`, Vulkan's, CUDA's and Metal's
+    out-of-memory errors were generic device errors and left the breaker closed."""
+    from routerscope.router.backends import error_kind
+
+    assert error_kind(RuntimeError(message)) == "oom"
+    assert error_kind(RuntimeError("invalid argument")) is None
+
+
+@pytest.mark.parametrize(
+    "tools, files, admitted",
+    [
+        (None, None, True),
+        (("lookup", "weather", "set_timer"), None, False),  # three tools for a task type with no whitelist
+        (("lookup",), None, False),  # any tool: the matrix whitelists none for short_reply
+        (None, 9, False),  # nine files of context
+        (None, 1, True),
+        (None, -1, False),  # an undeclarable file count
+    ],
+)
+def test_seed000_capability_admission_counts_tools_and_files_for_every_task_type(tmp_path, tools, files, admitted):
+    """A `short_reply` request declaring three tools or nine files reached the device: the matrix's tool and
+    single-file conditions were read only for the task types that declare them."""
+    response, event = route(tmp_path, "short_reply", "Sure.", "Sure.", tools=tools, files=files)
+    assert event.entered_device is admitted
+    assert event.reason == ("default" if admitted else "capability_miss")
+
+
+def test_the_eta_learns_from_a_call_cut_after_one_token():
+    """After three timeouts the ETA was still 1.6x optimistic, and a call cut after one token taught it nothing:
+    a cut call is a censored observation (its next token had not come), so the decode rate drops to at most its
+    tokens over the decode time at once."""
+    from routerscope.router.backends import LlamaDevice
+
+    device = object.__new__(LlamaDevice)  # the estimates only: no model loaded
+    device.ttft_ms, device.tps, device.prefill_tps, device._measured = 150.0, 40.0, 400.0, set()
+    device._learn("x", {}, 100.0, None, 1, 2100.0, True)  # one token, then 2 s without the next: < 0.5 tokens/s
+    assert device.tps == pytest.approx(0.5)
+    device._learn("x", {}, 100.0, None, 40, 1100.0, True)  # a bound above the estimate teaches nothing new
+    assert device.tps == pytest.approx(0.5)
