@@ -290,3 +290,37 @@ def test_the_eta_learns_from_a_call_cut_after_one_token():
     assert device.tps == pytest.approx(0.5)
     device._learn("x", {}, 100.0, None, 40, 1100.0, True)  # a bound above the estimate teaches nothing new
     assert device.tps == pytest.approx(0.5)
+
+
+# -- departures from the seeds, decided (docs/router.md, "Where the router departs from the seeds") ---------------
+def test_seed000_neither_fits_truncates_on_the_device_and_the_cloud_stays_its_fallback(tmp_path):
+    """Seed 000's gate returns "degrade_truncate" when neither side fits ("裁剪输出或返回部分结果"). Decided: the
+    output is cut on the device (its answer sized to L0's share), and the cloud stays the fallback with what
+    remains and the same lowered cap: a truncated device try that fails goes to the cloud, not to L4."""
+    from tests.support.fakes import GreedyDevice
+
+    clock = FakeClock()
+    device = GreedyDevice(clock, need_ms=0, ttft_ms=150.0, tps=100.0, error_kind="other")
+    cloud = GreedyCloud(clock, need_ms=500)
+    router = Router(device, cloud, policy=store(tmp_path), clock=clock)
+    for _ in range(20):  # the cloud's p90 is 2.8 s: it does not fit 2 s
+        router.cloud_latency.add(2800.0)
+    response, event = router.route(
+        Request(task_type="short_reply", text="x", session_id="s", deadline_ms=2000, expected_output_tokens=300)
+    )
+    valid(event)
+    assert (event.reason, event.entered_device, response.served_by) == ("truncated", True, "cloud")
+    assert [a.level for a in event.attempts] == [0, 2]
+
+
+def test_seed000_a_pii_request_whose_answer_fails_its_check_gets_the_canned_answer_never_the_cloud(tmp_path):
+    """Seed 000: a PII request's fallback is "a more conservative output" (a redacted result, or asking the user for
+    more), never the cloud. Decided: the canned answer (the router cannot redact: it knows that the request
+    holds personal data, not where), with `reason = pii_pin` and `degrade_level = 4` for the app to ask its user."""
+    device = InstantDevice(DeviceResult('{"city": "Paris"}', 0.99, "logprob", 5, 1.0, 2.0, "ok"))
+    cloud = InstantCloud(CloudResult('{"city": "Paris", "day": "today"}', 5.0, "ok", 3))
+    router = Router(device, cloud, policy=store(tmp_path, **FULL))
+    response, event = router.route(Request(task_type="slot_extract", text="Paris", session_id="s", has_pii=True))
+    valid(event)
+    assert (response.served_by, response.text, event.cloud_calls) == ("fallback", CANNED, 0)
+    assert (event.reason, event.degrade_level, event.answer_check) == ("pii_pin", 4, "fields")
