@@ -28,7 +28,6 @@ agreement with the cloud).
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import re
 from dataclasses import dataclass
@@ -104,9 +103,19 @@ def code_problem(answer: str, language: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=256)
-def _label_keys(labels: tuple[str, ...]) -> frozenset[str]:
-    return frozenset(_label_key(v) for v in labels)
+_KEYS: dict[int, tuple[object, frozenset[str]]] = {}  # id(labels) -> (labels, their keys): one policy's few lists
+
+
+def _label_keys(labels) -> frozenset[str]:
+    """The declared labels' keys, computed once per declared list (a policy is immutable once loaded)."""
+    cached = _KEYS.get(id(labels))
+    if cached is not None and cached[0] is labels:
+        return cached[1]
+    keys = frozenset(_label_key(v) for v in labels)
+    if len(_KEYS) > 256:  # reloaded policies leave old lists behind: start over
+        _KEYS.clear()
+    _KEYS[id(labels)] = (labels, keys)
+    return keys
 
 
 def declared(capability) -> str | None:
@@ -125,7 +134,8 @@ def declared(capability) -> str | None:
 
 
 def check_labels(text: str, labels) -> Failed | None:
-    if _label_key(text) in _label_keys(tuple(labels)):
+    keys = _label_keys(labels)
+    if text in keys or _label_key(text) in keys:  # the common case first: the label as declared
         return None
     return Failed("labels", "not_a_declared_label")
 
