@@ -44,6 +44,8 @@ JSON_TYPES = {
 }
 LANGUAGES = ("python",)  # languages with a parser here (the standard library's `ast`)
 CHECKS = ("labels", "fields", "tools", "language")  # what an `answer:` declaration may hold, in the order judged
+MAX_CHECKED_CHARS = 100_000  # a declared answer longer than this is no label, slot or snippet (and parsing it
+# on the request's thread would cost the budget): it fails its check unread
 _FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 
 
@@ -196,6 +198,8 @@ def check(capability, text: str, requested_tools=None, cut: bool = False) -> Fai
     `cut`: the answer stopped at its output cap (code is then never served: it is whole or nothing)."""
     answer = capability.answer
     if answer:
+        if len(text) > MAX_CHECKED_CHARS and declared(capability) is not None:
+            return Failed(declared(capability) or "format", "too_long")
         labels = answer.get("labels")
         if labels:
             return check_labels(text, labels)

@@ -324,3 +324,23 @@ def test_seed000_a_pii_request_whose_answer_fails_its_check_gets_the_canned_answ
     valid(event)
     assert (response.served_by, response.text, event.cloud_calls) == ("fallback", CANNED, 0)
     assert (event.reason, event.degrade_level, event.answer_check) == ("pii_pin", 4, "fields")
+
+
+@pytest.mark.parametrize(
+    "task_type, text, check",
+    [
+        ("slot_extract", '{"city": ' * 100_000 + '"x"' + "}" * 100_000, "fields"),  # nested past any parser
+        ("slot_extract", '{"city": "' + "a" * 200_000 + '", "day": "Friday"}', "fields"),  # 200 kB: unread
+        ("code_snippet", "x = 1\n" * 50_000, "language"),
+        ("intent_classify", "weather" * 20_000, "labels"),
+        ("tool_call", '[{"tool": "lookup", "query": "a"}, {"tool": "lookup", "query": "b"}]', "tools"),  # two calls
+        ("slot_extract", '{"city": NaN, "day": "Friday"}', "fields"),  # NaN is no string
+        ("slot_extract", '{"city": "Lyon", "day": "   "}', "fields"),  # blank is missing
+    ],
+)
+def test_hostile_answers_fail_their_check(task_type, text, check):
+    """Deep nesting, a 200 kB value, 50,000 lines of code, two calls, NaN, a blank value: each fails its check
+    (a declared answer past 100,000 characters unread), never an exception out of the router."""
+    cap = default_policy().capability(task_type)
+    failed = answers.check(cap, text, ("lookup",))
+    assert failed is not None and failed.check == check
