@@ -182,7 +182,9 @@ class StatCloud:
     def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
         """RTT(network) + queue + input / prefill rate + output / the model's decode rate, with noise."""
         req, clock = self.fleet.running, self.fleet.clock
-        tokens_out = max(1, round(max_tokens * self.rng.uniform(0.6, 1.0)))
+        # a whole answer ends before the output cap (one that reaches it was cut, and the router never serves
+        # cut code: docs/router.md); the same draw as before, so a seed's traffic stays what it was
+        tokens_out = max(1, min(max_tokens - 1, round(max_tokens * self.rng.uniform(0.6, 1.0))))
         input_tokens = req.input_tokens or max(1, len(prompt) // 4)
         base = RTT_MS.get(req.network, RTT_MS["cellular"]) + CLOUD_QUEUE_MS + input_tokens / CLOUD_PREFILL_TPS * 1000
         latency = (base + tokens_out / CLOUD_DECODE_TPS[level] * 1000) * self.rng.lognormvariate(0, 0.15)
