@@ -125,7 +125,6 @@ def _hours_before_latest(hours: float) -> datetime:
 
 
 @st.cache_data(ttl=TTL)
-@st.cache_data(ttl=TTL)
 def newest_quarantined() -> datetime | None:
     """The newest quarantined message's time (its own, else its load's: `quarantine.MESSAGE_TIME`)."""
     return _read(quarantine_queries.newest)

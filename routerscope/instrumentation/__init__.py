@@ -1,1 +1,2 @@
-"""Instrumentation: the event contract, OpenTelemetry spans and the Kafka emitter."""
+"""Instrumentation: OpenTelemetry spans, the Kafka emitter and its spool, the SDK, the LiteLLM callback, OTLP in,
+and personal-data scrubbing. The event contract itself is `routerscope.contract`."""

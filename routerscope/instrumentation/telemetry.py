@@ -36,7 +36,9 @@ from routerscope.instrumentation.spans import AttemptSpanArgs, attempt_spans
 
 
 def setup_providers(service_name: str = "routerscope-router"):
-    """Tracer and meter providers: OTLP/HTTP export only when OTEL_EXPORTER_OTLP_* asks for it."""
+    """Tracer and meter providers: OTLP/HTTP export only when OTEL_EXPORTER_OTLP_* asks for it. They are
+    OpenTelemetry's SDK, which recording itself does not need (the API alone records, without trace ids)."""
+    require("setup_providers (OpenTelemetry's SDK)", "otlp", "opentelemetry.sdk")
     from opentelemetry.sdk.metrics import MeterProvider  # deferred: the OTel SDK, ~35 ms, only when asked for
     from opentelemetry.sdk.resources import Resource  # deferred: as MeterProvider
     from opentelemetry.sdk.trace import TracerProvider  # deferred: as MeterProvider

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.launcher import DefaultRunLauncher
 
 from routerscope.core import names
 from routerscope.pipelines import timing
@@ -99,7 +98,7 @@ def _dead_worker(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None
     """The pid of a STARTED run's worker process when that process no longer exists on this host;
     None when it is alive, unknown, or the runs are launched elsewhere (a launcher other than the
     default one, which runs workers as local processes)."""
-    if run.status != dg.DagsterRunStatus.STARTED or not isinstance(instance.run_launcher, DefaultRunLauncher):
+    if run.status != dg.DagsterRunStatus.STARTED or not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
         return None
     pid = None
     for entry in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):

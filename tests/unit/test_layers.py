@@ -79,17 +79,44 @@ def _nodes(tree: ast.AST, typing_only: bool):
         yield from _nodes(node, typing_only)
 
 
-def imports(path: Path, typing_only: bool = True) -> set[str]:
-    """Every project module a file imports, wherever the import stands; `from a import b` counts `a.b` when
-    `b` is a module, else `a`. `typing_only=False`: the imports that run (not those for type checkers)."""
+def absolute(module: str, is_package: bool, level: int, target: str | None) -> str:
+    """The absolute name a relative `from <dots><target> import …` in `module` stands for."""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, *([target] if target else [])])
+
+
+def imports_of(source: str, module: str, is_package: bool = False, typing_only: bool = True) -> set[str]:
+    """Every project module a module's source imports, wherever the import stands, relative imports resolved;
+    `from a import b` counts `a.b` when `b` is a module, else `a`. `typing_only=False`: the imports that run
+    (not those for type checkers)."""
     found = set()
-    for node in _nodes(ast.parse(path.read_text(), filename=str(path)), typing_only):
+    for node in _nodes(ast.parse(source), typing_only):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("routerscope")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("routerscope"):
+        elif isinstance(node, ast.ImportFrom):
+            target = node.module if node.level == 0 else absolute(module, is_package, node.level, node.module)
+            if not (target or "").startswith("routerscope"):
+                continue
             for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if sub in MODULES else node.module)
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+    return found
+
+
+def imports(path: Path, typing_only: bool = True) -> set[str]:
+    return imports_of(path.read_text(), module_name(path), path.name == "__init__.py", typing_only)
+
+
+def offences(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each module that imports a layer above its own, or a peer's: module -> the offending imports."""
+    found = {}
+    for module, imported in graph.items():
+        rank, group = layer(module)
+        bad = sorted(m for m in imported if (lo := layer(m)) and (lo[0] > rank or (lo[0] == rank and lo[1] != group)))
+        if bad:
+            found[module] = bad
     return found
 
 
@@ -106,20 +133,55 @@ def test_every_module_has_a_layer():
 
 
 def test_each_layer_imports_only_the_layers_below_it():
-    offenders = {}
-    for module, imported in GRAPH.items():
-        rank, group = layer(module)
-        bad = sorted(m for m in imported if (lo := layer(m)) and (lo[0] > rank or (lo[0] == rank and lo[1] != group)))
-        if bad:
-            offenders[module] = bad
-    assert offenders == {}
+    assert offences(GRAPH) == {}
 
 
-def test_the_contract_catches_an_upward_import():
-    """The check itself: a router module importing the warehouse, or a peer its peer, is an offence."""
-    assert layer("routerscope.warehouse.client")[0] > layer("routerscope.router.engine")[0]
-    ingest, analytics = layer("routerscope.warehouse.ingest.loader"), layer("routerscope.warehouse.analytics.stats")
-    assert ingest[0] == analytics[0] and ingest[1] != analytics[1]
+def test_every_ordered_pair_of_layers_is_checked():
+    """For every two layers, an import from one into a higher one (or into a peer) is an offence and one into
+    a lower one or its own is not: the checker applies the whole order, not a sample of it."""
+    for low_name, low in LAYERS.items():
+        for high_name, high in LAYERS.items():
+            importer, imported = f"routerscope.{low_name}.m", f"routerscope.{high_name}.m"
+            offending = high[0] > low[0] or (high[0] == low[0] and high[1] != low[1])
+            assert bool(offences({importer: {imported}})) == offending, (low_name, high_name)
+
+
+PLANTED = [
+    ("routerscope.router.engine", False, "from routerscope.warehouse import client", "routerscope.warehouse.client"),
+    ("routerscope.core.names", False, "from ..warehouse import schema", "routerscope.warehouse.schema"),
+    (
+        "routerscope.router.sim.fleet",
+        False,
+        "from ...warehouse.analytics import stats",
+        "routerscope.warehouse.analytics.stats",
+    ),
+    ("routerscope.pipelines.ingest", False, "from routerscope.dashboards import data", "routerscope.dashboards.data"),
+    ("routerscope.dashboards.data", False, "from ..pipelines import resources", "routerscope.pipelines.resources"),
+    (
+        "routerscope.warehouse.ingest.loader",
+        False,
+        "def f():\n    from ..analytics import stats  # deferred: planted",
+        "routerscope.warehouse.analytics.stats",
+    ),
+    ("routerscope.instrumentation", True, "from .. import cli", "routerscope.cli"),
+    ("routerscope.contract.events", False, "import routerscope.router.engine", "routerscope.router.engine"),
+]
+
+
+@pytest.mark.parametrize(("module", "is_package", "source", "offending"), PLANTED)
+def test_the_checker_catches_a_planted_violation(module, is_package, source, offending):
+    """The checker itself, run on planted sources: an upward import, absolute or relative (one dot or several, from
+    a module or a package's `__init__`), a deferred one, and one between the peers pipelines and dashboards are
+    each an offence."""
+    imported = imports_of(source, module, is_package)
+    assert offending in imported
+    assert offences({module: imported}) == {module: [offending]}
+
+
+def test_a_relative_import_within_a_layer_is_no_offence():
+    imported = imports_of("from .breaker import Breaker\nfrom ..core import names", "routerscope.router.engine")
+    assert imported == {"routerscope.router.breaker", "routerscope.core.names"}
+    assert offences({"routerscope.router.engine": imported}) == {}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
