@@ -822,6 +822,8 @@ class Router:
         except Exception:  # a tokenizer that fails is as good as none
             log.warning("the device could not count the input's tokens; a conservative bound is used")
             return None
+        if counted is None:  # the device cannot count now (a model worker busy generating): the bound decides
+            return None
         if isinstance(counted, bool) or not isinstance(counted, int) or counted < 0:
             log.warning("the device counted %r tokens; a conservative bound is used", counted)
             return None
