@@ -167,7 +167,9 @@ class StatDevice:
                 return DeviceResult("", confidence, "logprob", 0, ttft, latency, "timeout", stats=stats)
         finally:
             fleet.warm(req.session_id, clock.t - started)
-        return DeviceResult(answer(req), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats)
+        # a whole answer ends before the output cap (one that reaches it was cut: cut code is never served)
+        whole = max(1, tokens - 1)  # `tokens` is this call's cap (halved at L1)
+        return DeviceResult(answer(req), confidence, "logprob", whole, ttft, latency, "ok", stats=stats)
 
 
 class StatCloud:
