@@ -2,8 +2,9 @@
 decision, a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
-concurrency cap → device attempt judged against the task type's calibrated threshold (or its
-output validator) → default. `fallback_type` and `reason` are set where the decision is taken.
+concurrency cap → device attempt judged against the task type's declared answer (or its output validator,
+`routerscope.router.answers`) and its calibrated threshold → default; every cloud answer is checked the same way
+before it is handed on. `fallback_type` and `reason` are set where the decision is taken.
 
 The budget only subtracts (docs/sources.md#seed-000: "路由层只做减法"): every level's timeout is its share of the budget
 *remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
@@ -14,8 +15,9 @@ does not declare `honours_deadline` runs on a bounded guard pool and is abandone
 includes prefill; when neither the device nor the cloud fits, the output cap is lowered to what fits
 (`reason = truncated`) before L4. At 30 % of the deadline spent, while the device streams L0 and
 before the commit point, the device's finish is re-estimated from its observed TTFT and token rate;
-if it no longer fits 90 % of what remains, the device is stopped and the cloud takes over
-(`fallback_type = timeout`, `reason = latency_pressure`). A device answer streamed past the commit
+if it no longer fits 90 % of what remains (of what remains of L0's own share, for an answer served whole, as
+at the gate), the device is stopped and the cloud takes over (`fallback_type = timeout`,
+`reason = latency_pressure`). A device answer streamed past the commit
 point is never taken over and may run to the end of the remaining budget; if that cuts it, the
 partial answer is served (`reason = truncated`) and its attempt logged as the `timeout` it was.
 
@@ -334,7 +336,7 @@ def latency_gate(
     remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float, device_cut_ms: float | None = None
 ) -> str:
     """device if its ETA fits in 90 % of the time the device is given before it is cut (`device_cut_ms`: L0's
-    own share for an answer served whole, docs/router.md "The gate judges against L0's cut"; default what is
+    own share for an answer served whole, docs/router.md "The latency gate, with prefill"; default what is
     left); else cloud if its p90 fits; else truncate."""
     if device_eta_ms <= GATE_SHARE * (remaining_ms if device_cut_ms is None else device_cut_ms):
         return "device"
@@ -1413,8 +1415,8 @@ class Router:
             return None
         decide = None
         if level == 0 and midway:
-            # judged against L0's own cut: an answer served whole (or a device that cannot run on past the commit
-            # point) is cut at L0's share, so the rest must fit in what is left of it (docs/router.md)
+            # judged against L0's own cut: an answer served whole is cut at L0's share, so the rest must fit in
+            # what is left of it (docs/router.md, "The decision point and the commit point")
             l0_cut = budget.timeout_ms(0) if self._cut_at_l0(ctx.cap) else None
 
             def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
