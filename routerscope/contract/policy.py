@@ -324,11 +324,50 @@ def _capability(raw: Any, where: str, source: str) -> Capability:
         raise ConfigError(f"{source}: {where}.error_cost must be a number in [0, 1]")
     if cap.tools is not None and not all(cap.tools):
         raise ConfigError(f"{source}: {where}.tools must be a list of tool names")
+    problem = answer_problem(cap.answer)
+    if problem is not None:
+        raise ConfigError(f"{source}: {where}.answer: {problem}")
     if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
         raise ConfigError(
             f"{source}: {where}: privacy must be one of {', '.join(PRIVACY)}, iteration one of {', '.join(ITERATION)}"
         )
     return cap
+
+
+ANSWER_KEYS = ("labels", "fields", "tools", "language")
+JSON_TYPE_NAMES = ("string", "number", "integer", "boolean", "array", "object")
+
+
+def _schema_ok(schema: Any) -> bool:
+    """A mapping of names to JSON type names (`{query: string}`)."""
+    return isinstance(schema, dict) and all(isinstance(k, str) and v in JSON_TYPE_NAMES for k, v in schema.items())
+
+
+def answer_problem(answer: Any) -> str | None:
+    """What is wrong with a capability's `answer:` declaration, which the router checks every answer against before
+    serving it (docs/router.md, "Only a declared answer is served"); None when it is fine or absent."""
+    if answer is None:
+        return None
+    unknown = [str(k) for k in answer if k not in ANSWER_KEYS]
+    if unknown:
+        return f"unknown key {unknown[0][:40]!r} (one of {', '.join(ANSWER_KEYS)})"
+    labels = answer.get("labels")
+    if "labels" in answer and not (
+        isinstance(labels, list) and labels and all(isinstance(v, str) and v.strip() for v in labels)
+    ):
+        return "labels must be a non-empty list of names"
+    if "fields" in answer and not (_schema_ok(answer["fields"]) and answer["fields"]):
+        return f"fields must map names to one of {', '.join(JSON_TYPE_NAMES)}"
+    tools = answer.get("tools")
+    if "tools" in answer and not (
+        isinstance(tools, dict)
+        and tools
+        and all(isinstance(t, str) and (s is None or _schema_ok(s)) for t, s in tools.items())
+    ):
+        return f"tools must map tool names to their arguments' types ({', '.join(JSON_TYPE_NAMES)})"
+    if "language" in answer and not (isinstance(answer["language"], str) and answer["language"].strip()):
+        return "language must be a name"
+    return None
 
 
 def _rollout(raw: Any, where: str, source: str) -> Rollout:

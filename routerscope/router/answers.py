@@ -195,7 +195,15 @@ def check_tools(text: str, tools: dict, whitelist, requested) -> Failed | None:
 def check(capability, text: str, requested_tools=None, cut: bool = False) -> Failed | None:
     """The serve-time verdict on `text` for a task type of `capability`: None when it may be served, else the
     failed check. `requested_tools`: the tools the request declared (a tool call must use one of them);
-    `cut`: the answer stopped at its output cap (code is then never served: it is whole or nothing)."""
+    `cut`: the answer stopped at its output cap (code is then never served: it is whole or nothing). A policy
+    load refuses a malformed declaration; one built in code that is malformed fails every answer, never raises."""
+    try:
+        return _check(capability, text, requested_tools, cut)
+    except Exception:  # noqa: BLE001 (a declaration the load did not see: no answer passes it, no request fails)
+        return Failed(declared(capability) or "format", "bad_declaration")
+
+
+def _check(capability, text: str, requested_tools, cut: bool) -> Failed | None:
     answer = capability.answer
     if answer:
         if len(text) > MAX_CHECKED_CHARS and declared(capability) is not None:

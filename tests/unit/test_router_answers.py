@@ -344,3 +344,34 @@ def test_hostile_answers_fail_their_check(task_type, text, check):
     cap = default_policy().capability(task_type)
     failed = answers.check(cap, text, ("lookup",))
     assert failed is not None and failed.check == check
+
+
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ("{tools: [lookup]}", "tools must map tool names"),
+        ("{labels: a}", "labels must be a non-empty list of names"),
+        ("{labels: []}", "labels must be a non-empty list of names"),
+        ("{fields: {city: strang}}", "fields must map names to one of string"),
+        ("{fields: {}}", "fields must map names"),
+        ("{colour: red}", "unknown key 'colour'"),
+        ("{language: 3}", "language must be a name"),
+    ],
+)
+def test_a_malformed_answer_declaration_is_refused_at_load(answer, message):
+    """The router checks every answer against the declaration, so a malformed one (a list of tools where their
+    argument schemas go) is refused with one line naming it; it was read only by the weekly judge before, and a
+    list of tools would have raised out of the serving path."""
+    from routerscope.core.errors import ConfigError
+    from routerscope.router.policy import parse
+
+    base = "version: v\ncapabilities:\n  t: {supported: true, max_input_tokens: 9, max_output_tokens: 9, answer: "
+    with pytest.raises(ConfigError, match=f"capabilities.t.answer: {message}"):
+        parse(base + answer + "}\n", "p.yaml")
+
+
+def test_a_malformed_declaration_built_in_code_fails_every_answer_never_a_request(tmp_path):
+    import msgspec
+
+    cap = msgspec.structs.replace(default_policy().capability("tool_call"), answer={"tools": ["lookup"]})
+    assert str(answers.check(cap, '{"tool": "lookup", "query": "x"}')) == "tools:bad_declaration"
