@@ -13,6 +13,13 @@
     another fresh warehouse, with the peak RSS of its process tree (sampled every 20 ms), once per
     parser; then the same command with nothing new to load (`load_command_fixed_seconds`: what every
     run costs before its first event), and the ratio of the events/s past that fixed cost.
+(d) the floor: the warehouse's own `INSERT … FORMAT JSONEachRow` of the same message bodies, read off the same
+    topic by a bare confluent-kafka consumer, into the same `decisions` table of a fresh warehouse, in batches of the
+    same size, with no validation, no ledger and no positions (bench/loader_bare.py, a child process):
+    `warehouse_bare_insert_cpu_us_per_event` (reading included; `warehouse_bare_insert_only_cpu_us_per_event` is
+    that less (a)'s raw consumer) and `warehouse_bare_insert_peak_rss_mb`, and the loader against it in the same
+    run: `ratio_loader_core_cpu_to_bare_insert` ((b)'s CPU per event over the floor's) and
+    `ratio_loader_peak_rss_to_bare_insert` ((c)'s peak over the floor's), per parser and unsuffixed for the default.
 (a) and (b) also report CPU time per event: the process's (every thread, and a parse worker once closed)
 and the broker's (from /proc), (b) also per thread name (`loader_core_cpu_us_per_event_by_thread_<parser>`),
 the kernel's share of it (`loader_core_system_cpu_us_per_event_<parser>`; `warehouse_filesystem` names the file
@@ -325,6 +332,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=20_000)
     parser.add_argument("--kafka-python-sample", type=int, default=100_000)
     parser.add_argument("--parsers", default="sql,python", help="the loader parsers to measure (default both)")
+    parser.add_argument("--no-worker", action="store_true", help="skip the python parser's run with its parse worker")
     args = parser.parse_args()
 
     from routerscope.warehouse.client import open_warehouse
@@ -352,6 +360,31 @@ def main() -> int:
             sample = min(args.kafka_python_sample, args.events)
             kafka_python_s = raw_kafka_python(bootstrap, partitions, sample)
 
+            log("(d) the floor: the warehouse's own insert of the same bodies, in a child ...")
+            bare_env = {**env, "ROUTERSCOPE_CLICKHOUSE_DSN": f"chdb://{Path(tmp) / 'bare-warehouse'}"}
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(REPO / "bench" / "loader_bare.py"),
+                    "--bootstrap",
+                    bootstrap,
+                    "--events",
+                    str(args.events),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--partitions",
+                    str(len(partitions)),
+                ],
+                env=bare_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=REPO,
+            )
+            status, bare_peak_mb = wait_with_peak_rss(process)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"bench: the bare insert failed: {process.stderr.read().decode()}")
+            bare = json.loads(process.stdout.read())
+
             core: dict[str, tuple] = {}
             core_cpu: dict[str, tuple[float, float]] = {}  # (the loader's CPU seconds, the broker's)
             core_threads: dict[str, dict[str, float]] = {}  # the loader's CPU seconds per thread name
@@ -359,7 +392,7 @@ def main() -> int:
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
             variants = [(name, None) for name in parsers]
-            if "python" in parsers:
+            if "python" in parsers and not args.no_worker:
                 variants.append(("python", True))  # the Python parser with its parse worker (off by default here)
             for name, worker in variants:
                 key = name if worker is None else f"{name}_worker"
@@ -481,6 +514,26 @@ def main() -> int:
         "ratio_loader_core_ceiling_all_cores",
     ):
         figures[key] = figures[f"{key}_{main_parser}"]
+    # The floor (d), and the loader against it in the same run: CPU of the core (its process, every thread) over
+    # the bare read-and-insert's, peak RSS of the command's process tree over the bare child's.
+    figures["warehouse_bare_insert_cpu_us_per_event"] = us(bare["cpu_seconds"])
+    figures["warehouse_bare_insert_only_cpu_us_per_event"] = round(us(bare["cpu_seconds"]) - us(confluent_cpu[0]), 2)
+    figures["warehouse_bare_insert_peak_rss_mb"] = round(bare_peak_mb, 1)
+    figures["warehouse_bare_insert_rows"] = bare["rows"]
+    figures["warehouse_bare_insert_cpu_us_per_event_by_thread"] = {
+        name: us(seconds)
+        for name, seconds in sorted(bare["by_thread"].items(), key=lambda kv: -kv[1])
+        if us(seconds) >= 0.05
+    }
+    for name in parsers:
+        figures[f"ratio_loader_core_cpu_to_bare_insert_{name}"] = round(
+            figures[f"loader_core_cpu_us_per_event_{name}"] / figures["warehouse_bare_insert_cpu_us_per_event"], 3
+        )
+        figures[f"ratio_loader_peak_rss_to_bare_insert_{name}"] = round(
+            figures[f"load_command_peak_rss_mb_{name}"] / figures["warehouse_bare_insert_peak_rss_mb"], 3
+        )
+    figures["ratio_loader_core_cpu_to_bare_insert"] = figures[f"ratio_loader_core_cpu_to_bare_insert_{main_parser}"]
+    figures["ratio_loader_peak_rss_to_bare_insert"] = figures[f"ratio_loader_peak_rss_to_bare_insert_{main_parser}"]
     counts = {name: (core[name][1], command[name][1], core[name][2]) for name in parsers}
     if "python_worker" in core:
         counts["python_worker"] = (core["python_worker"][1], command["python"][1], core["python_worker"][2])

@@ -12,6 +12,7 @@
 | `ROUTERSCOPE_TOPIC_PARTITIONS` | `3` (partitions per topic when the project creates them) |
 | `ROUTERSCOPE_ALERT_WEBHOOK` | unset (alerts are stored, not delivered) |
 | `ROUTERSCOPE_WAREHOUSE_MIN_FREE` | `5%,1GB` (free space a load keeps on the embedded warehouse disk; the smaller) |
+| `ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S` | `1` (seconds between the emitter spool's fsyncs; 0: every append) |
 """
 
 from __future__ import annotations
@@ -152,6 +153,28 @@ def _http_url(name: str, url: str | None, example: str = "http://alertmanager:90
     return url.rstrip("/") if strip else url
 
 
+SPOOL_FSYNC_INTERVAL_ENV = "ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S"
+DEFAULT_SPOOL_FSYNC_INTERVAL_S = 1.0
+
+
+def spool_fsync_interval(env: dict | None = None) -> float:
+    """Seconds between the emitter spool's fsyncs (ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S, default 1): what a power
+    cut can lose of what reached the spool; 0 syncs every append before it returns. Read on its own as well
+    as in `Settings`, because an emitter can be made without settings."""
+    raw = (os.environ if env is None else env).get(SPOOL_FSYNC_INTERVAL_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_SPOOL_FSYNC_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 3600:  # (NaN fails this too)
+        raise ConfigError(
+            f"{SPOOL_FSYNC_INTERVAL_ENV}={raw[:100]!r}: give seconds between 0 (fsync every event) and 3600, e.g. 1"
+        )
+    return value
+
+
 def _int_env(env: dict, name: str, default: int, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -203,6 +226,8 @@ class Settings:
     # user's mapping file (None: the defaults shipped in routerscope/instrumentation/otlp/default_mapping.yaml)
     otlp_topic: str = names.TOPIC_OTLP
     otlp_mapping: Path | None = None
+    # seconds between the emitter spool's fsyncs (ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S; 0: every append)
+    spool_fsync_interval_s: float = DEFAULT_SPOOL_FSYNC_INTERVAL_S
 
     @classmethod
     def from_env(cls, env: dict | None = None) -> Settings:
@@ -245,6 +270,7 @@ class Settings:
             otlp_mapping=Path(env["ROUTERSCOPE_OTLP_MAPPING"]).expanduser().resolve()
             if env.get("ROUTERSCOPE_OTLP_MAPPING")
             else None,
+            spool_fsync_interval_s=spool_fsync_interval(env),
         )
 
     # -- every path under the home, named once -------------------------------------------------------

@@ -72,6 +72,16 @@ def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cp
     assert loaded + quarantined == 3000  # every message ends somewhere
     assert 3000 * 0.99 <= loaded < 3000  # 0.1 % are cut in half
     assert figures["loaded"]["python"]["core_rows"] == loaded
+    # the floor: the same bodies inserted bare, in the same run (a torn body can take the line after it along)
+    assert loaded - quarantined <= figures["warehouse_bare_insert_rows"] <= loaded
+    for key in ("warehouse_bare_insert_cpu_us_per_event", "warehouse_bare_insert_peak_rss_mb"):
+        assert figures[key] > 0, key
+    assert figures["ratio_loader_core_cpu_to_bare_insert"] == round(
+        figures["loader_core_cpu_us_per_event"] / figures["warehouse_bare_insert_cpu_us_per_event"], 3
+    )
+    assert figures["ratio_loader_peak_rss_to_bare_insert"] == round(
+        figures["load_command_peak_rss_mb"] / figures["warehouse_bare_insert_peak_rss_mb"], 3
+    )
     for key in ("raw_confluent_kafka_cpu_us_per_event", "loader_core_cpu_us_per_event", "load_command_peak_rss_mb"):
         assert figures[key] > 0, key
     assert figures["loader_core_cpu_us_per_event_by_thread_python"]["main"] > 0  # the drain's thread, by name
@@ -82,6 +92,17 @@ def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cp
     assert (
         0 < figures["ratio_loader_core_to_confluent"] <= figures["ratio_loader_core_ceiling_all_cores"] * 1.1
     )  # CPU clock ticks
+
+
+@pytest.mark.slow
+def test_the_write_ahead_bench_delivers_every_event_of_both_modes():
+    """bench/write_ahead.py: every event emitted in each mode is acknowledged by the broker, and the figures the
+    targets are read from are there."""
+    figures = run_bench("bench/write_ahead.py", "--events", "1000")
+    assert figures["write_ahead_delivered"] == figures["queue_delivered"] == 1000
+    assert figures["emit_write_ahead_broker_down_spooled"] == 1000
+    for key in ("emit_write_ahead_us", "emit_queue_us", "record_write_ahead_us", "record_queue_us"):
+        assert 0 < figures[key]["p50"] <= figures[key]["p99"], key
 
 
 @pytest.mark.slow
@@ -102,3 +123,12 @@ def test_the_otlp_bench_gets_every_trace_it_sends_into_kafka():
     figures = run_bench("bench/otlp.py", "--spans", "4096")
     assert figures["traces_in_kafka"] == figures["traces"] == 1024
     assert figures["spans_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_collect_bench_gets_every_acknowledged_trace_into_kafka():
+    """bench/collect.py small: several clients, every request answered 200, every trace counted in the topic."""
+    figures = run_bench("bench/collect.py", "--spans", "4096", "--clients", "2")
+    assert figures["statuses"] == {"200": 8}
+    assert figures["traces_in_kafka"] == figures["traces"] == 1024
+    assert figures["spans_per_s_acknowledged"] > 0 and figures["spans_per_s_to_kafka"] > 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
-import time
 
 import pytest
 from google.protobuf import json_format
@@ -17,9 +16,7 @@ from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
-from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver
 from routerscope.warehouse.ingest import loader
 from tests.support.home import settings_for
 from tests.support.ingest import produce, query
@@ -303,24 +300,39 @@ def _post_huge(port: int, size: int) -> int:
 
 
 @pytest.mark.slow
-def test_a_full_queue_answers_429_and_a_kafka_that_is_down_503_both_with_retry_after(otlp_stack, down_broker):
+def test_a_full_queue_answers_429_a_dead_broker_still_200_and_a_full_backlog_503(down_broker):
+    """A broker that is down is no reason to refuse: spans wait on disk and reach it once it is up. Only a
+    full backlog (or a disk that refuses writes) answers 503, with Retry-After."""
+    from tests.support import kafka as support_kafka
+    from tests.support.kafka import consume_all
+
     spans = encode_spans(finished_spans(fallback_trace)).SerializeToString()
-    orphan = encode_spans([s for s in finished_spans(fallback_trace) if s.parent is not None]).SerializeToString()
-    with running_receiver(otlp_stack, max_spans=3, trace_wait_s=60) as receiver:
-        assert post(receiver.port, orphan)[0] == 200  # held: its root has not arrived
-        status, headers, _ = post(receiver.port, spans)
-        assert (status, headers.get("Retry-After")) == (429, "1")
+
+    def orphan() -> bytes:
+        return encode_spans([s for s in finished_spans(fallback_trace) if s.parent is not None]).SerializeToString()
+
     dead = down_broker["settings"]
-    sink = KafkaSink(librdkafka_config(dead), dead.otlp_topic)
-    receiver = Receiver(sink, port=free_port()).start()
-    try:
-        deadline = time.monotonic() + 20  # librdkafka reports the broker down within a second or so
-        while not sink.failing and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with running_receiver(
+        dead, directory=dead.home / "collect-429", max_spans=3, trace_wait_s=60, close_timeout_s=0
+    ) as receiver:
+        assert post(receiver.port, orphan())[0] == 200  # held: its root has not arrived
+        status, headers, _ = post(receiver.port, orphan())
+        assert (status, headers.get("Retry-After")) == (429, "1")
+        assert post(receiver.port, spans)[0] == 200  # a complete trace does not wait: taken
+    with running_receiver(dead, directory=dead.home / "collect-full", max_backlog=1, close_timeout_s=0) as receiver:
+        assert post(receiver.port, spans)[0] == 200  # the first message fits, then the backlog is full
         status, headers, _ = post(receiver.port, spans)
         assert (status, headers.get("Retry-After")) == (503, "5")
-    finally:
-        receiver.close(timeout_s=1)
+        ready = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=10)
+        ready.request("GET", "/-/ready")
+        answer = ready.getresponse()
+        assert answer.status == 503 and json.loads(answer.read())["outbox"] == 1
+    with running_receiver(dead, directory=dead.home / "collect-down") as receiver:
+        assert [post(receiver.port, spans)[0] for _ in range(3)] == [200, 200, 200]
+        assert receiver.stats_dict()["outbox"] == 3
+        support_kafka.start(down_broker)
+        messages = consume_all(dead.kafka_bootstrap(), dead.otlp_topic, expect=3, timeout_s=60)
+        assert len(messages) == 3 and receiver.stats_dict()["outbox"] == 0
 
 
 def test_collect_on_a_port_in_use_is_one_line_and_exit_2(otlp_stack, home):

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
-from routerscope.instrumentation.otlp.receiver import KafkaSink, Receiver
+from routerscope.instrumentation.otlp.receiver import Receiver
 
 SECRET = "my card is 4111 1111 1111 1111, the secret prompt"
 
@@ -89,12 +89,15 @@ def collector_messages(spans) -> list[tuple[bytes, bytes]]:
 @contextlib.contextmanager
 def running_receiver(settings, **options):
     """`routerscope collect`'s receiver on a free loopback port, writing to the settings' broker."""
-    sink = KafkaSink(librdkafka_config(settings), settings.otlp_topic)
-    receiver = Receiver(sink, port=free_port(), **options).start()
+    directory = options.pop("directory", settings.home / "collect")
+    close_timeout_s = options.pop("close_timeout_s", 10.0)
+    receiver = Receiver.open(
+        librdkafka_config(settings), settings.otlp_topic, directory, port=free_port(), **options
+    ).start()
     try:
         yield receiver
     finally:
-        receiver.close()
+        receiver.close(close_timeout_s)
 
 
 def export(spans, port: int, **options) -> object:

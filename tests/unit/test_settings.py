@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from routerscope.core.errors import ConfigError
-from routerscope.core.settings import Settings, WarehouseDsn
+from routerscope.core.settings import Settings, WarehouseDsn, spool_fsync_interval
 
 
 def test_defaults_put_everything_under_the_home(tmp_path):
@@ -139,3 +139,22 @@ def test_an_otlp_topic_kafka_accepts_is_taken_as_written(tmp_path):
         == "team-a.otlp_spans.v1"
     )
     assert Settings.from_env(env).otlp_topic == "otlp_spans"
+
+
+@pytest.mark.parametrize(
+    "raw, seconds", [(None, 1.0), ("", 1.0), ("0", 0.0), ("0.25", 0.25), (" 5 ", 5.0), ("3600", 3600.0)]
+)
+def test_the_spool_fsync_interval_is_read_in_seconds(tmp_path, raw, seconds):
+    env = {"ROUTERSCOPE_HOME": str(tmp_path)}
+    if raw is not None:
+        env["ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S"] = raw
+    assert Settings.from_env(env).spool_fsync_interval_s == seconds
+    assert spool_fsync_interval(env) == seconds
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "1e9", "3601"])
+def test_a_spool_fsync_interval_out_of_range_is_one_line_naming_the_variable(tmp_path, raw):
+    env = {"ROUTERSCOPE_HOME": str(tmp_path), "ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S": raw}
+    with pytest.raises(ConfigError, match=r"^ROUTERSCOPE_SPOOL_FSYNC_INTERVAL_S=.*between 0 .* and 3600") as caught:
+        Settings.from_env(env)
+    assert "\n" not in str(caught.value)

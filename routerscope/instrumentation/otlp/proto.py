@@ -1,16 +1,20 @@
 """OTLP trace messages: decoding (protobuf and the spec's JSON), stripping to what the mapping reads, and
 splitting by trace. Parsing is `opentelemetry-proto`'s generated messages (upb, in C).
 
-What leaves here never holds prompt or completion content: every span attribute outside
-`semconv.KEPT` (and `routerscope.*`), every span event and link, every resource attribute but the
-service's name and version, and every scope attribute are removed before a message is stored anywhere.
+What leaves `split` never holds prompt or completion content: each span is rebuilt with its ids, name,
+kind, times, status code and flags and the attributes of the allow-list (`allow`, each value in the shape
+its field has); events, links, status messages, trace state, scope attributes and every other attribute
+are never copied. Limits on what a body expands to are checked before it is parsed (`check_protobuf`,
+`check_json`: bounds computed at C speed) and before anything is built from it (`check_counts`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -18,15 +22,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
 from routerscope.instrumentation import pii
-from routerscope.instrumentation.otlp import semconv as S
+from routerscope.instrumentation.otlp import allow
 
 # Span.flags bits (OTLP 1.1+): whether the parent's remoteness is known, and whether it is remote.
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
 _ERROR = Status.STATUS_CODE_ERROR
+_NO_TRACE = bytes(16)
 KIND_INTERNAL = Span.SPAN_KIND_INTERNAL
 KIND_CLIENT = Span.SPAN_KIND_CLIENT
 
@@ -52,25 +59,10 @@ class SpanView:
     resource: dict = field(default_factory=dict)
 
 
-def _value(v):
-    """An AnyValue as a Python scalar, or a list of scalars; None for anything nested deeper."""
-    which = v.WhichOneof("value")
-    if which == "string_value":
-        return v.string_value
-    if which == "int_value":
-        return v.int_value
-    if which == "double_value":
-        return v.double_value
-    if which == "bool_value":
-        return v.bool_value
-    if which == "array_value":
-        items = [_value(x) for x in v.array_value.values]
-        return [x for x in items if x is not None and not isinstance(x, list)]
-    return None
-
-
 def decode(body: bytes) -> ExportTraceServiceRequest:
-    """A protobuf body; BadRequest when it is not one (truncated, or nested past protobuf's limit)."""
+    """A protobuf body; BadRequest when it is not one (truncated, or nested past protobuf's limit), TooLarge
+    when it could hold more messages than MAX_MESSAGES (checked before parsing)."""
+    check_protobuf(body)
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
@@ -105,6 +97,7 @@ def _ids_to_base64(spans) -> None:
 
 def decode_json(body: bytes) -> ExportTraceServiceRequest:
     """An OTLP/JSON body (ids in hex, enums as integers, keys in lowerCamelCase)."""
+    check_json(body)
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -133,48 +126,243 @@ def response(rejected: int, message: str, as_json: bool) -> bytes:
     return out.SerializeToString()
 
 
-def _keep(attributes, kept: frozenset) -> None:
-    """Remove, in place, every attribute whose key is not kept (`routerscope.*` always is)."""
-    drop = [i for i, kv in enumerate(attributes) if kv.key not in kept and not kv.key.startswith(S.RS_PREFIX)]
-    for i in reversed(drop):
-        del attributes[i]
+# -- limits, checked before anything is built from a body (docs/otlp.md, "Limits") ---------------------
+MAX_INFLATED = 32 * 1024 * 1024  # a gzip body stops unzipping here (413)
+# Messages a protobuf body may hold, bounded from above before it is parsed: every message but the outer one
+# starts with a length-delimited tag byte (its low three bits 010), so counting those bytes bounds the
+# messages the parser would allocate (~64 bytes each: 1.5 million is under 100 MB), whatever they hold.
+MAX_MESSAGES = 1_500_000
+MAX_JSON_VALUES = 300_000  # objects and arrays in an OTLP/JSON body, counted the same way (`{` and `[`)
+MAX_RESOURCES = 10_000
+MAX_SCOPES = 10_000  # in one request, over all its resources
+MAX_SPANS = 100_000  # in one request
+MAX_ATTRIBUTES = 1_000  # on one span or one resource (the SDK's default limit is 128)
+_TAG_BYTES = bytes(1 if b & 7 == 2 else 0 for b in range(256))
 
 
-def strip_span(span) -> None:
-    _keep(span.attributes, S.KEPT)
-    for kv in span.attributes:  # ids that look personal are hashed before they are stored anywhere
-        if kv.key in S.IDENTIFIERS and kv.value.WhichOneof("value") == "string_value":
-            scrubbed = pii.scrub(kv.value.string_value)
-            if scrubbed != kv.value.string_value:
-                kv.value.string_value = scrubbed
-    del span.events[:]  # events carry content (prompts, completions, exception messages)
-    del span.links[:]
-    span.status.message = ""  # an error message may quote the request
-    span.trace_state = ""
+class TooLarge(BadRequest):
+    """A body past one of the limits (the receiver answers 413)."""
 
 
-def split(request: ExportTraceServiceRequest) -> tuple[dict[bytes, ExportTraceServiceRequest], int, str]:
-    """The request's spans, stripped, as one request per trace (resource and scope kept around them).
-    Returns (trace id -> request, spans rejected, why) — a span without a valid trace or span id is
-    rejected (the spec's partial success)."""
-    out: dict[bytes, ExportTraceServiceRequest] = {}
-    rejected = 0
-    for rs in request.resource_spans:
-        resource = rs.resource
-        _keep(resource.attributes, S.KEPT_RESOURCE)
+_CHUNK = 1024 * 1024
+
+
+def inflate(body: bytes, limit: int = MAX_INFLATED, as_json: bool | None = None) -> bytes:
+    """A gzip body unzipped 1 MiB at a time, stopping as soon as it passes `limit` bytes — or, when
+    `as_json` is given (False: protobuf), as soon as what it unzipped could hold more messages than
+    `check_protobuf` / `check_json` allow (TooLarge): a zip bomb costs what its first few MiB cost.
+    Concatenated gzip members are read in turn."""
+    out: list[bytes] = []
+    size = marks = 0
+    bound = MAX_MESSAGES if as_json is False else MAX_JSON_VALUES
+    rest = body
+    try:
+        while rest:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = rest
+            while True:
+                chunk = inflater.decompress(data, _CHUNK)
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"the body unzips past {limit} bytes")
+                if as_json is not None:
+                    marks += chunk.count(b"{") + chunk.count(b"[") if as_json else chunk.translate(_TAG_BYTES).count(1)
+                    if marks > bound:
+                        raise TooLarge(f"the body unzips to over {bound} {'values' if as_json else 'messages'}")
+                out.append(chunk)
+                data = inflater.unconsumed_tail
+                if inflater.eof:
+                    break
+                if not chunk and not data:
+                    raise BadRequest("not gzip: the stream ends early")
+            rest = inflater.unused_data
+    except zlib.error as exc:
+        raise BadRequest(f"not gzip: {exc}") from None
+    return b"".join(out)
+
+
+def check_protobuf(body: bytes, max_messages: int = MAX_MESSAGES) -> None:
+    """TooLarge when the body could hold more than `max_messages` messages (see MAX_MESSAGES): C-speed,
+    before the parser allocates anything."""
+    if len(body) // 2 > max_messages and body.translate(_TAG_BYTES).count(1) > max_messages:
+        raise TooLarge(f"a body of {len(body)} bytes holding over {max_messages} messages")
+
+
+def check_json(body: bytes, max_values: int = MAX_JSON_VALUES) -> None:
+    if len(body) // 2 > max_values and body.count(b"{") + body.count(b"[") > max_values:
+        raise TooLarge(f"an OTLP/JSON body of over {max_values} objects and arrays")
+
+
+def check_counts(request: ExportTraceServiceRequest) -> None:
+    """The request's resources, scopes, spans and attributes within the limits (counted in C: `len`)."""
+    resources = request.resource_spans
+    if len(resources) > MAX_RESOURCES:
+        raise TooLarge(f"{len(resources)} resources in one request (the limit is {MAX_RESOURCES})")
+    scopes = spans = 0
+    for rs in resources:
+        if len(rs.resource.attributes) > MAX_ATTRIBUTES:
+            raise TooLarge(f"a resource with over {MAX_ATTRIBUTES} attributes")
+        scopes += len(rs.scope_spans)
+        if scopes > MAX_SCOPES:
+            raise TooLarge(f"over {MAX_SCOPES} scopes in one request")
+        for ss in rs.scope_spans:
+            spans += len(ss.spans)
+        if spans > MAX_SPANS:
+            raise TooLarge(f"over {MAX_SPANS} spans in one request")
+    for rs in resources:
         for ss in rs.scope_spans:
             for span in ss.spans:
-                if len(span.trace_id) != 16 or len(span.span_id) != 8 or not any(span.trace_id):
+                if len(span.attributes) > MAX_ATTRIBUTES:
+                    raise TooLarge(f"a span with over {MAX_ATTRIBUTES} attributes")
+
+
+@dataclass(slots=True)
+class Filtered:
+    """What the allow-list kept back (docs/otlp.md): counted, never stored."""
+
+    attributes: int = 0  # keys not on the list (content, vendor attributes)
+    values: int = 0  # keys on the list whose value is not of its kind
+    names: int = 0  # span names emptied
+
+    def add(self, other: Filtered) -> None:
+        self.attributes += other.attributes
+        self.values += other.values
+        self.names += other.names
+
+
+@dataclass(slots=True)
+class Part:
+    """The spans of one trace in one request, as a request of their own."""
+
+    request: ExportTraceServiceRequest
+    spans: int = 0
+    complete: bool = False  # holds the trace's local root
+
+
+def _allowed(key: str, v, rules: dict, filtered: Filtered):
+    """The value of attribute `key` as it may leave (a Python scalar or a list of strings), or None."""
+    kind = rules.get(key)
+    if kind is None:
+        filtered.attributes += 1
+        return None
+    which = v.WhichOneof("value")
+    out: str | int | float | list[str] | None = None
+    if which == "string_value":
+        text = v.string_value
+        if kind == "number":
+            out = allow.number_string(text)
+        elif kind != "bool":
+            out = allow.string(kind, text)
+    elif which == "int_value" or which == "double_value":
+        if kind == "number":
+            out = v.int_value if which == "int_value" else v.double_value
+    elif which == "bool_value":
+        if kind == "bool":
+            out = v.bool_value
+    elif which == "array_value" and kind == "enum":
+        items = [allow.string(kind, x.string_value) for x in v.array_value.values if x.HasField("string_value")]
+        kept = [x for x in items if x is not None]
+        if len(kept) == len(v.array_value.values) and kept:
+            out = kept
+    if out is None:
+        filtered.values += 1
+    return out
+
+
+def _copy_attributes(source, target, rules: dict, filtered: Filtered) -> None:
+    """The attributes of `source` that may leave, appended to `target` (as they came when their value
+    passes unchanged, the common case: one copy in C)."""
+    string = allow.string
+    for kv in source:
+        kind = rules.get(kv.key)
+        if kind is None:
+            filtered.attributes += 1
+            continue
+        v = kv.value
+        if v.WhichOneof("value") == "string_value" and kind != "number" and kind != "bool":
+            text = v.string_value
+            out = string(kind, text)
+            if out == text:
+                target.append(kv)
+                continue
+            if out is not None:
+                target.add(key=kv.key).value.string_value = out
+                continue
+            filtered.values += 1
+            continue
+        value = _allowed(kv.key, v, rules, filtered)
+        if value is None:
+            continue
+        new = target.add(key=kv.key)
+        if isinstance(value, str):
+            new.value.string_value = value
+        elif isinstance(value, bool):
+            new.value.bool_value = value
+        elif isinstance(value, int):
+            new.value.int_value = value
+        elif isinstance(value, float):
+            new.value.double_value = value
+        else:
+            new.value.array_value.values.extend(AnyValue(string_value=x) for x in value)
+
+
+def split(
+    request: ExportTraceServiceRequest, span_name_globs: tuple[str, ...] = ()
+) -> tuple[dict[bytes, Part], int, str, Filtered]:
+    """The request's spans, rebuilt with allow-listed values only (`allow`), as one request per trace
+    (resource and scope kept around them). Returns (trace id -> part, spans rejected, why, what the
+    allow-list kept back) — a span without a valid trace or span id is rejected (the spec's partial
+    success). Events, links, status messages and trace state never leave: nothing of them is copied."""
+    check_counts(request)
+    out: dict[bytes, Part] = {}
+    rejected = 0
+    filtered = Filtered()
+    span_rules = allow.SPAN
+    for rs in request.resource_spans:
+        resource = Resource()
+        _copy_attributes(rs.resource.attributes, resource.attributes, allow.RESOURCE, filtered)
+        for ss in rs.scope_spans:
+            targets: dict[bytes, Any] = {}  # trace id -> its ScopeSpans for this (resource, scope)
+            for span in ss.spans:
+                trace_id, span_id = span.trace_id, span.span_id
+                if len(trace_id) != 16 or len(span_id) != 8 or trace_id == _NO_TRACE:
                     rejected += 1
                     continue
-                strip_span(span)
-                trace = out.get(span.trace_id)
-                if trace is None:
-                    trace = out[span.trace_id] = ExportTraceServiceRequest()
-                target = scope_for(trace, rs, ss)
-                target.spans.append(span)
+                target = targets.get(trace_id)
+                if target is None:
+                    part = out.get(trace_id)
+                    if part is None:
+                        part = out[trace_id] = Part(ExportTraceServiceRequest())
+                    new_rs = part.request.resource_spans.add(schema_url=rs.schema_url)
+                    new_rs.resource.CopyFrom(resource)
+                    target = targets[trace_id] = new_rs.scope_spans.add(schema_url=ss.schema_url)
+                    target.scope.name, target.scope.version = ss.scope.name, ss.scope.version
+                else:
+                    part = out[trace_id]
+                name = span.name
+                kept_name = allow.span_name(name, span_name_globs)
+                if kept_name != name:
+                    filtered.names += 1
+                parent = span.parent_span_id
+                new = target.spans.add(
+                    trace_id=trace_id,
+                    span_id=span_id,
+                    parent_span_id=parent,
+                    name=kept_name,
+                    kind=span.kind,
+                    start_time_unix_nano=span.start_time_unix_nano,
+                    end_time_unix_nano=span.end_time_unix_nano,
+                    flags=span.flags,
+                )
+                code = span.status.code
+                if code:
+                    new.status.code = code
+                _copy_attributes(span.attributes, new.attributes, span_rules, filtered)
+                part.spans += 1
+                if not part.complete and is_local_root(span):
+                    part.complete = True
     why = f"{rejected} span(s) without a 16-byte trace id or an 8-byte span id" if rejected else ""
-    return out, rejected, why
+    return out, rejected, why, filtered
 
 
 def scope_for(trace: ExportTraceServiceRequest, rs, ss):
@@ -203,16 +391,15 @@ def is_local_root(span) -> bool:
 
 
 def views(request: ExportTraceServiceRequest) -> list[SpanView]:
-    """Every span of a request as the mapping reads it (kept attributes only)."""
+    """Every span of a request as the mapping reads it: the allow-listed values only, as `collect` passes
+    them on (a Collector's messages, unstripped, are read the same way)."""
     out = []
+    ignored = Filtered()
     for rs in request.resource_spans:
-        resource = {kv.key: _value(kv.value) for kv in rs.resource.attributes if kv.key in S.KEPT_RESOURCE}
+        resource = _allowed_values(rs.resource.attributes, allow.RESOURCE, ignored)
         for ss in rs.scope_spans:
             for span in ss.spans:
-                attrs = {}
-                for kv in span.attributes:
-                    if kv.key in S.KEPT or kv.key.startswith(S.RS_PREFIX):
-                        attrs[kv.key] = _value(kv.value)
+                attrs = _allowed_values(span.attributes, allow.SPAN, ignored)
                 out.append(
                     SpanView(
                         trace_id=span.trace_id.hex(),
@@ -228,6 +415,15 @@ def views(request: ExportTraceServiceRequest) -> list[SpanView]:
                         resource=resource,
                     )
                 )
+    return out
+
+
+def _allowed_values(attributes, rules: dict, filtered: Filtered) -> dict:
+    out = {}
+    for kv in attributes:
+        value = _allowed(kv.key, kv.value, rules, filtered)
+        if value is not None:
+            out[kv.key] = value
     return out
 
 
@@ -248,7 +444,7 @@ def summary(spans: list[SpanView]) -> bytes:
                 "trace_id": s.trace_id,
                 "span_id": s.span_id,
                 "parent_id": s.parent_id,
-                "name": pii.scrub(s.name[:200]),
+                "name": allow.span_name(s.name[:200]),
                 "kind": s.kind,
                 "error": s.error,
                 "attributes": {k: _scrubbed(v) for k, v in s.attrs.items()},

@@ -1,0 +1,205 @@
+"""What of a span may leave `routerscope collect` (docs/otlp.md, "What leaves the receiver").
+
+Only values the mapping reads, each in the shape the mapping expects, pass; everything else is dropped and
+counted. An attribute passes when its key is on the allow-list below and its value fits its kind:
+
+* `enum`: one word (letters, digits, `_ . : / @ + -`, at most 64 characters) that the scrubber leaves as it
+  is: providers, operations, span kinds, sides, fallback types and reasons, `error.type`, each of
+  `finish_reasons`;
+* `name`: one word of at most 128 characters that the scrubber for names leaves as it is (dates in a model
+  name are not phone numbers): models, the policy version, the service's name and version;
+* `number` (an int or a double), `bool`;
+* `host`: a host name or an IP address (`server.address`), nothing else;
+* `url`: reduced to its scheme, host and port (`gen_ai.openai.api_base`; the path and query are dropped);
+* `id`: an identifier (sessions, conversations, requests): scrubbed (a personal one is hashed), and one
+  that is not a single word of at most 128 characters is replaced by its keyed hash, so it still groups;
+* `task`: a task type (`[a-z][a-z0-9_]*`, at most 64 characters), scrubbed as our events' task types are.
+
+A span's name is kept when it is one word, `<operation> <model>` (the GenAI convention), an HTTP method and
+a route, or when it matches a `span_name` of the mapping file's task rules; otherwise it is emptied.
+A string never reaches the topic because it looks harmless: it reaches it because it has the one shape its
+field can have. Prompt text has spaces; a card number or an e-mail is caught by the scrubber.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from routerscope.instrumentation import pii
+from routerscope.instrumentation.otlp import semconv as S
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+\-]*")
+_HOST = re.compile(r"[A-Za-z0-9_.:\-\[\]%]{1,255}")
+_TASK = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_NUMERIC = re.compile(r"-?\d{1,15}(?:\.\d{1,15})?")
+_HTTP = re.compile(r"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS|CONNECT|TRACE) /[A-Za-z0-9_./{}:\-]{0,120}")
+# Operations of the GenAI conventions (and older names): the first word of a model call's span name.
+OPERATIONS = frozenset(
+    {
+        "chat",
+        "text_completion",
+        "generate_content",
+        "embeddings",
+        "execute_tool",
+        "create_agent",
+        "invoke_agent",
+        "completion",
+        "embedding",
+        "rerank",
+    }
+)
+MAX_ENUM, MAX_NAME, MAX_ID, MAX_SPAN_NAME = 64, 128, 128, 128
+# Kept resource attributes, and their kinds.
+RESOURCE = {S.SERVICE_NAME: "name", S.SERVICE_VERSION: "name"}
+# Kept span attributes, and their kinds: what the mapping reads (semconv), nothing else.
+SPAN = {
+    S.PROVIDER_NAME: "enum",
+    S.OPERATION_NAME: "enum",
+    S.SYSTEM: "enum",
+    S.LLM_REQUEST_TYPE: "enum",
+    S.OI_SPAN_KIND: "enum",
+    S.OI_PROVIDER: "enum",
+    S.OI_SYSTEM: "enum",
+    S.ERROR_TYPE: "enum",
+    S.FINISH_REASONS: "enum",
+    S.RS_SIDE: "enum",
+    S.RS_FALLBACK_TYPE: "enum",
+    S.RS_REASON: "enum",
+    S.REQUEST_MODEL: "name",
+    S.RESPONSE_MODEL: "name",
+    S.OI_MODEL_NAME: "name",
+    S.RS_POLICY_VERSION: "name",
+    S.USAGE_INPUT_TOKENS: "number",
+    S.USAGE_OUTPUT_TOKENS: "number",
+    S.USAGE_PROMPT_TOKENS: "number",
+    S.USAGE_COMPLETION_TOKENS: "number",
+    S.LLM_USAGE_PROMPT_TOKENS: "number",
+    S.LLM_USAGE_COMPLETION_TOKENS: "number",
+    S.OI_TOKENS_PROMPT: "number",
+    S.OI_TOKENS_COMPLETION: "number",
+    S.TIME_TO_FIRST_CHUNK: "number",
+    S.SERVER_PORT: "number",
+    S.RS_DEGRADE_LEVEL: "number",
+    S.RS_CONFIDENCE: "number",
+    S.RS_THRESHOLD: "number",
+    S.RS_DEADLINE_MS: "number",
+    S.RS_HAS_PII: "bool",
+    S.SERVER_ADDRESS: "host",
+    S.OPENAI_API_BASE: "url",
+    S.CONVERSATION_ID: "id",
+    S.TRACELOOP_SESSION_ID: "id",
+    S.OI_SESSION_ID: "id",
+    S.RS_SESSION_ID: "id",
+    S.RS_REQUEST_ID: "id",
+    S.RS_TASK_TYPE: "task",
+}
+
+
+def _enum(value: str) -> str | None:
+    if len(value) <= MAX_ENUM and _WORD.fullmatch(value) and pii.scrub(value) == value:
+        return value
+    return None
+
+
+def _name(value: str) -> str | None:
+    if len(value) <= MAX_NAME and _WORD.fullmatch(value) and pii.scrub_name(value) == value:
+        return value
+    return None
+
+
+def _host(value: str) -> str | None:
+    return value if _HOST.fullmatch(value) else None
+
+
+def _url(value: str) -> str | None:
+    try:
+        parts = urlsplit(value)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host or parts.scheme not in ("http", "https") or not _HOST.fullmatch(host):
+        return None
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def _id(value: str) -> str | None:
+    if not value:
+        return None
+    scrubbed = pii.scrub(value)
+    if len(scrubbed) <= MAX_ID and _WORD.fullmatch(scrubbed):
+        return scrubbed
+    return pii.hashed_id(value)
+
+
+def _task(value: str) -> str | None:
+    value = pii.scrub_task_type(value)
+    return value if _TASK.fullmatch(value) else None
+
+
+_STRING_RULES: dict[str, Callable[[str], str | None]] = {
+    "enum": _enum,
+    "name": _name,
+    "host": _host,
+    "url": _url,
+    "id": _id,
+    "task": _task,
+}
+# Verdicts on strings already seen (span names and values repeat: the same models, providers, sessions):
+# bounded, emptied when full. It holds only what this process has been sent, in memory.
+_CACHE: dict[tuple, str | None] = {}
+_CACHE_MAX = 200_000
+
+
+def string(kind: str, value: str) -> str | None:
+    """The value as it may leave (perhaps hashed), or None: dropped."""
+    key = (kind, value)
+    try:
+        return _CACHE[key]
+    except KeyError:
+        pass
+    out = _STRING_RULES[kind](value) if len(value) <= 4096 else None
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out
+
+
+def number_string(value: str) -> int | float | None:
+    """A number sent as a string (some instrumentations do), as the number; else None."""
+    if not _NUMERIC.fullmatch(value):
+        return None
+    return float(value) if "." in value else int(value)
+
+
+def span_name(name: str, globs: tuple[str, ...] = ()) -> str:
+    """The name if it has one of the shapes a span name may leave in, else ""."""
+    if not name:
+        return name
+    key = ("span", name, globs)
+    try:
+        out = _CACHE[key]
+    except KeyError:
+        out = _span_name(name, globs) if len(name) <= 1024 else ""
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[key] = out
+    return out or ""
+
+
+def _span_name(name: str, globs: tuple[str, ...]) -> str:
+    if any(fnmatch.fnmatchcase(name, g) for g in globs):
+        return pii.scrub(name) if pii.scrub(name) == name else ""
+    if len(name) > MAX_SPAN_NAME:
+        return ""
+    words = name.split(" ")
+    if len(words) == 1:
+        return name if _enum(name) or _name(name) else ""
+    if len(words) == 2 and words[0] in OPERATIONS and _name(words[1]):
+        return name
+    if _HTTP.fullmatch(name) and pii.scrub(name) == name:
+        return name
+    return ""
