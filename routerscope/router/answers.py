@@ -197,34 +197,37 @@ def check(capability, text: str, requested_tools=None, cut: bool = False) -> Fai
     failed check. `requested_tools`: the tools the request declared (a tool call must use one of them);
     `cut`: the answer stopped at its output cap (code is then never served: it is whole or nothing). A policy
     load refuses a malformed declaration; one built in code that is malformed fails every answer, never raises."""
+    answer = capability.answer
+    if not answer:  # the common case of free text: the output validator alone
+        if capability.validator is not None and not validate(capability.validator, text, capability.pattern):
+            return Failed("format", capability.validator)
+        return None
     try:
-        return _check(capability, text, requested_tools, cut)
+        return _declared_check(capability, answer, text, requested_tools, cut)
     except Exception:  # noqa: BLE001 (a declaration the load did not see: no answer passes it, no request fails)
         return Failed(declared(capability) or "format", "bad_declaration")
 
 
-def _check(capability, text: str, requested_tools, cut: bool) -> Failed | None:
-    answer = capability.answer
-    if answer:
-        if len(text) > MAX_CHECKED_CHARS and declared(capability) is not None:
-            return Failed(declared(capability) or "format", "too_long")
-        labels = answer.get("labels")
-        if labels:
-            return check_labels(text, labels)
-        fields = answer.get("fields")
-        if fields:
-            return check_fields(text, fields)
-        tools = answer.get("tools")
-        if tools:
-            return check_tools(text, tools, capability.tools, requested_tools)
-        language = answer.get("language")
-        if language and str(language).lower() in LANGUAGES:
-            if cut:
-                return Failed("language", "cut_at_output_cap")
-            problem = code_problem(text, str(language))
-            return None if problem is None else Failed("language", problem)
+def _declared_check(capability, answer: dict, text: str, requested_tools, cut: bool) -> Failed | None:
+    if len(text) > MAX_CHECKED_CHARS and declared(capability) is not None:
+        return Failed(declared(capability) or "format", "too_long")
+    labels = answer.get("labels")
+    if labels:
+        return check_labels(text, labels)
+    fields = answer.get("fields")
+    if fields:
+        return check_fields(text, fields)
+    tools = answer.get("tools")
+    if tools:
+        return check_tools(text, tools, capability.tools, requested_tools)
+    language = answer.get("language")
+    if language and str(language).lower() in LANGUAGES:
+        if cut:
+            return Failed("language", "cut_at_output_cap")
+        problem = code_problem(text, str(language))
+        return None if problem is None else Failed("language", problem)
     if capability.validator is not None and not validate(capability.validator, text, capability.pattern):
         return Failed("format", capability.validator)
-    if answer and answer.get("language") and cut:  # a language without a parser: still never served cut
+    if language and cut:  # a language without a parser: still never served cut
         return Failed("language", "cut_at_output_cap")
     return None

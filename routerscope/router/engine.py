@@ -1094,9 +1094,9 @@ class Router:
         if bp.p90_spike_factor is None:
             return float("inf")
         threshold = bp.p90_spike_factor * self.cloud_baseline_ms()
-        if not self.cloud_usual.has_day(bp.p90_min_samples):
-            ceiling = bp.p90_ceiling_ms if bp.p90_ceiling_ms is not None else bp.p90_spike_factor * bp.p90_baseline_ms
-            threshold = min(threshold, ceiling)
+        ceiling = bp.p90_ceiling_ms if bp.p90_ceiling_ms is not None else bp.p90_spike_factor * bp.p90_baseline_ms
+        if threshold > ceiling and not self.cloud_usual.has_day(bp.p90_min_samples):  # (the usual case: no lock)
+            return ceiling
         return threshold
 
     def _watch_cloud_p90(self) -> None:
