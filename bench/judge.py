@@ -17,6 +17,8 @@ with the hand. The figures:
 * `agreement`: the share of decided cases whose verdict equals the hand verdict;
 * `precision`: of the cases judged acceptable, the share acceptable by hand (null when none was);
 * `recall`: of the cases acceptable by hand, the share judged acceptable (an abstention counts as a miss);
+* `accepted_bad`: the cases unacceptable by hand that the judge accepted (the error that matters most: a judge
+  biased toward "acceptable" undercounts missed fallbacks), and `bad_cases` beside it;
 * `disagreements`: the decided cases where the judge and the hand differ (task, answer, both verdicts).
 """
 
@@ -50,6 +52,8 @@ def figures(rows: list[tuple]) -> dict:
         "recall": round(sum(1 for c, j in rows if c.acceptable and j.acceptable) / len(hand_ok), 3)
         if hand_ok
         else None,
+        "accepted_bad": sum(1 for c, j in rows if j.acceptable is True and not c.acceptable),
+        "bad_cases": sum(1 for c, _ in rows if not c.acceptable),
         "disagreements": [
             {"answer": c.answer, "hand": c.acceptable, "judge": j.acceptable, "reason": j.reason}
             for c, j in decided

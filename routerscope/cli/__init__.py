@@ -13,11 +13,11 @@ import socket
 import subprocess
 import sys
 import webbrowser
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import oncall, review
+from routerscope.cli import labels_review, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -126,6 +126,7 @@ def cmd_load(args, settings: Settings) -> int:
     # what the daemon's schedule runs) records its run in an instance a command would throw away, and
     # importing Dagster and making that instance were most of what a load cost before its first event.
 
+    since = datetime.now(UTC) - CATCH_UP_SLACK  # decisions stored from here on: their windows are computed after
     try:
         result = loader.load(
             settings,
@@ -144,6 +145,9 @@ def cmd_load(args, settings: Settings) -> int:
         )
         return 130
     summary = result.as_dict()
+    windows = None if args.no_windows or args.partitions else _catch_up_windows(settings, since)
+    if windows is not None:
+        summary["windows_5m"] = len(windows)
     if args.json:
         _print_json(summary)
         return 0
@@ -156,12 +160,37 @@ def cmd_load(args, settings: Settings) -> int:
             f"{'otlp':<10} traces {otlp['traces']:>9}   mapped {otlp['mapped']:>12}   "
             f"quarantined {sum(otlp['quarantined'].values()):>7}"
         )
+    if windows:
+        print(
+            f"{'windows':<10} 5-minute {len(windows):>7}   "
+            f"latest ending {windows[-1] + timedelta(minutes=5):%Y-%m-%d %H:%M} UTC"
+        )
     total_q = sum(summary["quarantined"].values())
     print(
         f"done in {seconds:.1f} s"
         + (f"; see the quarantined messages and their broken rules in {names.DATABASE}.quarantine" if total_q else "")
     )
     return 0
+
+
+CATCH_UP_SLACK = timedelta(minutes=1)  # windows of decisions stored just before a load began are recomputed too
+
+
+def _catch_up_windows(settings: Settings, since) -> list:
+    """The finished 5-minute windows brought up to date after a load (docs/otlp.md, "Windows without the
+    daemon"): a failure is a warning, never the load's failure (its rows are stored)."""
+    from routerscope.pipelines import core as units  # deferred: the metric modules, only once something loaded
+
+    try:
+        return units.catch_up_windows(settings, since)
+    except Exception as exc:  # noqa: BLE001 - the load is done and stored: a window that failed is a warning
+        print(
+            f"routerscope load: warning: the metric windows were not brought up to date "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "run `routerscope load` again, or let the Dagster daemon compute them",
+            file=sys.stderr,
+        )
+        return []
 
 
 def cmd_collect(args, settings: Settings) -> int:
@@ -536,7 +565,10 @@ def cmd_demo(args, settings: Settings) -> int:
             "recorded in the warehouse)"
         )
     if args.no_dashboard:
-        print("Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer).")
+        print(
+            "Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer, "
+            "Human review)."
+        )
         return 0
     return serve_dashboard(
         args.dashboard_port, settings.dashboard_log_path, open_browser=True, alert_rules=settings.alert_rules
@@ -590,7 +622,8 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             timeout_s=120,
         )
         print(
-            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer; Ctrl-C stops it)",
+            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review; "
+            "Ctrl-C stops it)",
             flush=True,
         )
         if open_browser:
@@ -626,6 +659,7 @@ def _partition_list(text: str) -> list[int]:
 
 MAX_PARTITION = 2**31 - 2  # Kafka numbers partitions with a signed 32-bit int
 MAX_CORRUPT = 1_000_000  # malformed messages `simulate --corrupt` produces at most
+MAX_REQUESTS = 10_000_000  # simulated requests `demo` and `simulate` take at most (10M: hours on a laptop)
 
 
 def _int_at_least(minimum: int, maximum: int | None = None):
@@ -686,7 +720,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job: a SIMULATED fleet through the real router, end to end")
     p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
-    p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
+    p.add_argument(
+        "--requests",
+        type=_int_at_least(1, MAX_REQUESTS),
+        default=20_000,
+        help=f"simulated requests (default 20000, at most {MAX_REQUESTS:,})",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
@@ -706,7 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
-    p.add_argument("--requests", type=_positive_int, default=10_000)
+    p.add_argument("--requests", type=_int_at_least(1, MAX_REQUESTS), default=10_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(
@@ -773,6 +812,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait",
         action="store_true",
         help="when another load is running on this warehouse, exit at once with code 75 instead of waiting for it",
+    )
+    p.add_argument(
+        "--no-windows",
+        action="store_true",
+        help="do not compute the finished 5-minute metric windows after the load (by default those of the last "
+        "day that new data touched, and every one since the newest stored: docs/otlp.md)",
     )
     p.set_defaults(func=cmd_load)
 
@@ -909,6 +954,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_collect)
 
     oncall.add_commands(sub, _port)
+    labels_review.add_commands(sub)
     return parser
 
 

@@ -31,6 +31,7 @@ from routerscope.pipelines.core import metrics_window, unit_of_work
 from routerscope.pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
 from routerscope.router.backends import OpenAICloud, gemma_path
 from routerscope.router.engine import Request, Router
+from routerscope.router.label_design import DEFAULT_DESIGN
 from routerscope.router.model_worker import ModelCrashed, WorkerDevice
 from routerscope.router.policy import PolicyStore
 from routerscope.router.replay import FirstAnswers
@@ -71,7 +72,9 @@ def simulate(
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     start = start or default_start(span)
-    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, e)  # noqa: E731
+    # the labeling design fixed at decision time (docs/metrics.md §3d): each live event records its stratum's π
+    design = DEFAULT_DESIGN
+    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, design.stamp(e))  # noqa: E731
     on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
     try:
@@ -87,6 +90,7 @@ def simulate(
                 on_event=on_event,
                 on_breaker_event=on_breaker_event,
                 on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+                design=design,  # its drawn events: a SIMULATED judge, and reviewers answering from ground truth
             )
             bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
             try:

@@ -34,6 +34,26 @@ def _estimate(g: dict[str, Any], key: str) -> str:
     return f"{_pct(est['rate'])}{_ci(est['ci'])} n_eff {_num(est['n_eff'], 0)}, coverage {_pct(est['coverage'])}{low}"
 
 
+def _ppi(g: dict[str, Any], key: str) -> str:
+    """A §3d estimate: `30.0% [17.7%, 42.3%] judged 150, human 60`; `—` (with why) when the judge is not audited."""
+    est = g.get(key)
+    if not est:
+        return f"{_pct(None)} ({g.get('judge_warning') or 'nothing judged'})"
+    return f"{_pct(est['rate'])}{_ci(est['ci'])} judged {est['n_judged']:,}, human {est['n_human']:,}"
+
+
+def _judge(g: dict[str, Any]) -> str:
+    """§3d's audit: `80.0% [68.2%, 88.2%] of 60, accepts 75.0% of bad, rejects 0.0% of good ⚠ …`."""
+    a = g.get("judge_agreement") or {}
+    if not a.get("n_human"):
+        return f"{_pct(None)} ({g.get('judge_warning') or 'no human verdicts'})"
+    warn = f" ⚠ {g['judge_warning']}" if g.get("judge_warning") else ""
+    return (
+        f"{_pct(a['agreement'])}{_ci(a['ci'])} of {a['n_human']}, accepts {_pct(a['accept_bad'])} of bad, "
+        f"rejects {_pct(a['reject_good'])} of good{warn}"
+    )
+
+
 ROWS = (
     ("requests", lambda g: str(g["requests"])),
     ("entered device", lambda g: str(g["device_entered"])),
@@ -81,6 +101,11 @@ ROWS = (
         lambda g: f"{_pct(g['route_accuracy'])}{_ci(g['route_accuracy_ci'])} of {g.get('route_labeled', 0)}",
     ),
     ("route accuracy, population est.", lambda g: _estimate(g, "route_accuracy_est")),  # what the rollback rule reads
+    # docs/metrics.md §3d: the judge's verdicts corrected by people's, and how far the judge agrees with them
+    ("false fallbacks, corrected", lambda g: _ppi(g, "false_fallback_ppi")),
+    ("missed fallbacks, corrected", lambda g: _ppi(g, "missed_fallback_ppi")),
+    ("route accuracy, corrected", lambda g: _ppi(g, "route_accuracy_ppi")),
+    ("judge agreement with people", _judge),
     (
         "offload failure / degrade trigger",
         lambda g: (
@@ -202,6 +227,8 @@ def review(kind: str, report: dict[str, Any]) -> str:
             lines.append(f"  {'':<18}   evidence: {_review.evidence(g)}")
             if r.get("answer_check"):  # the serve-time check of its answers (docs/router.md); `unchecked`: none
                 lines.append(f"  {'':<18}   answers checked at serve time: {r['answer_check']}")
+            if "judge_agreement" in r:  # docs/metrics.md §3d: the judge behind the quality gate, audited by people
+                lines.append(f"  {'':<18}   judge: {_judge(r)}")
         lines.append(
             "  docs/sources.md#seed-003: first the token screen (p90 input + output <= 400 tokens, else not "
             "scored); gates: peak memory <= 40 % and resident <= 25 % of the lowest target tier, device p95 <= 10 s "

@@ -84,6 +84,8 @@ V2_ONLY_FIELDS = (
     "gateway_deadline_ms",
     "answer_check",
     "device_input_tokens",
+    "label_pi",
+    "label_design_id",
 )
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
@@ -183,6 +185,10 @@ class DecisionEvent(_Event, frozen=True):
     # bound it used without one)
     answer_check: Annotated[str, Meta(pattern=r"\A[a-z][a-z_]{0,31}\Z")] | UnsetType = UNSET
     device_input_tokens: NonNegInt | UnsetType = UNSET
+    # the labeling design fixed at decision time (docs/metrics.md §3d): the inclusion probability of the request's
+    # stratum (task type × confidence bucket) in the judge's sample, and the design that gave it
+    label_pi: Share | UnsetType = UNSET
+    label_design_id: Annotated[str, Meta(min_length=1, max_length=64)] | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
@@ -195,6 +201,8 @@ _ABSENT_WHEN_NONE = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "label_pi",
+    "label_design_id",
 )
 
 

@@ -138,6 +138,8 @@ def decision_ranges_hold(e) -> bool:
             and e.gateway_deadline_ms is UNSET
             and e.answer_check is UNSET
             and e.device_input_tokens is UNSET
+            and e.label_pi is UNSET
+            and e.label_design_id is UNSET
             and e.reason not in V2_ONLY_REASONS
             and all(a.abandoned is UNSET for a in e.attempts)
         )

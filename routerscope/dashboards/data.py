@@ -386,6 +386,21 @@ def explorer_histogram(start: datetime, end: datetime, where: decision_queries.E
     return frame
 
 
+def pseudonyms(session_id: str, request_id: str) -> tuple[str, str]:
+    """A searched session and request id as the SDK records them (their keyed hashes under the deployment's
+    key, docs/operations.md): the Explorer finds a decision by the id the user knows."""
+    from routerscope.instrumentation import pii  # deferred: the key is read only when an id is searched
+
+    if not session_id and not request_id:
+        return "", ""
+    if pii._key is None:
+        pii.configure(_settings().home)
+    return (
+        pii.pseudonymise(session_id) if session_id else "",
+        pii.pseudonymise_request_id(request_id) if request_id else "",
+    )
+
+
 @st.cache_data(ttl=TTL)
 def device_tiers() -> list[str]:
     return _read(decision_queries.device_tiers)

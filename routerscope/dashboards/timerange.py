@@ -35,6 +35,7 @@ PAGES = (
     ("app_pages/review.py", "Offload review"),
     ("app_pages/quality.py", "Data quality"),
     ("app_pages/explorer.py", "Explorer"),
+    ("app_pages/labels_review.py", "Human review"),
 )
 
 
@@ -116,10 +117,18 @@ def _shown(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
+# What GitHub-flavoured Markdown turns into a link by itself, escapes or not (the renderer finds them in the
+# text after escapes are read): `http://` and `https://`, `www.`, an e-mail's `@`, `mailto:` and `xmpp:`.
+_AUTOLINK = re.compile(r"https?(?=:)|www(?=\.)|@|mailto(?=:)|xmpp(?=:)", re.IGNORECASE)
+_WORD_JOINER = "\u2060"  # invisible, and no link starts across it
+
+
 def as_text(message: str) -> str:
     """`message` for `st.warning` & co., which render Markdown: every punctuation mark escaped, so a value
-    from the URL shows as the characters it is (never a link, an image or a colour), on one line."""
-    return _MARKDOWN.sub(r"\\\1", " ".join(message.split()))
+    from the URL shows as the characters it is (never a link, an image or a colour), on one line; a word
+    joiner after each autolink trigger (`https`, `www`, `@`), so no URL or address in it becomes a link."""
+    message = _AUTOLINK.sub(lambda m: m.group() + _WORD_JOINER, " ".join(message.split()))
+    return _MARKDOWN.sub(r"\\\1", message)
 
 
 def _with_problem(rng: TimeRange, problem: str) -> TimeRange:

@@ -17,15 +17,19 @@ from routerscope.core.settings import Settings
 from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import OpenAICloud, gemma_path
+from routerscope.router.label_design import DEFAULT_DESIGN as DEFAULT_HUMAN
+from routerscope.router.label_design import DESIGNS, drawn, for_review
 from routerscope.router.model_worker import WorkerDevice
 from routerscope.router.policy import PolicyStore
-from routerscope.router.replay import allocate, judge, label_for, rerun, stratum_name
+from routerscope.router.replay import allocate, judge, label_for, labeler, rerun, stratum_name
 from routerscope.router.request_store import RequestTextStore
+from routerscope.router.review_queue import ReviewQueue
 from routerscope.warehouse.analytics import alerting, quality
 from routerscope.warehouse.analytics import metrics as metric_core
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import metric_windows
 from routerscope.warehouse.queries.labels import replay_sample
+from routerscope.warehouse.queries.ppi import designed_candidates
 from routerscope.warehouse.queries.review import determinism_sample, store_reruns
 from routerscope.warehouse.sql import QueryWindow
 
@@ -61,6 +65,73 @@ def metrics_window(
         )
         rows = metric_windows.write_window(client, store_grain, start, end, result) if store_grain else 0
     return result, rows
+
+
+# How far back a load brings the 5-minute windows up to date (`catch_up_windows`): older windows that new data
+# touched are the daemon's late-data sensor's (2 hours back) or `routerscope metrics --store`'s.
+CATCH_UP_HORIZON = timedelta(days=1)
+FIVE_MINUTES = timedelta(minutes=5)
+
+
+def _floor_5m(t: datetime) -> datetime:
+    return datetime.fromtimestamp((t.timestamp() // 300) * 300, UTC)
+
+
+def catch_up_windows(
+    settings: Settings,
+    since: datetime,
+    now: datetime | None = None,
+    horizon: timedelta = CATCH_UP_HORIZON,
+    params: MetricParams = MetricParams(),
+    client=None,
+) -> list[datetime]:
+    """Bring the finished 5-minute metric windows up to date without the daemon (`routerscope load` calls it after
+    each load): every window of the last `horizon` that has ended by `now` and either received decisions or
+    labels after `since`, or lies after the newest stored window (empty ones too, so the latest window is the
+    latest that ended — docs/operations.md "Stale windows"). Computed and stored as the daemon's schedule would,
+    in one unit of work. Returns the window starts computed."""
+    now = now or datetime.now(UTC)
+    last_end = _floor_5m(now)  # windows ending at or before it have ended
+    first = _floor_5m(now - horizon)
+    with unit_of_work(settings, purpose="metric windows") if client is None else _borrowed(client) as wh:
+        touched, _ = metric_windows.windows_with_late_data(wh, since, first, 0)
+        starts = {_as_utc(s) for s in touched}
+        latest = metric_windows.latest_end(wh, "5m")
+        gap_from = max(latest, first) if latest else (min(starts) if starts else None)
+        if gap_from is not None:
+            t = _floor_5m(gap_from)
+            while t + FIVE_MINUTES <= last_end:
+                starts.add(t)
+                t += FIVE_MINUTES
+        done = sorted(s for s in starts if first <= s and s + FIVE_MINUTES <= last_end)
+        for start in done:
+            result = metric_core.compute(
+                wh,
+                start,
+                start + FIVE_MINUTES,
+                baseline_days=params.baseline_days,
+                target=params.target,
+                min_n=params.min_n,
+            )
+            metric_windows.write_window(wh, "5m", start, start + FIVE_MINUTES, result)
+    return done
+
+
+def _as_utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+class _borrowed:
+    """A client given by the caller, used as a context manager that leaves it open."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __enter__(self):
+        return self.client
+
+    def __exit__(self, *exc):
+        return False
 
 
 def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
@@ -124,18 +195,28 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
     with unit_of_work(settings, "replay sample") as client:
         # per stratum (task type × confidence bucket), over-fetched: some lack a stored text
         candidates = replay_sample(client, window, params.sample_size * 2, params.seed)
+        # the labeling design (docs/metrics.md §3d): events that carry one are judged when, and only when, drawn
+        designed = designed_candidates(client, window)
         reruns = (
             determinism_sample(client, window, params.determinism_per_task * 3, params.seed)
             if params.determinism_per_task
             else []
         )
+    with_design = {d[0] for d in designed}
+    candidates = [c for c in candidates if c[0] not in with_design]  # never sampled twice, never off the design
+    draws = [d for d in designed if drawn(d[0], d[3], d[4])][: params.designed_max]
+    human = {d[0] for d in draws if for_review(d[0], d[3], d[4], DESIGNS.get(d[4], DEFAULT_HUMAN).human_pi)}
     with RequestTextStore(settings.request_texts_path) as store:
-        texts = store.get([c[0] for c in candidates])
-        first_answers = store.answers([c[0] for c in candidates])  # the answers the threshold judged
+        texts = store.get([c[0] for c in candidates] + [d[0] for d in draws])
+        # the answers the threshold judged (a device-served event's: the answer served)
+        first_answers = store.answers([c[0] for c in candidates] + [d[0] for d in draws])
         rerun_texts = store.get([rid for rid, _, _ in reruns])
     # the sampling design: every stratum in turn, so each gets labels (its size is in the run log)
     picked = allocate([c for c in candidates if c[0] in texts], params.sample_size)
     chosen = [(rid, task, fallback_type) for rid, task, fallback_type, _, _ in picked]
+    drawn_with_text = [(rid, task, fallback_type) for rid, task, fallback_type, _, _ in draws if rid in texts]
+    log(f"labeling design: {len(designed)} unjudged events carry one, {len(draws)} drawn, {len(human)} for people")
+    chosen = drawn_with_text + chosen
     strata: dict[str, dict[str, int]] = {}
     for rid, task, _, bucket, size in candidates:
         s = strata.setdefault(stratum_name(task, bucket), {"unreplayed": size, "fetched": 0, "with_text": 0})
@@ -157,7 +238,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
             to_rerun.append((rid, task_type, event_time))
     log(f"{len(candidates)} unreplayed fallbacks sampled, {len(texts)} with stored text, replaying {len(chosen)}")
     policy = PolicyStore().current()  # ROUTERSCOPE_POLICY, else the default policy: the current validators
-    verdicts, delivered_labels, published, groups = [], 0, 0, []
+    verdicts, delivered_labels, published, groups, queued = [], 0, 0, [], 0
     cloud = OpenAICloud(params.cloud_url, {2: params.cloud_model}) if params.cloud_url else None
     if chosen or to_rerun:
         # the model in a worker process: a native crash cannot freeze this process, which opens the warehouse
@@ -177,6 +258,21 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
                 )
                 verdicts.append(verdict)
                 label = label_for(verdict, fallback_type, datetime.now(UTC), device.model)
+                if rid in human:  # the design's uniform share for a person, whatever the judge said
+                    with ReviewQueue(settings.request_texts_path) as queue:
+                        queue.add(
+                            rid,
+                            task_type,
+                            fallback_type,
+                            texts[rid][1],
+                            verdict.answer,
+                            verdict.reference,
+                            verdict.acceptable,
+                            verdict.reason,
+                            labeler(verdict, device.model),
+                            datetime.now(UTC),
+                        )
+                    queued += 1
                 if label is not None:  # free text without a cloud answer: no verdict, no label
                     tel.send(names.TOPIC_LABELS, rid, label)
                     published += 1
@@ -207,6 +303,12 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
         "published": delivered_labels,
         "unjudged": sum(v.acceptable is None for v in verdicts),
         "judged_kept_answer": sum(v.kept for v in verdicts),  # the device's first answer, not a re-generation
+        "designed_drawn": len(draws),  # events the labeling design drew (judged when their text is stored)
+        "designed_judged": len(drawn_with_text),
+        "queued_for_review": queued,  # the design's human share, queued for a person (routerscope review next)
+        # the cloud's answers fetched as references (events that never reached the cloud): calls and output tokens
+        "reference_calls": sum(v.reference_calls for v in verdicts),
+        "reference_tokens_out": sum(v.reference_tokens for v in verdicts),
         # the sampling design (task type × confidence bucket): per stratum, its unreplayed fallbacks, those sampled
         # with a stored text, and those replayed
         "strata": {name: {"replayed": 0, **s} for name, s in sorted(strata.items())},

@@ -33,6 +33,7 @@ class ReplayConfig(dg.Config):
     # verdict it
     # does not give is no label). Measure the model first: `bench/judge.py --cloud-url URL --model NAME`
     rubric: bool = True
+    designed_max: int = 500  # drawn events judged per run (the rest wait for the next run, still drawn)
     determinism_per_task: int = 5  # requests of each task type re-run for determinism (0: none)
     reruns: int = 3  # runs per determinism group
 

@@ -184,6 +184,8 @@ def load_yaml(text: str, source: str = "policy"):
         raise ConfigError(f"{source}: refused, {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: refused, nested too deep") from None
+    except (ValueError, OverflowError) as exc:  # a number past what Python reads (a 100,000-digit `version`)
+        raise ConfigError(f"{source}: refused, a value it cannot read ({_first_line(exc)[:120]})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML ({_first_line(exc)})") from None
 

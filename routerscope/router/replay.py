@@ -84,6 +84,9 @@ class Verdict:
     # cloud_rubric | validator | none)
     reason: str = ""  # why not acceptable (or no verdict), short; goes into the label's labeler
     kept: bool = False  # the device's first (thresholded) answer, kept by the router, rather than a re-generation
+    reference_calls: int = 0  # cloud calls made to fetch the reference (its cost: the run's figures count them)
+    reference_tokens: int = 0  # the output tokens those calls returned
+    reference: str | None = None  # the cloud's answer it was judged against (in memory, for the review queue)
 
 
 def judge(
@@ -95,13 +98,16 @@ def judge(
     cloud: CloudBackend | None = None,
     first_answer: str | None = None,
     rubric: bool = True,
+    cloud_answer: str | None = None,
 ) -> Verdict:
     """The device's answer to `text`, judged for meaning (`routerscope.router.judge`). `first_answer`: the answer the
     router's threshold actually turned down, when the request store kept it — judged instead of a fresh
     re-generation (which would judge another answer than the one the route was decided on). The cloud (level
     2) is asked only where its answer helps (`routerscope.router.judge.wants_reference`); for free text its answer does
     not
-    settle, the cloud model judges by the rubric unless `rubric` is False (`routerscope.router.judge.RUBRIC`)."""
+    settle, the cloud model judges by the rubric unless `rubric` is False (`routerscope.router.judge.RUBRIC`).
+    `cloud_answer`: the cloud's answer the request already got (a fallback), used as the reference; without it the
+    cloud is asked once (`reference_calls`), since a structured answer is accepted only on a match with it."""
     cap = policy.capability(task_type)
     max_tokens = min(cap.max_output_tokens or REPLAY_MAX_TOKENS, REPLAY_MAX_TOKENS)
     if first_answer is not None:
@@ -117,20 +123,24 @@ def judge(
         if method == "none":
             return Verdict(request_id, task_type, None, outcome, answer, "none", "no_reference", kept)
         return Verdict(request_id, task_type, False, outcome, answer, "device", f"no_answer:{outcome}", kept)
-    reference = None
+    reference, calls, tokens = cloud_answer, 0, 0
     if (
-        wants_reference(cap)
+        reference is None
+        and wants_reference(cap)
         and cloud is not None
         and not (cap.validator and not validate(cap.validator, answer, cap.pattern))
     ):
+        calls = 1
         try:
             ref = cloud.complete(text, level=2, max_tokens=max_tokens, timeout_ms=REPLAY_TIMEOUT_MS)
-            reference = ref.text if ref.outcome == "ok" else None
+            reference, tokens = (ref.text if ref.outcome == "ok" else None), ref.tokens_out
         except Exception:  # a cloud that cannot answer gives no verdict, not a crash of the weekly job
             reference = None
     ask = rubric_asker(cloud) if rubric and cloud is not None and needs_reference(cap) else None
     j = judge_answer(cap, text, answer, reference, validate, ask)
-    return Verdict(request_id, task_type, j.acceptable, outcome, answer, j.method, j.reason, kept)
+    return Verdict(
+        request_id, task_type, j.acceptable, outcome, answer, j.method, j.reason, kept, calls, tokens, reference
+    )
 
 
 RUBRIC_MAX_TOKENS = 4  # one word (`ACCEPTABLE`, `UNACCEPTABLE`) and room for a stray mark before it

@@ -56,6 +56,8 @@ DECISION_COLUMNS = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "device_resident_mem_mb",  # contract v2, optional (migration 0016)
+    "label_pi",  # contract v2, optional (migration 0040): the labeling design's inclusion probability
+    "label_design_id",
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",

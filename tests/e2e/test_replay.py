@@ -103,11 +103,12 @@ def test_replay_labels_move_the_false_fallback_estimate(home):
             "short_summary [0.00, 0.45)": one,
             "slot_extract [0.00, 0.45)": one,
         }
-        # the declared meaning decides f1 (a label) and f3 (grounded fields): always a verdict. Free text (f0 f2
-        # f4) is judged by token-F1 agreement with the cloud's answer, or where that is unclear by the cloud model's
-        # rubric (the stand-in, Gemma 270M, echoes its prompt instead of a verdict: no verdict); never by being
-        # non-empty
-        assert {"f1", "f3"} <= set(judged)
+        # f1 (a label) and f3 (grounded fields) are compared with the cloud's answer, fetched for them (its calls
+        # counted): accepted only on a match, rejected on another label or value, no verdict without a usable one.
+        # Free text (f0 f2 f4) is judged against the cloud's answer, or where that settles nothing by the cloud
+        # model's rubric (the stand-in, Gemma 270M, echoes its prompt instead of a verdict: no verdict); never by
+        # being non-empty
+        assert replay["reference_calls"] >= 1 and replay["reference_tokens_out"] >= 0
         assert set(replay["judged_by"]) <= {"labels", "fields", "cloud_agreement", "cloud_rubric", "none"}
         assert replay["judged_by"]["labels"] == replay["judged_by"]["fields"] == 1
         # determinism (docs/sources.md#seed-004-2): the five live device-entered requests with text, each re-run 3

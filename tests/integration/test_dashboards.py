@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
@@ -343,7 +343,10 @@ def test_review_page_lists_divergence_samples_without_their_texts(populated):
         )
     app = render("review.py")
     table = next(d.value for d in app.dataframe if "device_hash" in d.value.columns)
-    assert list(table["request_id"]) == ["r-div"] and table["input_tokens"].iloc[0] == 600
+    from routerscope.instrumentation.pii import pseudonymise_request_id
+
+    # kept under the id as decision events carry it (its keyed hash): the Explorer finds it by either
+    assert list(table["request_id"]) == [pseudonymise_request_id("r-div")] and table["input_tokens"].iloc[0] == 600
     assert not any(c.endswith("_text") for c in table.columns)  # the texts stay in the store
 
 
@@ -862,3 +865,38 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         assert [m for m in histogram["marks"] if "mode: shadow" in m] and not [
             m for m in histogram["marks"] if "mode: live" in m
         ]
+
+
+@pytest.mark.slow
+def test_the_human_review_page_shows_both_answers_and_the_judges_verdict_and_records_a_reviewers(populated):
+    from routerscope.router.review_queue import ReviewQueue
+
+    with ReviewQueue(populated.request_texts_path) as queue:
+        queue.add(
+            "req-h1",
+            "tool_call",
+            "quality",
+            "Set an alarm for 7 am",
+            '{"tool": "set_alarm", "time": "19:00"}',
+            '{"tool": "set_alarm", "time": "07:00"}',
+            False,
+            "differs:time",
+            "offline-replay:tools:judge-3:kept:gemma:differs:time",
+            datetime(2026, 11, 29, tzinfo=UTC),
+        )
+    app = render("labels_review.py")
+    shown = [c.value for c in app.code]
+    assert shown == [
+        "Set an alarm for 7 am",
+        '{"tool": "set_alarm", "time": "19:00"}',
+        '{"tool": "set_alarm", "time": "07:00"}',
+    ]
+    assert any("not acceptable" in m.value and "differs:time" in m.value for m in app.markdown)
+    app.text_input(key="reviewer").input("ana")
+    app.radio[0].set_value("not acceptable")
+    app.button[0].click().run()
+    assert not app.exception, app.exception
+    # no broker in this home: the page says so, and records nothing a label could not carry
+    assert len(app.error) == 1 and app.error[0].value.startswith("Not recorded: no Kafka broker configured")
+    with ReviewQueue(populated.request_texts_path) as queue:
+        assert queue.get("req-h1").reviewed_at is None

@@ -558,3 +558,44 @@ def test_one_rollback_recommendation_pages_once_however_many_of_its_rules_fire()
     step = transition(replace(rule, name="rollback_route_accuracy"), "short_reply", BreachStreak(False),
                       replace(route, notify_state=GROUPED), "v", t0 + timedelta(hours=1))  # fmt: skip
     assert step[0] == "resolved" and step[1].notify_state == GROUPED
+
+
+def test_the_route_accuracy_rollback_reads_the_corrected_estimate_where_a_window_has_one_and_names_it():
+    """docs/metrics.md §3d: a window whose route accuracy the judge's verdicts and people's corrections estimate
+    (`route_accuracy_ppi`) is read from that, interval included; a window without one reads §3c's. The episode's
+    signal names what it read."""
+    from routerscope.warehouse.analytics.rollback import _signal
+
+    rule = _rollback_rule("rollback_route_accuracy")
+    est = {"rate": 0.97, "ci": [0.9, 0.99], "n_eff": 200.0, "coverage": 1.0}
+    corrected = {"rate": 0.8, "ci": [0.7, 0.9], "coverage": 1.0, "n_judged": 300, "n_human": 40}
+    rows = [
+        ("short_reply", T0 + k * STEP, {"route_accuracy_est": est, "route_labeled": 200, "route_accuracy_ppi": p})
+        for k, p in enumerate((corrected, corrected, corrected))
+    ]
+    rows.append(
+        ("short_reply", T0 + 3 * STEP, {"route_accuracy_est": est, "route_labeled": 200, "route_accuracy_ppi": None})
+    )
+    points = series_by_scope(rule, rows)["short_reply"]
+    assert [(p.value, p.interval, p.read) for p in points] == [
+        (0.8, [0.7, 0.9], "route_accuracy_ppi.rate"),
+    ] * 3 + [(0.97, [0.9, 0.99], None)]
+    verdict = evaluate(rule, points[:3], T0 + 2 * STEP)
+    assert verdict.breaching  # the judge alone (§3c over its labels) said 0.97 [0.90, 0.99]: no evidence
+    alert = transition(rule, "short_reply", verdict, None, "v1", NOW)[1]
+    trip = json.loads(alert.trip_values)
+    assert [w["read"] for w in trip["windows"]] == ["route_accuracy_ppi.rate"] * 3
+    assert _signal({"rule": rule.name, "trip_values": trip}) == "route_accuracy_ppi"
+
+
+def test_route_accuracy_as_of_arrival_is_corrected_only_by_the_verdicts_that_had_arrived():
+    from routerscope.warehouse.analytics.alerting.engine import as_of_arrival
+
+    # one stratum: N 100, judged 100 with 95 right routes, 40 audited with Σ(Y − Ŷ) = −8: 0.95 − 0.2 = 0.75
+    strata = {"ra": [(100, 60, 50)], "ra_ppi": [(100, 100, 95, 40, -8, 8)]}
+    out = as_of_arrival({"route_accuracy_ppi": {"rate": 0.1}, "missed_fallback_ppi": {"rate": 0.5}}, strata)
+    assert out["route_accuracy_ppi"]["rate"] == pytest.approx(0.75) and out["route_accuracy_ppi"]["n_human"] == 40
+    assert out["missed_fallback_ppi"] is None  # not recomputed as of arrival: never read from later labels
+    assert (
+        as_of_arrival({}, {"ra": [(100, 60, 50)], "ra_ppi": [(100, 100, 95, 29, -8, 8)]})["route_accuracy_ppi"] is None
+    )

@@ -45,21 +45,60 @@ def test_wrong_but_well_formed_answers_are_not_acceptable(task_type, text, answe
     assert answer not in label.labeler  # the answer itself is never published
 
 
-def test_golden_set_agrees_with_hand_verdicts_per_task_type():
-    """bench/judge.py's figure as a floor: on every task type, the decided cases agree with the hand at >= 0.9,
-    and a free-text case the judge cannot settle gets no verdict rather than a default."""
+def test_golden_set_never_accepts_a_bad_answer_and_agrees_where_it_decides():
+    """bench/judge.py's figures as floors, subtly wrong answers included (tests/support/judge_golden.py SUBTLE): no
+    bad answer is accepted, the verdicts given agree with the hand at >= 0.95 (overall and per task type), and at
+    least half of the good answers are accepted; the rest may get no verdict, never a default."""
     rows = defaultdict(list)
     for case in GOLDEN:
         j = judge_answer(POLICY.capability(case.task_type), case.text, case.answer, case.reference, validate)
         rows[case.task_type].append((case, j))
     assert set(rows) == {"intent_classify", "slot_extract", "tool_call", "code_snippet", "short_reply", "short_summary"}
-    for task_type, pairs in rows.items():
+    everything = [pair for pairs in rows.values() for pair in pairs]
+    accepted_bad = [(c.answer, c.note) for c, j in everything if j.acceptable is True and not c.acceptable]
+    assert accepted_bad == []
+    for task_type, pairs in [*rows.items(), ("overall", everything)]:
         decided = [(c, j) for c, j in pairs if j.acceptable is not None]
         assert len(pairs) >= 10 and decided, task_type
         agreement = sum(c.acceptable == j.acceptable for c, j in decided) / len(decided)
-        assert agreement >= 0.9, (task_type, [(c.answer, j) for c, j in decided if c.acceptable != j.acceptable])
-        if POLICY.capability(task_type).answer:  # declared meaning: always a verdict
-            assert len(decided) == len(pairs), task_type
+        assert agreement >= 0.95, (task_type, [(c.answer, j) for c, j in decided if c.acceptable != j.acceptable])
+    good = [(c, j) for c, j in everything if c.acceptable]
+    assert sum(j.acceptable is True for _, j in good) / len(good) >= 0.5
+
+
+def test_a_structured_answer_without_the_clouds_is_never_accepted():
+    """A valid label, grounded fields or a valid tool call may all be the wrong one: only the cloud's answer to
+    the same request can tell, so without it there is no verdict (a reject rule may still fire)."""
+    for task_type, answer in (
+        ("intent_classify", "play_music"),
+        ("slot_extract", '{"city": "Paris", "day": "Friday"}'),
+        ("tool_call", '{"tool": "lookup", "query": "museum opening hours"}'),
+        ("code_snippet", "xs[::-1]"),
+    ):
+        text = "a table in Lyon, not in Paris, on Friday: museum"
+        j = judge_answer(POLICY.capability(task_type), text, answer, None, validate)
+        assert j.acceptable is None, (task_type, j)
+
+
+@pytest.mark.parametrize(
+    "subject, answer, verdict",
+    [
+        ("a table in Paris on Friday", '{"city": "Paris", "day": "Friday"}', True),  # the one name, the one day
+        ("flights to Tokyo next Monday", '{"city": "Tokyo", "day": "next Monday"}', True),
+        ("flights to Tokyo next Monday", '{"city": "Tokyo", "day": "Monday"}', None),  # part of the date
+        ("a table in Paris on Friday", '{"city": "Friday", "day": "Paris"}', None),  # swapped
+        ("a table in Lyon, not in Paris, on Friday", '{"city": "Lyon", "day": "Friday"}', None),  # two names
+        ("a table in Paris on Friday or Saturday", '{"city": "Paris", "day": "Friday"}', None),  # two days
+        ("a table in Paris on Friday", '{"city": "Paris", "day": "on"}', False),  # a stop word
+    ],
+)
+def test_extraction_without_the_clouds_answer_is_accepted_only_where_the_request_leaves_no_choice(
+    subject, answer, verdict
+):
+    from routerscope.router.sim.texts import TEXTS
+
+    text = TEXTS["slot_extract"][0].format(subject)
+    assert judge_answer(POLICY.capability("slot_extract"), text, answer, None, validate).acceptable is verdict
 
 
 @pytest.mark.parametrize("task_type", ["short_reply", "short_summary"])
@@ -85,10 +124,13 @@ def test_the_kept_first_answer_is_judged_not_a_regeneration():
     device = InstantDevice(DeviceResult("weather", None, "none", 3, 1.0, 2.0, "ok"))  # what a re-run would say
     verdict = judge(device, POLICY, "r1", "intent_classify", "Classify: play some jazz", first_answer="banana")
     assert (verdict.acceptable, verdict.kept, verdict.answer) == (False, True, "banana")
-    assert ":judge-2:kept:" in label_for(verdict, "quality", NOW, "gemma").labeler
+    assert ":judge-3:kept:" in label_for(verdict, "quality", NOW, "gemma").labeler
 
 
-def test_the_cloud_is_asked_only_where_its_answer_helps():
+def test_the_clouds_answer_is_fetched_as_the_reference_and_its_cost_counted():
+    """An event that never reached the cloud has no reference: the replay asks the cloud (level 2) for one, and
+    the verdict says it did, so the run can count the calls and their cost."""
+
     class CountingCloud(InstantCloud):
         calls = 0
 
@@ -96,10 +138,12 @@ def test_the_cloud_is_asked_only_where_its_answer_helps():
             CountingCloud.calls += 1
             return super().complete(*args, **kwargs)
 
-    cloud = CountingCloud(CloudResult('{"city": "Paris", "day": "Friday"}', 5.0, "ok", 3))
+    cloud = CountingCloud(CloudResult('{"city": "Lyon", "day": "Friday"}', 5.0, "ok", 3))
     device = InstantDevice(DeviceResult('{"city": "Paris", "day": "Friday"}', None, "none", 3, 1.0, 2.0, "ok"))
-    assert judge(device, POLICY, "r1", "slot_extract", "a table in Paris on Friday", cloud).acceptable is True
-    assert CountingCloud.calls == 0  # grounding decides extraction; the cloud's JSON is not needed
+    verdict = judge(device, POLICY, "r1", "slot_extract", "a table in Lyon, not in Paris, on Friday", cloud)
+    assert (verdict.acceptable, verdict.reason, verdict.reference_calls) == (False, "differs:city", 1)
+    assert CountingCloud.calls == 1
+    assert judge(device, POLICY, "r2", "slot_extract", "a table in Lyon, not in Paris, on Friday").acceptable is None
 
 
 def test_the_default_policy_declares_meaning_for_its_structured_task_types():
@@ -161,7 +205,7 @@ def test_free_text_the_agreement_cannot_settle_goes_to_the_rubric_and_its_verdic
         return ask
 
     j = judge_answer(cap, text, answer, reference, validate, cloud_says("ACCEPTABLE"))
-    assert (j.acceptable, j.method, j.labeler) == (True, "cloud_rubric", "cloud_rubric:judge-2")
+    assert (j.acceptable, j.method, j.labeler) == (True, "cloud_rubric", "cloud_rubric:judge-3")
     system, user = asked[-1]
     assert system == {"role": "system", "content": RUBRIC}
     assert f"Reference reply: {reference}" in user["content"] and f"Reply to grade: {answer}" in user["content"]
@@ -201,4 +245,31 @@ def test_the_replay_asks_the_same_cloud_for_its_rubric_verdict_and_labels_it():
     )
     assert (v.acceptable, v.judged_by) == (False, "cloud_rubric")
     assert cloud.prompts[1].messages[0]["content"].startswith("You grade a reply")
-    assert label_for(v, "quality", NOW, "gemma").labeler.startswith("offline-replay:cloud_rubric:judge-2:kept:gemma")
+    assert label_for(v, "quality", NOW, "gemma").labeler.startswith("offline-replay:cloud_rubric:judge-3:kept:gemma")
+
+
+@pytest.mark.parametrize("task_type", ["slot_extract", "tool_call"])
+def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type):
+    """`[` × 100,000 raised RecursionError out of the judge (and the weekly replay) before."""
+    cap = POLICY.capability(task_type)
+    deep = "[" * 100_000
+    j = judge_answer(cap, "a table in Paris on Friday", deep, '{"city": "Paris", "day": "Friday"}', validate)
+    assert (j.acceptable, j.reason) == (False, "not_json")
+    fine = (
+        '{"city": "Paris", "day": "Friday"}' if task_type == "slot_extract" else '{"tool": "weather", "city": "Paris"}'
+    )
+    text = "a table in Lyon, not in Paris, on Friday"
+    assert judge_answer(cap, text, fine, deep, validate).acceptable is None  # no usable reference
+
+
+@pytest.mark.parametrize(
+    "answer, reference, verdict",
+    [
+        ("Don't mention it!", "You're welcome, don't mention it!", True),  # courtesy, not a negation
+        ("No, the store is not open on Sundays.", "Yes, it is open on Sundays from 10 to 4.", False),
+        ("Yes, it opens at 9 am.", "Yes, it opens at 10 am.", False),  # another clock time
+    ],
+)
+def test_free_text_facts(answer, reference, verdict):
+    cap = POLICY.capability("short_reply")
+    assert judge_answer(cap, "Reply: is the store open?", answer, reference, validate).acceptable is verdict

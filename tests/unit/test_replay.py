@@ -57,10 +57,20 @@ def cloud_says(text, outcome="ok"):
     "task_type, device, cloud, acceptable, judged_by",
     [
         # what the policy declares for the task type decides, not the validator's form check
+        # structured answers are accepted only on a match with the cloud's answer; without one, no verdict
+        (
+            "slot_extract",
+            device_says('{"city": "Paris", "day": "Friday"}'),
+            cloud_says('{"city": "Paris", "day": "Friday"}'),
+            True,
+            "fields",
+        ),
+        # without it, only where the request leaves no choice (one name, one day)
         ("slot_extract", device_says('{"city": "Paris", "day": "Friday"}'), None, True, "fields"),
         ("slot_extract", device_says('{"city": "Paris"}'), cloud_says("something else"), False, "fields"),  # no day
         ("slot_extract", device_says("Paris"), None, False, "fields"),
-        ("intent_classify", device_says("play_music"), None, True, "labels"),
+        ("intent_classify", device_says("play_music"), cloud_says("play_music"), True, "labels"),
+        ("intent_classify", device_says("play_music"), None, None, "labels"),
         ("intent_classify", device_says("play_music"), cloud_says("weather"), False, "labels"),  # the cloud disagrees
         ("intent_classify", device_says("", "timeout"), None, False, "device"),
         # free text: a non-empty answer proves nothing; agreement with the cloud's answer by token F1

@@ -330,8 +330,9 @@ def test_a_bad_value_is_one_line_naming_the_key_and_a_running_router_keeps_the_l
             "aliases expanded",
         ),
         ("version: 1\ncapabilities: {}\nx: " + "[" * 20_000 + "]" * 20_000 + "\n", "nested more than 16 levels deep"),
+        ("version: " + "1" * 100_000 + "\ncapabilities: {}\n", "refused, a value it cannot read"),
     ],
-    ids=["alias bomb", "deep nesting"],
+    ids=["alias bomb", "deep nesting", "100,000-digit version"],
 )
 def test_hostile_yaml_is_refused_before_it_costs_memory(tmp_path, text, message):
     from routerscope.core.errors import ConfigError

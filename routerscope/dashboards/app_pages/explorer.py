@@ -76,7 +76,10 @@ if incident:
     back = timerange.back_params(params.get("back", ""))  # On-call's range when it opened the incident
     timerange.link(right, "app_pages/oncall.py", "← Back to On-call", back or rng.params())
 
-where = ExplorerFilter(level=int(level_text) if level_text else -1, **chosen)
+session_hash, request_hash = data.pseudonyms(chosen["session_id"], chosen["request_id"])  # as the SDK records ids
+where = ExplorerFilter(
+    level=int(level_text) if level_text else -1, session_hash=session_hash, request_hash=request_hash, **chosen
+)
 first = data.explorer(rng.start, rng.end, where, PAGE_SIZE, 0)
 total = first[1]
 pages = max(1, -(-total // PAGE_SIZE))

@@ -331,6 +331,36 @@ if not daily.empty:
         st.caption("No labeled days yet.")
 
 # -- cloud calls per session -------------------------------------------------------------------------
+# docs/metrics.md §3d: the judge's verdicts corrected by people's, and how far the judge agrees with them
+st.subheader("Corrected by human review")
+if group.get("judge_warning"):
+    st.warning(f"{task_type}: {group['judge_warning']}; the estimates above rest on its verdicts unchecked.")
+audit = group.get("judge_agreement") or {}
+corrected = st.columns(4)
+for column, (title, key) in zip(
+    corrected,
+    (
+        ("False fallbacks, corrected", "false_fallback_ppi"),
+        ("Missed fallbacks, corrected", "missed_fallback_ppi"),
+        ("Route accuracy, corrected", "route_accuracy_ppi"),
+    ),
+):
+    est = group.get(key)
+    if est:
+        column.metric(title, pct(est["rate"]), help=f"{key}: judge part + human correction (docs/metrics.md §3d)")
+        column.caption(f"{ci_text(est['ci'])} · judged {est['n_judged']} · human {est['n_human']}")
+    else:
+        column.metric(title, "—", help=f"{key}: null below 30 human verdicts; the §3c estimate stands")
+corrected[3].metric(
+    "Judge agrees with people",
+    pct(audit.get("agreement")),
+    help="over events with both a judge and a human verdict (docs/metrics.md §3d)",
+)
+corrected[3].caption(
+    f"{ci_text(audit.get('ci'))} · n {audit.get('n_human', 0)} · accepts {pct(audit.get('accept_bad'))} of bad · "
+    f"rejects {pct(audit.get('reject_good'))} of good"
+)
+
 st.header("Cloud calls per session")
 calls = group["cloud_calls_per_session"]
 k1, k2, k3 = st.columns(3)

@@ -4,8 +4,8 @@ Only values the mapping reads, each in the shape the mapping expects, pass; ever
 counted. An attribute passes when its key is on the allow-list below and its value fits its kind:
 
 * `enum`: one word (letters, digits, `_ . : / @ + -`, at most 64 characters) that the scrubber leaves as it
-  is: providers, operations, span kinds, sides, fallback types and reasons, `error.type`, each of
-  `finish_reasons`;
+  is: providers, operations, span kinds, sides, fallback types and reasons, each of `finish_reasons`;
+* `error`: `error.type`, an `enum`, or an exception's class as openai-v2 writes it (`<class 'a.B'>`: `a.B`);
 * `name`: one word of at most 128 characters that the scrubber for names leaves as it is (dates in a model
   name are not phone numbers): models, the policy version, the service's name and version;
 * `number` (an int or a double), `bool`;
@@ -63,7 +63,7 @@ SPAN = {
     S.OI_SPAN_KIND: "enum",
     S.OI_PROVIDER: "enum",
     S.OI_SYSTEM: "enum",
-    S.ERROR_TYPE: "enum",
+    S.ERROR_TYPE: "error",
     S.FINISH_REASONS: "enum",
     S.RS_SIDE: "enum",
     S.RS_FALLBACK_TYPE: "enum",
@@ -87,6 +87,8 @@ SPAN = {
     S.RS_THRESHOLD: "number",
     S.RS_DEADLINE_MS: "number",
     S.RS_HAS_PII: "bool",
+    S.GEN_AI_IS_STREAMING: "bool",  # a streamed call: without a finish reason, a stream cut mid-way
+    S.LLM_IS_STREAMING: "bool",
     S.SERVER_ADDRESS: "host",
     S.OPENAI_API_BASE: "url",
     S.CONVERSATION_ID: "id",
@@ -102,6 +104,16 @@ def _enum(value: str) -> str | None:
     if len(value) <= MAX_ENUM and _WORD.fullmatch(value) and pii.scrub(value) == value:
         return value
     return None
+
+
+_CLASS = re.compile(r"<class '([A-Za-z_][A-Za-z0-9_.]*)'>")
+
+
+def _error(value: str) -> str | None:
+    """An error type: an `enum`, or an exception's class as openai-v2 2.4b0 writes it (`<class
+    'openai.APITimeoutError'>`), reduced to its dotted name."""
+    found = _CLASS.fullmatch(value)
+    return _enum(found.group(1) if found else value)
 
 
 def _name(value: str) -> str | None:
@@ -142,6 +154,7 @@ def _task(value: str) -> str | None:
 
 _STRING_RULES: dict[str, Callable[[str], str | None]] = {
     "enum": _enum,
+    "error": _error,
     "name": _name,
     "host": _host,
     "url": _url,

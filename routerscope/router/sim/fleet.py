@@ -86,6 +86,7 @@ import msgspec
 
 from routerscope.contract.events import LABEL_SOURCES, LabelEvent, LabelSource
 from routerscope.router.engine import Request, Router
+from routerscope.router.label_design import drawn, for_review
 from routerscope.router.policy import Policy, default_policy
 from routerscope.router.replay import route_correct
 from routerscope.router.sim.backends import THROTTLE, TIERS, StatCloud, StatDevice, tier
@@ -97,6 +98,7 @@ from routerscope.router.sim.texts import (
     TASKS,
     acceptable,
     input_tokens,
+    pass_rate,
     request_text,
 )
 
@@ -293,6 +295,8 @@ class Fleet:
         on_label: Callable = lambda e: None,
         label_share: float = 0.25,
         texts=None,
+        design=None,
+        judge_errors: tuple[float, float] = (0.2, 0.03),
     ):
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
@@ -316,6 +320,12 @@ class Fleet:
             on_divergence=self._keep_divergence,
         )
         self.on_label, self.label_share = on_label, label_share
+        # the labeling design (docs/metrics.md §3d, routerscope.router.label_design): with one, the events it draws
+        # get a SIMULATED judge's label (it accepts a bad answer and rejects a good one at `judge_errors`), and its
+        # human share a SIMULATED reviewer's, who answers from this world's ground truth; other labels keep to the
+        # validator and shadow sources. Its own random stream: the fleet's decisions do not move.
+        self.design, self.judge_errors = design, judge_errors
+        self.label_rng = random.Random(seed + 4)
         self.sessions = [
             (f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)
         ]
@@ -504,16 +514,57 @@ class Fleet:
         finally:
             del self._requests[me]
 
+    def _designed_labels(self, event) -> bool | None:
+        """The design's labels of a drawn event (a judge's, and a reviewer's for the human share); its ground truth,
+        or None when the design did not draw it."""
+        design = self.design
+        answered = event.fallback_type in ("quality", "timeout") or (
+            event.fallback_type == "none" and event.degrade_level in (0, 1)
+        )
+        if design is None or event.mode != "live" or not event.entered_device or not answered:
+            return None
+        pi = design.pi(event.task_type, event.confidence, event.threshold)
+        if not drawn(event.request_id, pi, design.design_id):
+            return None
+        truth = self.label_rng.random() < pass_rate(event.task_type, event.confidence or 0.0)
+        accept_bad, reject_good = self.judge_errors
+        wrong = self.label_rng.random() < (reject_good if truth else accept_bad)
+        verdicts = [("offline_replay", truth != wrong, "sim-judge", 2)]
+        if for_review(event.request_id, pi, design.design_id, design.human_pi):
+            verdicts.append(("human_review", truth, "sim-reviewer", 30))
+        for source, ok, who, hours in verdicts:
+            self.stats["labels"] += 1
+            self.on_label(
+                LabelEvent(
+                    schema_version=1,
+                    label_id=str(uuid.UUID(int=self.label_rng.getrandbits(128))),
+                    event_time=event.event_time + timedelta(hours=hours),
+                    request_id=event.request_id,
+                    source=cast(LabelSource, source),
+                    device_acceptable=ok,
+                    route_correct=route_correct(event.fallback_type, ok),
+                    labeler=who,
+                )
+            )
+        return truth
+
     def _maybe_label(self, event) -> None:
+        truth = self._designed_labels(event)
         if not event.entered_device or event.confidence is None or self.rng.random() >= self.label_share:
             return
         ok = acceptable(self.rng, event.task_type, event.confidence)
+        ok = ok if truth is None else truth  # one ground truth per request
         # weights in LABEL_SOURCES order (the contract's LabelSource values)
         source = cast(LabelSource, self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0])
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
+        label_id = str(uuid.UUID(int=self.rng.getrandbits(128)))  # drawn whatever follows: the stream stays put
+        if self.design is not None and source in ("human_review", "offline_replay"):
+            if truth is not None:
+                return  # the design labeled it
+            source = "validator" if source == "offline_replay" else "shadow_compare"  # the design's sources only
         label = LabelEvent(
             schema_version=1,
-            label_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
+            label_id=label_id,
             event_time=event.event_time + delay,
             request_id=event.request_id,
             source=source,

@@ -17,10 +17,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import labels as label_queries
 from routerscope.warehouse.queries import level_hours
+from routerscope.warehouse.queries import ppi as ppi_queries
 from routerscope.warehouse.queries import review as review_queries
 from routerscope.warehouse.sql import QueryWindow
 
@@ -79,6 +80,8 @@ def empty_group() -> dict[str, Any]:
         "false_fallback_est": dict(stats.EMPTY_ESTIMATE),
         "missed_fallback_est": dict(stats.EMPTY_ESTIMATE),
         "route_accuracy_est": dict(stats.EMPTY_ESTIMATE),
+        # §3d: the judge's verdicts corrected by people's (null until MIN_AUDITED audited events), the audit
+        **ppi.block(None),
         "route_labeled": 0,
         "route_accuracy_ci": None,
         "device_attempts": 0,
@@ -418,6 +421,7 @@ def compute(
             client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE, local_floor=local_floor
         )
         strata = decision_queries.label_strata(client, label_queries.DEFAULT_EDGES[1:-1])  # §3c
+        designed = ppi_queries.ppi_strata(client, window, label_queries.DEFAULT_EDGES[1:-1])  # §3d
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
         ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {
@@ -437,6 +441,7 @@ def compute(
         )
         g["cost_usd"].update(all_cloud.get(key) or {})  # §11
         estimates(g, merged_strata(strata) if key is None else strata.get(key))  # §3c
+        g.update(ppi.block((ppi.merged(designed) if designed else None) if key is None else designed.get(key)))
         return g
 
     return {

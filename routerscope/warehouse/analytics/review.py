@@ -18,7 +18,7 @@ from routerscope.core.text import pct as _pct
 from routerscope.router import answers
 from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path
-from routerscope.warehouse.analytics import rollback, stats
+from routerscope.warehouse.analytics import ppi, rollback, stats
 from routerscope.warehouse.analytics.metrics import iso
 from routerscope.warehouse.analytics.stats import ratio
 from routerscope.warehouse.queries import decisions
@@ -260,12 +260,22 @@ def gate_duration(
     return out
 
 
-def gate_quality(missed_est: Mapping[str, Any], labeled: int, caught: int, missed: int, min_n: int) -> dict[str, Any]:
+def gate_quality(
+    missed_est: Mapping[str, Any],
+    labeled: int,
+    caught: int,
+    missed: int,
+    min_n: int,
+    estimate: str = "missed_fallback_est",
+    judge_warning: str | None = None,
+) -> dict[str, Any]:
     """docs/sources.md#seed-003 (loss <= 3 %, >= 90 % of bad answers caught automatically) on evidence
-    (docs/metrics.md §13): from §3c's `missed_fallback_est` and the Wilson interval of `auto_detected` =
+    (docs/metrics.md §13): from the missed-fallback estimate named by `estimate` — §3d's `missed_fallback_ppi`
+    where the judge is audited, else §3c's `missed_fallback_est` — and the Wilson interval of `auto_detected` =
     caught / (caught + missed). With fewer than `min_n` labeled device-served requests it is `unknown`; else
     `pass` when the estimate's interval ends at or below 3 % and auto_detected's starts at or above 0.9,
-    `fail` when the estimate's starts above 3 % or auto_detected's ends below 0.9, `unknown` otherwise."""
+    `fail` when the estimate's starts above 3 % or auto_detected's ends below 0.9, `unknown` otherwise.
+    `judge_warning`: what §3d says of the task type's judge (unaudited, or below 0.9 agreement), kept beside."""
     auto_ci = stats.wilson(caught, caught + missed)
     ci = missed_est.get("ci")
     if labeled < min_n:
@@ -279,7 +289,9 @@ def gate_quality(missed_est: Mapping[str, Any], labeled: int, caught: int, misse
     out = {
         "status": status,
         "missed_fallback_rate": stats.ratio(missed, labeled),
-        "missed_fallback_est": dict(missed_est),
+        "estimate": estimate,  # the estimate the gate read (docs/metrics.md §3d: the _ppi one where it exists)
+        estimate: dict(missed_est),
+        "judge_warning": judge_warning,
         "missed_limit": MISSED_LIMIT,
         "n": labeled,
         "min_n": min_n,
@@ -318,18 +330,20 @@ def token_screen(token_budget_p90: float | None, over_share: float | None = None
 def evidence(g: dict[str, Any]) -> str:
     """What each readiness gate stood on: its n, its interval and why it could not judge."""
     m, d, q = g["gate_memory"], g["gate_duration"], g["gate_quality"]
-    est = q.get("missed_fallback_est") or {}
+    est = q.get(q.get("estimate") or "missed_fallback_est") or {}
     parts = [
         f"memory on {m.get('tier') or '—'} (n {m.get('n', 0)}){'; ' + m['note'] if m.get('note') else ''}",
         f"duration n {d.get('n', 0)}, {d.get('timed_out', 0)} timed out, {d.get('errors', 0)} errored"
         f"{'; ' + d['note'] if d.get('note') else ''}{'' if d.get('streamable', True) else '; not streamable'}",
-        f"quality n {q.get('n', 0)}, missed est {_pct(est.get('rate'))}{_ci(est.get('ci'))}"
+        f"quality n {q.get('n', 0)}, {q.get('estimate') or 'missed_fallback_est'} {_pct(est.get('rate'))}"
+        f"{_ci(est.get('ci'))}"
         + (f" (labeled {_pct(q['missed_fallback_rate'])})" if q.get("missed_fallback_rate") is not None else "")
         + (
             f" ⚠ coverage {_pct(est['coverage'])}"
             if est.get("coverage") is not None and est["coverage"] < stats.LOW_COVERAGE
             else ""
         )
+        + (f" ⚠ {q['judge_warning']}" if q.get("judge_warning") else "")
         + ", auto-detected "
         f"{_pct(q.get('auto_detected'))}{_ci(q.get('auto_detected_ci'))}"
         f"{'; ' + q['note'] if q.get('note') else ''}",
@@ -551,6 +565,7 @@ def readiness_report(
     observed = review_queries.days_observed(client, window)
     rows = _task_rows(client, window) if rows is None else rows
     declared = declared or {}
+    audited = ppi.ppi_estimates(client, window.start, window.end)["by_task_type"]  # §3d
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -573,11 +588,12 @@ def readiness_report(
                 int(r.get("device_errors") or 0),
             ),
             quality=gate_quality(
-                stats.post_stratified(r["missed_strata"]),
+                *_missed_estimate(audited.get(task_type), stats.post_stratified(r["missed_strata"])),
                 int(r["missed_fallback_labeled"]),
                 caught,
                 missed_n,
                 policy.rollout_limits.min_n,
+                *_estimate_name(audited.get(task_type)),
             ),
         )
         budget = float(r["token_budget_p90"])
@@ -593,7 +609,24 @@ def readiness_report(
         out[task_type] = readiness(g, f, token_screen(budget, float(r["token_budget_over_share"])), task_type)
         # the serve-time check of its answers (docs/router.md): `unchecked` when the policy declares nothing
         out[task_type]["answer_check"] = answers.declared(cap) or "unchecked"
+        # §3d: how far the task type's judge agrees with people, said where its estimates are read
+        found = audited.get(task_type) or ppi.block(None)
+        out[task_type]["judge_agreement"] = found["judge_agreement"]
+        out[task_type]["judge_warning"] = _estimate_name(audited.get(task_type))[1]
     return {"window": _window(window, days, observed), "task_types": out}
+
+
+def _missed_estimate(block: Mapping[str, Any] | None, est: Mapping[str, Any]) -> tuple[Mapping[str, Any]]:
+    """The missed-fallback estimate the quality gate reads: §3d's where it exists, else §3c's `est`."""
+    return ((block or {}).get("missed_fallback_ppi") or est,)
+
+
+def _estimate_name(block: Mapping[str, Any] | None) -> tuple[str, str | None]:
+    """(the name of the estimate `_missed_estimate` gave, the §3d judge warning of the task type)."""
+    block = block or {}
+    name = "missed_fallback_ppi" if block.get("missed_fallback_ppi") else "missed_fallback_est"
+    warning = block.get("judge_warning") if block else f"{ppi.UNAUDITED} (0 of {ppi.MIN_AUDITED} human verdicts)"
+    return name, warning
 
 
 def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -79,8 +79,12 @@ def _in_range(episode: Mapping[str, Any], start: datetime, end: datetime) -> boo
 
 
 def _signal(episode: Mapping[str, Any]) -> str:
-    """The signal an episode breached: its rule's metric (`route_accuracy_est`), as `routerscope alerts` names it."""
-    return signal((episode.get("trip_values") or {}).get("metric") or episode["rule"])
+    """The signal an episode breached: its rule's metric (`route_accuracy_est`), as `routerscope alerts` names it,
+    or the estimate its windows read instead (`route_accuracy_ppi`, docs/metrics.md §3d: the judge's verdicts
+    corrected by people's, where the windows had one)."""
+    trip = episode.get("trip_values") or {}
+    read = next((w["read"] for w in trip.get("windows") or [] if isinstance(w, dict) and w.get("read")), None)
+    return signal(read or trip.get("metric") or episode["rule"])
 
 
 def states(episodes: Iterable[Mapping[str, Any]], start: datetime, end: datetime) -> dict[str, RollbackState]:

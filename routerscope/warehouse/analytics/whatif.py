@@ -17,7 +17,7 @@ from typing import Any
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import money as _money
 from routerscope.core.text import pct as _pct
-from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.analytics.metrics import iso, metric_group
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import whatif as whatif_queries
@@ -49,6 +49,12 @@ MOVED_KEYS = ("n", "labeled", "pass_rate", "label_coverage")
 # (`missed_fallback_est.high>0.05`): rate, the interval's low or high end, n_eff or coverage.
 ESTIMATE_KEYS = ("false_fallback_est", "missed_fallback_est")
 ESTIMATE_PARTS = ("rate", "low", "high", "n_eff", "coverage")
+# docs/metrics.md §3d in the blocks: the same over the candidate's routes, corrected by human review. A gate naming an
+# estimate's rate, interval end or coverage reads the `_ppi` one where it exists (its line says `read …_ppi…`);
+# a gate may also name it (`missed_fallback_ppi.high>0.05`).
+PPI_KEYS = ("false_fallback_ppi", "missed_fallback_ppi")
+PPI_PARTS = ("rate", "low", "high", "coverage", "n_judged", "n_human")
+CORRECTED = {"false_fallback_est": "false_fallback_ppi", "missed_fallback_est": "missed_fallback_ppi"}
 # Rates with a Wilson interval: a gate may name the interval's ends (`missed_fallback_rate.high>0.05`).
 INTERVAL_KEYS = {"false_fallback_rate": "false_fallback_ci", "missed_fallback_rate": "missed_fallback_ci"}
 # The labels behind each labeled rate: with fewer than `--min-labeled` of them the gate does not judge it.
@@ -69,7 +75,10 @@ def _rate(part: dict, prefix: str, hits: int, labeled: int) -> None:
 
 
 def block(
-    row: Mapping[str, Any], mean_cloud_cost: float | None, strata: Mapping[str, list] | None = None
+    row: Mapping[str, Any],
+    mean_cloud_cost: float | None,
+    strata: Mapping[str, list] | None = None,
+    designed: Mapping[str, list] | None = None,
 ) -> dict[str, Any]:
     """One `current` or `candidate` block from a row of `by_candidate`. `cost_usd` is the recorded spend
     plus each new fallback's all-cloud cost (else `mean_cloud_cost`) minus each newly served request's
@@ -88,6 +97,9 @@ def block(
     # §3c: over the block's own quality fallbacks and device-served events, task type × confidence bucket
     out["false_fallback_est"] = stats.post_stratified((strata or {}).get("qf", []))
     out["missed_fallback_est"] = stats.post_stratified((strata or {}).get("mf", []))
+    # §3d over the same routes: the judge's verdicts corrected by people's (null below 30 audited events)
+    out["false_fallback_ppi"] = ppi.ppi((designed or {}).get("ff", []))
+    out["missed_fallback_ppi"] = ppi.ppi((designed or {}).get("mf", []))
     out["cloud_calls"] = int(row["calls"])
     unpriced = int(row["added_unpriced"])
     cost = None
@@ -216,13 +228,16 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
         rows = whatif_queries.by_candidate(client, candidates)
         strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1])
         summary = decision_queries.window_summary(client)
+    designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1])  # §3d
     out: dict[str, Any] = {
         "window": {"start": iso(window.start), "end": iso(window.end)},
         "caveat": CAVEAT,
         "by_task_type": {},
     }
     for t in task_types:
-        out["by_task_type"][t] = _task(float(thresholds[t]), rows.get(t), strata.get(t, {}), summary.get(t))
+        out["by_task_type"][t] = _task(
+            float(thresholds[t]), rows.get(t), strata.get(t, {}), summary.get(t), designed.get(t, {})
+        )
     return out
 
 
@@ -236,24 +251,28 @@ def sweep(client, window: QueryWindow, task_type: str, thresholds: list[float]) 
         rows = whatif_queries.by_candidate(client, candidates).get(task_type)
         strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
         summary = decision_queries.window_summary(client).get(task_type)
-    return {x: _task(x, rows, strata, summary) for x in values}
+    designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
+    return {x: _task(x, rows, strata, summary, designed) for x in values}
 
 
-def _task(x: float, per: Mapping | None, strata: Mapping, summary: Mapping | None) -> dict[str, Any]:
+def _task(
+    x: float, per: Mapping | None, strata: Mapping, summary: Mapping | None, designed: Mapping | None = None
+) -> dict[str, Any]:
     """One task type's what-if under candidate `x` from the pass's rows (`per`: candidate → counts, None the
     recorded outcomes), its §3c strata and the metric set's summary of the same events."""
     if not per or not int(per[None]["requests"]):
         return empty_task(x)
     cur, cand = per[None], per[x]
     mean_cloud_cost = stats.ratio(float(cur["cloud_cost_sum"] or 0), int(cur["cloud_cost_n"]))
-    current = block(cur, mean_cloud_cost, strata.get(None))
+    designed = designed or {}
+    current = block(cur, mean_cloud_cost, strata.get(None), designed.get(None))
     task = {
         "threshold": x,
         "recorded_threshold": {"min": cur["threshold_min"], "max": cur["threshold_max"]},
         "gated": int(cur["gated"]),
         "mean_cloud_cost_usd": mean_cloud_cost,
         "current": current,
-        "candidate": block(cand, mean_cloud_cost, strata.get(x)),
+        "candidate": block(cand, mean_cloud_cost, strata.get(x), designed.get(x)),
         "moved": moved(cand),
         "self_check": self_check(current, metric_group(summary)),
     }
@@ -278,6 +297,7 @@ def parse_gate(text: str) -> tuple[str, str, float]:
     moved_key, key, part, op, limit = m.group(1), m.group(2), m.group(3), m.group(4), float(m.group(5))
     if part:
         allowed = [f"{k}.{p}" for k in ESTIMATE_KEYS for p in ESTIMATE_PARTS]
+        allowed += [f"{k}.{p}" for k in PPI_KEYS for p in PPI_PARTS]
         allowed += [f"{k}.{p}" for k in (*INTERVAL_KEYS, "moved.pass_rate") for p in ("low", "high")]
         name = (moved_key or "") + key + part
         if name not in allowed:
@@ -297,8 +317,19 @@ def _lookup(task: Mapping[str, Any], key: str):
     return task["candidate"][key]
 
 
+def read_key(task: Mapping[str, Any], key: str) -> str:
+    """The key a gate condition is read from: an `_est` estimate's rate, interval end or coverage from the `_ppi`
+    estimate of the same population where the candidate has one (docs/metrics.md §3d), else `key` itself."""
+    name, _, part = key.partition(".")
+    corrected = CORRECTED.get(name)
+    if corrected and part in ("rate", "low", "high", "coverage") and (task.get("candidate") or {}).get(corrected):
+        return f"{corrected}.{part}"
+    return key
+
+
 def _value(task: Mapping[str, Any], key: str):
     """The value a gate condition names in a task type's result (None: unknown)."""
+    key = read_key(task, key)
     base, _, part = key.rpartition(".") if key.endswith((".low", ".high")) else (key, "", "")
     if key.startswith("moved.") and not part:
         return _lookup(task, key)
@@ -308,12 +339,13 @@ def _value(task: Mapping[str, Any], key: str):
         elif base in INTERVAL_KEYS:
             ci = task["candidate"][INTERVAL_KEYS[base]]
         else:
-            ci = task["candidate"][base]["ci"]
+            ci = (task["candidate"][base] or {}).get("ci")
         return None if ci is None else ci[0 if part == "low" else 1]
     name, _, est_part = key.partition(".")
     if not est_part:
         return task["candidate"][key]
-    return task["candidate"][name][est_part]
+    found = task["candidate"][name]
+    return None if found is None else found[est_part]
 
 
 def labels_behind(task: Mapping[str, Any], key: str) -> int | None:
@@ -342,7 +374,8 @@ def gate(
             if labels is not None and labels < min_labeled:
                 continue
             if value is not None and _OPS[op](value, limit):
-                hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}")
+                read = read_key(task, key)
+                hits.append(f"{t}: {key} {value:.6g} {op} {limit:g}" + (f" (read {read})" if read != key else ""))
     return hits
 
 
@@ -386,6 +419,14 @@ def _coverage(est: Mapping[str, Any]) -> str:
 
 
 # (label, the cell of one block): the rows of the side-by-side table (`routerscope whatif` and the tuning page)
+def _corrected(est: Mapping[str, Any] | None) -> str:
+    """A §3d estimate of a block: `20.0% [7.4%, 32.6%] judged 100, human 40`; `— (judge not audited)` below 30
+    audited events, where the §3c row above stands."""
+    if not est:
+        return f"{_pct(None)} (judge not audited)"
+    return f"{_pct(est['rate'])}{_ci(est['ci'])} judged {est['n_judged']}, human {est['n_human']}"
+
+
 ROWS = (
     ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
     (
@@ -410,6 +451,8 @@ ROWS = (
             f"{_coverage(b['missed_fallback_est'])}"
         ),
     ),
+    ("false fallbacks, corrected (§3d)", lambda b: _corrected(b.get("false_fallback_ppi"))),
+    ("missed fallbacks, corrected (§3d)", lambda b: _corrected(b.get("missed_fallback_ppi"))),
     ("cloud calls", lambda b: str(b["cloud_calls"])),
     ("cost", lambda b: _money(b["cost_usd"])),
 )

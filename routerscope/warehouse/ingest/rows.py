@@ -79,6 +79,8 @@ def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], of
         _opt([e.all_cloud_cost_usd for e in events]),
         _opt([e.rollout_stage for e in events]),
         [None if s is None else s.resident_mem_mb for s in stats],
+        _opt([e.label_pi for e in events]),
+        _opt([e.label_design_id for e in events]),
         *_lineage(topic, partitions, offsets),
     ]
 

@@ -306,13 +306,33 @@ WITH w AS (
 """
     + _ARRIVED_LABELS
     + """,
+-- docs/metrics.md §3d as of arrival: the judge's and a person's route verdicts side by side (the newest of each)
+judged AS (
+    SELECT request_id,
+           countIf(source = {judge:String}) > 0 AS has_j,
+           tupleElement(argMaxIf(tuple(route_correct), (event_time, label_id), source = {judge:String}), 1) AS jr,
+           countIf(source = {human:String}) > 0 AS has_h,
+           tupleElement(argMaxIf(tuple(route_correct), (event_time, label_id), source = {human:String}), 1) AS hr
+    FROM (
+        SELECT request_id, source, route_correct, event_time, label_id FROM $labels
+        WHERE device_acceptable IS NOT NULL AND event_time <= {as_of:DateTime64(3, 'UTC')}
+          AND source IN ({judge:String}, {human:String})
+          AND cityHash64(request_id) IN (SELECT cityHash64(request_id) FROM w)
+        LIMIT 1 BY label_id
+    )
+    GROUP BY request_id
+),
 j AS (
     SELECT w.task_type AS task_type, w.start AS start, w.bucket AS bucket, c.labeled AS labeled,
            c.acceptable AS acceptable, c.route_ok AS route_ok,
            entered_device AND fallback_type IN ('quality', 'timeout') AS judged_fallback,
            entered_device AND fallback_type = 'quality' AS quality_fallback,
-           entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served
+           entered_device AND fallback_type = 'none' AND degrade_level IN (0, 1) AS device_served,
+           ifNull(d.has_j, 0) = 1 AND d.jr IS NOT NULL AS hjr,
+           hjr AND ifNull(d.has_h, 0) = 1 AND d.hr IS NOT NULL AS hhr,
+           toInt8(ifNull(d.jr, 0)) AS jv, toInt8(ifNull(d.hr, 0)) AS hv
     FROM w LEFT JOIN chosen AS c ON w.request_id = c.request_id
+    LEFT JOIN judged AS d ON w.request_id = d.request_id
 )
 SELECT task_type, start, bucket,
        count() AS ra_N, countIf(route_ok IS NOT NULL) AS ra_n, countIf(route_ok) AS ra_k,
@@ -321,7 +341,9 @@ SELECT task_type, start, bucket,
        countIf(quality_fallback) AS qf_N, countIf(quality_fallback AND labeled = 1) AS qf_n,
        countIf(quality_fallback AND labeled = 1 AND acceptable) AS qf_k,
        countIf(device_served) AS mf_N, countIf(device_served AND labeled = 1) AS mf_n,
-       countIf(device_served AND labeled = 1 AND NOT acceptable) AS mf_k
+       countIf(device_served AND labeled = 1 AND NOT acceptable) AS mf_k,
+       countIf(hjr) AS rp_n, countIf(hjr AND jv = 1) AS rp_y, countIf(hhr) AS rp_r,
+       sumIf(hv - jv, hhr) AS rp_d, sumIf((hv - jv) * (hv - jv), hhr) AS rp_d2
 FROM j
 GROUP BY task_type, start, bucket
 ORDER BY task_type, start, bucket
@@ -335,10 +357,11 @@ AS_OF_MEASURES = ("ra", "ff", "qf", "mf")
 
 def labels_as_of(
     client, step_s: int, since, until, as_of, edges: tuple[float, ...] = DEFAULT_EDGES
-) -> dict[tuple[str, object], dict[str, list[tuple[int, int, int]]]]:
+) -> dict[tuple[str, object], dict[str, list[tuple[int, ...]]]]:
     """(task_type, window start) → measure (AS_OF_MEASURES) → [(N_h, n_h, k_h)] per stratum (confidence bucket of
     `edges`, null confidence its own; overall, under task type '', every task type × bucket) of each window of
-    `step_s` seconds starting in [since, until), counting only labels that had arrived by `as_of`."""
+    `step_s` seconds starting in [since, until), counting only labels that had arrived by `as_of`; and `ra_ppi`:
+    §3d's sums for route accuracy per stratum, (N_h, n_h, Σ Ŷ, r_h, Σ(Y − Ŷ), Σ(Y − Ŷ)²), as of the same time."""
 
     parameters = {
         "step": int(step_s),
@@ -346,15 +369,21 @@ def labels_as_of(
         "until": utc_text(until),
         "as_of": utc_text(as_of),
         "inner_edges": list(edges[1:-1]),
+        "judge": LABEL_SOURCE_OFFLINE_REPLAY,
+        "human": "human_review",
         **label_source_parameters(),
     }
-    found: dict[tuple[str, object], dict[str, list[tuple[int, int, int]]]] = {}
+    found: dict[tuple[str, object], dict[str, list[tuple[int, ...]]]] = {}
     for row in dict_rows(client, LABELS_AS_OF_SQL, parameters):
         start = utc(row["start"])
         for key in ((row["task_type"], start), ("", start)):
-            per = found.setdefault(key, {m: [] for m in AS_OF_MEASURES})
+            per = found.setdefault(key, {m: [] for m in (*AS_OF_MEASURES, "ra_ppi")})
             for m in AS_OF_MEASURES:
                 per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
+            # §3d's sums for route accuracy (N, judged, judged hits, audited, Σ(Y − Ŷ), Σ(Y − Ŷ)²)
+            per["ra_ppi"].append(
+                (int(row["ra_N"]), *(int(row[f"rp_{k}"]) for k in ("n", "y", "r", "d", "d2")))  # type: ignore[arg-type]
+            )
     return found
     return {
         (row.pop("task_type") or "", utc(row.pop("start"))): {k: int(v) for k, v in row.items()}

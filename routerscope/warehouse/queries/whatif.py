@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from routerscope.contract.events import LABEL_SOURCE_OFFLINE_REPLAY
 from routerscope.warehouse.queries.decisions import WINDOW_TABLE
-from routerscope.warehouse.sql import dict_rows, named
+from routerscope.warehouse.sql import WINDOW_CTE, QueryWindow, dict_rows, named
 
 CURRENT = -1.0  # the candidate value that stands for the recorded outcomes (no event moves)
 
@@ -155,4 +156,84 @@ def strata(
         )
         for m in ("qf", "mf"):
             per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
+    return found
+
+
+# docs/metrics.md §3d for the candidate's own routes: per task type, candidate and confidence bucket, the judge's
+# verdicts and the people's corrections over its quality fallbacks (`ff`: hit = acceptable) and device-served
+# events (`mf`: hit = not acceptable) — N, judged n, judged hits y, audited r, Σ(Y − Ŷ) d and Σ(Y − Ŷ)² d2 — as
+# routerscope/warehouse/queries/ppi.py reads them for the metrics. It reads the window itself (the materialized
+# window holds no request ids to join labels on), the asked task types only, with the same routing as above.
+WHATIF_PPI_SQL = named(
+    "whatif_ppi_strata",
+    """
+WITH $window_cte,
+lab AS (
+    SELECT request_id, source, device_acceptable, event_time, label_id
+    FROM $labels
+    WHERE device_acceptable IS NOT NULL AND source IN ({judge:String}, {human:String})
+      AND cityHash64(request_id) IN (SELECT cityHash64(request_id) FROM w WHERE task_type IN {asked:Array(String)})
+    LIMIT 1 BY label_id
+),
+per AS (
+    SELECT request_id,
+           countIf(source = {judge:String}) > 0 AS has_j,
+           argMaxIf(device_acceptable, (event_time, label_id), source = {judge:String}) AS jv,
+           countIf(source = {human:String}) > 0 AS has_h,
+           argMaxIf(device_acceptable, (event_time, label_id), source = {human:String}) AS hv
+    FROM lab GROUP BY request_id
+),
+ev AS (
+    SELECT w.*, 0 AS labeled, CAST(NULL AS Nullable(Bool)) AS acceptable,
+           ifNull(p.has_j, 0) = 1 AS hj, hj AND ifNull(p.has_h, 0) = 1 AS hh,
+           toInt8(ifNull(p.jv, 0)) AS ja, toInt8(ifNull(p.hv, 0)) AS ha
+    FROM w LEFT JOIN per AS p ON w.request_id = p.request_id
+    WHERE w.task_type IN {asked:Array(String)}
+),
+"""
+    + _WHATIF_CTE.strip().removeprefix("WITH ").replace("$window_table", "ev")
+    + """
+SELECT
+    task_type,
+    candidate,
+    if(confidence IS NULL, -1, arrayCount(e -> e <= confidence, {inner_edges:Array(Float64)})) AS bucket,
+    countIf(quality_fallback_x) AS ff_N, countIf(quality_fallback_x AND hj) AS ff_n,
+    countIf(quality_fallback_x AND hj AND ja = 1) AS ff_y, countIf(quality_fallback_x AND hh) AS ff_r,
+    sumIf(ha - ja, quality_fallback_x AND hh) AS ff_d, sumIf((ha - ja) * (ha - ja), quality_fallback_x AND hh) AS ff_d2,
+    countIf(device_served_x) AS mf_N, countIf(device_served_x AND hj) AS mf_n,
+    countIf(device_served_x AND hj AND ja = 0) AS mf_y, countIf(device_served_x AND hh) AS mf_r,
+    sumIf(ja - ha, device_served_x AND hh) AS mf_d, sumIf((ja - ha) * (ja - ha), device_served_x AND hh) AS mf_d2
+FROM m
+GROUP BY task_type, candidate, bucket
+ORDER BY task_type, candidate, bucket
+""",
+    {"window_cte": WINDOW_CTE},
+)
+
+
+def ppi_strata(
+    client, window: QueryWindow, candidates: dict[str, list[float]], inner_edges: tuple[float, ...]
+) -> dict[str, dict[float | None, dict[str, list[tuple[int, ...]]]]]:
+    """task_type → candidate (None: `current`) → measure (`ff`, `mf`) → [(N, n, y, r, d, d2)] per confidence
+    bucket: §3d's sums over each candidate's own routes (docs/metrics.md §3d, §14)."""
+    tasks = [t for t, values in candidates.items() for _ in values]
+    values = [float(v) for vs in candidates.values() for v in vs]
+    parameters = {
+        **window.parameters(),
+        "tasks": tasks,
+        "values": values,
+        "current": CURRENT,
+        "inner_edges": list(inner_edges),
+        "asked": sorted(candidates),
+        "judge": LABEL_SOURCE_OFFLINE_REPLAY,
+        "human": "human_review",
+    }
+    found: dict[str, dict[float | None, dict[str, list[tuple[int, ...]]]]] = {}
+    for row in dict_rows(client, WHATIF_PPI_SQL, parameters):
+        candidate = float(row["candidate"])
+        per = found.setdefault(row["task_type"], {}).setdefault(
+            None if candidate == CURRENT else candidate, {"ff": [], "mf": []}
+        )
+        for m in ("ff", "mf"):
+            per[m].append(tuple(int(row[f"{m}_{k}"]) for k in ("N", "n", "y", "r", "d", "d2")))
     return found

@@ -23,7 +23,7 @@ from pathlib import Path
 from routerscope.core.errors import ConfigError
 from routerscope.core.timeutil import utc
 from routerscope.warehouse import schema_migrations
-from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.analytics.alerting.delivery import Notifier
 from routerscope.warehouse.analytics.alerting.evaluate import (
     RECENTLY,
@@ -217,6 +217,9 @@ LABEL_KEYS = (
     "missed_fallback_ci",
     "missed_fallback_labeled",
     "missed_fallback_est",
+    "route_accuracy_ppi",  # docs/metrics.md §3d, as of arrival too (the others' _ppi are not: they read null)
+    "false_fallback_ppi",
+    "missed_fallback_ppi",
 )
 
 
@@ -251,6 +254,10 @@ def as_of_arrival(metrics: dict, strata: dict[str, list[tuple[int, int, int]]] |
     by_type["quality"] = {"rate": stats.ratio(k, labeled), "labeled": labeled, "ci": stats.wilson(k, labeled)}
     by_type["quality_est"] = stats.post_stratified(strata.get("qf") or [])
     out["false_fallback_by_type"] = by_type
+    # §3d: route accuracy corrected by the people's verdicts that had arrived; the fallback estimates' _ppi are not
+    # recomputed as of arrival, so an alert never reads them from a window that holds later labels
+    out["route_accuracy_ppi"] = ppi.ppi(strata.get("ra_ppi") or [])
+    out["false_fallback_ppi"] = out["missed_fallback_ppi"] = None
     return out
 
 

@@ -37,6 +37,7 @@ class Point:
     value: Any
     n: int | None = None
     interval: list[float] | None = None  # the value's confidence interval, for rules that ask for evidence
+    read: str | None = None  # the metric read instead of the rule's (docs/metrics.md §3d: the corrected estimate)
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,32 @@ def series_by_scope(rule: Rule, rows: Iterable[tuple[str, datetime, dict]]) -> d
         if (rule.scope == "overall") != (task_type == ""):
             continue
         n = dig(metrics, rule.denominator) if rule.denominator else None
-        interval = dig(metrics, rule.interval) if rule.interval else None
-        series.setdefault(task_type, []).append(Point(start, dig(metrics, rule.metric), n, interval))
+        metric, interval_key = corrected(metrics, rule.metric), rule.interval
+        if metric != rule.metric and interval_key and interval_key.startswith(rule.metric.split(".")[0] + "."):
+            interval_key = metric.split(".")[0] + "." + interval_key.split(".", 1)[1]
+        interval = dig(metrics, interval_key) if interval_key else None
+        read = metric if metric != rule.metric else None
+        series.setdefault(task_type, []).append(Point(start, dig(metrics, metric), n, interval, read))
     return series
+
+
+# docs/metrics.md §3d: a §3c estimate and the prediction-powered one of the same population
+CORRECTED = {
+    "route_accuracy_est": "route_accuracy_ppi",
+    "missed_fallback_est": "missed_fallback_ppi",
+    "false_fallback_est": "false_fallback_ppi",
+}
+
+
+def corrected(metrics: dict, path: str) -> str:
+    """The path a rule reads: a §3c estimate's `rate` from the §3d estimate of the same population where the window
+    has one (`route_accuracy_est.rate` → `route_accuracy_ppi.rate`), so a decision reads the judge's verdicts
+    corrected by people's and says so; else `path`."""
+    name, _, part = path.partition(".")
+    other = CORRECTED.get(name)
+    if other and part == "rate" and isinstance(metrics.get(other), dict):
+        return f"{other}.{part}"
+    return path
 
 
 @dataclass
@@ -192,7 +216,13 @@ def trip_values(rule: Rule, streak: BreachStreak, scope: str = "") -> str:
     """JSON of the condition and the windows that tripped it (stored with the episode). `limit` is the one
     that applied to `scope`; when that is a task type's own limit, `default_limit` is the rule's `limit`."""
     windows = [
-        {"start": iso_z(p.start), "value": p.value, "n": p.n, **({"interval": p.interval} if rule.interval else {})}
+        {
+            "start": iso_z(p.start),
+            "value": p.value,
+            "n": p.n,
+            **({"interval": p.interval} if rule.interval else {}),
+            **({"read": p.read} if p.read else {}),
+        }
         for p in streak.points
     ]
     limit = rule.limit_for(scope)

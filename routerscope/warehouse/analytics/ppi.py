@@ -1,0 +1,147 @@
+"""docs/metrics.md §3d: prediction-powered estimates (the judge's verdicts corrected by people's) and the judge's
+audit. Pure functions of the sums `routerscope.warehouse.queries.ppi` reads, plus `ppi_estimates`, the one call a
+caller outside the metrics (the closed loop, a canary's promotion) needs.
+
+Interpretations (docs/metrics.md §3d, "Interpretations"):
+* a stratum "holding one value" is one with a single observation of that kind (its sample variance is undefined);
+  it borrows the sample variance of that kind over the whole block (all strata of the group and measure);
+* the block's population must hold at least `MIN_AUDITED` audited events, else the estimate is null and the
+  caller reads §3c's `_est` with the warning `UNAUDITED`;
+* a judge is *trusted* where its audit has `n_human >= MIN_AUDITED` and `agreement >= MIN_AGREEMENT`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from routerscope.warehouse.analytics import stats
+from routerscope.warehouse.queries import labels as label_queries
+from routerscope.warehouse.queries import ppi as ppi_queries
+from routerscope.warehouse.sql import QueryWindow
+
+MIN_AUDITED = 30  # audited events a block's population needs before its PPI estimate is given
+MIN_AGREEMENT = 0.9  # below this agreement with people, a task type's judge is flagged wherever its estimates appear
+Z = 1.96
+UNAUDITED = "the judge is not audited"
+EMPTY_PPI = None
+MEASURE_KEYS = {"ff": "false_fallback_ppi", "mf": "missed_fallback_ppi", "ra": "route_accuracy_ppi"}
+FALLBACK_KEYS = {"ff": "false_fallback_est", "mf": "missed_fallback_est", "ra": "route_accuracy_est"}
+
+Stratum = tuple[int, int, int, int, int, int]  # (N_h, n_h, Σ Ŷ, r_h, Σ (Y − Ŷ), Σ (Y − Ŷ)²)
+
+
+def _var(total: float, squares: float, count: int) -> float | None:
+    """Sample variance (divisor count − 1) from a sum and a sum of squares; None below 2 observations."""
+    if count < 2:
+        return None
+    return max(0.0, (squares - total * total / count) / (count - 1))
+
+
+def ppi(strata: Sequence[Stratum], min_audited: int = MIN_AUDITED) -> dict[str, Any] | None:
+    """§3d's estimate of one block from its strata (Ŷ binary, so Σ Ŷ² = Σ Ŷ): `{rate, ci, coverage, n_judged,
+    n_human}`, or None when nothing is judged or the population holds fewer than `min_audited` audited events.
+
+    M = Σ_cov (N_h/N_cov)·m_h over strata with n_h ≥ 1; Δ = Σ_{r_h ≥ 1} (N_h/N_r)·mean_h(Y − Ŷ); rate =
+    clip(M + Δ); V = Σ_cov (N_h/N_cov)²·s²_h(Ŷ)/n_h + Σ_r (N_h/N_r)²·s²_h(Y − Ŷ)/r_h; ci = clip(rate ± 1.96·√V)."""
+    population = sum(s[0] for s in strata)
+    covered = [s for s in strata if s[1] >= 1]
+    rectified = [s for s in strata if s[3] >= 1]
+    n_human = sum(s[3] for s in strata)
+    if not population or not covered or n_human < min_audited:
+        return EMPTY_PPI
+    n_cov = sum(s[0] for s in covered)
+    n_r = sum(s[0] for s in rectified)
+    block_y = _var(sum(s[2] for s in covered), sum(s[2] for s in covered), sum(s[1] for s in covered)) or 0.0
+    block_d = _var(sum(s[4] for s in rectified), sum(s[5] for s in rectified), n_human) or 0.0
+    judged = sum(big / n_cov * (y / n) for big, n, y, *_ in covered)
+    correction = sum(big / n_r * (d / r) for big, _, _, r, d, _ in rectified) if n_r else 0.0
+    variance = 0.0
+    for big, n, y, *_ in covered:
+        s2 = _var(y, y, n)
+        variance += (big / n_cov) ** 2 * (block_y if s2 is None else s2) / n
+    for big, _, _, r, d, d2 in rectified:
+        s2 = _var(d, d2, r)
+        variance += (big / n_r) ** 2 * (block_d if s2 is None else s2) / r
+    rate = min(1.0, max(0.0, judged + correction))
+    half = Z * math.sqrt(variance)
+    return {
+        "rate": rate,
+        "ci": [max(0.0, rate - half), min(1.0, rate + half)],
+        "coverage": n_cov / population,
+        "n_judged": sum(s[1] for s in covered),
+        "n_human": n_human,
+    }
+
+
+def uncorrected(strata: Sequence[Stratum]) -> float | None:
+    """The judge part M alone (what the estimate would say if the judge were right): for contrast and tests."""
+    covered = [s for s in strata if s[1] >= 1]
+    n_cov = sum(s[0] for s in covered)
+    return sum(big / n_cov * (y / n) for big, n, y, *_ in covered) if n_cov else None
+
+
+def judge_agreement(audit: Mapping[str, int]) -> dict[str, Any]:
+    """§3d's audit of the judge over events with both a judge and a human verdict: `{agreement, ci, n_human,
+    accept_bad, reject_good}` (agreement with its Wilson interval; accept_bad over the human-unacceptable,
+    reject_good over the human-acceptable; null where a denominator is 0)."""
+    n = int(audit.get("a_n", 0))
+    return {
+        "agreement": stats.ratio(audit.get("a_agree", 0), n),
+        "ci": stats.wilson(int(audit.get("a_agree", 0)), n),
+        "n_human": n,
+        "accept_bad": stats.ratio(audit.get("a_accept_bad", 0), audit.get("a_bad", 0)),
+        "reject_good": stats.ratio(audit.get("a_reject_good", 0), audit.get("a_good", 0)),
+    }
+
+
+def judge_warning(agreement: Mapping[str, Any], min_audited: int = MIN_AUDITED) -> str | None:
+    """What a page or a decision must say beside a task type's estimates: unaudited, or below `MIN_AGREEMENT`;
+    None for a judge people have checked and found in agreement."""
+    n = agreement.get("n_human") or 0
+    if n < min_audited:
+        return f"{UNAUDITED} ({n} of {min_audited} human verdicts)"
+    if agreement["agreement"] is not None and agreement["agreement"] < MIN_AGREEMENT:
+        return f"the judge agrees with people on {agreement['agreement']:.0%} of {n} (below {MIN_AGREEMENT:.0%})"
+    return None
+
+
+def merged(by_task: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The overall block: every task type's strata side by side, the audits summed."""
+    strata = {m: [s for per in by_task.values() for s in per["strata"][m]] for m in MEASURE_KEYS}
+    audit: dict[str, int] = {}
+    for per in by_task.values():
+        for k, v in per["audit"].items():
+            audit[k] = audit.get(k, 0) + v
+    return {"strata": strata, "audit": audit}
+
+
+def block(found: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The §3d keys of one group (overall or a task type) from its sums: the three `_ppi` estimates,
+    `judge_agreement` and `judge_warning`."""
+    if not found:
+        return {**dict.fromkeys(MEASURE_KEYS.values()), "judge_agreement": judge_agreement({}), "judge_warning": None}
+    agreement = judge_agreement(found["audit"])
+    out: dict[str, Any] = {key: ppi(found["strata"][m]) for m, key in MEASURE_KEYS.items()}
+    out["judge_agreement"] = agreement
+    out["judge_warning"] = judge_warning(agreement)
+    return out
+
+
+def preferred(group: Mapping[str, Any], measure: str) -> tuple[str, dict[str, Any] | None]:
+    """The estimate a decision reads for `measure` (`ff`, `mf`, `ra`): (`missed_fallback_ppi`, its estimate) where
+    §3d's exists, else (`missed_fallback_est`, §3c's). The key goes with the decision, so it says which it read."""
+    key = MEASURE_KEYS[measure]
+    if group.get(key):
+        return key, group[key]
+    return FALLBACK_KEYS[measure], group.get(FALLBACK_KEYS[measure])
+
+
+def ppi_estimates(client, start: datetime, end: datetime) -> dict[str, Any]:
+    """§3d for the window [start, end): `{"overall": block, "by_task_type": {task_type: block}}`, each block
+    `{false_fallback_ppi, missed_fallback_ppi, route_accuracy_ppi, judge_agreement, judge_warning}` — an estimate
+    `{rate, ci, coverage, n_judged, n_human}` or None (fewer than `MIN_AUDITED` audited events: read §3c's `_est`,
+    `preferred` does). Strata: task type × §6's confidence buckets. One query over the warehouse."""
+    found = ppi_queries.ppi_strata(client, QueryWindow(start, end), label_queries.DEFAULT_EDGES[1:-1])
+    return {"overall": block(merged(found) if found else None), "by_task_type": {t: block(v) for t, v in found.items()}}

@@ -1,0 +1,129 @@
+"""The sums behind docs/metrics.md §3d: per task type × confidence bucket, the judge's verdicts and the people's
+corrections of them, for the prediction-powered estimates and the judge's audit
+(routerscope/warehouse/analytics/ppi.py).
+
+A *judged* event has an `offline_replay` label (the newest, by event_time then label_id) whose device_acceptable is
+not null; an *audited* event has, besides, a `human_review` label (the newest) whose device_acceptable is not null.
+Unlike §3's chosen label, both are read side by side: the person corrects the judge, neither replaces the other.
+Every label counts, whenever it arrived. Every value is a bound parameter; the SQL text is constant."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from routerscope.contract.events import LABEL_SOURCE_OFFLINE_REPLAY
+from routerscope.warehouse.sql import WINDOW_CTE, QueryWindow, dict_rows, named
+
+LABEL_SOURCE_HUMAN = "human_review"
+MEASURES = ("ff", "mf", "ra")  # §3d's false fallbacks, missed fallbacks, route accuracy
+
+# Per measure: N (the population's events), n (judged), y (judged hits), r (audited), d / d2 (the sum of the
+# corrections Y − Ŷ and of their squares over the audited). ff: judged fallbacks (quality, timeout), hit =
+# acceptable; mf: device-served, hit = not acceptable; ra: every live event, judged when the judge's label has a
+# route verdict, hit = the route was right. a_*: the audit over every event with both verdicts.
+_PPI = """
+WITH $window_cte,
+ev AS (SELECT request_id, task_type, confidence, entered_device, fallback_type, degrade_level FROM w
+       WHERE mode = 'live'),
+lab AS (
+    SELECT request_id, source, device_acceptable, route_correct, event_time, label_id
+    FROM $labels
+    WHERE device_acceptable IS NOT NULL AND source IN ({judge:String}, {human:String})
+      AND cityHash64(request_id) IN (SELECT cityHash64(request_id) FROM ev)
+    LIMIT 1 BY label_id
+),
+per AS (
+    SELECT request_id,
+           countIf(source = {judge:String}) > 0 AS has_j,
+           argMaxIf(tuple(device_acceptable, route_correct), (event_time, label_id), source = {judge:String}) AS jp,
+           countIf(source = {human:String}) > 0 AS has_h,
+           argMaxIf(tuple(device_acceptable, route_correct), (event_time, label_id), source = {human:String}) AS hp
+    FROM lab GROUP BY request_id
+),
+j AS (
+    SELECT e.task_type AS task_type,
+           if(e.confidence IS NULL, -1, $bucket) AS bucket,
+           e.entered_device AND e.fallback_type IN ('quality', 'timeout') AS pop_ff,
+           e.entered_device AND e.fallback_type = 'none' AND e.degrade_level IN (0, 1) AS pop_mf,
+           ifNull(p.has_j, 0) = 1 AS hj,
+           hj AND ifNull(p.has_h, 0) = 1 AS hh,
+           toInt8(ifNull(tupleElement(p.jp, 1), 0)) AS ja,
+           toInt8(ifNull(tupleElement(p.hp, 1), 0)) AS ha,
+           hj AND tupleElement(p.jp, 2) IS NOT NULL AS hjr,
+           hjr AND hh AND tupleElement(p.hp, 2) IS NOT NULL AS hhr,
+           toInt8(ifNull(tupleElement(p.jp, 2), 0)) AS jr,
+           toInt8(ifNull(tupleElement(p.hp, 2), 0)) AS hr
+    FROM ev AS e LEFT JOIN per AS p ON e.request_id = p.request_id
+)
+SELECT task_type, bucket,
+       countIf(pop_ff) AS ff_N, countIf(pop_ff AND hj) AS ff_n, countIf(pop_ff AND hj AND ja = 1) AS ff_y,
+       countIf(pop_ff AND hh) AS ff_r, sumIf(ha - ja, pop_ff AND hh) AS ff_d,
+       sumIf((ha - ja) * (ha - ja), pop_ff AND hh) AS ff_d2,
+       countIf(pop_mf) AS mf_N, countIf(pop_mf AND hj) AS mf_n, countIf(pop_mf AND hj AND ja = 0) AS mf_y,
+       countIf(pop_mf AND hh) AS mf_r, sumIf(ja - ha, pop_mf AND hh) AS mf_d,
+       sumIf((ja - ha) * (ja - ha), pop_mf AND hh) AS mf_d2,
+       count() AS ra_N, countIf(hjr) AS ra_n, countIf(hjr AND jr = 1) AS ra_y,
+       countIf(hhr) AS ra_r, sumIf(hr - jr, hhr) AS ra_d, sumIf((hr - jr) * (hr - jr), hhr) AS ra_d2,
+       countIf(hh) AS a_n, countIf(hh AND ha = ja) AS a_agree,
+       countIf(hh AND ha = 0) AS a_bad, countIf(hh AND ha = 0 AND ja = 1) AS a_accept_bad,
+       countIf(hh AND ha = 1) AS a_good, countIf(hh AND ha = 1 AND ja = 0) AS a_reject_good
+FROM j
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
+"""
+AUDIT_KEYS = ("a_n", "a_agree", "a_bad", "a_accept_bad", "a_good", "a_reject_good")
+STRATUM_KEYS = ("N", "n", "y", "r", "d", "d2")
+
+
+@cache
+def ppi_sql(edges: int) -> str:
+    """The statement for `edges` inner bucket edges, bound as {e0:Float64}, … (as decisions.strata_sql)."""
+    bucket = " + ".join(f"(e.confidence >= {{e{i}:Float64}})" for i in range(edges)) or "0"
+    return named("ppi_strata", _PPI, {"window_cte": WINDOW_CTE, "bucket": f"toInt8({bucket})"})
+
+
+def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> dict[str, dict]:
+    """task_type → {"strata": {measure: [(N, n, y, r, d, d2) per bucket]}, "audit": {a_n, a_agree, …}} over
+    the window's live events (each once)."""
+    parameters = {
+        **window.parameters(),
+        "judge": LABEL_SOURCE_OFFLINE_REPLAY,
+        "human": LABEL_SOURCE_HUMAN,
+        **{f"e{i}": float(edge) for i, edge in enumerate(inner_edges)},
+    }
+    found: dict[str, dict] = {}
+    for row in dict_rows(client, ppi_sql(len(inner_edges)), parameters):
+        per = found.setdefault(
+            row["task_type"], {"strata": {m: [] for m in MEASURES}, "audit": dict.fromkeys(AUDIT_KEYS, 0)}
+        )
+        for m in MEASURES:
+            per["strata"][m].append(tuple(int(row[f"{m}_{k}"]) for k in STRATUM_KEYS))
+        for k in AUDIT_KEYS:
+            per["audit"][k] += int(row[k])
+    return found
+
+
+# The labeling design's candidates (docs/metrics.md §3d): the window's live events that carry a design and left a
+# device answer to judge (judged fallbacks, device-served), not judged by an offline replay yet. Whether the
+# design drew each is decided from the event alone (routerscope.router.label_design.drawn). Exact re-deliveries
+# fold (FINAL).
+DESIGNED_SQL = named(
+    "designed_candidates",
+    """
+SELECT request_id, any(task_type) AS task, any(fallback_type) AS fallback, any(label_pi) AS pi,
+       any(label_design_id) AS design
+FROM $decisions FINAL
+WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
+  AND mode = 'live' AND label_design_id IS NOT NULL AND label_pi IS NOT NULL AND entered_device
+  AND (fallback_type IN ('quality', 'timeout') OR (fallback_type = 'none' AND degrade_level IN (0, 1)))
+  AND request_id NOT IN (SELECT request_id FROM $labels WHERE source = {judge:String})
+GROUP BY request_id
+ORDER BY request_id
+""",
+)
+
+
+def designed_candidates(client, window: QueryWindow) -> list[tuple[str, str, str, float, str]]:
+    """(request_id, task_type, fallback_type, label_pi, label_design_id) of DESIGNED_SQL."""
+    rows = dict_rows(client, DESIGNED_SQL, {**window.parameters(), "judge": LABEL_SOURCE_OFFLINE_REPLAY})
+    return [(r["request_id"], r["task"], r["fallback"], float(r["pi"]), r["design"]) for r in rows]
