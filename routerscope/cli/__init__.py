@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import labels_review, oncall, review
+from routerscope.cli import labels_review, loop, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -319,6 +319,7 @@ def cmd_whatif(args, settings: Settings) -> int:
         if end is None:  # by default the last --days full days of live traffic (as `report`)
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
+        whatif_cli.check_known(thresholds, _known_task_types(client))
         result = whatif.compute(client, QueryWindow(start, end), thresholds)
     if args.policy:
         result["not_rescored"] = not_rescored
@@ -345,6 +346,19 @@ def cmd_whatif(args, settings: Settings) -> int:
         )
         return WHATIF_UNJUDGED
     return 0
+
+
+def _known_task_types(client) -> set[str]:
+    """The task types the warehouse holds decisions or metric windows of, and the ones the policy in force names."""
+    from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
+    from routerscope.warehouse.queries import metric_windows  # deferred: start-up
+    from routerscope.warehouse.sql import named  # deferred: start-up
+
+    # the decisions' own too: a task type loaded before its first metric window is known
+    loaded = client.query(named("whatif_known_task_types", "SELECT DISTINCT task_type FROM $decisions")).result_rows
+    return (
+        set(metric_windows.task_types(client)) | {str(r[0]) for r in loaded} | set(PolicyStore().current().capabilities)
+    )
 
 
 WHATIF_UNJUDGED = 4  # `whatif --fail-if` exit code: something the gate asks about could not be judged
@@ -393,6 +407,28 @@ def cmd_dq(args, settings: Settings) -> int:
     return 1 if report.blocking_failures else 0
 
 
+def _rollback_verdicts(settings: Settings, days: float, end: datetime | None) -> dict:
+    """The rollback verdicts over the review window (`days` full days ending at `end`), read from the stored
+    episodes exactly as `report rollout` reads them (`routerscope.warehouse.analytics.rollback`): a verdict whose
+    episode resolved in the window was absent from `alerts --json` (it read only what was firing) while the
+    report said "ROLL BACK" for it."""
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
+    from routerscope.warehouse.analytics import rollback  # deferred: start-up
+    from routerscope.warehouse.analytics.review import review_window  # deferred: start-up: ~0.05 s
+
+    with units.unit_of_work(settings, purpose="alerts (rollback verdicts)") as client:
+        window = review_window(client, days, end)
+        states = rollback.rollback_states(client, window.start, window.end)
+    return {
+        "rollback_window": {
+            "start": window.start.isoformat().replace("+00:00", "Z"),
+            "end": window.end.isoformat().replace("+00:00", "Z"),
+            "days": days,
+        },
+        "rollback_states": {t: s.public() for t, s in sorted(states.items())},
+    }
+
+
 def cmd_alerts(args, settings: Settings) -> int:
     from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
 
@@ -403,8 +439,9 @@ def cmd_alerts(args, settings: Settings) -> int:
         result = units.evaluate_alerts(settings, by="cli", rules_as_recorded=True, new_rules=args.new_rules, warn=warn)
     else:  # reads only: what the pipeline's own evaluations stored
         result = units.stored_alerts(settings)
+    verdicts = _rollback_verdicts(settings, args.days, _parse_time(args.end, "--end") if args.end else None)
     if args.json:
-        _print_json({**result.as_dict(), "evaluated": bool(args.evaluate)})
+        _print_json({**result.as_dict(), "evaluated": bool(args.evaluate), **verdicts})
         return 0
     stamp = result.as_dict()["evaluated_at"]
     if args.evaluate:
@@ -431,6 +468,10 @@ def cmd_alerts(args, settings: Settings) -> int:
         print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(named)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
+    window = verdicts["rollback_window"]
+    for task_type, state in verdicts["rollback_states"].items():
+        if not state["firing"]:  # the firing ones are said above; a resolved one as `report rollout` reads it
+            print(f"  rollback verdict {window['start']} → {window['end']}: {task_type}: {state['words']}")
     if result.delivery_failures:
         print(
             f"routerscope: warning: {result.delivery_failures} notification(s) could not be delivered to "
@@ -917,6 +958,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --evaluate: judge with ROUTERSCOPE_ALERT_RULES (or the defaults) even though the warehouse was "
         "judged with other rules",
     )
+    p.add_argument(
+        "--days",
+        type=_float_at_least(1),
+        default=7.0,
+        help="the rollback verdicts' window in days, as `report rollout` reads it (default 7)",
+    )
+    p.add_argument("--end", help="that window's end, ISO 8601 (default: the end of the newest live event's day)")
     p.set_defaults(func=cmd_alerts)
 
     p = sub.add_parser("report", help="the weekly review: task grading, offload readiness, rollout stages")
@@ -955,6 +1003,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     oncall.add_commands(sub, _port)
     labels_review.add_commands(sub)
+    loop.add_commands(sub)
     return parser
 
 
