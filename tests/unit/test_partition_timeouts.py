@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.warehouse.ingest import loader as loader_module
 from routerscope.warehouse.ingest.consumer import (
@@ -68,4 +69,4 @@ def test_the_metadata_wait_at_the_start_grows_with_the_configured_partitions(hom
     settings = settings_for(home, ROUTERSCOPE_TOPIC_PARTITIONS="5000", ROUTERSCOPE_KAFKA_BOOTSTRAP="127.0.0.1:9")
     with pytest.raises(BrokerUnavailable):
         Loader(settings).run()
-    assert asked == [pytest.approx(61.0)]  # 3 topics x 5,000 partitions
+    assert asked == [pytest.approx(1 + len(names.TOPICS) * 5_000 / 250)]  # every topic x 5,000 partitions
