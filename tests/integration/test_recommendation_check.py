@@ -17,10 +17,11 @@ pytestmark = pytest.mark.integration
 IC = "intent_classify"
 
 
-def lenient_judge_sample(audited: int = 20) -> tuple[list[dict], list[dict]]:
+def lenient_judge_sample(audited: int = 20, audited_h: int | None = None) -> tuple[list[dict], list[dict]]:
     """Threshold 0.80 in force. H: 100 device-served at confidence 0.90, all good. L: 100 quality fallbacks at 0.70
     whose device answers are bad for i % 10 in (0, 1, 2): 30 of 100. The judge sees every event and accepts every
-    answer (right on H, wrong on L's 30). People audit the first `audited` of each stratum."""
+    answer (right on H, wrong on L's 30). People audit the first `audited` of each stratum (`audited_h` of H where
+    given)."""
     events, labels = [], []
     for stratum, confidence, make in (("h", 0.90, decision), ("l", 0.70, quality_fallback)):
         for i in range(100):
@@ -37,7 +38,7 @@ def lenient_judge_sample(audited: int = 20) -> tuple[list[dict], list[dict]]:
                 )
             )
             labels.append(label(request_id=rid, source="offline_replay", device_acceptable=True, route_correct=True))
-            if i < audited:
+            if i < (audited if audited_h is None or stratum == "l" else audited_h):
                 ok = stratum == "h" or i % 10 not in (0, 1, 2)
                 labels.append(label(request_id=rid, source="human_review", device_acceptable=ok, route_correct=ok))
     return events, labels
@@ -86,7 +87,7 @@ def test_an_unaudited_judge_leaves_the_recommendation_on_the_post_stratified_est
 
 
 def test_a_judge_people_agree_with_keeps_the_recommendation_and_names_the_corrected_estimate(warehouse):
-    events, labels = lenient_judge_sample()
+    events, labels = lenient_judge_sample(audited_h=30)
     # the same world with an honest judge: it rejects exactly L's 30 bad answers
     for lb in labels:
         if lb["source"] == "offline_replay" and lb["request_id"].startswith("l") and int(lb["request_id"][1:]) % 10 < 3:
@@ -96,14 +97,14 @@ def test_a_judge_people_agree_with_keeps_the_recommendation_and_names_the_correc
     # §3c: L passes 70 of 100 → ½·0.7 + ½·1.0 = 0.85 at 0.70; the next grid value, 0.75, serves H alone (1.0)
     assert cal["recommended_threshold_est"] == pytest.approx(0.75)
     check = cal["recommendation_check"]
-    # §3d over what 0.75 serves: H alone, N 100, n 100, Ŷ all 0, 20 audits all 0 → every variance 0: Laplace,
-    # p = 1/102 for the judged (V1 = p(1 − p)/100) and 1/22 for the audits (V2 = p(1 − p)/20); rate 0
-    p1, p2 = 1 / 102, 1 / 22
-    half = 1.96 * (p1 * (1 - p1) / 100 + p2 * (1 - p2) / 20) ** 0.5
+    # §3d over what 0.75 serves: H alone, N 100, n 100, Ŷ all 0, 30 audits all 0 → every variance 0: Laplace,
+    # p = 1/102 for the judged (V1 = p(1 − p)/100) and 1/32 for the audits (V2 = p(1 − p)/30); rate 0
+    p1, p2 = 1 / 102, 1 / 32
+    half = 1.96 * (p1 * (1 - p1) / 100 + p2 * (1 - p2) / 30) ** 0.5
     assert check["estimate"] == "missed_fallback_ppi" and check["served_miss"]["rate"] == 0.0
     assert check["served_miss"]["ci"] == [0.0, pytest.approx(half)]
     assert check["withheld"] is False and cal["recommended_threshold_checked"] == pytest.approx(0.75)
-    assert check["judge_warning"] is None  # 40 audits, all agree
+    assert check["judge_warning"] is None  # 50 audits, all agree
 
 
 def test_the_fallbacks_hits_turn_into_misses_in_the_served_strata():
@@ -117,3 +118,15 @@ def test_the_fallbacks_hits_turn_into_misses_in_the_served_strata():
     }
     assert ppi.served_miss_strata(found, 2) == [(13, 11, 3, 6, 2, 2), (20, 10, 2, 5, -2, 2)]
     assert ppi.served_miss_strata(found, 3) == [(20, 10, 2, 5, -2, 2)]
+
+
+def test_a_task_type_the_judge_never_saw_reads_the_post_stratified_estimate_flipped_into_a_miss_share():
+    """Pure: no §3d sums at all (nothing judged by the replay): §3c's pass estimate as a miss share, not withheld,
+    and the judge said to be unaudited."""
+    check = ppi.check_recommendation(None, 1, 0.7, 0.95, {"rate": 0.97, "ci": [0.9, 0.99], "coverage": 1.0})
+    assert check["estimate"] == "missed_fallback_est" and check["withheld"] is False
+    assert check["served_miss"]["rate"] == pytest.approx(0.03)
+    assert check["served_miss"]["ci"] == [pytest.approx(0.01), pytest.approx(0.1)]
+    assert check["judge_warning"] == "the judge is not audited (0 of 30 human verdicts)"
+    empty = ppi.check_recommendation(None, 1, 0.7, 0.95, {"rate": None, "ci": None, "coverage": None})
+    assert empty["served_miss"] == {"rate": None, "ci": None, "coverage": None}
