@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 IC = "intent_classify"
 
 
-def lenient_judge_sample(audited: int = 20, audited_h: int | None = None) -> tuple[list[dict], list[dict]]:
+def lenient_judge_sample(
+    audited: int = 20, audited_h: int | None = None, task_type: str = IC
+) -> tuple[list[dict], list[dict]]:
     """Threshold 0.80 in force. H: 100 device-served at confidence 0.90, all good. L: 100 quality fallbacks at 0.70
     whose device answers are bad for i % 10 in (0, 1, 2): 30 of 100. The judge sees every event and accepts every
     answer (right on H, wrong on L's 30). People audit the first `audited` of each stratum (`audited_h` of H where
@@ -31,7 +33,7 @@ def lenient_judge_sample(audited: int = 20, audited_h: int | None = None) -> tup
                 make(
                     event_id=eid(7000 + n),
                     request_id=rid,
-                    task_type=IC,
+                    task_type=task_type,
                     event_time=at(1),
                     confidence=confidence,
                     threshold=0.80,
