@@ -911,6 +911,7 @@ def test_tuning_withholds_a_recommendation_people_s_verdicts_contradict_and_name
     """docs/metrics.md §6, the recommendation checked against the judge's audit: a judge that accepts 30 bad answers
     moves the recommendation 0.80 → 0.70; 40 human verdicts put what 0.70 would serve at 15 % missed: withheld, in
     words, with the judge's warning, and no move offered."""
+    from routerscope.dashboards import summary
     from tests.integration.test_recommendation_check import lenient_judge_sample
 
     with open_warehouse(populated) as client:
@@ -925,3 +926,6 @@ def test_tuning_withholds_a_recommendation_people_s_verdicts_contradict_and_name
     assert not any(e.startswith("Not offered") for e in errors)
     assert not any(c.value.startswith("Recommended: slot_extract") for c in app.caption)
     assert any("the judge agrees with people on 85% of 40 (below 90%)" in w.value for w in app.warning)
+    glance = app.dataframe[0].value.set_index("task type")  # the table at a glance says the same, no move to make
+    assert glance.loc["slot_extract", "recommended threshold"].startswith("0.70 withheld: people's verdicts")
+    assert glance.loc["slot_extract", "needs"] != summary.PRIORITIES[1]
