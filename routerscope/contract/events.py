@@ -82,6 +82,8 @@ V2_ONLY_FIELDS = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "answer_check",
+    "device_input_tokens",
     "label_pi",
     "label_design_id",
     "policy_id",
@@ -182,6 +184,12 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # Serve-time answer checks (docs/router.md, "Only a declared answer is served"; v2 only, absent when unset):
+    # the first check an answer of this request failed (`labels`, `fields`, `tools`, `language`, `format`), and
+    # the input's size in tokens the router judged the device's window by (its tokenizer's count, or the upper
+    # bound it used without one)
+    answer_check: Annotated[str, Meta(pattern=r"\A[a-z][a-z_]{0,31}\Z")] | UnsetType = UNSET
+    device_input_tokens: NonNegInt | UnsetType = UNSET
     # the labeling design fixed at decision time (docs/metrics.md §3d): the inclusion probability of the request's
     # stratum (task type × confidence bucket) in the judge's sample, and the design that gave it
     label_pi: Share | UnsetType = UNSET

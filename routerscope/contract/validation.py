@@ -137,6 +137,8 @@ def decision_ranges_hold(e) -> bool:
             and all_cloud is UNSET
             and e.rollout_stage is UNSET
             and e.gateway_deadline_ms is UNSET
+            and e.answer_check is UNSET
+            and e.device_input_tokens is UNSET
             and e.label_pi is UNSET
             and e.label_design_id is UNSET
             and e.arm is UNSET

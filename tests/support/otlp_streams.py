@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from tests.support.otlp_app import instrument
 
 MODEL = "gemma-3-270m-q4"  # what the local server says served each answer (its chunks' model)
+FIRST_S = 0.4  # the paced server's delay before its first chunk, and again before the rest
 
 
 def chunk(content: str | None, finish: str | None = None) -> bytes:
@@ -43,6 +44,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Content-Length", str(len(whole)))
         self.end_headers()
+        first_s = self.server.first_s  # type: ignore[attr-defined]
+        if first_s:  # the first chunk after first_s, the rest as long again after it: a planted TTFT
+            time.sleep(first_s)
+            self.wfile.write(chunk("Hel"))
+            self.wfile.flush()
+            time.sleep(first_s)
+            self.wfile.write(whole[len(chunk("Hel")) :])
+            return
         if cut:  # two chunks, then the connection drops: fewer bytes than announced
             self.wfile.write(chunk("Hel") + chunk("lo"))
             self.wfile.flush()
@@ -56,10 +65,11 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-def server(cut: bool, delay_s: float = 0.0) -> ThreadingHTTPServer:
+def server(cut: bool, delay_s: float = 0.0, first_s: float = 0.0) -> ThreadingHTTPServer:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.cut = cut  # type: ignore[attr-defined]
     srv.delay_s = delay_s  # type: ignore[attr-defined]
+    srv.first_s = first_s  # type: ignore[attr-defined]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -76,6 +86,7 @@ def main(source: str) -> None:
 
     device, cloud = server(cut=True), server(cut=False)
     slow = server(cut=False, delay_s=3.0)  # a device that answers after the app's 0.5 s timeout
+    paced = server(cut=False, first_s=FIRST_S)  # a cloud whose first chunk comes after FIRST_S
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": source}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -116,6 +127,10 @@ def main(source: str) -> None:
             ask(slow.server_port, timeout_s=0.5)
         except Exception:  # noqa: BLE001
             ask(cloud.server_port)
+    # 4. the cloud answers alone, its first chunk FIRST_S after the request, the rest FIRST_S later
+    with tracer.start_as_current_span("handle") as span:
+        span.set_attribute("routerscope.session_id", f"{source}-paced")
+        ask(paced.server_port)
     provider.force_flush()
     devices = [f"127.0.0.1:{device.server_port}", f"127.0.0.1:{slow.server_port}"]
     mapping = Mapping.from_dict({"device": {"server_addresses": devices}})
@@ -139,6 +154,8 @@ def main(source: str) -> None:
                     "attempts": [[a.level, a.outcome] for a in event.attempts],
                     "device_model": event.device_model,
                     "policy_version": event.policy_version,
+                    "ttft_ms": event.ttft_ms,
+                    "latency_ms": event.attempts[-1].latency_ms,
                 }
             )
         )

@@ -8,7 +8,7 @@ import pytest
 
 from routerscope.contract.validation import DECISIONS
 from routerscope.instrumentation.otlp.mapping import NO_MODEL_CALL, TOO_MANY_CALLS, Mapping, MappingError, map_trace
-from routerscope.instrumentation.otlp.proto import KIND_CLIENT, KIND_INTERNAL, SpanView
+from routerscope.instrumentation.otlp.proto import KIND_CLIENT, KIND_INTERNAL, EventView, SpanView
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 MAPPING = Mapping.from_dict(
@@ -446,3 +446,82 @@ def test_an_error_type_written_as_a_class_leaves_collect_as_its_dotted_name():
     assert allow.string("error", "APIConnectionError") == "APIConnectionError"
     assert allow.string("error", "<class 'my card is 4111 1111 1111 1111'>") is None
     assert allow.string("error", "timeout for jane.doe@example.com") is None
+
+
+# -- what span events say (collect keeps the exception and first-token events: docs/otlp.md "Span events") -------
+
+
+def _at(s: SpanView, ms: float, name: str, **attrs) -> EventView:
+    """An event `ms` after the span's start."""
+    return EventView(name, s.start_ns + int(ms * 1_000_000), dict(attrs))
+
+
+OPENINFERENCE_TIMEOUT = {**OPENINFERENCE_FAILED, "llm.invocation_parameters": '{"model": "gemma-3-270m"}'}
+
+
+def test_openinference_says_its_timeout_only_in_an_exception_event_a_timeout_fallback_with_the_device_model():
+    """OpenInference 0.1.66 writes no `error.type`: a call the app's client timeout stopped has an error status,
+    an `exception` event of type `openai.APITimeoutError`, no response model, and its request parameters (kept
+    as their model alone). Before, that was an `error` fallback with no device model."""
+    failed = span(2, OPENINFERENCE_TIMEOUT, start_ms=1, end_ms=501, error=True, kind=KIND_INTERNAL)
+    failed.events = [_at(failed, 500, "exception", **{"exception.type": "openai.APITimeoutError"})]
+    served = span(3, DIALECTS["OpenInference"][0], start_ms=502, end_ms=600, kind=KIND_INTERNAL)
+    event = mapped([root(), failed, served])
+    assert [(a.level, a.outcome) for a in event.attempts] == [(0, "timeout"), (2, "ok")]
+    assert (event.fallback_type, event.reason, event.device_model, event.cloud_model) == (
+        "timeout",
+        "device_timeout",
+        "gemma-3-270m",
+        "gpt-4o-mini",
+    )
+
+
+@pytest.mark.parametrize(
+    "exception_type, error, outcome",
+    [
+        ("openai.APIConnectionError", True, "error"),  # an exception, but no timeout
+        ("httpx.ReadTimeout", True, "timeout"),
+        ("java.net.SocketTimeoutException", True, "timeout"),
+        ("httpx.ReadTimeout", False, "ok"),  # recorded, then recovered from inside the call: it answered
+    ],
+)
+def test_an_exception_events_type_says_timeout_only_for_a_call_that_failed(exception_type, error, outcome):
+    call = span(2, {**DIALECTS["semconv 1.37+"][0]}, start_ms=1, end_ms=50, error=error)
+    call.events = [_at(call, 20, "exception", **{"exception.type": exception_type})]
+    assert [a.outcome for a in mapped([root(), call]).attempts] == [outcome]
+
+
+@pytest.mark.parametrize(
+    "events, ttft",
+    [
+        ([("First Token Stream Event", 37.5)], 37.5),  # OpenInference
+        ([("gen_ai.content.completion.chunk", 12.25), ("gen_ai.content.completion.chunk", 11.0)], 11.0),  # the first
+        ([("exception", 5.0)], None),  # not a first-token event
+        ([("First Token Stream Event", -3.0)], None),  # before the call began: clocks disagree, no measurement
+        ([("First Token Stream Event", 61.0)], None),  # after it ended
+        ([], None),
+    ],
+)
+def test_time_to_first_token_from_the_served_calls_first_token_event(events, ttft):
+    """TTFT is the first first-token event's time less the served call's start (a span 60 ms long here)."""
+    call = span(2, {**DIALECTS["OpenInference"][0]}, start_ms=10, end_ms=70, kind=KIND_INTERNAL)
+    call.events = [_at(call, ms, name) for name, ms in events]
+    assert mapped([root(), call]).ttft_ms == ttft
+
+
+def test_the_attribute_wins_over_the_event_and_only_the_served_calls_count():
+    device = span(2, {**OPENINFERENCE_TIMEOUT}, start_ms=1, end_ms=9, error=True, kind=KIND_INTERNAL)
+    device.events = [_at(device, 2, "First Token Stream Event")]  # the device's first token, not the served one's
+    served = span(3, {**DIALECTS["semconv 1.37+"][0], "gen_ai.response.time_to_first_chunk": 0.25}, start_ms=10)
+    served.events = [_at(served, 4, "gen_ai.content.completion.chunk")]
+    assert mapped([root(), device, served]).ttft_ms == 250.0
+    del served.attrs["gen_ai.response.time_to_first_chunk"]
+    assert mapped([root(), device, served]).ttft_ms == 4.0
+
+
+def test_request_parameters_name_the_model_only_when_the_call_names_none():
+    answered = span(2, {**DIALECTS["OpenInference"][0], "llm.invocation_parameters": '{"model": "gpt-4o"}'})
+    assert mapped([root(), answered]).cloud_model == "gpt-4o-mini"  # the response's model first
+    asked = span(2, {**OPENINFERENCE_FAILED, "llm.invocation_parameters": '{"model": "gemma-3-270m"}'}, error=True)
+    event = mapped([root(), asked])  # the mapping file's device model glob places it by that model
+    assert (event.device_model, event.attempts[0].level) == ("gemma-3-270m", 0)

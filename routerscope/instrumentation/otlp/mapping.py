@@ -18,6 +18,9 @@ is valid. What the spans cannot say is never guessed:
   mapping file) before a cloud call that served is the device's; a device answer followed by a cloud call
   that served is a quality fallback (`validator_failed`: the app judged the answer wanting, with no
   confidence known);
+* a timeout from the error type or, for OpenInference, which writes none, the type of the call's `exception`
+  span event; time to first token from `gen_ai.response.time_to_first_chunk`, else the served call's first
+  first-token event (the span events `collect` keeps: docs/otlp.md, "Span events");
 * a stream cut mid-way (a streamed call that ended without an error and without a finish reason, as
   OpenLLMetry 0.62 ends one whose iteration failed; a call whose connection dropped after its answer began)
   is a `timeout`: the cloud call after it makes a timeout fallback, and served as it was it is a partial
@@ -30,6 +33,7 @@ here reads content); identifiers are scrubbed as for our own events (`routerscop
 from __future__ import annotations
 
 import fnmatch
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -160,6 +164,22 @@ def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def model_of(span: SpanView) -> str | None:
+    """The call's model: the response's, else the request's, else (OpenInference) the model of its request
+    parameters, which alone name it on a call that failed before any answer."""
+    model = _first(span.attrs, S.MODEL)
+    if isinstance(model, str):
+        return model
+    params = span.attrs.get(S.OI_INVOCATION_PARAMETERS)
+    if isinstance(params, str):
+        try:
+            model = json.loads(params).get("model")
+        except (ValueError, AttributeError):
+            return None
+        return model if isinstance(model, str) and model else None
+    return None
+
+
 def is_model_call(span: SpanView) -> bool:
     """A span of a model answering a request (not an embedding or a tool), in any of the dialects."""
     attrs = span.attrs
@@ -209,7 +229,7 @@ def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bo
         return True
     if mapping.device_internal and span.kind == KIND_INTERNAL:
         return True
-    model = _first(span.attrs, S.MODEL)
+    model = model_of(span)
     return isinstance(model, str) and any(fnmatch.fnmatchcase(model, g) for g in mapping.device_models)
 
 
@@ -235,12 +255,42 @@ def is_cut(span: SpanView) -> bool:
     return streamed and not span.attrs.get(S.FINISH_REASONS)
 
 
+def exception_types(span: SpanView) -> list[str]:
+    """The types of the span's `exception` events (kept by the allow-list as dotted class names)."""
+    return [
+        e.attrs[S.EXCEPTION_TYPE]
+        for e in span.events
+        if e.name == S.EV_EXCEPTION and isinstance(e.attrs.get(S.EXCEPTION_TYPE), str)
+    ]
+
+
 def _outcome(span: SpanView) -> Outcome:
+    """ok, or for a failed call (error status or `error.type`) `timeout` when its error type or the type of
+    an exception it recorded (OpenInference says a timeout only there) names one, else `error`. An exception
+    event on a call that did not fail (one retried inside it) changes nothing."""
     error = span.attrs.get(S.ERROR_TYPE)
     if not span.error and error in (None, ""):
         return "timeout" if is_cut(span) else "ok"
-    text = str(error or "").lower()
-    return "timeout" if any(word in text for word in S.TIMEOUT_WORDS) or is_cut(span) else "error"
+    texts = [str(error or "").lower(), *(t.lower() for t in exception_types(span))]
+    timed_out = any(word in text for text in texts for word in S.TIMEOUT_WORDS)
+    return "timeout" if timed_out or is_cut(span) else "error"
+
+
+def ttft_ms(span: SpanView) -> float | None:
+    """Time to first token of a call, in ms: its `gen_ai.response.time_to_first_chunk` (seconds), else the
+    time of its first first-token event (OpenInference's `First Token Stream Event`, OpenLLMetry's first
+    `gen_ai.content.completion.chunk`) less the span's start; None when neither is there, or the event lies
+    outside the span (clocks that disagree are not a measurement)."""
+    seconds = span.attrs.get(S.TIME_TO_FIRST_CHUNK)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return round(seconds * 1000, 3)  # out of range, the contract quarantines it (as every field)
+    times = [e.time_ns for e in span.events if e.name in S.FIRST_TOKEN_EVENTS]
+    if not times:
+        return None
+    first = min(times)
+    if not span.start_ns <= first <= max(span.end_ns, span.start_ns) or first - span.start_ns > MAX_MS * 1_000_000:
+        return None
+    return round((first - span.start_ns) / 1e6, 3)
 
 
 def _placed(span: SpanView) -> bool:
@@ -250,7 +300,7 @@ def _placed(span: SpanView) -> bool:
 
 
 def _task_type(served: SpanView, mapping: Mapping) -> str:
-    model = _first(served.attrs, S.MODEL)
+    model = model_of(served)
     operation = _first(served.attrs, S.OPERATION)
     service = served.resource.get(S.SERVICE_NAME)
     for rule in mapping.task_rules:
@@ -323,10 +373,10 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
             level = (0 if device_seen == 0 else 1) if device else 2
         if device:
             device_seen += 1
-            device_model = _first(span.attrs, S.MODEL) or device_model
+            device_model = model_of(span) or device_model
         else:
             cloud_calls += 1
-            cloud_model = _first(span.attrs, S.MODEL) or cloud_model
+            cloud_model = model_of(span) or cloud_model
         attempts.append(Attempt(level=level, outcome=_outcome(span), latency_ms=_ms(span.end_ns - span.start_ns)))
     served = attempts_spans[-1]
     last = attempts[-1]
@@ -353,7 +403,6 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
 
     start = min(s.start_ns for s in roots + attempts_spans)
     first_call = attempts_spans[0].start_ns
-    ttft = served.attrs.get(S.TIME_TO_FIRST_CHUNK)
     deadline = _int(app(S.RS_DEADLINE_MS)) or mapping.deadline_ms
     task_type = app(S.RS_TASK_TYPE) or _task_type(served, mapping)
     session = _first({k: app(k) for k in S.SESSION}, S.SESSION) or served.trace_id
@@ -382,7 +431,7 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
         + (INFERRED if inferred else ""),
         app_id=served.resource.get(S.SERVICE_NAME),
         app_version=served.resource.get(S.SERVICE_VERSION),
-        ttft_ms=round(ttft * 1000, 3) if isinstance(ttft, int | float) and not isinstance(ttft, bool) else None,
+        ttft_ms=ttft_ms(served),
         has_pii=has_pii if isinstance(has_pii, bool) else None,
         device_model=device_model,
         cloud_model=cloud_model,

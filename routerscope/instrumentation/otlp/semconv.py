@@ -40,6 +40,9 @@ OI_SYSTEM = "llm.system"
 OI_TOKENS_PROMPT = "llm.token_count.prompt"
 OI_TOKENS_COMPLETION = "llm.token_count.completion"
 OI_SESSION_ID = "session.id"
+# The request's parameters as JSON; only its `model` passes the allow-list (`{"model": "<name>"}`): the one
+# place OpenInference's OpenAI spans name the model of a call that failed before any answer came
+OI_INVOCATION_PARAMETERS = "llm.invocation_parameters"
 # OpenInference's OpenAI instrumentation names a call's span after the response type, and takes the model name
 # from the response alone (its LiteLLM instrumentation takes it from the request)
 OI_OPENAI_SPAN_NAMES = frozenset({"ChatCompletion", "Completion", "Response"})
@@ -58,6 +61,14 @@ RS_POLICY_VERSION = "routerscope.policy_version"
 RS_DEADLINE_MS = "routerscope.deadline_ms"
 RS_HAS_PII = "routerscope.has_pii"
 RS_PREFIX = "routerscope."
+
+# -- span events (kept by name only: docs/otlp.md, "Span events") -------------------------------------
+EV_EXCEPTION = "exception"  # the OpenTelemetry convention: a span's exception, its type in EXCEPTION_TYPE
+EXCEPTION_TYPE = "exception.type"  # the exception's class (`openai.APITimeoutError`); its message never
+EV_OI_FIRST_TOKEN = "First Token Stream Event"  # OpenInference: when a stream's first chunk came
+EV_OLLM_CHUNK = "gen_ai.content.completion.chunk"  # OpenLLMetry: one per streamed chunk; the first is kept
+# Events whose (first) time is the call's first token or chunk
+FIRST_TOKEN_EVENTS = (EV_OI_FIRST_TOKEN, EV_OLLM_CHUNK)
 
 # -- the resource ------------------------------------------------------------------------------------
 SERVICE_NAME = "service.name"
