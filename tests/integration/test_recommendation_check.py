@@ -132,3 +132,25 @@ def test_a_task_type_the_judge_never_saw_reads_the_post_stratified_estimate_flip
     assert check["judge_warning"] == "the judge is not audited (0 of 30 human verdicts)"
     empty = ppi.check_recommendation(None, 1, 0.7, 0.95, {"rate": None, "ci": None, "coverage": None})
     assert empty["served_miss"] == {"rate": None, "ci": None, "coverage": None}
+
+
+def test_a_recommendation_at_either_end_of_the_grid_checks_exactly_what_it_would_serve(warehouse):
+    """0.00 serves every event with a confidence (the 200 of the lenient sample: 0.15 missed, withheld); 1.00 serves
+    none of them (no population: §3c's estimate is read, flipped, and nothing is withheld)."""
+    from routerscope.warehouse.analytics.metrics import checked
+
+    insert(warehouse, *lenient_judge_sample())
+    served = {"rate": 1.0, "ci": [0.9, 1.0], "coverage": 1.0}
+    found = {
+        "low": {"recommended_threshold_est": 0.0, "served_pass_est": served},
+        "high": {"recommended_threshold_est": 1.0, "served_pass_est": served},
+    }
+    edges = (0.0, 0.45, 0.65, 0.85, 1.0)
+    low = checked(warehouse, QueryWindow(START, END), {IC: found["low"]}, 0.95, edges)[IC]
+    assert low["recommendation_check"]["served_miss"]["rate"] == pytest.approx(0.15)
+    assert low["recommendation_check"]["served_miss"]["n_judged"] == 200
+    assert low["recommendation_check"]["withheld"] and low["recommended_threshold_checked"] is None
+    high = checked(warehouse, QueryWindow(START, END), {IC: found["high"]}, 0.95, edges)[IC]
+    assert high["recommendation_check"]["estimate"] == "missed_fallback_est"
+    assert high["recommendation_check"]["served_miss"]["rate"] == 0.0
+    assert high["recommended_threshold_checked"] == 1.0
