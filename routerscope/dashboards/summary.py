@@ -70,6 +70,9 @@ def _threshold(calibration: dict | None) -> tuple[str, str, bool]:
     current = "—" if now is None else f"{now:.2f}"
     if to is None:
         return current, "none qualifies (too few labels or no threshold meets the target)", False
+    check = calibration.get("recommendation_check") or {}
+    if check.get("withheld"):  # people's verdicts put what it would serve past the target (docs/metrics.md §6)
+        return current, f"{to:.2f} withheld: {check['reason']}", False
     if now is not None and abs(to - now) < 1e-9:
         return current, f"keep {to:.2f}", False
     change = calibration.get("threshold_change_est" if estimated else "threshold_change") or {}
@@ -201,6 +204,7 @@ def recommended_moves(metrics: dict) -> dict[str, float]:
         estimated = "recommended_threshold_est" in (calibration or {})
         to = (calibration or {}).get("recommended_threshold_est" if estimated else "recommended_threshold")
         now = (calibration or {}).get("current_threshold")
-        if to is not None and (now is None or abs(to - now) >= 1e-9):
+        withheld = ((calibration or {}).get("recommendation_check") or {}).get("withheld")
+        if to is not None and not withheld and (now is None or abs(to - now) >= 1e-9):
             out[task_type] = float(to)
     return out

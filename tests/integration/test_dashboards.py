@@ -904,3 +904,28 @@ def test_the_human_review_page_shows_both_answers_and_the_judges_verdict_and_rec
     assert len(app.error) == 1 and app.error[0].value.startswith("Not recorded: no Kafka broker configured")
     with ReviewQueue(populated.request_texts_path) as queue:
         assert queue.get("req-h1").reviewed_at is None
+
+
+@pytest.mark.slow
+def test_tuning_withholds_a_recommendation_people_s_verdicts_contradict_and_names_the_estimate(populated):
+    """docs/metrics.md §6, the recommendation checked against the judge's audit: a judge that accepts 30 bad answers
+    moves the recommendation 0.80 → 0.70; 40 human verdicts put what 0.70 would serve at 15 % missed: withheld, in
+    words, with the judge's warning, and no move offered."""
+    from routerscope.dashboards import summary
+    from tests.integration.test_recommendation_check import lenient_judge_sample
+
+    with open_warehouse(populated) as client:
+        insert(client, *lenient_judge_sample(task_type="slot_extract"))
+        write_window(client, "1d", START, END, compute(client, START, END))  # the page lists what the windows hold
+    app = render("tuning.py", range="custom", start="2026-11-29T00:00:00Z", end="2026-11-30T00:00:00Z",
+                 task_type="slot_extract")  # fmt: skip
+    recommended = next(m for m in app.metric if m.label.startswith("Recommended"))
+    assert recommended.value == "0.70 withheld"
+    errors = [e.value for e in app.error]
+    assert any(e.startswith("Recommendation withheld:") and "missed_fallback_ppi" in e and "15.0%" in e for e in errors)
+    assert not any(e.startswith("Not offered") for e in errors)
+    assert not any(c.value.startswith("Recommended: slot_extract") for c in app.caption)
+    assert any("the judge agrees with people on 85% of 40 (below 90%)" in w.value for w in app.warning)
+    glance = app.dataframe[0].value.set_index("task type")  # the table at a glance says the same, no move to make
+    assert glance.loc["slot_extract", "recommended threshold"].startswith("0.70 withheld: people's verdicts")
+    assert glance.loc["slot_extract", "needs"] != summary.PRIORITIES[1]

@@ -90,9 +90,12 @@ else:
     # the recommendation reads §3c's estimate of what a threshold serves (labels are no random sample); §6's on the
     # labeled share alone stays beside it
     est_to, labeled_to = detail.get("recommended_threshold_est"), detail["recommended_threshold"]
+    shown = "none qualifies" if est_to is None else f"{est_to:.2f}"
+    if (detail.get("recommendation_check") or {}).get("withheld"):
+        shown = f"{est_to:.2f} withheld"
     c2.metric(
         f"Recommended (estimated pass rate ≥ {detail['target']}, n ≥ {detail['min_n']})",
-        "none qualifies" if est_to is None else f"{est_to:.2f}",
+        shown,
         help=(
             f"The smallest threshold whose served requests pass at least {detail['target']}, estimated over all of "
             "them (post-stratified by confidence, docs/metrics.md), and whose requests right at the cut "
@@ -107,7 +110,28 @@ else:
         help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md, thresholds).",
     )
     current_now = detail["current_threshold"]
-    if est_to is not None and (current_now is None or abs(est_to - current_now) >= 1e-9):
+    check = detail.get("recommendation_check")
+    if check is not None:  # docs/metrics.md §6: the recommendation checked against the judge's audit
+        miss = check["served_miss"] or {}
+        said = (
+            f"what {check['threshold']:.2f} would serve misses an estimated {pct(miss['rate'])}"
+            + ("" if not miss.get("ci") else f" [{pct(miss['ci'][0])}, {pct(miss['ci'][1])}]")
+            if miss.get("rate") is not None
+            else f"no estimate of what {check['threshold']:.2f} would serve"
+        )
+        source = (
+            "corrected by people's verdicts (missed_fallback_ppi)"
+            if check["estimate"] == "missed_fallback_ppi"
+            else "on the judge's labels alone, too few people's verdicts to correct them (missed_fallback_est)"
+        )
+        if check["withheld"]:
+            st.error(f"Recommendation withheld: {check['reason']}.")
+        else:
+            st.caption(f"Checked: {said}, {source}.")
+        if check["judge_warning"]:
+            st.warning(f"Read the recommendation with care: {check['judge_warning']} ({task_type}).")
+    withheld = check is not None and check["withheld"]  # a withheld move is not offered
+    if not withheld and est_to is not None and (current_now is None or abs(est_to - current_now) >= 1e-9):
         # one recommendation truth: the move comes with its what-if, and one that walks into an alert is withheld
         offered, said = summary.move_check(
             task_type, data.whatif(task_type, start, end, round(est_to, 2)), data.judged_rule_list()

@@ -393,6 +393,33 @@ def calibration(
             "local_pass_rate_at_current": local(cal.current_threshold),
             "threshold_change": threshold_change(blocks, cal.current_threshold, recommended),
         }
+    checked(client, window, found, target, edges)
+    return found
+
+
+def checked(
+    client, window: QueryWindow, found: dict[str, Any], target: float, edges: tuple[float, ...]
+) -> dict[str, Any]:
+    """docs/metrics.md §6, the recommendation checked against the judge's audit: each task type's
+    `recommendation_check` (§3d's missed-fallback estimate over what `recommended_threshold_est` would serve where
+    the judge is audited, else §3c's; null without a recommendation) and `recommended_threshold_checked` (the
+    recommendation, null when the check withholds it). One §3d query per distinct recommended threshold."""
+    by_threshold: dict[float, list[str]] = {}
+    for task_type, detail in found.items():
+        detail["recommendation_check"], detail["recommended_threshold_checked"] = None, None
+        if detail["recommended_threshold_est"] is not None:
+            by_threshold.setdefault(detail["recommended_threshold_est"], []).append(task_type)
+    for threshold, task_types in sorted(by_threshold.items()):
+        cut = round(float(threshold), 6)
+        inner = tuple(sorted({round(float(e), 6) for e in edges[1:-1]} | {cut}))
+        designed = ppi_queries.ppi_strata(client, window, inner)
+        for task_type in task_types:
+            detail = found[task_type]
+            check = ppi.check_recommendation(
+                designed.get(task_type), inner.index(cut) + 1, threshold, target, detail["served_pass_est"]
+            )
+            detail["recommendation_check"] = check
+            detail["recommended_threshold_checked"] = None if check["withheld"] else threshold
     return found
 
 

@@ -163,3 +163,60 @@ def ppi_estimates(client, start: datetime, end: datetime) -> dict[str, Any]:
     `preferred` does). Strata: task type × §6's confidence buckets. One query over the warehouse."""
     found = ppi_queries.ppi_strata(client, QueryWindow(start, end), label_queries.DEFAULT_EDGES[1:-1])
     return {"overall": block(merged(found) if found else None), "by_task_type": {t: block(v) for t, v in found.items()}}
+
+
+RECOMMENDATION_KEYS = {True: MEASURE_KEYS["mf"], False: FALLBACK_KEYS["mf"]}
+
+
+def served_miss_strata(found: Mapping[str, Any], first_bucket: int) -> list[Stratum]:
+    """The miss strata of what a threshold would serve: every bucket from `first_bucket` up (never the null
+    confidence's), the device-served events (`mf`, hit = not acceptable) and the judged fallbacks (`ff`, whose hit
+    is acceptable, turned into a miss: y → n − y, each correction Y − Ŷ → −(Y − Ŷ)) side by side in one stratum."""
+    out: list[Stratum] = []
+    for bucket, f, m in zip(found["buckets"], found["strata"]["ff"], found["strata"]["mf"]):
+        if bucket < first_bucket or bucket < 0:
+            continue
+        out.append((f[0] + m[0], f[1] + m[1], (f[1] - f[2]) + m[2], f[3] + m[3], m[4] - f[4], f[5] + m[5]))
+    return out
+
+
+def check_recommendation(
+    found: Mapping[str, Any] | None,
+    first_bucket: int,
+    threshold: float,
+    target: float,
+    served_pass_est: Mapping[str, Any],
+) -> dict[str, Any]:
+    """docs/metrics.md §6, "The recommendation checked against the judge's audit": §3d's missed-fallback estimate
+    over what `threshold` would serve (`found`: one task type's `ppi_strata` whose edges include the threshold,
+    `first_bucket` the bucket that starts at it) where it exists, else §3c's (`served_pass_est` turned into a miss
+    share). `{threshold, estimate, served_miss, withheld, reason, judge_warning}`: withheld when the corrected
+    rate is above 1 − target."""
+    agreement = judge_agreement(found["audit"] if found else {})
+    corrected = ppi(served_miss_strata(found, first_bucket)) if found else None
+    allowed = 1.0 - target
+    out: dict[str, Any] = {
+        "threshold": threshold,
+        "estimate": RECOMMENDATION_KEYS[corrected is not None],
+        "served_miss": corrected,
+        "withheld": False,
+        "reason": None,
+        "judge_warning": judge_warning(agreement),
+    }
+    if corrected is None:
+        rate, ci = served_pass_est.get("rate"), served_pass_est.get("ci")
+        out["served_miss"] = {
+            "rate": None if rate is None else 1.0 - rate,
+            "ci": None if ci is None else [1.0 - ci[1], 1.0 - ci[0]],
+            "coverage": served_pass_est.get("coverage"),
+        }
+        return out
+    if corrected["rate"] > allowed + 1e-12:
+        low, high = corrected["ci"]
+        out["withheld"] = True
+        out["reason"] = (
+            f"people's verdicts correct the judge: what {threshold:.2f} would serve misses an estimated "
+            f"{corrected['rate']:.1%} [{low:.1%}, {high:.1%}] (missed_fallback_ppi, {corrected['n_human']} human "
+            f"verdicts), above the {allowed:.1%} the target {target:g} allows"
+        )
+    return out

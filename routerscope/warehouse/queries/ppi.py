@@ -83,8 +83,9 @@ def ppi_sql(edges: int) -> str:
 
 
 def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> dict[str, dict]:
-    """task_type → {"strata": {measure: [(N, n, y, r, d, d2) per bucket]}, "audit": {a_n, a_agree, …}} over
-    the window's live events (each once)."""
+    """task_type → {"strata": {measure: [(N, n, y, r, d, d2) per bucket]}, "buckets": [bucket of each stratum],
+    "audit": {a_n, a_agree, …}} over the window's live events (each once); a bucket is the count of `inner_edges`
+    at or below the confidence, -1 for a null one, and only buckets holding an event are listed."""
     parameters = {
         **window.parameters(),
         "judge": LABEL_SOURCE_OFFLINE_REPLAY,
@@ -94,8 +95,10 @@ def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> d
     found: dict[str, dict] = {}
     for row in dict_rows(client, ppi_sql(len(inner_edges)), parameters):
         per = found.setdefault(
-            row["task_type"], {"strata": {m: [] for m in MEASURES}, "audit": dict.fromkeys(AUDIT_KEYS, 0)}
+            row["task_type"],
+            {"strata": {m: [] for m in MEASURES}, "buckets": [], "audit": dict.fromkeys(AUDIT_KEYS, 0)},
         )
+        per["buckets"].append(int(row["bucket"]))
         for m in MEASURES:
             per["strata"][m].append(tuple(int(row[f"{m}_{k}"]) for k in STRATUM_KEYS))
         for k in AUDIT_KEYS:
