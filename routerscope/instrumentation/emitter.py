@@ -162,6 +162,14 @@ SPOOL_DIR_MODE = 0o700
 SPOOL_FILE_MODE = 0o600
 
 
+def _regular(path: Path) -> bool:
+    """A regular file itself (not a symlink, FIFO, device or directory)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _private_fd(fd: int) -> os.stat_result:
     """Make an open spool file 0600 if this process owns it and it is not already (umask-independent);
     returns its stat."""
@@ -208,6 +216,7 @@ class Spool:
         self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
         self._tail_at: tuple[Path, int] | None = None  # (last segment, its size) after the last append
         self._bytes = 2**62  # bytes in the segments, an estimate from above (checked against the cap)
+        self._set_aside_irregular()
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = self._readable_lines() - self._position[1]
@@ -301,7 +310,19 @@ class Spool:
             log.warning("event spool: cannot make %s private to its owner (%s)", self.dir, exc)
 
     def _segments(self) -> list[Path]:
-        return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped)
+        return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped and _regular(p))
+
+    def _set_aside_irregular(self) -> None:
+        """A segment or cursor that is not a regular file (a FIFO would hang the reader, a symlink to /dev/zero
+        would never end, a directory cannot be read) is moved aside as `*.unreadable` at start-up, and said."""
+        for path in [*self.dir.glob("*.jsonl"), self._cursor_path]:
+            if _regular(path) or not os.path.lexists(path):
+                continue
+            log.error("event spool: %s is not a regular file; moved aside as %s.unreadable", path.name, path.name)
+            try:
+                path.rename(path.with_name(path.name + ".unreadable"))
+            except OSError:
+                self._skipped.add(path.name)
 
     @staticmethod
     def _lines(path: Path) -> int:
@@ -353,8 +374,10 @@ class Spool:
         """The saved read position; a damaged one (negative, or past its segment's end) is held to the
         segment, so the count of spooled records can never go below zero."""
         try:
-            name, line = self._cursor_path.read_text().split()
-            if (self.dir / name).exists():
+            if not _regular(self._cursor_path):
+                raise ValueError("no cursor")
+            name, line = self._cursor_path.read_text()[:200].split()
+            if name in {p.name for p in self._segments()}:
                 return name, min(max(int(line), 0), self._lines(self.dir / name))
         except (OSError, ValueError):
             pass
