@@ -58,6 +58,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import logging
 import os
@@ -749,6 +750,37 @@ class Spool:
             self._set_cursor(name, line)
 
 
+MAX_SPOOL_DIRS = 32  # `spool`, `spool.2` … `spool.32`: emitters sharing one home at once
+
+
+def _take_spool_dir(wanted: Path) -> tuple[Path, int | None]:
+    """`wanted`, or its first sibling `<name>.N` no other emitter holds, with the descriptor holding its lock
+    (`<dir>/lock`, an exclusive `flock` released when the descriptor closes or the process dies). Past
+    MAX_SPOOL_DIRS, or where locks cannot be taken, `wanted` unlocked (said in the log)."""
+    for n in range(1, MAX_SPOOL_DIRS + 1):
+        path = wanted if n == 1 else wanted.with_name(f"{wanted.name}.{n}")
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=SPOOL_DIR_MODE)
+            fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, SPOOL_FILE_MODE)
+        except OSError as exc:
+            log.warning("event spool: cannot lock %s (%s); used without a lock", wanted, exc)
+            return wanted, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except OSError as exc:
+            os.close(fd)
+            log.warning("event spool: cannot lock %s (%s); used without a lock", wanted, exc)
+            return wanted, None
+        if n > 1:
+            log.warning("event spool: %s is another emitter's; this one spools to %s", wanted, path)
+        return path, fd
+    log.error("event spool: %d emitters hold %s and its siblings; this one shares %s", MAX_SPOOL_DIRS, wanted, wanted)
+    return wanted, None
+
+
 def _close_at_exit(emitter_ref) -> None:
     emitter = emitter_ref()
     if emitter is not None:
@@ -783,6 +815,10 @@ class KafkaEmitter:
         if fsync_interval_s is None:
             fsync_interval_s = spool_fsync_interval()
         self.fsync_interval_s = fsync_interval_s
+        # A spool directory is one emitter's: two replaying one directory would send its events twice and
+        # delete segments under each other. A second emitter on the same directory (another worker of the
+        # app, or the same process) takes the first free sibling `spool.2`, `spool.3`, …
+        spool_dir, self._spool_lock = _take_spool_dir(Path(spool_dir))
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes, fsync_interval_s=fsync_interval_s)
         # Whether a send has reached the broker since the last one failed. Until one has, the sender puts new
         # events behind the spool instead of trying the broker itself, so with the broker down at start the
@@ -1085,3 +1121,6 @@ class KafkaEmitter:
         with self._lock:
             self.spool.close()  # synced, the open segment closed
         self._reset_producer(every=True)
+        if self._spool_lock is not None:
+            os.close(self._spool_lock)  # the directory free for the next emitter
+            self._spool_lock = None
