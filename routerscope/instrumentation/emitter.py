@@ -555,12 +555,15 @@ class Spool:
 
     def _enforce_cap(self) -> None:
         """Past the cap, drop the oldest records one by one (the cursor steps over them; a segment read
-        to its end is deleted) until the records waiting fit in it again."""
+        to its end is deleted) until the records waiting fit in it again, with room for a segment (a tenth
+        of the cap at most): each pass reads the oldest segment, so at the cap it runs once a segment's
+        worth of appends, not at every append (a write-ahead `emit` would pay ~1 ms and a log line each)."""
         segments = self._segments()
         total = sum(p.stat().st_size for p in segments)
         self._bytes = total
         if total <= self.cap_bytes:
             return
+        target = self.cap_bytes - min(self.segment_bytes, self.cap_bytes // 10)
         self._tail = None  # segments are deleted below
         name, line = self._cursor()
         lost = 0
@@ -574,7 +577,7 @@ class Spool:
             with open(oldest, "rb") as f:
                 sizes = [len(raw) for raw in f]
             total -= sum(sizes[:line])  # read already: not waiting
-            while line < len(sizes) and total > self.cap_bytes:
+            while line < len(sizes) and total > target:
                 total -= sizes[line]
                 line += 1
                 lost += 1

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.emitter import KafkaEmitter, Message, Spool
 
 REPO = Path(__file__).resolve().parents[2]
 DEAD = {"bootstrap_servers": "127.0.0.1:9"}  # nothing listens: every event waits in the spool
@@ -20,7 +20,7 @@ DEAD = {"bootstrap_servers": "127.0.0.1:9"}  # nothing listens: every event wait
 CHILD = """
 import json, sys, time
 from pathlib import Path
-from routerscope.instrumentation.emitter import KafkaEmitter, Message
+from routerscope.instrumentation.emitter import KafkaEmitter, Message, Spool
 emitter = KafkaEmitter({"bootstrap_servers": "127.0.0.1:9"}, Path(sys.argv[1]), write_ahead=True)
 print(emitter.spool.dir.name, flush=True)
 for i in range(int(sys.argv[3])):
@@ -79,3 +79,41 @@ def test_a_second_emitter_in_one_process_takes_a_sibling_and_the_directory_is_fr
         assert third.spool.dir == tmp_path / "spool" and len(third.spool) == 1  # what the first left
     finally:
         third.close(0.2)
+
+
+def test_at_its_cap_the_spool_drops_the_oldest_in_rounds_not_at_every_append(tmp_path, caplog):
+    """With the broker away long enough to fill the spool, every write-ahead `emit` used to re-read the oldest
+    segment and log a line (≈ 0.9 ms p50, 7 ms p99 an event against ≈ 2 µs, measured): the cap now drops
+    down to a segment below it, so a pass runs once a segment's worth of appends."""
+    spool = Spool(tmp_path, cap_bytes=100_000, segment_bytes=10_000, fsync_interval_s=1)
+    n = 0
+
+    def one():
+        nonlocal n
+        assert spool.append([Message("t", b"k", json.dumps({"n": n, "pad": "x" * 60}).encode())]) == []
+        n += 1
+
+    while not spool.dropped:
+        one()
+    caplog.clear()
+    passes = []
+    real = spool._enforce_cap
+
+    def counted():
+        passes.append(1)
+        real()
+
+    spool._enforce_cap = counted
+    for _ in range(2000):  # ≈ 200 kB at the cap
+        one()
+    assert len(passes) <= 25, len(passes)
+    assert len([r for r in caplog.records if "over its cap" in r.getMessage()]) <= 25
+    assert len(spool) + spool.dropped == n
+    kept = []
+    while True:
+        batch, read = spool.peek(500)
+        if not read:
+            break
+        kept += [json.loads(m.value)["n"] for m in batch]
+        spool.advance(read)
+    assert kept == list(range(spool.dropped, n)), "exactly the oldest were dropped, nothing else"
