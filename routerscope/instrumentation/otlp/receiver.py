@@ -585,7 +585,7 @@ class Receiver:
         class Handler(_Handler):
             owner = receiver
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._flusher = threading.Thread(target=self._flush_loop, name="routerscope-collect-flush", daemon=True)
@@ -831,6 +831,22 @@ def _messages(request) -> list[bytes]:
     if size:
         out.append(part.SerializeToString())
     return out
+
+
+class _Server(ThreadingHTTPServer):
+    # connections waiting to be accepted: socketserver's 5 drops a burst of exporters connecting at once
+    # (after a restart of `collect`), which then wait out TCP's 1 s, 3 s, 7 s … retries to get in
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        """A client that went away mid-answer is its own business: one debug line, not a traceback on
+        stderr per connection (a flood of them would bury the log)."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            log.debug("collect: %s went away (%s)", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
