@@ -38,6 +38,7 @@ import logging
 import os
 import stat
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -841,8 +842,6 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         """A client that went away mid-answer is its own business: one debug line, not a traceback on
         stderr per connection (a flood of them would bury the log)."""
-        import sys
-
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             log.debug("collect: %s went away (%s)", client_address, sys.exc_info()[1])
             return
