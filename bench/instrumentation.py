@@ -21,6 +21,9 @@ the shared machine falls on all three alike instead of on whichever loop it met;
 the bare span is slower this way). `ratio_sdk_calls_alone_to_bare_span_p50` times, the same way, only
 the OpenTelemetry SDK calls a decision makes (spans, attributes, histogram; nothing of ours), all on
 the request path as they were before the attempt spans and the histogram moved to the sender thread.
+`scrub_new_decision_us` is what scrubbing a decision whose session and free text are all new costs (the
+keyed hash of the session, every rule over each text, the split forms), `scrub_seen_decision_us` what one
+whose values were seen before costs (two dict lookups: the usual case, values recur).
 `ratio_instrumentation_to_bare_span_p50_by_round` is the same ratio taken within each round of blocks
 (p50 of the instrumented block minus p50 of the router's, over p50 of the bare span's, the three timed
 within about 0.1 s of each other), median over the rounds: on a shared machine that switches between
@@ -191,6 +194,19 @@ def main() -> int:
         sdk_alone = sdk_calls_alone(tracer, histogram, lambda: plain.route(req), event)
         bare_s, base_s, sdk_s = blocked([bare_span, lambda: plain.route(req), sdk_alone], n // 2)
         sdk_overhead = [max(0, f - b) for f, b in zip(sorted(sdk_s), sorted(base_s))]
+        # the scrubbing a decision whose every text is new pays (no value seen before: the caches miss), and
+        # what one seen before pays (the usual case: sessions, task types, versions and models recur)
+        recorder = instrumented.recorder
+        fresh = iter(range(10**9))
+
+        def scrub_new():
+            i = next(fresh)
+            recorder._scrub_texts(("short_reply", f"app-{i}", "high", f"1.{i}.0", f"policy-{i}", "gemma-270m", None))
+            recorder._pseudonymise_session(f"session-{i}")
+
+        scrub_new_samples = timed(scrub_new, min(n, 20_000))
+        texts = ("short_reply", "app-1", "high", "1.1.0", "policy-1", "gemma-270m", None)
+        scrub_seen_samples = timed(lambda: (recorder._texts.get(texts), recorder._sessions.get("session-1")), n)
         figures = {
             "decisions": n,
             "bare_span_us": {"p50": pct(bare, 0.5), "p99": pct(bare, 0.99)},
@@ -207,6 +223,8 @@ def main() -> int:
             "enqueue_broker_down_us": {"p50": pct(enqueue, 0.5), "p99": pct(enqueue, 0.99)},
             "enqueue_write_ahead_us": {"p50": pct(write_ahead, 0.5), "p99": pct(write_ahead, 0.99)},
             "sender_work_per_decision_us": round(sender_work, 2),
+            "scrub_new_decision_us": {"p50": pct(scrub_new_samples, 0.5), "p99": pct(scrub_new_samples, 0.99)},
+            "scrub_seen_decision_us": {"p50": pct(scrub_seen_samples, 0.5), "p99": pct(scrub_seen_samples, 0.99)},
             "targets": {"ratio": 3, "enqueue_p99_us": 100},
         }
         emitter._stop.set()  # the unsent rest stays in the (temporary) spool: let the sender finish writing it

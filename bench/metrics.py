@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import sys
 import tempfile
@@ -45,7 +46,7 @@ END = datetime(2026, 11, 29, tzinfo=UTC)
 
 # Generated decisions: five task types, ~10 % capability misses, ~12 % device fallbacks, 1 % shadow.
 FILL_DECISIONS = """
-INSERT INTO routerscope.decisions
+INSERT INTO routerscope.decisions ({columns})
 SELECT
     generateUUIDv4(number) AS event_id,
     toDateTime64({start:DateTime64(3, 'UTC')}, 3, 'UTC')
@@ -82,6 +83,10 @@ SELECT
     now64(3) AS ingested_at
 FROM numbers({rows:UInt64})
 """
+# The columns the generator fills, by name: a column added to the table later keeps its default here instead of
+# shifting every generated value one place.
+FILL_DECISIONS = FILL_DECISIONS.replace("{columns}", ", ".join(re.findall(r"\bAS (\w+)", FILL_DECISIONS)))
+
 
 FILL_LABELS = """
 INSERT INTO routerscope.labels

@@ -13,11 +13,11 @@ import socket
 import subprocess
 import sys
 import webbrowser
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from routerscope import __version__
-from routerscope.cli import labels_review, oncall, review
+from routerscope.cli import labels_review, loop, oncall, review
 from routerscope.cli import whatif as whatif_cli
 from routerscope.cli.interrupt import Terminated, stop_on_term
 from routerscope.contract.validation import EVENT_TIME_MAX, EVENT_TIME_MIN
@@ -126,6 +126,7 @@ def cmd_load(args, settings: Settings) -> int:
     # what the daemon's schedule runs) records its run in an instance a command would throw away, and
     # importing Dagster and making that instance were most of what a load cost before its first event.
 
+    since = datetime.now(UTC) - CATCH_UP_SLACK  # decisions stored from here on: their windows are computed after
     try:
         result = loader.load(
             settings,
@@ -144,6 +145,9 @@ def cmd_load(args, settings: Settings) -> int:
         )
         return 130
     summary = result.as_dict()
+    windows = None if args.no_windows or args.partitions else _catch_up_windows(settings, since)
+    if windows is not None:
+        summary["windows_5m"] = len(windows)
     if args.json:
         _print_json(summary)
         return 0
@@ -156,12 +160,37 @@ def cmd_load(args, settings: Settings) -> int:
             f"{'otlp':<10} traces {otlp['traces']:>9}   mapped {otlp['mapped']:>12}   "
             f"quarantined {sum(otlp['quarantined'].values()):>7}"
         )
+    if windows:
+        print(
+            f"{'windows':<10} 5-minute {len(windows):>7}   "
+            f"latest ending {windows[-1] + timedelta(minutes=5):%Y-%m-%d %H:%M} UTC"
+        )
     total_q = sum(summary["quarantined"].values())
     print(
         f"done in {seconds:.1f} s"
         + (f"; see the quarantined messages and their broken rules in {names.DATABASE}.quarantine" if total_q else "")
     )
     return 0
+
+
+CATCH_UP_SLACK = timedelta(minutes=1)  # windows of decisions stored just before a load began are recomputed too
+
+
+def _catch_up_windows(settings: Settings, since) -> list:
+    """The finished 5-minute windows brought up to date after a load (docs/otlp.md, "Windows without the
+    daemon"): a failure is a warning, never the load's failure (its rows are stored)."""
+    from routerscope.pipelines import core as units  # deferred: the metric modules, only once something loaded
+
+    try:
+        return units.catch_up_windows(settings, since)
+    except Exception as exc:  # noqa: BLE001 - the load is done and stored: a window that failed is a warning
+        print(
+            f"routerscope load: warning: the metric windows were not brought up to date "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            "run `routerscope load` again, or let the Dagster daemon compute them",
+            file=sys.stderr,
+        )
+        return []
 
 
 def cmd_collect(args, settings: Settings) -> int:
@@ -290,6 +319,7 @@ def cmd_whatif(args, settings: Settings) -> int:
         if end is None:  # by default the last --days full days of live traffic (as `report`)
             end = start + timedelta(days=args.days) if start else review_window(client, args.days).end
         start = start or end - timedelta(days=args.days)
+        whatif_cli.check_known(thresholds, _known_task_types(client))
         result = whatif.compute(client, QueryWindow(start, end), thresholds)
     if args.policy:
         result["not_rescored"] = not_rescored
@@ -316,6 +346,19 @@ def cmd_whatif(args, settings: Settings) -> int:
         )
         return WHATIF_UNJUDGED
     return 0
+
+
+def _known_task_types(client) -> set[str]:
+    """The task types the warehouse holds decisions or metric windows of, and the ones the policy in force names."""
+    from routerscope.router.policy import PolicyStore  # deferred: start-up: YAML and the policy, ~20 ms
+    from routerscope.warehouse.queries import metric_windows  # deferred: start-up
+    from routerscope.warehouse.sql import named  # deferred: start-up
+
+    # the decisions' own too: a task type loaded before its first metric window is known
+    loaded = client.query(named("whatif_known_task_types", "SELECT DISTINCT task_type FROM $decisions")).result_rows
+    return (
+        set(metric_windows.task_types(client)) | {str(r[0]) for r in loaded} | set(PolicyStore().current().capabilities)
+    )
 
 
 WHATIF_UNJUDGED = 4  # `whatif --fail-if` exit code: something the gate asks about could not be judged
@@ -364,6 +407,28 @@ def cmd_dq(args, settings: Settings) -> int:
     return 1 if report.blocking_failures else 0
 
 
+def _rollback_verdicts(settings: Settings, days: float, end: datetime | None) -> dict:
+    """The rollback verdicts over the review window (`days` full days ending at `end`), read from the stored
+    episodes exactly as `report rollout` reads them (`routerscope.warehouse.analytics.rollback`): a verdict whose
+    episode resolved in the window was absent from `alerts --json` (it read only what was firing) while the
+    report said "ROLL BACK" for it."""
+    from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
+    from routerscope.warehouse.analytics import rollback  # deferred: start-up
+    from routerscope.warehouse.analytics.review import review_window  # deferred: start-up: ~0.05 s
+
+    with units.unit_of_work(settings, purpose="alerts (rollback verdicts)") as client:
+        window = review_window(client, days, end)
+        states = rollback.rollback_states(client, window.start, window.end)
+    return {
+        "rollback_window": {
+            "start": window.start.isoformat().replace("+00:00", "Z"),
+            "end": window.end.isoformat().replace("+00:00", "Z"),
+            "days": days,
+        },
+        "rollback_states": {t: s.public() for t, s in sorted(states.items())},
+    }
+
+
 def cmd_alerts(args, settings: Settings) -> int:
     from routerscope.pipelines import core as units  # deferred: start-up: the router, ~0.1 s
 
@@ -374,8 +439,9 @@ def cmd_alerts(args, settings: Settings) -> int:
         result = units.evaluate_alerts(settings, by="cli", rules_as_recorded=True, new_rules=args.new_rules, warn=warn)
     else:  # reads only: what the pipeline's own evaluations stored
         result = units.stored_alerts(settings)
+    verdicts = _rollback_verdicts(settings, args.days, _parse_time(args.end, "--end") if args.end else None)
     if args.json:
-        _print_json({**result.as_dict(), "evaluated": bool(args.evaluate)})
+        _print_json({**result.as_dict(), "evaluated": bool(args.evaluate), **verdicts})
         return 0
     stamp = result.as_dict()["evaluated_at"]
     if args.evaluate:
@@ -402,6 +468,10 @@ def cmd_alerts(args, settings: Settings) -> int:
         print(f"  ROLLBACK RECOMMENDED: {task_type} back to the cloud ({', '.join(named)})")
     for a in result.recently_resolved:
         print(f"  resolved [{a.severity}] {a.summary} ({a.task_type or 'overall'}) at {a.resolved_at:%Y-%m-%d %H:%M}")
+    window = verdicts["rollback_window"]
+    for task_type, state in verdicts["rollback_states"].items():
+        if not state["firing"]:  # the firing ones are said above; a resolved one as `report rollout` reads it
+            print(f"  rollback verdict {window['start']} → {window['end']}: {task_type}: {state['words']}")
     if result.delivery_failures:
         print(
             f"routerscope: warning: {result.delivery_failures} notification(s) could not be delivered to "
@@ -630,6 +700,7 @@ def _partition_list(text: str) -> list[int]:
 
 MAX_PARTITION = 2**31 - 2  # Kafka numbers partitions with a signed 32-bit int
 MAX_CORRUPT = 1_000_000  # malformed messages `simulate --corrupt` produces at most
+MAX_REQUESTS = 10_000_000  # simulated requests `demo` and `simulate` take at most (10M: hours on a laptop)
 
 
 def _int_at_least(minimum: int, maximum: int | None = None):
@@ -690,7 +761,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the main job: a SIMULATED fleet through the real router, end to end")
     p.add_argument("--port", type=_port, default=broker.DEFAULT_PORT, help="local broker port (default 9092)")
-    p.add_argument("--requests", type=_positive_int, default=20_000, help="simulated requests (default 20000)")
+    p.add_argument(
+        "--requests",
+        type=_int_at_least(1, MAX_REQUESTS),
+        default=20_000,
+        help=f"simulated requests (default 20000, at most {MAX_REQUESTS:,})",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard at the end (for scripts)")
@@ -710,7 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("simulate", help="SIMULATED fleet traffic through the real router into Kafka")
-    p.add_argument("--requests", type=_positive_int, default=10_000)
+    p.add_argument("--requests", type=_int_at_least(1, MAX_REQUESTS), default=10_000)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--span-minutes", type=_span_minutes, default=120, help="simulated time span ending now")
     p.add_argument(
@@ -777,6 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait",
         action="store_true",
         help="when another load is running on this warehouse, exit at once with code 75 instead of waiting for it",
+    )
+    p.add_argument(
+        "--no-windows",
+        action="store_true",
+        help="do not compute the finished 5-minute metric windows after the load (by default those of the last "
+        "day that new data touched, and every one since the newest stored: docs/otlp.md)",
     )
     p.set_defaults(func=cmd_load)
 
@@ -876,6 +958,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --evaluate: judge with ROUTERSCOPE_ALERT_RULES (or the defaults) even though the warehouse was "
         "judged with other rules",
     )
+    p.add_argument(
+        "--days",
+        type=_float_at_least(1),
+        default=7.0,
+        help="the rollback verdicts' window in days, as `report rollout` reads it (default 7)",
+    )
+    p.add_argument("--end", help="that window's end, ISO 8601 (default: the end of the newest live event's day)")
     p.set_defaults(func=cmd_alerts)
 
     p = sub.add_parser("report", help="the weekly review: task grading, offload readiness, rollout stages")
@@ -914,6 +1003,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     oncall.add_commands(sub, _port)
     labels_review.add_commands(sub)
+    loop.add_commands(sub)
     return parser
 
 

@@ -10,6 +10,7 @@ incidents raised. Re-running adds another simulated span and continues from the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 import shutil
@@ -72,6 +73,7 @@ def simulate(
     )  # a batch producer: paced, never dropping
     tel = Telemetry(emitter)
     start = start or default_start(span)
+    run = run_name(start)  # this run's instances and ids
     # the labeling design fixed at decision time (docs/metrics.md §3d): each live event records its stratum's π
     design = DEFAULT_DESIGN
     on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, design.stamp(e))  # noqa: E731
@@ -80,12 +82,13 @@ def simulate(
     try:
         with RequestTextStore(settings.request_texts_path) as texts:
             if live_requests:
-                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show)
+                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show, run)
             fleet = Fleet(
                 seed=seed,
                 start=start,
                 span=span,
-                instance_id=run_instance("sim-router-1", start),
+                instance_id=run_instance("sim-router-1", run),
+                run=run,
                 texts=texts,
                 on_event=on_event,
                 on_breaker_event=on_breaker_event,
@@ -115,13 +118,19 @@ def simulate(
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
 
 
-def run_instance(router: str, start: datetime) -> str:
-    """The router instance id of one demo run: each run is a new router process, whose breakers start closed
-    and number their transitions from 1 again, so it gets an instance id of its own (the span's start names
-    it; spans never overlap). Under one id, a re-run's `seq` 1, 2, … interleaved with the first run's: the
-    chain check failed the day, and the breaker signal read the first run's outage as lasting into the second
-    (docs/demo.md#running-it-again)."""
-    return f"{router}-run-{start:%Y%m%dT%H%MZ}"
+def run_instance(router: str, run: str) -> str:
+    """The router instance id of one demo run (`run_name`): each run is a new router process, whose breakers start
+    closed and number their transitions from 1 again, so it gets an instance id of its own. Under one id, a
+    re-run's `seq` 1, 2, … interleaved with the first run's: the chain check failed the day, and the breaker signal
+    read the first run's outage as lasting into the second (docs/demo.md#running-it-again)."""
+    return f"{router}-run-{run}"
+
+
+def run_name(start: datetime, token: str | None = None) -> str:
+    """The name of one run of the fleet: its span's start and a token of its own (two runs in the same 5 minutes
+    share a span start). The fleet moves its request, label and session ids into this run's own id space, so a
+    re-run with the same seed reuses none of the first run's ids (docs/demo.md#running-it-again)."""
+    return f"{start:%Y%m%dT%H%MZ}-{token or uuid.uuid4().hex[:6]}"
 
 
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
@@ -135,7 +144,15 @@ LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary",
 
 
 def live_sample(
-    settings: Settings, count: int, seed: int, start: datetime, texts, on_event, on_breaker_event, show: bool = True
+    settings: Settings,
+    count: int,
+    seed: int,
+    start: datetime,
+    texts,
+    on_event,
+    on_breaker_event,
+    show: bool = True,
+    run: str | None = None,
 ) -> dict:
     """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
     device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
@@ -144,6 +161,7 @@ def live_sample(
         "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
         file=sys.stderr,
     )
+    run = run or run_name(start)
     model = gemma_path(settings.home)
     cloud = StandInCloud(model, settings.standin_cloud_log_path)
     device = None
@@ -161,23 +179,24 @@ def live_sample(
             device,
             OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
             policy=PolicyStore(),
-            instance_id=run_instance("live-router-1", start),
+            instance_id=run_instance("live-router-1", run),
             now=lambda: start + timedelta(seconds=time.monotonic() - t0),
             on_event=on_event,
             on_breaker_event=on_breaker_event,
         )
         rng = random.Random(seed)
+        salt = int.from_bytes(hashlib.sha256(run.encode()).digest()[:16], "big")  # this run's ids (`run_name`)
         bar = _bar(count, "live sample (real Gemma)", " req") if show else None
         for i in range(count):
             task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
             text = request_text(rng, task_type)
-            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128))}"
+            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128) ^ salt)}"
             texts.add(request_id, task_type, text)
             response, _ = router.route(
                 Request(
                     task_type=task_type,
                     text=text,
-                    session_id=f"live-session-{i % 3}",
+                    session_id=f"live-session-{run}-{i % 3}",
                     request_id=request_id,
                     deadline_ms=30_000,
                     expected_output_tokens=8,
@@ -278,11 +297,14 @@ def run(
     )
     days = span_days(sim["start"], sim["end"])
     out["quality"] = daily_quality_and_metrics(days, resources=resources, instance=instance)
+    # the alerts once more after the daily suites, as the daemon's sensor follows the daily job: a blocking
+    # data-quality failure holds the day's metrics back and is an incident (`data_quality_blocking`) on On-call
+    # and in the summary's "firing now", never a silent hold with the earlier figures shown as current
+    after = run_alerts(resources, instance)
+    fired += [line for line in after["fired_lines"] if line not in fired]
+    firing = after["firing_keys"]
     out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
     return out
-
-
-MIN_RERUN_SPAN = timedelta(minutes=10)  # a re-run's span at the least (two 5-minute windows)
 
 
 def _previous_end(settings: Settings) -> datetime | None:
@@ -298,29 +320,23 @@ def record_span(settings: Settings, end: datetime) -> None:
 
 
 def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:
-    """Where this run's simulated span goes: (start, length). It ends now; when the previous demo of this
-    home ended less than `span` ago, it starts where that one ended instead, so two runs never lie on top of
-    each other (two outages at once, sessions counted twice). A re-run sooner than MIN_RERUN_SPAN after the
-    previous span's end is refused with what to do. "Now" is the latest 5-minute boundary (`span_end`), so
-    the metric windows cut the scripted timeline the same way on every run."""
+    """Where this run's simulated span goes: (start, length). It ends now and is always as long as asked (the
+    span its requests were sized for: a re-run that covered only the time since the previous run packed 20,000
+    requests into 20 minutes and raised one of its three scripted incidents, and a re-run within 10 minutes was
+    refused). When the previous demo of this home ended less than `span` ago, the two spans overlap: the re-run is
+    a second fleet over the same hours, with its own router instance, sessions, request and label ids
+    (`run_name`), so nothing is counted twice and each run raises its own incidents at its own span's 20-30 %,
+    45-65 % and 75-90 %. "Now" is the latest 5-minute boundary (`span_end`), so the metric windows cut the
+    scripted timeline the same way on every run."""
     now = span_end(now)
     previous = _previous_end(settings)
-    if previous is None or previous <= now - span:
-        return now - span, span
-    if now - previous >= MIN_RERUN_SPAN:
-        shorter = now - previous
+    if previous is not None and now - span < previous:
         print(
-            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {previous:%H:%M} → "
-            f"{now:%H:%M} ({shorter.total_seconds() / 60:.0f} min) so the two do not overlap",
+            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {now - span:%H:%M} → "
+            f"{now:%H:%M} as a second fleet beside it (its own routers, sessions and ids)",
             file=sys.stderr,
         )
-        return previous, shorter
-    raise RouterscopeError(
-        f"the previous demo's simulated span ends at {previous:%Y-%m-%d %H:%M} UTC: a new span now would lie on "
-        "top of it (two outages at once, sessions counted twice). Run the demo again from "
-        f"{previous + MIN_RERUN_SPAN:%H:%M} UTC (it then covers the time since), or start over with "
-        "`routerscope demo --fresh`"
-    )
+    return now - span, span
 
 
 def ensure_broker(settings: Settings, port: int) -> str:

@@ -76,10 +76,25 @@ def cmd_verdict(args, settings: Settings) -> int:
 
     if not args.reviewer.strip():
         raise RouterscopeError("a reviewer is named: pass --reviewer NAME")
+    from routerscope.router.review_queue import AlreadyReviewed  # deferred: start-up
+
     emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)  # fails first
-    with _queue(settings) as queue:
+    try:
+        queue_ = _queue(settings)
+    except RouterscopeError:
+        emitter.close(0)
+        raise
+    with queue_ as queue:
         try:
             _, label = queue.record(args.request_id, VERDICTS[args.verdict], args.reviewer, datetime.now(UTC))
+        except AlreadyReviewed as exc:
+            emitter.close(0)
+            done = exc.item
+            raise RouterscopeError(
+                f"{args.request_id!r} already has a verdict ({_verdict_word(done.acceptable)}, by {done.reviewer} "
+                f"at {done.reviewed_at}); only {done.reviewer} may change it; `routerscope review next` shows the "
+                "next one"
+            ) from None
         except KeyError:
             emitter.close(0)
             raise RouterscopeError(

@@ -20,7 +20,14 @@ def cmd_exporter(args, settings: Settings) -> int:
 
     replay = Replay(args.replay_from, args.replay_speed) if args.replay_from else None
     lease = Lease(Path(args.lease), args.lease_timeout) if args.lease else None
-    server = make_exporter(settings, port=args.port, refresh_s=args.refresh, replay=replay, lease=lease)
+    server = make_exporter(
+        settings,
+        port=args.port,
+        refresh_s=args.refresh,
+        replay=replay,
+        lease=lease,
+        max_task_types=args.max_task_types,
+    )
     stop_on_term()
     print(f"routerscope exporter: serving http://127.0.0.1:{server.port}/metrics", flush=True)
     if replay:
@@ -49,6 +56,12 @@ def _instant(text: str) -> datetime:
         return parse_utc(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time, e.g. 2026-12-04T03:30:00Z") from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 10000")
+    return int(text)
 
 
 def _positive(text: str) -> float:
@@ -106,6 +119,13 @@ def add_commands(sub, port_type) -> None:
         help="stop once FILE has not been touched for --lease-timeout seconds (how the Dagster deployment runs it)",
     )
     p.add_argument("--lease-timeout", type=_positive, default=120.0, metavar="S", help="(default 120)")
+    p.add_argument(
+        "--max-task-types",
+        type=_count,
+        default=50,
+        metavar="N",
+        help='serve at most N task types by name, the busiest; the rest summed as task_type="other" (default 50)',
+    )
     p.set_defaults(func=cmd_exporter)
 
     p = sub.add_parser("rules", help="the alert rules in another system's format")

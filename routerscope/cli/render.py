@@ -225,6 +225,8 @@ def review(kind: str, report: dict[str, Any]) -> str:
                 ]
                 lines.append(f"  {'':<18}   because: {', '.join(named)}")
             lines.append(f"  {'':<18}   evidence: {_review.evidence(g)}")
+            if r.get("answer_check"):  # the serve-time check of its answers (docs/router.md); `unchecked`: none
+                lines.append(f"  {'':<18}   answers checked at serve time: {r['answer_check']}")
             if "judge_agreement" in r:  # docs/metrics.md §3d: the judge behind the quality gate, audited by people
                 lines.append(f"  {'':<18}   judge: {_judge(r)}")
         lines.append(

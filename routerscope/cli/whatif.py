@@ -129,3 +129,19 @@ def unrescorable(path: str, current) -> list[str]:
             if a != b:
                 lines.append(f"capabilities.{task_type}.{field}: {_show(a)} → {_show(b)}")
     return lines
+
+
+def check_known(thresholds: dict[str, float], known: set[str]) -> None:
+    """Refuse a task type neither the warehouse nor the routing policy knows (a typo read as "no live events" and
+    exited 0), naming the closest known one and the rest."""
+    import difflib  # deferred: only on this check
+
+    for task_type in thresholds:
+        if task_type in known or not known:
+            continue
+        close = difflib.get_close_matches(task_type, sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise ConfigError(
+            f"--task-type {task_type}: no such task type in the warehouse or the routing policy; {hint}"
+            f"known: {', '.join(sorted(known))}"
+        )

@@ -82,9 +82,16 @@ V2_ONLY_FIELDS = (
     "all_cloud_cost_usd",
     "rollout_stage",
     "gateway_deadline_ms",
+    "answer_check",
+    "device_input_tokens",
     "label_pi",
     "label_design_id",
+    "policy_id",
+    "experiment_id",
+    "arm",
+    "assignment_bucket",
 )
+EXPERIMENT_FIELDS = ("policy_id", "experiment_id", "arm", "assignment_bucket")  # v2, optional (docs/loop.md)
 V2_ONLY_REASONS = ("device_busy", "truncated")
 V2_ONLY_ATTEMPT_FIELDS = ("abandoned",)  # an attempt's v2 additions
 DEVICE_FALLBACKS = ("quality", "timeout", "error")
@@ -177,10 +184,22 @@ class DecisionEvent(_Event, frozen=True):
     rollout_stage: RolloutStage | UnsetType = UNSET
     # the deadline the gateway sent when `deadline_ms` cannot hold it (0 or negative: `deadline_ms` then reads 1)
     gateway_deadline_ms: Annotated[int, Meta(ge=-86_400_000, le=0)] | UnsetType = UNSET
+    # Serve-time answer checks (docs/router.md, "Only a declared answer is served"; v2 only, absent when unset):
+    # the first check an answer of this request failed (`labels`, `fields`, `tools`, `language`, `format`), and
+    # the input's size in tokens the router judged the device's window by (its tokenizer's count, or the upper
+    # bound it used without one)
+    answer_check: Annotated[str, Meta(pattern=r"\A[a-z][a-z_]{0,31}\Z")] | UnsetType = UNSET
+    device_input_tokens: NonNegInt | UnsetType = UNSET
     # the labeling design fixed at decision time (docs/metrics.md §3d): the inclusion probability of the request's
     # stratum (task type × confidence bucket) in the judge's sample, and the design that gave it
     label_pi: Share | UnsetType = UNSET
     label_design_id: Annotated[str, Meta(min_length=1, max_length=64)] | UnsetType = UNSET
+    # The closed loop's canary (docs/loop.md): the candidate policy, the experiment, the session's arm and its
+    # assignment bucket (hash(session, salt) mod 10000), on every request of a task type under an experiment.
+    policy_id: Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")] | UnsetType = UNSET
+    experiment_id: Id128 | UnsetType = UNSET
+    arm: Literal["candidate", "control"] | UnsetType = UNSET
+    assignment_bucket: Annotated[int, Meta(ge=0, le=9999)] | UnsetType = UNSET
 
 
 # Optional fields the contract leaves absent rather than null: a builder's None means "not known" (unset).
@@ -195,6 +214,7 @@ _ABSENT_WHEN_NONE = (
     "gateway_deadline_ms",
     "label_pi",
     "label_design_id",
+    *EXPERIMENT_FIELDS,
 )
 
 
@@ -242,4 +262,49 @@ class BreakerEvent(_Event, frozen=True):
     seq: Annotated[int, Meta(ge=1, le=4294967295)] | UnsetType = UNSET
 
 
-EVENT_TYPES = (DecisionEvent, LabelEvent, BreakerEvent)
+PolicyState = Literal[
+    "proposed",
+    "evaluated",
+    "shadow",
+    "canary_5",
+    "canary_10",
+    "canary_25",
+    "full",
+    "rejected",
+    "halted",
+    "held",
+    "rolled_back",
+]
+POLICY_STATES: tuple[str, ...] = get_args(PolicyState)
+Sha256 = Annotated[str, Meta(pattern=r"\A[0-9a-f]{64}\Z")]
+PolicyId = Annotated[str, Meta(pattern=r"\A[0-9a-f]{16}\Z")]
+
+
+class PolicyEvent(_Event, frozen=True):
+    """One transition of a candidate policy in the closed loop (topic router.policy.v1, key policy_id;
+    docs/loop.md#events): from/to state, why, on what evidence (the file and its SHA-256), by whom, and the
+    metric it stood on. `event_id` is derived from the policy and the transition's number, so a transition
+    published again after a crash is the same event."""
+
+    schema_version: Literal[1]
+    event_id: Uuid
+    event_time: Timestamp
+    task_type: Id128
+    policy_id: PolicyId
+    seq: Annotated[int, Meta(ge=1, le=1_000_000)]
+    from_state: PolicyState | None
+    to_state: PolicyState
+    reason: Annotated[str, Meta(min_length=1, max_length=64)]
+    evidence_file: Annotated[str, Meta(min_length=1, max_length=256)]
+    evidence_hash: Sha256
+    actor: Annotated[str, Meta(min_length=1, max_length=128)]
+    experiment_id: Id128 | None = None
+    metric: Annotated[str, Meta(max_length=64)] | None = None
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: Annotated[int, Meta(ge=0, le=10**12)] | None = None
+    metrics: Annotated[str, Meta(max_length=65536)] = "{}"  # every metric the verdict stood on, as JSON text
+
+
+EVENT_TYPES = (DecisionEvent, LabelEvent, BreakerEvent, PolicyEvent)

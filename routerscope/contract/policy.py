@@ -81,13 +81,24 @@ class Capability(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         end and is never served cut (docs/router.md, "Nothing unvalidated reaches a user")."""
         return self.validator is not None or self.tools is not None
 
+    @property
+    def whole(self) -> bool:
+        """The router serves the answer whole or not at all: a structured one, or one whose `answer:` declares a
+        label set, fields, tools or a language (code cut mid-way is no snippet; docs/router.md, "Only a declared
+        answer is served")."""
+        if self.validator is not None or self.tools is not None:
+            return True
+        answer = self.answer
+        return answer is not None and any(answer.get(k) for k in ("labels", "fields", "tools", "language"))
+
     def admits(
         self, input_tokens: int, output_tokens: int, tools: tuple[str, ...] | None = None, files: int | None = None
     ) -> bool:
         """The capability matrix's verdict (docs/sources.md#seed-000): supported, within the input and output
         limits; where the task type has a tool whitelist, the request declares exactly one tool and it is on
-        the list (single-step calls only: no tools declared, or several, is not admitted); where it is
-        `single_file`, the request declares how many files its context spans, and that is at most one."""
+        the list (single-step calls only: no tools declared, or several, is not admitted), and where it has none,
+        the request declares no tool; where it is `single_file`, the request declares how many files its context
+        spans, and that is at most one, and no request declaring more than one file is admitted."""
         if not (self.supported and input_tokens <= self.max_input_tokens and output_tokens <= self.max_output_tokens):
             return False
         if self.tools is not None:
@@ -95,8 +106,12 @@ class Capability(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 return False
             if not set(tools) <= set(self.tools):
                 return False
+        elif tools is not None and (isinstance(tools, str) or len(tuple(tools)) > 0):
+            return False  # tools declared for a task type the matrix whitelists none for: the device calls none
         if self.single_file and (files is None or isinstance(files, bool) or not 0 <= files <= 1):
             return False
+        if files is not None and (isinstance(files, bool) or not 0 <= files <= 1):
+            return False  # a context across files is never the device's (docs/sources.md#seed-000), whatever the task
         return True
 
 
@@ -116,6 +131,12 @@ class BreakerPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     p90_baseline_ms: Number = 800.0
     p90_min_samples: Int = 20
     p90_settle_trials: Int = 3  # half-open trials in a row that answer at the new level: the baseline moves to it
+    # ... and only once such trials have gone on this long: a surge shorter than this opens the breaker each time
+    # and never moves the baseline (docs/router.md, "p90 spike")
+    p90_settle_s: Number = 1800.0
+    # the spike threshold's ceiling while the router has no day's baseline yet (a cold start): None is
+    # `p90_spike_factor` × `p90_baseline_ms`, so a ramp from a fresh start is caught against the policy's figure
+    p90_ceiling_ms: Number | None = None
     fallback_rate_limit: Number | None = None
     fallback_windows: Int = 3
     fallback_window_s: Number = 60.0
@@ -129,6 +150,8 @@ class BreakerPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             and self.min_calls >= 1
             and 0 < self.fallback_window_s <= MAX_WINDOW_S
             and self.p90_settle_trials >= 1
+            and 0 <= self.p90_settle_s <= MAX_WINDOW_S
+            and (self.p90_ceiling_ms is None or self.p90_ceiling_ms > 0)
             and self.p90_baseline_ms >= 0
             and self.p90_min_samples >= 1
             and (self.p90_spike_factor is None or self.p90_spike_factor >= 1)
@@ -301,11 +324,50 @@ def _capability(raw: Any, where: str, source: str) -> Capability:
         raise ConfigError(f"{source}: {where}.error_cost must be a number in [0, 1]")
     if cap.tools is not None and not all(cap.tools):
         raise ConfigError(f"{source}: {where}.tools must be a list of tool names")
+    problem = answer_problem(cap.answer)
+    if problem is not None:
+        raise ConfigError(f"{source}: {where}.answer: {problem}")
     if cap.privacy not in PRIVACY or cap.iteration not in ITERATION:
         raise ConfigError(
             f"{source}: {where}: privacy must be one of {', '.join(PRIVACY)}, iteration one of {', '.join(ITERATION)}"
         )
     return cap
+
+
+ANSWER_KEYS = ("labels", "fields", "tools", "language")
+JSON_TYPE_NAMES = ("string", "number", "integer", "boolean", "array", "object")
+
+
+def _schema_ok(schema: Any) -> bool:
+    """A mapping of names to JSON type names (`{query: string}`)."""
+    return isinstance(schema, dict) and all(isinstance(k, str) and v in JSON_TYPE_NAMES for k, v in schema.items())
+
+
+def answer_problem(answer: Any) -> str | None:
+    """What is wrong with a capability's `answer:` declaration, which the router checks every answer against before
+    serving it (docs/router.md, "Only a declared answer is served"); None when it is fine or absent."""
+    if answer is None:
+        return None
+    unknown = [str(k) for k in answer if k not in ANSWER_KEYS]
+    if unknown:
+        return f"unknown key {unknown[0][:40]!r} (one of {', '.join(ANSWER_KEYS)})"
+    labels = answer.get("labels")
+    if "labels" in answer and not (
+        isinstance(labels, list) and labels and all(isinstance(v, str) and v.strip() for v in labels)
+    ):
+        return "labels must be a non-empty list of names"
+    if "fields" in answer and not (_schema_ok(answer["fields"]) and answer["fields"]):
+        return f"fields must map names to one of {', '.join(JSON_TYPE_NAMES)}"
+    tools = answer.get("tools")
+    if "tools" in answer and not (
+        isinstance(tools, dict)
+        and tools
+        and all(isinstance(t, str) and (s is None or _schema_ok(s)) for t, s in tools.items())
+    ):
+        return f"tools must map tool names to their arguments' types ({', '.join(JSON_TYPE_NAMES)})"
+    if "language" in answer and not (isinstance(answer["language"], str) and answer["language"].strip()):
+        return "language must be a name"
+    return None
 
 
 def _rollout(raw: Any, where: str, source: str) -> Rollout:

@@ -47,6 +47,7 @@ from routerscope.contract.events import (
     BreakerEvent,
     DecisionEvent,
     LabelEvent,
+    PolicyEvent,
 )
 from routerscope.core import names
 
@@ -136,8 +137,14 @@ def decision_ranges_hold(e) -> bool:
             and all_cloud is UNSET
             and e.rollout_stage is UNSET
             and e.gateway_deadline_ms is UNSET
+            and e.answer_check is UNSET
+            and e.device_input_tokens is UNSET
             and e.label_pi is UNSET
             and e.label_design_id is UNSET
+            and e.arm is UNSET
+            and e.policy_id is UNSET
+            and e.experiment_id is UNSET
+            and e.assignment_bucket is UNSET
             and e.reason not in V2_ONLY_REASONS
             and all(a.abandoned is UNSET for a in e.attempts)
         )
@@ -357,6 +364,24 @@ BREAKER_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 
+POLICY_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant(
+        "policy_state_changes",
+        ("from_state", "to_state"),
+        lambda e, lv: e.from_state == e.to_state,
+        "a policy event is a transition: from_state != to_state",
+        sql="from_state = to_state",
+    ),
+    Invariant(
+        "policy_interval_ordered",
+        ("ci_low", "ci_high"),
+        lambda e, lv: e.ci_low is not None and e.ci_high is not None and e.ci_low > e.ci_high,
+        "ci_low <= ci_high",
+        sql="ci_low > ci_high",
+    ),
+)
+
+
 def _admits_none(annotation) -> bool:
     stack = [annotation]
     while stack:
@@ -565,8 +590,9 @@ DECISIONS = Contract(
 )
 LABELS = Contract(names.TOPIC_LABELS, LabelEvent, ())
 BREAKERS = Contract(names.TOPIC_BREAKERS, BreakerEvent, BREAKER_INVARIANTS)
+POLICY = Contract(names.TOPIC_POLICY, PolicyEvent, POLICY_INVARIANTS)
 
-CONTRACTS: dict[str, Contract] = {c.topic: c for c in (DECISIONS, LABELS, BREAKERS)}
+CONTRACTS: dict[str, Contract] = {c.topic: c for c in (DECISIONS, LABELS, BREAKERS, POLICY)}
 
 
 def all_rules(contract: Contract) -> Iterable[str]:

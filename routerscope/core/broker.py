@@ -117,6 +117,13 @@ def _disk_full(path: Path) -> bool:
         return False
 
 
+def _write_private(path: Path, text: str) -> None:
+    """`path.write_text(text)`, the file readable by its owner only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as fh:
+        fh.write(text)
+
+
 def _port_open(port: int, timeout_s: float = 0.3) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=timeout_s):
@@ -164,7 +171,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
             f"port {port} on {HOST} is already in use by another process; "
             "choose another with `routerscope broker start --port P`"
         )
-    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)  # the home holds the PII key and the spool
     log_path = settings.broker_log_path
     bootstrap = f"{HOST}:{port}"
     url = f"tcp://{bootstrap}"
@@ -178,7 +185,13 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
         "--storage-engine",
         "memory://tansu/",
     ]
-    with open(log_path, "ab") as log:
+    # the log is the owner's alone (0600), whoever made it before: it can hold what clients sent
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        pass
+    with open(fd, "ab") as log:
         if keep:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -202,9 +215,9 @@ def start(settings: Settings, port: int = DEFAULT_PORT, timeout_s: float = 20.0,
     record = {"bootstrap": bootstrap, "pid": proc.pid, "port": port, "started_at": time.time()}
     record.update(_identity(proc.pid) or {})  # what `stop` checks before it sends any signal
     try:
-        settings.broker_pid_path.write_text(str(proc.pid))
+        _write_private(settings.broker_pid_path, str(proc.pid))
         tmp = settings.broker_record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
+        _write_private(tmp, json.dumps(record))
         os.replace(tmp, settings.broker_record_path)
     except OSError as exc:  # later commands could not find it: stop it rather than leave it running unknown
         proc.kill()

@@ -6,11 +6,13 @@ from __future__ import annotations
 TOPIC_DECISIONS = "router.decisions.v1"
 TOPIC_LABELS = "router.labels.v1"
 TOPIC_BREAKERS = "router.breakers.v1"
+TOPIC_POLICY = "router.policy.v1"  # the closed loop's transitions (docs/loop.md#events)
 
 TOPICS: dict[str, str] = {
     "decisions": TOPIC_DECISIONS,
     "labels": TOPIC_LABELS,
     "breakers": TOPIC_BREAKERS,
+    "policy": TOPIC_POLICY,
 }
 
 # OTLP in (docs/otlp.md): OTLP trace messages in protobuf, one trace per message, keyed by trace id, written by
@@ -25,6 +27,7 @@ TOPIC_KEY_FIELD: dict[str, str] = {
     TOPIC_DECISIONS: "session_id",
     TOPIC_LABELS: "request_id",
     TOPIC_BREAKERS: "instance_id",
+    TOPIC_POLICY: "policy_id",
 }
 
 # Warehouse (docs/architecture.md §6).
@@ -32,6 +35,7 @@ DATABASE = "routerscope"
 TABLE_DECISIONS = "decisions"
 TABLE_LABELS = "labels"
 TABLE_BREAKER_EVENTS = "breaker_events"
+TABLE_POLICY_EVENTS = "policy_events"
 TABLE_QUARANTINE = "quarantine"
 TABLE_INGEST_OFFSETS = "ingest_offsets"
 TABLE_MIGRATIONS = "schema_migrations"
@@ -56,6 +60,7 @@ TABLES: dict[str, str] = {
         TABLE_DECISIONS,
         TABLE_LABELS,
         TABLE_BREAKER_EVENTS,
+        TABLE_POLICY_EVENTS,
         TABLE_QUARANTINE,
         TABLE_INGEST_OFFSETS,
         TABLE_MIGRATIONS,
@@ -79,6 +84,7 @@ TOPIC_TABLE: dict[str, str] = {
     TOPIC_DECISIONS: TABLE_DECISIONS,
     TOPIC_LABELS: TABLE_LABELS,
     TOPIC_BREAKERS: TABLE_BREAKER_EVENTS,
+    TOPIC_POLICY: TABLE_POLICY_EVENTS,
 }
 
 # Consumer group of the loader (offsets are stored in the warehouse; the group is for lag tools).

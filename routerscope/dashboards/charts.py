@@ -90,7 +90,14 @@ def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M", since=None,
         title=title,
         scale=alt.Scale(type="utc", domain=domain) if domain else alt.Scale(type="utc"),
         # labelExpr rather than format/formatType: the latter reach the browser as 12-hour local labels
-        axis=alt.Axis(labelExpr=f"utcFormat(datum.value, '{fmt}')", labelOverlap=True),
+        axis=alt.Axis(labelExpr=f"utcFormat(datum.value, '{fmt}')", labelOverlap=True)
+        if fmt != "%Y-%m-%d"
+        # a day axis ticks once a day: six ticks between two days all read "2026-12-06"
+        else alt.Axis(
+            labelExpr=f"utcFormat(datum.value, '{fmt}')",
+            labelOverlap=True,
+            tickCount={"interval": "day", "step": 1},  # (on a utc scale: UTC days)
+        ),
     )
 
 

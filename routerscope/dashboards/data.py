@@ -6,9 +6,12 @@ mode the dashboard takes turns with the loader and the metric jobs instead of lo
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import threading
 from contextlib import ExitStack, contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,12 +21,14 @@ import streamlit as st
 from routerscope.core.kafka import end_offsets
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import utc
+from routerscope.dashboards import words
 from routerscope.router.policy import PolicyStore
 from routerscope.router.request_store import RequestTextStore
 from routerscope.warehouse.analytics import metrics as metric_analytics
 from routerscope.warehouse.analytics import review as rv
 from routerscope.warehouse.analytics import rollback
 from routerscope.warehouse.analytics import whatif as whatif_analytics
+from routerscope.warehouse.analytics.alerting import evidence as ev
 from routerscope.warehouse.analytics.alerting.rules import load_rules
 from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
 from routerscope.warehouse.client import open_warehouse
@@ -31,9 +36,26 @@ from routerscope.warehouse.queries import alerts as alert_queries
 from routerscope.warehouse.queries import breaker_events, dq_results, facts, ingest_offsets, metric_windows
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import quarantine as quarantine_queries
-from routerscope.warehouse.sql import QueryWindow
+from routerscope.warehouse.sql import QueryWindow, named
 
-TTL = 30
+# A cached result is kept until the data under it changes (`data_version`, read at most every VERSION_TTL s on a
+# page run), not for a fixed 30 s: the what-if slider's first move after 30 s on the page took 4-17 s while its
+# sweep was recomputed over data that had not changed. TTL is a ceiling only.
+TTL = 3600
+VERSION_TTL = 30
+VERSION_SQL = named(
+    "dashboard_data_version",
+    """
+SELECT (SELECT count() FROM $metric_windows), (SELECT max(ingested_at) FROM $decisions),
+       (SELECT max(ingested_at) FROM $labels), (SELECT count() FROM $alerts), (SELECT count() FROM $dq_results),
+       (SELECT count() FROM $quarantine), (SELECT count() FROM $breaker_events)
+""",
+)
+DATA_START_SQL = named(
+    "dashboard_data_start",
+    "SELECT (SELECT min(window_start) FROM $metric_windows), (SELECT min(event_time) FROM $decisions)",
+)
+_version_seen: list = [None]  # the data version the caches were filled under (one per dashboard process)
 
 
 def clear_caches() -> None:
@@ -64,10 +86,66 @@ def visit():
         return
     _visit.stack, _visit.client = ExitStack(), None
     try:
+        _forget_if_changed()
         yield
     finally:
         stack, _visit.stack, _visit.client = _visit.stack, None, None
         stack.close()
+
+
+@st.cache_data(ttl=VERSION_TTL, show_spinner=False)
+def data_version() -> tuple:
+    """What the warehouse holds, in a few cheap numbers (windows stored, newest load, episodes, checks): a change
+    of any means the cached results may be stale."""
+    with _warehouse() as client:
+        return tuple(str(v) for v in client.query(VERSION_SQL).result_rows[0])
+
+
+def _forget_if_changed() -> None:
+    """Clear every cached result when the data changed since they were computed (never merely because time
+    passed: a person reading a page finds it as fast a minute later)."""
+    try:
+        version = data_version()
+    except Exception:  # (a warehouse that cannot be read: the pages say so themselves)
+        return
+    if _version_seen[0] is not None and version != _version_seen[0]:
+        st.cache_data.clear()
+        data_version()  # (cached again under the new version)
+    _version_seen[0] = version
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def data_start() -> datetime | None:
+    """The oldest stored 5-minute window's start or decision's time, whichever is older (None before any)."""
+    with _warehouse() as client:
+        row = client.query(DATA_START_SQL).result_rows[0]
+    found = [utc(pd.Timestamp(t).to_pydatetime()) for t in row if t is not None and pd.Timestamp(t).year > 1970]
+    return min(found) if found else None
+
+
+def stable(start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """[start, end) narrowed to where data can be: from the oldest stored data, to just past the newest. A preset
+    ends now, so its ends move every minute; the results over it do not while no data arrives, and a cache keyed
+    on the narrowed range is still there a minute later (the slider's first move after a minute idle)."""
+    first, last = data_start(), newest_data_end()
+    if first is not None:  # (to its 5-minute window, as the windows are cut)
+        first = first.replace(minute=first.minute - first.minute % 5, second=0, microsecond=0)
+    lo = max(start, first) if first is not None else start
+    hi = min(end, last)
+    return (lo, hi) if lo < hi else (start, end)
+
+
+def _in_data(fn):
+    """`fn` (a cached loader with `start` and `end` arguments) over `stable(start, end)`."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def narrowed(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["start"], bound.arguments["end"] = stable(bound.arguments["start"], bound.arguments["end"])
+        return fn(*bound.args, **bound.kwargs)
+
+    return narrowed
 
 
 @contextmanager
@@ -148,6 +226,14 @@ def newest_data_end() -> datetime:
     )
 
 
+def presets_end() -> datetime:
+    """Where the shared time range's presets end: the present (the next minute), or the newest data when that lies
+    later (a clock behind the producers'). A preset ending at the newest data hid what fired after it: two alerts
+    firing at 01:13 lay outside every preset while the newest window ended at 00:55."""
+    present = wall_now() + timedelta(minutes=1)
+    return max(present, newest_data_end())
+
+
 # The per-window figures the on-call page draws (docs/metrics.md keys; `l4_share` is degrade_share.L4).
 SERIES_KEYS = (
     "requests",
@@ -176,6 +262,7 @@ def _series_row(task_type: str, start: datetime, group: dict) -> dict:
     return row
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataFrame:
     """Every stored window of `grain` starting in [start, end), overall (task_type '') and per task type,
@@ -193,6 +280,37 @@ def window_series(start: datetime, end: datetime, grain: str = "5m") -> pd.DataF
 def incidents(start: datetime, end: datetime) -> pd.DataFrame:
     """Alert episodes firing now or breaching / resolved within [start, end), firing first."""
     return _table(alert_queries.INCIDENT_COLUMNS, alert_queries.incidents, start, end)
+
+
+def wall_now() -> datetime:
+    """Now, to the minute (UTC)."""
+    return datetime.now(UTC).replace(second=0, microsecond=0)
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def firing_now() -> list[dict]:
+    """Every alert episode firing now, whatever a page's range (the firing-now strip): a tiny read, kept 10 s."""
+    episodes = _read(alert_queries.incidents, wall_now(), wall_now())
+    return [e for e in episodes if e["status"] == "firing"]
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def failing_blocking_checks() -> list[str]:
+    """The blocking checks the latest data-quality run failed (what a `data_quality_blocking` alert stands on)."""
+    dq = dq_latest()
+    if dq.empty:
+        return []
+    return [str(c) for c in dq[(~dq["success"]) & dq["blocking"]]["check_name"]]
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def episode_named(rule: str, task_type: str, start: datetime, end: datetime) -> dict:
+    """An episode named by its evidence (`routerscope.warehouse.analytics.alerting.evidence`): cause, what moved
+    with values and baseline, next step, runbook section, the Explorer's filter. Keyed by the episode's own
+    windows, so a resolved one is read once; a firing one's end moves with the minute."""
+    with _warehouse() as client:
+        found = ev.evidence(client, task_type, start, end)
+    return asdict(ev.name(rule, found, words.rule_name(rule)))
 
 
 @st.cache_data(ttl=TTL)
@@ -213,6 +331,22 @@ def judged_rules() -> str | None:
         return str(configured)
     last = _read(alert_queries.last_evaluation)
     return last["rules_path"] if last and Path(last["rules_path"]).is_file() else None
+
+
+@st.cache_data(ttl=TTL, show_spinner=False)
+def judged_rule_list() -> list:
+    """The alert rules the warehouse is judged with (`judged_rules`), parsed."""
+    return list(load_rules(judged_rules())[1])
+
+
+@_in_data
+@st.cache_data(ttl=TTL, show_spinner=False)
+def whatif_many(moves: tuple[tuple[str, float], ...], start: datetime, end: datetime) -> dict[str, dict]:
+    """The what-if of several task types' candidate thresholds over [start, end) in one read (the weekly table's
+    recommended moves, each checked against the alert limits before it is offered)."""
+    with _warehouse() as client:
+        result = whatif_analytics.compute(client, QueryWindow(start, end), dict(moves))
+    return result["by_task_type"]
 
 
 @st.cache_data(ttl=TTL)
@@ -251,6 +385,7 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["window_start", "group"]) if rows else pd.DataFrame()
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def period_metrics(start: datetime, end: datetime) -> dict:
     """Every docs/metrics.md number over [start, end) (the weekly review's 7 days), computed now."""
@@ -258,6 +393,7 @@ def period_metrics(start: datetime, end: datetime) -> dict:
         return metric_analytics.compute(client, start, end)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def cloud_calls_histogram(task_type: str, start: datetime, end: datetime) -> pd.DataFrame:
     """Sessions by their number of cloud calls over [start, end) (docs/metrics.md §4 as a distribution)."""
@@ -290,7 +426,7 @@ def freshness() -> pd.DataFrame:
     return pd.DataFrame([fresh], columns=["newest_event", "last_load", "rows"])
 
 
-@st.cache_data(ttl=TTL)
+@st.cache_data(ttl=30)  # the broker's end offsets move without the warehouse changing
 def consumer_lag() -> pd.DataFrame:
     """Messages behind per (topic, partition): the broker's end offsets against the loader's stored
     positions; `broker_end`/`behind` are empty when the broker does not answer (the page then shows
@@ -309,6 +445,7 @@ def calibration(task_type: str) -> pd.DataFrame:
     return _frame([row] if row else [], metric_windows.LATEST_CALIBRATION_COLUMNS)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (docs/metrics.md §6)."""
@@ -319,6 +456,7 @@ def calibration_for_target(task_type: str, start: datetime, end: datetime, targe
 SLIDER_STEPS = [round(k / 100, 2) for k in range(101)]  # the tuning page's what-if slider: 0.00 to 1.00 by 0.01
 
 
+@_in_data
 @st.cache_data(ttl=TTL, show_spinner=False)
 def whatif_sweep(task_type: str, start: datetime, end: datetime) -> dict[float, dict]:
     """The what-if of one task type over [start, end) under every position of the slider, in one pass (0.3 s on
@@ -327,6 +465,7 @@ def whatif_sweep(task_type: str, start: datetime, end: datetime) -> dict[float, 
         return whatif_analytics.sweep(client, QueryWindow(start, end), task_type, SLIDER_STEPS)
 
 
+@_in_data
 @st.cache_data(ttl=TTL)
 def whatif(task_type: str, start: datetime, end: datetime, threshold: float) -> dict:
     """One task type's live traffic over [start, end) re-scored under a candidate threshold (the what-if
@@ -384,6 +523,21 @@ def explorer_histogram(start: datetime, end: datetime, where: decision_queries.E
     frame["bucket"] = pd.to_datetime(frame["bucket"], utc=True)
     frame["bucket_end"] = frame["bucket"] + pd.Timedelta(seconds=seconds)
     return frame
+
+
+def pseudonyms(session_id: str, request_id: str) -> tuple[str, str]:
+    """A searched session and request id as the SDK records them (their keyed hashes under the deployment's
+    key, docs/operations.md): the Explorer finds a decision by the id the user knows."""
+    from routerscope.instrumentation import pii  # deferred: the key is read only when an id is searched
+
+    if not session_id and not request_id:
+        return "", ""
+    if pii._key is None:
+        pii.configure(_settings().home)
+    return (
+        pii.pseudonymise(session_id) if session_id else "",
+        pii.pseudonymise_request_id(request_id) if request_id else "",
+    )
 
 
 @st.cache_data(ttl=TTL)

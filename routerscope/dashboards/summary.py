@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from routerscope.core.text import verdict
+from routerscope.dashboards import words
 from routerscope.warehouse.analytics.rollback import NONE_WORDS
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
@@ -81,6 +82,40 @@ def _threshold(calibration: dict | None) -> tuple[str, str, bool]:
     return current, f"{current} → {to:.2f}{crossing}", True
 
 
+def _value_words(metric: str, value) -> str:
+    return words.value(metric, value)
+
+
+def move_check(task_type: str, whatif: dict | None, rules: list) -> tuple[bool, str]:
+    """Whether a recommended threshold may be offered, and its what-if in words. A move whose what-if (the week's
+    own traffic re-scored under it, `routerscope.warehouse.analytics.whatif`) breaches an alert limit of the task
+    type is withheld, naming the limit: the page recommended short_reply 0.60 → 0.90 while the what-if put 0.90 at
+    an 86.4 % fallback rate, above the task type's 50 % limit. `rules`: the alert rules the warehouse is judged
+    with; a rule whose metric the what-if computes (a per task type rule on `fallback_rate`, …) is checked with
+    the limit that applies to the task type, its minimum sample included."""
+    if not whatif or "candidate" not in whatif:
+        return False, "no what-if (no live traffic of this task type in the range): not offered"
+    now, cand = whatif["current"], whatif["candidate"]
+    said = (
+        f"what-if: fallback rate {_value_words('fallback_rate', now.get('fallback_rate'))} → "
+        f"{_value_words('fallback_rate', cand.get('fallback_rate'))} of {int(cand.get('device_entered') or 0):,} "
+        "device-entered"
+    )
+    for rule in rules:
+        if rule.scope != "per_task_type" or rule.metric not in cand:
+            continue
+        value = cand.get(rule.metric)
+        n = cand.get(rule.denominator) if rule.denominator else None
+        if rule.breaches(value, n if isinstance(n, int) else None, None, task_type):
+            limit = words.limit(rule.metric, rule.limit_for(task_type))
+            return False, (
+                f"withheld: its {said.removeprefix('what-if: ')} breaches the alert limit "
+                f"{words.metric_name(rule.metric)} {words.OPS.get(rule.op, rule.op)} {limit} "
+                f"({words.rule_name(rule.name)}, `{rule.name}`)"
+            )
+    return True, said
+
+
 def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None) -> str:
     """Where the three verdicts disagree, what it means and what to do, in words ('' when they agree)."""
     notes = []
@@ -88,7 +123,7 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
     verdict = (readiness or {}).get("verdict")
     stage = (rollout or {}).get("stage")
     if tier in CLOUD_TIERS and stage in ON_DEVICE_STAGES:
-        why = (grading or {}).get("reason", "")
+        why = words.reason((grading or {}).get("reason", ""))
         notes.append(
             f"grading keeps it in the cloud ({why}) while it serves users from the device at stage {stage}: "
             "roll it back to shadow, or re-grade it with evidence that the error cost is lower"
@@ -109,10 +144,14 @@ def reconcile(grading: dict | None, readiness: dict | None, rollout: dict | None
     return "; ".join(notes)
 
 
-def rows(metrics: dict, review: dict) -> list[dict[str, Any]]:
+def rows(
+    metrics: dict, review: dict, whatifs: dict[str, dict] | None = None, rules: list | None = None
+) -> list[dict[str, Any]]:
     """One row per task type with live traffic or a review entry, most urgent first. `review` holds the
     grading, readiness and rollout reports (`routerscope.warehouse.analytics.review`: each `{"task_types": {...}}`; the
-    rollout's `rollback` is the range's rollback state, `routerscope.warehouse.analytics.rollback`)."""
+    rollout's `rollback` is the range's rollback state, `routerscope.warehouse.analytics.rollback`). `whatifs`: task
+    type → the what-if of its recommended threshold (`recommended_moves` names them); with them, a move comes
+    with its what-if and one that breaches an alert limit of `rules` is withheld (`move_check`)."""
     by_task = metrics.get("by_task_type") or {}
     grading, readiness, rollout = (
         (review.get(report) or {}).get("task_types") or {} for report in ("grading", "readiness", "rollout")
@@ -123,6 +162,9 @@ def rows(metrics: dict, review: dict) -> list[dict[str, Any]]:
         group = by_task.get(task_type) or {}
         g, r, s = grading.get(task_type), readiness.get(task_type), rollout.get(task_type)
         current, move, to_move = _threshold((metrics.get("calibration") or {}).get(task_type))
+        if to_move and whatifs is not None:
+            offered, said = move_check(task_type, whatifs.get(task_type), rules or [])
+            move, to_move = f"{move}; {said}", offered
         disagreement = reconcile(g, r, s)
         rollback = (s or {}).get("rollback") or {}
         recommendation = (s or {}).get("recommendation") or "—"
@@ -150,3 +192,15 @@ def rows(metrics: dict, review: dict) -> list[dict[str, Any]]:
             }
         )
     return sorted(out, key=lambda row: (row["priority"], row["task type"]))
+
+
+def recommended_moves(metrics: dict) -> dict[str, float]:
+    """Task type → the threshold the calibration recommends moving to (only where it is a move)."""
+    out = {}
+    for task_type, calibration in (metrics.get("calibration") or {}).items():
+        estimated = "recommended_threshold_est" in (calibration or {})
+        to = (calibration or {}).get("recommended_threshold_est" if estimated else "recommended_threshold")
+        now = (calibration or {}).get("current_threshold")
+        if to is not None and (now is None or abs(to - now) >= 1e-9):
+            out[task_type] = float(to)
+    return out

@@ -1,10 +1,10 @@
 """The one time range every page reads: chosen at the top of a page, kept in the URL (`st.query_params`)
 and in the session, so a link, a reload or a switch of page keeps it.
 
-URL form: `?range=6h` (a preset: the last 1 h / 6 h / 24 h / 7 d of data, ending at the newest 5-minute
-window) or `?range=custom&start=2026-12-01T20:00:00Z&end=2026-12-01T21:00:00Z` (UTC). Presets end at the
-newest data rather than at the wall clock, so a replayed or paused pipeline still shows its last hours;
-on a live pipeline the two are minutes apart. `resolve` is the pure part (tested without Streamlit)."""
+URL form: `?range=6h` (a preset: the last 1 h / 6 h / 24 h / 7 d, ending now) or
+`?range=custom&start=2026-12-01T20:00:00Z&end=2026-12-01T21:00:00Z` (UTC). Presets end at the present (the next
+minute; the newest data when a clock puts it later), so what fires now is always inside them; a chart then starts
+where its data starts, not at an empty left edge. `resolve` is the pure part (tested without Streamlit)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ PAGES = (
     ("app_pages/quality.py", "Data quality"),
     ("app_pages/explorer.py", "Explorer"),
     ("app_pages/labels_review.py", "Human review"),
+    ("app_pages/loop.py", "Closed loop"),
 )
 
 
@@ -71,7 +72,7 @@ class TimeRange:
 
 
 def resolve(params: Mapping[str, str], anchor: datetime, default: str = "6h") -> TimeRange:
-    """The range the URL parameters name, with presets ending at `anchor` (the newest data). A range the
+    """The range the URL parameters name, with presets ending at `anchor` (the present). A range the
     URL spells wrongly falls back to `default` and says why in `problem`, instead of failing the page."""
     if default not in PRESETS:
         raise ValueError(f"default range {default!r} is not one of {', '.join(PRESETS)}")
@@ -117,10 +118,18 @@ def _shown(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
+# What GitHub-flavoured Markdown turns into a link by itself, escapes or not (the renderer finds them in the
+# text after escapes are read): `http://` and `https://`, `www.`, an e-mail's `@`, `mailto:` and `xmpp:`.
+_AUTOLINK = re.compile(r"https?(?=:)|www(?=\.)|@|mailto(?=:)|xmpp(?=:)", re.IGNORECASE)
+_WORD_JOINER = "\u2060"  # invisible, and no link starts across it
+
+
 def as_text(message: str) -> str:
     """`message` for `st.warning` & co., which render Markdown: every punctuation mark escaped, so a value
-    from the URL shows as the characters it is (never a link, an image or a colour), on one line."""
-    return _MARKDOWN.sub(r"\\\1", " ".join(message.split()))
+    from the URL shows as the characters it is (never a link, an image or a colour), on one line; a word
+    joiner after each autolink trigger (`https`, `www`, `@`), so no URL or address in it becomes a link."""
+    message = _AUTOLINK.sub(lambda m: m.group() + _WORD_JOINER, " ".join(message.split()))
+    return _MARKDOWN.sub(r"\\\1", message)
 
 
 def _with_problem(rng: TimeRange, problem: str) -> TimeRange:
@@ -186,6 +195,23 @@ def nav(rng: TimeRange) -> None:
             return
 
 
+ANCHOR_KEY = "routerscope_presets_end"  # (where this session's presets end, the data version it was read under)
+ANCHOR_HOLD = timedelta(minutes=5)
+
+
+def _kept_anchor(present: datetime, version) -> datetime:
+    """Where presets end for this session: the present, held for up to ANCHOR_HOLD while no data arrives, so a
+    person reading a page (a slider moved after a minute) finds the same range and every cached result over it;
+    new data, or five minutes, moves it to the present. The firing-now strip reads the wall clock either way."""
+    import streamlit as st  # deferred: streamlit; the range's pure part (`resolve`) runs without it
+
+    kept = st.session_state.get(ANCHOR_KEY)
+    if kept is not None and kept[1] == version and timedelta(0) <= present - kept[0] < ANCHOR_HOLD:
+        return kept[0]
+    st.session_state[ANCHOR_KEY] = (present, version)
+    return present
+
+
 def pick(default: str = "6h") -> TimeRange:
     """Render the range selector at the top of the page and return the chosen range. The URL wins, then
     the session's range (a switch of page), then `default`; the choice is written back to both."""
@@ -196,7 +222,7 @@ def pick(default: str = "6h") -> TimeRange:
     params = {k: st.query_params[k] for k in PARAMS if k in st.query_params}
     if not params and STATE_KEY in st.session_state:
         params = dict(st.session_state[STATE_KEY])
-    anchor = data.newest_data_end()
+    anchor = _kept_anchor(data.presets_end(), data.data_version())
     rng = resolve(params, anchor, default)
     if rng.problem:
         st.warning(as_text(f"The link's time range was not used: {rng.problem}. Showing {LABELS[rng.preset]}."))
@@ -207,7 +233,7 @@ def pick(default: str = "6h") -> TimeRange:
         format_func=LABELS.get,
         key=url_key("range", rng.preset),
         required=True,
-        help="Shared by every page and kept in the URL. Presets end at the newest data.",
+        help="Shared by every page and kept in the URL. Presets end now.",
     )
     choice = choice or rng.preset  # (a widget that lost its state reads as no choice: the URL's, not a default)
     if choice == "custom":
@@ -225,6 +251,9 @@ def pick(default: str = "6h") -> TimeRange:
     st.session_state[STATE_KEY] = picked.params()
     st.caption(picked.caption())
     nav(picked)
+    from routerscope.dashboards import now  # deferred: the strip pulls streamlit; `resolve` runs without it
+
+    now.strip(picked.params(), link)  # what fires now, whatever the range: on every page that picks a range
     return picked
 
 

@@ -4,6 +4,7 @@ words (`fallback rate above 50%: 86.4% (n = 184)`), never the rule's expression 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 OPS = {">": "above", ">=": "at or above", "<": "below", "<=": "at or below", "==": "is", "!=": "is not"}
@@ -17,6 +18,27 @@ NAMES = {
     "pipeline.breaker_open.cloud": "open cloud breakers",  # was "cloud above 0: 1"
     "pipeline.breaker_open.device": "open device breakers",
 }
+
+# alert rules by what they say (a rule id stays beside it where a person needs it to grep the rules file)
+RULES = {
+    "fallback_rate_high": "fallback rate high",
+    "l2_l3_drift": "L2+L3 share drifting",
+    "device_bypass": "device bypassed",
+    "device_breaker_open": "device breaker open",
+    "cloud_breaker_open": "cloud breaker open",
+    "false_fallback_high": "false fallbacks high",
+    "rollback_route_accuracy": "rollback: route accuracy",
+    "rollback_offload_failure": "rollback: offload failures",
+    "rollback_degrade_trigger": "rollback: degrade triggers",
+    "ingest_stale": "ingest stale",
+    "quarantine_share_high": "quarantine share high",
+    "data_quality_blocking": "blocking data-quality failure",
+}
+
+
+def rule_name(rule: str) -> str:
+    """An alert rule's id in words (`l2_l3_drift` → 'L2+L3 share drifting'); an unknown id with spaces."""
+    return RULES.get(rule, rule.replace("_", " "))
 
 
 def metric_name(metric: str) -> str:
@@ -90,3 +112,39 @@ def tripped(trip: dict | None, last: int = 3) -> str:
     )
     text = condition(metric, str(trip.get("op") or ""), trip.get("limit")) + own
     return text + (": " + " · ".join(shown) if shown else "")
+
+
+def span_of_days(days: float) -> str:
+    """A span given in days as people say it: '2.3 hours' under a day (never "0.0973 days"), else '3.5 days'."""
+    if days < 1:
+        hours = days * 24
+        return f"{hours:.1f} hours" if hours >= 1 else f"{hours * 60:.0f} minutes"
+    return f"{days:.1f} days"
+
+
+def money(v: float | None, digits: int = 4) -> str:
+    """US dollars with the sign before the symbol ('−$0.0025', never '$-0.0025'); '—' for none."""
+    if v is None:
+        return "—"
+    return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
+
+
+REASONS = {  # machine keys a page shows, in words
+    "error_cost_veto": "vetoed by its error cost",
+}
+
+
+def reason(key: str | None) -> str:
+    """A verdict's reason key in words: `error_cost_veto` → 'vetoed by its error cost', `0.5 <= score < 0.75` →
+    'score from 0.5 to under 0.75'."""
+    if not key:
+        return "—"
+    if key in REASONS:
+        return REASONS[key]
+    m = re.fullmatch(r"\s*([\d.]+)\s*<=\s*(\w+)\s*<\s*([\d.]+)\s*", key)
+    if m:
+        return f"{m.group(2)} from {m.group(1)} to under {m.group(3)}"
+    m = re.fullmatch(r"\s*(\w+)\s*(>=|<|<=|>)\s*([\d.]+)\s*", key)
+    if m:
+        return f"{m.group(1)} {OPS[m.group(2)]} {m.group(3)}"
+    return key.replace("_", " ")

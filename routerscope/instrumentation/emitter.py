@@ -217,7 +217,7 @@ class Spool:
         self._skipped: set[str] = set()  # unreadable segments that could not be moved aside
         self._tail_at: tuple[Path, int] | None = None  # (last segment, its size) after the last append
         self._bytes = 2**62  # bytes in the segments, an estimate from above (checked against the cap)
-        self._set_aside_irregular()
+        self._set_aside_special()
         self._position = self._saved_cursor()
         self._close_torn_tail()
         self._count = self._readable_lines() - self._position[1]
@@ -310,20 +310,29 @@ class Spool:
         except OSError as exc:
             log.warning("event spool: cannot make %s private to its owner (%s)", self.dir, exc)
 
+    def _set_aside_special(self) -> None:
+        """Segments and a cursor that are not regular files (a FIFO, which would hang the first read; a
+        symbolic link, to `/dev/zero` say, which would be read without end) are renamed `<name>.not-a-file`
+        at start-up and never read; what they held is unknown, so nothing is counted. Only this process
+        makes segments, as regular files."""
+        try:
+            with os.scandir(self.dir) as entries:
+                special = [
+                    e.name
+                    for e in entries
+                    if (e.name.endswith(".jsonl") or e.name == "cursor") and not e.is_file(follow_symlinks=False)
+                ]
+        except OSError:
+            return
+        for name in special:
+            log.error("event spool: %s is not a regular file; set aside as %s.not-a-file, never read", name, name)
+            try:
+                os.rename(self.dir / name, self.dir / f"{name}.not-a-file")
+            except OSError:
+                self._skipped.add(name)
+
     def _segments(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped and _regular(p))
-
-    def _set_aside_irregular(self) -> None:
-        """A segment or cursor that is not a regular file (a FIFO would hang the reader, a symlink to /dev/zero
-        would never end, a directory cannot be read) is moved aside as `*.unreadable` at start-up, and said."""
-        for path in [*self.dir.glob("*.jsonl"), self._cursor_path]:
-            if _regular(path) or not os.path.lexists(path):
-                continue
-            log.error("event spool: %s is not a regular file; moved aside as %s.unreadable", path.name, path.name)
-            try:
-                path.rename(path.with_name(path.name + ".unreadable"))
-            except OSError:
-                self._skipped.add(path.name)
 
     @staticmethod
     def _lines(path: Path) -> int:

@@ -13,8 +13,9 @@ The block is the decision span `route {task_type}` (current while the block runs
 model-call spans nest under it); on exit it gets the `router.*` attributes, one child span per attempt
 with GenAI attributes (made by the emitter's sender thread when there is one, see `Telemetry.decided`),
 and the decision event leaves through the same emitter as our router's (bounded queue, disk spool,
-accounting) with the span's trace ids. Identifiers that look personal are scrubbed
-(`routerscope.instrumentation.pii`) before they reach a span, an event or a label.
+accounting) with the span's trace ids. Session ids, request ids the application chose and labelers are
+pseudonymised (their keyed hash, whatever they hold), and free text that looks personal is scrubbed
+(`routerscope.instrumentation.pii`), before they reach a span, an event or a label.
 
 An impossible record is refused where it is made, with `InvalidDecision` naming the rule, instead of
 producing an event the loader would quarantine: attempt levels that decrease, level 1 twice, a cloud
@@ -32,6 +33,7 @@ from typing import Literal, TypeGuard
 
 import msgspec
 from opentelemetry import context as otel_context
+from opentelemetry.attributes import BoundedAttributes as _BoundedAttributes
 from opentelemetry.context import Context, Token
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 
@@ -89,22 +91,38 @@ _CONVERSATION = A.GEN_AI_CONVERSATION_ID
 _CLEAN_IDS_MAX = 4096
 
 
-# Free-text fields of a decision scrubbed besides the ids above (routerscope.instrumentation.pii.FREE_TEXT).
-_MORE_FREE_TEXT = ("app_version", "policy_version", "device_model", "cloud_model")
-assert set(pii.FREE_TEXT["DecisionEvent"]) == {
-    "task_type",
-    "request_id",
-    "session_id",
-    "app_id",
-    "device_tier",
-    *_MORE_FREE_TEXT,
-}
-assert set(_MORE_FREE_TEXT) == pii.NAME_FIELDS
+# Free-text fields of a decision scrubbed besides its ids (routerscope.instrumentation.pii.FREE_TEXT), in the
+# order `Recorder._finish` reads them.
+_TEXT_FIELDS = ("task_type", "app_id", "device_tier", "app_version", "policy_version", "device_model", "cloud_model")
+assert set(pii.FREE_TEXT["DecisionEvent"]) == {"request_id", "session_id", *_TEXT_FIELDS}
+assert set(_TEXT_FIELDS) > pii.NAME_FIELDS
 
 
-def _scrub_request_id(value: str) -> str:
-    """`scrub` for an id that is usually a canonical UUID (which `scrub` keeps as it is): one match."""
-    return value if UUID.fullmatch(value) else scrub(value)
+def _set_attributes(span, attributes: dict) -> None:
+    """`span.set_attributes(attributes)` for the decision span's own attributes, whose keys are constants and
+    whose values are already str, int, float or bool: the OpenTelemetry SDK's span takes them straight into
+    its attribute map (what its validation would store, without re-checking each value, a third of the
+    span's cost), unless a limit applies (a value length or a count limit it would have to enforce), the
+    span is not the SDK's own, or it has ended; then through `set_attributes` as before."""
+    attrs = getattr(span, "_attributes", None)
+    store = getattr(attrs, "_dict", None)
+    lock = getattr(span, "_lock", None)
+    if (
+        type(attrs) is not _BoundedAttributes
+        or store is None
+        or lock is None
+        or attrs.max_value_len is not None
+        or (attrs.maxlen is not None and len(store) + len(attributes) > attrs.maxlen)
+        or attrs._immutable
+    ):
+        span.set_attributes(attributes)
+        return
+    with lock:
+        if span._end_time is None:
+            with attrs._lock:
+                store.update(attributes)
+            return
+    span.set_attributes(attributes)  # ended: the SDK's own warning
 
 
 def _is_outcome(value: str) -> TypeGuard[Outcome]:
@@ -135,11 +153,11 @@ class Recorder:
         self.telemetry = telemetry
         self.policy_version, self.app_id = policy_version, app_id
         self.device_model, self.cloud_model = device_model, cloud_model
-        # Ids seen to be clean (`scrub` keeps them as they are, whatever the key): sessions recur, so most
-        # decisions skip the scan. Only clean ids are remembered: a redacted one depends on the key.
-        self._clean_ids: set[str] = set()
-        self._clean_names: set[str] = set()  # the same for versions and model names (pii.scrub_name)
-        self._clean_tasks: set[str] = set()  # the same for task types (pii.scrub_task_type)
+        # What scrubbing gave for values seen before (they recur: sessions, task types, versions, models), so
+        # most decisions skip the scan and the hash. Bounded; built under the key of this process.
+        self._sessions: dict[str, str] = {}  # session id -> its pseudonym
+        self._texts: dict[tuple, dict] = {}  # the free text of a decision -> the changes that scrub it
+        self._clean_tasks: set[str] = set()  # task types kept as they are (pii.scrub_task_type)
 
     @classmethod
     def from_env(
@@ -239,17 +257,17 @@ class Recorder:
         labeler: str | None = None,
         event_time: datetime | None = None,
     ) -> LabelEvent:
-        """Ground truth for a request, keyed by the same scrubbed id as its decision (so a label sent for
+        """Ground truth for a request, keyed by the same pseudonymised id as its decision (so a label sent for
         the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
         label = LabelEvent(
             schema_version=1,
             label_id=str(uuid.uuid4()),
-            request_id=scrub(request_id),
+            request_id=pii.pseudonymise_request_id(request_id),
             event_time=event_time or datetime.now(timezone.utc),
             source=source,
             device_acceptable=device_acceptable,
             route_correct=route_correct,
-            labeler=None if labeler is None else scrub(labeler),
+            labeler=None if labeler is None else pii.pseudonymise(labeler),  # a reviewer is a person
         )
         _, rules = LABELS.parse(label.to_json())
         if rules:
@@ -297,24 +315,34 @@ class Recorder:
         live span, and the attempt spans, the count and the latency are left to the telemetry's sender
         thread when it has one (`Telemetry.decided`)."""
         tel = self.telemetry
-        session = self._scrub_id(event.session_id)
         ctx = span.get_span_context()
-        changes = {}
-        if session is not event.session_id:
+        # The free text of a decision recurs (task types, apps, tiers, versions, models): scrubbed once per
+        # combination, the split forms included (pii.split_across), then a dict lookup per decision.
+        texts = (
+            event.task_type,
+            event.app_id,
+            event.device_tier,
+            event.app_version,
+            event.policy_version,
+            event.device_model,
+            event.cloud_model,
+        )
+        scrubbed = self._texts.get(texts)
+        if scrubbed is None:
+            scrubbed = self._scrub_texts(texts)
+        changes = dict(scrubbed) if scrubbed else {}
+        session = self._sessions.get(event.session_id)
+        if session is None:
+            session = self._pseudonymise_session(event.session_id)
+        if session != event.session_id:
             changes["session_id"] = session
-        request_id = _scrub_request_id(event.request_id)
-        if request_id is not event.request_id:
-            changes["request_id"] = request_id
-        if event.app_id is not None and (app_id := self._scrub_id(event.app_id)) is not event.app_id:
-            changes["app_id"] = app_id
-        if event.device_tier is not None and (tier := self._scrub_id(event.device_tier)) is not event.device_tier:
-            changes["device_tier"] = tier
-        if (task_type := self._scrub_task(event.task_type)) is not event.task_type:
-            changes["task_type"] = task_type  # the contract's pattern still holds digits enough for a phone
-        for name in _MORE_FREE_TEXT:  # versions and model names (pii.NAME_FIELDS); values recur: cached
-            value = getattr(event, name)
-            if value is not None and (scrubbed := self._scrub_name(value)) is not value:
-                changes[name] = scrubbed
+        request_id = event.request_id
+        if len(request_id) != 36 or not UUID.fullmatch(request_id):  # a UUID is random: kept
+            changes["request_id"] = pii.pseudonymise_request_id(request_id)
+            if "@" in request_id or "\uff20" in request_id:
+                self._split_with_id(request_id, texts, changes)
+        if "@" in event.session_id or "\uff20" in event.session_id:  # half an address: its other half in the text?
+            self._split_with_id(event.session_id, texts, changes)
         if ctx.is_valid:
             # lowercase hex, zero-padded: format(id, "032x") / "016x", in half the time
             changes["trace_id"] = ctx.trace_id.to_bytes(16, "big").hex()  # byteorder: optional from Python 3.11
@@ -337,7 +365,7 @@ class Recorder:
                 attributes[_CONFIDENCE] = event.confidence
             if event.threshold is not None:
                 attributes[_THRESHOLD] = event.threshold
-            span.set_attributes(attributes)  # one call: one validation pass and one lock
+            _set_attributes(span, attributes)
         now = otel_context.get_current()
         if now is not current:  # the block left another context current: the event carries that one
             tel.send(names.TOPIC_DECISIONS, event.session_id, event, now)
@@ -368,25 +396,40 @@ class Recorder:
             return value
         return scrubbed
 
-    def _scrub_name(self, value: str) -> str:
-        if value in self._clean_names:
-            return value
-        scrubbed = pii.scrub_name(value)
-        if scrubbed is value:
-            if len(self._clean_names) >= _CLEAN_IDS_MAX:
-                self._clean_names.clear()
-            self._clean_names.add(value)
-        return scrubbed
+    def _scrub_texts(self, texts: tuple) -> dict:
+        """The changes that scrub the free text of a decision (`_TEXT_FIELDS`, in order), remembered."""
+        changes = {}
+        task, *rest = texts
+        if (scrubbed := self._scrub_task(task)) != task:
+            changes["task_type"] = scrubbed
+        for name, value in zip(_TEXT_FIELDS[1:], rest, strict=True):
+            if value is not None:
+                scrubbed = pii.scrub_name(value) if name in pii.NAME_FIELDS else scrub(value)
+                if scrubbed != value:
+                    changes[name] = scrubbed
+        for i in pii.split_across(list(rest)):  # halves of one address or number in two fields
+            name = _TEXT_FIELDS[i + 1]
+            if name not in changes:
+                changes[name] = pii.hash_value(rest[i])
+        if len(self._texts) >= _CLEAN_IDS_MAX:
+            self._texts.clear()
+        self._texts[texts] = changes
+        return changes
 
-    def _scrub_id(self, value: str) -> str:
-        if value in self._clean_ids:
-            return value
-        scrubbed = scrub(value)
-        if scrubbed is value:
-            if len(self._clean_ids) >= _CLEAN_IDS_MAX:
-                self._clean_ids.clear()
-            self._clean_ids.add(value)
-        return scrubbed
+    @staticmethod
+    def _split_with_id(value: str, texts: tuple, changes: dict) -> None:
+        """An id holding half an e-mail address (it is pseudonymised): the free-text field holding the other
+        half is hashed too (`pii.split_across`), so neither half leaves in clear."""
+        for i in pii.split_across([value, *texts[1:]]):
+            if i > 0 and texts[i] is not None and _TEXT_FIELDS[i] not in changes:
+                changes[_TEXT_FIELDS[i]] = pii.hash_value(texts[i])
+
+    def _pseudonymise_session(self, value: str) -> str:
+        session = pii.pseudonymise(value)
+        if len(self._sessions) >= _CLEAN_IDS_MAX:
+            self._sessions.clear()
+        self._sessions[value] = session
+        return session
 
 
 class Decision:

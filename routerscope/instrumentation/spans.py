@@ -83,7 +83,12 @@ def attempt_spans(
         else:
             model, provider = detail.model or event.cloud_model or "cloud", detail.provider or PROVIDER_CLOUD
         if detail.model is not None and model is detail.model:  # the caller's text (the event's is scrubbed)
-            model = pii.scrub_name(model)
+            scrubbed = pii.scrub_name(model)
+            if scrubbed is model and pii.REDACTED.fullmatch(
+                (event.device_model if on_device else event.cloud_model) or ""
+            ):
+                scrubbed = pii.hash_value(model)  # personal with another field (`pii.split_across`): as the event
+            model = scrubbed
         if detail.provider is not None:
             provider = scrub(provider)
         attributes = {

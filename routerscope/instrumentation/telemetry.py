@@ -10,8 +10,8 @@ attributes). Only the decision span is made on the request path; the attempt spa
 the latency follow on the emitter's sender thread (`Telemetry.decided`). Nothing is exported
 anywhere by default except the events to Kafka; set the standard `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 `..._TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) to export spans and metrics over OTLP/HTTP.
-Identifiers that look like personal data are scrubbed (`routerscope.instrumentation.pii`) before they enter a
-span or an event.
+Session ids are pseudonymised and free text that looks like personal data is scrubbed
+(`routerscope.instrumentation.pii`) before they enter a span or an event.
 """
 
 from __future__ import annotations

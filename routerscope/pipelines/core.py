@@ -67,6 +67,73 @@ def metrics_window(
     return result, rows
 
 
+# How far back a load brings the 5-minute windows up to date (`catch_up_windows`): older windows that new data
+# touched are the daemon's late-data sensor's (2 hours back) or `routerscope metrics --store`'s.
+CATCH_UP_HORIZON = timedelta(days=1)
+FIVE_MINUTES = timedelta(minutes=5)
+
+
+def _floor_5m(t: datetime) -> datetime:
+    return datetime.fromtimestamp((t.timestamp() // 300) * 300, UTC)
+
+
+def catch_up_windows(
+    settings: Settings,
+    since: datetime,
+    now: datetime | None = None,
+    horizon: timedelta = CATCH_UP_HORIZON,
+    params: MetricParams = MetricParams(),
+    client=None,
+) -> list[datetime]:
+    """Bring the finished 5-minute metric windows up to date without the daemon (`routerscope load` calls it after
+    each load): every window of the last `horizon` that has ended by `now` and either received decisions or
+    labels after `since`, or lies after the newest stored window (empty ones too, so the latest window is the
+    latest that ended — docs/operations.md "Stale windows"). Computed and stored as the daemon's schedule would,
+    in one unit of work. Returns the window starts computed."""
+    now = now or datetime.now(UTC)
+    last_end = _floor_5m(now)  # windows ending at or before it have ended
+    first = _floor_5m(now - horizon)
+    with unit_of_work(settings, purpose="metric windows") if client is None else _borrowed(client) as wh:
+        touched, _ = metric_windows.windows_with_late_data(wh, since, first, 0)
+        starts = {_as_utc(s) for s in touched}
+        latest = metric_windows.latest_end(wh, "5m")
+        gap_from = max(latest, first) if latest else (min(starts) if starts else None)
+        if gap_from is not None:
+            t = _floor_5m(gap_from)
+            while t + FIVE_MINUTES <= last_end:
+                starts.add(t)
+                t += FIVE_MINUTES
+        done = sorted(s for s in starts if first <= s and s + FIVE_MINUTES <= last_end)
+        for start in done:
+            result = metric_core.compute(
+                wh,
+                start,
+                start + FIVE_MINUTES,
+                baseline_days=params.baseline_days,
+                target=params.target,
+                min_n=params.min_n,
+            )
+            metric_windows.write_window(wh, "5m", start, start + FIVE_MINUTES, result)
+    return done
+
+
+def _as_utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+class _borrowed:
+    """A client given by the caller, used as a context manager that leaves it open."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __enter__(self):
+        return self.client
+
+    def __exit__(self, *exc):
+        return False
+
+
 def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
     """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
     `dq_results`, Data Docs under the home. Returns the `routerscope.warehouse.analytics.quality.QualityReport`."""

@@ -36,7 +36,6 @@ from typing import Any, Protocol
 
 from routerscope.contract.events import Outcome
 
-SENTENCE_END = re.compile(r"[.!?。！？]\s")
 LAST_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|[。！？]")
 OOM_MESSAGES = (  # how llama.cpp and its bindings say the device ran out of memory
     "out of memory",
@@ -44,6 +43,14 @@ OOM_MESSAGES = (  # how llama.cpp and its bindings say the device ran out of mem
     "failed to find kv cache slot",
     "failed to allocate",
     "cannot allocate memory",
+    "bad_alloc",  # C++'s std::bad_alloc out of llama.cpp
+    "outofmemory",  # Metal's kIOGPUCommandBufferCallbackErrorOutOfMemory, Vulkan's OutOfHostMemory
+    "out_of_device_memory",  # VK_ERROR_OUT_OF_DEVICE_MEMORY
+    "out_of_host_memory",  # VK_ERROR_OUT_OF_HOST_MEMORY
+    "outofdevicememory",  # vk::OutOfDeviceMemoryError
+    "erroroutofdevicememory",
+    "cudaerrormemoryallocation",  # CUDA
+    "insufficient memory",  # Metal
 )
 
 
@@ -57,7 +64,10 @@ def error_kind(exc: BaseException) -> str | None:
 
 
 ABBREVIATIONS = frozenset(
-    "mr mrs ms dr prof st sr jr inc ltd co corp vs etc eg ie fig approx dept vol pp ca cf al".split()
+    (
+        "mr mrs ms dr prof st sr jr inc ltd co corp vs etc eg ie fig approx dept vol pp ca cf al "
+        "mt ft ave rd blvd hwy gen col lt sgt capt gov sen rev hon jan feb apr aug sep sept oct nov dec est"
+    ).split()
 )
 
 
@@ -70,6 +80,12 @@ def complete_sentences(text: str) -> str:
             continue
         return text[: end.end()].strip()
     return ""
+
+
+def ends_a_sentence(text: str) -> bool:
+    """Whether `text` holds a complete sentence: the one sentence-end rule of the commit point (`committed`) and
+    of the partial answers served (`complete_sentences`), so "Dr. " commits neither (docs/router.md)."""
+    return bool(complete_sentences(text))
 
 
 def _abbreviation(before: str) -> bool:
@@ -598,7 +614,15 @@ class LlamaDevice:
         if ttft_ms is not None:
             spent_prefill = prefill_ms if prefill_ms is not None else 0.0
             blend("ttft_ms", max(1.0, ttft_ms - spent_prefill))
-            if n_out > 1 and latency_ms > ttft_ms:  # the rate the stream delivered (logprobs cost time llama.cpp's
+            if timed_out and latency_ms > ttft_ms:
+                # a cut call is censored: its next token had not come by the cut, so the rate was at most its
+                # tokens over the decode time. The estimate drops to that bound at once (averaged in, three
+                # timeouts left it 1.6x optimistic; a call cut after one token taught it nothing)
+                bound = max(n_out, 1) / ((latency_ms - ttft_ms) / 1000)
+                if bound < self.tps:
+                    self.tps = bound
+                    self._measured.add("tps")
+            elif n_out > 1 and latency_ms > ttft_ms:  # the rate the stream delivered (logprobs cost time llama.cpp's
                 blend("tps", (n_out - 1) / ((latency_ms - ttft_ms) / 1000))  # own decode timing does not see)
         elif timed_out and latency_ms > 0:
             try:
@@ -660,7 +684,7 @@ def committed(tokens: int, text: str, commit_tokens: int, sentence: bool = True)
     """Past the commit point: `commit_tokens` tokens or a first full sentence (docs/sources.md#seed-000 "承诺点").
     `sentence=False` for a structured answer (JSON, a label, a tool call), which is whole or nothing: its
     sentence marks (`"St. Louis"`) are no commit point."""
-    return tokens >= commit_tokens or (sentence and bool(SENTENCE_END.search(text + " ")))
+    return tokens >= commit_tokens or (sentence and ends_a_sentence(text))
 
 
 # -- the real cloud --------------------------------------------------------------------------------

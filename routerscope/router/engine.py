@@ -2,8 +2,9 @@
 decision, a finite degrade chain, breakers.
 
 Order: PII hard constraint → capability admission → device breaker → latency gate → device
-concurrency cap → device attempt judged against the task type's calibrated threshold (or its
-output validator) → default. `fallback_type` and `reason` are set where the decision is taken.
+concurrency cap → device attempt judged against the task type's declared answer (or its output validator,
+`routerscope.router.answers`) and its calibrated threshold → default; every cloud answer is checked the same way
+before it is handed on. `fallback_type` and `reason` are set where the decision is taken.
 
 The budget only subtracts (docs/sources.md#seed-000: "路由层只做减法"): every level's timeout is its share of the budget
 *remaining when it starts* — L0 device 0.7, L1 device degraded (once) 0.3, L2 cloud small 0.5, L3
@@ -14,8 +15,9 @@ does not declare `honours_deadline` runs on a bounded guard pool and is abandone
 includes prefill; when neither the device nor the cloud fits, the output cap is lowered to what fits
 (`reason = truncated`) before L4. At 30 % of the deadline spent, while the device streams L0 and
 before the commit point, the device's finish is re-estimated from its observed TTFT and token rate;
-if it no longer fits 90 % of what remains, the device is stopped and the cloud takes over
-(`fallback_type = timeout`, `reason = latency_pressure`). A device answer streamed past the commit
+if it no longer fits 90 % of what remains (of what remains of L0's own share, for an answer served whole, as
+at the gate), the device is stopped and the cloud takes over (`fallback_type = timeout`,
+`reason = latency_pressure`). A device answer streamed past the commit
 point is never taken over and may run to the end of the remaining budget; if that cuts it, the
 partial answer is served (`reason = truncated`) and its attempt logged as the `timeout` it was.
 
@@ -82,6 +84,8 @@ from routerscope.contract.events import (
     new_decision,
 )
 from routerscope.contract.validation import DEVICE_STATS_MAXIMA
+from routerscope.router import experiment
+from routerscope.router.answers import check as check_answer
 from routerscope.router.backends import (
     Cancel,
     CloudBackend,
@@ -93,7 +97,6 @@ from routerscope.router.backends import (
     complete_sentences,
     degrade_prompt,
     error_kind,
-    validate,
 )
 from routerscope.router.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, ConsecutiveWindows, Transition
 from routerscope.router.guard import ABANDONED, DONE, RAISED, Guard, honours_deadline
@@ -117,6 +120,7 @@ LONG_BASELINE_LAG_S = 3600.0
 DEFAULT_CLOUD_P90_MS = 800.0
 SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: device_busy, truncated, abandoned)
 LATE_MS = 10.0  # a backend's answer later than its timeout by more than this is dropped, never served
+YIELD_S = 0.05  # how long a live request waits for a shadow run asked to yield (the real device stops in ms)
 
 
 @dataclass(frozen=True)
@@ -246,6 +250,7 @@ class BaselineP90:
         self._window = SlidingP90(window_s + lag_s, clock)  # trimmed at now - lag - window
         self._hours: dict[int, list] = {}  # hour index -> [count, reservoir]
         self._pinned: float | None = None  # the level a settled breaker moved to
+        self._settled = False  # a level was settled on: the cloud's usual is known, no cold start any more
         self._long_cache: tuple | None = None
         self._lock = threading.Lock()
 
@@ -273,6 +278,7 @@ class BaselineP90:
             self._hours.clear()
             self._long_cache = None
             self._pinned = level_ms
+            self._settled = True
 
     def _long_p90(self, now: float, min_samples: int) -> float | None:
         """The long horizon's p90 over whole past hours; those never change once past, so it is computed once
@@ -305,6 +311,12 @@ class BaselineP90:
                 return ms
         return weighted[-1][0]
 
+    def has_day(self, min_samples: int) -> bool:
+        """Whether the baseline stands on the day's history (the long horizon holds `min_samples`) or on a level the
+        breaker settled on: not a cold start."""
+        with self._lock:
+            return self._settled or self._long_p90(self._clock(), min_samples) is not None
+
     def p90(self, min_samples: int) -> float | None:
         with self._lock:
             now = self._clock()
@@ -321,9 +333,13 @@ class BaselineP90:
             return short if long is None else min(short, long)
 
 
-def latency_gate(remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float) -> str:
-    """device if its ETA fits in 90 % of what is left; else cloud if its p90 fits; else truncate."""
-    if device_eta_ms <= GATE_SHARE * remaining_ms:
+def latency_gate(
+    remaining_ms: float, device_eta_ms: float, cloud_p90_ms: float, device_cut_ms: float | None = None
+) -> str:
+    """device if its ETA fits in 90 % of the time the device is given before it is cut (`device_cut_ms`: L0's
+    own share for an answer served whole, docs/router.md "The latency gate, with prefill"; default what is
+    left); else cloud if its p90 fits; else truncate."""
+    if device_eta_ms <= GATE_SHARE * (remaining_ms if device_cut_ms is None else device_cut_ms):
         return "device"
     if cloud_p90_ms <= remaining_ms:
         return "cloud"
@@ -411,6 +427,9 @@ class _Trace:
     device_stats: dict | None = None  # merged over the request's device attempts
     device_text: str | None = None  # the device's answer that a quality miss discarded (divergence samples)
     request_id: str = ""
+    assignment: experiment.Assignment | None = None  # the closed loop's canary arm (routerscope.router.experiment)
+    answer_check: str | None = None  # the first serve-time check an answer failed (docs/router.md)
+    device_input_tokens: int | None = None  # the input's size the router judged the device's window by
 
     def measure(self, stats: dict | None) -> None:
         """Merge one device attempt's ledger: the highest peak memory, a cold start if any attempt had one,
@@ -520,6 +539,17 @@ def accepts_keyword(fn, name: str, explicit: bool = False) -> bool:
 
 
 INF = float("inf")
+TEMPLATE_TOKENS_PER_MESSAGE, TEMPLATE_TOKENS = 8, 2  # a chat template's turn markers (as LlamaDevice counts them)
+
+
+def token_bound(text: str) -> int:
+    """An upper bound on the tokens `text` takes in a byte-fallback BPE model's window without its tokenizer
+    (docs/router.md, "Personal data fits the device"): one token per UTF-8 byte at most (a piece missing from
+    the vocabulary falls back to its bytes; digits are one token each in Gemma's), plus the chat template's
+    markers. Measured against Gemma's own tokenizer by `bench/token_bound.py`."""
+    messages = getattr(text, "messages", None)
+    markers = TEMPLATE_TOKENS_PER_MESSAGE * (len(messages) if messages else 1) + TEMPLATE_TOKENS
+    return len(str(text).encode("utf-8", "surrogatepass")) + markers
 
 
 def finite(value, default: float) -> float:
@@ -615,13 +645,14 @@ class Router:
         self._fallback_windows = ConsecutiveWindows()
         self._fallback_lock = threading.Lock()
         self._slots = threading.Lock()  # guards the in-flight counts only: nothing ever waits on the device
+        self._yielded = threading.Condition(self._slots)  # a shadow run ended (a live request may wait YIELD_S)
         self.device_in_flight = 0  # live device calls running, an abandoned one until it really ends
         self.shadow_in_flight = 0  # shadow runs: only on a device no live request wants (docs/router.md)
         self._shadow_cancels: set[Cancel] = set()
         self._device_cancels = accepts_keyword(device.generate, "cancel", explicit=True)
         self._device_whole = accepts_keyword(device.generate, "commit_on_sentence")
         self._counts_tokens = callable(getattr(device, "count_tokens", None))
-        self._slow_trials: list[float] = []  # half-open cloud trials that answered, but at spike latency
+        self._slow_trials: list[tuple[float, float]] = []  # half-open cloud trials that answered at spike latency
         self._cloud_open_for_latency = False  # the cloud breaker is open for a p90 spike, not for failures
         self._trial_slow = False  # the last half-open cloud trial failed for its latency alone
         self._device_decides = accepts_keyword(
@@ -636,6 +667,7 @@ class Router:
         # itself is offered that (a guarded one is abandoned at its level's timeout)
         self._device_commits = accepts_keyword(device.generate, "commit_timeout_ms") and not self._device_guarded
         self.on_shadow_event: Callable[[DecisionEvent], None] | None = None
+        self.experiments: experiment.ExperimentSource | None = None  # the closed loop's canary (docs/loop.md)
 
     @property
     def abandoned_total(self) -> int:
@@ -694,18 +726,39 @@ class Router:
         never touches the main path)."""
         if self.device_breaker.state == OPEN:
             return "device_unavailable"
+        cap = policy.device_concurrency
         with self._slots:
-            held = self.device_in_flight + (0 if self._device_cancels else self.shadow_in_flight)
-            if held >= policy.device_concurrency:
+            held = self.device_in_flight + (self._ignoring() if self._device_cancels else self.shadow_in_flight)
+            if held >= cap:
                 return "device_busy"
             self.device_in_flight += 1
-            yielding = list(self._shadow_cancels) if self._shadow_cancels else ()
+            yielding = [c for c in self._shadow_cancels if not c.is_set()] if self._shadow_cancels else ()
+        for cancel in yielding:
+            cancel.set()
+        if yielding and self.enforce and not self._yield(cap):
+            self._release_device()  # the shadow run ignored its cancel: it still holds the device
+            return "device_busy"
         if not self.device_breaker.allow():  # half-open with its one trial already out
             self._release_device()
             return "device_unavailable"
-        for cancel in yielding:
-            cancel.set()
         return None
+
+    def _ignoring(self) -> int:
+        """Shadow runs asked to yield that are still running (under `_slots`): a backend that takes `cancel` and
+        ignores it still holds the device, so they count against the cap (docs/router.md)."""
+        return sum(1 for c in self._shadow_cancels if c.is_set())
+
+    def _yield(self, cap: int) -> bool:
+        """Wait up to YIELD_S for the shadow runs just asked to yield to end, while they and the live calls are
+        over the cap; False when they did not (a backend that ignores `cancel`)."""
+        deadline = time.monotonic() + YIELD_S
+        with self._yielded:
+            while self.device_in_flight + self._ignoring() > cap:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._yielded.wait(left)
+        return True
 
     def _release_device(self) -> None:
         with self._slots:
@@ -735,9 +788,10 @@ class Router:
         return cancel
 
     def _release_shadow(self, cancel: Cancel) -> None:
-        with self._slots:
+        with self._yielded:
             self.shadow_in_flight -= 1
             self._shadow_cancels.discard(cancel)
+            self._yielded.notify_all()
 
     def _estimates(self) -> tuple[float, float, float | None]:
         """The device's time to first token, decode and prefill rates as the gate reads them: an estimate that is
@@ -773,18 +827,19 @@ class Router:
         except Exception:  # a tokenizer that fails is as good as none
             log.warning("the device could not count the input's tokens; a conservative bound is used")
             return None
+        if counted is None:  # the device cannot count now (a model worker busy generating): the bound decides
+            return None
         if isinstance(counted, bool) or not isinstance(counted, int) or counted < 0:
             log.warning("the device counted %r tokens; a conservative bound is used", counted)
             return None
         return max(1, counted)
 
     def _device_tokens(self, text: str, counted: int | None, input_tokens: int) -> int:
-        """What the input takes of the device's window: its own tokenizer's count, else a conservative bound
-        (UTF-8 bytes / 2: a token is rarely shorter than two bytes, in any script), never less than the
-        gateway's count."""
+        """What the input takes of the device's window: its own tokenizer's count, else `token_bound` (an upper
+        bound for any text), never less than the gateway's count."""
         if counted is not None:
             return counted
-        return max(input_tokens, (len(str(text).encode("utf-8")) + 1) // 2)
+        return max(input_tokens, token_bound(text))
 
     def _device_room(self, cap, max_tokens: int) -> int | None:
         """The input the device can take: the capability's `max_input_tokens` for a task it supports, and the
@@ -931,10 +986,22 @@ class Router:
                     continue  # L3's larger share may hold it
                 bypass = True
             result, latency_ms, abandoned = self._cloud_call(ctx, level, timeout_ms, max_tokens, bypass)
+            if result.outcome == "ok":
+                trace.charge(self.cloud.model_for(level), result.tokens_out)  # paid, served or not
+                # the cloud's answer is checked as the device's is before it is handed on (docs/router.md)
+                cut = result.tokens_out >= max_tokens
+                failed = (
+                    check_answer(ctx.cap, result.text, ctx.req.tools, cut)
+                    if ctx.cap.answer or ctx.cap.validator
+                    else None
+                )
+                if failed is not None:
+                    trace.add(level, "validator_failed", latency_ms, abandoned)
+                    trace.answer_check = trace.answer_check or failed.check
+                    continue
             trace.add(level, result.outcome, latency_ms, abandoned)
             if result.outcome == "ok":
                 trace.cloud_model = self.cloud.model_for(level)
-                trace.charge(trace.cloud_model, result.tokens_out)
                 trace.output_tokens = result.tokens_out or trace.output_tokens
                 return Response(result.text, level, "cloud")
         return None
@@ -994,9 +1061,12 @@ class Router:
             # a trial that answers as slowly as the spike is no recovery, unless the cloud has moved to a new level
             # for good: after `p90_settle_trials` such trials in a row the baseline moves to it and the breaker
             # closes (a permanent shift settles instead of blocking the cloud for good)
-            self._slow_trials.append(latency_ms)
-            if len(self._slow_trials) >= bp.p90_settle_trials:
-                level_ms = sorted(self._slow_trials)[len(self._slow_trials) // 2]
+            # ... and only once the trials have answered at the new level for `p90_settle_s`: a surge (20 minutes)
+            # opens the breaker for as long as it lasts and leaves the day's baseline as it was
+            self._slow_trials.append((self._clock(), latency_ms))
+            lasted_s = self._slow_trials[-1][0] - self._slow_trials[0][0]
+            if len(self._slow_trials) >= bp.p90_settle_trials and lasted_s >= bp.p90_settle_s:
+                level_ms = sorted(ms for _, ms in self._slow_trials)[len(self._slow_trials) // 2]
                 self._slow_trials.clear()
                 self.cloud_usual.settle(level_ms)
                 log.warning("the cloud's latency settled at %.0f ms: the p90 spike baseline moves to it", level_ms)
@@ -1019,9 +1089,18 @@ class Router:
         return bp.p90_baseline_ms if learned is None else max(bp.p90_baseline_ms, learned)
 
     def spike_threshold_ms(self) -> float:
-        """The cloud p90 above which it is spiking: `p90_spike_factor` × the baseline (inf when that trigger is off)."""
+        """The cloud p90 above which it is spiking: `p90_spike_factor` × the baseline (inf when that trigger is off);
+        while the router has no day's baseline (a cold start), never above `p90_ceiling_ms` (default `p90_spike_factor`
+        × `p90_baseline_ms`): the 30-minute baseline follows a slow ramp, so a fresh router never caught one
+        (docs/router.md, "p90 spike")."""
         bp = self.cloud_breaker.policy
-        return float("inf") if bp.p90_spike_factor is None else bp.p90_spike_factor * self.cloud_baseline_ms()
+        if bp.p90_spike_factor is None:
+            return float("inf")
+        threshold = bp.p90_spike_factor * self.cloud_baseline_ms()
+        ceiling = bp.p90_ceiling_ms if bp.p90_ceiling_ms is not None else bp.p90_spike_factor * bp.p90_baseline_ms
+        if threshold > ceiling and not self.cloud_usual.has_day(bp.p90_min_samples):  # (the usual case: no lock)
+            return ceiling
+        return threshold
 
     def _watch_cloud_p90(self) -> None:
         """docs/sources.md#seed-000: the cloud breaker opens when the cloud's p90 spikes, not only on failures. The
@@ -1076,7 +1155,9 @@ class Router:
         policy = self.policy.current()
         self.device_breaker.set_policy(policy.breakers["device"])  # breaker settings hot-reload too
         self.cloud_breaker.set_policy(policy.breakers["cloud"])
-        cap = policy.capability(req.task_type)
+        cap, assignment = experiment.apply(
+            self.experiments, req.task_type, req.session_id, policy.capability(req.task_type)
+        )
         counted = self._count_tokens(req.text) if req.input_tokens is None or req.has_pii else None
         if req.input_tokens is not None:
             input_tokens = req.input_tokens
@@ -1089,6 +1170,7 @@ class Router:
             input_tokens=input_tokens,
             prices=policy.cloud_prices or None,
             request_id=req.request_id or str(uuid.uuid4()),
+            assignment=assignment,
         )
         stage = policy.stage_for(req.task_type, req.session_id)
         pinned = req.has_pii and not policy.pii_to_cloud
@@ -1149,6 +1231,7 @@ class Router:
         room = self._device_room(ctx.cap, max_tokens)
         prompt = None
         device_input = self._device_tokens(req.text, ctx.counted, ctx.input_tokens)
+        ctx.trace.device_input_tokens = device_input  # the figure the window was judged by (the event carries it)
         if room is not None and device_input > room:
             prompt, device_input = self._cut_to(req.text, room, device_input)
         too_big = room is not None and device_input > room  # not even cut does it fit (a huge system prompt)
@@ -1174,7 +1257,8 @@ class Router:
         remaining = ctx.budget.remaining_ms()
         prefill = prefill_ms(ctx.input_tokens, device_prefill_tps)
         eta = device_eta_ms(device_ttft, ctx.expected_out, device_tps, prefill)
-        gate = latency_gate(remaining, eta, self.cloud_latency.p90())
+        cut = level_timeout_ms(0, remaining) if self._cut_at_l0(ctx.cap) else None
+        gate = latency_gate(remaining, eta, self.cloud_latency.p90(), cut)
         cloud_ok = self.cloud_breaker.state != OPEN
         fit = max_tokens
         if gate != "device" and not (gate == "cloud" and cloud_ok):
@@ -1270,6 +1354,11 @@ class Router:
             device_stats=_device_stats(trace.device_stats) if entered else None,
             all_cloud_cost_usd=all_cloud,
             rollout_stage=ctx.stage,
+            **experiment.event_fields(trace.assignment),
+            answer_check=trace.answer_check or UNSET,
+            device_input_tokens=UNSET
+            if trace.device_input_tokens is None
+            else min(MAX_TOKENS, max(0, trace.device_input_tokens)),
         )
 
     def _device_path(
@@ -1309,7 +1398,8 @@ class Router:
                 cap_out = (
                     None if cut_at is None else cut_at if level == 0 or prompt is not None else max(1, cut_at // 2)
                 )
-                served, this = self._judge(ctx, level, result, latency_ms, cap_out)
+                asked = call.max_tokens if level == 0 or prompt is not None else max(1, call.max_tokens // 2)
+                served, this = self._judge(ctx, level, result, latency_ms, cap_out, asked)
                 miss = miss or this
                 if served is not None or this is None or this[0] != "quality":
                     break  # served, or cut to nothing; a quality miss: L1 once may fix it
@@ -1332,9 +1422,15 @@ class Router:
             return None
         decide = None
         if level == 0 and midway:
+            # judged against L0's own cut: an answer served whole is cut at L0's share, so the rest must fit in
+            # what is left of it (docs/router.md, "The decision point and the commit point")
+            l0_cut = budget.timeout_ms(0) if self._cut_at_l0(ctx.cap) else None
 
             def decide(elapsed_ms: float, tokens: int, ttft_ms: float) -> bool:
-                return device_fits(budget.remaining_ms(), elapsed_ms, tokens, ttft_ms, fit, self._estimates()[1])
+                left = budget.remaining_ms()
+                if l0_cut is not None:
+                    left = min(left, l0_cut - elapsed_ms)
+                return device_fits(left, elapsed_ms, tokens, ttft_ms, fit, self._estimates()[1])
 
         return _DeviceCall(
             level,
@@ -1343,29 +1439,44 @@ class Router:
             decide,
             prompt,
             None,
-            ctx.cap.structured,
+            ctx.cap.whole,
             share_level,
             None,
             self._release_device,
         )
 
+    def _cut_at_l0(self, cap: Capability) -> bool:
+        """Whether the device must finish inside L0's own share of the budget: an answer served whole never
+        commits, so L0's cut ends it, and a cut answer is never served. A free-text answer past its commit point
+        runs on (or is served up to its last sentence), so it is judged against the budget (docs/router.md)."""
+        return cap.whole
+
     def _judge(
-        self, ctx: _Request, level: int, result: DeviceResult, latency_ms: float, cap_out: int | None
+        self,
+        ctx: _Request,
+        level: int,
+        result: DeviceResult,
+        latency_ms: float,
+        cap_out: int | None,
+        asked: int | None = None,
     ) -> tuple[Response | None, tuple[str, str] | None]:
         """A device answer judged: the response to serve, or the miss (a quality miss, or a truncated answer cut
-        to nothing). `cap_out`: the lowered output cap an answer that reaches may be cut at."""
+        to nothing). `cap_out`: the lowered output cap an answer that reaches may be cut at; `asked`: the output
+        cap the device was given (an answer that reaches it may be cut: never served as complete code)."""
         cap, trace = ctx.cap, ctx.trace
         text, cut = result.text, False
         if cap_out is not None and result.tokens_out >= cap_out:  # stopped at the lowered cap: may be cut
             # structured: whole or nothing, so never served; free text: only whole sentences
-            text = "" if cap.structured else complete_sentences(text)
+            text = "" if cap.whole else complete_sentences(text)
             cut = text != result.text.strip()
             if not text:
                 trace.add(level, "timeout", latency_ms)
                 return None, ("timeout", "device_timeout")
         trace.device_text = trace.device_text or text
-        if not validate(cap.validator, text, cap.pattern):
+        failed = check_answer(cap, text, ctx.req.tools, asked is not None and result.tokens_out >= asked)
+        if failed is not None:  # docs/router.md, "Only a declared answer is served"
             trace.add(level, "validator_failed", latency_ms)
+            trace.answer_check = trace.answer_check or failed.check
             return None, ("quality", "validator_failed")
         if result.confidence is not None and result.confidence < cap.threshold:
             trace.add(level, "low_confidence", latency_ms)
@@ -1380,13 +1491,16 @@ class Router:
         served, else the miss."""
         cap = ctx.cap
         ctx.trace.add(level, result.outcome, latency_ms, abandoned)
-        if result.outcome == "timeout" and result.committed and not result.preempted and not cap.structured:
+        if result.outcome == "timeout" and result.committed and not result.preempted and not cap.whole:
             # past the commit point: never taken over mid-stream; the partial answer is served up to its
             # last complete sentence, flagged as truncated, its attempt logged as the timeout it was
             # (docs/sources.md#seed-000 "宁可让端侧跑完"); with no complete sentence it falls back
             partial = complete_sentences(result.text)
-            if partial and validate(cap.validator, partial, cap.pattern):
+            failed = check_answer(cap, partial, ctx.req.tools) if partial else None
+            if partial and failed is None:
                 return Response(partial, level, "device", partial=True), None
+            if failed is not None:
+                ctx.trace.answer_check = ctx.trace.answer_check or failed.check
         if result.preempted:
             return None, ("timeout", "latency_pressure")
         return None, (("timeout", "device_timeout") if result.outcome == "timeout" else ("error", "device_error"))
@@ -1444,7 +1558,7 @@ class Router:
                 ctx.max_tokens,
                 ctx.policy.commit_tokens,
                 timeout_ms=shadow.device_timeout_ms,
-                whole=ctx.cap.structured,
+                whole=ctx.cap.whole,
                 cancel=slot,
                 on_late_end=lambda: self._release_shadow(slot),
                 shadow=True,
@@ -1464,7 +1578,11 @@ class Router:
         shadow, cap = ctx.shadow, ctx.cap
         assert shadow is not None
         result = shadow.result
-        if result is not None and result.outcome == "ok" and validate(cap.validator, result.text, cap.pattern):
+        failed = None
+        if result is not None and result.outcome == "ok":
+            failed = check_answer(cap, result.text, ctx.req.tools, result.tokens_out >= ctx.max_tokens)
+            ctx.trace.answer_check = None if failed is None else failed.check
+        if result is not None and result.outcome == "ok" and failed is None:
             response = Response(result.text, 0, "device")
         else:
             response = self._l4(ctx.trace)

@@ -19,7 +19,9 @@ rules here reject on what they can see and accept only on a match with the refer
   request the reference does not use, or no word in common → not acceptable; a strict part of the reference, or
   words the request never used → no verdict.
 
-Normalisation: lower case, Unicode NFKC, whitespace collapsed, surrounding punctuation dropped."""
+Normalisation: lower case, Unicode NFKC, whitespace collapsed, surrounding punctuation dropped. What normalisation
+would hide is looked at first: a string value with an invisible or control character the request does not hold
+is not acceptable, one with a compatibility form (full-width letters, a ligature) gets no verdict."""
 
 from __future__ import annotations
 
@@ -120,6 +122,21 @@ def request_numbers(request_text: str) -> set[float]:
     return found
 
 
+def unseen_characters(value: str, request_text: str) -> tuple[bool | None, str]:
+    """A string value carrying what normalisation would hide and the request does not hold: an invisible or
+    control character (`Paris` + a zero-width space reaches the next system as another city) → not acceptable,
+    `invisible`; a compatibility form (full-width `Ｐａｒｉｓ`, a ligature) → no verdict, `confusable`;
+    else (True, "")."""
+    for ch in value:
+        if ch in request_text or ch in " \t":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Cs"):
+            return False, "invisible"
+        if unicodedata.normalize("NFKC", ch) != ch:
+            return None, "confusable"
+    return True, ""
+
+
 def compare_labels(answer_key: str, allowed: dict[str, str], reference_key: str | None) -> tuple[bool | None, str]:
     """Classification against the reference (keys normalised by the judge's label key)."""
     if answer_key not in allowed:
@@ -156,14 +173,21 @@ def compare_fields(
     if extra:
         return False, f"undeclared:{extra[0][:40]}"
     names = {norm(k) for k in fields}
+    pending = ""
     for name, v in value.items():
+        if isinstance(v, str):
+            ok, why = unseen_characters(v, request_text)
+            if ok is False:
+                return False, f"{why}:{name}"
+            if ok is None:
+                pending = pending or f"{why}:{name}"
         if isinstance(v, str) and (not grounded(v, request_text) or norm(v) in names or not content(v)):
             return False, f"ungrounded:{name}"
         if isinstance(v, float) and not math.isfinite(v):
             return False, f"not_finite:{name}"
     if reference is None or any(k not in reference for k in fields):
-        return unique_in_request(value, fields, request_text)
-    pending = ""
+        ok, why = unique_in_request(value, fields, request_text)
+        return (None, pending) if ok is True and pending else (ok, why)
     for name in fields:
         ok, why = _value_verdict(name, value[name], reference[name], request_text)
         if ok is False:
@@ -180,9 +204,16 @@ def compare_args(args: dict, ref_args: dict | None, request_text: str) -> tuple[
             return False, f"not_finite:{name}"
         if isinstance(v, int | float) and not isinstance(v, bool) and abs(v) > 10**9:
             return False, f"absurd:{name}"
+    pending = ""
+    for name, v in args.items():
+        if isinstance(v, str):
+            ok, why = unseen_characters(v, request_text)
+            if ok is False:
+                return False, f"{why}:{name}"
+            if ok is None:
+                pending = pending or f"{why}:{name}"
     if ref_args is None:
         return None, "no_reference"
-    pending = ""
     request = set(tokens(request_text))
     for name, v in args.items():
         want = ref_args.get(name)

@@ -139,6 +139,30 @@ def numbers(text: str) -> set[float]:
     return set(found)
 
 
+UNITS = {u + suffix: u for u in ("second", "minute", "hour", "day", "week", "month", "year") for suffix in ("", "s")}
+# a quantity stated without a number: `a day` is one day, `a couple of weeks` is no number of days
+VAGUE = {"a": "1", "an": "1", "couple": "couple", "few": "few", "several": "several", "many": "many", "some": "some"}
+
+
+def quantities(text: str) -> set[str]:
+    """Durations stated with their quantity, `2 day` for "two days" or "2 days", `couple week` for "a couple of
+    weeks": a unit whose word before (`of` skipped) is a number or a vague quantity."""
+    words = [w.lower() for w in _words(_CLOCK.sub(" ", text))]
+    found = set()
+    for i, w in enumerate(words):
+        if w not in UNITS or i == 0:
+            continue
+        j = i - 2 if words[i - 1] == "of" and i >= 2 else i - 1
+        before = words[j]
+        if before in VAGUE:
+            found.add(f"{VAGUE[before]} {UNITS[w]}")
+            continue
+        amount = numbers(before) if before[0].isdigit() or before in NUMBER_WORDS else set()
+        if amount:
+            found.add(f"{min(amount):g} {UNITS[w]}")
+    return found
+
+
 def clock_times(text: str) -> set[int]:
     out = set()
     for m in _CLOCK.finditer(text):
@@ -221,6 +245,9 @@ def fact_mismatch(answer: str, reference: str, request_text: str = "") -> str:
     }
     if extra_numbers:
         return f"number:{min(extra_numbers):g}"
+    extra_quantities = quantities(answer) - quantities(reference)  # "a couple of weeks" is not "two days"
+    if extra_quantities:
+        return f"quantity:{sorted(extra_quantities)[0]}"
     hours = {int(n) % 12 for n in numbers(reference) if n == int(n) and 0 <= n <= 24}
     extra_dates = {  # "after 5 pm" states what "after five" does, when the reference gives the hour alone
         d for d in dates(answer) - dates(reference) if not (d.startswith("clock:") and (int(d[6:]) // 60) % 12 in hours)

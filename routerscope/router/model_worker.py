@@ -8,7 +8,10 @@ records the request's device attempt as an `error` (or raises `ModelCrashed` at 
 The worker dies with its parent (`routerscope.core.procs.spawn`), also when the parent is SIGKILLed.
 
 The protocol: one request line `{"op": "generate", "prompt": …, "kwargs": {…}}` → one reply line with the
-`DeviceResult` fields and the device's current `ttft_ms` / `tps` / `prefill_tps` estimates. The router
+`DeviceResult` fields and the device's current `ttft_ms` / `tps` / `prefill_tps` estimates; `{"op": "count",
+"prompt": …, "messages": […] | null}` → `{"tokens": n}`, the model's own count (`LlamaDevice.count_tokens`), so a
+personal-data request is measured in the model's tokens rather than by the router's upper bound; asked only while
+the worker is idle (a count never waits behind a generation: None, and the router uses its bound). The router
 holds a call to the worker to its level's timeout on its guard pool (the pipe cannot be cancelled; the
 model inside stops at its own deadline: docs/router.md). Keyword arguments are passed
 through unchanged, so the worker follows `LlamaDevice.generate`'s signature.
@@ -28,7 +31,7 @@ from typing import IO
 
 from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
-from routerscope.router.backends import DeviceResult, LlamaDevice
+from routerscope.router.backends import DeviceResult, LlamaDevice, Prompt
 
 READY_TIMEOUT_S = 120.0
 GRACE_S = 30.0  # on top of a call's own timeout: a reply later than that means a hung model
@@ -141,6 +144,25 @@ class WorkerDevice:
             "", None, "none", 0, 0.0, (time.perf_counter() - started) * 1000, "error", error_kind="load_failure"
         )
 
+    def count_tokens(self, prompt: str) -> int | None:
+        """The model's own count of `prompt` (its chat messages too), asked of the worker; None when the worker
+        is busy generating or gone (the router then uses its upper bound: docs/router.md)."""
+        if self.crashed is not None or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            messages = getattr(prompt, "messages", None)
+            self._send({"op": "count", "prompt": str(prompt), "messages": list(messages) if messages else None})
+            reply = self._read_line(GRACE_S)
+            tokens = reply.get("tokens") if reply is not None else None
+            if reply is None:
+                self._kill()
+            return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else None
+        except OSError:
+            self.crashed = self._exit_description()
+            return None
+        finally:
+            self._lock.release()
+
     def _send(self, message: dict) -> None:
         self._stdin.write((json.dumps(message) + "\n").encode())
         self._stdin.flush()
@@ -181,6 +203,11 @@ def main(argv: list[str]) -> int:
 
     while line := sys.stdin.readline():
         request = json.loads(line)
+        if request.get("op") == "count":
+            messages = request.get("messages")
+            text = Prompt(messages) if messages else request["prompt"]
+            out.write(json.dumps({"tokens": device.count_tokens(text)}) + "\n")
+            continue
         options = dict(request["kwargs"], decide=remote_decide) if request.get("decide") else request["kwargs"]
         result = device.generate(request["prompt"], **options)
         reply = {f.name: getattr(result, f.name) for f in fields(result)}

@@ -184,6 +184,8 @@ def load_yaml(text: str, source: str = "policy"):
         raise ConfigError(f"{source}: refused, {exc}") from None
     except RecursionError:
         raise ConfigError(f"{source}: refused, nested too deep") from None
+    except (ValueError, OverflowError) as exc:  # a number past what Python reads (a 100,000-digit `version`)
+        raise ConfigError(f"{source}: refused, a value it cannot read ({_first_line(exc)[:120]})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML ({_first_line(exc)})") from None
 
@@ -198,17 +200,20 @@ def parse(text: str, source: str = "policy") -> Policy:
     return from_document(doc, source, hashlib.sha256(text.encode()).hexdigest()[:8])
 
 
-SETTLE_S = 1.0  # a changed file is read once it has stayed the same this long (a writer that pauses mid-file)
+SETTLE_S = 2.0  # a file changed in place loads once it read the same across two such intervals (docs/router.md)
 
 
 class PolicyStore:
     """The current policy of a file, reloaded when the file changes; the last good one on error.
 
-    A reload is whole or not at all (docs/router.md, "Policy reloads"): a change is read only once the file has
-    stayed unchanged (size and modification time) for `settle_s` on the store's clock, and is read again if it
-    changed while being read; the new document must hold every top-level section the last good one held (a
-    section removed on purpose is written empty, `rollout: {}`) and both breakers; anything else keeps the
-    last good policy, with a warning naming why (`last_error`). Writers replace the file by rename."""
+    A reload is whole or not at all (docs/router.md, "Policy reloads"): a file **replaced by rename** (a new
+    inode: `write_policy`, most editors) loads at the next check, its content read whole; a file **changed in
+    place** loads only once its content hash read the same at checks two settle intervals apart (`settle_s`, on
+    the store's clock: 4 s by default), since a writer that pauses mid-file longer than one interval left half a
+    file that parsed; meanwhile `last_error` says what it waits for. A file is read again if it changed while
+    being read; the new document must hold every top-level section the last good one held (a section removed on
+    purpose is written empty, `rollout: {}`) and both breakers; anything else keeps the last good policy, with
+    a warning naming why (`last_error`). Writers replace the file by rename."""
 
     def __init__(
         self,
@@ -222,7 +227,8 @@ class PolicyStore:
         self.settle_s = max(0.0, float(settle_s))
         self._clock = clock
         self._lock = threading.Lock()
-        self._seen: tuple[str, float] | None = None  # a changed content waiting to settle: (digest, first seen)
+        # a content changed in place, waiting to settle: [digest, last confirmed at, confirmations]
+        self._seen: list | None = None
         self._next_check = 0.0
         self.last_error: str | None = None
         self._stamp = self._file_stamp()
@@ -258,14 +264,26 @@ class PolicyStore:
                 return self._policy
             digest = _digest(text)
             if digest == self._digest:  # rewritten with what is already in force (or was refused): nothing new
+                if self._seen is not None:
+                    self.last_error = None
                 self._stamp, self._seen = stamp, None
                 return self._policy
-            if self._seen is None or self._seen[0] != digest:
-                self._seen = (digest, now)  # new content: load it once it has stayed the same for the settle time
-                if self.settle_s > 0:
-                    return self._policy
-            if now - self._seen[1] >= self.settle_s:
+            renamed = self._stamp is not None and stamp[3] != self._stamp[3]  # a new file took its name
+            if renamed or self.settle_s <= 0:
                 self._reload(text, stamp, digest)
+                return self._policy
+            seen = self._seen
+            if seen is None or seen[0] != digest:  # new content in place: confirm it twice, a settle interval apart
+                self._seen = [digest, now, 0]
+            elif now - seen[1] >= self.settle_s:
+                seen[1], seen[2] = now, seen[2] + 1
+                if seen[2] >= 2:
+                    self._reload(text, stamp, digest)
+                    return self._policy
+            self.last_error = (
+                f"{self.path}: changed in place; loads once it reads the same for {2 * self.settle_s:g} s (replace "
+                "it by rename to load it at the next check)"
+            )
             return self._policy
 
     def _reload(self, text: str, stamp, digest: str) -> None:

@@ -6,8 +6,8 @@ and the demo's live sample write it to a local SQLite file under ROUTERSCOPE_HOM
 replay job reads it. A production deployment would point the replay at its own (access-controlled)
 request archive instead.
 
-Ids are keyed by their scrubbed form (`routerscope.instrumentation.pii.scrub`), the same as in decision events and
-labels: an id that looks like personal data is never written here in clear, and a lookup by the raw id
+Ids are keyed by their form in decision events and labels (`routerscope.instrumentation.pii.pseudonymise_request_id`):
+an id the application chose is never written here in clear, and a lookup by the raw id
 or by the id as the warehouse holds it finds the same row.
 
 The store also keeps the device's **first answer** to a request where its router side kept it
@@ -26,7 +26,7 @@ import sqlite3
 from pathlib import Path
 
 from routerscope.core import names
-from routerscope.instrumentation.pii import scrub
+from routerscope.instrumentation.pii import pseudonymise_request_id
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS requests (request_id TEXT PRIMARY KEY, task_type TEXT NOT NULL, text TEXT NOT NULL)"
@@ -67,8 +67,8 @@ def remove_store(home: Path) -> None:
 
 
 def _key(request_id: str) -> str:
-    """A request id as the store keys it: scrubbed like the events' (`scrub` keeps a string a string)."""
-    key = scrub(request_id)
+    """A request id as the store keys it: as the events carry it (`pseudonymise_request_id`)."""
+    key = pseudonymise_request_id(request_id)
     return request_id if key is None else key
 
 
@@ -118,7 +118,7 @@ class RequestTextStore:
         """Keep one `routerscope.router.engine.Divergence` (both texts, both hashes), seen at `seen_at` (a datetime)."""
         self._pending_divergences.append(
             (
-                scrub(d.request_id),
+                pseudonymise_request_id(d.request_id),
                 d.task_type,
                 d.stage,
                 int(d.input_tokens),

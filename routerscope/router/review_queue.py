@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from routerscope.contract.events import LabelEvent
+from routerscope.core.errors import RouterscopeError
 from routerscope.router.replay import route_correct
 
 UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11+; routerscope.router runs on 3.10 too)
@@ -44,6 +45,16 @@ COLUMNS = (
     "acceptable",
 )
 REVIEWER_MAX = 64
+# a verdict's label id is fixed by the verdict itself, so publishing it again (a retried command) folds away
+LABEL_NAMESPACE = uuid.UUID("5d0f3c4e-8a61-4f7e-9a4b-2f1d7c6e0b31")
+
+
+class AlreadyReviewed(Exception):
+    """Another reviewer's verdict is recorded for the request (`item` holds it)."""
+
+    def __init__(self, item: Item):
+        super().__init__(item.request_id)
+        self.item = item
 
 
 @dataclass(frozen=True)
@@ -76,8 +87,15 @@ class ReviewQueue:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._db = sqlite3.connect(path, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise RouterscopeError(
+                f"the review queue {path} cannot be read ({exc}): restore it from a backup, or move it aside "
+                "(a new one is created and the next replay queues its share again)"
+            ) from None
 
     def add(
         self,
@@ -141,19 +159,28 @@ class ReviewQueue:
 
     def record(self, request_id: str, acceptable: bool, reviewer: str, now: datetime) -> tuple[Item, LabelEvent]:
         """A reviewer's verdict on a queued request: kept in the queue, and returned as its `human_review` label.
-        KeyError for a request that is not queued; ValueError for an empty or overlong reviewer name."""
+        KeyError for a request that is not queued; ValueError for an empty or overlong reviewer name;
+        `AlreadyReviewed` where another reviewer's verdict stands (a reviewer may correct their own)."""
         reviewer = reviewer.strip()
         if not reviewer or len(reviewer) > REVIEWER_MAX:
             raise ValueError(f"a reviewer is named by 1 to {REVIEWER_MAX} characters")
         item = self.get(request_id)
         if item is None:
             raise KeyError(request_id)
-        with self._db:
-            self._db.execute(
-                "UPDATE review_queue SET reviewed_at = ?, reviewer = ?, acceptable = ? WHERE request_id = ?",
-                (now.astimezone(UTC).isoformat(), reviewer, int(acceptable), request_id),
-            )
-        return self.get(request_id) or item, label(item, acceptable, reviewer, now)
+        if item.reviewed_at is not None and (item.reviewer, item.acceptable) == (reviewer, acceptable):
+            # the same verdict again (a command retried after the broker or the process failed): the same label,
+            # with the same id, so it is published if it was lost and folds away if it was not
+            return item, label(item, acceptable, reviewer, datetime.fromisoformat(item.reviewed_at))
+        with self._db:  # one statement: of two reviewers at once, the first verdict stands
+            done = self._db.execute(
+                "UPDATE review_queue SET reviewed_at = ?, reviewer = ?, acceptable = ? "
+                "WHERE request_id = ? AND (reviewed_at IS NULL OR reviewer = ?)",
+                (now.astimezone(UTC).isoformat(), reviewer, int(acceptable), request_id, reviewer),
+            ).rowcount
+        stored = self.get(request_id) or item
+        if not done:
+            raise AlreadyReviewed(stored)
+        return stored, label(stored, acceptable, reviewer, datetime.fromisoformat(stored.reviewed_at or ""))
 
     def close(self) -> None:
         self._db.close()
@@ -169,7 +196,12 @@ def label(item: Item, acceptable: bool, reviewer: str, now: datetime) -> LabelEv
     """The `human_review` label of a reviewer's verdict (its route verdict as the replay's: `route_correct`)."""
     return LabelEvent(
         schema_version=1,
-        label_id=str(uuid.uuid4()),
+        label_id=str(
+            uuid.uuid5(
+                LABEL_NAMESPACE,
+                f"{item.request_id}\0{now.astimezone(UTC).isoformat()}\0{reviewer}\0{int(acceptable)}",
+            )
+        ),
         event_time=now,
         request_id=item.request_id,
         source="human_review",

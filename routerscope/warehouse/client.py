@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from routerscope.core import names
 from routerscope.core.errors import LoadInProgress, WarehouseError, WarehouseOutage
 from routerscope.core.extras import require
 from routerscope.core.settings import Settings, WarehouseDsn
@@ -57,10 +59,32 @@ def _say(message: str) -> None:
     print(f"routerscope: {message}", file=sys.stderr, flush=True)
 
 
+def open_lock_file(path: Path) -> int:
+    """The lock file's descriptor, never through a symbolic link (writing the holder's pid would overwrite the
+    link's target) nor of anything but a regular file; WarehouseError in one line saying what to do."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise WarehouseError(
+                f"the lock file {path} is a symbolic link (to {os.readlink(path)}): routerscope never writes "
+                "through one; remove the link (it is made again as a plain file) and run the command again"
+            ) from None
+        raise WarehouseError(
+            f"the lock file {path} cannot be opened ({exc.strerror}): check it and its directory"
+        ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WarehouseError(
+            f"the lock file {path} is not a regular file: move it away (it is made again) and run the command again"
+        )
+    return fd
+
+
 @contextmanager
 def _file_lock(lock_path: Path, purpose: str, timeout_s: float | None) -> Iterator[None]:
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(lock_path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,7 +117,10 @@ def _connect(dsn: WarehouseDsn):
     attempts = 0
     while True:
         try:
-            return clickhouse_connect.get_client(dsn=dsn.raw)
+            if not dsn.embedded:
+                return clickhouse_connect.get_client(dsn=dsn.raw)
+            with _engine_stderr():  # the embedded engine writes its own errors to fd 2: kept out of the output
+                return clickhouse_connect.get_client(dsn=dsn.raw)
         except Exception as exc:  # clickhouse-connect raises several unrelated types
             message = str(exc)
             # chDB's own lock: a process outside this lock protocol (e.g. a stray `chdb` shell).
@@ -106,10 +133,90 @@ def _connect(dsn: WarehouseDsn):
             first_line = (message.splitlines() or [repr(exc)])[0]
             if "Connection refused" in message:
                 first_line = "connection refused"
+            if dsn.embedded:
+                raise WarehouseError(_embedded_open_error(dsn, first_line)) from exc
             raise WarehouseError(
                 f"cannot open the warehouse {dsn.redacted()}: {first_line[:300]}; "
                 "check ROUTERSCOPE_CLICKHOUSE_DSN (or unset it to use the embedded warehouse)"
             ) from exc
+
+
+MUTATION_HEADER = b"format version: 1"
+
+
+def table_dirs(warehouse: Path) -> dict[str, Path]:
+    """Table name → its data directory (an Atomic database links `data/<db>/<table>` into `store/`)."""
+    base = warehouse / "data" / names.DATABASE
+    if not base.is_dir():
+        return {}
+    return {link.name: link.resolve() for link in sorted(base.iterdir()) if link.resolve().is_dir()}
+
+
+_MUTATION = re.compile(rb"format version: 1\ncreate time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\ncommands: .+\n", re.S)
+
+
+def torn_mutation(mutation: Path) -> str | None:
+    """Why a mutation file cannot be read by the engine (None: it can): empty, another header, or cut
+    short after its header (`format version: 1`, `create time: …`, `commands: …`, each on its line)."""
+    try:
+        with open(mutation, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    if not text.startswith(MUTATION_HEADER):
+        return f"{len(text)} bytes"
+    if not _MUTATION.match(text):
+        return f"{len(text)} bytes, cut short after its header"
+    return None
+
+
+def _embedded_open_error(dsn: WarehouseDsn, first_line: str) -> str:
+    """Why an embedded warehouse does not open, and what to do: a torn mutation file is named with
+    `doctor --repair`; anything else sends to `doctor`, which finds what a crash or a disk left."""
+    torn = [
+        (table, mutation.name, why)
+        for table, directory in (table_dirs(dsn.path).items() if dsn.path.is_dir() else ())
+        for mutation in sorted(directory.glob("mutation_*.txt"))
+        if (why := torn_mutation(mutation)) is not None
+    ]
+    if torn:
+        where = ", ".join(f"{table}/{name} ({why})" for table, name, why in torn[:3])
+        return (
+            f"the warehouse {dsn.redacted()} does not open: a mutation file is torn ({where}); run "
+            "`routerscope doctor --repair` to move it aside, then run the command again"
+        )
+    return (
+        f"cannot open the warehouse {dsn.redacted()}: {first_line[:300]}; run `routerscope doctor` to find what "
+        "keeps it from opening (or point ROUTERSCOPE_CLICKHOUSE_DSN at another warehouse)"
+    )
+
+
+@contextmanager
+def _engine_stderr() -> Iterator[None]:
+    """While the embedded engine opens, its raw error lines (it writes them to file descriptor 2 itself,
+    17 lines of them for one torn file) go to a temporary file instead of the user's terminal; what it
+    wrote is passed on when the engine opened after all (nothing is lost), and dropped when it did not
+    (the error that follows says it in one line)."""
+    import tempfile  # deferred: only while the embedded engine opens
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    opened = False
+    with tempfile.TemporaryFile() as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield
+            opened = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if opened and captured.tell():
+                captured.seek(0)
+                os.write(2, captured.read(1 << 16))
 
 
 _migrated: dict[str, int] = {}  # warehouse DSN -> open units of work in this process that applied the migrations
@@ -374,7 +481,7 @@ def load_lock(
     path = load_lock_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     ranges = [(0, 0)] if partitions is None else [(1, int(p)) for p in sorted(set(partitions))]
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(path)
     held: list[tuple[int, int]] = []
     try:
         waited = False

@@ -32,12 +32,10 @@ from routerscope.core import names
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.settings import Settings
-from routerscope.warehouse.client import open_warehouse
+from routerscope.warehouse.client import open_warehouse, table_dirs, torn_mutation
 from routerscope.warehouse.queries import ingest_offsets
 from routerscope.warehouse.schema import TOPIC_TABLES
 from routerscope.warehouse.sql import named
-
-MUTATION_HEADER = b"format version: 1"
 
 
 @dataclass
@@ -48,6 +46,7 @@ class Finding:
     rows: int | None = None
     repaired: bool = False
     note: str = ""
+    covered_by: list[str] = field(default_factory=list)  # active parts holding a detached part's blocks
 
     def line(self) -> str:
         rows = "" if self.rows is None else f", {self.rows} row(s)"
@@ -81,6 +80,7 @@ class Report:
                     "rows": f.rows,
                     "repaired": f.repaired,
                     "note": f.note or None,
+                    "covered_by": f.covered_by or None,
                 }
                 for f in self.findings
             ],
@@ -88,37 +88,11 @@ class Report:
         }
 
 
-def table_dirs(warehouse: Path) -> dict[str, Path]:
-    """Table name → its data directory (an Atomic database links `data/<db>/<table>` into `store/`)."""
-    base = warehouse / "data" / names.DATABASE
-    if not base.is_dir():
-        return {}
-    return {link.name: link.resolve() for link in sorted(base.iterdir()) if link.resolve().is_dir()}
-
-
 def _part_rows(part: Path) -> int | None:
     try:
         return int((part / "count.txt").read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-_MUTATION = re.compile(rb"format version: 1\ncreate time: \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\ncommands: .+\n", re.S)
-
-
-def torn_mutation(mutation: Path) -> str | None:
-    """Why a mutation file cannot be read by the engine (None: it can): empty, another header, or cut
-    short after its header (`format version: 1`, `create time: …`, `commands: …`, each on its line)."""
-    try:
-        with open(mutation, "rb") as f:
-            text = f.read(1 << 20)
-    except OSError as exc:
-        return f"unreadable: {exc.strerror}"
-    if not text.startswith(MUTATION_HEADER):
-        return f"{len(text)} bytes"
-    if not _MUTATION.match(text):
-        return f"{len(text)} bytes, cut short after its header"
-    return None
 
 
 def scan_mutations(warehouse: Path) -> list[Finding]:
@@ -168,12 +142,44 @@ def _plain_name(name: str) -> str:
 _PART_NAME = re.compile(r"[A-Za-z0-9_]+")  # a part's name (all_1_1_0): the only text in ATTACH PART
 
 
+def _blocks(name: str) -> tuple[str, int, int] | None:
+    """A part's partition and block range from its name (`<partition>_<min block>_<max block>_<level>[_<mutation>]`)."""
+    fields = name.split("_")
+    if len(fields) < 4 or not (fields[1].isdigit() and fields[2].isdigit()):
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _covering(client, table: str, name: str) -> list[str]:
+    """The active parts of `table` whose block ranges meet the range of the part `name` (a part with the
+    same blocks, or the merge that took it in): its rows are in the table already."""
+    blocks = _blocks(name)
+    if blocks is None:
+        return []
+    partition, low, high = blocks
+    rows = client.query(
+        "SELECT name FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active "
+        "AND partition_id = {p:String} AND min_block_number <= {high:Int64} AND max_block_number >= {low:Int64} "
+        "ORDER BY name",
+        parameters={"db": names.DATABASE, "t": table, "p": partition, "low": low, "high": high},
+    ).result_rows
+    return [str(r[0]) for r in rows]
+
+
 def _attach(client, finding: Finding, engines: dict[str, str]) -> None:
     if not engines.get(finding.table, "").startswith("Replacing"):
         finding.note = "its table does not fold duplicates: left detached, attach it by hand if you want it"
         return
     part = finding.path
     plain = _plain_name(part.name)
+    covered = _covering(client, finding.table, plain)
+    if covered:  # a copy a crash left (`broken-on-start_`, `ignored_`, `unexpected_`): attaching counts twice
+        finding.covered_by = covered
+        finding.note = (
+            f"its blocks are in the active part(s) {', '.join(covered[:3])}{' …' if len(covered) > 3 else ''}: "
+            "not attached (its rows would count twice)"
+        )
+        return
     target = part.with_name(plain)
     if target != part:
         if target.exists():
@@ -231,6 +237,7 @@ RELOADED = {
     names.TABLE_DECISIONS,
     names.TABLE_LABELS,
     names.TABLE_BREAKER_EVENTS,
+    names.TABLE_POLICY_EVENTS,
     names.TABLE_QUARANTINE,
     names.TABLE_LOADED_MESSAGES,
 }
@@ -256,6 +263,11 @@ def _settle_detached(settings: Settings, client, finding: Finding, engines: dict
     is moved aside when the next load fetches its rows again (its table is reconciled), else left."""
     _attach(client, finding, engines)
     plain = _plain_name(finding.path.name)
+    if finding.covered_by:  # its rows are in the table: set aside, named, never attached
+        moved = _aside(settings, finding.path, finding.table)
+        finding.note += f"; moved to {moved}"
+        finding.repaired = True
+        return
     if finding.repaired:
         damaged = _check(client, finding.table, plain)
         if not damaged:
@@ -381,6 +393,14 @@ def run(settings: Settings, repair: bool = False) -> Report:
                                 table, "damaged part", Path(part), note=f"checksums fail: {why.split(' (')[0][:160]}"
                             )
                         )
+                for finding in detached:  # named whether or not it is repaired: a copy must never be attached
+                    if engines.get(finding.table, "").startswith("Replacing"):
+                        finding.covered_by = _covering(client, finding.table, _plain_name(finding.path.name))
+                        if finding.covered_by and not repair:
+                            finding.note = (
+                                f"its blocks are in the active part(s) {', '.join(finding.covered_by[:3])}: "
+                                "`doctor --repair` sets it aside, never attaches it (its rows would count twice)"
+                            )
                 report.findings += detached + damaged
                 if repair:
                     for finding in detached:
@@ -398,7 +418,7 @@ def run(settings: Settings, repair: bool = False) -> Report:
                     report.counts[table] = int(client.query(count).result_rows[0][0])
     except Exception as exc:
         report.opened = False
-        report.open_error = _first_line(exc)
+        report.open_error = _first_line(exc).split(" does not open: ", 1)[-1]  # (the report says it does not open)
         if dsn.embedded and not any(f.kind == "detached part" for f in report.findings):
             report.findings += scan_detached(dsn.path)  # what the engine set aside on an earlier opening
     return report

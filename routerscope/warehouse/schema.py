@@ -58,6 +58,10 @@ DECISION_COLUMNS = (
     "device_resident_mem_mb",  # contract v2, optional (migration 0016)
     "label_pi",  # contract v2, optional (migration 0040): the labeling design's inclusion probability
     "label_design_id",
+    "policy_id",  # contract v2, optional: the closed loop's canary (migration 0051)
+    "experiment_id",
+    "arm",
+    "assignment_bucket",
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",
@@ -94,6 +98,31 @@ BREAKER_COLUMNS = (
     "kafka_offset",
 )
 
+POLICY_EVENT_COLUMNS = (
+    "event_id",
+    "event_time",
+    "schema_version",
+    "task_type",
+    "policy_id",
+    "seq",
+    "from_state",
+    "to_state",
+    "reason",
+    "evidence_file",
+    "evidence_hash",
+    "actor",
+    "experiment_id",
+    "metric",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "n",
+    "metrics",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+)
+
 LEDGER_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "record_id", "event_time")
 
 # The id column of each topic's record (what the ledger stores as record_id).
@@ -101,6 +130,7 @@ RECORD_ID = {
     names.TOPIC_DECISIONS: "event_id",
     names.TOPIC_LABELS: "label_id",
     names.TOPIC_BREAKERS: "event_id",
+    names.TOPIC_POLICY: "event_id",
 }
 
 QUARANTINE_COLUMNS = (
@@ -131,4 +161,5 @@ TOPIC_TABLES = {
     names.TOPIC_DECISIONS: (names.TABLE_DECISIONS, DECISION_COLUMNS),
     names.TOPIC_LABELS: (names.TABLE_LABELS, LABEL_COLUMNS),
     names.TOPIC_BREAKERS: (names.TABLE_BREAKER_EVENTS, BREAKER_COLUMNS),
+    names.TOPIC_POLICY: (names.TABLE_POLICY_EVENTS, POLICY_EVENT_COLUMNS),
 }

@@ -24,8 +24,10 @@ PAGES = ("On-call", "Weekly tuning", "Offload review", "Data quality", "Explorer
 
 
 def incident_row(page, rule: str, scope: str):
-    """The incident list's row of the newest episode of `rule` on `scope`."""
-    return page.locator('[data-testid="stHorizontalBlock"]').filter(has_text=f"{rule} · {scope}").first
+    """The incident list's row of the newest episode of `rule` on `scope` (a row names its cause first, its rule's
+    id at its end)."""
+    rows = page.locator('[data-testid="stHorizontalBlock"]').filter(has_text=f"· {scope} ·")
+    return rows.filter(has_text=f"({rule})").first
 
 
 @pytest.mark.timeout(900)  # a 20k demo, Streamlit and Chromium
@@ -49,7 +51,10 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
     )
     assert all(e["status"] == "resolved" for e in (outage, thermal, push)), (outage, thermal, push)
     with open_warehouse(settings) as client:
-        in_outage = decision_queries.explorer_count(client, outage["first_seen"], outage["last_seen"], ExplorerFilter())
+        # the outage's link opens its canned answers (L4), what its evidence names (docs/runbook.md)
+        in_outage = decision_queries.explorer_count(
+            client, outage["first_seen"], outage["last_seen"], ExplorerFilter(level=4)
+        )
     assert in_outage > 0
 
     with dashboard(home) as base, browser_page(height=1400) as page:
@@ -71,7 +76,8 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
         assert "fallback rate above 50% (this task type's limit; the default is 30%)" in push_row, push_row
         assert "over its limit (0.5)" in push_row, push_row
 
-        # the outage's link: the Explorer on the outage's windows, every decision of them counted
+        # the outage's link: the Explorer on the outage's windows, filtered to its canned answers, all of them counted
+        incident_row_text = incident_row(page, "cloud_breaker_open", "overall").inner_text()
         incident_row(page, "cloud_breaker_open", "overall").get_by_role("link", name="Open in Explorer").click()
         page.wait_for_url("**/explorer?**", timeout=60_000)
         page.get_by_text("decisions match").wait_for(timeout=60_000)
@@ -79,6 +85,8 @@ def test_oncall_lists_the_demos_incidents_and_one_opens_its_decisions_in_the_exp
         assert query["range"] == ["custom"] and query["incident"] == ["cloud_breaker_open|"]
         assert query["start"] == [f"{outage['first_seen']:%Y-%m-%dT%H:%M:%SZ}"]
         assert query["end"] == [f"{outage['last_seen']:%Y-%m-%dT%H:%M:%SZ}"]
+        assert query["level"] == ["4"]
+        assert "cloud outage" in incident_row_text
         page.get_by_text(f"{in_outage:,} decisions match").wait_for(timeout=30_000)
         page.locator('[data-testid="stDataFrame"]').first.wait_for(timeout=30_000)
         page.wait_for_timeout(1500)

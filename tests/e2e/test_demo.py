@@ -235,6 +235,37 @@ def test_a_rerun_continues_the_day_without_breaking_it(home, monkeypatch):
         assert began >= t0 - half - timedelta(minutes=5) or "began before this run" in line, second["fired"]
 
 
+@pytest.mark.timeout(900)
+def test_make_demo_twice_in_a_row_reuses_no_id_and_keeps_the_day(home):
+    """Finding 1 of the on-call review: the second `make demo` reused 153 label ids of the first run for other
+    requests (the fleet's ids came from the seed alone), the blocking `labels.unique.label_id` check failed and the
+    day's metrics were held back while the summary said "firing now: none"; the re-run covered only the minutes
+    since the first and packed its requests into them. Two runs with the same seed, one right after the other, as
+    `next_span` places them: no id shared, no blocking failure, each run its whole span."""
+    settings = settings_for(home)
+    port = free_port()
+    try:
+        first = run(settings, requests=1500, seed=7, port=port, span_minutes=30, corrupt=0)
+        second = run(settings, requests=1500, seed=7, port=port, span_minutes=30, corrupt=0)
+    finally:
+        broker.stop(settings)
+    for out in (first, second):
+        assert all(not q["blocking_failed"] for q in out["quality"].values()), out["quality"]
+        assert out["simulated"]["end"] - out["simulated"]["start"] == timedelta(minutes=30)
+        assert "data_quality_blocking|" not in out["firing"]
+    with open_warehouse(settings) as client:
+        labels, label_ids = client.query(
+            "SELECT count(), uniqExact(label_id) FROM routerscope.labels FINAL"
+        ).result_rows[0]
+        live, live_ids, request_ids, sessions = client.query(
+            "SELECT countIf(mode = 'live'), uniqExactIf(request_id, mode = 'live'), uniqExact(request_id), "
+            "uniqExact(session_id) FROM routerscope.decisions FINAL"
+        ).result_rows[0]
+    assert labels == label_ids == first["simulated"]["labels"] + second["simulated"]["labels"]
+    assert live == live_ids and request_ids == 3000  # (a shadow-mode task type's requests are not live)
+    assert sessions > 700  # each run its own 400 sessions (a few get no request); shared ones would stay under 400
+
+
 def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
     return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", *extra]
 

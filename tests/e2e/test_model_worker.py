@@ -153,3 +153,29 @@ def test_a_hung_worker_is_killed_after_the_calls_timeout_plus_the_grace_and_is_a
     again = device.generate("hello", max_tokens=8, timeout_ms=500, degraded=False, commit_tokens=120)
     assert again.outcome == "error" and time.monotonic() - started - waited < 1  # never asked again
     device.close()
+
+
+def test_the_worker_counts_tokens_as_the_model_does_and_never_waits_behind_a_generation(model, tmp_path):
+    """A device behind the model worker had no tokenizer: a personal-data request was judged by the router's upper
+    bound (a token a byte: 5x English). The worker now counts in the model's own tokens, chat messages included;
+    while it generates, the count is None at once and the bound decides."""
+    import threading
+
+    from routerscope.router.backends import LlamaDevice, Prompt
+    from routerscope.router.engine import token_bound
+
+    local = LlamaDevice(model, n_ctx=512, n_threads=1)
+    chat = Prompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Call +1 415 555 0100"}])
+    with WorkerDevice(model, log_path=tmp_path / "worker.log", n_ctx=512, n_threads=1) as device:
+        for text in ("Reply with one word: hello", "我的手机号码是一三八零零一三八零零零", chat):
+            assert device.count_tokens(text) == local.count_tokens(text) <= token_bound(text)
+        busy = threading.Thread(
+            target=device.generate,
+            args=("Write a long story about a lighthouse.",),
+            kwargs=dict(max_tokens=64, timeout_ms=20_000, degraded=False, commit_tokens=120),
+        )
+        busy.start()
+        time.sleep(0.2)
+        assert device.count_tokens("hello") is None
+        busy.join(30)
+        assert device.count_tokens("hello") == local.count_tokens("hello")

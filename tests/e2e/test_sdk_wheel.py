@@ -151,7 +151,7 @@ def test_the_bare_wheel_records_decisions_that_arrive_intact(bare, broker_settin
     decisions = []
     for message in consume_all(broker_settings.kafka_bootstrap(), names.TOPIC_DECISIONS, expect=3):
         event, broken = DECISIONS.parse(message.value())
-        if event is not None and event.request_id in recorded["ids"]:
+        if event is not None and event.request_id in recorded["ids"]:  # (its session id is a keyed hash)
             decisions.append(event)
         elif any(i.encode() in message.value() for i in recorded["ids"]):
             pytest.fail(f"a decision of this test breaks the contract: {broken}")

@@ -98,14 +98,16 @@ def test_the_qa_like_task_has_seed000s_confidence_buckets_and_pass_rates(demo):
 
 def test_one_task_types_top_confidence_bucket_is_over_confident(demo):
     """The calibration view's lesson: a task type whose answers above 0.85 pass less often than those
-    in [.65,.85) (short_summary, by construction)."""
+    in [.65,.85) (short_summary, by construction). Over the whole span: a label's verdict depends on the
+    confidence alone, never on an incident, and the calm part held only ~50 top-bucket labels, where one draw of
+    the random stream put 39 of 48 over a 65 % pass rate (a 1 % tail) and hid the gap."""
     rows = demo(
         f"""SELECT d.task_type, avgIf(l.device_acceptable, d.confidence >= 0.85) AS top,
                avgIf(l.device_acceptable, d.confidence >= 0.65 AND d.confidence < 0.85) AS below,
                countIf(d.confidence >= 0.85) AS n_top
         FROM {DECISIONS} AS d INNER JOIN (SELECT * FROM routerscope.labels FINAL LIMIT 1 BY request_id) AS l
             ON l.request_id = d.request_id
-        WHERE d.mode = 'live' AND d.confidence IS NOT NULL AND {CALM}
+        WHERE d.mode = 'live' AND d.confidence IS NOT NULL
         GROUP BY d.task_type HAVING n_top >= 30 AND top < below - 0.1"""
     )
     assert [r[0] for r in rows] == ["short_summary"], rows

@@ -207,3 +207,23 @@ def test_end_offsets_count_every_message_of_the_last_record_batch(home):
     assert set(ends) == every
     assert ends[(names.TOPIC_BREAKERS, 1)] == 21
     assert {end for key, end in ends.items() if key != (names.TOPIC_BREAKERS, 1)} == {0}
+
+
+def test_a_home_made_by_broker_start_and_its_log_are_the_owners_alone(tmp_path):
+    """`broker start` on a home that does not exist yet: the home is 0700 and the broker's log, pid and record
+    0600 (they were 0755 and 0644); a log left 0644 by an earlier version is made 0600 too."""
+    import stat
+
+    home = tmp_path / "fresh-home"
+    settings = settings_for(home)
+    try:
+        broker.start(settings, port=free_port(), keep=False)
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700
+        for path in (settings.broker_log_path, settings.broker_pid_path, settings.broker_record_path):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+        broker.stop(settings)
+        settings.broker_log_path.chmod(0o644)
+        broker.start(settings, port=free_port(), keep=False)
+        assert stat.S_IMODE(settings.broker_log_path.stat().st_mode) == 0o600
+    finally:
+        broker.stop(settings)

@@ -1,6 +1,7 @@
 """Only allow-listed values, each in the shape of its field, leave `routerscope collect`: prompt text put in
 the span name, `routerscope.*` attributes, `finish_reasons`, `error.type`, the response model or
-`service.name` (a card number and an e-mail among it) reaches neither the OTLP topic nor, through the
+`service.name`, an exception event's message and stack trace, an event's name or attributes, the request
+parameters (a card number and an e-mail among it) reaches neither the OTLP topic nor, through the
 loader, the decisions or the quarantine; what was dropped is counted."""
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def hostile_request(trace_no: int, model_call: bool = True) -> bytes:
         _attr(call, "gen_ai.openai.api_base", "https://api.openai.com/v1/?user=jane.doe@example.com")
         _attr(call, "gen_ai.usage.input_tokens", 12)
         _attr(call, "gen_ai.input.messages", PROMPT)
+        _attr(call, "llm.invocation_parameters", f'{{"model": "gpt-4o-mini", "user": "{PROMPT}"}}')
+        exc = call.events.add(name="exception", time_unix_nano=call.start_time_unix_nano + 5)
+        _attr(exc, "exception.type", "openai.APITimeoutError")
+        _attr(exc, "exception.message", PROMPT)
+        _attr(exc, "exception.stacktrace", f'Traceback (most recent call last):\n  ask("{PROMPT}")')
+        _attr(call.events.add(name="exception"), "exception.type", PROMPT)
+        _attr(call.events.add(name="First Token Stream Event"), "output.value", PROMPT)
+        _attr(call.events.add(name=PROMPT), "gen_ai.prompt", PROMPT)
     else:
         _attr(root, "error.type", PROMPT)
     return request.SerializeToString()
@@ -113,6 +122,16 @@ def test_prompt_text_in_every_field_collect_passes_on_never_reaches_kafka_the_de
             if kv.key == "gen_ai.openai.api_base"
         ]
         assert api_base == ["https://api.openai.com"]
+        events = [
+            (e.name, {kv.key: kv.value.string_value for kv in e.attributes})
+            for s in call.scope_spans[0].spans
+            for e in s.events
+        ]
+        assert events == [
+            ("exception", {"exception.type": "openai.APITimeoutError"}),
+            ("exception", {}),
+            ("First Token Stream Event", {}),
+        ]
         result = loader.load(settings, idle_timeout_s=0.5).as_dict()
         assert result["otlp"]["traces"] == 2 and result["otlp"]["mapped"] == 1
         for table in ("decisions", "quarantine"):

@@ -129,3 +129,70 @@ def test_a_damaged_part_is_one_line_at_query_time_and_doctor_and_load_lose_nothi
     assert json.loads(reloaded.stdout)["loaded"]["decisions"] == rows, reloaded.stderr
     assert _held(stack) == (n, n, 0)
     assert run_cli("metrics", "--start", "2026-01-01", "--end", "2027-01-01", env=env).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_detached_copy_of_blocks_the_table_holds_is_never_attached_so_nothing_counts_twice(stack, home):
+    """100,000 decisions; copies of active parts left in `detached/` the way a crash leaves them
+    (`ignored_`, `broken-on-start_`, `unexpected_`). `doctor --repair` attached them before and 100,000
+    decisions became 120,000 rows, said healthy, and `metrics` counted 120,000 requests. Now each copy is
+    named with the active part that holds its blocks, set aside, and the table keeps 100,000 rows."""
+    import shutil
+
+    n = 100_000
+    _loaded(stack, home, n)
+    parts = query(
+        stack,
+        "SELECT name FROM system.parts WHERE database = 'routerscope' AND table = 'decisions' AND active "
+        "ORDER BY rows DESC LIMIT 3",
+    )
+    table = (home / "warehouse" / "data" / "routerscope" / "decisions").resolve()
+    copies = []
+    for (name,), prefix in zip(parts, ("ignored_", "broken-on-start_", "unexpected_"), strict=False):
+        shutil.copytree(table / name, table / "detached" / f"{prefix}{name}")
+        copies.append((f"{prefix}{name}", name))
+    env = clean_env(home)
+
+    found = json.loads(run_cli("doctor", "--json", env=env).stdout)
+    named_copies = {f["name"]: f for f in found["findings"] if f["kind"] == "detached part"}
+    assert set(named_copies) == {c for c, _ in copies}
+    for copy, original in copies:
+        assert original in named_copies[copy]["covered_by"] and "never attaches it" in named_copies[copy]["note"]
+
+    repaired = run_cli("doctor", "--repair", "--json", env=env)
+    report = json.loads(repaired.stdout)
+    assert repaired.returncode == 0 and report["healthy"], repaired.stdout
+    for finding in (f for f in report["findings"] if f["kind"] == "detached part"):
+        assert finding["repaired"] and "not attached (its rows would count twice)" in finding["note"]
+        assert finding["covered_by"] and "moved to" in finding["note"]
+    assert report["rows"]["decisions"] == n
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == n  # not FINAL: no copy in the table
+    assert _held(stack) == (n, n, 0)
+    assert not list((table / "detached").iterdir())  # set aside under the doctor's folder, named
+    assert len(list((home / "doctor").rglob("*_*_*_*"))) >= len(copies)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_torn_mutation_file_sends_load_to_doctor_and_no_raw_engine_error_reaches_the_output(stack, home):
+    """With a torn mutation file, `load` said to check ROUTERSCOPE_CLICKHOUSE_DSN after 17 lines of the
+    engine's own errors, and `doctor` printed those lines before its JSON. Now `load` is one line naming
+    the file and `doctor --repair`, and `doctor` prints its report alone."""
+    _loaded(stack, home, 100)
+    ledger = (home / "warehouse" / "data" / "routerscope" / "loaded_messages").resolve()
+    (ledger / "mutation_9.txt").write_bytes(b"format version: 1\ncreate ti")
+    env = clean_env(home)
+
+    loading = run_cli("load", "--idle-timeout", "0.5", env=env)
+    assert loading.returncode == 1
+    (line,) = loading.stderr.strip().splitlines()
+    assert line.startswith("routerscope: error: the warehouse") and "mutation_9.txt" in line
+    assert "routerscope doctor --repair" in line and "ROUTERSCOPE_CLICKHOUSE_DSN" not in line
+
+    doctor = run_cli("doctor", "--json", env=env)
+    assert doctor.returncode == 1 and "DB::Exception" not in doctor.stderr and doctor.stderr.strip() == ""
+    report = json.loads(doctor.stdout)
+    assert [f["name"] for f in report["findings"]] == ["mutation_9.txt"] and not report["opened"]
+    assert run_cli("doctor", "--repair", env=env).returncode == 0
+    assert json.loads(run_cli("load", "--json", "--idle-timeout", "0.5", env=env).stdout)["loaded"]["decisions"] == 0

@@ -331,3 +331,244 @@ def test_an_exporter_on_a_lease_stops_once_nobody_renews_it(known, tmp_path):
         assert not serving.is_alive() and server.lease_expired
     finally:
         server.close()
+
+
+def _serving(settings, **options):
+    server = make_exporter(settings, port=free_port(), refresh_s=60, **options)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.slow
+def test_a_client_that_sends_a_request_line_and_stops_blocks_nothing(known, capsys):
+    """A client that opens a connection, sends a request line and goes silent (slowloris) used to hold the one
+    connection the exporter served for minutes: now `/-/healthy` and `/metrics` answer while it hangs, and its
+    connection is closed once the read timeout passes."""
+    import socket
+
+    from routerscope.warehouse.analytics import exporter as module
+
+    server = _serving(known)
+    stuck = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    try:
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\n")  # no headers' end: the server waits for more
+        time.sleep(0.3)
+        started = time.monotonic()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/-/healthy", timeout=5).read()
+        assert body == HEALTH_BODY and time.monotonic() - started < 2
+        text = urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=120).read().decode()
+        assert f'routerscope_decisions_total{{task_type="{A}"}} 1060.0' in text
+        stuck.settimeout(module.IO_TIMEOUT_S + 10)
+        assert stuck.recv(1024) == b""  # closed by the server after its read timeout, without an answer
+        time.sleep(0.2)
+        assert "Traceback" not in capsys.readouterr().err  # a client timing out is no error of the exporter's
+    finally:
+        stuck.close()
+        server.shutdown()
+        server.close()
+
+
+@pytest.mark.slow
+def test_two_hundred_concurrent_scrapes_all_succeed_or_are_refused_at_once(known):
+    """200 scrapes at once (10 once served one at a time): each is answered 200 with the metrics, or refused
+    503 with Retry-After within a second, never left waiting; with a cap of 8 connections some are refused."""
+    import urllib.error
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = _serving(known, max_connections=8)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    urllib.request.urlopen(url, timeout=120).read()  # the first read (a worker importing chDB) out of the way
+
+    def scrape(_):
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                ok = b"routerscope_decisions_total" in answer.read()
+                return ("ok" if ok else "empty", time.monotonic() - started)
+        except urllib.error.HTTPError as exc:
+            assert exc.headers["Retry-After"] == "1"
+            return (exc.code, time.monotonic() - started)
+
+    try:
+        with ThreadPoolExecutor(200) as pool:
+            results = list(pool.map(scrape, range(200)))
+    finally:
+        server.shutdown()
+        server.close()
+    outcomes = {r for r, _ in results}
+    assert outcomes <= {"ok", 503}, outcomes
+    assert sum(r == "ok" for r, _ in results) >= 8
+    assert all(s < 1.0 for r, s in results if r == 503), sorted(s for r, s in results if r == 503)[-3:]
+    assert all(s < 20 for _, s in results)
+    refused = sum(r == 503 for r, _ in results)
+    assert refused == server.server.refused
+
+
+def test_task_types_past_the_cap_are_summed_as_other_and_counted(known):
+    """3,000 invented task types would give hundreds of thousands of series: with a cap of 1 the busiest task
+    type (A, 1,060 decisions) keeps its name, B's 10 are summed under `other`, and the cap and the one folded
+    task type are served. Nothing is lost: the sums over task types are the same."""
+    snapshot = read_snapshot_as_of_now(known)
+    full = samples(families(snapshot))
+    found = samples(families(snapshot, max_task_types=1))
+    assert value(found, "routerscope_decisions_total", task_type=A) == 1060
+    assert value(found, "routerscope_decisions_total", task_type="other") == 10
+    assert ("routerscope_decisions_total", (("task_type", B),)) not in found
+    assert value(found, "routerscope_window_served", grain="5m", task_type="other", level="L3") == value(
+        full, "routerscope_window_served", grain="5m", task_type=B, level="L3"
+    )
+    assert value(found, "routerscope_exporter_task_type_cap") == 1
+    assert value(found, "routerscope_exporter_task_types_folded") == 1
+    assert value(samples(families(snapshot)), "routerscope_exporter_task_types_folded") == 0
+
+
+def test_three_thousand_invented_task_types_make_a_bounded_scrape():
+    """The hostile case itself, on a snapshot: 3,000 task types fold to the default cap plus `other`."""
+    from routerscope.warehouse.analytics.exporter import DEFAULT_MAX_TASK_TYPES, Snapshot
+
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    totals = {f"t{i:04d}": {"decisions": i} for i in range(3000)}
+    snapshot = Snapshot(now, sorted(totals), totals, {"5m": None, "1d": None}, {}, now, now, 0, 0, 0)
+    found = samples(families(snapshot))
+    named = {dict(k[1]).get("task_type") for k in found if k[0] == "routerscope_decisions_total"}
+    assert len(named) == DEFAULT_MAX_TASK_TYPES + 1 and "other" in named and "t2999" in named and "t0000" not in named
+    assert value(found, "routerscope_decisions_total", task_type="other") == sum(range(3000 - DEFAULT_MAX_TASK_TYPES))
+    assert value(found, "routerscope_exporter_task_types_folded") == 3000 - DEFAULT_MAX_TASK_TYPES
+
+
+def read_snapshot_as_of_now(settings):
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        return read_snapshot(client)
+
+
+def insert_decisions(client, events: list[dict]) -> None:
+    from routerscope.contract.validation import DECISIONS
+
+    parsed = []
+    for event in events:
+        one, rules = DECISIONS.parse(dumps(event))
+        assert not rules, rules
+        parsed.append(one)
+    table, columns, build = FACTS[names.TOPIC_DECISIONS]
+    n = len(parsed)
+    client.insert(
+        f"routerscope.{table}",
+        build(parsed, names.TOPIC_DECISIONS, [0] * n, list(range(n))),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+
+
+TRACE_1, TRACE_2 = "a" * 32, "b" * 32
+
+
+def test_histograms_of_latency_tokens_ttft_and_cost_with_trace_exemplars(home):
+    """Two live decisions before the last finished window's end, one after it and one shadow (neither counted):
+    1. intent_classify: a device attempt that failed after 0.3 s (L0), the cloud serving after 0.9 s (L2),
+       1.25 s in all, first token at 0.15 s, 12 in / 7 out tokens, $0.002, trace TRACE_1;
+    2. intent_classify: the device serving in 0.18 s (L0), 0.1905 s in all, 42 in / 6 out, no cost, no TTFT,
+       trace TRACE_2.
+    Buckets by hand from OpenTelemetry's bounds: attempt L0 0.18 ≤ 0.32 and 0.3 ≤ 0.32 (both in le 0.32), L2
+    0.9 ≤ 1.28; request 0.1905 ≤ 0.32, 1.25 ≤ 1.28; tokens input 12 ≤ 16, 42 ≤ 64; output 7 ≤ 16, 6 ≤ 16; TTFT
+    0.15 ≤ 0.25; cost 0.002 ≤ 0.01. The OpenMetrics form carries each bucket's newest trace id."""
+    from tests.support.events import decision
+
+    settings = settings_for(home)
+    base = NOW - timedelta(minutes=20)
+    events = [
+        decision(
+            event_time=iso(base),
+            request_id="r1",
+            entered_device=True,
+            fallback_type="error",
+            reason="device_error",
+            degrade_level=2,
+            attempts=[
+                {"level": 0, "outcome": "error", "latency_ms": 300.0},
+                {"level": 2, "outcome": "ok", "latency_ms": 900.0},
+            ],
+            cloud_calls=1,
+            latency_ms=1250.0,
+            ttft_ms=150.0,
+            input_tokens=12,
+            output_tokens=7,
+            cost_usd=0.002,
+            trace_id=TRACE_1,
+        ),
+        decision(event_time=iso(base + timedelta(minutes=1)), request_id="r2", trace_id=TRACE_2),
+        decision(event_time=iso(NOW), request_id="r3", latency_ms=99_000.0),  # its window has not ended
+        decision(event_time=iso(base), request_id="r4", mode="shadow", latency_ms=99_000.0),
+    ]
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        insert_decisions(client, events)
+        snapshot = read_snapshot(client, NOW)
+    found = samples(families(snapshot))
+
+    def bucket(name, le, **labels):
+        return value(found, f"{name}_bucket", task_type=A, le=le, **labels)
+
+    op = "gen_ai_client_operation_duration_seconds"
+    assert (bucket(op, "0.16", level="L0"), bucket(op, "0.32", level="L0"), bucket(op, "+Inf", level="L0")) == (0, 2, 2)
+    assert (bucket(op, "0.64", level="L2"), bucket(op, "1.28", level="L2")) == (0, 1)
+    assert value(found, f"{op}_sum", task_type=A, level="L0") == pytest.approx(0.48)
+    req = "routerscope_request_duration_seconds"
+    assert (bucket(req, "0.16"), bucket(req, "0.32"), bucket(req, "0.64"), bucket(req, "1.28")) == (0, 1, 1, 2)
+    assert value(found, f"{req}_count", task_type=A) == 2
+    assert value(found, f"{req}_sum", task_type=A) == pytest.approx(1.4405)
+    tok = "gen_ai_client_token_usage"
+    assert (bucket(tok, "4.0", gen_ai_token_type="input"), bucket(tok, "16.0", gen_ai_token_type="input")) == (0, 1)
+    assert bucket(tok, "64.0", gen_ai_token_type="input") == 2
+    assert bucket(tok, "16.0", gen_ai_token_type="output") == 2
+    assert value(found, f"{tok}_sum", task_type=A, gen_ai_token_type="input") == 54
+    ttft = "routerscope_time_to_first_token_seconds"
+    assert (bucket(ttft, "0.1"), bucket(ttft, "0.25"), value(found, f"{ttft}_count", task_type=A)) == (0, 1, 1)
+    cost = "routerscope_request_cost_usd"
+    assert (bucket(cost, "0.001"), bucket(cost, "0.01"), value(found, f"{cost}_count", task_type=A)) == (0, 1, 1)
+
+    # the endpoint: Prometheus's text by default, OpenMetrics with exemplars when the scraper asks for it
+    server = make_exporter(settings, port=free_port(), refresh_s=60)
+    server.collector.snapshot, server.collector._read_at = snapshot, time.monotonic()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        plain = urllib.request.urlopen(url, timeout=30).read().decode()
+        asked = urllib.request.Request(url, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(asked, timeout=30) as answer:
+            open_metrics = answer.read().decode()
+            assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+    finally:
+        server.shutdown()
+        server.close()
+    assert "trace_id" not in plain
+    line = next(x for x in open_metrics.splitlines() if x.startswith(f'{req}_bucket{{le="1.28",task_type="{A}"}}'))
+    assert f'# {{trace_id="{TRACE_1}"}} 1.25' in line
+    line = next(x for x in open_metrics.splitlines() if x.startswith(f'{req}_bucket{{le="0.32",task_type="{A}"}}'))
+    assert f'# {{trace_id="{TRACE_2}"}} 0.1905' in line
+    assert open_metrics.rstrip().endswith("# EOF")
+
+
+def test_the_histograms_are_read_again_only_when_their_decisions_change(home):
+    """A read with the last key gives None (unchanged: the exporter keeps what it has); a decision stored before
+    the boundary changes the key, and the next read counts it. The collector serves the kept histograms."""
+    from tests.support.events import decision
+
+    settings = settings_for(home)
+    with open_warehouse(settings, purpose="test", migrated=True) as client:
+        insert_decisions(client, [decision(event_time=iso(NOW - timedelta(minutes=20)), request_id="r1")])
+        first = read_snapshot(client, NOW)
+        assert first.histograms and first.histograms_key
+        again = read_snapshot(client, NOW, first.histograms_key)
+        assert again.histograms is None and again.histograms_key == first.histograms_key
+        insert_decisions(client, [decision(event_time=iso(NOW - timedelta(minutes=19)), request_id="r2")])
+        third = read_snapshot(client, NOW, first.histograms_key)
+    assert third.histograms_key != first.histograms_key
+    count = next(h for h in third.histograms if h["metric"] == "request_duration")["counts"]
+    assert sum(count.values()) == 2
+    collector = WarehouseCollector(settings, refresh_s=0)
+    try:
+        collector.refresh()
+        kept = collector.snapshot.histograms
+        collector.refresh()  # nothing changed: the same histograms, not read again
+        assert collector.snapshot.histograms == kept and kept
+    finally:
+        collector.close()

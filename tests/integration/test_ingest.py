@@ -52,8 +52,8 @@ def test_exact_counts_duplicates_once_and_every_malformed_kind_quarantined_with_
     result = load(stack, **FAST)
 
     assert result.as_dict() == {
-        "loaded": {"decisions": 300 + 25, "labels": 40, "breakers": 2},
-        "quarantined": {"decisions": len(MALFORMED), "labels": 2, "breakers": 1},
+        "loaded": {"decisions": 300 + 25, "labels": 40, "breakers": 2, "policy": 0},
+        "quarantined": {"decisions": len(MALFORMED), "labels": 2, "breakers": 1, "policy": 0},
     }
     assert scalar(stack, "SELECT count() FROM routerscope.decisions FINAL") == 300
     assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 300
@@ -402,8 +402,9 @@ def test_load_command_prints_the_documented_json(stack, home):
     done = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "loaded": {"decisions": 12, "labels": 0, "breakers": 1},
-        "quarantined": {"decisions": 1, "labels": 0, "breakers": 0},
+        "loaded": {"decisions": 12, "labels": 0, "breakers": 1, "policy": 0},
+        "quarantined": {"decisions": 1, "labels": 0, "breakers": 0, "policy": 0},
+        "windows_5m": 0,  # the decisions are dated long before the last day: no window brought up to date
     }
     human = run_cli("load", "--idle-timeout", "0.5", env=clean_env(home))
     assert human.returncode == 0 and "decisions  loaded         0" in human.stdout

@@ -114,8 +114,8 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     # poison, new messages load
     again = load(stack, **FAST)
     assert again.as_dict() == {
-        "loaded": {"decisions": 0, "labels": 0, "breakers": 0},
-        "quarantined": {"decisions": 0, "labels": 0, "breakers": 0},
+        "loaded": {"decisions": 0, "labels": 0, "breakers": 0, "policy": 0},
+        "quarantined": {"decisions": 0, "labels": 0, "breakers": 0, "policy": 0},
     }
     produce(stack, DECISIONS, valid_decisions(20, start=5000) + [dumps(decision(input_tokens=2**64))])
     third = load(stack, **FAST)

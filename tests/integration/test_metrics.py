@@ -451,6 +451,7 @@ def test_end_to_end_produce_load_and_metrics_json(home):
             "decisions": len(DECISION_EVENTS),
             "labels": len(LABEL_EVENTS),
             "breakers": 0,
+            "policy": 0,
         }
         done = run_cli("metrics", "--start", "2026-11-29T00:00:00Z", "--end", "2026-11-30T00:00:00Z", "--json", env=env)
         assert done.returncode == 0, done.stderr

@@ -20,7 +20,15 @@ from routerscope.core.procs import free_port
 from routerscope.warehouse.ingest import loader
 from tests.support.home import settings_for
 from tests.support.ingest import produce, query
-from tests.support.otlp import SECRET, collector_messages, export, fallback_trace, finished_spans, running_receiver
+from tests.support.otlp import (
+    SECRET,
+    collector_messages,
+    export,
+    fallback_trace,
+    finished_spans,
+    openinference_timeout_trace,
+    running_receiver,
+)
 
 pytestmark = pytest.mark.integration
 ROW = (
@@ -133,6 +141,32 @@ def test_a_collector_kafka_message_with_otlp_proto_encoding_gets_the_same_decisi
     result = loader.load(settings, idle_timeout_s=0.5).as_dict()
     assert result["otlp"]["mapped"] == 1
     assert query(settings, ROW, t=trace_id(spans)) == [EXPECTED]
+    assert_no_content(settings)
+
+
+@pytest.mark.slow
+def test_openinferences_timeout_and_first_token_events_map_the_same_through_collect_and_a_collector(otlp_stack):
+    """OpenInference says a timeout only in an `exception` event and its first token only in a `First Token
+    Stream Event`: through `collect` (which keeps those events, the exception's type alone) and through a
+    Collector's unstripped Kafka message (read through the same allow-list) the decision is the same timeout
+    fallback, with the device model from the request parameters and TTFT 120 ms, and no content lands."""
+    settings = otlp_stack
+    by_collect = finished_spans(openinference_timeout_trace, session="oi-collect")
+    by_collector = finished_spans(openinference_timeout_trace, session="oi-collector")
+    with running_receiver(settings) as receiver:
+        assert export(by_collect, receiver.port) == SpanExportResult.SUCCESS
+    ((key, value),) = collector_messages(by_collector)
+    assert SECRET.encode() in value
+    produce(settings, settings.otlp_topic, [value], keys=[key])
+    result = loader.load(settings, idle_timeout_s=0.5).as_dict()
+    assert result["otlp"]["mapped"] == 2, result["otlp"]
+    row = (
+        "SELECT fallback_type, reason, attempt_levels, attempt_outcomes, device_model, cloud_model, ttft_ms"
+        " FROM routerscope.decisions FINAL WHERE trace_id = {t:String}"
+    )
+    expected = ("timeout", "device_timeout", [0, 2], ["timeout", "ok"], "gemma-3-270m", "gpt-4o-mini-2024-07-18", 120.0)
+    assert query(settings, row, t=trace_id(by_collect)) == [expected]
+    assert query(settings, row, t=trace_id(by_collector)) == [expected]
     assert_no_content(settings)
 
 

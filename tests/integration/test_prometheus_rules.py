@@ -42,6 +42,19 @@ def window(name: str, value: float, task_type: str = A, minutes: int = 30, **lab
     return {"series": f"routerscope_window_{name}{{{selector}}}", "values": f"{value}x{minutes}"}
 
 
+def ends(minutes: int = 40, delay: int = 2, last: int | None = None, grain: str = "5m", **labels) -> dict:
+    """The exporter's `routerscope_window_end_timestamp_seconds`, one sample a minute: at minute m the latest
+    5-minute window served is the one that ended `delay` minutes or more before (a window appears `delay` minutes
+    after its end, as the daemon's settle delay has it); with `last`, no window ending after `last` seconds is
+    ever computed (the data stopped)."""
+    values = []
+    for m in range(minutes + 1):
+        end = ((m - delay) // 5) * 300
+        values.append(str(end if last is None else min(end, last)))
+    selector = ",".join(f'{k}="{v}"' for k, v in {"grain": grain, **labels}.items())
+    return {"series": f"routerscope_window_end_timestamp_seconds{{{selector}}}", "values": " ".join(values)}
+
+
 def fallbacks(entered: int, quality: int, timeout: int = 0, error: int = 0, task_type: str = A, **extra) -> list:
     return [
         window("device_entered", entered, task_type, **extra),
@@ -108,35 +121,46 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
         return annotated(rules, "fallback_rate_high", value, labels(version, "ticket", task_type=A))
 
     tests = [
-        # 16 of 40 device-entered fell back (0.4 > 0.3): pending for two windows, firing when the third arrives
+        # 16 of 40 device-entered fell back (0.4 > 0.3): pending for two windows and the freshness allowance (4 min),
+        # firing once the third window has come and the second could no longer be the latest
         {
             "interval": "1m",
-            "input_series": fallbacks(40, 16),
-            "alert_rule_test": [alert("fallback_rate_high", "9m"), alert("fallback_rate_high", "10m", [ticket(0.4)])],
+            "input_series": [ends(), *fallbacks(40, 16)],
+            "alert_rule_test": [
+                alert("fallback_rate_high", "13m"),
+                alert("fallback_rate_high", "14m", [ticket(0.4)]),
+                alert("routerscope_windows_stale", "30m"),
+            ],
         },
         # minimum samples: 15 of 29 (0.52) is too few to act on; 15 of 30 (0.5) is enough
-        {"interval": "1m", "input_series": fallbacks(29, 15), "alert_rule_test": [alert("fallback_rate_high", "20m")]},
         {
             "interval": "1m",
-            "input_series": fallbacks(30, 15),
+            "input_series": [ends(), *fallbacks(29, 15)],
+            "alert_rule_test": [alert("fallback_rate_high", "20m")],
+        },
+        {
+            "interval": "1m",
+            "input_series": [ends(), *fallbacks(30, 15)],
             "alert_rule_test": [alert("fallback_rate_high", "20m", [ticket(0.5)])],
         },
         # the types add up before dividing: 5 + 5 + 2 of 40 is 0.3 (not over); 5 + 5 + 3 of 40 is 0.325
         {
             "interval": "1m",
-            "input_series": fallbacks(40, 5, 5, 2),
+            "input_series": [ends(), *fallbacks(40, 5, 5, 2)],
             "alert_rule_test": [alert("fallback_rate_high", "20m")],
         },
         {
             "interval": "1m",
-            "input_series": fallbacks(40, 5, 5, 3),
+            "input_series": [ends(), *fallbacks(40, 5, 5, 3)],
             "alert_rule_test": [alert("fallback_rate_high", "20m", [ticket(13 / 40)])],
         },
         # divided after aggregation: two warehouses' exporters, 20 of 30 (0.67) and 0 of 70, pool to 20 of 100
         # (0.2): no alert, where averaging their ratios (0.33) would have paged
         {
             "interval": "1m",
-            "input_series": fallbacks(30, 20, instance="eu") + fallbacks(70, 0, instance="us"),
+            "input_series": [ends(instance="eu"), ends(instance="us")]
+            + fallbacks(30, 20, instance="eu")
+            + fallbacks(70, 0, instance="us"),
             "alert_rule_test": [alert("fallback_rate_high", "20m")],
             "promql_expr_test": [
                 {
@@ -152,12 +176,12 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
         # 10 in 40 can (low end 0.1419 by hand: centre 0.2719, half 0.1300)
         {
             "interval": "1m",
-            "input_series": [window("device_entered", 35), window("degrade_triggered", 2)],
+            "input_series": [ends(), window("device_entered", 35), window("degrade_triggered", 2)],
             "alert_rule_test": [alert("rollback_degrade_trigger", "20m")],
         },
         {
             "interval": "1m",
-            "input_series": [window("device_entered", 40), window("degrade_triggered", 10)],
+            "input_series": [ends(), window("device_entered", 40), window("degrade_triggered", 10)],
             "promql_expr_test": [
                 {
                     "expr": "task_type:routerscope_degrade_trigger_rate:wilson_low_5m",
@@ -171,10 +195,10 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
                 }
             ],
             "alert_rule_test": [
-                alert("rollback_degrade_trigger", "9m"),
+                alert("rollback_degrade_trigger", "13m"),
                 alert(
                     "rollback_degrade_trigger",
-                    "10m",
+                    "14m",
                     [
                         annotated(
                             rules,
@@ -190,6 +214,7 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
         {
             "interval": "1m",
             "input_series": [
+                ends(),
                 {"series": 'routerscope_window_l2_l3_drifting{grain="5m"}', "values": "1x30"},
                 window("decisions", 49),
             ],
@@ -198,12 +223,14 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
         {
             "interval": "1m",
             "input_series": [
+                ends(),
                 {"series": 'routerscope_window_l2_l3_drifting{grain="5m"}', "values": "1x30"},
                 window("decisions", 25),
                 window("decisions", 25, "short_reply"),
             ],
             "alert_rule_test": [
-                alert("l2_l3_drift", "10m", [annotated(rules, "l2_l3_drift", 1, labels(version, "ticket"))])
+                alert("l2_l3_drift", "13m"),
+                alert("l2_l3_drift", "14m", [annotated(rules, "l2_l3_drift", 1, labels(version, "ticket"))]),
             ],
         },
         # a device breaker pages at once; the newest event 600 s old is not stale yet, 660 s is
@@ -211,6 +238,7 @@ def test_promtool_unit_tests_of_the_shipped_rules(tmp_path):
             "interval": "1m",
             "input_series": [
                 {"series": 'routerscope_breakers_open{boundary="device"}', "values": "0 1x10"},
+                {"series": "routerscope_exporter_refresh_timestamp_seconds", "values": "0+60x20"},
                 {"series": "routerscope_newest_event_timestamp_seconds", "values": "0x20"},
             ],
             "alert_rule_test": [
@@ -233,7 +261,8 @@ def test_promtool_unit_tests_of_per_task_type_limits(tmp_path):
     tests = [
         {
             "interval": "1m",
-            "input_series": fallbacks(40, 18)
+            "input_series": [ends()]
+            + fallbacks(40, 18)
             + fallbacks(40, 18, task_type="short_reply")
             + fallbacks(40, 13, task_type="new_task"),
             "alert_rule_test": [
@@ -253,5 +282,54 @@ def test_promtool_unit_tests_of_per_task_type_limits(tmp_path):
             ],
         },
     ]
+    done = run_promtool_tests(tmp_path, rules, tests)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+DEPLOY = REPO / "deploy" / "prometheus"
+
+
+def test_the_shipped_rule_file_is_the_export_of_the_default_rules(tmp_path):
+    """deploy/prometheus/routerscope.rules.yml is what `rules export --format prometheus` writes today: a rule
+    changed without regenerating it fails here."""
+    from tests.support.home import clean_env, run_cli
+
+    done = run_cli("rules", "export", "--format", "prometheus", env=clean_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (DEPLOY / "routerscope.rules.yml").read_text() == done.stdout
+
+
+def test_the_shipped_promtool_tests_pass_including_the_stale_window():
+    """deploy/prometheus/routerscope.test.yml as a user runs it: three fresh windows fire a streak rule; one stale
+    window (the data stopped, the exporter still serving it) fires `routerscope_windows_stale` and never the
+    streak rules `l2_l3_drift` and `fallback_rate_high`; two windows are still short of three; a streak restarts
+    after a gap; an exporter with no window at all is stale."""
+    done = subprocess.run(
+        [promtool(), "test", "rules", str(DEPLOY / "routerscope.test.yml")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_a_single_stale_window_never_fires_a_streak_however_late_it_came(tmp_path):
+    """The freshness bound holds for any delay: one breaching window first served 0-4 minutes after its end, then
+    nothing new, never fires a 3-window streak (each delay a separate promtool case), and the stale alert fires."""
+    rules, _ = export(tmp_path)
+    tests = []
+    for delay in range(0, 5):
+        tests.append(
+            {
+                "interval": "1m",
+                "input_series": [
+                    ends(minutes=60, delay=delay, last=0),
+                    *fallbacks(40, 16),
+                    {"series": 'routerscope_window_l2_l3_drifting{grain="5m"}', "values": "1x60"},
+                    window("decisions", 80, minutes=60),
+                ],
+                "alert_rule_test": [
+                    *(alert(name, f"{m}m") for name in ("fallback_rate_high", "l2_l3_drift") for m in range(0, 61, 1)),
+                ],
+            }
+        )
     done = run_promtool_tests(tmp_path, rules, tests)
     assert done.returncode == 0, done.stdout + done.stderr

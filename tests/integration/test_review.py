@@ -4,6 +4,9 @@ every expected number computed by hand in the comments."""
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+
 import pytest
 
 from routerscope.warehouse.analytics.metrics import compute
@@ -146,10 +149,18 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
         "n": 0,
         "note": "no memory figures from the low tier",
     }
-    # gate_duration: 4 device attempts [180, 200, 12000, 180] < 30 → the time part is unknown; and A has a
-    # validator (its answer is checked whole), `streamable` not declared → false → the gate fails on that.
+    # gate_duration: 4 device attempts [180, 200, 12000, 180] < 30 → the time part is unknown; A has a
+    # validator (its answer is checked whole) but its answer is capped at 16 tokens: it arrives at once, so it
+    # counts as streamable (docs/review.md; it failed on that before, the seed's own example candidate) → unknown.
     d = a["gates"]["gate_duration"]
-    assert (d["status"], d["n"], d["timed_out"], d["streamable"], d["value"]) == ("fail", 4, 0, False, None)
+    assert (d["status"], d["n"], d["timed_out"], d["errors"], d["streamable"], d["value"]) == (
+        "unknown",
+        4,
+        0,
+        0,
+        True,
+        None,
+    )
     assert d["note"] == "too few device attempts (4 < 30)"
     # gate_quality: labeled device-served h1 (fine), h3 (bad) → 2 labels < min_n 30 → unknown, whatever the rate.
     # §3c: one stratum (confidence 0.91, bucket ≥ 0.85) N 3 (h1 h3 v1), n 2, k 1 → rate 0.5,
@@ -181,7 +192,9 @@ def test_offload_readiness_seed003_golden_gates_and_score(loaded):
         "iteration": 3,
     }
     assert (a["score_003"], a["verdict"]) == (14, "not_ready")
-    assert a["reasons"] == ["gate_memory unknown", "gate_duration fail", "gate_quality unknown"]
+    assert a["reasons"] == ["gate_memory unknown", "gate_duration unknown", "gate_quality unknown"]
+    # neither task type declares its answers in this policy: the router checks their form only
+    assert (a["answer_check"], b["answer_check"]) == ("unchecked", "unchecked")
     # B: no data on `low` → unknown; 1 device attempt → unknown (no validator: streamable); no labels → unknown.
     # factors: 2 / 1 / 4 = 0.5 → 0; budget p90 of [106, 306] = 106 + 0.9·200 = 286 → 1; public 0; no validator
     # and cost 0.8 → 0; network 0; monthly 1 → 2·1 + 1 = 3
@@ -261,3 +274,39 @@ def test_the_rollout_report_recommends_a_rollback_the_rules_raised_within_its_wi
         "words": "no rollback recommended",
     }
     assert b["recommendation"] != "rollback"
+
+
+def test_seed003_device_errors_are_failures_not_durations_in_the_duration_gate(home):
+    """A device that errored in ~0 ms on 96 of 100 attempts and timed out on 4 got `gate_duration: pass` with a
+    p95 of 0.04 ms. The warehouse's p95 now leaves errors out (the 4 timeouts at 8,000 ms are the only durations)
+    and counts them; with 100 of 100 attempts without a duration the gate is unknown, never a pass."""
+    from routerscope.contract.validation import DECISIONS as CONTRACT
+    from tests.support.events import decision, iso
+    from tests.support.home import settings_for
+
+    def event(n: int, outcome: str, latency: float) -> dict:
+        return decision(
+            event_id=f"00000000-0000-4000-a000-{n:012d}",
+            request_id=f"err-{n}",
+            event_time=iso(START + timedelta(days=1, minutes=n)),
+            fallback_type="error" if outcome == "error" else "timeout",
+            reason="device_error" if outcome == "error" else "device_timeout",
+            degrade_level=2,
+            attempts=[
+                {"level": 0, "outcome": outcome, "latency_ms": latency},
+                {"level": 2, "outcome": "ok", "latency_ms": 700.0},
+            ],
+            cloud_calls=1,
+        )
+
+    events = [event(n, "error", 0.04) for n in range(96)] + [event(n, "timeout", 8000.0) for n in range(96, 100)]
+    assert all(CONTRACT.parse(json.dumps(e).encode())[1] == [] for e in events[:1])
+    with open_warehouse(settings_for(home)) as client:
+        migrate(client)
+        insert(client, events, [])
+        window = QueryWindow(START, END)
+        row = review_queries.task_review(client, window)[A]
+        assert (row["device_attempts"], row["device_errors"], row["device_timeouts"]) == (100, 96, 4)
+        assert row["device_p95_ms"] == pytest.approx(8000.0)  # was 0.04: the errors read as durations
+        gate = readiness_report(client, POLICY, window)["task_types"][A]["gates"]["gate_duration"]
+        assert (gate["status"], gate["errors"], gate["value"]) == ("unknown", 96, None)

@@ -63,3 +63,13 @@ def test_a_reviewer_sees_both_answers_and_their_verdict_becomes_a_human_label(st
 def test_a_verdict_needs_a_reviewer_name(home):
     out = run_cli("review", "verdict", "req-1", "acceptable", "--reviewer", " ", env=clean_env(home))
     assert out.returncode == 1 and "routerscope: error:" in out.stderr
+
+
+def test_a_corrupted_queue_is_one_line_of_error_not_a_traceback(home):
+    from routerscope.core import names
+
+    (home / names.REQUEST_TEXTS).write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    for args in (("review", "status"), ("review", "next", "--json")):
+        out = run_cli(*args, env=clean_env(home))
+        assert out.returncode == 1 and out.stderr.startswith("routerscope: error: the review queue"), out.stderr
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -421,11 +421,14 @@ def test_whatif_json_for_several_task_types_and_a_gate_that_refuses(cli_home):
 
 @pytest.mark.slow
 def test_a_gate_that_could_not_judge_fails_closed_with_exit_4(cli_home):
-    """A misspelt task type (no live events in the window) or a condition with nothing labeled behind it
-    must not let a push through."""
+    """A misspelt task type or a condition with nothing labeled behind it must not let a push through: the typo is
+    refused before anything is computed, naming the closest known task type (it read as "no live events" and, without
+    a gate, exited 0), and a gate with nothing behind it fails closed with exit 4."""
     typo = cli(cli_home, "--task-type", "short_replly", "--threshold", "0.5", "--fail-if", "fallback_rate>0")
-    assert typo.returncode == 4, (typo.stdout, typo.stderr)
-    assert "could not judge short_replly: no live events in the window" in typo.stderr
+    assert typo.returncode == 2, (typo.stdout, typo.stderr)
+    assert "--task-type short_replly: no such task type" in typo.stderr and "did you mean short_reply?" in typo.stderr
+    plain = cli(cli_home, "--task-type", "short_rply", "--threshold", "0.5")
+    assert plain.returncode == 2 and "did you mean short_reply?" in plain.stderr, (plain.stdout, plain.stderr)
     # intent_classify at its recorded 0.7 moves nothing: the moved requests' pass rate has nothing behind it
     unlabeled = cli(cli_home, "--threshold", f"{IC}=0.7", "--fail-if", "moved.pass_rate<0.5")
     assert unlabeled.returncode == 4, (unlabeled.stdout, unlabeled.stderr)

@@ -109,3 +109,55 @@ def export(spans, port: int, **options) -> object:
         return exporter.export(spans)
     finally:
         exporter.shutdown()
+
+
+def openinference_timeout_trace(provider: TracerProvider, *, session: str = "sess-oi") -> None:
+    """An app's request as OpenInference 0.1.66 records it: the device call stopped by the app's client timeout
+    (error status, no `error.type`, no model of the response: the timeout only in its `exception` event, whose
+    message and stack trace quote the prompt; the model only in its request parameters), then a streamed cloud
+    answer whose `First Token Stream Event` comes 120 ms after the call began. The device path is marked by the
+    app (`routerscope.side`), as OpenInference names no server."""
+    tracer = provider.get_tracer("app")
+    t0 = time.time_ns()
+    root = tracer.start_span("handle", context=otel_context.Context(), kind=SpanKind.SERVER, start_time=t0)
+    with trace.use_span(root, end_on_exit=False):
+        root.set_attribute("routerscope.session_id", session)
+        path = tracer.start_span("device path", start_time=t0 + 500_000, attributes={"routerscope.side": "device"})
+        with trace.use_span(path, end_on_exit=False):
+            device = tracer.start_span("ChatCompletion", start_time=t0 + 1_000_000)
+            device.set_attributes(
+                {
+                    "openinference.span.kind": "LLM",
+                    "llm.system": "openai",
+                    "llm.invocation_parameters": '{"model": "gemma-3-270m", "stream": true, "user": "jane"}',
+                    "input.value": SECRET,
+                }
+            )
+            device.add_event(
+                "exception",
+                {
+                    "exception.type": "openai.APITimeoutError",
+                    "exception.message": f"Request timed out: {SECRET}",
+                    "exception.stacktrace": f'Traceback (most recent call last):\n  ask("{SECRET}")',
+                    "exception.escaped": "False",
+                },
+                timestamp=t0 + 501_000_000,
+            )
+            device.set_status(Status(StatusCode.ERROR, SECRET))
+            device.end(end_time=t0 + 501_000_000)
+        path.end(end_time=t0 + 502_000_000)
+        cloud = tracer.start_span("ChatCompletion", start_time=t0 + 503_000_000)
+        cloud.set_attributes(
+            {
+                "openinference.span.kind": "LLM",
+                "llm.system": "openai",
+                "llm.model_name": "gpt-4o-mini-2024-07-18",
+                "llm.invocation_parameters": '{"model": "gpt-4o-mini", "stream": true}',
+                "llm.token_count.prompt": 12,
+                "llm.token_count.completion": 7,
+                "output.value": SECRET,
+            }
+        )
+        cloud.add_event("First Token Stream Event", timestamp=t0 + 623_000_000)
+        cloud.end(end_time=t0 + 700_000_000)
+    root.end(end_time=t0 + 701_000_000)

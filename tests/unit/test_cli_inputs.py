@@ -33,12 +33,17 @@ def run(monkeypatch, capsys, tmp_path, *argv: str, **env: str) -> tuple[int, str
         (["metrics", *WINDOW, "--baseline-days", "-3"], "'-3' must be a finite number above 0"),
         (["metrics", *WINDOW, "--target", "nan"], "'nan' must be a finite number above 0"),
         (["load", "--idle-timeout", "-1"], "'-1' must be a finite number above 0"),
+        (["exporter", "--max-task-types", "0"], "'0' is not a whole number from 1 to 10000"),
+        (["exporter", "--max-task-types", "99999999999"], "'99999999999' is not a whole number from 1 to 10000"),
+        (["exporter", "--max-task-types", "nan"], "'nan' is not a whole number from 1 to 10000"),
         (["simulate", "--corrupt", "-3"], "'-3' must be at least 0"),
         (["dashboard", "--port", "70000"], "'70000' must be at most 65535"),
         (["broker", "start", "--port", "0"], "'0' must be at least 1"),
         (["demo", "--dashboard-port", "99999"], "'99999' must be at most 65535"),
         (["simulate", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
         (["demo", "--span-minutes", "99999999999"], "'99999999999' must be at most 5270400"),
+        (["demo", "--requests", "99999999999"], "'99999999999' must be at most 10000000"),
+        (["simulate", "--requests", "99999999999"], "'99999999999' must be at most 10000000"),
         # issue 40: bounds that were missing (a traceback, or no bound at all)
         (["simulate", "--corrupt", "1000000000"], "'1000000000' must be at most 1000000"),
         (

@@ -66,7 +66,7 @@ def test_a_waiting_log_segment_that_is_no_regular_file_is_set_aside_and_the_rest
     assert done.stdout.strip() == repr({A: [b"a1"]})
     if shape != "empty":  # (an empty segment holds nothing: deleted like any other read one)
         assert "moved aside" in done.stderr
-        assert os.path.lexists(tmp_path / "000000000009.wait.unreadable")
+        assert os.path.lexists(tmp_path / "000000000009.wait.not-a-file")
 
 
 @pytest.mark.parametrize("shape", ["fifo", "dev_zero", "directory"])
@@ -82,7 +82,7 @@ def test_an_event_spool_segment_that_is_no_regular_file_is_set_aside_and_the_res
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2 [b'one', b'two']"
     assert "not a regular file" in done.stderr
-    assert os.path.lexists(tmp_path / "000000000009.jsonl.unreadable")
+    assert os.path.lexists(tmp_path / "000000000009.jsonl.not-a-file")
 
 
 def test_a_fifo_in_place_of_the_spool_cursor_does_not_hang_the_start(tmp_path):

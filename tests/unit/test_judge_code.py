@@ -115,3 +115,80 @@ def test_a_snippet_may_write_inside_its_own_sandbox_and_nothing_of_it_is_left():
     out = run_sandboxed("open('inside.txt', 'w').write('ok')\n1", [[{}]], [], None)
     assert out.results == [[{"ok": "1"}]]
     assert set(glob.glob(f"{tempfile.gettempdir()}/routerscope-judge-*")) == before
+
+
+# Reaches no audit event covers, tried with the static refusal bypassed (`run_sandboxed` directly): the parent
+# must survive, nothing may appear outside the sandbox.
+def test_a_snippet_cannot_kill_the_replay_through_a_pidfd():
+    code = (
+        "import random, typing\no = random._os\nfd = o.pidfd_open(o.getppid())\n"
+        "typing.sys.modules['_signal'].pidfd_send_signal(fd, 15)\nx = 1\n"
+    )
+    out = run_sandboxed(code, [[{}]], [], None)  # before the fix this test process died of SIGTERM here
+    assert out.results == [[{"error": "AttributeError"}]]
+
+
+@pytest.mark.parametrize("call", ["mkfifo", "mknod"])
+def test_a_snippet_cannot_create_a_node_outside_its_sandbox(call, tmp_path):
+    target = tmp_path / f"evil-{call}"
+    out = run_sandboxed(f"import random\nrandom._os.{call}({str(target)!r})\nx = 1\n", [[{}]], [], None)
+    assert not target.exists()
+    assert out.results == [[{"error": "AttributeError"}]]
+
+
+def test_a_snippet_cannot_raise_its_own_limits():
+    out = run_sandboxed(
+        "import typing\nr = typing.sys.modules['resource']\nr.setrlimit(r.RLIMIT_AS, (-1, -1))\nx = 1\n",
+        [[{}]],
+        [],
+        None,
+    )
+    assert out.results == [[{"error": "AttributeError"}]]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["[1]", '{"kinds": [[]]}', '{"kinds": [[1, 2]]}', '{"kinds": [[{"ok": 5}]]}', '{"kinds": [[{"ok": "1"}]], "x": 1}'],
+)
+def test_output_forged_in_the_result_protocol_is_no_result(forged):
+    """The snippet writes its own 'result' to the harness's stdout and exits before the runner does: the judge
+    neither crashes nor reads a verdict from it."""
+    code = f"import random\ndef f(xs):\n    random._os.write(1, {forged.encode()!r})\n    random._os._exit(0)\n"
+    out = run_sandboxed(code, [[{"a0": [1, 2]}] * 5], ["a0"], "f")
+    assert out.status == "crashed" and out.detail == "malformed_result"
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import random\ndef f(xs):\n    o = random._os\n    o.write(1, b'[1]')\n    o._exit(0)\n",
+        "import typing\ndef f(xs):\n    return typing.sys.setrecursionlimit(10**6)\n",
+        "import operator, random\ndef f(xs):\n    return operator.attrgetter('_os')(random).getpid()\n",
+        "import dataclasses\ndef f(xs):\n    return dataclasses.builtins.open('/etc/passwd').read()\n",
+    ],
+)
+def test_modules_reached_through_other_modules_are_refused(snippet):
+    verdict = compare_code(snippet, "def f(xs):\n    return sorted(xs)\n")
+    assert verdict.acceptable is False and verdict.reason.startswith("dangerous:")
+
+
+def test_identical_code_drawing_random_numbers_does_not_differ():
+    """The reference runs every input kind, the device only the chosen one: each sample starts from the same seed."""
+    code = "import random\ndef f(n):\n    return n + random.randint(0, 1000)\n"
+    assert compare_code(code, code).acceptable is True
+
+
+def test_a_reference_reading_the_clock_gets_no_verdict():
+    code = "import datetime\ndef f(xs):\n    return str(datetime.datetime.now())\n"
+    assert compare_code(code, code) == compare_code("def f(xs):\n    return 1\n", code)
+    assert compare_code(code, code).acceptable is None
+    assert compare_code(code, code).reason == "reference_nondeterministic"
+
+
+def test_a_snippet_cannot_build_its_own_code_object():
+    """Bytecode made by hand would name what the static check reads in the source (`__import__`): refused."""
+    code = (
+        "import typing\nk = typing.types.CodeType(0, 0, 0, 0, 2, 3, b'', (), (), (), 'x', 'x', 'x', 1, b'', b'', (), "
+        "())\nx = 1\n"
+    )
+    assert run_sandboxed(code, [[{}]], [], None).results == [[{"error": "PermissionError"}]]

@@ -50,3 +50,38 @@ def test_a_decision_names_the_estimate_it_read():
     assert ppi.preferred(group, "mf") == ("missed_fallback_est", {"rate": 0.1})
     group["missed_fallback_ppi"] = {"rate": 0.2}
     assert ppi.preferred(group, "mf") == ("missed_fallback_ppi", {"rate": 0.2})
+
+
+def test_a_block_of_identical_values_gets_an_interval_not_a_point():
+    """30 judged events, none a hit, all 30 audited and agreeing: the sample variances are all 0 and the formula's
+    interval would be [0, 0], a certainty 30 audits cannot give. Each stratum's 0 is taken as Laplace's
+    p(1 − p), p = 1/(30 + 2) = 1/32: V = 2 · (31/1024)/30 → half = 1.96·√V = 0.088052."""
+    est = ppi.ppi([(30, 30, 0, 30, 0, 0)])
+    assert est["rate"] == 0.0
+    assert est["ci"] == [0.0, pytest.approx(1.96 * math.sqrt(2 * (31 / 1024) / 30), abs=1e-9)]
+    assert est["ci"][1] == pytest.approx(0.088052, abs=1e-6)
+    # two strata each constant (one all hits, one none), the audits all agreeing: the same, never a point
+    two = ppi.ppi([(1000, 500, 0, 30, 0, 0), (1000, 500, 500, 30, 0, 0)])
+    assert two["ci"][0] < two["rate"] == 0.5 < two["ci"][1]
+
+
+@pytest.mark.parametrize(
+    "strata",
+    [
+        [(30, 30, 30, 30, 0, 0)],  # π = 1: everything judged and audited
+        [(10**6, 1, 1, 1, 0, 0), (40, 40, 20, 29, 2, 4)],  # π tiny: one judged event in a huge stratum
+        [(100, 100, 50, 0, 0, 0)],  # judge labels only
+        [(100, 0, 0, 0, 0, 0)],  # nothing judged
+        [(10, 1, 1, 1, -1, 1)] * 30,  # thirty strata of one audited event each
+        [],
+    ],
+)
+def test_edge_blocks_give_a_finite_estimate_or_none_never_nan(strata):
+    import json
+
+    est = ppi.ppi(strata)
+    json.dumps(est, allow_nan=False)  # raises on NaN or infinity
+    if est is not None:
+        assert 0.0 <= est["ci"][0] <= est["rate"] <= est["ci"][1] <= 1.0
+        assert est["ci"][1] > est["ci"][0]  # evidence never reads as certainty
+    assert ppi.judge_warning(ppi.judge_agreement({})) is not None  # no audit: said, never a pass

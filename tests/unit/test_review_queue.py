@@ -52,3 +52,39 @@ def test_hostile_texts_are_kept_as_text(tmp_path):
         add(queue, "r'1", answer=hostile)
         assert queue.next().device_answer == hostile and queue.get("r'1").request_id == "r'1"
         assert queue.counts()["queued"] == 1
+
+
+def test_another_reviewers_verdict_is_not_overwritten(tmp_path):
+    """Two reviewers took the same request from `next`: the first verdict stands, the second is refused."""
+    from routerscope.router.review_queue import AlreadyReviewed
+
+    path = tmp_path / "texts.sqlite"
+    with ReviewQueue(path) as queue:
+        add(queue, "r1")
+    with ReviewQueue(path) as ana, ReviewQueue(path) as bo:  # two reviewers' processes, one file
+        ana.record("r1", True, "ana", T0)
+        with pytest.raises(AlreadyReviewed) as caught:
+            bo.record("r1", False, "bo", T0 + timedelta(minutes=1))
+        assert (caught.value.item.reviewer, caught.value.item.acceptable) == ("ana", True)
+        assert (bo.get("r1").reviewer, bo.get("r1").acceptable) == ("ana", True)
+
+
+def test_the_same_verdict_again_is_the_same_label(tmp_path):
+    """A verdict command retried (its label lost with a broker or a process that died after the verdict was kept)
+    gives the very label again, same id: published if it was lost, folded away by the warehouse if it was not."""
+    with ReviewQueue(tmp_path / "texts.sqlite") as queue:
+        add(queue, "r1")
+        first = queue.record("r1", False, "ana", T0)[1]
+        again = queue.record("r1", False, "ana", T0 + timedelta(hours=2))[1]
+        assert again == first
+        corrected = queue.record("r1", True, "ana", T0 + timedelta(hours=3))[1]  # a correction is a new label
+        assert corrected.label_id != first.label_id and corrected.device_acceptable is True
+
+
+def test_a_corrupted_queue_file_is_one_actionable_error(tmp_path):
+    from routerscope.core.errors import RouterscopeError
+
+    path = tmp_path / "texts.sqlite"
+    path.write_bytes(b"SQLite format 3\x00" + b"\xff" * 4000)
+    with pytest.raises(RouterscopeError, match="cannot be read.*move it aside"):
+        ReviewQueue(path)

@@ -297,11 +297,11 @@ def test_hot_reload_uses_the_new_threshold_and_keeps_the_last_good_policy(tmp_pa
         .replace("threshold: 0.60", "threshold: 0.65")
         .replace('version: "2026-11-30.1"', 'version: "2026-11-30.2"'),
     )
-    clock.t += 1.5
+    clock.t += 0.5
     _, seen = router.route(Request(task_type="short_reply", text="x", session_id="s"))
-    assert seen.threshold == 0.60  # changed: read once it has stayed so for the settle interval (1 s)
-    clock.t += 1.5
-    _, after = router.route(Request(task_type="short_reply", text="x", session_id="s"))
+    assert seen.threshold == 0.60  # not checked yet (every 1 s)
+    clock.t += 1.0
+    _, after = router.route(Request(task_type="short_reply", text="x", session_id="s"))  # replaced by rename: read
     assert after.threshold == 0.65 and after.reason == "low_confidence"
     assert after.policy_version.startswith("2026-11-30.2+") and after.policy_version != before.policy_version
 

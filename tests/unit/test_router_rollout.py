@@ -38,7 +38,7 @@ def store(tmp_path, rollout: str = "", **replace) -> PolicyStore:
 def router(tmp_path, device=None, cloud=None, rollout: str = "", **kw) -> Router:
     device = device or InstantDevice(DeviceResult("play_music", 0.95, "logprob", 2, 1.0, 2.0, "ok", stats=STATS))
     return Router(
-        device, cloud or InstantCloud(CloudResult("cloud answer", 5.0, "ok", 10)), policy=store(tmp_path, rollout), **kw
+        device, cloud or InstantCloud(CloudResult("weather", 5.0, "ok", 10)), policy=store(tmp_path, rollout), **kw
     )
 
 
@@ -145,15 +145,26 @@ def test_seed004_shadow_and_canary_disagreements_are_samples_never_event_content
     r = router(
         tmp_path,
         device=InstantDevice(DeviceResult("secret device answer", 0.2, "logprob", 3, 1.0, 2.0, "ok", stats=STATS)),
+        cloud=ByPrompt({"write code": "print(1)", "play jazz": "play_music"}),
         rollout="intent_classify: {stage: canary, percent: 100}",
         on_divergence=kept.append,
     )
-    _, shadow = route(r, task_type="code_snippet", files=1, request_id="r-shadow")
+    _, shadow = route(r, task_type="code_snippet", text="write code", files=1, request_id="r-shadow")
     _, canary = route(r, request_id="r-canary")  # below threshold → the cloud's different answer replaces it
     assert shadow.shadow_agree is False and canary.fallback_type == "quality"
     assert [(d.request_id, d.stage) for d in kept] == [("r-shadow", "shadow"), ("r-canary", "canary")]
     assert kept[0].device_hash != kept[0].cloud_hash and kept[0].input_tokens == 100
     assert all(b"secret" not in e.to_json() for e in (shadow, canary))
+
+
+class ByPrompt(InstantCloud):
+    """Answers each request text with its own answer (a task type's declared form: a label, a snippet)."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers = answers
+
+    def complete(self, prompt, **kw) -> CloudResult:
+        return CloudResult(self.answers[str(prompt)], 5.0, "ok", 3)
 
 
 def _zone(root, name, temp, trips):

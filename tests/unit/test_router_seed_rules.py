@@ -737,10 +737,10 @@ def test_hostile_capability_conditions_are_one_clear_error(tmp_path, edit, messa
 # -- PII over the device's context: the input cut to its window, never the cloud ----------------------
 def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path):
     """Measured before: a 9,000-token PII request entered the device whole. short_reply's window is 2048
-    tokens; a device without a tokenizer is judged by the conservative bound, UTF-8 bytes / 2 = 18,000 tokens for
-    36,000 bytes (more than the gateway's 9,000): the prompt is cut to about 2048/18000 of its text (4,096
-    bytes at most), not cut again by the degraded level, and runs as L1 (context cut, the seed's
-    (docs/sources.md#seed-000) L1); the event says so (degrade level 1, pii_pin)."""
+    tokens; a device without a tokenizer is judged by the upper bound, one token per UTF-8 byte plus the chat
+    template's 10 = 36,010 tokens for 36,000 bytes (more than the gateway's 9,000): the prompt is cut to at most
+    2,038 bytes, not cut again by the degraded level, and runs as L1 (context cut, the seed's
+    (docs/sources.md#seed-000) L1); the event says so (degrade level 1, pii_pin) and carries the figure it used."""
     clock = FakeClock()
     prompts = []
 
@@ -756,8 +756,9 @@ def test_pii_over_the_devices_window_is_cut_to_it_at_l1_never_the_cloud(tmp_path
     text = "x" * 36_000
     response, event = router.route(req(text=text, input_tokens=9000, has_pii=True, expected_output_tokens=50))
     valid(event)
-    # cut to fit: at most 2048 × 2 bytes, the cut's mark ("…", 3 bytes) included, re-counted after the cut
+    # cut to fit: at most 2048 - 10 bytes, the cut's mark ("\n…\n", 5 bytes in 3 characters) included
     ((size, degraded),) = prompts
-    assert 0.95 * 4096 <= size <= 4096 and degraded is False
+    assert 0.95 * 2036 <= size <= 2036 and degraded is False
+    assert event.device_input_tokens == 36_010
     assert (response.served_by, event.degrade_level, event.reason, event.cloud_calls) == ("device", 1, "pii_pin", 0)
     assert cloud.timeouts == []

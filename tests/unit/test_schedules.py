@@ -81,7 +81,12 @@ def test_the_daily_schedule_asks_at_00_15_for_yesterday(tick, yesterday):
 def test_everything_runs_by_itself_once_deployed():
     schedules = {s.name: s for s in defs.schedules}
     sensors = {s.name: s for s in defs.sensors}
-    assert set(schedules) == {"metrics_5m_schedule", "metrics_daily_schedule", "weekly_replay_job_schedule"}
+    assert set(schedules) == {
+        "metrics_5m_schedule",
+        "metrics_daily_schedule",
+        "weekly_replay_job_schedule",
+        "loop_step_job_schedule",
+    }
     assert set(sensors) == {
         "ingest_sensor",
         "late_events_sensor",
@@ -93,6 +98,7 @@ def test_everything_runs_by_itself_once_deployed():
     assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in sensors.values())
     assert sensors["ingest_sensor"].job_name == "ingest" and sensors["ingest_sensor"].minimum_interval_seconds == 60
     assert sensors["late_events_sensor"].job_name == "metrics_5m_job"
+    assert schedules["loop_step_job_schedule"].cron_schedule == "7 * * * *"  # the closed loop's hourly look
 
 
 def test_ingest_never_overlaps_itself_the_sensor_skips_while_a_run_is_active():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from routerscope.contract.validation import DECISIONS, LABELS
 from routerscope.instrumentation import attributes as A
+from routerscope.instrumentation import pii
 from routerscope.instrumentation.emitter import Message
 from routerscope.instrumentation.pii import scrub
 from routerscope.instrumentation.sdk import InstrumentedRouter, InvalidDecision, Recorder
@@ -294,8 +295,8 @@ def test_a_label_sent_for_the_raw_id_joins_its_decision_and_the_request_text(tmp
         d.served()
     label = recorder.label(raw, device_acceptable=False, source="human_review")
     event = emitter.decisions()[0]
-    assert event["request_id"] == label.request_id == scrub(raw) != raw
-    assert [m.key for m in emitter.messages] == [b"s1", scrub(raw).encode()]
+    assert event["request_id"] == label.request_id == pii.pseudonymise_request_id(raw) != raw
+    assert [m.key for m in emitter.messages] == [pii.pseudonymise("s1").encode(), event["request_id"].encode()]
     assert LABELS.parse(emitter.messages[1].value)[1] == []
     with RequestTextStore(tmp_path / "texts.sqlite") as store:
         store.add(raw, "short_reply", "hello")
@@ -332,3 +333,31 @@ def test_the_event_is_encoded_off_the_request_path_into_the_same_bytes_and_trace
     parent, _ = span_tree(spans)
     assert event.span_id == format(parent.context.span_id, "016x")
     assert message.to_line() == Message(message.topic, message.key, message.value, message.headers).to_line()
+
+
+def test_the_decision_span_attributes_are_what_set_attributes_stores_and_limits_still_apply():
+    """The decision span's attributes go straight into the SDK span's map (no per-value re-check): the same
+    keys, values and types as `set_attributes` would store; with a value-length limit set, through
+    `set_attributes`, so the limit is applied."""
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from routerscope.instrumentation.sdk import _set_attributes
+
+    values = {"router.task_type": "short_reply", "router.degrade_level": 2, "router.confidence": 0.41, "x.b": True}
+    for limits, expected in (
+        (SpanLimits(), values),
+        (SpanLimits(max_span_attribute_length=5), {**values, "router.task_type": "short"}),
+        (SpanLimits(max_span_attributes=2), dict(list(values.items())[2:])),
+    ):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(span_limits=limits)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        span = provider.get_tracer("t").start_span("route short_reply")
+        _set_attributes(span, values)
+        span.end()
+        _set_attributes(span, {"late": 1})  # after the end: dropped, as the SDK drops it
+        (finished,) = exporter.get_finished_spans()
+        assert dict(finished.attributes) == expected
+        assert [type(v) for v in finished.attributes.values()] == [type(v) for v in expected.values()]

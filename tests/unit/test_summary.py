@@ -85,7 +85,7 @@ def test_rows_are_sorted_by_what_needs_action_first():
 def test_reconcile_says_where_the_three_verdicts_disagree():
     # grading vetoes it (error cost) while users are served from the device
     text = reconcile({"tier": "keep-cloud", "reason": "error_cost_veto"}, {"verdict": "ready"}, {"stage": "full"})
-    assert "grading keeps it in the cloud (error_cost_veto) while it serves users from the device at stage full" in text
+    assert "grading keeps it in the cloud (vetoed by its error cost) while it serves users from the device" in text
     assert "readiness passes but grading keeps it in the cloud" in text
     # a failing readiness gate at a stage that serves users
     gates = {"gate_memory": {"status": "pass"}, "gate_quality": {"status": "fail"}}

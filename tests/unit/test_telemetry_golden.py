@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from routerscope.core import names
 from routerscope.core.procs import free_port
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
-from routerscope.instrumentation.pii import scrub
+from routerscope.instrumentation.pii import pseudonymise, pseudonymise_request_id
 from routerscope.instrumentation.sdk import InstrumentedRouter, Recorder
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import CloudResult
@@ -105,13 +105,13 @@ def test_a_decision_recorded_through_the_sdk_leaves_exactly_these_spans_event_an
         )
         d.served(fallback_type="quality", reason="low_confidence")
 
-    session = scrub("alice@example.com")
-    assert session.startswith("redacted-")  # an e-mail never reaches a span, an event or a key
+    session = pseudonymise("alice@example.com")
+    assert session.startswith("id-")  # a session id never reaches a span, an event or a key as it was
     ((message),) = out.messages
     event = d.event
     trace_id, span_id = event.trace_id, event.span_id
     golden = Template(
-        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"req-1",'
+        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"$rid",'
         '"session_id":"$session","task_type":"short_reply","mode":"live","entered_device":true,'
         '"fallback_type":"quality","reason":"low_confidence","degrade_level":2,'
         '"attempts":[{"level":0,"outcome":"low_confidence","latency_ms":180.5},'
@@ -121,7 +121,13 @@ def test_a_decision_recorded_through_the_sdk_leaves_exactly_these_spans_event_an
         '"network":"wifi","device_tier":"high","has_pii":false,"device_model":"gemma-270m",'
         '"cloud_model":"gpt-4o-mini","shadow_agree":null,"cost_usd":0.0003,"trace_id":"$trace_id","span_id":"$span_id",'
         '"device_stats":null}'
-    ).substitute(event_id=event.event_id, session=session, trace_id=trace_id, span_id=span_id)
+    ).substitute(
+        event_id=event.event_id,
+        session=session,
+        trace_id=trace_id,
+        span_id=span_id,
+        rid=pseudonymise_request_id("req-1"),
+    )
     assert (message.topic, message.key, message.value) == (names.TOPIC_DECISIONS, session.encode(), golden.encode())
     assert tuple(message.headers) == headers_for(trace_id, span_id)
     assert message.to_line() == Message(message.topic, message.key, golden.encode(), message.headers).to_line()
@@ -200,8 +206,8 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
     ((message),) = out.messages
     trace_id, span_id = event.trace_id, event.span_id
     golden = Template(
-        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"req-2",'
-        '"session_id":"sess-42","task_type":"short_reply","mode":"live","entered_device":true,'
+        '{"schema_version":2,"event_id":"$event_id","event_time":"2026-01-02T03:04:05.123456Z","request_id":"$rid",'
+        '"session_id":"$sid","task_type":"short_reply","mode":"live","entered_device":true,'
         '"fallback_type":"quality","reason":"low_confidence","degrade_level":2,'
         '"attempts":[{"level":0,"outcome":"low_confidence","latency_ms":0.0},'
         '{"level":1,"outcome":"low_confidence","latency_ms":0.0},{"level":2,"outcome":"ok","latency_ms":0.0}],'
@@ -212,10 +218,20 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
         '"breaker":{"device":"closed","cloud":"closed"},"cost_usd":4.4e-6,"trace_id":"$trace_id","span_id":"$span_id",'
         '"device_stats":null,"all_cloud_cost_usd":4.4e-6,"rollout_stage":"full"}'
     ).substitute(
-        event_id=event.event_id, threshold=repr(threshold), policy=policy.version, trace_id=trace_id, span_id=span_id
+        event_id=event.event_id,
+        threshold=repr(threshold),
+        policy=policy.version,
+        trace_id=trace_id,
+        span_id=span_id,
+        rid=pseudonymise_request_id("req-2"),
+        sid=pseudonymise("sess-42"),
     )
     # cost: (2 + 9) tokens at the cloud-small price the default policy lists, 0.0004 $ per 1000 tokens
-    assert (message.topic, message.key, message.value) == (names.TOPIC_DECISIONS, b"sess-42", golden.encode())
+    assert (message.topic, message.key, message.value) == (
+        names.TOPIC_DECISIONS,
+        pseudonymise("sess-42").encode(),
+        golden.encode(),
+    )
     assert tuple(message.headers) == headers_for(trace_id, span_id)
 
     records = spans_as_records(exporter)
@@ -228,7 +244,7 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": provider,
             "gen_ai.request.model": model,
-            "gen_ai.conversation.id": "sess-42",
+            "gen_ai.conversation.id": pseudonymise("sess-42"),
             "router.attempt.level": level,
             "router.attempt.outcome": outcome,
             "gen_ai.usage.input_tokens": 2,
@@ -251,7 +267,7 @@ def test_a_decision_of_our_router_leaves_exactly_these_spans_event_and_metrics()
         "router.policy_version": policy.version,
         "router.entered_device": True,
         "router.mode": "live",
-        "gen_ai.conversation.id": "sess-42",
+        "gen_ai.conversation.id": pseudonymise("sess-42"),
         "router.confidence": 0.2,
         "router.threshold": threshold,
     }
@@ -281,7 +297,7 @@ def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remem
         ) as d:
             d.device_attempt(level=0, outcome="ok", latency_ms=5)
             d.served()
-    recorder._clean_ids.update(f"x-{i}" for i in range(5000))  # past the bound: the memory starts again
+    recorder._sessions.update((f"x-{i}", f"x-{i}") for i in range(5000))  # past the bound: the memory starts again
     with recorder.decision(task_type="short_reply", session_id="+44 20 7946 0958", deadline_ms=2000) as d:
         d.device_attempt(level=0, outcome="ok", latency_ms=5)
         d.served()
@@ -289,12 +305,12 @@ def test_a_personal_id_is_redacted_every_time_however_many_clean_ones_were_remem
     by_session = {}
     for raw, event in zip(sessions + ["+44 20 7946 0958"], decisions):
         by_session.setdefault(raw, set()).add(event["session_id"])
-    assert by_session["+44 20 7946 0958"] == {scrub("+44 20 7946 0958")}
-    assert by_session["bob@example.org"] == {scrub("bob@example.org")}
-    assert all(v == {k} for k, v in by_session.items() if k.startswith("sess-"))
+    assert by_session["+44 20 7946 0958"] == {pseudonymise("+44 20 7946 0958")}
+    assert by_session["bob@example.org"] == {pseudonymise("bob@example.org")}
+    assert all(v == {pseudonymise(k)} for k, v in by_session.items() if k.startswith("sess-"))
     assert {e["request_id"] for e in decisions[:-1]} == {
         "5f0c1c1e-8a3b-4c2d-9e7f-0123456789ab",
-        scrub("bob@example.org"),
+        pseudonymise_request_id("bob@example.org"),
     }
     raw = (b"@example.org", b"+44 20 7946 0958")
     assert not any(r in m.value or r in m.key for m in out.messages for r in raw)
@@ -463,7 +479,10 @@ def test_whoever_makes_the_attempt_spans_and_the_metrics_of_a_decision_they_are_
         if isinstance(emitter, KafkaEmitter):
             emitter._stop.set()
             emitter._thread.join(5)
-    records = spans_as_records(exporter)
+    session = pseudonymise("s1")  # the spans carry the session's pseudonym; the golden records say "s1"
+    records = [
+        (*r[:7], {k: "s1" if v == session else v for k, v in r[7].items()}, *r[8:]) for r in spans_as_records(exporter)
+    ]
     if recorded_by == "the request path":
         assert records == ONE_DECISION_SPANS
     else:

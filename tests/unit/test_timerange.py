@@ -70,6 +70,31 @@ def test_a_message_shown_as_text_escapes_every_markdown_mark():
 
     shown = as_text("range '[a](https://x.example) ![i](https://x.example/i.png) :red[big] <b>'\nnext")
     assert shown == (
-        "range \\'\\[a\\]\\(https\\:\\/\\/x\\.example\\) \\!\\[i\\]\\(https\\:\\/\\/x\\.example\\/i\\.png\\) "
+        "range \\'\\[a\\]\\(https\u2060\\:\\/\\/x\\.example\\) "
+        "\\!\\[i\\]\\(https\u2060\\:\\/\\/x\\.example\\/i\\.png\\) "
         "\\:red\\[big\\] \\<b\\>\\' next"
     )
+
+
+def test_a_range_value_holding_a_url_or_an_address_is_never_autolinked_in_the_warning():
+    """The warning box's own text autolinked `?range=` values (`www.`, `https://`, an e-mail): the Markdown
+    renderer finds them after escapes are read. A word joiner after each trigger leaves none that the
+    renderer's autolink patterns (GitHub-flavoured Markdown, as remark-gfm writes them) can match."""
+    import re
+
+    from routerscope.dashboards.timerange import as_text, resolve
+
+    gfm_www = re.compile(r"(https?://|www(?=\.))([-.\w]+)", re.IGNORECASE)
+    gfm_email = re.compile(r"([-.\w+]+)@([-\w]+(?:\.[-\w]+)+)", re.ASCII)
+    for value in (
+        "www.evil.example",
+        "https://evil.example/x",
+        "HTTP://EVIL.EXAMPLE",
+        "jo@evil.example",
+        "mailto:jo@x.io",
+    ):
+        rng = resolve({"range": value}, datetime(2026, 12, 1, tzinfo=UTC))
+        assert rng.problem
+        shown = as_text(f"The link's time range was not used: {rng.problem}.").replace("\\", "")
+        assert not gfm_www.search(shown) and not gfm_email.search(shown), shown
+        assert shown.replace("\u2060", "").count(value) == 1  # the value still reads as written

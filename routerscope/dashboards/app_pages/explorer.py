@@ -72,11 +72,27 @@ if incident:
     left, right = banner.columns([4, 1])
     scope = _code(chosen["task_type"]) if chosen["task_type"] else "every task type"
     rule = incident.split("|", 1)[0]  # the alert key is `rule|task type`; the scope is said next
-    left.info(f"Decisions of the incident {_code(rule)}: {scope} over its windows ({rng.caption()}).")
+    named = [  # what the incident's evidence named (On-call's link filters to it): the reason, level or push
+        f"{label} {_code(value)}"
+        for label, value in (
+            ("fell back for", chosen["reason"]),
+            ("at level", f"L{level_text}" if level_text else ""),
+            ("served by policy", chosen["policy_version"]),
+        )
+        if value
+    ]
+    left.info(
+        f"Decisions of the incident {_code(rule)}: {scope} over its windows ({rng.caption()})"
+        + (", " + ", ".join(named) if named else "")
+        + "."
+    )
     back = timerange.back_params(params.get("back", ""))  # On-call's range when it opened the incident
     timerange.link(right, "app_pages/oncall.py", "← Back to On-call", back or rng.params())
 
-where = ExplorerFilter(level=int(level_text) if level_text else -1, **chosen)
+session_hash, request_hash = data.pseudonyms(chosen["session_id"], chosen["request_id"])  # as the SDK records ids
+where = ExplorerFilter(
+    level=int(level_text) if level_text else -1, session_hash=session_hash, request_hash=request_hash, **chosen
+)
 first = data.explorer(rng.start, rng.end, where, PAGE_SIZE, 0)
 total = first[1]
 pages = max(1, -(-total // PAGE_SIZE))

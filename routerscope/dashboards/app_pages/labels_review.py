@@ -14,7 +14,7 @@ from routerscope.core.kafka import producer_config
 from routerscope.dashboards import data, timerange
 from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
-from routerscope.router.review_queue import ReviewQueue
+from routerscope.router.review_queue import AlreadyReviewed, ReviewQueue
 
 st.title("Human review")
 timerange.pick("7d")  # the sidebar's links; the queue itself is not windowed
@@ -63,6 +63,9 @@ else:
                 with ReviewQueue(settings.request_texts_path) as queue:
                     _, label = queue.record(item.request_id, said == "acceptable", reviewer, datetime.now(UTC))
                 Telemetry(emitter).send(names.TOPIC_LABELS, label.request_id, label)
+            except AlreadyReviewed as exc:  # another reviewer's verdict came first
+                st.error(f"Not recorded: {exc.item.reviewer} gave a verdict on this request first.")
+                st.stop()
             finally:
                 emitter.close(10)
             where = "published" if emitter.counters()["delivered"] else "spooled (sent when the broker is back)"

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from routerscope.dashboards import charts, data, timerange, words
+from routerscope.dashboards import now as now_strip
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
 st.title("On-call")
@@ -21,64 +22,122 @@ def _when(t) -> str:
     return "—" if t is None or pd.isna(t) else f"{pd.Timestamp(t):%Y-%m-%d %H:%M}"
 
 
-def _duration(start, end) -> str:
-    minutes = max((pd.Timestamp(end) - pd.Timestamp(start)).total_seconds() / 60, 0)
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+def _duration(start, end, firing: bool = False) -> str:
+    """How long an episode breached: 'firing for 1 h 05 min' while it fires (until now), else its span; an episode
+    of one evaluation (a pipeline signal: first seen == last seen) says so instead of "(0 min)"."""
+    seconds = (pd.Timestamp(end) - pd.Timestamp(start)).total_seconds()
+    if firing:
+        return f"firing for {now_strip.fired_for(seconds)}"
+    return "one evaluation" if seconds < 60 else now_strip.fired_for(seconds)
 
 
-def rollback_verdicts(states: dict[str, dict]) -> None:
+def rollback_verdicts(states: dict[str, dict], firing: bool) -> None:
     """One line per task type the rollback rules recommended rolling back within the range, however many of its
-    rules fired: the words the tuning page, the Offload review and `report rollout` say (docs/metrics.md §3b)."""
+    rules fired: the words the tuning page, the Offload review and `report rollout` say (docs/metrics.md §3b).
+    `firing`: the ones still recommended now (drawn first, red), else the ones whose recommendation resolved
+    (drawn after every firing incident: a resolved verdict never outranks what fires)."""
     for task_type, state in sorted(states.items()):
-        (st.error if state["firing"] else st.warning)(f"**{task_type}**: {state['words']}")
+        if bool(state["firing"]) != firing:
+            continue
+        if firing:
+            st.error(f"**{task_type}**: {state['words']}")
+        else:
+            st.info(f"Resolved: **{task_type}**: {state['words']}")
+
+
+def incident_link(container, row, end) -> None:
+    """The link to an episode's evidence: a blocking data-quality failure opens the failing check on the Data
+    quality page; any other the Explorer over its windows, filtered to what its evidence names (the decisions that
+    fell back for that reason, or served by the pushed version)."""
+    if row.rule == now_strip.DQ_RULE:
+        checks = data.failing_blocking_checks()
+        timerange.link(
+            container,
+            now_strip.QUALITY,
+            "Open the failing check",
+            {**rng.params(), **({"check": checks[0]} if checks else {})},
+            help="the blocking checks of the latest data-quality run",
+        )
+        return
+    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)  # a firing one's link ends here
+    window = timerange.incident_window(
+        pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime(), row.status == "firing", now
+    )
+    named = _named(row, end)
+    scope = row.task_type or "overall"
+    timerange.link(
+        container,
+        EXPLORER,
+        "Open in Explorer",
+        {
+            **window.params(),
+            **({"task_type": row.task_type} if row.task_type else {}),
+            **named["explorer"],
+            "incident": row.alert_key,
+            "back": urlencode(rng.params()),  # the Explorer's way back to this range
+        },
+        help=f"the decisions of {scope} in this episode's windows"
+        + (
+            ", filtered to " + ", ".join(f"{k} = {v}" for k, v in named["explorer"].items())
+            if named["explorer"]
+            else ""
+        ),
+    )
+
+
+def _named(row, end) -> dict:
+    return data.episode_named(
+        row.rule,
+        row.task_type or "",
+        pd.Timestamp(row.first_seen).to_pydatetime(),
+        pd.Timestamp(end).to_pydatetime(),
+    )
 
 
 def incident_list(incidents: pd.DataFrame) -> None:
     st.subheader("Incidents")
-    rollback_verdicts(data.rollback_states(rng.start, rng.end))
+    states = data.rollback_states(rng.start, rng.end)
+    rollback_verdicts(states, firing=True)
     if incidents.empty:
         st.success(f"No alert fired or resolved in this range ({rng.caption()}).")
+        rollback_verdicts(states, firing=False)
         return
-    firing = incidents[incidents["status"] == "firing"]
+    # firing first, whatever the order they came in; then the newest resolved
+    incidents = incidents.assign(_firing=incidents["status"] == "firing").sort_values(
+        ["_firing", "first_seen"], ascending=[False, False], kind="stable"
+    )
+    firing = incidents[incidents["_firing"]]
     st.caption(
-        f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range, newest first; the same "
-        "episodes are shaded behind the charts below (red: page, orange: ticket)."
+        f"{len(firing)} firing, {len(incidents) - len(firing)} resolved in the range, firing first, then newest; the "
+        "same episodes are shaded behind the charts below (red: page, orange: ticket)."
     )
     timeline = chart_specs(rng.start, rng.end).get("timeline")
     if timeline is not None:
         st.vega_lite_chart(timeline, width="stretch")
-    now = datetime.now(UTC).replace(second=0, microsecond=0) + timedelta(minutes=1)  # a firing one's link ends here
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
     for row in incidents.itertuples(index=False):
         scope = row.task_type or "overall"
-        state = "🔴 **FIRING**" if row.status == "firing" else f"resolved {_when(row.resolved_at)}"
+        is_firing = row.status == "firing"
+        state = "🔴 **FIRING**" if is_firing else f"resolved {_when(row.resolved_at)}"
         end = row.last_seen if row.last_seen is not None and not pd.isna(row.last_seen) else rng.end
+        shown_end = pd.Timestamp(now) if is_firing else end
+        named = _named(row, end)
         left, right = st.columns([6, 1], vertical_alignment="center")
+        moved = "".join(f"  \n· {m}" for m in named["moved"])
         left.markdown(
-            f"**{row.severity.upper()}** · **{row.rule}** · `{scope}` · "
-            f"{_when(row.first_seen)} – {_when(end)} UTC ({_duration(row.first_seen, end)}) · {state}"
+            f"**{row.severity.upper()}** · **{named['cause']}** · `{scope}` · "
+            f"{_when(row.first_seen)} – {'now' if is_firing else _when(end)} UTC "
+            f"({_duration(row.first_seen, shown_end, is_firing)}) · {state}"
             + (" · **recommends a rollback** (the verdict above)" if row.action == "rollback" else "")
             + (" · paged with the first rollback of its task type" if row.notify_state == "grouped" else "")
-            + f"  \n{row.summary}. {words.tripped(row.trip_values)}",
+            + f"  \n{row.summary}. {words.tripped(row.trip_values)}"
+            + moved
+            + f"  \n**Next step**: {named['next_step']} (runbook: `{named['runbook']}`) · rule "
+            f"{words.rule_name(row.rule)} (`{row.rule}`)",
             help=None,
         )
-        window = timerange.incident_window(
-            pd.Timestamp(row.first_seen).to_pydatetime(),
-            pd.Timestamp(end).to_pydatetime(),
-            row.status == "firing",
-            now,
-        )
-        timerange.link(
-            right,
-            EXPLORER,
-            "Open in Explorer",
-            {
-                **window.params(),
-                **({"task_type": row.task_type} if row.task_type else {}),
-                "incident": row.alert_key,
-                "back": urlencode(rng.params()),  # the Explorer's way back to this range
-            },
-            help=f"the decisions of {scope} in this episode's windows",
-        )
+        incident_link(right, row, end)
+    rollback_verdicts(states, firing=False)
 
 
 def tiles(last: pd.Series) -> None:
@@ -153,9 +212,17 @@ def chart_specs(start, end) -> dict[str, dict]:
     cached (3 s of 3.3 on 2 busy cores)."""
     series = data.window_series(start, end)
     incidents = data.incidents(start, end)
-    span = {"since": start, "until": end}  # every time axis is the chosen range, shading cut to it
     out: dict[str, dict] = {}
-    timeline = charts.incident_timeline(incidents, start, end) if not incidents.empty else None
+    # every time axis ends where the range ends and starts where its data starts (a 6 h range over two hours of data
+    # left two thirds of each chart empty); incident shading is cut to it
+    first = series["window_start"].min() if not series.empty else None
+    since = max(pd.Timestamp(start), first).to_pydatetime() if first is not None and not pd.isna(first) else start
+    span = {"since": since, "until": end}
+    timeline = None
+    if not incidents.empty:  # from the data's start too, or the earliest episode's when one began before it
+        earliest = pd.to_datetime(incidents["first_seen"], utc=True).min()
+        t0 = min(pd.Timestamp(since), earliest) if not pd.isna(earliest) else pd.Timestamp(since)
+        timeline = charts.incident_timeline(incidents, max(pd.Timestamp(start), t0).to_pydatetime(), end)
     if timeline is not None:
         out["timeline"] = charts.spec(timeline)
     overall = series[series["task_type"] == ""] if not series.empty else series
@@ -166,7 +233,7 @@ def chart_specs(start, end) -> dict[str, dict]:
     l2_l3 = charts.share_line(overall, "l2_l3_share", "L2+L3 share", **span)
     out["l2_l3"] = charts.spec(charts.with_incidents(l2_l3, incidents, **span))
     min_n = data.sample_minimums().get("fallback_rate", (0, None))[0]  # below it, a window is drawn hollow
-    for task_type, panel in charts.task_panels(series, incidents, start, end, min_n).items():
+    for task_type, panel in charts.task_panels(series, incidents, since, end, min_n).items():
         out[f"task:{task_type}"] = panel
     return out
 

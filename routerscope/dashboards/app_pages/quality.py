@@ -60,6 +60,29 @@ else:
     events = dq[dq["suite"] != PIPELINE_SUITE]
     if len(events) and (events["observed"] == SKIPPED).all():
         st.warning("Every check of the events was skipped: the run's window held none. This is not an all-clear.")
+    focus = st.query_params.get("check", "")  # a data-quality alert's link names the failing check
+    if focus:
+        row = dq[dq["check_name"] == focus]
+        if row.empty:
+            st.info(timerange.as_text(f"The check {focus} is not in the latest run."))
+        else:
+            r = row.iloc[0]
+            examples = ", ".join(list(r["sample_ids"] or [])[:5])
+            (st.error if status(r) == "FAIL" else st.info)(
+                f"**{status(r)}** · check `{focus}` ({r['suite']}, {'blocking' if r['blocking'] else 'a warning'}): "
+                + (
+                    f"{int(r['unexpected_count']):,} of {int(r['element_count']):,} rows broke it"
+                    if not r["success"] and r["observed"] != SKIPPED
+                    else "passed in the latest run"
+                )
+                + (f"; examples: {examples}" if examples else "")
+                + (
+                    ". While a blocking check fails, the day's metrics are held back (docs/runbook.md"
+                    "#blocking-data-quality-failure)."
+                    if r["blocking"] and not r["success"]
+                    else ""
+                )
+            )
     st.dataframe(checks_table(dq), hide_index=True, width="stretch")
     unknown = failed[failed["check_name"] == "pipeline.known_task_types"]
     if not unknown.empty:  # real traffic, loaded and counted, that no policy setting applies to

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from routerscope.core.text import num, pct, verdict
-from routerscope.dashboards import charts, data, timerange
+from routerscope.dashboards import charts, data, timerange, words
 
 st.title("Offload review")
 rng = timerange.pick("7d")
@@ -86,7 +86,7 @@ if overall.get("all_cloud") is None:
 else:
     c1, c2, c3 = st.columns(3)
     c1.metric("All-cloud bill", f"${overall['all_cloud']:,.2f}", help="every live request priced at the L2 model")
-    c2.metric("Saved", f"${overall['saved']:,.2f}")
+    c2.metric("Saved", words.money(overall["saved"], 2))
     c3.metric("Saved share", pct(overall["saved_share"]))
     per_task = pd.DataFrame(
         [
@@ -104,14 +104,14 @@ else:
     )
     if not per_task.empty:
         charts.show(charts.saved_share, per_task, width="stretch")
+        shown = per_task.copy()
+        for c in [c for c in shown.columns if c.endswith("USD")]:  # '−$0.0083', never '$-0.0083'
+            shown[c] = [words.money(v) for v in shown[c]]
         st.dataframe(
-            per_task,
+            shown,
             hide_index=True,
             width="stretch",
-            column_config={
-                "saved share": st.column_config.NumberColumn(format="percent"),
-                **{c: st.column_config.NumberColumn(format="$%.4f") for c in per_task.columns if c.endswith("USD")},
-            },
+            column_config={"saved share": st.column_config.NumberColumn(format="percent")},
         )
         st.caption(
             "Task types at or below zero pay for the device path; the spend after the device was tried is the "
@@ -133,7 +133,7 @@ else:
             {
                 "task type": t,
                 "grading tier": g.get("tier"),
-                "grading reason": g.get("reason"),
+                "grading reason": words.reason(g.get("reason")),
                 "score (004)": g.get("score"),
                 "error cost": g.get("error_cost"),
                 "determinism": g.get("determinism"),
@@ -163,14 +163,18 @@ else:
             "determinism": st.column_config.NumberColumn(format="%.2f"),
             "error cost": st.column_config.NumberColumn(format="%.2f"),
             "input p95": st.column_config.NumberColumn(format="%.0f"),
-            "calls / day": st.column_config.NumberColumn(format="%.1f"),
+            "calls / day": st.column_config.NumberColumn(
+                format="%.0f", help="extrapolated to a day from the span observed (the caption below)"
+            ),
         },
     )
     observed = r["grading"]["window"].get("days_observed")
     if observed is not None:  # docs/metrics.md §12: per-day figures over the span the data covers
         st.caption(
-            f"Per-day figures divide by {observed:.3g} days observed (the span of the live events), "
-            "not by the window's nominal length. A task type over 400 tokens (p90 input + output) is stopped by "
+            f"Per-day figures divide by the {words.span_of_days(observed)} observed (the span of the live events), "
+            "not by the window's nominal length"
+            + (": the calls / day column is **extrapolated** from under a day of data" if observed < 1 else "")
+            + ". A task type over 400 tokens (p90 input + output) is stopped by "
             "the token screen of docs/sources.md#seed-003 before any gate or score. A gate with too little "
             "evidence (under 30 device attempts, too many timeouts, under the rollout min_n labels, no data on "
             "the lowest target tier) is unknown, never a pass (docs/review.md)."

@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from routerscope.core.text import pct
-from routerscope.dashboards import charts, data, summary, timerange
+from routerscope.dashboards import charts, data, summary, timerange, words
 from routerscope.warehouse.analytics import metrics as metric_defaults
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE
 
@@ -29,7 +29,9 @@ review = data.review(start, end)
 for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range's rollback state, as On-call says it
     if stage["rollback"]["recommended"]:
         (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")
-glance = pd.DataFrame(summary.rows(week, review)).drop(columns="priority")
+moves = summary.recommended_moves(week)  # each recommended threshold comes with its what-if, in one read
+whatifs = data.whatif_many(tuple(sorted(moves.items())), start, end) if moves else {}
+glance = pd.DataFrame(summary.rows(week, review, whatifs, data.judged_rule_list())).drop(columns="priority")
 # what needs doing and why first: "where they disagree" beside "needs", on screen at 1400 px (it was the last
 # column, off-screen), its full text below the table (a cell cuts it)
 WHY = "where they disagree"
@@ -49,7 +51,7 @@ st.caption(
     "Sorted by what needs action first: a rollback recommended (by the rollback rules within the range, the words "
     "On-call and the Offload review say too), a threshold to move (the band it crosses, with its labeled pass "
     "rate), verdicts that disagree (in words), a stage ready to advance. False fallbacks: the population estimate "
-    "(docs/metrics.md §3c) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
+    "(docs/metrics.md: estimates) with the labeled share beside it; ⚠ where the labels cover under 80 % of them."
 )
 busiest = sorted(
     types, key=lambda t: -(week["by_task_type"].get(t) or {}).get("requests", 0)
@@ -93,24 +95,34 @@ else:
         "none qualifies" if est_to is None else f"{est_to:.2f}",
         help=(
             f"The smallest threshold whose served requests pass at least {detail['target']}, estimated over all of "
-            "them (post-stratified on confidence bucket, docs/metrics.md §3c), and whose requests right at the cut "
+            "them (post-stratified by confidence, docs/metrics.md), and whose requests right at the cut "
             f"pass at least {detail.get('local_floor', metric_defaults.DEFAULT_LOCAL_FLOOR)} (calibrated by "
-            "pool-adjacent-violators, docs/metrics.md §6)"
+            "pool-adjacent-violators, docs/metrics.md, thresholds)"
         ),
     )
     c3.metric("Labeled attempts", int(buckets["n"].sum()))
     c4.metric(
         "Evidence floor",
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
-        help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md §6).",
+        help="No threshold is recommended below the smallest labeled confidence (docs/metrics.md, thresholds).",
     )
+    current_now = detail["current_threshold"]
+    if est_to is not None and (current_now is None or abs(est_to - current_now) >= 1e-9):
+        # one recommendation truth: the move comes with its what-if, and one that walks into an alert is withheld
+        offered, said = summary.move_check(
+            task_type, data.whatif(task_type, start, end, round(est_to, 2)), data.judged_rule_list()
+        )
+        (st.caption if offered else st.error)(
+            f"{'Recommended' if offered else 'Not offered'}: {task_type} "
+            f"{'—' if current_now is None else f'{current_now:.2f}'} → {est_to:.2f}; {said}."
+        )
     served = detail.get("served_pass_est") or {}
     if served.get("rate") is not None:
         low, high = served["ci"]
         st.caption(
             f"At {est_to:.2f} the device would serve requests passing an estimated {pct(served['rate'])} "
             f"[{pct(low)}, {pct(high)}] (strata covered {pct(served['coverage'])}); on the labeled share alone "
-            f"(docs/metrics.md §6) the recommendation is "
+            f"(docs/metrics.md, thresholds) the recommendation is "
             + ("none" if labeled_to is None else f"{labeled_to:.2f}")
             + "."
         )
@@ -145,36 +157,45 @@ if not group["requests"]:
 
 # -- try a threshold: the week's own traffic re-scored before a push (docs/metrics.md §14) ----------------------
 st.header("Try a threshold")
-in_force = (detail or {}).get("current_threshold")
-candidate = st.slider(
-    f"Candidate threshold for {task_type}",
-    0.0,
-    1.0,
-    round(float(in_force if in_force is not None else data.policy_threshold(task_type)), 2),
-    0.01,
-    key=f"whatif-{task_type}",
-    help="The week's live requests re-scored: a gated request is served when its confidence is at or above the "
-    "candidate, else it falls back to the cloud; every other request keeps its recorded outcome.",
-)
-trial = data.whatif(task_type, start, end, candidate)
-if "candidate" not in trial:
-    st.caption("No live requests of this task type in the week: nothing to re-score.")
-else:
-    from routerscope.warehouse.analytics.whatif import CAVEAT, ROWS, recorded
 
-    side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
-    side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
-    st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
-    moved = trial["moved"]
-    st.markdown(
-        f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
-        f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
-        f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
-        + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
-    )
-    for warning in trial["warnings"]:
-        st.warning(warning)
-    st.caption(CAVEAT)
+
+@st.fragment
+def try_threshold(task_type: str, start, end, in_force) -> None:
+    """The what-if slider as a fragment: a move reruns this section alone, not the page above it (its range, the
+    firing-now strip, the week's metrics), so each move reads the sweep already computed."""
+    with data.visit():  # (a fragment's own rerun is outside the page run's)
+        candidate = st.slider(
+            f"Candidate threshold for {task_type}",
+            0.0,
+            1.0,
+            round(float(in_force if in_force is not None else data.policy_threshold(task_type)), 2),
+            0.01,
+            key=f"whatif-{task_type}",
+            help="The week's live requests re-scored: a gated request is served when its confidence is at or above the "
+            "candidate, else it falls back to the cloud; every other request keeps its recorded outcome.",
+        )
+        trial = data.whatif(task_type, start, end, candidate)
+        if "candidate" not in trial:
+            st.caption("No live requests of this task type in the week: nothing to re-score.")
+        else:
+            from routerscope.warehouse.analytics.whatif import CAVEAT, ROWS, recorded  # deferred: where one ran
+
+            side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
+            side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
+            st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
+            moved = trial["moved"]
+            st.markdown(
+                f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
+                f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
+                f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
+                + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
+            )
+            for warning in trial["warnings"]:
+                st.warning(warning)
+            st.caption(CAVEAT)
+
+
+try_threshold(task_type, start, end, (detail or {}).get("current_threshold"))
 
 # -- the latest policy push, before and after (docs/metrics.md §9) ------------------------------------------
 st.header("Policy versions")
@@ -273,7 +294,7 @@ for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALL
         column.metric(
             title,
             pct(est["rate"]),
-            help=f"population estimate (docs/metrics.md §3c), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
+            help=f"population estimate (docs/metrics.md: estimates), {ci_text(est['ci'])}, n_eff {est['n_eff']:.0f}",
         )
         column.caption(
             f"Estimate {ci_text(est['ci'])} · n_eff {est['n_eff']:.0f} · strata covered {pct(est['coverage'])} of "
@@ -398,13 +419,13 @@ if cost["total"] is None:
 else:
     m1, m2, m3 = st.columns(3)
     m1.metric("Total in the range", f"${cost['total']:,.2f}" if cost["total"] >= 1 else f"${cost['total']:,.4f}")
-    m2.metric("Per request", f"${cost['per_request']:,.5f}", help=f"over {group['requests']} live requests")
-    m3.metric("Per session", f"${cost['per_session']:,.4f}", help=f"over {group['sessions']} sessions")
+    m2.metric("Per request", words.money(cost["per_request"], 5), help=f"over {group['requests']} live requests")
+    m3.metric("Per session", words.money(cost["per_session"]), help=f"over {group['sessions']} sessions")
     if cost.get("all_cloud") is not None:  # docs/metrics.md §11: does this task type pay for the device path?
         s1, s2 = st.columns(2)
         s1.metric(
             "Saved against all-cloud",
-            f"${cost['saved']:,.4f}",
+            words.money(cost["saved"]),
             help=f"all-cloud bill ${cost['all_cloud']:,.4f} (L2 prices)",
         )
         s2.metric(

@@ -11,7 +11,20 @@ is valid. What the spans cannot say is never guessed:
   that served, or the app's own `routerscope.fallback_type` / `routerscope.reason`; a requested model
   that differs from the served one is not a fallback;
 * the task type, degrade level, confidence and threshold from `routerscope.*` attributes, else the task
-  type from a rule of the mapping file, else `unknown`.
+  type from a rule of the mapping file, else `unknown`;
+* when the app sets no routing attribute (`routerscope.side`, `.fallback_type`, `.reason`, `.degrade_level`),
+  a fallback the trace's shape shows is inferred and the decision says so (its `policy_version` ends in
+  INFERRED): a failed call that nothing places (no server address, no side, not on the device by the
+  mapping file) before a cloud call that served is the device's; a device answer followed by a cloud call
+  that served is a quality fallback (`validator_failed`: the app judged the answer wanting, with no
+  confidence known);
+* a timeout from the error type or, for OpenInference, which writes none, the type of the call's `exception`
+  span event; time to first token from `gen_ai.response.time_to_first_chunk`, else the served call's first
+  first-token event (the span events `collect` keeps: docs/otlp.md, "Span events");
+* a stream cut mid-way (a streamed call that ended without an error and without a finish reason, as
+  OpenLLMetry 0.62 ends one whose iteration failed; a call whose connection dropped after its answer began)
+  is a `timeout`: the cloud call after it makes a timeout fallback, and served as it was it is a partial
+  answer (`reason = truncated`), never a quarantined trace.
 
 No prompt or completion content reaches an event (the spans were stripped on the way in, and nothing
 here reads content); identifiers are scrubbed as for our own events (`routerscope.instrumentation.pii`).
@@ -20,6 +33,7 @@ here reads content); identifiers are scrubbed as for our own events (`routerscop
 from __future__ import annotations
 
 import fnmatch
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,6 +57,7 @@ MAX_ATTEMPTS = 5  # the contract's longest attempt list
 MAX_MS = 86_400_000
 MAX_TOKENS = 10_000_000
 UNKNOWN_TASK = "unknown"
+INFERRED = "+inferred"  # appended to a decision's policy_version when its fallback was inferred from the shape
 # Decision event ids are derived from the trace id: the same trace sent twice (an exporter's retry, a
 # Collector's replay) is the same event, which the warehouse keeps once.
 EVENT_NAMESPACE = uuid.UUID("5b0c4e4e-6f74-4c70-8a2d-7265726f7574")
@@ -149,6 +164,22 @@ def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def model_of(span: SpanView) -> str | None:
+    """The call's model: the response's, else the request's, else (OpenInference) the model of its request
+    parameters, which alone name it on a call that failed before any answer."""
+    model = _first(span.attrs, S.MODEL)
+    if isinstance(model, str):
+        return model
+    params = span.attrs.get(S.OI_INVOCATION_PARAMETERS)
+    if isinstance(params, str):
+        try:
+            model = json.loads(params).get("model")
+        except (ValueError, AttributeError):
+            return None
+        return model if isinstance(model, str) and model else None
+    return None
+
+
 def is_model_call(span: SpanView) -> bool:
     """A span of a model answering a request (not an embedding or a tool), in any of the dialects."""
     attrs = span.attrs
@@ -198,19 +229,78 @@ def is_device(span: SpanView, mapping: Mapping, by_id: dict | None = None) -> bo
         return True
     if mapping.device_internal and span.kind == KIND_INTERNAL:
         return True
-    model = _first(span.attrs, S.MODEL)
+    model = model_of(span)
     return isinstance(model, str) and any(fnmatch.fnmatchcase(model, g) for g in mapping.device_models)
 
 
+def _dropped_midway(span: SpanView) -> bool:
+    """A failed call whose answer had begun coming and then stopped: the model name on OpenInference's OpenAI
+    spans (its response's: absent on a call that failed before any answer), or openai-v2's response model with
+    a dropped connection as the error type (`<class 'httpx.RemoteProtocolError'>`), not an error the API
+    answered with."""
+    if span.attrs.get(S.OI_SPAN_KIND) == S.OI_KIND_LLM:  # OpenAI's spans only: LiteLLM's name the request's model
+        return span.name in S.OI_OPENAI_SPAN_NAMES and bool(span.attrs.get(S.OI_MODEL_NAME))
+    error = str(span.attrs.get(S.ERROR_TYPE) or "").lower()
+    return bool(span.attrs.get(S.RESPONSE_MODEL)) and any(word in error for word in S.DROPPED_WORDS)
+
+
+def is_cut(span: SpanView) -> bool:
+    """A stream cut mid-way: a streamed call that ended without an error and without a finish reason (OpenLLMetry
+    0.62 ends one whose iteration failed so), or a call that failed after its answer had begun (openai-v2 and
+    OpenInference record the dropped connection as the error)."""
+    failed = span.error or span.attrs.get(S.ERROR_TYPE) not in (None, "")
+    if failed:
+        return _dropped_midway(span)
+    streamed = any(span.attrs.get(key) is True for key in S.STREAMING)
+    return streamed and not span.attrs.get(S.FINISH_REASONS)
+
+
+def exception_types(span: SpanView) -> list[str]:
+    """The types of the span's `exception` events (kept by the allow-list as dotted class names)."""
+    return [
+        e.attrs[S.EXCEPTION_TYPE]
+        for e in span.events
+        if e.name == S.EV_EXCEPTION and isinstance(e.attrs.get(S.EXCEPTION_TYPE), str)
+    ]
+
+
 def _outcome(span: SpanView) -> Outcome:
+    """ok, or for a failed call (error status or `error.type`) `timeout` when its error type or the type of
+    an exception it recorded (OpenInference says a timeout only there) names one, else `error`. An exception
+    event on a call that did not fail (one retried inside it) changes nothing."""
     error = span.attrs.get(S.ERROR_TYPE)
     if not span.error and error in (None, ""):
-        return "ok"
-    return "timeout" if "timeout" in str(error or "").lower() else "error"
+        return "timeout" if is_cut(span) else "ok"
+    texts = [str(error or "").lower(), *(t.lower() for t in exception_types(span))]
+    timed_out = any(word in text for text in texts for word in S.TIMEOUT_WORDS)
+    return "timeout" if timed_out or is_cut(span) else "error"
+
+
+def ttft_ms(span: SpanView) -> float | None:
+    """Time to first token of a call, in ms: its `gen_ai.response.time_to_first_chunk` (seconds), else the
+    time of its first first-token event (OpenInference's `First Token Stream Event`, OpenLLMetry's first
+    `gen_ai.content.completion.chunk`) less the span's start; None when neither is there, or the event lies
+    outside the span (clocks that disagree are not a measurement)."""
+    seconds = span.attrs.get(S.TIME_TO_FIRST_CHUNK)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return round(seconds * 1000, 3)  # out of range, the contract quarantines it (as every field)
+    times = [e.time_ns for e in span.events if e.name in S.FIRST_TOKEN_EVENTS]
+    if not times:
+        return None
+    first = min(times)
+    if not span.start_ns <= first <= max(span.end_ns, span.start_ns) or first - span.start_ns > MAX_MS * 1_000_000:
+        return None
+    return round((first - span.start_ns) / 1e6, 3)
+
+
+def _placed(span: SpanView) -> bool:
+    """Whether the span says where the call ran: a server address (a model name alone does not: every model
+    the mapping file does not name is taken as the cloud's)."""
+    return _server(span)[0] is not None
 
 
 def _task_type(served: SpanView, mapping: Mapping) -> str:
-    model = _first(served.attrs, S.MODEL)
+    model = model_of(served)
     operation = _first(served.attrs, S.OPERATION)
     service = served.resource.get(S.SERVICE_NAME)
     for rule in mapping.task_rules:
@@ -264,20 +354,29 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
                 return value
         return None
 
+    routed = any(span.attrs.get(key) is not None for span in spans for key in S.ROUTING)
+    devices = [is_device(span, mapping, by_id) for span in attempts_spans]
+    inferred = False
+    if not routed and not any(devices) and len(attempts_spans) > 1 and _outcome(attempts_spans[-1]) == "ok":
+        # the shape: failed calls that nothing places, before the cloud call that served, were the device's
+        for i, span in enumerate(attempts_spans[:2]):
+            if _placed(span) or _outcome(span) == "ok":
+                break
+            devices[i] = inferred = True
+
     attempts: list[Attempt] = []
     device_seen = cloud_calls = 0
     device_model = cloud_model = None
-    for span in attempts_spans:
-        device = is_device(span, mapping, by_id)
+    for span, device in zip(attempts_spans, devices, strict=True):
         level = _int(span.attrs.get(S.RS_DEGRADE_LEVEL))
         if level is None:
             level = (0 if device_seen == 0 else 1) if device else 2
         if device:
             device_seen += 1
-            device_model = _first(span.attrs, S.MODEL) or device_model
+            device_model = model_of(span) or device_model
         else:
             cloud_calls += 1
-            cloud_model = _first(span.attrs, S.MODEL) or cloud_model
+            cloud_model = model_of(span) or cloud_model
         attempts.append(Attempt(level=level, outcome=_outcome(span), latency_ms=_ms(span.end_ns - span.start_ns)))
     served = attempts_spans[-1]
     last = attempts[-1]
@@ -286,9 +385,15 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
     if fallback_type is None and reason is None:
         fallback_type, reason = "none", "default"
         failed_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome in ("error", "timeout")]
+        answered_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome == "ok"]
         if last.level >= 2 and failed_device:  # the device failed, then a cloud call served: shown, not guessed
             fallback_type = failed_device[-1].outcome
             reason = "device_timeout" if fallback_type == "timeout" else "device_error"
+        elif last.level >= 2 and answered_device and not routed:
+            # the device answered and the app still asked the cloud: it judged the answer wanting (the shape)
+            fallback_type, reason, inferred = "quality", "validator_failed", True
+        elif last.level in (0, 1) and is_cut(served):  # served as it was when the stream stopped: partial
+            reason = "truncated"
         elif last.level in (0, 1) and last.outcome in ("error", "timeout"):
             reason = "device_timeout" if last.outcome == "timeout" else "device_error"
     elif reason is None:
@@ -298,7 +403,6 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
 
     start = min(s.start_ns for s in roots + attempts_spans)
     first_call = attempts_spans[0].start_ns
-    ttft = served.attrs.get(S.TIME_TO_FIRST_CHUNK)
     deadline = _int(app(S.RS_DEADLINE_MS)) or mapping.deadline_ms
     task_type = app(S.RS_TASK_TYPE) or _task_type(served, mapping)
     session = _first({k: app(k) for k in S.SESSION}, S.SESSION) or served.trace_id
@@ -323,10 +427,11 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
         latency_ms=min(_ms(served.end_ns - start), MAX_MS),
         input_tokens=min(_int(_first(served.attrs, S.INPUT_TOKENS)) or 0, MAX_TOKENS),
         output_tokens=min(_int(_first(served.attrs, S.OUTPUT_TOKENS)) or 0, MAX_TOKENS),
-        policy_version=str(app(S.RS_POLICY_VERSION) or mapping.version),
+        policy_version=str(app(S.RS_POLICY_VERSION) or mapping.version)[: 64 - len(INFERRED) if inferred else 64]
+        + (INFERRED if inferred else ""),
         app_id=served.resource.get(S.SERVICE_NAME),
         app_version=served.resource.get(S.SERVICE_VERSION),
-        ttft_ms=round(ttft * 1000, 3) if isinstance(ttft, int | float) and not isinstance(ttft, bool) else None,
+        ttft_ms=ttft_ms(served),
         has_pii=has_pii if isinstance(has_pii, bool) else None,
         device_model=device_model,
         cloud_model=cloud_model,

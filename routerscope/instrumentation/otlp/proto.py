@@ -2,10 +2,11 @@
 splitting by trace. Parsing is `opentelemetry-proto`'s generated messages (upb, in C).
 
 What leaves `split` never holds prompt or completion content: each span is rebuilt with its ids, name,
-kind, times, status code and flags and the attributes of the allow-list (`allow`, each value in the shape
-its field has); events, links, status messages, trace state, scope attributes and every other attribute
-are never copied. Limits on what a body expands to are checked before it is parsed (`check_protobuf`,
-`check_json`: bounds computed at C speed) and before anything is built from it (`check_counts`).
+kind, times, status code and flags, the attributes of the allow-list (`allow`, each value in the shape
+its field has) and the span events it names (their name, time and allow-listed attributes); every other
+event, links, status messages, trace state, scope attributes and every other attribute are never copied.
+Limits on what a body expands to are checked before it is parsed (`check_protobuf`, `check_json`: bounds
+computed at C speed) and before anything is built from it (`check_counts`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ class BadRequest(ValueError):
 
 
 @dataclass(slots=True)
+class EventView:
+    """A span event the allow-list keeps: its name, its time (ns since the epoch), its kept attributes."""
+
+    name: str
+    time_ns: int
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class SpanView:
     """One span as the mapping reads it: ids in lower-case hex, times in ns since the epoch."""
 
@@ -57,6 +67,7 @@ class SpanView:
     error: bool
     attrs: dict = field(default_factory=dict)
     resource: dict = field(default_factory=dict)
+    events: list[EventView] = field(default_factory=list)
 
 
 def decode(body: bytes) -> ExportTraceServiceRequest:
@@ -223,11 +234,46 @@ class Filtered:
     attributes: int = 0  # keys not on the list (content, vendor attributes)
     values: int = 0  # keys on the list whose value is not of its kind
     names: int = 0  # span names emptied
+    events: int = 0  # span events not on the list, or past what a span keeps of them
 
     def add(self, other: Filtered) -> None:
         self.attributes += other.attributes
         self.values += other.values
         self.names += other.names
+        self.events += other.events
+
+
+def kept_events(events, filtered: Filtered) -> list[tuple[Any, dict]]:
+    """The span events that may leave (`allow.EVENTS`), each with the rules for its attributes, in the order
+    they came: of a first-token kind only the earliest, at most `allow.MAX_EXCEPTIONS` exceptions; the rest
+    counted in `filtered.events`."""
+    out: list[tuple[Any, dict]] = []
+    if not events:
+        return out
+    rules_of, first_only, max_exceptions = allow.EVENTS, allow.FIRST_ONLY, allow.MAX_EXCEPTIONS
+    first: dict[str, int] = {}  # name -> its index in `out`
+    exceptions = dropped = 0
+    for event in events:
+        name = event.name
+        rules = rules_of.get(name)
+        if rules is None:
+            dropped += 1
+        elif name in first_only:
+            at = first.get(name)
+            if at is None:
+                first[name] = len(out)
+                out.append((event, rules))
+            else:  # a later one of its kind: dropped, unless it is earlier than the one kept
+                dropped += 1
+                if event.time_unix_nano < out[at][0].time_unix_nano:
+                    out[at] = (event, rules)
+        elif exceptions < max_exceptions:
+            exceptions += 1
+            out.append((event, rules))
+        else:
+            dropped += 1
+    filtered.events += dropped
+    return out
 
 
 @dataclass(slots=True)
@@ -310,9 +356,10 @@ def split(
     request: ExportTraceServiceRequest, span_name_globs: tuple[str, ...] = ()
 ) -> tuple[dict[bytes, Part], int, str, Filtered]:
     """The request's spans, rebuilt with allow-listed values only (`allow`), as one request per trace
-    (resource and scope kept around them). Returns (trace id -> part, spans rejected, why, what the
-    allow-list kept back) — a span without a valid trace or span id is rejected (the spec's partial
-    success). Events, links, status messages and trace state never leave: nothing of them is copied."""
+        (resource and scope kept around them). Returns (trace id -> part, spans rejected, why, what the
+        allow-list kept back) — a span without a valid trace or span id is rejected (the spec's partial
+        success). Links, status messages, trace state and the events `kept_events` does not keep never leave:
+    nothing of them is copied."""
     check_counts(request)
     out: dict[bytes, Part] = {}
     rejected = 0
@@ -358,6 +405,9 @@ def split(
                 if code:
                     new.status.code = code
                 _copy_attributes(span.attributes, new.attributes, span_rules, filtered)
+                for event, rules in kept_events(span.events, filtered):
+                    new_event = new.events.add(name=event.name, time_unix_nano=event.time_unix_nano)
+                    _copy_attributes(event.attributes, new_event.attributes, rules, filtered)
                 part.spans += 1
                 if not part.complete and is_local_root(span):
                     part.complete = True
@@ -413,6 +463,10 @@ def views(request: ExportTraceServiceRequest) -> list[SpanView]:
                         error=span.status.code == _ERROR,
                         attrs=attrs,
                         resource=resource,
+                        events=[
+                            EventView(e.name, e.time_unix_nano, _allowed_values(e.attributes, rules, ignored))
+                            for e, rules in kept_events(span.events, ignored)
+                        ],
                     )
                 )
     return out
@@ -449,6 +503,10 @@ def summary(spans: list[SpanView]) -> bytes:
                 "error": s.error,
                 "attributes": {k: _scrubbed(v) for k, v in s.attrs.items()},
                 "resource": {k: _scrubbed(v) for k, v in s.resource.items()},
+                "events": [
+                    {"name": e.name, "time_ns": e.time_ns, "attributes": {k: _scrubbed(v) for k, v in e.attrs.items()}}
+                    for e in s.events
+                ],
             }
             for s in spans[:200]
         ],

@@ -387,14 +387,14 @@ class Waiting:
     def _segments(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("*.wait") if p.stem.isdigit() and _regular(p))
 
-    def _set_aside(self, path: Path, why: str, data: bytes | None = None) -> None:
+    def _set_aside(self, path: Path, why: str, data: bytes | None = None, suffix: str = ".unreadable") -> None:
         """Keep what cannot be read back out of the log, and say so: the file itself renamed
         `<name>.unreadable`, or the bytes `data` written to `<name>.corrupt`."""
         self.set_aside += 1
         try:
             if data is None:
-                path.rename(path.with_name(path.name + ".unreadable"))
-                log.error("collect: %s %s; moved aside as %s.unreadable", path.name, why, path.name)
+                path.rename(path.with_name(path.name + suffix))
+                log.error("collect: %s %s; moved aside as %s%s", path.name, why, path.name, suffix)
             else:
                 fd = os.open(path.with_name(path.name + ".corrupt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 try:
@@ -412,8 +412,10 @@ class Waiting:
         damaged or torn record on, and each part `check(trace_id, part)` refuses."""
         traces: dict[bytes, list[bytes]] = {}
         for path in self.dir.glob("*.wait"):
-            if not (path.stem.isdigit() and _regular(path)):
-                self._set_aside(path, "is not a segment of the waiting log (a regular file named by a number)")
+            if not _regular(path):
+                self._set_aside(path, "is not a regular file, never read", suffix=".not-a-file")
+            elif not path.stem.isdigit():
+                self._set_aside(path, "is not a segment of the waiting log (a file named by a number)")
         old = self._segments()
         for path in old:
             try:

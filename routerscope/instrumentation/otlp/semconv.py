@@ -25,6 +25,8 @@ USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
 
 # -- OpenLLMetry (Traceloop) --------------------------------------------------------------------------
 LLM_REQUEST_TYPE = "llm.request.type"  # chat | completion | embedding
+GEN_AI_IS_STREAMING = "gen_ai.is_streaming"  # OpenLLMetry 0.4x+: the call streamed its answer
+LLM_IS_STREAMING = "llm.is_streaming"  # the same, older OpenLLMetry
 LLM_USAGE_PROMPT_TOKENS = "llm.usage.prompt_tokens"
 LLM_USAGE_COMPLETION_TOKENS = "llm.usage.completion_tokens"
 OPENAI_API_BASE = "gen_ai.openai.api_base"  # a URL: its host and port are the server address
@@ -38,6 +40,12 @@ OI_SYSTEM = "llm.system"
 OI_TOKENS_PROMPT = "llm.token_count.prompt"
 OI_TOKENS_COMPLETION = "llm.token_count.completion"
 OI_SESSION_ID = "session.id"
+# The request's parameters as JSON; only its `model` passes the allow-list (`{"model": "<name>"}`): the one
+# place OpenInference's OpenAI spans name the model of a call that failed before any answer came
+OI_INVOCATION_PARAMETERS = "llm.invocation_parameters"
+# OpenInference's OpenAI instrumentation names a call's span after the response type, and takes the model name
+# from the response alone (its LiteLLM instrumentation takes it from the request)
+OI_OPENAI_SPAN_NAMES = frozenset({"ChatCompletion", "Completion", "Response"})
 
 # -- set by the app itself, when it knows (routing has no convention yet) --------------------------------
 RS_TASK_TYPE = "routerscope.task_type"
@@ -54,6 +62,14 @@ RS_DEADLINE_MS = "routerscope.deadline_ms"
 RS_HAS_PII = "routerscope.has_pii"
 RS_PREFIX = "routerscope."
 
+# -- span events (kept by name only: docs/otlp.md, "Span events") -------------------------------------
+EV_EXCEPTION = "exception"  # the OpenTelemetry convention: a span's exception, its type in EXCEPTION_TYPE
+EXCEPTION_TYPE = "exception.type"  # the exception's class (`openai.APITimeoutError`); its message never
+EV_OI_FIRST_TOKEN = "First Token Stream Event"  # OpenInference: when a stream's first chunk came
+EV_OLLM_CHUNK = "gen_ai.content.completion.chunk"  # OpenLLMetry: one per streamed chunk; the first is kept
+# Events whose (first) time is the call's first token or chunk
+FIRST_TOKEN_EVENTS = (EV_OI_FIRST_TOKEN, EV_OLLM_CHUNK)
+
 # -- the resource ------------------------------------------------------------------------------------
 SERVICE_NAME = "service.name"
 SERVICE_VERSION = "service.version"
@@ -65,6 +81,13 @@ INPUT_TOKENS = (USAGE_INPUT_TOKENS, USAGE_PROMPT_TOKENS, LLM_USAGE_PROMPT_TOKENS
 OUTPUT_TOKENS = (USAGE_OUTPUT_TOKENS, USAGE_COMPLETION_TOKENS, LLM_USAGE_COMPLETION_TOKENS, OI_TOKENS_COMPLETION)
 SESSION = (RS_SESSION_ID, CONVERSATION_ID, OI_SESSION_ID, TRACELOOP_SESSION_ID)
 OPERATION = (OPERATION_NAME, LLM_REQUEST_TYPE)
+STREAMING = (GEN_AI_IS_STREAMING, LLM_IS_STREAMING)
+# The app's own routing attributes: when a trace has none, the mapping may infer a fallback from its shape
+ROUTING = (RS_SIDE, RS_FALLBACK_TYPE, RS_REASON, RS_DEGRADE_LEVEL)
+# Words of an error type (or exception type) that make a failed call a timeout, lower-cased
+TIMEOUT_WORDS = ("timeout", "timed out", "timedout", "deadline")
+# Words of an error type that say the connection dropped (an answer cut mid-way), not that the API refused
+DROPPED_WORDS = ("protocol", "connection", "incomplete", "chunked", "peer", "reset", "closed", "broken", "stream")
 # Identifiers, scrubbed (routerscope.instrumentation.pii) as soon as a span is taken in.
 IDENTIFIERS = frozenset((*SESSION, RS_REQUEST_ID))
 
@@ -94,6 +117,8 @@ KEPT = frozenset(
         USAGE_PROMPT_TOKENS,
         USAGE_COMPLETION_TOKENS,
         LLM_REQUEST_TYPE,
+        GEN_AI_IS_STREAMING,
+        LLM_IS_STREAMING,
         LLM_USAGE_PROMPT_TOKENS,
         LLM_USAGE_COMPLETION_TOKENS,
         OPENAI_API_BASE,

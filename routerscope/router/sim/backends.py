@@ -22,6 +22,38 @@ if TYPE_CHECKING:
     from routerscope.router.sim.fleet import Fleet
 
 
+# What the simulated device and cloud answer, in the form the default policy declares for each task type (its
+# `answer:` section, checked before anything is served: docs/router.md, "Only a declared answer is served"). The
+# device and the cloud answer differently, so a canary's replaced answer is a divergence sample.
+DEVICE_ANSWERS = {
+    "intent_classify": "play_music",
+    "slot_extract": '{"city": "Paris", "day": "Friday"}',
+    "code_snippet": "xs.reverse()",
+}
+CLOUD_ANSWERS = {
+    "intent_classify": "weather",
+    "slot_extract": '{"city": "Paris", "day": "today"}',
+    "code_snippet": "xs = xs[::-1]",
+}
+TOOL_CALLS = {  # a call of the request's declared tool, with its declared arguments
+    "lookup": '{"tool": "lookup", "query": "museum hours"}',
+    "weather": '{"tool": "weather", "city": "Oslo"}',
+    "set_timer": '{"tool": "set_timer", "minutes": 10}',
+    "set_alarm": '{"tool": "set_alarm", "time": "07:00"}',
+}
+
+
+def answer(req: Request, cloud: bool = False) -> str:
+    """The simulated answer to `req`: its task type's declared form (a tool call of its declared tool)."""
+    if req.task_type == "tool_call":
+        tool = req.tools[0] if req.tools else "lookup"
+        text = TOOL_CALLS.get(tool, TOOL_CALLS["lookup"])
+        return text.replace("museum hours", "opening hours") if cloud else text
+    if cloud:
+        return CLOUD_ANSWERS.get(req.task_type, "cloud answer")
+    return DEVICE_ANSWERS.get(req.task_type, "a plain answer.")
+
+
 def tier(req: Request) -> str:
     """A simulated request's device tier: the fleet gives every request one."""
     if req.device_tier is None:
@@ -135,10 +167,9 @@ class StatDevice:
                 return DeviceResult("", confidence, "logprob", 0, ttft, latency, "timeout", stats=stats)
         finally:
             fleet.warm(req.session_id, clock.t - started)
-        text = {"slot_extract": '{"slot": "value"}', "tool_call": '{"tool": "lookup"}', "intent_classify": "play_music"}
-        return DeviceResult(
-            text.get(req.task_type, "a plain answer."), confidence, "logprob", tokens, ttft, latency, "ok", stats=stats
-        )
+        # a whole answer ends before the output cap (one that reaches it was cut: cut code is never served)
+        whole = max(1, tokens - 1)  # `tokens` is this call's cap (halved at L1)
+        return DeviceResult(answer(req), confidence, "logprob", whole, ttft, latency, "ok", stats=stats)
 
 
 class StatCloud:
@@ -153,7 +184,9 @@ class StatCloud:
     def complete(self, prompt, *, level, max_tokens, timeout_ms) -> CloudResult:
         """RTT(network) + queue + input / prefill rate + output / the model's decode rate, with noise."""
         req, clock = self.fleet.running, self.fleet.clock
-        tokens_out = max(1, round(max_tokens * self.rng.uniform(0.6, 1.0)))
+        # a whole answer ends before the output cap (one that reaches it was cut, and the router never serves
+        # cut code: docs/router.md); the same draw as before, so a seed's traffic stays what it was
+        tokens_out = max(1, min(max_tokens - 1, round(max_tokens * self.rng.uniform(0.6, 1.0))))
         input_tokens = req.input_tokens or max(1, len(prompt) // 4)
         base = RTT_MS.get(req.network, RTT_MS["cellular"]) + CLOUD_QUEUE_MS + input_tokens / CLOUD_PREFILL_TPS * 1000
         latency = (base + tokens_out / CLOUD_DECODE_TPS[level] * 1000) * self.rng.lognormvariate(0, 0.15)
@@ -165,8 +198,8 @@ class StatCloud:
             return CloudResult("", timeout_ms, "timeout")
         clock.sleep(latency / 1000)
         if req.task_type in SHADOW_TASKS and self.rng.random() < shadow_agreement(req.input_tokens or 0):
-            return CloudResult("a plain answer.", latency, "ok", tokens_out)  # the device's answer
-        return CloudResult("cloud answer", latency, "ok", tokens_out)
+            return CloudResult(answer(req), latency, "ok", tokens_out)  # the device's answer
+        return CloudResult(answer(req, cloud=True), latency, "ok", tokens_out)
 
 
 # -- instant backends (benchmark, decision-logic tests) --------------------------------------------

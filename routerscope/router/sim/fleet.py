@@ -297,7 +297,14 @@ class Fleet:
         texts=None,
         design=None,
         judge_errors: tuple[float, float] = (0.2, 0.03),
+        run: str = "",
     ):
+        # `run` names one run of the fleet (the demo passes its span's start): request, label and session ids are
+        # drawn from the seed as before, then moved into the run's own id space, so two runs with the same seed
+        # never share an id (a re-run reused the first run's label ids and failed the day's uniqueness check).
+        # '' keeps the ids the seed alone gives. No draw depends on it: the decisions are the seed's either way.
+        self.run_id = run
+        self._salt = int.from_bytes(hashlib.sha256(run.encode()).digest()[:16], "big") if run else 0
         self.rng = random.Random(seed)
         self.text_rng = random.Random(seed + 1)  # its own stream: storing texts changes no decision
         self.ledger_rng = random.Random(seed + 2)  # the device ledger's draws: their own stream too
@@ -320,6 +327,7 @@ class Fleet:
             on_divergence=self._keep_divergence,
         )
         self.on_label, self.label_share = on_label, label_share
+        prefix = f"sim-session-{self._salt:032x}"[:24] + "-" if run else "sim-session-"
         # the labeling design (docs/metrics.md §3d, routerscope.router.label_design): with one, the events it draws
         # get a SIMULATED judge's label (it accepts a bad answer and rejects a good one at `judge_errors`), and its
         # human share a SIMULATED reviewer's, who answers from this world's ground truth; other labels keep to the
@@ -327,12 +335,16 @@ class Fleet:
         self.design, self.judge_errors = design, judge_errors
         self.label_rng = random.Random(seed + 4)
         self.sessions = [
-            (f"sim-session-{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)
+            (f"{prefix}{i}", self.rng.choice(list(TIERS)), self.rng.choice(NETWORKS)) for i in range(sessions)
         ]
         self.heat: dict[str, tuple[float, float]] = {}  # device: (heat in busy seconds, as of clock time)
         self._requests: dict = {}  # greenlet -> its request's state (`current`, `pending`)
         self._outside: dict = {"current": None, "pending": {"swap": 1.0, "load_ms": None}}
         self.stats = {"requests": 0, "labels": 0}
+
+    def new_id(self) -> str:
+        """A UUID from the seeded stream, in this run's id space (`run_id`)."""
+        return str(uuid.UUID(int=self.rng.getrandbits(128) ^ self._salt))
 
     # -- the state of the request running now (each request runs in its own greenlet) --------------------
     def _state(self) -> dict:
@@ -496,7 +508,7 @@ class Fleet:
                 device_tier=tier,
                 input_tokens=input_tokens(self.rng, task_type),
                 expected_output_tokens=self.rng.randint(*TASKS[task_type][2]),
-                request_id=f"sim-req-{uuid.UUID(int=self.rng.getrandbits(128))}",
+                request_id=f"sim-req-{self.new_id()}",
                 app_id="sim-app",
             )
             req = declared(req)
@@ -537,7 +549,7 @@ class Fleet:
             self.on_label(
                 LabelEvent(
                     schema_version=1,
-                    label_id=str(uuid.UUID(int=self.label_rng.getrandbits(128))),
+                    label_id=str(uuid.UUID(int=self.label_rng.getrandbits(128) ^ self._salt)),  # this run's ids
                     event_time=event.event_time + timedelta(hours=hours),
                     request_id=event.request_id,
                     source=cast(LabelSource, source),
@@ -557,7 +569,7 @@ class Fleet:
         # weights in LABEL_SOURCES order (the contract's LabelSource values)
         source = cast(LabelSource, self.rng.choices(LABEL_SOURCES, (0.3, 0.3, 0.3, 0.1))[0])
         delay = timedelta(hours=self.rng.choice((1, 6, 30)))
-        label_id = str(uuid.UUID(int=self.rng.getrandbits(128)))  # drawn whatever follows: the stream stays put
+        label_id = self.new_id()  # drawn whatever follows: the stream stays put
         if self.design is not None and source in ("human_review", "offline_replay"):
             if truth is not None:
                 return  # the design labeled it

@@ -15,7 +15,14 @@ boundary (never an id), every series present from zero for every task type the w
   exactly as the project's own rules read it (a counter that steps once per window would leave `increase()`
   over one window empty at some evaluations);
 * the pipeline: open breakers per boundary in the latest finished 5-minute window, the newest event's time and
-  the last load's (freshness and ingest lag), quarantined and loaded messages, blocking data-quality failures.
+  the last load's (freshness and ingest lag), quarantined and loaded messages, blocking data-quality failures;
+* each window's end and age (`routerscope_window_age_seconds`): the exported rules count a window only while it
+  is fresh (docs/operations.md "Stale windows");
+* histograms of every live decision before the latest finished window's end, read from the decisions
+  themselves (`HISTOGRAMS`): each model call's duration by level (`gen_ai_client_operation_duration_seconds`,
+  OpenTelemetry's GenAI name and bounds), request latency, time to first token, tokens
+  (`gen_ai_client_token_usage`) and cost, each bucket's exemplar the trace id of its newest decision (in the
+  OpenMetrics format, which prometheus_client serves when the scraper asks for it).
 
 The endpoint reads the warehouse at most once per `refresh_s` and serves that snapshot in between: an
 embedded warehouse is one process's at a time (docs/architecture.md §3), so a scrape must not hold it from
@@ -24,6 +31,13 @@ the loader. A failed read keeps the last snapshot and counts `routerscope_export
 A replay (`Replay`, `routerscope exporter --replay-from`) serves the warehouse as it stood at a clock that starts
 in the past and runs `speed` times faster until it reaches the present, every time it serves moved onto the wall
 clock: Prometheus evaluates on what it scrapes now, so this is how a past incident reaches its rules (a drill).
+
+The server holds under load: a thread per connection, at most `MAX_CONNECTIONS` at once (one past the cap is
+answered 503 with Retry-After at once, never queued), each socket read and write bounded by `IO_TIMEOUT_S`
+(a client that sends half a request and stops holds one thread for that long, never the endpoint). Label values
+are bounded too: at most `max_task_types` task types by volume keep their name, the rest are summed under
+`task_type="other"`, and the cap and the number folded are served (`routerscope_exporter_task_type_cap`,
+`routerscope_exporter_task_types_folded`): invented task types cannot grow a scrape past Prometheus's timeout.
 
 `/-/healthy` answers without reading the warehouse (the Dagster sensor's probe, `routerscope.pipelines.exporter`); a
 lease
@@ -43,12 +57,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.handlers import SimpleHandler
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Exemplar
 
 from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
@@ -58,6 +74,7 @@ from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_serie
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import alerts as alert_queries
 from routerscope.warehouse.queries import breaker_events, decisions, quarantine
+from routerscope.warehouse.queries import histograms as histogram_queries
 from routerscope.warehouse.queries import metric_windows as windows
 from routerscope.warehouse.queries.metric_windows import WINDOW_COUNTS
 
@@ -70,6 +87,11 @@ LEVELS = ("L0", "L1", "L2", "L3", "L4")
 FUTURE_ALLOWANCE = timedelta(minutes=5)  # events dated further ahead are clock errors, not freshness (quality/)
 HEALTH_PATH = "/-/healthy"  # Prometheus's and Alertmanager's own probe path
 HEALTH_BODY = b"routerscope exporter\n"
+MAX_CONNECTIONS = 64  # served at once; one more is refused with a 503 at once
+IO_TIMEOUT_S = 10.0  # each read and write of a connection (Prometheus's own scrape timeout is 10 s)
+LISTEN_BACKLOG = 256  # connections the kernel queues before accept: a burst of scrapes is accepted, then refused
+DEFAULT_MAX_TASK_TYPES = 50
+OTHER = "other"  # the task type the ones past the cap are summed under
 
 
 @dataclass(frozen=True)
@@ -149,6 +171,8 @@ class Snapshot:
     loaded: int
     dq_blocking_failures: int
     replay_as_of: datetime | None = None  # a replay's historical time; every other time here moved onto the wall clock
+    histograms: list[dict[str, Any]] | None = field(default_factory=list)  # None: as the previous snapshot's
+    histograms_key: str = ""  # histogram_queries.histogram_key of what `histograms` counted
 
 
 def last_ended_window(now: datetime, step: timedelta) -> datetime:
@@ -198,8 +222,10 @@ def shifted(snapshot: Snapshot, wall: datetime) -> Snapshot:
     )
 
 
-def read_snapshot(client, now: datetime | None = None) -> Snapshot:
-    """Everything the endpoint serves, read as of `now` (default: the current time)."""
+def read_snapshot(client, now: datetime | None = None, histograms_key: str = "") -> Snapshot:
+    """Everything the endpoint serves, read as of `now` (default: the current time). The histograms are read
+    only when their key differs from `histograms_key` (the caller's last); otherwise they are None: unchanged
+    (a full read costs about 2.4 s per million decisions, bench/exporter_histograms.py)."""
     now = now or datetime.now(UTC)
     totals = windows.total_counts(client, "5m", now)
     latest = {grain: windows.latest_window_counts(client, grain, now) for grain in GRAINS}
@@ -215,6 +241,8 @@ def read_snapshot(client, now: datetime | None = None) -> Snapshot:
         newest = schema_migrations.created_at(client)
     last_load, _ = decisions.load_summary(client)
     quarantined, loaded = quarantine.totals(client)
+    key = histogram_queries.histogram_key(client, start + step)  # the decisions of the finished windows
+    histograms = None if key == histograms_key else histogram_queries.histograms(client, start + step)
     return Snapshot(
         at=now,
         task_types=task_types,
@@ -226,7 +254,64 @@ def read_snapshot(client, now: datetime | None = None) -> Snapshot:
         quarantined=quarantined,
         loaded=loaded,
         dq_blocking_failures=int(alert_queries.blocking_dq_failures(client)),
+        histograms=histograms,
+        histograms_key=key,
     )
+
+
+def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
+    """`snapshot` with at most `cap` task types named — those with the most decisions over every finished
+    window (then the latest windows', then by name) — and every other one summed under OTHER; with the number of
+    task types folded. A task type really named OTHER is summed there too."""
+    requests: dict[str, int] = {}
+    snapshot = dataclasses.replace(snapshot, histograms=snapshot.histograms or [])
+    for h in snapshot.histograms:
+        if h["metric"] == "request_duration":
+            requests[h["task_type"]] = requests.get(h["task_type"], 0) + sum(h["counts"].values())
+    every = set(snapshot.task_types) | {h["task_type"] for h in snapshot.histograms}
+    if len(every) <= cap:
+        return snapshot, 0
+
+    def volume(task_type: str) -> tuple:
+        latest = sum(
+            (w or {"counts": {}})["counts"].get(task_type, {}).get("decisions", 0) for w in snapshot.latest.values()
+        )
+        stored = snapshot.totals.get(task_type, {}).get("decisions", 0)
+        return (-max(stored, requests.get(task_type, 0)), -latest, task_type)
+
+    ranked = sorted((t for t in every if t != OTHER), key=volume)
+    kept = set(ranked[:cap])
+    folded = [t for t in every if t not in kept]
+
+    def fold(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+        out = {t: c for t, c in counts.items() if t in kept}
+        other: dict[str, int] = {}
+        for t, c in counts.items():
+            if t not in kept:
+                for key, n in c.items():
+                    other[key] = other.get(key, 0) + n
+        if other:
+            out[OTHER] = other
+        return out
+
+    latest = {g: w and {**w, "counts": fold(w["counts"])} for g, w in snapshot.latest.items()}
+    task_types = sorted(kept | {OTHER})
+    merged: dict[tuple, dict[str, Any]] = {}
+    for h in snapshot.histograms:
+        task_type = h["task_type"] if h["task_type"] in kept else OTHER
+        into = merged.setdefault(
+            (h["metric"], task_type, h["label"]),
+            {**h, "task_type": task_type, "counts": {}, "sum": 0.0, "exemplars": {}},
+        )
+        for bucket, n in h["counts"].items():
+            into["counts"][bucket] = into["counts"].get(bucket, 0) + n
+        into["sum"] += h["sum"]
+        for bucket, ex in h["exemplars"].items():
+            if bucket not in into["exemplars"] or ex[2] > into["exemplars"][bucket][2]:
+                into["exemplars"][bucket] = ex
+    return dataclasses.replace(
+        snapshot, task_types=task_types, totals=fold(snapshot.totals), latest=latest, histograms=list(merged.values())
+    ), len([t for t in folded if t != OTHER])
 
 
 def _labels(family: Family, *first: str) -> list[str]:
@@ -242,16 +327,32 @@ def _instant(name: str, help_text: str, at: datetime | None) -> list:
     return [gauge]
 
 
-def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
-    """The metric families of a snapshot (None: nothing read yet, only the exporter's own)."""
+def families(
+    snapshot: Snapshot | None, refresh_failures: int = 0, max_task_types: int = DEFAULT_MAX_TASK_TYPES
+) -> list:
+    """The metric families of a snapshot (None: nothing read yet, only the exporter's own), with at most
+    `max_task_types` task types named (`capped`)."""
     out: list = []
     failures = CounterMetricFamily(
         "routerscope_exporter_refresh_failures", "Warehouse reads that failed (the last snapshot kept)"
     )
     failures.add_metric([], refresh_failures)
     out.append(failures)
+    cap = GaugeMetricFamily(
+        "routerscope_exporter_task_type_cap",
+        f'Task types served by name at most; the rest are summed under task_type="{OTHER}"',
+    )
+    cap.add_metric([], max_task_types)
+    out.append(cap)
     if snapshot is None:
         return out
+    snapshot, folded = capped(snapshot, max_task_types)
+    dropped = GaugeMetricFamily(
+        "routerscope_exporter_task_types_folded",
+        f'Task types past the cap, summed under task_type="{OTHER}" instead of served by name',
+    )
+    dropped.add_metric([], folded)
+    out.append(dropped)
     out += _instant(
         "routerscope_exporter_refresh_timestamp_seconds",
         "When the served snapshot was read from the warehouse",
@@ -283,6 +384,12 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     ends = GaugeMetricFamily(
         "routerscope_window_end_timestamp_seconds", "End of the latest finished metric window", labels=["grain"]
     )
+    ages = GaugeMetricFamily(
+        "routerscope_window_age_seconds",
+        "How long before the served snapshot the latest finished metric window ended (its freshness: a window "
+        "served past one grain and the allowance of docs/operations.md is stale)",
+        labels=["grain"],
+    )
     drifting = GaugeMetricFamily(
         "routerscope_window_l2_l3_drifting",
         "1 when the latest finished window's L2/L3 share drifts up against its baseline (docs/metrics.md)",
@@ -292,8 +399,9 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
         latest = snapshot.latest.get(grain)
         if latest and latest["end"]:
             ends.add_metric([grain], latest["end"].timestamp())
+            ages.add_metric([grain], max(0.0, (snapshot.at - latest["end"]).total_seconds()))
         drifting.add_metric([grain], 1 if latest and latest["drifting"] else 0)
-    out += [ends, drifting]
+    out += [ends, ages, drifting]
     breakers = GaugeMetricFamily(
         "routerscope_breakers_open",
         "Instances whose breaker of the boundary was open at any moment in the latest finished 5-minute window",
@@ -322,14 +430,66 @@ def families(snapshot: Snapshot | None, refresh_failures: int = 0) -> list:
     )
     dq.add_metric([], snapshot.dq_blocking_failures)
     out.append(dq)
+    out += histogram_families(snapshot.histograms or [])
     return out
 
 
-def read_warehouse(settings: Settings, lock_timeout_s: float = 5.0, now: datetime | None = None) -> Snapshot:
+# metric of histogram_queries → (Prometheus name, help, its own label beside task_type or None)
+HISTOGRAMS = {
+    "attempt_duration": (
+        "gen_ai_client_operation_duration_seconds",
+        "Duration of each model call (attempt) of the live decisions of every finished 5-minute window, by the "
+        "attempt's degrade level (OpenTelemetry gen_ai.client.operation.duration)",
+        "level",
+    ),
+    "request_duration": (
+        "routerscope_request_duration_seconds",
+        "End-to-end latency of each live routed request, every attempt included",
+        None,
+    ),
+    "ttft": (
+        "routerscope_time_to_first_token_seconds",
+        "Time to the first token of each live streamed request that recorded one",
+        None,
+    ),
+    "tokens": (
+        "gen_ai_client_token_usage",
+        "Tokens of each live routed request, by token type (OpenTelemetry gen_ai.client.token.usage)",
+        "gen_ai_token_type",
+    ),
+    "cost": ("routerscope_request_cost_usd", "Cloud cost of each live routed request, in US dollars", None),
+}
+
+
+def histogram_families(histograms: list[dict[str, Any]]) -> list:
+    """One HistogramMetricFamily per metric of HISTOGRAMS, cumulative buckets with OpenTelemetry's bounds, each
+    bucket's exemplar the trace id of its newest decision (served in the OpenMetrics format, when asked)."""
+    out = []
+    for metric, (name, help_text, label) in HISTOGRAMS.items():
+        family = HistogramMetricFamily(name, help_text, labels=["task_type", *([label] if label else [])])
+        bounds = histogram_queries.BOUNDS[metric]
+        for h in sorted((h for h in histograms if h["metric"] == metric), key=lambda h: (h["task_type"], h["label"])):
+            buckets: list = []
+            running = 0
+            for i, bound in enumerate([*bounds, float("inf")], start=1):
+                index = str(i if i <= len(bounds) else 0)
+                running += h["counts"].get(index, 0)
+                ex = h["exemplars"].get(index)
+                exemplar = Exemplar({"trace_id": ex[0][:64]}, ex[1], ex[2]) if ex else None
+                le = "+Inf" if bound == float("inf") else repr(float(bound))
+                buckets.append((le, running, exemplar) if exemplar else (le, running))
+            family.add_metric([h["task_type"], *([h["label"]] if label else [])], buckets, h["sum"])
+        out.append(family)
+    return out
+
+
+def read_warehouse(
+    settings: Settings, lock_timeout_s: float = 5.0, now: datetime | None = None, histograms_key: str = ""
+) -> Snapshot:
     """One snapshot as of `now` (default: the current time), the warehouse opened and closed around it
     (`open_warehouse`, waiting at most `lock_timeout_s` for an embedded warehouse's lock)."""
     with open_warehouse(settings, purpose="exporter", timeout_s=lock_timeout_s, migrated=True) as client:
-        return read_snapshot(client, now)
+        return read_snapshot(client, now, histograms_key)
 
 
 # Each open and close of an embedded (chDB) warehouse leaves about 2 MB behind in the process that did it, whatever
@@ -368,9 +528,10 @@ def worker_main() -> None:
     settings = Settings.from_env()
     timeout_s = float(os.environ.get("ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S", "5"))
     for request in sys.stdin:
-        now = datetime.fromisoformat(request.strip()) if request.strip() else None
+        when, _, key = request.strip().partition("\t")
+        now = datetime.fromisoformat(when) if when else None
         try:
-            line = snapshot_json(read_warehouse(settings, timeout_s, now))
+            line = snapshot_json(read_warehouse(settings, timeout_s, now, key))
         except RouterscopeError as exc:
             line = json.dumps({"error": str(exc)})
         answers.write(line + "\n")
@@ -393,9 +554,9 @@ class _Worker:
         )
         self.reads = 0
 
-    def read(self, timeout_s: float, now: datetime | None = None) -> Snapshot:
+    def read(self, timeout_s: float, now: datetime | None = None, histograms_key: str = "") -> Snapshot:
         self.reads += 1
-        self.process.stdin.write(f"{now.isoformat() if now else ''}\n")
+        self.process.stdin.write(f"{now.isoformat() if now else ''}\t{histograms_key}\n")
         self.process.stdin.flush()
         poller = select.poll()  # not select(): a process with over 1,024 files open has descriptors it cannot take
         poller.register(self.process.stdout, select.POLLIN)
@@ -422,8 +583,10 @@ class WarehouseCollector:
         refresh_s: float = DEFAULT_REFRESH_S,
         lock_timeout_s: float = 5.0,
         replay: Replay | None = None,
+        max_task_types: int = DEFAULT_MAX_TASK_TYPES,
     ):
         self.settings, self.refresh_s, self.lock_timeout_s = settings, refresh_s, lock_timeout_s
+        self.max_task_types = max_task_types
         self.replay = replay
         self.snapshot: Snapshot | None = None
         self.failures = 0
@@ -433,13 +596,19 @@ class WarehouseCollector:
         self.last_error = ""
 
     def _read(self, now: datetime | None = None) -> Snapshot:
+        snapshot = self._read_raw(now, self.snapshot.histograms_key if self.snapshot else "")
+        if snapshot.histograms is None:  # unchanged since the last read
+            snapshot = dataclasses.replace(snapshot, histograms=self.snapshot.histograms if self.snapshot else [])
+        return snapshot
+
+    def _read_raw(self, now: datetime | None, histograms_key: str) -> Snapshot:
         if not self.settings.warehouse.embedded:
-            return read_warehouse(self.settings, self.lock_timeout_s, now)
+            return read_warehouse(self.settings, self.lock_timeout_s, now, histograms_key)
         if self._worker is not None and self._worker.reads >= READS_PER_WORKER:
             self.close()
         if self._worker is None:
             self._worker = _Worker(self.settings, self.lock_timeout_s)
-        return self._worker.read(timeout_s=self.lock_timeout_s + 120, now=now)  # a first read imports chDB
+        return self._worker.read(self.lock_timeout_s + 120, now, histograms_key)  # a first read imports chDB
 
     def _read_as_of_clock(self) -> Snapshot:
         if self.replay is None:
@@ -475,7 +644,7 @@ class WarehouseCollector:
             if time.monotonic() - self._read_at >= self.refresh_s:
                 self.refresh()
             snapshot, failures = self.snapshot, self.failures
-        yield from families(snapshot, failures)
+        yield from families(snapshot, failures, self.max_task_types)
 
     def describe(self):
         return []  # registering must not read the warehouse
@@ -499,6 +668,8 @@ class _Stoppable(ServerHandler):
 
 
 class _Quiet(WSGIRequestHandler):
+    timeout = IO_TIMEOUT_S  # StreamRequestHandler.setup puts it on the socket: every read and write is bounded
+
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         pass
 
@@ -511,9 +682,53 @@ class _Quiet(WSGIRequestHandler):
             return
         if not self.parse_request():  # an error code has been sent
             return
-        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
         handler.request_handler = self  # for logging, as the base class sets it
         handler.run(self.server.get_app())
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `MAX_CONNECTIONS` at once: one past it is answered 503 at once."""
+
+    daemon_threads = True  # a connection still open never holds the process at its end
+    block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.settimeout(1.0)
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+                    b"Content-Length: 43\r\nConnection: close\r\n\r\nrouterscope exporter: too many connections\n"
+                )
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def handle_error(self, request, client_address):
+        """A client that timed out or went away is its own business: no traceback in the exporter's log."""
+        if isinstance(sys.exc_info()[1], TimeoutError | ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def _with_health(metrics_app):
@@ -553,15 +768,16 @@ class Exporter:
         refresh_s: float = DEFAULT_REFRESH_S,
         replay: Replay | None = None,
         lease: Lease | None = None,
+        max_task_types: int = DEFAULT_MAX_TASK_TYPES,
+        max_connections: int = MAX_CONNECTIONS,
     ):
-        self.collector = WarehouseCollector(settings, refresh_s, replay=replay)
+        self.collector = WarehouseCollector(settings, refresh_s, replay=replay, max_task_types=max_task_types)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self.collector)
         ProcessCollector(registry=registry)  # the exporter's own memory and CPU
         try:
-            self.server: WSGIServer = make_server(
-                "127.0.0.1", port, _with_health(make_wsgi_app(registry)), handler_class=_Quiet
-            )
+            self.server: WSGIServer = _Server(("127.0.0.1", port), _Quiet, max_connections)
+            self.server.set_app(_with_health(make_wsgi_app(registry)))
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
@@ -605,5 +821,15 @@ def make_exporter(
     refresh_s: float = DEFAULT_REFRESH_S,
     replay: Replay | None = None,
     lease: Lease | None = None,
+    max_task_types: int = DEFAULT_MAX_TASK_TYPES,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> Exporter:
-    return Exporter(settings, port, refresh_s, replay=replay, lease=lease)
+    return Exporter(
+        settings,
+        port,
+        refresh_s,
+        replay=replay,
+        lease=lease,
+        max_task_types=max_task_types,
+        max_connections=max_connections,
+    )

@@ -7,6 +7,8 @@ Interpretations (docs/metrics.md §3d, "Interpretations"):
   it borrows the sample variance of that kind over the whole block (all strata of the group and measure);
 * the block's population must hold at least `MIN_AUDITED` audited events, else the estimate is null and the
   caller reads §3c's `_est` with the warning `UNAUDITED`;
+* where every stratum's sample variance of both kinds is 0 the interval would be a point: each 0 is then taken as
+  Laplace's p(1 − p), p = 1/(count + 2) (`_not_certain`), so agreement seen on a sample never reads as certainty;
 * a judge is *trusted* where its audit has `n_human >= MIN_AUDITED` and `agreement >= MIN_AGREEMENT`."""
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ def _var(total: float, squares: float, count: int) -> float | None:
     return max(0.0, (squares - total * total / count) / (count - 1))
 
 
+def _not_certain(s2: float, count: int) -> float:
+    """Where every value of both kinds is the same (the judge never hits, 30 audits that all agree) the interval
+    would be a point, a certainty no sample gives: each stratum's variance of 0 is then taken as that of a share
+    with one value of each kind added (Laplace), p(1 − p) with p = 1/(count + 2) (docs/metrics.md §3d,
+    "Interpretations")."""
+    if s2 > 0:
+        return s2
+    p = 1.0 / (count + 2)
+    return p * (1.0 - p)
+
+
 def ppi(strata: Sequence[Stratum], min_audited: int = MIN_AUDITED) -> dict[str, Any] | None:
     """§3d's estimate of one block from its strata (Ŷ binary, so Σ Ŷ² = Σ Ŷ): `{rate, ci, coverage, n_judged,
     n_human}`, or None when nothing is judged or the population holds fewer than `min_audited` audited events.
@@ -58,12 +71,17 @@ def ppi(strata: Sequence[Stratum], min_audited: int = MIN_AUDITED) -> dict[str, 
     judged = sum(big / n_cov * (y / n) for big, n, y, *_ in covered)
     correction = sum(big / n_r * (d / r) for big, _, _, r, d, _ in rectified) if n_r else 0.0
     variance = 0.0
-    for big, n, y, *_ in covered:
-        s2 = _var(y, y, n)
-        variance += (big / n_cov) ** 2 * (block_y if s2 is None else s2) / n
-    for big, _, _, r, d, d2 in rectified:
-        s2 = _var(d, d2, r)
-        variance += (big / n_r) ** 2 * (block_d if s2 is None else s2) / r
+    for floor in (False, True):  # a point interval (every value of both kinds the same) claims certainty: floored
+        for big, n, y, *_ in covered:
+            s2 = _var(y, y, n)
+            s2 = block_y if s2 is None else s2
+            variance += (big / n_cov) ** 2 * (_not_certain(s2, n) if floor else s2) / n
+        for big, _, _, r, d, d2 in rectified:
+            s2 = _var(d, d2, r)
+            s2 = block_d if s2 is None else s2
+            variance += (big / n_r) ** 2 * (_not_certain(s2, r) if floor else s2) / r
+        if variance > 0:
+            break
     rate = min(1.0, max(0.0, judged + correction))
     half = Z * math.sqrt(variance)
     return {

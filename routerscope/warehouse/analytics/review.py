@@ -15,6 +15,7 @@ from typing import Any
 from routerscope.contract.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
+from routerscope.router import answers
 from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path
 from routerscope.warehouse.analytics import ppi, rollback, stats
@@ -33,6 +34,8 @@ RESIDENT_SHARE = 0.25  # docs/sources.md#seed-003: resident (model loaded, idle)
 TOKEN_SCREEN = 400  # docs/sources.md#seed-003: a p90 of input + output tokens over 400 is screened out before any gate
 DURATION_MS = 10_000  # docs/sources.md#seed-003: one inference <= 10 s
 MIN_DEVICE_ATTEMPTS = 30  # docs/metrics.md §13: gate_duration needs at least this many device attempts
+MIN_MEMORY_EVENTS = 30  # §13: gate_memory passes only on at least this many events with a peak on the tier
+SHORT_ANSWER_TOKENS = 32  # §13: an answer capped at this many tokens arrives whole at once: nothing to stream
 CENSORED_SHARE = 0.05  # §13: more timed-out attempts than this share and the p95 is not known
 # docs/sources.md#seed-003: loss <= 3 %, >= 90 % of failures caught automatically
 MISSED_LIMIT, AUTO_DETECTED_MIN = 0.03, 0.9
@@ -155,13 +158,16 @@ def lowest_target_tier(device_tiers: Mapping[str, Mapping[str, Any]]) -> tuple[s
 
 
 def gate_memory(
-    memory_by_tier: Mapping[str, Mapping[str, Any]], device_tiers: Mapping[str, Mapping[str, Any]]
+    memory_by_tier: Mapping[str, Mapping[str, Any]],
+    device_tiers: Mapping[str, Mapping[str, Any]],
+    min_n: int = MIN_MEMORY_EVENTS,
 ) -> dict[str, Any]:
     """docs/sources.md#seed-003 "最低目标机型可用内存 … 常驻 ≤ 25%、峰值 ≤ 40%", on the policy's lowest target
     tier whether or not it has data (a task type measured only on bigger devices says nothing about the
     smallest one): the peak (max of the per-request peaks, never a p95) <= 40 % and the max resident memory
     <= 25 % of its `available_mb`. A failing part fails; a part without data, or no data on that tier at all,
-    is `unknown`. `n`: the events with a peak figure on that tier."""
+    is `unknown`. `n`: the events with a peak figure on that tier; a pass needs at least `min_n` of them (one
+    event over a limit is a failure on its own: the max is over it)."""
     lowest = lowest_target_tier(device_tiers)
     if lowest is None:
         return {
@@ -180,23 +186,34 @@ def gate_memory(
     peak, resident = m.get("peak"), m.get("resident")
     limit, resident_limit = MEMORY_SHARE * available, RESIDENT_SHARE * available
     parts = [None if peak is None else peak <= limit, None if resident is None else resident <= resident_limit]
+    n = int(m.get("n") or 0)
+    status = _status(parts)
+    if status == "pass" and n < min_n:  # within the limits on too few events: unknown, never a pass
+        status = "unknown"
     out = {
-        "status": _status(parts),
+        "status": status,
         "tier": tier,
         "available_mb": available,
         "value": peak,
         "limit": limit,
         "resident": resident,
         "resident_limit": resident_limit,
-        "n": int(m.get("n") or 0),
+        "n": n,
     }
     if peak is None and resident is None:
         out["note"] = f"no memory figures from the {tier} tier"
+    elif status == "unknown" and n < min_n:
+        out["note"] = f"too few events with memory figures on {tier} ({n} < {min_n})"
     return out
 
 
 def gate_duration(
-    attempts: int, timed_out: int, timed_out_past_limit: int, p95_ms: float | None, streamable: bool
+    attempts: int,
+    timed_out: int,
+    timed_out_past_limit: int,
+    p95_ms: float | None,
+    streamable: bool,
+    errors: int = 0,
 ) -> dict[str, Any]:
     """docs/sources.md#seed-003 "单次推理 ≤ 10s,且可流式或可异步", with timeouts as censored observations
     (docs/metrics.md §13). A timed-out attempt was cut at its deadline: its duration is only known to be at
@@ -207,7 +224,10 @@ def gate_duration(
     * more than 5 % timed out: the p95 is not known. `fail` when the attempts cut at or past 10 s alone are
       more than 5 % of all (then more than one in twenty took longer than 10 s: the p95 is over it), else
       `unknown` ("the device did not finish often enough to measure");
-    * else the p95 of the attempts' latency (timeouts at their cut) `<= 10000`.
+    * more than 5 % errored (`errors`): an error is a failure, not a duration (an attempt that failed in 0 ms
+      says nothing about how long an answer takes, and `p95_ms` leaves errors out): `unknown` ("the device did
+      not finish often enough"), unless the timeouts past 10 s fail it;
+    * else the p95 of the attempts' latency (timeouts at their cut, errors left out) `<= 10000`.
 
     And the task type streamable or asynchronous; a failing part fails, an unknown one leaves it unknown."""
     note = ""
@@ -221,6 +241,9 @@ def gate_duration(
         else:
             timed = None
             note = f"{timed_out} of {attempts} attempts timed out: the device did not finish often enough to measure"
+    elif timed_out + errors > CENSORED_SHARE * attempts:
+        timed = None
+        note = f"{errors} of {attempts} attempts errored and {timed_out} timed out: too few finished to measure"
     else:
         timed = None if p95_ms is None else p95_ms <= DURATION_MS
     out = {
@@ -229,6 +252,7 @@ def gate_duration(
         "limit": DURATION_MS,
         "n": attempts,
         "timed_out": timed_out,
+        "errors": errors,
         "streamable": streamable,
     }
     if note:
@@ -309,7 +333,7 @@ def evidence(g: dict[str, Any]) -> str:
     est = q.get(q.get("estimate") or "missed_fallback_est") or {}
     parts = [
         f"memory on {m.get('tier') or '—'} (n {m.get('n', 0)}){'; ' + m['note'] if m.get('note') else ''}",
-        f"duration n {d.get('n', 0)}, {d.get('timed_out', 0)} timed out"
+        f"duration n {d.get('n', 0)}, {d.get('timed_out', 0)} timed out, {d.get('errors', 0)} errored"
         f"{'; ' + d['note'] if d.get('note') else ''}{'' if d.get('streamable', True) else '; not streamable'}",
         f"quality n {q.get('n', 0)}, {q.get('estimate') or 'missed_fallback_est'} {_pct(est.get('rate'))}"
         f"{_ci(est.get('ci'))}"
@@ -504,11 +528,13 @@ def _task_rows(client, window: QueryWindow) -> dict:
 
 
 def streamable(cap, declared: bool | None) -> bool:
-    """§13's `streamable`: what the policy file declares, else false for a task type whose answer a validator
-    (or a tool schema) checks whole — it is never served cut, so it cannot stream — and true otherwise."""
+    """§13's `streamable`: what the policy file declares, else false for a task type whose answer is checked
+    whole (a validator, a tool schema, a declared answer: it is never served cut, so it cannot stream) unless
+    that answer is short (`max_output_tokens <= SHORT_ANSWER_TOKENS`: it arrives at once, nothing to stream,
+    docs/review.md), and true otherwise."""
     if declared is not None:
         return declared
-    return not cap.structured
+    return not cap.whole or 0 < cap.max_output_tokens <= SHORT_ANSWER_TOKENS
 
 
 def declared_streamable(path) -> dict[str, bool]:
@@ -559,6 +585,7 @@ def readiness_report(
                 int(r["device_timeouts_past_limit"]),
                 r["device_p95_ms"],
                 streamable(cap, declared.get(task_type)),
+                int(r.get("device_errors") or 0),
             ),
             quality=gate_quality(
                 *_missed_estimate(audited.get(task_type), stats.post_stratified(r["missed_strata"])),
@@ -580,6 +607,8 @@ def readiness_report(
             iteration=cap.iteration,
         )
         out[task_type] = readiness(g, f, token_screen(budget, float(r["token_budget_over_share"])), task_type)
+        # the serve-time check of its answers (docs/router.md): `unchecked` when the policy declares nothing
+        out[task_type]["answer_check"] = answers.declared(cap) or "unchecked"
         # §3d: how far the task type's judge agrees with people, said where its estimates are read
         found = audited.get(task_type) or ppi.block(None)
         out[task_type]["judge_agreement"] = found["judge_agreement"]

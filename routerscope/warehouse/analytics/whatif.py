@@ -306,7 +306,12 @@ def parse_gate(text: str) -> tuple[str, str, float]:
     keys = MOVED_KEYS if moved_key else BLOCK_KEYS
     if key not in keys:
         where = "moved." if moved_key else ""
-        raise ValueError(f"{text!r}: {where}{key} is not one of {', '.join((moved_key or '') + k for k in keys)}")
+        parts = [f"{k}.{p}" for k in ESTIMATE_KEYS for p in ESTIMATE_PARTS]
+        parts += [f"{k}.{p}" for k in (*INTERVAL_KEYS, "moved.pass_rate") for p in ("low", "high")]
+        raise ValueError(
+            f"{text!r}: {where}{key} is not one of {', '.join((moved_key or '') + k for k in keys)}; "
+            f"nor an estimate's or an interval's part: {', '.join(parts)}"
+        )
     return (moved_key or "") + key, op, limit
 
 

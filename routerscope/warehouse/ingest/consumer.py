@@ -402,12 +402,32 @@ class Drain:
         if self.batch.ranges:
             self.run.beside.flush(self.batch, self.consumer, self.tally)
         self.run.beside.settle()
+        self._check_not_restarted()
         lost = [st for st in self.states.values() if st.lost]  # never a partition not fetched yet
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
             raise BrokerDataLost(
                 f"the broker no longer holds messages the warehouse has loaded: {where}; "
                 + lost_hint(self.run.settings)
+            )
+
+    def _check_not_restarted(self) -> None:
+        """A partition's end only moves forward on a broker that keeps its data: one that went back during
+        the run (the latest fetch response's end below an end or a position this run saw: an in-memory broker
+        restarted, the topic recreated) lost messages. Said once what arrived is stored; the next load's
+        lost-data check (its stored position past the broker's end) says the same."""
+        back = []
+        for key, state in self.states.items():
+            seen = max(state.next_offset or 0, state.end or 0)
+            now = fetched_end(self.consumer, *key) if seen else None
+            if now is not None and now < seen:
+                back.append(f"{state.key} from offset {seen} to {now}")
+        if back:
+            loaded = sum(self.result.loaded.values()) + sum(self.result.quarantined.values())
+            raise BrokerDataLost(
+                f"the broker lost its data during the load ({', '.join(back[:3])}{' …' if len(back) > 3 else ''}): "
+                f"the {loaded:,} messages read before were loaded and their positions stored, the rest are gone "
+                "with it; " + lost_hint(self.run.settings)
             )
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from routerscope.warehouse.schema import (
     BREAKER_COLUMNS,
     DECISION_COLUMNS,
     LABEL_COLUMNS,
+    POLICY_EVENT_COLUMNS,
     RECORD_ID,
 )
 
@@ -81,6 +82,10 @@ def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], of
         [None if s is None else s.resident_mem_mb for s in stats],
         _opt([e.label_pi for e in events]),
         _opt([e.label_design_id for e in events]),
+        _opt([e.policy_id for e in events]),
+        _opt([e.experiment_id for e in events]),
+        _opt([e.arm for e in events]),
+        _opt([e.assignment_bucket for e in events]),
         *_lineage(topic, partitions, offsets),
     ]
 
@@ -130,6 +135,13 @@ def breaker_columns(events: Sequence, topic: str, partitions: Sequence[int], off
     ]
 
 
+def policy_columns(events: Sequence, topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
+    return [
+        *([getattr(e, name) for e in events] for name in POLICY_EVENT_COLUMNS[:-3]),
+        *_lineage(topic, partitions, offsets),
+    ]
+
+
 def ledger_columns(events: Sequence, topic: str, partitions: Sequence[int], offsets: Sequence[int]) -> list:
     """The `loaded_messages` rows of loaded events (their Kafka coordinates and record ids)."""
     id_field = RECORD_ID[topic]
@@ -145,6 +157,7 @@ FACTS = {
     names.TOPIC_DECISIONS: (names.TABLE_DECISIONS, DECISION_COLUMNS, decision_columns),
     names.TOPIC_LABELS: (names.TABLE_LABELS, LABEL_COLUMNS, label_columns),
     names.TOPIC_BREAKERS: (names.TABLE_BREAKER_EVENTS, BREAKER_COLUMNS, breaker_columns),
+    names.TOPIC_POLICY: (names.TABLE_POLICY_EVENTS, POLICY_EVENT_COLUMNS, policy_columns),
 }
 
 

@@ -529,8 +529,8 @@ WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime6
   AND ({level:Int8} < 0 OR degrade_level = {level:Int8})
   AND ({net:String} = '' OR network = {net:String})
   AND ({tier:String} = '' OR device_tier = {tier:String})
-  AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0)
-  AND ({sid:String} = '' OR session_id = {sid:String})
+  AND ({rid:String} = '' OR position(request_id, {rid:String}) > 0 OR request_id = {ridh:String})
+  AND ({sid:String} = '' OR session_id = {sid:String} OR session_id = {sidh:String})
   AND ({pv:String} = '' OR policy_version = {pv:String})
   AND ({app:String} = '' OR app_id = {app:String})
   AND ({mode:String} = '' OR mode = {mode:String})
@@ -567,7 +567,8 @@ ORDER BY bucket, mode
 @dataclass(frozen=True)
 class ExplorerFilter:
     """The explorer's filters; '' (or level -1) means any. `request_id` matches a substring; the session,
-    policy version and app match exactly."""
+    policy version and app match exactly. `session_hash` / `request_hash`: the searched id as the SDK
+    records it (its pseudonym, docs/operations.md), matched exactly besides the id as typed."""
 
     task_type: str = ""
     fallback_type: str = ""
@@ -580,6 +581,8 @@ class ExplorerFilter:
     policy_version: str = ""
     app_id: str = ""
     mode: str = ""  # live or shadow
+    session_hash: str = ""
+    request_hash: str = ""
 
 
 def _explorer_parameters(start: datetime, end: datetime, where: ExplorerFilter) -> dict[str, Any]:
@@ -593,7 +596,9 @@ def _explorer_parameters(start: datetime, end: datetime, where: ExplorerFilter) 
         "net": where.network,
         "tier": where.device_tier,
         "rid": where.request_id,
+        "ridh": where.request_hash or where.request_id,
         "sid": where.session_id,
+        "sidh": where.session_hash or where.session_id,
         "pv": where.policy_version,
         "app": where.app_id,
         "mode": where.mode,

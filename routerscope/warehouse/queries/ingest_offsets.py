@@ -47,7 +47,13 @@ WHERE kafka_topic = {topic:String} AND has({partitions:Array(UInt32)}, kafka_par
 """,
         source=names.TABLES[table],
     )
-    for table in (names.TABLE_DECISIONS, names.TABLE_LABELS, names.TABLE_BREAKER_EVENTS, names.TABLE_QUARANTINE)
+    for table in (
+        names.TABLE_DECISIONS,
+        names.TABLE_LABELS,
+        names.TABLE_BREAKER_EVENTS,
+        names.TABLE_POLICY_EVENTS,
+        names.TABLE_QUARANTINE,
+    )
 }
 
 

@@ -119,9 +119,11 @@ SELECT task_type,
        quantileExactInclusive(0.9)(input_tokens + output_tokens) AS token_budget_p90,
        countIf(input_tokens + output_tokens > {token_screen:UInt32}) / count() AS token_budget_over_share,
        countIf(network IN ('weak', 'offline')) / count() AS weak_network_share,
-       quantileExactInclusiveArray(0.95)(arrayFilter((lat, l) -> l IN (0, 1), attempt_latency_ms, attempt_levels))
+       quantileExactInclusiveArray(0.95)(arrayFilter((lat, l, o) -> l IN (0, 1) AND o != 'error',
+                                                     attempt_latency_ms, attempt_levels, attempt_outcomes))
            AS device_p95_ms,
        sum(arrayCount(l -> l IN (0, 1), attempt_levels)) AS device_attempts,
+       sum(arrayCount((l, o) -> l IN (0, 1) AND o = 'error', attempt_levels, attempt_outcomes)) AS device_errors,
        sum(arrayCount((l, o) -> l IN (0, 1) AND o = 'timeout', attempt_levels, attempt_outcomes)) AS device_timeouts,
        sum(arrayCount((l, o, lat) -> l IN (0, 1) AND o = 'timeout' AND lat >= {duration_ms:Float64},
                       attempt_levels, attempt_outcomes, attempt_latency_ms)) AS device_timeouts_past_limit,
@@ -366,7 +368,8 @@ def task_review(
     parameters = {**chosen_parameters(window), "duration_ms": float(duration_ms), "token_screen": int(token_screen)}
     found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, parameters)}
     for r in found.values():
-        r["device_p95_ms"] = _num(r["device_p95_ms"]) if r["device_attempts"] else None
+        finished = r["device_attempts"] - r["device_errors"]  # an error is a failure, never a duration (§13)
+        r["device_p95_ms"] = _num(r["device_p95_ms"]) if finished else None
         r["peak_by_tier"] = {}
         r["missed_strata"] = []
         r["determinism_groups"], r["determinism_agreeing"] = 0, 0

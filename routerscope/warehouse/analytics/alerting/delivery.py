@@ -43,6 +43,35 @@ def _value(window: dict) -> str:
     return text + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
 
 
+def _value_n(window: dict) -> str:
+    """`_value` with the events behind it when the rule counts them (`0.4 (n=100)`); a signal without a count
+    (a breaker, the ingest lag) reads as its value alone, never `n=None`."""
+    if not window:
+        return "—"
+    n = window.get("n")
+    return _value(window) + (f" (n={n})" if n is not None else "")
+
+
+def sentence(trip: dict) -> str:
+    """What tripped an episode, as a sentence: `fallback_rate was 0.4 over 100 events in the window from
+    2026-12-07 12:00 UTC (limit: > 0.3), 3 windows in a row.` — its n when it has one."""
+    windows = trip.get("windows") or []
+    latest = windows[-1] if windows else {}
+    metric, op, limit = trip.get("metric"), trip.get("op"), trip.get("limit")
+    if not latest:
+        return f"{metric} {op} {limit}."
+    text = f"{metric} was {_value(latest)}"
+    if latest.get("n") is not None:
+        text += f" over {latest['n']} events"
+    start = latest.get("start")
+    if start:
+        text += f" in the window from {str(start).replace('T', ' ').removesuffix('Z')[:16]} UTC"
+    text += f" (limit: {op} {limit})"
+    if len(windows) > 1:
+        text += f", {len(windows)} windows in a row"
+    return text + "."
+
+
 def slack_body(alert: Alert) -> dict[str, Any]:
     """A Slack-compatible incoming-webhook body (also fine for most chat and paging webhooks)."""
     firing = alert.status == "firing"
@@ -64,7 +93,7 @@ def slack_body(alert: Alert) -> dict[str, Any]:
                         "value": f"{trip.get('metric')} {trip.get('op')} {trip.get('limit')}",
                         "short": True,
                     },
-                    {"title": "latest value", "value": f"{_value(latest)} (n={latest.get('n')})", "short": True},
+                    {"title": "latest value", "value": _value_n(latest), "short": True},
                     {"title": "since", "value": utc(alert.first_seen).isoformat(), "short": True},
                 ],
             }
@@ -122,26 +151,33 @@ def explorer_link(dashboard_url: str, alert: Alert) -> str:
     return f"{dashboard_url.rstrip('/')}/explorer?{urlencode(params)}"
 
 
+EPISODE_LABEL = "routerscope_episode"  # the episode's start: two episodes of one rule are two alerts
+
+
 def alertmanager_alert(alert: Alert, dashboard_url: str, now: datetime | None = None) -> dict[str, Any]:
     """One alert of Alertmanager's API v2 body. The labels are the exported Prometheus rules' own
-    (`alerting.prometheus`), so a team running both paths gets one alert, not two."""
+    (`alerting.prometheus`) plus the episode's start (EPISODE_LABEL): Alertmanager tells alerts apart by their
+    labels alone, and without it the episodes of one rule and scope collapsed into one alert whenever they came
+    within one group interval (a replay, a flapping signal)."""
     trip = json.loads(alert.trip_values)
     latest = trip["windows"][-1] if trip.get("windows") else {}
-    labels = {"alertname": alert.rule, "severity": alert.severity, "routerscope_rule_version": alert.rule_version}
+    labels = {
+        "alertname": alert.rule,
+        "severity": alert.severity,
+        "routerscope_rule_version": alert.rule_version,
+        EPISODE_LABEL: utc_iso(alert.first_seen, "auto"),
+    }
     if alert.task_type:
         labels["task_type"] = alert.task_type
     if alert.action:
         labels["action"] = alert.action
     link = explorer_link(dashboard_url, alert)
-    condition = f"{trip.get('metric')} {trip.get('op')} {trip.get('limit')}"
-    value = f"{_value(latest)} (n={latest.get('n')})" if latest else "—"
-    windows = len(trip.get("windows", []))
     body: dict[str, Any] = {
         "labels": labels,
         "annotations": {
             "summary": alert.summary,
-            "description": f"{condition}: latest {value}" + (f", {windows} windows in a row" if windows > 1 else ""),
-            "value": value,
+            "description": sentence(trip),
+            "value": _value_n(latest),
             "explorer": link,
         },
         "startsAt": utc_iso(alert.first_seen, "auto"),

@@ -14,6 +14,16 @@ same limits, minimum samples and streak (docs/operations.md "Prometheus").
   pending, and it fires when the condition still holds `windows − 1` windows later (a window that no longer
   breaches, or has no events, resets it, as a missing window breaks the project's streak).
 * Per task type `limits`: one comparison per named task type, the default limit for the rest.
+* **Staleness**: a window's numbers count only while the window advances. Every count a window rule reads is
+  taken `and` its exporter's latest window is *fresh* — ended less than one grain plus `FRESH_ALLOWANCE` ago
+  (`time() - routerscope_window_end_timestamp_seconds`) — so when new windows stop coming the counts vanish and
+  every window rule stops holding, resetting its streak. A streak's `for:` is (windows − 1) grains plus the
+  allowance: the condition holds at most `windows − 1` grains plus the allowance from the first breaching window
+  to the moment the (windows − 1)-th would go stale, so fewer windows than the streak names can never fire it,
+  however late they were computed; the price is that a streak fires up to the allowance after its last window
+  arrives. The breaker and data-quality signals, which the exporter reads from the warehouse at each refresh,
+  hold only while its snapshot is as fresh. `routerscope_windows_stale` fires per grain when the latest window
+  is older than that (or no window of the 5-minute grain exists at all).
 * A rule that reads a population estimate (docs/metrics.md §3c, a key ending in `_est`: the quality false
   fallbacks, the route accuracy of the rollback rule) is left out (`unexported`): the estimate weighs each
   confidence bucket by its own size, which the exporter's unstratified counts cannot give. The project's own
@@ -64,6 +74,29 @@ INTERVALS = {
     "missed_fallback_ci": "missed_fallback_rate",
 }
 QUARANTINE_RATIO = "overall:routerscope_quarantine_share:ratio_1d"
+# How long after one grain past its end a window still counts as the latest: the daemon computes a 5-minute
+# window 2 minutes after it ends (routerscope/pipelines/timing.py SETTLE_5M), the exporter reads the warehouse
+# every 15 s and Prometheus scrapes every 15-60 s, so the next window is served about 3 minutes after the
+# previous one's grain ran out; a day 15 minutes after midnight (SETTLE_DAILY). A window still served after
+# this is stale: its numbers no longer count and `routerscope_windows_stale` fires.
+FRESH_ALLOWANCE = {"5m": timedelta(minutes=4), "1d": timedelta(hours=1)}
+STALE_ALERT = "routerscope_windows_stale"
+WINDOW_LABELS = "task_type, type, level"  # the labels a window gauge has beside its grain and the target's
+
+
+def stale_after(grain: str) -> timedelta:
+    """The age (now − the latest window's end) from which a window of `grain` is stale."""
+    return GRAINS[grain] + FRESH_ALLOWANCE[grain]
+
+
+def fresh_series(rec: _Recorder, grain: str) -> str:
+    """The recorded series of each exporter's latest window end while it is fresh (absent once stale)."""
+    limit = int(stale_after(grain).total_seconds())
+    return rec.record(
+        f"target:routerscope_window_end_fresh:{grain}",
+        f'routerscope_window_end_timestamp_seconds{{grain="{grain}"}} '
+        f'and (time() - routerscope_window_end_timestamp_seconds{{grain="{grain}"}}) < {limit}',
+    )
 
 
 def duration(delta: timedelta) -> str:
@@ -101,11 +134,16 @@ def _by(rule: Rule) -> tuple[str, str]:
     return ("task_type", "sum by (task_type)") if rule.scope == "per_task_type" else ("overall", "sum")
 
 
+def _fresh(rec: _Recorder, grain: str, series: str) -> str:
+    """`series` (window gauges of `grain`) kept only where its exporter's latest window is fresh."""
+    return f"({series} and ignoring({WINDOW_LABELS}) {fresh_series(rec, grain)})"
+
+
 def _count(rec: _Recorder, rule: Rule, family: str, matcher: str = "", tag: str = "") -> str:
     level, agg = _by(rule)
     selector = ", ".join(m for m in (f'grain="{rule.grain}"', matcher) if m)
     name = f"{level}:routerscope_{tag or family}:sum_{rule.grain}"
-    return rec.record(name, f"{agg} (routerscope_window_{family}{{{selector}}})")
+    return rec.record(name, f"{agg} {_fresh(rec, rule.grain, f'routerscope_window_{family}{{{selector}}}')}")
 
 
 def _ratio(rec: _Recorder, rule: Rule, metric: str) -> tuple[str, str]:
@@ -142,9 +180,9 @@ def _compare(rule: Rule, series: str) -> str:
 
 def _window_condition(rec: _Recorder, rule: Rule) -> str:
     if rule.metric == "l2_l3_drift.drifting":
+        gauge = f'routerscope_window_l2_l3_drifting{{grain="{rule.grain}"}}'
         flag = rec.record(
-            f"overall:routerscope_l2_l3_drifting:max_{rule.grain}",
-            f'max(routerscope_window_l2_l3_drifting{{grain="{rule.grain}"}})',
+            f"overall:routerscope_l2_l3_drifting:max_{rule.grain}", f"max {_fresh(rec, rule.grain, gauge)}"
         )
         condition = _compare(rule, flag)
     elif rule.metric in RATIOS:
@@ -190,7 +228,17 @@ def _signal_condition(rec: _Recorder, rule: Rule) -> str:
         series = rec.record(QUARANTINE_RATIO, f"{q} / {all_}")
     else:
         raise ConfigError(f"rule {rule.name}: no Prometheus form for signal {metric!r}")
-    return f"{series} {rule.op} {_number(rule.limit)}"
+    condition = f"{series} {rule.op} {_number(rule.limit)}"
+    if metric.startswith("pipeline.breaker_open.") or metric == "pipeline.dq_blocking_failures":
+        # read by the exporter from the warehouse at each refresh: they hold only while its snapshot is fresh
+        # (a warehouse it cannot read leaves the last snapshot served)
+        limit = int(stale_after("5m").total_seconds())
+        fresh = rec.record(
+            "overall:routerscope_exporter_snapshot_fresh:5m",
+            f"(time() - max(routerscope_exporter_refresh_timestamp_seconds)) < {limit}",
+        )
+        condition = f"({condition}) and on() {fresh}"
+    return condition
 
 
 def reads_estimate(rule: Rule) -> bool:
@@ -207,11 +255,44 @@ def unexported(rules: list[Rule]) -> list[str]:
     ]
 
 
+def stale_alert(rec: _Recorder, version: str, grains: set[str], interval: str) -> dict[str, Any]:
+    """`routerscope_windows_stale`: per exporter and grain, the latest window is older than `stale_after` (the
+    window rules have stopped holding), or the exporters have read the warehouse and serve no 5-minute window."""
+    clauses = []
+    for grain in sorted(grains, key=lambda g: GRAINS[g]):
+        fresh_series(rec, grain)
+        limit = int(stale_after(grain).total_seconds())
+        clauses.append(f'(time() - routerscope_window_end_timestamp_seconds{{grain="{grain}"}}) >= {limit}')
+    # an exporter that has read the warehouse (its refresh time is served) and found no 5-minute window; before
+    # the first scrape nothing is known, and nothing fires
+    clauses.append(
+        'label_replace(count(routerscope_exporter_refresh_timestamp_seconds) * 0 + 1e12, "grain", "5m", "", "")'
+        ' unless on() count(routerscope_window_end_timestamp_seconds{grain="5m"})'
+    )
+    return {
+        "alert": STALE_ALERT,
+        "expr": " or ".join(clauses),
+        "for": interval,  # one evaluation more: a scrape that lands between two reads of the warehouse never pages
+        "labels": {"severity": "page", "routerscope_rule_version": version},
+        "annotations": {
+            "summary": "Metric windows stopped advancing: every window alert is held off until they come back",
+            "description": (
+                "{{ if gt $value 1e11 }}No {{ $labels.grain }} metric window has been computed yet.{{ else }}"
+                "The latest {{ $labels.grain }} metric window ended {{ $value | humanizeDuration }} ago.{{ end }} "
+                "Window alerts count a window only while it is the latest (docs/operations.md, Stale windows): "
+                "check that the windows are computed (the Dagster daemon, or `routerscope load`) and that the "
+                "exporter reads the warehouse."
+            ),
+        },
+    }
+
+
 def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -> dict[str, Any]:
     """The Prometheus rule file (a mapping to dump as YAML) for the project's `rules` of `version`, evaluated
     every `interval`; the rules that read an estimate are left out (`unexported`)."""
     rec = _Recorder()
     alerts = []
+    window_grains = {"5m"}
     for rule in rules:
         if reads_estimate(rule):
             continue
@@ -220,7 +301,9 @@ def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -
             hold = GRAINS[rule.grain] * (rule.windows - 1) if GRAINS[rule.grain] else timedelta(0)
         else:
             expr = _window_condition(rec, rule)
-            hold = GRAINS[rule.grain] * (rule.windows - 1)
+            window_grains.add(rule.grain)
+            streak = rule.windows - 1
+            hold = GRAINS[rule.grain] * streak + (FRESH_ALLOWANCE[rule.grain] if streak else timedelta(0))
         alert: dict[str, Any] = {"alert": rule.name, "expr": expr}
         if hold:
             alert["for"] = duration(hold)
@@ -243,6 +326,7 @@ def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -
             ),
         }
         alerts.append(alert)
+    alerts.append(stale_alert(rec, version, window_grains, interval))
     # One group: Prometheus evaluates a group's rules in order, each seeing the ones before it at the same
     # instant, so an alert never reads its recorded rate one evaluation late (separate groups run apart).
     return {"groups": [{"name": "routerscope", "interval": interval, "rules": rec.rules + alerts}]}
