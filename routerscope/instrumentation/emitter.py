@@ -58,6 +58,7 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import logging
 import os
@@ -160,6 +161,14 @@ CHECK_LINKED_S = 0.02
 # The spool holds events (session ids, task types, costs): its owner's only, whatever the umask.
 SPOOL_DIR_MODE = 0o700
 SPOOL_FILE_MODE = 0o600
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself (not a symlink, FIFO, device or directory)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _private_fd(fd: int) -> os.stat_result:
@@ -323,7 +332,7 @@ class Spool:
                 self._skipped.add(name)
 
     def _segments(self) -> list[Path]:
-        return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped)
+        return sorted(p for p in self.dir.glob("*.jsonl") if p.name not in self._skipped and _regular(p))
 
     @staticmethod
     def _lines(path: Path) -> int:
@@ -375,8 +384,10 @@ class Spool:
         """The saved read position; a damaged one (negative, or past its segment's end) is held to the
         segment, so the count of spooled records can never go below zero."""
         try:
-            name, line = self._cursor_path.read_text().split()
-            if (self.dir / name).exists():
+            if not _regular(self._cursor_path):
+                raise ValueError("no cursor")
+            name, line = self._cursor_path.read_text()[:200].split()
+            if name in {p.name for p in self._segments()}:
                 return name, min(max(int(line), 0), self._lines(self.dir / name))
         except (OSError, ValueError):
             pass
@@ -553,12 +564,15 @@ class Spool:
 
     def _enforce_cap(self) -> None:
         """Past the cap, drop the oldest records one by one (the cursor steps over them; a segment read
-        to its end is deleted) until the records waiting fit in it again."""
+        to its end is deleted) until the records waiting fit in it again, with room for a segment (a tenth
+        of the cap at most): each pass reads the oldest segment, so at the cap it runs once a segment's
+        worth of appends, not at every append (a write-ahead `emit` would pay ~1 ms and a log line each)."""
         segments = self._segments()
         total = sum(p.stat().st_size for p in segments)
         self._bytes = total
         if total <= self.cap_bytes:
             return
+        target = self.cap_bytes - min(self.segment_bytes, self.cap_bytes // 10)
         self._tail = None  # segments are deleted below
         name, line = self._cursor()
         lost = 0
@@ -572,7 +586,7 @@ class Spool:
             with open(oldest, "rb") as f:
                 sizes = [len(raw) for raw in f]
             total -= sum(sizes[:line])  # read already: not waiting
-            while line < len(sizes) and total > self.cap_bytes:
+            while line < len(sizes) and total > target:
                 total -= sizes[line]
                 line += 1
                 lost += 1
@@ -748,6 +762,37 @@ class Spool:
             self._set_cursor(name, line)
 
 
+MAX_SPOOL_DIRS = 32  # `spool`, `spool.2` … `spool.32`: emitters sharing one home at once
+
+
+def _take_spool_dir(wanted: Path) -> tuple[Path, int | None]:
+    """`wanted`, or its first sibling `<name>.N` no other emitter holds, with the descriptor holding its lock
+    (`<dir>/lock`, an exclusive `flock` released when the descriptor closes or the process dies). Past
+    MAX_SPOOL_DIRS, or where locks cannot be taken, `wanted` unlocked (said in the log)."""
+    for n in range(1, MAX_SPOOL_DIRS + 1):
+        path = wanted if n == 1 else wanted.with_name(f"{wanted.name}.{n}")
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=SPOOL_DIR_MODE)
+            fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, SPOOL_FILE_MODE)
+        except OSError as exc:
+            log.warning("event spool: cannot lock %s (%s); used without a lock", wanted, exc)
+            return wanted, None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except OSError as exc:
+            os.close(fd)
+            log.warning("event spool: cannot lock %s (%s); used without a lock", wanted, exc)
+            return wanted, None
+        if n > 1:
+            log.warning("event spool: %s is another emitter's; this one spools to %s", wanted, path)
+        return path, fd
+    log.error("event spool: %d emitters hold %s and its siblings; this one shares %s", MAX_SPOOL_DIRS, wanted, wanted)
+    return wanted, None
+
+
 def _close_at_exit(emitter_ref) -> None:
     emitter = emitter_ref()
     if emitter is not None:
@@ -782,6 +827,10 @@ class KafkaEmitter:
         if fsync_interval_s is None:
             fsync_interval_s = spool_fsync_interval()
         self.fsync_interval_s = fsync_interval_s
+        # A spool directory is one emitter's: two replaying one directory would send its events twice and
+        # delete segments under each other. A second emitter on the same directory (another worker of the
+        # app, or the same process) takes the first free sibling `spool.2`, `spool.3`, …
+        spool_dir, self._spool_lock = _take_spool_dir(Path(spool_dir))
         self.spool = Spool(spool_dir, cap_bytes=spool_cap_bytes, fsync_interval_s=fsync_interval_s)
         # Whether a send has reached the broker since the last one failed. Until one has, the sender puts new
         # events behind the spool instead of trying the broker itself, so with the broker down at start the
@@ -1084,3 +1133,6 @@ class KafkaEmitter:
         with self._lock:
             self.spool.close()  # synced, the open segment closed
         self._reset_producer(every=True)
+        if self._spool_lock is not None:
+            os.close(self._spool_lock)  # the directory free for the next emitter
+            self._spool_lock = None

@@ -31,10 +31,14 @@ once holding MAX_READING bytes (memory). `GET /-/healthy` and
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
+import stat
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -315,6 +319,42 @@ def _sync_files(directory: Path, pattern: str, since: float) -> None:
         log.warning("collect: cannot fsync %s (%s)", directory, exc)
 
 
+def _lock(directory: Path) -> int:
+    """An exclusive lock on `directory/lock` (held while the returned descriptor is open, released by the
+    kernel when the process dies, `kill -9` included). OSError EBUSY naming the holder when another
+    process has it."""
+    path = directory / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, SPOOL_FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise OSError(
+            errno.EBUSY,
+            f"another `routerscope collect` (pid {holder}) is using it; stop that one or give this one "
+            "another ROUTERSCOPE_HOME",
+            str(path),
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself (not a symlink, FIFO, device or directory: reading those can hang or never end)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _abandon(producer: Producer) -> None:
     try:
         producer.purge()
@@ -341,36 +381,66 @@ class Waiting:
         self._where: dict[bytes, set[str]] = {}  # trace -> segments holding its parts
         self._current: str | None = None
         self._size = 0
-        self.torn = 0  # records cut short (a crash mid-write), skipped at start-up
+        self.torn = 0  # segments cut short or damaged (a crash mid-write), read up to there at start-up
+        self.set_aside = 0  # files and byte ranges moved out of the log at start-up (said in the log)
 
     def _segments(self) -> list[Path]:
-        return sorted(self.dir.glob("*.wait"))
+        return sorted(p for p in self.dir.glob("*.wait") if p.stem.isdigit() and _regular(p))
 
-    def recover(self) -> dict[bytes, list[bytes]]:
+    def _set_aside(self, path: Path, why: str, data: bytes | None = None, suffix: str = ".unreadable") -> None:
+        """Keep what cannot be read back out of the log, and say so: the file itself renamed
+        `<name>.unreadable`, or the bytes `data` written to `<name>.corrupt`."""
+        self.set_aside += 1
+        try:
+            if data is None:
+                path.rename(path.with_name(path.name + suffix))
+                log.error("collect: %s %s; moved aside as %s%s", path.name, why, path.name, suffix)
+            else:
+                fd = os.open(path.with_name(path.name + ".corrupt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                try:
+                    _write_all(fd, data)
+                finally:
+                    os.close(fd)
+                log.error("collect: %s %s; its %d bytes kept in %s.corrupt", path.name, why, len(data), path.name)
+        except OSError as exc:
+            log.error("collect: %s %s, and cannot be set aside (%s)", path.name, why, exc)
+
+    def recover(self, check=None) -> dict[bytes, list[bytes]]:
         """The parts of every trace not done, per trace, in order; written again to a fresh segment (the
-        old ones deleted), so the log holds only what waits."""
+        old ones deleted), so the log holds only what waits. What cannot be read is set aside, never lost
+        silently: a file that is not a regular segment (a FIFO, a symlink, a directory), the bytes from a
+        damaged or torn record on, and each part `check(trace_id, part)` refuses."""
         traces: dict[bytes, list[bytes]] = {}
+        for path in self.dir.glob("*.wait"):
+            if not _regular(path):
+                self._set_aside(path, "is not a regular file, never read", suffix=".not-a-file")
+            elif not path.stem.isdigit():
+                self._set_aside(path, "is not a segment of the waiting log (a file named by a number)")
         old = self._segments()
         for path in old:
             try:
                 data = path.read_bytes()
             except OSError as exc:
-                log.error("collect: cannot read the waiting traces in %s (%s)", path, exc)
+                self._set_aside(path, f"cannot be read ({exc})")
                 continue
             at = 0
             while at + _HEAD.size <= len(data):
                 kind, trace_id, size = _HEAD.unpack_from(data, at)
                 end = at + _HEAD.size + size
-                if end > len(data) or kind not in (_PART, _DONE):
+                if end > len(data) or kind not in (_PART, _DONE) or (kind == _DONE and size):
                     break
                 if kind == _PART:
-                    traces.setdefault(trace_id, []).append(data[at + _HEAD.size : end])
+                    part = data[at + _HEAD.size : end]
+                    if check is None or check(trace_id, part):
+                        traces.setdefault(trace_id, []).append(part)
+                    else:
+                        self._set_aside(path, "holds a part that does not decode as its trace's spans", data[at:end])
                 else:
                     traces.pop(trace_id, None)
                 at = end
             if at < len(data):
                 self.torn += 1
-                log.warning("collect: %s ends in a torn record (a crash mid-write); the rest was read", path.name)
+                self._set_aside(path, f"is torn or damaged at byte {at} (the records before it were read)", data[at:])
         next_no = int(old[-1].stem) + 1 if old else 1
         self._current, self._size = f"{next_no:012d}.wait", 0
         if traces:
@@ -490,6 +560,7 @@ class Receiver:
         fsync_interval_s: float = FSYNC_INTERVAL_S,
     ):
         self.outbox = outbox
+        self._lock_fd: int | None = None  # the directory's lock (`open`)
         self.max_body, self.max_inflated, self.max_spans = max_body, max_inflated, max_spans
         self.trace_wait_s = trace_wait_s
         self.fsync_interval_s = fsync_interval_s  # 0: before every answer
@@ -504,7 +575,7 @@ class Receiver:
         self._stop = threading.Event()
         self.waiting = Waiting(waiting_dir)
         now = time.monotonic()
-        for trace_id, parts in self.waiting.recover().items():  # traces a previous run left waiting
+        for trace_id, parts in self.waiting.recover(_part_of).items():  # traces a previous run left waiting
             request = ExportTraceServiceRequest()
             for raw in parts:
                 request.MergeFromString(raw)
@@ -517,7 +588,7 @@ class Receiver:
         class Handler(_Handler):
             owner = receiver
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self._flusher = threading.Thread(target=self._flush_loop, name="routerscope-collect-flush", daemon=True)
@@ -528,12 +599,22 @@ class Receiver:
         ROUTERSCOPE_HOME/collect)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True, mode=SPOOL_DIR_MODE)  # owner-only, as the SDK's spool
-        outbox = Outbox(config, topic, directory / "outbox", max_backlog_bytes=options.pop("max_backlog", MAX_BACKLOG))
+        lock = _lock(directory)  # one receiver per directory: two would send the same outbox twice
         try:
-            return cls(outbox, directory / "waiting", **options)
+            outbox = Outbox(
+                config, topic, directory / "outbox", max_backlog_bytes=options.pop("max_backlog", MAX_BACKLOG)
+            )
+        except BaseException:
+            os.close(lock)
+            raise
+        try:
+            receiver = cls(outbox, directory / "waiting", **options)
         except BaseException:
             outbox.close(0)
+            os.close(lock)
             raise
+        receiver._lock_fd = lock
+        return receiver
 
     # -- running ----------------------------------------------------------------------------------------
     def start(self) -> Receiver:
@@ -560,6 +641,9 @@ class Receiver:
             log.error("collect: %s; the traces waiting stay in %s for the next start", exc, self.waiting.dir)
         self.sync()
         left = self.outbox.close(timeout_s)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # (the lock goes with it)
+            self._lock_fd = None
         return {**self.stats_dict(), "held_at_exit": self._held, "undelivered_at_exit": left}
 
     def stats_dict(self) -> dict:
@@ -720,6 +804,17 @@ class Receiver:
                 log.exception("writing traces to the outbox failed")
 
 
+def _part_of(trace_id: bytes, raw: bytes) -> bool:
+    """A waiting-log part read back decodes, and every span in it belongs to `trace_id` (a flipped byte
+    in a record must not stop the start-up nor move spans to another trace)."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.MergeFromString(raw)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, or worse for bytes this damaged
+        return False
+    return all(s.trace_id == trace_id for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans)
+
+
 def _messages(request) -> list[bytes]:
     """One trace as one message, or several under MAX_MESSAGE each (spans split, resource and scope kept)."""
     whole = request.SerializeToString()
@@ -739,6 +834,20 @@ def _messages(request) -> list[bytes]:
     if size:
         out.append(part.SerializeToString())
     return out
+
+
+class _Server(ThreadingHTTPServer):
+    # connections waiting to be accepted: socketserver's 5 drops a burst of exporters connecting at once
+    # (after a restart of `collect`), which then wait out TCP's 1 s, 3 s, 7 s … retries to get in
+    request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        """A client that went away mid-answer is its own business: one debug line, not a traceback on
+        stderr per connection (a flood of them would bury the log)."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            log.debug("collect: %s went away (%s)", client_address, sys.exc_info()[1])
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
