@@ -254,7 +254,7 @@ def cmd_collect(args, settings: Settings) -> int:
                 else ""
             )
             + f"; not on the allow-list: {stats['dropped_attributes']} attributes, {stats['dropped_values']} values, "
-            f"{stats['dropped_names']} span names",
+            f"{stats['dropped_names']} span names, {stats['dropped_events']} span events",
             file=sys.stderr,
         )
     return 0

@@ -147,7 +147,8 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # two samples, and a prediction on the pessimistic side by design (docs/whatif.md: an answer the candidate
         # turns down counts as a fallback, though the level-1 retry may rescue it): the push measures no worse than
         # predicted beyond 2.5 standard errors of the difference, and at most 0.10 better (seed 11: 0.84 predicted
-        # against 0.86 measured; 0.90 against 0.85 after the serve-time checks and the labeling design changed the draws)
+        # against 0.86 measured; 0.90 against 0.85 after the serve-time checks and the labeling design changed
+        # the draws)
         f_p, f_m = predicted["candidate"]["fallback_rate"], pushed["fallback_rate"]
         e_p, e_m = predicted["candidate"]["device_entered"], pushed["device_entered"]
         assert e_p > 300 and e_m > 300

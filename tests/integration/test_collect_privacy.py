@@ -104,6 +104,7 @@ def test_prompt_text_in_every_field_collect_passes_on_never_reaches_kafka_the_de
             assert post(receiver.port, hostile_request(2, model_call=False)) == 200  # maps to nothing
             stats = receiver.stats_dict()
         assert stats["dropped_names"] == 3 and stats["dropped_attributes"] >= 3 and stats["dropped_values"] >= 10
+        assert stats["dropped_events"] >= 1  # the event named by the prompt
         messages = consume_all(settings.kafka_bootstrap(), settings.otlp_topic, expect=2)
         assert len(messages) == 2
         raw = b"".join(m.value() for m in messages)

@@ -538,6 +538,7 @@ class Stats:
     dropped_attributes: int = 0  # not on the allow-list
     dropped_values: int = 0  # on it, but not of their kind
     dropped_names: int = 0  # span names emptied
+    dropped_events: int = 0  # span events not on the allow-list, or past what a span keeps of them
     by_status: dict = field(default_factory=dict)
 
 
@@ -752,6 +753,7 @@ class Receiver:
             self.stats.dropped_attributes += filtered.attributes
             self.stats.dropped_values += filtered.values
             self.stats.dropped_names += filtered.names
+            self.stats.dropped_events += filtered.events
         return rejected, why
 
     def _write(self, ready: list[tuple[bytes, ExportTraceServiceRequest, int]]) -> None:
