@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routerscope.warehouse.analytics.exporter import Replay
+from routerscope.warehouse.analytics.exporter import Replay, worker_request
 
 WALL = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
@@ -27,3 +27,13 @@ def test_a_replay_runs_from_its_start_at_its_speed_until_it_reaches_the_present(
 def test_a_speed_that_is_not_positive_is_refused(speed):
     with pytest.raises(ValueError, match="positive"):
         Replay(WALL, speed)
+
+
+def test_a_read_request_without_a_time_keeps_its_histograms_key():
+    """The read worker's request line is `<time>\t<histograms key>`: after the first read of a live exporter the
+    time is empty and the key is not, so the line starts with its tab. Stripped whole, the key was read as a time,
+    the worker died on it and every later scrape reported "the exporter's read worker did not answer"."""
+    assert worker_request("\t3f2a-17\n") == (None, "3f2a-17")
+    assert worker_request("\t\n") == (None, "")
+    assert worker_request("2026-12-07T03:00:00+00:00\tk\n") == (datetime(2026, 12, 7, 3, tzinfo=UTC), "k")
+    assert worker_request("2026-12-07T03:00:00+00:00\t\n") == (datetime(2026, 12, 7, 3, tzinfo=UTC), "")

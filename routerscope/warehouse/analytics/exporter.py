@@ -518,6 +518,13 @@ def snapshot_from_json(text: str) -> Snapshot:
     return Snapshot(**raw)
 
 
+def worker_request(line: str) -> tuple[datetime | None, str]:
+    """One request line of the read worker: `<ISO time or nothing>\t<histograms key or nothing>\n`. Only the line's
+    end is cut: a line with no time starts with its tab, which a strip() would take away, reading the key as a time."""
+    when, _, key = line.rstrip("\r\n").partition("\t")
+    return (datetime.fromisoformat(when) if when.strip() else None), key.strip()
+
+
 def worker_main() -> None:
     """The read worker (`python -c "…; worker_main()"`): for each line on stdin (an ISO time to read as of, or
     empty for now), one snapshot of the warehouse that ROUTERSCOPE_CLICKHOUSE_DSN names as a JSON line on stdout
@@ -528,8 +535,7 @@ def worker_main() -> None:
     settings = Settings.from_env()
     timeout_s = float(os.environ.get("ROUTERSCOPE_EXPORTER_LOCK_TIMEOUT_S", "5"))
     for request in sys.stdin:
-        when, _, key = request.strip().partition("\t")
-        now = datetime.fromisoformat(when) if when else None
+        now, key = worker_request(request)
         try:
             line = snapshot_json(read_warehouse(settings, timeout_s, now, key))
         except RouterscopeError as exc:
