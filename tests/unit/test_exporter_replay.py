@@ -27,3 +27,17 @@ def test_a_replay_runs_from_its_start_at_its_speed_until_it_reaches_the_present(
 def test_a_speed_that_is_not_positive_is_refused(speed):
     with pytest.raises(ValueError, match="positive"):
         Replay(WALL, speed)
+
+
+def test_a_replay_until_a_future_moment_runs_past_the_present_at_its_speed_and_stays_there():
+    """--replay-until: time moving on after the data stopped (the drill of a stale window)."""
+    replay = Replay(WALL, 60.0, started=time.monotonic() - 10, until=WALL + timedelta(hours=1))
+    served = replay.as_of(WALL)  # 10 s at 60×: 10 minutes past the present
+    assert WALL + timedelta(minutes=9, seconds=55) < served < WALL + timedelta(minutes=10, seconds=5)
+    done = Replay(WALL, 60.0, started=time.monotonic() - 3600, until=WALL + timedelta(hours=1))
+    assert done.as_of(WALL) == WALL + timedelta(hours=1)  # reached: it stays at `until`, never beyond
+
+
+def test_a_replay_until_a_past_moment_stops_there_instead_of_catching_up():
+    replay = Replay(WALL - timedelta(hours=2), float("inf"), until=WALL - timedelta(hours=1))
+    assert replay.as_of(WALL) == WALL - timedelta(hours=1)
