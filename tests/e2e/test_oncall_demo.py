@@ -9,6 +9,11 @@ can run (docs/operations.md "Which path sees a past incident"):
   exporter replays the warehouse from before the outage, 100 times faster than real time, until it reaches the
   present, where Prometheus's recorded rates must equal the stored latest window's.
 
+Then the data stops (issue 56's stale case on the demo's own warehouse): the demo's span has ended, and a second
+exporter replays from the present to half an hour past it (`--replay-until`) for a second Prometheus, so the latest
+window ages past its allowance in seconds: `routerscope_windows_stale` must reach Alertmanager, and no streak rule
+(every exported alert with a `for:` but the stale alert's) may be pending or firing then, nor ever reach it.
+
 One small demo (4,000 requests over the usual 2 hours, no live model): the outage's breaker windows do not depend
 on the volume."""
 
@@ -139,7 +144,7 @@ def query_all(prometheus: str, expr: str) -> list[dict]:
     return json.loads(urllib.request.urlopen(url, timeout=10).read())["data"]["result"]
 
 
-@pytest.mark.timeout(300)  # the demo (~15-40 s), then about a minute of replay into the present
+@pytest.mark.timeout(300)  # the demo (~15-40 s), about a minute of replay into the present, ~20 s stopped
 def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_routerscope_and_through_prometheus(
     home, tmp_path
 ):

@@ -331,7 +331,9 @@ def test_a_replay_until_a_future_moment_serves_the_latest_window_as_old_as_it_wi
 
 
 def test_replay_until_without_a_start_is_one_error_saying_what_is_missing(tmp_path):
-    done = run_cli("exporter", "--port", "19661", "--replay-until", "2030-01-01T00:00:00Z", env=clean_env(tmp_path))
+    done = run_cli(
+        "exporter", "--port", str(free_port()), "--replay-until", "2030-01-01T00:00:00Z", env=clean_env(tmp_path)
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == "routerscope: error: --replay-until needs --replay-from (where the replay starts)"
 
