@@ -18,7 +18,10 @@ from routerscope.core.timeutil import parse_utc
 def cmd_exporter(args, settings: Settings) -> int:
     from routerscope.warehouse.analytics.exporter import Lease, Replay, make_exporter  # deferred: start-up, ~0.1 s
 
-    replay = Replay(args.replay_from, args.replay_speed) if args.replay_from else None
+    if args.replay_until and not args.replay_from:
+        print("routerscope: error: --replay-until needs --replay-from (where the replay starts)", file=sys.stderr)
+        return 2
+    replay = Replay(args.replay_from, args.replay_speed, until=args.replay_until) if args.replay_from else None
     lease = Lease(Path(args.lease), args.lease_timeout) if args.lease else None
     server = make_exporter(
         settings,
@@ -33,7 +36,8 @@ def cmd_exporter(args, settings: Settings) -> int:
     if replay:
         print(
             f"routerscope exporter: replaying the warehouse from {replay.start:%Y-%m-%d %H:%M:%S} UTC at "
-            f"{replay.speed:g}x, as if it were now, until it reaches the present",
+            f"{replay.speed:g}x, as if it were now, until it reaches "
+            + (f"{replay.until:%Y-%m-%d %H:%M:%S} UTC and stays there" if replay.until else "the present"),
             flush=True,
         )
     try:
@@ -111,6 +115,13 @@ def add_commands(sub, port_type) -> None:
         metavar="TIME",
         help="serve the warehouse as it stood from TIME on, as if it were now (a drill of the Prometheus path on a "
         "past incident: docs/operations.md)",
+    )
+    p.add_argument(
+        "--replay-until",
+        type=_instant,
+        metavar="TIME",
+        help="stop the replay's clock at TIME instead of the present and keep serving that moment; a TIME in the "
+        "future drills the data having stopped (docs/operations.md)",
     )
     p.add_argument("--replay-speed", type=_positive, default=1.0, metavar="X", help="replay X times faster (default 1)")
     p.add_argument(

@@ -9,6 +9,11 @@ can run (docs/operations.md "Which path sees a past incident"):
   exporter replays the warehouse from before the outage, 100 times faster than real time, until it reaches the
   present, where Prometheus's recorded rates must equal the stored latest window's.
 
+Then the data stops (issue 56's stale case on the demo's own warehouse): the demo's span has ended, and a second
+exporter replays from the present to half an hour past it (`--replay-until`) for a second Prometheus, so the latest
+window ages past its allowance in seconds: `routerscope_windows_stale` must reach Alertmanager, and no streak rule
+(every exported alert with a `for:` but the stale alert's) may be pending or firing then, nor ever reach it.
+
 One small demo (4,000 requests over the usual 2 hours, no live model): the outage's breaker windows do not depend
 on the volume."""
 
@@ -23,6 +28,7 @@ import urllib.request
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 
 from routerscope.core import procs
 from routerscope.core.procs import free_port
@@ -38,6 +44,9 @@ OUTAGE = "cloud_breaker_open"  # the demo's cloud outage (20-30 % of its span) r
 SPEED = 100  # replayed seconds per second: a 5-minute window lasts 3 s, scraped and evaluated every second
 LEAD = timedelta(minutes=10)  # the replay starts this long before the outage's first window
 REPLAY = "routerscope_replay"  # the drill's Prometheus marks what it sends (external label)
+STALE = "routerscope_windows_stale"
+STOPPED = "stopped"  # the external label of the second phase's Prometheus: the data has stopped
+STOPPED_FOR = timedelta(minutes=30)  # how far the second phase's clock runs on past the data: 18 s at SPEED
 REPLAY_GAUGE = "routerscope_exporter_replay_timestamp_seconds"  # served while the exporter replays
 
 
@@ -102,7 +111,40 @@ def stored_latest_fallback_rates(settings) -> dict[str, float]:
     return dict(rows)
 
 
-@pytest.mark.timeout(300)  # the demo (~15-40 s), then about a minute of replay into the present
+def start_exporter(home, log, start: datetime, until: datetime | None = None):
+    """`routerscope exporter` replaying the warehouse from `start` at SPEED (to `until`, or the present)."""
+    port = free_port()
+    argv = [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "0.5"]
+    argv += ["--replay-from", start.isoformat(), "--replay-speed", str(SPEED)]
+    argv += ["--replay-until", until.isoformat()] if until else []
+    with log.open("wb") as out:
+        exporter = procs.spawn(argv, env=clean_env(home), stdout=out, stderr=subprocess.STDOUT)
+    procs.wait_ready(
+        exporter, lambda: procs.http_ok(f"http://127.0.0.1:{port}/-/healthy"), what="exporter", log_path=log
+    )
+    return exporter, port
+
+
+def streak_rules(rules_file) -> set[str]:
+    """The exported alerts that wait `for:` a streak of windows (every one with a `for:`, but the stale alert's)."""
+    groups = yaml.safe_load(rules_file.read_text())["groups"]
+    return {r["alert"] for g in groups for r in g["rules"] if "alert" in r and r.get("for") and r["alert"] != STALE}
+
+
+def alerts(receiver: oncall.Receiver, replay: str) -> list[dict]:
+    return [a for n in receiver.at("/am") for a in n["alerts"] if a["labels"].get(REPLAY) == replay]
+
+
+def labelled(receiver: oncall.Receiver, rule: str, replay: str, status: str) -> list[dict]:
+    return [a for a in alerts(receiver, replay) if a["labels"]["alertname"] == rule and a["status"] == status]
+
+
+def query_all(prometheus: str, expr: str) -> list[dict]:
+    url = f"{prometheus}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    return json.loads(urllib.request.urlopen(url, timeout=10).read())["data"]["result"]
+
+
+@pytest.mark.timeout(300)  # the demo (~15-40 s), about a minute of replay into the present, ~20 s stopped
 def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_routerscope_and_through_prometheus(
     home, tmp_path
 ):
@@ -143,19 +185,8 @@ def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_rout
                 env=clean_env(home),
             )
             assert export.returncode == 0, export.stderr
-            port = free_port()
             log = tmp_path / "exporter.log"
-            with log.open("wb") as out:
-                exporter = procs.spawn(
-                    [ROUTERSCOPE, "exporter", "--port", str(port), "--refresh", "0.5"]
-                    + ["--replay-from", (first_seen - LEAD).isoformat(), "--replay-speed", str(SPEED)],
-                    env=clean_env(home),
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            procs.wait_ready(
-                exporter, lambda: procs.http_ok(f"http://127.0.0.1:{port}/-/healthy"), what="exporter", log_path=log
-            )
+            exporter, port = start_exporter(home, log, first_seen - LEAD)
             config = {
                 "global": {
                     "scrape_interval": "1s",
@@ -190,6 +221,33 @@ def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_rout
                 recorded = eventually(lambda: live_rates(prom), stored, timeout_s=30)
                 assert stored and recorded.keys() == stored.keys(), (recorded, stored)
                 assert all(abs(recorded[t] - stored[t]) < 1e-9 for t in stored), (recorded, stored)
+            assert procs.stop(exporter) == 0
+            exporter = None
+
+            # the data stops: the demo's span ended, and the replay's clock runs on past its last window (into the
+            # future: time moving on) at the same speed; the latest window ages past its allowance, so
+            # `routerscope_windows_stale` reaches Alertmanager and no streak rule even stays pending on it
+            exporter, port = start_exporter(
+                home, tmp_path / "exporter-stopped.log", datetime.now(UTC), until=datetime.now(UTC) + STOPPED_FOR
+            )
+            config["global"]["external_labels"] = {REPLAY: STOPPED}
+            config["scrape_configs"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
+            streaks = streak_rules(rules)
+            assert {"l2_l3_drift", "fallback_rate_high", "rollback_offload_failure"} <= streaks, streaks
+            (tmp_path / "stopped").mkdir()
+            with oncall.prometheus(tmp_path / "stopped", config) as prom:
+                deadline = time.monotonic() + 60
+                while not labelled(receiver, STALE, STOPPED, "firing") and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                stale = labelled(receiver, STALE, STOPPED, "firing")
+                assert stale and {a["labels"]["grain"] for a in stale} >= {"5m"}, receiver.at("/am")[-5:]
+                # from then on no streak rule holds, pending or firing, in any evaluation (a range over the last 3 s,
+                # a few evaluations after: one instant could miss them, as a timed-out scrape empties every rule)
+                time.sleep(4)
+                held = query_all(prom, f'max_over_time(ALERTS{{alertname=~"{"|".join(sorted(streaks))}"}}[3s])')
+                assert not held, held
+            fired = {a["labels"]["alertname"] for a in alerts(receiver, STOPPED) if a["status"] == "firing"}
+            assert STALE in fired and not fired & streaks, fired
     finally:
         if exporter is not None:
             assert procs.stop(exporter) == 0

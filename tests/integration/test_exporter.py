@@ -302,6 +302,42 @@ def test_a_replay_that_reaches_the_present_serves_live():
     assert Replay(now - timedelta(hours=1), speed=60).as_of(now) < now - timedelta(minutes=59)
 
 
+def test_a_replay_until_a_future_moment_serves_the_latest_window_as_old_as_it_will_be_then(known):
+    """`--replay-until` past the data: time moves on after the data stopped, so the latest window's served end
+    ages as it will have by then (what raises `routerscope_windows_stale` in a drill), while the served counts
+    stay the latest window's."""
+
+    def read(replay):
+        collector = WarehouseCollector(known, refresh_s=0, replay=replay)
+        try:
+            found = samples(list(collector.collect()))
+        finally:
+            collector.close()
+        assert not collector.last_error
+        return found
+
+    live = read(None)
+    end = value(live, "routerscope_window_end_timestamp_seconds", grain="5m")
+    until = datetime.now(UTC) + timedelta(hours=3)
+    found = read(Replay(datetime.now(UTC), float("inf"), until=until))
+    assert value(found, "routerscope_exporter_replay_timestamp_seconds") == until.timestamp()
+    age = value(found, "routerscope_exporter_refresh_timestamp_seconds") - value(
+        found, "routerscope_window_end_timestamp_seconds", grain="5m"
+    )
+    assert abs(age - (until.timestamp() - end)) < 1e-3
+    assert value(found, "routerscope_window_decisions", grain="5m", task_type=A) == value(
+        live, "routerscope_window_decisions", grain="5m", task_type=A
+    )
+
+
+def test_replay_until_without_a_start_is_one_error_saying_what_is_missing(tmp_path):
+    done = run_cli(
+        "exporter", "--port", str(free_port()), "--replay-until", "2030-01-01T00:00:00Z", env=clean_env(tmp_path)
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == "routerscope: error: --replay-until needs --replay-from (where the replay starts)"
+
+
 def test_the_health_path_answers_without_reading_and_a_taken_port_is_one_error(known):
     server = make_exporter(known, port=free_port(), refresh_s=60)
     threading.Thread(target=server.serve_forever, daemon=True).start()

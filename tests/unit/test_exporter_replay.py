@@ -37,3 +37,17 @@ def test_a_read_request_without_a_time_keeps_its_histograms_key():
     assert worker_request("\t\n") == (None, "")
     assert worker_request("2026-12-07T03:00:00+00:00\tk\n") == (datetime(2026, 12, 7, 3, tzinfo=UTC), "k")
     assert worker_request("2026-12-07T03:00:00+00:00\t\n") == (datetime(2026, 12, 7, 3, tzinfo=UTC), "")
+
+
+def test_a_replay_until_a_future_moment_runs_past_the_present_at_its_speed_and_stays_there():
+    """--replay-until: time moving on after the data stopped (the drill of a stale window)."""
+    replay = Replay(WALL, 60.0, started=time.monotonic() - 10, until=WALL + timedelta(hours=1))
+    served = replay.as_of(WALL)  # 10 s at 60×: 10 minutes past the present
+    assert WALL + timedelta(minutes=9, seconds=55) < served < WALL + timedelta(minutes=10, seconds=5)
+    done = Replay(WALL, 60.0, started=time.monotonic() - 3600, until=WALL + timedelta(hours=1))
+    assert done.as_of(WALL) == WALL + timedelta(hours=1)  # reached: it stays at `until`, never beyond
+
+
+def test_a_replay_until_a_past_moment_stops_there_instead_of_catching_up():
+    replay = Replay(WALL - timedelta(hours=2), float("inf"), until=WALL - timedelta(hours=1))
+    assert replay.as_of(WALL) == WALL - timedelta(hours=1)

@@ -184,20 +184,24 @@ def last_ended_window(now: datetime, step: timedelta) -> datetime:
 @dataclass
 class Replay:
     """A clock for serving history (`routerscope exporter --replay-from`): it starts at `start` when the exporter
-    starts and runs `speed` times faster than the wall clock until it reaches the present, then keeps to it."""
+    starts and runs `speed` times faster than the wall clock until it reaches the present, then keeps to it. With
+    `until` (`--replay-until`) it runs to that moment instead and stays there, served as now: a moment in the
+    future is how a drill shows time moving on after the data stopped (the latest window ages, `windows_stale`)."""
 
     start: datetime
     speed: float = 1.0
     started: float = field(default_factory=time.monotonic)
+    until: datetime | None = None
 
     def __post_init__(self):
         if not self.speed > 0:  # NaN too
             raise ValueError("a replay's speed must be positive")
 
     def as_of(self, wall: datetime) -> datetime:
-        ahead = (time.monotonic() - self.started) * self.speed  # inf × 0 is NaN: then too, the present
-        if not ahead < (wall - self.start).total_seconds():  # caught up (a speed of 1e300 or inf never overflows)
-            return wall
+        end = wall if self.until is None else self.until
+        ahead = (time.monotonic() - self.started) * self.speed  # inf × 0 is NaN: then too, the end
+        if not ahead < (end - self.start).total_seconds():  # caught up (a speed of 1e300 or inf never overflows)
+            return end
         return self.start + timedelta(seconds=ahead)
 
 
@@ -622,7 +626,7 @@ class WarehouseCollector:
         wall = datetime.now(UTC)
         as_of = self.replay.as_of(wall)
         snapshot = self._read(as_of)
-        return shifted(snapshot, wall) if as_of < wall else snapshot
+        return shifted(snapshot, wall) if as_of != wall else snapshot
 
     def refresh(self) -> None:
         try:
