@@ -58,9 +58,9 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     items: list[tuple[bytes, bytes | None]] = []
     for i, payload in enumerate(good):  # poison spread among the good ones, on every partition
         items.append((f"good-{i}".encode(), payload))
-        if i % 8 == 0 and i // 8 < len(ALL_POISON):
-            name, poison, _ = ALL_POISON[i // 8]
-            items.append((f"poison-{i // 8}".encode(), poison))
+        if i % 7 == 0 and i // 7 < len(ALL_POISON):
+            name, poison, _ = ALL_POISON[i // 7]
+            items.append((f"poison-{i // 7}".encode(), poison))
     assert sum(k.startswith(b"poison") for k, _ in items) == len(ALL_POISON)
     _produce_keyed(stack, items)
     # a producer-set CreateTime far past what the warehouse stores must not break the quarantine insert
