@@ -83,12 +83,14 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     v2 = query(
         stack,
         "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
-        "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
+        "device_thermal_state, device_decode_tps, device_cold_start, answer_check, device_input_tokens "
+        "FROM routerscope.decisions "
         "WHERE schema_version = 2 ORDER BY request_id",
     )
     assert v2 == [
-        ("v2-busy", 2, "device_busy", None, None, None, None, None, None),
-        ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False),
+        ("v2-answer-check", 2, "validator_failed", None, None, None, None, None, None, "labels", 10_000_000),
+        ("v2-busy", 2, "device_busy", None, None, None, None, None, None, None, None),
+        ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False, None, None),
     ]
     rows = {
         key: (rules, error)

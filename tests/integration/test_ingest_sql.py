@@ -177,8 +177,9 @@ def test_answer_check_and_device_input_tokens_load_through_both_parsers_and_are_
         "WHERE kafka_offset >= 20000 ORDER BY kafka_partition, kafka_offset"
     ).result_rows
     expected = [("checked", "fields", 5123), ("plain-v2", None, None), ("req-1", None, None)]
-    assert [r[1:] for r in rows if r[0] == 0] == [(e["request_id"], *x[1:]) for e, x in zip(
-        [json.loads(p) for p in payloads], expected)]
+    assert [r[1:] for r in rows if r[0] == 0] == [
+        (e["request_id"], *x[1:]) for e, x in zip([json.loads(p) for p in payloads], expected)
+    ]
     assert [r[1:] for r in rows if r[0] == 1] == [r[1:] for r in rows if r[0] == 0]
 
 
