@@ -47,7 +47,7 @@ _LABELS_TABLE = "metric_window_labels"
 EXPLORER_COLUMNS = tuple(
     "event_time request_id session_id task_type mode fallback_type reason degrade_level latency_ms attempt_levels "
     "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
-    "cloud_model input_tokens output_tokens cost_usd policy_version app_id".split()
+    "cloud_model input_tokens output_tokens cost_usd policy_version app_id answer_check device_input_tokens".split()
 )
 
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
