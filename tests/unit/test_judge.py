@@ -273,3 +273,30 @@ def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type)
 def test_free_text_facts(answer, reference, verdict):
     cap = POLICY.capability("short_reply")
     assert judge_answer(cap, "Reply: is the store open?", answer, reference, validate).acceptable is verdict
+
+
+LABEL_FORMS = ["play_music", " `Play Music.` ", "'play-music'!", "**PLAY_MUSIC**", "play  music?", "playmusic", ""]
+
+
+@pytest.mark.parametrize("text", LABEL_FORMS)
+def test_the_judge_and_the_serve_time_check_normalise_a_label_the_one_same_way(text):
+    """One normaliser (routerscope.router.answers) behind both: a label the router serves is one the judge reads
+    as declared, and one it refuses the judge rejects as undeclared."""
+    from routerscope.router import answers
+    from routerscope.router.judge import judge_labels
+
+    labels = ["play_music", "weather", "other"]
+    served = answers.check_labels(text, labels) is None
+    assert judge_labels(text, labels).acceptable is served
+    assert served is (text.strip() not in ("playmusic", ""))
+
+
+def test_judge_2_rules_read_json_nested_past_the_recursion_limit_as_not_json():
+    """`judge_fields` and `judge_tools` used the judge's own JSON parse, which let a RecursionError out of JSON
+    nested 100 000 deep; they share the serve-time check's parse now, which reads it as no JSON."""
+    from routerscope.router.judge import judge_fields, judge_tools
+
+    deep = "[" * 100_000 + "]" * 100_000
+    assert judge_fields(deep, {"city": "string"}, "weather in Lyon") == judge_fields("x", {"city": "string"}, "")
+    assert judge_fields(deep, {"city": "string"}, "").reason == "not_json"
+    assert judge_tools(deep, {"get_weather": {"city": "string"}}, None).reason == "not_json"
