@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
@@ -269,8 +270,14 @@ def _one_call(text: str, tools: dict[str, dict[str, str]], whitelist: tuple[str,
 
 
 def judge_labels_against(answer: str, labels: list[str], reference: str | None) -> Judgement:
-    """Classification: a declared label, and the cloud's (`routerscope.router.judge_ref.compare_labels`)."""
+    """Classification: a declared label, and the cloud's (`routerscope.router.judge_ref.compare_labels`). A declared
+    label only in compatibility forms (full-width `ｐｌａｙ_ｍｕｓｉｃ`, a ligature: Unicode NFKC folds it) gets no
+    verdict, `confusable`: the next system reads another string than the label (docs/judge.md)."""
     allowed = {_label_key(v): v for v in labels}
+    if _label_key(answer) not in allowed:
+        folded = unicodedata.normalize("NFKC", answer)
+        if folded != answer and _label_key(folded) in allowed:
+            return Judgement(None, "labels", "confusable")
     ok, why = judge_ref.compare_labels(_label_key(answer), allowed, _label_key(reference) if reference else None)
     return Judgement(ok, "labels", why)
 
