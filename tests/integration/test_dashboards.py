@@ -931,6 +931,7 @@ def test_tuning_withholds_a_recommendation_people_s_verdicts_contradict_and_name
     assert glance.loc["slot_extract", "needs"] != summary.PRIORITIES[1]
 
 
+@pytest.mark.slow
 def test_explorer_detail_names_the_serve_time_check_an_answer_failed(populated):
     """A decision whose device answer failed its declared check (contract v2 `answer_check`, migration 0060)
     shows the check's name and the input size the device's window was judged by in the Explorer's detail."""
