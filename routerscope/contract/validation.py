@@ -71,6 +71,7 @@ DECISION_MAXIMA: dict[str, float] = {
     "ttft_ms": 86_400_000,
     "input_tokens": 10_000_000,
     "output_tokens": 10_000_000,
+    "device_input_tokens": 10_000_000,
     "cost_usd": 1_000_000,
     "all_cloud_cost_usd": 1_000_000,
 }
@@ -149,6 +150,8 @@ def decision_ranges_hold(e) -> bool:
             and all(a.abandoned is UNSET for a in e.attempts)
         )
     if all_cloud is not UNSET and all_cloud > 1_000_000:
+        return False
+    if e.device_input_tokens is not UNSET and e.device_input_tokens > 10_000_000:
         return False
     return stats is None or not any(_over(getattr(stats, k), hi) for k, hi in _STATS_ITEMS)
 

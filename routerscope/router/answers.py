@@ -66,24 +66,26 @@ def unfence(text: str) -> str:
     return m.group(1) if m else text.strip()
 
 
-def _label_key(text: str) -> str:
+def label_key(text: str) -> str:
+    """A label as compared: surrounding quotes, backticks and `*` gone, no trailing `.!?`, lower case, runs of
+    spaces and `-` as one `_` (the serve-time check and the replay's judge normalise the one same way)."""
     text = text.strip().strip("`'\"*").strip().rstrip(".!?").strip().strip("`'\"*")
     return re.sub(r"[\s\-]+", "_", text.lower())
 
 
-label_key = _label_key
-
-
-def _typed(value, kind: str) -> bool:
-    if kind in ("number", "integer") and isinstance(value, bool):  # JSON true is no number
+def typed(value, kind: str) -> bool:
+    """`value` is of the declared JSON type `kind` (JSON true is no number)."""
+    if kind in ("number", "integer") and isinstance(value, bool):
         return False
     return isinstance(value, JSON_TYPES[kind])
 
 
-def _json(answer: str):
+def parse_json(answer: str):
+    """(value, '') of an answer holding one JSON value (a Markdown fence aside), else (None, 'not_json'); JSON
+    nested past the interpreter's recursion limit is no answer either, never a crash."""
     try:
         return json.loads(unfence(answer)), ""
-    except (ValueError, RecursionError):  # deep nesting is no answer either
+    except (ValueError, RecursionError):
         return None, "not_json"
 
 
@@ -113,7 +115,7 @@ def _label_keys(labels) -> frozenset[str]:
     cached = _KEYS.get(id(labels))
     if cached is not None and cached[0] is labels:
         return cached[1]
-    keys = frozenset(_label_key(v) for v in labels)
+    keys = frozenset(label_key(v) for v in labels)
     if len(_KEYS) > 256:  # reloaded policies leave old lists behind: start over
         _KEYS.clear()
     _KEYS[id(labels)] = (labels, keys)
@@ -137,13 +139,13 @@ def declared(capability) -> str | None:
 
 def check_labels(text: str, labels) -> Failed | None:
     keys = _label_keys(labels)
-    if text in keys or _label_key(text) in keys:  # the common case first: the label as declared
+    if text in keys or label_key(text) in keys:  # the common case first: the label as declared
         return None
     return Failed("labels", "not_a_declared_label")
 
 
 def check_fields(text: str, fields: dict) -> Failed | None:
-    value, problem = _json(text)
+    value, problem = parse_json(text)
     if problem:
         return Failed("fields", problem)
     if not isinstance(value, dict):
@@ -152,7 +154,7 @@ def check_fields(text: str, fields: dict) -> Failed | None:
         v = value.get(name)
         if v is None or (isinstance(v, str) and not v.strip()):
             return Failed("fields", f"missing:{name[:40]}")
-        if kind in JSON_TYPES and not _typed(v, kind):
+        if kind in JSON_TYPES and not typed(v, kind):
             return Failed("fields", f"type:{name[:40]}")
     extra = [k for k in value if k not in fields]
     if extra:
@@ -163,7 +165,7 @@ def check_fields(text: str, fields: dict) -> Failed | None:
 def check_tools(text: str, tools: dict, whitelist, requested) -> Failed | None:
     """One call of a declared tool, on the capability's whitelist (None: any declared) and among the request's
     declared tools (None: any), with exactly its declared arguments, each of its type."""
-    value, problem = _json(text)
+    value, problem = parse_json(text)
     if problem:
         return Failed("tools", problem)
     if isinstance(value, list) and len(value) == 1:
@@ -184,7 +186,7 @@ def check_tools(text: str, tools: dict, whitelist, requested) -> Failed | None:
     if not isinstance(schema, dict):
         return Failed("tools", f"undeclared_schema:{name[:40]}")
     for arg, kind in schema.items():
-        if arg not in args or (kind in JSON_TYPES and not _typed(args[arg], kind)):
+        if arg not in args or (kind in JSON_TYPES and not typed(args[arg], kind)):
             return Failed("tools", f"arg:{str(arg)[:40]}")
     extra = [a for a in args if a not in schema]
     if extra:

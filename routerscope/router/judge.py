@@ -32,29 +32,22 @@ versions can be told apart in the warehouse."""
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 import string
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
 from routerscope.router import judge_code as code_judge
 from routerscope.router import judge_ref, judge_text
+from routerscope.router.answers import JSON_TYPES, LANGUAGES, code_problem, unfence
+from routerscope.router.answers import label_key as _label_key
+from routerscope.router.answers import parse_json as _json
+from routerscope.router.answers import typed as _typed
 
 JUDGE_VERSION = "3"
 AGREE_F1 = 0.4  # token F1 with the cloud's answer at or above this: the device said the same thing
 DISAGREE_F1 = 0.2  # judge 2's cut-off (`judge_agreement`): below this it rejected; judge 3 rejects on facts instead
-JSON_TYPES = {
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
-LANGUAGES = ("python",)
-_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
@@ -93,32 +86,8 @@ def declaration_problems(answer: dict | None) -> list[str]:
     return problems
 
 
-def unfence(text: str) -> str:
-    """The answer without a surrounding Markdown code fence (```json … ```), which small models add."""
-    m = _FENCE.match(text)
-    return m.group(1) if m else text.strip()
-
-
-def _label_key(text: str) -> str:
-    text = text.strip().strip("`'\"*").strip().rstrip(".!?").strip().strip("`'\"*")
-    return re.sub(r"[\s\-]+", "_", text.lower())
-
-
 def _words(text: str) -> str:
     return " ".join(text.lower().split())
-
-
-def _typed(value, kind: str) -> bool:
-    if kind in ("number", "integer") and isinstance(value, bool):  # JSON true is no number
-        return False
-    return isinstance(value, JSON_TYPES[kind])
-
-
-def _json(answer: str):
-    try:
-        return json.loads(unfence(answer)), ""
-    except ValueError:
-        return None, "not_json"
 
 
 def judge_labels(answer: str, labels: list[str], reference: str | None = None) -> Judgement:
@@ -187,19 +156,12 @@ def judge_tools(
 
 
 def judge_code(answer: str, language: str) -> Judgement:
-    if language.lower() not in LANGUAGES:
-        return Judgement(None, "language", f"no_parser:{language[:20]}")
-    code = unfence(answer)
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return Judgement(False, "language", "does_not_parse")
-    body = tree.body
-    if not body or (
-        len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Name | ast.Constant)
-    ):
-        return Judgement(False, "language", "not_code")  # '' parses, so does a lone word: neither is a snippet
-    return Judgement(True, "language")
+    problem = code_problem(answer, language)  # the serve-time check's (routerscope.router.answers)
+    if problem is None:
+        return Judgement(True, "language")
+    if problem.startswith("no_parser:"):
+        return Judgement(None, "language", problem)
+    return Judgement(False, "language", problem)
 
 
 def _tokens(text: str) -> list[str]:
@@ -308,8 +270,14 @@ def _one_call(text: str, tools: dict[str, dict[str, str]], whitelist: tuple[str,
 
 
 def judge_labels_against(answer: str, labels: list[str], reference: str | None) -> Judgement:
-    """Classification: a declared label, and the cloud's (`routerscope.router.judge_ref.compare_labels`)."""
+    """Classification: a declared label, and the cloud's (`routerscope.router.judge_ref.compare_labels`). A declared
+    label only in compatibility forms (full-width `ｐｌａｙ_ｍｕｓｉｃ`, a ligature: Unicode NFKC folds it) gets no
+    verdict, `confusable`: the next system reads another string than the label (docs/judge.md)."""
     allowed = {_label_key(v): v for v in labels}
+    if _label_key(answer) not in allowed:
+        folded = unicodedata.normalize("NFKC", answer)
+        if folded != answer and _label_key(folded) in allowed:
+            return Judgement(None, "labels", "confusable")
     ok, why = judge_ref.compare_labels(_label_key(answer), allowed, _label_key(reference) if reference else None)
     return Judgement(ok, "labels", why)
 

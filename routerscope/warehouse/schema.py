@@ -62,6 +62,8 @@ DECISION_COLUMNS = (
     "experiment_id",
     "arm",
     "assignment_bucket",
+    "answer_check",  # contract v2, optional: the serve-time answer checks (migration 0060)
+    "device_input_tokens",
     "kafka_topic",
     "kafka_partition",
     "kafka_offset",

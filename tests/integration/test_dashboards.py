@@ -929,3 +929,42 @@ def test_tuning_withholds_a_recommendation_people_s_verdicts_contradict_and_name
     glance = app.dataframe[0].value.set_index("task type")  # the table at a glance says the same, no move to make
     assert glance.loc["slot_extract", "recommended threshold"].startswith("0.70 withheld: people's verdicts")
     assert glance.loc["slot_extract", "needs"] != summary.PRIORITIES[1]
+
+
+@pytest.mark.slow
+def test_explorer_detail_names_the_serve_time_check_an_answer_failed(populated):
+    """A decision whose device answer failed its declared check (contract v2 `answer_check`, migration 0060)
+    shows the check's name and the input size the device's window was judged by in the Explorer's detail."""
+    from routerscope.contract.validation import DECISIONS
+    from routerscope.warehouse.ingest.rows import FACTS
+    from tests.support.events import dumps, quality_fallback
+
+    event = quality_fallback(
+        schema_version=2,
+        request_id="checked-answer",
+        app_id="answer-check-app",
+        event_time="2026-11-29T12:00:00Z",
+        reason="validator_failed",
+        attempts=[
+            {"level": 0, "outcome": "validator_failed", "latency_ms": 200.0},
+            {"level": 2, "outcome": "ok", "latency_ms": 700.0},
+        ],
+        confidence=0.9,
+        answer_check="labels",
+        device_input_tokens=1234,
+    )
+    table, columns, build = FACTS[names.TOPIC_DECISIONS]
+    with open_warehouse(populated) as client:
+        client.insert(
+            f"routerscope.{table}",
+            build([DECISIONS.parse(dumps(event))[0]], names.TOPIC_DECISIONS, [0], [900_000]),
+            column_names=list(columns),
+            column_oriented=True,
+        )
+    app = render("explorer.py", **FIXTURE_DAY, app_id="answer-check-app")
+    assert matched(app).startswith("1 decisions")
+    captions = [c.value for c in app.caption]
+    assert any("serve-time check `labels`" in c for c in captions), captions
+    assert any("judged by 1,234 input tokens" in c for c in captions), captions
+    plain = render("explorer.py", **FIXTURE_DAY, task_type="intent_classify")  # fixture rows carry neither
+    assert not [c.value for c in plain.caption if "serve-time check" in c.value or "judged by" in c.value]

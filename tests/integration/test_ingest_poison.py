@@ -58,9 +58,9 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     items: list[tuple[bytes, bytes | None]] = []
     for i, payload in enumerate(good):  # poison spread among the good ones, on every partition
         items.append((f"good-{i}".encode(), payload))
-        if i % 8 == 0 and i // 8 < len(ALL_POISON):
-            name, poison, _ = ALL_POISON[i // 8]
-            items.append((f"poison-{i // 8}".encode(), poison))
+        if i % 7 == 0 and i // 7 < len(ALL_POISON):
+            name, poison, _ = ALL_POISON[i // 7]
+            items.append((f"poison-{i // 7}".encode(), poison))
     assert sum(k.startswith(b"poison") for k, _ in items) == len(ALL_POISON)
     _produce_keyed(stack, items)
     # a producer-set CreateTime far past what the warehouse stores must not break the quarantine insert
@@ -83,12 +83,14 @@ def test_no_poison_message_stops_ingest_and_every_good_message_loads_once(stack,
     v2 = query(
         stack,
         "SELECT request_id, schema_version, reason, rollout_stage, all_cloud_cost_usd, device_peak_mem_mb, "
-        "device_thermal_state, device_decode_tps, device_cold_start FROM routerscope.decisions "
+        "device_thermal_state, device_decode_tps, device_cold_start, answer_check, device_input_tokens "
+        "FROM routerscope.decisions "
         "WHERE schema_version = 2 ORDER BY request_id",
     )
     assert v2 == [
-        ("v2-busy", 2, "device_busy", None, None, None, None, None, None),
-        ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False),
+        ("v2-answer-check", 2, "validator_failed", None, None, None, None, None, None, "labels", 10_000_000),
+        ("v2-busy", 2, "device_busy", None, None, None, None, None, None, None, None),
+        ("v2-ledger", 2, "default", "canary", 0.002, 400.0, "serious", 31.5, False, None, None),
     ]
     rows = {
         key: (rules, error)

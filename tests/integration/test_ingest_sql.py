@@ -144,6 +144,45 @@ def test_valid_messages_make_the_same_facts_rows_as_the_python_parser(client):
     assert rows[1] == rows[0]
 
 
+def test_answer_check_and_device_input_tokens_load_through_both_parsers_and_are_null_when_absent(client):
+    """The serve-time answer check's fields (contract v2, optional; migration 0060): an event carrying them holds
+    them in `answer_check` and `device_input_tokens` whichever parser loaded it (Python: partition 0, SQL:
+    partition 1); an event without them, and a v1 event, hold NULL."""
+    carrying = quality_fallback(
+        schema_version=2,
+        request_id="checked",
+        reason="validator_failed",
+        attempts=[
+            {"level": 0, "outcome": "validator_failed", "latency_ms": 200.0},
+            {"level": 2, "outcome": "ok", "latency_ms": 700.0},
+        ],
+        confidence=0.9,
+        answer_check="fields",
+        device_input_tokens=5123,
+    )
+    payloads = [dumps(carrying), dumps(decision(schema_version=2, request_id="plain-v2")), dumps(decision())]
+    topic, (table, columns, build) = DECISIONS, FACTS[DECISIONS]
+    events = [CONTRACTS[topic].parse(p)[0] for p in payloads]
+    assert all(e is not None for e in events)
+    offsets = [20_000, 20_001, 20_002]
+    client.insert(
+        f"{names.DATABASE}.{table}",
+        build(events, topic, [0] * 3, offsets),
+        column_names=list(columns),
+        column_oriented=True,
+    )
+    insert_raw(client, topic, uuid.uuid4().hex, 1, offsets, payloads)
+    rows = client.query(
+        f"SELECT kafka_partition, request_id, answer_check, device_input_tokens FROM {names.DATABASE}.{table} "
+        "WHERE kafka_offset >= 20000 ORDER BY kafka_partition, kafka_offset"
+    ).result_rows
+    expected = [("checked", "fields", 5123), ("plain-v2", None, None), ("req-1", None, None)]
+    assert [r[1:] for r in rows if r[0] == 0] == [
+        (e["request_id"], *x[1:]) for e, x in zip([json.loads(p) for p in payloads], expected)
+    ]
+    assert [r[1:] for r in rows if r[0] == 1] == [r[1:] for r in rows if r[0] == 0]
+
+
 # -- arbitrary messages ------------------------------------------------------------------------------
 _json_values = st.recursive(
     st.none()

@@ -130,6 +130,44 @@ def test_seed000_false_fallbacks_by_type_never_mix_quality_and_timeout(warehouse
         assert by_type["timeout"] == {"rate": 1.0, "labeled": 3, "ci": [pytest.approx(0.438503, abs=1e-6), 1.0]}
 
 
+def test_validator_failed_fallbacks_split_by_the_serve_time_check_that_failed(warehouse):
+    """The live `validator_failed` fallbacks counted by the check named in `answer_check` (contract v2, migration
+    0060): task C has two `labels` failures, one `fields` and one v1 event naming none (`unnamed`); task B one
+    `tools`; a shadow failure and a low-confidence fallback count nowhere. Overall: labels 2, fields 1, tools 1,
+    unnamed 1."""
+
+    def failed(n: int, task: str, check: str | None, **kw) -> dict:
+        extra = {} if check is None else {"schema_version": 2, "answer_check": check}
+        return quality_fallback(
+            event_id=eid(n),
+            request_id=f"vf{n}",
+            task_type=task,
+            event_time=at(1),
+            reason="validator_failed",
+            confidence=0.9,
+            attempts=attempts((0, "validator_failed"), (2, "ok")),
+            **extra,
+            **kw,
+        )
+
+    events = [
+        failed(800, C, "labels"),
+        failed(801, C, "labels", device_input_tokens=300),
+        failed(802, C, "fields"),
+        failed(803, C, None),
+        failed(804, B, "tools"),
+        failed(805, B, "tools", mode="shadow"),
+        quality_fallback(event_id=eid(806), request_id="low", task_type=B, event_time=at(1)),
+    ]
+    insert(warehouse, events, [])
+    result = compute(warehouse, START, END)
+    assert result["by_task_type"][C]["validator_failed_by_check"] == {"fields": 1, "labels": 2, "unnamed": 1}
+    assert result["by_task_type"][B]["validator_failed_by_check"] == {"tools": 1}
+    assert result["overall"]["validator_failed_by_check"] == {"fields": 1, "labels": 2, "tools": 1, "unnamed": 1}
+    with_window = warehouse.query("SELECT device_input_tokens FROM routerscope.decisions WHERE request_id = 'vf801'")
+    assert with_window.result_rows == [(300,)]
+
+
 def test_cloud_calls_histogram_counts_sessions_by_their_sum(warehouse):
     from routerscope.warehouse.queries.decisions import cloud_calls_histogram
     from routerscope.warehouse.sql import QueryWindow

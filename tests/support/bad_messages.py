@@ -201,6 +201,21 @@ def good_messages() -> list[bytes]:
                 attempts=[{"level": 2, "outcome": "ok", "latency_ms": 500.0}],
             )
         ),
+        dumps(
+            quality_fallback(
+                schema_version=2,
+                event_id=_id(2, 2),
+                request_id="v2-answer-check",
+                reason="validator_failed",
+                attempts=[
+                    {"level": 0, "outcome": "validator_failed", "latency_ms": 200.0},
+                    {"level": 2, "outcome": "ok", "latency_ms": 700.0},
+                ],
+                confidence=0.9,
+                answer_check="labels",
+                device_input_tokens=10_000_000,
+            )
+        ),
     ]
     edges = [
         dumps(decision(event_id=_id(3, 0), request_id="far-future", event_time="2100-01-01T00:00:00Z")),
@@ -253,6 +268,27 @@ POISON: list[tuple[str, bytes | None, list[str]]] = [
         dumps(decision(schema_version=2, device_stats={"peak_mem_mb": 1e9})),
         ["schema.range.device_stats.peak_mem_mb"],
     ),
+    (
+        "answer_check longer than its 32 characters",
+        dumps(decision(schema_version=2, answer_check="labels" + "_x" * 20)),
+        ["schema.invalid.answer_check"],
+    ),
+    (
+        "answer_check not a check's name",
+        dumps(decision(schema_version=2, answer_check="Labels; DROP")),
+        ["schema.invalid.answer_check"],
+    ),
+    (
+        "device_input_tokens negative",
+        dumps(decision(schema_version=2, device_input_tokens=-1)),
+        ["schema.invalid.device_input_tokens"],
+    ),
+    (
+        "device_input_tokens 2^40",
+        dumps(decision(schema_version=2, device_input_tokens=2**40)),
+        ["schema.range.device_input_tokens"],
+    ),
+    ("v1 naming answer_check", dumps(decision(answer_check="labels")), ["schema.unknown.answer_check"]),
     ("1.5 MB", b'{"pad": "' + b"x" * 1_500_000 + b'"}', ["json.too_large"]),
     ("tombstone (no value)", None, ["json.invalid"]),
     # valid for the contract, refused by the warehouse (a CHECK constraint the test adds): the last line

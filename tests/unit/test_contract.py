@@ -524,7 +524,8 @@ def test_label_and_breaker_times_must_fit_the_column(contract, event):
         {},
         optional={
             name: st.one_of(st.integers(0, 2 * hi), st.integers(0, 2**70))
-            if name in ("cloud_calls", "deadline_ms", "elapsed_ms", "input_tokens", "output_tokens")
+            if name
+            in ("cloud_calls", "deadline_ms", "elapsed_ms", "input_tokens", "output_tokens", "device_input_tokens")
             else st.floats(0, 2 * hi, allow_nan=False)
             for name, hi in DECISION_MAXIMA.items()
         },

@@ -273,3 +273,48 @@ def test_json_nested_past_the_recursion_limit_is_not_json_not_a_crash(task_type)
 def test_free_text_facts(answer, reference, verdict):
     cap = POLICY.capability("short_reply")
     assert judge_answer(cap, "Reply: is the store open?", answer, reference, validate).acceptable is verdict
+
+
+LABEL_FORMS = ["play_music", " `Play Music.` ", "'play-music'!", "**PLAY_MUSIC**", "play  music?", "playmusic", ""]
+
+
+@pytest.mark.parametrize("text", LABEL_FORMS)
+def test_the_judge_and_the_serve_time_check_normalise_a_label_the_one_same_way(text):
+    """One normaliser (routerscope.router.answers) behind both: a label the router serves is one the judge reads
+    as declared, and one it refuses the judge rejects as undeclared."""
+    from routerscope.router import answers
+    from routerscope.router.judge import judge_labels
+
+    labels = ["play_music", "weather", "other"]
+    served = answers.check_labels(text, labels) is None
+    assert judge_labels(text, labels).acceptable is served
+    assert served is (text.strip() not in ("playmusic", ""))
+
+
+def test_judge_2_rules_read_json_nested_past_the_recursion_limit_as_not_json():
+    """`judge_fields` and `judge_tools` used the judge's own JSON parse, which let a RecursionError out of JSON
+    nested 100 000 deep; they share the serve-time check's parse now, which reads it as no JSON."""
+    from routerscope.router.judge import judge_fields, judge_tools
+
+    deep = "[" * 100_000 + "]" * 100_000
+    assert judge_fields(deep, {"city": "string"}, "weather in Lyon") == judge_fields("x", {"city": "string"}, "")
+    assert judge_fields(deep, {"city": "string"}, "").reason == "not_json"
+    assert judge_tools(deep, {"get_weather": {"city": "string"}}, None).reason == "not_json"
+
+
+@pytest.mark.parametrize("answer", ["ｐｌａｙ_ｍｕｓｉｃ", "ＰＬＡＹ ＭＵＳＩＣ", "ｐｌａｙ-music."])
+def test_a_declared_label_in_full_width_forms_gets_no_verdict(answer):
+    """Unicode NFKC folds a full-width label into a declared one: the judge abstains (`confusable`) rather than
+    reject a right label or accept a string the next system may not read as it; the router still refuses to
+    serve it (the serve-time check compares the label as written)."""
+    from routerscope.router import answers
+    from routerscope.router.judge import judge_labels_against
+
+    labels = ["play_music", "weather", "other"]
+    verdict = judge_labels_against(answer, labels, "play_music")
+    assert (verdict.acceptable, verdict.reason) == (None, "confusable")
+    assert answers.check_labels(answer, labels) is not None
+    assert judge_labels_against("ｂａｎａｎａ", labels, "play_music").reason == "not_a_declared_label"
+    through = judge_answer(POLICY.capabilities["intent_classify"], "play jazz", answer, "play_music", validate=validate)
+    assert (through.acceptable, through.reason) == (None, "confusable")
+    assert judge_labels_against("play_music\u00a0", labels, "play_music").acceptable is True  # stripped space

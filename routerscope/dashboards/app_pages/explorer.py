@@ -169,5 +169,13 @@ if one is not None:
         },
         hide_index=True,
     )
+    check, window = one.get("answer_check"), one.get("device_input_tokens")
+    if check:  # the serve-time check an answer failed (docs/router.md, "Only a declared answer is served")
+        st.caption(
+            f"An answer failed its serve-time check {_code(str(check))} (the policy's declared answer; "
+            "docs/router.md) and was not served."
+        )
+    if window is not None and window == window:  # NaN: the column held NULL
+        st.caption(f"The device's context window was judged by {int(window):,} input tokens.")
     if one["confidence"] is not None and one["threshold"] is not None:
         st.caption(f"confidence {one['confidence']:.3f} against the threshold {one['threshold']:.2f}")

@@ -90,6 +90,7 @@ def empty_group() -> dict[str, Any]:
         "degrade_trigger_rate": None,
         "degrade_trigger_ci": None,
         "by_policy_version": {},
+        "validator_failed_by_check": {},
         "label_coverage": {"fallbacks": None, "device_served": None},
         "cloud_calls_per_session": {"mean": None, "p50": None, "p95": None},
         "degrade_share": {k: None for k in LEVEL_KEYS},
@@ -443,6 +444,7 @@ def compute(
             row["sessions"] = calls[key]["sessions"] if key in calls else 0
         shadow = decision_queries.shadow_by_input_length(client)
         versions = decision_queries.by_policy_version(client)
+        checks = decision_queries.validator_failed_by_check(client)
         latency = decision_queries.latency_by_side_and_network(client)
         calibrated = calibration(
             client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE, local_floor=local_floor
@@ -466,6 +468,7 @@ def compute(
             baseline_levels.get(key),
             versions.get(key),
         )
+        g["validator_failed_by_check"] = checks.get(key, {})  # §2: which serve-time check failed
         g["cost_usd"].update(all_cloud.get(key) or {})  # §11
         estimates(g, merged_strata(strata) if key is None else strata.get(key))  # §3c
         g.update(ppi.block((ppi.merged(designed) if designed else None) if key is None else designed.get(key)))

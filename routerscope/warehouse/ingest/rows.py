@@ -86,6 +86,8 @@ def decision_columns(events: Sequence, topic: str, partitions: Sequence[int], of
         _opt([e.experiment_id for e in events]),
         _opt([e.arm for e in events]),
         _opt([e.assignment_bucket for e in events]),
+        _opt([e.answer_check for e in events]),
+        _opt([e.device_input_tokens for e in events]),
         *_lineage(topic, partitions, offsets),
     ]
 

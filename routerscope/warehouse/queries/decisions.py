@@ -47,7 +47,7 @@ _LABELS_TABLE = "metric_window_labels"
 EXPLORER_COLUMNS = tuple(
     "event_time request_id session_id task_type mode fallback_type reason degrade_level latency_ms attempt_levels "
     "attempt_outcomes attempt_latency_ms confidence threshold network device_tier device_model "
-    "cloud_model input_tokens output_tokens cost_usd policy_version app_id".split()
+    "cloud_model input_tokens output_tokens cost_usd policy_version app_id answer_check device_input_tokens".split()
 )
 
 # Constant pieces the statements below share (named() puts them in before it spells the tables).
@@ -69,7 +69,7 @@ SELECT event_time, task_type, mode, session_id, request_id, entered_device, fall
        cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
        attempt_levels, attempt_outcomes, policy_version,
        schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
-       device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd
+       device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, answer_check
 FROM $decisions $final
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} $task_filter
   AND $first_copy $stored_by
@@ -443,6 +443,31 @@ def by_policy_version(client) -> dict[str | None, dict[str, dict[str, Any]]]:
     for row in dict_rows(client, BY_POLICY_VERSION_SQL, {}):
         found.setdefault(row.pop("task_type"), {})[row.pop("policy_version")] = row
     return found
+
+
+# The live validator_failed fallbacks by the serve-time check that failed (contract v2 `answer_check`, migration
+# 0060; docs/metrics.md §2): `unnamed` for events that do not name it (routers from before the checks, v1).
+VALIDATOR_FAILED_BY_CHECK_SQL = named(
+    "validator_failed_by_check",
+    """
+SELECT task_type, ifNull(answer_check, 'unnamed') AS check, count() AS n
+FROM $window_table
+WHERE mode = 'live' AND reason = 'validator_failed'
+GROUP BY task_type, check
+ORDER BY task_type, check
+""",
+    FRAGMENTS,
+)
+
+
+def validator_failed_by_check(client) -> dict[str | None, dict[str, int]]:
+    """task_type (None: overall) → serve-time check → live `validator_failed` fallbacks (materialized window)."""
+    found: dict[str | None, dict[str, int]] = {}
+    for row in dict_rows(client, VALIDATOR_FAILED_BY_CHECK_SQL, {}):
+        for key in (row["task_type"], None):
+            checks = found.setdefault(key, {})
+            checks[row["check"]] = checks.get(row["check"], 0) + int(row["n"])
+    return {key: dict(sorted(checks.items())) for key, checks in found.items()}
 
 
 def cloud_calls_per_session(client) -> dict[str | None, dict[str, Any]]:
