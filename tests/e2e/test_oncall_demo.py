@@ -165,14 +165,17 @@ def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_rout
                     "SELECT status, first_seen, resolved_at FROM routerscope.alerts FINAL WHERE rule = {rule:String}",
                     parameters={"rule": OUTAGE},
                 ).result_rows
-            assert len(episodes) == 1, episodes  # the outage is one episode, over by the end of the demo
+            # the scripted outage is the first episode, over by the end of the demo (a later, shorter one may come in
+            # the thermal windows, when more requests go to the cloud: resolved too); the test follows the outage
+            episodes = sorted(episodes, key=lambda e: e[1])
+            assert episodes and all(e[0] == "resolved" for e in episodes), episodes
             status, first_seen, resolved_at = episodes[0]
             first_seen, resolved_at = first_seen.replace(tzinfo=UTC), resolved_at.replace(tzinfo=UTC)
             assert status == "resolved" and first_seen < resolved_at < datetime.now(UTC) - timedelta(minutes=30)
 
             # routerscope's own evaluation: the episode with the outage's times, firing, then resolved
             own = wait_for_firing_then_resolved(receiver, OUTAGE, replayed=False, timeout_s=30)
-            assert [s for s, _ in own] == ["firing", "resolved"], own
+            assert [s for s, _ in own][:2] == ["firing", "resolved"], own
             assert parse_utc(own[0][1]["startsAt"]) == first_seen
             assert parse_utc(own[1][1]["endsAt"]) == resolved_at
             assert own[0][1]["labels"]["severity"] == "ticket"
@@ -199,7 +202,7 @@ def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_rout
             }
             with oncall.prometheus(tmp_path, config) as prom:
                 replayed = wait_for_firing_then_resolved(receiver, OUTAGE, replayed=True, timeout_s=90)
-                assert [s for s, _ in replayed] == ["firing", "resolved"], (replayed, log.read_text())
+                assert [s for s, _ in replayed][:2] == ["firing", "resolved"], (replayed, log.read_text())
                 # faster than real time only the one-window rules (`for: 0s`) can fire: of the demo's episodes, the
                 # outage's alone (the others need 3 windows in a row: `for: 10m` of wall time)
                 fired = {
