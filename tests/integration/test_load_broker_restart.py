@@ -21,12 +21,13 @@ pytestmark = pytest.mark.integration
 def test_a_broker_restarted_mid_load_is_said_and_the_next_load_says_it_too(stack, home):
     n = 150_000
     produce(stack, names.TOPIC_DECISIONS, valid_decisions(n))
-    consumed, halfway = [0], threading.Event()
+    consumed, halfway, restarted = [0], threading.Event(), threading.Event()
 
     def progress(count: int) -> None:
         consumed[0] += count
         if consumed[0] >= 20_000:
             halfway.set()
+            restarted.wait(60)  # the drain holds here until the broker has restarted: mid-load on any machine
 
     outcome: dict = {}
 
@@ -43,6 +44,7 @@ def test_a_broker_restarted_mid_load_is_said_and_the_next_load_says_it_too(stack
     port = int(stack.kafka_bootstrap().rsplit(":", 1)[1])
     broker.stop(stack)
     broker.start(stack, port=port)  # memory storage: every message is gone, the topics are empty again
+    restarted.set()
     loader.join(240)
     assert not loader.is_alive()
     error = outcome.get("error")
