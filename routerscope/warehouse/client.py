@@ -358,7 +358,11 @@ def damaged(exc: BaseException) -> bool:
     """True when a query failed because a part of the warehouse does not read back as written (a flipped
     byte, a file cut short): `routerscope doctor --repair` sets such a part aside."""
     text = str(exc)
-    return any(int(code) in DAMAGE_CODES for code in _CODE.findall(text)) or "Checksum doesn't match" in text
+    return (
+        any(int(code) in DAMAGE_CODES for code in _CODE.findall(text))
+        or "Checksum doesn't match" in text
+        or "(TOO_LARGE_SIZE_COMPRESSED)" in text  # a flipped byte in a block's header: its size reads absurd
+    )
 
 
 def damage_error(exc: BaseException) -> WarehouseError:
