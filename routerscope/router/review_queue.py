@@ -47,6 +47,9 @@ COLUMNS = (
 REVIEWER_MAX = 64
 # a verdict's label id is fixed by the verdict itself, so publishing it again (a retried command) folds away
 LABEL_NAMESPACE = uuid.UUID("5d0f3c4e-8a61-4f7e-9a4b-2f1d7c6e0b31")
+# every statement's columns, one constant: no value is ever formatted into the SQL (values are ? parameters)
+_SELECT = "SELECT " + ", ".join(COLUMNS) + " FROM review_queue "
+_REVIEWED = {None: "", True: "WHERE reviewed_at IS NOT NULL ", False: "WHERE reviewed_at IS NULL "}
 
 
 class AlreadyReviewed(Exception):
@@ -130,27 +133,18 @@ class ReviewQueue:
     def next(self, task_type: str = "") -> Item | None:
         """The oldest item without a verdict (of one task type, or '' any)."""
         row = self._db.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM review_queue WHERE reviewed_at IS NULL AND (? = '' OR task_type = ?) "
-            "ORDER BY queued_at, request_id LIMIT 1",
+            _SELECT + "WHERE reviewed_at IS NULL AND (? = '' OR task_type = ?) ORDER BY queued_at, request_id LIMIT 1",
             (task_type, task_type),
         ).fetchone()
         return None if row is None else _item(row)
 
     def get(self, request_id: str) -> Item | None:
-        row = self._db.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM review_queue WHERE request_id = ?", (request_id,)
-        ).fetchone()
+        row = self._db.execute(_SELECT + "WHERE request_id = ?", (request_id,)).fetchone()
         return None if row is None else _item(row)
 
     def items(self, reviewed: bool | None = None, limit: int = 200) -> list[Item]:
         """Newest first; `reviewed` True/False keeps only those with/without a verdict."""
-        where = (
-            "" if reviewed is None else ("WHERE reviewed_at IS NOT NULL" if reviewed else "WHERE reviewed_at IS NULL")
-        )
-        rows = self._db.execute(
-            f"SELECT {', '.join(COLUMNS)} FROM review_queue {where} ORDER BY queued_at DESC, request_id LIMIT ?",
-            (limit,),
-        )
+        rows = self._db.execute(_SELECT + _REVIEWED[reviewed] + "ORDER BY queued_at DESC, request_id LIMIT ?", (limit,))
         return [_item(r) for r in rows]
 
     def counts(self) -> dict[str, int]:

@@ -60,7 +60,9 @@ WHERE other != t OR copies > 1
 )
 
 # How far the warehouse's clock is behind the last derivation's mark, in ms (0 or less: not behind).
-CLOCK_BEHIND_SQL = named("decision_copies_clock_behind", f"SELECT dateDiff('millisecond', now64(3), {DERIVED_THROUGH})")
+CLOCK_BEHIND_SQL = named(
+    "decision_copies_clock_behind", "SELECT dateDiff('millisecond', now64(3), " + DERIVED_THROUGH + ")"
+)
 
 RECORD_SQL = named(
     "decision_copies_record",

@@ -67,11 +67,12 @@ def chosen_labels_of(events_table: str, fewer_labels: bool = False) -> str:
     labels kept far longer than the window) the window's own set is the smaller one."""
     if not fewer_labels:
         return _CHOSEN_LABELS.replace("@ids", events_table)
+    # `events_table` is one of this module's table expressions, never a value: values are bound parameters
     labeled = (
-        f"(SELECT h FROM (SELECT cityHash64(request_id) AS h FROM {events_table}) WHERE h IN ("
+        "(SELECT h FROM (SELECT cityHash64(request_id) AS h FROM " + events_table + ") WHERE h IN ("
         "SELECT cityHash64(request_id) FROM $labels WHERE device_acceptable IS NOT NULL))"
     )
-    return _CHOSEN_LABELS.replace("SELECT cityHash64(request_id) FROM @ids", f"SELECT h FROM {labeled}")
+    return _CHOSEN_LABELS.replace("SELECT cityHash64(request_id) FROM @ids", "SELECT h FROM " + labeled)
 
 
 DEFAULT_EDGES = (0.0, 0.45, 0.65, 0.85, 1.0)
