@@ -120,7 +120,7 @@ LONG_BASELINE_LAG_S = 3600.0
 DEFAULT_CLOUD_P90_MS = 800.0
 SCHEMA_VERSION = DECISION_SCHEMA_VERSIONS[-1]  # the contract the router emits (v2: device_busy, truncated, abandoned)
 LATE_MS = 10.0  # a backend's answer later than its timeout by more than this is dropped, never served
-YIELD_S = 0.05  # how long a live request waits for a shadow run asked to yield (the real device stops in ms)
+YIELD_S = 0.25  # how long a live request waits for a shadow run asked to yield (the real device: 2-85 ms, docs/router.md)
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the draws)
         f_p, f_m = predicted["candidate"]["fallback_rate"], pushed["fallback_rate"]
         e_p, e_m = predicted["candidate"]["device_entered"], pushed["device_entered"]
-        assert e_p > 300 and e_m > 300
+        assert e_p > 250 and e_m > 250  # ≈ 300 each (298 in one run: the sessions' timing moves a few)
         se_f = (f_p * (1 - f_p) / e_p + f_m * (1 - f_m) / e_m) ** 0.5
         assert f_p - 0.10 < f_m < f_p + 2.5 * se_f, (f_p, e_p, f_m, e_m)
         assert predicted["candidate"]["false_fallback_rate"] > 0.5 and pushed["false_fallback_rate"] > 0.5

@@ -897,7 +897,7 @@ class IgnoresCancel(Yielding):
 def test_seed004_an_ignored_cancel_still_counts_against_the_cap(tmp_path):
     """docs/sources.md#seed-004-6: the concurrency cap is hard. A backend that accepts `cancel` but ignores it left
     2 calls at once on a cap-1 device for about 2 s (the live request entered, trusting the shadow run to yield).
-    Now a live request waits at most 50 ms for the yield; a run that did not yield still holds the device, and
+    Now a live request waits at most 250 ms for the yield; a run that did not yield still holds the device, and
     the live request goes to the cloud (`device_busy`)."""
     device = IgnoresCancel(need_s=1.0)
     router = Router(device, QuickCloud(), policy=policy_file(tmp_path))
@@ -909,7 +909,7 @@ def test_seed004_an_ignored_cancel_still_counts_against_the_cap(tmp_path):
     assert device.started.wait(5)
     started = time.monotonic()
     responses = [router.route(Request(task_type="short_reply", text="hi", session_id=f"s{i}")) for i in range(3)]
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.0  # the first waits the 250 ms; the next two see the ignored cancel at once
     for response, event in responses:
         valid(event)
         assert (response.served_by, event.reason, event.entered_device) == ("cloud", "device_busy", False)
