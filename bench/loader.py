@@ -1,34 +1,34 @@
 """Loader benchmark: prints JSON figures, all measured in the same run against the same broker.
 
     .venv/bin/python bench/loader.py [--events 500000] [--batch-size 20000] [--kafka-python-sample 100000]
-                                     [--parsers sql,python]
+                                     [--no-worker]
 
 (a) raw consumption of the decisions topic, no parsing: confluent-kafka (all events) and kafka-python
     (a sample: it is ~30x slower);
 (b) the loader's core in this process (parse, validate, quarantine, insert, offsets) into a fresh
-    embedded warehouse, once per parser (`sql`: raw landing, parsed by the warehouse; `python`: msgspec,
-    and once more with its parse worker, `_python_worker`, which by default runs only beside a warehouse
-    server);
+    embedded warehouse, and once more with its parse worker (`_python_worker`, which by default runs only
+    beside a warehouse server);
 (c) the whole `routerscope load` command as a user runs it (process start, migrations, drain) into
-    another fresh warehouse, with the peak RSS of its process tree (sampled every 20 ms), once per
-    parser; then the same command with nothing new to load (`load_command_fixed_seconds`: what every
-    run costs before its first event), and the ratio of the events/s past that fixed cost.
+    another fresh warehouse, with the peak RSS of its process tree (sampled every 20 ms); then the same
+    command with nothing new to load (`load_command_fixed_seconds`: what every run costs before its first
+    event), and the ratio of the events/s past that fixed cost.
 (d) the floor: the warehouse's own `INSERT … FORMAT JSONEachRow` of the same message bodies, read off the same
     topic by a bare confluent-kafka consumer, into the same `decisions` table of a fresh warehouse, in batches of the
     same size, with no validation, no ledger and no positions (bench/loader_bare.py, a child process):
     `warehouse_bare_insert_cpu_us_per_event` (reading included; `warehouse_bare_insert_only_cpu_us_per_event` is
     that less (a)'s raw consumer) and `warehouse_bare_insert_peak_rss_mb`, and the loader against it in the same
     run: `ratio_loader_core_cpu_to_bare_insert` ((b)'s CPU per event over the floor's) and
-    `ratio_loader_peak_rss_to_bare_insert` ((c)'s peak over the floor's), per parser and unsuffixed for the default.
+    `ratio_loader_peak_rss_to_bare_insert` ((c)'s peak over the floor's).
 (a) and (b) also report CPU time per event: the process's (every thread, and a parse worker once closed)
-and the broker's (from /proc), (b) also per thread name (`loader_core_cpu_us_per_event_by_thread_<parser>`),
-the kernel's share of it (`loader_core_system_cpu_us_per_event_<parser>`; `warehouse_filesystem` names the file
+and the broker's (from /proc), (b) also per thread name (`loader_core_cpu_us_per_event_by_thread_python`),
+the kernel's share of it (`loader_core_system_cpu_us_per_event_python`; `warehouse_filesystem` names the file
 system the warehouses are written to, whose cost for creating files differs by an order of magnitude between
 machines), and `ratio_loader_core_ceiling_all_cores`: the ratio (b) could reach if every core ran nothing but the load
 and its broker, which says whether a ratio target is within the work's reach.
-Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. The
-unsuffixed keys are the default parser's; `_<parser>` keys each parser's, and `same_counts` says
-whether every parser loaded and quarantined the same counts.
+Rates are events/s; ratios are to (a) confluent-kafka, so a noisy shared machine cancels out. Keys ending in
+`_python` are the core and command as a load runs them (also unsuffixed), `_python_worker` the core with its parse
+worker; `same_counts` says whether every run loaded and quarantined the same counts. (Before 2026-12-07 the loader
+also had an `sql` parser, measured here as `_sql`; it was removed, docs/loader.md.)
 """
 
 from __future__ import annotations
@@ -331,15 +331,14 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--batch-size", type=int, default=20_000)
     parser.add_argument("--kafka-python-sample", type=int, default=100_000)
-    parser.add_argument("--parsers", default="sql,python", help="the loader parsers to measure (default both)")
-    parser.add_argument("--no-worker", action="store_true", help="skip the python parser's run with its parse worker")
+    parser.add_argument("--no-worker", action="store_true", help="skip the core's run with its parse worker")
     args = parser.parse_args()
 
     from routerscope.warehouse.client import open_warehouse
-    from routerscope.warehouse.ingest.loader import DEFAULT_PARSER, Loader
+    from routerscope.warehouse.ingest.loader import LoadConfig, Loader
     from routerscope.warehouse.migrate import migrate
 
-    parsers = [p.strip() for p in args.parsers.split(",") if p.strip()]
+    parsers = ["python"]  # the keys' suffix: the loader's one parser (an `sql` one was measured here until 2026-12-07)
 
     with tempfile.TemporaryDirectory(prefix="routerscope-bench-") as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ROUTERSCOPE_")}
@@ -392,8 +391,8 @@ def main() -> int:
             command: dict[str, tuple] = {}
             fixed: dict[str, float] = {}
             variants = [(name, None) for name in parsers]
-            if "python" in parsers and not args.no_worker:
-                variants.append(("python", True))  # the Python parser with its parse worker (off by default here)
+            if not args.no_worker:
+                variants.append(("python", True))  # with its parse worker (off by default here)
             for name, worker in variants:
                 key = name if worker is None else f"{name}_worker"
                 log(f"(b) loader core in process, parser {key} ...")
@@ -405,9 +404,8 @@ def main() -> int:
                     started = time.perf_counter()
                     before, threads_before = cpu_now(st.pid), thread_cpu_seconds()
                     system_before = system_cpu_seconds()
-                    result = Loader(
-                        core_settings, batch_size=args.batch_size, idle_timeout_s=1.0, parser=name, parse_worker=worker
-                    ).run(client)
+                    config = LoadConfig(batch_size=args.batch_size, idle_timeout_s=1.0, parse_worker=worker)
+                    result = Loader(core_settings, config).run(client)
                     core_s = time.perf_counter() - started
                     core_cpu[key] = cpu_spent(before, st.pid)
                     core_threads[key] = cpu_by_thread(threads_before, core_cpu[key][0])
@@ -421,7 +419,7 @@ def main() -> int:
                 exe = str(Path(sys.executable).parent / "routerscope")
                 started = time.perf_counter()
                 process = subprocess.Popen(
-                    [exe, "load", "--json", "--batch-size", str(args.batch_size), "--parser", name],
+                    [exe, "load", "--json", "--batch-size", str(args.batch_size)],
                     env=command_env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -448,7 +446,6 @@ def main() -> int:
     figures = {
         "events": n,
         "batch_size": args.batch_size,
-        "default_parser": DEFAULT_PARSER,
         "produce_events_per_s": rate(n, produce_s),
         "raw_confluent_kafka_events_per_s": rate(n, confluent_s),
         "raw_kafka_python_events_per_s": rate(sample, kafka_python_s),
@@ -498,7 +495,7 @@ def main() -> int:
         core_s, _, _ = core["python_worker"]
         figures["loader_core_events_per_s_python_worker"] = rate(n, core_s)
         figures["ratio_loader_core_to_confluent_python_worker"] = round(n / core_s / confluent_rate, 3)
-    main_parser = DEFAULT_PARSER if DEFAULT_PARSER in parsers else parsers[0]
+    main_parser = parsers[0]
     for key in (
         "loader_core_events_per_s",
         "load_command_events_per_s",

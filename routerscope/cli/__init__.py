@@ -133,7 +133,6 @@ def cmd_load(args, settings: Settings) -> int:
             batch_size=args.batch_size,
             idle_timeout_s=args.idle_timeout,
             partitions=args.partitions or None,
-            parser=args.parser,
             progress=loader.progress_bar(),
             wait=not args.no_wait,
         )
@@ -841,13 +840,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="P,P,...",
         help="load only these Kafka partitions of each topic (one loader per partition set; default all)",
-    )
-    p.add_argument(
-        "--parser",
-        choices=("python", "sql"),
-        default=None,
-        help="who parses and validates the messages: the warehouse, from raw bytes (sql) or this process "
-        "(python); same rules, same tables (default: routerscope.warehouse.ingest.loader.DEFAULT_PARSER)",
     )
     p.add_argument(
         "--no-wait",

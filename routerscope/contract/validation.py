@@ -190,17 +190,11 @@ class Invariant:
     fields: tuple[str, ...]
     broken: Callable[[Any, tuple], bool]  # (event, attempt levels) -> broken?
     doc: str
-    # The same rule as a SQL condition (true when broken) over the event's columns, `attempt_levels`
-    # for the attempts' levels: the warehouse's parser runs it (routerscope/warehouse/queries/landing.py), and a
-    # property test keeps it equal to `broken`.
-    sql: str = "false"
 
     @property
     def rule(self) -> str:
         return f"invariant.{self.name}"
 
-
-_DEVICE_FALLBACKS_SQL = "(" + ", ".join(f"'{f}'" for f in DEVICE_FALLBACKS) + ")"
 
 DECISION_INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
@@ -208,28 +202,24 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
         ("fallback_type", "reason"),
         lambda e, lv: (e.fallback_type == "capability") != (e.reason == "capability_miss"),
         "fallback_type = capability ⇔ reason = capability_miss",
-        sql="(fallback_type = 'capability') != (reason = 'capability_miss')",
     ),
     Invariant(
         "capability_not_entered",
         ("fallback_type", "entered_device"),
         lambda e, lv: e.fallback_type == "capability" and e.entered_device,
         "fallback_type = capability ⇒ entered_device = false",
-        sql="fallback_type = 'capability' AND entered_device",
     ),
     Invariant(
         "device_fallback_entered_device",
         ("fallback_type", "entered_device"),
         lambda e, lv: e.fallback_type in DEVICE_FALLBACKS and not e.entered_device,
         "fallback_type IN (quality, timeout, error) ⇒ entered_device = true",
-        sql=f"fallback_type IN {_DEVICE_FALLBACKS_SQL} AND NOT entered_device",
     ),
     Invariant(
         "device_fallback_level_at_least_2",
         ("fallback_type", "degrade_level"),
         lambda e, lv: e.fallback_type in DEVICE_FALLBACKS and e.degrade_level < 2,
         "fallback_type IN (quality, timeout, error) ⇒ degrade_level >= 2",
-        sql=f"fallback_type IN {_DEVICE_FALLBACKS_SQL} AND degrade_level < 2",
     ),
     Invariant(
         "served_on_device_level",
@@ -237,70 +227,60 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
         lambda e, lv: e.fallback_type == "none" and e.entered_device and e.degrade_level > 1 and e.mode == "live",
         "fallback_type = none AND entered_device AND mode = live ⇒ degrade_level IN (0, 1) (a shadow request's"
         " device runs beside the cloud that serves it)",
-        sql="fallback_type = 'none' AND entered_device AND degrade_level > 1 AND mode = 'live'",
     ),
     Invariant(
         "not_entered_no_device_attempt",
         ("entered_device", "attempts"),
         lambda e, lv: not e.entered_device and any(level <= 1 for level in lv),
         "entered_device = false ⇒ no attempt at level 0 or 1",
-        sql="NOT entered_device AND arrayExists(x -> x <= 1, attempt_levels)",
     ),
     Invariant(
         "entered_first_attempt_on_device",
         ("entered_device", "attempts"),
         lambda e, lv: e.entered_device and e.attempts[0].level > 1,
         "entered_device = true ⇒ the first attempt is at level 0 or 1",
-        sql="entered_device AND attempt_levels[1] > 1",
     ),
     Invariant(
         "attempt_levels_non_decreasing",
         ("attempts",),
         lambda e, lv: any(b < a for a, b in zip(lv, lv[1:])),
         "attempt levels never decrease",
-        sql="arrayExists((a, b) -> b < a, arrayPopBack(attempt_levels), arrayPopFront(attempt_levels))",
     ),
     Invariant(
         "level_1_at_most_once",
         ("attempts",),
         lambda e, lv: lv.count(1) > 1,
         "level 1 appears at most once",
-        sql="countEqual(attempt_levels, 1) > 1",
     ),
     Invariant(
         "last_attempt_is_degrade_level",
         ("attempts", "degrade_level"),
         lambda e, lv: e.attempts[-1].level != e.degrade_level,
         "the last attempt's level is degrade_level",
-        sql="attempt_levels[-1] != degrade_level",
     ),
     Invariant(
         "cloud_calls_cover_cloud_attempts",
         ("attempts", "cloud_calls"),
         lambda e, lv: e.cloud_calls < sum(1 for level in lv if level in (2, 3)),
         "cloud_calls >= the number of attempts at levels 2 and 3",
-        sql="cloud_calls < arrayCount(x -> x IN (2, 3), attempt_levels)",
     ),
     Invariant(
         "pii_pin_has_pii",
         ("reason", "has_pii"),
         lambda e, lv: e.reason == "pii_pin" and e.has_pii is not True,
         "reason = pii_pin ⇒ has_pii = true",
-        sql="reason = 'pii_pin' AND NOT ifNull(has_pii, false)",
     ),
     Invariant(
         "pii_pin_no_cloud_attempt",
         ("reason", "attempts"),
         lambda e, lv: e.reason == "pii_pin" and any(level in (2, 3) for level in lv),
         "reason = pii_pin ⇒ no attempt at levels 2 or 3",
-        sql="reason = 'pii_pin' AND arrayExists(x -> x IN (2, 3), attempt_levels)",
     ),
     Invariant(
         "pii_pin_no_cloud_calls",
         ("reason", "cloud_calls"),
         lambda e, lv: e.reason == "pii_pin" and e.cloud_calls != 0,
         "reason = pii_pin ⇒ cloud_calls = 0",
-        sql="reason = 'pii_pin' AND cloud_calls != 0",
     ),
     Invariant(
         "low_confidence_below_threshold",
@@ -310,7 +290,6 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
             and not (e.confidence is not None and e.threshold is not None and e.confidence < e.threshold)
         ),
         "reason = low_confidence ⇒ confidence < threshold",
-        sql="reason = 'low_confidence' AND NOT ifNull(confidence < threshold, false)",
     ),
 )
 
@@ -362,7 +341,6 @@ BREAKER_INVARIANTS: tuple[Invariant, ...] = (
         ("from_state", "to_state"),
         lambda e, lv: e.from_state == e.to_state,
         "a breaker event is a transition: from_state != to_state",
-        sql="from_state = to_state",
     ),
 )
 
@@ -373,14 +351,12 @@ POLICY_INVARIANTS: tuple[Invariant, ...] = (
         ("from_state", "to_state"),
         lambda e, lv: e.from_state == e.to_state,
         "a policy event is a transition: from_state != to_state",
-        sql="from_state = to_state",
     ),
     Invariant(
         "policy_interval_ordered",
         ("ci_low", "ci_high"),
         lambda e, lv: e.ci_low is not None and e.ci_high is not None and e.ci_low > e.ci_high,
         "ci_low <= ci_high",
-        sql="ci_low > ci_high",
     ),
 )
 

@@ -47,8 +47,10 @@ TABLE_ALERTS = "alerts"
 TABLE_ALERT_DELIVERIES = "alert_deliveries"
 TABLE_ALERT_EVALUATIONS = "alert_evaluations"
 TABLE_REPLAY_RERUNS = "replay_reruns"
-TABLE_LANDING = "landing"  # raw messages for the sql parser's rules statement (landing.CHECK)
-TABLE_LANDING_VERDICTS = "landing_verdicts"  # the messages the sql parser did not load, by their coordinates
+# The removed SQL parser's tables (migrations 0014, 0018: frozen, so they stay; nothing writes them, and their
+# rows expired after a day by TTL).
+TABLE_LANDING = "landing"
+TABLE_LANDING_VERDICTS = "landing_verdicts"
 TABLE_DECISION_COPIES_DERIVED = "decision_copies_derived"  # how far decision_later_copies is complete (0020)
 TABLE_DECISION_LATER_COPIES = "decision_later_copies"  # copies of an event_id with an earlier copy (0020)
 

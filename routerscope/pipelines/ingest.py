@@ -27,8 +27,6 @@ class IngestConfig(dg.Config):
     flush_interval_s: float = loader.DEFAULT_FLUSH_INTERVAL_S
     # The Kafka partitions this run owns; empty means all of them.
     partitions: list[int] = []
-    # Who parses the messages: "sql" (the warehouse, from raw bytes) or "python" (routerscope.warehouse.ingest.loader).
-    parser: str = loader.DEFAULT_PARSER
     # Another load holds the warehouse: wait for it (False: fail at once with LoadInProgress).
     wait: bool = True
 
@@ -61,7 +59,6 @@ def ingest_topics(context: dg.AssetExecutionContext, config: IngestConfig, route
         idle_timeout_s=config.idle_timeout_s,
         flush_interval_s=config.flush_interval_s,
         partitions=config.partitions or None,
-        parser=config.parser,
         progress=loader.progress_bar(),
         wait=config.wait,
     )

@@ -93,7 +93,7 @@ PENDING = f"(SELECT count() > 0 FROM $decisions WHERE ingested_at > {DERIVED_THR
 # at or before the mark: never pending, never derived, their windows read without FINAL and their copies counted
 # again. Stamped past the mark instead, they stay pending (the derivation takes only rows stamped up to now) and
 # every window applies the look-back for them, until the clock passes the mark again. A column's DEFAULT cannot
-# read a table, so the views set it (json_rows.py, landing.py); rows inserted by other means get the DEFAULT,
+# read a table, so the views set it (json_rows.py); rows inserted by other means get the DEFAULT,
 # now64(3).
 STORED_AT = f"greatest(now64(3), {DERIVED_THROUGH} + toIntervalMillisecond(1))"
 FIRST_COPY = f"""(event_id, event_time) NOT IN (

@@ -54,15 +54,13 @@ def test_the_python_parser_bench_loads_every_valid_event_and_times_each_part():
 @pytest.mark.slow
 def test_the_loader_bench_loads_the_same_through_core_and_command_and_reports_cpu_per_event():
     """A small run of the whole loader bench (the core, with and without the parse worker, and the command):
-    every parser variant loads and quarantines the same, and the CPU figures that bound its ratios are there."""
+    every variant loads and quarantines the same, and the CPU figures that bound its ratios are there."""
     figures = run_bench(
         "bench/loader.py",
         "--events",
         "3000",
         "--batch-size",
         "1000",
-        "--parsers",
-        "python",
         "--kafka-python-sample",
         "300",
     )

@@ -307,8 +307,7 @@ def test_a_load_derives_the_pairs_and_a_run_killed_before_deriving_leaves_the_co
     assert eid(1) not in counted_on_day2()
 
 
-@pytest.mark.parametrize("parser", ["python", "sql"])
-def test_rows_stored_while_the_clock_is_behind_the_last_derivation_stay_pending_and_count_once(stack, parser, caplog):
+def test_rows_stored_while_the_clock_is_behind_the_last_derivation_stay_pending_and_count_once(stack, caplog):
     """A clock stepped back (a resumed VM, an NTP step) must not make the stored rows look derived: the loader's
     views stamp a decision's ingested_at past the last derivation's mark (sql.STORED_AT), so the rows stay
     pending, and every window applies the look-back and FINAL for them. Simulated: the last derivation recorded
@@ -320,7 +319,7 @@ def test_rows_stored_while_the_clock_is_behind_the_last_derivation_stay_pending_
     y = decision(event_id=eid(2), request_id="y", session_id="sy", event_time=iso(d1 + timedelta(days=1, hours=1)))
     day1, day2 = QueryWindow(T0, T0 + timedelta(days=1)), QueryWindow(T0 + timedelta(days=1), T0 + timedelta(days=2))
     produce(stack, names.TOPIC_DECISIONS, [dumps(x)], keys=[b"k"])
-    assert load(stack, parser=parser, **FAST).loaded["decisions"] == 1
+    assert load(stack, **FAST).loaded["decisions"] == 1
     with open_warehouse(stack) as client:
         client.command(
             f"INSERT INTO {names.TABLES[names.TABLE_DECISION_COPIES_DERIVED]} (derived_through) "
@@ -330,7 +329,7 @@ def test_rows_stored_while_the_clock_is_behind_the_last_derivation_stay_pending_
         mark = mark.result_rows[0][0]
     produce(stack, names.TOPIC_DECISIONS, [dumps(e) for e in (x, x_resent, y)], keys=[b"k"] * 3)
     caplog.set_level(logging.WARNING, logger="routerscope.ingest")
-    assert load(stack, parser=parser, **FAST).loaded["decisions"] == 3
+    assert load(stack, **FAST).loaded["decisions"] == 3
     said = [r.getMessage() for r in caplog.records if "behind the last derivation" in r.getMessage()]
     assert said and " s behind " in said[0]  # the run says why its rows stay pending, and by how much
     with open_warehouse(stack) as client:

@@ -22,7 +22,7 @@ from routerscope.core.procs import free_port
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest.batch import Batch
 from routerscope.warehouse.ingest.consumer import CONSUMER_OPTIONS, PartitionState
-from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, LoadResult, load
+from routerscope.warehouse.ingest.loader import BrokerDataLost, LoadConfig, Loader, LoadResult, load
 from routerscope.warehouse.migrate import migrate
 from tests.support.bad_messages import MALFORMED
 from tests.support.events import breaker, dumps, label
@@ -136,10 +136,10 @@ def test_every_run_reads_to_the_end_of_the_last_record_batch_not_to_its_first_me
     small consume calls (batch_size 5) make an early end certain, the long idle timeout makes it
     visible (a run that waited it out would still load everything)."""
     _produce_batches(stack, 1, [valid_decisions(20, start=20 * b) for b in range(3)])
-    first = Loader(stack, batch_size=5, idle_timeout_s=120).run()
+    first = Loader(stack, LoadConfig(batch_size=5, idle_timeout_s=120)).run()
     _produce_batches(stack, 1, [valid_decisions(20, start=60 + 20 * b) for b in range(2)])
-    second = Loader(stack, batch_size=5, idle_timeout_s=120).run()
-    third = Loader(stack, batch_size=5, idle_timeout_s=120).run()  # nothing new: each partition at its end
+    second = Loader(stack, LoadConfig(batch_size=5, idle_timeout_s=120)).run()
+    third = Loader(stack, LoadConfig(batch_size=5, idle_timeout_s=120)).run()  # nothing new: each partition at its end
     assert (first.loaded["decisions"], second.loaded["decisions"], third.loaded["decisions"]) == (60, 40, 0)
     assert max(first.seconds, second.seconds, third.seconds) < 60  # ended at the ends, not by the idle timeout
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 100
@@ -153,8 +153,8 @@ def test_without_partition_eof_a_run_still_ends_at_the_fetched_end(stack, monkey
     option that asks for partition-EOF events is turned off."""
     monkeypatch.setitem(CONSUMER_OPTIONS, "enable.partition.eof", False)
     _produce_batches(stack, 2, [valid_decisions(20, start=20 * b) for b in range(3)])
-    first = Loader(stack, batch_size=5, idle_timeout_s=100).run()
-    second = Loader(stack, batch_size=5, idle_timeout_s=100).run()
+    first = Loader(stack, LoadConfig(batch_size=5, idle_timeout_s=100)).run()
+    second = Loader(stack, LoadConfig(batch_size=5, idle_timeout_s=100)).run()
     assert (first.loaded["decisions"], second.loaded["decisions"]) == (60, 0)
     assert first.seconds < 50 and second.seconds < 50
 
@@ -183,13 +183,13 @@ def test_a_run_ends_while_a_producer_keeps_writing_and_the_next_run_takes_the_re
     writer.start()
     try:
         time.sleep(1.0)  # it is writing before the run starts
-        result = Loader(stack, batch_size=50, idle_timeout_s=120).run()
+        result = Loader(stack, LoadConfig(batch_size=50, idle_timeout_s=120)).run()
     finally:
         stop.set()
         writer.join(60)
     assert result.seconds < 60  # it ended by the partitions' ends, not by the idle timeout
     assert result.loaded["decisions"] >= 300
-    final = Loader(stack, **FAST).run()
+    final = Loader(stack, LoadConfig(**FAST)).run()
     assert result.loaded["decisions"] + final.loaded["decisions"] == 300 + written[0]
 
 
@@ -291,7 +291,7 @@ def test_warehouse_failing_mid_batch_does_not_advance_offsets_and_the_next_run_c
     with open_warehouse(stack) as client:
         migrate(client)
         with pytest.raises(WarehouseError, match="resumes there"):
-            Loader(stack, **FAST).run(FailingClient(client, failing_table))
+            Loader(stack, LoadConfig(**FAST)).run(FailingClient(client, failing_table))
         positions = client.query("SELECT count() FROM routerscope.ingest_offsets").result_rows[0][0]
     assert positions == 0  # the facts landed, their positions did not
     result = load(stack, **FAST)
@@ -342,7 +342,7 @@ def test_the_next_batch_is_consumed_while_a_batch_is_written_and_positions_follo
     with open_warehouse(stack) as client:
         migrate(client)
         held = HeldClient(client)
-        result = Loader(stack, batch_size=100, progress=held.progress, **FAST).run(held)
+        result = Loader(stack, LoadConfig(batch_size=100, **FAST), progress=held.progress).run(held)
         rows = client.query("SELECT count(), uniqExact(kafka_offset) FROM routerscope.decisions").result_rows[0]
         stored = client.query("SELECT max(next_offset) FROM routerscope.ingest_offsets").result_rows[0][0]
     assert held.overlapped is True
@@ -367,7 +367,7 @@ def test_a_failed_write_of_a_later_batch_keeps_the_earlier_batches_positions(sta
     with open_warehouse(stack) as client:
         migrate(client)
         with pytest.raises(WarehouseError, match="resumes there"):
-            Loader(stack, batch_size=100, **FAST).run(SecondFails(client))
+            Loader(stack, LoadConfig(batch_size=100, **FAST)).run(SecondFails(client))
         stored = client.query("SELECT max(next_offset) FROM routerscope.ingest_offsets").result_rows[0][0]
         below = client.query(f"SELECT uniqExact(kafka_offset) FROM routerscope.decisions WHERE kafka_offset < {stored}")
     # (a batch closes at the first consume that takes it to 100 messages or more: its end is not exactly 100)

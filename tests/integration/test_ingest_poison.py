@@ -17,7 +17,7 @@ import pytest
 from routerscope.core import broker, names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.warehouse.client import open_warehouse
-from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader, load
+from routerscope.warehouse.ingest.loader import BrokerDataLost, LoadConfig, Loader, load
 from tests.support.bad_messages import MALFORMED, POISON, good_messages
 from tests.support.bad_messages import deep as _deep
 from tests.support.events import decision, dumps, label
@@ -180,7 +180,9 @@ def test_a_broker_stopping_mid_load_ends_the_run_promptly_without_holding_the_wa
 
     started = time.monotonic()
     with pytest.raises(BrokerUnavailable, match="stopped answering during the load"):
-        Loader(stack, batch_size=5000, idle_timeout_s=0.5, broker_timeout_s=3.0, progress=stop_broker_once).run()
+        Loader(
+            stack, LoadConfig(batch_size=5000, idle_timeout_s=0.5, broker_timeout_s=3.0), progress=stop_broker_once
+        ).run()
     elapsed = time.monotonic() - started
     assert elapsed < 45, f"the run took {elapsed:.0f} s after the broker stopped"
     assert waited_for_lock, "another process could not take the warehouse while the loader waited on the broker"

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from routerscope.core import broker, names
-from routerscope.warehouse.ingest.loader import BrokerDataLost, Loader
+from routerscope.warehouse.ingest.loader import BrokerDataLost, LoadConfig, Loader
 from tests.support.home import clean_env, run_cli
 from tests.support.ingest import produce, scalar, valid_decisions
 
@@ -34,7 +34,7 @@ def test_a_broker_restarted_mid_load_is_said_and_the_next_load_says_it_too(stack
     def run() -> None:
         try:
             # small batches: the load is still reading when the broker restarts, whatever the loader's speed
-            outcome["result"] = Loader(stack, idle_timeout_s=1.0, batch_size=200, progress=progress).run()
+            outcome["result"] = Loader(stack, LoadConfig(idle_timeout_s=1.0, batch_size=200), progress=progress).run()
         except BaseException as exc:  # noqa: BLE001 - the test asserts on it
             outcome["error"] = exc
 

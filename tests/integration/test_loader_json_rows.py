@@ -27,7 +27,7 @@ from routerscope.core import broker, names
 from routerscope.core.procs import free_port
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.ingest import batch as batch_module
-from routerscope.warehouse.ingest.loader import Loader
+from routerscope.warehouse.ingest.loader import LoadConfig, Loader
 from routerscope.warehouse.ingest.parsing import ParseWorker, parse_chunk
 from routerscope.warehouse.ingest.rows import FACTS
 from routerscope.warehouse.migrate import migrate
@@ -211,7 +211,7 @@ def _load(home, bootstrap_settings, name: str, **options):
         ROUTERSCOPE_KAFKA_BOOTSTRAP=bootstrap_settings.kafka_bootstrap(),
         ROUTERSCOPE_CLICKHOUSE_DSN=f"chdb://{home / name}",
     )
-    loader = Loader(settings, idle_timeout_s=0.5, batch_size=250, **options)
+    loader = Loader(settings, LoadConfig(idle_timeout_s=0.5, batch_size=250, **options))
     result = loader.run()
     with open_warehouse(settings, purpose="test") as client:
         tables = {
@@ -282,7 +282,7 @@ def test_a_row_the_warehouse_refuses_leaves_no_ledger_row_behind(stack, home):
     path deletes: a DELETE cut short by a full disk broke the warehouse); the ledger's loaded rows
     name exactly the facts."""
     produce(stack, DECISIONS, valid_decisions(5))
-    assert Loader(stack, idle_timeout_s=0.5).run().loaded["decisions"] == 5  # creates the views
+    assert Loader(stack, LoadConfig(idle_timeout_s=0.5)).run().loaded["decisions"] == 5  # creates the views
     with open_warehouse(stack, purpose="test") as client:
         client.command(
             f"ALTER TABLE {names.TABLES[names.TABLE_DECISIONS]} "

@@ -21,8 +21,7 @@ T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("parser", ["python", "sql"])
-def test_every_transition_is_one_row_and_the_table_agrees_with_the_directory(stack, tmp_path, parser):
+def test_every_transition_is_one_row_and_the_table_agrees_with_the_directory(stack, tmp_path):
     publish = KafkaPublisher(stack)
     try:
         c = Candidate.propose(
@@ -46,7 +45,7 @@ def test_every_transition_is_one_row_and_the_table_agrees_with_the_directory(sta
         publish.close()
     produce(stack, names.TOPIC_POLICY, [b'{"schema_version": 1, "to_state": "nowhere"}'])
 
-    result = load(stack, parser=parser, **FAST)
+    result = load(stack, **FAST)
 
     assert result.as_dict()["loaded"]["policy"] == 4  # three transitions, one twice
     assert result.as_dict()["quarantined"]["policy"] == 1

@@ -77,17 +77,14 @@ def _positions(settings) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("parser", ["python", "sql"])
-def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_loads_exactly_the_rest(
-    disk_stack, parser
-):
+def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_loads_exactly_the_rest(disk_stack):
     """Issue: NOT_ENOUGH_SPACE was taken for a refusal of the rows: valid events were quarantined as
     `insert.rejected`, positions moved past them and `load` exited 0; a DELETE cut short left a
     warehouse that could not be opened again."""
     settings, disk = disk_stack
     home = settings.home
     produce(settings, DECISIONS, valid_decisions(20_000))
-    first = run_cli("load", "--json", "--idle-timeout", "0.5", "--parser", parser, env=clean_env(home))
+    first = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home))
     assert first.returncode == 0, first.stderr
     produce(settings, DECISIONS, valid_decisions(60_000, start=20_000))
     filler = _fill(disk, leave=1_500_000)
@@ -98,8 +95,6 @@ def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_lo
         "0.5",
         "--batch-size",
         "5000",
-        "--parser",
-        parser,
         env=clean_env(home, ROUTERSCOPE_WAREHOUSE_MIN_FREE="0"),
     )
     assert full.returncode == 1, full.stdout + full.stderr
@@ -114,7 +109,7 @@ def test_a_disk_filling_up_during_a_load_quarantines_nothing_and_the_next_run_lo
     assert scalar(settings, "SELECT uniqExact(kafka_partition, kafka_offset) FROM routerscope.decisions") >= (
         _positions(settings)
     )
-    rest = run_cli("load", "--json", "--idle-timeout", "0.5", "--parser", parser, env=clean_env(home))
+    rest = run_cli("load", "--json", "--idle-timeout", "0.5", env=clean_env(home))
     assert rest.returncode == 0, rest.stderr
     assert scalar(settings, "SELECT count() FROM routerscope.quarantine") == 0
     assert scalar(settings, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 80_000

@@ -9,14 +9,17 @@ import pytest
 from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.warehouse.ingest import loader as loader_module
+from routerscope.warehouse.ingest.batch import ParseQueue
 from routerscope.warehouse.ingest.consumer import (
     CLOSE_TIMEOUT_S,
     DEFAULT_BROKER_TIMEOUT_S,
     METADATA_TIMEOUT_S,
     PROBE_TIMEOUT_S,
+    Drain,
     PartitionState,
 )
-from routerscope.warehouse.ingest.loader import Loader, partition_timeout
+from routerscope.warehouse.ingest.loader import LoadConfig, Loader, LoadResult, partition_timeout
+from routerscope.warehouse.ingest.writer import BesideWriter, Writer
 from tests.support.home import settings_for
 
 
@@ -39,22 +42,30 @@ def _states(topics: tuple[str, ...], partitions: int) -> dict:
     return {(t, p): PartitionState(t, p, None) for t in topics for p in range(partitions)}
 
 
+def _drain(home, config: LoadConfig, states: dict) -> Drain:
+    """The drain a run over `states` would start with (its consumer made, nothing assigned or fetched)."""
+    settings = settings_for(home, ROUTERSCOPE_KAFKA_BOOTSTRAP="127.0.0.1:9")  # never reached: nothing is assigned
+    writer = BesideWriter(settings, Writer(settings, config.consumer_name, "run"))
+    return Drain(settings, config, states, LoadResult(), writer=writer, parsing=ParseQueue(False))
+
+
 def test_a_run_over_5000_partitions_per_topic_waits_in_proportion(home):
     topics = ("a", "b", "c")
-    run = Loader(settings_for(home), topics=topics)
-    run.timeouts.scale(_states(topics, 5_000), run.topics)
-    assert run.timeouts.broker_s == pytest.approx(66.0)
-    assert run.timeouts.probe_s == pytest.approx(19.0)  # the probe asks for one topic
-    assert run.timeouts.close_s == pytest.approx(61.0)
-    small = Loader(settings_for(home), topics=topics)
-    small.timeouts.scale(_states(topics, 3), small.topics)
+    drain = _drain(home, LoadConfig(topics=topics), _states(topics, 5_000))
+    drain.close()
+    assert drain.timeouts.broker_s == pytest.approx(66.0)
+    assert drain.timeouts.probe_s == pytest.approx(19.0)  # the probe asks for one topic
+    assert drain.timeouts.close_s == pytest.approx(61.0)
+    small = _drain(home, LoadConfig(topics=topics), _states(topics, 3))
+    small.close()
     assert (small.timeouts.broker_s, small.timeouts.probe_s, small.timeouts.close_s) == (10.0, 3.0, 5.0)
 
 
 def test_a_broker_timeout_given_is_kept_as_given(home):
-    run = Loader(settings_for(home), topics=("a",), broker_timeout_s=3.0)
-    run.timeouts.scale(_states(("a",), 5_000), run.topics)
-    assert run.timeouts.broker_s == 3.0
+    drain = _drain(home, LoadConfig(topics=("a",), broker_timeout_s=3.0), _states(("a",), 5_000))
+    drain.close()
+    assert drain.timeouts.broker_s == 3.0
+    assert drain.timeouts.probe_s == pytest.approx(19.0)  # the other waits still grow
 
 
 def test_the_metadata_wait_at_the_start_grows_with_the_configured_partitions(home, monkeypatch):

@@ -1,6 +1,6 @@
 """One batch of the loader (routerscope/warehouse/ingest/loader.py): the messages consumed since the last flush,
-parsed and validated (parser `python`) or kept raw for the warehouse to parse (parser `sql`), the invalid ones
-quarantined with every rule they break, and the insert token naming the offset ranges it covers. Also the queue
+parsed and validated by the contract (routerscope/contract/validation.py), the invalid ones quarantined with
+every rule they break, and the insert token naming the offset ranges it covers. Also the queue
 of chunks waiting to be parsed (here or by the parse worker, routerscope/warehouse/ingest/parsing.py) and added
 to a batch in the order they were consumed."""
 
@@ -9,15 +9,13 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable
+from concurrent.futures import Future
+from typing import Any
 
 from routerscope.warehouse.ingest.parsing import MIN_WORKER_CHUNK, WORKER_TIMEOUT_S, ParseWorker, parse_chunk
 from routerscope.warehouse.ingest.rows import FACTS, kafka_time
 from routerscope.warehouse.schema import LEDGER_COLUMNS, QUARANTINE_COLUMNS
 
-# Who parses and validates the messages: `python` (msgspec, in this process) or `sql` (the warehouse,
-# from raw bytes landed in one insert; routerscope/warehouse/queries/landing.py). Same rules, same tables.
-PARSERS = ("python", "sql")
-DEFAULT_PARSER = "python"
 INSERT_REJECTED = "insert.rejected"
 # The quarantine keeps this much of a message's bytes (an oversized one: its head, size and sha256).
 QUARANTINE_RAW_MAX = 64 * 1024
@@ -32,32 +30,21 @@ def fingerprint(key: bytes | None, value: bytes | None) -> str:
 
 
 class Batch:
-    """Messages consumed since the last flush, ready to insert: parsed here (parser `python`), or kept
-    as raw bytes for the warehouse to parse (parser `sql`). `tag` sets its insert tokens apart from
-    another batch's over the same offsets (the Python share of an `sql` batch)."""
+    """Messages consumed since the last flush, parsed and validated, ready to insert."""
 
-    def __init__(self, parser: str | None = None, tag: str = ""):
-        self.parser = parser or DEFAULT_PARSER
-        self.tag = tag
-        self.token_ranges: dict | None = None  # the ranges its tokens name, when not its own
-        self.raw: dict[str, list[tuple[int, int, object, bool]]] = {t: [] for t in FACTS}  # sql: messages
-        # python: per topic the valid events' months, partitions, offsets, messages and JSON lines
+    def __init__(self) -> None:
+        # per topic the valid events' months, partitions, offsets, messages and JSON lines
         self.events: dict[str, tuple[list, list, list, list, list]] = {t: ([], [], [], [], []) for t in FACTS}
         self.quarantine: list[list] = [[] for _ in QUARANTINE_COLUMNS]
         self.ledger: list[list] = [[] for _ in LEDGER_COLUMNS]
         self.ranges: dict[tuple[str, int], list[int]] = {}  # (topic, partition) -> [first, last]
         self.counts: dict[tuple[str, int], list[int]] = {}  # -> [loaded, quarantined]
-        self.last: dict[tuple[str, int], object] = {}  # -> the last message (for its fingerprint)
+        self.last: dict[tuple[str, int], Any] = {}  # -> the last message (for its fingerprint)
         self.size = 0
 
     def add(self, topic: str, partition: int, offset: int, message, landed: bool = False) -> None:
-        """Parse one message into the batch (here, or kept raw for the warehouse: parser `sql`).
-        `landed`: its row is already in the warehouse (an earlier run died before recording its
-        position): only its ledger row is written again."""
-        if self.parser == "sql":
-            self._note(topic, partition, offset, message)
-            self.raw[topic].append((partition, offset, message, landed))
-            return
+        """Parse one message into the batch. `landed`: its row is already in the warehouse (an earlier run
+        died before recording its position): only its ledger row is written again."""
         parsed = parse_chunk(topic, [(partition, offset, message.value(), landed)])[0]
         self.add_parsed(topic, partition, offset, message, parsed, landed)
 
@@ -176,22 +163,11 @@ class Batch:
             counts[1] += 1
             self.quarantine_message(topic, partition, offset, message, [INSERT_REJECTED], f"{INSERT_REJECTED}: {error}")
 
-    def input_columns(self, batch_id: str, topic: str) -> list[list]:
-        """The raw rows of one topic of an `sql` batch, column by column (landing.INPUT_COLUMNS)."""
-        rows = self.raw[topic]
-        return [
-            [batch_id] * len(rows),
-            [partition for partition, _, _, _ in rows],
-            [offset for _, offset, _, _ in rows],
-            [message.value() or b"" for _, _, message, _ in rows],
-            [landed for _, _, _, landed in rows],
-        ]
-
     def token(self, topics: Iterable[str] | None = None) -> str:
         """The insert deduplication token: the offset ranges this batch covers."""
-        return self.tag + ",".join(
+        return ",".join(
             f"{t}:{p}:{first}-{last}"
-            for (t, p), (first, last) in sorted((self.token_ranges or self.ranges).items())
+            for (t, p), (first, last) in sorted(self.ranges.items())
             if topics is None or t in topics
         )
 
@@ -201,13 +177,15 @@ def _describe(rules: list[str]) -> str:
 
 
 class ParseQueue:
-    """Chunks of consumed messages waiting to join a batch (parser `python`), in consumed order: a large
+    """Chunks of consumed messages waiting to join a batch, in consumed order: a large
     chunk parsed by the worker process meanwhile (`use_worker`), the rest here when collected."""
 
     def __init__(self, use_worker: bool):
         self.use_worker = use_worker
         self.worker: ParseWorker | None = None
-        self.pending: list[tuple[str, list, list, object]] = []  # (topic, items, messages, future or None), in order
+        self.pending: list[
+            tuple[str, list, list, Future | None]
+        ] = []  # (topic, items, messages, future or None), in order
 
     def enqueue(self, topic: str, items: list, messages: list) -> None:
         """Queue a chunk of one topic's messages for parsing: (partition, offset, value, landed) items as
@@ -233,7 +211,8 @@ class ParseQueue:
                 try:
                     parsed = future.result(timeout=WORKER_TIMEOUT_S)
                 except Exception as exc:  # the worker died or hangs: this chunk and the rest are parsed here
-                    self.worker.give_up(exc)
+                    if self.worker is not None:
+                        self.worker.give_up(exc)
             if parsed is None:
                 parsed = parse_chunk(topic, items)
             batch.add_chunk(topic, items, messages, parsed)

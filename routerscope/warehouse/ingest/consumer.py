@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,15 +17,16 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable, RouterscopeError
-from routerscope.core.kafka import fetched_end, librdkafka_config
+from routerscope.core.kafka import Option, fetched_end, librdkafka_config
 from routerscope.core.settings import Settings
-from routerscope.warehouse.ingest.batch import Batch, fingerprint
+from routerscope.warehouse.ingest.batch import Batch, ParseQueue, fingerprint
+from routerscope.warehouse.ingest.config import LoadConfig
 from routerscope.warehouse.ingest.rows import FACTS
-from routerscope.warehouse.ingest.writer import Tally
+from routerscope.warehouse.ingest.writer import BesideWriter, Tally
 from routerscope.warehouse.queries import ingest_offsets
 
 if TYPE_CHECKING:
-    from routerscope.warehouse.ingest.loader import Loader, LoadResult
+    from routerscope.warehouse.ingest.loader import LoadResult
 
 log = logging.getLogger("routerscope.ingest")
 
@@ -48,7 +50,7 @@ CLOSE_TIMEOUT_S = 5.0
 # Chunks handed to the parse worker and not yet added to a batch (each at most one consume call).
 MAX_PENDING_CHUNKS = 2
 # The loader's consumer (with its group id and error callback).
-CONSUMER_OPTIONS = {
+CONSUMER_OPTIONS: dict[str, Option] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "auto.offset.reset": "error",  # a position past the log end is an error, not a reset
@@ -108,6 +110,10 @@ class PartitionState:
         return f"{self.topic}[{self.partition}]"
 
 
+# No partition: what `Drain._take` holds before the first message of a consume call names one (never read).
+_NO_PARTITION = PartitionState("", -1, None)
+
+
 def partition_timeout(base_s: float, partitions: int) -> float:
     """A wait on the broker's answers about `partitions` partitions: `base_s` up to SCALE_FROM_PARTITIONS
     of them, plus PER_PARTITION_S for each one past that (5,000 partitions in each of 3 topics: a 10 s wait
@@ -140,20 +146,22 @@ class Timeouts:
 
 
 # -- the stored positions --------------------------------------------------------------------------------
-def read_positions(client, run: Loader, metadata, result: LoadResult) -> tuple[dict, dict]:
+def read_positions(
+    client, settings: Settings, config: LoadConfig, metadata, result: LoadResult
+) -> tuple[dict[tuple[str, int], tuple[int, str]], dict[tuple[str, int], PartitionState]]:
     """The stored positions (next offset, fingerprint) per (topic, partition) and the state of every partition
     the run reads, with the offsets past its position that already landed (to skip)."""
-    stored = ingest_offsets.stored_positions(client, run.consumer_name)
-    _rewind_missing(client, run, stored, result)
+    stored = ingest_offsets.stored_positions(client, config.consumer_name)
+    _rewind_missing(client, config, stored, result)
     states: dict[tuple[str, int], PartitionState] = {}
-    for topic in run.topics:
+    for topic in config.topics:
         if topic not in metadata.topics:
             raise BrokerUnavailable(
-                f"topic {topic} does not exist at {run.settings.kafka_bootstrap()}; "
+                f"topic {topic} does not exist at {settings.kafka_bootstrap()}; "
                 "create the topics with `routerscope broker start` (local) or your cluster's tooling"
             )
         for partition in sorted(metadata.topics[topic].partitions):
-            if run.partitions is not None and partition not in run.partitions:
+            if not config.owns(partition):
                 continue
             offset, mark = stored.get((topic, partition), (None, ""))
             states[(topic, partition)] = PartitionState(topic, partition, offset, mark)
@@ -165,14 +173,14 @@ def read_positions(client, run: Loader, metadata, result: LoadResult) -> tuple[d
     return stored, states
 
 
-def _rewind_missing(client, run: Loader, stored: dict[tuple[str, int], tuple[int, str]], result: LoadResult) -> None:
+def _rewind_missing(
+    client, config: LoadConfig, stored: dict[tuple[str, int], tuple[int, str]], result: LoadResult
+) -> None:
     """Reconcile the stored positions with the facts actually stored: a partition whose rows below its
     position are gone (a damaged part the engine set aside) is read again from its first missing
     offset; what is still stored is skipped as landed, so only the missing rows are loaded again."""
-    for topic in run.topics:
-        nexts = {
-            p: o for (t, p), (o, _) in stored.items() if t == topic and (run.partitions is None or p in run.partitions)
-        }
+    for topic in config.topics:
+        nexts = {p: o for (t, p), (o, _) in stored.items() if t == topic and config.owns(p)}
         for partition, ranges in ingest_offsets.missing(client, topic, FACTS[topic][0], nexts).items():
             count = sum(last - first + 1 for first, last in ranges)
             result.refetched[f"{topic}[{partition}]"] = count
@@ -188,14 +196,13 @@ def _rewind_missing(client, run: Loader, stored: dict[tuple[str, int], tuple[int
             stored[(topic, partition)] = (ranges[0][0], "")
 
 
-def check_partitions_kept(run: Loader, stored: dict, states: dict) -> None:
+def check_partitions_kept(settings: Settings, config: LoadConfig, stored: dict, states: dict) -> None:
     """Every partition with a stored position that this run owns must still be on the broker."""
     for (topic, partition), (offset, _) in stored.items():
-        owned = run.partitions is None or partition in run.partitions
-        if (topic, partition) not in states and topic in run.topics and owned:
+        if (topic, partition) not in states and topic in config.topics and config.owns(partition):
             raise BrokerDataLost(
                 f"{topic}[{partition}] was loaded up to offset {offset} but the broker has no such "
-                "partition any more; " + lost_hint(run.settings)
+                "partition any more; " + lost_hint(settings)
             )
 
 
@@ -203,21 +210,36 @@ def check_partitions_kept(run: Loader, stored: dict, states: dict) -> None:
 class Drain:
     """One run's reading of its partitions: consume, check the probe message, hand each full batch to the
     writer, and end once every partition is read to its end (or nothing arrives and the broker still
-    answers); a broker that stops answering ends it with an error once what arrived is stored."""
+    answers); a broker that stops answering ends it with an error once what arrived is stored.
 
-    def __init__(self, run: Loader, states: dict[tuple[str, int], PartitionState], result: LoadResult):
-        self.run = run
+    What it is handed is all it touches: the run's settings (the broker) and `config`, the partitions' `states`
+    and the run's `result` (counts, updated as batches are written), the `writer` each full batch goes to (and
+    that holds the warehouse between batches), the `parsing` queue chunks are parsed through, and `progress`
+    (messages consumed). Its waits on the broker grow with the partitions it reads (`Timeouts.scale`)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        config: LoadConfig,
+        states: dict[tuple[str, int], PartitionState],
+        result: LoadResult,
+        *,
+        writer: BesideWriter,
+        parsing: ParseQueue,
+        progress: Callable[[int], object] = lambda n: None,
+    ):
+        self.settings, self.config = settings, config
         self.states = states
         self.result = result
+        self.writer, self.parsing, self.progress = writer, parsing, progress
+        self.timeouts = Timeouts(config.broker_timeout_s)
+        self.timeouts.scale(states, config.topics)
+        self.bootstrap = settings.kafka_bootstrap()  # the broker's address, as the run found it
         self.tally = Tally(states, result)
         self.broker_error: str | None = None  # the last broker-wide error since a message arrived
-        self.consumer = Consumer(
-            librdkafka_config(
-                run.settings,
-                **{"group.id": run.consumer_name, **CONSUMER_OPTIONS, "error_cb": self._on_broker_error},
-            )
-        )
-        self.batch = Batch(run.parser)
+        options = librdkafka_config(settings, **{"group.id": config.consumer_name, **CONSUMER_OPTIONS})
+        self.consumer = Consumer({**options, "error_cb": self._on_broker_error})  # a callable: no librdkafka Option
+        self.batch = Batch()
         self.pending = set(states)  # partitions not yet known to be at their end
         self.fetched = 0  # partitions with a fetch response so far
         self.last_message = self.last_flush = self.last_fetched = time.monotonic()
@@ -234,13 +256,13 @@ class Drain:
     def drain(self) -> None:
         """Read every partition from its start (one before its stored position) to its end."""
         self.consumer.assign([TopicPartition(t, p, st.start) for (t, p), st in self.states.items()])
-        self.batch = Batch(self.run.parser)
+        self.batch = Batch()
         self.last_message = self.last_flush = self.last_fetched = time.monotonic()
-        batch_size, beside = min(self.run.batch_size, 50_000), self.run.beside
+        batch_size, writer = min(self.config.batch_size, 50_000), self.writer
         while self.pending:
             # Holding the warehouse (a batch written or being written), wait briefly: the consumer's queue
             # runs dry between fetches, and letting go of the warehouse and opening it again costs more.
-            messages = self.consumer.consume(num_messages=batch_size, timeout=HELD_WAIT_S if beside.held else 0.2)
+            messages = self.consumer.consume(num_messages=batch_size, timeout=HELD_WAIT_S if writer.held else 0.2)
             now = time.monotonic()
             if messages:
                 self._take(messages, now)
@@ -250,20 +272,20 @@ class Drain:
 
     def _flush(self, now: float | None = None) -> None:
         """Hand the batch to the writer and start the next (`now`: when; None: once handed over)."""
-        self.run.beside.flush(self.batch, self.consumer, self.tally)
-        self.batch = Batch(self.run.parser)
+        self.writer.flush(self.batch, self.consumer, self.tally)
+        self.batch = Batch()
         self.last_flush = time.monotonic() if now is None else now
 
     def _take(self, messages: list, now: float) -> None:
-        """What one consume call returned: each message into the batch (parser `sql`) or a chunk to parse,
-        the probe message checked, partition ends and errors noted; the batch handed over once full."""
+        """What one consume call returned: the messages as chunks to parse (one per topic), the probe message
+        checked, partition ends and errors noted; the batch handed over once full."""
         consumed = 0
         # topic -> ((partition, offset, value, landed) items to parse, their messages)
         chunk: dict[str, tuple[list, list]] = {}
         states, batch, result = self.states, self.batch, self.result
-        sql = self.run.parser == "sql"
         arrived = False
-        key = state = None
+        key: tuple[str, int] | None = None
+        state = _NO_PARTITION  # the state of `key`, replaced at the first message
         for message in messages:
             error = message.error()
             if error is not None:
@@ -282,25 +304,23 @@ class Drain:
             landed = bool(state.skip) and offset in state.skip
             if landed:
                 result.skipped_already_loaded += 1
-            if sql:
-                batch.add(topic, partition, offset, message, landed=landed)
-            else:
-                pair = chunk.get(topic)
-                if pair is None:
-                    pair = chunk[topic] = ([], [])
-                pair[0].append((partition, offset, message.value(), landed))
-                pair[1].append(message)
+            pair = chunk.get(topic)
+            if pair is None:
+                pair = chunk[topic] = ([], [])
+            pair[0].append((partition, offset, message.value(), landed))
+            pair[1].append(message)
         if arrived:
             self.last_message = now
             self.broker_error = None
         self.pending = _undrained(self.consumer, states, self.pending)
-        parsing = self.run.parsing
+        parsing = self.parsing
         for topic, (items, kept) in chunk.items():
             parsing.enqueue(topic, items, kept)
         parsing.collect(batch, keep=MAX_PENDING_CHUNKS)
         if consumed:
-            self.run.progress(consumed)
-        if batch.size >= self.run.batch_size or (batch.size and now - self.last_flush >= self.run.flush_interval_s):
+            self.progress(consumed)
+        config = self.config
+        if batch.size >= config.batch_size or (batch.size and now - self.last_flush >= config.flush_interval_s):
             self._flush()
         if consumed:
             # the idle timeout measures waiting for messages: decoding and writing this batch (seconds for
@@ -324,7 +344,7 @@ class Drain:
             state = self.states[(topic, partition)]
             raise BrokerDataLost(
                 f"{state.key}: the broker reports offset {state.start} out of range, but the "
-                f"warehouse has loaded it up to {state.stored}; " + lost_hint(self.run.settings)
+                f"warehouse has loaded it up to {state.stored}; " + lost_hint(self.settings)
             )
         if error.fatal() or code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             raise BrokerUnavailable(f"Kafka error while loading: {error.str()}")
@@ -333,22 +353,21 @@ class Drain:
         """The first message of a partition with a stored position: is it the probe message (the one
         before that position, loaded in an earlier run)? Raises BrokerDataLost if it is not the one loaded."""
         state.verified = True
-        if offset != state.stored - 1:
+        if state.stored is None or offset != state.stored - 1:
             return False
         if state.fingerprint and fingerprint(message.key(), message.value()) != state.fingerprint:
             raise BrokerDataLost(
                 f"{state.key}: the message at offset {offset} is not the one loaded from there "
                 "(its key and value differ): the broker lost the loaded messages and received "
-                "others since; " + lost_hint(self.run.settings)
+                "others since; " + lost_hint(self.settings)
             )
         return True
 
     def _idle(self, now: float) -> bool:
         """Nothing arrived: let go of the warehouse, note the partitions' ends, judge the idle time, let
         parsed chunks through and hand over a batch held past the flush interval. True: the drain is over."""
-        run = self.run
-        if run.beside.held is not None:  # nothing arrived: let go of the warehouse before waiting longer
-            run.beside.release()
+        if self.writer.held is not None:  # nothing arrived: let go of the warehouse before waiting longer
+            self.writer.release()
             self.last_message = max(self.last_message, time.monotonic())  # idle counts waiting, not work
             return False
         self.pending = _undrained(self.consumer, self.states, self.pending)  # those with nothing left end here
@@ -357,10 +376,10 @@ class Drain:
         now_fetched = sum(st.high is not None for st in self.states.values())
         if now_fetched != self.fetched:
             self.fetched, self.last_fetched = now_fetched, now
-        if now - self.last_message >= run.idle_timeout_s and self._ended_by_idle(now):
+        if now - self.last_message >= self.config.idle_timeout_s and self._ended_by_idle(now):
             return True
-        run.parsing.collect(self.batch, keep=0)  # nothing arrives: let parsed chunks through
-        if self.batch.size and now - self.last_flush >= run.flush_interval_s:
+        self.parsing.collect(self.batch, keep=0)  # nothing arrives: let parsed chunks through
+        if self.batch.size and now - self.last_flush >= self.config.flush_interval_s:
             self._flush(now)
             self.last_message = max(self.last_message, time.monotonic())
         return False
@@ -373,12 +392,12 @@ class Drain:
         partitions deliveries come in bursts further apart than the idle timeout), nor before every
         partition was fetched once, unless nothing came for the broker timeout."""
         idle = now - self.last_message
-        broker_s = self.run.timeouts.broker_s
+        broker_s = self.timeouts.broker_s
         known_left = any(self.states[key].end is not None for key in self.pending)
         unfetched = any(self.states[key].high is None for key in self.pending)
         if (known_left and idle < broker_s) or (unfetched and now - self.last_fetched < broker_s):
             return False  # messages known to be there, or fetch responses still coming: wait
-        if _answers(self.consumer, self.run.topics[0], self.run.timeouts.probe_s if idle < broker_s else broker_s):
+        if _answers(self.consumer, self.config.topics[0], self.timeouts.probe_s if idle < broker_s else broker_s):
             return True  # (a broker is declared gone only after a probe as long as the broker timeout)
         if idle >= broker_s:
             self._broker_gone()
@@ -386,11 +405,11 @@ class Drain:
 
     def _broker_gone(self) -> None:
         """Store what arrived, then stop: the broker stopped answering."""
-        self.run.parsing.collect(self.batch, keep=0)
-        self.run.beside.flush(self.batch, self.consumer, self.tally)
-        self.run.beside.settle()
+        self.parsing.collect(self.batch, keep=0)
+        self.writer.flush(self.batch, self.consumer, self.tally)
+        self.writer.settle()
         raise BrokerUnavailable(
-            f"the broker at {self.run.bootstrap} stopped answering during the load "
+            f"the broker at {self.bootstrap} stopped answering during the load "
             f"({self.broker_error or 'no answer to a metadata request'}); "
             "what arrived before was loaded and its position stored, "
             "so the next `routerscope load` resumes there"
@@ -398,17 +417,16 @@ class Drain:
 
     def _finish(self) -> None:
         """The last batch written and settled; then the lost-data check over the partitions fetched."""
-        self.run.parsing.collect(self.batch, keep=0)
+        self.parsing.collect(self.batch, keep=0)
         if self.batch.ranges:
-            self.run.beside.flush(self.batch, self.consumer, self.tally)
-        self.run.beside.settle()
+            self.writer.flush(self.batch, self.consumer, self.tally)
+        self.writer.settle()
         self._check_not_restarted()
         lost = [st for st in self.states.values() if st.lost]  # never a partition not fetched yet
         if lost:
             where = ", ".join(f"{st.key} (loaded up to offset {st.stored})" for st in lost)
             raise BrokerDataLost(
-                f"the broker no longer holds messages the warehouse has loaded: {where}; "
-                + lost_hint(self.run.settings)
+                f"the broker no longer holds messages the warehouse has loaded: {where}; " + lost_hint(self.settings)
             )
 
     def _check_not_restarted(self) -> None:
@@ -427,12 +445,12 @@ class Drain:
             raise BrokerDataLost(
                 f"the broker lost its data during the load ({', '.join(back[:3])}{' …' if len(back) > 3 else ''}): "
                 f"the {loaded:,} messages read before were loaded and their positions stored, the rest are gone "
-                "with it; " + lost_hint(self.run.settings)
+                "with it; " + lost_hint(self.settings)
             )
 
     def close(self) -> None:
         """Close the consumer, waiting at most the close timeout."""
-        _close_within(self.consumer, self.run.timeouts.close_s)
+        _close_within(self.consumer, self.timeouts.close_s)
 
 
 def _undrained(consumer, states: dict[tuple[str, int], PartitionState], pending: set) -> set:

@@ -27,17 +27,11 @@ How a crash at any moment neither loses nor doubles rows:
   position out of range, the run stops with an error instead of silently skipping or re-reading
   someone else's offsets.
 
-**Two parsers, the same guarantees** (`parser`, `routerscope load --parser`). `python` decodes and
-validates each message in Python (routerscope/contract/validation.py; beside a warehouse server, large chunks
-in a worker process, routerscope/warehouse/ingest/parsing.py, results taken back in consumed order) and inserts the
-valid events'
-canonical JSON lines through an input table whose views fill the facts table and the ledger in one
-insert (routerscope/warehouse/queries/json_rows.py). `sql` inserts each topic's raw messages of the batch into
-the warehouse in one insert whose views parse and validate them, once each, and fill the facts table
-and the ledger (routerscope/warehouse/queries/landing.py); that insert carries the same run-scoped token, the
-positions are still written last, the landed-offsets lookup and the fingerprint probe are unchanged,
-and a message the SQL cannot judge exactly, or that it quarantines, goes through the Python writer
-(its tokens tagged `py;` so they never collide with the SQL insert's over the same offsets).
+**One parser.** Each message is decoded and validated in Python (routerscope/contract/validation.py, the one
+implementation of the contract; beside a warehouse server, large chunks in a worker process,
+routerscope/warehouse/ingest/parsing.py, results taken back in consumed order), and the valid events' canonical JSON
+lines go through an input table whose views fill the facts table and the ledger in one insert
+(routerscope/warehouse/queries/json_rows.py).
 
 **No message can stop ingest.** Malformed messages (not JSON, too large or too deep, wrong schema,
 values past their column's range, broken invariants) go to `quarantine` with the raw bytes and
@@ -86,10 +80,12 @@ after it in that batch, and a run ending there would leave them behind run after
 arrive during a run are loaded while it lasts, and the next run takes the rest.
 
 **Where each part lives.** This module ties the run together (`Loader`: the lock, migrations, the OTLP step,
-the copies derived, the run's result); `consumer.py` reads Kafka (partition states, stored positions, the
-lost-data probe, the drain loop, the waits on the broker); `batch.py` is one batch (messages parsed and
-validated, quarantined with every rule, the insert token); `writer.py` writes a batch (facts by the Python or
-the SQL path, quarantine, positions last, split on refusal, the outage rule, the thread beside the drain).
+the copies derived, the run's result); `config.py` holds a run's settings (`LoadConfig`, the one value every
+part reads them from); `consumer.py` reads Kafka (partition states, stored positions, the lost-data probe, the
+drain loop, the waits on the broker), handed the config, the writer and the parse queue, never the `Loader`;
+`batch.py` is one batch (messages parsed and validated, quarantined with every rule, the insert token);
+`writer.py` writes a batch (facts, quarantine, positions last, split on refusal, the outage rule, the thread
+beside the drain).
 """
 
 from __future__ import annotations
@@ -99,7 +95,7 @@ import gc
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -108,13 +104,18 @@ from routerscope.core import names
 from routerscope.core.kafka import check_reachable
 from routerscope.core.settings import Settings
 from routerscope.warehouse.client import check_free_space, load_lock
-from routerscope.warehouse.ingest.batch import DEFAULT_PARSER, PARSERS, Batch, ParseQueue, fingerprint
+from routerscope.warehouse.ingest.batch import Batch, ParseQueue, fingerprint
+from routerscope.warehouse.ingest.config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FLUSH_INTERVAL_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    LoadConfig,
+)
 from routerscope.warehouse.ingest.consumer import (
     METADATA_TIMEOUT_S,
     BrokerDataLost,
     Drain,
     PartitionState,
-    Timeouts,
     check_partitions_kept,
     partition_timeout,
     read_positions,
@@ -131,9 +132,8 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_FLUSH_INTERVAL_S",
     "DEFAULT_IDLE_TIMEOUT_S",
-    "DEFAULT_PARSER",
-    "PARSERS",
     "BrokerDataLost",
+    "LoadConfig",
     "LoadResult",
     "Loader",
     "fingerprint",
@@ -141,10 +141,6 @@ __all__ = [
     "partition_timeout",
     "progress_bar",
 ]
-
-DEFAULT_BATCH_SIZE = 20_000
-DEFAULT_IDLE_TIMEOUT_S = 1.0
-DEFAULT_FLUSH_INTERVAL_S = 5.0
 
 
 @dataclass
@@ -170,53 +166,19 @@ class Loader:
     def __init__(
         self,
         settings: Settings,
+        config: LoadConfig | None = None,
         *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
-        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
-        consumer_name: str = names.CONSUMER_GROUP_LOADER,
-        topics: Iterable[str] = tuple(names.TOPICS.values()),
-        partitions: Iterable[int] | None = None,
-        progress: Callable[[int], None] | None = None,
-        broker_timeout_s: float | None = None,
-        parser: str | None = None,
-        parse_worker: bool | None = None,
-        wait: bool = True,
-        otlp: bool = True,
+        progress: Callable[[int], object] | None = None,
     ):
-        if batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        parser = parser or DEFAULT_PARSER
-        if parser not in PARSERS:
-            raise ValueError(f"parser must be one of {', '.join(PARSERS)}, not {parser!r}")
-        self.parser = parser
-        # python parser: large chunks are parsed by a worker process while this one consumes and
-        # inserts (routerscope/warehouse/ingest/parsing.py); False parses everything here. By default only for a
-        # warehouse server: embedded, the warehouse's insert thread already takes the second core, and
-        # the worker made the load slower and ~150 MB larger (docs/loader.md).
-        self.parse_worker = (not settings.warehouse.embedded) if parse_worker is None else parse_worker
-        self.parsing = ParseQueue(self.parse_worker)
         self.settings = settings
-        self.batch_size = batch_size
-        self.idle_timeout_s = idle_timeout_s
-        self.flush_interval_s = flush_interval_s
-        self.consumer_name = consumer_name
-        self.topics = tuple(topics)
-        # The Kafka partitions this loader owns (None: all). Loaders owning disjoint sets can run side
-        # by side against a ClickHouse server: positions are kept per (topic, partition).
-        self.partitions = None if partitions is None else frozenset(partitions)
+        self.config = config or LoadConfig()
+        # Large chunks parsed by a worker process; by default only beside a warehouse server (LoadConfig.parse_worker).
+        worker = self.config.parse_worker
+        self.parsing = ParseQueue((not settings.warehouse.embedded) if worker is None else worker)
         self.progress = progress or (lambda n: None)
-        # broker_timeout_s None: DEFAULT_BROKER_TIMEOUT_S grown with the partition count once it is known
-        # (`partition_timeout`); a value given is used as it is.
-        self.timeouts = Timeouts(broker_timeout_s)
         self.run_id = uuid.uuid4().hex  # part of every insert token (see the module docstring)
-        self.writer = Writer(settings, consumer_name, self.run_id)
+        self.writer = Writer(settings, self.config.consumer_name, self.run_id)
         self.beside = BesideWriter(settings, self.writer)  # the batch being written beside the drain
-        self.bootstrap = ""  # the broker's address, as the run found it
-        self.wait = wait  # another load holds the warehouse: wait for it (else LoadInProgress)
-        # A whole load first maps the OTLP topic into decision events (routerscope/warehouse/ingest/otlp.py), so that
-        # this run loads them; a loader owning a partition set leaves that to the whole one.
-        self.otlp = otlp and partitions is None and names.TOPIC_DECISIONS in self.topics
 
     def write(self, client, batch: Batch, states: dict[tuple[str, int], PartitionState], result: LoadResult) -> None:
         """Insert one batch: facts per topic, the ledger of loaded messages, the quarantine, then the
@@ -228,31 +190,32 @@ class Loader:
     def run(self, client=None) -> LoadResult:
         """Drain every topic into the warehouse. `client`: a clickhouse-connect client to use for
         every unit of work; by default the warehouse is opened for each one and closed after it."""
-        with load_lock(self.settings, self.partitions, wait=self.wait):
+        with load_lock(self.settings, self.config.partitions, wait=self.config.wait):
             return self._run(client)
 
     def _run(self, client) -> LoadResult:
         _return_freed_memory()
         self.beside.client = client
-        self.bootstrap = self.settings.kafka_bootstrap()
+        settings, config = self.settings, self.config
         started = time.monotonic()
         result = LoadResult()
         # Before the metadata arrives the partition count is the configured one (ROUTERSCOPE_TOPIC_PARTITIONS).
-        expected = self.settings.topic_partitions * len(self.topics)
-        metadata = check_reachable(self.settings, timeout_s=partition_timeout(METADATA_TIMEOUT_S, expected))
-        check_free_space(self.settings)
-        if self.otlp and self.settings.otlp_topic in metadata.topics:  # its events are loaded by this run
-            otlp = bridge(self.settings, client=client)
+        expected = settings.topic_partitions * len(config.topics)
+        metadata = check_reachable(settings, timeout_s=partition_timeout(METADATA_TIMEOUT_S, expected))
+        check_free_space(settings)
+        if config.maps_otlp and settings.otlp_topic in metadata.topics:  # its events are loaded by this run
+            otlp = bridge(settings, client=client)
             if otlp.messages:
                 result.otlp = otlp.as_dict()
         with self.beside.unit() as wh:
             migrate(wh)  # pending migrations first, in the same unit of work as reading the positions
-            stored, states = read_positions(wh, self, metadata, result)
+            stored, states = read_positions(wh, settings, config, metadata, result)
             self._derive_copies(wh)  # what a run killed before its end left pending
-        self.timeouts.scale(states, self.topics)
-        check_partitions_kept(self, stored, states)
+        check_partitions_kept(settings, config, stored, states)
 
-        drain = Drain(self, states, result)
+        drain = Drain(
+            settings, config, states, result, writer=self.beside, parsing=self.parsing, progress=self.progress
+        )
         # A batch holds tens of thousands of decoded events. With the default collector settings,
         # the allocations trigger full collections that walk every live object again and again
         # (measured: parsing ran 2.5x slower). Freeze what exists (imports, clients), then collect
@@ -322,7 +285,7 @@ def progress_bar() -> Callable[[int], None]:
     return bar.update
 
 
-def load(settings: Settings, **options) -> LoadResult:
+def load(settings: Settings, progress: Callable[[int], object] | None = None, **options) -> LoadResult:
     """Apply pending migrations, then drain the topics into the warehouse (the warehouse opened for
-    each unit of work, never held while waiting on the broker)."""
-    return Loader(settings, **options).run()
+    each unit of work, never held while waiting on the broker). `options`: LoadConfig's fields."""
+    return Loader(settings, LoadConfig(**options), progress=progress).run()

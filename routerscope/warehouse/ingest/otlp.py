@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from routerscope.contract.events import DecisionEvent
 from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
-from routerscope.core.kafka import librdkafka_config
+from routerscope.core.kafka import Option, librdkafka_config
 from routerscope.core.settings import Settings
 from routerscope.instrumentation import pii
 from routerscope.instrumentation.otlp import proto
@@ -78,7 +79,7 @@ class OtlpResult:
 @dataclass
 class _Trace:
     spans: list = field(default_factory=list)
-    first: tuple | None = None  # (partition, offset, key, timestamp) of its first message
+    first: tuple = ()  # (partition, offset, key, timestamp) of its first message
     rooted: bool = False  # its local root span is in
     newest_ms: int = 0  # the Kafka timestamp of its newest message
 
@@ -116,7 +117,7 @@ def map_messages(
         sent_ms = timestamp[1] if timestamp and timestamp[0] else now_ms
         for span in spans:
             trace = traces.setdefault(span.trace_id, _Trace())
-            if trace.first is None:
+            if not trace.first:
                 trace.first = where
             trace.spans.append(span)
             trace.rooted = trace.rooted or not span.parent_id or span.remote_parent
@@ -131,7 +132,7 @@ def map_messages(
         summaries.append(proto.summary(trace.spans))
         reasons.add(reason)
 
-    mapped: list[tuple[object, _Trace]] = []
+    mapped: list[tuple[DecisionEvent, _Trace]] = []
     for trace in traces.values():
         if not trace.rooted and (now_ms - trace.newest_ms < root_wait_ms or trace.first[0] in unread):
             partition, offset = trace.first[0], trace.first[1]
@@ -141,7 +142,7 @@ def map_messages(
         result.traces += 1
         event, reason = map_trace(trace.spans, mapping)
         if event is None:
-            quarantine(trace, reason)
+            quarantine(trace, str(reason))  # map_trace names a rule whenever it maps no event
         else:
             mapped.append((event, trace))
     known = stored([str(e.event_id) for e, _ in mapped]) if stored is not None and mapped else set()
@@ -168,30 +169,18 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
     """Map what is new in the OTLP topic into decision events (produced to router.decisions.v1) and
     quarantine rows; store the positions. Called by the loader, under its load lock."""
     topic = settings.otlp_topic
-    consumer = Consumer(
-        librdkafka_config(
-            settings,
-            **{
-                "group.id": names.CONSUMER_OTLP,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            },
-        )
-    )
+    options: dict[str, Option] = {
+        "group.id": names.CONSUMER_OTLP,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    consumer = Consumer(librdkafka_config(settings, **options))
     try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=TIMEOUT_S)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"cannot read the OTLP topic {topic}: {exc}") from None
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            return OtlpResult()  # no such topic: nobody sends OTLP here
-        partitions = sorted(info.partitions)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1] for p in partitions}
-        if not any(ends.values()):
-            return OtlpResult()  # an empty topic (exact: only a non-empty partition's end can be short)
+        partitions = _partitions_with_messages(consumer, topic)
+        if not partitions:
+            return OtlpResult()  # no such topic (nobody sends OTLP here), or an empty one
 
         def unit(migrated: bool = False):
             return open_warehouse(settings, purpose="load", migrated=migrated) if client is None else _Given(client)
@@ -199,20 +188,9 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
         with unit(migrated=True) as c:
             if client is not None:
                 migrate(c)
-            stored = ingest_offsets.stored_positions(c, names.CONSUMER_OTLP)
-        starts = {p: stored.get((topic, p), (0, ""))[0] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, starts[p]) for p in partitions])
-        messages, nexts, pending = [], dict(starts), set(partitions)
-        last = time.monotonic()
-        while pending and time.monotonic() - last < IDLE_S and len(messages) < MAX_MESSAGES:
-            for m in consumer.consume(num_messages=10_000, timeout=0.2):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
-                    continue
-                last = time.monotonic()
-                messages.append((m.partition(), m.offset(), m.key(), m.timestamp(), m.value()))
-                nexts[m.partition()] = m.offset() + 1
+            positions = ingest_offsets.stored_positions(c, names.CONSUMER_OTLP)
+        starts = {p: positions.get((topic, p), (0, ""))[0] for p in partitions}
+        messages, nexts, unread = _read_new(consumer, topic, starts)
         if not messages:
             return OtlpResult()
         if pii._key is None:
@@ -223,52 +201,92 @@ def bridge(settings: Settings, *, client=None, mapping=None) -> OtlpResult:
                 return decision_queries.stored_event_ids(c, event_ids)
 
         events, rows, result, deferred = map_messages(
-            messages, mapping or Mapping.load(settings.otlp_mapping), unread=frozenset(pending), stored=stored
+            messages, mapping or Mapping.load(settings.otlp_mapping), unread=unread, stored=stored
         )
-        for partition, offset in deferred.items():  # read again from there by the next load
-            nexts[partition] = offset
+        nexts.update(deferred)  # read again from there by the next load
         if events:
-            failures: list[str] = []
-            producer = Producer(
-                librdkafka_config(settings, **{"enable.idempotence": True, "linger.ms": 20, "compression.type": "gzip"})
-            )
-            for event in events:
-                producer.produce(
-                    names.TOPIC_DECISIONS,
-                    value=event.to_json(),
-                    key=event.session_id.encode(),
-                    on_delivery=lambda err, _m: failures.append(err.str()) if err is not None else None,
-                )
-                producer.poll(0)
-            left = producer.flush(30)
-            if left or failures:
-                raise BrokerUnavailable(
-                    f"{left + len(failures)} decision(s) mapped from OTLP were not delivered "
-                    f"({(failures or ['timed out'])[0]}); the next load maps them again"
-                )
+            _produce(settings, events)
         with unit() as c:
-            if rows:
-                columns = [list(col) for col in zip(*[_quarantine_row(topic, r) for r in rows])]
-                c.insert(
-                    f"{names.DATABASE}.{names.TABLE_QUARANTINE}",
-                    columns,
-                    column_names=list(QUARANTINE_COLUMNS),
-                    column_oriented=True,
-                )
-            token = f"otlp;{uuid.uuid4().hex}"
-            positions = [
-                (names.CONSUMER_OTLP, topic, p, nexts[p], token, 0, 0, "") for p in partitions if nexts[p] != starts[p]
-            ]
-            if not positions:
-                return result
-            c.insert(
-                f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}",
-                positions,
-                column_names=list(OFFSET_COLUMNS),
-            )
+            _store(c, topic, rows, starts, nexts)
         return result
     finally:
         consumer.close()
+
+
+def _partitions_with_messages(consumer: Consumer, topic: str) -> list[int]:
+    """The OTLP topic's partitions, or none when the topic does not exist or every partition is empty (exact:
+    only a non-empty partition's end can be short)."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"cannot read the OTLP topic {topic}: {exc}") from None
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        return []
+    partitions = sorted(info.partitions)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1] for p in partitions}
+    return partitions if any(ends.values()) else []
+
+
+def _read_new(consumer: Consumer, topic: str, starts: dict[int, int]) -> tuple[list[tuple], dict[int, int], frozenset]:
+    """What is new in the topic from `starts` (per partition), until every partition reached its end, nothing
+    arrived for IDLE_S or MAX_MESSAGES were read: (partition, offset, key, timestamp, value) messages, the next
+    offset per partition, and the partitions not read to their end."""
+    consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])
+    messages: list[tuple] = []
+    nexts, pending = dict(starts), set(starts)
+    last = time.monotonic()
+    while pending and time.monotonic() - last < IDLE_S and len(messages) < MAX_MESSAGES:
+        for m in consumer.consume(num_messages=10_000, timeout=0.2):
+            error = m.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(m.partition())
+                continue
+            last = time.monotonic()
+            partition, offset = m.partition(), m.offset()
+            messages.append((partition, offset, m.key(), m.timestamp(), m.value()))
+            if partition is not None and offset is not None:  # always, for a message (typed optional)
+                nexts[partition] = offset + 1
+    return messages, nexts, frozenset(pending)
+
+
+def _produce(settings: Settings, events: list) -> None:
+    """Deliver the mapped events to the decisions topic, keyed by session, or raise: positions are stored only
+    after every event is delivered."""
+    failures: list[str] = []
+    options: dict[str, Option] = {"enable.idempotence": True, "linger.ms": 20, "compression.type": "gzip"}
+    producer = Producer(librdkafka_config(settings, **options))
+    for event in events:
+        producer.produce(
+            names.TOPIC_DECISIONS,
+            value=event.to_json(),
+            key=event.session_id.encode(),
+            on_delivery=lambda err, _m: failures.append(err.str()) if err is not None else None,
+        )
+        producer.poll(0)
+    left = producer.flush(30)
+    if left or failures:
+        raise BrokerUnavailable(
+            f"{left + len(failures)} decision(s) mapped from OTLP were not delivered "
+            f"({(failures or ['timed out'])[0]}); the next load maps them again"
+        )
+
+
+def _store(client, topic: str, rows: list[list], starts: dict[int, int], nexts: dict[int, int]) -> None:
+    """The quarantine rows, then the positions that moved (in that order: a crash re-maps, never skips)."""
+    if rows:
+        columns = [list(col) for col in zip(*[_quarantine_row(topic, r) for r in rows])]
+        client.insert(
+            f"{names.DATABASE}.{names.TABLE_QUARANTINE}",
+            columns,
+            column_names=list(QUARANTINE_COLUMNS),
+            column_oriented=True,
+        )
+    token = f"otlp;{uuid.uuid4().hex}"
+    positions = [(names.CONSUMER_OTLP, topic, p, nexts[p], token, 0, 0, "") for p in starts if nexts[p] != starts[p]]
+    if positions:
+        client.insert(f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", positions, column_names=list(OFFSET_COLUMNS))
 
 
 def _quarantine_row(topic: str, row: list) -> tuple:

@@ -23,6 +23,7 @@ import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
+from typing import IO
 
 from routerscope.contract.validation import CONTRACTS
 from routerscope.core.procs import close_quietly
@@ -101,33 +102,35 @@ class ParseWorker:
         code = f"import sys; sys.path[:0] = {path!r}; import routerscope.warehouse.ingest.parsing as w; w.serve()"
         # A session of its own: a terminal's Ctrl-C goes to the loader's process group, and the loader
         # (which prints one line) decides; the worker ends when its input does, however the loader ends.
-        self._process = subprocess.Popen(
+        process = self._process = subprocess.Popen(
             [sys.executable, "-c", code],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
             start_new_session=True,
         )
-        for target, name in ((self._write, "writer"), (self._read, "reader")):
-            threading.Thread(target=target, name=f"routerscope-parse-{name}", daemon=True).start()
+        if process.stdin is None or process.stdout is None:  # never: both are pipes (and so typed)
+            raise RuntimeError("the parse worker was started without its pipes")
+        for target, stream, name in ((self._write, process.stdin, "writer"), (self._read, process.stdout, "reader")):
+            threading.Thread(
+                target=target, args=(process, stream), name=f"routerscope-parse-{name}", daemon=True
+            ).start()
 
-    def _write(self) -> None:
-        process = self._process
+    def _write(self, process: subprocess.Popen, stdin: IO[bytes]) -> None:
         while True:
             request = self._requests.get()
             if request is None or process.poll() is not None:
                 return
             try:
-                pickle.dump(request, process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-                process.stdin.flush()
+                pickle.dump(request, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                stdin.flush()
             except (OSError, ValueError):  # the worker is gone: the reader reports it
                 return
 
-    def _read(self) -> None:
-        process = self._process
+    def _read(self, process: subprocess.Popen, stdout: IO[bytes]) -> None:
         while True:
             try:
-                result = pickle.load(process.stdout)
+                result = pickle.load(stdout)
             except Exception as exc:  # EOF: the worker exited or was killed
                 error = RuntimeError(f"the parse worker stopped ({type(exc).__name__}, exit {process.poll()})")
                 with self._lock:

@@ -8,11 +8,12 @@ in the column order of its migration. Unset optional fields become NULL.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from msgspec import UNSET
 
 from routerscope.core import names
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.schema import (
     BREAKER_COLUMNS,
     DECISION_COLUMNS,

@@ -1,7 +1,6 @@
 """Writing one batch of the loader (routerscope/warehouse/ingest/loader.py) into the warehouse: the facts and the
-ledger through the Python path (JSON lines, routerscope/warehouse/queries/json_rows.py) or the SQL path (raw
-messages parsed by the warehouse, routerscope/warehouse/queries/landing.py), the quarantine, and the positions
-last; an insert the warehouse refuses split in halves until the refused rows are found, a fault of the
+ledger (the validated events' JSON lines, routerscope/warehouse/queries/json_rows.py), the quarantine, and the
+positions last; an insert the warehouse refuses split in halves until the refused rows are found, a fault of the
 warehouse (its disk, its memory, the server gone) never taken as a verdict on the rows. `BesideWriter` writes
 each batch in a thread beside the drain and keeps the warehouse open while batches keep coming."""
 
@@ -9,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from routerscope.core.settings import Settings
 from routerscope.warehouse.client import check_free_space, open_warehouse, outage, outage_error
 from routerscope.warehouse.ingest.batch import Batch, fingerprint
 from routerscope.warehouse.ingest.rows import FACTS
-from routerscope.warehouse.queries import json_rows, landing, loaded_messages
+from routerscope.warehouse.queries import json_rows, loaded_messages
 from routerscope.warehouse.schema import LEDGER_COLUMNS, OFFSET_COLUMNS, QUARANTINE_COLUMNS
 
 if TYPE_CHECKING:
@@ -68,18 +67,6 @@ class Tally:
         result.batches += 1
 
 
-@dataclass
-class _SqlBatch:
-    """An `sql` batch being written (Writer._write_sql): its id in the landing tables, the Python share
-    (messages the SQL leaves to the Python writer) and the counts of what the views loaded."""
-
-    client: Any
-    batch: Batch
-    batch_id: str
-    py: Batch
-    counts: dict[tuple[str, int], list[int]] = field(default_factory=dict)
-
-
 class Writer:
     """The inserts of one run: each batch's facts and ledger, its quarantine, then its positions (in that
     order: a crash leaves rows without a position, never a position without its rows). Every insert carries
@@ -89,8 +76,6 @@ class Writer:
         self.settings = settings
         self.consumer_name = consumer_name
         self.run_id = run_id
-        self._batches = 0  # sql parser: batches landed in this run (each its own landing partition)
-        self._staging_ready = False  # sql parser: its input tables and views exist (created on the first batch)
         self._json_rows_ready = False  # the facts' input tables and views exist (created on the first batch)
 
     def _insert(self, client, table: str, columns, data: list, token: str) -> None:
@@ -106,12 +91,6 @@ class Writer:
     def write(self, client, batch: Batch) -> Written:
         """The batch's inserts, the positions last. Touches nothing but the warehouse and `batch`: it runs
         beside the drain (`BesideWriter`); `Tally.apply` takes the outcome into the run."""
-        counts = self._write_sql(client, batch) if batch.parser == "sql" else self._write_parsed(client, batch)
-        return Written(counts, self._insert_positions(client, batch, counts))
-
-    def _write_parsed(self, client, batch: Batch) -> dict:
-        """The rows of a batch parsed in Python: facts, ledger, quarantine. Returns the batch's counts
-        per (topic, partition): [loaded, quarantined]."""
         for topic, (*_, lines) in batch.events.items():
             if lines:
                 self._insert_facts(client, batch, topic)
@@ -119,7 +98,7 @@ class Writer:
             self._insert(client, names.TABLE_LOADED_MESSAGES, LEDGER_COLUMNS, batch.ledger, "ledger;" + batch.token())
         if batch.quarantine[0]:
             self._insert_quarantine(client, batch)
-        return batch.counts
+        return Written(batch.counts, self._insert_positions(client, batch, batch.counts))
 
     def _insert_positions(self, client, batch: Batch, counts) -> list[tuple]:
         """The positions covering a written batch; `counts`: (topic, partition) -> [loaded, quarantined]."""
@@ -140,75 +119,6 @@ class Writer:
             )
         client.insert(f"{names.DATABASE}.{names.TABLE_INGEST_OFFSETS}", rows, column_names=list(OFFSET_COLUMNS))
         return rows
-
-    def _write_sql(self, client, batch: Batch) -> dict:
-        """An `sql` batch: per topic, its raw messages in one insert into the topic's input table,
-        whose views parse each message once and write the valid ones to the facts table and the
-        ledger under the insert's token, and list the rest (routerscope/warehouse/queries/landing.py). Those go
-        through the Python writer: the ones the SQL cannot judge exactly, and the invalid ones (the
-        Python validator names their rules, the rules the SQL finds), as do all of a topic's rows when
-        the insert is refused (the writer finds the refused rows by halves)."""
-        job = _SqlBatch(client, batch, f"{self.run_id}-{self._batches}", Batch("python", tag="py;"))
-        self._batches += 1
-        self._ensure_landing(client)
-        job.py.token_ranges = batch.ranges  # one Python share per batch: its tokens name the batch
-        for topic, rows in batch.raw.items():
-            if rows:
-                self._write_sql_topic(job, topic)
-        py, counts = job.py, job.counts
-        if py.ledger[0] or py.quarantine[0] or any(e[0] for e in py.events.values()):
-            self._write_parsed(client, py)
-        for key, (loaded, quarantined) in py.counts.items():
-            total = counts.setdefault(key, [0, 0])
-            total[0] += loaded
-            total[1] += quarantined
-        return counts
-
-    def _ensure_landing(self, client) -> None:
-        """The sql parser's input tables and views, once per run (they persist: an insert is the
-        whole cost of a batch)."""
-        if not self._staging_ready:
-            for statements in landing.CREATE.values():
-                for sql in statements:
-                    client.command(sql)
-            self._staging_ready = True
-
-    def _write_sql_topic(self, job: _SqlBatch, topic: str) -> None:
-        client, batch = job.client, job.batch
-        self._ensure_landing(client)
-        rows = batch.raw[topic]
-        token = "facts;" + batch.token([topic])
-        try:
-            client.insert(
-                landing.INPUT_TABLE[topic],
-                batch.input_columns(job.batch_id, topic),
-                column_names=list(landing.INPUT_COLUMNS),
-                column_oriented=True,
-                settings={
-                    "insert_deduplication_token": f"{self.run_id};{token}",
-                    **INSERT_SETTINGS,
-                    **landing.INSERT_SETTINGS,
-                },
-            )
-        except Exception as exc:
-            if outage(exc):
-                raise
-            check_free_space(self.settings)
-            return _to_python(job, topic)
-        verdicts = client.query(landing.VERDICTS, parameters={"batch": job.batch_id, "topic": topic}).result_rows
-        messages = {(p, o): (m, was_landed) for p, o, m, was_landed in rows}
-        counts = job.counts
-        for partition, _offset, _message, was_landed in rows:
-            if not was_landed:
-                counts.setdefault((topic, partition), [0, 0])[0] += 1
-        # Left to the Python writer: what the SQL cannot judge exactly, and what it found invalid (the
-        # Python validator names its rules, the same as the SQL's: tests/integration/test_ingest_sql.py).
-        for partition, offset, was_landed, _python in verdicts:
-            partition, offset = int(partition), int(offset)
-            message, _ = messages[(partition, offset)]
-            if not was_landed:
-                counts[(topic, partition)][0] -= 1  # not loaded by the views
-            job.py.add(topic, partition, offset, message, landed=bool(was_landed))
 
     def _insert_facts(self, client, batch: Batch, topic: str) -> None:
         """The facts and ledger rows of one topic: the events' JSON lines in one insert through the
@@ -332,15 +242,7 @@ class Writer:
         self._insert_or_split(insert, rows[middle:], f"{token};b", rejected, errors)
 
 
-def _to_python(job: _SqlBatch, topic: str) -> None:
-    """Every message of `topic` in this batch through the Python writer instead."""
-    for key in [k for k in job.counts if k[0] == topic]:
-        del job.counts[key]
-    for partition, offset, message, was_landed in job.batch.raw[topic]:
-        job.py.add(topic, partition, offset, message, landed=was_landed)
-
-
-def _month_groups(months: list[int]) -> list[list[int] | None]:
+def _month_groups(months: list[int]) -> Sequence[list[int] | None]:
     """[None] (everything in one insert) when the events' months (year * 12 + month) are at most
     MAX_MONTHS_PER_INSERT; else the indexes of the events per group of that many months, in order."""
     distinct = sorted(set(months))
@@ -364,8 +266,8 @@ class _Writing:
     batch: Batch
     consumer: Any
     tally: Tally
-    thread: threading.Thread | None = None
-    written: Written | None = None
+    thread: threading.Thread = field(init=False)  # set before it starts (its target takes this record)
+    written: Written | None = None  # the outcome, once the thread ended without an error
     error: BaseException | None = None
 
 
@@ -447,9 +349,11 @@ class BesideWriter:
             return
         writing.thread.join()
         self._writing = None  # only now: a Ctrl-C during the wait leaves it for the run's end to wait for
-        if writing.error is not None:
-            raise self.failed(writing.error) from writing.error
-        writing.tally.apply(writing.batch, writing.written)
+        error, written = writing.error, writing.written
+        if error is not None or written is None:
+            error = error or RuntimeError("the write ended without an outcome")
+            raise self.failed(error) from error
+        writing.tally.apply(writing.batch, written)
         # Best effort: the group's committed offsets are for lag tools, never read back here.
         try:
             writing.consumer.commit(

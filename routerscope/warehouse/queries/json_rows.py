@@ -1,4 +1,4 @@
-"""Validated events as JSON lines: how the Python parser's rows reach the facts tables and the ledger.
+"""Validated events as JSON lines: how the loader's rows reach the facts tables and the ledger.
 
 The loader validates each message in Python (routerscope/contract/validation.py) and hands the warehouse
 the event's canonical JSON (msgspec's encoding of the decoded event; byte for byte the message
@@ -14,9 +14,9 @@ misread: numbers as msgspec wrote them, parsed exactly (`precise_float_parsing`)
 RFC 3339 text (`best_effort`: any offset), floored to the millisecond as clickhouse-connect does for
 a Python datetime (`tests/integration/test_loader_json_rows.py` compares both ways row for row).
 
-The input table and its views are named after a hash of their SQL (like the SQL parser's input
-tables): a contract change creates new ones on the loader's first batch, no migration follows the
-generated SQL, and a loader never drops a view another loader may be inserting through.
+The input table and its views are named after a hash of their SQL: a contract change creates new ones on
+the loader's first batch, no migration follows the generated SQL, and a loader never drops a view another
+loader may be inserting through.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The loader's ledger (`loaded_messages`): one row per Kafka message loaded into a facts table.
 
-The Python parser's facts insert writes the ledger rows of its events through a view
-(routerscope/warehouse/queries/json_rows.py), and the rows of re-read landed messages itself; the SQL parser's
-insert writes them through its ledger view (routerscope/warehouse/queries/landing.py), landed rows included (their
-facts are already in place; their ledger row is written again, harmlessly: the ledger folds rows with
-the same Kafka coordinates).
+The loader's facts insert writes the ledger rows of its events through a view
+(routerscope/warehouse/queries/json_rows.py), and the rows of re-read landed messages itself (their facts are
+already in place; their ledger row is written again, harmlessly: the ledger folds rows with the same Kafka
+coordinates).
 """
 
 from __future__ import annotations
