@@ -201,6 +201,19 @@ class Router:
 
     # -- what callers read of the collaborators, under the names they always had ----------------------------
     @property
+    def enforce(self) -> bool:
+        """Whether backend calls are held to their timeouts on the real clock (a live request then also waits for
+        a yielding shadow run, and a shadow's device runs on a thread of its own)."""
+        return self._enforce
+
+    @enforce.setter
+    def enforce(self, value: bool) -> None:
+        self._enforce = value
+        for part in (getattr(self, "slots", None), getattr(self, "shadow", None)):
+            if part is not None:
+                part.enforce = value
+
+    @property
     def device_in_flight(self) -> int:
         """Live device calls running, an abandoned one until it really ends."""
         return self.slots.device_in_flight
@@ -300,8 +313,8 @@ class Router:
         )
 
     def _decide(self, ctx: RequestContext) -> Response | None:
-        """The short-circuit decision, in order; the response, or None for a shadow request (`_shadow` serves it).
-        Sets the context's `fallback_type`, `reason` and `entered` where the decision is taken."""
+        """The short-circuit decision, in order; the response, or None for a shadow request (`ShadowRunner.serve`
+        serves it). Sets the context's `fallback_type`, `reason` and `entered` where the decision is taken."""
         req = ctx.req
         if ctx.pinned:
             return self._pinned(ctx)  # 1. Hard constraint: the device or a conservative answer, never the cloud.

@@ -9,8 +9,9 @@ import time
 
 from routerscope.router.admission import YIELD_S, DeviceSlots
 from routerscope.router.breaker import CircuitBreaker
-from routerscope.router.policy import default_policy
-from tests.support.fakes import FakeClock
+from routerscope.router.engine import Router
+from routerscope.router.policy import DEFAULT_POLICY, PolicyStore, default_policy
+from tests.support.fakes import FakeClock, ScriptedCloud, ScriptedDevice, cloud, dev
 
 ONE, TWO = default_policy().with_(device_concurrency=1), default_policy().with_(device_concurrency=2)
 
@@ -66,3 +67,12 @@ def test_on_the_real_clock_a_live_request_waits_for_the_shadow_run_to_end_and_no
     assert s.enter(ONE) == "device_busy" and s.device_in_flight == 0
     assert YIELD_S <= time.monotonic() - started < YIELD_S + 0.5
     s.release_shadow(ignoring)
+
+
+def test_the_routers_enforce_setting_reaches_its_slots_and_its_shadow_runs():
+    router = Router(
+        ScriptedDevice([dev()]), ScriptedCloud([cloud()]), policy=PolicyStore(DEFAULT_POLICY), clock=FakeClock()
+    )
+    assert (router.enforce, router.slots.enforce, router.shadow.enforce) == (False, False, False)  # a simulated clock
+    router.enforce = True
+    assert (router.enforce, router.slots.enforce, router.shadow.enforce) == (True, True, True)
