@@ -335,6 +335,25 @@ def thermal_state(root: Path = THERMAL_ROOT) -> str:
     return "unknown" if worst is None else ("nominal", "fair", "serious", "critical")[worst]
 
 
+@dataclass(slots=True)
+class _Run:
+    """One `LlamaDevice.generate` call's stream as it is read (`LlamaDevice._read`)."""
+
+    started: float
+    deadline: float
+    extended: float  # the deadline past the commit point
+    parts: list[str]
+    logprobs: list[float]
+    is_committed: Callable[[int, str], bool]
+    decide: Callable[[float, int, float | None], bool] | None
+    decision_at_ms: float
+    ttft_ms: float | None = None
+    rss_peak: float = 0.0
+    watch_rss: bool = False  # no kernel high-water mark: the peak is sampled at each chunk
+    timed_out: bool = False
+    preempted: bool = False
+
+
 class _Cancelled(Exception):
     """Raised inside llama-cpp-python's generator when the call's deadline passed (between chunks)."""
 
@@ -434,14 +453,11 @@ class LlamaDevice:
         started = time.perf_counter()
         deadline = started + timeout_ms / 1000
         extended = started + max(timeout_ms, commit_timeout_ms or 0.0) / 1000
-        parts: list[str] = []
-        logprobs: list[float] = []
-        ttft_ms = None
-        timed_out = preempted = False
         if not self._lock.acquire(timeout=max(0.0, deadline - started)):
             waited = (time.perf_counter() - started) * 1000
             return DeviceResult("", None, "none", 0, waited, waited, "timeout")
         unregister = lambda: None  # noqa: E731
+        run = _Run(started, deadline, extended, [], [], is_committed, decide, decision_at_ms)
         try:
             self._call += 1
             self._set_deadline(deadline)
@@ -451,7 +467,7 @@ class LlamaDevice:
             hwm = _reset_peak_rss()
             # the model loaded, nothing running: the resident memory (docs/sources.md#seed-003)
             idle_kb = _status_kb("VmRSS")
-            rss_peak = idle_kb or 0.0
+            run.rss_peak, run.watch_rss = idle_kb or 0.0, not hwm
             perf = self._perf_reset()
             try:
                 stream = self._llm.create_chat_completion(
@@ -462,42 +478,12 @@ class LlamaDevice:
                     top_logprobs=1 if self.logprobs else None,
                     stream=True,
                 )
-                for chunk in stream:
-                    choice = chunk["choices"][0]
-                    content = choice.get("delta", {}).get("content")
-                    if content:
-                        if ttft_ms is None:
-                            ttft_ms = (time.perf_counter() - started) * 1000
-                        parts.append(content)
-                    for token in (choice.get("logprobs") or {}).get("content") or []:
-                        if token.get("logprob") is not None:
-                            logprobs.append(float(token["logprob"]))
-                    if not hwm:
-                        rss_peak = max(rss_peak, _status_kb("VmRSS") or 0.0)
-                    now_ms = (time.perf_counter() - started) * 1000
-                    if (
-                        decide is not None
-                        and content
-                        and now_ms >= decision_at_ms
-                        and choice.get("finish_reason") is None
-                        and not is_committed(len(parts), "".join(parts))
-                    ):
-                        fits = decide(now_ms, len(parts), ttft_ms)
-                        decide = None  # judged once
-                        if not fits:
-                            timed_out = preempted = True
-                            break
-                    if self._abort_at == deadline and is_committed(len(parts), "".join(parts)):
-                        self._set_deadline(extended)  # past the commit point: it may run to the end of the budget
-                    abort_at = self._abort_at
-                    if abort_at is not None and time.perf_counter() > abort_at and choice.get("finish_reason") is None:
-                        timed_out = True
-                        break
+                self._read(stream, run)
                 close = getattr(stream, "close", None)
                 if close:
                     close()
             except _Cancelled:  # the deadline passed mid-prefill or before a token
-                timed_out = True
+                run.timed_out = True
             except Exception as exc:  # a native failure of the model is a device error, not a crash
                 return DeviceResult(
                     "",
@@ -509,13 +495,15 @@ class LlamaDevice:
                     "error",
                     error_kind=error_kind(exc),
                 )
-            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or rss_peak, idle_kb)
+            stats = self._stats(perf, (_status_kb("VmHWM") if hwm else None) or run.rss_peak, idle_kb)
             prefill_ms = self._prefill_ms(perf)
         finally:
             unregister()
             self._set_deadline(None)
             self._lock.release()
         latency_ms = (time.perf_counter() - started) * 1000
+        parts, logprobs, ttft_ms = run.parts, run.logprobs, run.ttft_ms
+        timed_out, preempted = run.timed_out, run.preempted
         text = "".join(parts)
         n_out = len(logprobs) or len(parts)
         confidence = math.exp(sum(logprobs) / len(logprobs)) if logprobs else None
@@ -533,6 +521,43 @@ class LlamaDevice:
             preempted=preempted,
             stats=stats,
         )
+
+    def _read(self, stream, run: _Run) -> None:
+        """Read the stream into `run`: its text and logprobs, the time to first token, the peak memory (when the
+        kernel keeps no high-water mark), and where it stops: the decision point judged once before the commit
+        point, the deadline moved to the commit deadline once past it, the deadline itself."""
+        started, parts, is_committed = run.started, run.parts, run.is_committed
+        for chunk in stream:
+            choice = chunk["choices"][0]
+            content = choice.get("delta", {}).get("content")
+            if content:
+                if run.ttft_ms is None:
+                    run.ttft_ms = (time.perf_counter() - started) * 1000
+                parts.append(content)
+            for token in (choice.get("logprobs") or {}).get("content") or []:
+                if token.get("logprob") is not None:
+                    run.logprobs.append(float(token["logprob"]))
+            if run.watch_rss:
+                run.rss_peak = max(run.rss_peak, _status_kb("VmRSS") or 0.0)
+            now_ms = (time.perf_counter() - started) * 1000
+            if (
+                run.decide is not None
+                and content
+                and now_ms >= run.decision_at_ms
+                and choice.get("finish_reason") is None
+                and not is_committed(len(parts), "".join(parts))
+            ):
+                fits = run.decide(now_ms, len(parts), run.ttft_ms)
+                run.decide = None  # judged once
+                if not fits:
+                    run.timed_out = run.preempted = True
+                    break
+            if self._abort_at == run.deadline and is_committed(len(parts), "".join(parts)):
+                self._set_deadline(run.extended)  # past the commit point: it may run to the end of the budget
+            abort_at = self._abort_at
+            if abort_at is not None and time.perf_counter() > abort_at and choice.get("finish_reason") is None:
+                run.timed_out = True
+                break
 
     def _watch_deadlines(self, llama_cpp) -> None:
         """Stop a decode mid-chunk at the deadline (a chunk on a slow, shared CPU takes seconds): llama.cpp

@@ -220,28 +220,32 @@ def compare_args(args: dict, ref_args: dict | None, request_text: str) -> tuple[
         if want is None:
             pending = pending or f"no_reference:{name}"
             continue
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            if not isinstance(want, int | float) or float(v) != float(want):
-                return False, f"differs:{name}"
-            continue
-        if isinstance(v, bool) or not isinstance(v, str):
-            if v != want:
-                return False, f"differs:{name}"
-            continue
-        got_clock, want_clock = clock(v), clock(want)
-        if got_clock is not None or want_clock is not None:
-            if got_clock != want_clock:
-                return False, f"differs:{name}"
-            continue
-        if norm(v) == norm(want if isinstance(want, str) else str(want)):
-            continue
-        a, r = content(v), content(str(want))
-        if a == r and a:
-            continue
-        if (a - r) & request or not (a & r):  # a word of the request the cloud did not use, or nothing shared
+        same = same_arg(v, want, request)
+        if same is False:
             return False, f"differs:{name}"
-        pending = pending or f"partial:{name}"  # a part of the reference's, or words the request never used
+        if same is None:
+            pending = pending or f"partial:{name}"  # a part of the reference's, or words the request never used
     return (None, pending) if pending else (True, "")
+
+
+def same_arg(v, want, request: set[str]) -> bool | None:
+    """One argument against the reference's value: True the same, False different, None in part (a part of the
+    reference's words, or words the request (`request`, its tokens) never used)."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return isinstance(want, int | float) and float(v) == float(want)
+    if isinstance(v, bool) or not isinstance(v, str):
+        return v == want
+    got_clock, want_clock = clock(v), clock(want)
+    if got_clock is not None or want_clock is not None:
+        return got_clock == want_clock
+    if norm(v) == norm(want if isinstance(want, str) else str(want)):
+        return True
+    a, r = content(v), content(str(want))
+    if a == r and a:
+        return True
+    if (a - r) & request or not (a & r):  # a word of the request the cloud did not use, or nothing shared
+        return False
+    return None
 
 
 def unique_in_request(value: dict, fields: dict[str, str], request_text: str) -> tuple[bool | None, str]:

@@ -252,7 +252,7 @@ def test_a_cloud_that_trickles_bytes_over_real_http_is_cut_at_the_total_deadline
     try:
         cloud = OpenAICloud(server.url)
         router = Router(UserDevice(0.0), cloud, policy=policy(tmp_path))
-        assert router.cloud_guard.in_flight == 0 and not router._cloud_guarded  # it cooperates: no guard thread
+        assert router.cloud_guard.in_flight == 0 and not router.cloud_path.guarded  # it cooperates: no guard thread
         response, event, wall_ms = timed(router, req(task_type="long_summary"))
     finally:
         server.close()

@@ -85,6 +85,7 @@ import greenlet
 import msgspec
 
 from routerscope.contract.events import LABEL_SOURCES, LabelEvent, LabelSource
+from routerscope.router.admission import DeviceSlots
 from routerscope.router.engine import Request, Router
 from routerscope.router.label_design import drawn, for_review
 from routerscope.router.policy import Policy, default_policy
@@ -236,48 +237,60 @@ class SimClock:
             self.advance_to(self._parked[0][0])
 
 
+class FleetSlots(DeviceSlots):
+    """The device concurrency cap counted per simulated device (SIMULATED: each phone has its own device and its
+    own cap, docs/sources.md#seed-004-6): the running request's phone's counts are swapped in around each step."""
+
+    def __init__(self, fleet: Fleet, breaker, *, cancels: bool, enforce: bool):
+        super().__init__(breaker, cancels=cancels, enforce=enforce)
+        self._fleet = fleet
+        self._per_device_in_flight: dict[str, int] = {}
+        self._per_device_shadow: dict[str, int] = {}
+        self._per_device_cancels: dict[str, set] = {}
+
+    def enter(self, policy) -> str | None:
+        device = self._fleet.running.session_id
+        self.device_in_flight = self._per_device_in_flight.get(device, 0)
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())  # only this phone's shadow yields
+        blocked = super().enter(policy)
+        self._per_device_in_flight[device] = self.device_in_flight
+        return blocked
+
+    def release(self) -> None:
+        device = self._fleet.running.session_id
+        self.device_in_flight = self._per_device_in_flight.get(device, 0)
+        super().release()
+        self._per_device_in_flight[device] = self.device_in_flight
+
+    def enter_shadow(self, policy):
+        device = self._fleet.running.session_id
+        self.device_in_flight = self._per_device_in_flight.get(device, 0)
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
+        slot = super().enter_shadow(policy)
+        self._per_device_shadow[device] = self.shadow_in_flight
+        return slot
+
+    def release_shadow(self, cancel) -> None:
+        device = self._fleet.running.session_id
+        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
+        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
+        super().release_shadow(cancel)
+        self._per_device_shadow[device] = self.shadow_in_flight
+
+
 class FleetRouter(Router):
     """The real router, with the device concurrency cap counted per simulated device (SIMULATED: one router
     instance stands in for the fleet's, so its breakers and cloud latency window are shared, but each phone
     has its own device and its own cap, docs/sources.md#seed-004-6)."""
 
     def __init__(self, fleet: Fleet, *args, **kwargs):
+        self._fleet = fleet  # before the router's own set-up, which asks for the slots
         super().__init__(*args, **kwargs)
-        self._fleet = fleet
-        self._per_device_in_flight: dict[str, int] = {}
-        self._per_device_shadow: dict[str, int] = {}
-        self._per_device_cancels: dict[str, set] = {}
 
-    def _enter_device(self, policy) -> str | None:
-        device = self._fleet.running.session_id
-        self.device_in_flight = self._per_device_in_flight.get(device, 0)
-        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
-        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())  # only this phone's shadow yields
-        blocked = super()._enter_device(policy)
-        self._per_device_in_flight[device] = self.device_in_flight
-        return blocked
-
-    def _release_device(self) -> None:
-        device = self._fleet.running.session_id
-        self.device_in_flight = self._per_device_in_flight.get(device, 0)
-        super()._release_device()
-        self._per_device_in_flight[device] = self.device_in_flight
-
-    def _enter_shadow(self, policy):
-        device = self._fleet.running.session_id
-        self.device_in_flight = self._per_device_in_flight.get(device, 0)
-        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
-        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
-        slot = super()._enter_shadow(policy)
-        self._per_device_shadow[device] = self.shadow_in_flight
-        return slot
-
-    def _release_shadow(self, cancel) -> None:
-        device = self._fleet.running.session_id
-        self.shadow_in_flight = self._per_device_shadow.get(device, 0)
-        self._shadow_cancels = self._per_device_cancels.setdefault(device, set())
-        super()._release_shadow(cancel)
-        self._per_device_shadow[device] = self.shadow_in_flight
+    def _device_slots(self) -> DeviceSlots:
+        return FleetSlots(self._fleet, self.device_breaker, cancels=self.caller.cancels, enforce=self.enforce)
 
 
 class Fleet:
