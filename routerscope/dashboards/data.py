@@ -12,7 +12,7 @@ import os
 import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +20,7 @@ import streamlit as st
 
 from routerscope.core.kafka import end_offsets
 from routerscope.core.settings import Settings
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.dashboards import words
 from routerscope.router.policy import PolicyStore
 from routerscope.router.request_store import RequestTextStore

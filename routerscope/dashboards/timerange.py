@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
-from routerscope.core.timeutil import parse_utc
+from routerscope.core.timeutil import UTC, parse_utc
 
 PRESETS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import UTC
 from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import OpenAICloud, gemma_path

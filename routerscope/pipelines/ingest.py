@@ -3,12 +3,13 @@
 No `from __future__ import annotations` here: Dagster reads the config and resource annotations
 at definition time."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
 
 from routerscope.core import names
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines import timing
 from routerscope.pipelines.resources import RouterscopeResource
 from routerscope.warehouse.ingest import loader

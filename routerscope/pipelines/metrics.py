@@ -7,11 +7,12 @@ When and why: `routerscope.pipelines.timing`."""
 
 import json
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
 
 from routerscope.core.errors import WarehouseError
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines import core, timing
 from routerscope.pipelines.ingest import TABLE_ASSETS
 from routerscope.pipelines.partitions import DAILY, FIVE_MINUTES

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from string import Template
 from typing import Any
 
 from routerscope.core import names
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 _PLACEHOLDER = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")

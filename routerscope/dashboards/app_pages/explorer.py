@@ -4,11 +4,12 @@ shadow stacked) and paged, and the attempts of one request (select a row). Every
 incident's link opens its decisions and a view can be shared."""
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 
 import streamlit as st
 
 from routerscope.contract.events import FALLBACK_TYPES, NETWORKS, REASONS
+from routerscope.core.timeutil import UTC
 from routerscope.dashboards import charts, data, timerange
 from routerscope.warehouse.queries.decisions import ExplorerFilter
 

@@ -55,7 +55,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -69,6 +69,7 @@ from prometheus_client.samples import Exemplar
 from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse import schema_migrations
 from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_series
 from routerscope.warehouse.client import open_warehouse

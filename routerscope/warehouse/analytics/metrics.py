@@ -14,9 +14,10 @@ Beyond the documented keys (docs/metrics.md allows additions): `shadow_agreement
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import labels as label_queries

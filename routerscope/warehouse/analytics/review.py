@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from routerscope.contract.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
+from routerscope.core.timeutil import UTC
 from routerscope.router import answers
 from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path

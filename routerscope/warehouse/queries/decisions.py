@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse.queries.labels import chosen_labels_of, label_source_parameters
 from routerscope.warehouse.sql import (
     BASELINE_CTE,

@@ -20,10 +20,10 @@ times that read (grouped by hour as well as task type)."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from routerscope.core import names
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse.queries.decisions import LevelCounts, level_counts
 from routerscope.warehouse.sql import QueryWindow, named, utc_or_none, utc_text
 

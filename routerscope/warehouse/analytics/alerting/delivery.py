@@ -14,11 +14,11 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from routerscope.core.timeutil import utc, utc_iso
+from routerscope.core.timeutil import UTC, utc, utc_iso
 from routerscope.warehouse.analytics.alerting.evaluate import Alert
 
 DEFAULT_RETRIES = 3

@@ -17,11 +17,11 @@ What late labels reveal about windows before the latest fires when they arrive (
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from routerscope.core.errors import ConfigError
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse import schema_migrations
 from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.analytics.alerting.delivery import Notifier

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.analytics.stats import ratio
 from routerscope.warehouse.queries import decisions
 from routerscope.warehouse.queries import quality as queries
