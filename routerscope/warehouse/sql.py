@@ -46,7 +46,7 @@ def hashed_chain(label: str, table: str, ddl: list[tuple[str, str]], **identifie
     digest = hashlib.sha256("\n".join(sql for _, sql in ddl).encode()).hexdigest()[:12]
     base = f"{names.DATABASE}.{table}_{digest}"
     spelled = {kind: base if kind == "input" else f"{base}_{kind.removesuffix('_view')}" for kind, _ in ddl}
-    return base, [named(f"{label}_create_{kind}", sql, **spelled, **identifiers) for kind, sql in ddl]
+    return base, [named(f"{label}_create_{kind}", sql, None, **spelled, **identifiers) for kind, sql in ddl]
 
 
 def utc_text(t: datetime) -> str:

@@ -132,6 +132,8 @@ class WebhookNotifier:
         return bool(self.url)
 
     def deliver(self, alert: Alert) -> tuple[bool, list[list]]:
+        if not self.url:  # not configured (`configured()`): nothing sent, nothing tried
+            return False, []
         return post_webhook(self.url, alert, retries=self.retries, backoff_s=self.backoff_s, timeout_s=self.timeout_s)
 
 
