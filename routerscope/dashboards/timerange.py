@@ -230,7 +230,7 @@ def pick(default: str = "6h") -> TimeRange:
     choice = cols[0].segmented_control(
         "Time range",
         CHOICES,
-        format_func=LABELS.get,
+        format_func=LABELS.__getitem__,
         key=url_key("range", rng.preset),
         required=True,
         help="Shared by every page and kept in the URL. Presets end now.",

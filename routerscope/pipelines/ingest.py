@@ -107,10 +107,12 @@ def _dead_worker(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None
         value = getattr(data, "metadata", {}).get("pid") if data is not None else None
         if value is not None:
             pid = getattr(value, "value", value)  # the worker's "Started process for run (pid: N)"
+    if pid is None:
+        return None  # no pid recorded: treat the worker as alive (never fail a live run)
     try:
         pid = int(pid)
     except (TypeError, ValueError):
-        return None  # no pid recorded, or not a number: treat the worker as alive (never fail a live run)
+        return None  # not a number: the same
     if pid <= 0:
         return None
     try:

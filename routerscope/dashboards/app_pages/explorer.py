@@ -49,15 +49,15 @@ chosen = {
 }
 LEVELS = {"": "all", "0": "L0", "1": "L1", "2": "L2", "3": "L3", "4": "L4"}
 level_now = params.get("level", "")
-c = st.columns(5)
-level_text = c[0].selectbox(
+row = st.columns(5)
+level_text = row[0].selectbox(
     "Degrade level",
     list(LEVELS),
     key=timerange.url_key("level", level_now if level_now in LEVELS else ""),
-    format_func=LEVELS.get,
+    format_func=LEVELS.__getitem__,
 )
 for col, name, label in zip(
-    c[1:], TEXT_FILTERS, ("Request id contains", "Session id", "Policy version", "App id"), strict=True
+    row[1:], TEXT_FILTERS, ("Request id contains", "Session id", "Policy version", "App id"), strict=True
 ):
     chosen[name] = col.text_input(label, key=timerange.url_key(name, params.get(name, ""))).strip()
 
@@ -107,7 +107,7 @@ df, total = first if page == 1 else data.explorer(rng.start, rng.end, where, PAG
 timerange.write_url(
     {
         **chosen,
-        "level": level_text,
+        "level": level_text or "",  # (a selectbox with options always has a choice)
         "page": str(page) if page > 1 else "",
         "incident": incident,
         "back": params.get("back", "") if incident else "",

@@ -23,7 +23,7 @@ settings = data._settings()
 with ReviewQueue(settings.request_texts_path) as queue:
     counts = queue.counts()
     task_filter = st.selectbox("Task type", ["(any)", *sorted({i.task_type for i in queue.items(limit=1000)})])
-    item = queue.next("" if task_filter == "(any)" else task_filter)
+    item = queue.next(task_filter if task_filter and task_filter != "(any)" else "")
 st.caption(
     f"{counts['waiting']} waiting · {counts['reviewed']} reviewed. The labeling design queues a uniform share of "
     "the events the replay's judge labels; your verdicts measure the judge (docs/metrics.md §3d)."
