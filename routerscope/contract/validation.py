@@ -294,22 +294,27 @@ DECISION_INVARIANTS: tuple[Invariant, ...] = (
 )
 
 
+def _fallback_agrees(ft: str, reason: str, entered: bool, level: int, mode: str) -> bool:
+    """The fallback type against the reason, the device entered and the degrade level: the rules
+    capability_iff_capability_miss, capability_not_entered, served_on_device_level and the two device_fallback_
+    ones, inlined for `decision_invariants_hold`."""
+    if (ft == "capability") != (reason == "capability_miss"):
+        return False
+    if ft == "capability":
+        return not entered
+    if ft == "none":
+        return not (entered and level > 1 and mode == "live")
+    return bool(entered) and level >= 2  # quality, timeout, error
+
+
 def decision_invariants_hold(e) -> bool:
     """True when a typed decision breaks none of DECISION_INVARIANTS: the same rules, inlined.
 
     The loader calls this once per event (one call instead of fifteen); only events it rejects go
     through the named rules. A property test keeps the two equivalent."""
-    ft, reason, entered, level = e.fallback_type, e.reason, e.entered_device, e.degrade_level
+    reason, entered, level = e.reason, e.entered_device, e.degrade_level
     lv = [a.level for a in e.attempts]
-    if (ft == "capability") != (reason == "capability_miss"):
-        return False
-    if ft == "capability":
-        if entered:
-            return False
-    elif ft == "none":
-        if entered and level > 1 and e.mode == "live":
-            return False
-    elif not entered or level < 2:  # quality, timeout, error
+    if not _fallback_agrees(e.fallback_type, reason, entered, level, e.mode):
         return False
     if entered:
         if lv[0] > 1:

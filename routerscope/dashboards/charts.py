@@ -4,6 +4,7 @@ episodes as shaded bands behind a time series (`with_incidents`), as Grafana dra
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import altair as alt
 import pandas as pd
@@ -67,13 +68,15 @@ def _cached_spec(name: str, args: tuple, kwargs: dict) -> dict:
     if _cached_spec_impl is None:
 
         @st.cache_data(ttl=300, max_entries=500, show_spinner=False)
-        def _cached_spec_impl(name: str, args: tuple, kwargs: dict) -> dict:
+        def cached(name: str, args: tuple, kwargs: dict) -> dict:
             return spec(globals()[name](*args, **kwargs))
 
+        _cached_spec_impl = cached
     return _cached_spec_impl(name, args, kwargs)
 
 
-_cached_spec_impl = None  # (made on first use: this module is imported by code that runs without Streamlit)
+# made on first use: this module is imported by code that runs without Streamlit
+_cached_spec_impl: Callable[[str, tuple, dict], dict] | None = None
 
 
 def pct(value, digits: int = 1) -> str:
@@ -81,7 +84,7 @@ def pct(value, digits: int = 1) -> str:
     return "—" if value is None or value != value else f"{100 * value:.{digits}f}%"
 
 
-def utc_x(field: str, title: str = "time (UTC)", fmt: str = "%H:%M", since=None, until=None) -> alt.X:
+def utc_x(field: str, title: str | None = "time (UTC)", fmt: str = "%H:%M", since=None, until=None) -> alt.X:
     """A time axis read in UTC with 24-hour labels, whatever the viewer's time zone; [since, until] when given is
     its domain, the chosen range."""
     domain = _domain(since, until)
@@ -410,7 +413,7 @@ def calibration_bars(buckets: pd.DataFrame, min_n: int = 0) -> alt.Chart:
         evidence=["too few to judge" if few else "judged" for few in small],
     )
     x = alt.X("bucket:N", sort=list(buckets["bucket"]), title="confidence bucket (n = labeled attempts)")
-    tooltip = ["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%"), "evidence:N"]
+    tooltip: list[str | alt.Tooltip] = ["bucket:N", "n:Q", alt.Tooltip("pass_rate:Q", format=".1%"), "evidence:N"]
     base = alt.Chart(buckets).encode(x=x, tooltip=tooltip)
     y = alt.Y("pass_rate:Q", title="pass rate", axis=alt.Axis(format=".0%"), scale=alt.Scale(domain=[0, 1.1]))
     judged = (

@@ -12,7 +12,7 @@ import os
 import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +20,7 @@ import streamlit as st
 
 from routerscope.core.kafka import end_offsets
 from routerscope.core.settings import Settings
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.dashboards import words
 from routerscope.router.policy import PolicyStore
 from routerscope.router.request_store import RequestTextStore
@@ -350,10 +350,10 @@ def whatif_many(moves: tuple[tuple[str, float], ...], start: datetime, end: date
 
 
 @st.cache_data(ttl=TTL)
-def sample_minimums() -> dict[str, tuple[int, str]]:
+def sample_minimums() -> dict[str, tuple[int, str | None]]:
     """metric -> (the smallest `min_n` any 5-minute alert rule on it asks for, its denominator): a tile
     with fewer events shows its value greyed instead of a verdict the alert rules would not give."""
-    out: dict[str, tuple[int, str]] = {}
+    out: dict[str, tuple[int, str | None]] = {}
     for rule in load_rules(judged_rules())[1]:  # the rules the alerts were judged with
         if rule.grain != "5m" or not rule.min_n:
             continue

@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode
 
-from routerscope.core.timeutil import parse_utc
+from routerscope.core.timeutil import UTC, parse_utc
 
 PRESETS: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
@@ -230,7 +230,7 @@ def pick(default: str = "6h") -> TimeRange:
     choice = cols[0].segmented_control(
         "Time range",
         CHOICES,
-        format_func=LABELS.get,
+        format_func=LABELS.__getitem__,
         key=url_key("range", rng.preset),
         required=True,
         help="Shared by every page and kept in the URL. Presets end now.",

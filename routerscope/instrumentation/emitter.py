@@ -433,25 +433,7 @@ class Spool:
         left behind."""
         tail = self._tail_at
         if len(messages) == 1 and tail is not None and tail[1] < self.segment_bytes:
-            # One record into the open last segment (write-ahead, once per event): the same steps as below
-            # without the chunk lists.
-            line = messages[0].to_line()
-            try:
-                self._write(tail[0], (line,))
-            except OSError as exc:
-                if count_failed:
-                    self._fail(1, exc)
-                self._tail = None
-                return list(messages)
-            self._count += 1
-            self._bytes += len(line)
-            self._tail_at = (tail[0], tail[1] + len(line))
-            if self._bytes > self.cap_bytes:
-                try:
-                    self._enforce_cap()
-                except OSError as exc:
-                    log.warning("event spool: cannot enforce its cap (%s)", exc)
-            return []
+            return self._append_one(messages[0], tail, count_failed)
         last: Path | None
         try:
             if self._tail is not None:  # the last segment and its size, as the previous append left them
@@ -492,12 +474,34 @@ class Spool:
             self._bytes += sum(map(len, data))
         # the last segment and its size for the next append; after a failure, read from the files again
         self._tail = (last, size) if chunks and not unwritten and last is not None else None
-        if self._bytes > self.cap_bytes:  # an estimate from above (the replayer deletes behind it): check
+        self._check_cap()
+        return unwritten
+
+    def _append_one(self, message: Outgoing, tail: tuple[Path, int], count_failed: bool) -> list[Outgoing]:
+        """`append` of one record into the open last segment `tail` (write-ahead, once per event): the same
+        steps without the chunk lists."""
+        line = message.to_line()
+        try:
+            self._write(tail[0], (line,))
+        except OSError as exc:
+            if count_failed:
+                self._fail(1, exc)
+            self._tail = None
+            return [message]
+        self._count += 1
+        self._bytes += len(line)
+        self._tail_at = (tail[0], tail[1] + len(line))
+        self._check_cap()
+        return []
+
+    def _check_cap(self) -> None:
+        """Past the cap by the count kept (an estimate from above: the replayer deletes behind it), check the
+        files and delete the oldest (`_enforce_cap`); a failure is logged, never raised."""
+        if self._bytes > self.cap_bytes:
             try:
                 self._enforce_cap()
             except OSError as exc:
                 log.warning("event spool: cannot enforce its cap (%s)", exc)
-        return unwritten
 
     def _fail(self, n: int, exc: OSError) -> None:
         self.failed += n

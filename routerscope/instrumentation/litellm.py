@@ -125,6 +125,30 @@ def _as_datetime(t) -> datetime | None:
     return datetime.fromtimestamp(float(t), timezone.utc)
 
 
+def _fallback(
+    capability: bool,
+    cloud_first: bool,
+    device_tried: bool,
+    served: _Call | None,
+    device_failed_it: bool,
+    last_device_failure: _Call | None,
+) -> tuple[str, str]:
+    """(fallback_type, reason) of a request: a capability miss; a cloud group first (its own choice, or the cloud
+    unavailable and the device tried after it, whose failure then names the fallback); the device's last failure
+    when the device was entered and did not serve it (`device_failed_it`); else none."""
+    if capability:
+        return "capability", "capability_miss"
+    if cloud_first:
+        if device_tried and served is None and last_device_failure is not None:
+            kind = _outcome(last_device_failure.exception, last_device_failure.error_class)
+            return (kind, "device_timeout") if kind == "timeout" else ("error", "device_error")
+        return "none", ("cloud_unavailable" if device_tried or served is None else "policy_cloud")
+    if device_failed_it and last_device_failure is not None:
+        kind = _outcome(last_device_failure.exception, last_device_failure.error_class)
+        return ("timeout", "device_timeout") if kind == "timeout" else ("error", "device_error")
+    return "none", "default"
+
+
 def _outcome(exc: BaseException | None, error_class: str | None) -> str:
     """`timeout`, `capability` (context window) or `error`, from LiteLLM's exception classes."""
     if isinstance(exc, litellm.ContextWindowExceededError) or error_class == "ContextWindowExceededError":
@@ -333,33 +357,19 @@ class RouterscopeCallback(CustomLogger):
         entered = any(self._is_device(c) for c in attempts)
         served = next((c for c in reversed(attempts) if c.ok), None)
         last_device_failure = next((c for c in reversed(attempts) if self._is_device(c) and not c.ok), None)
-        if capability:
-            fallback_type, reason = "capability", "capability_miss"
-        elif cloud_first:
-            fallback_type, reason = "none", ("cloud_unavailable" if device or served is None else "policy_cloud")
-            if device and served is None and last_device_failure is not None:
-                kind = _outcome(last_device_failure.exception, last_device_failure.error_class)
-                fallback_type, reason = (kind, "device_timeout") if kind == "timeout" else ("error", "device_error")
-        elif entered and (served is None or not self._is_device(served)) and last_device_failure is not None:
-            kind = _outcome(last_device_failure.exception, last_device_failure.error_class)
-            fallback_type, reason = ("timeout", "device_timeout") if kind == "timeout" else ("error", "device_error")
-        else:
-            fallback_type, reason = "none", "default"
+        fallback_type, reason = _fallback(
+            capability,
+            cloud_first,
+            bool(device),
+            served,
+            entered and (served is None or not self._is_device(served)),
+            last_device_failure,
+        )
         if len(attempts) > MAX_ATTEMPTS - (served is None):  # the contract holds at most five attempts
             keep = MAX_ATTEMPTS - 1 - (served is None)
             attempts = attempts[:keep] + [attempts[-1]]
 
-        session_id = md.get("session_id")
-        if not isinstance(session_id, str) or not session_id:
-            session_id = UNKNOWN
-            self._count("missing_session_id")
-        session_id = self._fit_id(session_id)
-        task_type = md.get("task_type")
-        if isinstance(task_type, str):
-            task_type = re.sub(r"[^a-z0-9_]+", "_", task_type.strip().lower()).strip("_")
-        if not isinstance(task_type, str) or not TASK_TYPE.fullmatch(task_type):
-            task_type = UNKNOWN
-            self._count("missing_task_type")
+        session_id, task_type = self._session_and_task(md)
         starts = [c.start for c in calls if c.start] or [datetime.now(timezone.utc)]
         ends = [c.end for c in calls if c.end] or starts
         latency_ms = max(0.0, (max(ends) - min(starts)).total_seconds() * 1000)
@@ -427,6 +437,21 @@ class RouterscopeCallback(CustomLogger):
                 cost_usd=sum(costs) if costs else None,
             )
         self._count("recorded")
+
+    def _session_and_task(self, md: dict) -> tuple[str, str]:
+        """The request's session id and task type from its metadata, UNKNOWN (and counted) where missing or,
+        for a task type, not one the contract takes once normalised."""
+        session_id = md.get("session_id")
+        if not isinstance(session_id, str) or not session_id:
+            session_id = UNKNOWN
+            self._count("missing_session_id")
+        task_type = md.get("task_type")
+        if isinstance(task_type, str):
+            task_type = re.sub(r"[^a-z0-9_]+", "_", task_type.strip().lower()).strip("_")
+        if not isinstance(task_type, str) or not TASK_TYPE.fullmatch(task_type):
+            task_type = UNKNOWN
+            self._count("missing_task_type")
+        return self._fit_id(session_id), task_type
 
     def _fit_id(self, value: str) -> str:
         """An id the contract takes: one longer than MAX_ID characters is replaced by its keyed hash (the

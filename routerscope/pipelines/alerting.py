@@ -26,7 +26,8 @@ def evaluate_alerts(
     settings = routerscope.settings()
     evaluations = []
     with core.unit_of_work(settings, purpose="alerts"):
-        for now in [datetime.fromisoformat(t) for t in config.as_of] or [None]:
+        times: list[datetime | None] = [datetime.fromisoformat(t) for t in config.as_of]
+        for now in times or [None]:
             result = core.evaluate_alerts(settings, now=now, notifier=alert_webhook)
             context.log.info(
                 f"as of {result.at.isoformat()}: firing {len(result.firing)}, fired now {len(result.fired)}, "

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import UTC
 from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import OpenAICloud, gemma_path
@@ -135,13 +136,13 @@ class _borrowed:
 
 
 def quality_window(settings: Settings, start: datetime | None = None, end: datetime | None = None, thresholds=None):
-    """The data-quality suites over [start, end) (default: the UTC day of the newest event), stored in
+    """The data-quality suites over [start, end) (both given; default: the UTC day of the newest event), stored in
     `dq_results`, Data Docs under the home. Returns the `routerscope.warehouse.analytics.quality.QualityReport`."""
     # paid before taking the warehouse, not while holding it (a run's first import of it takes seconds)
     import great_expectations  # noqa: F401  # deferred: seconds to import; the CLI's other commands never need it
 
     with unit_of_work(settings, purpose="data quality") as client:
-        window = QueryWindow(start, end) if start is not None else quality.latest_window(client)
+        window = QueryWindow(start, end) if start is not None and end is not None else quality.latest_window(client)
         report = quality.run_suites(client, window, home=settings.home, thresholds=thresholds)
         quality.store(client, report)
     return report

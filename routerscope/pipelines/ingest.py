@@ -3,12 +3,13 @@
 No `from __future__ import annotations` here: Dagster reads the config and resource annotations
 at definition time."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import dagster as dg
 
 from routerscope.core import names
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines import timing
 from routerscope.pipelines.resources import RouterscopeResource
 from routerscope.warehouse.ingest import loader
@@ -103,10 +104,12 @@ def _dead_worker(instance: dg.DagsterInstance, run: dg.DagsterRun) -> int | None
         value = getattr(data, "metadata", {}).get("pid") if data is not None else None
         if value is not None:
             pid = getattr(value, "value", value)  # the worker's "Started process for run (pid: N)"
+    if pid is None:
+        return None  # no pid recorded: treat the worker as alive (never fail a live run)
     try:
         pid = int(pid)
     except (TypeError, ValueError):
-        return None  # no pid recorded, or not a number: treat the worker as alive (never fail a live run)
+        return None  # not a number: the same
     if pid <= 0:
         return None
     try:

@@ -1,10 +1,11 @@
 """The closed loop's look every hour (Dagster): `routerscope.warehouse.analytics.loop.runner.step_all`, the same
 unit of work as `routerscope loop step` (docs/loop.md#a-look)."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
 
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines.resources import RouterscopeResource
 from routerscope.warehouse.analytics.loop.runner import step_all
 

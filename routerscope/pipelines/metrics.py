@@ -7,11 +7,12 @@ When and why: `routerscope.pipelines.timing`."""
 
 import json
 import warnings
-from datetime import UTC, datetime
+from datetime import datetime
 
 import dagster as dg
 
 from routerscope.core.errors import WarehouseError
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines import core, timing
 from routerscope.pipelines.ingest import TABLE_ASSETS
 from routerscope.pipelines.partitions import DAILY, FIVE_MINUTES
@@ -49,7 +50,7 @@ def _materialize(
             overall, rows, requests = result["overall"], rows + written, requests + result["overall"]["requests"]
     whole = context.partition_time_window
     rate = lambda v: dg.MetadataValue.float(v) if v is not None else None  # noqa: E731
-    metadata = {
+    metadata: dict[str, str | int | bool | dg.MetadataValue | None] = {
         "window": f"[{whole.start.astimezone(UTC).isoformat()}, {whole.end.astimezone(UTC).isoformat()})",
         "windows": len(context.partition_keys),
         "rows": rows,
@@ -64,7 +65,7 @@ def _materialize(
     return dg.MaterializeResult(metadata=metadata)
 
 
-def metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):
+def _metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routerscope: RouterscopeResource):
     return _materialize(context, config, routerscope, "5m")
 
 
@@ -73,12 +74,13 @@ def metrics_5m(context: dg.AssetExecutionContext, config: MetricsConfig, routers
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", dg.BetaWarning)
     metrics_5m = dg.asset(
+        name="metrics_5m",
         partitions_def=FIVE_MINUTES,
         deps=FACTS,
         group_name="metrics",
         backfill_policy=dg.BackfillPolicy.single_run(),
         description="docs/metrics.md per 5-minute window (on-call view, alerts).",
-    )(metrics_5m)
+    )(_metrics_5m)
 
 
 @dg.asset(

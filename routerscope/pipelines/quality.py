@@ -4,11 +4,10 @@ Its blocking checks stop `metrics_daily` for the same window when they fail (the
 depends on this one, so a run that selects both skips the metrics). Non-blocking findings
 (freshness, volume, label coverage) are warnings."""
 
-from datetime import UTC
-
 import dagster as dg
 
 from routerscope.core import names
+from routerscope.core.timeutil import UTC
 from routerscope.pipelines import core
 from routerscope.pipelines.ingest import TABLE_ASSETS
 from routerscope.pipelines.partitions import DAILY

@@ -90,10 +90,11 @@ class AlertWebhookResource(AlertDelivery):
     def notifier(self) -> WebhookNotifier | AlertmanagerNotifier:
         """The webhook; with ROUTERSCOPE_ALERTMANAGER_URL set, Alertmanager with the webhook beside it."""
         settings = Settings.from_env()
-        options = {"retries": self.retries, "backoff_s": self.backoff_s, "timeout_s": self.timeout_s}
-        webhook = WebhookNotifier(self.url or settings.alert_webhook, **options)
+        webhook = WebhookNotifier(self.url or settings.alert_webhook, self.retries, self.backoff_s, self.timeout_s)
         if settings.alertmanager_url:
-            return AlertmanagerNotifier(settings.alertmanager_url, settings.dashboard_url, webhook, **options)
+            return AlertmanagerNotifier(
+                settings.alertmanager_url, settings.dashboard_url, webhook, self.retries, self.backoff_s, self.timeout_s
+            )
         return webhook
 
     def configured(self) -> bool:

@@ -55,6 +55,14 @@ def real_path(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def data_dir(dsn: WarehouseDsn) -> Path:
+    """An embedded warehouse's data directory; a server's DSN has none (ValueError: a caller that reaches the
+    files checks `dsn.embedded` first)."""
+    if dsn.path is None:
+        raise ValueError(f"the warehouse {dsn.redacted()} is a server: it has no data directory here")
+    return dsn.path
+
+
 def _say(message: str) -> None:
     print(f"routerscope: {message}", file=sys.stderr, flush=True)
 
@@ -173,9 +181,10 @@ def torn_mutation(mutation: Path) -> str | None:
 def _embedded_open_error(dsn: WarehouseDsn, first_line: str) -> str:
     """Why an embedded warehouse does not open, and what to do: a torn mutation file is named with
     `doctor --repair`; anything else sends to `doctor`, which finds what a crash or a disk left."""
+    path = data_dir(dsn)
     torn = [
         (table, mutation.name, why)
-        for table, directory in (table_dirs(dsn.path).items() if dsn.path.is_dir() else ())
+        for table, directory in (table_dirs(path).items() if path.is_dir() else ())
         for mutation in sorted(directory.glob("mutation_*.txt"))
         if (why := torn_mutation(mutation)) is not None
     ]
@@ -259,7 +268,8 @@ def _opened(settings: Settings, purpose: str, timeout_s: float | None):
             client.close()
         return
 
-    key = str(real_path(dsn.path))  # a symlinked path meets the lock of the real one
+    path = data_dir(dsn)
+    key = str(real_path(path))  # a symlinked path meets the lock of the real one
     with _local_lock:
         if key in _open:  # nested unit of work in this process: reuse
             client, depth = _open[key]
@@ -270,11 +280,11 @@ def _opened(settings: Settings, purpose: str, timeout_s: float | None):
                 client, depth = _open[key]
                 _open[key] = (client, depth - 1)
             return
-        dsn.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _file_lock(Path(key + LOCK_SUFFIX), purpose, timeout_s):
             client = _connect(dsn)
             try:
-                os.chmod(dsn.path, 0o700)  # the warehouse holds every event: its owner's only
+                os.chmod(path, 0o700)  # the warehouse holds every event: its owner's only
             except OSError:
                 pass
             _open[key] = (client, 1)
@@ -340,9 +350,10 @@ def outage(exc: BaseException) -> bool:
     try:
         from clickhouse_connect.driver.exceptions import OperationalError  # deferred: clickhouse_connect, ~0.1 s
     except ImportError:  # pragma: no cover
-        OperationalError = ()  # noqa: N806
-    if OperationalError and isinstance(exc, OperationalError):
-        return True
+        pass
+    else:
+        if isinstance(exc, OperationalError):
+            return True
     text = str(exc)
     if any(int(code) in OUTAGE_CODES for code in _CODE.findall(text)):
         return True
@@ -396,7 +407,7 @@ class DiskSpace:
         )
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -418,7 +429,8 @@ def disk_space(settings: Settings) -> DiskSpace | None:
     dsn = settings.warehouse
     if not dsn.embedded:
         return None
-    path = dsn.path if dsn.path.exists() else dsn.path.parent
+    directory = data_dir(dsn)
+    path = directory if directory.exists() else directory.parent
     while not path.exists():
         path = path.parent
     usage = shutil.disk_usage(path)
@@ -468,7 +480,7 @@ def load_lock_path(settings: Settings) -> Path:
     the real path); under the home for a server (one file per server and database)."""
     dsn = settings.warehouse
     if dsn.embedded:
-        return Path(str(real_path(dsn.path)) + LOAD_LOCK_SUFFIX)
+        return Path(str(real_path(data_dir(dsn))) + LOAD_LOCK_SUFFIX)
     return settings.home / f"load-{hashlib.sha256(dsn.redacted().encode()).hexdigest()[:12]}{LOAD_LOCK_SUFFIX}"
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,9 +31,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from routerscope.core import names
 from routerscope.core.errors import RouterscopeError
-from routerscope.core.kafka import librdkafka_config
+from routerscope.core.kafka import Option, librdkafka_config
 from routerscope.core.settings import Settings
-from routerscope.warehouse.client import open_warehouse, table_dirs, torn_mutation
+from routerscope.warehouse.client import data_dir, open_warehouse, table_dirs, torn_mutation
 from routerscope.warehouse.queries import ingest_offsets
 from routerscope.warehouse.schema import TOPIC_TABLES
 from routerscope.warehouse.sql import named
@@ -54,6 +55,13 @@ class Finding:
         note = f" ({self.note})" if self.note else ""
         where = f" {self.path.name}" if self.path is not None else ""
         return f"{self.table}: {self.kind}{where}{rows}{state}{note}"
+
+    @property
+    def part(self) -> Path:
+        """The file or part directory the finding is about: every kind has one but "missing rows"."""
+        if self.path is None:
+            raise ValueError(f"{self.table}: a {self.kind} finding names no file")
+        return self.path
 
 
 @dataclass
@@ -170,7 +178,7 @@ def _attach(client, finding: Finding, engines: dict[str, str]) -> None:
     if not engines.get(finding.table, "").startswith("Replacing"):
         finding.note = "its table does not fold duplicates: left detached, attach it by hand if you want it"
         return
-    part = finding.path
+    part = finding.part
     plain = _plain_name(part.name)
     covered = _covering(client, finding.table, plain)
     if covered:  # a copy a crash left (`broken-on-start_`, `ignored_`, `unexpected_`): attaching counts twice
@@ -248,12 +256,12 @@ def _detach_damaged(settings: Settings, client, finding: Finding) -> None:
     qualified = f"{names.DATABASE}.{finding.table}"
     client.command(
         named(
-            "doctor_detach_part", "ALTER TABLE $table DETACH PART '$part'", {"part": finding.path.name}, table=qualified
+            "doctor_detach_part", "ALTER TABLE $table DETACH PART '$part'", {"part": finding.part.name}, table=qualified
         )
     )
-    directory = table_dirs(settings.warehouse.path).get(finding.table)
-    if directory is not None and (directory / "detached" / finding.path.name).is_dir():
-        moved = _aside(settings, directory / "detached" / finding.path.name, finding.table)
+    directory = table_dirs(data_dir(settings.warehouse)).get(finding.table)
+    if directory is not None and (directory / "detached" / finding.part.name).is_dir():
+        moved = _aside(settings, directory / "detached" / finding.part.name, finding.table)
         finding.note += f"; detached and moved to {moved}"
     finding.repaired = True
 
@@ -262,9 +270,9 @@ def _settle_detached(settings: Settings, client, finding: Finding, engines: dict
     """Attach a detached part again; one the engine refuses, or that fails its checksums once attached,
     is moved aside when the next load fetches its rows again (its table is reconciled), else left."""
     _attach(client, finding, engines)
-    plain = _plain_name(finding.path.name)
+    plain = _plain_name(finding.part.name)
     if finding.covered_by:  # its rows are in the table: set aside, named, never attached
-        moved = _aside(settings, finding.path, finding.table)
+        moved = _aside(settings, finding.part, finding.table)
         finding.note += f"; moved to {moved}"
         finding.repaired = True
         return
@@ -282,21 +290,18 @@ def _settle_detached(settings: Settings, client, finding: Finding, engines: dict
                 table=f"{names.DATABASE}.{finding.table}",
             )
         )
-        finding.path = finding.path.with_name(plain)
-    if finding.table in RELOADED and finding.path.is_dir():
-        moved = _aside(settings, finding.path, finding.table)
+        finding.path = finding.part.with_name(plain)
+    if finding.table in RELOADED and finding.part.is_dir():
+        moved = _aside(settings, finding.part, finding.table)
         finding.note += f"; moved to {moved}; its rows are loaded again from the broker (below)"
         finding.repaired = True
 
 
 def _low_watermarks(settings: Settings, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int] | None:
     """The first offset the broker still holds per (topic, partition); None when it does not answer."""
+    own: dict[str, Option] = {"group.id": f"{names.CONSUMER_GROUP_LOADER}-doctor", "enable.auto.commit": False}
     try:
-        consumer = Consumer(
-            librdkafka_config(
-                settings, **{"group.id": f"{names.CONSUMER_GROUP_LOADER}-doctor", "enable.auto.commit": False}
-            )
-        )
+        consumer = Consumer(librdkafka_config(settings, **own))
     except Exception:  # noqa: BLE001 - no broker configured: say so in the finding
         return None
     try:
@@ -309,7 +314,7 @@ def _low_watermarks(settings: Settings, keys: list[tuple[str, int]]) -> dict[tup
         consumer.close()
 
 
-def reconcile(settings: Settings, client, repair: bool, skip: set[str] = frozenset()) -> list[Finding]:
+def reconcile(settings: Settings, client, repair: bool, skip: Collection[str] = frozenset()) -> list[Finding]:
     """Compare the ledger of loaded messages below each stored position with the facts actually stored:
     a record that is gone was loaded and then lost (a damaged part set aside). The next load reads them
     again from the broker, which this checks still holds them."""
@@ -360,13 +365,7 @@ def run(settings: Settings, repair: bool = False) -> Report:
     report = Report()
     dsn = settings.warehouse
     if dsn.embedded:
-        if not dsn.path.exists():
-            raise RouterscopeError(f"there is no warehouse at {dsn.path} (nothing has been loaded into this home)")
-        report.findings = scan_mutations(dsn.path)
-        if repair:
-            for finding in report.findings:
-                moved = _aside(settings, finding.path, finding.table)
-                finding.repaired, finding.note = True, f"{finding.note}; moved to {moved}"
+        report.findings = _mutations(settings, repair)
     try:
         with open_warehouse(settings, purpose="doctor") as client:
             report.opened = True
@@ -377,48 +376,83 @@ def run(settings: Settings, repair: bool = False) -> Report:
                     parameters={"db": names.DATABASE},
                 ).result_rows
             }
-            if not dsn.embedded:
-                for table, name, reason in client.query(
-                    "SELECT table, name, ifNull(reason, '') FROM system.detached_parts WHERE database = {db:String}",
-                    parameters={"db": names.DATABASE},
-                ).result_rows:
-                    report.findings.append(Finding(table, "detached part", Path(name), note=reason or ""))
-            else:
-                detached = scan_detached(dsn.path)
-                damaged = []
-                for table in sorted(t for t in engines if engines[t].endswith("MergeTree")):
-                    for part, why in _check(client, table):
-                        damaged.append(
-                            Finding(
-                                table, "damaged part", Path(part), note=f"checksums fail: {why.split(' (')[0][:160]}"
-                            )
-                        )
-                for finding in detached:  # named whether or not it is repaired: a copy must never be attached
-                    if engines.get(finding.table, "").startswith("Replacing"):
-                        finding.covered_by = _covering(client, finding.table, _plain_name(finding.path.name))
-                        if finding.covered_by and not repair:
-                            finding.note = (
-                                f"its blocks are in the active part(s) {', '.join(finding.covered_by[:3])}: "
-                                "`doctor --repair` sets it aside, never attaches it (its rows would count twice)"
-                            )
-                report.findings += detached + damaged
+            if dsn.embedded:
+                detached, damaged = _parts(client, data_dir(dsn), engines, repair)
+                report.findings += detached + damaged  # listed before they are settled: each keeps its finding
                 if repair:
-                    for finding in detached:
-                        _settle_detached(settings, client, finding, engines)
-                    for finding in damaged:
-                        _detach_damaged(settings, client, finding)
+                    _settle(settings, client, engines, detached, damaged)
+            else:
+                report.findings += _server_detached(client)
             unread = set() if repair else {f.table for f in report.findings if f.kind == "damaged part"}
             try:
                 report.findings += reconcile(settings, client, repair, skip=unread)
             except Exception as exc:  # noqa: BLE001 - a part no check caught: report it, count the rest
                 report.findings.append(Finding("(positions)", "reconciliation failed", None, note=_first_line(exc)))
-            for table in sorted(engines):
-                if table in names.TABLES or table in {t.split(".")[-1] for t in names.TABLES.values()}:
-                    count = named("doctor_count", "SELECT count() FROM $table", table=f"{names.DATABASE}.{table}")
-                    report.counts[table] = int(client.query(count).result_rows[0][0])
+            _count(client, engines, report.counts)
     except Exception as exc:
         report.opened = False
         report.open_error = _first_line(exc).split(" does not open: ", 1)[-1]  # (the report says it does not open)
         if dsn.embedded and not any(f.kind == "detached part" for f in report.findings):
-            report.findings += scan_detached(dsn.path)  # what the engine set aside on an earlier opening
+            report.findings += scan_detached(data_dir(dsn))  # what the engine set aside on an earlier opening
     return report
+
+
+def _mutations(settings: Settings, repair: bool) -> list[Finding]:
+    """Step 1 of `run`: the torn mutation files of the embedded warehouse, moved aside with `repair`."""
+    path = data_dir(settings.warehouse)
+    if not path.exists():
+        raise RouterscopeError(f"there is no warehouse at {path} (nothing has been loaded into this home)")
+    found = scan_mutations(path)
+    if repair:
+        for finding in found:
+            moved = _aside(settings, finding.part, finding.table)
+            finding.repaired, finding.note = True, f"{finding.note}; moved to {moved}"
+    return found
+
+
+def _server_detached(client) -> list[Finding]:
+    """Step 3 against a server: what `system.detached_parts` lists (its files are the server's own)."""
+    return [
+        Finding(table, "detached part", Path(name), note=reason or "")
+        for table, name, reason in client.query(
+            "SELECT table, name, ifNull(reason, '') FROM system.detached_parts WHERE database = {db:String}",
+            parameters={"db": names.DATABASE},
+        ).result_rows
+    ]
+
+
+def _parts(client, path: Path, engines: dict[str, str], repair: bool) -> tuple[list[Finding], list[Finding]]:
+    """Step 3 of `run` on the embedded warehouse at `path`: its detached parts, and its damaged ones."""
+    detached = scan_detached(path)
+    damaged = [
+        Finding(table, "damaged part", Path(part), note=f"checksums fail: {why.split(' (')[0][:160]}")
+        for table in sorted(t for t in engines if engines[t].endswith("MergeTree"))
+        for part, why in _check(client, table)
+    ]
+    for finding in detached:  # named whether or not it is repaired: a copy must never be attached
+        if engines.get(finding.table, "").startswith("Replacing"):
+            finding.covered_by = _covering(client, finding.table, _plain_name(finding.part.name))
+            if finding.covered_by and not repair:
+                finding.note = (
+                    f"its blocks are in the active part(s) {', '.join(finding.covered_by[:3])}: "
+                    "`doctor --repair` sets it aside, never attaches it (its rows would count twice)"
+                )
+    return detached, damaged
+
+
+def _settle(
+    settings: Settings, client, engines: dict[str, str], detached: list[Finding], damaged: list[Finding]
+) -> None:
+    """Step 3's repair: attach or set aside each detached part, detach and set aside each damaged one."""
+    for finding in detached:
+        _settle_detached(settings, client, finding, engines)
+    for finding in damaged:
+        _detach_damaged(settings, client, finding)
+
+
+def _count(client, engines: dict[str, str], counts: dict[str, int]) -> None:
+    """Step 5 of `run`: the rows of every project table, into `counts` as they are read."""
+    for table in sorted(engines):
+        if table in names.TABLES or table in {t.split(".")[-1] for t in names.TABLES.values()}:
+            count = named("doctor_count", "SELECT count() FROM $table", table=f"{names.DATABASE}.{table}")
+            counts[table] = int(client.query(count).result_rows[0][0])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from string import Template
 from typing import Any
 
 from routerscope.core import names
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 _PLACEHOLDER = re.compile(r"\$[A-Za-z_][A-Za-z0-9_]*")
@@ -46,7 +46,7 @@ def hashed_chain(label: str, table: str, ddl: list[tuple[str, str]], **identifie
     digest = hashlib.sha256("\n".join(sql for _, sql in ddl).encode()).hexdigest()[:12]
     base = f"{names.DATABASE}.{table}_{digest}"
     spelled = {kind: base if kind == "input" else f"{base}_{kind.removesuffix('_view')}" for kind, _ in ddl}
-    return base, [named(f"{label}_create_{kind}", sql, **spelled, **identifiers) for kind, sql in ddl]
+    return base, [named(f"{label}_create_{kind}", sql, None, **spelled, **identifiers) for kind, sql in ddl]
 
 
 def utc_text(t: datetime) -> str:

@@ -4,11 +4,12 @@ shadow stacked) and paged, and the attempts of one request (select a row). Every
 incident's link opens its decisions and a view can be shared."""
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 
 import streamlit as st
 
 from routerscope.contract.events import FALLBACK_TYPES, NETWORKS, REASONS
+from routerscope.core.timeutil import UTC
 from routerscope.dashboards import charts, data, timerange
 from routerscope.warehouse.queries.decisions import ExplorerFilter
 
@@ -48,15 +49,15 @@ chosen = {
 }
 LEVELS = {"": "all", "0": "L0", "1": "L1", "2": "L2", "3": "L3", "4": "L4"}
 level_now = params.get("level", "")
-c = st.columns(5)
-level_text = c[0].selectbox(
+row = st.columns(5)
+level_text = row[0].selectbox(
     "Degrade level",
     list(LEVELS),
     key=timerange.url_key("level", level_now if level_now in LEVELS else ""),
-    format_func=LEVELS.get,
+    format_func=LEVELS.__getitem__,
 )
 for col, name, label in zip(
-    c[1:], TEXT_FILTERS, ("Request id contains", "Session id", "Policy version", "App id"), strict=True
+    row[1:], TEXT_FILTERS, ("Request id contains", "Session id", "Policy version", "App id"), strict=True
 ):
     chosen[name] = col.text_input(label, key=timerange.url_key(name, params.get(name, ""))).strip()
 
@@ -106,7 +107,7 @@ df, total = first if page == 1 else data.explorer(rng.start, rng.end, where, PAG
 timerange.write_url(
     {
         **chosen,
-        "level": level_text,
+        "level": level_text or "",  # (a selectbox with options always has a choice)
         "page": str(page) if page > 1 else "",
         "incident": incident,
         "back": params.get("back", "") if incident else "",

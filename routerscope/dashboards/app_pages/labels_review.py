@@ -3,7 +3,7 @@ answer beside the cloud's reference, the judge's verdict and its reason; the rev
 `human_review` label (the judge never overwrites it; docs/metrics.md §3d audits the judge with it). The same queue
 as `routerscope review next|verdict`."""
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pandas as pd
 import streamlit as st
@@ -11,6 +11,7 @@ import streamlit as st
 from routerscope.core import names
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import producer_config
+from routerscope.core.timeutil import UTC
 from routerscope.dashboards import data, timerange
 from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
@@ -22,7 +23,7 @@ settings = data._settings()
 with ReviewQueue(settings.request_texts_path) as queue:
     counts = queue.counts()
     task_filter = st.selectbox("Task type", ["(any)", *sorted({i.task_type for i in queue.items(limit=1000)})])
-    item = queue.next("" if task_filter == "(any)" else task_filter)
+    item = queue.next(task_filter if task_filter and task_filter != "(any)" else "")
 st.caption(
     f"{counts['waiting']} waiting · {counts['reviewed']} reviewed. The labeling design queues a uniform share of "
     "the events the replay's judge labels; your verdicts measure the judge (docs/metrics.md §3d)."

@@ -3,12 +3,13 @@ each one click from its decisions in the Explorer; the latest window's tiles wit
 below the alert rules' minimum sample); fallbacks by type and the canned-answer (L4) share with the
 incidents shaded behind them; one small chart per task type; breakers; ingest freshness and consumer lag."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
 
+from routerscope.core.timeutil import UTC
 from routerscope.dashboards import charts, data, timerange, words
 from routerscope.dashboards import now as now_strip
 from routerscope.warehouse.analytics.stats import LOW_COVERAGE

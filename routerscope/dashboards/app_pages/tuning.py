@@ -63,7 +63,7 @@ asked = st.query_params.get("task_type", "")
 first_need = next((t for t in glance["task type"] if t in busiest), busiest[0]) if not glance.empty else busiest[0]
 seed = asked if asked in busiest else first_need
 task_type = st.selectbox("Task type", busiest, key=timerange.url_key("task_type", seed))
-if task_type not in busiest:  # a stale choice from another range
+if task_type is None or task_type not in busiest:  # a stale choice from another range
     task_type = seed
 if asked or task_type != seed:  # the one the page opens on stays out of the URL: a change of page is one history entry
     timerange.write_url({"task_type": task_type}, keep=tuple(k for k in st.query_params if k != "task_type"))
@@ -226,13 +226,15 @@ st.header("Policy versions")
 versions = sorted((group.get("by_policy_version") or {}).items(), key=lambda kv: kv[1]["first_event"])
 # the push against the version that served most of this task type's traffic in as long a span just before it
 # (docs/metrics.md §9); when no other version served it there, in the week before the push
-after_v, after = versions[-1] if versions else (None, None)
+after_v, after = versions[-1] if versions else ("", {})
 before_v = None
 if after:
     span_start, span_end = metric_defaults.comparable_span(after)
-    earlier = (data.period_metrics(span_start, span_end)["by_task_type"].get(task_type) or {}).get("by_policy_version")
+    earlier = (data.period_metrics(span_start, span_end)["by_task_type"].get(task_type) or {}).get(
+        "by_policy_version"
+    ) or {}
     where = f"in as long a span just before the push ({span_start:%Y-%m-%d %H:%M} → {span_end:%H:%M} UTC)"
-    before_v = metric_defaults.push_baseline(earlier or {}, after_v)
+    before_v = metric_defaults.push_baseline(earlier, after_v)
     if before_v is None:
         earlier = {v: d for v, d in versions if d["first_event"] < after["first_event"]}
         where = "in the range before the push"
@@ -303,12 +305,12 @@ FALLBACK_TILES = (
 # false_fallback_by_type): a timeout fallback whose device answer was
 # fine is a latency problem, not a threshold set too high.
 quality = group["false_fallback_by_type"]["quality"]
-shown = {
+fallbacks_shown = {
     "false_fallback": (quality["rate"], quality["ci"], quality["labeled"]),
     "missed_fallback": (group["missed_fallback_rate"], group["missed_fallback_ci"], group["missed_fallback_labeled"]),
 }
 for column, (title, kind, denominator, covered, what) in zip(st.columns(2), FALLBACK_TILES):
-    rate, ci, labeled = shown[kind]
+    rate, ci, labeled = fallbacks_shown[kind]
     # docs/metrics.md §3c: labels are never a random sample; the tile is the post-stratified estimate for all of
     # them, the labeled share beside it
     est = (group["false_fallback_by_type"] if kind == "false_fallback" else group).get(
@@ -342,11 +344,11 @@ if timeout["labeled"]:
     )
 daily = data.daily_groups(task_type, days=7)
 if not daily.empty:
-    rows = []
+    daily_rows = []
     for t, g in zip(daily["window_start"], daily["group"]):
         # per day, as the tiles: the §3c estimates with their intervals (the strata coverage in the tooltip)
         by_type = g.get("false_fallback_by_type") or {}
-        for name, est, labeled in (
+        for name, est, labeled_of in (
             ("false quality fallbacks (estimate)", by_type.get("quality_est"), (by_type.get("quality") or {})),
             (
                 "missed fallbacks (estimate)",
@@ -355,19 +357,19 @@ if not daily.empty:
             ),
         ):
             if est and est.get("rate") is not None:
-                rows.append(
+                daily_rows.append(
                     {
                         "window_start": t,
                         "rate": name,
                         "value": est["rate"],
                         "low": est["ci"][0],
                         "high": est["ci"][1],
-                        "labeled": labeled.get("labeled"),
+                        "labeled": labeled_of.get("labeled"),
                         "coverage": est["coverage"],
                     }
                 )
-    if rows:
-        charts.show(charts.rates_with_ci, pd.DataFrame(rows), width="stretch")
+    if daily_rows:
+        charts.show(charts.rates_with_ci, pd.DataFrame(daily_rows), width="stretch")
         st.caption(
             "Per day: the population estimates and their 95 % intervals; the tooltip's coverage is the share "
             "of the population in strata with a label."

@@ -323,6 +323,25 @@ def _clamp_ms(ms: float) -> int:
     return int(min(max(ms, 0), MAX_MS))
 
 
+def _shown_fallback(attempts: list[Attempt], served: SpanView, routed: bool) -> tuple[str, str, bool]:
+    """(fallback_type, reason, inferred) from the attempts alone, for a trace whose app names neither:
+    `inferred` when the shape of the calls says it rather than their outcomes."""
+    last = attempts[-1]
+    failed_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome in ("error", "timeout")]
+    answered_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome == "ok"]
+    if last.level >= 2 and failed_device:  # the device failed, then a cloud call served: shown, not guessed
+        fallback_type = failed_device[-1].outcome
+        return fallback_type, ("device_timeout" if fallback_type == "timeout" else "device_error"), False
+    if last.level >= 2 and answered_device and not routed:
+        # the device answered and the app still asked the cloud: it judged the answer wanting (the shape)
+        return "quality", "validator_failed", True
+    if last.level in (0, 1) and is_cut(served):  # served as it was when the stream stopped: partial
+        return "none", "truncated", False
+    if last.level in (0, 1) and last.outcome in ("error", "timeout"):
+        return "none", ("device_timeout" if last.outcome == "timeout" else "device_error"), False
+    return "none", "default", False
+
+
 def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | None, str | None]:
     """The trace's decision event, or (None, the quarantine rule saying why there is none)."""
     by_id = {s.span_id: s for s in spans}
@@ -383,19 +402,8 @@ def map_trace(spans: list[SpanView], mapping: Mapping) -> tuple[DecisionEvent | 
 
     fallback_type, reason = app(S.RS_FALLBACK_TYPE), app(S.RS_REASON)
     if fallback_type is None and reason is None:
-        fallback_type, reason = "none", "default"
-        failed_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome in ("error", "timeout")]
-        answered_device = [a for a in attempts[:-1] if a.level in (0, 1) and a.outcome == "ok"]
-        if last.level >= 2 and failed_device:  # the device failed, then a cloud call served: shown, not guessed
-            fallback_type = failed_device[-1].outcome
-            reason = "device_timeout" if fallback_type == "timeout" else "device_error"
-        elif last.level >= 2 and answered_device and not routed:
-            # the device answered and the app still asked the cloud: it judged the answer wanting (the shape)
-            fallback_type, reason, inferred = "quality", "validator_failed", True
-        elif last.level in (0, 1) and is_cut(served):  # served as it was when the stream stopped: partial
-            reason = "truncated"
-        elif last.level in (0, 1) and last.outcome in ("error", "timeout"):
-            reason = "device_timeout" if last.outcome == "timeout" else "device_error"
+        fallback_type, reason, judged = _shown_fallback(attempts, served, routed)
+        inferred = inferred or judged
     elif reason is None:
         reason = _REASON_OF.get(fallback_type, fallback_type)
     elif fallback_type is None:

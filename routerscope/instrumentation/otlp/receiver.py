@@ -41,6 +41,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -244,20 +245,7 @@ class Outbox:
                     _abandon(producer)
                 producer = self._producer()
             errors.clear()
-            for i in todo:
-                m = batch[i]
-                while True:
-                    try:
-                        producer.produce(m.topic, value=m.value, key=m.key, on_delivery=report(i))
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                    except KafkaException as exc:  # a fatal producer refuses new messages
-                        self.last_error = str(exc)
-                        self._fatal = True
-                        break
-                if self._fatal:
-                    break
+            self._produce(producer, batch, todo, report)
             progress, acks = time.monotonic(), sum(acked)
             while not self._fatal and producer.flush(0.1) > 0:
                 if self._stop.is_set() and time.monotonic() >= self._deadline:
@@ -282,6 +270,24 @@ class Outbox:
                     return None
         self.last_delivery = time.monotonic()
         return producer
+
+    def _produce(self, producer: Producer, batch: list, todo: list[int], report: Callable[[int], Callable]) -> None:
+        """Hand the messages `todo` of `batch` to `producer` (`report(i)`: message i's delivery callback), waiting
+        while its queue is full; a fatal producer refuses new messages, which stops the round."""
+        for i in todo:
+            m = batch[i]
+            while True:
+                try:
+                    producer.produce(m.topic, value=m.value, key=m.key, on_delivery=report(i))
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as exc:
+                    self.last_error = str(exc)
+                    self._fatal = True
+                    break
+            if self._fatal:
+                break
 
     def close(self, timeout_s: float = 10.0) -> int:
         """Send what waits (at most `timeout_s`); returns the messages left in the outbox, sent at the next

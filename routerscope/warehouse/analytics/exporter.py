@@ -55,10 +55,10 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import IO, Any, cast
 from wsgiref.handlers import SimpleHandler
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
@@ -69,6 +69,7 @@ from prometheus_client.samples import Exemplar
 from routerscope.core import procs
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse import schema_migrations
 from routerscope.warehouse.analytics.alerting.evaluate import breaker_open_series
 from routerscope.warehouse.client import open_warehouse
@@ -268,11 +269,12 @@ def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
     window (then the latest windows', then by name) — and every other one summed under OTHER; with the number of
     task types folded. A task type really named OTHER is summed there too."""
     requests: dict[str, int] = {}
-    snapshot = dataclasses.replace(snapshot, histograms=snapshot.histograms or [])
-    for h in snapshot.histograms:
+    histograms = snapshot.histograms or []
+    snapshot = dataclasses.replace(snapshot, histograms=histograms)
+    for h in histograms:
         if h["metric"] == "request_duration":
             requests[h["task_type"]] = requests.get(h["task_type"], 0) + sum(h["counts"].values())
-    every = set(snapshot.task_types) | {h["task_type"] for h in snapshot.histograms}
+    every = set(snapshot.task_types) | {h["task_type"] for h in histograms}
     if len(every) <= cap:
         return snapshot, 0
 
@@ -301,7 +303,7 @@ def capped(snapshot: Snapshot, cap: int) -> tuple[Snapshot, int]:
     latest = {g: w and {**w, "counts": fold(w["counts"])} for g, w in snapshot.latest.items()}
     task_types = sorted(kept | {OTHER})
     merged: dict[tuple, dict[str, Any]] = {}
-    for h in snapshot.histograms:
+    for h in histograms:
         task_type = h["task_type"] if h["task_type"] in kept else OTHER
         into = merged.setdefault(
             (h["metric"], task_type, h["label"]),
@@ -400,11 +402,11 @@ def families(
         labels=["grain"],
     )
     for grain in GRAINS:
-        latest = snapshot.latest.get(grain)
-        if latest and latest["end"]:
-            ends.add_metric([grain], latest["end"].timestamp())
-            ages.add_metric([grain], max(0.0, (snapshot.at - latest["end"]).total_seconds()))
-        drifting.add_metric([grain], 1 if latest and latest["drifting"] else 0)
+        window = snapshot.latest.get(grain)
+        if window and window["end"]:
+            ends.add_metric([grain], window["end"].timestamp())
+            ages.add_metric([grain], max(0.0, (snapshot.at - window["end"]).total_seconds()))
+        drifting.add_metric([grain], 1 if window and window["drifting"] else 0)
     out += [ends, ages, drifting]
     breakers = GaugeMetricFamily(
         "routerscope_breakers_open",
@@ -422,12 +424,12 @@ def families(
     out += _instant(
         "routerscope_last_load_timestamp_seconds", "When the newest decision row was loaded", snapshot.last_load
     )
-    for name, help_text, value in (
+    for name, help_text, messages in (
         ("routerscope_quarantined_messages", "Messages the loader quarantined", snapshot.quarantined),
         ("routerscope_loaded_messages", "Messages the loader stored", snapshot.loaded),
     ):
         counter = CounterMetricFamily(name, help_text)
-        counter.add_metric([], value)
+        counter.add_metric([], messages)
         out.append(counter)
     dq = GaugeMetricFamily(
         "routerscope_dq_blocking_failures", "Blocking data-quality checks failed in the latest checked window"
@@ -566,11 +568,14 @@ class _Worker:
 
     def read(self, timeout_s: float, now: datetime | None = None, histograms_key: str = "") -> Snapshot:
         self.reads += 1
-        self.process.stdin.write(f"{now.isoformat() if now else ''}\t{histograms_key}\n")
-        self.process.stdin.flush()
+        stdin, stdout = self.process.stdin, self.process.stdout
+        if stdin is None or stdout is None:  # spawned with both piped (`__init__`)
+            raise RouterscopeError("the exporter's read worker has no pipes")
+        stdin.write(f"{now.isoformat() if now else ''}\t{histograms_key}\n")
+        stdin.flush()
         poller = select.poll()  # not select(): a process with over 1,024 files open has descriptors it cannot take
-        poller.register(self.process.stdout, select.POLLIN)
-        line = self.process.stdout.readline() if poller.poll(timeout_s * 1000) else ""
+        poller.register(stdout, select.POLLIN)
+        line = stdout.readline() if poller.poll(timeout_s * 1000) else ""
         if not line:
             raise TimeoutError("the exporter's read worker did not answer")
         found = json.loads(line)
@@ -665,6 +670,10 @@ class _Stoppable(ServerHandler):
     one, routerscope/cli/interrupt.py) landing while a scrape reads the warehouse was swallowed, and the exporter
     went on serving until killed. Such an interrupt goes on up and stops `serve_forever`."""
 
+    # wsgiref's attributes the type stubs leave out (annotations only: nothing is set here)
+    status: str | None  # BaseHandler's: None until the application starts its answer
+    request_handler: WSGIRequestHandler  # ServerHandler's: what it logs through
+
     def handle_error(self):
         if not isinstance(sys.exc_info()[1], Exception):
             raise
@@ -692,9 +701,16 @@ class _Quiet(WSGIRequestHandler):
             return
         if not self.parse_request():  # an error code has been sent
             return
-        handler = _Stoppable(self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
+        # the streams and the server the base class's `handle` passes: the stubs type the streams as
+        # BufferedIOBase and `server` as any socketserver, where the handler takes IO[bytes] and this server is
+        # a WSGIServer (`_Server`)
+        rfile, wfile = cast(IO[bytes], self.rfile), cast(IO[bytes], self.wfile)
+        app = cast(WSGIServer, self.server).get_app()
+        if app is None:  # set before the server serves (`Exporter`)
+            raise RouterscopeError("the exporter's server has no application")
+        handler = _Stoppable(rfile, wfile, self.get_stderr(), self.get_environ(), multithread=True)
         handler.request_handler = self  # for logging, as the base class sets it
-        handler.run(self.server.get_app())
+        handler.run(app)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -801,9 +817,12 @@ class Exporter:
         self._stopped = threading.Event()
 
     def _watch_lease(self) -> None:
-        check_s = min(5.0, max(self.lease.timeout_s / 4, 0.2))
+        lease = self.lease
+        if lease is None:  # started only with a lease (`serve_forever`)
+            return
+        check_s = min(5.0, max(lease.timeout_s / 4, 0.2))
         while not self._stopped.wait(check_s):
-            if self.lease.expired():
+            if lease.expired():
                 self.lease_expired = True
                 self.server.shutdown()
                 return

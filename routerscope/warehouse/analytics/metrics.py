@@ -14,9 +14,11 @@ Beyond the documented keys (docs/metrics.md allows additions): `shadow_agreement
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.queries import decisions as decision_queries
 from routerscope.warehouse.queries import labels as label_queries
@@ -219,7 +221,7 @@ def merged_strata(by_task: dict[str, dict[str, list]]) -> dict[str, list]:
     return {m: [s for per in by_task.values() for s in per[m]] for m in decision_queries.STRATA_MEASURES}
 
 
-def metric_group(row: dict[str, Any] | None) -> dict[str, Any]:
+def metric_group(row: Mapping[str, Any] | None) -> dict[str, Any]:
     """The §1–§3 and §8 keys of one group from its `window_summary` row alone (no sessions, §4, §5
     baseline, §7 or §9; `sessions` 0): what the what-if of §14 checks its `current` against."""
     return _group(None if row is None else {"sessions": 0, **row}, None, None, None, None)
@@ -376,7 +378,8 @@ def calibration(
             ),
             None,
         )
-        at = {c: est for (c, _, _), est in zip(cal.grid, served)}
+        # keyed by float | None: no recommendation (None) finds no estimate and takes the empty one
+        at: dict[float | None, dict] = {c: est for (c, _, _), est in zip(cal.grid, served)}
         found[cal.task_type] = {
             "recommended_threshold_est": recommended_est,
             "served_pass_est": at.get(recommended_est, dict(stats.EMPTY_ESTIMATE)),
@@ -453,10 +456,7 @@ def compute(
         designed = ppi_queries.ppi_strata(client, window, label_queries.DEFAULT_EDGES[1:-1])  # §3d
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
         ledger = review_queries.device_ledger(client, window, from_window=True)
-    current_levels = {
-        key: decision_queries.LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
-        for key, row in summary.items()
-    }
+    current_levels = {key: decision_queries.LevelCounts.of(row) for key, row in summary.items()}
     baseline_levels = level_hours.baseline_level_counts(client, baseline_window)  # §5, from kept hours
 
     def group(key):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from routerscope.contract.policy import Policy, RolloutLimits
 from routerscope.core.text import ci as _ci
 from routerscope.core.text import pct as _pct
+from routerscope.core.timeutil import UTC
 from routerscope.router import answers
 from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path
@@ -395,6 +396,8 @@ def _at_most(name: str, value: float | None, limit: float, n: int, min_n: int) -
     """A condition `value <= limit` that needs `min_n` cases before it can be met."""
     if n < min_n:
         return _cond(name, value, limit, False, n, "not enough sample")
+    if value is None:  # cases enough, but no figure (an estimate without strata): nothing shows it is met
+        return _cond(name, value, limit, False, n, "no estimate")
     return _cond(name, value, limit, value <= limit + 1e-12, n)
 
 
@@ -571,6 +574,7 @@ def readiness_report(
         r = rows[task_type]
         cap = policy.capability(task_type)
         caught, missed_n = int(r["caught_bad"]), int(r["missed_fallbacks"])
+        estimate, judge_warning = _estimate_name(audited.get(task_type))
         g = gates(
             memory=gate_memory(
                 {
@@ -593,7 +597,8 @@ def readiness_report(
                 caught,
                 missed_n,
                 policy.rollout_limits.min_n,
-                *_estimate_name(audited.get(task_type)),
+                estimate,
+                judge_warning,
             ),
         )
         budget = float(r["token_budget_p90"])

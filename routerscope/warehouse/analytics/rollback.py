@@ -41,8 +41,8 @@ class RollbackState:
         """What every page and report says: `rollback recommended for short_reply (degrade_trigger_rate)
         2026-12-04 04:40 – 05:00 UTC, resolved 05:06`, `… since 2026-12-04 04:40 UTC, still firing`, or
         `no rollback recommended`."""
-        if not self.recommended:
-            return NONE_WORDS
+        if not self.recommended or self.first_seen is None or self.last_seen is None:
+            return NONE_WORDS  # a recommendation always carries its episodes' span (`states`)
         head = f"rollback recommended for {self.task_type} ({', '.join(self.signals)})"
         if self.firing:
             return f"{head} since {self.first_seen:%Y-%m-%d %H:%M} UTC, still firing"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse.queries.labels import chosen_labels_of, label_source_parameters
 from routerscope.warehouse.sql import (
     BASELINE_CTE,
@@ -331,6 +331,12 @@ class LevelCounts:
     requests: int
     levels: tuple[int, int, int, int, int]  # L0..L4
 
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> LevelCounts:
+        """From a row with `requests` and `l0`..`l4`."""
+        l0, l1, l2, l3, l4 = (int(row[f"l{i}"]) for i in range(5))
+        return cls(int(row["requests"]), (l0, l1, l2, l3, l4))
+
 
 def drop_window(client) -> None:
     for sql in DROP_WINDOW_SQL:
@@ -508,10 +514,7 @@ def latency_by_side_and_network(client) -> dict[str, dict[str, dict[str, float]]
 
 
 def level_counts(client, window: QueryWindow) -> dict[str | None, LevelCounts]:
-    return {
-        row["task_type"]: LevelCounts(int(row["requests"]), tuple(int(row[f"l{i}"]) for i in range(5)))
-        for row in dict_rows(client, LEVELS_SQL, window.parameters())
-    }
+    return {row["task_type"]: LevelCounts.of(row) for row in dict_rows(client, LEVELS_SQL, window.parameters())}
 
 
 # -- single reads: the newest decision, the dashboard's explorer and filters ------------------------
@@ -658,7 +661,7 @@ def explorer_histogram(
     seconds = max(60, round((end - start).total_seconds() / buckets / 60) * 60)
     parameters = {**_explorer_parameters(start, end, where), "bucket_s": seconds}
     rows = client.query(EXPLORER_HISTOGRAM_SQL, parameters=parameters).result_rows
-    return seconds, [(utc_or_none(b), m, int(n)) for b, m, n in rows]
+    return seconds, [(utc(b), m, int(n)) for b, m, n in rows]
 
 
 DEVICE_TIERS_SQL = named(

@@ -66,6 +66,15 @@ INSERT_SETTINGS = {
 EMBEDDED_INSERT_SETTINGS = {"input_format_parallel_parsing": 0}
 
 
+_BASES: dict[type[mi.Type], str] = {
+    mi.StrType: "String",
+    mi.IntType: "Int64",
+    mi.FloatType: "Float64",
+    mi.BoolType: "Bool",
+    mi.DateTimeType: "DateTime64(6, 'UTC')",
+}
+
+
 def _type(t, nullable: bool = False) -> str:
     """The warehouse type that reads a field of msgspec type `t` from its canonical JSON."""
     if isinstance(t, mi.UnionType):
@@ -78,23 +87,19 @@ def _type(t, nullable: bool = False) -> str:
     if isinstance(t, mi.ListType):
         return f"Array({_type(t.item_type)})"
     if isinstance(t, mi.LiteralType):
-        base = "String" if all(isinstance(v, str) for v in t.values) else "Int64"
+        base: str | None = "String" if all(isinstance(v, str) for v in t.values) else "Int64"
     else:
-        base = {
-            mi.StrType: "String",
-            mi.IntType: "Int64",
-            mi.FloatType: "Float64",
-            mi.BoolType: "Bool",
-            mi.DateTimeType: "DateTime64(6, 'UTC')",
-        }.get(type(t))
-        if base is None:
-            raise TypeError(f"no warehouse type for {t}")
+        base = _BASES.get(type(t))
+    if base is None:
+        raise TypeError(f"no warehouse type for {t}")
     return f"Nullable({base})" if nullable else base
 
 
 def structure(topic: str) -> str:
     """The input table's columns: the lineage, then every field of the topic's event."""
     info = mi.type_info(CONTRACTS[topic].event_type)
+    if not isinstance(info, mi.StructType):  # every topic's event is a msgspec Struct (routerscope.contract)
+        raise TypeError(f"{topic}: its event is no Struct")
     columns = ["kafka_partition UInt32", "kafka_offset UInt64"]
     columns += [f"{f.name} {_type(f.type, nullable=not f.required)}" for f in info.fields]
     return ",\n    ".join(columns)

@@ -382,9 +382,7 @@ def labels_as_of(
             for m in AS_OF_MEASURES:
                 per[m].append((int(row[f"{m}_N"]), int(row[f"{m}_n"]), int(row[f"{m}_k"])))
             # §3d's sums for route accuracy (N, judged, judged hits, audited, Σ(Y − Ŷ), Σ(Y − Ŷ)²)
-            per["ra_ppi"].append(
-                (int(row["ra_N"]), *(int(row[f"rp_{k}"]) for k in ("n", "y", "r", "d", "d2")))  # type: ignore[arg-type]
-            )
+            per["ra_ppi"].append((int(row["ra_N"]), *(int(row[f"rp_{k}"]) for k in ("n", "y", "r", "d", "d2"))))
     return found
     return {
         (row.pop("task_type") or "", utc(row.pop("start"))): {k: int(v) for k, v in row.items()}

@@ -20,10 +20,11 @@ times that read (grouped by hour as well as task type)."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from collections.abc import Container
+from datetime import datetime, timedelta
 
 from routerscope.core import names
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse.queries.decisions import LevelCounts, level_counts
 from routerscope.warehouse.sql import QueryWindow, named, utc_or_none, utc_text
 
@@ -134,6 +135,20 @@ def _count(client, start: datetime, end: datetime) -> dict[datetime, list[tuple]
     return by_hour
 
 
+def _missing_runs(kept: Container[datetime], first: datetime, last: datetime) -> list[list[datetime]]:
+    """The hours in [first, last) not `kept`, in runs of consecutive hours: each run is counted by one read."""
+    runs: list[list[datetime]] = []
+    hour = first
+    while hour < last:
+        if hour not in kept:
+            if runs and runs[-1][-1] + HOUR == hour:
+                runs[-1].append(hour)
+            else:
+                runs.append([hour])
+        hour += HOUR
+    return runs
+
+
 def baseline_level_counts(client, window: QueryWindow) -> dict[str | None, LevelCounts]:
     """decisions.level_counts(client, window), the whole hours of `window` from kept counts (counted and kept
     here when missing or out of date), the rest read directly: task_type (None: overall) → LevelCounts."""
@@ -150,18 +165,7 @@ def baseline_level_counts(client, window: QueryWindow) -> dict[str | None, Level
             t[i] += int(value)
 
     hours = _kept(client, first, last)
-    missing, hour = [], first
-    while hour < last:
-        if hour not in hours:
-            missing.append(hour)
-        hour += HOUR
-    runs: list[list[datetime]] = []  # consecutive missing hours, counted by one read each
-    for hour in missing:
-        if runs and runs[-1][-1] + HOUR == hour:
-            runs[-1].append(hour)
-        else:
-            runs.append([hour])
-    for run in runs:
+    for run in _missing_runs(hours, first, last):
         hours.update(_count(client, run[0], run[-1] + HOUR))
     for per in hours.values():
         for row in per:

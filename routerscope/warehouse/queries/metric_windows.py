@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from routerscope.core import names
+from routerscope.core.timeutil import utc
 from routerscope.warehouse.sql import QueryWindow, dict_rows, named, utc_or_none, utc_text
 
 OVERALL_KEY = ""  # task_type of the overall row
@@ -308,7 +309,7 @@ def groups_in_range(client, grain: str, start: datetime, end: datetime) -> list[
     rows = client.query(
         GROUPS_IN_RANGE_SQL, parameters={"grain": grain, "start": utc_text(start), "end": utc_text(end)}
     ).result_rows
-    return [(task_type, utc_or_none(w0), json.loads(metrics)) for task_type, w0, metrics in rows]
+    return [(task_type, utc(w0), json.loads(metrics)) for task_type, w0, metrics in rows]
 
 
 # The counts behind a window row's rates, for the Prometheus exporter (`routerscope.warehouse.analytics.exporter`): each

@@ -9,9 +9,10 @@ times are returned."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.sql import dict_rows, named, utc_or_none, utc_text
 
 _EPOCH, _LAST_DAY = datetime(1970, 1, 1, tzinfo=UTC), datetime(2299, 12, 31, tzinfo=UTC)  # "no bound"

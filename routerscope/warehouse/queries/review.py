@@ -336,7 +336,7 @@ def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> di
     """docs/metrics.md §11: task_type (None: overall) → all_cloud, saved, saved_share; and where the spend went
     (additions): `spent_after_device`, paid after the device was tried (fallbacks, re-tries: the saving
     the device path gave back), and `spent_cloud_direct`, paid routing straight to the cloud."""
-    found = {}
+    found: dict[str | None, dict[str, float | None]] = {}
     for r in dict_rows(client, ALL_CLOUD_FROM_WINDOW_SQL if from_window else ALL_CLOUD_SQL, window.parameters()):
         if not r["carried"]:
             found[r["task_type"]] = {

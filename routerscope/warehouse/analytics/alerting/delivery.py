@@ -14,11 +14,11 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
-from routerscope.core.timeutil import utc, utc_iso
+from routerscope.core.timeutil import UTC, utc, utc_iso
 from routerscope.warehouse.analytics.alerting.evaluate import Alert
 
 DEFAULT_RETRIES = 3
@@ -132,6 +132,8 @@ class WebhookNotifier:
         return bool(self.url)
 
     def deliver(self, alert: Alert) -> tuple[bool, list[list]]:
+        if not self.url:  # not configured (`configured()`): nothing sent, nothing tried
+            return False, []
         return post_webhook(self.url, alert, retries=self.retries, backoff_s=self.backoff_s, timeout_s=self.timeout_s)
 
 

@@ -17,11 +17,12 @@ What late labels reveal about windows before the latest fires when they arrive (
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from routerscope.core.errors import ConfigError
-from routerscope.core.timeutil import utc
+from routerscope.core.timeutil import UTC, utc
 from routerscope.warehouse import schema_migrations
 from routerscope.warehouse.analytics import ppi, stats
 from routerscope.warehouse.analytics.alerting.delivery import Notifier
@@ -45,7 +46,13 @@ from routerscope.warehouse.analytics.alerting.evaluate import (
     transitions,
     with_changes,
 )
-from routerscope.warehouse.analytics.alerting.rules import DEFAULT_RULES, GRAINS, WINDOW_SIGNALS, Rule, load_rules
+from routerscope.warehouse.analytics.alerting.rules import (
+    DEFAULT_RULES,
+    WINDOW_GRAINS,
+    WINDOW_SIGNALS,
+    Rule,
+    load_rules,
+)
 from routerscope.warehouse.analytics.quality import FUTURE_ALLOWANCE
 from routerscope.warehouse.queries import alerts as store
 from routerscope.warehouse.queries import breaker_events, decisions
@@ -187,7 +194,7 @@ def late_streak(client, rule: Rule, series: list, latest: datetime, scope: str, 
     if f"{rule.name}|{scope}" in firing:
         return BreachStreak(False)
     streak = latest_streak(rule, series, latest, scope)
-    if streak.breaching and store.episode_exists(client, f"{rule.name}|{scope}", streak.first_seen):
+    if streak.breaching and store.episode_exists(client, f"{rule.name}|{scope}", streak.span()[0]):
         return BreachStreak(False)
     return streak
 
@@ -196,7 +203,7 @@ def _windows(client, grain: str, now: datetime) -> tuple[datetime | None, list]:
     latest = store.latest_window_start(client, grain, now)
     if latest is None:
         return None, []
-    return latest, store.window_series(client, grain, latest - GRAINS[grain] * LOOKBACK_WINDOWS, latest)
+    return latest, store.window_series(client, grain, latest - WINDOW_GRAINS[grain] * LOOKBACK_WINDOWS, latest)
 
 
 # The window keys that rest on labels (docs/metrics.md §3, §3b, §3c): an alert evaluated as of `now` recomputes
@@ -227,11 +234,12 @@ def uses_labels(rule: Rule) -> bool:
     return any(k.split(".")[0] in LABEL_KEYS for k in (rule.metric, rule.denominator, rule.interval) if k)
 
 
-def as_of_arrival(metrics: dict, strata: dict[str, list[tuple[int, int, int]]] | None) -> dict:
+def as_of_arrival(metrics: dict, strata: Mapping[str, list] | None) -> dict:
     """A stored window's metrics with its label keys recomputed from `strata` (`labels.labels_as_of`: per measure,
-    (N_h, n_h, k_h) per stratum, counting only the labels that had arrived): the labeled shares, their Wilson
-    intervals and denominators (§3, §3b), the quality fallbacks alone (`false_fallback_by_type.quality`) and the
-    §3c estimates; no strata (no live event in the window) → nothing labeled."""
+    (N_h, n_h, k_h) per stratum, counting only the labels that had arrived; §3d's six sums per stratum under
+    `ra_ppi`): the labeled shares, their Wilson intervals and denominators (§3, §3b), the quality fallbacks alone
+    (`false_fallback_by_type.quality`) and the §3c estimates; no strata (no live event in the window) → nothing
+    labeled."""
     strata = strata or {}
     out = dict(metrics)
 
@@ -273,7 +281,7 @@ def labels_as_of(client, grain: str, rows: list, latest: datetime, now: datetime
     windows within LATE_LABEL_HORIZON (or `windows` windows) of `latest`; older ones as stored."""
     if not rows:
         return rows
-    step = GRAINS[grain]
+    step = WINDOW_GRAINS[grain]
     horizon = max(LATE_LABEL_HORIZON, step * windows)
     since = max(min(start for _, start, _ in rows), latest - horizon)
     strata = label_queries.labels_as_of(client, int(step.total_seconds()), since, latest + step, now)
@@ -292,7 +300,7 @@ def last_ended_window(now: datetime, step: timedelta) -> datetime:
 def breaker_verdict(client, rule: Rule, now: datetime) -> BreachStreak:
     """`pipeline.breaker_open.<boundary>` as of each window up to the latest that had ended by `now`, from
     `breaker_events` (see evaluate.breaker_open_series)."""
-    step = GRAINS[rule.grain]
+    step = WINDOW_GRAINS[rule.grain]
     latest = last_ended_window(now, step)
     since = latest - step * (LOOKBACK_WINDOWS - 1)
     boundary = rule.metric.rsplit(".", 1)[1]

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from routerscope.core.timeutil import utc_iso
-from routerscope.warehouse.analytics.alerting.rules import GRAINS, Rule
+from routerscope.warehouse.analytics.alerting.rules import WINDOW_GRAINS, Rule
 from routerscope.warehouse.queries.alerts import ALERT_COLUMNS
 
 # A resolved episode is listed (and re-read by the next evaluation) for this long.
@@ -50,6 +50,12 @@ class BreachStreak:
     points: tuple[Point, ...] = ()
     late: bool = False  # a streak before the latest window, known only once its labels arrived (`latest_streak`)
 
+    def span(self) -> tuple[datetime, datetime]:
+        """(first_seen, last_seen) of a breaching streak, which always has both (`evaluate`, `evaluate_signal`)."""
+        if self.first_seen is None or self.last_seen is None:
+            raise ValueError("a verdict that does not breach has no span")
+        return self.first_seen, self.last_seen
+
 
 def evaluate(rule: Rule, series: list[Point], latest: datetime, scope: str = "") -> BreachStreak:
     """Does `rule` breach as of the window starting at `latest`? `series`: the windows of `scope` (a task
@@ -57,7 +63,7 @@ def evaluate(rule: Rule, series: list[Point], latest: datetime, scope: str = "")
 
     The last `rule.windows` windows must all be present (a gap breaks the streak) and breach. The
     streak is then extended back as far as it goes, so first_seen is where the episode began."""
-    step = GRAINS[rule.grain]
+    step = WINDOW_GRAINS[rule.grain]
     by_start = {p.start: p for p in series}
     streak: list[Point] = []
     t = latest
@@ -239,26 +245,28 @@ def transition(
     """What a verdict does to the rule's episode on `scope`: ("fired" | "extended" | "resolved", the new
     version of the episode), or None when nothing changes (still firing over the same windows, or quiet)."""
     if streak.breaching and current is None:
+        first_seen, last_seen = streak.span()
         alert = Alert(
             f"{rule.name}|{scope}",
-            streak.first_seen,
+            first_seen,
             rule.name,
             scope,
             rule.severity,
             rule.action,
             rule.summary_for(scope),
             "firing",
-            streak.last_seen,
+            last_seen,
             None,
             trip_values(rule, streak, scope),
             version,
             "pending",
         )
         return "fired", alert
-    if streak.breaching:
-        if streak.last_seen <= current.last_seen:  # the same windows, or an evaluation as of an earlier time
+    if streak.breaching and current is not None:
+        last_seen = streak.span()[1]
+        if last_seen <= current.last_seen:  # the same windows, or an evaluation as of an earlier time
             return None
-        return "extended", replace(current, last_seen=streak.last_seen, trip_values=trip_values(rule, streak, scope))
+        return "extended", replace(current, last_seen=last_seen, trip_values=trip_values(rule, streak, scope))
     if current is not None:
         if now < current.last_seen:
             # An evaluation as of a time before the episode was last seen breaching (a replay of history, a

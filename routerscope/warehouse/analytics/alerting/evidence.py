@@ -111,7 +111,8 @@ class Evidence:
     during: dict[str, Any] = field(default_factory=dict)
     before: dict[str, Any] = field(default_factory=dict)
     reasons: list[dict[str, Any]] = field(default_factory=list)  # fallback reasons: during, before
-    versions: dict[str, datetime] = field(default_factory=dict)  # policy version -> first decision in the range
+    # policy version -> first decision in the range (None: a time the warehouse read back as unset)
+    versions: dict[str, datetime | None] = field(default_factory=dict)
     breaker_opened: dict[str, int] = field(default_factory=dict)  # boundary -> openings in the episode
     baseline_start: datetime | None = None
     start: datetime | None = None

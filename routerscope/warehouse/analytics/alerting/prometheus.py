@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from routerscope.core.errors import ConfigError
-from routerscope.warehouse.analytics.alerting.rules import GRAINS, Rule
+from routerscope.warehouse.analytics.alerting.rules import GRAINS, WINDOW_GRAINS, Rule
 from routerscope.warehouse.analytics.stats import Z95
 
 GROUP_INTERVAL = "1m"  # how often Prometheus evaluates the groups: a window's change is seen within a minute
@@ -86,7 +86,7 @@ WINDOW_LABELS = "task_type, type, level"  # the labels a window gauge has beside
 
 def stale_after(grain: str) -> timedelta:
     """The age (now − the latest window's end) from which a window of `grain` is stale."""
-    return GRAINS[grain] + FRESH_ALLOWANCE[grain]
+    return WINDOW_GRAINS[grain] + FRESH_ALLOWANCE[grain]
 
 
 def fresh_series(rec: _Recorder, grain: str) -> str:
@@ -259,7 +259,7 @@ def stale_alert(rec: _Recorder, version: str, grains: set[str], interval: str) -
     """`routerscope_windows_stale`: per exporter and grain, the latest window is older than `stale_after` (the
     window rules have stopped holding), or the exporters have read the warehouse and serve no 5-minute window."""
     clauses = []
-    for grain in sorted(grains, key=lambda g: GRAINS[g]):
+    for grain in sorted(grains, key=lambda g: WINDOW_GRAINS[g]):
         fresh_series(rec, grain)
         limit = int(stale_after(grain).total_seconds())
         clauses.append(f'(time() - routerscope_window_end_timestamp_seconds{{grain="{grain}"}}) >= {limit}')
@@ -298,12 +298,13 @@ def rule_file(version: str, rules: list[Rule], interval: str = GROUP_INTERVAL) -
             continue
         if rule.grain == "now" or rule.metric.startswith("pipeline."):
             expr = _signal_condition(rec, rule)
-            hold = GRAINS[rule.grain] * (rule.windows - 1) if GRAINS[rule.grain] else timedelta(0)
+            step = GRAINS[rule.grain]  # None for `now`: held no longer than one reading
+            hold = step * (rule.windows - 1) if step else timedelta(0)
         else:
             expr = _window_condition(rec, rule)
             window_grains.add(rule.grain)
             streak = rule.windows - 1
-            hold = GRAINS[rule.grain] * streak + (FRESH_ALLOWANCE[rule.grain] if streak else timedelta(0))
+            hold = WINDOW_GRAINS[rule.grain] * streak + (FRESH_ALLOWANCE[rule.grain] if streak else timedelta(0))
         alert: dict[str, Any] = {"alert": rule.name, "expr": expr}
         if hold:
             alert["for"] = duration(hold)

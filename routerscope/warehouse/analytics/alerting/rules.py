@@ -16,7 +16,8 @@ import yaml
 from routerscope.core.errors import ConfigError
 
 DEFAULT_RULES = Path(__file__).with_name("alert_rules.yaml")
-GRAINS = {"5m": timedelta(minutes=5), "1d": timedelta(days=1), "now": None}
+WINDOW_GRAINS = {"5m": timedelta(minutes=5), "1d": timedelta(days=1)}  # the stored windows and their lengths
+GRAINS: dict[str, timedelta | None] = {**WINDOW_GRAINS, "now": None}  # `now`: one reading as of the evaluation
 OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
 SEVERITIES = ("page", "ticket", "info")
 SCOPES = ("overall", "per_task_type")
@@ -85,7 +86,8 @@ def load_rules(path: Path | str | None = None) -> tuple[str, list[Rule]]:
         raise ConfigError(f"alert rules {path} is not a text (UTF-8 YAML) file") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list) or "version" not in doc:
         raise ConfigError(f"alert rules {path}: expected a mapping with `version` and a list `rules`")
-    rules, names = [], set()
+    rules: list[Rule] = []
+    names: set[str] = set()
     for i, raw in enumerate(doc["rules"]):
         where = f"alert rules {path}, rule {i + 1} ({raw.get('name', '?') if isinstance(raw, dict) else '?'})"
         rule = _rule(raw, where)

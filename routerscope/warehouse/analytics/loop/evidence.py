@@ -309,7 +309,7 @@ class Candidate:
 
 def candidates(root: Path, task_type: str | None = None) -> list[Candidate]:
     """Every candidate directory under `root` (optionally one task type's), oldest first."""
-    out = []
+    out: list[Candidate] = []
     root = Path(root)
     if not root.exists():
         return out

@@ -5,12 +5,19 @@ transition counts as published."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from routerscope.contract.validation import CONTRACTS
 from routerscope.core import names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
 
 
 class InvalidPolicyEvent(ValueError):
@@ -32,7 +39,7 @@ class KafkaPublisher:
 
     def __init__(self, settings: Settings, timeout_s: float = 10.0):
         self.settings, self.timeout_s = settings, timeout_s
-        self._producer = None
+        self._producer: KafkaProducer | None = None  # made on the first event
 
     def __call__(self, event: dict) -> None:
         from kafka import KafkaProducer  # deferred: kafka-python, ~100 ms; only a step that transitions needs it

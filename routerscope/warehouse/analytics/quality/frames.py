@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from routerscope.core.timeutil import UTC
 from routerscope.warehouse.analytics.stats import ratio
 from routerscope.warehouse.queries import decisions
 from routerscope.warehouse.queries import quality as queries
@@ -42,12 +43,11 @@ def stats_frame(stats: dict[str, Any], window: QueryWindow, now: datetime) -> pd
 
     current = window.start <= now < window.end + (window.end - window.start)
     newest = utc_or_none(stats["newest_event"])
-    fresh_known = current and newest is not None
     return pd.DataFrame(
         [
             {
                 "quarantine_share": ratio(stats["quarantined"], stats["requests"] + stats["quarantined"]),
-                "freshness_lag_s": (now - newest).total_seconds() if fresh_known else None,
+                "freshness_lag_s": (now - newest).total_seconds() if current and newest is not None else None,
                 "future_events": int(stats["future_events"]),
                 "volume_ratio": ratio(stats["requests"], stats["requests_week_before"]),
                 "fallback_label_coverage": ratio(stats["labeled_fallbacks"], stats["judged_fallbacks"]),
