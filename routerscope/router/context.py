@@ -5,15 +5,29 @@ its policy and capability, budget, sizes, stage and mode) and what it sets as it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from routerscope.router.backends import Cancel, DeviceResult
 from routerscope.router.latency import Budget
 from routerscope.router.policy import Capability, Policy
 from routerscope.router.request import Request
 from routerscope.router.trace import Trace
 
-if TYPE_CHECKING:
-    from routerscope.router.shadow import ShadowSide
+
+@dataclass(slots=True)
+class ShadowSide:
+    """A shadow request's device side: its slot (or why it has none), its own trace and how its call ended."""
+
+    slot: Cancel | str
+    dev: Trace
+    device_timeout_ms: float
+    result: DeviceResult | None = None
+    latency_ms: float = 0.0
+    abandoned: bool = False
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the device could not run beside the cloud (`device_busy`, `device_unavailable`), None when it ran."""
+        return self.slot if isinstance(self.slot, str) else None
 
 
 @dataclass(slots=True)

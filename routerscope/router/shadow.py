@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from routerscope.contract.events import Attempt, DecisionEvent
@@ -18,7 +17,7 @@ from routerscope.router.answers import check as check_answer
 from routerscope.router.backends import Cancel, DeviceResult
 from routerscope.router.breaker import OPEN, CircuitBreaker
 from routerscope.router.cloud_path import CloudPath
-from routerscope.router.context import RequestContext
+from routerscope.router.context import RequestContext, ShadowSide
 from routerscope.router.decision_event import Events, send
 from routerscope.router.device_call import DeviceCall, DeviceCaller
 from routerscope.router.divergence import Divergence, normalise
@@ -35,23 +34,6 @@ class Sinks(Protocol):
     on_event: Callable[[DecisionEvent], None]
     on_divergence: Callable[[Divergence], None]
     on_shadow_event: Callable[[DecisionEvent], None] | None
-
-
-@dataclass(slots=True)
-class ShadowSide:
-    """A shadow request's device side: its slot (or why it has none), its own trace and how its call ended."""
-
-    slot: Cancel | str
-    dev: Trace
-    device_timeout_ms: float
-    result: DeviceResult | None = None
-    latency_ms: float = 0.0
-    abandoned: bool = False
-
-    @property
-    def blocked(self) -> str | None:
-        """Why the device could not run beside the cloud (`device_busy`, `device_unavailable`), None when it ran."""
-        return self.slot if isinstance(self.slot, str) else None
 
 
 def device_attempt(shadow: ShadowSide) -> Attempt:

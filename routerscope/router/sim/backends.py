@@ -12,14 +12,44 @@ Both sleep on the fleet's simulated clock for the time they take (`routerscope.r
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from routerscope.router.backends import CloudResult, DeviceResult
 from routerscope.router.engine import Request
 from routerscope.router.sim.texts import SHADOW_TASKS, draw_confidence, shadow_agreement
 
-if TYPE_CHECKING:
-    from routerscope.router.sim.fleet import Fleet
+
+class Clock(Protocol):
+    """The fleet's simulated clock as the backends use it (`routerscope.router.sim.fleet.SimClock`)."""
+
+    @property
+    def t(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def sleep_until(self, t: float) -> None: ...
+
+
+class Fleet(Protocol):
+    """What the simulated backends read of the fleet (`routerscope.router.sim.fleet.Fleet`): the request running
+    now, its phone's drawn state, the clock, the cloud's outage and the phone's heat. A protocol, so this module
+    stays below the fleet that builds its backends."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def running(self) -> Request: ...
+
+    @property
+    def pending(self) -> dict: ...
+
+    @property
+    def cloud_down(self) -> bool: ...
+
+    def measure(self, tps: float, ttft: float) -> tuple[dict, float, float]: ...
+
+    def warm(self, device: str, busy_s: float) -> None: ...
 
 
 # What the simulated device and cloud answer, in the form the default policy declares for each task type (its

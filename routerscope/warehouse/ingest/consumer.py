@@ -10,8 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -22,11 +21,9 @@ from routerscope.core.settings import Settings
 from routerscope.warehouse.ingest.batch import Batch, ParseQueue, fingerprint
 from routerscope.warehouse.ingest.config import LoadConfig
 from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.ingest.state import LoadResult, PartitionState
 from routerscope.warehouse.ingest.writer import BesideWriter, Tally
 from routerscope.warehouse.queries import ingest_offsets
-
-if TYPE_CHECKING:
-    from routerscope.warehouse.ingest.loader import LoadResult
 
 log = logging.getLogger("routerscope.ingest")
 
@@ -67,47 +64,6 @@ CONSUMER_OPTIONS: dict[str, Option] = {
 
 class BrokerDataLost(RouterscopeError):
     """The broker no longer holds offsets the warehouse says were loaded."""
-
-
-@dataclass
-class PartitionState:
-    topic: str
-    partition: int
-    stored: int | None  # next offset recorded in the warehouse; None if never loaded
-    fingerprint: str = ""  # of the message at `stored - 1` when it was loaded ("" if not recorded)
-    skip: set[int] = field(default_factory=set)  # offsets past `stored` that already landed
-    next_offset: int | None = None  # after the last message consumed in this run
-    verified: bool = False  # the message before `stored` was seen (the broker kept our history)
-    at_end: bool = False
-    end: int | None = None  # the high watermark in the first fetch response seen for it; None: none yet
-    high: int | None = None  # the latest high watermark fetched for it, even one below `stored`; None: never fetched
-
-    @property
-    def lost(self) -> bool:
-        """Known to have lost loaded messages: fetched, and its end is below the stored position (or it
-        reached its end without the message before that position)."""
-        if not self.stored or self.verified:
-            return False
-        return (self.high is not None and self.high < self.stored) or self.at_end
-
-    @property
-    def drained(self) -> bool:
-        """Read up to its end as of an early fetch from it (the probe message included)."""
-        if self.at_end:
-            return True
-        if self.end is None or (self.stored and not self.verified):
-            return False
-        position = self.next_offset if self.next_offset is not None else (self.stored or 0)
-        return position >= self.end
-
-    @property
-    def start(self) -> int:
-        """Where to read from: one before the stored position, to check the broker still has it."""
-        return 0 if not self.stored else self.stored - 1
-
-    @property
-    def key(self) -> str:
-        return f"{self.topic}[{self.partition}]"
 
 
 # No partition: what `Drain._take` holds before the first message of a consume call names one (never read).

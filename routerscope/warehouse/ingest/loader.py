@@ -96,7 +96,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
@@ -115,12 +114,12 @@ from routerscope.warehouse.ingest.consumer import (
     METADATA_TIMEOUT_S,
     BrokerDataLost,
     Drain,
-    PartitionState,
     check_partitions_kept,
     partition_timeout,
     read_positions,
 )
 from routerscope.warehouse.ingest.otlp import bridge
+from routerscope.warehouse.ingest.state import LoadResult, PartitionState
 from routerscope.warehouse.ingest.writer import SHORT_NAME, BesideWriter, Tally, Writer, first_line
 from routerscope.warehouse.migrate import migrate
 from routerscope.warehouse.queries import decision_copies
@@ -141,23 +140,6 @@ __all__ = [
     "partition_timeout",
     "progress_bar",
 ]
-
-
-@dataclass
-class LoadResult:
-    loaded: dict[str, int] = field(default_factory=lambda: {s: 0 for s in names.TOPICS})
-    quarantined: dict[str, int] = field(default_factory=lambda: {s: 0 for s in names.TOPICS})
-    skipped_already_loaded: int = 0
-    refetched: dict[str, int] = field(default_factory=dict)  # topic[partition] -> messages loaded again
-    batches: int = 0
-    seconds: float = 0.0
-    otlp: dict | None = None  # the OTLP topic's step, when it had messages (routerscope/warehouse/ingest/otlp.py)
-
-    def as_dict(self) -> dict:
-        out = {"loaded": dict(self.loaded), "quarantined": dict(self.quarantined)}
-        if self.otlp:
-            out["otlp"] = self.otlp
-        return out
 
 
 class Loader:

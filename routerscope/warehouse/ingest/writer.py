@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -21,12 +21,9 @@ from routerscope.core.settings import Settings
 from routerscope.warehouse.client import check_free_space, open_warehouse, outage, outage_error
 from routerscope.warehouse.ingest.batch import Batch, fingerprint
 from routerscope.warehouse.ingest.rows import FACTS
+from routerscope.warehouse.ingest.state import LoadResult, PartitionState
 from routerscope.warehouse.queries import json_rows, loaded_messages
 from routerscope.warehouse.schema import LEDGER_COLUMNS, OFFSET_COLUMNS, QUARANTINE_COLUMNS
-
-if TYPE_CHECKING:
-    from routerscope.warehouse.ingest.consumer import PartitionState
-    from routerscope.warehouse.ingest.loader import LoadResult
 
 # ClickHouse refuses an insert touching more than `max_partitions_per_insert_block` (100) partitions;
 # `decisions` is partitioned by month, so a batch is inserted in groups of at most this many months.
