@@ -45,7 +45,8 @@ def main() -> None:
 
     import dagster as dg
 
-    from routerscope.cli.demo import fleet_settings, simulate, windows_and_alerts
+    from routerscope.cli.demo import fleet_settings, simulate
+    from routerscope.cli.demo_jobs import windows_and_alerts
     from routerscope.pipelines.ingest import ingest_topics
     from routerscope.pipelines.resources import RouterscopeResource
     from routerscope.pipelines.run import materializations, run_job
