@@ -10,12 +10,9 @@ incidents raised. Re-running adds another simulated span and continues from the 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import random
 import shutil
 import sys
-import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -27,19 +24,15 @@ from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import parse_utc
+from routerscope.instrumentation import pii
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
-from routerscope.instrumentation.telemetry import Telemetry
-from routerscope.router.backends import OpenAICloud, gemma_path
-from routerscope.router.engine import Request, Router
+from routerscope.instrumentation.sdk import Recorder
+from routerscope.instrumentation.telemetry import Telemetry, setup_providers
 from routerscope.router.label_design import DEFAULT_DESIGN
-from routerscope.router.model_worker import ModelCrashed, WorkerDevice
-from routerscope.router.policy import PolicyStore
-from routerscope.router.replay import FirstAnswers
 from routerscope.router.request_store import RequestTextStore, remove_store
 from routerscope.router.sim.baseline import SIM_RULES
 from routerscope.router.sim.fleet import Fleet, default_start, span_end
-from routerscope.router.sim.standin_cloud import StandInCloud
-from routerscope.router.sim.texts import request_text
+from routerscope.router.sim.live import live_sample
 from routerscope.warehouse.analytics.alerting.rules import load_rules
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import ingest_offsets
@@ -66,22 +59,31 @@ def simulate(
     start: datetime | None = None,
 ) -> dict:
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
-    Request texts go to the request-text store (for the offline replay), never into events."""
+    Request texts go to the request-text store (for the offline replay), never into events.
+
+    Every decision, breaker transition and label is recorded through the SDK (`routerscope.sdk`), as in a
+    deployment that follows docs/sdk.md: one span per decision, ids pseudonymised and free text scrubbed,
+    the span's trace ids in the event. The providers are `setup_providers()`'s (OpenTelemetry's SDK: real
+    trace ids; spans and metrics exported over OTLP when the standard OTEL_EXPORTER_OTLP_* variables ask
+    for it, else kept nowhere): what a user deploying the SDK has, and what the command line's other users of
+    the SDK get."""
     emitter = KafkaEmitter(
         producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
-    tel = Telemetry(emitter)
+    tracer_provider, meter_provider = setup_providers("routerscope-demo")
+    if pii._key is None:  # the home's key, as `Recorder.from_env` reads it
+        pii.configure(settings.home)
+    tel = Telemetry(emitter, tracer_provider, meter_provider)
+    recorder = Recorder(tel)
     start = start or default_start(span)
     run = run_name(start)  # this run's instances and ids
     # the labeling design fixed at decision time (docs/metrics.md §3d): each live event records its stratum's π
     design = DEFAULT_DESIGN
-    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, design.stamp(e))  # noqa: E731
-    on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
     try:
         with RequestTextStore(settings.request_texts_path) as texts:
             if live_requests:
-                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show, run)
+                live = _live_sample(settings, live_requests, seed, start, texts, recorder, run, show)
             fleet = Fleet(
                 seed=seed,
                 start=start,
@@ -89,9 +91,7 @@ def simulate(
                 instance_id=run_instance("sim-router-1", run),
                 run=run,
                 texts=texts,
-                on_event=on_event,
-                on_breaker_event=on_breaker_event,
-                on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+                recorder=recorder,
                 design=design,  # its drawn events: a SIMULATED judge, and reviewers answering from ground truth
             )
             bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
@@ -114,7 +114,42 @@ def simulate(
         if not emitter.flush(120):
             print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
         emitter.close()
+        tel.record_decisions()  # the attempt spans of the last decisions, before the spans are exported
+        tracer_provider.shutdown()  # exports what is still batched (with OTLP set)
+        meter_provider.shutdown()
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
+
+
+def _live_sample(settings: Settings, count: int, seed: int, start: datetime, texts, recorder, run: str, show: bool):
+    """`routerscope.router.sim.live.live_sample`, with its progress bar and, when it stops, one warning line."""
+    print(
+        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
+        file=sys.stderr,
+    )
+    bar = _bar(count, "live sample (real Gemma)", " req") if show else None
+    try:
+        live = live_sample(
+            settings,
+            count,
+            seed,
+            start,
+            texts,
+            recorder=recorder,
+            design=DEFAULT_DESIGN,
+            instance_id=run_instance("live-router-1", run),
+            run=run,
+            progress=bar.update if bar else (lambda n: None),
+        )
+    finally:
+        if bar:
+            bar.close()
+    if "failed" in live:
+        print(
+            f"routerscope: warning: live sample stopped after {live['requests']} of {count} requests: "
+            f"{live['failed']}; the simulated fleet runs without it",
+            file=sys.stderr,
+        )
+    return live
 
 
 def run_instance(router: str, run: str) -> str:
@@ -139,96 +174,6 @@ def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
         store_reruns(client, groups)
 
 
-LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")
-
-
-def live_sample(
-    settings: Settings,
-    count: int,
-    seed: int,
-    start: datetime,
-    texts,
-    on_event,
-    on_breaker_event,
-    show: bool = True,
-    run: str | None = None,
-) -> dict:
-    """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
-    device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
-    confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
-    print(
-        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
-        file=sys.stderr,
-    )
-    run = run or run_name(start)
-    model = gemma_path(settings.home)
-    cloud = StandInCloud(model, settings.standin_cloud_log_path)
-    device = None
-    served: dict[str, int] = {}
-    done = 0
-    bar = None
-    try:
-        # the model runs in a worker process: a native crash there cannot freeze this process (which holds
-        # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
-        # the device's first answer to each request is kept beside its text: the replay judges that answer
-        device = FirstAnswers(WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1))
-        cloud.wait_ready()
-        t0 = time.monotonic()
-        router = Router(
-            device,
-            OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
-            policy=PolicyStore(),
-            instance_id=run_instance("live-router-1", run),
-            now=lambda: start + timedelta(seconds=time.monotonic() - t0),
-            on_event=on_event,
-            on_breaker_event=on_breaker_event,
-        )
-        rng = random.Random(seed)
-        salt = int.from_bytes(hashlib.sha256(run.encode()).digest()[:16], "big")  # this run's ids (`run_name`)
-        bar = _bar(count, "live sample (real Gemma)", " req") if show else None
-        for i in range(count):
-            task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
-            text = request_text(rng, task_type)
-            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128) ^ salt)}"
-            texts.add(request_id, task_type, text)
-            response, _ = router.route(
-                Request(
-                    task_type=task_type,
-                    text=text,
-                    session_id=f"live-session-{run}-{i % 3}",
-                    request_id=request_id,
-                    deadline_ms=30_000,
-                    expected_output_tokens=8,
-                    network="wifi",
-                    device_tier="high",
-                    app_id="live-sample",
-                )
-            )
-            first = device.take()
-            if first is not None:
-                texts.add_answer(request_id, first)
-            served[response.served_by] = served.get(response.served_by, 0) + 1
-            done += 1
-            if bar:
-                bar.update(1)
-            if device.crashed:
-                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.model_worker_log_path}")
-        return {"requests": done, "served_by": served, "device_model": device.model}
-    except Exception as exc:  # whatever failed, the live sample is optional: one line, and the fleet runs
-        print(
-            f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
-            "the simulated fleet runs without it",
-            file=sys.stderr,
-        )
-        return {"requests": done, "served_by": served, "failed": str(exc)}
-    finally:
-        if bar:
-            bar.close()
-        if device is not None:
-            device.close()
-        cloud.stop()
-
-
 def start_fresh(settings: Settings) -> None:
     """Forget every earlier demo run of this home: stop the local broker (its memory goes with it),
     remove the embedded warehouse, the request-text store and the spool. Refuses a server warehouse."""
@@ -242,7 +187,8 @@ def start_fresh(settings: Settings) -> None:
         )
     broker.stop(settings)
     for path in (settings.warehouse.path, settings.spool_path):
-        shutil.rmtree(path, ignore_errors=True)
+        if path is not None:  # (an embedded warehouse has one)
+            shutil.rmtree(path, ignore_errors=True)
     settings.demo_span_path.unlink(missing_ok=True)
     remove_store(settings.home)
     print(
@@ -341,11 +287,12 @@ def next_span(settings: Settings, span: timedelta, now: datetime | None = None) 
 def ensure_broker(settings: Settings, port: int) -> str:
     """The broker the demo publishes to (a configured one, or the local one started on `port`); its
     bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
-    if settings.kafka_bootstrap_env:
+    if configured := settings.kafka_bootstrap_env:
         kafka.ensure_topics(settings)
-        return settings.kafka_bootstrap_env
+        return configured
     restarted = not broker.status(settings).running
     bootstrap = broker.start(settings, port=port).bootstrap
+    assert bootstrap is not None  # (a running broker's status has its address)
     if restarted:
         with open_warehouse(settings, purpose="demo", migrated=True) as client:
             loaded_before = ingest_offsets.position_count(client)
