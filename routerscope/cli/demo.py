@@ -63,10 +63,9 @@ def simulate(
 
     Every decision, breaker transition and label is recorded through the SDK (`routerscope.sdk`), as in a
     deployment that follows docs/sdk.md: one span per decision, ids pseudonymised and free text scrubbed,
-    the span's trace ids in the event. The providers are `setup_providers()`'s (OpenTelemetry's SDK: real
-    trace ids; spans and metrics exported over OTLP when the standard OTEL_EXPORTER_OTLP_* variables ask
-    for it, else kept nowhere): what a user deploying the SDK has, and what the command line's other users of
-    the SDK get."""
+    the span's trace ids in the event. The providers are the ones docs/sdk.md has a deployment set up,
+    `setup_providers()`'s (OpenTelemetry's SDK: real trace ids; spans and metrics exported over OTLP to a
+    collector when the standard OTEL_EXPORTER_OTLP_* variables name one, else kept nowhere)."""
     emitter = KafkaEmitter(
         producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
