@@ -10,20 +10,18 @@ incidents raised. Re-running adds another simulated span and continues from the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import sys
-import uuid
 from datetime import datetime, timedelta
 
 from tqdm import tqdm
 
 from routerscope.cli.demo_jobs import daily_quality_and_metrics, load, metrics_and_alerts, run_alerts, span_days
+from routerscope.cli.demo_span import next_span, record_span, run_instance, run_name
 from routerscope.core import broker, kafka, names
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
-from routerscope.core.timeutil import parse_utc
 from routerscope.instrumentation import pii
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
 from routerscope.instrumentation.sdk import Recorder
@@ -31,7 +29,7 @@ from routerscope.instrumentation.telemetry import Telemetry, setup_providers
 from routerscope.router.label_design import DEFAULT_DESIGN
 from routerscope.router.request_store import RequestTextStore, remove_store
 from routerscope.router.sim.baseline import SIM_RULES
-from routerscope.router.sim.fleet import Fleet, default_start, span_end
+from routerscope.router.sim.fleet import Fleet, default_start
 from routerscope.router.sim.live import live_sample
 from routerscope.warehouse.analytics.alerting.rules import load_rules
 from routerscope.warehouse.client import open_warehouse
@@ -151,21 +149,6 @@ def _live_sample(settings: Settings, count: int, seed: int, start: datetime, tex
     return live
 
 
-def run_instance(router: str, run: str) -> str:
-    """The router instance id of one demo run (`run_name`): each run is a new router process, whose breakers start
-    closed and number their transitions from 1 again, so it gets an instance id of its own. Under one id, a
-    re-run's `seq` 1, 2, … interleaved with the first run's: the chain check failed the day, and the breaker signal
-    read the first run's outage as lasting into the second (docs/demo.md#running-it-again)."""
-    return f"{router}-run-{run}"
-
-
-def run_name(start: datetime, token: str | None = None) -> str:
-    """The name of one run of the fleet: its span's start and a token of its own (two runs in the same 5 minutes
-    share a span start). The fleet moves its request, label and session ids into this run's own id space, so a
-    re-run with the same seed reuses none of the first run's ids (docs/demo.md#running-it-again)."""
-    return f"{start:%Y%m%dT%H%MZ}-{token or uuid.uuid4().hex[:6]}"
-
-
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
     """The SIMULATED fleet's determinism groups (what the weekly replay measures with the real model) go
     straight to the warehouse, so the grading report has a determinism to score."""
@@ -249,38 +232,6 @@ def run(
     firing = after["firing_keys"]
     out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
     return out
-
-
-def _previous_end(settings: Settings) -> datetime | None:
-    try:
-        return parse_utc(json.loads(settings.demo_span_path.read_text())["end"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no earlier demo in this home (or a record that cannot be read: nothing to avoid)
-
-
-def record_span(settings: Settings, end: datetime) -> None:
-    """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
-    settings.demo_span_path.write_text(json.dumps({"end": end.isoformat()}))
-
-
-def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:
-    """Where this run's simulated span goes: (start, length). It ends now and is always as long as asked (the
-    span its requests were sized for: a re-run that covered only the time since the previous run packed 20,000
-    requests into 20 minutes and raised one of its three scripted incidents, and a re-run within 10 minutes was
-    refused). When the previous demo of this home ended less than `span` ago, the two spans overlap: the re-run is
-    a second fleet over the same hours, with its own router instance, sessions, request and label ids
-    (`run_name`), so nothing is counted twice and each run raises its own incidents at its own span's 20-30 %,
-    45-65 % and 75-90 %. "Now" is the latest 5-minute boundary (`span_end`), so the metric windows cut the
-    scripted timeline the same way on every run."""
-    now = span_end(now)
-    previous = _previous_end(settings)
-    if previous is not None and now - span < previous:
-        print(
-            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {now - span:%H:%M} → "
-            f"{now:%H:%M} as a second fleet beside it (its own routers, sessions and ids)",
-            file=sys.stderr,
-        )
-    return now - span, span
 
 
 def ensure_broker(settings: Settings, port: int) -> str:
