@@ -7,7 +7,7 @@ Stages, each timed on the wall clock in a fresh home with its own local broker a
                   (request texts stored for the replay), then flushed to Kafka;
   load            the Dagster ingest job draining the three topics into the warehouse;
   metrics_5m      every 5-minute partition of the span through the Dagster `metrics_5m_job`, the
-                  `alerts_job` after each (as the demo runs them: `routerscope.cli.demo.windows_and_alerts`);
+                  `alerts_job` after each (as the demo runs them: `routerscope.cli.demo_jobs.windows_and_alerts`);
   metrics_span    the full docs/metrics.md set over the whole span (one query set, as `routerscope metrics`).
 `events_per_s` is distinct decision events through route → Kafka → load → metrics_span over their
 summed wall time (`loaded` counts messages, including the local broker's duplicate deliveries); each
@@ -45,7 +45,8 @@ def main() -> None:
 
     import dagster as dg
 
-    from routerscope.cli.demo import fleet_settings, simulate, windows_and_alerts
+    from routerscope.cli.demo import fleet_settings, simulate
+    from routerscope.cli.demo_jobs import windows_and_alerts
     from routerscope.pipelines.ingest import ingest_topics
     from routerscope.pipelines.resources import RouterscopeResource
     from routerscope.pipelines.run import materializations, run_job

@@ -10,37 +10,27 @@ incidents raised. Re-running adds another simulated span and continues from the 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import random
 import shutil
 import sys
-import time
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from tqdm import tqdm
 
+from routerscope.cli.demo_jobs import daily_quality_and_metrics, load, metrics_and_alerts, run_alerts, span_days
+from routerscope.cli.demo_span import next_span, record_span, run_instance, run_name
 from routerscope.core import broker, kafka, names
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
-from routerscope.core.timeutil import parse_utc
+from routerscope.instrumentation import pii
 from routerscope.instrumentation.emitter import KafkaEmitter, Message
-from routerscope.instrumentation.telemetry import Telemetry
-from routerscope.pipelines.core import metrics_window, unit_of_work
-from routerscope.pipelines.timing import FIVE_MINUTES, five_minute_key, floor_5m
-from routerscope.router.backends import OpenAICloud, gemma_path
-from routerscope.router.engine import Request, Router
+from routerscope.instrumentation.sdk import Recorder
+from routerscope.instrumentation.telemetry import Telemetry, setup_providers
 from routerscope.router.label_design import DEFAULT_DESIGN
-from routerscope.router.model_worker import ModelCrashed, WorkerDevice
-from routerscope.router.policy import PolicyStore
-from routerscope.router.replay import FirstAnswers
 from routerscope.router.request_store import RequestTextStore, remove_store
 from routerscope.router.sim.baseline import SIM_RULES
-from routerscope.router.sim.fleet import Fleet, default_start, span_end
-from routerscope.router.sim.standin_cloud import StandInCloud
-from routerscope.router.sim.texts import request_text
+from routerscope.router.sim.fleet import Fleet, default_start
+from routerscope.router.sim.live import live_sample
 from routerscope.warehouse.analytics.alerting.rules import load_rules
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import ingest_offsets
@@ -67,22 +57,30 @@ def simulate(
     start: datetime | None = None,
 ) -> dict:
     """Run `live_requests` real-model requests, then the SIMULATED fleet, into Kafka; returns counts.
-    Request texts go to the request-text store (for the offline replay), never into events."""
+    Request texts go to the request-text store (for the offline replay), never into events.
+
+    Every decision, breaker transition and label is recorded through the SDK (`routerscope.sdk`), as in a
+    deployment that follows docs/sdk.md: one span per decision, ids pseudonymised and free text scrubbed,
+    the span's trace ids in the event. The providers are the ones docs/sdk.md has a deployment set up,
+    `setup_providers()`'s (OpenTelemetry's SDK: real trace ids; spans and metrics exported over OTLP to a
+    collector when the standard OTEL_EXPORTER_OTLP_* variables name one, else kept nowhere)."""
     emitter = KafkaEmitter(
         producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
-    tel = Telemetry(emitter)
+    tracer_provider, meter_provider = setup_providers("routerscope-demo")
+    if pii._key is None:  # the home's key, as `Recorder.from_env` reads it
+        pii.configure(settings.home)
+    tel = Telemetry(emitter, tracer_provider, meter_provider)
+    recorder = Recorder(tel)
     start = start or default_start(span)
     run = run_name(start)  # this run's instances and ids
     # the labeling design fixed at decision time (docs/metrics.md §3d): each live event records its stratum's π
     design = DEFAULT_DESIGN
-    on_event = lambda e: tel.send(names.TOPIC_DECISIONS, e.session_id, design.stamp(e))  # noqa: E731
-    on_breaker_event = lambda e: tel.send(names.TOPIC_BREAKERS, e.instance_id, e)  # noqa: E731
     live: dict = {}
     try:
         with RequestTextStore(settings.request_texts_path) as texts:
             if live_requests:
-                live = live_sample(settings, live_requests, seed, start, texts, on_event, on_breaker_event, show, run)
+                live = _live_sample(settings, live_requests, seed, start, texts, recorder, run, show)
             fleet = Fleet(
                 seed=seed,
                 start=start,
@@ -90,9 +88,7 @@ def simulate(
                 instance_id=run_instance("sim-router-1", run),
                 run=run,
                 texts=texts,
-                on_event=on_event,
-                on_breaker_event=on_breaker_event,
-                on_label=lambda e: tel.send(names.TOPIC_LABELS, e.request_id, e),
+                recorder=recorder,
                 design=design,  # its drawn events: a SIMULATED judge, and reviewers answering from ground truth
             )
             bar = _bar(requests, "simulating (SIMULATED fleet)", " req") if show else None
@@ -115,22 +111,42 @@ def simulate(
         if not emitter.flush(120):
             print(f"routerscope: warning: events still spooled: {emitter.counters()}", file=sys.stderr)
         emitter.close()
+        tel.record_decisions()  # the attempt spans of the last decisions, before the spans are exported
+        tracer_provider.shutdown()  # exports what is still batched (with OTLP set)
+        meter_provider.shutdown()
     return {**stats, "live": live, "corrupt": corrupt, "start": start, "end": start + span, **emitter.counters()}
 
 
-def run_instance(router: str, run: str) -> str:
-    """The router instance id of one demo run (`run_name`): each run is a new router process, whose breakers start
-    closed and number their transitions from 1 again, so it gets an instance id of its own. Under one id, a
-    re-run's `seq` 1, 2, … interleaved with the first run's: the chain check failed the day, and the breaker signal
-    read the first run's outage as lasting into the second (docs/demo.md#running-it-again)."""
-    return f"{router}-run-{run}"
-
-
-def run_name(start: datetime, token: str | None = None) -> str:
-    """The name of one run of the fleet: its span's start and a token of its own (two runs in the same 5 minutes
-    share a span start). The fleet moves its request, label and session ids into this run's own id space, so a
-    re-run with the same seed reuses none of the first run's ids (docs/demo.md#running-it-again)."""
-    return f"{start:%Y%m%dT%H%MZ}-{token or uuid.uuid4().hex[:6]}"
+def _live_sample(settings: Settings, count: int, seed: int, start: datetime, texts, recorder, run: str, show: bool):
+    """`routerscope.router.sim.live.live_sample`, with its progress bar and, when it stops, one warning line."""
+    print(
+        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
+        file=sys.stderr,
+    )
+    bar = _bar(count, "live sample (real Gemma)", " req") if show else None
+    try:
+        live = live_sample(
+            settings,
+            count,
+            seed,
+            start,
+            texts,
+            recorder=recorder,
+            design=DEFAULT_DESIGN,
+            instance_id=run_instance("live-router-1", run),
+            run=run,
+            progress=bar.update if bar else (lambda n: None),
+        )
+    finally:
+        if bar:
+            bar.close()
+    if "failed" in live:
+        print(
+            f"routerscope: warning: live sample stopped after {live['requests']} of {count} requests: "
+            f"{live['failed']}; the simulated fleet runs without it",
+            file=sys.stderr,
+        )
+    return live
 
 
 def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
@@ -138,96 +154,6 @@ def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
     straight to the warehouse, so the grading report has a determinism to score."""
     with open_warehouse(settings, purpose="simulated replay", migrated=True) as client:
         store_reruns(client, groups)
-
-
-LIVE_TASKS = ("intent_classify", "short_reply", "slot_extract", "short_summary", "tool_call")
-
-
-def live_sample(
-    settings: Settings,
-    count: int,
-    seed: int,
-    start: datetime,
-    texts,
-    on_event,
-    on_breaker_event,
-    show: bool = True,
-    run: str | None = None,
-) -> dict:
-    """The demo's first requests through the real model: Gemma 3 270M via llama-cpp-python on the
-    device side, `llama_cpp.server` on loopback as the stand-in cloud. Their events carry real logprob
-    confidence and `device_model = gemma-3-270m-q4_k_m`; their times start at the simulated span's start."""
-    print(
-        "  live sample: loading Gemma 3 270M (device) and starting the stand-in cloud (llama_cpp.server) …",
-        file=sys.stderr,
-    )
-    run = run or run_name(start)
-    model = gemma_path(settings.home)
-    cloud = StandInCloud(model, settings.standin_cloud_log_path)
-    device = None
-    served: dict[str, int] = {}
-    done = 0
-    bar = None
-    try:
-        # the model runs in a worker process: a native crash there cannot freeze this process (which holds
-        # the embedded warehouse); it ends the live sample, and the simulated fleet runs all the same
-        # the device's first answer to each request is kept beside its text: the replay judges that answer
-        device = FirstAnswers(WorkerDevice(model, log_path=settings.model_worker_log_path, n_ctx=512, n_threads=1))
-        cloud.wait_ready()
-        t0 = time.monotonic()
-        router = Router(
-            device,
-            OpenAICloud(cloud.url, {2: "cloud-small", 3: "cloud-small"}),
-            policy=PolicyStore(),
-            instance_id=run_instance("live-router-1", run),
-            now=lambda: start + timedelta(seconds=time.monotonic() - t0),
-            on_event=on_event,
-            on_breaker_event=on_breaker_event,
-        )
-        rng = random.Random(seed)
-        salt = int.from_bytes(hashlib.sha256(run.encode()).digest()[:16], "big")  # this run's ids (`run_name`)
-        bar = _bar(count, "live sample (real Gemma)", " req") if show else None
-        for i in range(count):
-            task_type = LIVE_TASKS[i % len(LIVE_TASKS)]
-            text = request_text(rng, task_type)
-            request_id = f"live-req-{uuid.UUID(int=rng.getrandbits(128) ^ salt)}"
-            texts.add(request_id, task_type, text)
-            response, _ = router.route(
-                Request(
-                    task_type=task_type,
-                    text=text,
-                    session_id=f"live-session-{run}-{i % 3}",
-                    request_id=request_id,
-                    deadline_ms=30_000,
-                    expected_output_tokens=8,
-                    network="wifi",
-                    device_tier="high",
-                    app_id="live-sample",
-                )
-            )
-            first = device.take()
-            if first is not None:
-                texts.add_answer(request_id, first)
-            served[response.served_by] = served.get(response.served_by, 0) + 1
-            done += 1
-            if bar:
-                bar.update(1)
-            if device.crashed:
-                raise ModelCrashed(f"the model worker {device.crashed}; see {settings.model_worker_log_path}")
-        return {"requests": done, "served_by": served, "device_model": device.model}
-    except Exception as exc:  # whatever failed, the live sample is optional: one line, and the fleet runs
-        print(
-            f"routerscope: warning: live sample stopped after {done} of {count} requests: {exc}; "
-            "the simulated fleet runs without it",
-            file=sys.stderr,
-        )
-        return {"requests": done, "served_by": served, "failed": str(exc)}
-    finally:
-        if bar:
-            bar.close()
-        if device is not None:
-            device.close()
-        cloud.stop()
 
 
 def start_fresh(settings: Settings) -> None:
@@ -243,7 +169,8 @@ def start_fresh(settings: Settings) -> None:
         )
     broker.stop(settings)
     for path in (settings.warehouse.path, settings.spool_path):
-        shutil.rmtree(path, ignore_errors=True)
+        if path is not None:  # (an embedded warehouse has one)
+            shutil.rmtree(path, ignore_errors=True)
     settings.demo_span_path.unlink(missing_ok=True)
     remove_store(settings.home)
     print(
@@ -307,46 +234,15 @@ def run(
     return out
 
 
-def _previous_end(settings: Settings) -> datetime | None:
-    try:
-        return parse_utc(json.loads(settings.demo_span_path.read_text())["end"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # no earlier demo in this home (or a record that cannot be read: nothing to avoid)
-
-
-def record_span(settings: Settings, end: datetime) -> None:
-    """Remember where this demo's simulated span ended, for the next run of this home (`next_span`)."""
-    settings.demo_span_path.write_text(json.dumps({"end": end.isoformat()}))
-
-
-def next_span(settings: Settings, span: timedelta, now: datetime | None = None) -> tuple[datetime, timedelta]:
-    """Where this run's simulated span goes: (start, length). It ends now and is always as long as asked (the
-    span its requests were sized for: a re-run that covered only the time since the previous run packed 20,000
-    requests into 20 minutes and raised one of its three scripted incidents, and a re-run within 10 minutes was
-    refused). When the previous demo of this home ended less than `span` ago, the two spans overlap: the re-run is
-    a second fleet over the same hours, with its own router instance, sessions, request and label ids
-    (`run_name`), so nothing is counted twice and each run raises its own incidents at its own span's 20-30 %,
-    45-65 % and 75-90 %. "Now" is the latest 5-minute boundary (`span_end`), so the metric windows cut the
-    scripted timeline the same way on every run."""
-    now = span_end(now)
-    previous = _previous_end(settings)
-    if previous is not None and now - span < previous:
-        print(
-            f"  the previous demo's span ended at {previous:%H:%M} UTC: this one covers {now - span:%H:%M} → "
-            f"{now:%H:%M} as a second fleet beside it (its own routers, sessions and ids)",
-            file=sys.stderr,
-        )
-    return now - span, span
-
-
 def ensure_broker(settings: Settings, port: int) -> str:
     """The broker the demo publishes to (a configured one, or the local one started on `port`); its
     bootstrap address. Refuses a restarted local broker under a warehouse that loaded from the old one."""
-    if settings.kafka_bootstrap_env:
+    if configured := settings.kafka_bootstrap_env:
         kafka.ensure_topics(settings)
-        return settings.kafka_bootstrap_env
+        return configured
     restarted = not broker.status(settings).running
     bootstrap = broker.start(settings, port=port).bootstrap
+    assert bootstrap is not None  # (a running broker's status has its address)
     if restarted:
         with open_warehouse(settings, purpose="demo", migrated=True) as client:
             loaded_before = ingest_offsets.position_count(client)
@@ -375,121 +271,3 @@ def simulate_span(
         file=sys.stderr,
     )
     return sim
-
-
-def load(resources: dict, instance) -> dict:
-    """The `ingest` job once (as the daemon's ingest sensor starts it); rows loaded per topic."""
-    from routerscope.pipelines.run import materializations, run_job  # deferred: pulls dagster
-
-    print("  loading into the warehouse (Dagster ingest job) …", file=sys.stderr, flush=True)
-    result = run_job(
-        "ingest",
-        resources=resources,
-        instance=instance,
-    )
-    return {k: v.get("loaded") for k, v in materializations(result).items()}
-
-
-def metrics_and_alerts(settings: Settings, start: datetime, end: datetime, *, resources: dict, instance):
-    """The span's 5-minute windows with the alerts after each (`windows_and_alerts`), the summary of the
-    whole span (not stored), then the alerts as of now. Returns (summary, fired lines, firing keys)."""
-    with unit_of_work(settings, purpose="demo metrics"):  # one open warehouse for the windows, the summary, the alerts
-        fired = windows_and_alerts(start, end, resources=resources, instance=instance)
-        summary, _ = metrics_window(settings, start, end)
-        final = run_alerts(resources, instance)
-    return summary, fired, final["firing_keys"]
-
-
-def span_days(start: datetime, end: datetime) -> list:
-    """The UTC days [start, end) touches."""
-    return sorted({start.date(), (end - timedelta(microseconds=1)).date()})
-
-
-def daily_quality_and_metrics(days: list, *, resources: dict, instance) -> dict:
-    """`metrics_daily_job` per day (as the daily schedule runs it): the day's data-quality suites, then,
-    unless a blocking check failed, its metrics. Day → the blocking checks that failed, and whether the
-    metrics were materialized."""
-    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
-
-    quality = {}
-    for day in days:
-        print(
-            f"  data-quality suites and daily metrics for {day} (Dagster metrics_daily_job) …",
-            file=sys.stderr,
-            flush=True,
-        )
-        daily = run_job(
-            "metrics_daily_job",
-            partition_key=day.isoformat(),
-            raise_on_error=False,
-            resources=resources,
-            instance=instance,
-        )
-        checks = {e.check_name: e.passed for e in daily.get_asset_check_evaluations()}
-        quality[day.isoformat()] = {
-            "blocking_failed": [k for k, ok in checks.items() if not ok and k != "pipeline_health"],
-            "metrics_materialized": daily.success,
-        }
-    return quality
-
-
-def run_alerts(resources: dict, instance, as_of: list[datetime] | None = None, since: datetime | None = None) -> dict:
-    """The `alerts_job` once: evaluated as of each time of `as_of` in order (default: once, now). Returns
-    `fired_lines` (rule|task type at first seen, in firing order, over every evaluation; one whose episode
-    began before `since`, the run's start, says so: a re-run raises late-labelled episodes of the run before,
-    and must not pass them off as its own) and the alert keys `firing_keys` after the last evaluation."""
-    from routerscope.pipelines.alerting import evaluate_alerts  # deferred: pulls dagster
-    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
-
-    config = {"as_of": [t.isoformat() for t in as_of]} if as_of else {}
-    result = run_job(
-        "alerts_job", ops_config={evaluate_alerts.name: {"config": config}}, resources=resources, instance=instance
-    )
-    lines = []
-    evaluations = result.output_for_node(evaluate_alerts.name)
-    for evaluation in evaluations:
-        firing = {a["alert_key"]: a for a in evaluation["firing"]}
-        for key in evaluation["fired_now"]:
-            a = firing[key]
-            first_seen = parse_utc(a["first_seen"])
-            line = f"{a['rule']}{'|' + a['task_type'] if a['task_type'] else ''} at {first_seen:%H:%M}"
-            late = (a.get("trip_values") or {}).get("late")
-            if since is not None and first_seen < since:
-                line += " (began before this run" + ("; raised now that its labels arrived)" if late else ")")
-            elif late:
-                line += " (raised late, when its labels arrived)"
-            lines.append(line)
-    return {"fired_lines": lines, "firing_keys": [a["alert_key"] for a in evaluations[-1]["firing"]]}
-
-
-def windows_and_alerts(start: datetime, end: datetime, *, resources: dict, instance) -> list[str]:
-    """Every 5-minute partition overlapping [start, end) that has ended, through `metrics_5m_job` (one
-    run for the range), then `alerts_job` as of one minute after each window's end, in order: the
-    evaluations the daemon's sensor would have made as the windows ended (an evaluation sees only the
-    windows that had ended by its time). Returns the alerts fired, in order, as `rule|task_type at HH:MM`."""
-
-    from routerscope.pipelines.run import run_job  # deferred: pulls dagster
-
-    first = floor_5m(start)
-    last_end = min(floor_5m(end - timedelta(microseconds=1)) + FIVE_MINUTES, floor_5m(datetime.now(UTC)))
-    windows = [first + k * FIVE_MINUTES for k in range((last_end - first) // FIVE_MINUTES)]
-    if not windows:
-        return []
-    print(
-        f"  {len(windows)} five-minute metric windows (Dagster metrics_5m_job), alerts after each (alerts_job) …",
-        file=sys.stderr,
-        flush=True,
-    )
-    # One open warehouse: the jobs' units of work nest in it instead of opening the embedded warehouse per run.
-    with unit_of_work(resources["routerscope"].settings(), purpose="demo metric windows"):
-        run_job(
-            "metrics_5m_job",
-            resources=resources,
-            instance=instance,
-            tags={
-                "dagster/asset_partition_range_start": five_minute_key(windows[0]),
-                "dagster/asset_partition_range_end": five_minute_key(windows[-1]),
-            },
-        )
-        as_of = [w + FIVE_MINUTES + timedelta(minutes=1) for w in windows]
-        return run_alerts(resources, instance, as_of=as_of, since=start)["fired_lines"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Literal, TypeGuard
 
@@ -256,12 +257,15 @@ class Recorder:
         route_correct: bool | None = None,
         labeler: str | None = None,
         event_time: datetime | None = None,
+        label_id: str | None = None,
     ) -> LabelEvent:
         """Ground truth for a request, keyed by the same pseudonymised id as its decision (so a label sent for
-        the raw id joins it). Refused with `InvalidDecision` if it breaks the label contract."""
+        the raw id joins it). `label_id` (a UUID; default a new one): a labeler that may send the same verdict
+        again, after a crash or from a re-run, gives it its own id, and the warehouse keeps it once. Refused
+        with `InvalidDecision` if it breaks the label contract."""
         label = LabelEvent(
             schema_version=1,
-            label_id=str(uuid.uuid4()),
+            label_id=label_id or str(uuid.uuid4()),
             request_id=pii.pseudonymise_request_id(request_id),
             event_time=event_time or datetime.now(timezone.utc),
             source=source,
@@ -730,20 +734,30 @@ def check(event: DecisionEvent) -> None:
 
 class InstrumentedRouter:
     """A Router whose every decision is a span, metrics and a decision event on Kafka, recorded through
-    the same `Recorder` any other router uses."""
+    the same `Recorder` any other router uses. `stamp`, when given, takes each event the router builds and
+    returns the one to record, before it is scrubbed and sent: what the deployment fixes at decision time
+    besides the router's own fields (the labeling design's inclusion probability, `LabelDesign.stamp`)."""
 
-    def __init__(self, router, telemetry: Telemetry):
-        self.router, self.telemetry = router, telemetry
+    def __init__(self, router, telemetry: Telemetry, stamp: Callable[[DecisionEvent], DecisionEvent] | None = None):
+        self.router, self.telemetry, self.stamp = router, telemetry, stamp
         self.recorder = Recorder(telemetry)
         router.on_event = lambda e: None  # events leave from here, enriched with the trace ids
         router.on_breaker_event = self._breaker_event
         # a shadow request's event when its device ends after the user was served (docs/router.md): a span
         # of its own at that moment, the same event path
-        router.on_shadow_event = lambda e: self.recorder.adopted(e.task_type, lambda: (None, e))
+        router.on_shadow_event = lambda e: self.recorder.adopted(e.task_type, lambda: (None, self._stamped(e)))
 
     def _breaker_event(self, event) -> None:
         event = scrub_event(event)  # the instance id and the trigger are free text
         self.telemetry.send(names.TOPIC_BREAKERS, event.instance_id, event)
 
+    def _stamped(self, event: DecisionEvent) -> DecisionEvent:
+        return event if self.stamp is None else self.stamp(event)
+
+    def _route_stamped(self, request):
+        response, event = self.router.route(request)
+        return response, None if event is None else self._stamped(event)
+
     def route(self, request):
-        return self.recorder.adopted(request.task_type, self.router.route, request)
+        route = self.router.route if self.stamp is None else self._route_stamped
+        return self.recorder.adopted(request.task_type, route, request)

@@ -313,6 +313,84 @@ def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home
         run_cli("broker", "stop", env=clean_env(home))
 
 
+class SpanSink:
+    """An OTLP/HTTP trace endpoint on loopback, as a collector is to a deployment: keeps each exported span's
+    (trace id, span id) in hex with its name."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.spans: dict[tuple[str, str], str] = {}
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the base class's name
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    import gzip
+
+                    body = gzip.decompress(body)
+                request = ExportTraceServiceRequest.FromString(body)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        for span in scope.spans:
+                            sink.spans[span.trace_id.hex(), span.span_id.hex()] = span.name
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.timeout(480)
+def test_every_decision_of_the_demo_carries_the_trace_id_of_its_span(home):
+    """The demo records through the SDK, as a deployment following docs/sdk.md does (`setup_providers()`, spans
+    exported over OTLP when OTEL_EXPORTER_OTLP_* is set): each stored decision carries the trace and span ids of
+    one `route {task_type}` span the demo exported, its ids are pseudonymised as the SDK does, and its labels,
+    sent through `Recorder.label`, join it by the same pseudonym."""
+    import re
+
+    port, sink = free_port(), SpanSink()
+    try:
+        env = clean_env(home, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=sink.url)
+        done = run_cli(*demo_args(port, 200), "--no-dashboard", env=env, timeout=420)
+        assert done.returncode == 0, done.stderr
+    finally:
+        run_cli("broker", "stop", env=clean_env(home))
+        sink.close()
+    with open_warehouse(settings_for(home)) as client:
+        decisions = client.query(
+            "SELECT trace_id, span_id, task_type, request_id, session_id FROM routerscope.decisions FINAL "
+            "LIMIT 1 BY event_id"
+        ).result_rows
+        labels = client.query("SELECT request_id, labeler FROM routerscope.labels FINAL").result_rows
+    assert len(decisions) == 200
+    assert all(re.fullmatch("[0-9a-f]{32}", trace or "") for trace, *_ in decisions), decisions[:3]
+    # one exported decision span per stored decision, named after its task type (and no decision without one)
+    assert [sink.spans.get((trace, span)) for trace, span, *_ in decisions] == [
+        f"route {task}" for _, _, task, *_ in decisions
+    ]
+    assert len({(trace, span) for trace, span, *_ in decisions}) == 200
+    # the fleet's own ids (sim-req-…, sim-session-…) and labelers leave as the SDK's pseudonyms, and labels join
+    pseudonym = re.compile("id-[0-9a-f]{24}")
+    assert all(pseudonym.fullmatch(r) and pseudonym.fullmatch(s) for *_, r, s in decisions), decisions[:3]
+    assert labels and all(pseudonym.fullmatch(who) for _, who in labels), labels[:3]
+    assert {r for r, _ in labels} <= {r for *_, r, _ in decisions}
+
+
 @pytest.mark.timeout(480)  # an interrupted demo and a full rerun
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_stops_the_demo_and_a_rerun_continues_without_loss_or_doubles(home, stop):

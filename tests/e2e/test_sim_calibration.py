@@ -61,11 +61,12 @@ def test_calm_fallback_rate_over_device_entered_is_seed000s_30_percent(demo):
 def test_calm_false_fallback_rate_of_labeled_quality_fallbacks_is_seed000s_15_to_30_percent(demo):
     """docs/sources.md#seed-000: 误回退率 "通常 15%~30%", from at least
     100 labeled quality fallbacks (a usable interval). The seed's rate is the truth's: the simulated replay judge's
-    labels are left out (it accepts a fifth of the bad answers on purpose, the error §3d's human share corrects)."""
+    labels are left out (it accepts a fifth of the bad answers on purpose, the error §3d's human share corrects): the
+    demo's only `offline_replay` labels (its labelers, like every labeler, leave as the SDK's pseudonyms)."""
     [(labeled, acceptable)] = demo(
         f"""SELECT count(), countIf(l.device_acceptable)
         FROM {DECISIONS} AS d INNER JOIN (
-            SELECT * FROM routerscope.labels FINAL WHERE labeler != 'sim-judge' LIMIT 1 BY request_id
+            SELECT * FROM routerscope.labels FINAL WHERE source != 'offline_replay' LIMIT 1 BY request_id
         ) AS l
             ON l.request_id = d.request_id
         WHERE d.mode = 'live' AND d.entered_device AND d.fallback_type = 'quality' AND {CALM}"""
@@ -90,7 +91,7 @@ def test_the_qa_like_task_has_seed000s_confidence_buckets_and_pass_rates(demo):
     passing = demo(  # the truth's pass rates: the simulated replay judge's lenient labels left out, as above
         f"""SELECT {BUCKET} AS bucket, count(), avg(l.device_acceptable)
         FROM {DECISIONS} AS d INNER JOIN (
-            SELECT * FROM routerscope.labels FINAL WHERE labeler != 'sim-judge' LIMIT 1 BY request_id
+            SELECT * FROM routerscope.labels FINAL WHERE source != 'offline_replay' LIMIT 1 BY request_id
         ) AS l
             ON l.request_id = d.request_id
         WHERE d.task_type = 'short_reply' AND d.mode = 'live' AND d.confidence IS NOT NULL AND {CALM}

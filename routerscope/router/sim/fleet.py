@@ -63,6 +63,10 @@ against 0.45, route accuracy 0.49 against 0.75).
   sample of each task type's device-entered requests 3 times; a group agrees with the task type's
   `DETERMINISM` probability (classification and structured output agree more than free text).
 * Labels for a sampled share of device-judged requests, from mixed sources, some days late.
+* With a `recorder` (the demo's), every decision, breaker transition and label is recorded through the SDK
+  (`InstrumentedRouter`, `Recorder.label`), as in a deployment: a span per decision, its trace ids in the event,
+  ids pseudonymised; the design's judge draws from the events as recorded. Without one, the events go to the
+  `on_event`, `on_breaker_event` and `on_label` callbacks as the router builds them.
 * `corrupt` malformed messages are produced as they are, for the loader to quarantine.
 
 The statistical backends are in `routerscope.router.sim.backends`, the requests and their ground truth in
@@ -71,6 +75,7 @@ The statistical backends are in `routerscope.router.sim.backends`, the requests 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import math
@@ -85,6 +90,7 @@ import greenlet
 import msgspec
 
 from routerscope.contract.events import LABEL_SOURCES, LabelEvent, LabelSource
+from routerscope.instrumentation.sdk import InstrumentedRouter, Recorder
 from routerscope.router.admission import DeviceSlots
 from routerscope.router.engine import Request, Router
 from routerscope.router.label_design import drawn, for_review
@@ -311,6 +317,7 @@ class Fleet:
         design=None,
         judge_errors: tuple[float, float] = (0.2, 0.03),
         run: str = "",
+        recorder: Recorder | None = None,
     ):
         # `run` names one run of the fleet (the demo passes its span's start): request, label and session ids are
         # drawn from the seed as before, then moved into the run's own id space, so two runs with the same seed
@@ -339,6 +346,13 @@ class Fleet:
             on_breaker_event=on_breaker_event,
             on_divergence=self._keep_divergence,
         )
+        self.route = self.router.route
+        if recorder is not None:
+            # What a deployment has (docs/sdk.md): the SDK records every decision (its span, scrubbed ids, the
+            # trace ids in the event), breaker transition and label; `on_event`, `on_breaker_event` and
+            # `on_label` are then not called. The design's inclusion probability is stamped at decision time.
+            self.route = InstrumentedRouter(self.router, recorder.telemetry, design.stamp if design else None).route
+            on_label = functools.partial(record_label, recorder)
         self.on_label, self.label_share = on_label, label_share
         prefix = f"sim-session-{self._salt:032x}"[:24] + "-" if run else "sim-session-"
         # the labeling design (docs/metrics.md §3d, routerscope.router.label_design): with one, the events it draws
@@ -529,8 +543,9 @@ class Fleet:
             self.pending = self.draw_ledger(req)
             if self.texts is not None:
                 self.texts.add(req.request_id, task_type, text)
-            _, event = self.router.route(req)
+            _, event = self.route(req)
             if event is not None and event.mode == "live" and event.entered_device:
+                # the event as recorded (through the SDK: ids pseudonymised), so the reruns join the stored decision
                 self._entered.setdefault(event.task_type, []).append((event.request_id, event.event_time))
             self.stats["requests"] += 1
             progress(1)
@@ -541,7 +556,8 @@ class Fleet:
 
     def _designed_labels(self, event) -> bool | None:
         """The design's labels of a drawn event (a judge's, and a reviewer's for the human share); its ground truth,
-        or None when the design did not draw it."""
+        or None when the design did not draw it. Drawn from the event as recorded (through the SDK, by its
+        pseudonymised request id), as the replay job draws from the warehouse."""
         design = self.design
         answered = event.fallback_type in ("quality", "timeout") or (
             event.fallback_type == "none" and event.degrade_level in (0, 1)
@@ -599,6 +615,20 @@ class Fleet:
         )
         self.stats["labels"] += 1
         self.on_label(label)
+
+
+def record_label(recorder: Recorder, label: LabelEvent) -> None:
+    """`label` through the SDK's `Recorder.label`, with its seeded id: its request id and labeler pseudonymised
+    as the SDK does for every labeler."""
+    recorder.label(
+        label.request_id,
+        device_acceptable=label.device_acceptable,
+        source=label.source,
+        route_correct=label.route_correct,
+        labeler=label.labeler,
+        event_time=label.event_time,
+        label_id=label.label_id,
+    )
 
 
 def span_end(now: datetime | None = None) -> datetime:
