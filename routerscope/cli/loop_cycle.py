@@ -1,4 +1,4 @@
-"""The demo's closed-loop cycle (docs/loop.md#the-demos-cycle): one week of canary traffic, compressed into a
+"""The demo's closed-loop cycle (docs/loop.md#the-demos-cycle): one week of canary traffic, compressed into half a
 minute, in which a good candidate is promoted and a harmful one rolled back.
 
 SIMULATED traffic through the real router: every hour of the simulated week, `SESSIONS_PER_HOUR` short sessions,
@@ -33,6 +33,7 @@ from routerscope.instrumentation.emitter import KafkaEmitter
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import CloudResult, DeviceResult
 from routerscope.router.engine import Request, Router
+from routerscope.router.experiment import Experiment
 from routerscope.router.policy import PolicyStore, default_policy
 from routerscope.router.replay import route_correct
 from routerscope.router.sim import texts
@@ -206,7 +207,10 @@ def run_cycle(settings: Settings, *, start: datetime, seed: int, show: bool = Tr
     check_reachable(settings)
     kafka = KafkaPublisher(settings)
     live: dict[str, Candidate] = {}
-    traffic = Traffic(settings, seed, lambda task_type: _experiment(live, task_type))
+    # the running experiments, read from the directory after each transition (a look, the canary's start) and
+    # kept: read for every request, the directory's YAML and listings took most of the cycle's time
+    running: dict[str, Experiment | None] = {}
+    traffic = Traffic(settings, seed, running.get)
     try:
         existing = [_candidate_of(root, spec) for spec in CANDIDATES]
         if all(c is not None and c.state() not in ("proposed",) for c in existing):
@@ -232,6 +236,7 @@ def run_cycle(settings: Settings, *, start: datetime, seed: int, show: bool = Tr
                 live[spec.task_type] = _start_canary(
                     settings, root, spec, evaluation, baseline, today.capabilities[spec.task_type].threshold, kafka
                 )
+        running.update(_experiments(live))
         clock, since_look = week_start, 0
         while clock < start and any(c.state() in lifecycle.CANARY for c in live.values()):
             _hours(traffic, clock, clock + timedelta(hours=1))
@@ -240,6 +245,7 @@ def run_cycle(settings: Settings, *, start: datetime, seed: int, show: bool = Tr
             if since_look >= rules.LoopPolicy().look_sessions or clock >= start:
                 since_look = 0
                 _look(settings, traffic, live, clock, kafka, show)
+                running.update(_experiments(live))
         return _result(root, traffic, list(live.values()))
     finally:
         traffic.close()
@@ -253,9 +259,9 @@ def _hours(traffic: Traffic, start: datetime, end: datetime) -> None:
         hour += timedelta(hours=1)
 
 
-def _experiment(live: dict[str, Candidate], task_type: str):
-    c = live.get(task_type)
-    return runner.experiment_of(c) if c is not None and c.state() in lifecycle.CANARY else None
+def _experiments(live: dict[str, Candidate]) -> dict[str, Experiment | None]:
+    """Each task type's experiment while its candidate is in a canary stage; None after (today's policy again)."""
+    return {t: runner.experiment_of(c) if c.state() in lifecycle.CANARY else None for t, c in live.items()}
 
 
 def _body(spec: Spec, today: float) -> dict:
