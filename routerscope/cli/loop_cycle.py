@@ -242,7 +242,7 @@ def run_cycle(settings: Settings, *, start: datetime, seed: int, show: bool = Tr
             _hours(traffic, clock, clock + timedelta(hours=1))
             clock += timedelta(hours=1)
             since_look += SESSIONS_PER_HOUR
-            if since_look >= rules.LoopPolicy().look_sessions or clock >= start:
+            if since_look >= rules.LoopPolicy(**DEMO_LOOP).look_sessions or clock >= start:
                 since_look = 0
                 _look(settings, traffic, live, clock, kafka, show)
                 running.update(_experiments(live))
