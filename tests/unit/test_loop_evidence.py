@@ -224,3 +224,56 @@ def test_a_torn_temporary_file_is_not_a_transition(tmp_path):
     # nor is a notification record beside a transition (it once read as one, and broke the chain)
     (c.dir / "transitions" / "0001.notified.json").write_text('{"webhook": [[200, ""]]}')
     assert c.state() == "proposed" and len(c.transition_files()) == 1 and c.verify() == []
+
+
+def _harm_sums() -> runner.CanarySums:
+    """2,000 sessions at 5 %: the candidate's 16 judged answers miss 3-4 a session, the control's 0.5-1.5."""
+    sums = runner.CanarySums()
+    for i in range(2000):
+        arm = int(i % 20 == 0)
+        missed = (3.0 if arm else 0.5) + (i % 3) * 0.5
+        sums.add_session(arm, 0.05, requests=20, served=16, judged=16, missed=missed, confidence=0.8)
+    return sums
+
+
+HARM_CLOCK = {"stage_hours": 1.0, "total_hours": 1.0, "stage_candidate_sessions": 100}
+LOOK_CRASH_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from routerscope.warehouse.analytics.loop import rules, runner
+    from routerscope.warehouse.analytics.loop.evidence import Candidate, find
+    from tests.unit.test_loop_evidence import HARM_CLOCK, WINDOW, _harm_sums
+
+    Candidate.transition = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # dies right after the look file
+    c = find(Path(sys.argv[1]), sys.argv[2])
+    runner.judge(c, _harm_sums(), rules.LoopPolicy(), clock=HARM_CLOCK, window=WINDOW, publish=print)
+    """
+)
+
+
+def test_a_kill_between_the_look_file_and_its_transition_leaves_the_stage_and_the_next_look_acts(tmp_path):
+    """SIGKILL after a look's file is written and before the transition its verdict calls for: the state is still
+    the stage (the transitions are the state), the look stands as evidence no transition used, and the restarted
+    look, on the same data, writes its own file and makes the transition once."""
+    events: list = []
+    c = _propose(tmp_path, events)
+    _to_canary(c, events)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", LOOK_CRASH_SCRIPT, str(tmp_path), c.policy_id], env=env, capture_output=True
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert [p.name for p in c.look_files()] == ["0001.json"]
+    assert c.looks()[0]["verdict"] == {"action": "rollback", "reason": "harm"}
+    assert c.state() == c.decision()["state"] == "canary_5" and c.verify() == []
+    before = len(events)
+    verdict, moved = runner.judge(
+        c, _harm_sums(), rules.LoopPolicy(), clock=HARM_CLOCK, window=WINDOW, publish=events.append, now=T0
+    )
+    assert (verdict.action, moved) == ("rollback", "rolled_back")
+    assert [p.name for p in c.look_files()] == ["0001.json", "0002.json"]
+    assert [e["to_state"] for e in events[before:]] == ["rolled_back"]
+    assert events[-1]["evidence_file"] == "looks/0002.json"
+    assert c.state() == c.decision()["state"] == "rolled_back" and c.verify() == []
+    assert c.publish_pending(events.append) == 0

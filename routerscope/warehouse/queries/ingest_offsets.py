@@ -144,6 +144,7 @@ ORDER BY kafka_partition, kafka_offset
         (names.TABLE_DECISIONS, "event_id"),
         (names.TABLE_LABELS, "label_id"),
         (names.TABLE_BREAKER_EVENTS, "event_id"),
+        (names.TABLE_POLICY_EVENTS, "event_id"),  # without it a load after the first policy events were loaded failed
     )
 }
 

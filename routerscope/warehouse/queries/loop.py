@@ -42,6 +42,14 @@ def sessions(client, task_type: str, candidate: float) -> dict[str, list[dict[st
     return out
 
 
+# The chosen label of each request, among the labels judged before the look's time (the window's end): a look is
+# what was known then, so it is recomputed from the warehouse with the same sums however many labels arrived since
+# (docs/loop.md#files: reproducible).
+_AS_OF = "WHERE device_acceptable IS NOT NULL AND"
+if _AS_OF not in CHOSEN_LABELS_CTE:  # the shared CTE changed shape: this filter has to follow it
+    raise RuntimeError("CHOSEN_LABELS_CTE no longer filters on device_acceptable: update CANARY_LABELS_CTE")
+CANARY_LABELS_CTE = CHOSEN_LABELS_CTE.replace(_AS_OF, _AS_OF + " event_time < {end:DateTime64(3, 'UTC')} AND")
+
 # A canary's sessions (docs/loop.md#a-look): the live decisions of one experiment in the window, per session:
 # its arm(s), when it was first seen (the share it was assigned at is the stage's then), its requests,
 # device-served, judged device-served (a chosen label, docs/metrics.md §3), missed fallbacks among those, the
@@ -72,7 +80,7 @@ LEFT JOIN chosen AS c ON d.request_id = c.request_id
 GROUP BY d.session_id
 ORDER BY first_seen, session
 """,
-    {"chosen": CHOSEN_LABELS_CTE},
+    {"chosen": CANARY_LABELS_CTE},
 )
 
 

@@ -172,8 +172,9 @@ def build_look(
         stage_candidate_sessions=stage_candidate_sessions,
         candidate_sessions=sums.missed.candidate.sessions,
         control_sessions=sums.missed.control.sessions,
-        missed=sums.missed.interval(rho, policy.alpha),
-        guardrails={k: v.interval(rho, policy.alpha) for k, v in sums.guardrails.items()},
+        # the rules read one bound of these at a time (rules.decide): each bound a one-sided sequence at α
+        missed=sums.missed.interval(rho, policy.alpha, one_sided=True),
+        guardrails={k: v.interval(rho, policy.alpha, one_sided=True) for k, v in sums.guardrails.items()},
         offload=ratio_interval(sums.offload, rho, policy.alpha),
         prediction=tuple(interval) if interval else None,  # type: ignore[arg-type]
         srm_p=srm_sequential_p(sums.missed.candidate.sessions, sums.expected_candidate, sums.assignment_variance, rho),

@@ -56,6 +56,26 @@ def radius(t: float, rho: float, alpha: float = ALPHA) -> float:
     return math.sqrt((t + rho) * math.log((t + rho) / (rho * alpha * alpha))) / t
 
 
+def one_sided_radius(t: float, rho: float, alpha: float = ALPHA) -> float:
+    """The one-sided normal-mixture boundary on the mean of t standardized values (Howard et al. 2021, the
+    one-sided normal mixture: λ mixed over a half-normal on λ ≥ 0), for a bound that is crossed on one side with
+    probability ≤ α however often it is looked at: z · sqrt(t + ρ) / t, z the root of
+    2 sqrt(ρ / (t + ρ)) · exp(z² / 2) · Φ(z) = 1 / α.
+
+    A rule that reads one side of an interval (promotion the upper bound of the harm, rollback its lower bound)
+    spends its whole α on that side; the two-sided `radius` spends α on both sides together, about α/2 each, and
+    cost good candidates sessions (docs/loop.md#always-valid-confidence-sequences-normal-mixture). The root: the
+    fixed point z = sqrt(2 (C − ln Φ(z))), C = ln(1/(2α)) + ½ ln((t + ρ)/ρ), which contracts by φ(z)/(zΦ(z)) (below 0.02
+    at α = 0.05) a step from z = sqrt(2C); ten steps are exact to double precision."""
+    if t <= 0:
+        return math.inf
+    c = math.log(1 / (2 * alpha)) + 0.5 * math.log((t + rho) / rho)
+    z = math.sqrt(2 * max(c, 0.0))
+    for _ in range(10):
+        z = math.sqrt(2 * (c - math.log(0.5 * math.erfc(-z / math.sqrt(2)))))
+    return z * math.sqrt(t + rho) / t
+
+
 @dataclass
 class ArmSums:
     """Running sums of one arm for one ratio metric (y over x per session), weighted by 1/propensity."""
@@ -149,9 +169,12 @@ class RatioDifference:
     def sessions(self) -> int:
         return self.control.sessions + self.candidate.sessions
 
-    def interval(self, rho: float, alpha: float = ALPHA, min_sessions: int = MIN_SESSIONS) -> Interval:
+    def interval(
+        self, rho: float, alpha: float = ALPHA, min_sessions: int = MIN_SESSIONS, *, one_sided: bool = False
+    ) -> Interval:
         """Δ̂ with its confidence sequence at this look; unknown (None) while either arm has no
-        denominator or fewer than `min_sessions` sessions."""
+        denominator or fewer than `min_sessions` sessions. `one_sided`: each bound a one-sided sequence at α
+        (`one_sided_radius`), for rules that read one bound at a time; the pair then holds with 1 − 2α."""
         t = self.sessions
         r1, r0 = self.candidate.rate, self.control.rate
         if r1 is None or r0 is None or min(self.candidate.sessions, self.control.sessions) < min_sessions:
@@ -159,7 +182,7 @@ class RatioDifference:
         variance = (self.candidate.squared_influence(t) + self.control.squared_influence(t)) / t
         sd = math.sqrt(max(variance, 0.0))
         delta = r1 - r0
-        half = sd * radius(t, rho, alpha)
+        half = sd * (one_sided_radius if one_sided else radius)(t, rho, alpha)
         return Interval(delta, delta - half, delta + half, t, sd)
 
     def to_dict(self) -> dict:
