@@ -32,6 +32,7 @@ from routerscope.router.sim.baseline import SIM_RULES
 from routerscope.router.sim.fleet import Fleet, default_start
 from routerscope.router.sim.live import live_sample
 from routerscope.warehouse.analytics.alerting.rules import load_rules
+from routerscope.warehouse.analytics.loop.evidence import policies_root
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.queries import ingest_offsets
 from routerscope.warehouse.queries.review import store_reruns
@@ -168,7 +169,9 @@ def start_fresh(settings: Settings) -> None:
             "--fresh restarts the local broker only; this demo points at ROUTERSCOPE_KAFKA_BOOTSTRAP"
         )
     broker.stop(settings)
-    for path in (settings.warehouse.path, settings.spool_path):
+    # the loop's candidates go with the warehouse that holds their events (a kept directory would make the
+    # demo's cycle skip, its events gone)
+    for path in (settings.warehouse.path, settings.spool_path, policies_root(settings.home)):
         if path is not None:  # (an embedded warehouse has one)
             shutil.rmtree(path, ignore_errors=True)
     settings.demo_span_path.unlink(missing_ok=True)
@@ -199,11 +202,13 @@ def run(
     corrupt: int = 3,
     live_requests: int = 0,
     fresh: bool = False,
+    loop_week: bool = False,
 ) -> dict:
     """The demo, step by step, through the same Dagster jobs the daemon runs (`routerscope.pipelines.definitions`), in
     this process: `ensure_broker` → `simulate_span` → `load` (`ingest`) → `metrics_and_alerts`
     (`metrics_5m_job` over the span, `alerts_job` as of each window's end) → `daily_quality_and_metrics`
-    (`metrics_daily_job` per day)."""
+    (`metrics_daily_job` per day); with `loop_week`, then the closed loop's week-compressed cycle in the week before
+    the span (`routerscope.cli.loop_cycle`: a good candidate promoted, a harmful one rolled back)."""
     import dagster as dg  # deferred: half a second and more; `simulate` and the CLI's start never need it
 
     from routerscope.pipelines.resources import RouterscopeResource  # deferred: pulls dagster
@@ -231,6 +236,10 @@ def run(
     fired += [line for line in after["fired_lines"] if line not in fired]
     firing = after["firing_keys"]
     out.update(summary=summary, fired=fired, firing=firing, days=[d.isoformat() for d in days])
+    if loop_week:
+        from routerscope.cli.loop_cycle import run_cycle  # deferred: the loop's week runs only when asked
+
+        out["loop"] = run_cycle(settings, start=sim["start"], seed=seed)
     return out
 
 
