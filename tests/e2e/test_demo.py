@@ -178,14 +178,14 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the seeds' ledgers and reports (docs/metrics.md §10–§13, docs/sources.md#seed-004-7): the low tier's p5 decode
         # rate collapses, the device path saves part of the all-cloud bill, slot_extract is a canary and code_snippet in
         # shadow, and the grading vetoes tool_call by its error cost
-        from routerscope.cli import review
+        from routerscope.cli import cmd_report
 
         ledger = out["summary"]["device_ledger"]
         assert ledger["low"]["decode_tps"]["p5"] < 0.5 * ledger["high"]["decode_tps"]["p5"]
         assert 0 < out["summary"]["overall"]["cost_usd"]["saved_share"] < 1
-        stages = review.build("rollout", settings)["task_types"]
+        stages = cmd_report.build("rollout", settings)["task_types"]
         assert (stages["slot_extract"]["stage"], stages["code_snippet"]["stage"]) == ("canary", "shadow")
-        grading = review.build("grading", settings)["task_types"]
+        grading = cmd_report.build("grading", settings)["task_types"]
         assert (
             grading["tool_call"]["reason"] == "error_cost_veto"
             and grading["intent_classify"]["determinism"] is not None

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from routerscope.cli import render, review
+from routerscope.cli import cmd_report, render
 from routerscope.core import names
 from routerscope.core.kafka import producer_config
 from routerscope.instrumentation.emitter import KafkaEmitter
@@ -81,15 +81,15 @@ def test_router_to_kafka_to_loader_to_the_ledger_and_the_reports(broker_settings
     assert 0 < cost["saved_share"] < 1
 
     end = DAY + timedelta(days=1)
-    grading = review.build("grading", settings, days=1, end=end)["task_types"]
+    grading = cmd_report.build("grading", settings, days=1, end=end)["task_types"]
     assert (grading["tool_call"]["tier"], grading["tool_call"]["reason"]) == ("keep-cloud", "error_cost_veto")
     # classification agrees with itself on re-runs and is short and frequent: offload; free text is less determined
     assert grading["intent_classify"]["tier"] == "offload" and grading["intent_classify"]["determinism_groups"] == 20
     assert grading["short_reply"]["determinism"] < grading["intent_classify"]["determinism"]
-    ready = review.build("readiness", settings, days=1, end=end)
+    ready = cmd_report.build("readiness", settings, days=1, end=end)
     assert set(ready["task_types"]["intent_classify"]["gates"]) == {"gate_memory", "gate_duration", "gate_quality"}
     assert ready["beside_grading"]["tool_call"]["grading_reason"] == "error_cost_veto"
-    rollout = review.build("rollout", settings, days=1, end=end)
+    rollout = cmd_report.build("rollout", settings, days=1, end=end)
     slot, code = rollout["task_types"]["slot_extract"], rollout["task_types"]["code_snippet"]
     assert (slot["stage"], slot["percent"]) == ("canary", 50.0)
     assert [c["condition"] for c in slot["conditions"]][:3] == [

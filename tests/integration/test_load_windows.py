@@ -85,7 +85,7 @@ def test_collect_and_load_alone_give_the_exporter_every_series(otlp_home, monkey
 def test_windows_that_cannot_be_computed_are_one_warning_never_the_loads_failure(capsys):
     """The load's rows are stored when the windows are computed: a warehouse gone in between (here a server
     that refuses the connection) is one line on stderr and no window, never a traceback or a failed load."""
-    from routerscope.cli import _catch_up_windows
+    from routerscope.cli.cmd_warehouse import _catch_up_windows
     from routerscope.core.settings import Settings
 
     settings = Settings.from_env(

@@ -336,8 +336,7 @@ def test_the_command_line_starts_without_the_heavy_dependencies():
         "import contextlib, io, runpy, sys; sys.argv = ['routerscope', '--help']\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    runpy.run_module('routerscope', run_name='__main__')\n"
-        "import routerscope.cli.demo, routerscope.cli.oncall, routerscope.cli.produce, routerscope.cli.render\n"
-        "import routerscope.cli.review, routerscope.cli.whatif\n"
+        "import routerscope.cli.demo, routerscope.cli.produce, routerscope.cli.render\n"
         "heavy = ('dagster', 'streamlit', 'great_expectations', 'chdb', 'clickhouse_connect', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )

@@ -10,6 +10,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from routerscope.cli.common import port
 from routerscope.cli.interrupt import stop_on_term
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import parse_utc
@@ -102,10 +103,10 @@ def cmd_rules(args, settings: Settings) -> int:
     return 0
 
 
-def add_commands(sub, port_type) -> None:
+def add_commands(sub) -> None:
     """The commands of this module, on the `routerscope` parser's subparsers."""
     p = sub.add_parser("exporter", help="the Prometheus endpoint on 127.0.0.1: the latest finished metric windows")
-    p.add_argument("--port", type=port_type, default=9464)
+    p.add_argument("--port", type=port, default=9464)
     p.add_argument(
         "--refresh", type=_positive, default=15.0, help="read the warehouse at most every N seconds (default 15)"
     )

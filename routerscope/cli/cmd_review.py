@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
+from routerscope.core.timeutil import UTC
 
 VERDICTS = {"acceptable": True, "unacceptable": False}
 
