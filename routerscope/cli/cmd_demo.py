@@ -56,6 +56,7 @@ def cmd_demo(args, settings: Settings) -> int:
             span_minutes=args.span_minutes,
             live_requests=args.live_sample,
             fresh=args.fresh,
+            loop_week=not args.no_loop_week,
         )
     except KeyboardInterrupt as stop:
         how = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
@@ -115,9 +116,13 @@ def cmd_demo(args, settings: Settings) -> int:
             f"  data quality {day}: "
             f"{'blocking failure: ' + ', '.join(q['blocking_failed']) if q['blocking_failed'] else 'ok'}"
         )
+    for name, c in out.get("loop", {}).get("candidates", {}).items():
+        verdict = c["last_verdict"]
+        said = f"{verdict['action']}, {verdict['reason']}" if verdict else "no look yet"
+        print(f"  closed loop, {name} candidate ({c['task_type']}): {c['state']} after {c['looks']} looks ({said})")
     print(
         "Explore (these read only): `routerscope alerts` (the incidents as stored), `routerscope metrics --start ... "
-        "--end ...`, `routerscope report grading|readiness|rollout`, "
+        "--end ...`, `routerscope report grading|readiness|rollout`, `routerscope loop status`, "
         "`dagster dev -m routerscope.pipelines.definitions`."
     )
     if not own_rules:
@@ -128,7 +133,7 @@ def cmd_demo(args, settings: Settings) -> int:
     if args.no_dashboard:
         print(
             "Dashboard: `routerscope dashboard` (On-call, Weekly tuning, Offload review, Data quality, Explorer, "
-            "Human review)."
+            "Human review, Closed loop)."
         )
         return 0
     return serve_dashboard(
@@ -161,6 +166,12 @@ def add_commands(sub) -> None:
         "--fresh",
         action="store_true",
         help="forget earlier demo runs: remove the demo warehouse, restart the local broker",
+    )
+    p.add_argument(
+        "--no-loop-week",
+        action="store_true",
+        help="skip the closed loop's week of SIMULATED canary traffic, dated the week before the demo's "
+        "(a good candidate promoted, a harmful one rolled back; ~40k more requests, 35 s and more)",
     )
     p.set_defaults(func=cmd_demo)
 

@@ -282,7 +282,8 @@ def test_make_demo_twice_in_a_row_reuses_no_id_and_keeps_the_day(home):
 
 
 def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
-    return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", *extra]
+    # the closed loop's week is its own test (below): every other run here skips its ~40k requests
+    return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", "--no-loop-week", *extra]
 
 
 @pytest.mark.timeout(600)  # three demo runs
@@ -353,6 +354,26 @@ class SpanSink:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.mark.timeout(600)
+def test_the_demo_runs_the_closed_loops_week_and_loop_status_shows_both_verdicts(home):
+    """`routerscope demo` as a user runs it (the loop's week on): before its span, a week of canary traffic in which
+    the good candidate (intent_classify 0.70 → 0.69) is promoted and the harmful one (short_reply 0.60 → 0.30) rolled
+    back for harm, said in the demo's summary and in `routerscope loop status`; the demo's own span is untouched."""
+    port = free_port()
+    try:
+        done = run_cli(*demo_args(port, 200)[:-1], "--no-dashboard", env=clean_env(home), timeout=540)
+        assert done.returncode == 0, done.stderr
+        status = run_cli("loop", "status", "--json", env=clean_env(home))
+    finally:
+        run_cli("broker", "stop", env=clean_env(home))
+    assert "closed loop, good candidate (intent_classify): full after" in done.stdout, done.stdout
+    assert "closed loop, harmful candidate (short_reply): rolled_back after" in done.stdout, done.stdout
+    assert "rollback, harm" in done.stdout
+    states = {(c["task_type"], c["state"]) for c in json.loads(status.stdout)["candidates"]}
+    assert states == {("intent_classify", "full"), ("short_reply", "rolled_back")}, status.stdout
+    assert "loaded:    200 decisions," in done.stdout  # the span's own load: the week's traffic is the loop's
 
 
 @pytest.mark.timeout(480)

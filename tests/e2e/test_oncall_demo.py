@@ -154,7 +154,17 @@ def test_the_demos_outage_reaches_alertmanager_firing_then_resolved_through_rout
     try:
         with oncall.alertmanager(tmp_path, f"{receiver.base}/am") as am:
             demo = run_cli(
-                *("demo", "--requests", "4000", "--seed", "11", "--no-dashboard", "--live-sample", "0"),
+                *(
+                    "demo",
+                    "--requests",
+                    "4000",
+                    "--seed",
+                    "11",
+                    "--no-dashboard",
+                    "--live-sample",
+                    "0",
+                    "--no-loop-week",
+                ),
                 *("--port", str(free_port())),
                 env=clean_env(home, ROUTERSCOPE_ALERTMANAGER_URL=am),
                 timeout=240,
