@@ -19,7 +19,7 @@ from tqdm import tqdm
 from routerscope.cli.demo_jobs import daily_quality_and_metrics, load, metrics_and_alerts, run_alerts, span_days
 from routerscope.cli.demo_span import next_span, record_span, run_instance, run_name
 from routerscope.core import broker, kafka, names
-from routerscope.core.errors import RouterscopeError
+from routerscope.core.errors import RouterscopeError, full_disk_error
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
 from routerscope.instrumentation import pii
@@ -65,12 +65,12 @@ def simulate(
     the span's trace ids in the event. The providers are the ones docs/sdk.md has a deployment set up,
     `setup_providers()`'s (OpenTelemetry's SDK: real trace ids; spans and metrics exported over OTLP to a
     collector when the standard OTEL_EXPORTER_OTLP_* variables name one, else kept nowhere)."""
+    if pii._key is None:  # the home's key, as `Recorder.from_env` reads it
+        _home_key(settings)
     emitter = KafkaEmitter(
         producer_config(settings), settings.spool_path, block_when_full=True
     )  # a batch producer: paced, never dropping
     tracer_provider, meter_provider = setup_providers("routerscope-demo")
-    if pii._key is None:  # the home's key, as `Recorder.from_env` reads it
-        pii.configure(settings.home)
     tel = Telemetry(emitter, tracer_provider, meter_provider)
     recorder = Recorder(tel)
     start = start or default_start(span)
@@ -155,6 +155,21 @@ def store_simulated_reruns(settings: Settings, groups: list[tuple]) -> None:
     straight to the warehouse, so the grading report has a determinism to score."""
     with open_warehouse(settings, purpose="simulated replay", migrated=True) as client:
         store_reruns(client, groups)
+
+
+def _home_key(settings: Settings) -> None:
+    """The home's PII key, read or created first of all (its ids are pseudonymised under it). A home on a full
+    disk is the disk's one line, as every other write into it says it (`core.errors.full_disk_error`)."""
+    try:
+        pii.configure(settings.home)
+    except pii.PiiKeyUnwritable as exc:
+        try:
+            full = shutil.disk_usage(settings.home).free < 2**20
+        except OSError:  # no home to measure: the key's own line says what failed
+            raise exc from None
+        if full:
+            raise full_disk_error(settings.home, exc, "creating the PII key") from None
+        raise
 
 
 def start_fresh(settings: Settings) -> None:

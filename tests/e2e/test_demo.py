@@ -281,9 +281,10 @@ def test_make_demo_twice_in_a_row_reuses_no_id_and_keeps_the_day(home):
     assert sessions > 700  # each run its own 400 sessions (a few get no request); shared ones would stay under 400
 
 
-def demo_args(port: int, requests: int = 800, *extra: str) -> list[str]:
+def demo_args(port: int, requests: int = 800, *extra: str, live_sample: int = 0, loop_week: bool = False) -> list[str]:
     # the closed loop's week is its own test (below): every other run here skips its ~40k requests
-    return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", "0", "--no-loop-week", *extra]
+    week = [] if loop_week else ["--no-loop-week"]
+    return ["demo", "--requests", str(requests), "--port", str(port), "--live-sample", str(live_sample), *week, *extra]
 
 
 @pytest.mark.timeout(600)  # three demo runs
@@ -296,7 +297,7 @@ def test_demo_command_prints_the_summary_and_a_restarted_broker_needs_fresh(home
         # line and the rest of the demo runs all the same (the simulated fleet does not need the model)
         (home / "models").mkdir()
         (home / "models" / MODEL_NAME).write_bytes(b"not a gguf model")
-        done = run_cli(*demo_args(port)[:-2], "--live-sample", "2", "--no-dashboard", env=clean_env(home), timeout=600)
+        done = run_cli(*demo_args(port, live_sample=2), "--no-dashboard", env=clean_env(home), timeout=600)
         assert done.returncode == 0, done.stderr
         assert "SIMULATED" in done.stdout and "fallback rate" in done.stdout and "alerts raised" in done.stdout
         assert "live sample: FAILED after 0 requests" in done.stdout
@@ -363,7 +364,7 @@ def test_the_demo_runs_the_closed_loops_week_and_loop_status_shows_both_verdicts
     back for harm, said in the demo's summary and in `routerscope loop status`; the demo's own span is untouched."""
     port = free_port()
     try:
-        done = run_cli(*demo_args(port, 200)[:-1], "--no-dashboard", env=clean_env(home), timeout=540)
+        done = run_cli(*demo_args(port, 200, loop_week=True), "--no-dashboard", env=clean_env(home), timeout=540)
         assert done.returncode == 0, done.stderr
         status = run_cli("loop", "status", "--json", env=clean_env(home))
     finally:
