@@ -258,11 +258,17 @@ class Recorder:
         labeler: str | None = None,
         event_time: datetime | None = None,
         label_id: str | None = None,
+        labeler_is_method: bool = False,
     ) -> LabelEvent:
         """Ground truth for a request, keyed by the same pseudonymised id as its decision (so a label sent for
         the raw id joins it). `label_id` (a UUID; default a new one): a labeler that may send the same verdict
-        again, after a crash or from a re-run, gives it its own id, and the warehouse keeps it once. Refused
-        with `InvalidDecision` if it breaks the label contract."""
+        again, after a crash or from a re-run, gives it its own id, and the warehouse keeps it once. A labeler is
+        a person and leaves as a pseudonym; `labeler_is_method=True` says it names a method instead (the offline
+        replay's `offline-replay:<method>:judge-<version>:…`, which the judge's audit reads), kept as written,
+        scrubbed of personal data like any free text. Refused with `InvalidDecision` if it breaks the label
+        contract."""
+        if labeler is not None:
+            labeler = pii.scrub(labeler) if labeler_is_method else pii.pseudonymise(labeler)
         label = LabelEvent(
             schema_version=1,
             label_id=label_id or str(uuid.uuid4()),
@@ -271,7 +277,7 @@ class Recorder:
             source=source,
             device_acceptable=device_acceptable,
             route_correct=route_correct,
-            labeler=None if labeler is None else pii.pseudonymise(labeler),  # a reviewer is a person
+            labeler=labeler,
         )
         _, rules = LABELS.parse(label.to_json())
         if rules:

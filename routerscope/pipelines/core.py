@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from routerscope.core import names
 from routerscope.core.kafka import producer_config
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import UTC
 from routerscope.instrumentation.emitter import KafkaEmitter
+from routerscope.instrumentation.sdk import Recorder
 from routerscope.instrumentation.telemetry import Telemetry
 from routerscope.router.backends import OpenAICloud, gemma_path
 from routerscope.router.label_design import DEFAULT_DESIGN as DEFAULT_HUMAN
@@ -251,7 +251,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
             logprobs=False,
         )  # the verdict needs no confidence
         emitter = KafkaEmitter(producer_config(settings), settings.spool_path, block_when_full=True)
-        tel = Telemetry(emitter)
+        recorder = Recorder(Telemetry(emitter))
         try:
             for i, (rid, task_type, fallback_type) in enumerate(chosen, 1):
                 verdict = judge(
@@ -275,7 +275,16 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
                         )
                     queued += 1
                 if label is not None:  # free text without a cloud answer: no verdict, no label
-                    tel.send(names.TOPIC_LABELS, rid, label)
+                    recorder.label(  # the SDK's road, as every label takes (docs/sdk.md)
+                        rid,
+                        device_acceptable=label.device_acceptable,
+                        source=label.source,
+                        route_correct=label.route_correct,
+                        labeler=label.labeler,
+                        labeler_is_method=True,
+                        event_time=label.event_time,
+                        label_id=label.label_id,
+                    )
                     published += 1
                 if i % 10 == 0 or i == len(chosen):
                     log(f"replayed {i}/{len(chosen)}")

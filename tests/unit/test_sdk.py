@@ -305,6 +305,26 @@ def test_a_label_sent_for_the_raw_id_joins_its_decision_and_the_request_text(tmp
     assert raw.encode() not in (tmp_path / "texts.sqlite").read_bytes()
 
 
+def test_a_labeler_is_a_person_unless_it_names_a_method():
+    """A reviewer leaves as a pseudonym; the offline replay's labeler names its method and judge version, which the
+    judge's audit reads, so it is kept as written, and scrubbed whole like any free text when it holds personal
+    data."""
+    telemetry, _, emitter = stack()
+    recorder = Recorder(telemetry)
+    method = "offline-replay:fields:judge-3:kept:gemma-3-270m-q4_k_m:differs:city"
+    person = recorder.label("r1", device_acceptable=True, labeler="ana.silva")
+    kept = recorder.label(
+        "r2", device_acceptable=False, source="offline_replay", labeler=method, labeler_is_method=True
+    )
+    leaked = recorder.label(
+        "r3", device_acceptable=False, labeler="offline-replay:x:judge-3:kept:m:ana@example.com", labeler_is_method=True
+    )
+    assert person.labeler == pii.pseudonymise("ana.silva") != "ana.silva"
+    assert kept.labeler == method
+    assert leaked.labeler is not None and "ana@example.com" not in leaked.labeler
+    assert all(LABELS.parse(m.value)[1] == [] for m in emitter.messages)
+
+
 CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111", "(555) 123-4567")
 
 
