@@ -259,20 +259,22 @@ class Recorder:
         event_time: datetime | None = None,
         label_id: str | None = None,
         labeler_is_method: bool = False,
+        stored_id: bool = False,
     ) -> LabelEvent:
         """Ground truth for a request, keyed by the same pseudonymised id as its decision (so a label sent for
         the raw id joins it). `label_id` (a UUID; default a new one): a labeler that may send the same verdict
         again, after a crash or from a re-run, gives it its own id, and the warehouse keeps it once. A labeler is
         a person and leaves as a pseudonym; `labeler_is_method=True` says it names a method instead (the offline
         replay's `offline-replay:<method>:judge-<version>:…`, which the judge's audit reads), kept as written,
-        scrubbed of personal data like any free text. Refused with `InvalidDecision` if it breaks the label
-        contract."""
+        scrubbed of personal data like any free text. `stored_id=True`: `request_id` is a decision's id as the
+        warehouse stores it (the offline replay labels stored decisions), kept as it is, whichever road the
+        decision took. Refused with `InvalidDecision` if it breaks the label contract."""
         if labeler is not None:
             labeler = pii.scrub(labeler) if labeler_is_method else pii.pseudonymise(labeler)
         label = LabelEvent(
             schema_version=1,
             label_id=label_id or str(uuid.uuid4()),
-            request_id=pii.pseudonymise_request_id(request_id),
+            request_id=request_id if stored_id else pii.pseudonymise_request_id(request_id),
             event_time=event_time or datetime.now(timezone.utc),
             source=source,
             device_acceptable=device_acceptable,

@@ -277,6 +277,7 @@ def offline_replay(settings: Settings, params, log=print, warn=None) -> dict[str
                 if label is not None:  # free text without a cloud answer: no verdict, no label
                     recorder.label(  # the SDK's road, as every label takes (docs/sdk.md)
                         rid,
+                        stored_id=True,  # the decision's id as stored, whichever road it took to Kafka
                         device_acceptable=label.device_acceptable,
                         source=label.source,
                         route_correct=label.route_correct,

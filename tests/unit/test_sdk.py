@@ -323,6 +323,9 @@ def test_a_labeler_is_a_person_unless_it_names_a_method():
     assert kept.labeler == method
     assert leaked.labeler is not None and "ana@example.com" not in leaked.labeler
     assert all(LABELS.parse(m.value)[1] == [] for m in emitter.messages)
+    # the offline replay labels a stored decision by its id as stored (here one sent by another road, raw)
+    assert recorder.label("f0", device_acceptable=True, stored_id=True).request_id == "f0"
+    assert kept.request_id == pii.pseudonymise_request_id("r2") != "r2"
 
 
 CANARIES = ("canary.person@example.com", "+44 20 7946 0958", "4111 1111 1111 1111", "(555) 123-4567")
