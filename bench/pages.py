@@ -5,8 +5,9 @@
 Against the warehouse of `--home` (default ROUTERSCOPE_HOME: run `routerscope demo` first), it starts
 `routerscope dashboard` on a free port and drives Debian's chromium through Playwright (as the tests do,
 `tests/support/browser.py`):
-  cold_s    per page, the first open after the dashboard started (empty caches): from navigation to the last
-            chart drawn (the script run finished and every Vega chart holds its canvas or svg);
+  cold_s    per page, the first open after the dashboard is up (its health check answers; empty caches): from
+            navigation to the last chart drawn (the page's own run finished, its title drawn, and every Vega chart
+            holds its canvas or svg);
   warm_s    the same page opened again in a new browser tab (a new session, the caches filled);
   slider_s  on Weekly tuning, the what-if slider: its first move, the later ones, and the first move after
             `--idle-s` seconds on the page untouched (the caches must not expire under a reader), each from the
@@ -23,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,10 +32,19 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.browser import CHROMIUM_ARGS, open_when_up  # noqa: E402
 
-PAGES = (("oncall", ""), ("tuning", "tuning"), ("review", "review"), ("quality", "quality"), ("explorer", "explorer"))
-# the script run is over, and every chart on the page is drawn (vega-embed puts a canvas or an svg in it)
-DRAWN = """() => { const app = document.querySelector('[data-testid="stApp"]');
+# (name, path, the page's title: drawn by its own run, so a page showing it and idle has run)
+PAGES = (
+    ("oncall", "", "On-call"),
+    ("tuning", "tuning", "Weekly tuning"),
+    ("review", "review", "Offload review"),
+    ("quality", "quality", "Data quality"),
+    ("explorer", "explorer", "Explorer"),
+)
+# the page's own run is over (its title is drawn and the app idle: before the run starts the app is idle too, with
+# no title), and every chart on the page is drawn (vega-embed puts a canvas or an svg in it)
+DRAWN = """(title) => { const app = document.querySelector('[data-testid="stApp"]');
     return app !== null && app.getAttribute('data-test-script-state') === 'notRunning'
+        && [...document.querySelectorAll('h1')].some(h => h.innerText.trim() === title)
         && document.querySelectorAll('[data-testid="stSkeleton"]').length === 0
         && [...document.querySelectorAll('.vega-embed')].every(e => e.querySelector('canvas, svg') !== null); }"""
 
@@ -48,14 +59,29 @@ def load_1m() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def open_page(browser, url: str) -> tuple[float, int]:
+def wait_for_server(base: str, within_s: float = 120) -> None:
+    """Until the dashboard answers its health check: a cold page is timed from a server that is up, not from its
+    start (before 2026-12-07 the first page's figure included the server's own start-up)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the dashboard at {base} did not come up within {within_s:.0f} s")
+        time.sleep(0.1)
+
+
+def open_page(browser, url: str, title: str) -> tuple[float, int]:
     """(seconds from navigation to the last chart drawn, charts drawn) in a new tab."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         t0 = time.monotonic()
         open_when_up(page, url)
-        page.wait_for_timeout(300)  # (the run starts after the websocket opens: IDLE is true before it)
-        page.wait_for_function(DRAWN, timeout=180_000, polling=50)
+        page.wait_for_function(DRAWN, arg=title, timeout=180_000, polling=50)
         elapsed = time.monotonic() - t0
         if page.locator('[data-testid="stException"]').count():
             raise RuntimeError(f"an error box on {url}")
@@ -68,8 +94,7 @@ def slider_moves(browser, url: str, moves: int, idle_s: float) -> dict:
     page = browser.new_page(viewport={"width": 1400, "height": 1400})
     page.set_default_timeout(180_000)
     open_when_up(page, url)
-    page.wait_for_timeout(300)
-    page.wait_for_function(DRAWN, timeout=180_000, polling=50)
+    page.wait_for_function(DRAWN, arg="Weekly tuning", timeout=180_000, polling=50)
     slider = page.get_by_role("slider").filter(has=None).nth(1)  # the target pass rate first, then the what-if's
     for candidate in page.get_by_role("slider").all():
         label = candidate.get_attribute("aria-label") or ""
@@ -127,13 +152,14 @@ def main() -> None:
     out: dict = {"range": args.range, "load_1m_start": load_start, "nproc": os.cpu_count(), "pages": {}}
     try:
         base = f"http://127.0.0.1:{port}"
+        wait_for_server(base)
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             try:
-                for name, path in PAGES:
+                for name, path, title in PAGES:
                     url = f"{base}/{path}?range={args.range}"
-                    cold, charts = open_page(browser, url)
-                    warm, _ = open_page(browser, url)
+                    cold, charts = open_page(browser, url, title)
+                    warm, _ = open_page(browser, url, title)
                     out["pages"][name] = {"cold_s": round(cold, 3), "warm_s": round(warm, 3), "charts": charts}
                     print(f"bench: {name}: cold {cold:.2f} s, warm {warm:.2f} s", file=sys.stderr, flush=True)
                 out["slider_s"] = slider_moves(browser, f"{base}/tuning?range=7d", args.moves, args.idle_s)

@@ -10,7 +10,8 @@ import pytest
 
 from routerscope.core import broker
 from routerscope.core.procs import free_port
-from routerscope.warehouse.analytics.metrics import compute
+from routerscope.warehouse.analytics.metrics import calibration, compute, policy_versions
+from routerscope.warehouse.sql import QueryWindow
 from tests.support.events import capability_miss, decision, dumps, label, quality_fallback
 from tests.support.golden_day import (
     A1,
@@ -285,6 +286,8 @@ def test_golden_calibration_buckets_threshold_recommendation_and_flags(warehouse
     assert c["evidence_floor"] == 0.3  # the smallest labeled confidence is 0.30
     assert c["current_threshold"] == 0.7  # six events at 0.7, two at 0.6
     assert (c["target"], c["min_n"]) == (0.95, 3)
+    # the metric set's §6 is the calibration of the same window and target (the tuning page reads it from there)
+    assert result["calibration"] == calibration(warehouse, QueryWindow(START, END), 0.95, 3)
 
     # Task A: a2 0.4 ok → bucket 0 pass 1/1; a4 0.5 ok → bucket 1 pass 1/1; a1 0.9 bad → bucket 3 pass 0/1:
     # bucket 3 is below an earlier bucket → flagged. a3 has no confidence.
@@ -370,9 +373,6 @@ def test_golden_local_floor_no_recommendation_into_a_failing_band(warehouse):
     }
 
     # Without the local floor the cumulative rule alone recommends 0.40 and moves a band that passed 26/36.
-    from routerscope.warehouse.analytics.metrics import calibration
-    from routerscope.warehouse.sql import QueryWindow
-
     loose = calibration(warehouse, QueryWindow(START, END), 0.95, 30, local_floor=0.0)[C]
     assert loose["recommended_threshold"] == 0.4 and loose["local_pass_rate_at_recommended"] == 0.0
     band = loose["threshold_change"]["band"]
@@ -451,6 +451,10 @@ def test_golden_by_policy_version_attributes_a_threshold_push(warehouse):
         "first_event": "2026-11-29T03:00:00Z",
         "last_event": "2026-11-29T03:42:00Z",
     }
+    # §9 alone (the tuning page's push baseline) reads the same numbers, per task type and overall
+    assert policy_versions(warehouse, START, END, "intent_classify") == versions
+    assert policy_versions(warehouse, START, END) == compute(warehouse, START, END)["overall"]["by_policy_version"]
+    assert policy_versions(warehouse, START, END, "no_such_task") == {}
 
 
 def test_cloud_calls_quantiles_interpolate_between_ranks(warehouse):

@@ -230,9 +230,7 @@ after_v, after = versions[-1] if versions else ("", {})
 before_v = None
 if after:
     span_start, span_end = metric_defaults.comparable_span(after)
-    earlier = (data.period_metrics(span_start, span_end)["by_task_type"].get(task_type) or {}).get(
-        "by_policy_version"
-    ) or {}
+    earlier = data.policy_versions(task_type, span_start, span_end)
     where = f"in as long a span just before the push ({span_start:%Y-%m-%d %H:%M} → {span_end:%H:%M} UTC)"
     before_v = metric_defaults.push_baseline(earlier, after_v)
     if before_v is None:

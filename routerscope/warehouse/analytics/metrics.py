@@ -427,6 +427,16 @@ def checked(
     return found
 
 
+def policy_versions(client, start: datetime, end: datetime, task_type: str | None = None) -> dict[str, dict[str, Any]]:
+    """docs/metrics.md §9 alone over [start, end): one task type's (None: overall) numbers per policy version, in
+    order of first event; `compute`'s `by_policy_version` without the rest of the metric set (a page that needs
+    only a push's baseline span skips the rest: 0.5 s on the demo's week)."""
+    window = QueryWindow(start, end)
+    with decision_queries.materialized_window(client, window, None if task_type is None else (task_type,)):
+        versions = decision_queries.by_policy_version(client)
+    return {version: _version(row) for version, row in (versions.get(task_type) or {}).items()}
+
+
 def compute(
     client,
     start: datetime,
