@@ -10,6 +10,8 @@ import altair as alt
 import pandas as pd
 from altair.utils.core import sanitize_pandas_dataframe
 
+from routerscope.dashboards import words
+
 UTC_TIME = "%Y-%m-%d %H:%M UTC"
 LABELS = {
     "fallback_rate": "fallback rate (of device-entered)",
@@ -179,7 +181,7 @@ def incident_timeline(incidents: pd.DataFrame, since, until) -> alt.Chart | None
     df = _clipped(incidents, since, until)
     if df.empty:  # firing episodes that began after the range: listed below, nothing of them to draw in it
         return None
-    df["lane"] = df["rule"] + " · " + df["scope"]
+    df["lane"] = [f"{words.rule_name(rule)} · {scope}" for rule, scope in zip(df["rule"], df["scope"])]  # for people
     df["label_at"] = pd.Timestamp(since)
     order = list(df.sort_values("start").drop_duplicates("lane")["lane"])
     y = alt.Y(

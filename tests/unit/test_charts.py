@@ -127,3 +127,10 @@ def test_the_task_panels_filled_from_one_template_are_valid_and_each_its_own():
     # the drift band, cut to the range; the firing incident days later is not drawn
     (band,) = panels["short_reply"]["datasets"]["bands"]
     assert pd.Timestamp(band["start"]) == SINCE
+
+
+def test_the_incident_timeline_names_each_lane_in_words_not_by_rule_id():
+    """Issue 55 §8 (machine text): a lane read `l2_l3_drift · overall`; it says what broke, the id in its tooltip."""
+    chart = charts.spec(charts.incident_timeline(INCIDENTS, SINCE, UNTIL))
+    texts = [row["lane"] for name, rows in chart["datasets"].items() for row in rows if "lane" in row]
+    assert texts and set(texts) == {"L2+L3 share drifting · overall"}
