@@ -551,25 +551,37 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
     df["order"] = df["seq"].fillna(0) if "seq" in df else 0
     df = df.sort_values(["lane", "order", "event_time"], kind="stable")
     first = df.groupby("lane", as_index=False).first()
+    # a lane whose first transition is its breaker's first (seq 1) belongs to a router whose start is not recorded:
+    # its state before that transition is drawn faint, as assumed, never as a fact (it may not have existed yet)
+    assumed = (first["order"] == 1) if "seq" in first else pd.Series(False, index=first.index)
     before = first.assign(
         to_state=first["from_state"],
         from_state="",
-        trigger="(before the first transition shown)",
+        trigger=[
+            "(assumed: the router's start is not recorded; a breaker starts closed)"
+            if a
+            else "(before the first transition shown)"
+            for a in assumed
+        ],
         event_time=max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since),
     )
     before["event_time"] = before["event_time"].combine(first["event_time"], min)  # never after its first transition
     before["order"] = -1
+    before["assumed"] = list(assumed)
+    df = df.assign(assumed=False)
     df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "order", "event_time"], kind="stable")
     df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
     df["until"] = df[["until", "event_time"]].max(axis=1)  # a clock that stepped back: an empty band
+    axis_from = max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since)
     return (
         alt.Chart(df)
         .mark_bar(height=18, clip=True)
         .encode(
-            x=utc_x("event_time", since=since, until=until),
+            x=utc_x("event_time", since=axis_from, until=until),  # from the range's first data, as the charts above
             x2="until:T",
             y=alt.Y("lane:N", title=None, axis=alt.Axis(labelLimit=300)),
             color=alt.Color("to_state:N", title="state", scale=STATE_COLOURS),
+            opacity=alt.condition("datum.assumed", alt.value(0.3), alt.value(1.0)),
             tooltip=[
                 "lane:N",
                 "from_state:N",
@@ -579,7 +591,9 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
                 utc_tooltip("until"),
             ],
         )
-        .properties(height=max(100, 50 * df["lane"].nunique()))
+        .properties(
+            height=alt.Step(LANE_STEP)
+        )  # a lane's height whatever their number (a fixed height let them overlap)
     )
 
 

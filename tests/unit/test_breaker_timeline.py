@@ -55,3 +55,25 @@ def test_no_state_is_drawn_before_the_first_data_of_the_range():
     # data that began after the first transition's own time (a clock ahead): the band starts at the transition
     late = charts.breaker_timeline(pd.DataFrame(rows), since, T + pd.Timedelta(hours=1), T + pd.Timedelta(hours=2))
     assert pd.DataFrame(late.data)["event_time"].iloc[0] == T + pd.Timedelta(minutes=30)
+
+
+def test_two_routers_lanes_keep_their_height_the_axis_starts_at_the_data_and_an_unrecorded_start_is_assumed():
+    """Issue 55 §7, after a re-run: two routers' lanes were drawn in a fixed 100 px, their names on top of each other,
+    on an axis from the range's start a day before the data; and the second router, started 20 minutes after the
+    first data, was painted "closed" from the first data on as if it had run then. Each lane now has its own step,
+    the axis starts at the first data, and the state before a breaker's first transition (seq 1: its router's start is
+    not recorded) is marked assumed (drawn faint); a lane whose earlier transitions lie before the range is not."""
+    rows = [
+        _row(30, 1, "closed", "open", "run-1"),
+        _row(40, 2, "open", "closed", "run-1"),
+        _row(50, 7, "closed", "open", "run-2"),  # its transitions 1-6 lie before the range: its state is known
+    ]
+    since, first_data = T - pd.Timedelta(hours=24), T + pd.Timedelta(minutes=10)
+    chart = charts.breaker_timeline(pd.DataFrame(rows), since, T + pd.Timedelta(hours=1), data_from=first_data)
+    spec = charts.spec(chart)
+    assert spec["height"] == {"step": charts.LANE_STEP}
+    assert spec["encoding"]["x"]["scale"]["domain"][0].startswith(first_data.strftime("%Y-%m-%dT%H:%M"))
+    bands = pd.DataFrame(chart.data)
+    before = bands[bands["trigger"].str.startswith("(")].set_index("lane")
+    assert bool(before.loc["run-1 · cloud", "assumed"]) and not bool(before.loc["run-2 · cloud", "assumed"])
+    assert not bands[~bands["trigger"].str.startswith("(")]["assumed"].any()  # every recorded transition is a fact

@@ -286,6 +286,10 @@ def _live():
     else:
         data_from = overall["window_start"].min()  # no state is drawn before the first data of the range
         charts.show(charts.breaker_timeline, shown, since, until, data_from, width="stretch")
+        st.caption(
+            "A lane per router and side. Faint: the state before a breaker's first transition, assumed (a breaker "
+            "starts closed, and when its router started is not recorded)."
+        )
         with st.expander(f"{len(shown)} transitions"):
             st.dataframe(shown, hide_index=True, width="stretch")
     ingest(data.freshness())
