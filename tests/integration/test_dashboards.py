@@ -869,6 +869,17 @@ def test_charts_keep_to_the_range_line_up_name_what_they_draw_and_mark_small_sam
         assert [m for m in histogram["marks"] if "mode: shadow" in m] and not [
             m for m in histogram["marks"] if "mode: live" in m
         ]
+        # a range far wider than the data: the histogram starts where the stored data starts (as every time axis
+        # does), not four weeks of empty axis before it
+        wide = {"range": "custom", "start": "2026-11-01T00:00:00Z", "end": "2026-11-30T00:00:00Z", "mode": "shadow"}
+        open_when_up(page, f"{base}/explorer?{urlencode(wide)}")
+        page.get_by_text(re.compile(r"decisions? match")).first.wait_for(timeout=60_000)
+        wait_idle(page)
+        page.wait_for_timeout(1500)
+        (histogram,) = charts(page)
+        label = histogram["x"][0]["label"]
+        # the fixture's first stored data (its baseline week), to its 5-minute window; the range's start was 1 November
+        assert "from Saturday, 21 November 2026, 11:55:00 PM UTC to Monday, 30 November 2026" in label, label
 
 
 @pytest.mark.slow

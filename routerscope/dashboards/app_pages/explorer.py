@@ -116,7 +116,10 @@ timerange.write_url(
 )
 
 if total:  # when the rows it lists happened, live and shadow: a burst or a gap shows before any row is read
-    charts.show(charts.decisions_histogram, data.explorer_histogram(rng.start, rng.end, where), rng.start, rng.end)
+    # from where the stored data starts, as every time axis does (a 24 h range over two hours of data drew two hours
+    # in its last tenth, in 24-minute buckets), to the range's end: a gap up to now still shows
+    since = data.stable(rng.start, rng.end)[0]
+    charts.show(charts.decisions_histogram, data.explorer_histogram(since, rng.end, where), since, rng.end)
 shown_from = (page - 1) * PAGE_SIZE + 1 if total else 0
 st.caption(
     f"{total:,} decisions match; showing {shown_from:,}–{shown_from + len(df) - 1 if total else 0:,} "
