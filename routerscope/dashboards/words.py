@@ -148,3 +148,27 @@ def reason(key: str | None) -> str:
     if m:
         return f"{m.group(1)} {OPS[m.group(2)]} {m.group(3)}"
     return key.replace("_", " ")
+
+
+# The analytics' own text (shared with the CLI, where a section sign points into docs/metrics.md) as a page says it
+SECTIONS = {
+    "§3c": "post-stratified",
+    "§3d": "by people's verdicts",
+}
+KEYS = {
+    "false_fallback_rate": "false-fallback rate",
+    "missed_fallback_rate": "missed-fallback rate",
+    "fallback_rate": "fallback rate",
+    "false_fallback_est": "false-fallback estimate",
+    "missed_fallback_est": "missed-fallback estimate",
+}
+_KEY = re.compile(r"\b(" + "|".join(sorted(KEYS, key=len, reverse=True)) + r")\b")
+_SECTION = re.compile(r"§\s?(\d+[a-z]?)")
+
+
+def prose(text: str) -> str:
+    """A line of the analytics' text for a page: its metric keys in words, its section signs as what they stand for
+    (`the labeled false_fallback_rate 0.489 lies outside … (§3c)` → `the labeled false-fallback rate 0.489 lies
+    outside … (post-stratified)`); a section without words is named as a section of docs/metrics.md."""
+    text = _KEY.sub(lambda m: KEYS[m.group(1)], text)
+    return _SECTION.sub(lambda m: SECTIONS.get("§" + m.group(1), f"docs/metrics.md section {m.group(1)}"), text)

@@ -55,3 +55,22 @@ def test_an_incidents_condition_reads_as_words(trip, expected):
 )
 def test_numbers_to_their_precision(metric, value, expected):
     assert words.value(metric, value) == expected
+
+
+def test_the_analytics_text_on_a_page_names_no_key_and_no_section_sign():
+    """Issue 55 §8: the what-if's warning read `the labeled false_fallback_rate 0.489 lies outside the population
+    estimate's interval [0.379, 0.411] (§3c)` on Weekly tuning, and its rows `false fallbacks, estimate (§3c)`."""
+    from routerscope.dashboards.words import prose
+
+    said = prose(
+        "the labels are not spread evenly: the labeled false_fallback_rate 0.489 lies outside the population "
+        "estimate's interval [0.379, 0.411] (§3c); read the estimate"
+    )
+    assert said == (
+        "the labels are not spread evenly: the labeled false-fallback rate 0.489 lies outside the population "
+        "estimate's interval [0.379, 0.411] (post-stratified); read the estimate"
+    )
+    assert prose("missed fallbacks, corrected (§3d)") == "missed fallbacks, corrected (by people's verdicts)"
+    assert prose("as §14 says; fallback_rate_high stays") == (
+        "as docs/metrics.md section 14 says; fallback_rate_high stays"  # a rule id is not a metric key
+    )

@@ -205,7 +205,9 @@ def try_threshold(task_type: str, start, end, in_force) -> None:
             from routerscope.warehouse.analytics.whatif import CAVEAT, ROWS, recorded  # deferred: where one ran
 
             side_by_side = [("threshold", recorded(trial["recorded_threshold"]), f"{candidate:g}")]
-            side_by_side += [(label, fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS]
+            side_by_side += [
+                (words.prose(label), fmt(trial["current"]), fmt(trial["candidate"])) for label, fmt in ROWS
+            ]
             st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
             moved = trial["moved"]
             st.markdown(
@@ -215,7 +217,7 @@ def try_threshold(task_type: str, start, end, in_force) -> None:
                 + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
             )
             for warning in trial["warnings"]:
-                st.warning(warning)
+                st.warning(words.prose(warning))
             st.caption(CAVEAT)
 
 
