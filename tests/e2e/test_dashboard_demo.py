@@ -190,7 +190,8 @@ def _time_pages(home, times: dict[str, float]) -> None:
                 page.get_by_text(answered).first.wait_for(timeout=120_000)
                 wait_idle(page)
                 times[f"{title} ({visit})"] = time.monotonic() - start
-                assert page.locator('[data-testid="stException"]').count() == 0, title
+                errors = page.locator('[data-testid="stException"]')
+                assert errors.count() == 0, (title, visit, errors.all_inner_texts())
         page.goto(base + "/tuning?range=7d")
         page.get_by_text("Try a threshold").first.wait_for(timeout=120_000)
         wait_idle(page)

@@ -98,8 +98,10 @@ def test_the_qa_like_task_has_seed000s_confidence_buckets_and_pass_rates(demo):
         GROUP BY bucket ORDER BY bucket"""
     )
     assert [n >= 40 for _, n, _ in passing] == [True] * 4, passing
-    for (_, _, rate), seed in zip(passing, (0.11, 0.58, 0.89, 0.97)):
-        assert abs(rate - seed) < 0.12, passing
+    # each a labeled sample of 40-130: within 0.12, or three of its standard errors at the seed's rate where that is
+    # wider (80 labeled at 0.58: 0.165; one run drew 0.71 there, 2.4 of them, where the fixed 0.12 failed)
+    for (_, n, rate), seed in zip(passing, (0.11, 0.58, 0.89, 0.97)):
+        assert abs(rate - seed) < max(0.12, 3 * (seed * (1 - seed) / n) ** 0.5), passing
 
 
 def test_one_task_types_top_confidence_bucket_is_over_confident(demo):
