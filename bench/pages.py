@@ -30,15 +30,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from routerscope.dashboards import timerange  # noqa: E402
 from tests.support.browser import CHROMIUM_ARGS, open_when_up  # noqa: E402
 
-# (name, path, the page's title: drawn by its own run, so a page showing it and idle has run)
-PAGES = (
-    ("oncall", "", "On-call"),
-    ("tuning", "tuning", "Weekly tuning"),
-    ("review", "review", "Offload review"),
-    ("quality", "quality", "Data quality"),
-    ("explorer", "explorer", "Explorer"),
+# (name, path, the page's title: drawn by its own run, so a page showing it and idle has run): the dashboard's first
+# five pages as it lists them (routerscope/dashboards/timerange.py), the first the default at the root
+PAGES = tuple(
+    (Path(file).stem, "" if k == 0 else Path(file).stem, title) for k, (file, title) in enumerate(timerange.PAGES[:5])
 )
 # the page's own run is over (its title is drawn and the app idle: before the run starts the app is idle too, with
 # no title), and every chart on the page is drawn (vega-embed puts a canvas or an svg in it)

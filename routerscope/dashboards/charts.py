@@ -551,6 +551,7 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
     df["order"] = df["seq"].fillna(0) if "seq" in df else 0
     df = df.sort_values(["lane", "order", "event_time"], kind="stable")
     first = df.groupby("lane", as_index=False).first()
+    axis_from = max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since)
     # a lane whose first transition is its breaker's first (seq 1) belongs to a router whose start is not recorded:
     # its state before that transition is drawn faint, as assumed, never as a fact (it may not have existed yet)
     assumed = (first["order"] == 1) if "seq" in first else pd.Series(False, index=first.index)
@@ -563,7 +564,7 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
             else "(before the first transition shown)"
             for a in assumed
         ],
-        event_time=max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since),
+        event_time=axis_from,
     )
     before["event_time"] = before["event_time"].combine(first["event_time"], min)  # never after its first transition
     before["order"] = -1
@@ -572,7 +573,6 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
     df = pd.concat([before, df], ignore_index=True).sort_values(["lane", "order", "event_time"], kind="stable")
     df["until"] = df.groupby("lane")["event_time"].shift(-1).fillna(pd.Timestamp(until))
     df["until"] = df[["until", "event_time"]].max(axis=1)  # a clock that stepped back: an empty band
-    axis_from = max(pd.Timestamp(since), pd.Timestamp(data_from)) if data_from is not None else pd.Timestamp(since)
     return (
         alt.Chart(df)
         .mark_bar(height=18, clip=True)
@@ -591,9 +591,8 @@ def breaker_timeline(transitions: pd.DataFrame, since, until, data_from=None) ->
                 utc_tooltip("until"),
             ],
         )
-        .properties(
-            height=alt.Step(LANE_STEP)
-        )  # a lane's height whatever their number (a fixed height let them overlap)
+        # a lane's height whatever their number (a fixed height let them overlap)
+        .properties(height=alt.Step(LANE_STEP))
     )
 
 
