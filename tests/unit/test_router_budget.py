@@ -120,7 +120,9 @@ def test_a_device_that_overruns_is_abandoned_at_its_timeout_and_the_cloud_serves
         assert (response.served_by, response.text) == ("cloud", "cloud answer"), case
         first = event.attempts[0]
         assert (first.level, first.outcome, first.abandoned) == (0, "timeout", True), case
-        assert first.latency_ms == pytest.approx(700, abs=SLACK_MS), case
+        # abandoned at L0's 700 ms (its outcome, a timeout, is asserted below): a busy CI host wakes the abandoning
+        # thread late (759 ms once), never early
+        assert 700 - SLACK_MS <= first.latency_ms <= 700 + 3 * SLACK_MS, case
         assert (event.fallback_type, event.reason, event.degrade_level) == ("timeout", "device_timeout", 2)
         assert router.abandoned_total == 1 and router.abandoned_running == 1
         assert b'"abandoned":true' in event.to_json()
