@@ -98,3 +98,24 @@ def test_a_range_value_holding_a_url_or_an_address_is_never_autolinked_in_the_wa
         shown = as_text(f"The link's time range was not used: {rng.problem}.").replace("\\", "")
         assert not gfm_www.search(shown) and not gfm_email.search(shown), shown
         assert shown.replace("\u2060", "").count(value) == 1  # the value still reads as written
+
+
+def test_presets_end_where_another_session_left_them_while_no_data_arrives():
+    """Issue 55 (fast warm pages): a new tab, a reload or a second reader a minute later gets the same preset end as
+    the first session, so every result cached over the range is found (held per session, a new tab missed them all
+    and recomputed the Weekly tuning page: 4-5 s instead of 0.3 s)."""
+    from routerscope.dashboards.timerange import AnchorHold
+
+    hold = AnchorHold(timedelta(minutes=5))
+    t0 = datetime(2026, 12, 7, 15, 0, tzinfo=UTC)
+    assert hold.get(t0, "v1") == t0  # the first session: the present
+    assert hold.get(t0 + timedelta(minutes=1), "v1") == t0  # a new tab a minute later: the same end
+    assert hold.get(t0 + timedelta(minutes=4, seconds=59), "v1") == t0
+    # new data moves it to the present at once: nothing newer may lie outside a preset
+    assert hold.get(t0 + timedelta(minutes=2), "v2") == t0 + timedelta(minutes=2)
+    # held for five minutes at most
+    t1 = t0 + timedelta(minutes=2)
+    assert hold.get(t1 + timedelta(minutes=5), "v2") == t1 + timedelta(minutes=5)
+    # a clock stepped back is not held over
+    t2 = t1 + timedelta(minutes=5)
+    assert hold.get(t2 - timedelta(minutes=1), "v2") == t2 - timedelta(minutes=1)
