@@ -25,7 +25,7 @@ def dashboard_command(port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "routerscope.dashboards.serve",  # Streamlit's command line, after what the first page would import
         "run",
         str(app),
         "--server.headless",
@@ -63,11 +63,9 @@ def serve_dashboard(port: int, log_path: Path, open_browser: bool = False, alert
             log_path=log_path,
             timeout_s=120,
         )
-        print(
-            f"Dashboard: {url}  (On-call, Weekly tuning, Offload review, Data quality, Explorer, Human review; "
-            "Ctrl-C stops it)",
-            flush=True,
-        )
+        from routerscope.dashboards.timerange import PAGES  # deferred: the [dashboard] extra, as above
+
+        print(f"Dashboard: {url}  ({', '.join(title for _, title in PAGES)}; Ctrl-C stops it)", flush=True)
         if open_browser:
             try:
                 webbrowser.open(url)
