@@ -12,6 +12,9 @@ Against the warehouse of `--home` (default ROUTERSCOPE_HOME: run `routerscope de
   slider_s  on Weekly tuning, the what-if slider: its first move, the later ones, and the first move after
             `--idle-s` seconds on the page untouched (the caches must not expire under a reader), each from the
             key press to the candidate column redrawn.
+  floor_s   the same for a page holding nothing but its title, served by the same Streamlit with the same options
+            (a new tab's JavaScript, connection and session): what no page can be faster than on this machine;
+            `warm_over_floor_s` is each page's warm time less the floor's warm time, its own work.
 `load_1m` is the machine's load average at the start and the end: on a shared machine read the figures beside it.
 """
 
@@ -23,6 +26,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -86,6 +90,35 @@ def open_page(browser, url: str, title: str) -> tuple[float, int]:
         return elapsed, page.locator(".vega-embed").count()
     finally:
         page.close()
+
+
+FLOOR_TITLE = "Floor"
+FLOOR_APP = f"import streamlit as st\n\nst.set_page_config(layout='wide')\nst.title({FLOOR_TITLE!r})\n"
+
+
+def floor(browser, env: dict) -> dict:
+    """The floor page's cold and warm opens (`FLOOR_APP`, with the dashboard's Streamlit options)."""
+    from routerscope.cli.cmd_dashboard import dashboard_command
+
+    with tempfile.TemporaryDirectory() as tmp:
+        app = Path(tmp) / "floor.py"
+        app.write_text(FLOOR_APP)
+        port = free_port()
+        command = dashboard_command(port)
+        command[command.index("run") + 1] = str(app)
+        command[1:3] = ["-m", "streamlit"]  # Streamlit alone, none of the dashboard's preloading
+        server = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_for_server(base)
+            cold, _ = open_page(browser, base, FLOOR_TITLE)
+            warm, _ = open_page(browser, base, FLOOR_TITLE)
+        finally:
+            server.terminate()
+            server.wait(30)
+    return {"cold_s": round(cold, 3), "warm_s": round(warm, 3)}
 
 
 def slider_moves(browser, url: str, moves: int, idle_s: float) -> dict:
@@ -161,6 +194,12 @@ def main() -> None:
                     out["pages"][name] = {"cold_s": round(cold, 3), "warm_s": round(warm, 3), "charts": charts}
                     print(f"bench: {name}: cold {cold:.2f} s, warm {warm:.2f} s", file=sys.stderr, flush=True)
                 out["slider_s"] = slider_moves(browser, f"{base}/tuning?range=7d", args.moves, args.idle_s)
+                out["floor_s"] = floor(browser, env)
+                print(
+                    f"bench: floor: cold {out['floor_s']['cold_s']:.2f} s, warm {out['floor_s']['warm_s']:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
             finally:
                 browser.close()
     finally:
@@ -170,6 +209,9 @@ def main() -> None:
     pages = out["pages"].values()
     out["worst_cold_s"] = max(p["cold_s"] for p in pages)
     out["worst_warm_s"] = max(p["warm_s"] for p in pages)
+    out["warm_over_floor_s"] = {
+        name: round(p["warm_s"] - out["floor_s"]["warm_s"], 3) for name, p in out["pages"].items()
+    }
     slider = out["slider_s"]
     out["worst_slider_s"] = max([slider["first"], slider["first_after_idle"], *slider["later"]])
     print(json.dumps(out, indent=2))
