@@ -155,13 +155,18 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         se_f = (f_p * (1 - f_p) / e_p + f_m * (1 - f_m) / e_m) ** 0.5
         assert f_p - 0.10 < f_m < f_p + 2.5 * se_f, (f_p, e_p, f_m, e_m)
         assert predicted["candidate"]["false_fallback_rate"] > 0.5 and pushed["false_fallback_rate"] > 0.5
-        # two labeled samples (seed 11: 0.62 of ~80 predicted against 0.60 of ~150 measured; after the router's
-        # edge-path rules reordered the simulated sessions, 0.69 against 0.58 of 130): within 2.5 standard errors
-        # of their difference, not a fixed 0.1 that sampling noise alone crosses
-        p_hat, m_hat = predicted["candidate"]["false_fallback_rate"], pushed["false_fallback_rate"]
-        n_p, n_m = predicted["candidate"]["false_fallback_labeled"], pushed["false_fallback_labeled"]
-        se = (p_hat * (1 - p_hat) / n_p + m_hat * (1 - m_hat) / n_m) ** 0.5
-        assert abs(p_hat - m_hat) < 2.5 * se, (p_hat, n_p, m_hat, n_m)
+        # the share of the quality fallbacks that were acceptable, estimated over all of them (docs/metrics.md §3c,
+        # post-stratified by confidence): the labeled shares are no random sample of either window, since the
+        # labeling design draws densely around each window's own threshold (0.60 in the calm window, 0.93 after the
+        # push), so they lean differently (0.70 of 418 predicted against 0.82 of 402 measured in one CI run, four
+        # standard errors apart; the estimates of the same run agree). Within three standard errors of their
+        # difference (from each estimate's 95 % interval) or 0.05, whichever is wider.
+        est_p = predicted["candidate"]["false_fallback_est"]
+        est_m = pushed["false_fallback_by_type"]["quality_est"]
+        half = lambda e: (e["ci"][1] - e["ci"][0]) / 2 / 1.96  # noqa: E731
+        assert est_p["rate"] is not None and est_m["rate"] is not None, (est_p, est_m)
+        se_est = (half(est_p) ** 2 + half(est_m) ** 2) ** 0.5
+        assert abs(est_p["rate"] - est_m["rate"]) < max(3 * se_est, 0.05), (est_p, est_m)
         # the push only raises the threshold: it moves requests to the cloud, none to the device; a few hundred of
         # them (about 300; 284 in one run: the sessions' timing moves a few)
         assert predicted["moved"]["to_device"]["n"] == 0 and predicted["moved"]["n"] > 200
