@@ -304,13 +304,15 @@ def failing_blocking_checks() -> list[str]:
 
 
 @st.cache_data(ttl=600, show_spinner=False)
-def episode_named(rule: str, task_type: str, start: datetime, end: datetime) -> dict:
-    """An episode named by its evidence (`routerscope.warehouse.analytics.alerting.evidence`): cause, what moved
-    with values and baseline, next step, runbook section, the Explorer's filter. Keyed by the episode's own
-    windows, so a resolved one is read once; a firing one's end moves with the minute."""
+def episodes_named(episodes: tuple[tuple[str, str, datetime, datetime], ...]) -> list[dict]:
+    """Each (rule, task type, start, end) episode named by its evidence
+    (`routerscope.warehouse.analytics.alerting.evidence`): cause, what moved with values and baseline, next step,
+    runbook section, the Explorer's filter. Read in one batch (four queries, not four per episode: 0.5 s of a cold
+    On-call with seven incidents); keyed by the episodes' own windows, so a range of resolved ones is read once and a
+    firing one's end moves with the minute."""
     with _warehouse() as client:
-        found = ev.evidence(client, task_type, start, end)
-    return asdict(ev.name(rule, found, words.rule_name(rule)))
+        found = ev.evidence_many(client, [(task_type, start, end) for _, task_type, start, end in episodes])
+    return [asdict(ev.name(rule, one, words.rule_name(rule))) for (rule, *_), one in zip(episodes, found)]
 
 
 @st.cache_data(ttl=TTL)

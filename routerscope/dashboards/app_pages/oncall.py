@@ -46,7 +46,7 @@ def rollback_verdicts(states: dict[str, dict], firing: bool) -> None:
             st.info(f"Resolved: **{task_type}**: {state['words']}")
 
 
-def incident_link(container, row, end) -> None:
+def incident_link(container, row, end, named: dict) -> None:
     """The link to an episode's evidence: a blocking data-quality failure opens the failing check on the Data
     quality page; any other the Explorer over its windows, filtered to what its evidence names (the decisions that
     fell back for that reason, or served by the pushed version)."""
@@ -64,7 +64,6 @@ def incident_link(container, row, end) -> None:
     window = timerange.incident_window(
         pd.Timestamp(row.first_seen).to_pydatetime(), pd.Timestamp(end).to_pydatetime(), row.status == "firing", now
     )
-    named = _named(row, end)
     scope = row.task_type or "overall"
     timerange.link(
         container,
@@ -86,13 +85,18 @@ def incident_link(container, row, end) -> None:
     )
 
 
-def _named(row, end) -> dict:
-    return data.episode_named(
+def _episode(row, end) -> tuple[str, str, datetime, datetime]:
+    return (
         row.rule,
         row.task_type or "",
         pd.Timestamp(row.first_seen).to_pydatetime(),
         pd.Timestamp(end).to_pydatetime(),
     )
+
+
+def _end(row):
+    """Where an episode's evidence ends: its last breach, else the range's end."""
+    return row.last_seen if row.last_seen is not None and not pd.isna(row.last_seen) else rng.end
 
 
 def incident_list(incidents: pd.DataFrame) -> None:
@@ -116,13 +120,14 @@ def incident_list(incidents: pd.DataFrame) -> None:
     if timeline is not None:
         st.vega_lite_chart(timeline, width="stretch")
     now = datetime.now(UTC).replace(second=0, microsecond=0)
-    for row in incidents.itertuples(index=False):
+    rows = list(incidents.itertuples(index=False))
+    every_named = data.episodes_named(tuple(_episode(row, _end(row)) for row in rows))  # one read for them all
+    for row, named in zip(rows, every_named):
         scope = row.task_type or "overall"
         is_firing = row.status == "firing"
         state = "🔴 **FIRING**" if is_firing else f"resolved {_when(row.resolved_at)}"
-        end = row.last_seen if row.last_seen is not None and not pd.isna(row.last_seen) else rng.end
+        end = _end(row)
         shown_end = pd.Timestamp(now) if is_firing else end
-        named = _named(row, end)
         left, right = st.columns([6, 1], vertical_alignment="center")
         moved = "".join(f"  \n· {m}" for m in named["moved"])
         left.markdown(
@@ -137,7 +142,7 @@ def incident_list(incidents: pd.DataFrame) -> None:
             f"{words.rule_name(row.rule)} (`{row.rule}`)",
             help=None,
         )
-        incident_link(right, row, end)
+        incident_link(right, row, end, named)
     rollback_verdicts(states, firing=False)
 
 
