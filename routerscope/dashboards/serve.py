@@ -3,9 +3,10 @@
 Streamlit's own command line, after the work every page's first run would otherwise do in front of its first
 reader: the chart library, the dashboard's data layer and the warehouse's analytics imported, and the embedded
 warehouse's engine started once (opened and closed again: the loader and the metric jobs must be able to take
-it between page runs). On 2 busy cores that was 0.5-0.9 s of the first page a person opened after the dashboard
-started. The health check answers only after it, so `routerscope dashboard` says the URL when a page is ready to
-be fast (docs/dashboards.md, speed)."""
+it between page runs). With the warehouse's first open and first queries, that was 1.5-1.9 s of the first page
+a person opened after the dashboard started (a cold On-call run: 3.1-3.5 s before, 1.5-1.8 s after, on 2 cores).
+The health check answers only after it, so `routerscope dashboard` says the URL when a page is ready to be fast
+(docs/dashboards.md, speed)."""
 
 from __future__ import annotations
 
