@@ -230,13 +230,20 @@ def test_seed000_llama_decode_failing_for_memory_opens_the_device_breaker(model)
     assert next_event.reason == "device_unavailable"
 
 
-def test_seed004_a_shadow_run_on_the_real_device_yields_to_a_pii_request(long_device, tmp_path):
+def test_seed004_a_shadow_run_on_the_real_device_yields_to_a_pii_request(long_device, tmp_path, monkeypatch):
     """docs/sources.md#seed-004-5: shadow never touches the main path. `code_snippet` is in shadow with a prompt whose
     prefill takes seconds; a PII request arrives (cap 1): it was refused the device and got the canned answer in
     0.2 ms. Now the shadow run is stopped (llama.cpp's abort, mid-chunk) and the PII request is served by the
-    device."""
+    device. (The router waits `admission.YIELD_S`, 250 ms, for a shadow to yield; the real device yields in 2-85 ms on
+    a quiet machine, but its abort lands between compute-graph nodes, which under a full suite's load has taken up
+    to ~1 s, and then the request rightly got the canned answer. This test is about the shadow yielding at all, so it
+    allows 3 s; the 250 ms rule itself is tested in tests/unit/test_router_admission.py.)"""
     import threading
     import time
+
+    from routerscope.router import admission
+
+    monkeypatch.setattr(admission, "YIELD_S", 3.0)
 
     long_device.prefill_tps, long_device.tps, long_device.ttft_ms = 400.0, 40.0, 150.0
     lenient = tmp_path / "policy.yaml"  # any confidence serves: the test is about who gets the device
