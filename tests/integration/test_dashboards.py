@@ -22,10 +22,10 @@ from routerscope.warehouse.queries.review import RERUN_COLUMNS
 from routerscope.warehouse.schema import OFFSET_COLUMNS, QUARANTINE_COLUMNS
 from routerscope.warehouse.sql import QueryWindow
 from tests.support.golden_day import DECISION_EVENTS, END, LABEL_EVENTS, START, insert
-from tests.support.home import REPO, copy_warehouse, settings_for
+from tests.support.home import copy_warehouse, settings_for
+from tests.support.pages import run_page
 
 pytestmark = pytest.mark.integration
-PAGES = REPO / "routerscope" / "dashboards" / "app_pages"
 
 
 def fill(client) -> None:
@@ -65,9 +65,7 @@ OPENS_ON = {
 
 def render(page_file: str, **query_params: str) -> AppTest:
     """Run one page; `query_params` are the URL's (the shared time range, a page's filters)."""
-    app = AppTest.from_file(str(PAGES / page_file), default_timeout=60)
-    app.query_params.update(query_params or OPENS_ON.get(page_file, FIXTURE_DAY))
-    app.run()
+    app = run_page(page_file, query_params or OPENS_ON.get(page_file, FIXTURE_DAY))
     assert not app.exception, app.exception
     return app
 
@@ -686,9 +684,7 @@ def test_a_hostile_range_in_a_shared_link_is_one_line_of_plain_text(populated, p
     date ranges crashed the page with a traceback showing file paths. Each is one warning now, whose
     every Markdown character is escaped, and the page shows its default range."""
     for name, params in HOSTILE_RANGES.items():
-        app = AppTest.from_file(str(PAGES / page), default_timeout=60)
-        app.query_params.update(params)
-        app.run()
+        app = run_page(page, params)
         assert not app.exception, (name, app.exception)
         (warning,) = [w.value for w in app.warning if "time range was not used" in w.value]
         assert "\n" not in warning, name

@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from routerscope.warehouse.analytics.loop import rules, runner, view
 from routerscope.warehouse.analytics.loop.evidence import Candidate, policies_root
-from tests.support.home import REPO
+from tests.support.pages import run_page
 
 pytestmark = pytest.mark.integration
 UTC = timezone.utc  # noqa: UP017
@@ -65,8 +64,7 @@ def test_the_view_and_the_page(tmp_path, monkeypatch):
     assert [e["policy_id"] for e in ledger] == [harmful.policy_id] and ledger[0]["covered"] is True
 
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(tmp_path))
-    app = AppTest.from_file(str(REPO / "routerscope" / "dashboards" / "app_pages" / "loop.py"), default_timeout=60)
-    app.run()
+    app = run_page("loop.py")
     assert not app.exception, app.exception
     assert [h.value for h in app.header] == ["intent_classify"]
     assert {s.value for s in app.subheader} == {f"{live.policy_id} — canary_5", f"{harmful.policy_id} — rolled_back"}
@@ -75,6 +73,5 @@ def test_the_view_and_the_page(tmp_path, monkeypatch):
 
 def test_the_page_without_candidates(tmp_path, monkeypatch):
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(tmp_path))
-    app = AppTest.from_file(str(REPO / "routerscope" / "dashboards" / "app_pages" / "loop.py"), default_timeout=60)
-    app.run()
+    app = run_page("loop.py")
     assert not app.exception and "No candidate yet" in app.info[0].value

@@ -54,16 +54,13 @@ def test_a_pipeline_that_never_received_an_event_goes_stale_after_the_freshness_
 
 @pytest.mark.slow
 def test_the_quality_page_warns_when_every_check_was_skipped(empty, home, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     from routerscope.dashboards import data
-    from tests.support.home import REPO
+    from tests.support.pages import run_page
 
     assert run_cli("dq", env=clean_env(home), timeout=300).returncode == 4  # stores a run of skipped checks
     monkeypatch.setenv("ROUTERSCOPE_HOME", str(home))
     data.clear_caches()
-    app = AppTest.from_file(str(REPO / "routerscope" / "dashboards" / "app_pages" / "quality.py"), default_timeout=60)
-    app.run()
+    app = run_page("quality.py")
     assert not app.exception
     metrics = {m.label: m.value for m in app.metric}
     assert int(metrics["Skipped (no rows)"]) == int(metrics["Checks"]) - 1 > 50  # future_events: zero, checked
