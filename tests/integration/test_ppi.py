@@ -199,3 +199,23 @@ def test_labels_as_of_arrival_carry_the_route_accuracy_sums_of_the_verdicts_that
     assert sorted(late[(IC, START)]["ra_ppi"]) == [(100, 50, 40, 20, -4, 4), (100, 100, 100, 40, -8, 8)]
     early = label_queries.labels_as_of(warehouse, 86400, START, END, START - timedelta(days=30))
     assert all(n == 0 and r == 0 for _, n, _, r, _, _ in early[(IC, START)]["ra_ppi"])
+
+
+def test_several_sets_of_bucket_edges_are_read_at_once_each_as_its_own(warehouse):
+    """The metric set stratifies §3d on §6's edges and checks each recommended threshold on those edges with the
+    threshold added, all in one read (`ppi_strata_sets`): each set's strata are its own. The designed sample by
+    hand (missed fallbacks, `mf`: N events, n judged, y judged bad, r audited): under the edge 0.8, B (0.70) is
+    bucket 0 with N 100, n 50, y 10 (i % 5 == 0 caught), r 20; A (0.90) bucket 1 with N 100, n 100, y 0, r 40.
+    Under 0.95 and under no edge, both are bucket 0: N 200, n 150, y 10, r 60."""
+    from routerscope.warehouse.queries.ppi import ppi_strata, ppi_strata_sets
+    from routerscope.warehouse.sql import QueryWindow
+
+    insert(warehouse, *designed_sample())
+    window = QueryWindow(START, END)
+    by_edge, by_high_edge, by_none = ppi_strata_sets(warehouse, window, [(0.8,), (0.95,), ()])
+    assert by_edge[IC]["buckets"] == [0, 1]
+    assert [s[:4] for s in by_edge[IC]["strata"]["mf"]] == [(100, 50, 10, 20), (100, 100, 0, 40)]
+    for one in (by_high_edge, by_none):
+        assert one[IC]["buckets"] == [0] and [s[:4] for s in one[IC]["strata"]["mf"]] == [(200, 150, 10, 60)]
+        assert one[IC]["audit"] == by_edge[IC]["audit"] and one[IC]["audit"]["a_n"] == 60
+    assert ppi_strata(warehouse, window, (0.8,)) == by_edge and ppi_strata_sets(warehouse, window, []) == []

@@ -315,12 +315,14 @@ def calibration(
     edges: tuple[float, ...] = label_queries.DEFAULT_EDGES,
     window_table: str | None = None,
     local_floor: float = DEFAULT_LOCAL_FLOOR,
+    check: bool = True,
 ) -> dict[str, Any]:
     """docs/metrics.md §6, per task type that has labeled device attempts with a confidence (read from
-    `window_table`, the metric set's materialized window; without one, the window is materialized here)."""
+    `window_table`, the metric set's materialized window; without one, the window is materialized here).
+    `check`: each recommendation checked (`checked`); `compute` checks them itself, in its own §3d read."""
     if window_table is None:
         with decision_queries.materialized_window(client, window):
-            return calibration(client, window, target, min_n, edges, decision_queries.WINDOW_TABLE, local_floor)
+            return calibration(client, window, target, min_n, edges, decision_queries.WINDOW_TABLE, local_floor, check)
     blocks_by_type = label_queries.confidence_blocks(client, window_table)
     served_by_type = label_queries.served_strata(client, window_table, edges)
     found: dict[str, Any] = {}
@@ -397,33 +399,53 @@ def calibration(
             "local_pass_rate_at_current": local(cal.current_threshold),
             "threshold_change": threshold_change(blocks, cal.current_threshold, recommended),
         }
-    checked(client, window, found, target, edges)
-    return found
+    return checked(client, window, found, target, edges) if check else found
+
+
+def check_cuts(found: dict[str, Any], edges: tuple[float, ...]) -> dict[float, tuple[float, ...]]:
+    """Each distinct recommended threshold of `found` (`calibration`'s) → the inner edges its check stratifies on:
+    `edges`' inner ones with the threshold added."""
+    cuts: dict[float, tuple[float, ...]] = {}
+    for detail in found.values():
+        threshold = detail["recommended_threshold_est"]
+        if threshold is not None and threshold not in cuts:
+            cut = round(float(threshold), 6)
+            cuts[threshold] = tuple(sorted({round(float(e), 6) for e in edges[1:-1]} | {cut}))
+    return dict(sorted(cuts.items()))
 
 
 def checked(
-    client, window: QueryWindow, found: dict[str, Any], target: float, edges: tuple[float, ...]
+    client,
+    window: QueryWindow,
+    found: dict[str, Any],
+    target: float,
+    edges: tuple[float, ...],
+    designed: dict[float, dict[str, dict]] | None = None,
 ) -> dict[str, Any]:
     """docs/metrics.md §6, the recommendation checked against the judge's audit: each task type's
     `recommendation_check` (§3d's missed-fallback estimate over what `recommended_threshold_est` would serve where
     the judge is audited, else §3c's; null without a recommendation) and `recommended_threshold_checked` (the
-    recommendation, null when the check withholds it). One §3d query per distinct recommended threshold."""
-    by_threshold: dict[float, list[str]] = {}
-    for task_type, detail in found.items():
+    recommendation, null when the check withholds it). `designed`: each of `check_cuts`' thresholds → its §3d
+    strata (`ppi_strata_sets`), read by the caller beside its own; without it, one §3d read for them all."""
+    cuts = check_cuts(found, edges)
+    if designed is None:
+        designed = dict(zip(cuts, ppi_queries.ppi_strata_sets(client, window, list(cuts.values()))))
+    for detail in found.values():
         detail["recommendation_check"], detail["recommended_threshold_checked"] = None, None
-        if detail["recommended_threshold_est"] is not None:
-            by_threshold.setdefault(detail["recommended_threshold_est"], []).append(task_type)
-    for threshold, task_types in sorted(by_threshold.items()):
-        cut = round(float(threshold), 6)
-        inner = tuple(sorted({round(float(e), 6) for e in edges[1:-1]} | {cut}))
-        designed = ppi_queries.ppi_strata(client, window, inner)
-        for task_type in task_types:
-            detail = found[task_type]
-            check = ppi.check_recommendation(
-                designed.get(task_type), inner.index(cut) + 1, threshold, target, detail["served_pass_est"]
-            )
-            detail["recommendation_check"] = check
-            detail["recommended_threshold_checked"] = None if check["withheld"] else threshold
+    for task_type, detail in found.items():
+        threshold = detail["recommended_threshold_est"]
+        if threshold is None:
+            continue
+        inner = cuts[threshold]
+        check = ppi.check_recommendation(
+            designed[threshold].get(task_type),
+            inner.index(round(float(threshold), 6)) + 1,
+            threshold,
+            target,
+            detail["served_pass_est"],
+        )
+        detail["recommendation_check"] = check
+        detail["recommended_threshold_checked"] = None if check["withheld"] else threshold
     return found
 
 
@@ -460,10 +482,21 @@ def compute(
         checks = decision_queries.validator_failed_by_check(client)
         latency = decision_queries.latency_by_side_and_network(client)
         calibrated = calibration(
-            client, window, target, min_n, window_table=decision_queries.WINDOW_TABLE, local_floor=local_floor
+            client,
+            window,
+            target,
+            min_n,
+            window_table=decision_queries.WINDOW_TABLE,
+            local_floor=local_floor,
+            check=False,
         )
         strata = decision_queries.label_strata(client, label_queries.DEFAULT_EDGES[1:-1])  # §3c
-        designed = ppi_queries.ppi_strata(client, window, label_queries.DEFAULT_EDGES[1:-1])  # §3d
+        # §3d on §6's edges, and each recommendation's check on its own edges, in one read
+        cuts = check_cuts(calibrated, label_queries.DEFAULT_EDGES)
+        designed, *for_cuts = ppi_queries.ppi_strata_sets(
+            client, window, [label_queries.DEFAULT_EDGES[1:-1], *cuts.values()]
+        )
+        checked(client, window, calibrated, target, label_queries.DEFAULT_EDGES, dict(zip(cuts, for_cuts)))
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
         ledger = review_queries.device_ledger(client, window, from_window=True)
     current_levels = {key: decision_queries.LevelCounts.of(row) for key, row in summary.items()}

@@ -9,7 +9,7 @@ Every label counts, whenever it arrived. Every value is a bound parameter; the S
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Sequence
 
 from routerscope.contract.events import LABEL_SOURCE_OFFLINE_REPLAY
 from routerscope.warehouse.sql import WINDOW_CTE, QueryWindow, dict_rows, named
@@ -21,6 +21,8 @@ MEASURES = ("ff", "mf", "ra")  # §3d's false fallbacks, missed fallbacks, route
 # corrections Y − Ŷ and of their squares over the audited). ff: judged fallbacks (quality, timeout), hit =
 # acceptable; mf: device-served, hit = not acceptable; ra: every live event, judged when the judge's label has a
 # route verdict, hit = the route was right. a_*: the audit over every event with both verdicts.
+# Each event is counted once under every set of inner bucket edges asked for (`edge_set`, from 1): one read of the
+# window and its labels for the metric set's strata and its recommendations' checks.
 _PPI = """
 WITH $window_cte,
 ev AS (SELECT request_id, task_type, confidence, entered_device, fallback_type, degrade_level FROM w
@@ -41,8 +43,10 @@ per AS (
     FROM lab GROUP BY request_id
 ),
 j AS (
-    SELECT e.task_type AS task_type,
-           if(e.confidence IS NULL, -1, $bucket) AS bucket,
+    SELECT arrayJoin(arrayEnumerate({sets:Array(Array(Float64))})) AS edge_set,
+           {sets:Array(Array(Float64))}[edge_set] AS edges,
+           e.task_type AS task_type,
+           if(e.confidence IS NULL, -1, toInt8(arrayCount(x -> e.confidence >= x, edges))) AS bucket,
            e.entered_device AND e.fallback_type IN ('quality', 'timeout') AS pop_ff,
            e.entered_device AND e.fallback_type = 'none' AND e.degrade_level IN (0, 1) AS pop_mf,
            ifNull(p.has_j, 0) = 1 AS hj,
@@ -55,7 +59,7 @@ j AS (
            toInt8(ifNull(tupleElement(p.hp, 2), 0)) AS hr
     FROM ev AS e LEFT JOIN per AS p ON e.request_id = p.request_id
 )
-SELECT task_type, bucket,
+SELECT edge_set, task_type, bucket,
        countIf(pop_ff) AS ff_N, countIf(pop_ff AND hj) AS ff_n, countIf(pop_ff AND hj AND ja = 1) AS ff_y,
        countIf(pop_ff AND hh) AS ff_r, sumIf(ha - ja, pop_ff AND hh) AS ff_d,
        sumIf((ha - ja) * (ha - ja), pop_ff AND hh) AS ff_d2,
@@ -68,33 +72,39 @@ SELECT task_type, bucket,
        countIf(hh AND ha = 0) AS a_bad, countIf(hh AND ha = 0 AND ja = 1) AS a_accept_bad,
        countIf(hh AND ha = 1) AS a_good, countIf(hh AND ha = 1 AND ja = 0) AS a_reject_good
 FROM j
-GROUP BY task_type, bucket
-ORDER BY task_type, bucket
+GROUP BY edge_set, task_type, bucket
+ORDER BY edge_set, task_type, bucket
 """
 AUDIT_KEYS = ("a_n", "a_agree", "a_bad", "a_accept_bad", "a_good", "a_reject_good")
 STRATUM_KEYS = ("N", "n", "y", "r", "d", "d2")
 
 
-@cache
-def ppi_sql(edges: int) -> str:
-    """The statement for `edges` inner bucket edges, bound as {e0:Float64}, … (as decisions.strata_sql)."""
-    bucket = " + ".join(f"(e.confidence >= {{e{i}:Float64}})" for i in range(edges)) or "0"
-    return named("ppi_strata", _PPI, {"window_cte": WINDOW_CTE, "bucket": f"toInt8({bucket})"})
+PPI_SQL = named("ppi_strata", _PPI, {"window_cte": WINDOW_CTE})
 
 
 def ppi_strata(client, window: QueryWindow, inner_edges: tuple[float, ...]) -> dict[str, dict]:
     """task_type → {"strata": {measure: [(N, n, y, r, d, d2) per bucket]}, "buckets": [bucket of each stratum],
     "audit": {a_n, a_agree, …}} over the window's live events (each once); a bucket is the count of `inner_edges`
     at or below the confidence, -1 for a null one, and only buckets holding an event are listed."""
+    return ppi_strata_sets(client, window, [inner_edges])[0]
+
+
+def ppi_strata_sets(client, window: QueryWindow, edge_sets: Sequence[tuple[float, ...]]) -> list[dict[str, dict]]:
+    """`ppi_strata` under each set of inner edges, in one read of the window and its labels: the metric set
+    stratifies on §6's edges and checks each recommended threshold on those edges with the threshold added
+    (analytics/metrics.py `checked`), three reads of the same events and labels on the demo's week, now one (each
+    set's strata are its own, exactly as read alone)."""
     parameters = {
         **window.parameters(),
         "judge": LABEL_SOURCE_OFFLINE_REPLAY,
         "human": LABEL_SOURCE_HUMAN,
-        **{f"e{i}": float(edge) for i, edge in enumerate(inner_edges)},
+        "sets": [[float(edge) for edge in edges] for edges in edge_sets],
     }
-    found: dict[str, dict] = {}
-    for row in dict_rows(client, ppi_sql(len(inner_edges)), parameters):
-        per = found.setdefault(
+    found: list[dict[str, dict]] = [{} for _ in edge_sets]
+    if not edge_sets:
+        return found
+    for row in dict_rows(client, PPI_SQL, parameters):
+        per = found[int(row["edge_set"]) - 1].setdefault(
             row["task_type"],
             {"strata": {m: [] for m in MEASURES}, "buckets": [], "audit": dict.fromkeys(AUDIT_KEYS, 0)},
         )
