@@ -17,6 +17,14 @@ from tests.support.home import REPO, settings_for
 __all__ = ["REPO"]  # still importable from here for the layers test; new code imports tests.support.home
 
 
+def pytest_configure(config) -> None:
+    """The pages run as the dashboard runs them (routerscope/cli/cmd_dashboard.py): without Streamlit's magic, whose
+    `ast.parse` of each page met CPython 3.11.7's spurious AST SystemError (gh-106905) in a CI run."""
+    from streamlit import config as streamlit_config
+
+    streamlit_config.set_option("runner.magicEnabled", False)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     path = tmp_path / "home"

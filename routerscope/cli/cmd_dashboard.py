@@ -38,6 +38,12 @@ def dashboard_command(port: int) -> list[str]:
         "false",
         "--client.toolbarMode",
         "viewer",  # no "Deploy" button nor developer options: the people reading these pages do not deploy them
+        # No "magic" (a bare expression drawn as if written with st.write): the pages call Streamlit themselves, and
+        # magic rewrites each page through `ast.parse`, which CPython before 3.11.8 and 3.12.2 can fail with a
+        # spurious SystemError when another thread builds a syntax tree at the same moment (python/cpython
+        # gh-106905): the page would show "Script compilation error" until reloaded. The tests run pages alike.
+        "--runner.magicEnabled",
+        "false",
     ]
 
 
