@@ -399,7 +399,9 @@ def calibration(
             "local_pass_rate_at_current": local(cal.current_threshold),
             "threshold_change": threshold_change(blocks, cal.current_threshold, recommended),
         }
-    return checked(client, window, found, target, edges) if check else found
+    if not check:
+        return found
+    return checked(client, window, found, target, edges, from_window=window_table == decision_queries.WINDOW_TABLE)
 
 
 def check_cuts(found: dict[str, Any], edges: tuple[float, ...]) -> dict[float, tuple[float, ...]]:
@@ -421,15 +423,17 @@ def checked(
     target: float,
     edges: tuple[float, ...],
     designed: dict[float, dict[str, dict]] | None = None,
+    from_window: bool = False,
 ) -> dict[str, Any]:
     """docs/metrics.md §6, the recommendation checked against the judge's audit: each task type's
     `recommendation_check` (§3d's missed-fallback estimate over what `recommended_threshold_est` would serve where
     the judge is audited, else §3c's; null without a recommendation) and `recommended_threshold_checked` (the
     recommendation, null when the check withholds it). `designed`: each of `check_cuts`' thresholds → its §3d
-    strata (`ppi_strata_sets`), read by the caller beside its own; without it, one §3d read for them all."""
+    strata (`ppi_strata_sets`), read by the caller beside its own; without it, one §3d read for them all (of the
+    materialized window when `from_window`)."""
     cuts = check_cuts(found, edges)
     if designed is None:
-        designed = dict(zip(cuts, ppi_queries.ppi_strata_sets(client, window, list(cuts.values()))))
+        designed = dict(zip(cuts, ppi_queries.ppi_strata_sets(client, window, list(cuts.values()), from_window)))
     for detail in found.values():
         detail["recommendation_check"], detail["recommended_threshold_checked"] = None, None
     for task_type, detail in found.items():
@@ -494,7 +498,7 @@ def compute(
         # §3d on §6's edges, and each recommendation's check on its own edges, in one read
         cuts = check_cuts(calibrated, label_queries.DEFAULT_EDGES)
         designed, *for_cuts = ppi_queries.ppi_strata_sets(
-            client, window, [label_queries.DEFAULT_EDGES[1:-1], *cuts.values()]
+            client, window, [label_queries.DEFAULT_EDGES[1:-1], *cuts.values()], from_window=True
         )
         checked(client, window, calibrated, target, label_queries.DEFAULT_EDGES, dict(zip(cuts, for_cuts)))
         all_cloud = review_queries.all_cloud_cost(client, window, from_window=True)
