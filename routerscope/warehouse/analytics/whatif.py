@@ -228,7 +228,7 @@ def compute(client, window: QueryWindow, thresholds: Mapping[str, float]) -> dic
         rows = whatif_queries.by_candidate(client, candidates)
         strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1])
         summary = decision_queries.window_summary(client)
-    designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1])  # §3d
+        designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1])  # §3d
     out: dict[str, Any] = {
         "window": {"start": iso(window.start), "end": iso(window.end)},
         "caveat": CAVEAT,
@@ -251,7 +251,7 @@ def sweep(client, window: QueryWindow, task_type: str, thresholds: list[float]) 
         rows = whatif_queries.by_candidate(client, candidates).get(task_type)
         strata = whatif_queries.strata(client, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
         summary = decision_queries.window_summary(client).get(task_type)
-    designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
+        designed = whatif_queries.ppi_strata(client, window, candidates, DEFAULT_EDGES[1:-1]).get(task_type, {})
     return {x: _task(x, rows, strata, summary, designed) for x in values}
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from routerscope.contract.events import LABEL_SOURCE_OFFLINE_REPLAY
 from routerscope.warehouse.queries.decisions import WINDOW_TABLE
-from routerscope.warehouse.sql import WINDOW_CTE, QueryWindow, dict_rows, named
+from routerscope.warehouse.sql import QueryWindow, dict_rows, named
 
 CURRENT = -1.0  # the candidate value that stands for the recorded outcomes (no event moves)
 
@@ -162,12 +162,12 @@ def strata(
 # docs/metrics.md §3d for the candidate's own routes: per task type, candidate and confidence bucket, the judge's
 # verdicts and the people's corrections over its quality fallbacks (`ff`: hit = acceptable) and device-served
 # events (`mf`: hit = not acceptable) — N, judged n, judged hits y, audited r, Σ(Y − Ŷ) d and Σ(Y − Ŷ)² d2 — as
-# routerscope/warehouse/queries/ppi.py reads them for the metrics. It reads the window itself (the materialized
-# window holds no request ids to join labels on), the asked task types only, with the same routing as above.
+# routerscope/warehouse/queries/ppi.py reads them for the metrics. It reads the materialized window (the asked task
+# types only; its request ids join the labels) with the same routing as above, its chosen labels left out.
 WHATIF_PPI_SQL = named(
     "whatif_ppi_strata",
     """
-WITH $window_cte,
+WITH w AS (SELECT * EXCEPT (labeled, acceptable, route_ok) FROM $window_table),
 lab AS (
     SELECT request_id, source, device_acceptable, event_time, label_id
     FROM $labels
@@ -207,7 +207,7 @@ FROM m
 GROUP BY task_type, candidate, bucket
 ORDER BY task_type, candidate, bucket
 """,
-    {"window_cte": WINDOW_CTE},
+    {"window_table": WINDOW_TABLE},
 )
 
 
@@ -215,7 +215,8 @@ def ppi_strata(
     client, window: QueryWindow, candidates: dict[str, list[float]], inner_edges: tuple[float, ...]
 ) -> dict[str, dict[float | None, dict[str, list[tuple[int, ...]]]]]:
     """task_type → candidate (None: `current`) → measure (`ff`, `mf`) → [(N, n, y, r, d, d2)] per confidence
-    bucket: §3d's sums over each candidate's own routes (docs/metrics.md §3d, §14)."""
+    bucket: §3d's sums over each candidate's own routes (docs/metrics.md §3d, §14), over the materialized window
+    of `window` (`decisions.materialized_window`, open on `client`)."""
     tasks = [t for t, values in candidates.items() for _ in values]
     values = [float(v) for vs in candidates.values() for v in vs]
     parameters = {
