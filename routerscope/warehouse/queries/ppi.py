@@ -22,8 +22,8 @@ MEASURES = ("ff", "mf", "ra")  # §3d's false fallbacks, missed fallbacks, route
 # corrections Y − Ŷ and of their squares over the audited). ff: judged fallbacks (quality, timeout), hit =
 # acceptable; mf: device-served, hit = not acceptable; ra: every live event, judged when the judge's label has a
 # route verdict, hit = the route was right. a_*: the audit over every event with both verdicts.
-# Each event is counted once under every set of inner bucket edges asked for (`edge_set`, from 1): one read of the
-# window and its labels for the metric set's strata and its recommendations' checks.
+# Several sets of bucket edges are read at once on the finest buckets, those of every edge of every set
+# (`ppi_strata_sets`), and each set's buckets summed from them here.
 _PPI = """
 WITH $events,
 lab AS (
@@ -42,10 +42,8 @@ per AS (
     FROM lab GROUP BY request_id
 ),
 j AS (
-    SELECT arrayJoin(arrayEnumerate({sets:Array(Array(Float64))})) AS edge_set,
-           {sets:Array(Array(Float64))}[edge_set] AS edges,
-           e.task_type AS task_type,
-           if(e.confidence IS NULL, -1, toInt8(arrayCount(x -> e.confidence >= x, edges))) AS bucket,
+    SELECT e.task_type AS task_type,
+           if(e.confidence IS NULL, -1, toInt16(arrayCount(x -> e.confidence >= x, {edges:Array(Float64)}))) AS bucket,
            e.entered_device AND e.fallback_type IN ('quality', 'timeout') AS pop_ff,
            e.entered_device AND e.fallback_type = 'none' AND e.degrade_level IN (0, 1) AS pop_mf,
            ifNull(p.has_j, 0) = 1 AS hj,
@@ -58,7 +56,7 @@ j AS (
            toInt8(ifNull(tupleElement(p.hp, 2), 0)) AS hr
     FROM ev AS e LEFT JOIN per AS p ON e.request_id = p.request_id
 )
-SELECT edge_set, task_type, bucket,
+SELECT task_type, bucket,
        countIf(pop_ff) AS ff_N, countIf(pop_ff AND hj) AS ff_n, countIf(pop_ff AND hj AND ja = 1) AS ff_y,
        countIf(pop_ff AND hh) AS ff_r, sumIf(ha - ja, pop_ff AND hh) AS ff_d,
        sumIf((ha - ja) * (ha - ja), pop_ff AND hh) AS ff_d2,
@@ -71,8 +69,8 @@ SELECT edge_set, task_type, bucket,
        countIf(hh AND ha = 0) AS a_bad, countIf(hh AND ha = 0 AND ja = 1) AS a_accept_bad,
        countIf(hh AND ha = 1) AS a_good, countIf(hh AND ha = 1 AND ja = 0) AS a_reject_good
 FROM j
-GROUP BY edge_set, task_type, bucket
-ORDER BY edge_set, task_type, bucket
+GROUP BY task_type, bucket
+ORDER BY task_type, bucket
 """
 AUDIT_KEYS = ("a_n", "a_agree", "a_bad", "a_accept_bad", "a_good", "a_reject_good")
 STRATUM_KEYS = ("N", "n", "y", "r", "d", "d2")
@@ -102,20 +100,23 @@ def ppi_strata_sets(
 ) -> list[dict[str, dict]]:
     """`ppi_strata` under each set of inner edges, in one read of the window and its labels: the metric set
     stratifies on §6's edges and checks each recommended threshold on those edges with the threshold added
-    (analytics/metrics.py `checked`), three reads of the same events and labels on the demo's week, now one (each
-    set's strata are its own, exactly as read alone). `from_window`: the events from the metric set's materialized
-    window (`decisions.materialized_window`, open on `client`) instead of the warehouse."""
+    (analytics/metrics.py `checked`), three reads of the same events and labels on the demo's week, now one. The
+    read groups on the finest buckets (every edge of every set); a set's bucket is the count of its edges at or
+    below the finest bucket's lower edge, and its sums are those of its finest buckets (every figure is a count or a
+    sum: each set's strata are exactly what reading it alone gives). `from_window`: the events from the metric set's
+    materialized window (`decisions.materialized_window`, open on `client`) instead of the warehouse."""
+    if not edge_sets:
+        return []
+    finest = tuple(sorted({float(edge) for edges in edge_sets for edge in edges}))
     parameters = {
         **window.parameters(),
         "judge": LABEL_SOURCE_OFFLINE_REPLAY,
         "human": LABEL_SOURCE_HUMAN,
-        "sets": [[float(edge) for edge in edges] for edges in edge_sets],
+        "edges": list(finest),
     }
-    found: list[dict[str, dict]] = [{} for _ in edge_sets]
-    if not edge_sets:
-        return found
+    read: dict[str, dict] = {}
     for row in dict_rows(client, PPI_FROM_WINDOW_SQL if from_window else PPI_SQL, parameters):
-        per = found[int(row["edge_set"]) - 1].setdefault(
+        per = read.setdefault(
             row["task_type"],
             {"strata": {m: [] for m in MEASURES}, "buckets": [], "audit": dict.fromkeys(AUDIT_KEYS, 0)},
         )
@@ -124,6 +125,28 @@ def ppi_strata_sets(
             per["strata"][m].append(tuple(int(row[f"{m}_{k}"]) for k in STRATUM_KEYS))
         for k in AUDIT_KEYS:
             per["audit"][k] += int(row[k])
+    return [_coarsened(read, finest, tuple(float(edge) for edge in edges)) for edges in edge_sets]
+
+
+def _coarsened(read: dict[str, dict], finest: tuple[float, ...], edges: tuple[float, ...]) -> dict[str, dict]:
+    """`read` (strata on the `finest` edges' buckets) on the buckets of `edges` (a subset of `finest`)."""
+    # finest bucket k holds the confidences in [finest[k-1], finest[k]): of `edges`, those at or below finest[k-1]
+    bucket_of = [0, *(sum(1 for edge in edges if edge <= low) for low in finest)]
+    found: dict[str, dict] = {}
+    for task_type, per in read.items():
+        sums: dict[int, dict[str, list[int]]] = {}
+        for k, bucket in enumerate(per["buckets"]):
+            coarse = sums.setdefault(
+                -1 if bucket < 0 else bucket_of[bucket], {m: [0] * len(STRATUM_KEYS) for m in MEASURES}
+            )
+            for m in MEASURES:
+                coarse[m] = [a + b for a, b in zip(coarse[m], per["strata"][m][k])]
+        buckets = sorted(sums)
+        found[task_type] = {
+            "strata": {m: [tuple(sums[b][m]) for b in buckets] for m in MEASURES},
+            "buckets": buckets,
+            "audit": dict(per["audit"]),
+        }
     return found
 
 
