@@ -71,4 +71,7 @@ def test_one_tick_starts_the_exporter_and_the_next_only_renews_its_lease(home, m
         if child is not None:
             # A SIGTERM that lands while the exporter's first warehouse read runs in C is handled when the read
             # returns: seconds on a loaded 2-core machine, past procs.stop's default 10 s before SIGKILL (-9).
-            assert procs.stop(child, timeout_s=60) == 0
+            stopped = procs.stop(child, timeout_s=60)
+            log = settings.exporter_log_path
+            # (what the exporter was doing when it did not stop: its log's end, for the next one who meets it)
+            assert stopped == 0, log.read_text(errors="replace")[-3000:] if log.exists() else "no exporter log"
