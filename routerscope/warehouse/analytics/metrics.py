@@ -434,16 +434,14 @@ def checked(
     cuts = check_cuts(found, edges)
     if designed is None:
         designed = dict(zip(cuts, ppi_queries.ppi_strata_sets(client, window, list(cuts.values()), from_window)))
-    for detail in found.values():
-        detail["recommendation_check"], detail["recommended_threshold_checked"] = None, None
     for task_type, detail in found.items():
         threshold = detail["recommended_threshold_est"]
         if threshold is None:
+            detail["recommendation_check"], detail["recommended_threshold_checked"] = None, None
             continue
-        inner = cuts[threshold]
         check = ppi.check_recommendation(
             designed[threshold].get(task_type),
-            inner.index(round(float(threshold), 6)) + 1,
+            cuts[threshold].index(round(float(threshold), 6)) + 1,  # the first bucket at or above the cut
             threshold,
             target,
             detail["served_pass_est"],
