@@ -29,6 +29,7 @@ from routerscope.cli import (
     cmd_whatif,
     loop,
 )
+from routerscope.core import interrupts
 from routerscope.core.errors import RouterscopeError, full_disk_error, is_full_disk
 from routerscope.core.extras import missing_extra
 from routerscope.core.settings import Settings
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return _missing_extra("the `routerscope` command", exc)
     args = parser.parse_args(argv)
     settings = None
+    interrupts.remember_ctrl_c()  # a Ctrl-C Python swallows still stops the long loops (core/interrupts.py)
     try:
         settings = Settings.from_env()
         return args.func(args, settings)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 
+from routerscope.core.interrupts import raising
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C would be (`stop_on_term`)."""
@@ -12,9 +14,6 @@ class Terminated(KeyboardInterrupt):
 
 def stop_on_term() -> None:
     """SIGTERM (a service manager, `kill`, a test) stops the command the way Ctrl-C does, through its
-    KeyboardInterrupt path: what was routed is flushed or spooled, and the command says where things stand."""
-
-    def stop(signum, frame):
-        raise Terminated
-
-    signal.signal(signal.SIGTERM, stop)
+    KeyboardInterrupt path: what was routed is flushed or spooled, and the command says where things stand.
+    Remembered, as Ctrl-C is, should Python swallow it (routerscope/core/interrupts.py)."""
+    signal.signal(signal.SIGTERM, raising(Terminated))

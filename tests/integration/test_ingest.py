@@ -9,13 +9,14 @@ import signal
 import subprocess
 import threading
 import time
+import weakref
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routerscope.core import broker, names
+from routerscope.core import broker, interrupts, names
 from routerscope.core.errors import WarehouseError
 from routerscope.core.kafka import librdkafka_config
 from routerscope.core.procs import free_port
@@ -118,6 +119,33 @@ def test_a_second_run_loads_only_what_is_new(stack):
     assert (second.loaded["decisions"], second.quarantined["decisions"]) == (50, 1)
     assert (third.loaded["decisions"], third.quarantined["decisions"]) == (0, 0)
     assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 150
+
+
+def test_a_stop_python_swallowed_ends_the_drain_at_its_next_turn_and_the_next_run_loads_the_rest_once(stack):
+    """A CI run's Ctrl-C landed in a weakref callback, where Python prints the KeyboardInterrupt and goes on: the
+    load drained to the end and exited 0. The stop is remembered (routerscope/core/interrupts.py) and the drain
+    raises it at its next turn. Here the handler runs inside a weakref callback after the first messages."""
+    produce(stack, DECISIONS, valid_decisions(20_000))
+    handler = interrupts.raising(KeyboardInterrupt)  # what `routerscope` installs for SIGINT
+    consumed: list[int] = []
+
+    class Thing:
+        pass
+
+    def progress(n: int) -> None:
+        consumed.append(n)
+        if len(consumed) == 1:
+            thing = Thing()
+            ref = weakref.ref(thing, lambda _: handler(signal.SIGINT, None))  # noqa: F841 - held until `del`
+            del thing  # the callback raises; Python prints it and carries on
+
+    with pytest.raises(KeyboardInterrupt):
+        Loader(stack, LoadConfig(batch_size=2_000, idle_timeout_s=0.5), progress=progress).run()
+    assert sum(consumed) < 20_000  # stopped at the drain's next turn, not at the end
+    rest = load(stack, **FAST)
+    assert scalar(stack, "SELECT count() FROM routerscope.decisions") == 20_000  # nothing lost, nothing doubled
+    assert scalar(stack, "SELECT uniqExact(event_id) FROM routerscope.decisions") == 20_000
+    assert 0 < rest.loaded["decisions"] <= 20_000
 
 
 def _produce_batches(settings, partition: int, batches: list[list[bytes]]) -> None:

@@ -50,6 +50,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from routerscope.core import interrupts
 from routerscope.instrumentation.emitter import SPOOL_DIR_MODE, SPOOL_FILE_MODE, Message, Outgoing, Spool
 from routerscope.instrumentation.otlp import proto
 
@@ -848,6 +849,11 @@ class _Server(ThreadingHTTPServer):
     # connections waiting to be accepted: socketserver's 5 drops a burst of exporters connecting at once
     # (after a restart of `collect`), which then wait out TCP's 1 s, 3 s, 7 s … retries to get in
     request_queue_size = 1024
+
+    def service_actions(self):
+        """Between polls (every 0.5 s at most) of `serve_forever`: a Ctrl-C or SIGTERM Python swallowed stops
+        it all the same (routerscope/core/interrupts.py)."""
+        interrupts.raise_pending()
 
     def handle_error(self, request, client_address):
         """A client that went away mid-answer is its own business: one debug line, not a traceback on

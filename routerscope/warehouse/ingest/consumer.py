@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from routerscope.core import names
+from routerscope.core import interrupts, names
 from routerscope.core.errors import BrokerUnavailable, RouterscopeError
 from routerscope.core.kafka import Option, fetched_end, librdkafka_config
 from routerscope.core.settings import Settings
@@ -216,6 +216,7 @@ class Drain:
         self.last_message = self.last_flush = self.last_fetched = time.monotonic()
         batch_size, writer = min(self.config.batch_size, 50_000), self.writer
         while self.pending:
+            interrupts.raise_pending()  # a Ctrl-C or SIGTERM Python swallowed (routerscope/core/interrupts.py)
             # Holding the warehouse (a batch written or being written), wait briefly: the consumer's queue
             # runs dry between fetches, and letting go of the warehouse and opening it again costs more.
             messages = self.consumer.consume(num_messages=batch_size, timeout=HELD_WAIT_S if writer.held else 0.2)

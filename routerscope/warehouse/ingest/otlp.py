@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from routerscope.contract.events import DecisionEvent
-from routerscope.core import names
+from routerscope.core import interrupts, names
 from routerscope.core.errors import BrokerUnavailable
 from routerscope.core.kafka import Option, librdkafka_config
 from routerscope.core.settings import Settings
@@ -237,6 +237,7 @@ def _read_new(consumer: Consumer, topic: str, starts: dict[int, int]) -> tuple[l
     nexts, pending = dict(starts), set(starts)
     last = time.monotonic()
     while pending and time.monotonic() - last < IDLE_S and len(messages) < MAX_MESSAGES:
+        interrupts.raise_pending()  # a Ctrl-C or SIGTERM Python swallowed (routerscope/core/interrupts.py)
         for m in consumer.consume(num_messages=10_000, timeout=0.2):
             error = m.error()
             if error is not None:
