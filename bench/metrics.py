@@ -151,6 +151,7 @@ def without_lookback(fn):
                 {
                     **decision_queries.FRAGMENTS,
                     "task_filter": "",
+                    "wide_columns": "",
                     "first_copy": "1",
                     **(decision_queries._FOLDED if fold else decision_queries._UNFOLDED),
                 },

@@ -10,6 +10,7 @@ The health check answers only after it, so `routerscope dashboard` says the URL 
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 
@@ -25,9 +26,20 @@ from routerscope.warehouse.analytics.alerting import evidence  # noqa: E402, F40
 from routerscope.warehouse.client import open_warehouse  # noqa: E402
 
 
+def _first_uses() -> None:
+    """What a page's first run paid once per process, found by profiling a cold On-call: Streamlit's table of every
+    emoji and the regular expression over them (0.1 s), loaded and compiled the first time a page draws a label
+    that is not plain ASCII ("→", "·" and "🔴" on every page)."""
+    try:
+        importlib.import_module("streamlit.string_util").extract_leading_emoji("🔴 →")
+    except Exception:  # (moved in another Streamlit version: the page then pays for it, nothing else changes)
+        pass
+
+
 def preload() -> float:
     """Start the embedded engine once (the imports above are done); the seconds since this process began. One that
     cannot be opened now (missing, locked by a long load) is left for the pages, which say so themselves."""
+    _first_uses()
     try:
         settings = data._settings()
         if settings.warehouse.embedded:

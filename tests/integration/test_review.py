@@ -10,7 +10,13 @@ from datetime import timedelta
 import pytest
 
 from routerscope.warehouse.analytics.metrics import compute
-from routerscope.warehouse.analytics.review import grading_report, readiness_report, rollout_report, side_by_side
+from routerscope.warehouse.analytics.review import (
+    grading_report,
+    readiness_report,
+    rollout_report,
+    side_by_side,
+    weekly_review,
+)
 from routerscope.warehouse.client import open_warehouse
 from routerscope.warehouse.migrate import migrate
 from routerscope.warehouse.queries import review as review_queries
@@ -310,3 +316,34 @@ def test_seed003_device_errors_are_failures_not_durations_in_the_duration_gate(h
         assert row["device_p95_ms"] == pytest.approx(8000.0)  # was 0.04: the errors read as durations
         gate = readiness_report(client, POLICY, window)["task_types"][A]["gates"]["gate_duration"]
         assert (gate["status"], gate["errors"], gate["value"]) == ("unknown", 96, None)
+
+
+def test_the_weekly_review_reads_the_week_once_and_says_what_each_report_says_alone(loaded, tmp_path):
+    """`weekly_review` (`routerscope report`, the tuning page) materializes the week once, its events and their
+    chosen labels, and runs every statement over that; each statement read the window FINAL, with its look-back,
+    and the labels again (on the bench's week: 9.7 s, now 3.7 s). The reports are the same as read alone."""
+    window = QueryWindow(START, END)
+    statements: list[str] = []
+    query, command = loaded.query, loaded.command
+
+    def recorded(run):
+        def call(sql, *args, **kwargs):
+            statements.append(sql)
+            return run(sql, *args, **kwargs)
+
+        return call
+
+    loaded.query, loaded.command = recorded(query), recorded(command)
+    try:
+        week = weekly_review(loaded, POLICY, window, tmp_path)
+    finally:
+        loaded.query, loaded.command = query, command
+    reading_decisions = [s.split("*/")[0] for s in statements if "routerscope.decisions" in s]
+    assert reading_decisions and all(
+        "materialize_review_window_events" in s or "metric_window_fold_check" in s for s in reading_decisions
+    ), reading_decisions
+    assert week["grading"] == grading_report(loaded, POLICY, window)
+    assert week["readiness"] == readiness_report(loaded, POLICY, window)
+    assert week["rollout"] == rollout_report(loaded, POLICY, window)
+    assert week["ledger"] == review_queries.device_ledger(loaded, window)
+    assert week["cost"] == review_queries.all_cloud_cost(loaded, window)

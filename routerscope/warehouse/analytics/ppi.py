@@ -156,12 +156,14 @@ def preferred(group: Mapping[str, Any], measure: str) -> tuple[str, dict[str, An
     return FALLBACK_KEYS[measure], group.get(FALLBACK_KEYS[measure])
 
 
-def ppi_estimates(client, start: datetime, end: datetime) -> dict[str, Any]:
+def ppi_estimates(client, start: datetime, end: datetime, from_window: bool = False) -> dict[str, Any]:
     """§3d for the window [start, end): `{"overall": block, "by_task_type": {task_type: block}}`, each block
     `{false_fallback_ppi, missed_fallback_ppi, route_accuracy_ppi, judge_agreement, judge_warning}` — an estimate
     `{rate, ci, coverage, n_judged, n_human}` or None (fewer than `MIN_AUDITED` audited events: read §3c's `_est`,
-    `preferred` does). Strata: task type × §6's confidence buckets. One query over the warehouse."""
-    found = ppi_queries.ppi_strata(client, QueryWindow(start, end), label_queries.DEFAULT_EDGES[1:-1])
+    `preferred` does). Strata: task type × §6's confidence buckets. One query over the warehouse (`from_window`: over
+    the materialized window, `decisions.materialized_window`, open on `client`)."""
+    window, edges = QueryWindow(start, end), label_queries.DEFAULT_EDGES[1:-1]
+    found = ppi_queries.ppi_strata_sets(client, window, [edges], from_window=from_window)[0]
     return {"overall": block(merged(found) if found else None), "by_task_type": {t: block(v) for t, v in found.items()}}
 
 

@@ -494,12 +494,15 @@ def _window(window: QueryWindow, days: float, observed: float | None = None) -> 
     return out
 
 
-def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | None = None) -> dict[str, Any]:
+def grading_report(
+    client, policy: Policy, window: QueryWindow, rows: dict | None = None, from_window: bool = False
+) -> dict[str, Any]:
     """docs/metrics.md §12 per task type with live events in the window. `rows`: `task_review`'s, when the
-    caller already read them (grading and readiness side by side read them once)."""
+    caller already read them (grading and readiness side by side read them once); `from_window`: over the
+    review's materialized window (`weekly_review`)."""
     days = (window.end - window.start).total_seconds() / 86400
-    observed = review_queries.days_observed(client, window)
-    rows = _task_rows(client, window) if rows is None else rows
+    observed = review_queries.days_observed(client, window, from_window)
+    rows = _task_rows(client, window, from_window) if rows is None else rows
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -526,8 +529,8 @@ def grading_report(client, policy: Policy, window: QueryWindow, rows: dict | Non
     return {"window": _window(window, days, observed), "task_types": out}
 
 
-def _task_rows(client, window: QueryWindow) -> dict:
-    return review_queries.task_review(client, window, DURATION_MS, TOKEN_SCREEN)
+def _task_rows(client, window: QueryWindow, from_window: bool = False) -> dict:
+    return review_queries.task_review(client, window, DURATION_MS, TOKEN_SCREEN, from_window)
 
 
 def streamable(cap, declared: bool | None) -> bool:
@@ -561,14 +564,16 @@ def readiness_report(
     window: QueryWindow,
     rows: dict | None = None,
     declared: Mapping[str, bool] | None = None,
+    from_window: bool = False,
 ) -> dict[str, Any]:
     """docs/metrics.md §13 per task type with live events in the window (`rows`: as in `grading_report`;
-    `declared`: the `streamable` values the policy file sets explicitly, `declared_streamable`)."""
+    `declared`: the `streamable` values the policy file sets explicitly, `declared_streamable`; `from_window`:
+    over the review's materialized window, `weekly_review`)."""
     days = (window.end - window.start).total_seconds() / 86400
-    observed = review_queries.days_observed(client, window)
-    rows = _task_rows(client, window) if rows is None else rows
+    observed = review_queries.days_observed(client, window, from_window)
+    rows = _task_rows(client, window, from_window) if rows is None else rows
     declared = declared or {}
-    audited = ppi.ppi_estimates(client, window.start, window.end)["by_task_type"]  # §3d
+    audited = ppi.ppi_estimates(client, window.start, window.end, from_window)["by_task_type"]  # §3d
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -654,13 +659,15 @@ def side_by_side(grading: dict[str, Any], ready: dict[str, Any]) -> dict[str, di
     return out
 
 
-def rollout_report(client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None) -> dict[str, Any]:
+def rollout_report(
+    client, policy: Policy, window: QueryWindow, task_types: list[str] | None = None, from_window: bool = False
+) -> dict[str, Any]:
     """Every task type of the policy (and any seen in the window): its stage and the tracker's verdict. The
     rollback recommendation is the window's (`routerscope.warehouse.analytics.rollback`, the reading On-call and the
     tuning
     page share), under `rollback` with its words."""
     days = (window.end - window.start).total_seconds() / 86400
-    numbers = review_queries.rollout_numbers(client, window)
+    numbers = review_queries.rollout_numbers(client, window, from_window)
     rollbacks = rollback.rollback_states(client, window.start, window.end)
     names = sorted(
         set(task_types or ()) | set(policy.capabilities) | set(policy.rollout) | set(numbers) | set(rollbacks)
@@ -699,17 +706,21 @@ def weekly_review(
     """The weekly review over `window`, the one builder behind `routerscope report` and the tuning page: the
     device ledger and the all-cloud saving, grading, readiness and the two side by side, the rollout stage
     tracker and the divergence samples kept under `home`. The task rows are read once for both reports."""
-    rows = _task_rows(client, window)
-    grading = grading_report(client, policy, window, rows)
-    ready = readiness_report(client, policy, window, rows, declared)
+    with decisions.materialized_window(client, window, wide=True):  # the week read once, not once per statement
+        rows = _task_rows(client, window, from_window=True)
+        grading = grading_report(client, policy, window, rows, from_window=True)
+        ready = readiness_report(client, policy, window, rows, declared, from_window=True)
+        ledger = review_queries.device_ledger(client, window, from_window=True)
+        cost = review_queries.all_cloud_cost(client, window, from_window=True)
+        rollout = rollout_report(client, policy, window, from_window=True)
     return {
         "window": {"start": iso(window.start), "end": iso(window.end)},
-        "ledger": review_queries.device_ledger(client, window),
-        "cost": review_queries.all_cloud_cost(client, window),
+        "ledger": ledger,
+        "cost": cost,
         "grading": grading,
         "readiness": ready,
         "side_by_side": side_by_side(grading, ready),
-        "rollout": rollout_report(client, policy, window),
+        "rollout": rollout,
         "tier_memory_mb": {t: v["memory_mb"] for t, v in policy.device_tiers.items()},
         "divergences": divergence_counts(home),
     }

@@ -70,7 +70,7 @@ SELECT event_time, task_type, mode, session_id, request_id, entered_device, fall
        cloud_calls, confidence, threshold, shadow_agree, input_tokens, latency_ms, network, cost_usd,
        attempt_levels, attempt_outcomes, policy_version,
        schema_version, ttft_ms, device_tier, device_peak_mem_mb, device_thermal_state, device_decode_tps,
-       device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, answer_check
+       device_prefill_tps, device_cold_start, device_load_ms, all_cloud_cost_usd, answer_check$wide_columns
 FROM $decisions $final
 WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')} $task_filter
   AND $first_copy $stored_by
@@ -93,11 +93,29 @@ MATERIALIZE_EVENTS_SQL = {
         {
             **FRAGMENTS,
             "task_filter": _TASK_FILTER if tasks else "",
+            "wide_columns": "",
             **(_FOLDED if fold else _UNFOLDED),
             **({} if first else {"first_copy": "1"}),
         },
     )
     for tasks in (False, True)
+    for fold, first in ((True, True), (False, True), (False, False))
+}
+# The weekly review's window (routerscope/warehouse/queries/review.py reads it: `materialized_window(wide=True)`):
+# the columns of the metric set's and those only the review reads, every task type.
+WIDE_COLUMNS = ("event_id", "output_tokens", "attempt_latency_ms", "rollout_stage", "device_resident_mem_mb")
+MATERIALIZE_WIDE_EVENTS_SQL = {
+    (fold, first): named(
+        "materialize_review_window_events" + ("" if fold else "_unfolded" if first else "_unfolded_unpaired"),
+        _MATERIALIZE_EVENTS,
+        {
+            **FRAGMENTS,
+            "task_filter": "",
+            "wide_columns": ",\n       " + ", ".join(WIDE_COLUMNS),
+            **(_FOLDED if fold else _UNFOLDED),
+            **({} if first else {"first_copy": "1"}),
+        },
+    )
     for fold, first in ((True, True), (False, True), (False, False))
 }
 FOLD_CHECK_SQL = named("metric_window_fold_check", FOLD_CHECK)
@@ -344,24 +362,30 @@ def drop_window(client) -> None:
         client.command(sql)
 
 
-def events_statement(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> tuple[str, dict]:
+def events_statement(
+    client, window: QueryWindow, task_types: tuple[str, ...] | None = None, wide: bool = False
+) -> tuple[str, dict]:
     """The statement that reads the window's events into the events table, and its parameters: FINAL, or
     not when sql.FOLD_CHECK finds nothing in the window FINAL would fold (and then without FIRST_COPY's
-    condition when no row of the window has an earlier copy)."""
+    condition when no row of the window has an earlier copy); `wide`: with WIDE_COLUMNS (no `task_types`)."""
     parameters: dict = window.parameters()
     through, fold, paired = client.query(FOLD_CHECK_SQL, parameters=parameters).result_rows[0]
     if not fold:
         parameters["through"] = utc_text(utc(through))
     if task_types is not None:
         parameters["task_types"] = list(task_types)
+    if wide:
+        return MATERIALIZE_WIDE_EVENTS_SQL[bool(fold), bool(fold or paired)], parameters
     return MATERIALIZE_EVENTS_SQL[task_types is not None, bool(fold), bool(fold or paired)], parameters
 
 
-def materialize_window(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> None:
-    """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL), of `task_types` only when given;
-    drop it with `drop_window`."""
+def materialize_window(
+    client, window: QueryWindow, task_types: tuple[str, ...] | None = None, wide: bool = False
+) -> None:
+    """Create WINDOW_TABLE for `window` (see MATERIALIZE_WINDOW_SQL), of `task_types` only when given, with
+    WIDE_COLUMNS besides when `wide`; drop it with `drop_window`."""
     drop_window(client)
-    client.command(*events_statement(client, window, task_types))
+    client.command(*events_statement(client, window, task_types, wide))
     fewer_labels = client.query(FEWER_LABELS_SQL).result_rows[0][0]
     labels_sql = MATERIALIZE_FEWER_LABELS_SQL if fewer_labels else MATERIALIZE_LABELS_SQL
     client.command(labels_sql, parameters=label_source_parameters())
@@ -371,12 +395,14 @@ def materialize_window(client, window: QueryWindow, task_types: tuple[str, ...] 
 
 
 @contextmanager
-def materialized_window(client, window: QueryWindow, task_types: tuple[str, ...] | None = None) -> Iterator[None]:
+def materialized_window(
+    client, window: QueryWindow, task_types: tuple[str, ...] | None = None, wide: bool = False
+) -> Iterator[None]:
     """The window's de-duplicated events (of `task_types` only, when given) joined to their chosen labels,
     as the session's temporary table `WINDOW_TABLE`, for the metric queries below (which read only that
-    table); dropped after."""
+    table) and, `wide`, the weekly review's (queries/review.py, `from_window`); dropped after."""
     try:
-        materialize_window(client, window, task_types)
+        materialize_window(client, window, task_types, wide)
         yield
     finally:
         drop_window(client)

@@ -21,16 +21,20 @@ from routerscope.warehouse.queries.decisions import INPUT_LENGTH_BUCKETS, INPUT_
 from routerscope.warehouse.queries.labels import CHOSEN_LABELS_CTE, DEFAULT_EDGES, chosen_parameters
 from routerscope.warehouse.sql import FIRST_COPY, QueryWindow, dict_rows, named
 
-# The de-duplicated events of the window with the columns these queries read (the v2 ones included).
+# The columns of the window these queries read (the v2 ones included).
+REVIEW_COLUMNS = """event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type,
+           reason, confidence, degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms,
+           network, device_tier,
+           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
+           device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
+           all_cloud_cost_usd, rollout_stage, device_resident_mem_mb"""
+# The de-duplicated events of the window with those columns.
 REVIEW_CTE = (
     """
 w AS (
-    SELECT event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type, reason,
-           confidence,
-           degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms, network, device_tier,
-           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
-           device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
-           all_cloud_cost_usd, rollout_stage, device_resident_mem_mb
+    SELECT """
+    + REVIEW_COLUMNS
+    + """
     FROM $decisions FINAL
     WHERE event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
       AND """
@@ -56,6 +60,24 @@ FRAGMENTS = {
     "chosen_labels_cte": CHOSEN_LABELS_CTE,
     "has_device_stats": HAS_DEVICE_STATS,
 }
+# The same statements over the review's materialized window (`decisions.materialized_window(wide=True)`, what
+# `routerscope report` and the tuning page open once for the whole review): its events with the columns above,
+# and each labeled request's chosen label, which the window holds beside its events (the same pick as
+# CHOSEN_LABELS_CTE: one per request, so every event of a request holds the same). Each statement read the window
+# FINAL, with its look-back, and the labels again: eleven reads of the same week (docs/benchmarks.md).
+WINDOW_FRAGMENTS = {
+    **FRAGMENTS,
+    "review_cte": f"w AS (SELECT {REVIEW_COLUMNS} FROM {WINDOW_TABLE})",
+    "chosen_labels_cte": (
+        f"chosen AS (SELECT DISTINCT request_id, labeled, acceptable, route_ok FROM {WINDOW_TABLE} WHERE labeled = 1)"
+    ),
+}
+
+
+def _both(name: str, template: str) -> dict[bool, str]:
+    """`template` over the warehouse (False) and over the review's materialized window (True)."""
+    return {False: named(name, template, FRAGMENTS), True: named(f"{name}_from_window", template, WINDOW_FRAGMENTS)}
+
 
 _DEVICE_LEDGER = """
 SELECT ifNull(device_tier, 'unknown') AS tier,
@@ -99,7 +121,7 @@ ALL_CLOUD_FROM_WINDOW_SQL = named("all_cloud_cost_from_window", "WITH $from_wind
 
 # §12/§13 per task type. auto_detected's parts: labeled judged fallbacks (quality, timeout) judged
 # unacceptable — bad answers the router caught — and labeled device-served judged unacceptable — missed.
-REVIEW_SQL = named(
+REVIEW_SQL = _both(
     "task_review",
     """
 WITH $review_cte,
@@ -134,12 +156,11 @@ FROM j
 GROUP BY task_type
 ORDER BY task_type
 """,
-    FRAGMENTS,
 )
 
 # §13 gate_quality on §3c's estimate: the device-served events per task type × confidence bucket (§6's edges,
 # -1 for a null confidence), how many carry a chosen label and how many of those were judged not acceptable.
-MISSED_STRATA_SQL = named(
+MISSED_STRATA_SQL = _both(
     "review_missed_fallback_strata",
     """
 WITH $review_cte,
@@ -154,12 +175,11 @@ WHERE w.mode = 'live' AND w.entered_device AND w.fallback_type = 'none' AND w.de
 GROUP BY task_type, bucket
 ORDER BY task_type, bucket
 """,
-    FRAGMENTS,
 )
 
 # §13 memory gate per task type and tier: the peak (max, never a p95) of the per-request peaks, and the
 # max resident memory (model loaded, idle), each with how many events reported it.
-PEAK_BY_TIER_SQL = named(
+PEAK_BY_TIER_SQL = _both(
     "peak_memory_by_task_and_tier",
     """
 WITH $review_cte
@@ -174,25 +194,26 @@ WHERE mode = 'live' AND entered_device AND (device_peak_mem_mb IS NOT NULL OR de
 GROUP BY task_type, tier
 ORDER BY task_type, tier
 """,
-    FRAGMENTS,
 )
 
 # §12 `days_observed`: the span of the window's live events (any task type), first to last, in milliseconds,
 # and how many there are.
-LIVE_SPAN_SQL = named(
-    "live_event_span",
-    """
-SELECT count(), toUnixTimestamp64Milli(max(event_time)) - toUnixTimestamp64Milli(min(event_time)) FROM $decisions
+_LIVE_SPAN = """
+SELECT count(), toUnixTimestamp64Milli(max(event_time)) - toUnixTimestamp64Milli(min(event_time)) FROM $events
 WHERE mode = 'live' AND event_time >= {start:DateTime64(3, 'UTC')} AND event_time < {end:DateTime64(3, 'UTC')}
-""",
-)
+"""
+LIVE_SPAN_SQL = {
+    False: named("live_event_span", _LIVE_SPAN, {"events": "$decisions"}),
+    True: named("live_event_span_from_window", _LIVE_SPAN, {"events": WINDOW_TABLE}),
+}
 MIN_SPAN_DAYS = 5 / 1440  # §12: at least 5 minutes
 
 
-def days_observed(client, window: QueryWindow) -> float:
+def days_observed(client, window: QueryWindow, from_window: bool = False) -> float:
     """docs/metrics.md §12: the span of the window's live events in days, at least 5 minutes and at most the
-    window's length (a night without traffic inside the span still counts as time); 0 without live events."""
-    count, span_ms = client.query(LIVE_SPAN_SQL, parameters=window.parameters()).result_rows[0]
+    window's length (a night without traffic inside the span still counts as time); 0 without live events.
+    `from_window`: over the review's materialized window (`decisions.materialized_window(wide=True)`)."""
+    count, span_ms = client.query(LIVE_SPAN_SQL[from_window], parameters=window.parameters()).result_rows[0]
     if not int(count):
         return 0.0
     length = (window.end - window.start).total_seconds() / 86400
@@ -212,7 +233,7 @@ ORDER BY task_type
 )
 
 # The stage tracker: per task type and rollout_stage (live events; shadow events are stage `shadow`).
-COHORTS_SQL = named(
+COHORTS_SQL = _both(
     "rollout_cohorts",
     """
 WITH $review_cte,
@@ -237,12 +258,11 @@ FROM j
 GROUP BY task_type, stage
 ORDER BY task_type, stage
 """,
-    FRAGMENTS,
 )
 
 # The canary → full condition on false fallbacks reads §3c's estimate (docs/metrics.md): per cohort, the judged
 # fallbacks of each confidence bucket (N), those labeled (n) and acceptable among them (k).
-COHORT_STRATA_SQL = named(
+COHORT_STRATA_SQL = _both(
     "rollout_cohort_strata",
     """
 WITH $review_cte,
@@ -256,14 +276,13 @@ WHERE w.mode = 'live' AND w.rollout_stage IS NOT NULL
 GROUP BY task_type, stage, bucket
 ORDER BY task_type, stage, bucket
 """,
-    FRAGMENTS,
 )
 
 # Shadow → canary: agreement per input-length bucket (with its sample), and the device's error rate
 # (L0 attempts that timed out or errored) in each half of the task type's shadow traffic (split at the
 # midpoint between its first and last shadow event in the window: a review window longer than the
 # traffic still has two halves to compare).
-SHADOW_BUCKETS_SQL = named(
+SHADOW_BUCKETS_SQL = _both(
     "rollout_shadow_buckets",
     """
 WITH $review_cte
@@ -273,10 +292,9 @@ FROM w WHERE mode = 'shadow' AND shadow_agree IS NOT NULL
 GROUP BY task_type, bucket
 ORDER BY task_type, bucket
 """,
-    FRAGMENTS,
 )
 
-SHADOW_ERRORS_SQL = named(
+SHADOW_ERRORS_SQL = _both(
     "rollout_shadow_device_errors",
     """
 WITH $review_cte,
@@ -293,7 +311,6 @@ WHERE w.mode = 'shadow'
 GROUP BY task_type, second_half
 ORDER BY task_type, second_half
 """,
-    FRAGMENTS,
 )
 
 
@@ -359,14 +376,15 @@ def all_cloud_cost(client, window: QueryWindow, from_window: bool = False) -> di
 
 
 def task_review(
-    client, window: QueryWindow, duration_ms: float = 10_000, token_screen: int = 400
+    client, window: QueryWindow, duration_ms: float = 10_000, token_screen: int = 400, from_window: bool = False
 ) -> dict[str, dict[str, Any]]:
     """§12/§13 inputs per task type (live events), with the determinism groups, peak memory per tier and the
     strata of the missed-fallback estimate (`missed_strata`: [(N_h, n_h, k_h)], §3c). `duration_ms`: the cut
     at or past which a timed-out device attempt counts against gate_duration; `token_screen`: the token
-    budget whose share of requests over it is reported beside the p90."""
+    budget whose share of requests over it is reported beside the p90. `from_window`: over the review's
+    materialized window (`decisions.materialized_window(wide=True)`)."""
     parameters = {**chosen_parameters(window), "duration_ms": float(duration_ms), "token_screen": int(token_screen)}
-    found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL, parameters)}
+    found = {r.pop("task_type"): r for r in dict_rows(client, REVIEW_SQL[from_window], parameters)}
     for r in found.values():
         finished = r["device_attempts"] - r["device_errors"]  # an error is a failure, never a duration (§13)
         r["device_p95_ms"] = _num(r["device_p95_ms"]) if finished else None
@@ -374,10 +392,10 @@ def task_review(
         r["missed_strata"] = []
         r["determinism_groups"], r["determinism_agreeing"] = 0, 0
     strata_parameters = {**chosen_parameters(window), "inner_edges": list(DEFAULT_EDGES[1:-1])}
-    for r in dict_rows(client, MISSED_STRATA_SQL, strata_parameters):
+    for r in dict_rows(client, MISSED_STRATA_SQL[from_window], strata_parameters):
         if r["task_type"] in found:
             found[r["task_type"]]["missed_strata"].append((int(r["N"]), int(r["n"]), int(r["k"])))
-    for r in dict_rows(client, PEAK_BY_TIER_SQL, window.parameters()):
+    for r in dict_rows(client, PEAK_BY_TIER_SQL[from_window], window.parameters()):
         if r["task_type"] in found:
             found[r["task_type"]]["peak_by_tier"][r["tier"]] = {
                 "n": int(r["n"]),
@@ -393,26 +411,29 @@ def task_review(
     return found
 
 
-def rollout_numbers(client, window: QueryWindow) -> dict[str, dict[str, Any]]:
+def rollout_numbers(client, window: QueryWindow, from_window: bool = False) -> dict[str, dict[str, Any]]:
     """task type → {stage: cohort counts, with `false_fallback_strata` [(N_h, n_h, k_h)] per confidence bucket},
     `buckets` {bucket: (compared, agreed)}, `errors` [(attempts, errors)
     of the first half, of the second]; `rollback` stays empty here (the caller fills it from
-    `routerscope.warehouse.analytics.rollback`, the one reading of the rollback recommendation)."""
+    `routerscope.warehouse.analytics.rollback`, the one reading of the rollback recommendation). `from_window`:
+    over the review's materialized window (`decisions.materialized_window(wide=True)`)."""
     found: dict[str, dict[str, Any]] = {}
 
     def of(task_type: str) -> dict[str, Any]:
         return found.setdefault(task_type, {"cohorts": {}, "buckets": {}, "errors": [(0, 0), (0, 0)], "rollback": []})
 
-    for r in dict_rows(client, COHORTS_SQL, chosen_parameters(window)):
+    for r in dict_rows(client, COHORTS_SQL[from_window], chosen_parameters(window)):
         task_type, stage = r.pop("task_type"), r.pop("stage")
         of(task_type)["cohorts"][stage] = {k: int(v) for k, v in r.items()}
     strata = {**chosen_parameters(window), "inner_edges": list(DEFAULT_EDGES[1:-1])}
-    for r in dict_rows(client, COHORT_STRATA_SQL, strata):
+    for r in dict_rows(client, COHORT_STRATA_SQL[from_window], strata):
         cohort = of(r["task_type"])["cohorts"].setdefault(r["stage"], {})
         cohort.setdefault("false_fallback_strata", []).append((int(r["big"]), int(r["n"]), int(r["k"])))
-    for r in dict_rows(client, SHADOW_BUCKETS_SQL, {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}):
+    for r in dict_rows(
+        client, SHADOW_BUCKETS_SQL[from_window], {**window.parameters(), "edges": list(INPUT_LENGTH_EDGES)}
+    ):
         of(r["task_type"])["buckets"][INPUT_LENGTH_BUCKETS[r["bucket"]]] = (int(r["compared"]), int(r["agreed"]))
-    for r in dict_rows(client, SHADOW_ERRORS_SQL, window.parameters()):
+    for r in dict_rows(client, SHADOW_ERRORS_SQL[from_window], window.parameters()):
         of(r["task_type"])["errors"][int(bool(r["second_half"]))] = (int(r["attempts"]), int(r["errors"]))
     return found
 
