@@ -295,6 +295,14 @@ def firing_now() -> list[dict]:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
+def alerts_evaluated_at() -> datetime | None:
+    """When the alert rules were last evaluated (the wall clock of the newest recorded evaluation; None: never), for
+    the firing-now strip: an old evaluation is not "now" (`now.stale`)."""
+    last = _read(alert_queries.last_evaluation)
+    return last["evaluated_at"] if last else None
+
+
+@st.cache_data(ttl=10, show_spinner=False)
 def failing_blocking_checks() -> list[str]:
     """The blocking checks the latest data-quality run failed (what a `data_quality_blocking` alert stands on)."""
     dq = dq_latest()

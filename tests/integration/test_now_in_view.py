@@ -42,12 +42,26 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(second=0, microsecond=0)
 
 
-def _firing_page_alert(settings, minutes_ago: int) -> None:
-    """A PAGE alert firing since `minutes_ago`, long after the fixture's data (as the demo's 01:13 ones were)."""
-    row = _episode("fallback_rate_high", "intent_classify", _now() - timedelta(minutes=minutes_ago), _now(), "firing")
+def _firing_page_alert(settings, minutes_ago: int, evaluated_minutes_ago: int = 0) -> None:
+    """A PAGE alert firing since `minutes_ago`, long after the fixture's data (as the demo's 01:13 ones were), as the
+    alerts job left it at its evaluation `evaluated_minutes_ago` (recorded: the fixture's own is as old as the run)."""
+    now = _now()
+    seen = now - timedelta(minutes=evaluated_minutes_ago)
+    row = _episode("fallback_rate_high", "intent_classify", now - timedelta(minutes=minutes_ago), seen, "firing")
     row[4] = "page"
     with open_warehouse(settings) as client:
         write_alerts(client, [row])
+        # the fixture's evaluation (its rules) as the only one, made at `seen`
+        rules = client.query(
+            "SELECT rules_path, rule_version, rules_sha256 FROM routerscope.alert_evaluations "
+            "ORDER BY evaluated_at DESC LIMIT 1"
+        ).result_rows[0]
+        client.command("TRUNCATE TABLE routerscope.alert_evaluations")
+        client.insert(
+            "routerscope.alert_evaluations",
+            [[seen, seen, *rules, "test"]],
+            column_names=["evaluated_at", "as_of", "rules_path", "rule_version", "rules_sha256", "by"],
+        )
 
 
 def _reused_label_ids(settings) -> None:
@@ -90,6 +104,21 @@ def test_a_firing_alert_is_on_every_page_whatever_the_range_with_how_long_it_fir
         assert "(0 min)" not in body
         assert "firing for 1 h 1" in body  # the incident row says how long too, not "(0 min)"
         assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_an_alert_the_pipeline_stopped_evaluating_is_not_said_to_fire_now(populated):
+    """After the demo, nothing evaluated the alerts any more: On-call said "Firing now: 1 (as of 22:44 UTC)" and "firing
+    for 5 h 29 min" of a drift last seen at 18:43. What fired at the last evaluation is said as that, with its time,
+    how long ago, and how to evaluate now; how long it fired runs to that evaluation."""
+    _firing_page_alert(populated, minutes_ago=300, evaluated_minutes_ago=240)
+    app = render("oncall.py", **FIXTURE_DAY)
+    text = "\n".join(str(getattr(e, "value", "")) for e in app.main)
+    assert "Firing now:" not in text
+    assert re.search(r"\*\*Firing at the last alert evaluation: \d\*\*", text), text  # (the fixture's ingest_stale too)
+    assert re.search(r"4 h 0\d min ago, and not since", text)  # (a minute may pass while the page runs)
+    assert "`routerscope alerts --evaluate` evaluates them now" in text
+    assert "firing for **1 h 00 min** at the last evaluation" in text  # 300 − 240 minutes, not 5 h
+    assert "the last alert evaluation (firing for 1 h 00 min)" in text  # the incident row: to the evaluation
 
 
 def test_oncall_lists_firing_incidents_before_any_resolved_verdict(populated):

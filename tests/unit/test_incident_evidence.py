@@ -148,3 +148,28 @@ def test_a_day_axis_ticks_once_a_day():
     frame = pd.DataFrame({"window_start": pd.to_datetime(["2026-12-06", "2026-12-07"], utc=True), "v": [0.1, 0.2]})
     spec = charts.line(frame, "window_start", "v", "rate").to_dict()
     assert spec["encoding"]["x"]["axis"]["tickCount"] == {"interval": "day", "step": 1}
+
+
+def test_the_strip_says_what_fired_at_a_stale_evaluation_as_that_and_how_to_evaluate_now():
+    """After the demo nothing evaluated the alerts: the strip said "Firing now: 1 (as of 22:44 UTC)" and "firing for
+    5 h 29 min" of an episode last seen at 18:43. Three missed 5-minute evaluations make the last one stale."""
+    from routerscope.dashboards.now import EVALUATION_STALE_S, heading
+
+    now = datetime(2026, 12, 7, 22, 44, tzinfo=UTC)
+    fresh, old = now - timedelta(minutes=4), datetime(2026, 12, 7, 18, 43, tzinfo=UTC)
+    assert EVALUATION_STALE_S == 15 * 60
+    assert heading(1, now, fresh) == ":red[●] **Firing now: 1** (as of 22:44 UTC, whatever the range)"
+    assert heading(0, now, fresh).startswith(":green[●] Firing now: nothing (as of 22:44 UTC")
+    assert heading(1, now, None).startswith(":red[●] **Firing now: 1**")  # never recorded: as before
+    stale = heading(1, now, old)
+    assert stale.startswith(":red[●] **Firing at the last alert evaluation: 1** (the alerts were last evaluated at")
+    assert "2026-12-07 18:43 UTC, 4 h 01 min ago, and not since" in stale
+    assert "`routerscope alerts --evaluate` evaluates them now" in stale
+    assert heading(0, now, old).startswith(":orange[●] **Nothing fired at the last alert evaluation**")  # no all-clear
+    assert heading(0, now, now - timedelta(minutes=15)).startswith(":green[●]")  # 15 min: still fresh
+    episode = {"alert_key": "l2_l3_drift|", "rule": "l2_l3_drift", "task_type": "", "severity": "ticket"}
+    episode["first_seen"] = datetime(2026, 12, 7, 17, 15, tzinfo=UTC)
+    (line,) = lines([episode], now, evaluated_at=old)
+    assert "firing for **1 h 28 min** at the last evaluation (since 2026-12-07 17:15 UTC)" in line.text
+    (line,) = lines([episode], now, evaluated_at=fresh)
+    assert "firing for **5 h 29 min** (since 2026-12-07 17:15 UTC)" in line.text

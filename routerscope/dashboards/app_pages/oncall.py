@@ -120,6 +120,9 @@ def incident_list(incidents: pd.DataFrame) -> None:
     if timeline is not None:
         st.vega_lite_chart(timeline, width="stretch")
     now = datetime.now(UTC).replace(second=0, microsecond=0)
+    evaluated_at = data.alerts_evaluated_at()  # a stale evaluation: "firing" as of then, not now (the strip says so)
+    late = now_strip.stale(now, evaluated_at)
+    until = pd.Timestamp(evaluated_at) if late else pd.Timestamp(now)
     rows = list(incidents.itertuples(index=False))
     every_named = data.episodes_named(tuple(_episode(row, _end(row)) for row in rows))  # one read for them all
     for row, named in zip(rows, every_named):
@@ -127,12 +130,13 @@ def incident_list(incidents: pd.DataFrame) -> None:
         is_firing = row.status == "firing"
         state = "🔴 **FIRING**" if is_firing else f"resolved {_when(row.resolved_at)}"
         end = _end(row)
-        shown_end = pd.Timestamp(now) if is_firing else end
+        shown_end = until if is_firing else end
+        shown_until = f"{_when(until)} UTC, the last alert evaluation" if late else "now UTC"
         left, right = st.columns([6, 1], vertical_alignment="center")
         moved = "".join(f"  \n· {m}" for m in named["moved"])
         left.markdown(
             f"**{row.severity.upper()}** · **{named['cause']}** · `{scope}` · "
-            f"{_when(row.first_seen)} – {'now' if is_firing else _when(end)} UTC "
+            f"{_when(row.first_seen)} – {shown_until if is_firing else _when(end) + ' UTC'} "
             f"({_duration(row.first_seen, shown_end, is_firing)}) · {state}"
             + (" · **recommends a rollback** (the verdict above)" if row.action == "rollback" else "")
             + (" · paged with the first rollback of its task type" if row.notify_state == "grouped" else "")
