@@ -66,7 +66,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.samples import Exemplar
 
-from routerscope.core import procs
+from routerscope.core import interrupts, procs
 from routerscope.core.errors import RouterscopeError
 from routerscope.core.settings import Settings
 from routerscope.core.timeutil import UTC
@@ -723,7 +723,24 @@ class _Server(ThreadingMixIn, WSGIServer):
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
         self.slots = threading.BoundedSemaphore(max_connections)
         self.refused = 0
+        self._holding: set[int] = set()  # the requests holding a slot (id), each released once
+        self._holding_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def _release(self, request) -> None:
+        """Give back `request`'s slot, once: the connection's thread and an interrupt of `process_request` both
+        try. A SIGTERM that landed while the thread was starting released it twice; the ValueError that raised
+        replaced the stop, socketserver took it for a failed request, and the exporter served on until killed."""
+        with self._holding_lock:
+            if id(request) not in self._holding:
+                return
+            self._holding.discard(id(request))
+        self.slots.release()
+
+    def service_actions(self):
+        """Between polls of `serve_forever`: a SIGTERM Python or a request's error handling swallowed stops it all
+        the same (routerscope/core/interrupts.py)."""
+        interrupts.raise_pending()
 
     def process_request(self, request, client_address):
         if not self.slots.acquire(blocking=False):
@@ -738,10 +755,12 @@ class _Server(ThreadingMixIn, WSGIServer):
                 pass
             self.shutdown_request(request)
             return
+        with self._holding_lock:
+            self._holding.add(id(request))
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._release(request)
             raise
 
     def handle_error(self, request, client_address):
@@ -754,7 +773,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._release(request)
 
 
 def _with_health(metrics_app):
