@@ -47,8 +47,7 @@ def stale(now: datetime, evaluated_at: datetime | None) -> bool:
 def heading(count: int, now: datetime, evaluated_at: datetime | None) -> str:
     """The strip's first line (Markdown): how many fire, as of when. With the last evaluation stale it says so, and
     how to evaluate them, instead of presenting an old answer as the present one."""
-    if stale(now, evaluated_at):
-        assert evaluated_at is not None  # (stale says so)
+    if evaluated_at is not None and stale(now, evaluated_at):
         ago = fired_for((now - evaluated_at).total_seconds())
         when = (
             f"the alerts were last evaluated at {evaluated_at:%Y-%m-%d %H:%M} UTC, {ago} ago, and not since: is the "

@@ -209,6 +209,34 @@ def test_end_offsets_count_every_message_of_the_last_record_batch(home):
     assert {end for key, end in ends.items() if key != (names.TOPIC_BREAKERS, 1)} == {0}
 
 
+@pytest.mark.slow
+def test_end_offsets_of_a_stopped_broker_are_unknown_at_once_and_of_a_restarted_one_known_again(home, monkeypatch):
+    """On-call's consumer lag with the real broker stopped: unknown, without making a Kafka client (the refused TCP
+    connection answers first; the client's 2 s wait was 2 of a cold On-call's 4.6 s). Started again on the same port:
+    the ends are read again."""
+    settings = settings_for(home)
+    port = free_port()
+    broker.start(settings, port=port, keep=False)
+    made: list[str] = []
+    real_admin = kafka.admin
+
+    def watched(*args, **kwargs):  # the real client, counted
+        made.append("admin")
+        return real_admin(*args, **kwargs)
+
+    monkeypatch.setattr(kafka, "admin", watched)
+    try:
+        assert kafka.end_offsets(settings) is not None and made == ["admin"]
+        broker.stop(settings)
+        made.clear()
+        assert kafka.end_offsets(settings) is None and made == []
+        broker.start(settings, port=port, keep=False)  # (which makes a client of its own: counted from after it)
+        made.clear()
+        assert kafka.end_offsets(settings) is not None and made == ["admin"]
+    finally:
+        broker.stop(settings)
+
+
 def test_a_home_made_by_broker_start_and_its_log_are_the_owners_alone(tmp_path):
     """`broker start` on a home that does not exist yet: the home is 0700 and the broker's log, pid and record
     0600 (they were 0755 and 0644); a log left 0644 by an earlier version is made 0600 too."""

@@ -167,6 +167,9 @@ def test_the_strip_says_what_fired_at_a_stale_evaluation_as_that_and_how_to_eval
     assert "`routerscope alerts --evaluate` evaluates them now" in stale
     assert heading(0, now, old).startswith(":orange[●] **Nothing fired at the last alert evaluation**")  # no all-clear
     assert heading(0, now, now - timedelta(minutes=15)).startswith(":green[●]")  # 15 min: still fresh
+    # an evaluation stamped ahead of this clock (the warehouse's clock runs fast): not stale, durations to now
+    ahead = now + timedelta(days=400)
+    assert heading(1, now, ahead).startswith(":red[●] **Firing now: 1**")
     episode = {"alert_key": "l2_l3_drift|", "rule": "l2_l3_drift", "task_type": "", "severity": "ticket"}
     episode["first_seen"] = datetime(2026, 12, 7, 17, 15, tzinfo=UTC)
     (line,) = lines([episode], now, evaluated_at=old)

@@ -84,40 +84,34 @@ _UNFOLDED = {"final": "", "stored_by": "AND ingested_at <= {through:DateTime64(3
 # The window restricted to some task types is the what-if's (docs/metrics.md §14 reads only those): the
 # sorting key starts with task_type, so the other task types' rows are not read at all.
 _TASK_FILTER = "AND task_type IN {task_types:Array(String)}"
-# (restricted to task types, folded, with FIRST_COPY) -> statement; an unfolded read without pairs skips it
-MATERIALIZE_EVENTS_SQL = {
-    (tasks, fold, first): named(
-        f"materialize_metric_window{'_task' if tasks else ''}_events"
-        + ("" if fold else "_unfolded" if first else "_unfolded_unpaired"),
+# The weekly review's window (routerscope/warehouse/queries/review.py reads it: `materialized_window(wide=True)`):
+# the columns of the metric set's and those only the review reads.
+WIDE_COLUMNS = ("event_id", "output_tokens", "attempt_latency_ms", "rollout_stage", "device_resident_mem_mb")
+
+
+def _events_sql(tasks: bool, fold: bool, first: bool, wide: bool) -> str:
+    """The events statement restricted to task types or not, folded or not, with FIRST_COPY's condition or not (an
+    unfolded read without pairs skips it), with WIDE_COLUMNS or not."""
+    name = "materialize_review_window" if wide else "materialize_metric_window"
+    return named(
+        f"{name}{'_task' if tasks else ''}_events" + ("" if fold else "_unfolded" if first else "_unfolded_unpaired"),
         _MATERIALIZE_EVENTS,
         {
             **FRAGMENTS,
             "task_filter": _TASK_FILTER if tasks else "",
-            "wide_columns": "",
+            "wide_columns": ",\n       " + ", ".join(WIDE_COLUMNS) if wide else "",
             **(_FOLDED if fold else _UNFOLDED),
             **({} if first else {"first_copy": "1"}),
         },
     )
-    for tasks in (False, True)
-    for fold, first in ((True, True), (False, True), (False, False))
-}
-# The weekly review's window (routerscope/warehouse/queries/review.py reads it: `materialized_window(wide=True)`):
-# the columns of the metric set's and those only the review reads, every task type.
-WIDE_COLUMNS = ("event_id", "output_tokens", "attempt_latency_ms", "rollout_stage", "device_resident_mem_mb")
-MATERIALIZE_WIDE_EVENTS_SQL = {
-    (fold, first): named(
-        "materialize_review_window_events" + ("" if fold else "_unfolded" if first else "_unfolded_unpaired"),
-        _MATERIALIZE_EVENTS,
-        {
-            **FRAGMENTS,
-            "task_filter": "",
-            "wide_columns": ",\n       " + ", ".join(WIDE_COLUMNS),
-            **(_FOLDED if fold else _UNFOLDED),
-            **({} if first else {"first_copy": "1"}),
-        },
-    )
-    for fold, first in ((True, True), (False, True), (False, False))
-}
+
+
+# (restricted to task types, folded, with FIRST_COPY) -> statement, the metric set's columns and the review's
+_KEYS = [
+    (tasks, fold, first) for tasks in (False, True) for fold, first in ((True, True), (False, True), (False, False))
+]
+MATERIALIZE_EVENTS_SQL = {key: _events_sql(*key, wide=False) for key in _KEYS}
+MATERIALIZE_WIDE_EVENTS_SQL = {key: _events_sql(*key, wide=True) for key in _KEYS}
 FOLD_CHECK_SQL = named("metric_window_fold_check", FOLD_CHECK)
 
 _MATERIALIZE_LABELS = """
@@ -367,16 +361,15 @@ def events_statement(
 ) -> tuple[str, dict]:
     """The statement that reads the window's events into the events table, and its parameters: FINAL, or
     not when sql.FOLD_CHECK finds nothing in the window FINAL would fold (and then without FIRST_COPY's
-    condition when no row of the window has an earlier copy); `wide`: with WIDE_COLUMNS (no `task_types`)."""
+    condition when no row of the window has an earlier copy); `wide`: with WIDE_COLUMNS."""
     parameters: dict = window.parameters()
     through, fold, paired = client.query(FOLD_CHECK_SQL, parameters=parameters).result_rows[0]
     if not fold:
         parameters["through"] = utc_text(utc(through))
     if task_types is not None:
         parameters["task_types"] = list(task_types)
-    if wide:
-        return MATERIALIZE_WIDE_EVENTS_SQL[bool(fold), bool(fold or paired)], parameters
-    return MATERIALIZE_EVENTS_SQL[task_types is not None, bool(fold), bool(fold or paired)], parameters
+    statements = MATERIALIZE_WIDE_EVENTS_SQL if wide else MATERIALIZE_EVENTS_SQL
+    return statements[task_types is not None, bool(fold), bool(fold or paired)], parameters
 
 
 def materialize_window(

@@ -24,8 +24,8 @@ from routerscope.warehouse.sql import FIRST_COPY, QueryWindow, dict_rows, named
 # The columns of the window these queries read (the v2 ones included).
 REVIEW_COLUMNS = """event_id, event_time, task_type, mode, session_id, request_id, entered_device, fallback_type,
            reason, confidence, degrade_level, schema_version, input_tokens, output_tokens, latency_ms, ttft_ms,
-           network, device_tier,
-           cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms, device_peak_mem_mb,
+           network, device_tier, cost_usd, shadow_agree, attempt_levels, attempt_outcomes, attempt_latency_ms,
+           device_peak_mem_mb,
            device_thermal_state, device_decode_tps, device_prefill_tps, device_cold_start, device_load_ms,
            all_cloud_cost_usd, rollout_stage, device_resident_mem_mb"""
 # The de-duplicated events of the window with those columns.
