@@ -88,6 +88,20 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
             calm_window = QueryWindow(start + timedelta(minutes=0.30 * 120), start + timedelta(minutes=0.45 * 120))
             task_type, pushed_threshold = PUSHED_THRESHOLD
             predicted = whatif.compute(client, calm_window, {task_type: pushed_threshold})["by_task_type"][task_type]
+            # the push window's short_reply answers turned down at level 0 that the level-1 retry then served on the
+            # device (rescued), against those that fell back for quality
+            rescued, quality_fallbacks = client.query(
+                "SELECT countIf(l0 = 'low_confidence' AND fallback_type = 'none' AND degrade_level = 1), "
+                "countIf(fallback_type = 'quality') FROM (SELECT *, if(has(attempt_levels, 0), "
+                "attempt_outcomes[indexOf(attempt_levels, 0)], '') AS l0 FROM routerscope.decisions FINAL "
+                "WHERE mode = 'live' AND entered_device AND task_type = {t:String} "
+                "AND event_time >= {s:DateTime64(3)} AND event_time < {e:DateTime64(3)})",
+                parameters={
+                    "t": task_type,
+                    "s": start + timedelta(minutes=0.75 * 120),
+                    "e": start + timedelta(minutes=0.90 * 120),
+                },
+            ).result_rows[0]
         # each push episode names the limit that applied: short_reply's own, the shipped default beside it
         limits = {
             rule: (trip["limit"], trip.get("default_limit"))
@@ -124,15 +138,14 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # the stricter pushed threshold sends acceptable answers to the cloud: false fallbacks jump
         pushed, before_push = push["by_task_type"]["short_reply"], calm["by_task_type"]["short_reply"]
         assert pushed["false_fallback_labeled"] >= 20 and pushed["false_fallback_rate"] > 0.5
-        # (labeled fallbacks follow the fallbacks, 86 % against 33 % of device-entered, ≈ 2.6×, through a ~25 % label
-        # draw: 156 against 52 before the router's edge-path rules reordered the simulated sessions, 129 against 65
-        # after; 1.8× leaves room for that draw)
+        # (labeled fallbacks follow the fallbacks, 83-86 % against 33-38 % of device-entered, ≈ 2.4×, through the
+        # labeling design, which draws densely around each window's own threshold: six runs of seed 11 labeled
+        # 330-372 against 131-163, 2.2-2.8×; 1.8× leaves room for that draw)
         assert pushed["false_fallback_labeled"] > 1.8 * before_push["false_fallback_labeled"]
         # (as counts: the push multiplies the acceptable answers sent to the cloud, not only the labeled fallbacks)
         false_fallbacks = lambda g: round((g["false_fallback_rate"] or 0.0) * g["false_fallback_labeled"])  # noqa: E731
-        # (seed 11: 93 against 15 before the router's edge-path rules, 75 against 16 and 83 against 22 after changes
-        # that only reorder the simulated sessions: the calm count is a Poisson-like draw of ~15-22, its standard
-        # error ~4.5, so the ratio's expected ~5× reads 3.5-7×; 2.5× is the multiplication, beyond that noise)
+        # (six runs of seed 11: 265-293 against 66-89, 3.1-4.0×; the calm count's standard error is ~9, so 2.5×, a
+        # calm count near 110, is the multiplication beyond that noise)
         assert false_fallbacks(pushed) > 2.5 * false_fallbacks(before_push)
         # The what-if (docs/metrics.md §14) run on the calm window before the push predicts what the push then did.
         # Measured (seed 11, the calibrated fleet): the calm window's short_reply fallback rate 35 % (the 30 % of
@@ -159,14 +172,29 @@ def test_demo_runs_end_to_end_and_the_incidents_raise_their_alerts(home):
         # post-stratified by confidence): the labeled shares are no random sample of either window, since the
         # labeling design draws densely around each window's own threshold (0.60 in the calm window, 0.93 after the
         # push), so they lean differently (0.70 of 418 predicted against 0.82 of 402 measured in one CI run, four
-        # standard errors apart; the estimates of the same run agree). Within three standard errors of their
-        # difference (from each estimate's 95 % interval) or 0.05, whichever is wider.
+        # standard errors apart); the estimates agree, within two allowances:
+        # * the two windows are two draws of the fleet. Each estimate's interval is for its own window's events: the
+        #   design labels every answer near the threshold, so those strata are nearly a census and the finite-
+        #   population correction narrows the interval (the prediction's n_eff ~1,600 from ~420 labels). How far one
+        #   window's share lies from another's is the labels' sampling error without that correction: each share's
+        #   binomial error over its labeled count. Seven runs of seed 11 (the sessions' timing and ids differ from
+        #   run to run) measured differences -0.011 to +0.102, mean +0.025 and sd 0.038, against 0.034 so computed
+        #   and 0.024 from the intervals (one CI run failed on those: +0.102 against 3 x 0.024);
+        # * the what-if errs high by design (docs/whatif.md): an answer the pushed threshold turns down is a quality
+        #   fallback there, though the level-1 retry served some of them on the device in the push window (rescued,
+        #   their first answer close to 0.93 and so mostly acceptable). With a share r of the push's turned-down
+        #   answers rescued, even if all of those were acceptable the prediction reads at most r (1 - measured) higher.
         est_p = predicted["candidate"]["false_fallback_est"]
         est_m = pushed["false_fallback_by_type"]["quality_est"]
-        half = lambda e: (e["ci"][1] - e["ci"][0]) / 2 / 1.96  # noqa: E731
         assert est_p["rate"] is not None and est_m["rate"] is not None, (est_p, est_m)
-        se_est = (half(est_p) ** 2 + half(est_m) ** 2) ** 0.5
-        assert abs(est_p["rate"] - est_m["rate"]) < max(3 * se_est, 0.05), (est_p, est_m)
+        labeled_p = predicted["candidate"]["false_fallback_labeled"]
+        labeled_m = pushed["false_fallback_by_type"]["quality"]["labeled"]
+        assert labeled_p > 200 and labeled_m > 200, (labeled_p, labeled_m)  # ≈ 400 and 350
+        se_est = sum(e["rate"] * (1 - e["rate"]) / n for e, n in ((est_p, labeled_p), (est_m, labeled_m))) ** 0.5
+        r = rescued / (rescued + quality_fallbacks)
+        assert 0 < r < 0.2, (rescued, quality_fallbacks)  # ≈ 35 of 570
+        high = r * (1 - est_m["rate"])
+        assert -3 * se_est < est_p["rate"] - est_m["rate"] < 3 * se_est + high, (est_p, est_m, se_est, high)
         # the push only raises the threshold: it moves requests to the cloud, none to the device; a few hundred of
         # them (about 300; 284 in one run: the sessions' timing moves a few)
         assert predicted["moved"]["to_device"]["n"] == 0 and predicted["moved"]["n"] > 200
