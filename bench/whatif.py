@@ -1,13 +1,14 @@
 """What-if benchmark: prints JSON figures measured in one run on the same warehouse.
 
     .venv/bin/python bench/whatif.py [--rows 10000000] [--days 8] [--window-days 7] [--rounds 5] [--per-step]
+                                     [--no-sweep]
 
 Fills a fresh embedded warehouse the way `bench/metrics.py` does (generated decisions over `--days` days,
 five task types, labels for 2 %), then times, in turn for `--rounds` rounds: (a) `SELECT count() FROM
 decisions FINAL` over the what-if's window (the last `--window-days` days), all task types and one task
 type; (b) `routerscope.warehouse.analytics.whatif.compute` for one task type (`short_reply` at 0.8) and for all five at
-once, each
-with its self-check. Reports each figure's best and median, the median of the per-round ratios, and the
+once, each with its self-check; (c) the tuning page's sweep, `whatif.sweep` of one task type under the slider's 101
+positions. Reports each figure's best and median, the median of the per-round ratios, and the
 RSS; with `--per-step`, also the best-of-3 seconds of each step of one task type's what-if.
 """
 
@@ -31,6 +32,7 @@ from routerscope.warehouse.queries import whatif as whatif_queries  # noqa: E402
 from routerscope.warehouse.queries.labels import label_source_parameters  # noqa: E402
 from routerscope.warehouse.sql import QueryWindow, utc_text  # noqa: E402
 
+SLIDER = [round(k / 100, 2) for k in range(101)]  # the tuning page's positions (`dashboards.data.SLIDER_STEPS`)
 TASK_TYPES = ("intent_classify", "short_reply", "extract_fields", "rewrite", "long_summary")
 COUNT_SQL = (
     "SELECT count() FROM routerscope.decisions FINAL "
@@ -72,6 +74,7 @@ def main() -> int:
     parser.add_argument("--window-days", type=float, default=7.0)
     parser.add_argument("--rounds", type=int, default=5, help="measurements in turn (default 5)")
     parser.add_argument("--per-step", action="store_true", help="also time each step of one task type's what-if")
+    parser.add_argument("--no-sweep", action="store_true", help="leave out the slider's sweep")
     args = parser.parse_args()
     window = QueryWindow(END - timedelta(days=args.window_days), END)
     with filled_warehouse(args.rows, args.days) as (client, fill_s):
@@ -88,6 +91,8 @@ def main() -> int:
             "whatif_one_task_type": lambda: whatif.compute(client, window, {"short_reply": 0.8}),
             "whatif_five_task_types": lambda: whatif.compute(client, window, {t: 0.8 for t in TASK_TYPES}),
         }
+        if not args.no_sweep:
+            runs["whatif_sweep_one_task_type"] = lambda: whatif.sweep(client, window, "short_reply", SLIDER)
         seconds: dict[str, list[float]] = {name: [] for name in runs}
         values = {}
         for _ in range(args.rounds):
@@ -113,6 +118,7 @@ def main() -> int:
         "ratio_whatif_one_to_count": ratio("whatif_one_task_type", "count_final"),
         "ratio_whatif_one_to_count_one_task_type": ratio("whatif_one_task_type", "count_final_one_task_type"),
         "ratio_whatif_five_to_count": ratio("whatif_five_task_types", "count_final"),
+        **({} if args.no_sweep else {"ratio_sweep_to_count": ratio("whatif_sweep_one_task_type", "count_final")}),
         "counted_rows": values["count_final"],
         "counted_rows_one_task_type": values["count_final_one_task_type"],
         "whatif_requests": task["current"]["requests"],

@@ -584,3 +584,22 @@ def test_a_sweep_of_the_slider_gives_what_each_threshold_computed_alone_gives(wa
         whatif.sweep(warehouse, WINDOW, EMPTY, [0.5])[0.5]
         == whatif.compute(warehouse, WINDOW, {EMPTY: 0.5})["by_task_type"][EMPTY]
     )
+
+
+@pytest.mark.parametrize("x_s, x_ic", [(0.75, 0.95), (0.55, 0.80), (0.80, 0.80), (0.40, 0.70)])
+def test_each_task_type_re_scored_beside_another_gets_what_it_gets_alone(warehouse, x_s, x_ic):
+    """One pass counts every event's breakpoint among all task types' candidates together (docs/whatif.md), so
+    another task type's candidate can fall between this one's confidences (0.75 beside short_reply's 0.70 and
+    0.80; 0.80 on its own 0.80, its own candidate too): each block is still the one computed alone."""
+    together = whatif.compute(warehouse, WINDOW, {S: x_s, IC: x_ic})["by_task_type"]
+    assert together[S] == whatif.compute(warehouse, WINDOW, {S: x_s})["by_task_type"][S]
+    assert together[IC] == whatif.compute(warehouse, WINDOW, {IC: x_ic})["by_task_type"][IC]
+
+
+def test_a_threshold_asked_twice_in_a_sweep_counts_each_event_once(warehouse):
+    """A sweep given the same position twice gives that position's block once, as computed alone (each event is
+    counted once per distinct candidate)."""
+    swept = whatif.sweep(warehouse, WINDOW, S, [0.75, 0.5, 0.75])
+    assert list(swept) == [0.75, 0.5]
+    assert swept[0.75] == whatif.compute(warehouse, WINDOW, {S: 0.75})["by_task_type"][S]
+    assert swept[0.75]["candidate"]["requests"] == 10

@@ -9,16 +9,19 @@ from typing import Any
 
 from routerscope.warehouse.queries.decisions import WINDOW_TABLE
 from routerscope.warehouse.queries.labels import CHOSEN_LABELS_CTE, chosen_parameters
-from routerscope.warehouse.queries.whatif import _WHATIF_CTE, CURRENT
+from routerscope.warehouse.queries.whatif import parameters as candidate_parameters
+from routerscope.warehouse.queries.whatif import routes
 from routerscope.warehouse.sql import QueryWindow, dict_rows, named
 
 SESSIONS_SQL = named(
     "loop_whatif_sessions",
-    _WHATIF_CTE
+    # each event as recorded (state 0) and under the one candidate (state 1): with one candidate `k` is 0 or 1,
+    # so kinds 1 and 3 move when k = 0 (the candidate above their value), kind 2 when k = 1 (at or below it)
+    routes("[0, 1]", "state = 1 AND ((kind IN (1, 3) AND k = 0) OR (kind = 2 AND k = 1))")
     + """
 SELECT
     if(ifNull(session_id, '') = '', concat('event:', toString(rowNumberInAllBlocks())), session_id) AS session,
-    candidate >= 0 AS is_candidate,
+    state = 1 AS is_candidate,
     count() AS requests,
     countIf(entered_device) AS device_entered,
     countIf(device_served_x) AS served,
@@ -35,7 +38,7 @@ ORDER BY session, is_candidate
 def sessions(client, task_type: str, candidate: float) -> dict[str, list[dict[str, Any]]]:
     """{"current": [...], "candidate": [...]}: per session of the materialized window, the requests, device-entered,
     device-served, fallbacks and cloud calls as recorded and under `candidate`."""
-    parameters = {"tasks": [task_type], "values": [float(candidate)], "current": CURRENT}
+    parameters = candidate_parameters({task_type: [float(candidate)]})
     out: dict[str, list[dict[str, Any]]] = {"current": [], "candidate": []}
     for row in dict_rows(client, SESSIONS_SQL, parameters):
         out["candidate" if row.pop("is_candidate") else "current"].append(row)
