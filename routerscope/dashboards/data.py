@@ -405,6 +405,18 @@ def period_metrics(start: datetime, end: datetime) -> dict:
 
 @_in_data
 @st.cache_data(ttl=TTL)
+def week_and_review(start: datetime, end: datetime) -> tuple[dict, dict]:
+    """`period_metrics` and `review` of [start, end) from one read of the week (Weekly tuning shows both; each read
+    it on its own before)."""
+    store = PolicyStore()
+    with _warehouse() as client:
+        return rv.week_and_review(
+            client, store.current(), QueryWindow(start, end), _settings().home, rv.declared_streamable(store.path)
+        )
+
+
+@_in_data
+@st.cache_data(ttl=TTL)
 def policy_versions(task_type: str, start: datetime, end: datetime) -> dict:
     """docs/metrics.md §9 alone over [start, end) for one task type (a push's baseline span)."""
     with _warehouse() as client:
@@ -467,10 +479,10 @@ def calibration(task_type: str) -> pd.DataFrame:
 @st.cache_data(ttl=TTL)
 def calibration_for_target(task_type: str, start: datetime, end: datetime, target: float, min_n: int) -> dict | None:
     """Calibration of one task type over [start, end) for a chosen target pass rate (docs/metrics.md §6). At the
-    metric set's own target and minimum sample it is the range's metric set's, already computed (0.4-0.7 s saved on
-    a cold Weekly tuning)."""
+    metric set's own target and minimum sample it is the range's metric set's, already computed with the week's
+    review for Weekly tuning (0.4-0.7 s saved on a cold Weekly tuning)."""
     if round(target, 4) == round(metric_analytics.DEFAULT_TARGET, 4) and min_n == metric_analytics.DEFAULT_MIN_N:
-        return period_metrics(start, end)["calibration"].get(task_type)
+        return week_and_review(start, end)[0]["calibration"].get(task_type)
     with _warehouse() as client:
         return metric_analytics.calibration(client, QueryWindow(start, end), target, min_n).get(task_type)
 

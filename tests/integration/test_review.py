@@ -15,6 +15,7 @@ from routerscope.warehouse.analytics.review import (
     readiness_report,
     rollout_report,
     side_by_side,
+    week_and_review,
     weekly_review,
 )
 from routerscope.warehouse.client import open_warehouse
@@ -347,3 +348,30 @@ def test_the_weekly_review_reads_the_week_once_and_says_what_each_report_says_al
     assert week["rollout"] == rollout_report(loaded, POLICY, window)
     assert week["ledger"] == review_queries.device_ledger(loaded, window)
     assert week["cost"] == review_queries.all_cloud_cost(loaded, window)
+
+
+def test_the_week_and_its_review_read_together_are_each_what_it_is_alone(loaded, tmp_path):
+    """Weekly tuning shows the week's metric set and its review (`week_and_review`): one materialization of the week
+    serves both, and readiness takes the metric set's §3d instead of reading it again. Each is what it is computed
+    alone, and only the one materialization reads `decisions` (with the metric window's fold check)."""
+    window = QueryWindow(START, END)
+    statements: list[str] = []
+    query, command = loaded.query, loaded.command
+
+    def recorded(run):
+        def call(sql, *args, **kwargs):
+            statements.append(sql)
+            return run(sql, *args, **kwargs)
+
+        return call
+
+    loaded.query, loaded.command = recorded(query), recorded(command)
+    try:
+        week, review = week_and_review(loaded, POLICY, window, tmp_path)
+    finally:
+        loaded.query, loaded.command = query, command
+    materializing = [s for s in statements if "materialize_review_window_events" in s]
+    assert len(materializing) == 1, [s.split("*/")[0] for s in statements if "routerscope.decisions" in s]
+    assert not [s for s in statements if "/* routerscope:ppi_strata" in s][1:], "§3d read more than once"
+    assert week == compute(loaded, START, END)
+    assert review == weekly_review(loaded, POLICY, window, tmp_path)

@@ -21,11 +21,10 @@ if not types or data.latest_day_end() is None:
     st.info("No daily metric windows yet: run `routerscope demo`, or the `metrics_daily_job` in Dagster.")
     st.stop()
 start, end = rng.start, rng.end
-week = data.period_metrics(start, end)
+week, review = data.week_and_review(start, end)  # the week's metric set and review, from one read of it
 
 # -- every task type at a glance, what needs action first ---------------------------------------------
 st.header("At a glance")
-review = data.review(start, end)
 for name, stage in sorted(review["rollout"]["task_types"].items()):  # the range's rollback state, as On-call says it
     if stage["rollback"]["recommended"]:
         (st.error if stage["rollback"]["firing"] else st.warning)(f"**{name}**: {stage['rollback']['words']}")

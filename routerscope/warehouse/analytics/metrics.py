@@ -15,6 +15,7 @@ Beyond the documented keys (docs/metrics.md allows additions): `shadow_agreement
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -470,11 +471,39 @@ def compute(
     target: float = DEFAULT_TARGET,
     min_n: int = DEFAULT_MIN_N,
     local_floor: float = DEFAULT_LOCAL_FLOOR,
+    materialized: bool = False,
 ) -> dict[str, Any]:
-    """Every metric of docs/metrics.md for [start, end), overall and per task type."""
+    """Every metric of docs/metrics.md for [start, end), overall and per task type. `materialized`: the caller
+    holds this window materialized on `client` (`decisions.materialized_window`, narrow or wide), so it is not read
+    again (the weekly review's `week_and_review` reads it once for both)."""
+    return compute_and_audit(
+        client,
+        start,
+        end,
+        baseline_days=baseline_days,
+        target=target,
+        min_n=min_n,
+        local_floor=local_floor,
+        materialized=materialized,
+    )[0]
+
+
+def compute_and_audit(
+    client,
+    start: datetime,
+    end: datetime,
+    *,
+    baseline_days: float = DEFAULT_BASELINE_DAYS,
+    target: float = DEFAULT_TARGET,
+    min_n: int = DEFAULT_MIN_N,
+    local_floor: float = DEFAULT_LOCAL_FLOOR,
+    materialized: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`compute`, and §3d on §6's buckets as `ppi.ppi_estimates` gives it for the same window (read in the same
+    statement as the metric set's own §3d): the weekly review's readiness takes it instead of reading it again."""
     window = QueryWindow(start, end)
     baseline_window = QueryWindow(start - timedelta(days=baseline_days), start)
-    with decision_queries.materialized_window(client, window):
+    with nullcontext() if materialized else decision_queries.materialized_window(client, window):
         summary = decision_queries.window_summary(client)
         calls = decision_queries.cloud_calls_per_session(client)
         for key, row in summary.items():
@@ -519,6 +548,10 @@ def compute(
         g.update(ppi.block((ppi.merged(designed) if designed else None) if key is None else designed.get(key)))
         return g
 
+    audited = {
+        "overall": ppi.block(ppi.merged(designed) if designed else None),
+        "by_task_type": {t: ppi.block(v) for t, v in designed.items()},
+    }
     return {
         "window": {"start": iso(start), "end": iso(end)},
         "baseline": {"start": iso(baseline_window.start), "end": iso(baseline_window.end)},
@@ -527,4 +560,4 @@ def compute(
         "calibration": calibrated,
         "latency_ms": latency,
         "device_ledger": ledger,  # §10
-    }
+    }, audited

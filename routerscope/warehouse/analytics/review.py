@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from routerscope.core.timeutil import UTC
 from routerscope.router import answers
 from routerscope.router.policy import load_yaml, read_policy_file
 from routerscope.router.request_store import RequestTextStore, store_path
-from routerscope.warehouse.analytics import ppi, rollback, stats
+from routerscope.warehouse.analytics import metrics, ppi, rollback, stats
 from routerscope.warehouse.analytics.metrics import iso
 from routerscope.warehouse.analytics.stats import ratio
 from routerscope.warehouse.queries import decisions
@@ -565,15 +566,19 @@ def readiness_report(
     rows: dict | None = None,
     declared: Mapping[str, bool] | None = None,
     from_window: bool = False,
+    audited: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """docs/metrics.md §13 per task type with live events in the window (`rows`: as in `grading_report`;
     `declared`: the `streamable` values the policy file sets explicitly, `declared_streamable`; `from_window`:
-    over the review's materialized window, `weekly_review`)."""
+    over the review's materialized window, `weekly_review`; `audited`: §3d of the window, `ppi.ppi_estimates`'s,
+    when already read)."""
     days = (window.end - window.start).total_seconds() / 86400
     observed = review_queries.days_observed(client, window, from_window)
     rows = _task_rows(client, window, from_window) if rows is None else rows
     declared = declared or {}
-    audited = ppi.ppi_estimates(client, window.start, window.end, from_window)["by_task_type"]  # §3d
+    if audited is None:
+        audited = ppi.ppi_estimates(client, window.start, window.end, from_window)
+    audited = audited["by_task_type"]  # §3d
     out = {}
     for task_type in sorted(rows):
         r = rows[task_type]
@@ -700,16 +705,36 @@ def divergence_counts(home) -> dict[str, dict[str, int]]:
     return found
 
 
-def weekly_review(
+def week_and_review(
     client, policy: Policy, window: QueryWindow, home, declared: Mapping[str, bool] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metric set (`metrics.compute`, its defaults) and the weekly review of the same window from one read of
+    it: the tuning page shows both, and each read the week on its own before."""
+    with decisions.materialized_window(client, window, wide=True):
+        week, audited = metrics.compute_and_audit(client, window.start, window.end, materialized=True)
+        review = weekly_review(client, policy, window, home, declared, materialized=True, audited=audited)
+    return week, review
+
+
+def weekly_review(
+    client,
+    policy: Policy,
+    window: QueryWindow,
+    home,
+    declared: Mapping[str, bool] | None = None,
+    materialized: bool = False,
+    audited: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The weekly review over `window`, the one builder behind `routerscope report` and the tuning page: the
     device ledger and the all-cloud saving, grading, readiness and the two side by side, the rollout stage
-    tracker and the divergence samples kept under `home`. The task rows are read once for both reports."""
-    with decisions.materialized_window(client, window, wide=True):  # the week read once, not once per statement
+    tracker and the divergence samples kept under `home`. The task rows are read once for both reports.
+    `materialized`: the caller holds the window's wide materialization; `audited`: §3d of the window as
+    `ppi.ppi_estimates` gives it, already read (`week_and_review`)."""
+    # the week read once, not once per statement
+    with nullcontext() if materialized else decisions.materialized_window(client, window, wide=True):
         rows = _task_rows(client, window, from_window=True)
         grading = grading_report(client, policy, window, rows, from_window=True)
-        ready = readiness_report(client, policy, window, rows, declared, from_window=True)
+        ready = readiness_report(client, policy, window, rows, declared, from_window=True, audited=audited)
         ledger = review_queries.device_ledger(client, window, from_window=True)
         cost = review_queries.all_cloud_cost(client, window, from_window=True)
         rollout = rollout_report(client, policy, window, from_window=True)
