@@ -5,6 +5,8 @@ every expected number computed by hand in the comments."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -319,13 +321,11 @@ def test_seed003_device_errors_are_failures_not_durations_in_the_duration_gate(h
         assert (gate["status"], gate["errors"], gate["value"]) == ("unknown", 96, None)
 
 
-def test_the_weekly_review_reads_the_week_once_and_says_what_each_report_says_alone(loaded, tmp_path):
-    """`weekly_review` (`routerscope report`, the tuning page) materializes the week once, its events and their
-    chosen labels, and runs every statement over that; each statement read the window FINAL, with its look-back,
-    and the labels again (on the bench's week: 9.7 s, now 3.7 s). The reports are the same as read alone."""
-    window = QueryWindow(START, END)
+@contextmanager
+def recording(client) -> Iterator[list[str]]:
+    """Every statement `client` runs meanwhile, in order."""
     statements: list[str] = []
-    query, command = loaded.query, loaded.command
+    query, command = client.query, client.command
 
     def recorded(run):
         def call(sql, *args, **kwargs):
@@ -334,11 +334,20 @@ def test_the_weekly_review_reads_the_week_once_and_says_what_each_report_says_al
 
         return call
 
-    loaded.query, loaded.command = recorded(query), recorded(command)
+    client.query, client.command = recorded(query), recorded(command)
     try:
-        week = weekly_review(loaded, POLICY, window, tmp_path)
+        yield statements
     finally:
-        loaded.query, loaded.command = query, command
+        client.query, client.command = query, command
+
+
+def test_the_weekly_review_reads_the_week_once_and_says_what_each_report_says_alone(loaded, tmp_path):
+    """`weekly_review` (`routerscope report`, the tuning page) materializes the week once, its events and their
+    chosen labels, and runs every statement over that; each statement read the window FINAL, with its look-back,
+    and the labels again (on the bench's week: 9.7 s, now 3.7 s). The reports are the same as read alone."""
+    window = QueryWindow(START, END)
+    with recording(loaded) as statements:
+        week = weekly_review(loaded, POLICY, window, tmp_path)
     reading_decisions = [s.split("*/")[0] for s in statements if "routerscope.decisions" in s]
     assert reading_decisions and all(
         "materialize_review_window_events" in s or "metric_window_fold_check" in s for s in reading_decisions
@@ -355,21 +364,8 @@ def test_the_week_and_its_review_read_together_are_each_what_it_is_alone(loaded,
     serves both, and readiness takes the metric set's §3d instead of reading it again. Each is what it is computed
     alone, and only the one materialization reads `decisions` (with the metric window's fold check)."""
     window = QueryWindow(START, END)
-    statements: list[str] = []
-    query, command = loaded.query, loaded.command
-
-    def recorded(run):
-        def call(sql, *args, **kwargs):
-            statements.append(sql)
-            return run(sql, *args, **kwargs)
-
-        return call
-
-    loaded.query, loaded.command = recorded(query), recorded(command)
-    try:
+    with recording(loaded) as statements:
         week, review = week_and_review(loaded, POLICY, window, tmp_path)
-    finally:
-        loaded.query, loaded.command = query, command
     materializing = [s for s in statements if "materialize_review_window_events" in s]
     assert len(materializing) == 1, [s.split("*/")[0] for s in statements if "routerscope.decisions" in s]
     assert not [s for s in statements if "/* routerscope:ppi_strata" in s][1:], "§3d read more than once"

@@ -462,30 +462,11 @@ def policy_versions(client, start: datetime, end: datetime, task_type: str | Non
     return {version: _version(row) for version, row in (versions.get(task_type) or {}).items()}
 
 
-def compute(
-    client,
-    start: datetime,
-    end: datetime,
-    *,
-    baseline_days: float = DEFAULT_BASELINE_DAYS,
-    target: float = DEFAULT_TARGET,
-    min_n: int = DEFAULT_MIN_N,
-    local_floor: float = DEFAULT_LOCAL_FLOOR,
-    materialized: bool = False,
-) -> dict[str, Any]:
-    """Every metric of docs/metrics.md for [start, end), overall and per task type. `materialized`: the caller
-    holds this window materialized on `client` (`decisions.materialized_window`, narrow or wide), so it is not read
-    again (the weekly review's `week_and_review` reads it once for both)."""
-    return compute_and_audit(
-        client,
-        start,
-        end,
-        baseline_days=baseline_days,
-        target=target,
-        min_n=min_n,
-        local_floor=local_floor,
-        materialized=materialized,
-    )[0]
+def compute(client, start: datetime, end: datetime, **options: Any) -> dict[str, Any]:
+    """Every metric of docs/metrics.md for [start, end), overall and per task type (`options`: those of
+    `compute_and_audit`: baseline_days, target, min_n, local_floor, and `materialized`, the caller holding this window
+    materialized on `client`, `decisions.materialized_window` narrow or wide, so it is not read again)."""
+    return compute_and_audit(client, start, end, **options)[0]
 
 
 def compute_and_audit(
