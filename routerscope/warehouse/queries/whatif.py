@@ -191,22 +191,24 @@ def combine(
         kind, g, state = (int(row.pop(key)) for key in ("kind", "k", "state"))
         # the grid's values at or below the breakpoint → the task type's own candidates at or below it
         k = bisect.bisect_right(ordered.get(task, []), grid[g - 1]) if g else 0
-        per_key = groups.setdefault(task, {}).setdefault(row.pop(by) if by else None, {})
-        pair = per_key.setdefault((kind, k), [None, None])
+        by_group = groups.setdefault(task, {}).setdefault(row.pop(by) if by else None, {})
+        pair = by_group.setdefault((kind, k), [None, None])
         # (two grid positions can be one position among the task type's candidates: their groups add up)
-        pair[state] = row if pair[state] is None else {c: _merge(c, pair[state], row) for c in row}
+        earlier = pair[state]
+        pair[state] = row if earlier is None else {c: _merge(c, earlier, row) for c in row}
     found: dict[str, dict[float | None, dict[Any, dict[str, Any]]]] = {}
     for task, per_key in groups.items():
         values = ordered.get(task, [])
         out = found.setdefault(task, {None: {}, **{v: {} for v in values}})
         for key, pairs in sorted(per_key.items(), key=lambda kv: (kv[0] is None, kv[0])):
-            stays = [pair[0] for pair in pairs.values()]
+            # every event is counted as it stays; a movable one also as it moves
+            stays = [stay for stay, _ in pairs.values() if stay is not None]
             current = _totals(stays)
             out[None][key] = current
             # per candidate position: the change each group's move makes, added where it moves
             steps: list[dict[str, float]] = [{} for _ in range(len(values) + 1)]
             for (kind, k), (stay, move) in pairs.items():
-                if move is None or kind == 0:
+                if stay is None or move is None or kind == 0:
                     continue
                 change = {c: _num(move[c]) - _num(stay[c]) for c in move if c not in _NOT_SUMMED}
                 # kinds 1 and 3 move under candidates k.. (add from k on), kind 2 under 0..k-1 (add at 0, take off at k)
