@@ -87,3 +87,31 @@ def test_the_pre_push_gate_judges_the_interval_not_the_point():
     bad = _result(12, 200)
     low = whatif.parse_gate("missed_fallback_rate.low>0.05")
     assert whatif.gate(bad, [high, low]) == ["short_reply: missed_fallback_rate.high 0.101932 > 0.05"]
+
+
+def test_the_side_by_side_rows_group_their_counts_in_thousands():
+    """The table `routerscope whatif` prints and the tuning page shows: counts read as numbers a person reads
+    (16,909, not 16909), rates and costs as before."""
+    block = {
+        "fallback_rate": 0.387,
+        "fallbacks": 6767,
+        "false_fallback_rate": 0.576,
+        "false_fallback_ci": [0.556, 0.597],
+        "false_fallback_labeled": 2177,
+        "missed_fallback_rate": 0.13,
+        "missed_fallback_ci": [0.123, 0.137],
+        "missed_fallback_labeled": 9763,
+        "false_fallback_est": {"rate": None, "ci": None, "coverage": None},
+        "missed_fallback_est": {"rate": None, "ci": None, "coverage": None},
+        "false_fallback_ppi": {"rate": 0.2, "ci": [0.0, 0.399], "n_judged": 1746, "n_human": 91},
+        "missed_fallback_ppi": None,
+        "cloud_calls": 7657,
+        "cost_usd": 0.3293,
+    }
+    cells = {label: cell(block) for label, cell in whatif.ROWS}
+    assert cells["fallback rate (of device-entered)"] == "38.7% (6,767)"
+    assert cells["false fallbacks (quality)"].endswith(" of 2,177")
+    assert cells["missed fallbacks"].endswith(" of 9,763")
+    assert cells["false fallbacks, corrected (§3d)"].endswith("judged 1,746, human 91")
+    assert cells["missed fallbacks, corrected (§3d)"] == "— (judge not audited)"
+    assert cells["cloud calls"] == "7,657"

@@ -102,7 +102,7 @@ else:
             "pool-adjacent-violators, docs/metrics.md, thresholds)"
         ),
     )
-    c3.metric("Labeled attempts", int(buckets["n"].sum()))
+    c3.metric("Labeled attempts", f"{int(buckets['n'].sum()):,}")
     c4.metric(
         "Evidence floor",
         "—" if detail.get("evidence_floor") is None else f"{detail['evidence_floor']:.2f}",
@@ -210,8 +210,8 @@ def try_threshold(task_type: str, start, end, in_force) -> None:
             st.table(pd.DataFrame(side_by_side, columns=["", "current", "candidate"]).set_index(""))
             moved = trial["moved"]
             st.markdown(
-                f"**Moved:** {moved['n']} of {trial['gated']} gated requests ({moved['to_cloud']['n']} to the cloud, "
-                f"{moved['to_device']['n']} to the device); {moved['labeled']} labeled "
+                f"**Moved:** {moved['n']:,} of {trial['gated']:,} gated requests ({moved['to_cloud']['n']:,} to the "
+                f"cloud, {moved['to_device']['n']:,} to the device); {moved['labeled']:,} labeled "
                 f"(coverage {pct(moved['label_coverage'])}), their device answers passed {pct(moved['pass_rate'])}"
                 + ("" if moved["ci"] is None else f" [{pct(moved['ci'][0])}, {pct(moved['ci'][1])}]")
             )

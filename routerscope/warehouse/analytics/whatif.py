@@ -429,18 +429,20 @@ def _corrected(est: Mapping[str, Any] | None) -> str:
     audited events, where the §3c row above stands."""
     if not est:
         return f"{_pct(None)} (judge not audited)"
-    return f"{_pct(est['rate'])}{_ci(est['ci'])} judged {est['n_judged']}, human {est['n_human']}"
+    return f"{_pct(est['rate'])}{_ci(est['ci'])} judged {est['n_judged']:,}, human {est['n_human']:,}"
 
 
 ROWS = (
-    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']})"),
+    ("fallback rate (of device-entered)", lambda b: f"{_pct(b['fallback_rate'])} ({b['fallbacks']:,})"),
     (
         "false fallbacks (quality)",
-        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']}",
+        lambda b: f"{_pct(b['false_fallback_rate'])}{_ci(b['false_fallback_ci'])} of {b['false_fallback_labeled']:,}",
     ),
     (
         "missed fallbacks",
-        lambda b: f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']}",
+        lambda b: (
+            f"{_pct(b['missed_fallback_rate'])}{_ci(b['missed_fallback_ci'])} of {b['missed_fallback_labeled']:,}"
+        ),
     ),
     (
         "false fallbacks, estimate (§3c)",
@@ -458,6 +460,6 @@ ROWS = (
     ),
     ("false fallbacks, corrected (§3d)", lambda b: _corrected(b.get("false_fallback_ppi"))),
     ("missed fallbacks, corrected (§3d)", lambda b: _corrected(b.get("missed_fallback_ppi"))),
-    ("cloud calls", lambda b: str(b["cloud_calls"])),
+    ("cloud calls", lambda b: f"{b['cloud_calls']:,}"),
     ("cost", lambda b: _money(b["cost_usd"])),
 )
