@@ -397,17 +397,9 @@ def daily_groups(task_type: str, days: int = 30) -> pd.DataFrame:
 
 @_in_data
 @st.cache_data(ttl=TTL)
-def period_metrics(start: datetime, end: datetime) -> dict:
-    """Every docs/metrics.md number over [start, end) (the weekly review's 7 days), computed now."""
-    with _warehouse() as client:
-        return metric_analytics.compute(client, start, end)
-
-
-@_in_data
-@st.cache_data(ttl=TTL)
 def week_and_review(start: datetime, end: datetime) -> tuple[dict, dict]:
-    """`period_metrics` and `review` of [start, end) from one read of the week (Weekly tuning shows both; each read
-    it on its own before)."""
+    """Every docs/metrics.md number over [start, end) (the weekly review's 7 days, computed now) and the weekly review
+    (`review`) of the same range, from one read of the week: Weekly tuning shows both."""
     store = PolicyStore()
     with _warehouse() as client:
         return rv.week_and_review(

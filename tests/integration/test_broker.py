@@ -14,6 +14,7 @@ from routerscope.core import broker, kafka, names
 from routerscope.core.procs import free_port
 from tests.support.events import decision, dumps, label
 from tests.support.home import clean_env, run_cli, settings_for
+from tests.support.kafka import count_admin_clients
 
 pytestmark = pytest.mark.integration
 
@@ -217,14 +218,7 @@ def test_end_offsets_of_a_stopped_broker_are_unknown_at_once_and_of_a_restarted_
     settings = settings_for(home)
     port = free_port()
     broker.start(settings, port=port, keep=False)
-    made: list[str] = []
-    real_admin = kafka.admin
-
-    def watched(*args, **kwargs):  # the real client, counted
-        made.append("admin")
-        return real_admin(*args, **kwargs)
-
-    monkeypatch.setattr(kafka, "admin", watched)
+    made = count_admin_clients(monkeypatch)  # the real clients, counted
     try:
         assert kafka.end_offsets(settings) is not None and made == ["admin"]
         broker.stop(settings)

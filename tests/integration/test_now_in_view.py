@@ -205,7 +205,7 @@ def test_a_threshold_move_whose_whatif_breaches_an_alert_limit_is_withheld_namin
     from routerscope.warehouse.analytics.alerting.rules import load_rules
 
     start, end = datetime(2026, 11, 23, tzinfo=UTC), datetime(2026, 11, 30, tzinfo=UTC)
-    week = data.period_metrics(start, end)
+    week, _ = data.week_and_review(start, end)
     week["calibration"]["intent_classify"].update(recommended_threshold_est=0.95, current_threshold=0.70)
     moves = summary.recommended_moves(week)
     assert moves["intent_classify"] == 0.95

@@ -1,11 +1,11 @@
-"""Kafka as the tests read it: every message of a topic from the start, and a broker brought up where the
-`down_broker` fixture's settings point."""
+"""Kafka as the tests read it: every message of a topic from the start, a broker brought up where the
+`down_broker` fixture's settings point, and the Kafka admin clients the project makes, counted."""
 
 from __future__ import annotations
 
 import time
 
-from routerscope.core import broker
+from routerscope.core import broker, kafka
 
 
 def consume_all(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) -> list:
@@ -28,3 +28,17 @@ def consume_all(bootstrap: str, topic: str, expect: int, timeout_s: float = 30) 
 
 def start(state):
     broker.start(state["settings"], port=state["port"])
+
+
+def count_admin_clients(monkeypatch) -> list[str]:
+    """The admin clients `routerscope.core.kafka` makes from now on, one entry each: its constructor is watched, not
+    replaced (every call goes through to the real one)."""
+    made: list[str] = []
+    real_admin = kafka.admin
+
+    def watched(*args, **kwargs):
+        made.append("admin")
+        return real_admin(*args, **kwargs)
+
+    monkeypatch.setattr(kafka, "admin", watched)
+    return made

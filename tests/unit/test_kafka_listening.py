@@ -10,6 +10,7 @@ import pytest
 
 from routerscope.core import kafka
 from routerscope.core.settings import Settings
+from tests.support.kafka import count_admin_clients
 
 
 @pytest.mark.parametrize(
@@ -45,14 +46,7 @@ def test_a_listening_server_is_found_and_a_closed_port_is_not():
 def test_end_offsets_of_a_refused_port_are_unknown_without_making_a_kafka_client(tmp_path, monkeypatch):
     """A real closed port (no broker there); the Kafka client's constructor is watched, not replaced: every call
     goes through to the real one (tests/integration/test_broker.py does the same against a real broker stopped)."""
-    made: list[str] = []
-    real_admin = kafka.admin
-
-    def watched(*args, **kwargs):
-        made.append("admin")
-        return real_admin(*args, **kwargs)
-
-    monkeypatch.setattr(kafka, "admin", watched)
+    made = count_admin_clients(monkeypatch)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         settings = Settings.from_env(

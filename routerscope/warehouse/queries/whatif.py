@@ -195,7 +195,7 @@ def combine(
         pair = by_group.setdefault((kind, k), [None, None])
         # (two grid positions can be one position among the task type's candidates: their groups add up)
         earlier = pair[state]
-        pair[state] = row if earlier is None else {c: _merge(c, earlier, row) for c in row}
+        pair[state] = row if earlier is None else _totals([earlier, row])
     found: dict[str, dict[float | None, dict[Any, dict[str, Any]]]] = {}
     for task, per_key in groups.items():
         values = ordered.get(task, [])
@@ -224,14 +224,6 @@ def combine(
                     running[c] = running.get(c, 0) + d
                 out[x][key] = {c: (v if c in _NOT_SUMMED else _num(v) + running.get(c, 0)) for c, v in current.items()}
     return found
-
-
-def _merge(column: str, a: dict[str, Any], b: dict[str, Any]) -> Any:
-    """Two groups' value of `column` as one group's: summed, or the least/greatest recorded threshold."""
-    if column in _NOT_SUMMED:
-        seen = [r[column] for r in (a, b) if r[column] is not None and int(r.get("gated") or 0)]
-        return _NOT_SUMMED[column](seen) if seen else None
-    return _num(a[column]) + _num(b[column])
 
 
 def _num(value) -> float:
